@@ -1,0 +1,30 @@
+//! `Q4_0` (GGUF type 2): 32 values, `f16 d` then 16 bytes of nibbles; element j is the low nibble
+//! of `qs[j]`, element j+16 the high nibble; `y = d * (q - 8)` (ggml-common.h `block_q4_0`).
+
+use super::{BlockFormat, f16_le};
+use bytemuck::{Pod, Zeroable};
+
+/// ggml `block_q4_0`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub struct BlockQ4_0 {
+    pub d: [u8; 2],
+    pub qs: [u8; 16],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
+
+/// The Q4_0 format.
+pub struct Q4_0;
+
+impl BlockFormat for Q4_0 {
+    type Block = BlockQ4_0;
+    const BLOCK_ELEMS: usize = 32;
+    const NAME: &'static str = "Q4_0";
+    fn decode_block(b: &BlockQ4_0, out: &mut [f32]) {
+        let d = f16_le(b.d);
+        for j in 0..16 {
+            out[j] = d * ((b.qs[j] & 0xF) as i32 - 8) as f32;
+            out[j + 16] = d * ((b.qs[j] >> 4) as i32 - 8) as f32;
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! `Q4_1` (GGUF type 3): `f16 d, f16 m`, 16 bytes of nibbles (element j low nibble of `qs[j]`,
+//! j+16 high); `y = d * q + m` (ggml-common.h `block_q4_1`).
+
+use super::{BlockFormat, f16_le};
+use bytemuck::{Pod, Zeroable};
+
+/// ggml `block_q4_1`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub struct BlockQ4_1 {
+    pub d: [u8; 2],
+    pub m: [u8; 2],
+    pub qs: [u8; 16],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
+
+/// The Q4_1 format.
+pub struct Q4_1;
+
+impl BlockFormat for Q4_1 {
+    type Block = BlockQ4_1;
+    const BLOCK_ELEMS: usize = 32;
+    const NAME: &'static str = "Q4_1";
+    fn decode_block(b: &BlockQ4_1, out: &mut [f32]) {
+        let (d, m) = (f16_le(b.d), f16_le(b.m));
+        for j in 0..16 {
+            out[j] = d * (b.qs[j] & 0xF) as f32 + m;
+            out[j + 16] = d * (b.qs[j] >> 4) as f32 + m;
+        }
+    }
+}

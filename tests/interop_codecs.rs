@@ -1,0 +1,117 @@
+//! Every codec against its independent reference, bit for bit, on fresh random data:
+//! decoders against gguf-py 0.19.0 `gguf.quants.dequantize`, the Q8_0/Q4_K/Q2_K encoders against
+//! ggml's `quantize_row_*_ref` through libgguf 0.2.2.
+
+mod common;
+
+use common::*;
+use metrale_pack::GgmlType;
+use metrale_pack::converters::{self, BlockEncode, q2_k::Q2K, q4_k::Q4K, q8_0::Q8_0};
+
+const DECODED: &[GgmlType] = &[
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::MXFP4,
+    GgmlType::NVFP4,
+];
+
+#[test]
+fn decoders_match_gguf_py_bit_for_bit_on_random_bytes() {
+    let mut rng = Rng::fresh("decoders");
+    let dir = tempfile::tempdir().unwrap();
+    for &ty in DECODED {
+        // 37 blocks of random bytes: every scale, code and bit pattern, NaN and Inf included.
+        let blocks = 37u64;
+        let elems = (blocks * ty.block_elems()).max(4096) as usize;
+        let nbytes = ty.row_bytes(elems as u64).unwrap() as usize;
+        let raw = rng.bytes(nbytes);
+        let inp = dir.path().join(format!("{ty}.raw.npy"));
+        let out = dir.path().join(format!("{ty}.out.npy"));
+        write_npy_u8(&inp, &raw);
+        python_ref(&[
+            "dequant",
+            ty.name(),
+            inp.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ]);
+        let theirs = read_npy(&out).to_f32();
+        let mut ours = vec![0f32; elems];
+        converters::decode_ggml(ty, &raw, &mut ours).unwrap();
+        assert_bits_eq(ty.name(), &ours, &theirs);
+    }
+}
+
+fn check_encoder<F: BlockEncode>(ty: GgmlType, rng: &mut Rng, rows: usize, cols: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let x = rng.weights(rows * cols);
+    let inp = dir.path().join("x.npy");
+    let out = dir.path().join("q.npy");
+    write_npy_f32(&inp, &[rows, cols], &x);
+    python_ref(&[
+        "quant",
+        ty.name(),
+        inp.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    let theirs = read_npy(&out).data;
+    let ours = converters::encode_to_vec::<F>(&x);
+    assert_eq!(ours.len(), theirs.len(), "{ty}: byte length");
+    if let Some(i) = ours.iter().zip(&theirs).position(|(a, b)| a != b) {
+        let bb = converters::block_bytes::<F>();
+        panic!(
+            "{ty}: first differing byte {i} (block {}, byte {} in block)",
+            i / bb,
+            i % bb
+        );
+    }
+}
+
+#[test]
+fn q8_0_encoder_is_byte_identical_to_ggml_reference() {
+    let mut rng = Rng::fresh("q8_0");
+    check_encoder::<Q8_0>(GgmlType::Q8_0, &mut rng, 64, 4096);
+}
+
+#[test]
+fn q4_k_encoder_is_byte_identical_to_ggml_reference() {
+    let mut rng = Rng::fresh("q4_k");
+    check_encoder::<Q4K>(GgmlType::Q4_K, &mut rng, 64, 4096);
+    check_encoder::<Q4K>(GgmlType::Q4_K, &mut rng, 3, 1536);
+}
+
+#[test]
+fn q2_k_encoder_is_byte_identical_to_ggml_reference() {
+    let mut rng = Rng::fresh("q2_k");
+    check_encoder::<Q2K>(GgmlType::Q2_K, &mut rng, 64, 4096);
+    check_encoder::<Q2K>(GgmlType::Q2_K, &mut rng, 3, 1536);
+}
+
+#[test]
+fn type_table_matches_gguf_py_except_documented_q8_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sizes.json");
+    python_ref(&["sizes", out.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let map = v.as_object().unwrap();
+    for (name, pair) in map {
+        let ty = GgmlType::from_name(name)
+            .unwrap_or_else(|| panic!("gguf-py type {name} unknown to us"));
+        let (e, b) = (pair[0].as_u64().unwrap(), pair[1].as_u64().unwrap());
+        if ty == GgmlType::Q8_1 {
+            assert_eq!((ty.block_elems(), ty.block_bytes(), b), (32, 36, 40));
+            continue;
+        }
+        assert_eq!((ty.block_elems(), ty.block_bytes()), (e, b), "{name}");
+    }
+    assert_eq!(map.len(), GgmlType::ALL.len());
+}
