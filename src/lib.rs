@@ -3,7 +3,13 @@
 
 #[path = "../converters/mod.rs"]
 pub mod converters;
+pub mod atomic;
+pub mod error;
 pub mod ggml_type;
+pub mod gguf;
+pub mod model;
 pub mod npy;
+pub mod safetensors_file;
 
+pub use error::{Error, Result};
 pub use ggml_type::GgmlType;

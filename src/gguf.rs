@@ -1,0 +1,455 @@
+//! GGUF v2/v3 reader: zero-copy over a memory map, every field validated against the file.
+//!
+//! The rules (formats.md, "GGUF input"): magic `GGUF`, version 2 or 3 (little-endian only),
+//! every count and length bounded by the bytes that remain before anything is allocated, arrays
+//! nested at most [`MAX_ARRAY_NESTING`] deep, unique keys, `general.alignment` a u32 power of
+//! two (default 32), at most [`MAX_DIMS`] dimensions, no element-count overflow, a known type id,
+//! `ne[0]` a whole number of blocks, every tensor inside the file and aligned, no overlaps,
+//! unique names.
+
+use crate::GgmlType;
+use crate::error::{Error, Result};
+use memmap2::Mmap;
+use std::collections::HashSet;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// The magic at byte 0.
+pub const MAGIC: &[u8; 4] = b"GGUF";
+/// Most tensor dimensions (ggml `GGML_MAX_DIMS`).
+pub const MAX_DIMS: u32 = 4;
+/// Deepest nesting of arrays inside arrays.
+pub const MAX_ARRAY_NESTING: usize = 4;
+/// Alignment when `general.alignment` is absent (ggml `GGUF_DEFAULT_ALIGNMENT`).
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// Longest tensor name ggml accepts (`GGML_MAX_NAME` is 64 including the NUL).
+pub const MAX_NAME_LEN: usize = 63;
+
+/// A metadata value type id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum ValueType {
+    U8 = 0,
+    I8 = 1,
+    U16 = 2,
+    I16 = 3,
+    U32 = 4,
+    I32 = 5,
+    F32 = 6,
+    Bool = 7,
+    String = 8,
+    Array = 9,
+    U64 = 10,
+    I64 = 11,
+    F64 = 12,
+}
+
+impl ValueType {
+    fn from_id(id: u32) -> Option<Self> {
+        use ValueType::*;
+        Some(match id {
+            0 => U8,
+            1 => I8,
+            2 => U16,
+            3 => I16,
+            4 => U32,
+            5 => I32,
+            6 => F32,
+            7 => Bool,
+            8 => String,
+            9 => Array,
+            10 => U64,
+            11 => I64,
+            12 => F64,
+            _ => return None,
+        })
+    }
+    /// The fewest bytes one value of this type takes in a file.
+    fn min_size(self) -> u64 {
+        use ValueType::*;
+        match self {
+            U8 | I8 | Bool => 1,
+            U16 | I16 => 2,
+            U32 | I32 | F32 => 4,
+            U64 | I64 | F64 | String => 8,
+            Array => 12,
+        }
+    }
+}
+
+/// A metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    Bool(bool),
+    String(String),
+    Array(ValueType, Vec<Value>),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+}
+
+impl Value {
+    /// The value as an unsigned integer, if it is a non-negative integer of any width.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U8(v) => Some(v as u64),
+            Value::U16(v) => Some(v as u64),
+            Value::U32(v) => Some(v as u64),
+            Value::U64(v) => Some(v),
+            Value::I8(v) => u64::try_from(v).ok(),
+            Value::I16(v) => u64::try_from(v).ok(),
+            Value::I32(v) => u64::try_from(v).ok(),
+            Value::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+    /// The value as a string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// A short rendering for `inspect` (arrays summarised).
+    pub fn summary(&self) -> String {
+        match self {
+            Value::String(s) if s.len() > 60 => format!("{:?}...", &s[..s.floor_char_boundary(60)]),
+            Value::String(s) => format!("{s:?}"),
+            Value::Array(t, v) => format!("[{t:?}; {}]", v.len()),
+            Value::Bool(b) => b.to_string(),
+            Value::F32(f) => f.to_string(),
+            Value::F64(f) => f.to_string(),
+            other => other.as_u64().map(|u| u.to_string()).unwrap_or_else(|| format!("{other:?}")),
+        }
+    }
+}
+
+/// One key/value pair, with the byte range it occupies in the file (for byte-exact copies).
+#[derive(Clone, Debug)]
+pub struct Kv {
+    pub key: String,
+    pub value: Value,
+    pub span: Range<usize>,
+}
+
+/// One tensor info.
+#[derive(Clone, Debug)]
+pub struct TensorInfo {
+    pub name: String,
+    /// ggml order: `ne[0]` is the innermost (contiguous) dimension.
+    pub ne: Vec<u64>,
+    pub ty: GgmlType,
+    /// Offset relative to the data section, as stored.
+    pub offset: u64,
+    /// Absolute offset in the file.
+    pub file_offset: u64,
+    /// Bytes of data.
+    pub bytes: u64,
+}
+
+impl TensorInfo {
+    /// Row-major shape, outermost first (`[out, in]` for a weight).
+    pub fn shape(&self) -> Vec<u64> {
+        self.ne.iter().rev().copied().collect()
+    }
+    /// Number of elements.
+    pub fn elems(&self) -> u64 {
+        self.ne.iter().product()
+    }
+}
+
+/// An opened, validated GGUF file.
+pub struct GgufFile {
+    pub path: PathBuf,
+    pub map: Mmap,
+    pub version: u32,
+    pub kvs: Vec<Kv>,
+    pub tensors: Vec<TensorInfo>,
+    pub alignment: u64,
+    /// Absolute offset of the data section.
+    pub data_offset: u64,
+}
+
+impl GgufFile {
+    /// Map and validate `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = path.display().to_string();
+        let f = std::fs::File::open(path).map_err(|source| Error::Io { file: file.clone(), source })?;
+        // SAFETY: the map is read-only; a concurrent truncation by another process could fault,
+        // which is the documented hazard of mapping files and accepted for model files.
+        let map = unsafe { Mmap::map(&f) }.map_err(|source| Error::Io { file: file.clone(), source })?;
+        let parsed = parse(&map, &file)?;
+        Ok(GgufFile {
+            path: path.to_path_buf(),
+            map,
+            version: parsed.version,
+            kvs: parsed.kvs,
+            tensors: parsed.tensors,
+            alignment: parsed.alignment,
+            data_offset: parsed.data_offset,
+        })
+    }
+
+    /// The value of metadata `key`.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.kvs.iter().find(|kv| kv.key == key).map(|kv| &kv.value)
+    }
+
+    /// The stored bytes of tensor `i`.
+    pub fn tensor_data(&self, i: usize) -> &[u8] {
+        let t = &self.tensors[i];
+        &self.map[t.file_offset as usize..(t.file_offset + t.bytes) as usize]
+    }
+}
+
+/// What [`parse`] finds in a GGUF byte buffer.
+pub struct Parsed {
+    pub version: u32,
+    pub kvs: Vec<Kv>,
+    pub tensors: Vec<TensorInfo>,
+    pub alignment: u64,
+    pub data_offset: u64,
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    file: &'a str,
+}
+
+impl<'a> Cursor<'a> {
+    fn left(&self) -> u64 {
+        (self.buf.len() - self.pos) as u64
+    }
+    fn take(&mut self, n: u64, field: &dyn Fn() -> String) -> Result<&'a [u8]> {
+        if n > self.left() {
+            return Err(Error::Truncated {
+                file: self.file.into(),
+                field: field(),
+                offset: self.pos as u64,
+                need: n,
+                left: self.left(),
+            });
+        }
+        let s = &self.buf[self.pos..self.pos + n as usize];
+        self.pos += n as usize;
+        Ok(s)
+    }
+    fn arr<const N: usize>(&mut self, field: &dyn Fn() -> String) -> Result<[u8; N]> {
+        Ok(self.take(N as u64, field)?.try_into().unwrap())
+    }
+    fn u32(&mut self, field: &dyn Fn() -> String) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.arr(field)?))
+    }
+    fn u64(&mut self, field: &dyn Fn() -> String) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.arr(field)?))
+    }
+    /// A count of items each at least `min` bytes, checked against what remains.
+    fn count(&mut self, min: u64, field: &dyn Fn() -> String) -> Result<u64> {
+        let n = self.u64(field)?;
+        let need = n as u128 * min as u128;
+        if need > self.left() as u128 {
+            return Err(Error::Count { file: self.file.into(), field: field(), count: n, need, left: self.left() });
+        }
+        Ok(n)
+    }
+    fn string(&mut self, field: &dyn Fn() -> String) -> Result<String> {
+        let n = self.count(1, field)?;
+        let b = self.take(n, field)?;
+        String::from_utf8(b.to_vec()).map_err(|_| Error::Utf8 { file: self.file.into(), field: field() })
+    }
+    fn value(&mut self, ty: ValueType, depth: usize, field: &dyn Fn() -> String) -> Result<Value> {
+        Ok(match ty {
+            ValueType::U8 => Value::U8(self.arr::<1>(field)?[0]),
+            ValueType::I8 => Value::I8(self.arr::<1>(field)?[0] as i8),
+            ValueType::U16 => Value::U16(u16::from_le_bytes(self.arr(field)?)),
+            ValueType::I16 => Value::I16(i16::from_le_bytes(self.arr(field)?)),
+            ValueType::U32 => Value::U32(self.u32(field)?),
+            ValueType::I32 => Value::I32(i32::from_le_bytes(self.arr(field)?)),
+            ValueType::F32 => Value::F32(f32::from_le_bytes(self.arr(field)?)),
+            ValueType::Bool => {
+                let b = self.arr::<1>(field)?[0];
+                if b > 1 {
+                    return Err(Error::Metadata { file: self.file.into(), key: field(), reason: format!("bool byte {b}") });
+                }
+                Value::Bool(b == 1)
+            }
+            ValueType::String => Value::String(self.string(field)?),
+            ValueType::U64 => Value::U64(self.u64(field)?),
+            ValueType::I64 => Value::I64(i64::from_le_bytes(self.arr(field)?)),
+            ValueType::F64 => Value::F64(f64::from_le_bytes(self.arr(field)?)),
+            ValueType::Array => {
+                if depth >= MAX_ARRAY_NESTING {
+                    return Err(Error::Nesting { file: self.file.into(), field: field(), max: MAX_ARRAY_NESTING });
+                }
+                let et = self.u32(field)?;
+                let et = ValueType::from_id(et)
+                    .ok_or_else(|| Error::ValueType { file: self.file.into(), field: field(), ty: et })?;
+                let n = self.count(et.min_size(), field)?;
+                // Capacity is bounded by the bytes that remain (count() checked n * min_size).
+                let mut v = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    v.push(self.value(et, depth + 1, field)?);
+                }
+                Value::Array(et, v)
+            }
+        })
+    }
+}
+
+/// Parse and validate a GGUF image held in `buf`; `file` names it in errors.
+pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
+    let mut c = Cursor { buf, pos: 0, file };
+    let magic = c.take(4, &|| "magic".into()).map_err(|_| Error::BadMagic { file: file.into(), found: buf[..buf.len().min(4)].to_vec() })?;
+    if magic != MAGIC {
+        return Err(Error::BadMagic { file: file.into(), found: magic.to_vec() });
+    }
+    let version = c.u32(&|| "version".into())?;
+    if version & 0xFFFF == 0 && version != 0 {
+        return Err(Error::BigEndian { file: file.into() });
+    }
+    if version != 2 && version != 3 {
+        return Err(Error::Version { file: file.into(), version });
+    }
+    // Each tensor info takes at least 8 (name length) + 4 (n_dims) + 4 (type) + 8 (offset) bytes,
+    // each KV at least 8 (key length) + 4 (type) + 1 byte.
+    let n_tensors = c.count(24, &|| "tensor_count".into())?;
+    let n_kv = c.count(13, &|| "kv_count".into())?;
+
+    let mut kvs: Vec<Kv> = Vec::with_capacity(n_kv as usize);
+    let mut keys = HashSet::new();
+    for i in 0..n_kv {
+        let start = c.pos;
+        let key = c.string(&|| format!("kv[{i}].key"))?;
+        let fld = |k: &str| -> Box<dyn Fn() -> String> {
+            let k = k.to_string();
+            Box::new(move || k.clone())
+        };
+        let f = fld(&key);
+        let ty = c.u32(&*f)?;
+        let ty = ValueType::from_id(ty).ok_or_else(|| Error::ValueType { file: file.into(), field: key.clone(), ty })?;
+        let value = c.value(ty, 0, &*f)?;
+        if !keys.insert(key.clone()) {
+            return Err(Error::DuplicateKey { file: file.into(), key });
+        }
+        kvs.push(Kv { key, value, span: start..c.pos });
+    }
+
+    let alignment = match kvs.iter().find(|kv| kv.key == "general.alignment") {
+        None => DEFAULT_ALIGNMENT,
+        Some(kv) => match kv.value {
+            Value::U32(a) if a != 0 && a.is_power_of_two() => a as u64,
+            ref v => {
+                return Err(Error::Metadata {
+                    file: file.into(),
+                    key: "general.alignment".into(),
+                    reason: format!("must be a u32 power of two, found {v:?}"),
+                });
+            }
+        },
+    };
+
+    let mut tensors = Vec::with_capacity(n_tensors as usize);
+    let mut names = HashSet::new();
+    for i in 0..n_tensors {
+        let name = c.string(&|| format!("tensor[{i}].name"))?;
+        let terr = |field: &'static str, reason: String| Error::Tensor { file: file.into(), tensor: name.clone(), field, reason };
+        let n_dims = c.u32(&|| format!("tensor {name}: n_dims"))?;
+        if n_dims > MAX_DIMS {
+            return Err(terr("n_dims", format!("{n_dims} > {MAX_DIMS}")));
+        }
+        let mut ne = Vec::with_capacity(n_dims as usize);
+        for d in 0..n_dims {
+            let v = c.u64(&|| format!("tensor {name}: ne[{d}]"))?;
+            if v > i64::MAX as u64 {
+                return Err(terr("ne", format!("ne[{d}] = {v} is negative as int64")));
+            }
+            ne.push(v);
+        }
+        let ty_id = c.u32(&|| format!("tensor {name}: type"))?;
+        let offset = c.u64(&|| format!("tensor {name}: offset"))?;
+        let ty = GgmlType::from_id(ty_id).ok_or_else(|| terr("type", format!("unknown ggml type id {ty_id}")))?;
+        let elems = ne.iter().try_fold(1u64, |a, &d| a.checked_mul(d).filter(|&p| p <= i64::MAX as u64));
+        let elems = elems.ok_or_else(|| terr("ne", format!("element count of {ne:?} overflows int64")))?;
+        let ne0 = ne.first().copied().unwrap_or(1);
+        let row = ty.row_bytes(ne0).ok_or_else(|| {
+            terr("ne", format!("ne[0] = {ne0} is not a multiple of {}'s block of {}", ty, ty.block_elems()))
+        })?;
+        let bytes = row
+            .checked_mul(if ne0 == 0 { 0 } else { elems / ne0 })
+            .ok_or_else(|| terr("ne", format!("byte size of {ne:?} overflows")))?;
+        if offset % alignment != 0 {
+            return Err(terr("offset", format!("{offset} is not a multiple of general.alignment {alignment}")));
+        }
+        if !names.insert(name.clone()) {
+            return Err(Error::DuplicateTensor { file: file.into(), tensor: name });
+        }
+        tensors.push(TensorInfo { name, ne, ty, offset, file_offset: 0, bytes });
+    }
+
+    let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
+    let len = buf.len() as u64;
+    for t in &mut tensors {
+        let end = data_offset.checked_add(t.offset).and_then(|s| s.checked_add(t.bytes));
+        match end {
+            Some(e) if e <= len => t.file_offset = data_offset + t.offset,
+            _ => {
+                return Err(Error::Tensor {
+                    file: file.into(),
+                    tensor: t.name.clone(),
+                    field: "offset",
+                    reason: format!(
+                        "data [{} + {}, +{} bytes) runs past the end of the file ({len} bytes)",
+                        data_offset, t.offset, t.bytes
+                    ),
+                });
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by_key(|&i| (tensors[i].offset, tensors[i].bytes));
+    for w in order.windows(2) {
+        let (a, b) = (&tensors[w[0]], &tensors[w[1]]);
+        if a.bytes > 0 && b.bytes > 0 && a.offset + a.bytes > b.offset {
+            return Err(Error::Overlap { file: file.into(), a: a.name.clone(), b: b.name.clone() });
+        }
+    }
+    Ok(Parsed { version, kvs, tensors, alignment, data_offset })
+}
+
+/// The shard paths of a split model (`NAME-00001-of-0000N.gguf`), in order, given any one of
+/// them; a path that does not follow the pattern is returned alone.
+pub fn split_paths(path: &Path) -> Option<(Vec<PathBuf>, u32)> {
+    let name = path.file_name()?.to_str()?;
+    let stem = name.strip_suffix(".gguf")?;
+    let (head, count) = stem.rsplit_once("-of-")?;
+    let (prefix, no) = head.rsplit_once('-')?;
+    if no.len() != 5 || count.len() != 5 {
+        return None;
+    }
+    let n: u32 = count.parse().ok()?;
+    let _: u32 = no.parse().ok()?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    Some(((1..=n).map(|i| dir.join(format!("{prefix}-{i:05}-of-{n:05}.gguf"))).collect(), n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_paths_follow_llama_cpp_pattern() {
+        let (p, n) = split_paths(Path::new("/m/model-00002-of-00003.gguf")).unwrap();
+        assert_eq!(n, 3);
+        assert_eq!(p[0], Path::new("/m/model-00001-of-00003.gguf"));
+        assert_eq!(p[2], Path::new("/m/model-00003-of-00003.gguf"));
+        assert!(split_paths(Path::new("model.gguf")).is_none());
+    }
+}

@@ -1,0 +1,590 @@
+//! One model view over GGUF (single or split) and safetensors (single or sharded) checkpoints:
+//! the tensor table, the dense FFN layers (gate/up/down) with how each weight is stored, hidden
+//! and intermediate size and the activation. Every other tensor is carried as it is.
+
+use crate::converters::{self, fp8, fp8_block, fp8_row, nvfp4_modelopt};
+use crate::error::{Error, Result};
+use crate::gguf::{self, GgufFile, Value};
+use crate::safetensors_file::{self, StFile};
+use crate::GgmlType;
+use safetensors::Dtype;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The container a checkpoint came in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Gguf,
+    Safetensors,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Gguf => "gguf",
+            Format::Safetensors => "safetensors",
+        }
+    }
+}
+
+/// A tensor's storage type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DType {
+    Ggml(GgmlType),
+    St(Dtype),
+}
+
+impl DType {
+    /// The type's name as its container spells it (`Q4_K`, `F8_E4M3`, ...).
+    pub fn name(&self) -> String {
+        match self {
+            DType::Ggml(t) => t.name().to_string(),
+            DType::St(d) => format!("{d:?}"),
+        }
+    }
+}
+
+/// The FFN activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    Gelu,
+}
+
+impl Activation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Silu => "silu",
+            Activation::Gelu => "gelu",
+        }
+    }
+    /// From a HF `hidden_act` / GGUF architecture hint.
+    pub fn from_act_name(s: &str) -> Option<Self> {
+        let s = s.to_ascii_lowercase();
+        if s == "silu" || s == "swish" || s == "swiglu" {
+            Some(Activation::Silu)
+        } else if s.starts_with("gelu") || s == "geglu" {
+            Some(Activation::Gelu)
+        } else {
+            None
+        }
+    }
+}
+
+/// One tensor in the model.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    pub name: String,
+    pub dtype: DType,
+    /// Row-major, outermost first.
+    pub shape: Vec<u64>,
+    /// Index into [`Model::files`].
+    pub file: usize,
+    /// Absolute offset in that file.
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+impl Tensor {
+    pub fn elems(&self) -> u64 {
+        self.shape.iter().product()
+    }
+}
+
+/// How one FFN projection weight is stored (indices into [`Model::tensors`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum FfnWeight {
+    /// One tensor of a plain or ggml block type.
+    Plain { weight: usize },
+    /// ModelOpt NVFP4: U8 codes, F8_E4M3 block scales, F32 `weight_scale_2`.
+    ModelOptNvfp4 { weight: usize, scale: usize, scale_2: usize, input_scale: Option<usize> },
+    /// compressed-tensors `nvfp4-pack-quantized`: `weight_global_scale` is 1 / ModelOpt's.
+    CtNvfp4 { packed: usize, scale: usize, global_scale: usize },
+    /// Block FP8 (DeepSeek): F8_E4M3 `[n, k]` and F32 `weight_scale_inv [n/128, k/128]`.
+    Fp8Block { weight: usize, scale_inv: usize },
+    /// Per-channel FP8: F8_E4M3 `[n, k]` and F32 `weight_scale [n, 1]`.
+    Fp8Channel { weight: usize, scale: usize },
+}
+
+impl FfnWeight {
+    /// The main tensor (its name identifies the weight).
+    pub fn main(&self) -> usize {
+        match *self {
+            FfnWeight::Plain { weight }
+            | FfnWeight::ModelOptNvfp4 { weight, .. }
+            | FfnWeight::Fp8Block { weight, .. }
+            | FfnWeight::Fp8Channel { weight, .. } => weight,
+            FfnWeight::CtNvfp4 { packed, .. } => packed,
+        }
+    }
+    /// A short name of the storage scheme.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            FfnWeight::Plain { .. } => "plain",
+            FfnWeight::ModelOptNvfp4 { .. } => "modelopt-nvfp4",
+            FfnWeight::CtNvfp4 { .. } => "compressed-tensors-nvfp4",
+            FfnWeight::Fp8Block { .. } => "fp8-block128",
+            FfnWeight::Fp8Channel { .. } => "fp8-channel",
+        }
+    }
+}
+
+/// The three projections of one dense FFN layer.
+#[derive(Clone, Debug)]
+pub struct FfnLayer {
+    pub index: usize,
+    pub gate: FfnWeight,
+    pub up: FfnWeight,
+    pub down: FfnWeight,
+}
+
+/// A mapped source file.
+pub enum SourceFile {
+    Gguf(GgufFile),
+    Safetensors(StFile),
+}
+
+impl SourceFile {
+    pub fn path(&self) -> &Path {
+        match self {
+            SourceFile::Gguf(g) => &g.path,
+            SourceFile::Safetensors(s) => &s.path,
+        }
+    }
+    fn bytes(&self) -> &[u8] {
+        match self {
+            SourceFile::Gguf(g) => &g.map,
+            SourceFile::Safetensors(s) => &s.map,
+        }
+    }
+}
+
+/// A checkpoint, opened and validated.
+pub struct Model {
+    pub format: Format,
+    /// The path the user gave.
+    pub path: PathBuf,
+    pub files: Vec<SourceFile>,
+    pub tensors: Vec<Tensor>,
+    pub by_name: HashMap<String, usize>,
+    pub architecture: Option<String>,
+    pub hidden_size: Option<u64>,
+    pub intermediate_size: Option<u64>,
+    pub activation: Option<Activation>,
+    /// Quantization scheme the config declares, if any.
+    pub quantization: Option<String>,
+    pub ffn_layers: Vec<FfnLayer>,
+}
+
+impl Model {
+    /// Open a `.gguf` file (split models through any shard), a `.safetensors` file, a
+    /// `model.safetensors.index.json`, or a directory holding one of them.
+    pub fn open(path: &Path) -> Result<Model> {
+        let file = path.display().to_string();
+        if path.is_dir() {
+            for cand in ["model.safetensors.index.json", "model.safetensors"] {
+                if path.join(cand).exists() {
+                    return Self::open(&path.join(cand));
+                }
+            }
+            let mut ggufs: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|source| Error::Io { file: file.clone(), source })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+                .collect();
+            ggufs.sort();
+            return match ggufs.first() {
+                Some(g) => Self::open(g),
+                None => Err(Error::Unsupported {
+                    file,
+                    reason: "directory holds no model.safetensors(.index.json) and no .gguf".into(),
+                }),
+            };
+        }
+        let mut head = [0u8; 4];
+        let n = {
+            use std::io::Read;
+            let mut f = std::fs::File::open(path).map_err(|source| Error::Io { file: file.clone(), source })?;
+            f.read(&mut head).map_err(|source| Error::Io { file: file.clone(), source })?
+        };
+        let name = path.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+        if &head[..n] == gguf::MAGIC || name.ends_with(".gguf") {
+            Self::open_gguf(path)
+        } else if name.ends_with(".index.json") {
+            let (shards, _) = safetensors_file::read_index(path)?;
+            Self::open_safetensors(path, shards)
+        } else if name.ends_with(".safetensors") {
+            Self::open_safetensors(path, vec![path.to_path_buf()])
+        } else {
+            Err(Error::Unsupported {
+                file,
+                reason: "not a GGUF file, a .safetensors file, an index.json or a model directory".into(),
+            })
+        }
+    }
+
+    fn open_gguf(path: &Path) -> Result<Model> {
+        let first = GgufFile::open(path)?;
+        let split_count = first.get("split.count").and_then(Value::as_u64).unwrap_or(1);
+        let mut files = vec![first];
+        if split_count > 1 {
+            let file = path.display().to_string();
+            let (paths, n) = gguf::split_paths(path).ok_or_else(|| Error::Split {
+                file: file.clone(),
+                reason: format!("split.count = {split_count} but the name is not NAME-00001-of-{split_count:05}.gguf"),
+            })?;
+            if n as u64 != split_count {
+                return Err(Error::Split { file, reason: format!("split.count = {split_count} but the name says {n}") });
+            }
+            // Reopen from shard 1 in order, whichever shard the user named.
+            files.clear();
+            for (i, p) in paths.iter().enumerate() {
+                let g = GgufFile::open(p)?;
+                let no = g.get("split.no").and_then(Value::as_u64);
+                let cnt = g.get("split.count").and_then(Value::as_u64);
+                if no != Some(i as u64) || cnt != Some(split_count) {
+                    return Err(Error::Split {
+                        file: p.display().to_string(),
+                        reason: format!("split.no = {no:?}, split.count = {cnt:?}; expected {i} and {split_count}"),
+                    });
+                }
+                files.push(g);
+            }
+            let total: usize = files.iter().map(|g| g.tensors.len()).sum();
+            if let Some(want) = files[0].get("split.tensors.count").and_then(Value::as_u64)
+                && want != total as u64
+            {
+                return Err(Error::Split {
+                    file: files[0].path.display().to_string(),
+                    reason: format!("split.tensors.count = {want} but the shards hold {total} tensors"),
+                });
+            }
+        }
+        let mut tensors = Vec::new();
+        for (fi, g) in files.iter().enumerate() {
+            for t in &g.tensors {
+                tensors.push(Tensor {
+                    name: t.name.clone(),
+                    dtype: DType::Ggml(t.ty),
+                    shape: t.shape(),
+                    file: fi,
+                    offset: t.file_offset,
+                    bytes: t.bytes,
+                });
+            }
+        }
+        let arch = files[0].get("general.architecture").and_then(Value::as_str).map(str::to_string);
+        let key = |k: &str| arch.as_ref().and_then(|a| files[0].get(&format!("{a}.{k}")).cloned());
+        let hidden = key("embedding_length").and_then(|v| v.as_u64());
+        let inter = key("feed_forward_length").and_then(|v| match v {
+            Value::Array(_, xs) => xs.iter().filter_map(Value::as_u64).max(),
+            v => v.as_u64(),
+        });
+        let activation = arch.as_deref().map(|a| {
+            if a.starts_with("gemma") || a == "bert" || a == "nomic-bert" || a == "gpt2" {
+                Activation::Gelu
+            } else {
+                Activation::Silu
+            }
+        });
+        let files: Vec<SourceFile> = files.into_iter().map(SourceFile::Gguf).collect();
+        Self::assemble(Format::Gguf, path, files, tensors, arch, hidden, inter, activation, None)
+    }
+
+    fn open_safetensors(path: &Path, shards: Vec<PathBuf>) -> Result<Model> {
+        let mut files = Vec::new();
+        let mut tensors = Vec::new();
+        for (fi, p) in shards.iter().enumerate() {
+            let st = StFile::open(p)?;
+            for t in &st.tensors {
+                tensors.push(Tensor {
+                    name: t.name.clone(),
+                    dtype: DType::St(t.dtype),
+                    shape: t.shape.clone(),
+                    file: fi,
+                    offset: t.file_offset,
+                    bytes: t.bytes,
+                });
+            }
+            files.push(SourceFile::Safetensors(st));
+        }
+        let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
+        let cfg_path = dir.join("config.json");
+        let cfg: Option<serde_json::Value> = if cfg_path.exists() {
+            let f = cfg_path.display().to_string();
+            let text = std::fs::read_to_string(&cfg_path).map_err(|source| Error::Io { file: f.clone(), source })?;
+            Some(serde_json::from_str(&text).map_err(|e| Error::Json { file: f, field: "(document)".into(), reason: e.to_string() })?)
+        } else {
+            None
+        };
+        let get = |k: &str| cfg.as_ref().and_then(|c| c.get(k));
+        let arch = get("model_type").and_then(|v| v.as_str()).map(str::to_string);
+        let hidden = get("hidden_size").and_then(|v| v.as_u64());
+        let inter = get("intermediate_size").and_then(|v| v.as_u64());
+        let activation = get("hidden_act")
+            .or_else(|| get("hidden_activation"))
+            .and_then(|v| v.as_str())
+            .and_then(Activation::from_act_name);
+        let mut quant = get("quantization_config")
+            .and_then(|q| q.get("quant_method"))
+            .and_then(|m| m.as_str())
+            .map(str::to_string);
+        let hf_quant = dir.join("hf_quant_config.json");
+        if quant.is_none() && hf_quant.exists() {
+            let f = hf_quant.display().to_string();
+            let text = std::fs::read_to_string(&hf_quant).map_err(|source| Error::Io { file: f.clone(), source })?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| Error::Json { file: f, field: "(document)".into(), reason: e.to_string() })?;
+            quant = v.pointer("/quantization/quant_algo").and_then(|a| a.as_str()).map(|a| format!("modelopt {a}"));
+        }
+        Self::assemble(Format::Safetensors, path, files, tensors, arch, hidden, inter, activation, quant)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        format: Format,
+        path: &Path,
+        files: Vec<SourceFile>,
+        tensors: Vec<Tensor>,
+        architecture: Option<String>,
+        hidden: Option<u64>,
+        inter: Option<u64>,
+        activation: Option<Activation>,
+        quantization: Option<String>,
+    ) -> Result<Model> {
+        let mut by_name = HashMap::new();
+        for (i, t) in tensors.iter().enumerate() {
+            if by_name.insert(t.name.clone(), i).is_some() {
+                return Err(Error::DuplicateTensor {
+                    file: files[t.file].path().display().to_string(),
+                    tensor: t.name.clone(),
+                });
+            }
+        }
+        let mut m = Model {
+            format,
+            path: path.to_path_buf(),
+            files,
+            tensors,
+            by_name,
+            architecture,
+            hidden_size: hidden,
+            intermediate_size: inter,
+            activation,
+            quantization,
+            ffn_layers: Vec::new(),
+        };
+        m.ffn_layers = m.find_ffn_layers();
+        if let Some(l) = m.ffn_layers.first() {
+            let s = m.weight_shape(&l.gate)?;
+            m.intermediate_size.get_or_insert(s[0]);
+            m.hidden_size.get_or_insert(s[1]);
+        }
+        if m.activation.is_none() && !m.ffn_layers.is_empty() {
+            m.activation = Some(Activation::Silu);
+        }
+        Ok(m)
+    }
+
+    fn find_ffn_layers(&self) -> Vec<FfnLayer> {
+        let mut layers = Vec::new();
+        for index in 0.. {
+            let names: [String; 3] = match self.format {
+                Format::Gguf => ["gate", "up", "down"].map(|p| format!("blk.{index}.ffn_{p}")),
+                Format::Safetensors => ["gate", "up", "down"].map(|p| format!("model.layers.{index}.mlp.{p}_proj")),
+            };
+            let [g, u, d] = names.map(|n| self.classify(&n));
+            let (Some(gate), Some(up), Some(down)) = (g, u, d) else { break };
+            layers.push(FfnLayer { index, gate, up, down });
+        }
+        layers
+    }
+
+    fn classify(&self, prefix: &str) -> Option<FfnWeight> {
+        let idx = |s: &str| self.by_name.get(&format!("{prefix}.{s}")).copied();
+        if let (Some(packed), Some(scale), Some(global_scale)) =
+            (idx("weight_packed"), idx("weight_scale"), idx("weight_global_scale"))
+        {
+            return Some(FfnWeight::CtNvfp4 { packed, scale, global_scale });
+        }
+        let weight = idx("weight")?;
+        let dt = self.tensors[weight].dtype;
+        match (dt, idx("weight_scale"), idx("weight_scale_2"), idx("weight_scale_inv")) {
+            (DType::St(Dtype::U8), Some(scale), Some(scale_2), _) => {
+                Some(FfnWeight::ModelOptNvfp4 { weight, scale, scale_2, input_scale: idx("input_scale") })
+            }
+            (DType::St(Dtype::F8_E4M3), _, _, Some(scale_inv)) => Some(FfnWeight::Fp8Block { weight, scale_inv }),
+            (DType::St(Dtype::F8_E4M3), Some(scale), None, None) => Some(FfnWeight::Fp8Channel { weight, scale }),
+            _ => Some(FfnWeight::Plain { weight }),
+        }
+    }
+
+    /// The file a tensor lives in, for messages.
+    pub fn file_of(&self, t: usize) -> String {
+        self.files[self.tensors[t].file].path().display().to_string()
+    }
+
+    /// The stored bytes of tensor `i`.
+    pub fn data(&self, i: usize) -> &[u8] {
+        let t = &self.tensors[i];
+        &self.files[t.file].bytes()[t.offset as usize..(t.offset + t.bytes) as usize]
+    }
+
+    /// Look a tensor up by name.
+    pub fn tensor(&self, name: &str) -> Result<usize> {
+        self.by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| Error::NotFound { file: self.path.display().to_string(), tensor: name.into() })
+    }
+
+    /// Decode a plain tensor (any ggml type with a decoder, or a safetensors float/int type) to
+    /// f32 in its logical shape.
+    pub fn decode_tensor(&self, i: usize) -> Result<Vec<f32>> {
+        let t = &self.tensors[i];
+        let bytes = self.data(i);
+        let n = t.elems() as usize;
+        let codec_err = |source| Error::Codec { file: self.file_of(i), tensor: t.name.clone(), source };
+        let mut out = vec![0f32; n];
+        let ggml = match t.dtype {
+            DType::Ggml(g) => Some(g),
+            DType::St(d) => match d {
+                Dtype::F32 => Some(GgmlType::F32),
+                Dtype::F16 => Some(GgmlType::F16),
+                Dtype::BF16 => Some(GgmlType::BF16),
+                Dtype::F64 => Some(GgmlType::F64),
+                Dtype::I8 => Some(GgmlType::I8),
+                Dtype::I16 => Some(GgmlType::I16),
+                Dtype::I32 => Some(GgmlType::I32),
+                Dtype::I64 => Some(GgmlType::I64),
+                Dtype::U8 => {
+                    out.iter_mut().zip(bytes).for_each(|(o, &b)| *o = b as f32);
+                    return Ok(out);
+                }
+                Dtype::F8_E4M3 => {
+                    out.iter_mut().zip(bytes).for_each(|(o, &b)| *o = fp8::e4m3_to_f32(b));
+                    return Ok(out);
+                }
+                Dtype::F8_E5M2 => {
+                    out.iter_mut().zip(bytes).for_each(|(o, &b)| *o = fp8::e5m2_to_f32(b));
+                    return Ok(out);
+                }
+                other => {
+                    return Err(Error::Unsupported {
+                        file: self.file_of(i),
+                        reason: format!("tensor {}: decoding safetensors dtype {other:?} is not supported", t.name),
+                    });
+                }
+            },
+        };
+        converters::decode_ggml(ggml.unwrap(), bytes, &mut out).map_err(codec_err)?;
+        Ok(out)
+    }
+
+    fn qerr(&self, t: usize, reason: String) -> Error {
+        Error::Quantized { file: self.file_of(t), tensor: self.tensors[t].name.clone(), reason }
+    }
+
+    fn expect(&self, t: usize, dtype: Dtype, shape: &[u64], what: &str) -> Result<()> {
+        let tt = &self.tensors[t];
+        if tt.dtype != DType::St(dtype) || tt.shape != shape {
+            return Err(self.qerr(
+                t,
+                format!("{what}: expected {dtype:?} {shape:?}, found {} {:?}", tt.dtype.name(), tt.shape),
+            ));
+        }
+        Ok(())
+    }
+
+    fn scalar_f32(&self, t: usize, what: &str) -> Result<f32> {
+        let tt = &self.tensors[t];
+        if tt.dtype != DType::St(Dtype::F32) || tt.elems() != 1 {
+            return Err(self.qerr(t, format!("{what}: expected one F32, found {} {:?}", tt.dtype.name(), tt.shape)));
+        }
+        Ok(f32::from_le_bytes(self.data(t).try_into().unwrap()))
+    }
+
+    /// The logical `[out, in]` shape of an FFN weight, its companions checked against it.
+    pub fn weight_shape(&self, w: &FfnWeight) -> Result<[u64; 2]> {
+        let two = |t: usize| -> Result<[u64; 2]> {
+            match self.tensors[t].shape[..] {
+                [a, b] => Ok([a, b]),
+                ref s => Err(self.qerr(t, format!("expected a 2-D weight, found shape {s:?}"))),
+            }
+        };
+        Ok(match *w {
+            FfnWeight::Plain { weight } => two(weight)?,
+            FfnWeight::ModelOptNvfp4 { weight, scale, .. } | FfnWeight::CtNvfp4 { packed: weight, scale, .. } => {
+                let [n, kh] = two(weight)?;
+                self.expect(weight, Dtype::U8, &[n, kh], "packed E2M1 codes")?;
+                let k = kh * 2;
+                if k % 16 != 0 {
+                    return Err(self.qerr(weight, format!("NVFP4 K = {k} is not a multiple of 16")));
+                }
+                self.expect(scale, Dtype::F8_E4M3, &[n, k / 16], "block scales")?;
+                [n, k]
+            }
+            FfnWeight::Fp8Block { weight, scale_inv } => {
+                let [n, k] = two(weight)?;
+                self.expect(weight, Dtype::F8_E4M3, &[n, k], "FP8 codes")?;
+                let (gn, gk) = fp8_block::scale_grid(n as usize, k as usize);
+                self.expect(scale_inv, Dtype::F32, &[gn as u64, gk as u64], "weight_scale_inv")?;
+                [n, k]
+            }
+            FfnWeight::Fp8Channel { weight, scale } => {
+                let [n, k] = two(weight)?;
+                self.expect(weight, Dtype::F8_E4M3, &[n, k], "FP8 codes")?;
+                let s = &self.tensors[scale];
+                if s.dtype != DType::St(Dtype::F32) || (s.elems() != n && s.elems() != 1) {
+                    return Err(self.qerr(scale, format!("weight_scale: expected F32 [{n}, 1] or a scalar, found {} {:?}", s.dtype.name(), s.shape)));
+                }
+                [n, k]
+            }
+        })
+    }
+
+    /// Decode an FFN weight to f32 `[out, in]`, applying its scales.
+    pub fn decode_weight(&self, w: &FfnWeight) -> Result<(Vec<f32>, [u64; 2])> {
+        let shape = self.weight_shape(w)?;
+        let (n, k) = (shape[0] as usize, shape[1] as usize);
+        let f32s = |t: usize| -> Vec<f32> {
+            self.data(t).chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+        };
+        let out = match *w {
+            FfnWeight::Plain { weight } => self.decode_tensor(weight)?,
+            FfnWeight::ModelOptNvfp4 { weight, scale, scale_2, .. } => {
+                let s2 = self.scalar_f32(scale_2, "weight_scale_2")?;
+                let mut out = vec![0f32; n * k];
+                nvfp4_modelopt::decode(self.data(weight), self.data(scale), s2, &mut out);
+                out
+            }
+            FfnWeight::CtNvfp4 { packed, scale, global_scale } => {
+                let g = self.scalar_f32(global_scale, "weight_global_scale")?;
+                let mut out = vec![0f32; n * k];
+                nvfp4_modelopt::decode(self.data(packed), self.data(scale), 1.0 / g, &mut out);
+                out
+            }
+            FfnWeight::Fp8Block { weight, scale_inv } => {
+                let mut out = vec![0f32; n * k];
+                fp8_block::decode(self.data(weight), &f32s(scale_inv), n, k, &mut out);
+                out
+            }
+            FfnWeight::Fp8Channel { weight, scale } => {
+                let mut s = f32s(scale);
+                if s.len() == 1 {
+                    s = vec![s[0]; n];
+                }
+                let mut out = vec![0f32; n * k];
+                fp8_row::decode(self.data(weight), &s, k, &mut out);
+                out
+            }
+        };
+        Ok((out, shape))
+    }
+
+    /// The FFN weight whose main tensor is `name`, if any.
+    pub fn ffn_weight_named(&self, name: &str) -> Option<&FfnWeight> {
+        let i = *self.by_name.get(name)?;
+        self.ffn_layers.iter().flat_map(|l| [&l.gate, &l.up, &l.down]).find(|w| w.main() == i)
+    }
+}
