@@ -10,8 +10,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The OS refused an open, map or read.
-    #[error("{file}: {source}")]
-    Io { file: String, source: std::io::Error },
+    #[error("{file}: {err}")]
+    Io { file: String, err: std::io::Error },
     /// A field runs past the end of the file.
     #[error("{file}: truncated: {field} at byte {offset} needs {need} bytes, {left} left")]
     Truncated { file: String, field: String, offset: u64, need: u64, left: u64 },
@@ -67,8 +67,8 @@ pub enum Error {
     #[error("{file}: no tensor named {tensor}")]
     NotFound { file: String, tensor: String },
     /// The tensor's type cannot be decoded.
-    #[error("{file}: tensor {tensor}: {source}")]
-    Codec { file: String, tensor: String, source: CodecError },
+    #[error("{file}: tensor {tensor}: {err}")]
+    Codec { file: String, tensor: String, err: CodecError },
     /// The input is not something this tool reads.
     #[error("{file}: {reason}")]
     Unsupported { file: String, reason: String },

@@ -181,10 +181,10 @@ impl GgufFile {
     /// Map and validate `path`.
     pub fn open(path: &Path) -> Result<Self> {
         let file = path.display().to_string();
-        let f = std::fs::File::open(path).map_err(|source| Error::Io { file: file.clone(), source })?;
+        let f = std::fs::File::open(path).map_err(|err| Error::Io { file: file.clone(), err })?;
         // SAFETY: the map is read-only; a concurrent truncation by another process could fault,
         // which is the documented hazard of mapping files and accepted for model files.
-        let map = unsafe { Mmap::map(&f) }.map_err(|source| Error::Io { file: file.clone(), source })?;
+        let map = unsafe { Mmap::map(&f) }.map_err(|err| Error::Io { file: file.clone(), err })?;
         let parsed = parse(&map, &file)?;
         Ok(GgufFile {
             path: path.to_path_buf(),

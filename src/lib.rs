@@ -7,6 +7,7 @@ pub mod atomic;
 pub mod error;
 pub mod ggml_type;
 pub mod gguf;
+pub mod gguf_write;
 pub mod model;
 pub mod npy;
 pub mod safetensors_file;

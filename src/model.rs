@@ -188,7 +188,7 @@ impl Model {
                 }
             }
             let mut ggufs: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(|source| Error::Io { file: file.clone(), source })?
+                .map_err(|err| Error::Io { file: file.clone(), err })?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
                 .collect();
@@ -204,8 +204,8 @@ impl Model {
         let mut head = [0u8; 4];
         let n = {
             use std::io::Read;
-            let mut f = std::fs::File::open(path).map_err(|source| Error::Io { file: file.clone(), source })?;
-            f.read(&mut head).map_err(|source| Error::Io { file: file.clone(), source })?
+            let mut f = std::fs::File::open(path).map_err(|err| Error::Io { file: file.clone(), err })?;
+            f.read(&mut head).map_err(|err| Error::Io { file: file.clone(), err })?
         };
         let name = path.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
         if &head[..n] == gguf::MAGIC || name.ends_with(".gguf") {
@@ -312,7 +312,7 @@ impl Model {
         let cfg_path = dir.join("config.json");
         let cfg: Option<serde_json::Value> = if cfg_path.exists() {
             let f = cfg_path.display().to_string();
-            let text = std::fs::read_to_string(&cfg_path).map_err(|source| Error::Io { file: f.clone(), source })?;
+            let text = std::fs::read_to_string(&cfg_path).map_err(|err| Error::Io { file: f.clone(), err })?;
             Some(serde_json::from_str(&text).map_err(|e| Error::Json { file: f, field: "(document)".into(), reason: e.to_string() })?)
         } else {
             None
@@ -332,7 +332,7 @@ impl Model {
         let hf_quant = dir.join("hf_quant_config.json");
         if quant.is_none() && hf_quant.exists() {
             let f = hf_quant.display().to_string();
-            let text = std::fs::read_to_string(&hf_quant).map_err(|source| Error::Io { file: f.clone(), source })?;
+            let text = std::fs::read_to_string(&hf_quant).map_err(|err| Error::Io { file: f.clone(), err })?;
             let v: serde_json::Value =
                 serde_json::from_str(&text).map_err(|e| Error::Json { file: f, field: "(document)".into(), reason: e.to_string() })?;
             quant = v.pointer("/quantization/quant_algo").and_then(|a| a.as_str()).map(|a| format!("modelopt {a}"));
@@ -444,7 +444,7 @@ impl Model {
         let t = &self.tensors[i];
         let bytes = self.data(i);
         let n = t.elems() as usize;
-        let codec_err = |source| Error::Codec { file: self.file_of(i), tensor: t.name.clone(), source };
+        let codec_err = |err| Error::Codec { file: self.file_of(i), tensor: t.name.clone(), err };
         let mut out = vec![0f32; n];
         let ggml = match t.dtype {
             DType::Ggml(g) => Some(g),

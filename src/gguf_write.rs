@@ -1,0 +1,218 @@
+//! GGUF v3 writer: the header (KVs and tensor infos) for a planned list of tensors, with each
+//! tensor's offset the running sum of the padded sizes before it (stock ggml's reader rule), and
+//! a streaming body writer that pads every tensor to the alignment.
+
+use crate::GgmlType;
+use crate::gguf::{Value, ValueType};
+use std::io::{self, Write};
+
+/// One tensor to be written.
+#[derive(Clone, Debug)]
+pub struct PlannedTensor {
+    pub name: String,
+    /// ggml order, innermost first.
+    pub ne: Vec<u64>,
+    pub ty: GgmlType,
+    /// Offset relative to the data section.
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+/// A GGUF file being planned: metadata first, then tensors in file order.
+#[derive(Clone, Debug)]
+pub struct GgufBuilder {
+    pub alignment: u64,
+    /// Encoded KV pairs (key, type, value), in order.
+    kv_bytes: Vec<u8>,
+    kv_count: u64,
+    pub tensors: Vec<PlannedTensor>,
+    next_offset: u64,
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn value_type(v: &Value) -> ValueType {
+    match v {
+        Value::U8(_) => ValueType::U8,
+        Value::I8(_) => ValueType::I8,
+        Value::U16(_) => ValueType::U16,
+        Value::I16(_) => ValueType::I16,
+        Value::U32(_) => ValueType::U32,
+        Value::I32(_) => ValueType::I32,
+        Value::F32(_) => ValueType::F32,
+        Value::Bool(_) => ValueType::Bool,
+        Value::String(_) => ValueType::String,
+        Value::Array(..) => ValueType::Array,
+        Value::U64(_) => ValueType::U64,
+        Value::I64(_) => ValueType::I64,
+        Value::F64(_) => ValueType::F64,
+    }
+}
+
+/// Encode a value's payload (without its type id).
+pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::U8(x) => out.push(*x),
+        Value::I8(x) => out.push(*x as u8),
+        Value::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::Bool(x) => out.push(*x as u8),
+        Value::String(s) => put_str(out, s),
+        Value::Array(t, xs) => {
+            out.extend_from_slice(&(*t as u32).to_le_bytes());
+            out.extend_from_slice(&(xs.len() as u64).to_le_bytes());
+            for x in xs {
+                encode_value(x, out);
+            }
+        }
+        Value::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+    }
+}
+
+impl GgufBuilder {
+    /// An empty plan; `general.alignment` is written first when it differs from 32.
+    pub fn new(alignment: u64) -> Self {
+        assert!(alignment.is_power_of_two());
+        let mut b = GgufBuilder { alignment, kv_bytes: Vec::new(), kv_count: 0, tensors: Vec::new(), next_offset: 0 };
+        if alignment != crate::gguf::DEFAULT_ALIGNMENT {
+            b.add_kv("general.alignment", &Value::U32(alignment as u32));
+        }
+        b
+    }
+
+    /// Append a key/value pair.
+    pub fn add_kv(&mut self, key: &str, v: &Value) {
+        put_str(&mut self.kv_bytes, key);
+        self.kv_bytes.extend_from_slice(&(value_type(v) as u32).to_le_bytes());
+        encode_value(v, &mut self.kv_bytes);
+        self.kv_count += 1;
+    }
+
+    /// Append a KV copied byte for byte from another GGUF file (its `Kv::span`).
+    pub fn add_raw_kv(&mut self, raw: &[u8]) {
+        self.kv_bytes.extend_from_slice(raw);
+        self.kv_count += 1;
+    }
+
+    /// Append a tensor; returns its data-relative offset.
+    pub fn add_tensor(&mut self, name: &str, ne: &[u64], ty: GgmlType) -> u64 {
+        let row = ty.row_bytes(ne[0]).expect("ne[0] must be whole blocks");
+        let bytes = row * ne[1..].iter().product::<u64>();
+        let offset = self.next_offset;
+        self.tensors.push(PlannedTensor { name: name.into(), ne: ne.to_vec(), ty, offset, bytes });
+        self.next_offset = (offset + bytes).div_ceil(self.alignment) * self.alignment;
+        offset
+    }
+
+    /// The header: magic, version 3, counts, KVs, tensor infos, zero padding to the alignment.
+    pub fn header(&self) -> Vec<u8> {
+        let mut h = Vec::with_capacity(self.kv_bytes.len() + 64 * self.tensors.len() + 64);
+        h.extend_from_slice(crate::gguf::MAGIC);
+        h.extend_from_slice(&3u32.to_le_bytes());
+        h.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        h.extend_from_slice(&self.kv_count.to_le_bytes());
+        h.extend_from_slice(&self.kv_bytes);
+        for t in &self.tensors {
+            put_str(&mut h, &t.name);
+            h.extend_from_slice(&(t.ne.len() as u32).to_le_bytes());
+            for d in &t.ne {
+                h.extend_from_slice(&d.to_le_bytes());
+            }
+            h.extend_from_slice(&(t.ty as u32).to_le_bytes());
+            h.extend_from_slice(&t.offset.to_le_bytes());
+        }
+        let padded = (h.len() as u64).div_ceil(self.alignment) * self.alignment;
+        h.resize(padded as usize, 0);
+        h
+    }
+
+    /// Total data-section size (the last tensor padded too).
+    pub fn data_len(&self) -> u64 {
+        self.next_offset
+    }
+}
+
+/// Writes tensor data in plan order, padding each to the alignment.
+pub struct BodyWriter<'a> {
+    plan: &'a GgufBuilder,
+    next: usize,
+}
+
+impl<'a> BodyWriter<'a> {
+    pub fn new(plan: &'a GgufBuilder) -> Self {
+        BodyWriter { plan, next: 0 }
+    }
+    /// Write the data of the next planned tensor (exactly its byte size) and its padding.
+    pub fn write_next(&mut self, w: &mut impl Write, data: &[u8]) -> io::Result<()> {
+        let t = &self.plan.tensors[self.next];
+        if data.len() as u64 != t.bytes {
+            return Err(io::Error::other(format!("tensor {}: {} bytes given, {} planned", t.name, data.len(), t.bytes)));
+        }
+        w.write_all(data)?;
+        let pad = (t.bytes.div_ceil(self.plan.alignment) * self.plan.alignment - t.bytes) as usize;
+        w.write_all(&vec![0u8; pad])?;
+        self.next += 1;
+        Ok(())
+    }
+}
+
+/// Build a whole GGUF image in memory (tests and small files).
+pub fn build(alignment: u64, kvs: &[(&str, Value)], tensors: &[(&str, Vec<u64>, GgmlType, Vec<u8>)]) -> Vec<u8> {
+    let mut b = GgufBuilder::new(alignment);
+    for (k, v) in kvs {
+        b.add_kv(k, v);
+    }
+    for (name, ne, ty, _) in tensors {
+        b.add_tensor(name, ne, *ty);
+    }
+    let mut out = b.header();
+    let mut body = BodyWriter::new(&b);
+    for (_, _, _, data) in tensors {
+        body.write_next(&mut out, data).unwrap();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::parse;
+
+    #[test]
+    fn built_file_parses_back_with_running_padded_offsets() {
+        let img = build(
+            64,
+            &[("general.architecture", Value::String("llama".into())), ("x.arr", Value::Array(ValueType::I32, vec![Value::I32(-1), Value::I32(7)]))],
+            &[
+                ("a", vec![3], GgmlType::F32, vec![1; 12]),
+                ("b", vec![32, 2], GgmlType::Q8_0, vec![2; 68]),
+            ],
+        );
+        let p = parse(&img, "mem").unwrap();
+        assert_eq!(p.alignment, 64);
+        assert_eq!(p.tensors[0].offset, 0);
+        assert_eq!(p.tensors[1].offset, 64);
+        assert_eq!(p.tensors[1].bytes, 68);
+        assert_eq!(p.data_offset % 64, 0);
+        assert_eq!(img.len() as u64, p.data_offset + 192);
+        assert_eq!(p.kvs[2].value, Value::Array(ValueType::I32, vec![Value::I32(-1), Value::I32(7)]));
+        // Raw KV spans re-encode to the same bytes.
+        let mut b2 = GgufBuilder::new(64);
+        b2.kv_bytes.clear();
+        b2.kv_count = 0;
+        for kv in &p.kvs {
+            b2.add_raw_kv(&img[kv.span.clone()]);
+        }
+        b2.add_tensor("a", &[3], GgmlType::F32);
+        b2.add_tensor("b", &[32, 2], GgmlType::Q8_0);
+        assert_eq!(b2.header(), img[..p.data_offset as usize]);
+    }
+}
