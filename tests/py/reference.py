@@ -48,6 +48,42 @@ def main() -> None:
             "kv": sorted(r.fields.keys()),
         }
         json.dump(out, open(sys.argv[3], "w"))
+    elif cmd == "gguf_tensor":
+        # gguf-py's own reader and dequantizer, in the logical (row-major) shape.
+        import gguf
+        from gguf import GGUFReader, quants
+        r = GGUFReader(sys.argv[2])
+        t = next(t for t in r.tensors if t.name == sys.argv[3])
+        if sys.argv[5] == "raw":
+            np.save(sys.argv[4], np.asarray(t.data).view(np.uint8).reshape(-1))
+        else:
+            shape = [int(d) for d in reversed(t.shape.tolist())]
+            data = quants.dequantize(np.asarray(t.data), t.tensor_type)
+            np.save(sys.argv[4], np.asarray(data, dtype=np.float32).reshape(shape))
+    elif cmd == "st_tensor":
+        # An independent safetensors read: header JSON + numpy view of the data.
+        raw = open(sys.argv[2], "rb").read()
+        n = int.from_bytes(raw[:8], "little")
+        hdr = json.loads(raw[8:8 + n])
+        info = hdr[sys.argv[3]]
+        b, e = info["data_offsets"]
+        dt = {"F32": np.float32, "F16": np.float16, "I64": np.int64}[info["dtype"]]
+        a = np.frombuffer(raw[8 + n + b:8 + n + e], dtype=dt).astype(np.float32).reshape(info["shape"])
+        np.save(sys.argv[4], a)
+    elif cmd == "nvfp4_modelopt":
+        # ModelOpt NVFP4 decode from the published convention, in float64:
+        # w = E2M1[code] * e4m3(scale) * scale_2, even element in the low nibble.
+        codes = np.load(sys.argv[2]).astype(np.uint8)
+        scales = np.load(sys.argv[3]).astype(np.uint8)
+        s2 = float(sys.argv[4])
+        n = int(sys.argv[5])
+        e2m1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+        lo, hi = codes & 15, codes >> 4
+        q = np.stack([lo, hi], axis=-1).reshape(n, -1)
+        e = ((scales >> 3) & 15).astype(np.int64); m = (scales & 7).astype(np.float64)
+        sc = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * 2.0 ** (e - 7)).reshape(n, -1)
+        w = e2m1[q] * np.repeat(sc, 16, axis=1) * s2
+        np.save(sys.argv[6], w.astype(np.float64))
     else:
         raise SystemExit(f"unknown command {cmd}")
 
