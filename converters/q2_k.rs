@@ -80,8 +80,8 @@ impl BlockEncode for Q2K {
         }
         if max_scale > 0.0 {
             let iscale = Q4SCALE / max_scale;
-            for j in 0..16 {
-                y.scales[j] = nearest_int(iscale * scales[j]) as u8;
+            for (ys, &s) in y.scales.iter_mut().zip(&scales) {
+                *ys = nearest_int(iscale * s) as u8;
             }
             y.d = to_f16_le(max_scale / Q4SCALE);
         } else {
@@ -90,9 +90,8 @@ impl BlockEncode for Q2K {
         }
         if max_min > 0.0 {
             let iscale = Q4SCALE / max_min;
-            for j in 0..16 {
-                let lm = nearest_int(iscale * mins[j]);
-                y.scales[j] |= (lm << 4) as u8;
+            for (ys, &m) in y.scales.iter_mut().zip(&mins) {
+                *ys |= (nearest_int(iscale * m) << 4) as u8;
             }
             y.dmin = to_f16_le(max_min / Q4SCALE);
         } else {

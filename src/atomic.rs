@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 
 /// Write `path` through `fill`; the file appears at `path` only if `fill` succeeds and the data
 /// reached the disk.
-pub fn write_atomic<E>(path: &Path, fill: impl FnOnce(&mut BufWriter<File>) -> Result<(), E>) -> anyhow::Result<()>
+pub fn write_atomic<E>(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<File>) -> Result<(), E>,
+) -> anyhow::Result<()>
 where
     E: Into<anyhow::Error>,
 {
@@ -16,9 +19,13 @@ where
         let f = File::create(&tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
         let mut w = BufWriter::with_capacity(1 << 20, f);
         fill(&mut w).map_err(Into::into)?;
-        let f = w.into_inner().map_err(|e| anyhow::anyhow!("{}: {}", tmp.display(), e.error()))?;
-        f.sync_all().map_err(|e| anyhow::anyhow!("{}: fsync: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, path).map_err(|e| anyhow::anyhow!("{}: rename: {e}", path.display()))?;
+        let f = w
+            .into_inner()
+            .map_err(|e| anyhow::anyhow!("{}: {}", tmp.display(), e.error()))?;
+        f.sync_all()
+            .map_err(|e| anyhow::anyhow!("{}: fsync: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, path)
+            .map_err(|e| anyhow::anyhow!("{}: rename: {e}", path.display()))?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             // Persist the rename itself; not all filesystems allow fsync on a directory.
             let _ = File::open(dir).and_then(|d| d.sync_all());
@@ -33,7 +40,10 @@ where
 
 /// `DIR/.NAME.tmp-PID` beside `path`.
 pub fn temp_path(path: &Path) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "out".into());
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "out".into());
     path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 

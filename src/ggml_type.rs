@@ -83,7 +83,7 @@ impl GgmlType {
     /// Bytes of `n` elements along the innermost dimension, or `None` when `n` is not a whole
     /// number of blocks or the product overflows.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
-        if n % self.block_elems() != 0 {
+        if !n.is_multiple_of(self.block_elems()) {
             return None;
         }
         (n / self.block_elems()).checked_mul(self.block_bytes())

@@ -126,7 +126,10 @@ impl Value {
             Value::Bool(b) => b.to_string(),
             Value::F32(f) => f.to_string(),
             Value::F64(f) => f.to_string(),
-            other => other.as_u64().map(|u| u.to_string()).unwrap_or_else(|| format!("{other:?}")),
+            other => other
+                .as_u64()
+                .map(|u| u.to_string())
+                .unwrap_or_else(|| format!("{other:?}")),
         }
     }
 }
@@ -181,10 +184,16 @@ impl GgufFile {
     /// Map and validate `path`.
     pub fn open(path: &Path) -> Result<Self> {
         let file = path.display().to_string();
-        let f = std::fs::File::open(path).map_err(|err| Error::Io { file: file.clone(), err })?;
+        let f = std::fs::File::open(path).map_err(|err| Error::Io {
+            file: file.clone(),
+            err,
+        })?;
         // SAFETY: the map is read-only; a concurrent truncation by another process could fault,
         // which is the documented hazard of mapping files and accepted for model files.
-        let map = unsafe { Mmap::map(&f) }.map_err(|err| Error::Io { file: file.clone(), err })?;
+        let map = unsafe { Mmap::map(&f) }.map_err(|err| Error::Io {
+            file: file.clone(),
+            err,
+        })?;
         let parsed = parse(&map, &file)?;
         Ok(GgufFile {
             path: path.to_path_buf(),
@@ -256,14 +265,23 @@ impl<'a> Cursor<'a> {
         let n = self.u64(field)?;
         let need = n as u128 * min as u128;
         if need > self.left() as u128 {
-            return Err(Error::Count { file: self.file.into(), field: field(), count: n, need, left: self.left() });
+            return Err(Error::Count {
+                file: self.file.into(),
+                field: field(),
+                count: n,
+                need,
+                left: self.left(),
+            });
         }
         Ok(n)
     }
     fn string(&mut self, field: &dyn Fn() -> String) -> Result<String> {
         let n = self.count(1, field)?;
         let b = self.take(n, field)?;
-        String::from_utf8(b.to_vec()).map_err(|_| Error::Utf8 { file: self.file.into(), field: field() })
+        String::from_utf8(b.to_vec()).map_err(|_| Error::Utf8 {
+            file: self.file.into(),
+            field: field(),
+        })
     }
     fn value(&mut self, ty: ValueType, depth: usize, field: &dyn Fn() -> String) -> Result<Value> {
         Ok(match ty {
@@ -277,7 +295,11 @@ impl<'a> Cursor<'a> {
             ValueType::Bool => {
                 let b = self.arr::<1>(field)?[0];
                 if b > 1 {
-                    return Err(Error::Metadata { file: self.file.into(), key: field(), reason: format!("bool byte {b}") });
+                    return Err(Error::Metadata {
+                        file: self.file.into(),
+                        key: field(),
+                        reason: format!("bool byte {b}"),
+                    });
                 }
                 Value::Bool(b == 1)
             }
@@ -287,11 +309,18 @@ impl<'a> Cursor<'a> {
             ValueType::F64 => Value::F64(f64::from_le_bytes(self.arr(field)?)),
             ValueType::Array => {
                 if depth >= MAX_ARRAY_NESTING {
-                    return Err(Error::Nesting { file: self.file.into(), field: field(), max: MAX_ARRAY_NESTING });
+                    return Err(Error::Nesting {
+                        file: self.file.into(),
+                        field: field(),
+                        max: MAX_ARRAY_NESTING,
+                    });
                 }
                 let et = self.u32(field)?;
-                let et = ValueType::from_id(et)
-                    .ok_or_else(|| Error::ValueType { file: self.file.into(), field: field(), ty: et })?;
+                let et = ValueType::from_id(et).ok_or_else(|| Error::ValueType {
+                    file: self.file.into(),
+                    field: field(),
+                    ty: et,
+                })?;
                 let n = self.count(et.min_size(), field)?;
                 // Capacity is bounded by the bytes that remain (count() checked n * min_size).
                 let mut v = Vec::with_capacity(n as usize);
@@ -307,16 +336,25 @@ impl<'a> Cursor<'a> {
 /// Parse and validate a GGUF image held in `buf`; `file` names it in errors.
 pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
     let mut c = Cursor { buf, pos: 0, file };
-    let magic = c.take(4, &|| "magic".into()).map_err(|_| Error::BadMagic { file: file.into(), found: buf[..buf.len().min(4)].to_vec() })?;
+    let magic = c.take(4, &|| "magic".into()).map_err(|_| Error::BadMagic {
+        file: file.into(),
+        found: buf[..buf.len().min(4)].to_vec(),
+    })?;
     if magic != MAGIC {
-        return Err(Error::BadMagic { file: file.into(), found: magic.to_vec() });
+        return Err(Error::BadMagic {
+            file: file.into(),
+            found: magic.to_vec(),
+        });
     }
     let version = c.u32(&|| "version".into())?;
     if version & 0xFFFF == 0 && version != 0 {
         return Err(Error::BigEndian { file: file.into() });
     }
     if version != 2 && version != 3 {
-        return Err(Error::Version { file: file.into(), version });
+        return Err(Error::Version {
+            file: file.into(),
+            version,
+        });
     }
     // Each tensor info takes at least 8 (name length) + 4 (n_dims) + 4 (type) + 8 (offset) bytes,
     // each KV at least 8 (key length) + 4 (type) + 1 byte.
@@ -334,12 +372,23 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
         };
         let f = fld(&key);
         let ty = c.u32(&*f)?;
-        let ty = ValueType::from_id(ty).ok_or_else(|| Error::ValueType { file: file.into(), field: key.clone(), ty })?;
+        let ty = ValueType::from_id(ty).ok_or_else(|| Error::ValueType {
+            file: file.into(),
+            field: key.clone(),
+            ty,
+        })?;
         let value = c.value(ty, 0, &*f)?;
         if !keys.insert(key.clone()) {
-            return Err(Error::DuplicateKey { file: file.into(), key });
+            return Err(Error::DuplicateKey {
+                file: file.into(),
+                key,
+            });
         }
-        kvs.push(Kv { key, value, span: start..c.pos });
+        kvs.push(Kv {
+            key,
+            value,
+            span: start..c.pos,
+        });
     }
 
     let alignment = match kvs.iter().find(|kv| kv.key == "general.alignment") {
@@ -360,7 +409,12 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
     let mut names = HashSet::new();
     for i in 0..n_tensors {
         let name = c.string(&|| format!("tensor[{i}].name"))?;
-        let terr = |field: &'static str, reason: String| Error::Tensor { file: file.into(), tensor: name.clone(), field, reason };
+        let terr = |field: &'static str, reason: String| Error::Tensor {
+            file: file.into(),
+            tensor: name.clone(),
+            field,
+            reason,
+        };
         let n_dims = c.u32(&|| format!("tensor {name}: n_dims"))?;
         if n_dims > MAX_DIMS {
             return Err(terr("n_dims", format!("{n_dims} > {MAX_DIMS}")));
@@ -375,29 +429,55 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
         }
         let ty_id = c.u32(&|| format!("tensor {name}: type"))?;
         let offset = c.u64(&|| format!("tensor {name}: offset"))?;
-        let ty = GgmlType::from_id(ty_id).ok_or_else(|| terr("type", format!("unknown ggml type id {ty_id}")))?;
-        let elems = ne.iter().try_fold(1u64, |a, &d| a.checked_mul(d).filter(|&p| p <= i64::MAX as u64));
-        let elems = elems.ok_or_else(|| terr("ne", format!("element count of {ne:?} overflows int64")))?;
+        let ty = GgmlType::from_id(ty_id)
+            .ok_or_else(|| terr("type", format!("unknown ggml type id {ty_id}")))?;
+        let elems = ne.iter().try_fold(1u64, |a, &d| {
+            a.checked_mul(d).filter(|&p| p <= i64::MAX as u64)
+        });
+        let elems =
+            elems.ok_or_else(|| terr("ne", format!("element count of {ne:?} overflows int64")))?;
         let ne0 = ne.first().copied().unwrap_or(1);
         let row = ty.row_bytes(ne0).ok_or_else(|| {
-            terr("ne", format!("ne[0] = {ne0} is not a multiple of {}'s block of {}", ty, ty.block_elems()))
+            terr(
+                "ne",
+                format!(
+                    "ne[0] = {ne0} is not a multiple of {}'s block of {}",
+                    ty,
+                    ty.block_elems()
+                ),
+            )
         })?;
         let bytes = row
-            .checked_mul(if ne0 == 0 { 0 } else { elems / ne0 })
+            .checked_mul(elems.checked_div(ne0).unwrap_or(0))
             .ok_or_else(|| terr("ne", format!("byte size of {ne:?} overflows")))?;
         if offset % alignment != 0 {
-            return Err(terr("offset", format!("{offset} is not a multiple of general.alignment {alignment}")));
+            return Err(terr(
+                "offset",
+                format!("{offset} is not a multiple of general.alignment {alignment}"),
+            ));
         }
         if !names.insert(name.clone()) {
-            return Err(Error::DuplicateTensor { file: file.into(), tensor: name });
+            return Err(Error::DuplicateTensor {
+                file: file.into(),
+                tensor: name,
+            });
         }
-        tensors.push(TensorInfo { name, ne, ty, offset, file_offset: 0, bytes });
+        tensors.push(TensorInfo {
+            name,
+            ne,
+            ty,
+            offset,
+            file_offset: 0,
+            bytes,
+        });
     }
 
     let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
     let len = buf.len() as u64;
     for t in &mut tensors {
-        let end = data_offset.checked_add(t.offset).and_then(|s| s.checked_add(t.bytes));
+        let end = data_offset
+            .checked_add(t.offset)
+            .and_then(|s| s.checked_add(t.bytes));
         match end {
             Some(e) if e <= len => t.file_offset = data_offset + t.offset,
             _ => {
@@ -418,10 +498,20 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
     for w in order.windows(2) {
         let (a, b) = (&tensors[w[0]], &tensors[w[1]]);
         if a.bytes > 0 && b.bytes > 0 && a.offset + a.bytes > b.offset {
-            return Err(Error::Overlap { file: file.into(), a: a.name.clone(), b: b.name.clone() });
+            return Err(Error::Overlap {
+                file: file.into(),
+                a: a.name.clone(),
+                b: b.name.clone(),
+            });
         }
     }
-    Ok(Parsed { version, kvs, tensors, alignment, data_offset })
+    Ok(Parsed {
+        version,
+        kvs,
+        tensors,
+        alignment,
+        data_offset,
+    })
 }
 
 /// The shard paths of a split model (`NAME-00001-of-0000N.gguf`), in order, given any one of
@@ -437,7 +527,12 @@ pub fn split_paths(path: &Path) -> Option<(Vec<PathBuf>, u32)> {
     let n: u32 = count.parse().ok()?;
     let _: u32 = no.parse().ok()?;
     let dir = path.parent().unwrap_or(Path::new(""));
-    Some(((1..=n).map(|i| dir.join(format!("{prefix}-{i:05}-of-{n:05}.gguf"))).collect(), n))
+    Some((
+        (1..=n)
+            .map(|i| dir.join(format!("{prefix}-{i:05}-of-{n:05}.gguf")))
+            .collect(),
+        n,
+    ))
 }
 
 #[cfg(test)]

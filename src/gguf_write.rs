@@ -81,7 +81,13 @@ impl GgufBuilder {
     /// An empty plan; `general.alignment` is written first when it differs from 32.
     pub fn new(alignment: u64) -> Self {
         assert!(alignment.is_power_of_two());
-        let mut b = GgufBuilder { alignment, kv_bytes: Vec::new(), kv_count: 0, tensors: Vec::new(), next_offset: 0 };
+        let mut b = GgufBuilder {
+            alignment,
+            kv_bytes: Vec::new(),
+            kv_count: 0,
+            tensors: Vec::new(),
+            next_offset: 0,
+        };
         if alignment != crate::gguf::DEFAULT_ALIGNMENT {
             b.add_kv("general.alignment", &Value::U32(alignment as u32));
         }
@@ -91,7 +97,8 @@ impl GgufBuilder {
     /// Append a key/value pair.
     pub fn add_kv(&mut self, key: &str, v: &Value) {
         put_str(&mut self.kv_bytes, key);
-        self.kv_bytes.extend_from_slice(&(value_type(v) as u32).to_le_bytes());
+        self.kv_bytes
+            .extend_from_slice(&(value_type(v) as u32).to_le_bytes());
         encode_value(v, &mut self.kv_bytes);
         self.kv_count += 1;
     }
@@ -107,7 +114,13 @@ impl GgufBuilder {
         let row = ty.row_bytes(ne[0]).expect("ne[0] must be whole blocks");
         let bytes = row * ne[1..].iter().product::<u64>();
         let offset = self.next_offset;
-        self.tensors.push(PlannedTensor { name: name.into(), ne: ne.to_vec(), ty, offset, bytes });
+        self.tensors.push(PlannedTensor {
+            name: name.into(),
+            ne: ne.to_vec(),
+            ty,
+            offset,
+            bytes,
+        });
         self.next_offset = (offset + bytes).div_ceil(self.alignment) * self.alignment;
         offset
     }
@@ -154,7 +167,12 @@ impl<'a> BodyWriter<'a> {
     pub fn write_next(&mut self, w: &mut impl Write, data: &[u8]) -> io::Result<()> {
         let t = &self.plan.tensors[self.next];
         if data.len() as u64 != t.bytes {
-            return Err(io::Error::other(format!("tensor {}: {} bytes given, {} planned", t.name, data.len(), t.bytes)));
+            return Err(io::Error::other(format!(
+                "tensor {}: {} bytes given, {} planned",
+                t.name,
+                data.len(),
+                t.bytes
+            )));
         }
         w.write_all(data)?;
         let pad = (t.bytes.div_ceil(self.plan.alignment) * self.plan.alignment - t.bytes) as usize;
@@ -165,7 +183,11 @@ impl<'a> BodyWriter<'a> {
 }
 
 /// Build a whole GGUF image in memory (tests and small files).
-pub fn build(alignment: u64, kvs: &[(&str, Value)], tensors: &[(&str, Vec<u64>, GgmlType, Vec<u8>)]) -> Vec<u8> {
+pub fn build(
+    alignment: u64,
+    kvs: &[(&str, Value)],
+    tensors: &[(&str, Vec<u64>, GgmlType, Vec<u8>)],
+) -> Vec<u8> {
     let mut b = GgufBuilder::new(alignment);
     for (k, v) in kvs {
         b.add_kv(k, v);
@@ -190,7 +212,13 @@ mod tests {
     fn built_file_parses_back_with_running_padded_offsets() {
         let img = build(
             64,
-            &[("general.architecture", Value::String("llama".into())), ("x.arr", Value::Array(ValueType::I32, vec![Value::I32(-1), Value::I32(7)]))],
+            &[
+                ("general.architecture", Value::String("llama".into())),
+                (
+                    "x.arr",
+                    Value::Array(ValueType::I32, vec![Value::I32(-1), Value::I32(7)]),
+                ),
+            ],
             &[
                 ("a", vec![3], GgmlType::F32, vec![1; 12]),
                 ("b", vec![32, 2], GgmlType::Q8_0, vec![2; 68]),
@@ -203,7 +231,10 @@ mod tests {
         assert_eq!(p.tensors[1].bytes, 68);
         assert_eq!(p.data_offset % 64, 0);
         assert_eq!(img.len() as u64, p.data_offset + 192);
-        assert_eq!(p.kvs[2].value, Value::Array(ValueType::I32, vec![Value::I32(-1), Value::I32(7)]));
+        assert_eq!(
+            p.kvs[2].value,
+            Value::Array(ValueType::I32, vec![Value::I32(-1), Value::I32(7)])
+        );
         // Raw KV spans re-encode to the same bytes.
         let mut b2 = GgufBuilder::new(64);
         b2.kv_bytes.clear();

@@ -1,9 +1,9 @@
 //! metrale-pack: readers for GGUF and safetensors checkpoints, CPU block codecs, and (in later
 //! issues) the pack container, its loader and the GPU runtime.
 
+pub mod atomic;
 #[path = "../converters/mod.rs"]
 pub mod converters;
-pub mod atomic;
 pub mod error;
 pub mod ggml_type;
 pub mod gguf;

@@ -5,10 +5,14 @@ use clap::{Parser, Subcommand};
 use metrale_pack::model::{Format, Model};
 use metrale_pack::{atomic, model, npy};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
-#[command(name = "metrale-pack", version, about = "Repack LLM checkpoints offline into the layouts GPU kernels read, so engines start with one DMA.")]
+#[command(
+    name = "metrale-pack",
+    version,
+    about = "Repack LLM checkpoints offline into the layouts GPU kernels read, so engines start with one DMA."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -43,16 +47,29 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Inspect { file, json } => inspect(&file, json),
-        Cmd::Dump { file, tensor, output, raw } => dump(&file, &tensor, &output, raw),
+        Cmd::Dump {
+            file,
+            tensor,
+            output,
+            raw,
+        } => dump(&file, &tensor, &output, raw),
     }
 }
 
-fn inspect(path: &PathBuf, json: bool) -> Result<()> {
+fn inspect(path: &Path, json: bool) -> Result<()> {
     let m = Model::open(path)?;
     let metadata: Vec<(String, String)> = match &m.files[0] {
-        model::SourceFile::Gguf(g) => g.kvs.iter().map(|kv| (kv.key.clone(), kv.value.summary())).collect(),
+        model::SourceFile::Gguf(g) => g
+            .kvs
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.summary()))
+            .collect(),
         model::SourceFile::Safetensors(s) => {
-            let mut v: Vec<_> = s.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let mut v: Vec<_> = s
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
             v.sort();
             v
         }
@@ -104,7 +121,11 @@ fn inspect(path: &PathBuf, json: bool) -> Result<()> {
     if let model::SourceFile::Gguf(g) = &m.files[0] {
         writeln!(o, "gguf version: {}, alignment: {}", g.version, g.alignment)?;
     }
-    writeln!(o, "architecture: {}", m.architecture.as_deref().unwrap_or("?"))?;
+    writeln!(
+        o,
+        "architecture: {}",
+        m.architecture.as_deref().unwrap_or("?")
+    )?;
     if let Some(q) = &m.quantization {
         writeln!(o, "quantization: {q}")?;
     }
@@ -118,29 +139,51 @@ fn inspect(path: &PathBuf, json: bool) -> Result<()> {
         m.activation.map(|a| a.name()).unwrap_or("?")
     )?;
     if let Some(l) = m.ffn_layers.first() {
-        writeln!(o, "ffn weights (layer {}): gate {} ({}), up {}, down {}", l.index,
-            m.tensors[l.gate.main()].dtype.name(), l.gate.scheme(),
-            m.tensors[l.up.main()].dtype.name(), m.tensors[l.down.main()].dtype.name())?;
+        writeln!(
+            o,
+            "ffn weights (layer {}): gate {} ({}), up {}, down {}",
+            l.index,
+            m.tensors[l.gate.main()].dtype.name(),
+            l.gate.scheme(),
+            m.tensors[l.up.main()].dtype.name(),
+            m.tensors[l.down.main()].dtype.name()
+        )?;
     }
     writeln!(o, "metadata ({} keys):", metadata.len())?;
     for (k, v) in &metadata {
         writeln!(o, "  {k} = {v}")?;
     }
     writeln!(o, "tensors ({}):", m.tensors.len())?;
-    writeln!(o, "  {:<48} {:<8} {:<20} {:>12} {:>12}", "name", "type", "shape", "offset", "bytes")?;
+    writeln!(
+        o,
+        "  {:<48} {:<8} {:<20} {:>12} {:>12}",
+        "name", "type", "shape", "offset", "bytes"
+    )?;
     for t in &m.tensors {
-        writeln!(o, "  {:<48} {:<8} {:<20} {:>12} {:>12}", t.name, t.dtype.name(), format!("{:?}", t.shape), t.offset, t.bytes)?;
+        writeln!(
+            o,
+            "  {:<48} {:<8} {:<20} {:>12} {:>12}",
+            t.name,
+            t.dtype.name(),
+            format!("{:?}", t.shape),
+            t.offset,
+            t.bytes
+        )?;
     }
     Ok(())
 }
 
-fn dump(path: &PathBuf, name: &str, out: &PathBuf, raw: bool) -> Result<()> {
+fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
     let m = Model::open(path)?;
     let i = m.tensor(name)?;
     if raw {
         let data = m.data(i);
         atomic::write_atomic(out, |w| npy::write_u8(w, &[data.len()], data))?;
-        eprintln!("wrote {} stored bytes of {name} to {}", data.len(), out.display());
+        eprintln!(
+            "wrote {} stored bytes of {name} to {}",
+            data.len(),
+            out.display()
+        );
         return Ok(());
     }
     let (values, shape): (Vec<f32>, Vec<usize>) = match m.ffn_weight_named(name) {
@@ -148,7 +191,10 @@ fn dump(path: &PathBuf, name: &str, out: &PathBuf, raw: bool) -> Result<()> {
             let (v, s) = m.decode_weight(w)?;
             (v, s.iter().map(|&d| d as usize).collect())
         }
-        _ => (m.decode_tensor(i)?, m.tensors[i].shape.iter().map(|&d| d as usize).collect()),
+        _ => (
+            m.decode_tensor(i)?,
+            m.tensors[i].shape.iter().map(|&d| d as usize).collect(),
+        ),
     };
     atomic::write_atomic(out, |w| npy::write_f32(w, &shape, &values))
         .with_context(|| format!("writing {}", out.display()))?;

@@ -2,11 +2,11 @@
 //! the tensor table, the dense FFN layers (gate/up/down) with how each weight is stored, hidden
 //! and intermediate size and the activation. Every other tensor is carried as it is.
 
+use crate::GgmlType;
 use crate::converters::{self, fp8, fp8_block, fp8_row, nvfp4_modelopt};
 use crate::error::{Error, Result};
 use crate::gguf::{self, GgufFile, Value};
 use crate::safetensors_file::{self, StFile};
-use crate::GgmlType;
 use safetensors::Dtype;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -97,9 +97,18 @@ pub enum FfnWeight {
     /// One tensor of a plain or ggml block type.
     Plain { weight: usize },
     /// ModelOpt NVFP4: U8 codes, F8_E4M3 block scales, F32 `weight_scale_2`.
-    ModelOptNvfp4 { weight: usize, scale: usize, scale_2: usize, input_scale: Option<usize> },
+    ModelOptNvfp4 {
+        weight: usize,
+        scale: usize,
+        scale_2: usize,
+        input_scale: Option<usize>,
+    },
     /// compressed-tensors `nvfp4-pack-quantized`: `weight_global_scale` is 1 / ModelOpt's.
-    CtNvfp4 { packed: usize, scale: usize, global_scale: usize },
+    CtNvfp4 {
+        packed: usize,
+        scale: usize,
+        global_scale: usize,
+    },
     /// Block FP8 (DeepSeek): F8_E4M3 `[n, k]` and F32 `weight_scale_inv [n/128, k/128]`.
     Fp8Block { weight: usize, scale_inv: usize },
     /// Per-channel FP8: F8_E4M3 `[n, k]` and F32 `weight_scale [n, 1]`.
@@ -188,7 +197,10 @@ impl Model {
                 }
             }
             let mut ggufs: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(|err| Error::Io { file: file.clone(), err })?
+                .map_err(|err| Error::Io {
+                    file: file.clone(),
+                    err,
+                })?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
                 .collect();
@@ -204,10 +216,19 @@ impl Model {
         let mut head = [0u8; 4];
         let n = {
             use std::io::Read;
-            let mut f = std::fs::File::open(path).map_err(|err| Error::Io { file: file.clone(), err })?;
-            f.read(&mut head).map_err(|err| Error::Io { file: file.clone(), err })?
+            let mut f = std::fs::File::open(path).map_err(|err| Error::Io {
+                file: file.clone(),
+                err,
+            })?;
+            f.read(&mut head).map_err(|err| Error::Io {
+                file: file.clone(),
+                err,
+            })?
         };
-        let name = path.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default();
         if &head[..n] == gguf::MAGIC || name.ends_with(".gguf") {
             Self::open_gguf(path)
         } else if name.ends_with(".index.json") {
@@ -218,14 +239,18 @@ impl Model {
         } else {
             Err(Error::Unsupported {
                 file,
-                reason: "not a GGUF file, a .safetensors file, an index.json or a model directory".into(),
+                reason: "not a GGUF file, a .safetensors file, an index.json or a model directory"
+                    .into(),
             })
         }
     }
 
     fn open_gguf(path: &Path) -> Result<Model> {
         let first = GgufFile::open(path)?;
-        let split_count = first.get("split.count").and_then(Value::as_u64).unwrap_or(1);
+        let split_count = first
+            .get("split.count")
+            .and_then(Value::as_u64)
+            .unwrap_or(1);
         let mut files = vec![first];
         if split_count > 1 {
             let file = path.display().to_string();
@@ -234,7 +259,10 @@ impl Model {
                 reason: format!("split.count = {split_count} but the name is not NAME-00001-of-{split_count:05}.gguf"),
             })?;
             if n as u64 != split_count {
-                return Err(Error::Split { file, reason: format!("split.count = {split_count} but the name says {n}") });
+                return Err(Error::Split {
+                    file,
+                    reason: format!("split.count = {split_count} but the name says {n}"),
+                });
             }
             // Reopen from shard 1 in order, whichever shard the user named.
             files.clear();
@@ -245,7 +273,9 @@ impl Model {
                 if no != Some(i as u64) || cnt != Some(split_count) {
                     return Err(Error::Split {
                         file: p.display().to_string(),
-                        reason: format!("split.no = {no:?}, split.count = {cnt:?}; expected {i} and {split_count}"),
+                        reason: format!(
+                            "split.no = {no:?}, split.count = {cnt:?}; expected {i} and {split_count}"
+                        ),
                     });
                 }
                 files.push(g);
@@ -256,7 +286,9 @@ impl Model {
             {
                 return Err(Error::Split {
                     file: files[0].path.display().to_string(),
-                    reason: format!("split.tensors.count = {want} but the shards hold {total} tensors"),
+                    reason: format!(
+                        "split.tensors.count = {want} but the shards hold {total} tensors"
+                    ),
                 });
             }
         }
@@ -273,8 +305,14 @@ impl Model {
                 });
             }
         }
-        let arch = files[0].get("general.architecture").and_then(Value::as_str).map(str::to_string);
-        let key = |k: &str| arch.as_ref().and_then(|a| files[0].get(&format!("{a}.{k}")).cloned());
+        let arch = files[0]
+            .get("general.architecture")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let key = |k: &str| {
+            arch.as_ref()
+                .and_then(|a| files[0].get(&format!("{a}.{k}")).cloned())
+        };
         let hidden = key("embedding_length").and_then(|v| v.as_u64());
         let inter = key("feed_forward_length").and_then(|v| match v {
             Value::Array(_, xs) => xs.iter().filter_map(Value::as_u64).max(),
@@ -288,7 +326,17 @@ impl Model {
             }
         });
         let files: Vec<SourceFile> = files.into_iter().map(SourceFile::Gguf).collect();
-        Self::assemble(Format::Gguf, path, files, tensors, arch, hidden, inter, activation, None)
+        Self::assemble(
+            Format::Gguf,
+            path,
+            files,
+            tensors,
+            arch,
+            hidden,
+            inter,
+            activation,
+            None,
+        )
     }
 
     fn open_safetensors(path: &Path, shards: Vec<PathBuf>) -> Result<Model> {
@@ -312,13 +360,22 @@ impl Model {
         let cfg_path = dir.join("config.json");
         let cfg: Option<serde_json::Value> = if cfg_path.exists() {
             let f = cfg_path.display().to_string();
-            let text = std::fs::read_to_string(&cfg_path).map_err(|err| Error::Io { file: f.clone(), err })?;
-            Some(serde_json::from_str(&text).map_err(|e| Error::Json { file: f, field: "(document)".into(), reason: e.to_string() })?)
+            let text = std::fs::read_to_string(&cfg_path).map_err(|err| Error::Io {
+                file: f.clone(),
+                err,
+            })?;
+            Some(serde_json::from_str(&text).map_err(|e| Error::Json {
+                file: f,
+                field: "(document)".into(),
+                reason: e.to_string(),
+            })?)
         } else {
             None
         };
         let get = |k: &str| cfg.as_ref().and_then(|c| c.get(k));
-        let arch = get("model_type").and_then(|v| v.as_str()).map(str::to_string);
+        let arch = get("model_type")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
         let hidden = get("hidden_size").and_then(|v| v.as_u64());
         let inter = get("intermediate_size").and_then(|v| v.as_u64());
         let activation = get("hidden_act")
@@ -332,12 +389,31 @@ impl Model {
         let hf_quant = dir.join("hf_quant_config.json");
         if quant.is_none() && hf_quant.exists() {
             let f = hf_quant.display().to_string();
-            let text = std::fs::read_to_string(&hf_quant).map_err(|err| Error::Io { file: f.clone(), err })?;
-            let v: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| Error::Json { file: f, field: "(document)".into(), reason: e.to_string() })?;
-            quant = v.pointer("/quantization/quant_algo").and_then(|a| a.as_str()).map(|a| format!("modelopt {a}"));
+            let text = std::fs::read_to_string(&hf_quant).map_err(|err| Error::Io {
+                file: f.clone(),
+                err,
+            })?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Json {
+                file: f,
+                field: "(document)".into(),
+                reason: e.to_string(),
+            })?;
+            quant = v
+                .pointer("/quantization/quant_algo")
+                .and_then(|a| a.as_str())
+                .map(|a| format!("modelopt {a}"));
         }
-        Self::assemble(Format::Safetensors, path, files, tensors, arch, hidden, inter, activation, quant)
+        Self::assemble(
+            Format::Safetensors,
+            path,
+            files,
+            tensors,
+            arch,
+            hidden,
+            inter,
+            activation,
+            quant,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -391,37 +467,69 @@ impl Model {
         for index in 0.. {
             let names: [String; 3] = match self.format {
                 Format::Gguf => ["gate", "up", "down"].map(|p| format!("blk.{index}.ffn_{p}")),
-                Format::Safetensors => ["gate", "up", "down"].map(|p| format!("model.layers.{index}.mlp.{p}_proj")),
+                Format::Safetensors => {
+                    ["gate", "up", "down"].map(|p| format!("model.layers.{index}.mlp.{p}_proj"))
+                }
             };
             let [g, u, d] = names.map(|n| self.classify(&n));
-            let (Some(gate), Some(up), Some(down)) = (g, u, d) else { break };
-            layers.push(FfnLayer { index, gate, up, down });
+            let (Some(gate), Some(up), Some(down)) = (g, u, d) else {
+                break;
+            };
+            layers.push(FfnLayer {
+                index,
+                gate,
+                up,
+                down,
+            });
         }
         layers
     }
 
     fn classify(&self, prefix: &str) -> Option<FfnWeight> {
         let idx = |s: &str| self.by_name.get(&format!("{prefix}.{s}")).copied();
-        if let (Some(packed), Some(scale), Some(global_scale)) =
-            (idx("weight_packed"), idx("weight_scale"), idx("weight_global_scale"))
-        {
-            return Some(FfnWeight::CtNvfp4 { packed, scale, global_scale });
+        if let (Some(packed), Some(scale), Some(global_scale)) = (
+            idx("weight_packed"),
+            idx("weight_scale"),
+            idx("weight_global_scale"),
+        ) {
+            return Some(FfnWeight::CtNvfp4 {
+                packed,
+                scale,
+                global_scale,
+            });
         }
         let weight = idx("weight")?;
         let dt = self.tensors[weight].dtype;
-        match (dt, idx("weight_scale"), idx("weight_scale_2"), idx("weight_scale_inv")) {
+        match (
+            dt,
+            idx("weight_scale"),
+            idx("weight_scale_2"),
+            idx("weight_scale_inv"),
+        ) {
             (DType::St(Dtype::U8), Some(scale), Some(scale_2), _) => {
-                Some(FfnWeight::ModelOptNvfp4 { weight, scale, scale_2, input_scale: idx("input_scale") })
+                Some(FfnWeight::ModelOptNvfp4 {
+                    weight,
+                    scale,
+                    scale_2,
+                    input_scale: idx("input_scale"),
+                })
             }
-            (DType::St(Dtype::F8_E4M3), _, _, Some(scale_inv)) => Some(FfnWeight::Fp8Block { weight, scale_inv }),
-            (DType::St(Dtype::F8_E4M3), Some(scale), None, None) => Some(FfnWeight::Fp8Channel { weight, scale }),
+            (DType::St(Dtype::F8_E4M3), _, _, Some(scale_inv)) => {
+                Some(FfnWeight::Fp8Block { weight, scale_inv })
+            }
+            (DType::St(Dtype::F8_E4M3), Some(scale), None, None) => {
+                Some(FfnWeight::Fp8Channel { weight, scale })
+            }
             _ => Some(FfnWeight::Plain { weight }),
         }
     }
 
     /// The file a tensor lives in, for messages.
     pub fn file_of(&self, t: usize) -> String {
-        self.files[self.tensors[t].file].path().display().to_string()
+        self.files[self.tensors[t].file]
+            .path()
+            .display()
+            .to_string()
     }
 
     /// The stored bytes of tensor `i`.
@@ -435,7 +543,10 @@ impl Model {
         self.by_name
             .get(name)
             .copied()
-            .ok_or_else(|| Error::NotFound { file: self.path.display().to_string(), tensor: name.into() })
+            .ok_or_else(|| Error::NotFound {
+                file: self.path.display().to_string(),
+                tensor: name.into(),
+            })
     }
 
     /// Decode a plain tensor (any ggml type with a decoder, or a safetensors float/int type) to
@@ -444,7 +555,11 @@ impl Model {
         let t = &self.tensors[i];
         let bytes = self.data(i);
         let n = t.elems() as usize;
-        let codec_err = |err| Error::Codec { file: self.file_of(i), tensor: t.name.clone(), err };
+        let codec_err = |err| Error::Codec {
+            file: self.file_of(i),
+            tensor: t.name.clone(),
+            err,
+        };
         let mut out = vec![0f32; n];
         let ggml = match t.dtype {
             DType::Ggml(g) => Some(g),
@@ -462,17 +577,24 @@ impl Model {
                     return Ok(out);
                 }
                 Dtype::F8_E4M3 => {
-                    out.iter_mut().zip(bytes).for_each(|(o, &b)| *o = fp8::e4m3_to_f32(b));
+                    out.iter_mut()
+                        .zip(bytes)
+                        .for_each(|(o, &b)| *o = fp8::e4m3_to_f32(b));
                     return Ok(out);
                 }
                 Dtype::F8_E5M2 => {
-                    out.iter_mut().zip(bytes).for_each(|(o, &b)| *o = fp8::e5m2_to_f32(b));
+                    out.iter_mut()
+                        .zip(bytes)
+                        .for_each(|(o, &b)| *o = fp8::e5m2_to_f32(b));
                     return Ok(out);
                 }
                 other => {
                     return Err(Error::Unsupported {
                         file: self.file_of(i),
-                        reason: format!("tensor {}: decoding safetensors dtype {other:?} is not supported", t.name),
+                        reason: format!(
+                            "tensor {}: decoding safetensors dtype {other:?} is not supported",
+                            t.name
+                        ),
                     });
                 }
             },
@@ -482,7 +604,11 @@ impl Model {
     }
 
     fn qerr(&self, t: usize, reason: String) -> Error {
-        Error::Quantized { file: self.file_of(t), tensor: self.tensors[t].name.clone(), reason }
+        Error::Quantized {
+            file: self.file_of(t),
+            tensor: self.tensors[t].name.clone(),
+            reason,
+        }
     }
 
     fn expect(&self, t: usize, dtype: Dtype, shape: &[u64], what: &str) -> Result<()> {
@@ -490,7 +616,11 @@ impl Model {
         if tt.dtype != DType::St(dtype) || tt.shape != shape {
             return Err(self.qerr(
                 t,
-                format!("{what}: expected {dtype:?} {shape:?}, found {} {:?}", tt.dtype.name(), tt.shape),
+                format!(
+                    "{what}: expected {dtype:?} {shape:?}, found {} {:?}",
+                    tt.dtype.name(),
+                    tt.shape
+                ),
             ));
         }
         Ok(())
@@ -499,7 +629,14 @@ impl Model {
     fn scalar_f32(&self, t: usize, what: &str) -> Result<f32> {
         let tt = &self.tensors[t];
         if tt.dtype != DType::St(Dtype::F32) || tt.elems() != 1 {
-            return Err(self.qerr(t, format!("{what}: expected one F32, found {} {:?}", tt.dtype.name(), tt.shape)));
+            return Err(self.qerr(
+                t,
+                format!(
+                    "{what}: expected one F32, found {} {:?}",
+                    tt.dtype.name(),
+                    tt.shape
+                ),
+            ));
         }
         Ok(f32::from_le_bytes(self.data(t).try_into().unwrap()))
     }
@@ -514,7 +651,12 @@ impl Model {
         };
         Ok(match *w {
             FfnWeight::Plain { weight } => two(weight)?,
-            FfnWeight::ModelOptNvfp4 { weight, scale, .. } | FfnWeight::CtNvfp4 { packed: weight, scale, .. } => {
+            FfnWeight::ModelOptNvfp4 { weight, scale, .. }
+            | FfnWeight::CtNvfp4 {
+                packed: weight,
+                scale,
+                ..
+            } => {
                 let [n, kh] = two(weight)?;
                 self.expect(weight, Dtype::U8, &[n, kh], "packed E2M1 codes")?;
                 let k = kh * 2;
@@ -528,7 +670,12 @@ impl Model {
                 let [n, k] = two(weight)?;
                 self.expect(weight, Dtype::F8_E4M3, &[n, k], "FP8 codes")?;
                 let (gn, gk) = fp8_block::scale_grid(n as usize, k as usize);
-                self.expect(scale_inv, Dtype::F32, &[gn as u64, gk as u64], "weight_scale_inv")?;
+                self.expect(
+                    scale_inv,
+                    Dtype::F32,
+                    &[gn as u64, gk as u64],
+                    "weight_scale_inv",
+                )?;
                 [n, k]
             }
             FfnWeight::Fp8Channel { weight, scale } => {
@@ -536,7 +683,14 @@ impl Model {
                 self.expect(weight, Dtype::F8_E4M3, &[n, k], "FP8 codes")?;
                 let s = &self.tensors[scale];
                 if s.dtype != DType::St(Dtype::F32) || (s.elems() != n && s.elems() != 1) {
-                    return Err(self.qerr(scale, format!("weight_scale: expected F32 [{n}, 1] or a scalar, found {} {:?}", s.dtype.name(), s.shape)));
+                    return Err(self.qerr(
+                        scale,
+                        format!(
+                            "weight_scale: expected F32 [{n}, 1] or a scalar, found {} {:?}",
+                            s.dtype.name(),
+                            s.shape
+                        ),
+                    ));
                 }
                 [n, k]
             }
@@ -548,17 +702,29 @@ impl Model {
         let shape = self.weight_shape(w)?;
         let (n, k) = (shape[0] as usize, shape[1] as usize);
         let f32s = |t: usize| -> Vec<f32> {
-            self.data(t).chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+            self.data(t)
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
         };
         let out = match *w {
             FfnWeight::Plain { weight } => self.decode_tensor(weight)?,
-            FfnWeight::ModelOptNvfp4 { weight, scale, scale_2, .. } => {
+            FfnWeight::ModelOptNvfp4 {
+                weight,
+                scale,
+                scale_2,
+                ..
+            } => {
                 let s2 = self.scalar_f32(scale_2, "weight_scale_2")?;
                 let mut out = vec![0f32; n * k];
                 nvfp4_modelopt::decode(self.data(weight), self.data(scale), s2, &mut out);
                 out
             }
-            FfnWeight::CtNvfp4 { packed, scale, global_scale } => {
+            FfnWeight::CtNvfp4 {
+                packed,
+                scale,
+                global_scale,
+            } => {
                 let g = self.scalar_f32(global_scale, "weight_global_scale")?;
                 let mut out = vec![0f32; n * k];
                 nvfp4_modelopt::decode(self.data(packed), self.data(scale), 1.0 / g, &mut out);
@@ -585,6 +751,9 @@ impl Model {
     /// The FFN weight whose main tensor is `name`, if any.
     pub fn ffn_weight_named(&self, name: &str) -> Option<&FfnWeight> {
         let i = *self.by_name.get(name)?;
-        self.ffn_layers.iter().flat_map(|l| [&l.gate, &l.up, &l.down]).find(|w| w.main() == i)
+        self.ffn_layers
+            .iter()
+            .flat_map(|l| [&l.gate, &l.up, &l.down])
+            .find(|w| w.main() == i)
     }
 }

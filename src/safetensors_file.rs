@@ -34,11 +34,19 @@ impl StFile {
     /// Map and validate one `.safetensors` file.
     pub fn open(path: &Path) -> Result<Self> {
         let file = path.display().to_string();
-        let f = std::fs::File::open(path).map_err(|err| Error::Io { file: file.clone(), err })?;
+        let f = std::fs::File::open(path).map_err(|err| Error::Io {
+            file: file.clone(),
+            err,
+        })?;
         // SAFETY: read-only map of a model file; see GgufFile::open for the truncation caveat.
-        let map = unsafe { Mmap::map(&f) }.map_err(|err| Error::Io { file: file.clone(), err })?;
-        let (n, meta) = SafeTensors::read_metadata(&map)
-            .map_err(|e| Error::Safetensors { file: file.clone(), reason: e.to_string() })?;
+        let map = unsafe { Mmap::map(&f) }.map_err(|err| Error::Io {
+            file: file.clone(),
+            err,
+        })?;
+        let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| Error::Safetensors {
+            file: file.clone(),
+            reason: e.to_string(),
+        })?;
         let base = 8 + n as u64;
         let infos = meta.tensors();
         let mut tensors: Vec<StTensor> = meta
@@ -57,7 +65,12 @@ impl StFile {
             .collect();
         tensors.sort_by_key(|t| t.file_offset);
         let metadata = meta.metadata().clone().unwrap_or_default();
-        Ok(StFile { path: path.to_path_buf(), map, tensors, metadata })
+        Ok(StFile {
+            path: path.to_path_buf(),
+            map,
+            tensors,
+            metadata,
+        })
     }
 
     /// The bytes of tensor `i`.
@@ -71,14 +84,23 @@ impl StFile {
 /// tensor -> shard map it declares.
 pub fn read_index(index: &Path) -> Result<(Vec<PathBuf>, HashMap<String, String>)> {
     let file = index.display().to_string();
-    let text = std::fs::read_to_string(index).map_err(|err| Error::Io { file: file.clone(), err })?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Error::Json { file: file.clone(), field: "(document)".into(), reason: e.to_string() })?;
-    let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| Error::Json {
+    let text = std::fs::read_to_string(index).map_err(|err| Error::Io {
         file: file.clone(),
-        field: "weight_map".into(),
-        reason: "missing or not an object".into(),
+        err,
     })?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Json {
+        file: file.clone(),
+        field: "(document)".into(),
+        reason: e.to_string(),
+    })?;
+    let map = v
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| Error::Json {
+            file: file.clone(),
+            field: "weight_map".into(),
+            reason: "missing or not an object".into(),
+        })?;
     let dir = index.parent().unwrap_or(Path::new(""));
     let mut shards: Vec<PathBuf> = Vec::new();
     let mut out = HashMap::new();

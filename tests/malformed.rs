@@ -38,13 +38,34 @@ fn valid() -> Vec<u8> {
         &[
             ("general.architecture", Value::String("llama".into())),
             ("llama.embedding_length", Value::U32(64)),
-            ("tok.list", Value::Array(ValueType::String, vec![Value::String("a".into()), Value::String("bc".into())])),
+            (
+                "tok.list",
+                Value::Array(
+                    ValueType::String,
+                    vec![Value::String("a".into()), Value::String("bc".into())],
+                ),
+            ),
             ("flag", Value::Bool(true)),
         ],
         &[
-            ("blk.0.ffn_gate.weight", vec![64, 2], GgmlType::Q8_0, vec![0x11; 136]),
-            ("blk.0.ffn_up.weight", vec![64, 2], GgmlType::F16, vec![0x22; 256]),
-            ("blk.0.ffn_down.weight", vec![2, 64], GgmlType::F32, vec![0x33; 512]),
+            (
+                "blk.0.ffn_gate.weight",
+                vec![64, 2],
+                GgmlType::Q8_0,
+                vec![0x11; 136],
+            ),
+            (
+                "blk.0.ffn_up.weight",
+                vec![64, 2],
+                GgmlType::F16,
+                vec![0x22; 256],
+            ),
+            (
+                "blk.0.ffn_down.weight",
+                vec![2, 64],
+                GgmlType::F32,
+                vec![0x33; 512],
+            ),
         ],
     )
 }
@@ -54,12 +75,18 @@ fn parse_checked(img: &[u8]) -> Result<gguf::Parsed, Error> {
     LARGEST.with(|m| m.set(0));
     let r = gguf::parse(img, "evil.gguf");
     let largest = LARGEST.with(|m| m.get());
-    assert!(largest <= 64 * img.len() + 4096, "largest allocation {largest} B for a {} B input", img.len());
+    assert!(
+        largest <= 64 * img.len() + 4096,
+        "largest allocation {largest} B for a {} B input",
+        img.len()
+    );
     r
 }
 
 fn pos(img: &[u8], needle: &[u8]) -> usize {
-    img.windows(needle.len()).position(|w| w == needle).expect("needle")
+    img.windows(needle.len())
+        .position(|w| w == needle)
+        .expect("needle")
 }
 
 /// Byte position just after tensor `name`'s name string.
@@ -68,7 +95,9 @@ fn after_name(img: &[u8], name: &str) -> usize {
 }
 
 fn expect_err(img: &[u8], want: &[&str]) -> String {
-    let e = parse_checked(img).err().unwrap_or_else(|| panic!("accepted a bad file; wanted {want:?}"));
+    let e = parse_checked(img)
+        .err()
+        .unwrap_or_else(|| panic!("accepted a bad file; wanted {want:?}"));
     let msg = e.to_string();
     assert!(msg.starts_with("evil.gguf: "), "{msg}");
     for w in want {
@@ -207,7 +236,10 @@ fn tensor_fields() {
     let img = build(
         32,
         &[],
-        &[("t", vec![4], GgmlType::F32, vec![0; 16]), ("t", vec![4], GgmlType::F32, vec![0; 16])],
+        &[
+            ("t", vec![4], GgmlType::F32, vec![0; 16]),
+            ("t", vec![4], GgmlType::F32, vec![0; 16]),
+        ],
     );
     expect_err(&img, &["tensor name t appears twice"]);
 }
@@ -220,11 +252,19 @@ fn model_open_names_the_path() {
     let p = dir.path().join("cut.gguf");
     std::fs::write(&p, &img).unwrap();
     let msg = Model::open(&p).err().unwrap().to_string();
-    assert!(msg.contains("cut.gguf") && msg.contains("blk.0.ffn_down.weight") && msg.contains("past the end"), "{msg}");
+    assert!(
+        msg.contains("cut.gguf")
+            && msg.contains("blk.0.ffn_down.weight")
+            && msg.contains("past the end"),
+        "{msg}"
+    );
     let p2 = dir.path().join("notes.txt");
     std::fs::write(&p2, b"hello").unwrap();
     let msg = Model::open(&p2).err().unwrap().to_string();
-    assert!(msg.contains("notes.txt") && msg.contains("not a GGUF file"), "{msg}");
+    assert!(
+        msg.contains("notes.txt") && msg.contains("not a GGUF file"),
+        "{msg}"
+    );
 }
 
 fn st_header(json: &str, data: usize) -> Vec<u8> {
@@ -238,22 +278,35 @@ fn st_header(json: &str, data: usize) -> Vec<u8> {
 fn bad_safetensors_headers() {
     let dir = tempfile::tempdir().unwrap();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("huge.safetensors", u64::MAX.to_le_bytes().to_vec(), "safetensors"),
+        (
+            "huge.safetensors",
+            u64::MAX.to_le_bytes().to_vec(),
+            "safetensors",
+        ),
         ("short.safetensors", vec![1, 2, 3], "safetensors"),
         ("json.safetensors", st_header("{not json", 0), "safetensors"),
         (
             "offsets.safetensors",
-            st_header(r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}"#, 4),
+            st_header(
+                r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}"#,
+                4,
+            ),
             "safetensors",
         ),
         (
             "trailing.safetensors",
-            st_header(r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#, 8),
+            st_header(
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+                8,
+            ),
             "safetensors",
         ),
         (
             "dtype.safetensors",
-            st_header(r#"{"a":{"dtype":"Q4","shape":[1],"data_offsets":[0,4]}}"#, 4),
+            st_header(
+                r#"{"a":{"dtype":"Q4","shape":[1],"data_offsets":[0,4]}}"#,
+                4,
+            ),
             "safetensors",
         ),
     ];
@@ -261,8 +314,14 @@ fn bad_safetensors_headers() {
         let p = dir.path().join(name);
         std::fs::write(&p, &bytes).unwrap();
         LARGEST.with(|m| m.set(0));
-        let msg = Model::open(&p).err().unwrap_or_else(|| panic!("{name} accepted")).to_string();
-        assert!(LARGEST.with(|m| m.get()) < 1 << 20, "{name}: large allocation");
+        let msg = Model::open(&p)
+            .err()
+            .unwrap_or_else(|| panic!("{name} accepted"))
+            .to_string();
+        assert!(
+            LARGEST.with(|m| m.get()) < 1 << 20,
+            "{name}: large allocation"
+        );
         assert!(msg.contains(name) && msg.contains(want), "{name}: {msg}");
     }
 }
@@ -275,9 +334,18 @@ fn quantized_companions_with_wrong_shapes_are_refused_by_name() {
     let scales = vec![0x38u8; 4]; // should be [4, 2] for k = 32
     let s2 = 1.0f32.to_le_bytes();
     let tensors = vec![
-        ("model.layers.0.mlp.gate_proj.weight", TensorView::new(Dtype::U8, vec![4, 16], &codes).unwrap()),
-        ("model.layers.0.mlp.gate_proj.weight_scale", TensorView::new(Dtype::F8_E4M3, vec![4, 1], &scales).unwrap()),
-        ("model.layers.0.mlp.gate_proj.weight_scale_2", TensorView::new(Dtype::F32, vec![], &s2).unwrap()),
+        (
+            "model.layers.0.mlp.gate_proj.weight",
+            TensorView::new(Dtype::U8, vec![4, 16], &codes).unwrap(),
+        ),
+        (
+            "model.layers.0.mlp.gate_proj.weight_scale",
+            TensorView::new(Dtype::F8_E4M3, vec![4, 1], &scales).unwrap(),
+        ),
+        (
+            "model.layers.0.mlp.gate_proj.weight_scale_2",
+            TensorView::new(Dtype::F32, vec![], &s2).unwrap(),
+        ),
     ];
     let p = dir.path().join("model.safetensors");
     safetensors::serialize_to_file(tensors, None, &p).unwrap();
@@ -285,10 +353,17 @@ fn quantized_companions_with_wrong_shapes_are_refused_by_name() {
     let i = m.tensor("model.layers.0.mlp.gate_proj.weight").unwrap();
     let w = metrale_pack::model::FfnWeight::ModelOptNvfp4 {
         weight: i,
-        scale: m.tensor("model.layers.0.mlp.gate_proj.weight_scale").unwrap(),
-        scale_2: m.tensor("model.layers.0.mlp.gate_proj.weight_scale_2").unwrap(),
+        scale: m
+            .tensor("model.layers.0.mlp.gate_proj.weight_scale")
+            .unwrap(),
+        scale_2: m
+            .tensor("model.layers.0.mlp.gate_proj.weight_scale_2")
+            .unwrap(),
         input_scale: None,
     };
     let msg = m.decode_weight(&w).err().unwrap().to_string();
-    assert!(msg.contains("model.layers.0.mlp.gate_proj.weight_scale") && msg.contains("[4, 2]"), "{msg}");
+    assert!(
+        msg.contains("model.layers.0.mlp.gate_proj.weight_scale") && msg.contains("[4, 2]"),
+        "{msg}"
+    );
 }

@@ -7,8 +7,16 @@ use common::*;
 use std::process::Command;
 
 fn cli(args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_metrale-pack")).args(args).env("RUST_BACKTRACE", "0").output().unwrap();
-    assert!(out.status.success(), "metrale-pack {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_metrale-pack"))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "metrale-pack {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 
@@ -31,7 +39,10 @@ fn smollm2_inspect_matches_gguf_py_tensor_table() {
     let out = dir.path().join("t.json");
     python_ref(&["tensors", gs, out.to_str().unwrap()]);
     let theirs: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-    let (a, b) = (ours["tensors"].as_array().unwrap(), theirs["tensors"].as_array().unwrap());
+    let (a, b) = (
+        ours["tensors"].as_array().unwrap(),
+        theirs["tensors"].as_array().unwrap(),
+    );
     assert_eq!(a.len(), b.len());
     assert_eq!(a.len(), 272);
     for (x, y) in a.iter().zip(b) {
@@ -41,7 +52,10 @@ fn smollm2_inspect_matches_gguf_py_tensor_table() {
     }
     // Text mode names the FFN layers too.
     let text = String::from_utf8(cli(&["inspect", gs]).stdout).unwrap();
-    assert!(text.contains("ffn layers: 30, hidden: 576, intermediate: 1536, activation: silu"), "{text}");
+    assert!(
+        text.contains("ffn layers: 30, hidden: 576, intermediate: 1536, activation: silu"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -49,7 +63,12 @@ fn smollm2_dump_matches_gguf_py_dequantize_bit_for_bit() {
     let g = smollm2_gguf();
     let gs = g.to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    for name in ["blk.0.ffn_gate.weight", "blk.29.ffn_down.weight", "token_embd.weight", "blk.3.attn_norm.weight"] {
+    for name in [
+        "blk.0.ffn_gate.weight",
+        "blk.29.ffn_down.weight",
+        "token_embd.weight",
+        "blk.3.attn_norm.weight",
+    ] {
         let ours = dir.path().join("ours.npy");
         let theirs = dir.path().join("theirs.npy");
         cli(&["dump", gs, name, "-o", ours.to_str().unwrap()]);
@@ -80,15 +99,27 @@ fn minilm_inspect_and_dump() {
     assert_eq!(tensors.len(), 104);
     let st = d.join("model.safetensors");
     let dir = tempfile::tempdir().unwrap();
-    for name in ["encoder.layer.0.intermediate.dense.weight", "embeddings.position_ids", "pooler.dense.bias"] {
+    for name in [
+        "encoder.layer.0.intermediate.dense.weight",
+        "embeddings.position_ids",
+        "pooler.dense.bias",
+    ] {
         let t = tensors.iter().find(|t| t["name"] == name).unwrap();
         let ours = dir.path().join("o.npy");
         let theirs = dir.path().join("t.npy");
         cli(&["dump", ds, name, "-o", ours.to_str().unwrap()]);
-        python_ref(&["st_tensor", st.to_str().unwrap(), name, theirs.to_str().unwrap()]);
+        python_ref(&[
+            "st_tensor",
+            st.to_str().unwrap(),
+            name,
+            theirs.to_str().unwrap(),
+        ]);
         let (a, b) = (read_npy(&ours), read_npy(&theirs));
         assert_eq!(a.shape, b.shape, "{name}");
-        assert_eq!(a.shape.iter().map(|&d| d as u64).collect::<Vec<_>>(), serde_json::from_value::<Vec<u64>>(t["shape"].clone()).unwrap());
+        assert_eq!(
+            a.shape.iter().map(|&d| d as u64).collect::<Vec<_>>(),
+            serde_json::from_value::<Vec<u64>>(t["shape"].clone()).unwrap()
+        );
         assert_bits_eq(name, &a.to_f32(), &b.to_f32());
     }
 }

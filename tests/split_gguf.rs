@@ -19,7 +19,11 @@ fn shard(no: u16, count: u16, total: i32, names: &[&str]) -> Vec<u8> {
     let ts: Vec<(&str, Vec<u64>, GgmlType, Vec<u8>)> = names
         .iter()
         .map(|n| {
-            let ne = if n.contains("down") { vec![64, 32] } else { vec![32, 64] };
+            let ne = if n.contains("down") {
+                vec![64, 32]
+            } else {
+                vec![32, 64]
+            };
             (*n, ne, GgmlType::F16, vec![no as u8 + 1; 64 * 32 * 2])
         })
         .collect();
@@ -52,20 +56,46 @@ fn inconsistent_splits_are_refused() {
     let a = ["blk.0.ffn_gate.weight"];
     // Declared 3 tensors, the shards hold 2.
     std::fs::write(dir.path().join("m-00001-of-00002.gguf"), shard(0, 2, 3, &a)).unwrap();
-    std::fs::write(dir.path().join("m-00002-of-00002.gguf"), shard(1, 2, 3, &["blk.0.ffn_up.weight"])).unwrap();
-    let msg = Model::open(&dir.path().join("m-00001-of-00002.gguf")).err().unwrap().to_string();
-    assert!(msg.contains("split.tensors.count = 3") && msg.contains("2 tensors"), "{msg}");
+    std::fs::write(
+        dir.path().join("m-00002-of-00002.gguf"),
+        shard(1, 2, 3, &["blk.0.ffn_up.weight"]),
+    )
+    .unwrap();
+    let msg = Model::open(&dir.path().join("m-00001-of-00002.gguf"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("split.tensors.count = 3") && msg.contains("2 tensors"),
+        "{msg}"
+    );
     // Wrong split.no in the second shard.
-    std::fs::write(dir.path().join("m-00002-of-00002.gguf"), shard(0, 2, 2, &["blk.0.ffn_up.weight"])).unwrap();
-    let msg = Model::open(&dir.path().join("m-00001-of-00002.gguf")).err().unwrap().to_string();
-    assert!(msg.contains("m-00002-of-00002.gguf") && msg.contains("split.no"), "{msg}");
+    std::fs::write(
+        dir.path().join("m-00002-of-00002.gguf"),
+        shard(0, 2, 2, &["blk.0.ffn_up.weight"]),
+    )
+    .unwrap();
+    let msg = Model::open(&dir.path().join("m-00001-of-00002.gguf"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("m-00002-of-00002.gguf") && msg.contains("split.no"),
+        "{msg}"
+    );
     // A missing shard.
     std::fs::remove_file(dir.path().join("m-00002-of-00002.gguf")).unwrap();
-    let msg = Model::open(&dir.path().join("m-00001-of-00002.gguf")).err().unwrap().to_string();
+    let msg = Model::open(&dir.path().join("m-00001-of-00002.gguf"))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(msg.contains("m-00002-of-00002.gguf"), "{msg}");
     // The same tensor in both shards.
     std::fs::write(dir.path().join("m-00001-of-00002.gguf"), shard(0, 2, 2, &a)).unwrap();
     std::fs::write(dir.path().join("m-00002-of-00002.gguf"), shard(1, 2, 2, &a)).unwrap();
-    let msg = Model::open(&dir.path().join("m-00001-of-00002.gguf")).err().unwrap().to_string();
+    let msg = Model::open(&dir.path().join("m-00001-of-00002.gguf"))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(msg.contains("appears twice"), "{msg}");
 }

