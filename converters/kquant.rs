@@ -19,18 +19,18 @@ pub fn nearest_int(f: f32) -> i32 {
 /// `nstep + 1` candidate inverse scales around `nmax / (max - min)`. Fills `l` with the codes;
 /// returns `(scale, the_min)` where `the_min` is the negated (non-negative) offset.
 #[allow(clippy::too_many_arguments)]
-pub fn make_qkx2_quants(
+pub fn make_qkx2_quants<const N: usize>(
     nmax: i32,
-    x: &[f32],
-    weights: &[f32],
-    l: &mut [u8],
-    laux: &mut [u8],
+    x: &[f32; N],
+    weights: &[f32; N],
+    l: &mut [u8; N],
+    laux: &mut [u8; N],
     rmin: f32,
     rdelta: f32,
     nstep: i32,
     use_mad: bool,
 ) -> (f32, f32) {
-    let n = x.len();
+    let n = N;
     let mut min = x[0];
     let mut max = x[0];
     let mut sum_w = weights[0];
@@ -50,7 +50,7 @@ pub fn make_qkx2_quants(
         min = 0.0;
     }
     if max == min {
-        l[..n].fill(0);
+        l.fill(0);
         return (0.0, -min);
     }
     let mut iscale = nmax as f32 / (max - min);
@@ -93,7 +93,7 @@ pub fn make_qkx2_quants(
                 mad += weights[i] * diff;
             }
             if mad < best_mad {
-                l[..n].copy_from_slice(&laux[..n]);
+                l.copy_from_slice(laux);
                 best_mad = mad;
                 scale = this_scale;
                 min = this_min;

@@ -54,7 +54,7 @@ impl BlockEncode for Q2K {
         let mut max_scale = 0f32;
         let mut max_min = 0f32;
         for j in 0..16 {
-            let xs = &x[16 * j..16 * j + 16];
+            let xs: &[f32; 16] = x[16 * j..16 * j + 16].try_into().unwrap();
             for (w, &v) in weights.iter_mut().zip(xs) {
                 *w = v.abs();
             }
@@ -62,7 +62,7 @@ impl BlockEncode for Q2K {
                 3,
                 xs,
                 &weights,
-                &mut l[16 * j..16 * j + 16],
+                (&mut l[16 * j..16 * j + 16]).try_into().unwrap(),
                 &mut laux,
                 -0.5,
                 0.1,

@@ -57,7 +57,7 @@ impl BlockEncode for Q4K {
         let mut max_scale = 0f32;
         let mut max_min = 0f32;
         for j in 0..8 {
-            let xs = &x[32 * j..32 * j + 32];
+            let xs: &[f32; 32] = x[32 * j..32 * j + 32].try_into().unwrap();
             let mut sum_x2 = 0f32;
             for &v in xs {
                 sum_x2 += v * v;
@@ -70,7 +70,7 @@ impl BlockEncode for Q4K {
                 15,
                 xs,
                 &weights,
-                &mut l[32 * j..32 * j + 32],
+                (&mut l[32 * j..32 * j + 32]).try_into().unwrap(),
                 &mut laux,
                 -1.0,
                 0.1,

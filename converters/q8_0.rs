@@ -36,8 +36,22 @@ impl BlockEncode for Q8_0 {
         let (d, id) = q8_scale(x);
         out.d = to_f16_le(d);
         for (q, &v) in out.qs.iter_mut().zip(x) {
-            *q = (v * id).round() as i8;
+            *q = roundf_small(v * id) as i8;
         }
+    }
+}
+
+/// C `roundf` (half away from zero) for |x| < 2^31, bit-exact: `x - trunc(x)` is exact in f32.
+#[inline]
+pub(crate) fn roundf_small(x: f32) -> i32 {
+    let t = x as i32;
+    let frac = x - t as f32;
+    if frac >= 0.5 {
+        t + 1
+    } else if frac <= -0.5 {
+        t - 1
+    } else {
+        t
     }
 }
 
@@ -50,4 +64,24 @@ pub(crate) fn q8_scale(x: &[f32]) -> (f32, f32) {
     }
     let d = amax / 127.0;
     (d, if d != 0.0 { 1.0 / d } else { 0.0 })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn roundf_small_is_half_away_from_zero() {
+        for (x, r) in [
+            (0.5f32, 1),
+            (-0.5, -1),
+            (1.5, 2),
+            (2.5, 3),
+            (-2.5, -3),
+            (0.49999997, 0),
+            (126.6, 127),
+            (-0.2, 0),
+        ] {
+            assert_eq!(super::roundf_small(x), r, "{x}");
+            assert_eq!(x.round() as i32, r, "{x}");
+        }
+    }
 }

@@ -5,7 +5,7 @@
 //! sum of the rounded codes. (The MMQ activation blocks of a later issue take `s` from the
 //! unquantized inputs instead; that is a different layout.)
 
-use super::q8_0::q8_scale;
+use super::q8_0::{q8_scale, roundf_small};
 use super::{BlockEncode, BlockFormat, f16_le, to_f16_le};
 use bytemuck::{Pod, Zeroable};
 
@@ -40,7 +40,7 @@ impl BlockEncode for Q8_1 {
         out.d = to_f16_le(d);
         let mut sum = 0i32;
         for (q, &v) in out.qs.iter_mut().zip(x) {
-            *q = (v * id).round() as i8;
+            *q = roundf_small(v * id) as i8;
             sum += *q as i32;
         }
         out.s = to_f16_le(sum as f32 * d);
