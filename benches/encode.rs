@@ -68,7 +68,8 @@ fn main() {
         "{:<6} {:>14} {:>14} {:>16} {:>14}",
         "type", "ours 1t MB/s", "ours 2t MB/s", "libgguf 1t MB/s", "ours/libgguf"
     );
-    let rows: [(&str, fn(&[f32], usize) -> f64); 3] = [
+    type Timer = fn(&[f32], usize) -> f64;
+    let rows: [(&str, Timer); 3] = [
         ("Q8_0", best_secs::<Q8_0>),
         ("Q4_K", best_secs::<Q4K>),
         ("Q2_K", best_secs::<Q2K>),
