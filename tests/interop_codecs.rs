@@ -115,3 +115,43 @@ fn type_table_matches_gguf_py_except_documented_q8_1() {
     }
     assert_eq!(map.len(), GgmlType::ALL.len());
 }
+
+#[test]
+fn bf16_and_f16_encoders_match_gguf_py_and_numpy() {
+    use metrale_pack::converters::{bf16, f16};
+    let mut rng = Rng::fresh("bf16");
+    let dir = tempfile::tempdir().unwrap();
+    // Weights plus edge values: ties, overflow to infinity, subnormals, NaN payloads.
+    let mut x = rng.weights(8192);
+    let edges = [
+        f32::from_bits(0x3F80_8000),
+        f32::from_bits(0x3F81_8000),
+        f32::MAX,
+        -f32::MAX,
+        65520.0,
+        1e-8,
+        -1e-45,
+        f32::INFINITY,
+        f32::from_bits(0x7F80_0001),
+        f32::from_bits(0xFFC1_2345),
+    ];
+    x[..edges.len()].copy_from_slice(&edges);
+    let inp = dir.path().join("x.npy");
+    write_npy_f32(&inp, &[8192], &x);
+    for (name, ours) in [("BF16", bf16::encode(&x)), ("F16", f16::encode(&x))] {
+        let out = dir.path().join(format!("{name}.npy"));
+        python_ref(&["quant_py", name, inp.to_str().unwrap(), out.to_str().unwrap()]);
+        let theirs = read_npy(&out).data;
+        for i in 0..x.len() {
+            let (a, b) = (&ours[2 * i..2 * i + 2], &theirs[2 * i..2 * i + 2]);
+            let nan = x[i].is_nan() && name == "F16";
+            // numpy keeps NaN payload bits differently from `half`; both must still be NaN.
+            if nan {
+                assert!(f16::to_f32(u16::from_le_bytes([a[0], a[1]])).is_nan());
+                assert!(f16::to_f32(u16::from_le_bytes([b[0], b[1]])).is_nan());
+            } else {
+                assert_eq!(a, b, "{name} element {i} ({})", x[i]);
+            }
+        }
+    }
+}

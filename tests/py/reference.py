@@ -27,6 +27,16 @@ def main() -> None:
         x = np.ascontiguousarray(np.load(sys.argv[3]), dtype=np.float32)
         out = libgguf.quantize_rows(x, qtype)
         np.save(sys.argv[4], np.ascontiguousarray(out).view(np.uint8).reshape(-1))
+    elif cmd == "quant_py":
+        # gguf-py's own quantizers (BF16 = ggml_compute_fp32_to_bf16; F16 = numpy's IEEE cast).
+        import gguf
+        from gguf import quants
+        x = np.ascontiguousarray(np.load(sys.argv[3]), dtype=np.float32)
+        if sys.argv[2] == "F16":
+            out = x.astype(np.float16)
+        else:
+            out = quants.quantize(x, gguf.GGMLQuantizationType[sys.argv[2]])
+        np.save(sys.argv[4], np.ascontiguousarray(out).view(np.uint8).reshape(-1))
     elif cmd == "sizes":
         from gguf.constants import GGML_QUANT_SIZES
         json.dump({t.name: list(v) for t, v in GGML_QUANT_SIZES.items()}, open(sys.argv[2], "w"))
