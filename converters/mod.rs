@@ -16,6 +16,7 @@ pub mod fp8;
 pub mod fp8_block;
 pub mod fp8_row;
 pub mod kquant;
+pub mod layouts;
 pub mod mxfp4;
 pub mod nvfp4;
 pub mod nvfp4_modelopt;

@@ -140,7 +140,12 @@ fn bf16_and_f16_encoders_match_gguf_py_and_numpy() {
     write_npy_f32(&inp, &[8192], &x);
     for (name, ours) in [("BF16", bf16::encode(&x)), ("F16", f16::encode(&x))] {
         let out = dir.path().join(format!("{name}.npy"));
-        python_ref(&["quant_py", name, inp.to_str().unwrap(), out.to_str().unwrap()]);
+        python_ref(&[
+            "quant_py",
+            name,
+            inp.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ]);
         let theirs = read_npy(&out).data;
         for i in 0..x.len() {
             let (a, b) = (&ours[2 * i..2 * i + 2], &theirs[2 * i..2 * i + 2]);

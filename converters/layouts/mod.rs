@@ -1,0 +1,159 @@
+//! Pack layouts: the byte layouts a dense FFN layer's GPU kernels read, one file per layout
+//! (spec in formats.md, "Pack layouts"). Each layout turns an f32 `[n, k]` weight (or, where the
+//! source already is the target, its stored bytes) into named parts, and decodes them back.
+//! Every function is pure and deterministic at any thread count.
+
+pub mod bf16;
+pub mod fp8;
+pub mod lora;
+pub mod nvfp4;
+pub mod nvfp4_mmq;
+pub mod nvfp4_t;
+pub mod q2g128;
+pub mod q4k_mmq;
+pub mod w8a8;
+
+/// An FFN projection, as named in pack tensor names (`blk.N.ffn_<proj>.<layout>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Proj {
+    Gate,
+    Up,
+    Down,
+    /// The fused `[2*inter, hidden]` gate+up weight (FP8).
+    GateUp,
+}
+
+impl Proj {
+    pub fn name(self) -> &'static str {
+        match self {
+            Proj::Gate => "gate",
+            Proj::Up => "up",
+            Proj::Down => "down",
+            Proj::GateUp => "gate_up",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Self> {
+        Some(match s {
+            "gate" => Proj::Gate,
+            "up" => Proj::Up,
+            "down" => Proj::Down,
+            "gate_up" => Proj::GateUp,
+            _ => return None,
+        })
+    }
+}
+
+/// A pack layout tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Layout {
+    Nvfp4,
+    Nvfp4T,
+    Nvfp4Mmq,
+    Q4kMmq,
+    Fp8,
+    W8a8,
+    Bf16,
+    Q2g128,
+    Lora,
+}
+
+impl Layout {
+    pub const ALL: [Layout; 9] = [
+        Layout::Nvfp4,
+        Layout::Nvfp4T,
+        Layout::Nvfp4Mmq,
+        Layout::Q4kMmq,
+        Layout::Fp8,
+        Layout::W8a8,
+        Layout::Bf16,
+        Layout::Q2g128,
+        Layout::Lora,
+    ];
+    pub fn tag(self) -> &'static str {
+        match self {
+            Layout::Nvfp4 => "nvfp4",
+            Layout::Nvfp4T => "nvfp4_t",
+            Layout::Nvfp4Mmq => "nvfp4_mmq",
+            Layout::Q4kMmq => "q4k_mmq",
+            Layout::Fp8 => "fp8",
+            Layout::W8a8 => "w8a8",
+            Layout::Bf16 => "bf16",
+            Layout::Q2g128 => "q2g128",
+            Layout::Lora => "lora",
+        }
+    }
+    pub fn from_tag(s: &str) -> Option<Self> {
+        Layout::ALL.into_iter().find(|l| l.tag() == s)
+    }
+    /// The projections this layout stores for one layer (FP8 fuses gate and up).
+    pub fn projections(self) -> &'static [Proj] {
+        match self {
+            Layout::Fp8 => &[Proj::GateUp, Proj::Down],
+            _ => &[Proj::Gate, Proj::Up, Proj::Down],
+        }
+    }
+}
+
+/// One projection in one layout: its parts (suffix, bytes; suffix "" for a single blob), the
+/// padded shape and derived scalars (name, f32).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Encoded {
+    pub parts: Vec<(&'static str, Vec<u8>)>,
+    pub padded: [usize; 2],
+    pub scalars: Vec<(&'static str, f32)>,
+}
+
+/// Round `x` up to a multiple of `m`.
+pub fn round_up(x: usize, m: usize) -> usize {
+    x.div_ceil(m) * m
+}
+
+/// Copy a row-major `[n, k]` matrix into a zero-filled `[np, kp]` one.
+pub fn pad(x: &[f32], n: usize, k: usize, np: usize, kp: usize) -> Vec<f32> {
+    if (n, k) == (np, kp) {
+        return x.to_vec();
+    }
+    let mut out = vec![0f32; np * kp];
+    for r in 0..n {
+        out[r * kp..r * kp + k].copy_from_slice(&x[r * k..r * k + k]);
+    }
+    out
+}
+
+/// Take the logical `[n, k]` top-left of a row-major `[np, kp]` matrix.
+pub fn crop(x: &[f32], kp: usize, n: usize, k: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n * k);
+    for r in 0..n {
+        out.extend_from_slice(&x[r * kp..r * kp + k]);
+    }
+    out
+}
+
+/// Pad each of `n` rows of `row_bytes` bytes to `padded_row_bytes` with zeros, and add zero rows
+/// up to `np` rows.
+pub fn pad_rows_bytes(
+    b: &[u8],
+    n: usize,
+    row_bytes: usize,
+    padded_row_bytes: usize,
+    np: usize,
+) -> Vec<u8> {
+    let mut out = vec![0u8; np * padded_row_bytes];
+    for r in 0..n {
+        out[r * padded_row_bytes..r * padded_row_bytes + row_bytes]
+            .copy_from_slice(&b[r * row_bytes..(r + 1) * row_bytes]);
+    }
+    out
+}
+
+/// Little-endian f32 bytes.
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// f32 values from little-endian bytes.
+pub fn f32_from(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
