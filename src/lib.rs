@@ -10,6 +10,7 @@ pub mod gguf;
 pub mod gguf_write;
 pub mod model;
 pub mod npy;
+pub mod pack;
 pub mod safetensors_file;
 
 pub use error::{Error, Result};

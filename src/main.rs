@@ -2,8 +2,10 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use metrale_pack::converters::layouts::{Layout, q4k_mmq::DownFormat};
 use metrale_pack::model::{Format, Model};
-use metrale_pack::{atomic, model, npy};
+use metrale_pack::pack::{self, ConvertOptions, Pack};
+use metrale_pack::{atomic, gguf, model, npy};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -28,6 +30,37 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Convert a checkpoint (GGUF, safetensors file or directory) into a pack: one GGUF v3 file
+    /// with every tensor that is not an FFN weight copied byte for byte, and for each dense FFN
+    /// layer the chosen layouts in one contiguous device segment.
+    ///
+    /// Default layouts (sm_90 engine): nvfp4,nvfp4_mmq for SiLU models (what the engine holds
+    /// after finalize_nvfp4_mmq_load), nvfp4,nvfp4_t for GELU models (that finalize skips them).
+    Convert {
+        src: PathBuf,
+        /// Output pack (default: SRC with extension .mpk.gguf).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Comma-separated layouts: nvfp4, nvfp4_t, nvfp4_mmq, q4k_mmq, fp8, w8a8, bf16, q2g128, lora.
+        #[arg(long, value_delimiter = ',')]
+        layouts: Option<Vec<String>>,
+        /// How q4k_mmq stores the down projection: int8 (per-row scales) or q4k.
+        #[arg(long, default_value = "int8")]
+        q4k_down: String,
+        /// A PEFT LoRA adapter directory for gate/up/down (adds the lora layout; needs nvfp4).
+        #[arg(long)]
+        lora: Option<PathBuf>,
+        /// Worker threads (default: all cores). The output bytes do not depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    /// Check a pack: every tensor's checksum; with --source, re-derive every tensor from the
+    /// source checkpoint and compare bit for bit.
+    Verify {
+        pack: PathBuf,
+        #[arg(long)]
+        source: Option<PathBuf>,
+    },
     /// Write one tensor to a .npy file: decoded to f32 in its logical shape, or its stored bytes.
     Dump {
         file: PathBuf,
@@ -44,7 +77,18 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
+    let r = run(Cli::parse());
+    // A closed stdout (`inspect ... | head`) is not an error.
+    if let Err(e) = &r
+        && e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    {
+        return Ok(());
+    }
+    r
+}
+
+fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Inspect { file, json } => inspect(&file, json),
         Cmd::Dump {
@@ -53,11 +97,135 @@ fn main() -> Result<()> {
             output,
             raw,
         } => dump(&file, &tensor, &output, raw),
+        Cmd::Convert {
+            src,
+            output,
+            layouts,
+            q4k_down,
+            lora,
+            threads,
+        } => convert(&src, output, layouts, &q4k_down, lora, threads),
+        Cmd::Verify { pack, source } => verify(&pack, source.as_deref()),
     }
+}
+
+fn convert(
+    src: &Path,
+    output: Option<PathBuf>,
+    layouts: Option<Vec<String>>,
+    q4k_down: &str,
+    lora: Option<PathBuf>,
+    threads: Option<usize>,
+) -> Result<()> {
+    let layouts = layouts
+        .map(|v| {
+            v.iter()
+                .map(|t| {
+                    Layout::from_tag(t.trim()).with_context(|| format!("unknown layout {t:?}"))
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .transpose()?;
+    let q4k_down = match q4k_down {
+        "int8" => DownFormat::Int8,
+        "q4k" => DownFormat::Q4k,
+        other => anyhow::bail!("--q4k-down must be int8 or q4k, not {other:?}"),
+    };
+    let out = output.unwrap_or_else(|| {
+        let base = if src.is_dir() {
+            src.join("model")
+        } else {
+            src.with_extension("")
+        };
+        base.with_extension("mpk.gguf")
+    });
+    let opts = ConvertOptions {
+        layouts,
+        q4k_down,
+        lora,
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()?;
+    let model = Model::open(src)?;
+    let bar = indicatif::ProgressBar::new(1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta}")
+            .unwrap(),
+    );
+    let t0 = std::time::Instant::now();
+    let progress = |done: u64, total: u64| {
+        bar.set_length(total);
+        bar.set_position(done);
+    };
+    let manifest = pool.install(|| pack::convert(&model, &opts, &out, &progress))?;
+    bar.finish_and_clear();
+    let bytes = std::fs::metadata(&out)?.len();
+    let secs = t0.elapsed().as_secs_f64();
+    let src_bytes: u64 = model
+        .files
+        .iter()
+        .map(|f| std::fs::metadata(f.path()).map(|m| m.len()).unwrap_or(0))
+        .sum();
+    eprintln!(
+        "wrote {} ({:.1} MB, {} tensors, {} FFN layers, layouts {}) in {:.2} s: {:.1} MB/s of source, peak RSS {}",
+        out.display(),
+        bytes as f64 / 1e6,
+        manifest.tensors.len(),
+        manifest.model.ffn_layers,
+        manifest.layouts.join(","),
+        secs,
+        src_bytes as f64 / 1e6 / secs,
+        peak_rss().unwrap_or_else(|| "unknown".into())
+    );
+    Ok(())
+}
+
+fn verify(path: &Path, source: Option<&Path>) -> Result<()> {
+    let p = Pack::open(path)?;
+    let bad = p.verify_checksums();
+    anyhow::ensure!(
+        bad.is_empty(),
+        "{}: checksum mismatch in {} tensors: {}",
+        path.display(),
+        bad.len(),
+        bad.join(", ")
+    );
+    eprintln!(
+        "{}: {} tensors, checksums ok",
+        path.display(),
+        p.manifest.tensors.len()
+    );
+    if let Some(src) = source {
+        let m = Model::open(src)?;
+        let c = pack::verify_against_source(&p, &m)?;
+        anyhow::ensure!(
+            c.mismatched.is_empty(),
+            "{}: {} of {} tensors differ from what {} gives: {}",
+            path.display(),
+            c.mismatched.len(),
+            c.checked,
+            src.display(),
+            c.mismatched.join(", ")
+        );
+        eprintln!(
+            "{}: all {} tensors re-derived from {} bit for bit",
+            path.display(),
+            c.checked,
+            src.display()
+        );
+    }
+    Ok(())
 }
 
 fn inspect(path: &Path, json: bool) -> Result<()> {
     let m = Model::open(path)?;
+    let pack_manifest = match &m.files[0] {
+        model::SourceFile::Gguf(g) if pack::is_pack(g) => {
+            Some(Pack::from_gguf(gguf::GgufFile::open(path)?)?.manifest)
+        }
+        _ => None,
+    };
     let metadata: Vec<(String, String)> = match &m.files[0] {
         model::SourceFile::Gguf(g) => g
             .kvs
@@ -106,8 +274,14 @@ fn inspect(path: &Path, json: bool) -> Result<()> {
             "activation": m.activation.map(|a| a.name()),
             "ffn_layers": m.ffn_layers.len(),
             "ffn": layers,
-            "metadata": metadata.into_iter().map(|(k, v)| (k, serde_json::Value::String(v)))
+            "metadata": metadata.into_iter().filter(|(k, _)| k != pack::keys::MANIFEST).map(|(k, v)| (k, serde_json::Value::String(v)))
                 .collect::<serde_json::Map<String, serde_json::Value>>(),
+            "pack": pack_manifest.as_ref().map(|pm| serde_json::json!({
+                "format_version": pm.pack_format_version, "converter_version": pm.converter_version,
+                "target_arch": pm.target_arch, "kernel_abi": pm.kernel_abi, "layouts": pm.layouts,
+                "model": pm.model, "segment_offset": pm.segment_offset, "segment_bytes": pm.segment_bytes,
+                "sources": pm.sources, "options": pm.options,
+            })),
             "tensors": tensors,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -149,6 +323,30 @@ fn inspect(path: &Path, json: bool) -> Result<()> {
             m.tensors[l.down.main()].dtype.name()
         )?;
     }
+    if let Some(pm) = &pack_manifest {
+        writeln!(
+            o,
+            "pack: format {} (converter {}), target {} abi {}, layouts {}, {} FFN layers ({} x {}, {}), device segment {} bytes at data+{}",
+            pm.pack_format_version,
+            pm.converter_version,
+            pm.target_arch,
+            pm.kernel_abi,
+            pm.layouts.join(","),
+            pm.model.ffn_layers,
+            pm.model.intermediate_size,
+            pm.model.hidden_size,
+            pm.model.activation,
+            pm.segment_bytes,
+            pm.segment_offset
+        )?;
+        for s in &pm.sources {
+            writeln!(
+                o,
+                "  source {} ({} bytes, xxh3 {})",
+                s.name, s.bytes, s.xxh3
+            )?;
+        }
+    }
     writeln!(o, "metadata ({} keys):", metadata.len())?;
     for (k, v) in &metadata {
         writeln!(o, "  {k} = {v}")?;
@@ -175,6 +373,23 @@ fn inspect(path: &Path, json: bool) -> Result<()> {
 
 fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
     let m = Model::open(path)?;
+    if let model::SourceFile::Gguf(g) = &m.files[0]
+        && pack::is_pack(g)
+        && !raw
+        && m.tensor(name)
+            .map(|i| m.tensors[i].name.starts_with("blk.") && pack_blob(&m, i))
+            .unwrap_or(true)
+    {
+        let p = Pack::from_gguf(gguf::GgufFile::open(path)?)?;
+        let (values, shape) = p.decode_ffn(name)?;
+        let shape = shape.map(|d| d as usize);
+        atomic::write_atomic(out, |w| npy::write_f32(w, &shape, &values))?;
+        eprintln!(
+            "wrote {name} {shape:?} f32 (decoded layout) to {}",
+            out.display()
+        );
+        return Ok(());
+    }
     let i = m.tensor(name)?;
     if raw {
         let data = m.data(i);
@@ -200,4 +415,18 @@ fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
         .with_context(|| format!("writing {}", out.display()))?;
     eprintln!("wrote {name} {:?} f32 to {}", shape, out.display());
     Ok(())
+}
+
+/// Whether pack tensor `i` is an FFN blob (an I8 tensor named `blk.N.ffn_*.<layout>...`).
+fn pack_blob(m: &Model, i: usize) -> bool {
+    let t = &m.tensors[i];
+    t.dtype == model::DType::Ggml(metrale_pack::GgmlType::I8) && t.name.contains(".ffn_")
+}
+
+/// Peak resident set size of this process (Linux `VmHWM`).
+fn peak_rss() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(format!("{:.0} MB", kb / 1024.0))
 }

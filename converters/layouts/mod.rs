@@ -157,3 +157,16 @@ pub fn f32_from(b: &[u8]) -> Vec<f32> {
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
 }
+
+impl serde::Serialize for Layout {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.tag())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Layout {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Layout::from_tag(&s).ok_or_else(|| serde::de::Error::custom(format!("unknown layout {s}")))
+    }
+}

@@ -16,7 +16,8 @@ use rayon::prelude::*;
 pub const K_ALIGN: usize = 256;
 
 /// How the down projection is stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DownFormat {
     Int8,
     Q4k,
