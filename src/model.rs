@@ -524,6 +524,14 @@ impl Model {
         }
     }
 
+    /// The first file as GGUF, if it is one (its metadata is the model's).
+    pub fn files_gguf0(&self) -> &GgufFile {
+        match &self.files[0] {
+            SourceFile::Gguf(g) => g,
+            SourceFile::Safetensors(_) => panic!("not a GGUF model"),
+        }
+    }
+
     /// The file a tensor lives in, for messages.
     pub fn file_of(&self, t: usize) -> String {
         self.files[self.tensors[t].file]

@@ -179,7 +179,7 @@ enum Item {
         src: usize,
         ty: GgmlType,
         ne: Vec<u64>,
-        entry: TensorEntry,
+        entry: Box<TensorEntry>,
     },
     /// Part `part` of layout `layout` of projection `proj` of layer `layer`.
     Blob {
@@ -377,7 +377,7 @@ impl<'m> Plan<'m> {
                 src: i,
                 ty,
                 ne,
-                entry,
+                entry: Box::new(entry),
             });
         }
         for l in &model.ffn_layers {
@@ -418,7 +418,7 @@ impl<'m> Plan<'m> {
         while i < self.items.len() {
             match &self.items[i] {
                 Item::Passthrough { src, entry, .. } => {
-                    sink(&entry.name, m.data(*src), entry.clone())?;
+                    sink(&entry.name, m.data(*src), (**entry).clone())?;
                     i += 1;
                 }
                 Item::Blob { layer, .. } => {
@@ -769,7 +769,7 @@ pub fn convert(
         match it {
             Item::Passthrough { ty, ne, entry, .. } => {
                 planned.push((entry.name.clone(), *ty, ne.clone()));
-                placeholder_entries.push(entry.clone());
+                placeholder_entries.push((**entry).clone());
             }
             Item::Blob {
                 layer,
