@@ -160,7 +160,33 @@ impl SourceFile {
             SourceFile::Safetensors(s) => &s.path,
         }
     }
-    fn bytes(&self) -> &[u8] {
+    /// Drop this process's mapped pages inside `[start, end)` (page-aligned inward).
+    pub fn release(&self, start: u64, end: u64) {
+        let map = match self {
+            SourceFile::Gguf(g) => &g.map,
+            SourceFile::Safetensors(s) => &s.map,
+        };
+        const PAGE: u64 = 4096;
+        let (start, end) = (
+            start.div_ceil(PAGE) * PAGE,
+            (end / PAGE * PAGE).min(map.len() as u64),
+        );
+        if end > start {
+            // SAFETY: the map is a read-only, file-backed mapping; MADV_DONTNEED on it only
+            // discards this process's page-table entries, and later reads fault the unchanged
+            // file contents back in, so no slice into the range changes.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    start as usize,
+                    (end - start) as usize,
+                )
+            };
+        }
+    }
+
+    /// The whole mapped file.
+    pub fn bytes(&self) -> &[u8] {
         match self {
             SourceFile::Gguf(g) => &g.map,
             SourceFile::Safetensors(s) => &s.map,
@@ -544,6 +570,13 @@ impl Model {
     pub fn data(&self, i: usize) -> &[u8] {
         let t = &self.tensors[i];
         &self.files[t.file].bytes()[t.offset as usize..(t.offset + t.bytes) as usize]
+    }
+
+    /// Drop this process's mapped pages of tensor `i` (they stay in the page cache), so that
+    /// streaming through a model keeps the resident set at one layer, not the whole file.
+    pub fn release(&self, i: usize) {
+        let t = &self.tensors[i];
+        self.files[t.file].release(t.offset, t.offset + t.bytes);
     }
 
     /// Look a tensor up by name.

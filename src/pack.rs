@@ -419,6 +419,7 @@ impl<'m> Plan<'m> {
             match &self.items[i] {
                 Item::Passthrough { src, entry, .. } => {
                     sink(&entry.name, m.data(*src), (**entry).clone())?;
+                    m.release(*src);
                     i += 1;
                 }
                 Item::Blob { layer, .. } => {
@@ -437,6 +438,14 @@ impl<'m> Plan<'m> {
                         }
                         sink(&name, &bytes, entry)?;
                         i += 1;
+                    }
+                    let l = m
+                        .ffn_layers
+                        .iter()
+                        .find(|l| l.index == layer)
+                        .expect("planned layer");
+                    for t in [&l.gate, &l.up, &l.down].into_iter().flat_map(companions) {
+                        m.release(t);
                     }
                 }
             }
@@ -721,10 +730,16 @@ pub fn convert(
         .files
         .iter()
         .map(|f| {
-            let bytes = match f {
-                SourceFile::Gguf(g) => &g.map[..],
-                SourceFile::Safetensors(s) => &s.map[..],
-            };
+            let bytes = f.bytes();
+            // Streamed hash, dropping each chunk's pages behind it to keep the resident set small.
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            for (c, chunk) in bytes.chunks(64 << 20).enumerate() {
+                h.update(chunk);
+                f.release(
+                    (c as u64) << 26,
+                    ((c as u64 + 1) << 26).min(bytes.len() as u64),
+                );
+            }
             SourceInfo {
                 name: f
                     .path()
@@ -732,7 +747,7 @@ pub fn convert(
                     .map(|n| n.to_string_lossy().to_string())
                     .unwrap_or_default(),
                 bytes: bytes.len() as u64,
-                xxh3: hex(xxh3_64(bytes)),
+                xxh3: hex(h.digest()),
             }
         })
         .collect();
