@@ -4,6 +4,9 @@
 pub mod atomic;
 #[path = "../converters/mod.rs"]
 pub mod converters;
+
+pub mod ffn;
+pub mod gpu;
 pub mod error;
 pub mod ggml_type;
 pub mod gguf;

@@ -1,0 +1,286 @@
+// FP8 weight x f32 activation ("w8a16") projections over the `fp8` pack layout: E4M3 codes
+// [np, kp] row-major with one f32 scale per 128x128 block ([np/128, kp/128]).
+// y[r, j] = sum_kb s[j/128, kb] * sum_{i in kb} e4m3(w[j, i]) * a(x[r, i])   (j < n, i < k)
+// a = identity (GEMVs, base GEMM) or round-to-bf16 (tensor-core GEMMs). Contract and CPU twin:
+// src/gpu/reference.rs `fp8_block_row`. Requirements (checked by the layer): k % 16 == 0,
+// kp % 128 == 0, np % 128 == 0, 16-byte aligned pointers.
+// Common arguments: (x, m, w, s, y, n, k, kp, ldy); x row stride k, y row stride ldy.
+
+#include <cuda_fp8.h>
+#include <cuda_bf16.h>
+
+__device__ __forceinline__ float fp8f(unsigned int b) {
+    __nv_fp8_e4m3 v;
+    v.__x = (__nv_fp8_storage_t)(b & 0xffu);
+    return (float)v;
+}
+
+// ---- GEMV: one warp per output row, 16 weight bytes per lane per step ----
+template <int M>
+__device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
+                                         const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp, int ldy) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (j >= n) return;
+    const int gk = kp >> 7;
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = 0.f;
+    const unsigned char* wr = w + (size_t)j * kp;
+    const float* sr = s + (size_t)(j >> 7) * gk;
+#pragma unroll 2
+    for (int kk = lane * 16; kk < k; kk += 512) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(wr + kk));
+        const unsigned int words[4] = {v.x, v.y, v.z, v.w};
+        float wf[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) wf[i] = fp8f(words[i >> 2] >> (8 * (i & 3)));
+        const float sc = __ldg(sr + (kk >> 7));
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+            if (r < m) {
+                const float4* xr = reinterpret_cast<const float4*>(x + (size_t)r * k + kk);
+                float p = 0.f;
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float4 xv = __ldg(xr + q);
+                    p += wf[4 * q] * xv.x + wf[4 * q + 1] * xv.y + wf[4 * q + 2] * xv.z + wf[4 * q + 3] * xv.w;
+                }
+                acc[r] += p * sc;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+        float v = acc[r];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0 && r < m) y[(size_t)r * ldy + j] = v;
+    }
+}
+
+// m <= 4. Grid ceil(n / 8), block 256.
+extern "C" __global__ void w8a16_gemv_batch4(const float* x, int m, const unsigned char* w, const float* s, float* y,
+                                             int n, int k, int kp, int ldy) {
+    gemv_fp8<4>(x, m, w, s, y, n, k, kp, ldy);
+}
+
+// m <= 16. Grid ceil(n / 8), block 256.
+extern "C" __global__ void w8a16_gemv_batch16(const float* x, int m, const unsigned char* w, const float* s, float* y,
+                                              int n, int k, int kp, int ldy) {
+    gemv_fp8<16>(x, m, w, s, y, n, k, kp, ldy);
+}
+
+// ---- Tensor-core GEMM: bf16 mma.sync m16n8k16, tile BM x 128 x 32, 4 warps ----
+// Weights decode exactly to bf16 (E4M3 fits in bf16); activations round to bf16. A 128-row
+// output tile shares one scale per 128-wide k block: partial sums per block, then scaled.
+// The next k tile is loaded into registers while the current one is multiplied.
+#define TC_BN 128
+#define TC_BK 32
+#define TC_PAD 8
+
+__device__ __forceinline__ void mma_bf16(float* c, const unsigned int* a, const unsigned int* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ unsigned int pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<unsigned int*>(&v);
+}
+
+template <int BM, int WARPS_M>
+__device__ __forceinline__ void gemm_fp8_tc(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
+                                            const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp, int ldy) {
+    constexpr int WARPS_N = 4 / WARPS_M;
+    constexpr int WM = BM / WARPS_M, WN = TC_BN / WARPS_N;
+    constexpr int MT = WM / 16, NT = WN / 8;
+    constexpr int A_VEC = BM * TC_BK / 4 / 128;  // float4 per thread
+    __shared__ __align__(16) __nv_bfloat16 As[BM][TC_BK + TC_PAD];
+    __shared__ __align__(16) __nv_bfloat16 Bs[TC_BN][TC_BK + TC_PAD];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+    const int n0 = blockIdx.x * TC_BN, m0 = blockIdx.y * BM;
+    const int gk = kp >> 7;
+    const int g = lane >> 2, t4 = lane & 3;
+
+    float acc[MT][NT][4], part[MT][NT][4];
+#pragma unroll
+    for (int a = 0; a < MT; ++a)
+#pragma unroll
+        for (int b = 0; b < NT; ++b)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[a][b][c] = part[a][b][c] = 0.f;
+
+    float4 ra[A_VEC];
+    uint4 rb[2];
+    auto load = [&](int k0) {
+#pragma unroll
+        for (int v = 0; v < A_VEC; ++v) {
+            const int idx = tid + v * 128;  // float4 index in the BM x 8 grid
+            const int row = idx >> 3, col = (idx & 7) * 4;
+            const int gr = m0 + row, gc = k0 + col;
+            ra[v] = (gr < m && gc < k) ? __ldg(reinterpret_cast<const float4*>(x + (size_t)gr * k + gc)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+            const int idx = tid + v * 128;  // uint4 index in the 128 x 2 grid
+            const int row = idx >> 1, col = (idx & 1) * 16;
+            rb[v] = __ldg(reinterpret_cast<const uint4*>(w + (size_t)(n0 + row) * kp + k0 + col));
+        }
+    };
+    auto store = [&]() {
+#pragma unroll
+        for (int v = 0; v < A_VEC; ++v) {
+            const int idx = tid + v * 128;
+            const int row = idx >> 3, col = (idx & 7) * 4;
+            unsigned int* d = reinterpret_cast<unsigned int*>(&As[row][col]);
+            d[0] = pack_bf16(ra[v].x, ra[v].y);
+            d[1] = pack_bf16(ra[v].z, ra[v].w);
+        }
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+            const int idx = tid + v * 128;
+            const int row = idx >> 1, col = (idx & 1) * 16;
+            const unsigned int words[4] = {rb[v].x, rb[v].y, rb[v].z, rb[v].w};
+            unsigned int* d = reinterpret_cast<unsigned int*>(&Bs[row][col]);
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                const unsigned int wd = words[q >> 1] >> (16 * (q & 1));
+                d[q] = pack_bf16(fp8f(wd), fp8f(wd >> 8));
+            }
+        }
+    };
+
+    const int ktiles = (k + TC_BK - 1) / TC_BK;
+    load(0);
+    store();
+    __syncthreads();
+    for (int t = 0; t < ktiles; ++t) {
+        if (t + 1 < ktiles) load((t + 1) * TC_BK);
+#pragma unroll
+        for (int ks = 0; ks < TC_BK; ks += 16) {
+            unsigned int af[MT][4], bfr[NT][2];
+#pragma unroll
+            for (int a = 0; a < MT; ++a) {
+                const int r = wm0 + a * 16 + g, c = ks + t4 * 2;
+                af[a][0] = *reinterpret_cast<const unsigned int*>(&As[r][c]);
+                af[a][1] = *reinterpret_cast<const unsigned int*>(&As[r + 8][c]);
+                af[a][2] = *reinterpret_cast<const unsigned int*>(&As[r][c + 8]);
+                af[a][3] = *reinterpret_cast<const unsigned int*>(&As[r + 8][c + 8]);
+            }
+#pragma unroll
+            for (int b = 0; b < NT; ++b) {
+                const int r = wn0 + b * 8 + g, c = ks + t4 * 2;
+                bfr[b][0] = *reinterpret_cast<const unsigned int*>(&Bs[r][c]);
+                bfr[b][1] = *reinterpret_cast<const unsigned int*>(&Bs[r][c + 8]);
+            }
+#pragma unroll
+            for (int a = 0; a < MT; ++a)
+#pragma unroll
+                for (int b = 0; b < NT; ++b) mma_bf16(part[a][b], af[a], bfr[b]);
+        }
+        const int k_end = (t + 1) * TC_BK;
+        if ((k_end & 127) == 0 || t + 1 == ktiles) {
+            const float sc = __ldg(s + (size_t)(n0 >> 7) * gk + (t * TC_BK >> 7));
+#pragma unroll
+            for (int a = 0; a < MT; ++a)
+#pragma unroll
+                for (int b = 0; b < NT; ++b)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        acc[a][b][c] += part[a][b][c] * sc;
+                        part[a][b][c] = 0.f;
+                    }
+        }
+        __syncthreads();
+        if (t + 1 < ktiles) {
+            store();
+            __syncthreads();
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < MT; ++a)
+#pragma unroll
+        for (int b = 0; b < NT; ++b) {
+            const int r = m0 + wm0 + a * 16 + g, c = n0 + wn0 + b * 8 + t4 * 2;
+            if (r < m) {
+                if (c < n) y[(size_t)r * ldy + c] = acc[a][b][0];
+                if (c + 1 < n) y[(size_t)r * ldy + c + 1] = acc[a][b][1];
+            }
+            if (r + 8 < m) {
+                if (c < n) y[(size_t)(r + 8) * ldy + c] = acc[a][b][2];
+                if (c + 1 < n) y[(size_t)(r + 8) * ldy + c + 1] = acc[a][b][3];
+            }
+        }
+}
+
+// m <= 16 rows (the layer launches twice for 17..32). Grid (np / 128, 1), block 128.
+extern "C" __global__ void w8a16_gemm_m16(const float* x, int m, const unsigned char* w, const float* s, float* y,
+                                          int n, int k, int kp, int ldy) {
+    gemm_fp8_tc<16, 1>(x, m, w, s, y, n, k, kp, ldy);
+}
+
+// Any m. Grid (np / 128, ceil(m / 64)), block 128.
+extern "C" __global__ void w8a16_gemm_pipelined(const float* x, int m, const unsigned char* w, const float* s, float* y,
+                                                int n, int k, int kp, int ldy) {
+    gemm_fp8_tc<64, 2>(x, m, w, s, y, n, k, kp, ldy);
+}
+
+// ---- Base GEMM: f32 SIMT, 64 x 64 tile, k step 32, each thread 4 x 4 outputs ----
+// Exact f32 activations. Grid (ceil(n / 64), ceil(m / 64)), block 256.
+extern "C" __global__ void w8a16_gemm(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
+                                      const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp, int ldy) {
+    __shared__ float As[32][64 + 1];
+    __shared__ float Bs[32][64 + 1];
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int n0 = blockIdx.x * 64, m0 = blockIdx.y * 64;
+    const int gk = kp >> 7;
+    float acc[4][4] = {}, part[4][4] = {};
+    for (int k0 = 0; k0 < k; k0 += 32) {
+        for (int i = threadIdx.x; i < 64 * 32; i += 256) {
+            const int r = i >> 5, c = i & 31;
+            const int gr = m0 + r, gc = k0 + c;
+            As[c][r] = (gr < m && gc < k) ? x[(size_t)gr * k + gc] : 0.f;
+            const int gn = n0 + r;
+            Bs[c][r] = (gn < n && gc < k) ? fp8f(w[(size_t)gn * kp + gc]) : 0.f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int c = 0; c < 32; ++c) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                a[i] = As[c][ty * 4 + i];
+                b[i] = Bs[c][tx * 4 + i];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) part[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
+        if (((k0 + 32) & 127) == 0 || k0 + 32 >= k) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int gn = n0 + tx * 4 + j;
+                const float sc = gn < n ? s[(size_t)(gn >> 7) * gk + (k0 >> 7)] : 0.f;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    acc[i][j] += part[i][j] * sc;
+                    part[i][j] = 0.f;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int r = m0 + ty * 4 + i, c = n0 + tx * 4 + j;
+            if (r < m && c < n) y[(size_t)r * ldy + c] = acc[i][j];
+        }
+}

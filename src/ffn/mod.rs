@@ -1,0 +1,685 @@
+//! `DenseFfnLayer`: the engine's dense FFN layer with its weight overlays and forward arms, on
+//! any [`GpuBackend`]. This file holds the contract (methods, routing) and the BF16, FP8 and
+//! W8A8 arms; the NVFP4, Q4_K-MMQ, packed-Q2 and LoRA arms resolve their kernels by name and
+//! return [`GpuError::MissingKernel`] naming the kernel until those kernels exist.
+//!
+//! Activations are f32 row-major `[m, hidden]`; outputs land in the arena's `moe_output`
+//! (`[m, hidden]` f32). Every kernel launched is appended to `ForwardContext::trace`, so tests
+//! can assert which arm served a call.
+
+use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, ModelLevers, StreamId};
+use crate::model::Activation;
+use std::sync::Arc;
+
+/// Model dimensions the context is sized for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FfnConfig {
+    pub hidden: usize,
+    pub inter: usize,
+}
+
+/// Scratch buffers shared by the layers of a model.
+#[derive(Clone, Debug)]
+pub struct Arena {
+    /// `[max_tokens, hidden]` f32: every forward method's output.
+    pub moe_output: DevicePtr,
+    /// `[max_tokens, max(inter, 2*interp/max_tokens..)]` f32: gate projection output (the fused
+    /// FP8 gate+up GEMV writes `[1, 2*interp]` here).
+    pub expert_gate_out: DevicePtr,
+    /// `[max_tokens, inter]` f32: up projection output, and act-mul output of the fused path.
+    pub expert_up_out: DevicePtr,
+    /// LoRA `A x` and delta (used by the LoRA arm).
+    pub lora_xa: DevicePtr,
+    pub lora_delta: DevicePtr,
+    /// Packed-Q2 activation quantization and dequantization scratch (Q2 arm).
+    pub q2_act_q8: DevicePtr,
+    pub q2_dequant_scratch: DevicePtr,
+    /// FP8 activation codes `[max_tokens, kp_max]` and their row scales `[max_tokens]` (W8A8).
+    pub act_fp8: DevicePtr,
+    pub act_scale: DevicePtr,
+    /// BF16 activations `[max_tokens, max(hidden, inter)]` for the cuBLAS arm.
+    pub act_bf16: DevicePtr,
+}
+
+/// What a forward call needs besides the layer: backend, dimensions, scratch, levers.
+pub struct ForwardContext {
+    pub backend: Arc<dyn GpuBackend>,
+    pub config: FfnConfig,
+    pub arena: Arena,
+    pub levers: ModelLevers,
+    /// Synchronize around prefill and log `FFN prefill [dense_total] N=<n>: <us>µs`.
+    pub profile: bool,
+    pub max_tokens: usize,
+    pub stream: StreamId,
+    /// Names of the kernels launched, in order (cleared by the caller when it likes).
+    pub trace: Vec<&'static str>,
+}
+
+fn round_up(x: usize, m: usize) -> usize {
+    x.div_ceil(m) * m
+}
+
+impl ForwardContext {
+    /// Allocate the arena for up to `max_tokens` rows.
+    pub fn new(backend: Arc<dyn GpuBackend>, config: FfnConfig, max_tokens: usize, levers: ModelLevers) -> GpuResult<Self> {
+        let (h, i, t) = (config.hidden as u64, config.inter as u64, max_tokens.max(1) as u64);
+        let interp = round_up(config.inter, 128) as u64;
+        let kmax = round_up(config.hidden.max(config.inter), 128) as u64;
+        let b = &backend;
+        let arena = Arena {
+            moe_output: b.alloc(t * h * 4)?,
+            expert_gate_out: b.alloc((t * i).max(2 * interp) * 4)?,
+            expert_up_out: b.alloc(t * i * 4)?,
+            lora_xa: b.alloc(t * 256 * 4)?,
+            lora_delta: b.alloc(t * h.max(i) * 4)?,
+            q2_act_q8: b.alloc(t * kmax / 32 * 36)?,
+            q2_dequant_scratch: b.alloc(h * i * 2)?,
+            act_fp8: b.alloc(t * kmax)?,
+            act_scale: b.alloc(t * 4)?,
+            act_bf16: b.alloc(t * h.max(i) * 2)?,
+        };
+        Ok(ForwardContext { backend, config, arena, levers, profile: false, max_tokens: max_tokens.max(1), stream: 0, trace: Vec::new() })
+    }
+}
+
+/// Block-scaled FP8 weight (`fp8` layout): E4M3 `[np, kp]`, f32 scales `[np/128, kp/128]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fp8Weight {
+    pub weight: DevicePtr,
+    pub scale: DevicePtr,
+    pub n: usize,
+    pub k: usize,
+    pub np: usize,
+    pub kp: usize,
+}
+
+impl Fp8Weight {
+    /// A view of rows `[row0, row0 + n)` of a fused weight (row0 a multiple of 128).
+    pub fn rows(&self, row0: usize, n: usize) -> Fp8Weight {
+        assert!(row0 % 128 == 0);
+        let np = round_up(n, 128);
+        Fp8Weight {
+            weight: self.weight.view((row0 * self.kp) as u64, (np * self.kp) as u64),
+            scale: self.scale.view((row0 / 128 * self.kp / 128 * 4) as u64, (np / 128 * self.kp / 128 * 4) as u64),
+            n,
+            k: self.k,
+            np,
+            kp: self.kp,
+        }
+    }
+}
+
+/// BF16 weight (`bf16` layout): `[n, kp]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bf16Weight {
+    pub weight: DevicePtr,
+    pub n: usize,
+    pub k: usize,
+    pub kp: usize,
+}
+
+/// Per-row FP8 weight (`w8a8` layout): E4M3 `[n, kp]`, f32 row scales `[n]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct W8a8Weight {
+    pub weight: DevicePtr,
+    pub scale: DevicePtr,
+    pub n: usize,
+    pub k: usize,
+    pub kp: usize,
+}
+
+/// The NVFP4 base (`nvfp4` layout) of one projection.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Nvfp4Weight {
+    pub codes: DevicePtr,
+    pub scales: DevicePtr,
+    pub global_scale: f32,
+    pub n: usize,
+    pub k: usize,
+    pub kp: usize,
+}
+
+/// The layer's base weights: NVFP4, possibly absent.
+#[derive(Clone, Debug, Default)]
+pub struct DenseFfnWeights {
+    pub nvfp4: Option<[Nvfp4Weight; 3]>,
+}
+
+/// The FP8 overlay: gate, up, down and, optionally, the fused gate+up they view.
+#[derive(Clone, Debug)]
+pub struct Fp8Overlay {
+    pub gate: Fp8Weight,
+    pub up: Fp8Weight,
+    pub down: Fp8Weight,
+    pub fused: Option<Fp8Weight>,
+}
+
+macro_rules! kernel_set {
+    ($($field:ident = $module:literal :: $name:literal;)*) => {
+        /// Every kernel the layer may launch, resolved once at construction (0 = missing).
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct FfnKernels { $(pub $field: KernelHandle,)* }
+        impl FfnKernels {
+            pub fn resolve(b: &dyn GpuBackend) -> Self {
+                FfnKernels { $($field: b.kernel($module, $name),)* }
+            }
+        }
+        /// `(field, module, name)` of every kernel, for messages and tests.
+        pub const FFN_KERNELS: &[(&str, &str, &str)] = &[$((stringify!($field), $module, $name),)*];
+    };
+}
+
+kernel_set! {
+    act_silu = "ffn_act"::"act_mul_silu";
+    act_gelu = "ffn_act"::"act_mul_gelu";
+    to_bf16 = "ffn_act"::"f32_to_bf16";
+    fp8_b4 = "ffn_fp8"::"w8a16_gemv_batch4";
+    fp8_b16 = "ffn_fp8"::"w8a16_gemv_batch16";
+    fp8_m16 = "ffn_fp8"::"w8a16_gemm_m16";
+    fp8_pipe = "ffn_fp8"::"w8a16_gemm_pipelined";
+    fp8_base = "ffn_fp8"::"w8a16_gemm";
+    fp8_w8a8_block = "ffn_fp8"::"w8a8_block_gemm";
+    quant_fp8_row = "ffn_w8a8"::"quantize_act_fp8_row";
+    w8a8 = "ffn_w8a8"::"w8a8_gemm";
+    bf16_gemv = "ffn_bf16"::"bf16_gemv_batch4";
+    nvfp4_gemv_dual = "ffn_nvfp4"::"w4a16_gemv_dual";
+    nvfp4_gemv = "ffn_nvfp4"::"w4a16_gemv";
+    nvfp4_gemm = "ffn_nvfp4"::"w4a16_gemm";
+    nvfp4_small_m4 = "ffn_nvfp4"::"nvfp4_proj_small_m4";
+    nvfp4_small_m8 = "ffn_nvfp4"::"nvfp4_proj_small_m8";
+    nvfp4_small_m16 = "ffn_nvfp4"::"nvfp4_proj_small_m16";
+    nvfp4_proj_mx = "ffn_nvfp4"::"nvfp4_proj_mx";
+}
+
+fn name_of(h: KernelHandle, k: &FfnKernels) -> &'static str {
+    // Look the handle up among the fields, for the trace.
+    let pairs: [(KernelHandle, &'static str); 13] = [
+        (k.act_silu, "act_mul_silu"),
+        (k.act_gelu, "act_mul_gelu"),
+        (k.to_bf16, "f32_to_bf16"),
+        (k.fp8_b4, "w8a16_gemv_batch4"),
+        (k.fp8_b16, "w8a16_gemv_batch16"),
+        (k.fp8_m16, "w8a16_gemm_m16"),
+        (k.fp8_pipe, "w8a16_gemm_pipelined"),
+        (k.fp8_base, "w8a16_gemm"),
+        (k.fp8_w8a8_block, "w8a8_block_gemm"),
+        (k.quant_fp8_row, "quantize_act_fp8_row"),
+        (k.w8a8, "w8a8_gemm"),
+        (k.bf16_gemv, "bf16_gemv_batch4"),
+        (k.nvfp4_proj_mx, "nvfp4_proj_mx"),
+    ];
+    pairs.iter().find(|(kh, _)| *kh == h).map(|(_, n)| *n).unwrap_or("?")
+}
+
+fn missing(module: &str, name: &str) -> GpuError {
+    GpuError::MissingKernel { module: module.into(), name: name.into() }
+}
+
+/// Which projection of a layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum P {
+    Gate,
+    Up,
+    Down,
+}
+
+/// The engine's dense FFN layer.
+pub struct DenseFfnLayer {
+    pub hidden: usize,
+    pub inter: usize,
+    pub activation: Activation,
+    pub weights: DenseFfnWeights,
+    bf16: Option<[Bf16Weight; 3]>,
+    fp8: Option<Fp8Overlay>,
+    w8a8: Option<[W8a8Weight; 3]>,
+    kernels: FfnKernels,
+}
+
+/// Rows the declared W8A8 arm serves in prefill before the next arm (HARDWARE.toml default).
+pub const W8A8_MAX_ROWS: usize = 64;
+
+impl DenseFfnLayer {
+    /// A SiLU layer sized by the context.
+    pub fn new(ctx: &ForwardContext) -> Self {
+        Self::new_with_activation(ctx, Activation::Silu)
+    }
+
+    /// A layer with the given activation.
+    pub fn new_with_activation(ctx: &ForwardContext, activation: Activation) -> Self {
+        DenseFfnLayer {
+            hidden: ctx.config.hidden,
+            inter: ctx.config.inter,
+            activation,
+            weights: DenseFfnWeights::default(),
+            bf16: None,
+            fp8: None,
+            w8a8: None,
+            kernels: FfnKernels::resolve(ctx.backend.as_ref()),
+        }
+    }
+
+    /// The resolved kernels.
+    pub fn kernels(&self) -> &FfnKernels {
+        &self.kernels
+    }
+
+    fn check_shape(&self, what: &str, p: P, n: usize, k: usize) -> GpuResult<()> {
+        let want = match p {
+            P::Gate | P::Up => (self.inter, self.hidden),
+            P::Down => (self.hidden, self.inter),
+        };
+        if (n, k) != want {
+            return Err(GpuError::Invalid(format!(
+                "{what} {p:?}: shape [{n}, {k}], this layer needs [{}, {}] ([inter, hidden] for gate/up, [hidden, inter] for down)",
+                want.0, want.1
+            )));
+        }
+        Ok(())
+    }
+
+    /// Install the BF16 overlay (`bf16` layout).
+    pub fn set_bf16_weights(&mut self, gate: Bf16Weight, up: Bf16Weight, down: Bf16Weight) -> GpuResult<()> {
+        for (p, w) in [(P::Gate, &gate), (P::Up, &up), (P::Down, &down)] {
+            self.check_shape("set_bf16_weights", p, w.n, w.k)?;
+            if w.k % 8 != 0 || w.kp < w.k || w.kp % 8 != 0 || w.weight.bytes < (w.n * w.kp * 2) as u64 {
+                return Err(GpuError::Invalid(format!("set_bf16_weights {p:?}: k {} / kp {} / {} bytes do not fit the bf16 layout", w.k, w.kp, w.weight.bytes)));
+            }
+        }
+        self.bf16 = Some([gate, up, down]);
+        Ok(())
+    }
+
+    /// Install the native block-scaled FP8 overlay (`fp8` layout).
+    pub fn set_fp8_weights(&mut self, gate: Fp8Weight, up: Fp8Weight, down: Fp8Weight) -> GpuResult<()> {
+        for (p, w) in [(P::Gate, &gate), (P::Up, &up), (P::Down, &down)] {
+            self.check_shape("set_fp8_weights", p, w.n, w.k)?;
+            check_fp8(w, &format!("set_fp8_weights {p:?}"))?;
+        }
+        self.fp8 = Some(Fp8Overlay { gate, up, down, fused: None });
+        Ok(())
+    }
+
+    /// Install the fused `[2*inter, hidden]` FP8 gate+up weight whose views the installed gate
+    /// and up are (gate = rows `[0, inter)`, up = rows `[interp, interp + inter)`).
+    pub fn set_fp8_gate_up_fused(&mut self, fused: Fp8Weight) -> GpuResult<()> {
+        let interp = round_up(self.inter, 128);
+        let ov = self.fp8.as_mut().ok_or_else(|| GpuError::Invalid("set_fp8_gate_up_fused: install set_fp8_weights first".into()))?;
+        debug_assert_eq!(ov.gate.weight.addr, fused.weight.addr, "gate must be a view of the fused weight");
+        if ov.gate.weight.addr != fused.weight.addr || ov.up.weight.addr != fused.weight.addr + (interp * fused.kp) as u64 {
+            return Err(GpuError::Invalid("set_fp8_gate_up_fused: gate and up are not views of the fused weight".into()));
+        }
+        if fused.n != 2 * interp || fused.k != self.hidden {
+            return Err(GpuError::Invalid(format!("set_fp8_gate_up_fused: shape [{}, {}], needs [{}, {}]", fused.n, fused.k, 2 * interp, self.hidden)));
+        }
+        check_fp8(&fused, "set_fp8_gate_up_fused")?;
+        ov.fused = Some(fused);
+        Ok(())
+    }
+
+    /// Install the declared-W8A8 decode weights (`w8a8` layout). Refused for a GELU FFN and for
+    /// shapes other than `[inter, hidden]` (gate, up) and `[hidden, inter]` (down).
+    pub fn set_w8a8_decode_weights(&mut self, w: [W8a8Weight; 3], hidden: usize, inter: usize) -> GpuResult<()> {
+        if self.activation == Activation::Gelu {
+            return Err(GpuError::Invalid("set_w8a8_decode_weights: the W8A8 decode arm refuses a GELU FFN".into()));
+        }
+        if (hidden, inter) != (self.hidden, self.inter) {
+            return Err(GpuError::Invalid(format!("set_w8a8_decode_weights: hidden/inter {hidden}/{inter}, layer is {}/{}", self.hidden, self.inter)));
+        }
+        for (p, x) in [(P::Gate, &w[0]), (P::Up, &w[1]), (P::Down, &w[2])] {
+            self.check_shape("set_w8a8_decode_weights", p, x.n, x.k)?;
+            if x.kp % 128 != 0 || x.kp < x.k || x.weight.bytes < (x.n * x.kp) as u64 || x.scale.bytes < (x.n * 4) as u64 {
+                return Err(GpuError::Invalid(format!("set_w8a8_decode_weights {p:?}: kp {} / buffers do not fit the w8a8 layout", x.kp)));
+            }
+        }
+        self.w8a8 = Some(w);
+        Ok(())
+    }
+
+    /// Whether an FP8 overlay is installed.
+    pub fn has_fp8(&self) -> bool {
+        self.fp8.is_some()
+    }
+
+    // ---- routing predicates ----
+
+    /// The rows the narrow (GEMV) arms serve: 16 with `METRALE_FFN_BATCH16` and its kernel, else 4.
+    pub fn narrow_rows(&self, ctx: &ForwardContext) -> usize {
+        if ctx.levers.ffn_batch16 && self.kernels.fp8_b16.ok() { 16 } else { 4 }
+    }
+
+    /// The NVFP4 batch-m tier kernel for `m` rows, if resolved.
+    pub fn batchm_kernel(&self, m: usize) -> Option<KernelHandle> {
+        let k = match m {
+            1..=4 => self.kernels.nvfp4_small_m4,
+            5..=8 => self.kernels.nvfp4_small_m8,
+            9..=16 => self.kernels.nvfp4_small_m16,
+            _ => return None,
+        };
+        k.ok().then_some(k)
+    }
+
+    /// `forward_km(m)` is available: a batch-m tier resolved and the layer has NVFP4 gate
+    /// weights or an FP8 overlay.
+    pub fn can_forward_km(&self, m: usize) -> bool {
+        self.batchm_kernel(m).is_some() && (self.weights.nvfp4.is_some() || self.fp8.is_some())
+    }
+
+    /// W4A4 for 2-3 rows (NVFP4 layers, `METRALE_SMALL_BATCH_W4A4`, the W4A4 tier resolved).
+    pub fn small_batch_w4a4(&self, ctx: &ForwardContext) -> bool {
+        ctx.levers.small_batch_w4a4 && self.weights.nvfp4.is_some() && self.kernels.nvfp4_proj_mx.ok()
+    }
+
+    /// W4A4 for one decode row (NVFP4 layers, `METRALE_SINGLE_ROW_W4A4`, the tier resolved).
+    pub fn single_row_w4a4(&self, ctx: &ForwardContext) -> bool {
+        ctx.levers.single_row_w4a4 && self.weights.nvfp4.is_some() && self.kernels.nvfp4_proj_mx.ok()
+    }
+
+    /// The fixed activation-quantization path serves `m` rows: the declared W8A8 arm (W8A8
+    /// weights installed, SiLU, its two kernels resolved). The W4A4 arm comes with NVFP4.
+    pub fn fixed_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
+        let declared = ctx.levers.activation_quantization.as_deref().is_none_or(|f| f == "w8a8");
+        declared
+            && self.w8a8.is_some()
+            && self.activation == Activation::Silu
+            && self.kernels.quant_fp8_row.ok()
+            && self.kernels.w8a8.ok()
+            && (1..=ctx.max_tokens).contains(&m)
+    }
+
+    /// The fused FP8 gate+up GEMV serves decode: fused weight installed, lever on, kernel resolved.
+    pub fn gateup_fused_plan(&self, ctx: &ForwardContext) -> bool {
+        self.fp8.as_ref().is_some_and(|o| o.fused.is_some()) && ctx.levers.ffn_gateup_fused && self.kernels.fp8_b4.ok()
+    }
+
+    // ---- methods ----
+
+    fn check_rows(&self, ctx: &ForwardContext, input: DevicePtr, m: usize) -> GpuResult<()> {
+        if m == 0 || m > ctx.max_tokens {
+            return Err(GpuError::Invalid(format!("{m} rows: the context holds 1..={}", ctx.max_tokens)));
+        }
+        if input.bytes < (m * self.hidden * 4) as u64 {
+            return Err(GpuError::Invalid(format!("input holds {} bytes, {m} rows of {} f32 need {}", input.bytes, self.hidden, m * self.hidden * 4)));
+        }
+        Ok(())
+    }
+
+    /// One decode row. Returns `moe_output` holding `[1, hidden]`.
+    pub fn forward(&self, ctx: &mut ForwardContext, input: DevicePtr) -> GpuResult<DevicePtr> {
+        self.check_rows(ctx, input, 1)?;
+        if self.w8a8.is_some() && self.fixed_ok(ctx, 1) {
+            return self.w8a8_arm(ctx, input, 1);
+        }
+        if self.fp8.is_some() {
+            if self.gateup_fused_plan(ctx) {
+                return self.fp8_fused_decode(ctx, input);
+            }
+            return self.fp8_arm(ctx, input, 1);
+        }
+        if let Some(w) = self.bf16 {
+            if self.kernels.bf16_gemv.ok() {
+                return self.bf16_gemv_arm(ctx, input, 1, &w);
+            }
+            return self.forward_prefill(ctx, input, 1);
+        }
+        if self.weights.nvfp4.is_some() {
+            if self.single_row_w4a4(ctx) {
+                return self.forward_km(ctx, input, 1);
+            }
+            if ctx.levers.decode_ffn_via_gemm {
+                return self.forward_prefill(ctx, input, 1);
+            }
+            return Err(missing("ffn_nvfp4", "w4a16_gemv_dual"));
+        }
+        Err(GpuError::Invalid("forward: no weights installed".into()))
+    }
+
+    /// Two rows: FP8/BF16 layers go to `forward_prefill`.
+    pub fn forward_k2(&self, ctx: &mut ForwardContext, input: DevicePtr) -> GpuResult<DevicePtr> {
+        self.forward_small(ctx, input, 2)
+    }
+
+    /// Three rows: FP8/BF16 layers go to `forward_prefill`.
+    pub fn forward_k3(&self, ctx: &mut ForwardContext, input: DevicePtr) -> GpuResult<DevicePtr> {
+        self.forward_small(ctx, input, 3)
+    }
+
+    fn forward_small(&self, ctx: &mut ForwardContext, input: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
+        self.check_rows(ctx, input, m)?;
+        if self.w8a8.is_some() || self.fp8.is_some() || self.bf16.is_some() {
+            return self.forward_prefill(ctx, input, m);
+        }
+        if self.weights.nvfp4.is_some() {
+            if self.small_batch_w4a4(ctx) && self.can_forward_km(m) {
+                return self.forward_km(ctx, input, m);
+            }
+            return Err(missing("ffn_nvfp4", if m == 2 { "w4a16_gemv_dual_batch2" } else { "w4a16_gemv_dual_batch3" }));
+        }
+        Err(GpuError::Invalid("forward: no weights installed".into()))
+    }
+
+    /// `m` verify rows: FP8/BF16 layers go to `forward_prefill`; NVFP4 through the batch-m tier.
+    pub fn forward_km(&self, ctx: &mut ForwardContext, input: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
+        self.check_rows(ctx, input, m)?;
+        if self.fp8.is_some() || self.bf16.is_some() {
+            return self.forward_prefill(ctx, input, m);
+        }
+        if self.weights.nvfp4.is_some() {
+            return Err(missing("ffn_nvfp4", "nvfp4_proj_small_m"));
+        }
+        Err(GpuError::Invalid("forward_km: no NVFP4 or FP8 weights".into()))
+    }
+
+    /// Prefill of `num_tokens` rows. Arm order: declared W8A8 (up to `w8a8_max_rows`), packed
+    /// Q2, FP8, BF16, NVFP4: the first installed serves the call.
+    pub fn forward_prefill(&self, ctx: &mut ForwardContext, input: DevicePtr, num_tokens: usize) -> GpuResult<DevicePtr> {
+        self.check_rows(ctx, input, num_tokens)?;
+        let t0 = if ctx.profile {
+            ctx.backend.synchronize(ctx.stream)?;
+            Some(std::time::Instant::now())
+        } else {
+            None
+        };
+        let m = num_tokens;
+        let out = if self.w8a8.is_some() && m <= ctx.levers.w8a8_max_rows && self.fixed_ok(ctx, m) {
+            self.w8a8_arm(ctx, input, m)
+        } else if self.fp8.is_some() {
+            self.fp8_arm(ctx, input, m)
+        } else if let Some(w) = self.bf16 {
+            self.bf16_prefill_arm(ctx, input, m, &w)
+        } else if self.weights.nvfp4.is_some() {
+            Err(missing("ffn_nvfp4", "w4a16_gemm"))
+        } else if self.w8a8.is_some() {
+            Err(GpuError::Invalid(format!("forward_prefill: {m} rows exceed the W8A8 arm's {} and no other weights are installed", ctx.levers.w8a8_max_rows)))
+        } else {
+            Err(GpuError::Invalid("forward_prefill: no weights installed".into()))
+        }?;
+        if let Some(t0) = t0 {
+            ctx.backend.synchronize(ctx.stream)?;
+            tracing::info!("FFN prefill [dense_total] N={m}: {}µs", t0.elapsed().as_micros());
+        }
+        Ok(out)
+    }
+
+    /// The same as `forward_prefill`.
+    pub fn forward_batched(&self, ctx: &mut ForwardContext, input: DevicePtr, num_tokens: usize) -> GpuResult<DevicePtr> {
+        self.forward_prefill(ctx, input, num_tokens)
+    }
+
+    /// The fixed `--activation-quantization` path: one activation format (per-row FP8) at every
+    /// row count, so a row's output bits do not depend on the batch.
+    pub fn forward_fixed(&self, ctx: &mut ForwardContext, input: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
+        self.check_rows(ctx, input, m)?;
+        if !self.fixed_ok(ctx, m) {
+            return Err(GpuError::Invalid("forward_fixed: no fixed-quantization arm serves this layer (needs W8A8 weights, SiLU and the W8A8 kernels)".into()));
+        }
+        self.w8a8_arm(ctx, input, m)
+    }
+
+    // ---- arms ----
+
+    fn launch(&self, ctx: &mut ForwardContext, k: KernelHandle, cfg: LaunchCfg, args: &[KArg]) -> GpuResult<()> {
+        ctx.trace.push(name_of(k, &self.kernels));
+        ctx.backend.launch(k, cfg, ctx.stream, args)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn act_mul(&self, ctx: &mut ForwardContext, g: DevicePtr, u: DevicePtr, out: DevicePtr, rows: usize, cols: usize, gs: usize, us: usize, os: usize) -> GpuResult<()> {
+        let (k, name) = match self.activation {
+            Activation::Silu => (self.kernels.act_silu, "act_mul_silu"),
+            Activation::Gelu => (self.kernels.act_gelu, "act_mul_gelu"),
+        };
+        if !k.ok() {
+            return Err(missing("ffn_act", name));
+        }
+        let cfg = LaunchCfg { grid: (cols.div_ceil(256) as u32, rows as u32, 1), block: (256, 1, 1), smem: 0 };
+        let i = |v: usize| KArg::I32(v as i32);
+        self.launch(ctx, k, cfg, &[KArg::Ptr(g), KArg::Ptr(u), KArg::Ptr(out), i(rows), i(cols), i(gs), i(us), i(os)])
+    }
+
+    /// One FP8 projection `y[m, ldy] = x[m, k] . W^T`, by the first kernel that resolved.
+    fn fp8_project(&self, ctx: &mut ForwardContext, w: &Fp8Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
+        let k = &self.kernels;
+        let lev = &ctx.levers;
+        let (kernel, cap, tile): (KernelHandle, usize, &str) = if m <= 4 && k.fp8_b4.ok() {
+            (k.fp8_b4, 4, "gemv")
+        } else if (5..=32).contains(&m) && lev.ffn_m16_tc && k.fp8_m16.ok() {
+            (k.fp8_m16, 16, "m16")
+        } else if (5..=32).contains(&m) && lev.ffn_batch16 && k.fp8_b16.ok() {
+            (k.fp8_b16, 16, "gemv")
+        } else if lev.fp8_w8a8_gemm && k.fp8_w8a8_block.ok() {
+            return Err(missing("ffn_fp8", "w8a8_block_gemm"));
+        } else if k.fp8_pipe.ok() {
+            (k.fp8_pipe, usize::MAX, "tc64")
+        } else if k.fp8_base.ok() {
+            (k.fp8_base, usize::MAX, "simt64")
+        } else {
+            return Err(missing("ffn_fp8", "w8a16_gemm"));
+        };
+        let mut r0 = 0;
+        while r0 < m {
+            let rows = (m - r0).min(cap);
+            let grid = match tile {
+                "gemv" => (w.n.div_ceil(8) as u32, 1, 1),
+                "m16" => ((w.np / 128) as u32, 1, 1),
+                "tc64" => ((w.np / 128) as u32, rows.div_ceil(64) as u32, 1),
+                _ => (w.n.div_ceil(64) as u32, rows.div_ceil(64) as u32, 1),
+            };
+            let block = match tile {
+                "gemv" | "simt64" => (256, 1, 1),
+                _ => (128, 1, 1),
+            };
+            let xs = x.view((r0 * w.k * 4) as u64, (rows * w.k * 4) as u64);
+            let ys = y.view((r0 * ldy * 4) as u64, ((rows - 1) * ldy * 4 + w.n * 4) as u64);
+            let i = |v: usize| KArg::I32(v as i32);
+            let args = [KArg::Ptr(xs), i(rows), KArg::Ptr(w.weight), KArg::Ptr(w.scale), KArg::Ptr(ys), i(w.n), i(w.k), i(w.kp), i(ldy)];
+            self.launch(ctx, kernel, LaunchCfg { grid, block, smem: 0 }, &args)?;
+            r0 += rows;
+        }
+        Ok(())
+    }
+
+    fn fp8_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
+        let ov = self.fp8.as_ref().unwrap();
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (ctx.arena.expert_gate_out, ctx.arena.expert_up_out, ctx.arena.moe_output);
+        self.fp8_project(ctx, &ov.gate, x, m, g, i)?;
+        self.fp8_project(ctx, &ov.up, x, m, u, i)?;
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        self.fp8_project(ctx, &ov.down, g.view(0, (m * i * 4) as u64), m, out, h)?;
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+
+    fn fp8_fused_decode(&self, ctx: &mut ForwardContext, x: DevicePtr) -> GpuResult<DevicePtr> {
+        let ov = self.fp8.as_ref().unwrap();
+        let fused = ov.fused.unwrap();
+        let interp = fused.np / 2;
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (ctx.arena.expert_gate_out, ctx.arena.expert_up_out, ctx.arena.moe_output);
+        self.fp8_project(ctx, &fused, x, 1, g, 2 * interp)?;
+        let up_part = g.view((interp * 4) as u64, (i * 4) as u64);
+        self.act_mul(ctx, g, up_part, u, 1, i, 2 * interp, 2 * interp, i)?;
+        self.fp8_project(ctx, &ov.down, u.view(0, (i * 4) as u64), 1, out, h)?;
+        Ok(out.view(0, (h * 4) as u64))
+    }
+
+    fn w8a8_project(&self, ctx: &mut ForwardContext, w: &W8a8Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
+        let (q, s) = (ctx.arena.act_fp8, ctx.arena.act_scale);
+        let i = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg { grid: (m as u32, 1, 1), block: (256, 1, 1), smem: 0 };
+        self.launch(ctx, self.kernels.quant_fp8_row, cfg, &[KArg::Ptr(x), i(m), i(w.k), i(w.kp), KArg::Ptr(q), KArg::Ptr(s)])?;
+        let cfg = LaunchCfg { grid: (w.n.div_ceil(128) as u32, m.div_ceil(64) as u32, 1), block: (128, 1, 1), smem: 0 };
+        let args = [KArg::Ptr(q), KArg::Ptr(s), i(m), KArg::Ptr(w.weight), KArg::Ptr(w.scale), KArg::Ptr(y), i(w.n), i(w.kp), i(ldy)];
+        self.launch(ctx, self.kernels.w8a8, cfg, &args)
+    }
+
+    fn w8a8_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
+        let w = self.w8a8.unwrap();
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (ctx.arena.expert_gate_out, ctx.arena.expert_up_out, ctx.arena.moe_output);
+        self.w8a8_project(ctx, &w[0], x, m, g, i)?;
+        self.w8a8_project(ctx, &w[1], x, m, u, i)?;
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        self.w8a8_project(ctx, &w[2], g.view(0, (m * i * 4) as u64), m, out, h)?;
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+
+    fn bf16_gemv(&self, ctx: &mut ForwardContext, w: &Bf16Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
+        let i = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg { grid: (w.n.div_ceil(8) as u32, 1, 1), block: (256, 1, 1), smem: 0 };
+        self.launch(ctx, self.kernels.bf16_gemv, cfg, &[KArg::Ptr(x), i(m), KArg::Ptr(w.weight), KArg::Ptr(y), i(w.n), i(w.k), i(w.kp), i(ldy)])
+    }
+
+    fn bf16_gemv_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize, w: &[Bf16Weight; 3]) -> GpuResult<DevicePtr> {
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (ctx.arena.expert_gate_out, ctx.arena.expert_up_out, ctx.arena.moe_output);
+        self.bf16_gemv(ctx, &w[0], x, m, g, i)?;
+        self.bf16_gemv(ctx, &w[1], x, m, u, i)?;
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        self.bf16_gemv(ctx, &w[2], g.view(0, (m * i * 4) as u64), m, out, h)?;
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+
+    fn to_bf16(&self, ctx: &mut ForwardContext, x: DevicePtr, count: usize) -> GpuResult<DevicePtr> {
+        if !self.kernels.to_bf16.ok() {
+            return Err(missing("ffn_act", "f32_to_bf16"));
+        }
+        let dst = ctx.arena.act_bf16.view(0, (count * 2) as u64);
+        let cfg = LaunchCfg { grid: (count.div_ceil(256) as u32, 1, 1), block: (256, 1, 1), smem: 0 };
+        self.launch(ctx, self.kernels.to_bf16, cfg, &[KArg::Ptr(x), KArg::Ptr(dst), KArg::I32(count as i32)])?;
+        Ok(dst)
+    }
+
+    fn bf16_prefill_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize, w: &[Bf16Weight; 3]) -> GpuResult<DevicePtr> {
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (ctx.arena.expert_gate_out, ctx.arena.expert_up_out, ctx.arena.moe_output);
+        let xb = self.to_bf16(ctx, x, m * h)?;
+        let st = ctx.stream;
+        let blas = ctx.backend.gemm_bf16(xb, w[0].weight, g, m, i, h, w[0].kp, st);
+        if let Err(GpuError::MissingKernel { .. }) = blas {
+            // No BLAS: the GEMV serves narrow batches, nothing else can.
+            if m <= 4 && self.kernels.bf16_gemv.ok() {
+                return self.bf16_gemv_arm(ctx, x, m, w);
+            }
+            return Err(missing("cublas", "gemm_bf16"));
+        }
+        blas?;
+        ctx.trace.push("cublas_gemm_bf16");
+        ctx.backend.gemm_bf16(xb, w[1].weight, u, m, i, h, w[1].kp, st)?;
+        ctx.trace.push("cublas_gemm_bf16");
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let gb = self.to_bf16(ctx, g, m * i)?;
+        ctx.backend.gemm_bf16(gb, w[2].weight, out, m, h, i, w[2].kp, st)?;
+        ctx.trace.push("cublas_gemm_bf16");
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+}
+
+fn check_fp8(w: &Fp8Weight, what: &str) -> GpuResult<()> {
+    if w.k % 16 != 0 || w.kp % 128 != 0 || w.np % 128 != 0 || w.kp < w.k || w.np < w.n {
+        return Err(GpuError::Invalid(format!("{what}: n {} / np {} / k {} / kp {} do not fit the fp8 layout (k % 16, np and kp % 128)", w.n, w.np, w.k, w.kp)));
+    }
+    if w.weight.bytes < (w.np * w.kp) as u64 || w.scale.bytes < (w.np / 128 * w.kp / 128 * 4) as u64 {
+        return Err(GpuError::Invalid(format!("{what}: buffers too small for [{}, {}]", w.np, w.kp)));
+    }
+    Ok(())
+}

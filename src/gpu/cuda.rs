@@ -1,0 +1,343 @@
+//! The CUDA backend: cudarc 0.19 with dynamic loading (nothing CUDA is needed to build), the
+//! driver API on raw device pointers, kernels compiled with NVRTC for the device's arch on first
+//! use and cached on disk (keyed by source, options, arch and NVRTC version), cuBLAS for BF16.
+
+use super::{DevicePtr, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId, kernels};
+use cudarc::driver::{result as cu, sys as cus};
+use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
+use std::collections::HashMap;
+use std::ffi::{CString, c_void};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+fn cuerr(call: &str) -> impl Fn(cu::DriverError) -> GpuError + '_ {
+    move |e| GpuError::Cuda { call: call.into(), msg: format!("{e:?}") }
+}
+
+/// Where NVRTC finds `cuda_bf16.h` / `cuda_fp8.h`: `$METRALE_CUDA_INCLUDE`, else
+/// `$CUDA_PATH/include`, else `/usr/local/cuda/include` when it exists.
+pub fn cuda_include_dir() -> Option<String> {
+    if let Ok(d) = std::env::var("METRALE_CUDA_INCLUDE") {
+        return Some(d);
+    }
+    if let Ok(p) = std::env::var("CUDA_PATH") {
+        return Some(format!("{p}/include"));
+    }
+    let d = "/usr/local/cuda/include";
+    std::path::Path::new(d).join("cuda_fp8.h").exists().then(|| d.to_string())
+}
+
+/// NVRTC's version, `(major, minor)`.
+pub fn nvrtc_version() -> GpuResult<(i32, i32)> {
+    let (mut a, mut b) = (0, 0);
+    // SAFETY: FFI call writing two ints we own; the library is loaded on first use.
+    let r = unsafe { nvrtc_sys::nvrtcVersion(&mut a, &mut b) };
+    if r != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(GpuError::NoDevice(format!("NVRTC unavailable: {r:?}")));
+    }
+    Ok((a, b))
+}
+
+/// The NVRTC options used for every module.
+pub fn compile_options(arch: &str, include: Option<&str>) -> Vec<String> {
+    let mut o = vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-default-device".into()];
+    if let Some(i) = include {
+        o.push(format!("-I{i}"));
+    }
+    o
+}
+
+/// Compile a kernel module to a CUBIN for `arch` (e.g. `sm_90`). Needs only libnvrtc and the
+/// CUDA headers, no GPU: CI runs this for every module.
+pub fn compile_cubin(module: &str, arch: &str, include: Option<&str>) -> GpuResult<Vec<u8>> {
+    let src = kernels::source(module).ok_or_else(|| GpuError::Invalid(format!("no kernel module {module}")))?;
+    let csrc = CString::new(src).unwrap();
+    let name = CString::new(format!("{module}.cu")).unwrap();
+    let fail = |log: String| GpuError::Compile { module: module.into(), arch: arch.into(), log };
+    let prog = nvrtc::create_program(&csrc, Some(&name)).map_err(|e| fail(format!("{e:?}")))?;
+    let opts = compile_options(arch, include);
+    // SAFETY: `prog` is a live program; options are owned strings.
+    let compiled = unsafe { nvrtc::compile_program(prog, &opts) };
+    if compiled.is_err() {
+        // SAFETY: reading the log of a live program.
+        let log = unsafe { nvrtc::get_program_log(prog) }.ok().map(|l| {
+            let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+            String::from_utf8_lossy(&bytes).to_string()
+        });
+        // SAFETY: destroying the program we created.
+        let _ = unsafe { nvrtc::destroy_program(prog) };
+        return Err(fail(log.unwrap_or_else(|| format!("{compiled:?}"))));
+    }
+    let mut size = 0usize;
+    // SAFETY: size query then a copy into a buffer of that size, on a compiled program.
+    let cubin = unsafe {
+        let r = nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size);
+        if r != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+            let _ = nvrtc::destroy_program(prog);
+            return Err(fail(format!("nvrtcGetCUBINSize: {r:?}")));
+        }
+        let mut buf = vec![0u8; size];
+        let r = nvrtc_sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut std::ffi::c_char);
+        let _ = nvrtc::destroy_program(prog);
+        if r != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+            return Err(fail(format!("nvrtcGetCUBIN: {r:?}")));
+        }
+        buf
+    };
+    Ok(cubin)
+}
+
+struct State {
+    modules: HashMap<String, Option<cus::CUmodule>>,
+    functions: Vec<cus::CUfunction>,
+    index: HashMap<(String, String), u64>,
+    compile_errors: HashMap<String, String>,
+    cublas: Option<cudarc::cublas::sys::cublasHandle_t>,
+}
+
+/// The CUDA implementation of [`GpuBackend`].
+pub struct CudaBackend {
+    ctx: cus::CUcontext,
+    name: String,
+    arch: String,
+    include: Option<String>,
+    cache_dir: PathBuf,
+    state: Mutex<State>,
+    launches: AtomicU64,
+}
+
+// SAFETY: CUDA driver contexts, modules, functions and cuBLAS handles may be used from any
+// thread once the context is current; every entry point makes it current first, and mutable
+// bookkeeping is behind a Mutex.
+unsafe impl Send for CudaBackend {}
+// SAFETY: as above.
+unsafe impl Sync for CudaBackend {}
+
+impl CudaBackend {
+    /// Open device `ordinal`: load the driver, retain its primary context.
+    pub fn new(ordinal: usize) -> GpuResult<Self> {
+        let nodev = |e: cu::DriverError| GpuError::NoDevice(format!("{e:?}"));
+        // The driver library may be absent entirely: dynamic loading panics then.
+        std::panic::catch_unwind(cu::init)
+            .map_err(|_| GpuError::NoDevice("libcuda could not be loaded (no NVIDIA driver)".into()))?
+            .map_err(nodev)?;
+        let dev = cu::device::get(ordinal as i32).map_err(nodev)?;
+        // SAFETY: `dev` is a valid device handle from the driver.
+        let ctx = unsafe { cu::primary_ctx::retain(dev) }.map_err(nodev)?;
+        // SAFETY: `ctx` was just retained.
+        unsafe { cu::ctx::set_current(ctx) }.map_err(nodev)?;
+        let name = cu::device::get_name(dev).map_err(nodev)?;
+        // SAFETY: attribute queries on a valid device.
+        let (maj, min) = unsafe {
+            (
+                cu::device::get_attribute(dev, cus::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(nodev)?,
+                cu::device::get_attribute(dev, cus::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(nodev)?,
+            )
+        };
+        let cache_dir = std::env::var_os("METRALE_KERNEL_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".cache/metrale-pack/kernels")
+        });
+        Ok(CudaBackend {
+            ctx,
+            name,
+            arch: format!("sm_{maj}{min}"),
+            include: cuda_include_dir(),
+            cache_dir,
+            state: Mutex::new(State {
+                modules: HashMap::new(),
+                functions: Vec::new(),
+                index: HashMap::new(),
+                compile_errors: HashMap::new(),
+                cublas: None,
+            }),
+            launches: AtomicU64::new(0),
+        })
+    }
+
+    fn current(&self) -> GpuResult<()> {
+        // SAFETY: the context lives as long as self (primary context, retained).
+        unsafe { cu::ctx::set_current(self.ctx) }.map_err(cuerr("cuCtxSetCurrent"))
+    }
+
+    /// Compile (or load from the disk cache) and load a module.
+    pub fn load_module(&self, module: &str) -> GpuResult<()> {
+        let mut st = self.state.lock().unwrap();
+        if st.modules.contains_key(module) {
+            return match st.compile_errors.get(module) {
+                Some(e) => Err(GpuError::Compile { module: module.into(), arch: self.arch.clone(), log: e.clone() }),
+                None => Ok(()),
+            };
+        }
+        let src = kernels::source(module).ok_or_else(|| GpuError::Invalid(format!("no kernel module {module}")))?;
+        let ver = nvrtc_version()?;
+        let opts = compile_options(&self.arch, self.include.as_deref());
+        let key = xxhash_rust::xxh3::xxh3_64(format!("{src}\0{opts:?}\0{}\0{ver:?}", self.arch).as_bytes());
+        let path = self.cache_dir.join(format!("{module}-{}-{key:016x}.cubin", self.arch));
+        let cubin = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(_) => match compile_cubin(module, &self.arch, self.include.as_deref()) {
+                Ok(b) => {
+                    let _ = std::fs::create_dir_all(&self.cache_dir);
+                    let tmp = crate::atomic::temp_path(&path);
+                    if std::fs::write(&tmp, &b).is_ok() {
+                        let _ = std::fs::rename(&tmp, &path);
+                    }
+                    b
+                }
+                Err(e) => {
+                    st.modules.insert(module.into(), None);
+                    st.compile_errors.insert(module.into(), e.to_string());
+                    return Err(e);
+                }
+            },
+        };
+        self.current()?;
+        // SAFETY: `cubin` is a complete CUBIN image produced by NVRTC for this device's arch.
+        let m = unsafe { cu::module::load_data(cubin.as_ptr() as *const c_void) }.map_err(cuerr("cuModuleLoadData"))?;
+        st.modules.insert(module.into(), Some(m));
+        Ok(())
+    }
+
+    fn cublas(&self) -> GpuResult<cudarc::cublas::sys::cublasHandle_t> {
+        let mut st = self.state.lock().unwrap();
+        if let Some(h) = st.cublas {
+            return Ok(h);
+        }
+        self.current()?;
+        let h = std::panic::catch_unwind(cudarc::cublas::result::create_handle)
+            .map_err(|_| GpuError::MissingKernel { module: "cublas".into(), name: "libcublas not loadable".into() })?
+            .map_err(|e| GpuError::Cuda { call: "cublasCreate".into(), msg: format!("{e:?}") })?;
+        st.cublas = Some(h);
+        Ok(h)
+    }
+}
+
+impl GpuBackend for CudaBackend {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn arch(&self) -> String {
+        self.arch.clone()
+    }
+    fn alloc(&self, bytes: u64) -> GpuResult<DevicePtr> {
+        self.current()?;
+        // SAFETY: plain device allocation; freed by `free`.
+        let addr = unsafe { cu::malloc_sync(bytes.max(1) as usize) }.map_err(cuerr("cuMemAlloc"))?;
+        Ok(DevicePtr { addr, bytes })
+    }
+    fn free(&self, p: DevicePtr) {
+        if self.current().is_ok() {
+            // SAFETY: `p` came from `alloc`.
+            let _ = unsafe { cu::free_sync(p.addr) };
+        }
+    }
+    fn upload(&self, dst: DevicePtr, src: &[u8]) -> GpuResult<()> {
+        if src.len() as u64 > dst.bytes {
+            return Err(GpuError::Invalid(format!("upload of {} bytes into {} bytes", src.len(), dst.bytes)));
+        }
+        self.current()?;
+        // SAFETY: the destination range is inside a live allocation (checked above).
+        unsafe { cu::memcpy_htod_sync(dst.addr, src) }.map_err(cuerr("cuMemcpyHtoD"))
+    }
+    fn download(&self, src: DevicePtr, dst: &mut [u8]) -> GpuResult<()> {
+        if dst.len() as u64 > src.bytes {
+            return Err(GpuError::Invalid(format!("download of {} bytes from {} bytes", dst.len(), src.bytes)));
+        }
+        self.current()?;
+        // SAFETY: the source range is inside a live allocation (checked above).
+        unsafe { cu::memcpy_dtoh_sync(dst, src.addr) }.map_err(cuerr("cuMemcpyDtoH"))
+    }
+    fn fill(&self, dst: DevicePtr, byte: u8) -> GpuResult<()> {
+        self.current()?;
+        // SAFETY: the range is a live allocation.
+        unsafe { cu::memset_d8_sync(dst.addr, byte, dst.bytes as usize) }.map_err(cuerr("cuMemsetD8"))
+    }
+    fn kernel(&self, module: &str, name: &str) -> KernelHandle {
+        if let Some(&h) = self.state.lock().unwrap().index.get(&(module.to_string(), name.to_string())) {
+            return KernelHandle(h);
+        }
+        if let Err(e) = self.load_module(module) {
+            tracing::warn!("{e}");
+            return KernelHandle(0);
+        }
+        let mut st = self.state.lock().unwrap();
+        let Some(Some(m)) = st.modules.get(module).copied() else { return KernelHandle(0) };
+        let cname = CString::new(name).unwrap();
+        // SAFETY: `m` is a loaded module; a missing name returns an error, not UB.
+        match unsafe { cu::module::get_function(m, cname) } {
+            Ok(f) => {
+                st.functions.push(f);
+                let h = st.functions.len() as u64;
+                st.index.insert((module.into(), name.into()), h);
+                KernelHandle(h)
+            }
+            Err(_) => KernelHandle(0),
+        }
+    }
+    fn launch(&self, k: KernelHandle, cfg: LaunchCfg, _stream: StreamId, args: &[KArg]) -> GpuResult<()> {
+        let f = {
+            let st = self.state.lock().unwrap();
+            *st.functions.get((k.0 as usize).wrapping_sub(1)).ok_or_else(|| GpuError::Invalid(format!("bad kernel handle {}", k.0)))?
+        };
+        self.current()?;
+        let mut vals: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                KArg::Ptr(p) => p.addr,
+                KArg::I32(v) => v as u32 as u64,
+                KArg::F32(v) => v.to_bits() as u64,
+            })
+            .collect();
+        let mut params: Vec<*mut c_void> = vals.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: `f` is a loaded function; each parameter points at a u64 whose low bytes hold
+        // the little-endian i32/f32/pointer the kernel signature expects (x86-64 and CUDA are both
+        // little-endian), alive until the launch call returns (the driver copies them).
+        unsafe { cu::launch_kernel(f, cfg.grid, cfg.block, cfg.smem, std::ptr::null_mut(), &mut params) }
+            .map_err(cuerr("cuLaunchKernel"))?;
+        Ok(())
+    }
+    fn gemm_bf16(&self, x: DevicePtr, w: DevicePtr, y: DevicePtr, m: usize, n: usize, k: usize, kw: usize, _s: StreamId) -> GpuResult<()> {
+        use cudarc::cublas::sys as cb;
+        let h = self.cublas()?;
+        self.current()?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        // Row-major y[m, n] = x[m, k] w[n, k]^T is column-major y^T (n x m) = w^T... i.e.
+        // C(n x m) = op(A) B with A = w as a (kw x n) column-major matrix transposed, B = x as a
+        // (k x m) column-major matrix.
+        // SAFETY: pointers are live device allocations of the sizes the dimensions imply.
+        unsafe {
+            cudarc::cublas::result::gemm_ex(
+                h,
+                cb::cublasOperation_t::CUBLAS_OP_T,
+                cb::cublasOperation_t::CUBLAS_OP_N,
+                n as i32,
+                m as i32,
+                k as i32,
+                &alpha as *const f32 as *const c_void,
+                w.addr as *const c_void,
+                cb::cudaDataType::CUDA_R_16BF,
+                kw as i32,
+                x.addr as *const c_void,
+                cb::cudaDataType::CUDA_R_16BF,
+                k as i32,
+                &beta as *const f32 as *const c_void,
+                y.addr as *mut c_void,
+                cb::cudaDataType::CUDA_R_32F,
+                n as i32,
+                cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| GpuError::Cuda { call: "cublasGemmEx".into(), msg: format!("{e:?}") })
+    }
+    fn synchronize(&self, _s: StreamId) -> GpuResult<()> {
+        self.current()?;
+        cu::ctx::synchronize().map_err(cuerr("cuCtxSynchronize"))
+    }
+    fn launch_count(&self) -> u64 {
+        self.launches.load(Ordering::Relaxed)
+    }
+}

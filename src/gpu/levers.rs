@@ -1,0 +1,118 @@
+//! Levers: the engine's environment switches for the dense FFN, read once into a value, over
+//! per-architecture defaults from `kernels/<arch>/HARDWARE.toml`.
+
+use std::collections::HashMap;
+
+/// The sm_90 defaults, compiled in.
+pub const HARDWARE_SM90: &str = include_str!("../../kernels/sm_90/HARDWARE.toml");
+
+/// Every lever the dense FFN consults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelLevers {
+    /// `METRALE_FFN_BATCH16=1`: FP8 5..=32 rows through the batch-16 GEMV.
+    pub ffn_batch16: bool,
+    /// `METRALE_FFN_SMALLM` (default on; `0` turns the small-m `_t` GEMMs off).
+    pub ffn_small_m: bool,
+    /// `METRALE_DECODE_FFN_VIA_GEMM=1`: decode through the prefill GEMM.
+    pub decode_ffn_via_gemm: bool,
+    /// `METRALE_FFN_M16_TC` over HARDWARE.toml `ffn_m16_tc`.
+    pub ffn_m16_tc: bool,
+    /// `METRALE_FFN_FP8_W8A8=1`: FP8 prefill through the W8A8 block-scaled GEMM when resolved.
+    pub fp8_w8a8_gemm: bool,
+    /// HARDWARE.toml `w8a8_max_rows` (`METRALE_W8A8_MAX_ROWS`).
+    pub w8a8_max_rows: usize,
+    /// `METRALE_FFN_GATEUP_FUSED` over HARDWARE.toml `ffn_gateup_fused`.
+    pub ffn_gateup_fused: bool,
+    /// `METRALE_FFN_MMQ=1`: build the Q4_K MMQ arm at load.
+    pub ffn_mmq: bool,
+    /// `METRALE_FFN_MMQ_DOWN_Q4K=1`: Q4_K down instead of int8.
+    pub ffn_mmq_down_q4k: bool,
+    /// `METRALE_NO_FFN_NVFP4_MMQ=1`.
+    pub no_ffn_nvfp4_mmq: bool,
+    /// `METRALE_NO_FFN_NVFP4_MMQ_DOWN=1`.
+    pub no_ffn_nvfp4_mmq_down: bool,
+    /// `METRALE_LORA_NO_FFN=1`.
+    pub lora_no_ffn: bool,
+    /// `METRALE_GGUF_NATIVE_Q2_MMQ=1`.
+    pub gguf_native_q2_mmq: bool,
+    /// `METRALE_SMALL_BATCH_W4A4=1`.
+    pub small_batch_w4a4: bool,
+    /// `METRALE_SINGLE_ROW_W4A4=1`.
+    pub single_row_w4a4: bool,
+    /// `METRALE_ACTIVATION_QUANTIZATION` (`w8a8`, `w4a4`, or unset): the fixed path's format.
+    pub activation_quantization: Option<String>,
+}
+
+fn parse_hardware(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+impl ModelLevers {
+    /// Read the process environment once, over the sm_90 defaults.
+    pub fn from_env() -> Self {
+        let env: HashMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("METRALE_")).collect();
+        Self::from_map(&env, HARDWARE_SM90)
+    }
+
+    /// Levers from an explicit variable map (tests) and a HARDWARE.toml text.
+    pub fn from_map(env: &HashMap<String, String>, hardware: &str) -> Self {
+        let hw = parse_hardware(hardware);
+        let flag = |k: &str| env.get(k).is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        let flag_or = |k: &str, hw_key: &str, default: bool| match env.get(k) {
+            Some(v) => v == "1" || v.eq_ignore_ascii_case("true"),
+            None => hw.get(hw_key).map(|v| v == "true").unwrap_or(default),
+        };
+        let num_or = |k: &str, hw_key: &str, default: usize| {
+            env.get(k).or_else(|| hw.get(hw_key)).and_then(|v| v.parse().ok()).unwrap_or(default)
+        };
+        ModelLevers {
+            ffn_batch16: flag("METRALE_FFN_BATCH16"),
+            ffn_small_m: env.get("METRALE_FFN_SMALLM").is_none_or(|v| v != "0"),
+            decode_ffn_via_gemm: flag("METRALE_DECODE_FFN_VIA_GEMM"),
+            ffn_m16_tc: flag_or("METRALE_FFN_M16_TC", "ffn_m16_tc", false),
+            fp8_w8a8_gemm: flag("METRALE_FFN_FP8_W8A8"),
+            w8a8_max_rows: num_or("METRALE_W8A8_MAX_ROWS", "w8a8_max_rows", 64),
+            ffn_gateup_fused: flag_or("METRALE_FFN_GATEUP_FUSED", "ffn_gateup_fused", true),
+            ffn_mmq: flag("METRALE_FFN_MMQ"),
+            ffn_mmq_down_q4k: flag("METRALE_FFN_MMQ_DOWN_Q4K"),
+            no_ffn_nvfp4_mmq: flag("METRALE_NO_FFN_NVFP4_MMQ"),
+            no_ffn_nvfp4_mmq_down: flag("METRALE_NO_FFN_NVFP4_MMQ_DOWN"),
+            lora_no_ffn: flag("METRALE_LORA_NO_FFN"),
+            gguf_native_q2_mmq: flag("METRALE_GGUF_NATIVE_Q2_MMQ"),
+            small_batch_w4a4: flag("METRALE_SMALL_BATCH_W4A4"),
+            single_row_w4a4: flag("METRALE_SINGLE_ROW_W4A4"),
+            activation_quantization: env.get("METRALE_ACTIVATION_QUANTIZATION").cloned(),
+        }
+    }
+}
+
+impl Default for ModelLevers {
+    fn default() -> Self {
+        Self::from_map(&HashMap::new(), HARDWARE_SM90)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hardware_defaults_and_env_overrides() {
+        let d = ModelLevers::default();
+        assert!(!d.ffn_m16_tc && d.ffn_small_m && d.ffn_gateup_fused && !d.ffn_batch16);
+        assert_eq!(d.w8a8_max_rows, 64);
+        let env: HashMap<String, String> = [("METRALE_FFN_M16_TC", "1"), ("METRALE_FFN_SMALLM", "0"), ("METRALE_W8A8_MAX_ROWS", "8")]
+            .into_iter()
+            .map(|(a, b)| (a.into(), b.into()))
+            .collect();
+        let l = ModelLevers::from_map(&env, HARDWARE_SM90);
+        assert!(l.ffn_m16_tc && !l.ffn_small_m);
+        assert_eq!(l.w8a8_max_rows, 8);
+        let hw_on = ModelLevers::from_map(&HashMap::new(), "ffn_m16_tc = true # comment");
+        assert!(hw_on.ffn_m16_tc);
+    }
+}

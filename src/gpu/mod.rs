@@ -1,0 +1,133 @@
+//! The GPU runtime: a backend trait over device memory, copies, streams and kernels looked up
+//! by (module, name), with two implementations: [`cuda::CudaBackend`] (cudarc, dynamic loading,
+//! kernels compiled with NVRTC and cached on disk) and [`host::HostBackend`], which implements
+//! the same kernel names on the CPU with the same numerics contract ([`reference`]), so every
+//! routing decision runs in CI and GPU results are checked against it.
+
+pub mod cuda;
+pub mod host;
+pub mod kernels;
+pub mod levers;
+pub mod reference;
+
+pub use levers::ModelLevers;
+
+/// A device address range. `addr == 0` is null.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub struct DevicePtr {
+    pub addr: u64,
+    pub bytes: u64,
+}
+
+impl DevicePtr {
+    pub const NULL: DevicePtr = DevicePtr { addr: 0, bytes: 0 };
+    pub fn is_null(&self) -> bool {
+        self.addr == 0
+    }
+    /// The sub-range `[off, off + len)`; panics when it leaves the allocation (a logic error).
+    pub fn view(&self, off: u64, len: u64) -> DevicePtr {
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.bytes), "view {off}+{len} outside {} bytes", self.bytes);
+        DevicePtr { addr: self.addr + off, bytes: len }
+    }
+}
+
+/// A resolved kernel; `0` means the kernel is not available and the path that needs it must
+/// return [`GpuError::MissingKernel`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub struct KernelHandle(pub u64);
+
+impl KernelHandle {
+    pub fn ok(&self) -> bool {
+        self.0 != 0
+    }
+}
+
+/// A stream; 0 is the backend's default stream.
+pub type StreamId = u64;
+
+/// A kernel argument.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KArg {
+    Ptr(DevicePtr),
+    I32(i32),
+    F32(f32),
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchCfg {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub smem: u32,
+}
+
+/// Runtime errors.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// No device, no driver, or the driver refused to start.
+    #[error("no CUDA device available: {0}")]
+    NoDevice(String),
+    /// A path needed a kernel that did not resolve.
+    #[error("kernel {module}::{name} is not available (the path that needs it cannot run)")]
+    MissingKernel { module: String, name: String },
+    /// NVRTC rejected a kernel source.
+    #[error("NVRTC failed compiling kernels/{module}.cu for {arch}:\n{log}")]
+    Compile { module: String, arch: String, log: String },
+    /// A driver or cuBLAS call failed.
+    #[error("CUDA error in {call}: {msg}")]
+    Cuda { call: String, msg: String },
+    /// A caller passed something the layer cannot take.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Result of the runtime.
+pub type GpuResult<T> = std::result::Result<T, GpuError>;
+
+/// Device memory, copies, streams and kernels.
+pub trait GpuBackend: Send + Sync {
+    /// Human-readable device name.
+    fn name(&self) -> String;
+    /// `sm_90`, or `host` for the reference backend.
+    fn arch(&self) -> String;
+    /// Allocate device memory (uninitialised).
+    fn alloc(&self, bytes: u64) -> GpuResult<DevicePtr>;
+    /// Free an allocation made by [`alloc`](Self::alloc).
+    fn free(&self, p: DevicePtr);
+    /// Copy host bytes to the device (synchronous; `src` may be pageable).
+    fn upload(&self, dst: DevicePtr, src: &[u8]) -> GpuResult<()>;
+    /// Copy device bytes to the host (synchronous).
+    fn download(&self, src: DevicePtr, dst: &mut [u8]) -> GpuResult<()>;
+    /// Set every byte of `dst` to `byte`.
+    fn fill(&self, dst: DevicePtr, byte: u8) -> GpuResult<()>;
+    /// Resolve a kernel; handle 0 when it does not exist.
+    fn kernel(&self, module: &str, name: &str) -> KernelHandle;
+    /// Launch a resolved kernel.
+    fn launch(&self, k: KernelHandle, cfg: LaunchCfg, stream: StreamId, args: &[KArg]) -> GpuResult<()>;
+    /// `y[m, n] = x[m, k] . w[n, k]^T`: BF16 `x` and `w` (row strides `k` and `kw >= k`), f32 `y`,
+    /// f32 accumulation (cuBLAS on CUDA). Returns `MissingKernel` when there is no BLAS.
+    fn gemm_bf16(&self, x: DevicePtr, w: DevicePtr, y: DevicePtr, m: usize, n: usize, k: usize, kw: usize, stream: StreamId) -> GpuResult<()>;
+    /// Wait for all work on `stream`.
+    fn synchronize(&self, stream: StreamId) -> GpuResult<()>;
+    /// Kernel launches (and BLAS calls) so far: tests count repacks and no-launch paths with it.
+    fn launch_count(&self) -> u64;
+}
+
+/// Upload a slice of f32 values.
+pub fn upload_f32(b: &dyn GpuBackend, dst: DevicePtr, v: &[f32]) -> GpuResult<()> {
+    b.upload(dst, &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+}
+
+/// Download f32 values.
+pub fn download_f32(b: &dyn GpuBackend, src: DevicePtr) -> GpuResult<Vec<f32>> {
+    let mut raw = vec![0u8; src.bytes as usize];
+    b.download(src, &mut raw)?;
+    Ok(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+/// Allocate and upload.
+pub fn alloc_upload(b: &dyn GpuBackend, bytes: &[u8]) -> GpuResult<DevicePtr> {
+    let p = b.alloc(bytes.len() as u64)?;
+    b.upload(p, bytes)?;
+    Ok(p)
+}

@@ -1,0 +1,95 @@
+//! The numerics contract of every kernel, as plain row-at-a-time CPU functions. The host backend
+//! runs these; GPU tests compare CUDA results against them (on all rows, or on sampled rows of a
+//! large batch, since every output row depends only on its own input row). Sums are taken in f64
+//! and rounded once, so the reference is at least as accurate as any kernel; quantization steps
+//! that a kernel performs (activations to BF16 or FP8) are reproduced bit for bit.
+
+use crate::converters::bf16;
+use crate::converters::fp8::{e4m3_to_f32, f32_to_e4m3};
+
+/// Activation rounding a kernel applies before its products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActRound {
+    /// f32 activations used as they are.
+    None,
+    /// Activations rounded to BF16 (nearest even), as the tensor-core kernels feed them.
+    Bf16,
+}
+
+impl ActRound {
+    #[inline]
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            ActRound::None => x,
+            ActRound::Bf16 => bf16::to_f32(bf16::from_f32(x)),
+        }
+    }
+}
+
+/// `silu(g) * u` in f32: `g / (1 + exp(-g)) * u`.
+#[inline]
+pub fn silu_mul(g: f32, u: f32) -> f32 {
+    g / (1.0 + (-g).exp()) * u
+}
+
+/// `gelu_tanh(g) * u` in f32 (the tanh approximation, as gemma's `gelu_pytorch_tanh`).
+#[inline]
+pub fn gelu_mul(g: f32, u: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // sqrt(2/pi)
+    0.5 * g * (1.0 + (C * (g + 0.044715 * g * g * g)).tanh()) * u
+}
+
+/// One output row of the block-scaled FP8 weight product:
+/// `y[j] = sum_kb s[j/128][kb] * sum_{i in kb} e4m3(w[j][i]) * a(x[i])` for `j < n`.
+#[allow(clippy::too_many_arguments)]
+pub fn fp8_block_row(x: &[f32], w: &[u8], s: &[f32], n: usize, k: usize, kp: usize, round: ActRound, y: &mut [f32]) {
+    let gk = kp / 128;
+    for (j, out) in y.iter_mut().enumerate().take(n) {
+        let mut acc = 0f64;
+        for kb in 0..gk {
+            let mut part = 0f64;
+            for i in kb * 128..((kb + 1) * 128).min(k) {
+                part += e4m3_to_f32(w[j * kp + i]) as f64 * round.apply(x[i]) as f64;
+            }
+            acc += part * s[(j / 128) * gk + kb] as f64;
+        }
+        *out = acc as f32;
+    }
+}
+
+/// Per-row FP8 activation quantization: `(codes [kp], scale)`; `scale = amax / 448`, codes
+/// `e4m3_rne_sat(x / scale)`, zero padding; an all-zero row gets scale 0 and codes 0.
+pub fn quantize_row_fp8(x: &[f32], kp: usize) -> (Vec<u8>, f32) {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let scale = amax / 448.0;
+    let mut q = vec![0u8; kp];
+    if scale != 0.0 {
+        for (c, &v) in q.iter_mut().zip(x) {
+            *c = f32_to_e4m3(v / scale);
+        }
+    }
+    (q, scale)
+}
+
+/// One output row of the W8A8 product: `y[j] = sx * sw[j] * sum_i e4m3(q[i]) * e4m3(w[j][i])`.
+pub fn w8a8_row(q: &[u8], sx: f32, w: &[u8], sw: &[f32], n: usize, kp: usize, y: &mut [f32]) {
+    for (j, out) in y.iter_mut().enumerate().take(n) {
+        let mut acc = 0f64;
+        for i in 0..kp {
+            acc += e4m3_to_f32(q[i]) as f64 * e4m3_to_f32(w[j * kp + i]) as f64;
+        }
+        *out = (acc * sx as f64 * sw[j] as f64) as f32;
+    }
+}
+
+/// One output row of a BF16 weight product: `y[j] = sum_i bf16(w[j][i]) * a(x[i])`.
+pub fn bf16_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, round: ActRound, y: &mut [f32]) {
+    for (j, out) in y.iter_mut().enumerate().take(n) {
+        let mut acc = 0f64;
+        for i in 0..k {
+            let o = 2 * (j * kp + i);
+            acc += bf16::to_f32(u16::from_le_bytes([w[o], w[o + 1]])) as f64 * round.apply(x[i]) as f64;
+        }
+        *out = acc as f32;
+    }
+}
