@@ -7,7 +7,7 @@
 //! (`[m, hidden]` f32). Every kernel launched is appended to `ForwardContext::trace`, so tests
 //! can assert which arm served a call.
 
-use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, ModelLevers, StreamId};
+use crate::gpu::{DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, ModelLevers, StreamId};
 use crate::model::Activation;
 use std::sync::Arc;
 
@@ -96,7 +96,7 @@ pub struct Fp8Weight {
 impl Fp8Weight {
     /// A view of rows `[row0, row0 + n)` of a fused weight (row0 a multiple of 128).
     pub fn rows(&self, row0: usize, n: usize) -> Fp8Weight {
-        assert!(row0 % 128 == 0);
+        assert!(row0.is_multiple_of(128));
         let np = round_up(n, 128);
         Fp8Weight {
             weight: self.weight.view((row0 * self.kp) as u64, (np * self.kp) as u64),
@@ -654,7 +654,7 @@ impl DenseFfnLayer {
         let (g, u, out) = (ctx.arena.expert_gate_out, ctx.arena.expert_up_out, ctx.arena.moe_output);
         let xb = self.to_bf16(ctx, x, m * h)?;
         let st = ctx.stream;
-        let blas = ctx.backend.gemm_bf16(xb, w[0].weight, g, m, i, h, w[0].kp, st);
+        let blas = ctx.backend.gemm_bf16(&GemmBf16 { x: xb, w: w[0].weight, y: g, m, n: i, k: h, kw: w[0].kp }, st);
         if let Err(GpuError::MissingKernel { .. }) = blas {
             // No BLAS: the GEMV serves narrow batches, nothing else can.
             if m <= 4 && self.kernels.bf16_gemv.ok() {
@@ -664,18 +664,18 @@ impl DenseFfnLayer {
         }
         blas?;
         ctx.trace.push("cublas_gemm_bf16");
-        ctx.backend.gemm_bf16(xb, w[1].weight, u, m, i, h, w[1].kp, st)?;
+        ctx.backend.gemm_bf16(&GemmBf16 { x: xb, w: w[1].weight, y: u, m, n: i, k: h, kw: w[1].kp }, st)?;
         ctx.trace.push("cublas_gemm_bf16");
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
         let gb = self.to_bf16(ctx, g, m * i)?;
-        ctx.backend.gemm_bf16(gb, w[2].weight, out, m, h, i, w[2].kp, st)?;
+        ctx.backend.gemm_bf16(&GemmBf16 { x: gb, w: w[2].weight, y: out, m, n: h, k: i, kw: w[2].kp }, st)?;
         ctx.trace.push("cublas_gemm_bf16");
         Ok(out.view(0, (m * h * 4) as u64))
     }
 }
 
 fn check_fp8(w: &Fp8Weight, what: &str) -> GpuResult<()> {
-    if w.k % 16 != 0 || w.kp % 128 != 0 || w.np % 128 != 0 || w.kp < w.k || w.np < w.n {
+    if !w.k.is_multiple_of(16) || !w.kp.is_multiple_of(128) || !w.np.is_multiple_of(128) || w.kp < w.k || w.np < w.n {
         return Err(GpuError::Invalid(format!("{what}: n {} / np {} / k {} / kp {} do not fit the fp8 layout (k % 16, np and kp % 128)", w.n, w.np, w.k, w.kp)));
     }
     if w.weight.bytes < (w.np * w.kp) as u64 || w.scale.bytes < (w.np / 128 * w.kp / 128 * 4) as u64 {
@@ -683,3 +683,4 @@ fn check_fp8(w: &Fp8Weight, what: &str) -> GpuResult<()> {
     }
     Ok(())
 }
+pub mod testing;

@@ -2,7 +2,7 @@
 //! driver API on raw device pointers, kernels compiled with NVRTC for the device's arch on first
 //! use and cached on disk (keyed by source, options, arch and NVRTC version), cuBLAS for BF16.
 
-use super::{DevicePtr, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId, kernels};
+use super::{DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId, kernels};
 use cudarc::driver::{result as cu, sys as cus};
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 use std::collections::HashMap;
@@ -298,7 +298,8 @@ impl GpuBackend for CudaBackend {
             .map_err(cuerr("cuLaunchKernel"))?;
         Ok(())
     }
-    fn gemm_bf16(&self, x: DevicePtr, w: DevicePtr, y: DevicePtr, m: usize, n: usize, k: usize, kw: usize, _s: StreamId) -> GpuResult<()> {
+    fn gemm_bf16(&self, gm: &GemmBf16, _s: StreamId) -> GpuResult<()> {
+        let GemmBf16 { x, w, y, m, n, k, kw } = *gm;
         use cudarc::cublas::sys as cb;
         let h = self.cublas()?;
         self.current()?;

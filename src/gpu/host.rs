@@ -3,7 +3,7 @@
 //! layer logic run in CI without a GPU. Kernels can be hidden to exercise fall-through paths.
 
 use super::reference::{self, ActRound};
-use super::{DevicePtr, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId, kernels};
+use super::{DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId, kernels};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -220,7 +220,8 @@ impl GpuBackend for HostBackend {
         }
         Ok(())
     }
-    fn gemm_bf16(&self, x: DevicePtr, w: DevicePtr, y: DevicePtr, m: usize, n: usize, k: usize, kw: usize, _s: StreamId) -> GpuResult<()> {
+    fn gemm_bf16(&self, gm: &GemmBf16, _s: StreamId) -> GpuResult<()> {
+        let GemmBf16 { x, w, y, m, n, k, kw } = *gm;
         if self.no_blas {
             return Err(GpuError::MissingKernel { module: "cublas".into(), name: "gemm_bf16".into() });
         }

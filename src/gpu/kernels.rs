@@ -20,11 +20,10 @@ pub fn entry_points(module: &str) -> Vec<String> {
     let mut out = Vec::new();
     for line in src.lines() {
         let l = line.trim_start();
-        if let Some(rest) = l.strip_prefix("extern \"C\" __global__ void ") {
-            if let Some(name) = rest.split('(').next() {
+        if let Some(rest) = l.strip_prefix("extern \"C\" __global__ void ")
+            && let Some(name) = rest.split('(').next() {
                 out.push(name.trim().to_string());
             }
-        }
     }
     out
 }

@@ -84,6 +84,18 @@ pub enum GpuError {
 /// Result of the runtime.
 pub type GpuResult<T> = std::result::Result<T, GpuError>;
 
+/// A BF16 GEMM: `y[m, n] = x[m, k] . w[n, k]^T`, `x` row stride `k`, `w` row stride `kw`.
+#[derive(Clone, Copy, Debug)]
+pub struct GemmBf16 {
+    pub x: DevicePtr,
+    pub w: DevicePtr,
+    pub y: DevicePtr,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub kw: usize,
+}
+
 /// Device memory, copies, streams and kernels.
 pub trait GpuBackend: Send + Sync {
     /// Human-readable device name.
@@ -106,7 +118,7 @@ pub trait GpuBackend: Send + Sync {
     fn launch(&self, k: KernelHandle, cfg: LaunchCfg, stream: StreamId, args: &[KArg]) -> GpuResult<()>;
     /// `y[m, n] = x[m, k] . w[n, k]^T`: BF16 `x` and `w` (row strides `k` and `kw >= k`), f32 `y`,
     /// f32 accumulation (cuBLAS on CUDA). Returns `MissingKernel` when there is no BLAS.
-    fn gemm_bf16(&self, x: DevicePtr, w: DevicePtr, y: DevicePtr, m: usize, n: usize, k: usize, kw: usize, stream: StreamId) -> GpuResult<()>;
+    fn gemm_bf16(&self, g: &GemmBf16, stream: StreamId) -> GpuResult<()>;
     /// Wait for all work on `stream`.
     fn synchronize(&self, stream: StreamId) -> GpuResult<()>;
     /// Kernel launches (and BLAS calls) so far: tests count repacks and no-launch paths with it.

@@ -86,9 +86,9 @@ pub fn w8a8_row(q: &[u8], sx: f32, w: &[u8], sw: &[f32], n: usize, kp: usize, y:
 pub fn bf16_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, round: ActRound, y: &mut [f32]) {
     for (j, out) in y.iter_mut().enumerate().take(n) {
         let mut acc = 0f64;
-        for i in 0..k {
-            let o = 2 * (j * kp + i);
-            acc += bf16::to_f32(u16::from_le_bytes([w[o], w[o + 1]])) as f64 * round.apply(x[i]) as f64;
+        let row = &w[2 * j * kp..2 * (j * kp + k)];
+        for (wb, &xv) in row.chunks_exact(2).zip(x) {
+            acc += bf16::to_f32(u16::from_le_bytes([wb[0], wb[1]])) as f64 * round.apply(xv) as f64;
         }
         *out = acc as f32;
     }

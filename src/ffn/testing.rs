@@ -1,0 +1,126 @@
+//! Helpers shared by the host tests and the GPU check: random weights in each overlay's pack
+//! layout, uploaded to a backend, and a float64 reference of the whole FFN.
+
+use super::{Bf16Weight, DenseFfnLayer, Fp8Weight, W8a8Weight};
+use crate::converters::layouts::{self, Encoded};
+use crate::gpu::{DevicePtr, GpuBackend, GpuResult, alloc_upload};
+use crate::model::Activation;
+
+/// SplitMix64-based generator of weight-like data.
+pub struct Rand(pub u64);
+
+impl Rand {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-a, a).
+    pub fn vec(&mut self, n: usize, a: f32) -> Vec<f32> {
+        (0..n).map(|_| ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a).collect()
+    }
+}
+
+/// The three projections of a random layer as f32 (gate, up `[inter, hidden]`, down `[hidden, inter]`).
+pub struct DenseWeights {
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub down: Vec<f32>,
+    pub hidden: usize,
+    pub inter: usize,
+}
+
+impl DenseWeights {
+    pub fn random(r: &mut Rand, hidden: usize, inter: usize) -> Self {
+        let a = 1.0 / (hidden as f32).sqrt();
+        let b = 1.0 / (inter as f32).sqrt();
+        DenseWeights { gate: r.vec(inter * hidden, a), up: r.vec(inter * hidden, a), down: r.vec(hidden * inter, b), hidden, inter }
+    }
+}
+
+fn upload_fp8(b: &dyn GpuBackend, e: &Encoded, n: usize, k: usize) -> GpuResult<Fp8Weight> {
+    Ok(Fp8Weight { weight: alloc_upload(b, &e.parts[0].1)?, scale: alloc_upload(b, &e.parts[1].1)?, n, k, np: e.padded[0], kp: e.padded[1] })
+}
+
+/// Install the FP8 overlay (and, with `fused`, the fused gate+up that gate and up view).
+pub fn install_fp8(b: &dyn GpuBackend, layer: &mut DenseFfnLayer, w: &DenseWeights, fused: bool) -> GpuResult<()> {
+    let (h, i) = (w.hidden, w.inter);
+    let ge = layouts::fp8::encode(&w.gate, i, h);
+    let ue = layouts::fp8::encode(&w.up, i, h);
+    let down = upload_fp8(b, &layouts::fp8::encode(&w.down, h, i), h, i)?;
+    if fused {
+        let interp = ge.padded[0];
+        let f = layouts::fp8::fuse(ge, ue);
+        let fw = upload_fp8(b, &f, 2 * interp, h)?;
+        layer.set_fp8_weights(fw.rows(0, i), fw.rows(interp, i), down)?;
+        layer.set_fp8_gate_up_fused(fw)
+    } else {
+        layer.set_fp8_weights(upload_fp8(b, &ge, i, h)?, upload_fp8(b, &ue, i, h)?, down)
+    }
+}
+
+/// Install the BF16 overlay.
+pub fn install_bf16(b: &dyn GpuBackend, layer: &mut DenseFfnLayer, w: &DenseWeights) -> GpuResult<()> {
+    let (h, i) = (w.hidden, w.inter);
+    let up = |x: &[f32], n: usize, k: usize| -> GpuResult<Bf16Weight> {
+        let e = layouts::bf16::encode(x, n, k);
+        Ok(Bf16Weight { weight: alloc_upload(b, &e.parts[0].1)?, n, k, kp: e.padded[1] })
+    };
+    layer.set_bf16_weights(up(&w.gate, i, h)?, up(&w.up, i, h)?, up(&w.down, h, i)?)
+}
+
+/// Install the W8A8 decode weights.
+pub fn install_w8a8(b: &dyn GpuBackend, layer: &mut DenseFfnLayer, w: &DenseWeights) -> GpuResult<()> {
+    let (h, i) = (w.hidden, w.inter);
+    let up = |x: &[f32], n: usize, k: usize| -> GpuResult<W8a8Weight> {
+        let e = layouts::w8a8::encode(x, n, k);
+        Ok(W8a8Weight { weight: alloc_upload(b, &e.parts[0].1)?, scale: alloc_upload(b, &e.parts[1].1)?, n, k, kp: e.padded[1] })
+    };
+    layer.set_w8a8_decode_weights([up(&w.gate, i, h)?, up(&w.up, i, h)?, up(&w.down, h, i)?], h, i)
+}
+
+/// The FFN in float64 on the given (already decoded) weights: `down(act(gate x) * up x)`.
+pub fn ffn_f64(x: &[f32], m: usize, w: &DenseWeights, act: Activation) -> Vec<f64> {
+    let (h, i) = (w.hidden, w.inter);
+    let mut out = vec![0f64; m * h];
+    for r in 0..m {
+        let xr = &x[r * h..(r + 1) * h];
+        let mut hid = vec![0f64; i];
+        for (j, hv) in hid.iter_mut().enumerate() {
+            let g: f64 = (0..h).map(|t| w.gate[j * h + t] as f64 * xr[t] as f64).sum();
+            let u: f64 = (0..h).map(|t| w.up[j * h + t] as f64 * xr[t] as f64).sum();
+            let a = match act {
+                Activation::Silu => g / (1.0 + (-g).exp()),
+                Activation::Gelu => 0.5 * g * (1.0 + (0.7978845608 * (g + 0.044715 * g * g * g)).tanh()),
+            };
+            *hv = a * u;
+        }
+        for c in 0..h {
+            out[r * h + c] = (0..i).map(|t| w.down[c * i + t] as f64 * hid[t]).sum();
+        }
+    }
+    out
+}
+
+/// Decode a layout's encoding of each projection back to f32 (the weights the arm really uses).
+pub fn decoded(w: &DenseWeights, f: impl Fn(&[f32], usize, usize) -> Vec<f32>) -> DenseWeights {
+    let (h, i) = (w.hidden, w.inter);
+    DenseWeights { gate: f(&w.gate, i, h), up: f(&w.up, i, h), down: f(&w.down, h, i), hidden: h, inter: i }
+}
+
+/// ‖a − b‖ / ‖b‖.
+pub fn rel_err(a: &[f32], b: &[f64]) -> f64 {
+    let (mut n, mut d) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        n += (*x as f64 - y).powi(2);
+        d += y * y;
+    }
+    (n / d.max(1e-300)).sqrt()
+}
+
+/// Fill a buffer with NaN (0xFF bytes) so unwritten outputs are visible.
+pub fn poison(b: &dyn GpuBackend, p: DevicePtr) -> GpuResult<()> {
+    b.fill(p, 0xFF)
+}
