@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # The project's test command: installs the independent Python references the interop tests call
-# (gguf-py 0.19.0, libgguf 0.2.2), then runs every test. Works on a fresh machine with cargo and
+# (gguf-py 0.19.0, libgguf 0.2.2) and NVRTC, then runs every test. Works on a fresh machine with cargo and
 # python3; the real checkpoints are fetched by the tests into ~/.cache/metrale-pack.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py="${METRALE_PYTHON:-python3}"
 "$py" -m pip install -q --disable-pip-version-check gguf==0.19.0 libgguf==0.2.2 numpy
+# NVRTC and the CUDA headers (no GPU needed): every kernel is compiled for sm_90 by the tests.
+cuda="${METRALE_CACHE:-$HOME/.cache/metrale-pack}/cuda13"
+if [ ! -f "$cuda/nvidia/cu13/lib/libnvrtc.so.13" ]; then
+  "$py" -m pip install -q --disable-pip-version-check --target "$cuda" nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runtime==13.0.88
+fi
+export LD_LIBRARY_PATH="$cuda/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export METRALE_CUDA_INCLUDE="$cuda/nvidia/cu13/include" METRALE_REQUIRE_NVRTC=1
 cargo test --release --lib --bins --tests

@@ -7,6 +7,7 @@ pub mod converters;
 
 pub mod ffn;
 pub mod gpu;
+pub mod gpucheck;
 pub mod error;
 pub mod ggml_type;
 pub mod gguf;

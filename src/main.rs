@@ -61,6 +61,15 @@ enum Cmd {
         #[arg(long)]
         source: Option<PathBuf>,
     },
+    /// Check every GPU kernel and layer arm against the host reference on the first CUDA device
+    /// (prints a table; exits non-zero on any failure; says SKIPPED without a GPU).
+    GpuCheck {
+        /// Only the SmolLM2 shape and small row counts.
+        #[arg(long)]
+        quick: bool,
+    },
+    /// GPU benchmarks: decode bandwidth and prefill TFLOP/s per arm, against the copy ceiling.
+    BenchGpu,
     /// Write one tensor to a .npy file: decoded to f32 in its logical shape, or its stored bytes.
     Dump {
         file: PathBuf,
@@ -106,6 +115,8 @@ fn run(cli: Cli) -> Result<()> {
             threads,
         } => convert(&src, output, layouts, &q4k_down, lora, threads),
         Cmd::Verify { pack, source } => verify(&pack, source.as_deref()),
+        Cmd::GpuCheck { quick } => gpu_check(quick),
+        Cmd::BenchGpu => bench_gpu(),
     }
 }
 
@@ -429,4 +440,44 @@ fn peak_rss() -> Option<String> {
     let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(format!("{:.0} MB", kb / 1024.0))
+}
+
+fn cuda_or_skip() -> Option<std::sync::Arc<metrale_pack::gpu::cuda::CudaBackend>> {
+    match metrale_pack::gpu::cuda::CudaBackend::new(0) {
+        Ok(b) => {
+            use metrale_pack::gpu::GpuBackend;
+            eprintln!("device: {} ({})", b.name(), b.arch());
+            Some(std::sync::Arc::new(b))
+        }
+        Err(e) => {
+            println!("SKIPPED: {e}");
+            None
+        }
+    }
+}
+
+fn gpu_check(quick: bool) -> Result<()> {
+    use metrale_pack::gpucheck::{self, M_SET, SHAPES};
+    let Some(b) = cuda_or_skip() else { return Ok(()) };
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64;
+    eprintln!("seed {seed}");
+    let mut rng = metrale_pack::ffn::testing::Rand(seed);
+    let t0 = std::time::Instant::now();
+    let (shapes, ms): (&[(usize, usize)], &[usize]) = if quick { (&SHAPES[..1], &M_SET[..8]) } else { (&SHAPES, &M_SET) };
+    let mut rows = gpucheck::kernel_checks(b.clone(), shapes, ms, &mut rng)?;
+    rows.extend(gpucheck::layer_checks(b.clone(), &SHAPES[..1], ms, &mut rng)?);
+    if !quick {
+        rows.extend(gpucheck::layer_checks(b.clone(), &SHAPES[1..], &[1, 2, 3, 5, 17, 33], &mut rng)?);
+    }
+    eprintln!("checks took {:.1} s", t0.elapsed().as_secs_f64());
+    anyhow::ensure!(gpucheck::print_table(&rows), "GPU check failed");
+    Ok(())
+}
+
+fn bench_gpu() -> Result<()> {
+    let Some(b) = cuda_or_skip() else { return Ok(()) };
+    let mut rng = metrale_pack::ffn::testing::Rand(7);
+    let bb = b.clone();
+    metrale_pack::gpucheck::benchmarks(b, move |n| bb.copy_ceiling(n), &mut rng)?;
+    Ok(())
 }

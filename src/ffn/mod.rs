@@ -523,7 +523,7 @@ impl DenseFfnLayer {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn act_mul(&self, ctx: &mut ForwardContext, g: DevicePtr, u: DevicePtr, out: DevicePtr, rows: usize, cols: usize, gs: usize, us: usize, os: usize) -> GpuResult<()> {
+    pub(crate) fn act_mul(&self, ctx: &mut ForwardContext, g: DevicePtr, u: DevicePtr, out: DevicePtr, rows: usize, cols: usize, gs: usize, us: usize, os: usize) -> GpuResult<()> {
         let (k, name) = match self.activation {
             Activation::Silu => (self.kernels.act_silu, "act_mul_silu"),
             Activation::Gelu => (self.kernels.act_gelu, "act_mul_gelu"),
@@ -536,24 +536,49 @@ impl DenseFfnLayer {
         self.launch(ctx, k, cfg, &[KArg::Ptr(g), KArg::Ptr(u), KArg::Ptr(out), i(rows), i(cols), i(gs), i(us), i(os)])
     }
 
-    /// One FP8 projection `y[m, ldy] = x[m, k] . W^T`, by the first kernel that resolved.
-    fn fp8_project(&self, ctx: &mut ForwardContext, w: &Fp8Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
+    /// The FP8 projection kernel for `m` rows: the first that resolved of batch-4 GEMV (m <= 4),
+    /// tensor-core m16 (5..=32 with `ffn_m16_tc`), batch-16 GEMV (5..=32 with
+    /// `METRALE_FFN_BATCH16`), the W8A8 block GEMM (when selected), the pipelined tensor-core
+    /// GEMM, the base GEMM.
+    pub(crate) fn fp8_kernel_for(&self, lev: &ModelLevers, m: usize) -> GpuResult<KernelHandle> {
         let k = &self.kernels;
-        let lev = &ctx.levers;
-        let (kernel, cap, tile): (KernelHandle, usize, &str) = if m <= 4 && k.fp8_b4.ok() {
-            (k.fp8_b4, 4, "gemv")
+        Ok(if m <= 4 && k.fp8_b4.ok() {
+            k.fp8_b4
         } else if (5..=32).contains(&m) && lev.ffn_m16_tc && k.fp8_m16.ok() {
-            (k.fp8_m16, 16, "m16")
+            k.fp8_m16
         } else if (5..=32).contains(&m) && lev.ffn_batch16 && k.fp8_b16.ok() {
-            (k.fp8_b16, 16, "gemv")
+            k.fp8_b16
         } else if lev.fp8_w8a8_gemm && k.fp8_w8a8_block.ok() {
             return Err(missing("ffn_fp8", "w8a8_block_gemm"));
         } else if k.fp8_pipe.ok() {
-            (k.fp8_pipe, usize::MAX, "tc64")
+            k.fp8_pipe
         } else if k.fp8_base.ok() {
-            (k.fp8_base, usize::MAX, "simt64")
+            k.fp8_base
         } else {
             return Err(missing("ffn_fp8", "w8a16_gemm"));
+        })
+    }
+
+    /// One FP8 projection `y[m, ldy] = x[m, k] . W^T`, by the routed kernel.
+    fn fp8_project(&self, ctx: &mut ForwardContext, w: &Fp8Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
+        let kernel = self.fp8_kernel_for(&ctx.levers, m)?;
+        self.fp8_launch(ctx, kernel, w, x, m, y, ldy)
+    }
+
+    /// Launch FP8 projection kernel `kernel` over `m` rows (in chunks of its row cap).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn fp8_launch(&self, ctx: &mut ForwardContext, kernel: KernelHandle, w: &Fp8Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
+        let k = &self.kernels;
+        let (cap, tile) = if kernel == k.fp8_b4 {
+            (4, "gemv")
+        } else if kernel == k.fp8_b16 {
+            (16, "gemv")
+        } else if kernel == k.fp8_m16 {
+            (16, "m16")
+        } else if kernel == k.fp8_pipe {
+            (usize::MAX, "tc64")
+        } else {
+            (usize::MAX, "simt64")
         };
         let mut r0 = 0;
         while r0 < m {
@@ -602,7 +627,7 @@ impl DenseFfnLayer {
         Ok(out.view(0, (h * 4) as u64))
     }
 
-    fn w8a8_project(&self, ctx: &mut ForwardContext, w: &W8a8Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
+    pub(crate) fn w8a8_project(&self, ctx: &mut ForwardContext, w: &W8a8Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
         let (q, s) = (ctx.arena.act_fp8, ctx.arena.act_scale);
         let i = |v: usize| KArg::I32(v as i32);
         let cfg = LaunchCfg { grid: (m as u32, 1, 1), block: (256, 1, 1), smem: 0 };
@@ -623,7 +648,7 @@ impl DenseFfnLayer {
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
-    fn bf16_gemv(&self, ctx: &mut ForwardContext, w: &Bf16Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
+    pub(crate) fn bf16_gemv(&self, ctx: &mut ForwardContext, w: &Bf16Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
         let i = |v: usize| KArg::I32(v as i32);
         let cfg = LaunchCfg { grid: (w.n.div_ceil(8) as u32, 1, 1), block: (256, 1, 1), smem: 0 };
         self.launch(ctx, self.kernels.bf16_gemv, cfg, &[KArg::Ptr(x), i(m), KArg::Ptr(w.weight), KArg::Ptr(y), i(w.n), i(w.k), i(w.kp), i(ldy)])
@@ -639,7 +664,7 @@ impl DenseFfnLayer {
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
-    fn to_bf16(&self, ctx: &mut ForwardContext, x: DevicePtr, count: usize) -> GpuResult<DevicePtr> {
+    pub(crate) fn to_bf16(&self, ctx: &mut ForwardContext, x: DevicePtr, count: usize) -> GpuResult<DevicePtr> {
         if !self.kernels.to_bf16.ok() {
             return Err(missing("ffn_act", "f32_to_bf16"));
         }

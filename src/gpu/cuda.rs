@@ -118,10 +118,11 @@ impl CudaBackend {
     /// Open device `ordinal`: load the driver, retain its primary context.
     pub fn new(ordinal: usize) -> GpuResult<Self> {
         let nodev = |e: cu::DriverError| GpuError::NoDevice(format!("{e:?}"));
-        // The driver library may be absent entirely: dynamic loading panics then.
-        std::panic::catch_unwind(cu::init)
-            .map_err(|_| GpuError::NoDevice("libcuda could not be loaded (no NVIDIA driver)".into()))?
-            .map_err(nodev)?;
+        // SAFETY: only probes whether the driver library can be loaded.
+        if !unsafe { cus::is_culib_present() } {
+            return Err(GpuError::NoDevice("libcuda could not be loaded (no NVIDIA driver)".into()));
+        }
+        cu::init().map_err(nodev)?;
         let dev = cu::device::get(ordinal as i32).map_err(nodev)?;
         // SAFETY: `dev` is a valid device handle from the driver.
         let ctx = unsafe { cu::primary_ctx::retain(dev) }.map_err(nodev)?;
@@ -210,6 +211,23 @@ impl CudaBackend {
             .map_err(|e| GpuError::Cuda { call: "cublasCreate".into(), msg: format!("{e:?}") })?;
         st.cublas = Some(h);
         Ok(h)
+    }
+}
+
+impl CudaBackend {
+    /// The device-to-device copy ceiling: bytes read plus written per second, median of 10
+    /// copies of `bytes` between two device buffers.
+    pub fn copy_ceiling(&self, bytes: u64) -> GpuResult<f64> {
+        let a = self.alloc(bytes)?;
+        let b = self.alloc(bytes)?;
+        self.fill(a, 0x3C)?;
+        let t = crate::gpucheck::time_median(self, 10, || {
+            // SAFETY: both ranges are live allocations of `bytes`.
+            unsafe { cu::memcpy_dtod_async(b.addr, a.addr, bytes as usize, std::ptr::null_mut()) }.map_err(cuerr("cuMemcpyDtoDAsync"))
+        });
+        self.free(a);
+        self.free(b);
+        Ok(2.0 * bytes as f64 / t?)
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::reference::{self, ActRound};
 use super::{DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId, kernels};
+use rayon::prelude::*;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -178,10 +179,16 @@ impl GpuBackend for HostBackend {
                 if m > cap {
                     return Err(GpuError::Invalid(format!("{name}: m = {m} > {cap}")));
                 }
-                for r in 0..m {
-                    let mut row = vec![0f32; n];
-                    reference::fp8_block_row(&x[r * kk..(r + 1) * kk], &w, &s, n, kk, kp, round, &mut row);
-                    self.write_f32(y, r * ldy, &row)?;
+                let rows: Vec<Vec<f32>> = (0..m)
+                    .into_par_iter()
+                    .map(|r| {
+                        let mut row = vec![0f32; n];
+                        reference::fp8_block_row(&x[r * kk..(r + 1) * kk], &w, &s, n, kk, kp, round, &mut row);
+                        row
+                    })
+                    .collect();
+                for (r, row) in rows.iter().enumerate() {
+                    self.write_f32(y, r * ldy, row)?;
                 }
             }
             "quantize_act_fp8_row" => {
@@ -197,10 +204,16 @@ impl GpuBackend for HostBackend {
                 let (q, sx, m) = (self.read(ptr(a, 0)?)?, self.read_f32(ptr(a, 1)?)?, int(a, 2)?);
                 let (w, sw) = (self.read(ptr(a, 3)?)?, self.read_f32(ptr(a, 4)?)?);
                 let (y, n, kp, ldy) = (ptr(a, 5)?, int(a, 6)?, int(a, 7)?, int(a, 8)?);
-                for r in 0..m {
-                    let mut row = vec![0f32; n];
-                    reference::w8a8_row(&q[r * kp..(r + 1) * kp], sx[r], &w, &sw, n, kp, &mut row);
-                    self.write_f32(y, r * ldy, &row)?;
+                let rows: Vec<Vec<f32>> = (0..m)
+                    .into_par_iter()
+                    .map(|r| {
+                        let mut row = vec![0f32; n];
+                        reference::w8a8_row(&q[r * kp..(r + 1) * kp], sx[r], &w, &sw, n, kp, &mut row);
+                        row
+                    })
+                    .collect();
+                for (r, row) in rows.iter().enumerate() {
+                    self.write_f32(y, r * ldy, row)?;
                 }
             }
             "bf16_gemv_batch4" => {
@@ -229,10 +242,16 @@ impl GpuBackend for HostBackend {
         let xb = self.read(x)?;
         let xf: Vec<f32> = xb.chunks_exact(2).map(|c| crate::converters::bf16::to_f32(u16::from_le_bytes([c[0], c[1]]))).collect();
         let wb = self.read(w)?;
-        for r in 0..m {
-            let mut row = vec![0f32; n];
-            reference::bf16_row(&xf[r * k..(r + 1) * k], &wb, n, k, kw, ActRound::None, &mut row);
-            self.write_f32(y, r * n, &row)?;
+        let rows: Vec<Vec<f32>> = (0..m)
+            .into_par_iter()
+            .map(|r| {
+                let mut row = vec![0f32; n];
+                reference::bf16_row(&xf[r * k..(r + 1) * k], &wb, n, k, kw, ActRound::None, &mut row);
+                row
+            })
+            .collect();
+        for (r, row) in rows.iter().enumerate() {
+            self.write_f32(y, r * n, row)?;
         }
         Ok(())
     }

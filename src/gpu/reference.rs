@@ -6,6 +6,11 @@
 
 use crate::converters::bf16;
 use crate::converters::fp8::{e4m3_to_f32, f32_to_e4m3};
+use rayon::prelude::*;
+use std::sync::LazyLock;
+
+/// E4M3 byte -> value, as f64 (exact).
+static E4M3: LazyLock<[f64; 256]> = LazyLock::new(|| std::array::from_fn(|b| e4m3_to_f32(b as u8) as f64));
 
 /// Activation rounding a kernel applies before its products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,17 +49,19 @@ pub fn gelu_mul(g: f32, u: f32) -> f32 {
 #[allow(clippy::too_many_arguments)]
 pub fn fp8_block_row(x: &[f32], w: &[u8], s: &[f32], n: usize, k: usize, kp: usize, round: ActRound, y: &mut [f32]) {
     let gk = kp / 128;
-    for (j, out) in y.iter_mut().enumerate().take(n) {
+    let lut = &*E4M3;
+    let xr: Vec<f64> = x[..k].iter().map(|&v| round.apply(v) as f64).collect();
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
         let mut acc = 0f64;
         for kb in 0..gk {
             let mut part = 0f64;
             for i in kb * 128..((kb + 1) * 128).min(k) {
-                part += e4m3_to_f32(w[j * kp + i]) as f64 * round.apply(x[i]) as f64;
+                part += lut[w[j * kp + i] as usize] * xr[i];
             }
             acc += part * s[(j / 128) * gk + kb] as f64;
         }
         *out = acc as f32;
-    }
+    });
 }
 
 /// Per-row FP8 activation quantization: `(codes [kp], scale)`; `scale = amax / 448`, codes
@@ -73,23 +80,20 @@ pub fn quantize_row_fp8(x: &[f32], kp: usize) -> (Vec<u8>, f32) {
 
 /// One output row of the W8A8 product: `y[j] = sx * sw[j] * sum_i e4m3(q[i]) * e4m3(w[j][i])`.
 pub fn w8a8_row(q: &[u8], sx: f32, w: &[u8], sw: &[f32], n: usize, kp: usize, y: &mut [f32]) {
-    for (j, out) in y.iter_mut().enumerate().take(n) {
-        let mut acc = 0f64;
-        for i in 0..kp {
-            acc += e4m3_to_f32(q[i]) as f64 * e4m3_to_f32(w[j * kp + i]) as f64;
-        }
+    let lut = &*E4M3;
+    let qf: Vec<f64> = q[..kp].iter().map(|&c| lut[c as usize]).collect();
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
+        let acc: f64 = w[j * kp..(j + 1) * kp].iter().zip(&qf).map(|(&c, &a)| lut[c as usize] * a).sum();
         *out = (acc * sx as f64 * sw[j] as f64) as f32;
-    }
+    });
 }
 
 /// One output row of a BF16 weight product: `y[j] = sum_i bf16(w[j][i]) * a(x[i])`.
 pub fn bf16_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, round: ActRound, y: &mut [f32]) {
-    for (j, out) in y.iter_mut().enumerate().take(n) {
-        let mut acc = 0f64;
+    let xr: Vec<f64> = x[..k].iter().map(|&v| round.apply(v) as f64).collect();
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
         let row = &w[2 * j * kp..2 * (j * kp + k)];
-        for (wb, &xv) in row.chunks_exact(2).zip(x) {
-            acc += bf16::to_f32(u16::from_le_bytes([wb[0], wb[1]])) as f64 * round.apply(xv) as f64;
-        }
+        let acc: f64 = row.chunks_exact(2).zip(&xr).map(|(wb, &xv)| bf16::to_f32(u16::from_le_bytes([wb[0], wb[1]])) as f64 * xv).sum();
         *out = acc as f32;
-    }
+    });
 }

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# On the GPU machine: run every GPU check and benchmark with the binary from scripts/gpu-build.sh
+# and print a short table. Logs go to $OUT when the device tool provides it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export METRALE_CUDA_INCLUDE="${METRALE_CUDA_INCLUDE:-/usr/local/cuda/include}"
+export METRALE_KERNEL_CACHE="${TMPDIR:-/tmp}/metrale-kernels"
+out="${OUT:-/tmp}"
+bin=.gpu-bin/metrale-pack
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+rc=0
+timeout "${CHECK_TIMEOUT:-400}" "$bin" gpu-check ${GPU_CHECK_ARGS:-} > "$out/gpu-check.txt" 2> "$out/gpu-check.err" || rc=1
+timeout "${BENCH_TIMEOUT:-150}" "$bin" bench-gpu > "$out/bench-gpu.txt" 2> "$out/bench-gpu.err" || rc=1
+grep -v " PASS$" "$out/gpu-check.txt" | tail -40; grep -c " PASS$" "$out/gpu-check.txt"
+tail -3 "$out/gpu-check.err"
+cat "$out/bench-gpu.txt"; tail -3 "$out/bench-gpu.err"
+exit $rc
