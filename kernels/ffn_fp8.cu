@@ -15,60 +15,73 @@ __device__ __forceinline__ float fp8f(unsigned int b) {
     return (float)v;
 }
 
-// ---- GEMV: one warp per output row, 16 weight bytes per lane per step ----
-template <int M>
+// ---- GEMV: one warp per R output rows, 16 weight bytes per lane per row per step ----
+// Each activation load (4 bytes per weight byte) is reused for R rows, so the f32 activations
+// do not dominate the traffic of an FP8 weight stream. Rows j0..j0+R lie in one 128-row scale
+// band (R divides 128).
+template <int M, int R>
 __device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
                                          const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp, int ldy) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j = blockIdx.x * (blockDim.x >> 5) + warp;
-    if (j >= n) return;
+    const int j0 = (blockIdx.x * (blockDim.x >> 5) + warp) * R;
+    if (j0 >= n) return;
     const int gk = kp >> 7;
-    float acc[M];
+    float acc[M][R];
 #pragma unroll
-    for (int r = 0; r < M; ++r) acc[r] = 0.f;
-    const unsigned char* wr = w + (size_t)j * kp;
-    const float* sr = s + (size_t)(j >> 7) * gk;
-#pragma unroll 2
+    for (int r = 0; r < M; ++r)
+#pragma unroll
+        for (int q = 0; q < R; ++q) acc[r][q] = 0.f;
+    const float* sr = s + (size_t)(j0 >> 7) * gk;
     for (int kk = lane * 16; kk < k; kk += 512) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(wr + kk));
-        const unsigned int words[4] = {v.x, v.y, v.z, v.w};
-        float wf[16];
+        uint4 v[R];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) wf[i] = fp8f(words[i >> 2] >> (8 * (i & 3)));
+        for (int q = 0; q < R; ++q) v[q] = __ldg(reinterpret_cast<const uint4*>(w + (size_t)(j0 + q) * kp + kk));
         const float sc = __ldg(sr + (kk >> 7));
 #pragma unroll
         for (int r = 0; r < M; ++r) {
             if (r < m) {
                 const float4* xr = reinterpret_cast<const float4*>(x + (size_t)r * k + kk);
-                float p = 0.f;
+                float xv[16];
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
-                    const float4 xv = __ldg(xr + q);
-                    p += wf[4 * q] * xv.x + wf[4 * q + 1] * xv.y + wf[4 * q + 2] * xv.z + wf[4 * q + 3] * xv.w;
+                    const float4 t = __ldg(xr + q);
+                    xv[4 * q] = t.x;
+                    xv[4 * q + 1] = t.y;
+                    xv[4 * q + 2] = t.z;
+                    xv[4 * q + 3] = t.w;
                 }
-                acc[r] += p * sc;
+#pragma unroll
+                for (int q = 0; q < R; ++q) {
+                    const unsigned int words[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
+                    float p = 0.f;
+#pragma unroll
+                    for (int i = 0; i < 16; ++i) p += fp8f(words[i >> 2] >> (8 * (i & 3))) * xv[i];
+                    acc[r][q] += p * sc;
+                }
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < M; ++r) {
-        float v = acc[r];
+    for (int r = 0; r < M; ++r)
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0 && r < m) y[(size_t)r * ldy + j] = v;
-    }
+        for (int q = 0; q < R; ++q) {
+            float t = acc[r][q];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+            if (lane == 0 && r < m && j0 + q < n) y[(size_t)r * ldy + j0 + q] = t;
+        }
 }
 
-// m <= 4. Grid ceil(n / 8), block 256.
+// m <= 4. Grid ceil(n / 32), block 256 (8 warps x 4 rows).
 extern "C" __global__ void w8a16_gemv_batch4(const float* x, int m, const unsigned char* w, const float* s, float* y,
                                              int n, int k, int kp, int ldy) {
-    gemv_fp8<4>(x, m, w, s, y, n, k, kp, ldy);
+    gemv_fp8<4, 4>(x, m, w, s, y, n, k, kp, ldy);
 }
 
-// m <= 16. Grid ceil(n / 8), block 256.
+// m <= 16. Grid ceil(n / 16), block 256 (8 warps x 2 rows).
 extern "C" __global__ void w8a16_gemv_batch16(const float* x, int m, const unsigned char* w, const float* s, float* y,
                                               int n, int k, int kp, int ldy) {
-    gemv_fp8<16>(x, m, w, s, y, n, k, kp, ldy);
+    gemv_fp8<16, 2>(x, m, w, s, y, n, k, kp, ldy);
 }
 
 // ---- Tensor-core GEMM: bf16 mma.sync m16n8k16, tile BM x 128 x 32, 4 warps ----

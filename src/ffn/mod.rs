@@ -570,9 +570,9 @@ impl DenseFfnLayer {
     pub(crate) fn fp8_launch(&self, ctx: &mut ForwardContext, kernel: KernelHandle, w: &Fp8Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
         let k = &self.kernels;
         let (cap, tile) = if kernel == k.fp8_b4 {
-            (4, "gemv")
+            (4, "gemv4")
         } else if kernel == k.fp8_b16 {
-            (16, "gemv")
+            (16, "gemv16")
         } else if kernel == k.fp8_m16 {
             (16, "m16")
         } else if kernel == k.fp8_pipe {
@@ -584,13 +584,14 @@ impl DenseFfnLayer {
         while r0 < m {
             let rows = (m - r0).min(cap);
             let grid = match tile {
-                "gemv" => (w.n.div_ceil(8) as u32, 1, 1),
+                "gemv4" => (w.n.div_ceil(32) as u32, 1, 1),
+                "gemv16" => (w.n.div_ceil(16) as u32, 1, 1),
                 "m16" => ((w.np / 128) as u32, 1, 1),
                 "tc64" => ((w.np / 128) as u32, rows.div_ceil(64) as u32, 1),
                 _ => (w.n.div_ceil(64) as u32, rows.div_ceil(64) as u32, 1),
             };
             let block = match tile {
-                "gemv" | "simt64" => (256, 1, 1),
+                "gemv4" | "gemv16" | "simt64" => (256, 1, 1),
                 _ => (128, 1, 1),
             };
             let xs = x.view((r0 * w.k * 4) as u64, (rows * w.k * 4) as u64);
