@@ -5,10 +5,12 @@
 
 use crate::converters::layouts;
 use crate::ffn::testing::*;
-use crate::ffn::{DenseFfnLayer, FfnConfig, Fp8Weight, ForwardContext, W8a8Weight};
+use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext, Fp8Weight, W8a8Weight};
 use crate::gpu::host::HostBackend;
 use crate::gpu::reference::{self, ActRound};
-use crate::gpu::{DevicePtr, GemmBf16, GpuBackend, GpuResult, ModelLevers, alloc_upload, download_f32, upload_f32};
+use crate::gpu::{
+    DevicePtr, GemmBf16, GpuBackend, GpuResult, ModelLevers, alloc_upload, download_f32, upload_f32,
+};
 use crate::model::Activation;
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -40,24 +42,51 @@ fn sample_rows(m: usize) -> Vec<usize> {
     v
 }
 
-fn upload_fp8(b: &dyn GpuBackend, x: &[f32], n: usize, k: usize) -> GpuResult<(Fp8Weight, Vec<u8>, Vec<f32>)> {
+fn upload_fp8(
+    b: &dyn GpuBackend,
+    x: &[f32],
+    n: usize,
+    k: usize,
+) -> GpuResult<(Fp8Weight, Vec<u8>, Vec<f32>)> {
     let e = layouts::fp8::encode(x, n, k);
-    let w = Fp8Weight { weight: alloc_upload(b, &e.parts[0].1)?, scale: alloc_upload(b, &e.parts[1].1)?, n, k, np: e.padded[0], kp: e.padded[1] };
+    let w = Fp8Weight {
+        weight: alloc_upload(b, &e.parts[0].1)?,
+        scale: alloc_upload(b, &e.parts[1].1)?,
+        n,
+        k,
+        np: e.padded[0],
+        kp: e.padded[1],
+    };
     Ok((w, e.parts[0].1.clone(), layouts::f32_from(&e.parts[1].1)))
 }
 
 fn push(rows: &mut Vec<Row>, check: &str, shape: (usize, usize), m: usize, err: f64, tol: f64) {
     let pass = err.is_finite() && err <= tol;
-    rows.push(Row { check: check.into(), shape: format!("{}x{}", shape.0, shape.1), m, err, tol, pass });
+    rows.push(Row {
+        check: check.into(),
+        shape: format!("{}x{}", shape.0, shape.1),
+        m,
+        err,
+        tol,
+        pass,
+    });
 }
 
 /// Kernel-level checks: each projection kernel on its row counts, sampled rows against the
 /// reference (f64 sums), every output element checked written.
-pub fn kernel_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[usize], rng: &mut Rand) -> GpuResult<Vec<Row>> {
+pub fn kernel_checks(
+    b: Arc<dyn GpuBackend>,
+    shapes: &[(usize, usize)],
+    ms: &[usize],
+    rng: &mut Rand,
+) -> GpuResult<Vec<Row>> {
     let mut rows = Vec::new();
     let mmax = *ms.iter().max().unwrap();
     for &(h, i) in shapes {
-        let cfg = FfnConfig { hidden: h, inter: i };
+        let cfg = FfnConfig {
+            hidden: h,
+            inter: i,
+        };
         let mut ctx = ForwardContext::new(b.clone(), cfg, mmax, ModelLevers::default())?;
         let layer = DenseFfnLayer::new(&ctx);
         let (n, k) = (i, h); // gate/up shape
@@ -72,7 +101,12 @@ pub fn kernel_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[us
             ("w8a16_gemv_batch4", kk.fp8_b4, 4, ActRound::None),
             ("w8a16_gemv_batch16", kk.fp8_b16, 16, ActRound::None),
             ("w8a16_gemm_m16", kk.fp8_m16, 32, ActRound::Bf16),
-            ("w8a16_gemm_pipelined", kk.fp8_pipe, usize::MAX, ActRound::Bf16),
+            (
+                "w8a16_gemm_pipelined",
+                kk.fp8_pipe,
+                usize::MAX,
+                ActRound::Bf16,
+            ),
             ("w8a16_gemm", kk.fp8_base, usize::MAX, ActRound::None),
         ];
         for (name, handle, cap, round) in fp8 {
@@ -87,19 +121,41 @@ pub fn kernel_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[us
                     .par_iter()
                     .map(|&r| {
                         let mut out = vec![0f32; n];
-                        reference::fp8_block_row(&x[r * k..(r + 1) * k], &codes, &scales, n, k, w.kp, round, &mut out);
+                        reference::fp8_block_row(
+                            &x[r * k..(r + 1) * k],
+                            &codes,
+                            &scales,
+                            n,
+                            k,
+                            w.kp,
+                            round,
+                            &mut out,
+                        );
                         out
                     })
                     .collect();
-                let got: Vec<f32> = srows.iter().flat_map(|&r| y[r * n..(r + 1) * n].to_vec()).collect();
+                let got: Vec<f32> = srows
+                    .iter()
+                    .flat_map(|&r| y[r * n..(r + 1) * n].to_vec())
+                    .collect();
                 let want: Vec<f64> = refs.iter().flatten().map(|&v| v as f64).collect();
-                let err = if written { rel_err(&got, &want) } else { f64::NAN };
+                let err = if written {
+                    rel_err(&got, &want)
+                } else {
+                    f64::NAN
+                };
                 push(&mut rows, name, (h, i), m, err, 2e-6);
             }
         }
         // W8A8: activation quantization bit for bit, then the FP8 tensor-core GEMM.
         let we = layouts::w8a8::encode(&wf, n, k);
-        let ww = W8a8Weight { weight: alloc_upload(b.as_ref(), &we.parts[0].1)?, scale: alloc_upload(b.as_ref(), &we.parts[1].1)?, n, k, kp: we.padded[1] };
+        let ww = W8a8Weight {
+            weight: alloc_upload(b.as_ref(), &we.parts[0].1)?,
+            scale: alloc_upload(b.as_ref(), &we.parts[1].1)?,
+            n,
+            k,
+            kp: we.padded[1],
+        };
         let wsc = layouts::f32_from(&we.parts[1].1);
         for &m in ms {
             poison(b.as_ref(), yd)?;
@@ -112,7 +168,14 @@ pub fn kernel_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[us
                 let (qr, s) = reference::quantize_row_fp8(&x[r * k..(r + 1) * k], ww.kp);
                 qr == q[r * ww.kp..(r + 1) * ww.kp] && s.to_bits() == sx[r].to_bits()
             });
-            push(&mut rows, "quantize_act_fp8_row (bits)", (h, i), m, if exact { 0.0 } else { 1.0 }, 0.0);
+            push(
+                &mut rows,
+                "quantize_act_fp8_row (bits)",
+                (h, i),
+                m,
+                if exact { 0.0 } else { 1.0 },
+                0.0,
+            );
             let y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
             let written = y.iter().all(|v| v.is_finite());
             let srows = sample_rows(m);
@@ -125,13 +188,32 @@ pub fn kernel_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[us
                     out.into_iter().map(|v| v as f64).collect::<Vec<_>>()
                 })
                 .collect();
-            let got: Vec<f32> = srows.iter().flat_map(|&r| y[r * n..(r + 1) * n].to_vec()).collect();
+            let got: Vec<f32> = srows
+                .iter()
+                .flat_map(|&r| y[r * n..(r + 1) * n].to_vec())
+                .collect();
             // FP8 tensor-core accumulation is not full f32 on Hopper: 1e-3.
-            push(&mut rows, "w8a8_gemm", (h, i), m, if written { rel_err(&got, &want) } else { f64::NAN }, 1e-3);
+            push(
+                &mut rows,
+                "w8a8_gemm",
+                (h, i),
+                m,
+                if written {
+                    rel_err(&got, &want)
+                } else {
+                    f64::NAN
+                },
+                1e-3,
+            );
         }
         // BF16: GEMV (m <= 4) and cuBLAS.
         let be = layouts::bf16::encode(&wf, n, k);
-        let bw = crate::ffn::Bf16Weight { weight: alloc_upload(b.as_ref(), &be.parts[0].1)?, n, k, kp: be.padded[1] };
+        let bw = crate::ffn::Bf16Weight {
+            weight: alloc_upload(b.as_ref(), &be.parts[0].1)?,
+            n,
+            k,
+            kp: be.padded[1],
+        };
         for &m in ms {
             let srows = sample_rows(m);
             if m <= 4 {
@@ -143,29 +225,84 @@ pub fn kernel_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[us
                     .iter()
                     .flat_map(|&r| {
                         let mut out = vec![0f32; n];
-                        reference::bf16_row(&x[r * k..(r + 1) * k], &be.parts[0].1, n, k, bw.kp, ActRound::None, &mut out);
+                        reference::bf16_row(
+                            &x[r * k..(r + 1) * k],
+                            &be.parts[0].1,
+                            n,
+                            k,
+                            bw.kp,
+                            ActRound::None,
+                            &mut out,
+                        );
                         out.into_iter().map(|v| v as f64)
                     })
                     .collect();
-                let got: Vec<f32> = srows.iter().flat_map(|&r| y[r * n..(r + 1) * n].to_vec()).collect();
-                push(&mut rows, "bf16_gemv_batch4", (h, i), m, if y.iter().all(|v| v.is_finite()) { rel_err(&got, &want) } else { f64::NAN }, 2e-6);
+                let got: Vec<f32> = srows
+                    .iter()
+                    .flat_map(|&r| y[r * n..(r + 1) * n].to_vec())
+                    .collect();
+                push(
+                    &mut rows,
+                    "bf16_gemv_batch4",
+                    (h, i),
+                    m,
+                    if y.iter().all(|v| v.is_finite()) {
+                        rel_err(&got, &want)
+                    } else {
+                        f64::NAN
+                    },
+                    2e-6,
+                );
             }
             poison(b.as_ref(), yd)?;
             let xb = layer.to_bf16(&mut ctx, xd, m * k)?;
-            b.gemm_bf16(&GemmBf16 { x: xb, w: bw.weight, y: yd, m, n, k, kw: bw.kp }, 0)?;
+            b.gemm_bf16(
+                &GemmBf16 {
+                    x: xb,
+                    w: bw.weight,
+                    y: yd,
+                    m,
+                    n,
+                    k,
+                    kw: bw.kp,
+                },
+                0,
+            )?;
             b.synchronize(0)?;
             let y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
             let want: Vec<f64> = srows
                 .par_iter()
                 .flat_map(|&r| {
                     let mut out = vec![0f32; n];
-                    reference::bf16_row(&x[r * k..(r + 1) * k], &be.parts[0].1, n, k, bw.kp, ActRound::Bf16, &mut out);
+                    reference::bf16_row(
+                        &x[r * k..(r + 1) * k],
+                        &be.parts[0].1,
+                        n,
+                        k,
+                        bw.kp,
+                        ActRound::Bf16,
+                        &mut out,
+                    );
                     out.into_iter().map(|v| v as f64).collect::<Vec<_>>()
                 })
                 .collect();
-            let got: Vec<f32> = srows.iter().flat_map(|&r| y[r * n..(r + 1) * n].to_vec()).collect();
+            let got: Vec<f32> = srows
+                .iter()
+                .flat_map(|&r| y[r * n..(r + 1) * n].to_vec())
+                .collect();
             // cuBLAS blocks the k sum its own way: 1e-5.
-            push(&mut rows, "cublas gemm_bf16", (h, i), m, if y.iter().all(|v| v.is_finite()) { rel_err(&got, &want) } else { f64::NAN }, 1e-5);
+            push(
+                &mut rows,
+                "cublas gemm_bf16",
+                (h, i),
+                m,
+                if y.iter().all(|v| v.is_finite()) {
+                    rel_err(&got, &want)
+                } else {
+                    f64::NAN
+                },
+                1e-5,
+            );
         }
         for p in [xd, yd, w.weight, w.scale, ww.weight, ww.scale, bw.weight] {
             b.free(p);
@@ -176,27 +313,68 @@ pub fn kernel_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[us
 
 /// Layer-level checks: every method and arm on CUDA against the same layer on the host backend
 /// (same routing, same inputs), and the fixed path's batch invariance.
-pub fn layer_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[usize], rng: &mut Rand) -> GpuResult<Vec<Row>> {
+pub fn layer_checks(
+    b: Arc<dyn GpuBackend>,
+    shapes: &[(usize, usize)],
+    ms: &[usize],
+    rng: &mut Rand,
+) -> GpuResult<Vec<Row>> {
     let mut rows = Vec::new();
     let mmax = *ms.iter().max().unwrap();
     let host: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let lev = |pairs: &[(&str, &str)]| {
-        let env: HashMap<String, String> = pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        let env: HashMap<String, String> = pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
         ModelLevers::from_map(&env, crate::gpu::levers::HARDWARE_SM90)
     };
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
     let arms: [(&str, Install, ModelLevers, Activation); 7] = [
-        ("fp8 fused", |b, l, w| install_fp8(b, l, w, true), lev(&[]), Activation::Silu),
-        ("fp8", |b, l, w| install_fp8(b, l, w, false), lev(&[]), Activation::Silu),
-        ("fp8 m16_tc", |b, l, w| install_fp8(b, l, w, false), lev(&[("METRALE_FFN_M16_TC", "1")]), Activation::Silu),
-        ("fp8 batch16", |b, l, w| install_fp8(b, l, w, false), lev(&[("METRALE_FFN_BATCH16", "1")]), Activation::Silu),
-        ("fp8 gelu", |b, l, w| install_fp8(b, l, w, false), lev(&[]), Activation::Gelu),
-        ("w8a8", install_w8a8, lev(&[("METRALE_W8A8_MAX_ROWS", "4096")]), Activation::Silu),
+        (
+            "fp8 fused",
+            |b, l, w| install_fp8(b, l, w, true),
+            lev(&[]),
+            Activation::Silu,
+        ),
+        (
+            "fp8",
+            |b, l, w| install_fp8(b, l, w, false),
+            lev(&[]),
+            Activation::Silu,
+        ),
+        (
+            "fp8 m16_tc",
+            |b, l, w| install_fp8(b, l, w, false),
+            lev(&[("METRALE_FFN_M16_TC", "1")]),
+            Activation::Silu,
+        ),
+        (
+            "fp8 batch16",
+            |b, l, w| install_fp8(b, l, w, false),
+            lev(&[("METRALE_FFN_BATCH16", "1")]),
+            Activation::Silu,
+        ),
+        (
+            "fp8 gelu",
+            |b, l, w| install_fp8(b, l, w, false),
+            lev(&[]),
+            Activation::Gelu,
+        ),
+        (
+            "w8a8",
+            install_w8a8,
+            lev(&[("METRALE_W8A8_MAX_ROWS", "4096")]),
+            Activation::Silu,
+        ),
         ("bf16", install_bf16, lev(&[]), Activation::Silu),
     ];
     for &(h, i) in shapes {
         let w = DenseWeights::random(rng, h, i);
-        let cfg = FfnConfig { hidden: h, inter: i };
+        let cfg = FfnConfig {
+            hidden: h,
+            inter: i,
+        };
         for (arm, install, levers, act) in &arms {
             let mut gc = ForwardContext::new(b.clone(), cfg, mmax, levers.clone())?;
             let mut hc = ForwardContext::new(host.clone(), cfg, mmax, levers.clone())?;
@@ -218,7 +396,10 @@ pub fn layer_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[usi
                     _ => &["prefill"],
                 };
                 for method in methods {
-                    let call = |l: &DenseFfnLayer, c: &mut ForwardContext, x: DevicePtr| -> GpuResult<Vec<f32>> {
+                    let call = |l: &DenseFfnLayer,
+                                c: &mut ForwardContext,
+                                x: DevicePtr|
+                     -> GpuResult<Vec<f32>> {
                         c.backend.fill(c.arena.moe_output, 0xFF)?;
                         let out = match *method {
                             "forward" => l.forward(c, x),
@@ -236,7 +417,11 @@ pub fn layer_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[usi
                     let yh = call(&hl, &mut hc, xh)?;
                     let same_route = gc.trace == hc.trace;
                     let want: Vec<f64> = yh.iter().map(|&v| v as f64).collect();
-                    let err = if yg.iter().all(|v| v.is_finite()) && same_route { rel_err(&yg, &want) } else { f64::NAN };
+                    let err = if yg.iter().all(|v| v.is_finite()) && same_route {
+                        rel_err(&yg, &want)
+                    } else {
+                        f64::NAN
+                    };
                     // Intermediate activations amplify last-bit differences: 1e-4 for f32 arms;
                     // where the intermediate is requantized a last-bit difference can flip a code:
                     // 1e-3 for BF16 (8-bit mantissa), 5e-3 for W8A8 (FP8).
@@ -247,7 +432,14 @@ pub fn layer_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[usi
                     } else {
                         1e-4
                     };
-                    push(&mut rows, &format!("layer {arm} {method}"), (h, i), m, err, tol);
+                    push(
+                        &mut rows,
+                        &format!("layer {arm} {method}"),
+                        (h, i),
+                        m,
+                        err,
+                        tol,
+                    );
                 }
                 b.free(xg);
                 host.free(xh);
@@ -264,11 +456,21 @@ pub fn layer_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[usi
                     let x1 = b.alloc((h * 4) as u64)?;
                     upload_f32(b.as_ref(), x1, &x[r * h..(r + 1) * h])?;
                     let one = download_f32(b.as_ref(), gl.forward_fixed(&mut gc, x1, 1)?)?;
-                    same &= one.iter().zip(&all[r * h..(r + 1) * h]).all(|(a, c)| a.to_bits() == c.to_bits());
+                    same &= one
+                        .iter()
+                        .zip(&all[r * h..(r + 1) * h])
+                        .all(|(a, c)| a.to_bits() == c.to_bits());
                     b.free(x1);
                 }
                 b.free(xg);
-                push(&mut rows, "fixed path row bits alone == in batch", (h, i), m, if same { 0.0 } else { 1.0 }, 0.0);
+                push(
+                    &mut rows,
+                    "fixed path row bits alone == in batch",
+                    (h, i),
+                    m,
+                    if same { 0.0 } else { 1.0 },
+                    0.0,
+                );
             }
         }
     }
@@ -276,7 +478,11 @@ pub fn layer_checks(b: Arc<dyn GpuBackend>, shapes: &[(usize, usize)], ms: &[usi
 }
 
 /// Median seconds of `reps` runs of `f` (synchronized before and after each).
-pub fn time_median(b: &dyn GpuBackend, reps: usize, mut f: impl FnMut() -> GpuResult<()>) -> GpuResult<f64> {
+pub fn time_median(
+    b: &dyn GpuBackend,
+    reps: usize,
+    mut f: impl FnMut() -> GpuResult<()>,
+) -> GpuResult<f64> {
     f()?;
     b.synchronize(0)?;
     let mut t = Vec::with_capacity(reps);
@@ -291,24 +497,45 @@ pub fn time_median(b: &dyn GpuBackend, reps: usize, mut f: impl FnMut() -> GpuRe
 }
 
 /// Benchmarks; returns printable lines.
-pub fn benchmarks(b: Arc<dyn GpuBackend>, copy_ceiling: impl Fn(u64) -> GpuResult<f64>, rng: &mut Rand) -> GpuResult<Vec<String>> {
+pub fn benchmarks(
+    b: Arc<dyn GpuBackend>,
+    copy_ceiling: impl Fn(u64) -> GpuResult<f64>,
+    rng: &mut Rand,
+) -> GpuResult<Vec<String>> {
     let mut out = Lines(Vec::new());
     let ceiling = copy_ceiling(4 << 30)?; // bytes read + written per second
-    out.push(format!("copy ceiling (device-to-device, 4 GiB, read+write): {:.0} GB/s", ceiling / 1e9));
+    out.push(format!(
+        "copy ceiling (device-to-device, 4 GiB, read+write): {:.0} GB/s",
+        ceiling / 1e9
+    ));
     let (h, i) = (4096usize, 14336usize);
-    let cfg = FfnConfig { hidden: h, inter: i };
+    let cfg = FfnConfig {
+        hidden: h,
+        inter: i,
+    };
     let w = DenseWeights::random(rng, h, i);
     let weight_bytes = |per_elem: f64| per_elem * (3 * h * i) as f64;
     // Decode (m = 1): effective weight bandwidth of each arm.
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
     let arms: [(&str, Install, f64); 4] = [
-        ("fp8 fused gate+up GEMV chain", |b, l, w| install_fp8(b, l, w, true), 1.0 + 4.0 / 16384.0),
-        ("fp8 GEMV chain", |b, l, w| install_fp8(b, l, w, false), 1.0 + 4.0 / 16384.0),
+        (
+            "fp8 fused gate+up GEMV chain",
+            |b, l, w| install_fp8(b, l, w, true),
+            1.0 + 4.0 / 16384.0,
+        ),
+        (
+            "fp8 GEMV chain",
+            |b, l, w| install_fp8(b, l, w, false),
+            1.0 + 4.0 / 16384.0,
+        ),
         ("w8a8 (quantize + FP8 MMA)", install_w8a8, 1.0),
         ("bf16 GEMV chain", install_bf16, 2.0),
     ];
     for (name, install, bpe) in arms {
-        let levers = ModelLevers { w8a8_max_rows: 4096, ..ModelLevers::default() };
+        let levers = ModelLevers {
+            w8a8_max_rows: 4096,
+            ..ModelLevers::default()
+        };
         let mut ctx = ForwardContext::new(b.clone(), cfg, 4096, levers)?;
         let mut layer = DenseFfnLayer::new(&ctx);
         install(b.as_ref(), &mut layer, &w)?;
@@ -316,13 +543,28 @@ pub fn benchmarks(b: Arc<dyn GpuBackend>, copy_ceiling: impl Fn(u64) -> GpuResul
         upload_f32(b.as_ref(), x.view(0, (h * 4) as u64), &rng.vec(h, 1.0))?;
         let t = time_median(b.as_ref(), 50, || layer.forward(&mut ctx, x).map(|_| ()))?;
         let bw = weight_bytes(bpe) / t;
-        out.push(format!("decode m=1 {name:<30} {:>8.1} us  {:>6.0} GB/s  {:>5.1}% of copy ceiling", t * 1e6, bw / 1e9, 100.0 * bw / ceiling));
+        out.push(format!(
+            "decode m=1 {name:<30} {:>8.1} us  {:>6.0} GB/s  {:>5.1}% of copy ceiling",
+            t * 1e6,
+            bw / 1e9,
+            100.0 * bw / ceiling
+        ));
         if name.starts_with("fp8 GEMV") || name.starts_with("w8a8") || name.starts_with("bf16") {
             for m in [512usize, 1024, 2048, 4096] {
-                upload_f32(b.as_ref(), x.view(0, (m * h * 4) as u64), &rng.vec(m * h, 1.0))?;
-                let t = time_median(b.as_ref(), 10, || layer.forward_prefill(&mut ctx, x, m).map(|_| ()))?;
+                upload_f32(
+                    b.as_ref(),
+                    x.view(0, (m * h * 4) as u64),
+                    &rng.vec(m * h, 1.0),
+                )?;
+                let t = time_median(b.as_ref(), 10, || {
+                    layer.forward_prefill(&mut ctx, x, m).map(|_| ())
+                })?;
                 let flops = 2.0 * m as f64 * (3 * h * i) as f64;
-                out.push(format!("prefill m={m:<5} {name:<30} {:>8.2} ms  {:>6.1} TFLOP/s", t * 1e3, flops / t / 1e12));
+                out.push(format!(
+                    "prefill m={m:<5} {name:<30} {:>8.2} ms  {:>6.1} TFLOP/s",
+                    t * 1e3,
+                    flops / t / 1e12
+                ));
             }
         }
         b.free(x);
@@ -334,8 +576,26 @@ pub fn benchmarks(b: Arc<dyn GpuBackend>, copy_ceiling: impl Fn(u64) -> GpuResul
     b.fill(xb, 0x3C)?;
     let yb = b.alloc((4096 * i * 4) as u64)?;
     for m in [512usize, 1024, 2048, 4096] {
-        let t = time_median(b.as_ref(), 10, || b.gemm_bf16(&GemmBf16 { x: xb, w: wb, y: yb, m, n: i, k: h, kw: h }, 0))?;
-        out.push(format!("prefill m={m:<5} {:<30} {:>8.2} ms  {:>6.1} TFLOP/s (one [{i}, {h}] projection)", "cuBLAS BF16 GEMM", t * 1e3, 2.0 * (m * i * h) as f64 / t / 1e12));
+        let t = time_median(b.as_ref(), 10, || {
+            b.gemm_bf16(
+                &GemmBf16 {
+                    x: xb,
+                    w: wb,
+                    y: yb,
+                    m,
+                    n: i,
+                    k: h,
+                    kw: h,
+                },
+                0,
+            )
+        })?;
+        out.push(format!(
+            "prefill m={m:<5} {:<30} {:>8.2} ms  {:>6.1} TFLOP/s (one [{i}, {h}] projection)",
+            "cuBLAS BF16 GEMM",
+            t * 1e3,
+            2.0 * (m * i * h) as f64 / t / 1e12
+        ));
     }
     Ok(out.0)
 }
@@ -352,9 +612,20 @@ impl Lines {
 
 /// Print the table and return whether every row passed.
 pub fn print_table(rows: &[Row]) -> bool {
-    println!("{:<44} {:>11} {:>5} {:>10} {:>8} {:>5}", "check", "shape", "m", "rel err", "tol", "ok");
+    println!(
+        "{:<44} {:>11} {:>5} {:>10} {:>8} {:>5}",
+        "check", "shape", "m", "rel err", "tol", "ok"
+    );
     for r in rows {
-        println!("{:<44} {:>11} {:>5} {:>10.2e} {:>8.0e} {:>5}", r.check, r.shape, r.m, r.err, r.tol, if r.pass { "PASS" } else { "FAIL" });
+        println!(
+            "{:<44} {:>11} {:>5} {:>10.2e} {:>8.0e} {:>5}",
+            r.check,
+            r.shape,
+            r.m,
+            r.err,
+            r.tol,
+            if r.pass { "PASS" } else { "FAIL" }
+        );
     }
     let failed = rows.iter().filter(|r| !r.pass).count();
     println!("{} passed, {} failed", rows.len() - failed, failed);

@@ -5,13 +5,13 @@ pub mod atomic;
 #[path = "../converters/mod.rs"]
 pub mod converters;
 
-pub mod ffn;
-pub mod gpu;
-pub mod gpucheck;
 pub mod error;
+pub mod ffn;
 pub mod ggml_type;
 pub mod gguf;
 pub mod gguf_write;
+pub mod gpu;
+pub mod gpucheck;
 pub mod model;
 pub mod npy;
 pub mod pack;

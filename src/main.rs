@@ -458,16 +458,34 @@ fn cuda_or_skip() -> Option<std::sync::Arc<metrale_pack::gpu::cuda::CudaBackend>
 
 fn gpu_check(quick: bool) -> Result<()> {
     use metrale_pack::gpucheck::{self, M_SET, SHAPES};
-    let Some(b) = cuda_or_skip() else { return Ok(()) };
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64;
+    let Some(b) = cuda_or_skip() else {
+        return Ok(());
+    };
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos() as u64;
     eprintln!("seed {seed}");
     let mut rng = metrale_pack::ffn::testing::Rand(seed);
     let t0 = std::time::Instant::now();
-    let (shapes, ms): (&[(usize, usize)], &[usize]) = if quick { (&SHAPES[..1], &M_SET[..8]) } else { (&SHAPES, &M_SET) };
+    let (shapes, ms): (&[(usize, usize)], &[usize]) = if quick {
+        (&SHAPES[..1], &M_SET[..8])
+    } else {
+        (&SHAPES, &M_SET)
+    };
     let mut rows = gpucheck::kernel_checks(b.clone(), shapes, ms, &mut rng)?;
-    rows.extend(gpucheck::layer_checks(b.clone(), &SHAPES[..1], ms, &mut rng)?);
+    rows.extend(gpucheck::layer_checks(
+        b.clone(),
+        &SHAPES[..1],
+        ms,
+        &mut rng,
+    )?);
     if !quick {
-        rows.extend(gpucheck::layer_checks(b.clone(), &SHAPES[1..], &[1, 2, 3, 5, 17, 33], &mut rng)?);
+        rows.extend(gpucheck::layer_checks(
+            b.clone(),
+            &SHAPES[1..],
+            &[1, 2, 3, 5, 17, 33],
+            &mut rng,
+        )?);
     }
     eprintln!("checks took {:.1} s", t0.elapsed().as_secs_f64());
     anyhow::ensure!(gpucheck::print_table(&rows), "GPU check failed");
@@ -475,7 +493,9 @@ fn gpu_check(quick: bool) -> Result<()> {
 }
 
 fn bench_gpu() -> Result<()> {
-    let Some(b) = cuda_or_skip() else { return Ok(()) };
+    let Some(b) = cuda_or_skip() else {
+        return Ok(());
+    };
     let mut rng = metrale_pack::ffn::testing::Rand(7);
     let bb = b.clone();
     metrale_pack::gpucheck::benchmarks(b, move |n| bb.copy_ceiling(n), &mut rng)?;

@@ -15,12 +15,24 @@ const H: usize = 192; // not a multiple of 128: FP8 pads K
 const I: usize = 320; // nor this: FP8 pads N
 
 fn levers(pairs: &[(&str, &str)]) -> ModelLevers {
-    let env: HashMap<String, String> = pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    let env: HashMap<String, String> = pairs
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
     ModelLevers::from_map(&env, metrale_pack::gpu::levers::HARDWARE_SM90)
 }
 
 fn ctx(b: HostBackend, lev: ModelLevers) -> ForwardContext {
-    ForwardContext::new(Arc::new(b), FfnConfig { hidden: H, inter: I }, 128, lev).unwrap()
+    ForwardContext::new(
+        Arc::new(b),
+        FfnConfig {
+            hidden: H,
+            inter: I,
+        },
+        128,
+        lev,
+    )
+    .unwrap()
 }
 
 fn input(c: &ForwardContext, r: &mut Rand, m: usize) -> (DevicePtr, Vec<f32>) {
@@ -33,11 +45,22 @@ fn input(c: &ForwardContext, r: &mut Rand, m: usize) -> (DevicePtr, Vec<f32>) {
 fn fp8_decoded(w: &DenseWeights) -> DenseWeights {
     decoded(w, |x, n, k| {
         let e = layouts::fp8::encode(x, n, k);
-        layouts::crop(&layouts::fp8::decode_padded(&e.parts[0].1, &e.parts[1].1, e.padded[0], e.padded[1]), e.padded[1], n, k)
+        layouts::crop(
+            &layouts::fp8::decode_padded(&e.parts[0].1, &e.parts[1].1, e.padded[0], e.padded[1]),
+            e.padded[1],
+            n,
+            k,
+        )
     })
 }
 
-fn run(c: &mut ForwardContext, layer: &DenseFfnLayer, method: &str, x: DevicePtr, m: usize) -> Result<Vec<f32>, GpuError> {
+fn run(
+    c: &mut ForwardContext,
+    layer: &DenseFfnLayer,
+    method: &str,
+    x: DevicePtr,
+    m: usize,
+) -> Result<Vec<f32>, GpuError> {
     c.trace.clear();
     poison(c.backend.as_ref(), c.arena.moe_output).unwrap();
     let out = match method {
@@ -52,7 +75,10 @@ fn run(c: &mut ForwardContext, layer: &DenseFfnLayer, method: &str, x: DevicePtr
     }?;
     assert_eq!(out.bytes, (m * H * 4) as u64);
     let y = download_f32(c.backend.as_ref(), out).unwrap();
-    assert!(y.iter().all(|v| v.is_finite()), "{method} m={m}: unwritten (NaN) outputs");
+    assert!(
+        y.iter().all(|v| v.is_finite()),
+        "{method} m={m}: unwritten (NaN) outputs"
+    );
     Ok(y)
 }
 
@@ -65,11 +91,26 @@ fn fp8_routing_and_outputs() {
     let mut r = Rand(11);
     let w = DenseWeights::random(&mut r, H, I);
     let reference_w = fp8_decoded(&w);
-    for (lev, fused) in [(levers(&[]), true), (levers(&[]), false), (levers(&[("METRALE_FFN_M16_TC", "1")]), false), (levers(&[("METRALE_FFN_BATCH16", "1")]), false)] {
+    for (lev, fused) in [
+        (levers(&[]), true),
+        (levers(&[]), false),
+        (levers(&[("METRALE_FFN_M16_TC", "1")]), false),
+        (levers(&[("METRALE_FFN_BATCH16", "1")]), false),
+    ] {
         let mut c = ctx(HostBackend::new(), lev.clone());
         let mut layer = DenseFfnLayer::new(&c);
         install_fp8(c.backend.as_ref(), &mut layer, &w, fused).unwrap();
-        for (method, m) in [("forward", 1), ("k2", 2), ("k3", 3), ("prefill", 4), ("prefill", 5), ("prefill", 16), ("prefill", 17), ("batched", 33), ("km", 7)] {
+        for (method, m) in [
+            ("forward", 1),
+            ("k2", 2),
+            ("k3", 3),
+            ("prefill", 4),
+            ("prefill", 5),
+            ("prefill", 16),
+            ("prefill", 17),
+            ("batched", 33),
+            ("km", 7),
+        ] {
             let (x, xs) = input(&c, &mut r, m);
             let y = run(&mut c, &layer, method, x, m).unwrap();
             let e = rel_err(&y, &ffn_f64(&xs, m, &reference_w, Activation::Silu));
@@ -79,10 +120,21 @@ fn fp8_routing_and_outputs() {
             let proj = t.len() - 1; // one act-mul
             assert_eq!(count(t, "act_mul_silu"), 1, "{t:?}");
             match m {
-                1 if fused => assert_eq!(t, &["w8a16_gemv_batch4", "act_mul_silu", "w8a16_gemv_batch4"]),
+                1 if fused => assert_eq!(
+                    t,
+                    &["w8a16_gemv_batch4", "act_mul_silu", "w8a16_gemv_batch4"]
+                ),
                 1..=4 => assert_eq!(count(t, "w8a16_gemv_batch4"), 3, "{t:?}"),
-                5..=32 if lev.ffn_m16_tc => assert_eq!(count(t, "w8a16_gemm_m16"), if m > 16 { 6 } else { 3 }, "{t:?}"),
-                5..=32 if lev.ffn_batch16 => assert_eq!(count(t, "w8a16_gemv_batch16"), if m > 16 { 6 } else { 3 }, "{t:?}"),
+                5..=32 if lev.ffn_m16_tc => assert_eq!(
+                    count(t, "w8a16_gemm_m16"),
+                    if m > 16 { 6 } else { 3 },
+                    "{t:?}"
+                ),
+                5..=32 if lev.ffn_batch16 => assert_eq!(
+                    count(t, "w8a16_gemv_batch16"),
+                    if m > 16 { 6 } else { 3 },
+                    "{t:?}"
+                ),
                 _ => assert_eq!(count(t, "w8a16_gemm_pipelined"), proj, "{t:?}"),
             }
         }
@@ -97,18 +149,26 @@ fn fp8_routing_and_outputs() {
 fn fp8_falls_through_missing_kernels_and_names_the_last() {
     let mut r = Rand(12);
     let w = DenseWeights::random(&mut r, H, I);
-    let mut c = ctx(HostBackend::without(&["w8a16_gemv_batch4", "w8a16_gemm_pipelined"]), levers(&[]));
+    let mut c = ctx(
+        HostBackend::without(&["w8a16_gemv_batch4", "w8a16_gemm_pipelined"]),
+        levers(&[]),
+    );
     let mut layer = DenseFfnLayer::new(&c);
     install_fp8(c.backend.as_ref(), &mut layer, &w, true).unwrap();
     assert!(!layer.gateup_fused_plan(&c));
     let (x, _) = input(&c, &mut r, 2);
     run(&mut c, &layer, "k2", x, 2).unwrap();
     assert_eq!(count(&c.trace, "w8a16_gemm"), 3, "{:?}", c.trace);
-    let mut c = ctx(HostBackend::without(&["w8a16_gemv_batch4", "w8a16_gemm_pipelined", "w8a16_gemm"]), levers(&[]));
+    let mut c = ctx(
+        HostBackend::without(&["w8a16_gemv_batch4", "w8a16_gemm_pipelined", "w8a16_gemm"]),
+        levers(&[]),
+    );
     let mut layer = DenseFfnLayer::new(&c);
     install_fp8(c.backend.as_ref(), &mut layer, &w, false).unwrap();
     let (x, _) = input(&c, &mut r, 1);
-    let e = run(&mut c, &layer, "forward", x, 1).unwrap_err().to_string();
+    let e = run(&mut c, &layer, "forward", x, 1)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("ffn_fp8::w8a16_gemm"), "{e}");
 }
 
@@ -127,7 +187,12 @@ fn w8a8_declared_arm_fixed_path_and_refusals() {
     for (method, m) in [("forward", 1), ("k3", 3), ("prefill", 64), ("fixed", 100)] {
         let (x, xs) = input(&c, &mut r, m);
         let y = run(&mut c, &layer, method, x, m).unwrap();
-        assert_eq!(count(&c.trace, "quantize_act_fp8_row"), 3, "{method}: {:?}", c.trace);
+        assert_eq!(
+            count(&c.trace, "quantize_act_fp8_row"),
+            3,
+            "{method}: {:?}",
+            c.trace
+        );
         assert_eq!(count(&c.trace, "w8a8_gemm"), 3);
         // FP8 activations (3 mantissa bits) on top of FP8 weights.
         let e = rel_err(&y, &ffn_f64(&xs, m, &wd, Activation::Silu));
@@ -145,15 +210,38 @@ fn w8a8_declared_arm_fixed_path_and_refusals() {
         let (x1, _) = (c.backend.alloc((H * 4) as u64).unwrap(), ());
         upload_f32(c.backend.as_ref(), x1, &xs[row * H..(row + 1) * H]).unwrap();
         let one = run(&mut c, &layer, "fixed", x1, 1).unwrap();
-        assert!(one.iter().zip(&all[row * H..(row + 1) * H]).all(|(a, b)| a.to_bits() == b.to_bits()), "row {row}");
+        assert!(
+            one.iter()
+                .zip(&all[row * H..(row + 1) * H])
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "row {row}"
+        );
     }
     // GELU layers and wrong shapes are refused.
     let mut gl = DenseFfnLayer::new_with_activation(&c, Activation::Gelu);
-    let e = install_w8a8(c.backend.as_ref(), &mut gl, &w).unwrap_err().to_string();
+    let e = install_w8a8(c.backend.as_ref(), &mut gl, &w)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("refuses a GELU FFN"), "{e}");
     let mut sl = DenseFfnLayer::new(&c);
-    let swapped = DenseWeights { gate: w.down.clone(), up: w.up.clone(), down: w.down.clone(), hidden: H, inter: I };
-    let e = install_w8a8(c.backend.as_ref(), &mut sl, &DenseWeights { hidden: I, inter: H, ..swapped }).unwrap_err().to_string();
+    let swapped = DenseWeights {
+        gate: w.down.clone(),
+        up: w.up.clone(),
+        down: w.down.clone(),
+        hidden: H,
+        inter: I,
+    };
+    let e = install_w8a8(
+        c.backend.as_ref(),
+        &mut sl,
+        &DenseWeights {
+            hidden: I,
+            inter: H,
+            ..swapped
+        },
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("hidden/inter"), "{e}");
 }
 
@@ -161,7 +249,9 @@ fn w8a8_declared_arm_fixed_path_and_refusals() {
 fn bf16_arms_with_and_without_blas() {
     let mut r = Rand(14);
     let w = DenseWeights::random(&mut r, H, I);
-    let wd = decoded(&w, |x, n, k| layouts::bf16::decode(&layouts::bf16::encode(x, n, k).parts[0].1, n, k, k));
+    let wd = decoded(&w, |x, n, k| {
+        layouts::bf16::decode(&layouts::bf16::encode(x, n, k).parts[0].1, n, k, k)
+    });
     for act in [Activation::Silu, Activation::Gelu] {
         let mut c = ctx(HostBackend::new(), levers(&[]));
         let mut layer = DenseFfnLayer::new_with_activation(&c, act);
@@ -185,7 +275,9 @@ fn bf16_arms_with_and_without_blas() {
     run(&mut c, &layer, "k3", x, 3).unwrap();
     assert_eq!(count(&c.trace, "bf16_gemv_batch4"), 3);
     let (x, _) = input(&c, &mut r, 5);
-    let e = run(&mut c, &layer, "prefill", x, 5).unwrap_err().to_string();
+    let e = run(&mut c, &layer, "prefill", x, 5)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("gemm_bf16"), "{e}");
 }
 
@@ -195,28 +287,55 @@ fn nvfp4_paths_name_their_missing_kernels_and_setters_check_shapes() {
     let mut c = c0;
     let mut layer = DenseFfnLayer::new(&c);
     let p = c.backend.alloc(1 << 16).unwrap();
-    let nv = |n, k| Nvfp4Weight { codes: p, scales: p, global_scale: 1.0, n, k, kp: k };
+    let nv = |n, k| Nvfp4Weight {
+        codes: p,
+        scales: p,
+        global_scale: 1.0,
+        n,
+        k,
+        kp: k,
+    };
     layer.weights.nvfp4 = Some([nv(I, H), nv(I, H), nv(H, I)]);
     let (x, _) = input(&c, &mut Rand(1), 4);
-    let e = run(&mut c, &layer, "forward", x, 1).unwrap_err().to_string();
+    let e = run(&mut c, &layer, "forward", x, 1)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("ffn_nvfp4::w4a16_gemv_dual"), "{e}");
     let e = run(&mut c, &layer, "k2", x, 2).unwrap_err().to_string();
     assert!(e.contains("w4a16_gemv_dual_batch2"), "{e}");
-    let e = run(&mut c, &layer, "prefill", x, 4).unwrap_err().to_string();
+    let e = run(&mut c, &layer, "prefill", x, 4)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("ffn_nvfp4::w4a16_gemm"), "{e}");
-    assert!(!layer.can_forward_km(2) && !layer.small_batch_w4a4(&c) && !layer.single_row_w4a4(&c) && !layer.fixed_ok(&c, 1));
+    assert!(
+        !layer.can_forward_km(2)
+            && !layer.small_batch_w4a4(&c)
+            && !layer.single_row_w4a4(&c)
+            && !layer.fixed_ok(&c, 1)
+    );
     // Shapes: down passed as gate is refused with the expected shape in the message.
     let mut r = Rand(2);
     let w = DenseWeights::random(&mut r, H, I);
-    let bad = DenseWeights { gate: w.down.clone(), up: w.up.clone(), down: w.down.clone(), hidden: I, inter: H };
+    let bad = DenseWeights {
+        gate: w.down.clone(),
+        up: w.up.clone(),
+        down: w.down.clone(),
+        hidden: I,
+        inter: H,
+    };
     let mut l2 = DenseFfnLayer::new(&c);
-    let e = install_bf16(c.backend.as_ref(), &mut l2, &bad).unwrap_err().to_string();
+    let e = install_bf16(c.backend.as_ref(), &mut l2, &bad)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("needs [320, 192]"), "{e}");
     // Too many rows for the context.
     let mut l3 = DenseFfnLayer::new(&c);
     install_fp8(c.backend.as_ref(), &mut l3, &w, false).unwrap();
     let big = c.backend.alloc((200 * H * 4) as u64).unwrap();
-    let e = l3.forward_prefill(&mut c, big, 200).unwrap_err().to_string();
+    let e = l3
+        .forward_prefill(&mut c, big, 200)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("1..=128"), "{e}");
 }
 
@@ -227,7 +346,10 @@ fn every_kernel_name_exists_in_the_cuda_sources_or_is_a_later_issue() {
     for (field, module, name) in metrale_pack::ffn::FFN_KERNELS {
         let ok = b.kernel(module, name).ok();
         let later = *module == "ffn_nvfp4" || *name == "w8a8_block_gemm";
-        assert!(ok != later, "{field}: {module}::{name} resolved={ok}, later-issue={later}");
+        assert!(
+            ok != later,
+            "{field}: {module}::{name} resolved={ok}, later-issue={later}"
+        );
     }
 }
 
@@ -238,7 +360,8 @@ fn gpu_check_harness_runs_on_the_host_backend() {
     use metrale_pack::gpucheck;
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let mut r = Rand(5);
-    let mut rows = gpucheck::kernel_checks(b.clone(), &[(256, 384)], &[1, 4, 5, 17], &mut r).unwrap();
+    let mut rows =
+        gpucheck::kernel_checks(b.clone(), &[(256, 384)], &[1, 4, 5, 17], &mut r).unwrap();
     rows.extend(gpucheck::layer_checks(b, &[(256, 384)], &[1, 2, 3, 17], &mut r).unwrap());
     assert!(rows.len() > 40);
     for row in &rows {

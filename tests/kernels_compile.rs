@@ -8,22 +8,34 @@ use metrale_pack::gpu::{cuda, kernels};
 #[test]
 fn every_module_compiles_for_sm90_with_its_entry_points() {
     if cuda::nvrtc_version().is_err() {
-        assert!(std::env::var_os("METRALE_REQUIRE_NVRTC").is_none(), "NVRTC required but libnvrtc could not be loaded (LD_LIBRARY_PATH?)");
+        assert!(
+            std::env::var_os("METRALE_REQUIRE_NVRTC").is_none(),
+            "NVRTC required but libnvrtc could not be loaded (LD_LIBRARY_PATH?)"
+        );
         eprintln!("SKIPPED: libnvrtc not found; run scripts/test.sh to install it");
         return;
     }
     let include = cuda::cuda_include_dir();
-    assert!(include.is_some(), "no CUDA headers: set METRALE_CUDA_INCLUDE");
+    assert!(
+        include.is_some(),
+        "no CUDA headers: set METRALE_CUDA_INCLUDE"
+    );
     for (module, _) in kernels::MODULES {
-        let cubin = cuda::compile_cubin(module, "sm_90", include.as_deref()).unwrap_or_else(|e| panic!("{e}"));
+        let cubin = cuda::compile_cubin(module, "sm_90", include.as_deref())
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(&cubin[..4], b"\x7fELF", "{module}: not an ELF cubin");
         let names = kernels::entry_points(module);
         assert!(!names.is_empty(), "{module}: no entry points");
         for n in names {
-            assert!(cubin.windows(n.len()).any(|w| w == n.as_bytes()), "{module}: {n} missing from the cubin");
+            assert!(
+                cubin.windows(n.len()).any(|w| w == n.as_bytes()),
+                "{module}: {n} missing from the cubin"
+            );
         }
     }
     // A broken source is reported with NVRTC's log, naming the module.
-    let e = cuda::compile_cubin("no_such_module", "sm_90", include.as_deref()).unwrap_err().to_string();
+    let e = cuda::compile_cubin("no_such_module", "sm_90", include.as_deref())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("no kernel module no_such_module"), "{e}");
 }

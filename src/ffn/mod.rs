@@ -7,7 +7,10 @@
 //! (`[m, hidden]` f32). Every kernel launched is appended to `ForwardContext::trace`, so tests
 //! can assert which arm served a call.
 
-use crate::gpu::{DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, ModelLevers, StreamId};
+use crate::gpu::{
+    DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg,
+    ModelLevers, StreamId,
+};
 use crate::model::Activation;
 use std::sync::Arc;
 
@@ -61,8 +64,17 @@ fn round_up(x: usize, m: usize) -> usize {
 
 impl ForwardContext {
     /// Allocate the arena for up to `max_tokens` rows.
-    pub fn new(backend: Arc<dyn GpuBackend>, config: FfnConfig, max_tokens: usize, levers: ModelLevers) -> GpuResult<Self> {
-        let (h, i, t) = (config.hidden as u64, config.inter as u64, max_tokens.max(1) as u64);
+    pub fn new(
+        backend: Arc<dyn GpuBackend>,
+        config: FfnConfig,
+        max_tokens: usize,
+        levers: ModelLevers,
+    ) -> GpuResult<Self> {
+        let (h, i, t) = (
+            config.hidden as u64,
+            config.inter as u64,
+            max_tokens.max(1) as u64,
+        );
         let interp = round_up(config.inter, 128) as u64;
         let kmax = round_up(config.hidden.max(config.inter), 128) as u64;
         let b = &backend;
@@ -78,7 +90,16 @@ impl ForwardContext {
             act_scale: b.alloc(t * 4)?,
             act_bf16: b.alloc(t * h.max(i) * 2)?,
         };
-        Ok(ForwardContext { backend, config, arena, levers, profile: false, max_tokens: max_tokens.max(1), stream: 0, trace: Vec::new() })
+        Ok(ForwardContext {
+            backend,
+            config,
+            arena,
+            levers,
+            profile: false,
+            max_tokens: max_tokens.max(1),
+            stream: 0,
+            trace: Vec::new(),
+        })
     }
 }
 
@@ -99,8 +120,13 @@ impl Fp8Weight {
         assert!(row0.is_multiple_of(128));
         let np = round_up(n, 128);
         Fp8Weight {
-            weight: self.weight.view((row0 * self.kp) as u64, (np * self.kp) as u64),
-            scale: self.scale.view((row0 / 128 * self.kp / 128 * 4) as u64, (np / 128 * self.kp / 128 * 4) as u64),
+            weight: self
+                .weight
+                .view((row0 * self.kp) as u64, (np * self.kp) as u64),
+            scale: self.scale.view(
+                (row0 / 128 * self.kp / 128 * 4) as u64,
+                (np / 128 * self.kp / 128 * 4) as u64,
+            ),
             n,
             k: self.k,
             np,
@@ -208,11 +234,18 @@ fn name_of(h: KernelHandle, k: &FfnKernels) -> &'static str {
         (k.bf16_gemv, "bf16_gemv_batch4"),
         (k.nvfp4_proj_mx, "nvfp4_proj_mx"),
     ];
-    pairs.iter().find(|(kh, _)| *kh == h).map(|(_, n)| *n).unwrap_or("?")
+    pairs
+        .iter()
+        .find(|(kh, _)| *kh == h)
+        .map(|(_, n)| *n)
+        .unwrap_or("?")
 }
 
 fn missing(module: &str, name: &str) -> GpuError {
-    GpuError::MissingKernel { module: module.into(), name: name.into() }
+    GpuError::MissingKernel {
+        module: module.into(),
+        name: name.into(),
+    }
 }
 
 /// Which projection of a layer.
@@ -278,11 +311,23 @@ impl DenseFfnLayer {
     }
 
     /// Install the BF16 overlay (`bf16` layout).
-    pub fn set_bf16_weights(&mut self, gate: Bf16Weight, up: Bf16Weight, down: Bf16Weight) -> GpuResult<()> {
+    pub fn set_bf16_weights(
+        &mut self,
+        gate: Bf16Weight,
+        up: Bf16Weight,
+        down: Bf16Weight,
+    ) -> GpuResult<()> {
         for (p, w) in [(P::Gate, &gate), (P::Up, &up), (P::Down, &down)] {
             self.check_shape("set_bf16_weights", p, w.n, w.k)?;
-            if w.k % 8 != 0 || w.kp < w.k || w.kp % 8 != 0 || w.weight.bytes < (w.n * w.kp * 2) as u64 {
-                return Err(GpuError::Invalid(format!("set_bf16_weights {p:?}: k {} / kp {} / {} bytes do not fit the bf16 layout", w.k, w.kp, w.weight.bytes)));
+            if w.k % 8 != 0
+                || w.kp < w.k
+                || w.kp % 8 != 0
+                || w.weight.bytes < (w.n * w.kp * 2) as u64
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_bf16_weights {p:?}: k {} / kp {} / {} bytes do not fit the bf16 layout",
+                    w.k, w.kp, w.weight.bytes
+                )));
             }
         }
         self.bf16 = Some([gate, up, down]);
@@ -290,12 +335,22 @@ impl DenseFfnLayer {
     }
 
     /// Install the native block-scaled FP8 overlay (`fp8` layout).
-    pub fn set_fp8_weights(&mut self, gate: Fp8Weight, up: Fp8Weight, down: Fp8Weight) -> GpuResult<()> {
+    pub fn set_fp8_weights(
+        &mut self,
+        gate: Fp8Weight,
+        up: Fp8Weight,
+        down: Fp8Weight,
+    ) -> GpuResult<()> {
         for (p, w) in [(P::Gate, &gate), (P::Up, &up), (P::Down, &down)] {
             self.check_shape("set_fp8_weights", p, w.n, w.k)?;
             check_fp8(w, &format!("set_fp8_weights {p:?}"))?;
         }
-        self.fp8 = Some(Fp8Overlay { gate, up, down, fused: None });
+        self.fp8 = Some(Fp8Overlay {
+            gate,
+            up,
+            down,
+            fused: None,
+        });
         Ok(())
     }
 
@@ -303,13 +358,28 @@ impl DenseFfnLayer {
     /// and up are (gate = rows `[0, inter)`, up = rows `[interp, interp + inter)`).
     pub fn set_fp8_gate_up_fused(&mut self, fused: Fp8Weight) -> GpuResult<()> {
         let interp = round_up(self.inter, 128);
-        let ov = self.fp8.as_mut().ok_or_else(|| GpuError::Invalid("set_fp8_gate_up_fused: install set_fp8_weights first".into()))?;
-        debug_assert_eq!(ov.gate.weight.addr, fused.weight.addr, "gate must be a view of the fused weight");
-        if ov.gate.weight.addr != fused.weight.addr || ov.up.weight.addr != fused.weight.addr + (interp * fused.kp) as u64 {
-            return Err(GpuError::Invalid("set_fp8_gate_up_fused: gate and up are not views of the fused weight".into()));
+        let ov = self.fp8.as_mut().ok_or_else(|| {
+            GpuError::Invalid("set_fp8_gate_up_fused: install set_fp8_weights first".into())
+        })?;
+        debug_assert_eq!(
+            ov.gate.weight.addr, fused.weight.addr,
+            "gate must be a view of the fused weight"
+        );
+        if ov.gate.weight.addr != fused.weight.addr
+            || ov.up.weight.addr != fused.weight.addr + (interp * fused.kp) as u64
+        {
+            return Err(GpuError::Invalid(
+                "set_fp8_gate_up_fused: gate and up are not views of the fused weight".into(),
+            ));
         }
         if fused.n != 2 * interp || fused.k != self.hidden {
-            return Err(GpuError::Invalid(format!("set_fp8_gate_up_fused: shape [{}, {}], needs [{}, {}]", fused.n, fused.k, 2 * interp, self.hidden)));
+            return Err(GpuError::Invalid(format!(
+                "set_fp8_gate_up_fused: shape [{}, {}], needs [{}, {}]",
+                fused.n,
+                fused.k,
+                2 * interp,
+                self.hidden
+            )));
         }
         check_fp8(&fused, "set_fp8_gate_up_fused")?;
         ov.fused = Some(fused);
@@ -318,17 +388,34 @@ impl DenseFfnLayer {
 
     /// Install the declared-W8A8 decode weights (`w8a8` layout). Refused for a GELU FFN and for
     /// shapes other than `[inter, hidden]` (gate, up) and `[hidden, inter]` (down).
-    pub fn set_w8a8_decode_weights(&mut self, w: [W8a8Weight; 3], hidden: usize, inter: usize) -> GpuResult<()> {
+    pub fn set_w8a8_decode_weights(
+        &mut self,
+        w: [W8a8Weight; 3],
+        hidden: usize,
+        inter: usize,
+    ) -> GpuResult<()> {
         if self.activation == Activation::Gelu {
-            return Err(GpuError::Invalid("set_w8a8_decode_weights: the W8A8 decode arm refuses a GELU FFN".into()));
+            return Err(GpuError::Invalid(
+                "set_w8a8_decode_weights: the W8A8 decode arm refuses a GELU FFN".into(),
+            ));
         }
         if (hidden, inter) != (self.hidden, self.inter) {
-            return Err(GpuError::Invalid(format!("set_w8a8_decode_weights: hidden/inter {hidden}/{inter}, layer is {}/{}", self.hidden, self.inter)));
+            return Err(GpuError::Invalid(format!(
+                "set_w8a8_decode_weights: hidden/inter {hidden}/{inter}, layer is {}/{}",
+                self.hidden, self.inter
+            )));
         }
         for (p, x) in [(P::Gate, &w[0]), (P::Up, &w[1]), (P::Down, &w[2])] {
             self.check_shape("set_w8a8_decode_weights", p, x.n, x.k)?;
-            if x.kp % 128 != 0 || x.kp < x.k || x.weight.bytes < (x.n * x.kp) as u64 || x.scale.bytes < (x.n * 4) as u64 {
-                return Err(GpuError::Invalid(format!("set_w8a8_decode_weights {p:?}: kp {} / buffers do not fit the w8a8 layout", x.kp)));
+            if x.kp % 128 != 0
+                || x.kp < x.k
+                || x.weight.bytes < (x.n * x.kp) as u64
+                || x.scale.bytes < (x.n * 4) as u64
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_w8a8_decode_weights {p:?}: kp {} / buffers do not fit the w8a8 layout",
+                    x.kp
+                )));
             }
         }
         self.w8a8 = Some(w);
@@ -344,7 +431,11 @@ impl DenseFfnLayer {
 
     /// The rows the narrow (GEMV) arms serve: 16 with `METRALE_FFN_BATCH16` and its kernel, else 4.
     pub fn narrow_rows(&self, ctx: &ForwardContext) -> usize {
-        if ctx.levers.ffn_batch16 && self.kernels.fp8_b16.ok() { 16 } else { 4 }
+        if ctx.levers.ffn_batch16 && self.kernels.fp8_b16.ok() {
+            16
+        } else {
+            4
+        }
     }
 
     /// The NVFP4 batch-m tier kernel for `m` rows, if resolved.
@@ -366,18 +457,26 @@ impl DenseFfnLayer {
 
     /// W4A4 for 2-3 rows (NVFP4 layers, `METRALE_SMALL_BATCH_W4A4`, the W4A4 tier resolved).
     pub fn small_batch_w4a4(&self, ctx: &ForwardContext) -> bool {
-        ctx.levers.small_batch_w4a4 && self.weights.nvfp4.is_some() && self.kernels.nvfp4_proj_mx.ok()
+        ctx.levers.small_batch_w4a4
+            && self.weights.nvfp4.is_some()
+            && self.kernels.nvfp4_proj_mx.ok()
     }
 
     /// W4A4 for one decode row (NVFP4 layers, `METRALE_SINGLE_ROW_W4A4`, the tier resolved).
     pub fn single_row_w4a4(&self, ctx: &ForwardContext) -> bool {
-        ctx.levers.single_row_w4a4 && self.weights.nvfp4.is_some() && self.kernels.nvfp4_proj_mx.ok()
+        ctx.levers.single_row_w4a4
+            && self.weights.nvfp4.is_some()
+            && self.kernels.nvfp4_proj_mx.ok()
     }
 
     /// The fixed activation-quantization path serves `m` rows: the declared W8A8 arm (W8A8
     /// weights installed, SiLU, its two kernels resolved). The W4A4 arm comes with NVFP4.
     pub fn fixed_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
-        let declared = ctx.levers.activation_quantization.as_deref().is_none_or(|f| f == "w8a8");
+        let declared = ctx
+            .levers
+            .activation_quantization
+            .as_deref()
+            .is_none_or(|f| f == "w8a8");
         declared
             && self.w8a8.is_some()
             && self.activation == Activation::Silu
@@ -388,17 +487,27 @@ impl DenseFfnLayer {
 
     /// The fused FP8 gate+up GEMV serves decode: fused weight installed, lever on, kernel resolved.
     pub fn gateup_fused_plan(&self, ctx: &ForwardContext) -> bool {
-        self.fp8.as_ref().is_some_and(|o| o.fused.is_some()) && ctx.levers.ffn_gateup_fused && self.kernels.fp8_b4.ok()
+        self.fp8.as_ref().is_some_and(|o| o.fused.is_some())
+            && ctx.levers.ffn_gateup_fused
+            && self.kernels.fp8_b4.ok()
     }
 
     // ---- methods ----
 
     fn check_rows(&self, ctx: &ForwardContext, input: DevicePtr, m: usize) -> GpuResult<()> {
         if m == 0 || m > ctx.max_tokens {
-            return Err(GpuError::Invalid(format!("{m} rows: the context holds 1..={}", ctx.max_tokens)));
+            return Err(GpuError::Invalid(format!(
+                "{m} rows: the context holds 1..={}",
+                ctx.max_tokens
+            )));
         }
         if input.bytes < (m * self.hidden * 4) as u64 {
-            return Err(GpuError::Invalid(format!("input holds {} bytes, {m} rows of {} f32 need {}", input.bytes, self.hidden, m * self.hidden * 4)));
+            return Err(GpuError::Invalid(format!(
+                "input holds {} bytes, {m} rows of {} f32 need {}",
+                input.bytes,
+                self.hidden,
+                m * self.hidden * 4
+            )));
         }
         Ok(())
     }
@@ -443,7 +552,12 @@ impl DenseFfnLayer {
         self.forward_small(ctx, input, 3)
     }
 
-    fn forward_small(&self, ctx: &mut ForwardContext, input: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
+    fn forward_small(
+        &self,
+        ctx: &mut ForwardContext,
+        input: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, m)?;
         if self.w8a8.is_some() || self.fp8.is_some() || self.bf16.is_some() {
             return self.forward_prefill(ctx, input, m);
@@ -452,13 +566,25 @@ impl DenseFfnLayer {
             if self.small_batch_w4a4(ctx) && self.can_forward_km(m) {
                 return self.forward_km(ctx, input, m);
             }
-            return Err(missing("ffn_nvfp4", if m == 2 { "w4a16_gemv_dual_batch2" } else { "w4a16_gemv_dual_batch3" }));
+            return Err(missing(
+                "ffn_nvfp4",
+                if m == 2 {
+                    "w4a16_gemv_dual_batch2"
+                } else {
+                    "w4a16_gemv_dual_batch3"
+                },
+            ));
         }
         Err(GpuError::Invalid("forward: no weights installed".into()))
     }
 
     /// `m` verify rows: FP8/BF16 layers go to `forward_prefill`; NVFP4 through the batch-m tier.
-    pub fn forward_km(&self, ctx: &mut ForwardContext, input: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
+    pub fn forward_km(
+        &self,
+        ctx: &mut ForwardContext,
+        input: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, m)?;
         if self.fp8.is_some() || self.bf16.is_some() {
             return self.forward_prefill(ctx, input, m);
@@ -466,12 +592,19 @@ impl DenseFfnLayer {
         if self.weights.nvfp4.is_some() {
             return Err(missing("ffn_nvfp4", "nvfp4_proj_small_m"));
         }
-        Err(GpuError::Invalid("forward_km: no NVFP4 or FP8 weights".into()))
+        Err(GpuError::Invalid(
+            "forward_km: no NVFP4 or FP8 weights".into(),
+        ))
     }
 
     /// Prefill of `num_tokens` rows. Arm order: declared W8A8 (up to `w8a8_max_rows`), packed
     /// Q2, FP8, BF16, NVFP4: the first installed serves the call.
-    pub fn forward_prefill(&self, ctx: &mut ForwardContext, input: DevicePtr, num_tokens: usize) -> GpuResult<DevicePtr> {
+    pub fn forward_prefill(
+        &self,
+        ctx: &mut ForwardContext,
+        input: DevicePtr,
+        num_tokens: usize,
+    ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, num_tokens)?;
         let t0 = if ctx.profile {
             ctx.backend.synchronize(ctx.stream)?;
@@ -489,25 +622,43 @@ impl DenseFfnLayer {
         } else if self.weights.nvfp4.is_some() {
             Err(missing("ffn_nvfp4", "w4a16_gemm"))
         } else if self.w8a8.is_some() {
-            Err(GpuError::Invalid(format!("forward_prefill: {m} rows exceed the W8A8 arm's {} and no other weights are installed", ctx.levers.w8a8_max_rows)))
+            Err(GpuError::Invalid(format!(
+                "forward_prefill: {m} rows exceed the W8A8 arm's {} and no other weights are installed",
+                ctx.levers.w8a8_max_rows
+            )))
         } else {
-            Err(GpuError::Invalid("forward_prefill: no weights installed".into()))
+            Err(GpuError::Invalid(
+                "forward_prefill: no weights installed".into(),
+            ))
         }?;
         if let Some(t0) = t0 {
             ctx.backend.synchronize(ctx.stream)?;
-            tracing::info!("FFN prefill [dense_total] N={m}: {}µs", t0.elapsed().as_micros());
+            tracing::info!(
+                "FFN prefill [dense_total] N={m}: {}µs",
+                t0.elapsed().as_micros()
+            );
         }
         Ok(out)
     }
 
     /// The same as `forward_prefill`.
-    pub fn forward_batched(&self, ctx: &mut ForwardContext, input: DevicePtr, num_tokens: usize) -> GpuResult<DevicePtr> {
+    pub fn forward_batched(
+        &self,
+        ctx: &mut ForwardContext,
+        input: DevicePtr,
+        num_tokens: usize,
+    ) -> GpuResult<DevicePtr> {
         self.forward_prefill(ctx, input, num_tokens)
     }
 
     /// The fixed `--activation-quantization` path: one activation format (per-row FP8) at every
     /// row count, so a row's output bits do not depend on the batch.
-    pub fn forward_fixed(&self, ctx: &mut ForwardContext, input: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
+    pub fn forward_fixed(
+        &self,
+        ctx: &mut ForwardContext,
+        input: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, m)?;
         if !self.fixed_ok(ctx, m) {
             return Err(GpuError::Invalid("forward_fixed: no fixed-quantization arm serves this layer (needs W8A8 weights, SiLU and the W8A8 kernels)".into()));
@@ -517,13 +668,30 @@ impl DenseFfnLayer {
 
     // ---- arms ----
 
-    fn launch(&self, ctx: &mut ForwardContext, k: KernelHandle, cfg: LaunchCfg, args: &[KArg]) -> GpuResult<()> {
+    fn launch(
+        &self,
+        ctx: &mut ForwardContext,
+        k: KernelHandle,
+        cfg: LaunchCfg,
+        args: &[KArg],
+    ) -> GpuResult<()> {
         ctx.trace.push(name_of(k, &self.kernels));
         ctx.backend.launch(k, cfg, ctx.stream, args)
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn act_mul(&self, ctx: &mut ForwardContext, g: DevicePtr, u: DevicePtr, out: DevicePtr, rows: usize, cols: usize, gs: usize, us: usize, os: usize) -> GpuResult<()> {
+    pub(crate) fn act_mul(
+        &self,
+        ctx: &mut ForwardContext,
+        g: DevicePtr,
+        u: DevicePtr,
+        out: DevicePtr,
+        rows: usize,
+        cols: usize,
+        gs: usize,
+        us: usize,
+        os: usize,
+    ) -> GpuResult<()> {
         let (k, name) = match self.activation {
             Activation::Silu => (self.kernels.act_silu, "act_mul_silu"),
             Activation::Gelu => (self.kernels.act_gelu, "act_mul_gelu"),
@@ -531,9 +699,27 @@ impl DenseFfnLayer {
         if !k.ok() {
             return Err(missing("ffn_act", name));
         }
-        let cfg = LaunchCfg { grid: (cols.div_ceil(256) as u32, rows as u32, 1), block: (256, 1, 1), smem: 0 };
+        let cfg = LaunchCfg {
+            grid: (cols.div_ceil(256) as u32, rows as u32, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
         let i = |v: usize| KArg::I32(v as i32);
-        self.launch(ctx, k, cfg, &[KArg::Ptr(g), KArg::Ptr(u), KArg::Ptr(out), i(rows), i(cols), i(gs), i(us), i(os)])
+        self.launch(
+            ctx,
+            k,
+            cfg,
+            &[
+                KArg::Ptr(g),
+                KArg::Ptr(u),
+                KArg::Ptr(out),
+                i(rows),
+                i(cols),
+                i(gs),
+                i(us),
+                i(os),
+            ],
+        )
     }
 
     /// The FP8 projection kernel for `m` rows: the first that resolved of batch-4 GEMV (m <= 4),
@@ -560,14 +746,31 @@ impl DenseFfnLayer {
     }
 
     /// One FP8 projection `y[m, ldy] = x[m, k] . W^T`, by the routed kernel.
-    fn fp8_project(&self, ctx: &mut ForwardContext, w: &Fp8Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
+    fn fp8_project(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &Fp8Weight,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
         let kernel = self.fp8_kernel_for(&ctx.levers, m)?;
         self.fp8_launch(ctx, kernel, w, x, m, y, ldy)
     }
 
     /// Launch FP8 projection kernel `kernel` over `m` rows (in chunks of its row cap).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn fp8_launch(&self, ctx: &mut ForwardContext, kernel: KernelHandle, w: &Fp8Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
+    pub(crate) fn fp8_launch(
+        &self,
+        ctx: &mut ForwardContext,
+        kernel: KernelHandle,
+        w: &Fp8Weight,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
         let k = &self.kernels;
         let (cap, tile) = if kernel == k.fp8_b4 {
             (4, "gemv4")
@@ -595,10 +798,32 @@ impl DenseFfnLayer {
                 _ => (128, 1, 1),
             };
             let xs = x.view((r0 * w.k * 4) as u64, (rows * w.k * 4) as u64);
-            let ys = y.view((r0 * ldy * 4) as u64, ((rows - 1) * ldy * 4 + w.n * 4) as u64);
+            let ys = y.view(
+                (r0 * ldy * 4) as u64,
+                ((rows - 1) * ldy * 4 + w.n * 4) as u64,
+            );
             let i = |v: usize| KArg::I32(v as i32);
-            let args = [KArg::Ptr(xs), i(rows), KArg::Ptr(w.weight), KArg::Ptr(w.scale), KArg::Ptr(ys), i(w.n), i(w.k), i(w.kp), i(ldy)];
-            self.launch(ctx, kernel, LaunchCfg { grid, block, smem: 0 }, &args)?;
+            let args = [
+                KArg::Ptr(xs),
+                i(rows),
+                KArg::Ptr(w.weight),
+                KArg::Ptr(w.scale),
+                KArg::Ptr(ys),
+                i(w.n),
+                i(w.k),
+                i(w.kp),
+                i(ldy),
+            ];
+            self.launch(
+                ctx,
+                kernel,
+                LaunchCfg {
+                    grid,
+                    block,
+                    smem: 0,
+                },
+                &args,
+            )?;
             r0 += rows;
         }
         Ok(())
@@ -607,7 +832,11 @@ impl DenseFfnLayer {
     fn fp8_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
         let ov = self.fp8.as_ref().unwrap();
         let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (ctx.arena.expert_gate_out, ctx.arena.expert_up_out, ctx.arena.moe_output);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
         self.fp8_project(ctx, &ov.gate, x, m, g, i)?;
         self.fp8_project(ctx, &ov.up, x, m, u, i)?;
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
@@ -620,7 +849,11 @@ impl DenseFfnLayer {
         let fused = ov.fused.unwrap();
         let interp = fused.np / 2;
         let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (ctx.arena.expert_gate_out, ctx.arena.expert_up_out, ctx.arena.moe_output);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
         self.fp8_project(ctx, &fused, x, 1, g, 2 * interp)?;
         let up_part = g.view((interp * 4) as u64, (i * 4) as u64);
         self.act_mul(ctx, g, up_part, u, 1, i, 2 * interp, 2 * interp, i)?;
@@ -628,20 +861,62 @@ impl DenseFfnLayer {
         Ok(out.view(0, (h * 4) as u64))
     }
 
-    pub(crate) fn w8a8_project(&self, ctx: &mut ForwardContext, w: &W8a8Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
+    pub(crate) fn w8a8_project(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &W8a8Weight,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
         let (q, s) = (ctx.arena.act_fp8, ctx.arena.act_scale);
         let i = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg { grid: (m as u32, 1, 1), block: (256, 1, 1), smem: 0 };
-        self.launch(ctx, self.kernels.quant_fp8_row, cfg, &[KArg::Ptr(x), i(m), i(w.k), i(w.kp), KArg::Ptr(q), KArg::Ptr(s)])?;
-        let cfg = LaunchCfg { grid: (w.n.div_ceil(128) as u32, m.div_ceil(64) as u32, 1), block: (128, 1, 1), smem: 0 };
-        let args = [KArg::Ptr(q), KArg::Ptr(s), i(m), KArg::Ptr(w.weight), KArg::Ptr(w.scale), KArg::Ptr(y), i(w.n), i(w.kp), i(ldy)];
+        let cfg = LaunchCfg {
+            grid: (m as u32, 1, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        self.launch(
+            ctx,
+            self.kernels.quant_fp8_row,
+            cfg,
+            &[
+                KArg::Ptr(x),
+                i(m),
+                i(w.k),
+                i(w.kp),
+                KArg::Ptr(q),
+                KArg::Ptr(s),
+            ],
+        )?;
+        let cfg = LaunchCfg {
+            grid: (w.n.div_ceil(128) as u32, m.div_ceil(64) as u32, 1),
+            block: (128, 1, 1),
+            smem: 0,
+        };
+        let args = [
+            KArg::Ptr(q),
+            KArg::Ptr(s),
+            i(m),
+            KArg::Ptr(w.weight),
+            KArg::Ptr(w.scale),
+            KArg::Ptr(y),
+            i(w.n),
+            i(w.kp),
+            i(ldy),
+        ];
         self.launch(ctx, self.kernels.w8a8, cfg, &args)
     }
 
     fn w8a8_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
         let w = self.w8a8.unwrap();
         let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (ctx.arena.expert_gate_out, ctx.arena.expert_up_out, ctx.arena.moe_output);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
         self.w8a8_project(ctx, &w[0], x, m, g, i)?;
         self.w8a8_project(ctx, &w[1], x, m, u, i)?;
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
@@ -649,15 +924,51 @@ impl DenseFfnLayer {
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
-    pub(crate) fn bf16_gemv(&self, ctx: &mut ForwardContext, w: &Bf16Weight, x: DevicePtr, m: usize, y: DevicePtr, ldy: usize) -> GpuResult<()> {
+    pub(crate) fn bf16_gemv(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &Bf16Weight,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
         let i = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg { grid: (w.n.div_ceil(8) as u32, 1, 1), block: (256, 1, 1), smem: 0 };
-        self.launch(ctx, self.kernels.bf16_gemv, cfg, &[KArg::Ptr(x), i(m), KArg::Ptr(w.weight), KArg::Ptr(y), i(w.n), i(w.k), i(w.kp), i(ldy)])
+        let cfg = LaunchCfg {
+            grid: (w.n.div_ceil(8) as u32, 1, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        self.launch(
+            ctx,
+            self.kernels.bf16_gemv,
+            cfg,
+            &[
+                KArg::Ptr(x),
+                i(m),
+                KArg::Ptr(w.weight),
+                KArg::Ptr(y),
+                i(w.n),
+                i(w.k),
+                i(w.kp),
+                i(ldy),
+            ],
+        )
     }
 
-    fn bf16_gemv_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize, w: &[Bf16Weight; 3]) -> GpuResult<DevicePtr> {
+    fn bf16_gemv_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        w: &[Bf16Weight; 3],
+    ) -> GpuResult<DevicePtr> {
         let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (ctx.arena.expert_gate_out, ctx.arena.expert_up_out, ctx.arena.moe_output);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
         self.bf16_gemv(ctx, &w[0], x, m, g, i)?;
         self.bf16_gemv(ctx, &w[1], x, m, u, i)?;
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
@@ -665,22 +976,57 @@ impl DenseFfnLayer {
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
-    pub(crate) fn to_bf16(&self, ctx: &mut ForwardContext, x: DevicePtr, count: usize) -> GpuResult<DevicePtr> {
+    pub(crate) fn to_bf16(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        count: usize,
+    ) -> GpuResult<DevicePtr> {
         if !self.kernels.to_bf16.ok() {
             return Err(missing("ffn_act", "f32_to_bf16"));
         }
         let dst = ctx.arena.act_bf16.view(0, (count * 2) as u64);
-        let cfg = LaunchCfg { grid: (count.div_ceil(256) as u32, 1, 1), block: (256, 1, 1), smem: 0 };
-        self.launch(ctx, self.kernels.to_bf16, cfg, &[KArg::Ptr(x), KArg::Ptr(dst), KArg::I32(count as i32)])?;
+        let cfg = LaunchCfg {
+            grid: (count.div_ceil(256) as u32, 1, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        self.launch(
+            ctx,
+            self.kernels.to_bf16,
+            cfg,
+            &[KArg::Ptr(x), KArg::Ptr(dst), KArg::I32(count as i32)],
+        )?;
         Ok(dst)
     }
 
-    fn bf16_prefill_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize, w: &[Bf16Weight; 3]) -> GpuResult<DevicePtr> {
+    fn bf16_prefill_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        w: &[Bf16Weight; 3],
+    ) -> GpuResult<DevicePtr> {
         let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (ctx.arena.expert_gate_out, ctx.arena.expert_up_out, ctx.arena.moe_output);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
         let xb = self.to_bf16(ctx, x, m * h)?;
         let st = ctx.stream;
-        let blas = ctx.backend.gemm_bf16(&GemmBf16 { x: xb, w: w[0].weight, y: g, m, n: i, k: h, kw: w[0].kp }, st);
+        let blas = ctx.backend.gemm_bf16(
+            &GemmBf16 {
+                x: xb,
+                w: w[0].weight,
+                y: g,
+                m,
+                n: i,
+                k: h,
+                kw: w[0].kp,
+            },
+            st,
+        );
         if let Err(GpuError::MissingKernel { .. }) = blas {
             // No BLAS: the GEMV serves narrow batches, nothing else can.
             if m <= 4 && self.kernels.bf16_gemv.ok() {
@@ -690,22 +1036,56 @@ impl DenseFfnLayer {
         }
         blas?;
         ctx.trace.push("cublas_gemm_bf16");
-        ctx.backend.gemm_bf16(&GemmBf16 { x: xb, w: w[1].weight, y: u, m, n: i, k: h, kw: w[1].kp }, st)?;
+        ctx.backend.gemm_bf16(
+            &GemmBf16 {
+                x: xb,
+                w: w[1].weight,
+                y: u,
+                m,
+                n: i,
+                k: h,
+                kw: w[1].kp,
+            },
+            st,
+        )?;
         ctx.trace.push("cublas_gemm_bf16");
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
         let gb = self.to_bf16(ctx, g, m * i)?;
-        ctx.backend.gemm_bf16(&GemmBf16 { x: gb, w: w[2].weight, y: out, m, n: h, k: i, kw: w[2].kp }, st)?;
+        ctx.backend.gemm_bf16(
+            &GemmBf16 {
+                x: gb,
+                w: w[2].weight,
+                y: out,
+                m,
+                n: h,
+                k: i,
+                kw: w[2].kp,
+            },
+            st,
+        )?;
         ctx.trace.push("cublas_gemm_bf16");
         Ok(out.view(0, (m * h * 4) as u64))
     }
 }
 
 fn check_fp8(w: &Fp8Weight, what: &str) -> GpuResult<()> {
-    if !w.k.is_multiple_of(16) || !w.kp.is_multiple_of(128) || !w.np.is_multiple_of(128) || w.kp < w.k || w.np < w.n {
-        return Err(GpuError::Invalid(format!("{what}: n {} / np {} / k {} / kp {} do not fit the fp8 layout (k % 16, np and kp % 128)", w.n, w.np, w.k, w.kp)));
+    if !w.k.is_multiple_of(16)
+        || !w.kp.is_multiple_of(128)
+        || !w.np.is_multiple_of(128)
+        || w.kp < w.k
+        || w.np < w.n
+    {
+        return Err(GpuError::Invalid(format!(
+            "{what}: n {} / np {} / k {} / kp {} do not fit the fp8 layout (k % 16, np and kp % 128)",
+            w.n, w.np, w.k, w.kp
+        )));
     }
-    if w.weight.bytes < (w.np * w.kp) as u64 || w.scale.bytes < (w.np / 128 * w.kp / 128 * 4) as u64 {
-        return Err(GpuError::Invalid(format!("{what}: buffers too small for [{}, {}]", w.np, w.kp)));
+    if w.weight.bytes < (w.np * w.kp) as u64 || w.scale.bytes < (w.np / 128 * w.kp / 128 * 4) as u64
+    {
+        return Err(GpuError::Invalid(format!(
+            "{what}: buffers too small for [{}, {}]",
+            w.np, w.kp
+        )));
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use crate::model::Activation;
 pub struct Rand(pub u64);
 
 impl Rand {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -19,7 +19,9 @@ impl Rand {
     }
     /// Uniform in [-a, a).
     pub fn vec(&mut self, n: usize, a: f32) -> Vec<f32> {
-        (0..n).map(|_| ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a).collect()
+        (0..n)
+            .map(|_| ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a)
+            .collect()
     }
 }
 
@@ -36,16 +38,34 @@ impl DenseWeights {
     pub fn random(r: &mut Rand, hidden: usize, inter: usize) -> Self {
         let a = 1.0 / (hidden as f32).sqrt();
         let b = 1.0 / (inter as f32).sqrt();
-        DenseWeights { gate: r.vec(inter * hidden, a), up: r.vec(inter * hidden, a), down: r.vec(hidden * inter, b), hidden, inter }
+        DenseWeights {
+            gate: r.vec(inter * hidden, a),
+            up: r.vec(inter * hidden, a),
+            down: r.vec(hidden * inter, b),
+            hidden,
+            inter,
+        }
     }
 }
 
 fn upload_fp8(b: &dyn GpuBackend, e: &Encoded, n: usize, k: usize) -> GpuResult<Fp8Weight> {
-    Ok(Fp8Weight { weight: alloc_upload(b, &e.parts[0].1)?, scale: alloc_upload(b, &e.parts[1].1)?, n, k, np: e.padded[0], kp: e.padded[1] })
+    Ok(Fp8Weight {
+        weight: alloc_upload(b, &e.parts[0].1)?,
+        scale: alloc_upload(b, &e.parts[1].1)?,
+        n,
+        k,
+        np: e.padded[0],
+        kp: e.padded[1],
+    })
 }
 
 /// Install the FP8 overlay (and, with `fused`, the fused gate+up that gate and up view).
-pub fn install_fp8(b: &dyn GpuBackend, layer: &mut DenseFfnLayer, w: &DenseWeights, fused: bool) -> GpuResult<()> {
+pub fn install_fp8(
+    b: &dyn GpuBackend,
+    layer: &mut DenseFfnLayer,
+    w: &DenseWeights,
+    fused: bool,
+) -> GpuResult<()> {
     let (h, i) = (w.hidden, w.inter);
     let ge = layouts::fp8::encode(&w.gate, i, h);
     let ue = layouts::fp8::encode(&w.up, i, h);
@@ -62,23 +82,46 @@ pub fn install_fp8(b: &dyn GpuBackend, layer: &mut DenseFfnLayer, w: &DenseWeigh
 }
 
 /// Install the BF16 overlay.
-pub fn install_bf16(b: &dyn GpuBackend, layer: &mut DenseFfnLayer, w: &DenseWeights) -> GpuResult<()> {
+pub fn install_bf16(
+    b: &dyn GpuBackend,
+    layer: &mut DenseFfnLayer,
+    w: &DenseWeights,
+) -> GpuResult<()> {
     let (h, i) = (w.hidden, w.inter);
     let up = |x: &[f32], n: usize, k: usize| -> GpuResult<Bf16Weight> {
         let e = layouts::bf16::encode(x, n, k);
-        Ok(Bf16Weight { weight: alloc_upload(b, &e.parts[0].1)?, n, k, kp: e.padded[1] })
+        Ok(Bf16Weight {
+            weight: alloc_upload(b, &e.parts[0].1)?,
+            n,
+            k,
+            kp: e.padded[1],
+        })
     };
     layer.set_bf16_weights(up(&w.gate, i, h)?, up(&w.up, i, h)?, up(&w.down, h, i)?)
 }
 
 /// Install the W8A8 decode weights.
-pub fn install_w8a8(b: &dyn GpuBackend, layer: &mut DenseFfnLayer, w: &DenseWeights) -> GpuResult<()> {
+pub fn install_w8a8(
+    b: &dyn GpuBackend,
+    layer: &mut DenseFfnLayer,
+    w: &DenseWeights,
+) -> GpuResult<()> {
     let (h, i) = (w.hidden, w.inter);
     let up = |x: &[f32], n: usize, k: usize| -> GpuResult<W8a8Weight> {
         let e = layouts::w8a8::encode(x, n, k);
-        Ok(W8a8Weight { weight: alloc_upload(b, &e.parts[0].1)?, scale: alloc_upload(b, &e.parts[1].1)?, n, k, kp: e.padded[1] })
+        Ok(W8a8Weight {
+            weight: alloc_upload(b, &e.parts[0].1)?,
+            scale: alloc_upload(b, &e.parts[1].1)?,
+            n,
+            k,
+            kp: e.padded[1],
+        })
     };
-    layer.set_w8a8_decode_weights([up(&w.gate, i, h)?, up(&w.up, i, h)?, up(&w.down, h, i)?], h, i)
+    layer.set_w8a8_decode_weights(
+        [up(&w.gate, i, h)?, up(&w.up, i, h)?, up(&w.down, h, i)?],
+        h,
+        i,
+    )
 }
 
 /// The FFN in float64 on the given (already decoded) weights: `down(act(gate x) * up x)`.
@@ -89,11 +132,15 @@ pub fn ffn_f64(x: &[f32], m: usize, w: &DenseWeights, act: Activation) -> Vec<f6
         let xr = &x[r * h..(r + 1) * h];
         let mut hid = vec![0f64; i];
         for (j, hv) in hid.iter_mut().enumerate() {
-            let g: f64 = (0..h).map(|t| w.gate[j * h + t] as f64 * xr[t] as f64).sum();
+            let g: f64 = (0..h)
+                .map(|t| w.gate[j * h + t] as f64 * xr[t] as f64)
+                .sum();
             let u: f64 = (0..h).map(|t| w.up[j * h + t] as f64 * xr[t] as f64).sum();
             let a = match act {
                 Activation::Silu => g / (1.0 + (-g).exp()),
-                Activation::Gelu => 0.5 * g * (1.0 + (0.7978845608 * (g + 0.044715 * g * g * g)).tanh()),
+                Activation::Gelu => {
+                    0.5 * g * (1.0 + (0.7978845608 * (g + 0.044715 * g * g * g)).tanh())
+                }
             };
             *hv = a * u;
         }
@@ -107,7 +154,13 @@ pub fn ffn_f64(x: &[f32], m: usize, w: &DenseWeights, act: Activation) -> Vec<f6
 /// Decode a layout's encoding of each projection back to f32 (the weights the arm really uses).
 pub fn decoded(w: &DenseWeights, f: impl Fn(&[f32], usize, usize) -> Vec<f32>) -> DenseWeights {
     let (h, i) = (w.hidden, w.inter);
-    DenseWeights { gate: f(&w.gate, i, h), up: f(&w.up, i, h), down: f(&w.down, h, i), hidden: h, inter: i }
+    DenseWeights {
+        gate: f(&w.gate, i, h),
+        up: f(&w.up, i, h),
+        down: f(&w.down, h, i),
+        hidden: h,
+        inter: i,
+    }
 }
 
 /// ‖a − b‖ / ‖b‖.

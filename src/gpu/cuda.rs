@@ -2,7 +2,10 @@
 //! driver API on raw device pointers, kernels compiled with NVRTC for the device's arch on first
 //! use and cached on disk (keyed by source, options, arch and NVRTC version), cuBLAS for BF16.
 
-use super::{DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId, kernels};
+use super::{
+    DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId,
+    kernels,
+};
 use cudarc::driver::{result as cu, sys as cus};
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 use std::collections::HashMap;
@@ -12,7 +15,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 fn cuerr(call: &str) -> impl Fn(cu::DriverError) -> GpuError + '_ {
-    move |e| GpuError::Cuda { call: call.into(), msg: format!("{e:?}") }
+    move |e| GpuError::Cuda {
+        call: call.into(),
+        msg: format!("{e:?}"),
+    }
 }
 
 /// Where NVRTC finds `cuda_bf16.h` / `cuda_fp8.h`: `$METRALE_CUDA_INCLUDE`, else
@@ -25,7 +31,10 @@ pub fn cuda_include_dir() -> Option<String> {
         return Some(format!("{p}/include"));
     }
     let d = "/usr/local/cuda/include";
-    std::path::Path::new(d).join("cuda_fp8.h").exists().then(|| d.to_string())
+    std::path::Path::new(d)
+        .join("cuda_fp8.h")
+        .exists()
+        .then(|| d.to_string())
 }
 
 /// NVRTC's version, `(major, minor)`.
@@ -41,7 +50,11 @@ pub fn nvrtc_version() -> GpuResult<(i32, i32)> {
 
 /// The NVRTC options used for every module.
 pub fn compile_options(arch: &str, include: Option<&str>) -> Vec<String> {
-    let mut o = vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-default-device".into()];
+    let mut o = vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".into(),
+        "-default-device".into(),
+    ];
     if let Some(i) = include {
         o.push(format!("-I{i}"));
     }
@@ -51,10 +64,15 @@ pub fn compile_options(arch: &str, include: Option<&str>) -> Vec<String> {
 /// Compile a kernel module to a CUBIN for `arch` (e.g. `sm_90`). Needs only libnvrtc and the
 /// CUDA headers, no GPU: CI runs this for every module.
 pub fn compile_cubin(module: &str, arch: &str, include: Option<&str>) -> GpuResult<Vec<u8>> {
-    let src = kernels::source(module).ok_or_else(|| GpuError::Invalid(format!("no kernel module {module}")))?;
+    let src = kernels::source(module)
+        .ok_or_else(|| GpuError::Invalid(format!("no kernel module {module}")))?;
     let csrc = CString::new(src).unwrap();
     let name = CString::new(format!("{module}.cu")).unwrap();
-    let fail = |log: String| GpuError::Compile { module: module.into(), arch: arch.into(), log };
+    let fail = |log: String| GpuError::Compile {
+        module: module.into(),
+        arch: arch.into(),
+        log,
+    };
     let prog = nvrtc::create_program(&csrc, Some(&name)).map_err(|e| fail(format!("{e:?}")))?;
     let opts = compile_options(arch, include);
     // SAFETY: `prog` is a live program; options are owned strings.
@@ -120,7 +138,9 @@ impl CudaBackend {
         let nodev = |e: cu::DriverError| GpuError::NoDevice(format!("{e:?}"));
         // SAFETY: only probes whether the driver library can be loaded.
         if !unsafe { cus::is_culib_present() } {
-            return Err(GpuError::NoDevice("libcuda could not be loaded (no NVIDIA driver)".into()));
+            return Err(GpuError::NoDevice(
+                "libcuda could not be loaded (no NVIDIA driver)".into(),
+            ));
         }
         cu::init().map_err(nodev)?;
         let dev = cu::device::get(ordinal as i32).map_err(nodev)?;
@@ -132,13 +152,24 @@ impl CudaBackend {
         // SAFETY: attribute queries on a valid device.
         let (maj, min) = unsafe {
             (
-                cu::device::get_attribute(dev, cus::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(nodev)?,
-                cu::device::get_attribute(dev, cus::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(nodev)?,
+                cu::device::get_attribute(
+                    dev,
+                    cus::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                )
+                .map_err(nodev)?,
+                cu::device::get_attribute(
+                    dev,
+                    cus::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                )
+                .map_err(nodev)?,
             )
         };
-        let cache_dir = std::env::var_os("METRALE_KERNEL_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".cache/metrale-pack/kernels")
-        });
+        let cache_dir = std::env::var_os("METRALE_KERNEL_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into()))
+                    .join(".cache/metrale-pack/kernels")
+            });
         Ok(CudaBackend {
             ctx,
             name,
@@ -166,15 +197,24 @@ impl CudaBackend {
         let mut st = self.state.lock().unwrap();
         if st.modules.contains_key(module) {
             return match st.compile_errors.get(module) {
-                Some(e) => Err(GpuError::Compile { module: module.into(), arch: self.arch.clone(), log: e.clone() }),
+                Some(e) => Err(GpuError::Compile {
+                    module: module.into(),
+                    arch: self.arch.clone(),
+                    log: e.clone(),
+                }),
                 None => Ok(()),
             };
         }
-        let src = kernels::source(module).ok_or_else(|| GpuError::Invalid(format!("no kernel module {module}")))?;
+        let src = kernels::source(module)
+            .ok_or_else(|| GpuError::Invalid(format!("no kernel module {module}")))?;
         let ver = nvrtc_version()?;
         let opts = compile_options(&self.arch, self.include.as_deref());
-        let key = xxhash_rust::xxh3::xxh3_64(format!("{src}\0{opts:?}\0{}\0{ver:?}", self.arch).as_bytes());
-        let path = self.cache_dir.join(format!("{module}-{}-{key:016x}.cubin", self.arch));
+        let key = xxhash_rust::xxh3::xxh3_64(
+            format!("{src}\0{opts:?}\0{}\0{ver:?}", self.arch).as_bytes(),
+        );
+        let path = self
+            .cache_dir
+            .join(format!("{module}-{}-{key:016x}.cubin", self.arch));
         let cubin = match std::fs::read(&path) {
             Ok(b) => b,
             Err(_) => match compile_cubin(module, &self.arch, self.include.as_deref()) {
@@ -195,7 +235,8 @@ impl CudaBackend {
         };
         self.current()?;
         // SAFETY: `cubin` is a complete CUBIN image produced by NVRTC for this device's arch.
-        let m = unsafe { cu::module::load_data(cubin.as_ptr() as *const c_void) }.map_err(cuerr("cuModuleLoadData"))?;
+        let m = unsafe { cu::module::load_data(cubin.as_ptr() as *const c_void) }
+            .map_err(cuerr("cuModuleLoadData"))?;
         st.modules.insert(module.into(), Some(m));
         Ok(())
     }
@@ -207,8 +248,14 @@ impl CudaBackend {
         }
         self.current()?;
         let h = std::panic::catch_unwind(cudarc::cublas::result::create_handle)
-            .map_err(|_| GpuError::MissingKernel { module: "cublas".into(), name: "libcublas not loadable".into() })?
-            .map_err(|e| GpuError::Cuda { call: "cublasCreate".into(), msg: format!("{e:?}") })?;
+            .map_err(|_| GpuError::MissingKernel {
+                module: "cublas".into(),
+                name: "libcublas not loadable".into(),
+            })?
+            .map_err(|e| GpuError::Cuda {
+                call: "cublasCreate".into(),
+                msg: format!("{e:?}"),
+            })?;
         st.cublas = Some(h);
         Ok(h)
     }
@@ -223,7 +270,8 @@ impl CudaBackend {
         self.fill(a, 0x3C)?;
         let t = crate::gpucheck::time_median(self, 10, || {
             // SAFETY: both ranges are live allocations of `bytes`.
-            unsafe { cu::memcpy_dtod_async(b.addr, a.addr, bytes as usize, std::ptr::null_mut()) }.map_err(cuerr("cuMemcpyDtoDAsync"))
+            unsafe { cu::memcpy_dtod_async(b.addr, a.addr, bytes as usize, std::ptr::null_mut()) }
+                .map_err(cuerr("cuMemcpyDtoDAsync"))
         });
         self.free(a);
         self.free(b);
@@ -241,7 +289,8 @@ impl GpuBackend for CudaBackend {
     fn alloc(&self, bytes: u64) -> GpuResult<DevicePtr> {
         self.current()?;
         // SAFETY: plain device allocation; freed by `free`.
-        let addr = unsafe { cu::malloc_sync(bytes.max(1) as usize) }.map_err(cuerr("cuMemAlloc"))?;
+        let addr =
+            unsafe { cu::malloc_sync(bytes.max(1) as usize) }.map_err(cuerr("cuMemAlloc"))?;
         Ok(DevicePtr { addr, bytes })
     }
     fn free(&self, p: DevicePtr) {
@@ -252,7 +301,11 @@ impl GpuBackend for CudaBackend {
     }
     fn upload(&self, dst: DevicePtr, src: &[u8]) -> GpuResult<()> {
         if src.len() as u64 > dst.bytes {
-            return Err(GpuError::Invalid(format!("upload of {} bytes into {} bytes", src.len(), dst.bytes)));
+            return Err(GpuError::Invalid(format!(
+                "upload of {} bytes into {} bytes",
+                src.len(),
+                dst.bytes
+            )));
         }
         self.current()?;
         // SAFETY: the destination range is inside a live allocation (checked above).
@@ -260,7 +313,11 @@ impl GpuBackend for CudaBackend {
     }
     fn download(&self, src: DevicePtr, dst: &mut [u8]) -> GpuResult<()> {
         if dst.len() as u64 > src.bytes {
-            return Err(GpuError::Invalid(format!("download of {} bytes from {} bytes", dst.len(), src.bytes)));
+            return Err(GpuError::Invalid(format!(
+                "download of {} bytes from {} bytes",
+                dst.len(),
+                src.bytes
+            )));
         }
         self.current()?;
         // SAFETY: the source range is inside a live allocation (checked above).
@@ -269,10 +326,17 @@ impl GpuBackend for CudaBackend {
     fn fill(&self, dst: DevicePtr, byte: u8) -> GpuResult<()> {
         self.current()?;
         // SAFETY: the range is a live allocation.
-        unsafe { cu::memset_d8_sync(dst.addr, byte, dst.bytes as usize) }.map_err(cuerr("cuMemsetD8"))
+        unsafe { cu::memset_d8_sync(dst.addr, byte, dst.bytes as usize) }
+            .map_err(cuerr("cuMemsetD8"))
     }
     fn kernel(&self, module: &str, name: &str) -> KernelHandle {
-        if let Some(&h) = self.state.lock().unwrap().index.get(&(module.to_string(), name.to_string())) {
+        if let Some(&h) = self
+            .state
+            .lock()
+            .unwrap()
+            .index
+            .get(&(module.to_string(), name.to_string()))
+        {
             return KernelHandle(h);
         }
         if let Err(e) = self.load_module(module) {
@@ -280,7 +344,9 @@ impl GpuBackend for CudaBackend {
             return KernelHandle(0);
         }
         let mut st = self.state.lock().unwrap();
-        let Some(Some(m)) = st.modules.get(module).copied() else { return KernelHandle(0) };
+        let Some(Some(m)) = st.modules.get(module).copied() else {
+            return KernelHandle(0);
+        };
         let cname = CString::new(name).unwrap();
         // SAFETY: `m` is a loaded module; a missing name returns an error, not UB.
         match unsafe { cu::module::get_function(m, cname) } {
@@ -293,10 +359,18 @@ impl GpuBackend for CudaBackend {
             Err(_) => KernelHandle(0),
         }
     }
-    fn launch(&self, k: KernelHandle, cfg: LaunchCfg, _stream: StreamId, args: &[KArg]) -> GpuResult<()> {
+    fn launch(
+        &self,
+        k: KernelHandle,
+        cfg: LaunchCfg,
+        _stream: StreamId,
+        args: &[KArg],
+    ) -> GpuResult<()> {
         let f = {
             let st = self.state.lock().unwrap();
-            *st.functions.get((k.0 as usize).wrapping_sub(1)).ok_or_else(|| GpuError::Invalid(format!("bad kernel handle {}", k.0)))?
+            *st.functions
+                .get((k.0 as usize).wrapping_sub(1))
+                .ok_or_else(|| GpuError::Invalid(format!("bad kernel handle {}", k.0)))?
         };
         self.current()?;
         let mut vals: Vec<u64> = args
@@ -307,17 +381,37 @@ impl GpuBackend for CudaBackend {
                 KArg::F32(v) => v.to_bits() as u64,
             })
             .collect();
-        let mut params: Vec<*mut c_void> = vals.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
+        let mut params: Vec<*mut c_void> = vals
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
         self.launches.fetch_add(1, Ordering::Relaxed);
         // SAFETY: `f` is a loaded function; each parameter points at a u64 whose low bytes hold
         // the little-endian i32/f32/pointer the kernel signature expects (x86-64 and CUDA are both
         // little-endian), alive until the launch call returns (the driver copies them).
-        unsafe { cu::launch_kernel(f, cfg.grid, cfg.block, cfg.smem, std::ptr::null_mut(), &mut params) }
-            .map_err(cuerr("cuLaunchKernel"))?;
+        unsafe {
+            cu::launch_kernel(
+                f,
+                cfg.grid,
+                cfg.block,
+                cfg.smem,
+                std::ptr::null_mut(),
+                &mut params,
+            )
+        }
+        .map_err(cuerr("cuLaunchKernel"))?;
         Ok(())
     }
     fn gemm_bf16(&self, gm: &GemmBf16, _s: StreamId) -> GpuResult<()> {
-        let GemmBf16 { x, w, y, m, n, k, kw } = *gm;
+        let GemmBf16 {
+            x,
+            w,
+            y,
+            m,
+            n,
+            k,
+            kw,
+        } = *gm;
         use cudarc::cublas::sys as cb;
         let h = self.cublas()?;
         self.current()?;
@@ -350,7 +444,10 @@ impl GpuBackend for CudaBackend {
                 cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
-        .map_err(|e| GpuError::Cuda { call: "cublasGemmEx".into(), msg: format!("{e:?}") })
+        .map_err(|e| GpuError::Cuda {
+            call: "cublasGemmEx".into(),
+            msg: format!("{e:?}"),
+        })
     }
     fn synchronize(&self, _s: StreamId) -> GpuResult<()> {
         self.current()?;

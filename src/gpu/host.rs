@@ -3,7 +3,10 @@
 //! layer logic run in CI without a GPU. Kernels can be hidden to exercise fall-through paths.
 
 use super::reference::{self, ActRound};
-use super::{DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId, kernels};
+use super::{
+    DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId,
+    kernels,
+};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
@@ -30,7 +33,11 @@ impl HostBackend {
     pub fn new() -> Self {
         let names = kernels::MODULES
             .iter()
-            .flat_map(|(m, _)| kernels::entry_points(m).into_iter().map(move |n| (m.to_string(), n)))
+            .flat_map(|(m, _)| {
+                kernels::entry_points(m)
+                    .into_iter()
+                    .map(move |n| (m.to_string(), n))
+            })
             .collect();
         HostBackend {
             mem: Mutex::new(BTreeMap::new()),
@@ -58,7 +65,10 @@ impl HostBackend {
             .ok_or_else(|| GpuError::Invalid(format!("host backend: {p:?} is not allocated")))?;
         let off = (p.addr - base) as usize;
         if off + p.bytes as usize > v.len() {
-            return Err(GpuError::Invalid(format!("host backend: {p:?} overruns its allocation of {} bytes", v.len())));
+            return Err(GpuError::Invalid(format!(
+                "host backend: {p:?} overruns its allocation of {} bytes",
+                v.len()
+            )));
         }
         Ok((base, off))
     }
@@ -69,20 +79,33 @@ impl HostBackend {
     }
 
     fn read_f32(&self, p: DevicePtr) -> GpuResult<Vec<f32>> {
-        Ok(self.read(p)?.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(self
+            .read(p)?
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 
     fn write(&self, p: DevicePtr, off_bytes: usize, data: &[u8]) -> GpuResult<()> {
         let (base, off) = self.locate(p)?;
         if off_bytes + data.len() > p.bytes as usize {
-            return Err(GpuError::Invalid(format!("host backend: write of {} bytes at +{off_bytes} overruns {p:?}", data.len())));
+            return Err(GpuError::Invalid(format!(
+                "host backend: write of {} bytes at +{off_bytes} overruns {p:?}",
+                data.len()
+            )));
         }
-        self.mem.lock().unwrap().get_mut(&base).unwrap()[off + off_bytes..off + off_bytes + data.len()].copy_from_slice(data);
+        self.mem.lock().unwrap().get_mut(&base).unwrap()
+            [off + off_bytes..off + off_bytes + data.len()]
+            .copy_from_slice(data);
         Ok(())
     }
 
     fn write_f32(&self, p: DevicePtr, off_elems: usize, v: &[f32]) -> GpuResult<()> {
-        self.write(p, off_elems * 4, &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+        self.write(
+            p,
+            off_elems * 4,
+            &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+        )
     }
 
     fn name_of(&self, k: KernelHandle) -> GpuResult<&str> {
@@ -96,14 +119,18 @@ impl HostBackend {
 fn ptr(a: &[KArg], i: usize) -> GpuResult<DevicePtr> {
     match a.get(i) {
         Some(KArg::Ptr(p)) => Ok(*p),
-        other => Err(GpuError::Invalid(format!("argument {i}: expected a pointer, got {other:?}"))),
+        other => Err(GpuError::Invalid(format!(
+            "argument {i}: expected a pointer, got {other:?}"
+        ))),
     }
 }
 
 fn int(a: &[KArg], i: usize) -> GpuResult<usize> {
     match a.get(i) {
         Some(KArg::I32(v)) if *v >= 0 => Ok(*v as usize),
-        other => Err(GpuError::Invalid(format!("argument {i}: expected a non-negative i32, got {other:?}"))),
+        other => Err(GpuError::Invalid(format!(
+            "argument {i}: expected a non-negative i32, got {other:?}"
+        ))),
     }
 }
 
@@ -115,18 +142,33 @@ impl GpuBackend for HostBackend {
         "host".into()
     }
     fn alloc(&self, bytes: u64) -> GpuResult<DevicePtr> {
-        let addr = self.next.fetch_add(bytes.div_ceil(256) * 256 + 256, Ordering::Relaxed);
-        self.mem.lock().unwrap().insert(addr, vec![0xA5; bytes as usize]);
+        let addr = self
+            .next
+            .fetch_add(bytes.div_ceil(256) * 256 + 256, Ordering::Relaxed);
+        self.mem
+            .lock()
+            .unwrap()
+            .insert(addr, vec![0xA5; bytes as usize]);
         Ok(DevicePtr { addr, bytes })
     }
     fn free(&self, p: DevicePtr) {
         self.mem.lock().unwrap().remove(&p.addr);
     }
     fn upload(&self, dst: DevicePtr, src: &[u8]) -> GpuResult<()> {
-        self.write(DevicePtr { addr: dst.addr, bytes: src.len() as u64 }, 0, src)
+        self.write(
+            DevicePtr {
+                addr: dst.addr,
+                bytes: src.len() as u64,
+            },
+            0,
+            src,
+        )
     }
     fn download(&self, src: DevicePtr, dst: &mut [u8]) -> GpuResult<()> {
-        dst.copy_from_slice(&self.read(DevicePtr { addr: src.addr, bytes: dst.len() as u64 })?);
+        dst.copy_from_slice(&self.read(DevicePtr {
+            addr: src.addr,
+            bytes: dst.len() as u64,
+        })?);
         Ok(())
     }
     fn fill(&self, dst: DevicePtr, byte: u8) -> GpuResult<()> {
@@ -136,12 +178,22 @@ impl GpuBackend for HostBackend {
         if self.hidden.contains(name) {
             return KernelHandle(0);
         }
-        match self.names.iter().position(|(m, n)| m == module && n == name) {
+        match self
+            .names
+            .iter()
+            .position(|(m, n)| m == module && n == name)
+        {
             Some(i) => KernelHandle(i as u64 + 1),
             None => KernelHandle(0),
         }
     }
-    fn launch(&self, k: KernelHandle, _cfg: LaunchCfg, _stream: StreamId, a: &[KArg]) -> GpuResult<()> {
+    fn launch(
+        &self,
+        k: KernelHandle,
+        _cfg: LaunchCfg,
+        _stream: StreamId,
+        a: &[KArg],
+    ) -> GpuResult<()> {
         self.launches.fetch_add(1, Ordering::Relaxed);
         let name = self.name_of(k)?.to_string();
         match name.as_str() {
@@ -154,7 +206,11 @@ impl GpuBackend for HostBackend {
                     let row: Vec<f32> = (0..cols)
                         .map(|c| {
                             let (gv, uv) = (g[r * gs + c], u[r * us + c]);
-                            if name == "act_mul_silu" { reference::silu_mul(gv, uv) } else { reference::gelu_mul(gv, uv) }
+                            if name == "act_mul_silu" {
+                                reference::silu_mul(gv, uv)
+                            } else {
+                                reference::gelu_mul(gv, uv)
+                            }
                         })
                         .collect();
                     self.write_f32(out, r * os, &row)?;
@@ -163,14 +219,26 @@ impl GpuBackend for HostBackend {
             "f32_to_bf16" => {
                 let x = self.read_f32(ptr(a, 0)?)?;
                 let count = int(a, 2)?;
-                let b: Vec<u8> = x[..count].iter().flat_map(|&v| crate::converters::bf16::from_f32(v).to_le_bytes()).collect();
+                let b: Vec<u8> = x[..count]
+                    .iter()
+                    .flat_map(|&v| crate::converters::bf16::from_f32(v).to_le_bytes())
+                    .collect();
                 self.write(ptr(a, 1)?, 0, &b)?;
             }
-            "w8a16_gemv_batch4" | "w8a16_gemv_batch16" | "w8a16_gemm_m16" | "w8a16_gemm_pipelined" | "w8a16_gemm" => {
-                let round = if name == "w8a16_gemm_m16" || name == "w8a16_gemm_pipelined" { ActRound::Bf16 } else { ActRound::None };
+            "w8a16_gemv_batch4"
+            | "w8a16_gemv_batch16"
+            | "w8a16_gemm_m16"
+            | "w8a16_gemm_pipelined"
+            | "w8a16_gemm" => {
+                let round = if name == "w8a16_gemm_m16" || name == "w8a16_gemm_pipelined" {
+                    ActRound::Bf16
+                } else {
+                    ActRound::None
+                };
                 let (x, m) = (self.read_f32(ptr(a, 0)?)?, int(a, 1)?);
                 let (w, s) = (self.read(ptr(a, 2)?)?, self.read_f32(ptr(a, 3)?)?);
-                let (y, n, kk, kp, ldy) = (ptr(a, 4)?, int(a, 5)?, int(a, 6)?, int(a, 7)?, int(a, 8)?);
+                let (y, n, kk, kp, ldy) =
+                    (ptr(a, 4)?, int(a, 5)?, int(a, 6)?, int(a, 7)?, int(a, 8)?);
                 let cap = match name.as_str() {
                     "w8a16_gemv_batch4" => 4,
                     "w8a16_gemv_batch16" | "w8a16_gemm_m16" => 16,
@@ -183,7 +251,16 @@ impl GpuBackend for HostBackend {
                     .into_par_iter()
                     .map(|r| {
                         let mut row = vec![0f32; n];
-                        reference::fp8_block_row(&x[r * kk..(r + 1) * kk], &w, &s, n, kk, kp, round, &mut row);
+                        reference::fp8_block_row(
+                            &x[r * kk..(r + 1) * kk],
+                            &w,
+                            &s,
+                            n,
+                            kk,
+                            kp,
+                            round,
+                            &mut row,
+                        );
                         row
                     })
                     .collect();
@@ -192,7 +269,12 @@ impl GpuBackend for HostBackend {
                 }
             }
             "quantize_act_fp8_row" => {
-                let (x, m, kk, kp) = (self.read_f32(ptr(a, 0)?)?, int(a, 1)?, int(a, 2)?, int(a, 3)?);
+                let (x, m, kk, kp) = (
+                    self.read_f32(ptr(a, 0)?)?,
+                    int(a, 1)?,
+                    int(a, 2)?,
+                    int(a, 3)?,
+                );
                 let (q, sx) = (ptr(a, 4)?, ptr(a, 5)?);
                 for r in 0..m {
                     let (codes, scale) = reference::quantize_row_fp8(&x[r * kk..(r + 1) * kk], kp);
@@ -201,14 +283,26 @@ impl GpuBackend for HostBackend {
                 }
             }
             "w8a8_gemm" => {
-                let (q, sx, m) = (self.read(ptr(a, 0)?)?, self.read_f32(ptr(a, 1)?)?, int(a, 2)?);
+                let (q, sx, m) = (
+                    self.read(ptr(a, 0)?)?,
+                    self.read_f32(ptr(a, 1)?)?,
+                    int(a, 2)?,
+                );
                 let (w, sw) = (self.read(ptr(a, 3)?)?, self.read_f32(ptr(a, 4)?)?);
                 let (y, n, kp, ldy) = (ptr(a, 5)?, int(a, 6)?, int(a, 7)?, int(a, 8)?);
                 let rows: Vec<Vec<f32>> = (0..m)
                     .into_par_iter()
                     .map(|r| {
                         let mut row = vec![0f32; n];
-                        reference::w8a8_row(&q[r * kp..(r + 1) * kp], sx[r], &w, &sw, n, kp, &mut row);
+                        reference::w8a8_row(
+                            &q[r * kp..(r + 1) * kp],
+                            sx[r],
+                            &w,
+                            &sw,
+                            n,
+                            kp,
+                            &mut row,
+                        );
                         row
                     })
                     .collect();
@@ -219,34 +313,69 @@ impl GpuBackend for HostBackend {
             "bf16_gemv_batch4" => {
                 let (x, m) = (self.read_f32(ptr(a, 0)?)?, int(a, 1)?);
                 let w = self.read(ptr(a, 2)?)?;
-                let (y, n, kk, kp, ldy) = (ptr(a, 3)?, int(a, 4)?, int(a, 5)?, int(a, 6)?, int(a, 7)?);
+                let (y, n, kk, kp, ldy) =
+                    (ptr(a, 3)?, int(a, 4)?, int(a, 5)?, int(a, 6)?, int(a, 7)?);
                 if m > 4 {
                     return Err(GpuError::Invalid(format!("{name}: m = {m} > 4")));
                 }
                 for r in 0..m {
                     let mut row = vec![0f32; n];
-                    reference::bf16_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, ActRound::None, &mut row);
+                    reference::bf16_row(
+                        &x[r * kk..(r + 1) * kk],
+                        &w,
+                        n,
+                        kk,
+                        kp,
+                        ActRound::None,
+                        &mut row,
+                    );
                     self.write_f32(y, r * ldy, &row)?;
                 }
             }
-            other => return Err(GpuError::Invalid(format!("host backend has no implementation of {other}"))),
+            other => {
+                return Err(GpuError::Invalid(format!(
+                    "host backend has no implementation of {other}"
+                )));
+            }
         }
         Ok(())
     }
     fn gemm_bf16(&self, gm: &GemmBf16, _s: StreamId) -> GpuResult<()> {
-        let GemmBf16 { x, w, y, m, n, k, kw } = *gm;
+        let GemmBf16 {
+            x,
+            w,
+            y,
+            m,
+            n,
+            k,
+            kw,
+        } = *gm;
         if self.no_blas {
-            return Err(GpuError::MissingKernel { module: "cublas".into(), name: "gemm_bf16".into() });
+            return Err(GpuError::MissingKernel {
+                module: "cublas".into(),
+                name: "gemm_bf16".into(),
+            });
         }
         self.launches.fetch_add(1, Ordering::Relaxed);
         let xb = self.read(x)?;
-        let xf: Vec<f32> = xb.chunks_exact(2).map(|c| crate::converters::bf16::to_f32(u16::from_le_bytes([c[0], c[1]]))).collect();
+        let xf: Vec<f32> = xb
+            .chunks_exact(2)
+            .map(|c| crate::converters::bf16::to_f32(u16::from_le_bytes([c[0], c[1]])))
+            .collect();
         let wb = self.read(w)?;
         let rows: Vec<Vec<f32>> = (0..m)
             .into_par_iter()
             .map(|r| {
                 let mut row = vec![0f32; n];
-                reference::bf16_row(&xf[r * k..(r + 1) * k], &wb, n, k, kw, ActRound::None, &mut row);
+                reference::bf16_row(
+                    &xf[r * k..(r + 1) * k],
+                    &wb,
+                    n,
+                    k,
+                    kw,
+                    ActRound::None,
+                    &mut row,
+                );
                 row
             })
             .collect();

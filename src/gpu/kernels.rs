@@ -16,14 +16,17 @@ pub fn source(module: &str) -> Option<&'static str> {
 
 /// The `extern "C" __global__` entry points a module defines (parsed from its source).
 pub fn entry_points(module: &str) -> Vec<String> {
-    let Some(src) = source(module) else { return Vec::new() };
+    let Some(src) = source(module) else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     for line in src.lines() {
         let l = line.trim_start();
         if let Some(rest) = l.strip_prefix("extern \"C\" __global__ void ")
-            && let Some(name) = rest.split('(').next() {
-                out.push(name.trim().to_string());
-            }
+            && let Some(name) = rest.split('(').next()
+        {
+            out.push(name.trim().to_string());
+        }
     }
     out
 }

@@ -54,20 +54,28 @@ fn parse_hardware(text: &str) -> HashMap<String, String> {
 impl ModelLevers {
     /// Read the process environment once, over the sm_90 defaults.
     pub fn from_env() -> Self {
-        let env: HashMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("METRALE_")).collect();
+        let env: HashMap<String, String> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("METRALE_"))
+            .collect();
         Self::from_map(&env, HARDWARE_SM90)
     }
 
     /// Levers from an explicit variable map (tests) and a HARDWARE.toml text.
     pub fn from_map(env: &HashMap<String, String>, hardware: &str) -> Self {
         let hw = parse_hardware(hardware);
-        let flag = |k: &str| env.get(k).is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        let flag = |k: &str| {
+            env.get(k)
+                .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+        };
         let flag_or = |k: &str, hw_key: &str, default: bool| match env.get(k) {
             Some(v) => v == "1" || v.eq_ignore_ascii_case("true"),
             None => hw.get(hw_key).map(|v| v == "true").unwrap_or(default),
         };
         let num_or = |k: &str, hw_key: &str, default: usize| {
-            env.get(k).or_else(|| hw.get(hw_key)).and_then(|v| v.parse().ok()).unwrap_or(default)
+            env.get(k)
+                .or_else(|| hw.get(hw_key))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
         };
         ModelLevers {
             ffn_batch16: flag("METRALE_FFN_BATCH16"),
@@ -105,10 +113,14 @@ mod tests {
         let d = ModelLevers::default();
         assert!(!d.ffn_m16_tc && d.ffn_small_m && d.ffn_gateup_fused && !d.ffn_batch16);
         assert_eq!(d.w8a8_max_rows, 64);
-        let env: HashMap<String, String> = [("METRALE_FFN_M16_TC", "1"), ("METRALE_FFN_SMALLM", "0"), ("METRALE_W8A8_MAX_ROWS", "8")]
-            .into_iter()
-            .map(|(a, b)| (a.into(), b.into()))
-            .collect();
+        let env: HashMap<String, String> = [
+            ("METRALE_FFN_M16_TC", "1"),
+            ("METRALE_FFN_SMALLM", "0"),
+            ("METRALE_W8A8_MAX_ROWS", "8"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.into(), b.into()))
+        .collect();
         let l = ModelLevers::from_map(&env, HARDWARE_SM90);
         assert!(l.ffn_m16_tc && !l.ffn_small_m);
         assert_eq!(l.w8a8_max_rows, 8);

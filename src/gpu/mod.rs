@@ -26,8 +26,15 @@ impl DevicePtr {
     }
     /// The sub-range `[off, off + len)`; panics when it leaves the allocation (a logic error).
     pub fn view(&self, off: u64, len: u64) -> DevicePtr {
-        assert!(off.checked_add(len).is_some_and(|e| e <= self.bytes), "view {off}+{len} outside {} bytes", self.bytes);
-        DevicePtr { addr: self.addr + off, bytes: len }
+        assert!(
+            off.checked_add(len).is_some_and(|e| e <= self.bytes),
+            "view {off}+{len} outside {} bytes",
+            self.bytes
+        );
+        DevicePtr {
+            addr: self.addr + off,
+            bytes: len,
+        }
     }
 }
 
@@ -72,7 +79,11 @@ pub enum GpuError {
     MissingKernel { module: String, name: String },
     /// NVRTC rejected a kernel source.
     #[error("NVRTC failed compiling kernels/{module}.cu for {arch}:\n{log}")]
-    Compile { module: String, arch: String, log: String },
+    Compile {
+        module: String,
+        arch: String,
+        log: String,
+    },
     /// A driver or cuBLAS call failed.
     #[error("CUDA error in {call}: {msg}")]
     Cuda { call: String, msg: String },
@@ -115,7 +126,13 @@ pub trait GpuBackend: Send + Sync {
     /// Resolve a kernel; handle 0 when it does not exist.
     fn kernel(&self, module: &str, name: &str) -> KernelHandle;
     /// Launch a resolved kernel.
-    fn launch(&self, k: KernelHandle, cfg: LaunchCfg, stream: StreamId, args: &[KArg]) -> GpuResult<()>;
+    fn launch(
+        &self,
+        k: KernelHandle,
+        cfg: LaunchCfg,
+        stream: StreamId,
+        args: &[KArg],
+    ) -> GpuResult<()>;
     /// `y[m, n] = x[m, k] . w[n, k]^T`: BF16 `x` and `w` (row strides `k` and `kw >= k`), f32 `y`,
     /// f32 accumulation (cuBLAS on CUDA). Returns `MissingKernel` when there is no BLAS.
     fn gemm_bf16(&self, g: &GemmBf16, stream: StreamId) -> GpuResult<()>;
@@ -127,14 +144,20 @@ pub trait GpuBackend: Send + Sync {
 
 /// Upload a slice of f32 values.
 pub fn upload_f32(b: &dyn GpuBackend, dst: DevicePtr, v: &[f32]) -> GpuResult<()> {
-    b.upload(dst, &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+    b.upload(
+        dst,
+        &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+    )
 }
 
 /// Download f32 values.
 pub fn download_f32(b: &dyn GpuBackend, src: DevicePtr) -> GpuResult<Vec<f32>> {
     let mut raw = vec![0u8; src.bytes as usize];
     b.download(src, &mut raw)?;
-    Ok(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    Ok(raw
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
 }
 
 /// Allocate and upload.

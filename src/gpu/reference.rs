@@ -10,7 +10,8 @@ use rayon::prelude::*;
 use std::sync::LazyLock;
 
 /// E4M3 byte -> value, as f64 (exact).
-static E4M3: LazyLock<[f64; 256]> = LazyLock::new(|| std::array::from_fn(|b| e4m3_to_f32(b as u8) as f64));
+static E4M3: LazyLock<[f64; 256]> =
+    LazyLock::new(|| std::array::from_fn(|b| e4m3_to_f32(b as u8) as f64));
 
 /// Activation rounding a kernel applies before its products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,7 +48,16 @@ pub fn gelu_mul(g: f32, u: f32) -> f32 {
 /// One output row of the block-scaled FP8 weight product:
 /// `y[j] = sum_kb s[j/128][kb] * sum_{i in kb} e4m3(w[j][i]) * a(x[i])` for `j < n`.
 #[allow(clippy::too_many_arguments)]
-pub fn fp8_block_row(x: &[f32], w: &[u8], s: &[f32], n: usize, k: usize, kp: usize, round: ActRound, y: &mut [f32]) {
+pub fn fp8_block_row(
+    x: &[f32],
+    w: &[u8],
+    s: &[f32],
+    n: usize,
+    k: usize,
+    kp: usize,
+    round: ActRound,
+    y: &mut [f32],
+) {
     let gk = kp / 128;
     let lut = &*E4M3;
     let xr: Vec<f64> = x[..k].iter().map(|&v| round.apply(v) as f64).collect();
@@ -83,17 +93,33 @@ pub fn w8a8_row(q: &[u8], sx: f32, w: &[u8], sw: &[f32], n: usize, kp: usize, y:
     let lut = &*E4M3;
     let qf: Vec<f64> = q[..kp].iter().map(|&c| lut[c as usize]).collect();
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
-        let acc: f64 = w[j * kp..(j + 1) * kp].iter().zip(&qf).map(|(&c, &a)| lut[c as usize] * a).sum();
+        let acc: f64 = w[j * kp..(j + 1) * kp]
+            .iter()
+            .zip(&qf)
+            .map(|(&c, &a)| lut[c as usize] * a)
+            .sum();
         *out = (acc * sx as f64 * sw[j] as f64) as f32;
     });
 }
 
 /// One output row of a BF16 weight product: `y[j] = sum_i bf16(w[j][i]) * a(x[i])`.
-pub fn bf16_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, round: ActRound, y: &mut [f32]) {
+pub fn bf16_row(
+    x: &[f32],
+    w: &[u8],
+    n: usize,
+    k: usize,
+    kp: usize,
+    round: ActRound,
+    y: &mut [f32],
+) {
     let xr: Vec<f64> = x[..k].iter().map(|&v| round.apply(v) as f64).collect();
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
         let row = &w[2 * j * kp..2 * (j * kp + k)];
-        let acc: f64 = row.chunks_exact(2).zip(&xr).map(|(wb, &xv)| bf16::to_f32(u16::from_le_bytes([wb[0], wb[1]])) as f64 * xv).sum();
+        let acc: f64 = row
+            .chunks_exact(2)
+            .zip(&xr)
+            .map(|(wb, &xv)| bf16::to_f32(u16::from_le_bytes([wb[0], wb[1]])) as f64 * xv)
+            .sum();
         *out = acc as f32;
     });
 }

@@ -1,0 +1,32 @@
+//! The GPU check as a test: on a machine with a CUDA device, the quick kernel and layer checks
+//! must all pass; without one the test says SKIPPED (CI has no GPU; the device run uses
+//! `metrale-pack gpu-check`, which runs the full set).
+
+use metrale_pack::ffn::testing::Rand;
+use metrale_pack::gpu::GpuBackend;
+use metrale_pack::gpu::cuda::CudaBackend;
+use metrale_pack::gpucheck;
+use std::sync::Arc;
+
+#[test]
+fn gpu_kernels_and_layer_match_the_host_reference() {
+    let b = match CudaBackend::new(0) {
+        Ok(b) => Arc::new(b),
+        Err(e) => {
+            eprintln!("SKIPPED: {e}");
+            return;
+        }
+    };
+    eprintln!("device {} {}", b.name(), b.arch());
+    let mut r = Rand(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    );
+    let mut rows =
+        gpucheck::kernel_checks(b.clone(), &gpucheck::SHAPES[..1], &[1, 4, 17, 64], &mut r)
+            .unwrap();
+    rows.extend(gpucheck::layer_checks(b, &gpucheck::SHAPES[..1], &[1, 2, 3, 17], &mut r).unwrap());
+    assert!(gpucheck::print_table(&rows));
+}
