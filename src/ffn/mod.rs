@@ -831,16 +831,37 @@ impl DenseFfnLayer {
 
     fn fp8_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
         let ov = self.fp8.as_ref().unwrap();
+        self.gated(ctx, x, m, &[ov.gate, ov.up, ov.down], Self::fp8_project)
+    }
+
+    /// The gated FFN through one projection function: gate and up into the arena, act-mul in
+    /// place, down into `moe_output`.
+    fn gated<W>(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        w: &[W; 3],
+        project: fn(
+            &Self,
+            &mut ForwardContext,
+            &W,
+            DevicePtr,
+            usize,
+            DevicePtr,
+            usize,
+        ) -> GpuResult<()>,
+    ) -> GpuResult<DevicePtr> {
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (
             ctx.arena.expert_gate_out,
             ctx.arena.expert_up_out,
             ctx.arena.moe_output,
         );
-        self.fp8_project(ctx, &ov.gate, x, m, g, i)?;
-        self.fp8_project(ctx, &ov.up, x, m, u, i)?;
+        project(self, ctx, &w[0], x, m, g, i)?;
+        project(self, ctx, &w[1], x, m, u, i)?;
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
-        self.fp8_project(ctx, &ov.down, g.view(0, (m * i * 4) as u64), m, out, h)?;
+        project(self, ctx, &w[2], g.view(0, (m * i * 4) as u64), m, out, h)?;
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
@@ -910,18 +931,7 @@ impl DenseFfnLayer {
     }
 
     fn w8a8_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
-        let w = self.w8a8.unwrap();
-        let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (
-            ctx.arena.expert_gate_out,
-            ctx.arena.expert_up_out,
-            ctx.arena.moe_output,
-        );
-        self.w8a8_project(ctx, &w[0], x, m, g, i)?;
-        self.w8a8_project(ctx, &w[1], x, m, u, i)?;
-        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
-        self.w8a8_project(ctx, &w[2], g.view(0, (m * i * 4) as u64), m, out, h)?;
-        Ok(out.view(0, (m * h * 4) as u64))
+        self.gated(ctx, x, m, &self.w8a8.unwrap(), Self::w8a8_project)
     }
 
     pub(crate) fn bf16_gemv(
@@ -963,17 +973,7 @@ impl DenseFfnLayer {
         m: usize,
         w: &[Bf16Weight; 3],
     ) -> GpuResult<DevicePtr> {
-        let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (
-            ctx.arena.expert_gate_out,
-            ctx.arena.expert_up_out,
-            ctx.arena.moe_output,
-        );
-        self.bf16_gemv(ctx, &w[0], x, m, g, i)?;
-        self.bf16_gemv(ctx, &w[1], x, m, u, i)?;
-        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
-        self.bf16_gemv(ctx, &w[2], g.view(0, (m * i * 4) as u64), m, out, h)?;
-        Ok(out.view(0, (m * h * 4) as u64))
+        self.gated(ctx, x, m, w, Self::bf16_gemv)
     }
 
     pub(crate) fn to_bf16(
