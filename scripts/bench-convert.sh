@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-${TMPDIR:-/tmp}/metrale-bench}"
 mkdir -p "$work"
-cargo build --release -q --bin metrale-pack --example gen_model
+cargo build --release -q --bin metrale-pack
 smol="$(scripts/fetch-model.sh smollm2)"
 big="$work/gen-4096x14336x12-f16.gguf"
-[ -f "$big" ] || ./target/release/examples/gen_model "$big" 4096 14336 12 F16
+[ -f "$big" ] || ./target/release/metrale-pack gen-model "$big" 4096 14336 12 F16
 printf '%-34s %8s %10s %12s %10s\n' model threads "src MB" "MB/s" "peak RSS"
 for src in "$smol" "$big"; do
   for t in 1 2; do

@@ -12,7 +12,17 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 rc=0
 timeout "${CHECK_TIMEOUT:-400}" "$bin" gpu-check ${GPU_CHECK_ARGS:-} > "$out/gpu-check.txt" 2> "$out/gpu-check.err" || rc=1
 timeout "${BENCH_TIMEOUT:-150}" "$bin" bench-gpu > "$out/bench-gpu.txt" 2> "$out/bench-gpu.err" || rc=1
+# Fast start: a generated >= 8 GB pack (llama-8B FFN shapes, 24 layers, BF16 layout) and its source.
+big="${TMPDIR:-/tmp}/metrale-big"
+mkdir -p "$big"
+if [ -z "${SKIP_LOAD_BENCH:-}" ]; then
+  timeout "${LOAD_TIMEOUT:-300}" bash -c "
+    '$bin' gen-model '$big/src.gguf' 4096 14336 24 F16 &&
+    '$bin' convert '$big/src.gguf' -o '$big/pack.mpk.gguf' --layouts bf16 &&
+    '$bin' bench-load '$big/pack.mpk.gguf' --source '$big/src.gguf'" > "$out/bench-load.txt" 2> "$out/bench-load.err" || rc=1
+fi
 grep -v " PASS$" "$out/gpu-check.txt" | tail -40; grep -c " PASS$" "$out/gpu-check.txt"
 tail -3 "$out/gpu-check.err"
 cat "$out/bench-gpu.txt"; tail -3 "$out/bench-gpu.err"
+cat "$out/bench-load.txt" 2>/dev/null; tail -4 "$out/bench-load.err" 2>/dev/null
 exit $rc

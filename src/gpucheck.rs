@@ -631,3 +631,148 @@ pub fn print_table(rows: &[Row]) -> bool {
     println!("{} passed, {} failed", rows.len() - failed, failed);
     failed == 0
 }
+
+/// Loader checks: a generated model (F32, 2 layers) converted with the nvfp4, fp8, w8a8 and bf16
+/// layouts, loaded by each copy path; overlay bytes on the device must equal the pack's, loading
+/// must launch no kernel, and every arm of a pack-loaded layer must give bit-identical outputs
+/// to a layer built at start-up from the source.
+pub fn load_checks(
+    b: Arc<dyn GpuBackend>,
+    hidden: usize,
+    inter: usize,
+    modes: &[crate::loader::IoMode],
+    rng: &mut Rand,
+) -> anyhow::Result<Vec<Row>> {
+    use crate::converters::layouts::Layout;
+    use crate::loader::{self, LayerOverlays, LoadOptions};
+    use crate::model::Model;
+    use crate::pack::{self, ConvertOptions};
+    let dir = std::env::temp_dir().join(format!("metrale-load-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let src = dir.join("m.gguf");
+    crate::gen_model::gen_model(&src, hidden, inter, 2, crate::GgmlType::F32, "llama")?;
+    let packp = dir.join("m.mpk.gguf");
+    let model = Model::open(&src)?;
+    let opts = ConvertOptions {
+        layouts: Some(vec![Layout::Nvfp4, Layout::Fp8, Layout::W8a8, Layout::Bf16]),
+        ..Default::default()
+    };
+    pack::convert(&model, &opts, &packp, &|_, _| {})?;
+    let mut rows = Vec::new();
+    let shape = (hidden, inter);
+    for &io in modes {
+        let before = b.launch_count();
+        let lp = loader::load(
+            b.as_ref(),
+            &packp,
+            &LoadOptions {
+                io,
+                chunk: 1 << 20,
+                ..Default::default()
+            },
+        )?;
+        push(
+            &mut rows,
+            &format!("load {io:?}: kernel launches"),
+            shape,
+            0,
+            (b.launch_count() - before) as f64,
+            0.0,
+        );
+        let mut differ = 0usize;
+        for (i, e) in lp.pack.manifest.tensors.iter().enumerate() {
+            if let Some(v) = e.ffn.as_ref().and_then(|_| lp.device_view(&e.name)) {
+                let mut got = vec![0u8; v.bytes as usize];
+                b.download(v, &mut got)?;
+                differ += usize::from(got != lp.pack.data(i));
+            }
+        }
+        push(
+            &mut rows,
+            &format!("load {io:?}: overlay blobs != pack bytes"),
+            shape,
+            0,
+            differ as f64,
+            0.0,
+        );
+        let cfg = FfnConfig { hidden, inter };
+        let mut ctx = ForwardContext::new(b.clone(), cfg, 64, ModelLevers::default())?;
+        let l = &model.ffn_layers[1];
+        let w = DenseWeights {
+            gate: model.decode_weight(&l.gate)?.0,
+            up: model.decode_weight(&l.up)?.0,
+            down: model.decode_weight(&l.down)?.0,
+            hidden,
+            inter,
+        };
+        let ov = &lp.layers[1];
+        type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
+        let arms: [(&str, LayerOverlays, Install); 3] = [
+            (
+                "fp8",
+                LayerOverlays {
+                    fp8: ov.fp8,
+                    ..Default::default()
+                },
+                |b, l, w| install_fp8(b, l, w, true),
+            ),
+            (
+                "w8a8",
+                LayerOverlays {
+                    w8a8: ov.w8a8,
+                    ..Default::default()
+                },
+                install_w8a8,
+            ),
+            (
+                "bf16",
+                LayerOverlays {
+                    bf16: ov.bf16,
+                    ..Default::default()
+                },
+                install_bf16,
+            ),
+        ];
+        for (arm, overlays, install) in arms {
+            let mut from_pack = DenseFfnLayer::new(&ctx);
+            overlays.install(&mut from_pack)?;
+            let mut built = DenseFfnLayer::new(&ctx);
+            install(b.as_ref(), &mut built, &w)?;
+            for m in [1usize, 2, 3, 5, 33] {
+                let x = rng.vec(m * hidden, 1.0);
+                let xp = b.alloc((m * hidden * 4) as u64)?;
+                upload_f32(b.as_ref(), xp, &x)?;
+                let run =
+                    |layer: &DenseFfnLayer, ctx: &mut ForwardContext| -> GpuResult<Vec<f32>> {
+                        let out = match m {
+                            1 => layer.forward(ctx, xp),
+                            2 => layer.forward_k2(ctx, xp),
+                            3 => layer.forward_k3(ctx, xp),
+                            _ => layer.forward_prefill(ctx, xp, m),
+                        }?;
+                        b.synchronize(0)?;
+                        download_f32(b.as_ref(), out)
+                    };
+                let a = run(&from_pack, &mut ctx)?;
+                let c = run(&built, &mut ctx)?;
+                let diff = a
+                    .iter()
+                    .zip(&c)
+                    .filter(|(p, q)| p.to_bits() != q.to_bits())
+                    .count();
+                push(
+                    &mut rows,
+                    &format!("load {io:?}: {arm} pack vs start-up bits differ"),
+                    shape,
+                    m,
+                    diff as f64,
+                    0.0,
+                );
+                b.free(xp);
+            }
+        }
+        b.free(lp.arena);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(rows)
+}

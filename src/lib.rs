@@ -7,11 +7,13 @@ pub mod converters;
 
 pub mod error;
 pub mod ffn;
+pub mod gen_model;
 pub mod ggml_type;
 pub mod gguf;
 pub mod gguf_write;
 pub mod gpu;
 pub mod gpucheck;
+pub mod loader;
 pub mod model;
 pub mod npy;
 pub mod pack;

@@ -70,6 +70,31 @@ enum Cmd {
     },
     /// GPU benchmarks: decode bandwidth and prefill TFLOP/s per arm, against the copy ceiling.
     BenchGpu,
+    /// Generate a llama-shaped GGUF of random FFN weights (benchmarks, GPU runs).
+    #[command(hide = true)]
+    GenModel {
+        out: PathBuf,
+        hidden: usize,
+        inter: usize,
+        layers: usize,
+        /// F32, F16, BF16, Q8_0 or Q4_K.
+        #[arg(value_name = "TYPE")]
+        ty: String,
+        /// llama (SiLU) or gemma (GELU).
+        #[arg(default_value = "llama")]
+        arch: String,
+    },
+    /// Seconds to ready: load a pack's device segment and install its overlays on the GPU, warm
+    /// and cold, against the pinned host-to-device ceiling measured in the same run; with
+    /// --source, the start-up an engine without packs pays (read, build the overlays, upload).
+    BenchLoad {
+        pack: PathBuf,
+        #[arg(long)]
+        source: Option<PathBuf>,
+        /// auto, register or staged.
+        #[arg(long, default_value = "auto")]
+        io: String,
+    },
     /// Write one tensor to a .npy file: decoded to f32 in its logical shape, or its stored bytes.
     Dump {
         file: PathBuf,
@@ -117,6 +142,19 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Verify { pack, source } => verify(&pack, source.as_deref()),
         Cmd::GpuCheck { quick } => gpu_check(quick),
         Cmd::BenchGpu => bench_gpu(),
+        Cmd::GenModel {
+            out,
+            hidden,
+            inter,
+            layers,
+            ty,
+            arch,
+        } => {
+            let t = metrale_pack::GgmlType::from_name(&ty)
+                .with_context(|| format!("unknown type {ty}"))?;
+            metrale_pack::gen_model::gen_model(&out, hidden, inter, layers, t, &arch)
+        }
+        Cmd::BenchLoad { pack, source, io } => bench_load(&pack, source.as_deref(), &io),
     }
 }
 
@@ -487,6 +525,14 @@ fn gpu_check(quick: bool) -> Result<()> {
             &mut rng,
         )?);
     }
+    use metrale_pack::loader::IoMode;
+    rows.extend(gpucheck::load_checks(
+        b.clone(),
+        SHAPES[0].0,
+        SHAPES[0].1,
+        &[IoMode::Register, IoMode::Staged],
+        &mut rng,
+    )?);
     eprintln!("checks took {:.1} s", t0.elapsed().as_secs_f64());
     anyhow::ensure!(gpucheck::print_table(&rows), "GPU check failed");
     Ok(())
@@ -500,4 +546,137 @@ fn bench_gpu() -> Result<()> {
     let bb = b.clone();
     metrale_pack::gpucheck::benchmarks(b, move |n| bb.copy_ceiling(n), &mut rng)?;
     Ok(())
+}
+
+/// Drop a file's pages from the page cache (where the kernel allows it).
+fn drop_page_cache(path: &Path) -> bool {
+    use std::os::unix::io::AsRawFd;
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    // SAFETY: advisory call on a file descriptor we own.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) == 0 }
+}
+
+fn bench_load(path: &Path, source: Option<&Path>, io: &str) -> Result<()> {
+    use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+    use metrale_pack::gpu::{GpuBackend, ModelLevers};
+    use metrale_pack::loader::{self, IoMode, LoadOptions};
+    let io = match io {
+        "auto" => IoMode::Auto,
+        "register" => IoMode::Register,
+        "staged" => IoMode::Staged,
+        other => anyhow::bail!("--io must be auto, register or staged, not {other:?}"),
+    };
+    let Some(b) = cuda_or_skip() else {
+        return Ok(());
+    };
+    let ceiling = b.pinned_h2d_ceiling(1 << 30)?;
+    println!(
+        "pinned host-to-device ceiling (1 GiB, 2 streams): {:.1} GB/s",
+        ceiling / 1e9
+    );
+    let opts = LoadOptions {
+        io,
+        ..LoadOptions::default()
+    };
+    let ready = |label: &str| -> Result<f64> {
+        let t0 = std::time::Instant::now();
+        let lp = loader::load(b.as_ref(), path, &opts)?;
+        let m = &lp.pack.manifest.model;
+        let cfg = FfnConfig {
+            hidden: m.hidden_size as usize,
+            inter: m.intermediate_size as usize,
+        };
+        let ctx = ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default())?;
+        let act = if m.activation == "gelu" {
+            metrale_pack::model::Activation::Gelu
+        } else {
+            metrale_pack::model::Activation::Silu
+        };
+        let launches = b.launch_count();
+        let mut layers = Vec::new();
+        for o in &lp.layers {
+            let mut l = DenseFfnLayer::new_with_activation(&ctx, act);
+            o.install(&mut l)?;
+            layers.push(l);
+        }
+        anyhow::ensure!(
+            b.launch_count() == launches,
+            "installing overlays launched kernels"
+        );
+        let secs = t0.elapsed().as_secs_f64();
+        let gbs = lp.stats.bytes as f64 / lp.stats.copy_seconds;
+        println!(
+            "{label:<6} {:>8.3} s to ready ({} layers installed), segment {:.2} GB copied in {:.3} s = {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}",
+            secs,
+            layers.len(),
+            lp.stats.bytes as f64 / 1e9,
+            lp.stats.copy_seconds,
+            gbs / 1e9,
+            100.0 * gbs / ceiling,
+            lp.stats.mode,
+            lp.stats
+                .fell_back
+                .as_deref()
+                .map(|r| format!(" (fell back: {r})"))
+                .unwrap_or_default()
+        );
+        b.free(lp.arena);
+        drop(ctx);
+        Ok(secs)
+    };
+    warm_page_cache(path);
+    let mut warm: Vec<f64> = (0..3).map(|_| ready("warm")).collect::<Result<_>>()?;
+    warm.sort_by(|a, c| a.partial_cmp(c).unwrap());
+    if drop_page_cache(path) {
+        ready("cold")?;
+    } else {
+        println!("cold: could not drop the page cache for {}", path.display());
+    }
+    if let Some(src) = source {
+        // The start-up an engine without packs pays: read the source, build the same overlays on
+        // the CPU, upload each tensor (pageable copies).
+        warm_page_cache(src);
+        let t0 = std::time::Instant::now();
+        let p = Pack::open(path)?;
+        let model = Model::open(src)?;
+        let plan = pack::Plan::new(&model, &p.manifest.options)?;
+        let mut bytes = 0u64;
+        plan.produce(|_, data, entry| {
+            if entry.ffn.is_some() {
+                let d =
+                    b.alloc(data.len() as u64)
+                        .map_err(|e| metrale_pack::Error::Unsupported {
+                            file: src.display().to_string(),
+                            reason: e.to_string(),
+                        })?;
+                b.upload(d, data)
+                    .map_err(|e| metrale_pack::Error::Unsupported {
+                        file: src.display().to_string(),
+                        reason: e.to_string(),
+                    })?;
+                bytes += data.len() as u64;
+            }
+            Ok(())
+        })?;
+        b.synchronize(0)?;
+        let base = t0.elapsed().as_secs_f64();
+        println!(
+            "source baseline {:>8.3} s to ready ({:.2} GB of overlays built on the CPU and uploaded) = {:.1}x the warm pack load",
+            base,
+            bytes as f64 / 1e9,
+            base / warm[1]
+        );
+    }
+    Ok(())
+}
+
+/// Read a file through once (64 MiB at a time) so it sits in the page cache.
+fn warm_page_cache(path: &Path) {
+    use std::io::Read;
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let mut buf = vec![0u8; 64 << 20];
+        while matches!(f.read(&mut buf), Ok(n) if n > 0) {}
+    }
 }

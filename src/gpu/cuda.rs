@@ -112,6 +112,7 @@ struct State {
     index: HashMap<(String, String), u64>,
     compile_errors: HashMap<String, String>,
     cublas: Option<cudarc::cublas::sys::cublasHandle_t>,
+    streams: Vec<cus::CUstream>,
 }
 
 /// The CUDA implementation of [`GpuBackend`].
@@ -182,6 +183,7 @@ impl CudaBackend {
                 index: HashMap::new(),
                 compile_errors: HashMap::new(),
                 cublas: None,
+                streams: Vec::new(),
             }),
             launches: AtomicU64::new(0),
         })
@@ -239,6 +241,49 @@ impl CudaBackend {
             .map_err(cuerr("cuModuleLoadData"))?;
         st.modules.insert(module.into(), Some(m));
         Ok(())
+    }
+
+    fn stream(&self, s: StreamId) -> GpuResult<cus::CUstream> {
+        if s == 0 {
+            return Ok(std::ptr::null_mut());
+        }
+        self.state
+            .lock()
+            .unwrap()
+            .streams
+            .get(s as usize - 1)
+            .copied()
+            .ok_or_else(|| GpuError::Invalid(format!("no stream {s}")))
+    }
+
+    /// The pinned host-to-device ceiling: bytes per second of `reps` copies of `bytes` from
+    /// pinned memory, spread over two streams (median of 5 runs).
+    pub fn pinned_h2d_ceiling(&self, bytes: usize) -> GpuResult<f64> {
+        let h = self.alloc_pinned(bytes)?;
+        let d = self.alloc(bytes as u64)?;
+        let s = [self.new_stream()?, self.new_stream()?];
+        let half = bytes / 2;
+        let t = crate::gpucheck::time_median(self, 5, || {
+            for (i, st) in s.iter().enumerate() {
+                // SAFETY: `h` is pinned and outlives the synchronize below.
+                unsafe {
+                    self.upload_async(
+                        d.view((i * half) as u64, half as u64),
+                        h.add(i * half),
+                        half,
+                        *st,
+                    )?
+                };
+            }
+            for st in s {
+                self.synchronize(st)?;
+            }
+            Ok(())
+        });
+        self.free(d);
+        // SAFETY: no copy in flight after the synchronizes.
+        unsafe { self.free_pinned(h) };
+        Ok(bytes as f64 / t?)
     }
 
     fn cublas(&self) -> GpuResult<cudarc::cublas::sys::cublasHandle_t> {
@@ -449,11 +494,92 @@ impl GpuBackend for CudaBackend {
             msg: format!("{e:?}"),
         })
     }
-    fn synchronize(&self, _s: StreamId) -> GpuResult<()> {
+    fn synchronize(&self, s: StreamId) -> GpuResult<()> {
         self.current()?;
-        cu::ctx::synchronize().map_err(cuerr("cuCtxSynchronize"))
+        if s == 0 {
+            return cu::ctx::synchronize().map_err(cuerr("cuCtxSynchronize"));
+        }
+        let st = self.stream(s)?;
+        // SAFETY: a stream created by new_stream.
+        unsafe { cu::stream::synchronize(st) }.map_err(cuerr("cuStreamSynchronize"))
     }
     fn launch_count(&self) -> u64 {
         self.launches.load(Ordering::Relaxed)
+    }
+    fn new_stream(&self) -> GpuResult<StreamId> {
+        self.current()?;
+        let s = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+            .map_err(cuerr("cuStreamCreate"))?;
+        let mut st = self.state.lock().unwrap();
+        st.streams.push(s);
+        Ok(st.streams.len() as StreamId)
+    }
+    unsafe fn register_host(&self, ptr: *const u8, len: usize, read_only: bool) -> GpuResult<()> {
+        self.current()?;
+        let mut flags = 0u32;
+        if read_only {
+            let mut dev = 0;
+            // SAFETY: querying the current context's device.
+            let supported = unsafe {
+                cus::cuCtxGetDevice(&mut dev)
+                    .result()
+                    .map_err(cuerr("cuCtxGetDevice"))?;
+                cu::device::get_attribute(
+                    dev,
+                    cus::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
+                )
+                .map_err(cuerr("cuDeviceGetAttribute"))?
+            };
+            if supported == 0 {
+                return Err(GpuError::Cuda {
+                    call: "cuMemHostRegister".into(),
+                    msg: "read-only host registration is not supported by this device".into(),
+                });
+            }
+            flags |= cus::CU_MEMHOSTREGISTER_READ_ONLY;
+        }
+        // SAFETY: the caller keeps the range mapped until unregister_host.
+        unsafe { cus::cuMemHostRegister_v2(ptr as *mut c_void, len, flags) }
+            .result()
+            .map_err(cuerr("cuMemHostRegister"))
+    }
+    unsafe fn unregister_host(&self, ptr: *const u8) {
+        if self.current().is_ok() {
+            // SAFETY: the caller registered `ptr` and has synchronized its copies.
+            let _ = unsafe { cus::cuMemHostUnregister(ptr as *mut c_void) };
+        }
+    }
+    fn alloc_pinned(&self, bytes: usize) -> GpuResult<*mut u8> {
+        self.current()?;
+        // SAFETY: plain pinned allocation, freed by free_pinned.
+        unsafe { cu::malloc_host(bytes, 0) }
+            .map(|p| p as *mut u8)
+            .map_err(cuerr("cuMemHostAlloc"))
+    }
+    unsafe fn free_pinned(&self, p: *mut u8) {
+        if self.current().is_ok() {
+            // SAFETY: the caller passes memory from alloc_pinned with no copy in flight.
+            let _ = unsafe { cu::free_host(p as *mut c_void) };
+        }
+    }
+    unsafe fn upload_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+        stream: StreamId,
+    ) -> GpuResult<()> {
+        if len as u64 > dst.bytes {
+            return Err(GpuError::Invalid(format!(
+                "upload of {len} bytes into {} bytes",
+                dst.bytes
+            )));
+        }
+        let s = self.stream(stream)?;
+        self.current()?;
+        // SAFETY: the caller keeps `src..src+len` valid until the stream is synchronized.
+        unsafe { cus::cuMemcpyHtoDAsync_v2(dst.addr, src as *const c_void, len, s) }
+            .result()
+            .map_err(cuerr("cuMemcpyHtoDAsync"))
     }
 }

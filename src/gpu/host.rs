@@ -390,4 +390,40 @@ impl GpuBackend for HostBackend {
     fn launch_count(&self) -> u64 {
         self.launches.load(Ordering::Relaxed)
     }
+    fn new_stream(&self) -> GpuResult<StreamId> {
+        Ok(1)
+    }
+    unsafe fn register_host(
+        &self,
+        _ptr: *const u8,
+        _len: usize,
+        _read_only: bool,
+    ) -> GpuResult<()> {
+        if self.hidden.contains("register_host") {
+            return Err(GpuError::Cuda {
+                call: "cuMemHostRegister".into(),
+                msg: "refused (hidden on the host backend)".into(),
+            });
+        }
+        Ok(())
+    }
+    unsafe fn unregister_host(&self, _ptr: *const u8) {}
+    fn alloc_pinned(&self, bytes: usize) -> GpuResult<*mut u8> {
+        let v = vec![0u8; bytes].into_boxed_slice();
+        Ok(Box::into_raw(v) as *mut u8)
+    }
+    unsafe fn free_pinned(&self, _p: *mut u8) {
+        // The host backend leaks its few staging buffers rather than tracking their lengths.
+    }
+    unsafe fn upload_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+        _stream: StreamId,
+    ) -> GpuResult<()> {
+        // SAFETY: the caller guarantees `src..src+len` is valid.
+        let s = unsafe { std::slice::from_raw_parts(src, len) };
+        self.upload(dst, s)
+    }
 }

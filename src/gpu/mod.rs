@@ -140,6 +140,38 @@ pub trait GpuBackend: Send + Sync {
     fn synchronize(&self, stream: StreamId) -> GpuResult<()>;
     /// Kernel launches (and BLAS calls) so far: tests count repacks and no-launch paths with it.
     fn launch_count(&self) -> u64;
+    /// A new asynchronous stream.
+    fn new_stream(&self) -> GpuResult<StreamId>;
+    /// Page-lock `len` bytes at `ptr` for DMA (`read_only`: `CU_MEMHOSTREGISTER_READ_ONLY`, for
+    /// file mappings the driver must not pin writable).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay mapped until [`unregister_host`](Self::unregister_host).
+    unsafe fn register_host(&self, ptr: *const u8, len: usize, read_only: bool) -> GpuResult<()>;
+    /// Undo [`register_host`](Self::register_host).
+    ///
+    /// # Safety
+    /// `ptr` must have been registered and no copy from it may be in flight.
+    unsafe fn unregister_host(&self, ptr: *const u8);
+    /// Pinned host memory for staging copies.
+    fn alloc_pinned(&self, bytes: usize) -> GpuResult<*mut u8>;
+    /// Free [`alloc_pinned`](Self::alloc_pinned) memory.
+    ///
+    /// # Safety
+    /// `p` came from `alloc_pinned` and no copy from it is in flight.
+    unsafe fn free_pinned(&self, p: *mut u8);
+    /// Queue a host-to-device copy on `stream`.
+    ///
+    /// # Safety
+    /// `src..src+len` must stay valid and unchanged until `stream` is synchronized; it should
+    /// be pinned or registered (pageable memory is copied synchronously by the driver).
+    unsafe fn upload_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+        stream: StreamId,
+    ) -> GpuResult<()>;
 }
 
 /// Upload a slice of f32 values.

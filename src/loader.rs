@@ -1,0 +1,366 @@
+//! Fast start: load a pack's device segment into one device arena in a few large copies and
+//! install each layer's overlays as views into it. A straight pipeline: open and validate the
+//! pack, map it, copy the segment (registered read-only mapping, or a pinned staging ring),
+//! install. No repack, no quantization, no per-tensor copy.
+
+use crate::converters::layouts::{Layout, Proj};
+use crate::ffn::{Bf16Weight, DenseFfnLayer, Fp8Weight, Nvfp4Weight, W8a8Weight};
+use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
+use crate::pack::{FfnEntry, Pack};
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+/// How the segment reaches the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoMode {
+    /// Register, else staged (and say why).
+    Auto,
+    /// Register the mapped segment read-only and copy straight from it.
+    Register,
+    /// Copy through a ring of pinned staging buffers.
+    Staged,
+}
+
+/// Loader settings.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    pub io: IoMode,
+    /// Streams the copies are spread over.
+    pub streams: usize,
+    /// Bytes per copy.
+    pub chunk: usize,
+    /// Staging buffers in the ring (staged mode).
+    pub ring: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            io: IoMode::Auto,
+            streams: 2,
+            chunk: 64 << 20,
+            ring: 4,
+        }
+    }
+}
+
+/// What a load did and how long it took.
+#[derive(Clone, Debug)]
+pub struct LoadStats {
+    pub bytes: u64,
+    pub copy_seconds: f64,
+    pub total_seconds: f64,
+    pub mode: IoMode,
+    /// Why `Auto` fell back from registration, if it did.
+    pub fell_back: Option<String>,
+}
+
+/// One layer's overlays, as views into the arena.
+#[derive(Clone, Debug, Default)]
+pub struct LayerOverlays {
+    pub index: usize,
+    pub nvfp4: Option<[Nvfp4Weight; 3]>,
+    pub fp8: Option<([Fp8Weight; 3], Option<Fp8Weight>)>,
+    pub w8a8: Option<[W8a8Weight; 3]>,
+    pub bf16: Option<[Bf16Weight; 3]>,
+}
+
+impl LayerOverlays {
+    /// Install every overlay this layer has into `layer` through the `set_*` methods.
+    pub fn install(&self, layer: &mut DenseFfnLayer) -> GpuResult<()> {
+        if let Some(w) = self.nvfp4 {
+            layer.weights.nvfp4 = Some(w);
+        }
+        if let Some(([g, u, d], fused)) = self.fp8 {
+            layer.set_fp8_weights(g, u, d)?;
+            if let Some(f) = fused {
+                layer.set_fp8_gate_up_fused(f)?;
+            }
+        }
+        if let Some([g, u, d]) = self.bf16 {
+            layer.set_bf16_weights(g, u, d)?;
+        }
+        if let Some(w) = self.w8a8 {
+            layer.set_w8a8_decode_weights(w, layer.hidden, layer.inter)?;
+        }
+        Ok(())
+    }
+}
+
+/// A pack on the device.
+pub struct LoadedPack {
+    pub pack: Pack,
+    /// The device segment.
+    pub arena: DevicePtr,
+    pub layers: Vec<LayerOverlays>,
+    pub stats: LoadStats,
+}
+
+impl LoadedPack {
+    /// The device view of pack tensor `name` (FFN blobs only).
+    pub fn device_view(&self, name: &str) -> Option<DevicePtr> {
+        let i = self.pack.index(name)?;
+        self.pack.manifest.tensors[i].ffn.as_ref()?;
+        let t = &self.pack.file.tensors[i];
+        Some(
+            self.arena
+                .view(t.offset - self.pack.manifest.segment_offset, t.bytes),
+        )
+    }
+
+    /// A host view (in the page cache, zero-copy) of a passthrough tensor.
+    pub fn host_view(&self, name: &str) -> Option<&[u8]> {
+        let i = self.pack.index(name)?;
+        self.pack.manifest.tensors[i]
+            .ffn
+            .is_none()
+            .then(|| self.pack.data(i))
+    }
+}
+
+fn copy_registered(
+    b: &dyn GpuBackend,
+    seg: &[u8],
+    arena: DevicePtr,
+    streams: &[StreamId],
+    chunk: usize,
+) -> GpuResult<()> {
+    // SAFETY: `seg` is a page-aligned range of the pack's read-only mapping, which outlives the
+    // registration (unregistered below, after every copy from it is synchronized).
+    unsafe { b.register_host(seg.as_ptr(), seg.len(), true)? };
+    let r = (|| {
+        for (c, off) in (0..seg.len()).step_by(chunk).enumerate() {
+            let len = chunk.min(seg.len() - off);
+            // SAFETY: the registered mapping stays valid until the synchronize below.
+            unsafe {
+                b.upload_async(
+                    arena.view(off as u64, len as u64),
+                    seg.as_ptr().add(off),
+                    len,
+                    streams[c % streams.len()],
+                )?
+            };
+        }
+        streams.iter().try_for_each(|&s| b.synchronize(s))
+    })();
+    // SAFETY: every copy from the range has completed (or failed) above.
+    unsafe { b.unregister_host(seg.as_ptr()) };
+    r
+}
+
+fn copy_staged(
+    b: &dyn GpuBackend,
+    seg: &[u8],
+    arena: DevicePtr,
+    streams: &[StreamId],
+    chunk: usize,
+    ring: usize,
+) -> GpuResult<()> {
+    let bufs: Vec<*mut u8> = (0..ring)
+        .map(|_| b.alloc_pinned(chunk))
+        .collect::<GpuResult<_>>()?;
+    let r = (|| {
+        for (c, off) in (0..seg.len()).step_by(chunk).enumerate() {
+            let len = chunk.min(seg.len() - off);
+            let (buf, stream) = (bufs[c % ring], streams[c % ring % streams.len()]);
+            if c >= ring {
+                // The copy that last used this buffer must be done before it is refilled.
+                b.synchronize(streams[(c - ring) % ring % streams.len()])?;
+            }
+            // SAFETY: `buf` holds `chunk` bytes and no copy from it is in flight (synchronized
+            // above); the fill of this buffer overlaps the copies queued from the others.
+            unsafe {
+                std::ptr::copy_nonoverlapping(seg.as_ptr().add(off), buf, len);
+                b.upload_async(arena.view(off as u64, len as u64), buf, len, stream)?;
+            }
+        }
+        streams.iter().try_for_each(|&s| b.synchronize(s))
+    })();
+    for p in bufs {
+        // SAFETY: all copies are synchronized (or the run failed and synchronized what it could).
+        unsafe { b.free_pinned(p) };
+    }
+    r
+}
+
+/// Open, validate, map, copy and describe a pack. The layers' overlays are views into one arena
+/// allocation; install them with [`LayerOverlays::install`].
+pub fn load(
+    b: &dyn GpuBackend,
+    path: &Path,
+    opts: &LoadOptions,
+) -> Result<LoadedPack, crate::Error> {
+    let t0 = Instant::now();
+    let pack = Pack::open(path)?;
+    let file = path.display().to_string();
+    let gpu = |e: GpuError| crate::Error::Unsupported {
+        file: file.clone(),
+        reason: format!("loading to the GPU: {e}"),
+    };
+    let range = pack.segment_range();
+    let seg = &pack.file.map[range.start as usize..range.end as usize];
+    let arena = b.alloc(seg.len() as u64).map_err(gpu)?;
+    let streams: Vec<StreamId> = (0..opts.streams.max(1))
+        .map(|_| b.new_stream())
+        .collect::<GpuResult<_>>()
+        .map_err(gpu)?;
+    let t1 = Instant::now();
+    let mut fell_back = None;
+    let mode = match opts.io {
+        IoMode::Staged => {
+            copy_staged(b, seg, arena, &streams, opts.chunk, opts.ring).map_err(gpu)?;
+            IoMode::Staged
+        }
+        IoMode::Register => {
+            copy_registered(b, seg, arena, &streams, opts.chunk).map_err(gpu)?;
+            IoMode::Register
+        }
+        IoMode::Auto => match copy_registered(b, seg, arena, &streams, opts.chunk) {
+            Ok(()) => IoMode::Register,
+            Err(e) => {
+                tracing::warn!(
+                    "{file}: read-only registration failed ({e}); using the pinned staging ring"
+                );
+                fell_back = Some(e.to_string());
+                copy_staged(b, seg, arena, &streams, opts.chunk, opts.ring).map_err(gpu)?;
+                IoMode::Staged
+            }
+        },
+    };
+    let copy_seconds = t1.elapsed().as_secs_f64();
+    let layers = overlays(&pack, arena).map_err(gpu)?;
+    let stats = LoadStats {
+        bytes: seg.len() as u64,
+        copy_seconds,
+        total_seconds: t0.elapsed().as_secs_f64(),
+        mode,
+        fell_back,
+    };
+    Ok(LoadedPack {
+        pack,
+        arena,
+        layers,
+        stats,
+    })
+}
+
+/// Describe every layer's overlays from the manifest, as views into `arena`.
+pub fn overlays(pack: &Pack, arena: DevicePtr) -> GpuResult<Vec<LayerOverlays>> {
+    let m = &pack.manifest;
+    let mut by: HashMap<(usize, Layout, Proj, String), (DevicePtr, &FfnEntry)> = HashMap::new();
+    for (i, e) in m.tensors.iter().enumerate() {
+        let Some(fe) = &e.ffn else { continue };
+        let t = &pack.file.tensors[i];
+        let view = arena.view(t.offset - m.segment_offset, t.bytes);
+        let layout = Layout::from_tag(&fe.layout).ok_or_else(|| {
+            GpuError::Invalid(format!("{}: unknown layout {}", e.name, fe.layout))
+        })?;
+        let proj = Proj::from_name(&fe.proj).ok_or_else(|| {
+            GpuError::Invalid(format!("{}: unknown projection {}", e.name, fe.proj))
+        })?;
+        by.insert((fe.layer, layout, proj, fe.part.clone()), (view, fe));
+    }
+    let get = |l: usize, lay: Layout, p: Proj, part: &str| {
+        by.get(&(l, lay, p, part.to_string())).copied()
+    };
+    let inter = m.model.intermediate_size as usize;
+    let mut layers: Vec<usize> = by.keys().map(|k| k.0).collect();
+    layers.sort();
+    layers.dedup();
+    let projs = [Proj::Gate, Proj::Up, Proj::Down];
+    let mut out = Vec::new();
+    for l in layers {
+        let mut o = LayerOverlays {
+            index: l,
+            ..Default::default()
+        };
+        let dims = |fe: &FfnEntry| {
+            (
+                fe.shape[0] as usize,
+                fe.shape[1] as usize,
+                fe.padded[0] as usize,
+                fe.padded[1] as usize,
+            )
+        };
+        if projs
+            .iter()
+            .all(|&p| get(l, Layout::Nvfp4, p, "codes").is_some())
+        {
+            o.nvfp4 = Some(projs.map(|p| {
+                let (c, fe) = get(l, Layout::Nvfp4, p, "codes").unwrap();
+                let (s, _) = get(l, Layout::Nvfp4, p, "scales").unwrap();
+                let (n, k, _, kp) = dims(fe);
+                Nvfp4Weight {
+                    codes: c,
+                    scales: s,
+                    global_scale: fe.scalars.get("global_scale").copied().unwrap_or(0.0),
+                    n,
+                    k,
+                    kp,
+                }
+            }));
+        }
+        if let (Some((fc, ffe)), Some((fs, _)), Some((dc, dfe)), Some((ds, _))) = (
+            get(l, Layout::Fp8, Proj::GateUp, "codes"),
+            get(l, Layout::Fp8, Proj::GateUp, "scales"),
+            get(l, Layout::Fp8, Proj::Down, "codes"),
+            get(l, Layout::Fp8, Proj::Down, "scales"),
+        ) {
+            let (_, k, np, kp) = dims(ffe);
+            let fused = Fp8Weight {
+                weight: fc,
+                scale: fs,
+                n: np,
+                k,
+                np,
+                kp,
+            };
+            let interp = np / 2;
+            let (n, k, np, kp) = dims(dfe);
+            let down = Fp8Weight {
+                weight: dc,
+                scale: ds,
+                n,
+                k,
+                np,
+                kp,
+            };
+            o.fp8 = Some((
+                [fused.rows(0, inter), fused.rows(interp, inter), down],
+                Some(fused),
+            ));
+        }
+        if projs
+            .iter()
+            .all(|&p| get(l, Layout::W8a8, p, "codes").is_some())
+        {
+            o.w8a8 = Some(projs.map(|p| {
+                let (c, fe) = get(l, Layout::W8a8, p, "codes").unwrap();
+                let (s, _) = get(l, Layout::W8a8, p, "scales").unwrap();
+                let (n, k, _, kp) = dims(fe);
+                W8a8Weight {
+                    weight: c,
+                    scale: s,
+                    n,
+                    k,
+                    kp,
+                }
+            }));
+        }
+        if projs.iter().all(|&p| get(l, Layout::Bf16, p, "").is_some()) {
+            o.bf16 = Some(projs.map(|p| {
+                let (wv, fe) = get(l, Layout::Bf16, p, "").unwrap();
+                let (n, k, _, kp) = dims(fe);
+                Bf16Weight {
+                    weight: wv,
+                    n,
+                    k,
+                    kp,
+                }
+            }));
+        }
+        out.push(o);
+    }
+    Ok(out)
+}

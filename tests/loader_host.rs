@@ -1,0 +1,72 @@
+//! The fast-start loader on the host backend (the device run repeats the same checks on CUDA
+//! through `metrale-pack gpu-check`): both copy paths, overlay bytes, no kernel launches,
+//! bit-identical outputs of pack-loaded and start-up-built layers; and `Auto` falls back to the
+//! staging ring, saying why, when registration is refused.
+
+use metrale_pack::converters::layouts::Layout;
+use metrale_pack::ffn::testing::Rand;
+use metrale_pack::gpu::GpuBackend;
+use metrale_pack::gpu::host::HostBackend;
+use metrale_pack::gpucheck;
+use metrale_pack::loader::{self, IoMode, LoadOptions};
+use metrale_pack::model::Model;
+use metrale_pack::pack::{self, ConvertOptions};
+use std::sync::Arc;
+
+#[test]
+fn loaded_overlays_equal_the_pack_and_compute_what_start_up_builds() {
+    let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+    let rows = gpucheck::load_checks(
+        b,
+        192,
+        320,
+        &[IoMode::Register, IoMode::Staged],
+        &mut Rand(3),
+    )
+    .unwrap();
+    assert_eq!(rows.len(), 2 * (2 + 15));
+    for r in &rows {
+        assert!(r.pass, "{r:?}");
+    }
+}
+
+#[test]
+fn auto_falls_back_to_staging_when_registration_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.gguf");
+    metrale_pack::gen_model::gen_model(&src, 64, 128, 1, metrale_pack::GgmlType::F16, "llama")
+        .unwrap();
+    let p = dir.path().join("m.mpk.gguf");
+    let opts = ConvertOptions {
+        layouts: Some(vec![Layout::Fp8]),
+        ..Default::default()
+    };
+    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+    let b = HostBackend::without(&["register_host"]);
+    let lp = loader::load(&b, &p, &LoadOptions::default()).unwrap();
+    assert_eq!(lp.stats.mode, IoMode::Staged);
+    assert!(
+        lp.stats
+            .fell_back
+            .as_deref()
+            .is_some_and(|r| r.contains("cuMemHostRegister")),
+        "{:?}",
+        lp.stats
+    );
+    let e = loader::load(
+        &b,
+        &p,
+        &LoadOptions {
+            io: IoMode::Register,
+            ..Default::default()
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("m.mpk.gguf") && e.contains("cuMemHostRegister"),
+        "{e}"
+    );
+    assert!(lp.host_view("token_embd.weight").is_some());
+}
