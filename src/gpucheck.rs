@@ -422,12 +422,14 @@ pub fn layer_checks(
                     } else {
                         f64::NAN
                     };
-                    // Intermediate activations amplify last-bit differences: 1e-4 for f32 arms;
-                    // where the intermediate is requantized a last-bit difference can flip a code:
-                    // 1e-3 for BF16 (8-bit mantissa), 5e-3 for W8A8 (FP8).
+                    // Intermediate activations amplify last-bit differences: 1e-4 for arms that keep
+                    // f32 activations (the GEMVs); where the intermediate is rounded again a
+                    // last-bit difference can flip it: 1e-3 for BF16 (the cuBLAS arm, and the FP8
+                    // tensor-core GEMMs above the GEMV rows), 5e-3 for W8A8 (FP8).
+                    let tc_rows = if levers.ffn_batch16 { 16 } else { 4 };
                     let tol = if arm.starts_with("w8a8") {
                         5e-3
-                    } else if arm.starts_with("bf16") {
+                    } else if arm.starts_with("bf16") || m > tc_rows {
                         1e-3
                     } else {
                         1e-4

@@ -119,12 +119,6 @@ impl LoadedPack {
     }
 }
 
-/// Bytes registered per call: registration (page pinning, CPU work) of the next chunks overlaps
-/// the DMA of the previous ones.
-pub const REGISTER_CHUNK: usize = 256 << 20;
-/// Threads pinning chunks in parallel.
-pub const REGISTER_THREADS: usize = 4;
-
 fn copy_registered(
     b: &dyn GpuBackend,
     seg: &[u8],
@@ -132,82 +126,27 @@ fn copy_registered(
     streams: &[StreamId],
     chunk: usize,
 ) -> GpuResult<()> {
-    let chunks: Vec<(usize, usize)> = (0..seg.len())
-        .step_by(REGISTER_CHUNK)
-        .map(|o| (o, REGISTER_CHUNK.min(seg.len() - o)))
-        .collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, GpuResult<()>)>();
-    let mut registered: Vec<usize> = Vec::new();
-    let result = std::thread::scope(|sc| {
-        for _ in 0..REGISTER_THREADS.min(chunks.len()) {
-            let tx = tx.clone();
-            let (next, chunks) = (&next, &chunks);
-            sc.spawn(move || {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(&(off, len)) = chunks.get(i) else {
-                        break;
-                    };
-                    // SAFETY: a page-aligned sub-range of the pack's read-only mapping, which
-                    // outlives the registration (every chunk is unregistered below, after the
-                    // copies from it are synchronized).
-                    let r = unsafe { b.register_host(seg.as_ptr().add(off), len, true) };
-                    if tx.send((i, r)).is_err() {
-                        break;
-                    }
-                }
-            });
+    // SAFETY: `seg` is a page-aligned range of the pack's read-only mapping, which outlives the
+    // registration (unregistered below, after every copy from it is synchronized).
+    unsafe { b.register_host(seg.as_ptr(), seg.len(), true)? };
+    let r = (|| {
+        for (c, off) in (0..seg.len()).step_by(chunk).enumerate() {
+            let len = chunk.min(seg.len() - off);
+            // SAFETY: the registered mapping stays valid until the synchronize below.
+            unsafe {
+                b.upload_async(
+                    arena.view(off as u64, len as u64),
+                    seg.as_ptr().add(off),
+                    len,
+                    streams[c % streams.len()],
+                )?
+            };
         }
-        drop(tx);
-        // Issue each chunk's copies, in order, as soon as it is registered.
-        let mut ready: Vec<Option<GpuResult<()>>> = (0..chunks.len()).map(|_| None).collect();
-        let mut issued = 0usize;
-        let mut first_err: Option<GpuError> = None;
-        for (i, r) in rx {
-            ready[i] = Some(r);
-            while issued < chunks.len() && ready[issued].is_some() {
-                let r = ready[issued].take().unwrap();
-                let (off, len) = chunks[issued];
-                match r {
-                    Ok(()) => {
-                        registered.push(off);
-                        if first_err.is_none() {
-                            for (c, o) in (off..off + len).step_by(chunk).enumerate() {
-                                let l = chunk.min(off + len - o);
-                                // SAFETY: the chunk is registered and stays so until the
-                                // synchronize below.
-                                if let Err(e) = unsafe {
-                                    b.upload_async(
-                                        arena.view(o as u64, l as u64),
-                                        seg.as_ptr().add(o),
-                                        l,
-                                        streams[(issued + c) % streams.len()],
-                                    )
-                                } {
-                                    first_err.get_or_insert(e);
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                    }
-                }
-                issued += 1;
-            }
-        }
-        let synced = streams.iter().try_for_each(|&s| b.synchronize(s));
-        match first_err {
-            Some(e) => Err(e),
-            None => synced,
-        }
-    });
-    for off in registered {
-        // SAFETY: every copy from the chunk has completed (or failed) above.
-        unsafe { b.unregister_host(seg.as_ptr().add(off)) };
-    }
-    result
+        streams.iter().try_for_each(|&s| b.synchronize(s))
+    })();
+    // SAFETY: every copy from the range has completed (or failed) above.
+    unsafe { b.unregister_host(seg.as_ptr()) };
+    r
 }
 
 fn copy_staged(
