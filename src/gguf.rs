@@ -172,6 +172,8 @@ impl TensorInfo {
 pub struct GgufFile {
     pub path: PathBuf,
     pub map: Mmap,
+    /// The open file (for `pread` beside the map).
+    pub file: std::fs::File,
     pub version: u32,
     pub kvs: Vec<Kv>,
     pub tensors: Vec<TensorInfo>,
@@ -198,6 +200,7 @@ impl GgufFile {
         Ok(GgufFile {
             path: path.to_path_buf(),
             map,
+            file: f,
             version: parsed.version,
             kvs: parsed.kvs,
             tensors: parsed.tensors,

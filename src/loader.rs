@@ -32,6 +32,8 @@ pub struct LoadOptions {
     pub chunk: usize,
     /// Staging buffers in the ring (staged mode).
     pub ring: usize,
+    /// Reader threads filling the ring (staged mode).
+    pub readers: usize,
 }
 
 impl Default for LoadOptions {
@@ -40,7 +42,8 @@ impl Default for LoadOptions {
             io: IoMode::Auto,
             streams: 2,
             chunk: 64 << 20,
-            ring: 4,
+            ring: 8,
+            readers: 8,
         }
     }
 }
@@ -149,39 +152,78 @@ fn copy_registered(
     r
 }
 
+/// Staged copy: `ring` pinned buffers, each with its own stream, filled by `readers` threads with
+/// `pread` from the file (no page faults on the mapping, no copy beyond the page cache and the
+/// ring) while the DMA engine drains the buffers filled before.
 fn copy_staged(
     b: &dyn GpuBackend,
-    seg: &[u8],
+    file: &std::fs::File,
+    seg_off: u64,
+    seg_len: usize,
     arena: DevicePtr,
-    streams: &[StreamId],
-    chunk: usize,
-    ring: usize,
+    opts: &LoadOptions,
 ) -> GpuResult<()> {
-    let bufs: Vec<*mut u8> = (0..ring)
-        .map(|_| b.alloc_pinned(chunk))
+    use std::os::unix::fs::FileExt;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let ring = opts.ring.max(1);
+    let chunk = opts.chunk;
+    let bufs: Vec<Mutex<(*mut u8, StreamId)>> = (0..ring)
+        .map(|_| Ok(Mutex::new((b.alloc_pinned(chunk)?, b.new_stream()?))))
         .collect::<GpuResult<_>>()?;
-    let r = (|| {
-        for (c, off) in (0..seg.len()).step_by(chunk).enumerate() {
-            let len = chunk.min(seg.len() - off);
-            let (buf, stream) = (bufs[c % ring], streams[c % ring % streams.len()]);
-            if c >= ring {
-                // The copy that last used this buffer must be done before it is refilled.
-                b.synchronize(streams[(c - ring) % ring % streams.len()])?;
-            }
-            // SAFETY: `buf` holds `chunk` bytes and no copy from it is in flight (synchronized
-            // above); the fill of this buffer overlaps the copies queued from the others.
-            unsafe {
-                std::ptr::copy_nonoverlapping(seg.as_ptr().add(off), buf, len);
-                b.upload_async(arena.view(off as u64, len as u64), buf, len, stream)?;
-            }
-        }
-        streams.iter().try_for_each(|&s| b.synchronize(s))
-    })();
-    for p in bufs {
-        // SAFETY: all copies are synchronized (or the run failed and synchronized what it could).
-        unsafe { b.free_pinned(p) };
+    struct Ring<'a>(&'a [Mutex<(*mut u8, StreamId)>]);
+    // SAFETY: each buffer pointer is only touched under its Mutex; the pinned allocations live
+    // until the end of this function, after every thread has joined.
+    unsafe impl Sync for Ring<'_> {}
+    let shared = Ring(&bufs);
+    let next = AtomicUsize::new(0);
+    let n_chunks = seg_len.div_ceil(chunk);
+    let result = std::thread::scope(|sc| {
+        let workers: Vec<_> = (0..opts.readers.max(1).min(n_chunks.max(1)))
+            .map(|_| {
+                let (shared, next) = (&shared, &next);
+                sc.spawn(move || -> GpuResult<()> {
+                    loop {
+                        let c = next.fetch_add(1, Ordering::Relaxed);
+                        if c >= n_chunks {
+                            return Ok(());
+                        }
+                        let off = c * chunk;
+                        let len = chunk.min(seg_len - off);
+                        let guard = shared.0[c % ring].lock().unwrap();
+                        let (buf, stream) = *guard;
+                        // The copy that last used this buffer must finish before it is refilled.
+                        b.synchronize(stream)?;
+                        // SAFETY: `buf` holds `chunk` bytes, owned by this thread under the lock,
+                        // with no copy from it in flight (synchronized above).
+                        let dst = unsafe { std::slice::from_raw_parts_mut(buf, len) };
+                        file.read_exact_at(dst, seg_off + off as u64).map_err(|e| {
+                            GpuError::Invalid(format!(
+                                "reading the pack at {}: {e}",
+                                seg_off + off as u64
+                            ))
+                        })?;
+                        // SAFETY: the buffer stays untouched until its stream is synchronized
+                        // (by the next user of this buffer, or the final synchronize below).
+                        unsafe {
+                            b.upload_async(arena.view(off as u64, len as u64), buf, len, stream)?
+                        };
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("reader thread panicked"))
+    });
+    let synced = bufs
+        .iter()
+        .try_for_each(|m| b.synchronize(m.lock().unwrap().1));
+    for m in &bufs {
+        // SAFETY: every copy is synchronized above.
+        unsafe { b.free_pinned(m.lock().unwrap().0) };
     }
-    r
+    result.and(synced)
 }
 
 /// Open, validate, map, copy and describe a pack. The layers' overlays are views into one arena
@@ -209,7 +251,7 @@ pub fn load(
     let mut fell_back = None;
     let mode = match opts.io {
         IoMode::Staged => {
-            copy_staged(b, seg, arena, &streams, opts.chunk, opts.ring).map_err(gpu)?;
+            copy_staged(b, &pack.file.file, range.start, seg.len(), arena, opts).map_err(gpu)?;
             IoMode::Staged
         }
         IoMode::Register => {
@@ -223,7 +265,8 @@ pub fn load(
                     "{file}: read-only registration failed ({e}); using the pinned staging ring"
                 );
                 fell_back = Some(e.to_string());
-                copy_staged(b, seg, arena, &streams, opts.chunk, opts.ring).map_err(gpu)?;
+                copy_staged(b, &pack.file.file, range.start, seg.len(), arena, opts)
+                    .map_err(gpu)?;
                 IoMode::Staged
             }
         },

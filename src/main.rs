@@ -576,11 +576,11 @@ fn bench_load(path: &Path, source: Option<&Path>, io: &str) -> Result<()> {
         "pinned host-to-device ceiling (1 GiB, 2 streams): {:.1} GB/s",
         ceiling / 1e9
     );
-    let opts = LoadOptions {
-        io,
-        ..LoadOptions::default()
-    };
-    let ready = |label: &str| -> Result<f64> {
+    let ready = |label: &str, io: IoMode| -> Result<f64> {
+        let opts = LoadOptions {
+            io,
+            ..LoadOptions::default()
+        };
         let t0 = std::time::Instant::now();
         let lp = loader::load(b.as_ref(), path, &opts)?;
         let m = &lp.pack.manifest.model;
@@ -626,13 +626,23 @@ fn bench_load(path: &Path, source: Option<&Path>, io: &str) -> Result<()> {
         drop(ctx);
         Ok(secs)
     };
+    // The chosen mode, warm (three runs) and cold; then, with auto, each path alone, warm.
     warm_page_cache(path);
-    let mut warm: Vec<f64> = (0..3).map(|_| ready("warm")).collect::<Result<_>>()?;
+    let mut warm: Vec<f64> = (0..3).map(|_| ready("warm", io)).collect::<Result<_>>()?;
     warm.sort_by(|a, c| a.partial_cmp(c).unwrap());
-    if drop_page_cache(path) {
-        ready("cold")?;
-    } else {
-        println!("cold: could not drop the page cache for {}", path.display());
+    if io == IoMode::Auto {
+        for mode in [IoMode::Register, IoMode::Staged] {
+            for _ in 0..2 {
+                ready("warm", mode)?;
+            }
+        }
+    }
+    for mode in [io, IoMode::Staged] {
+        if drop_page_cache(path) {
+            ready("cold", mode)?;
+        } else {
+            println!("cold: could not drop the page cache for {}", path.display());
+        }
     }
     if let Some(src) = source {
         // The start-up an engine without packs pays: read the source, build the same overlays on
