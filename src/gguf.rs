@@ -168,6 +168,22 @@ impl TensorInfo {
     }
 }
 
+/// Open and map a model file read-only; returns the file, the map and the path for messages.
+pub(crate) fn map_file(path: &Path) -> Result<(std::fs::File, Mmap, String)> {
+    let file = path.display().to_string();
+    let f = std::fs::File::open(path).map_err(|err| Error::Io {
+        file: file.clone(),
+        err,
+    })?;
+    // SAFETY: the map is read-only; a concurrent truncation by another process could fault,
+    // which is the documented hazard of mapping files and accepted for model files.
+    let map = unsafe { Mmap::map(&f) }.map_err(|err| Error::Io {
+        file: file.clone(),
+        err,
+    })?;
+    Ok((f, map, file))
+}
+
 /// An opened, validated GGUF file.
 pub struct GgufFile {
     pub path: PathBuf,
@@ -185,17 +201,7 @@ pub struct GgufFile {
 impl GgufFile {
     /// Map and validate `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = path.display().to_string();
-        let f = std::fs::File::open(path).map_err(|err| Error::Io {
-            file: file.clone(),
-            err,
-        })?;
-        // SAFETY: the map is read-only; a concurrent truncation by another process could fault,
-        // which is the documented hazard of mapping files and accepted for model files.
-        let map = unsafe { Mmap::map(&f) }.map_err(|err| Error::Io {
-            file: file.clone(),
-            err,
-        })?;
+        let (f, map, file) = map_file(path)?;
         let parsed = parse(&map, &file)?;
         Ok(GgufFile {
             path: path.to_path_buf(),

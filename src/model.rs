@@ -35,6 +35,25 @@ pub enum DType {
 }
 
 impl DType {
+    /// The ggml type with the same bytes: itself for GGUF; F32, F16, BF16, F64, I8..I64 for
+    /// safetensors; `None` for dtypes ggml has no type for (U8, FP8, FP4, ...).
+    pub fn as_ggml(&self) -> Option<GgmlType> {
+        match *self {
+            DType::Ggml(t) => Some(t),
+            DType::St(d) => match d {
+                Dtype::F32 => Some(GgmlType::F32),
+                Dtype::F16 => Some(GgmlType::F16),
+                Dtype::BF16 => Some(GgmlType::BF16),
+                Dtype::F64 => Some(GgmlType::F64),
+                Dtype::I8 => Some(GgmlType::I8),
+                Dtype::I16 => Some(GgmlType::I16),
+                Dtype::I32 => Some(GgmlType::I32),
+                Dtype::I64 => Some(GgmlType::I64),
+                _ => None,
+            },
+        }
+    }
+
     /// The type's name as its container spells it (`Q4_K`, `F8_E4M3`, ...).
     pub fn name(&self) -> String {
         match self {
@@ -602,33 +621,14 @@ impl Model {
             err,
         };
         let mut out = vec![0f32; n];
-        let ggml = match t.dtype {
-            DType::Ggml(g) => Some(g),
-            DType::St(d) => match d {
-                Dtype::F32 => Some(GgmlType::F32),
-                Dtype::F16 => Some(GgmlType::F16),
-                Dtype::BF16 => Some(GgmlType::BF16),
-                Dtype::F64 => Some(GgmlType::F64),
-                Dtype::I8 => Some(GgmlType::I8),
-                Dtype::I16 => Some(GgmlType::I16),
-                Dtype::I32 => Some(GgmlType::I32),
-                Dtype::I64 => Some(GgmlType::I64),
-                Dtype::U8 => {
-                    out.iter_mut().zip(bytes).for_each(|(o, &b)| *o = b as f32);
-                    return Ok(out);
-                }
-                Dtype::F8_E4M3 => {
-                    out.iter_mut()
-                        .zip(bytes)
-                        .for_each(|(o, &b)| *o = fp8::e4m3_to_f32(b));
-                    return Ok(out);
-                }
-                Dtype::F8_E5M2 => {
-                    out.iter_mut()
-                        .zip(bytes)
-                        .for_each(|(o, &b)| *o = fp8::e5m2_to_f32(b));
-                    return Ok(out);
-                }
+        let Some(ggml) = t.dtype.as_ggml() else {
+            let DType::St(d) = t.dtype else {
+                unreachable!("every ggml type maps to itself")
+            };
+            let dec: fn(u8) -> f32 = match d {
+                Dtype::U8 => |b| b as f32,
+                Dtype::F8_E4M3 => fp8::e4m3_to_f32,
+                Dtype::F8_E5M2 => fp8::e5m2_to_f32,
                 other => {
                     return Err(Error::Unsupported {
                         file: self.file_of(i),
@@ -638,9 +638,11 @@ impl Model {
                         ),
                     });
                 }
-            },
+            };
+            out.iter_mut().zip(bytes).for_each(|(o, &b)| *o = dec(b));
+            return Ok(out);
         };
-        converters::decode_ggml(ggml.unwrap(), bytes, &mut out).map_err(codec_err)?;
+        converters::decode_ggml(ggml, bytes, &mut out).map_err(codec_err)?;
         Ok(out)
     }
 

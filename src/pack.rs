@@ -361,7 +361,8 @@ impl<'m> Plan<'m> {
                     ),
                 });
             }
-            let (ty, ne, source_shape) = match passthrough_type(t.dtype) {
+            // A type ggml has keeps it; any other becomes an I8 blob of its bytes.
+            let (ty, ne, source_shape) = match t.dtype.as_ggml() {
                 Some(ty) => (ty, t.shape.iter().rev().copied().collect(), None),
                 None => (GgmlType::I8, vec![t.bytes], Some(t.shape.clone())),
             };
@@ -689,24 +690,6 @@ fn companions(w: &FfnWeight) -> Vec<usize> {
         } => vec![packed, scale, global_scale],
         FfnWeight::Fp8Block { weight, scale_inv } => vec![weight, scale_inv],
         FfnWeight::Fp8Channel { weight, scale } => vec![weight, scale],
-    }
-}
-
-/// The ggml type a passthrough tensor keeps, or `None` when it must become an I8 blob.
-fn passthrough_type(d: DType) -> Option<GgmlType> {
-    match d {
-        DType::Ggml(t) => Some(t),
-        DType::St(d) => match d {
-            Dtype::F32 => Some(GgmlType::F32),
-            Dtype::F16 => Some(GgmlType::F16),
-            Dtype::BF16 => Some(GgmlType::BF16),
-            Dtype::F64 => Some(GgmlType::F64),
-            Dtype::I8 => Some(GgmlType::I8),
-            Dtype::I16 => Some(GgmlType::I16),
-            Dtype::I32 => Some(GgmlType::I32),
-            Dtype::I64 => Some(GgmlType::I64),
-            _ => None,
-        },
     }
 }
 

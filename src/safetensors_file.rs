@@ -33,16 +33,7 @@ pub struct StFile {
 impl StFile {
     /// Map and validate one `.safetensors` file.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = path.display().to_string();
-        let f = std::fs::File::open(path).map_err(|err| Error::Io {
-            file: file.clone(),
-            err,
-        })?;
-        // SAFETY: read-only map of a model file; see GgufFile::open for the truncation caveat.
-        let map = unsafe { Mmap::map(&f) }.map_err(|err| Error::Io {
-            file: file.clone(),
-            err,
-        })?;
+        let (_, map, file) = crate::gguf::map_file(path)?;
         let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| Error::Safetensors {
             file: file.clone(),
             reason: e.to_string(),

@@ -39,6 +39,12 @@ pub fn cuda_include_dir() -> Option<String> {
 
 /// NVRTC's version, `(major, minor)`.
 pub fn nvrtc_version() -> GpuResult<(i32, i32)> {
+    // SAFETY: only probes whether libnvrtc can be loaded (loading it lazily would panic).
+    if !unsafe { nvrtc_sys::is_culib_present() } {
+        return Err(GpuError::NoDevice(
+            "libnvrtc could not be loaded (set LD_LIBRARY_PATH)".into(),
+        ));
+    }
     let (mut a, mut b) = (0, 0);
     // SAFETY: FFI call writing two ints we own; the library is loaded on first use.
     let r = unsafe { nvrtc_sys::nvrtcVersion(&mut a, &mut b) };
@@ -291,16 +297,18 @@ impl CudaBackend {
         if let Some(h) = st.cublas {
             return Ok(h);
         }
-        self.current()?;
-        let h = std::panic::catch_unwind(cudarc::cublas::result::create_handle)
-            .map_err(|_| GpuError::MissingKernel {
+        // SAFETY: only probes whether libcublas can be loaded.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err(GpuError::MissingKernel {
                 module: "cublas".into(),
                 name: "libcublas not loadable".into(),
-            })?
-            .map_err(|e| GpuError::Cuda {
-                call: "cublasCreate".into(),
-                msg: format!("{e:?}"),
-            })?;
+            });
+        }
+        self.current()?;
+        let h = cudarc::cublas::result::create_handle().map_err(|e| GpuError::Cuda {
+            call: "cublasCreate".into(),
+            msg: format!("{e:?}"),
+        })?;
         st.cublas = Some(h);
         Ok(h)
     }
