@@ -368,3 +368,60 @@ fn gpu_check_harness_runs_on_the_host_backend() {
         assert!(row.pass && row.err < 1e-6, "{row:?}");
     }
 }
+
+#[test]
+fn profile_logs_the_prefill_time_and_events_time_host_work() {
+    use std::io::Write;
+    use std::sync::Mutex;
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let w = buf.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_writer(move || w.clone())
+        .with_ansi(false)
+        .finish();
+    let mut r = Rand(21);
+    let w8 = DenseWeights::random(&mut r, H, I);
+    let mut c = ctx(HostBackend::new(), levers(&[]));
+    let mut layer = DenseFfnLayer::new(&c);
+    install_fp8(c.backend.as_ref(), &mut layer, &w8, false).unwrap();
+    let (x, _) = input(&c, &mut r, 5);
+    c.profile = true;
+    let (e0, e1) = (
+        c.backend.new_event().unwrap(),
+        c.backend.new_event().unwrap(),
+    );
+    tracing::subscriber::with_default(sub, || {
+        c.backend.record_event(e0, 0).unwrap();
+        layer.forward_prefill(&mut c, x, 5).unwrap();
+        c.backend.record_event(e1, 0).unwrap();
+    });
+    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        log.contains("FFN prefill [dense_total] N=5: ") && log.contains("µs"),
+        "{log}"
+    );
+    let ms = c.backend.elapsed_ms(e0, e1).unwrap();
+    assert!((0.0..60_000.0).contains(&ms), "{ms}");
+    assert!(
+        c.backend
+            .elapsed_ms(e0, c.backend.new_event().unwrap())
+            .is_err(),
+        "an unrecorded event has no time"
+    );
+    // Without the flag there is no log line.
+    c.profile = false;
+    let before = buf.0.lock().unwrap().len();
+    layer.forward_prefill(&mut c, x, 5).unwrap();
+    assert_eq!(buf.0.lock().unwrap().len(), before);
+}

@@ -3,8 +3,8 @@
 //! use and cached on disk (keyed by source, options, arch and NVRTC version), cuBLAS for BF16.
 
 use super::{
-    DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId,
-    kernels,
+    DevicePtr, EventId, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg,
+    StreamId, kernels,
 };
 use cudarc::driver::{result as cu, sys as cus};
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
@@ -119,6 +119,7 @@ struct State {
     compile_errors: HashMap<String, String>,
     cublas: Option<cudarc::cublas::sys::cublasHandle_t>,
     streams: Vec<cus::CUstream>,
+    events: Vec<cus::CUevent>,
 }
 
 /// The CUDA implementation of [`GpuBackend`].
@@ -190,6 +191,7 @@ impl CudaBackend {
                 compile_errors: HashMap::new(),
                 cublas: None,
                 streams: Vec::new(),
+                events: Vec::new(),
             }),
             launches: AtomicU64::new(0),
         })
@@ -247,6 +249,16 @@ impl CudaBackend {
             .map_err(cuerr("cuModuleLoadData"))?;
         st.modules.insert(module.into(), Some(m));
         Ok(())
+    }
+
+    fn event(&self, e: EventId) -> GpuResult<cus::CUevent> {
+        self.state
+            .lock()
+            .unwrap()
+            .events
+            .get((e as usize).wrapping_sub(1))
+            .copied()
+            .ok_or_else(|| GpuError::Invalid(format!("no event {e}")))
     }
 
     fn stream(&self, s: StreamId) -> GpuResult<cus::CUstream> {
@@ -513,6 +525,30 @@ impl GpuBackend for CudaBackend {
     }
     fn launch_count(&self) -> u64 {
         self.launches.load(Ordering::Relaxed)
+    }
+    fn new_event(&self) -> GpuResult<EventId> {
+        self.current()?;
+        let e = cu::event::create(cus::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(cuerr("cuEventCreate"))?;
+        let mut st = self.state.lock().unwrap();
+        st.events.push(e);
+        Ok(st.events.len() as EventId)
+    }
+    fn record_event(&self, event: EventId, stream: StreamId) -> GpuResult<()> {
+        let e = self.event(event)?;
+        let s = self.stream(stream)?;
+        self.current()?;
+        // SAFETY: an event and a stream this backend created.
+        unsafe { cu::event::record(e, s) }.map_err(cuerr("cuEventRecord"))
+    }
+    fn elapsed_ms(&self, start: EventId, end: EventId) -> GpuResult<f32> {
+        let (a, b) = (self.event(start)?, self.event(end)?);
+        self.current()?;
+        // SAFETY: events this backend created; the end event is waited for first.
+        unsafe {
+            cu::event::synchronize(b).map_err(cuerr("cuEventSynchronize"))?;
+            cu::event::elapsed(a, b).map_err(cuerr("cuEventElapsedTime"))
+        }
     }
     fn new_stream(&self) -> GpuResult<StreamId> {
         self.current()?;

@@ -4,8 +4,8 @@
 
 use super::reference::{self, ActRound};
 use super::{
-    DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId,
-    kernels,
+    DevicePtr, EventId, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg,
+    StreamId, kernels,
 };
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashSet};
@@ -20,6 +20,7 @@ pub struct HostBackend {
     hidden: HashSet<String>,
     no_blas: bool,
     launches: AtomicU64,
+    events: Mutex<Vec<Option<std::time::Instant>>>,
 }
 
 impl Default for HostBackend {
@@ -46,6 +47,7 @@ impl HostBackend {
             hidden: HashSet::new(),
             no_blas: false,
             launches: AtomicU64::new(0),
+            events: Mutex::new(Vec::new()),
         }
     }
 
@@ -392,6 +394,33 @@ impl GpuBackend for HostBackend {
     }
     fn new_stream(&self) -> GpuResult<StreamId> {
         Ok(1)
+    }
+    fn new_event(&self) -> GpuResult<EventId> {
+        let mut ev = self.events.lock().unwrap();
+        ev.push(None);
+        Ok(ev.len() as EventId)
+    }
+    fn record_event(&self, event: EventId, _stream: StreamId) -> GpuResult<()> {
+        // Host work is synchronous: the event completes when it is recorded.
+        let mut ev = self.events.lock().unwrap();
+        let slot = ev
+            .get_mut((event as usize).wrapping_sub(1))
+            .ok_or_else(|| GpuError::Invalid(format!("no event {event}")))?;
+        *slot = Some(std::time::Instant::now());
+        Ok(())
+    }
+    fn elapsed_ms(&self, start: EventId, end: EventId) -> GpuResult<f32> {
+        let ev = self.events.lock().unwrap();
+        let get = |e: EventId| {
+            ev.get((e as usize).wrapping_sub(1))
+                .copied()
+                .flatten()
+                .ok_or_else(|| GpuError::Invalid(format!("event {e} not recorded")))
+        };
+        Ok(get(end)?
+            .saturating_duration_since(get(start)?)
+            .as_secs_f32()
+            * 1e3)
     }
     unsafe fn register_host(
         &self,

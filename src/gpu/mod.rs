@@ -52,6 +52,9 @@ impl KernelHandle {
 /// A stream; 0 is the backend's default stream.
 pub type StreamId = u64;
 
+/// A timing event.
+pub type EventId = u64;
+
 /// A kernel argument.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum KArg {
@@ -142,6 +145,12 @@ pub trait GpuBackend: Send + Sync {
     fn launch_count(&self) -> u64;
     /// A new asynchronous stream.
     fn new_stream(&self) -> GpuResult<StreamId>;
+    /// A new timing event.
+    fn new_event(&self) -> GpuResult<EventId>;
+    /// Record `event` on `stream` (it completes when the work queued before it does).
+    fn record_event(&self, event: EventId, stream: StreamId) -> GpuResult<()>;
+    /// Milliseconds between two recorded, completed events.
+    fn elapsed_ms(&self, start: EventId, end: EventId) -> GpuResult<f32>;
     /// Page-lock `len` bytes at `ptr` for DMA (`read_only`: `CU_MEMHOSTREGISTER_READ_ONLY`, for
     /// file mappings the driver must not pin writable).
     ///
