@@ -21,6 +21,7 @@ pub struct HostBackend {
     no_blas: bool,
     launches: AtomicU64,
     events: Mutex<Vec<Option<std::time::Instant>>>,
+    pinned: Mutex<std::collections::HashMap<usize, usize>>,
 }
 
 impl Default for HostBackend {
@@ -48,6 +49,7 @@ impl HostBackend {
             no_blas: false,
             launches: AtomicU64::new(0),
             events: Mutex::new(Vec::new()),
+            pinned: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -438,11 +440,16 @@ impl GpuBackend for HostBackend {
     }
     unsafe fn unregister_host(&self, _ptr: *const u8) {}
     fn alloc_pinned(&self, bytes: usize) -> GpuResult<*mut u8> {
-        let v = vec![0u8; bytes].into_boxed_slice();
-        Ok(Box::into_raw(v) as *mut u8)
+        let p = Box::into_raw(vec![0u8; bytes].into_boxed_slice()) as *mut u8;
+        self.pinned.lock().unwrap().insert(p as usize, bytes);
+        Ok(p)
     }
-    unsafe fn free_pinned(&self, _p: *mut u8) {
-        // The host backend leaks its few staging buffers rather than tracking their lengths.
+    unsafe fn free_pinned(&self, p: *mut u8) {
+        if let Some(len) = self.pinned.lock().unwrap().remove(&(p as usize)) {
+            // SAFETY: `p` and `len` are the pointer and length of the boxed slice made by
+            // alloc_pinned, freed once (removed from the table above).
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) });
+        }
     }
     unsafe fn upload_async(
         &self,
