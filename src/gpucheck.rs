@@ -304,7 +304,111 @@ pub fn kernel_checks(
                 1e-5,
             );
         }
-        for p in [xd, yd, w.weight, w.scale, ww.weight, ww.scale, bw.weight] {
+        // NVFP4: the decode GEMV on sampled rows, and the MMQ repack byte for byte.
+        let ne = layouts::nvfp4::encode(&wf, n, k);
+        let nw = crate::ffn::Nvfp4Weight {
+            codes: alloc_upload(b.as_ref(), &ne.parts[0].1)?,
+            scales: alloc_upload(b.as_ref(), &ne.parts[1].1)?,
+            global_scale: ne.scalars[0].1,
+            n,
+            k,
+            kp: ne.padded[1],
+        };
+        for &m in ms.iter().filter(|&&m| m <= 4) {
+            poison(b.as_ref(), yd)?;
+            let a = |v: usize| crate::gpu::KArg::I32(v as i32);
+            use crate::gpu::KArg::{F32, Ptr};
+            let cfg = crate::gpu::LaunchCfg {
+                grid: (n.div_ceil(32) as u32, 1, 1),
+                block: (256, 1, 1),
+                smem: 0,
+            };
+            b.launch(
+                kk.nvfp4_gemv,
+                cfg,
+                0,
+                &[
+                    Ptr(xd),
+                    a(m),
+                    Ptr(nw.codes),
+                    Ptr(nw.scales),
+                    F32(nw.global_scale),
+                    Ptr(yd),
+                    a(n),
+                    a(k),
+                    a(nw.kp),
+                    a(n),
+                ],
+            )?;
+            b.synchronize(0)?;
+            let y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
+            let want: Vec<f64> = (0..m)
+                .flat_map(|r| {
+                    let mut out = vec![0f32; n];
+                    reference::nvfp4_row(
+                        &x[r * k..(r + 1) * k],
+                        &ne.parts[0].1,
+                        &ne.parts[1].1,
+                        nw.global_scale,
+                        n,
+                        k,
+                        nw.kp,
+                        &mut out,
+                    );
+                    out.into_iter().map(|v| v as f64)
+                })
+                .collect();
+            push(
+                &mut rows,
+                "w4a16_gemv",
+                (h, i),
+                m,
+                if y.iter().all(|v| v.is_finite()) {
+                    rel_err(&y, &want)
+                } else {
+                    f64::NAN
+                },
+                2e-6,
+            );
+        }
+        {
+            let mut l = DenseFfnLayer::new(&ctx);
+            let down = DenseWeights {
+                gate: wf.clone(),
+                up: wf.clone(),
+                down: rng.vec(k * n, 0.1),
+                hidden: k,
+                inter: n,
+            };
+            install_nvfp4(b.as_ref(), &mut l, &down)?;
+            l.finalize_nvfp4_mmq_load(&mut ctx, k, n, 0)?;
+            let want = layouts::nvfp4_mmq::from_nvfp4(
+                &ne.parts[0].1,
+                &ne.parts[1].1,
+                0.0,
+                n,
+                ne.padded[1],
+            )
+            .parts
+            .remove(0)
+            .1;
+            let got_p = l.weights.nvfp4_mmq[0].ok_or_else(|| {
+                crate::gpu::GpuError::Invalid("finalize built no gate tiles".into())
+            })?;
+            let mut got = vec![0u8; got_p.bytes as usize];
+            b.download(got_p, &mut got)?;
+            push(
+                &mut rows,
+                "nvfp4_mmq_repack (bytes == converter)",
+                (h, i),
+                0,
+                if got == want { 0.0 } else { 1.0 },
+                0.0,
+            );
+        }
+        for p in [
+            xd, yd, w.weight, w.scale, ww.weight, ww.scale, bw.weight, nw.codes, nw.scales,
+        ] {
             b.free(p);
         }
     }
@@ -330,7 +434,7 @@ pub fn layer_checks(
         ModelLevers::from_map(&env, crate::gpu::levers::HARDWARE_SM90)
     };
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-    let arms: [(&str, Install, ModelLevers, Activation); 7] = [
+    let arms: [(&str, Install, ModelLevers, Activation); 8] = [
         (
             "fp8 fused",
             |b, l, w| install_fp8(b, l, w, true),
@@ -368,6 +472,7 @@ pub fn layer_checks(
             Activation::Silu,
         ),
         ("bf16", install_bf16, lev(&[]), Activation::Silu),
+        ("nvfp4", install_nvfp4, lev(&[]), Activation::Silu),
     ];
     for &(h, i) in shapes {
         let w = DenseWeights::random(rng, h, i);
@@ -389,6 +494,9 @@ pub fn layer_checks(
                 upload_f32(b.as_ref(), xg, &x)?;
                 upload_f32(host.as_ref(), xh, &x)?;
                 let methods: &[&str] = match m {
+                    _ if *arm == "nvfp4" && m > 3 => &[], // the NVFP4 prefill GEMMs are not built yet
+                    1 if *arm == "nvfp4" => &["forward"],
+                    2 if *arm == "nvfp4" => &["forward_k2"],
                     1 => &["forward", "prefill"],
                     2 => &["forward_k2", "prefill"],
                     3 => &["forward_k3"],
@@ -656,7 +764,13 @@ pub fn load_checks(
     let packp = dir.join("m.mpk.gguf");
     let model = Model::open(&src)?;
     let opts = ConvertOptions {
-        layouts: Some(vec![Layout::Nvfp4, Layout::Fp8, Layout::W8a8, Layout::Bf16]),
+        layouts: Some(vec![
+            Layout::Nvfp4,
+            Layout::Nvfp4Mmq,
+            Layout::Fp8,
+            Layout::W8a8,
+            Layout::Bf16,
+        ]),
         ..Default::default()
     };
     pack::convert(&model, &opts, &packp, &|_, _| {})?;
@@ -709,7 +823,7 @@ pub fn load_checks(
         };
         let ov = &lp.layers[1];
         type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-        let arms: [(&str, LayerOverlays, Install); 3] = [
+        let arms: [(&str, LayerOverlays, Install); 4] = [
             (
                 "fp8",
                 LayerOverlays {
@@ -734,13 +848,45 @@ pub fn load_checks(
                 },
                 install_bf16,
             ),
+            (
+                "nvfp4",
+                LayerOverlays {
+                    nvfp4: ov.nvfp4,
+                    nvfp4_mmq: ov.nvfp4_mmq,
+                    ..Default::default()
+                },
+                install_nvfp4,
+            ),
         ];
+        {
+            // A pack holding nvfp4_mmq: finalize_nvfp4_mmq_load has nothing to repack.
+            let mut l = DenseFfnLayer::new(&ctx);
+            LayerOverlays {
+                nvfp4: ov.nvfp4,
+                nvfp4_mmq: ov.nvfp4_mmq,
+                ..Default::default()
+            }
+            .install(&mut l)?;
+            let n0 = b.launch_count();
+            let did = l.finalize_nvfp4_mmq_load(&mut ctx, hidden, inter, 0)?;
+            push(
+                &mut rows,
+                &format!("load {io:?}: repack launches with nvfp4_mmq in the pack"),
+                shape,
+                0,
+                (b.launch_count() - n0) as f64 + f64::from(u8::from(did)),
+                0.0,
+            );
+        }
         for (arm, overlays, install) in arms {
             let mut from_pack = DenseFfnLayer::new(&ctx);
             overlays.install(&mut from_pack)?;
             let mut built = DenseFfnLayer::new(&ctx);
             install(b.as_ref(), &mut built, &w)?;
             for m in [1usize, 2, 3, 5, 33] {
+                if arm == "nvfp4" && m > 3 {
+                    continue; // NVFP4 prefill GEMMs come later
+                }
                 let x = rng.vec(m * hidden, 1.0);
                 let xp = b.alloc((m * hidden * 4) as u64)?;
                 upload_f32(b.as_ref(), xp, &x)?;

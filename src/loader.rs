@@ -64,6 +64,8 @@ pub struct LoadStats {
 pub struct LayerOverlays {
     pub index: usize,
     pub nvfp4: Option<[Nvfp4Weight; 3]>,
+    /// `nvfp4_mmq` tiles per projection (gate, up, down), when the pack holds them.
+    pub nvfp4_mmq: [Option<DevicePtr>; 3],
     pub fp8: Option<([Fp8Weight; 3], Option<Fp8Weight>)>,
     pub w8a8: Option<[W8a8Weight; 3]>,
     pub bf16: Option<[Bf16Weight; 3]>,
@@ -73,7 +75,9 @@ impl LayerOverlays {
     /// Install every overlay this layer has into `layer` through the `set_*` methods.
     pub fn install(&self, layer: &mut DenseFfnLayer) -> GpuResult<()> {
         if let Some(w) = self.nvfp4 {
-            layer.weights.nvfp4 = Some(w);
+            layer.set_nvfp4_weights(w)?;
+            // Tiles from the pack: finalize_nvfp4_mmq_load then has nothing to repack.
+            layer.weights.nvfp4_mmq = self.nvfp4_mmq;
         }
         if let Some(([g, u, d], fused)) = self.fp8 {
             layer.set_fp8_weights(g, u, d)?;
@@ -344,6 +348,7 @@ pub fn overlays(pack: &Pack, arena: DevicePtr) -> GpuResult<Vec<LayerOverlays>> 
                 }
             }));
         }
+        o.nvfp4_mmq = projs.map(|p| get(l, Layout::Nvfp4Mmq, p, "").map(|(v, _)| v));
         if let (Some((fc, ffe)), Some((fs, _)), Some((dc, dfe)), Some((ds, _))) = (
             get(l, Layout::Fp8, Proj::GateUp, "codes"),
             get(l, Layout::Fp8, Proj::GateUp, "scales"),

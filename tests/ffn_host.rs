@@ -4,7 +4,7 @@
 
 use metrale_pack::converters::layouts;
 use metrale_pack::ffn::testing::*;
-use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext, Nvfp4Weight};
+use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::gpu::{DevicePtr, GpuBackend, GpuError, ModelLevers, download_f32, upload_f32};
 use metrale_pack::model::Activation;
@@ -282,28 +282,24 @@ fn bf16_arms_with_and_without_blas() {
 }
 
 #[test]
-fn nvfp4_paths_name_their_missing_kernels_and_setters_check_shapes() {
-    let c0 = ctx(HostBackend::new(), levers(&[]));
-    let mut c = c0;
+fn nvfp4_decode_arm_and_finalize_nvfp4_mmq_load() {
+    let mut r = Rand(31);
+    let w = DenseWeights::random(&mut r, H, I);
+    let wd = nvfp4_decoded(&w);
+    let mut c = ctx(HostBackend::new(), levers(&[]));
     let mut layer = DenseFfnLayer::new(&c);
-    let p = c.backend.alloc(1 << 16).unwrap();
-    let nv = |n, k| Nvfp4Weight {
-        codes: p,
-        scales: p,
-        global_scale: 1.0,
-        n,
-        k,
-        kp: k,
-    };
-    layer.weights.nvfp4 = Some([nv(I, H), nv(I, H), nv(H, I)]);
-    let (x, _) = input(&c, &mut Rand(1), 4);
-    let e = run(&mut c, &layer, "forward", x, 1)
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("ffn_nvfp4::w4a16_gemv_dual"), "{e}");
-    let e = run(&mut c, &layer, "k2", x, 2).unwrap_err().to_string();
-    assert!(e.contains("w4a16_gemv_dual_batch2"), "{e}");
-    let e = run(&mut c, &layer, "prefill", x, 4)
+    install_nvfp4(c.backend.as_ref(), &mut layer, &w).unwrap();
+    for (method, m) in [("forward", 1), ("k2", 2), ("k3", 3)] {
+        let (x, xs) = input(&c, &mut r, m);
+        let y = run(&mut c, &layer, method, x, m).unwrap();
+        assert_eq!(c.trace, ["w4a16_gemv_dual", "act_mul_silu", "w4a16_gemv"]);
+        // The host computes the same products in f64: only the f32 act-mul and output rounding differ.
+        let e = rel_err(&y, &ffn_f64(&xs, m, &wd, Activation::Silu));
+        assert!(e < 1e-5, "{method}: {e}");
+    }
+    // Paths whose kernels come later name them.
+    let (x, _) = input(&c, &mut r, 8);
+    let e = run(&mut c, &layer, "prefill", x, 8)
         .unwrap_err()
         .to_string();
     assert!(e.contains("ffn_nvfp4::w4a16_gemm"), "{e}");
@@ -313,9 +309,98 @@ fn nvfp4_paths_name_their_missing_kernels_and_setters_check_shapes() {
             && !layer.single_row_w4a4(&c)
             && !layer.fixed_ok(&c, 1)
     );
-    // Shapes: down passed as gate is refused with the expected shape in the message.
-    let mut r = Rand(2);
-    let w = DenseWeights::random(&mut r, H, I);
+
+    // finalize_nvfp4_mmq_load: GPU repack bytes == the converter's nvfp4_mmq bytes; the _t
+    // copies of what it repacked are freed.
+    let t_copies: Vec<DevicePtr> = (0..3).map(|_| c.backend.alloc(64).unwrap()).collect();
+    layer.weights.nvfp4_t = [Some(t_copies[0]), Some(t_copies[1]), Some(t_copies[2])];
+    c.trace.clear();
+    assert!(layer.finalize_nvfp4_mmq_load(&mut c, H, I, 0).unwrap());
+    assert_eq!(count(&c.trace, "nvfp4_mmq_repack"), 3);
+    for (p, (x, n, k)) in [(&w.gate, I, H), (&w.up, I, H), (&w.down, H, I)]
+        .into_iter()
+        .enumerate()
+    {
+        let e = layouts::nvfp4::encode(x, n, k);
+        let want =
+            layouts::nvfp4_mmq::from_nvfp4(&e.parts[0].1, &e.parts[1].1, 0.0, n, e.padded[1])
+                .parts
+                .remove(0)
+                .1;
+        let got_p = layer.weights.nvfp4_mmq[p].unwrap();
+        let mut got = vec![0u8; got_p.bytes as usize];
+        c.backend.download(got_p, &mut got).unwrap();
+        assert!(
+            got == want,
+            "projection {p}: repack differs from the converter"
+        );
+        assert!(layer.weights.nvfp4_t[p].is_none());
+        assert!(
+            c.backend.download(t_copies[p], &mut [0u8; 4]).is_err(),
+            "_t copy {p} not freed"
+        );
+    }
+    // Given tiles (a pack), or run again: nothing to do, no launch.
+    let n0 = c.backend.launch_count();
+    assert!(!layer.finalize_nvfp4_mmq_load(&mut c, H, I, 0).unwrap());
+    assert_eq!(c.backend.launch_count(), n0);
+
+    // Returns at once: GELU, FP8 layers, the lever, a missing kernel; the down lever skips down.
+    let cases: [(&str, HostBackend, ModelLevers, Activation, bool); 5] = [
+        (
+            "gelu",
+            HostBackend::new(),
+            levers(&[]),
+            Activation::Gelu,
+            false,
+        ),
+        (
+            "fp8",
+            HostBackend::new(),
+            levers(&[]),
+            Activation::Silu,
+            true,
+        ),
+        (
+            "lever",
+            HostBackend::new(),
+            levers(&[("METRALE_NO_FFN_NVFP4_MMQ", "1")]),
+            Activation::Silu,
+            false,
+        ),
+        (
+            "missing",
+            HostBackend::without(&["nvfp4_mmq_repack"]),
+            levers(&[]),
+            Activation::Silu,
+            false,
+        ),
+        (
+            "down lever",
+            HostBackend::new(),
+            levers(&[("METRALE_NO_FFN_NVFP4_MMQ_DOWN", "1")]),
+            Activation::Silu,
+            false,
+        ),
+    ];
+    for (what, b, lev, act, with_fp8) in cases {
+        let mut c = ctx(b, lev);
+        let mut l = DenseFfnLayer::new_with_activation(&c, act);
+        install_nvfp4(c.backend.as_ref(), &mut l, &w).unwrap();
+        if with_fp8 {
+            install_fp8(c.backend.as_ref(), &mut l, &w, false).unwrap();
+        }
+        let did = l.finalize_nvfp4_mmq_load(&mut c, H, I, 0).unwrap();
+        let built: Vec<bool> = l.weights.nvfp4_mmq.iter().map(Option::is_some).collect();
+        if what == "down lever" {
+            assert!(did && built == [true, true, false], "{what}: {built:?}");
+        } else {
+            assert!(!did && built == [false, false, false], "{what}: {built:?}");
+        }
+    }
+
+    // Shapes and alignment are checked.
+    let mut l2 = DenseFfnLayer::new(&c);
     let bad = DenseWeights {
         gate: w.down.clone(),
         up: w.up.clone(),
@@ -323,12 +408,10 @@ fn nvfp4_paths_name_their_missing_kernels_and_setters_check_shapes() {
         hidden: I,
         inter: H,
     };
-    let mut l2 = DenseFfnLayer::new(&c);
     let e = install_bf16(c.backend.as_ref(), &mut l2, &bad)
         .unwrap_err()
         .to_string();
     assert!(e.contains("needs [320, 192]"), "{e}");
-    // Too many rows for the context.
     let mut l3 = DenseFfnLayer::new(&c);
     install_fp8(c.backend.as_ref(), &mut l3, &w, false).unwrap();
     let big = c.backend.alloc((200 * H * 4) as u64).unwrap();
@@ -345,7 +428,15 @@ fn every_kernel_name_exists_in_the_cuda_sources_or_is_a_later_issue() {
     let b = HostBackend::new();
     for (field, module, name) in metrale_pack::ffn::FFN_KERNELS {
         let ok = b.kernel(module, name).ok();
-        let later = *module == "ffn_nvfp4" || *name == "w8a8_block_gemm";
+        let later = [
+            "w8a8_block_gemm",
+            "w4a16_gemm",
+            "nvfp4_proj_small_m4",
+            "nvfp4_proj_small_m8",
+            "nvfp4_proj_small_m16",
+            "nvfp4_proj_mx",
+        ]
+        .contains(name);
         assert!(
             ok != later,
             "{field}: {module}::{name} resolved={ok}, later-issue={later}"

@@ -165,10 +165,15 @@ pub struct Nvfp4Weight {
     pub kp: usize,
 }
 
-/// The layer's base weights: NVFP4, possibly absent.
+/// The layer's base weights: NVFP4, possibly absent, with its load-time copies: the transposed
+/// `_t` copies the `w4a16_gemm_t*` prefill reads, and the `nvfp4_mmq` tiles of the MMQ prefill
+/// (built by `finalize_nvfp4_mmq_load`, which frees the `_t` copy of what it repacks, or given
+/// by a pack).
 #[derive(Clone, Debug, Default)]
 pub struct DenseFfnWeights {
     pub nvfp4: Option<[Nvfp4Weight; 3]>,
+    pub nvfp4_t: [Option<DevicePtr>; 3],
+    pub nvfp4_mmq: [Option<DevicePtr>; 3],
 }
 
 /// The FP8 overlay: gate, up, down and, optionally, the fused gate+up they view.
@@ -215,11 +220,15 @@ kernel_set! {
     nvfp4_small_m8 = "ffn_nvfp4"::"nvfp4_proj_small_m8";
     nvfp4_small_m16 = "ffn_nvfp4"::"nvfp4_proj_small_m16";
     nvfp4_proj_mx = "ffn_nvfp4"::"nvfp4_proj_mx";
+    nvfp4_repack = "ffn_nvfp4"::"nvfp4_mmq_repack";
 }
 
 fn name_of(h: KernelHandle, k: &FfnKernels) -> &'static str {
     // Look the handle up among the fields, for the trace.
-    let pairs: [(KernelHandle, &'static str); 13] = [
+    let pairs: [(KernelHandle, &'static str); 16] = [
+        (k.nvfp4_gemv_dual, "w4a16_gemv_dual"),
+        (k.nvfp4_gemv, "w4a16_gemv"),
+        (k.nvfp4_repack, "nvfp4_mmq_repack"),
         (k.act_silu, "act_mul_silu"),
         (k.act_gelu, "act_mul_gelu"),
         (k.to_bf16, "f32_to_bf16"),
@@ -422,6 +431,101 @@ impl DenseFfnLayer {
         Ok(())
     }
 
+    /// Install the NVFP4 base (`nvfp4` layout: ModelOpt codes and scales, K padded to 64).
+    pub fn set_nvfp4_weights(&mut self, w: [Nvfp4Weight; 3]) -> GpuResult<()> {
+        for (p, x) in [(P::Gate, &w[0]), (P::Up, &w[1]), (P::Down, &w[2])] {
+            self.check_shape("set_nvfp4_weights", p, x.n, x.k)?;
+            if x.k % 32 != 0
+                || x.kp % 64 != 0
+                || x.kp < x.k
+                || x.codes.bytes < (x.n * x.kp / 2) as u64
+                || x.scales.bytes < (x.n * x.kp / 16) as u64
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_nvfp4_weights {p:?}: k {} / kp {} / buffers do not fit the nvfp4 layout (k % 32, kp % 64)",
+                    x.k, x.kp
+                )));
+            }
+        }
+        self.weights.nvfp4 = Some(w);
+        Ok(())
+    }
+
+    /// Load-time setup of the NVFP4 MMQ prefill arm: repack gate and up (and down unless
+    /// `METRALE_NO_FFN_NVFP4_MMQ_DOWN`) into the `nvfp4_mmq` tiles on the GPU, synchronize, and
+    /// free the `_t` copies of what it repacked. Returns at once (false) for FP8 (or packed-Q2)
+    /// layers, GELU layers, a missing kernel, `METRALE_NO_FFN_NVFP4_MMQ`, a layer without NVFP4
+    /// weights, and for each projection whose tiles were given (a pack). True when it repacked.
+    pub fn finalize_nvfp4_mmq_load(
+        &mut self,
+        ctx: &mut ForwardContext,
+        h: usize,
+        inter: usize,
+        stream: StreamId,
+    ) -> GpuResult<bool> {
+        if self.fp8.is_some()
+            || self.activation == Activation::Gelu
+            || !self.kernels.nvfp4_repack.ok()
+            || ctx.levers.no_ffn_nvfp4_mmq
+        {
+            return Ok(false);
+        }
+        let Some(w) = self.weights.nvfp4 else {
+            return Ok(false);
+        };
+        if (h, inter) != (self.hidden, self.inter) {
+            return Err(GpuError::Invalid(format!(
+                "finalize_nvfp4_mmq_load: {h}/{inter}, layer is {}/{}",
+                self.hidden, self.inter
+            )));
+        }
+        let count = if ctx.levers.no_ffn_nvfp4_mmq_down {
+            2
+        } else {
+            3
+        };
+        let mut did = false;
+        for (p, &x) in w.iter().enumerate().take(count) {
+            if self.weights.nvfp4_mmq[p].is_some() {
+                continue;
+            }
+            let np = round_up(x.n, 128);
+            let out = ctx.backend.alloc((np / 128 * x.kp / 64 * 4608) as u64)?;
+            let threads = np / 128 * x.kp / 64 * 128;
+            let cfg = LaunchCfg {
+                grid: (threads.div_ceil(256) as u32, 1, 1),
+                block: (256, 1, 1),
+                smem: 0,
+            };
+            let i = |v: usize| KArg::I32(v as i32);
+            ctx.trace.push("nvfp4_mmq_repack");
+            ctx.backend.launch(
+                self.kernels.nvfp4_repack,
+                cfg,
+                stream,
+                &[
+                    KArg::Ptr(x.codes),
+                    KArg::Ptr(x.scales),
+                    i(x.n),
+                    i(np),
+                    i(x.kp),
+                    KArg::Ptr(out),
+                ],
+            )?;
+            self.weights.nvfp4_mmq[p] = Some(out);
+            did = true;
+        }
+        if did {
+            ctx.backend.synchronize(stream)?;
+            for p in 0..count {
+                if let Some(t) = self.weights.nvfp4_t[p].take() {
+                    ctx.backend.free(t);
+                }
+            }
+        }
+        Ok(did)
+    }
+
     /// Whether an FP8 overlay is installed.
     pub fn has_fp8(&self) -> bool {
         self.fp8.is_some()
@@ -537,7 +641,7 @@ impl DenseFfnLayer {
             if ctx.levers.decode_ffn_via_gemm {
                 return self.forward_prefill(ctx, input, 1);
             }
-            return Err(missing("ffn_nvfp4", "w4a16_gemv_dual"));
+            return self.nvfp4_gemv_arm(ctx, input, 1);
         }
         Err(GpuError::Invalid("forward: no weights installed".into()))
     }
@@ -566,14 +670,8 @@ impl DenseFfnLayer {
             if self.small_batch_w4a4(ctx) && self.can_forward_km(m) {
                 return self.forward_km(ctx, input, m);
             }
-            return Err(missing(
-                "ffn_nvfp4",
-                if m == 2 {
-                    "w4a16_gemv_dual_batch2"
-                } else {
-                    "w4a16_gemv_dual_batch3"
-                },
-            ));
+            // The batch-4 GEMVs serve 2 and 3 rows (the engine's w4a16_gemv_dual_batch2|3).
+            return self.nvfp4_gemv_arm(ctx, input, m);
         }
         Err(GpuError::Invalid("forward: no weights installed".into()))
     }
@@ -974,6 +1072,73 @@ impl DenseFfnLayer {
         w: &[Bf16Weight; 3],
     ) -> GpuResult<DevicePtr> {
         self.gated(ctx, x, m, w, Self::bf16_gemv)
+    }
+
+    /// NVFP4 decode (m <= 4): fused gate+up GEMV, act-mul, down GEMV (split SiLU).
+    fn nvfp4_gemv_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        let k = &self.kernels;
+        if !k.nvfp4_gemv_dual.ok() {
+            return Err(missing("ffn_nvfp4", "w4a16_gemv_dual"));
+        }
+        if !k.nvfp4_gemv.ok() {
+            return Err(missing("ffn_nvfp4", "w4a16_gemv"));
+        }
+        let w = self.weights.nvfp4.unwrap();
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg {
+            grid: (i.div_ceil(32) as u32, 2, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        let args = [
+            KArg::Ptr(x),
+            a(m),
+            KArg::Ptr(w[0].codes),
+            KArg::Ptr(w[0].scales),
+            KArg::F32(w[0].global_scale),
+            KArg::Ptr(g),
+            KArg::Ptr(w[1].codes),
+            KArg::Ptr(w[1].scales),
+            KArg::F32(w[1].global_scale),
+            KArg::Ptr(u),
+            a(i),
+            a(h),
+            a(w[0].kp),
+            a(i),
+        ];
+        self.launch(ctx, k.nvfp4_gemv_dual, cfg, &args)?;
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let d = w[2];
+        let cfg = LaunchCfg {
+            grid: (h.div_ceil(32) as u32, 1, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        let args = [
+            KArg::Ptr(g),
+            a(m),
+            KArg::Ptr(d.codes),
+            KArg::Ptr(d.scales),
+            KArg::F32(d.global_scale),
+            KArg::Ptr(out),
+            a(h),
+            a(i),
+            a(d.kp),
+            a(h),
+        ];
+        self.launch(ctx, k.nvfp4_gemv, cfg, &args)?;
+        Ok(out.view(0, (m * h * 4) as u64))
     }
 
     pub(crate) fn to_bf16(

@@ -177,3 +177,38 @@ pub fn rel_err(a: &[f32], b: &[f64]) -> f64 {
 pub fn poison(b: &dyn GpuBackend, p: DevicePtr) -> GpuResult<()> {
     b.fill(p, 0xFF)
 }
+
+/// Install the NVFP4 base (`nvfp4` layout) encoded from the f32 weights.
+pub fn install_nvfp4(
+    b: &dyn GpuBackend,
+    layer: &mut DenseFfnLayer,
+    w: &DenseWeights,
+) -> GpuResult<()> {
+    let (h, i) = (w.hidden, w.inter);
+    let up = |x: &[f32], n: usize, k: usize| -> GpuResult<super::Nvfp4Weight> {
+        let e = layouts::nvfp4::encode(x, n, k);
+        Ok(super::Nvfp4Weight {
+            codes: alloc_upload(b, &e.parts[0].1)?,
+            scales: alloc_upload(b, &e.parts[1].1)?,
+            global_scale: e.scalars[0].1,
+            n,
+            k,
+            kp: e.padded[1],
+        })
+    };
+    layer.set_nvfp4_weights([up(&w.gate, i, h)?, up(&w.up, i, h)?, up(&w.down, h, i)?])
+}
+
+/// The weights as the `nvfp4` layout holds them (encode, then decode).
+pub fn nvfp4_decoded(w: &DenseWeights) -> DenseWeights {
+    decoded(w, |x, n, k| {
+        let e = layouts::nvfp4::encode(x, n, k);
+        let kp = e.padded[1];
+        layouts::crop(
+            &layouts::nvfp4::decode_padded(&e.parts[0].1, &e.parts[1].1, e.scalars[0].1, n, kp),
+            kp,
+            n,
+            k,
+        )
+    })
+}

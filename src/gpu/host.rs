@@ -314,6 +314,68 @@ impl GpuBackend for HostBackend {
                     self.write_f32(y, r * ldy, row)?;
                 }
             }
+            "w4a16_gemv" | "w4a16_gemv_dual" => {
+                let (x, m) = (self.read_f32(ptr(a, 0)?)?, int(a, 1)?);
+                if m > 4 {
+                    return Err(GpuError::Invalid(format!("{name}: m = {m} > 4")));
+                }
+                let f = |i: usize| -> GpuResult<f32> {
+                    match a.get(i) {
+                        Some(KArg::F32(v)) => Ok(*v),
+                        other => Err(GpuError::Invalid(format!(
+                            "argument {i}: expected f32, got {other:?}"
+                        ))),
+                    }
+                };
+                // (codes, scales, global, y) groups, then n, k, kp, ldy.
+                let groups: &[usize] = if name == "w4a16_gemv" { &[2] } else { &[2, 6] };
+                let tail = if name == "w4a16_gemv" { 6 } else { 10 };
+                let (n, kk, kp, ldy) = (
+                    int(a, tail)?,
+                    int(a, tail + 1)?,
+                    int(a, tail + 2)?,
+                    int(a, tail + 3)?,
+                );
+                for &gi in groups {
+                    let (codes, scales, g, y) = (
+                        self.read(ptr(a, gi)?)?,
+                        self.read(ptr(a, gi + 1)?)?,
+                        f(gi + 2)?,
+                        ptr(a, gi + 3)?,
+                    );
+                    for r in 0..m {
+                        let mut row = vec![0f32; n];
+                        reference::nvfp4_row(
+                            &x[r * kk..(r + 1) * kk],
+                            &codes,
+                            &scales,
+                            g,
+                            n,
+                            kk,
+                            kp,
+                            &mut row,
+                        );
+                        self.write_f32(y, r * ldy, &row)?;
+                    }
+                }
+            }
+            "nvfp4_mmq_repack" => {
+                let (codes, scales) = (self.read(ptr(a, 0)?)?, self.read(ptr(a, 1)?)?);
+                let (n, np, kp) = (int(a, 2)?, int(a, 3)?, int(a, 4)?);
+                let e = crate::converters::layouts::nvfp4_mmq::from_nvfp4(
+                    &codes[..n * kp / 2],
+                    &scales[..n * kp / 16],
+                    0.0,
+                    n,
+                    kp,
+                );
+                if e.padded[0] != np {
+                    return Err(GpuError::Invalid(format!(
+                        "{name}: np {np} is not n {n} rounded up to 128"
+                    )));
+                }
+                self.write(ptr(a, 5)?, 0, &e.parts[0].1)?;
+            }
             "bf16_gemv_batch4" => {
                 let (x, m) = (self.read_f32(ptr(a, 0)?)?, int(a, 1)?);
                 let w = self.read(ptr(a, 2)?)?;

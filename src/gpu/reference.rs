@@ -102,6 +102,35 @@ pub fn w8a8_row(q: &[u8], sx: f32, w: &[u8], sw: &[f32], n: usize, kp: usize, y:
     });
 }
 
+/// One output row of an NVFP4 (`nvfp4` layout) weight product:
+/// `y[j] = g * sum_groups e4m3(s[j, grp]) * sum_{i in grp, i < k} E2M1[code(j, i)] * x[i]`.
+#[allow(clippy::too_many_arguments)]
+pub fn nvfp4_row(
+    x: &[f32],
+    codes: &[u8],
+    scales: &[u8],
+    g: f32,
+    n: usize,
+    k: usize,
+    kp: usize,
+    y: &mut [f32],
+) {
+    use crate::converters::nvfp4_modelopt::e2m1_to_f32;
+    let lut = &*E4M3;
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
+        let mut acc = 0f64;
+        for grp in 0..k / 16 {
+            let mut part = 0f64;
+            for i in grp * 16..grp * 16 + 16 {
+                let c = (codes[j * kp / 2 + i / 2] >> (4 * (i % 2))) & 0xF;
+                part += e2m1_to_f32(c) as f64 * x[i] as f64;
+            }
+            acc += part * lut[scales[j * kp / 16 + grp] as usize];
+        }
+        *out = (acc * g as f64) as f32;
+    });
+}
+
 /// One output row of a BF16 weight product: `y[j] = sum_i bf16(w[j][i]) * a(x[i])`.
 pub fn bf16_row(
     x: &[f32],
