@@ -72,6 +72,37 @@ fn push(rows: &mut Vec<Row>, check: &str, shape: (usize, usize), m: usize, err: 
     });
 }
 
+/// ‖y − reference‖ / ‖reference‖ over the sampled rows of the device output `yd` (`[m, n]`
+/// f32, row stride n); NaN when any element of `y` was left unwritten (outputs are poisoned with
+/// NaN before each launch). `reference(r)` computes row `r` on the CPU.
+fn sampled_err(
+    b: &dyn GpuBackend,
+    yd: DevicePtr,
+    m: usize,
+    n: usize,
+    reference: impl Fn(usize) -> Vec<f32> + Sync,
+) -> GpuResult<f64> {
+    let y = download_f32(b, yd.view(0, (m * n * 4) as u64))?;
+    if !y.iter().all(|v| v.is_finite()) {
+        return Ok(f64::NAN);
+    }
+    let srows = sample_rows(m);
+    let want: Vec<f64> = srows
+        .par_iter()
+        .flat_map(|&r| {
+            reference(r)
+                .into_iter()
+                .map(|v| v as f64)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let got: Vec<f32> = srows
+        .iter()
+        .flat_map(|&r| y[r * n..(r + 1) * n].to_vec())
+        .collect();
+    Ok(rel_err(&got, &want))
+}
+
 /// Kernel-level checks: each projection kernel on its row counts, sampled rows against the
 /// reference (f64 sums), every output element checked written.
 pub fn kernel_checks(
@@ -93,10 +124,11 @@ pub fn kernel_checks(
         let wf = rng.vec(n * k, 1.0 / (k as f32).sqrt());
         let (w, codes, scales) = upload_fp8(b.as_ref(), &wf, n, k)?;
         let x = rng.vec(mmax * k, 1.0);
+        let xr = |r: usize| &x[r * k..(r + 1) * k];
         let xd = b.alloc((mmax * k * 4) as u64)?;
         upload_f32(b.as_ref(), xd, &x)?;
         let yd = b.alloc((mmax * n * 4) as u64)?;
-        let kk = layer.kernels();
+        let kk = *layer.kernels();
         let fp8: [(&str, _, usize, ActRound); 5] = [
             ("w8a16_gemv_batch4", kk.fp8_b4, 4, ActRound::None),
             ("w8a16_gemv_batch16", kk.fp8_b16, 16, ActRound::None),
@@ -114,36 +146,11 @@ pub fn kernel_checks(
                 poison(b.as_ref(), yd)?;
                 layer.fp8_launch(&mut ctx, handle, &w, xd, m, yd, n)?;
                 b.synchronize(0)?;
-                let y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
-                let written = y.iter().all(|v| v.is_finite());
-                let srows = sample_rows(m);
-                let refs: Vec<Vec<f32>> = srows
-                    .par_iter()
-                    .map(|&r| {
-                        let mut out = vec![0f32; n];
-                        reference::fp8_block_row(
-                            &x[r * k..(r + 1) * k],
-                            &codes,
-                            &scales,
-                            n,
-                            k,
-                            w.kp,
-                            round,
-                            &mut out,
-                        );
-                        out
-                    })
-                    .collect();
-                let got: Vec<f32> = srows
-                    .iter()
-                    .flat_map(|&r| y[r * n..(r + 1) * n].to_vec())
-                    .collect();
-                let want: Vec<f64> = refs.iter().flatten().map(|&v| v as f64).collect();
-                let err = if written {
-                    rel_err(&got, &want)
-                } else {
-                    f64::NAN
-                };
+                let err = sampled_err(b.as_ref(), yd, m, n, |r| {
+                    let mut out = vec![0f32; n];
+                    reference::fp8_block_row(xr(r), &codes, &scales, n, k, w.kp, round, &mut out);
+                    out
+                })?;
                 push(&mut rows, name, (h, i), m, err, 2e-6);
             }
         }
@@ -165,7 +172,7 @@ pub fn kernel_checks(
             b.download(ctx.arena.act_fp8.view(0, q.len() as u64), &mut q)?;
             let sx = download_f32(b.as_ref(), ctx.arena.act_scale.view(0, (m * 4) as u64))?;
             let exact = (0..m).into_par_iter().all(|r| {
-                let (qr, s) = reference::quantize_row_fp8(&x[r * k..(r + 1) * k], ww.kp);
+                let (qr, s) = reference::quantize_row_fp8(xr(r), ww.kp);
                 qr == q[r * ww.kp..(r + 1) * ww.kp] && s.to_bits() == sx[r].to_bits()
             });
             push(
@@ -176,35 +183,14 @@ pub fn kernel_checks(
                 if exact { 0.0 } else { 1.0 },
                 0.0,
             );
-            let y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
-            let written = y.iter().all(|v| v.is_finite());
-            let srows = sample_rows(m);
-            let want: Vec<f64> = srows
-                .par_iter()
-                .flat_map(|&r| {
-                    let (qr, s) = reference::quantize_row_fp8(&x[r * k..(r + 1) * k], ww.kp);
-                    let mut out = vec![0f32; n];
-                    reference::w8a8_row(&qr, s, &we.parts[0].1, &wsc, n, ww.kp, &mut out);
-                    out.into_iter().map(|v| v as f64).collect::<Vec<_>>()
-                })
-                .collect();
-            let got: Vec<f32> = srows
-                .iter()
-                .flat_map(|&r| y[r * n..(r + 1) * n].to_vec())
-                .collect();
+            let err = sampled_err(b.as_ref(), yd, m, n, |r| {
+                let (qr, s) = reference::quantize_row_fp8(xr(r), ww.kp);
+                let mut out = vec![0f32; n];
+                reference::w8a8_row(&qr, s, &we.parts[0].1, &wsc, n, ww.kp, &mut out);
+                out
+            })?;
             // FP8 tensor-core accumulation is not full f32 on Hopper: 1e-3.
-            push(
-                &mut rows,
-                "w8a8_gemm",
-                (h, i),
-                m,
-                if written {
-                    rel_err(&got, &want)
-                } else {
-                    f64::NAN
-                },
-                1e-3,
-            );
+            push(&mut rows, "w8a8_gemm", (h, i), m, err, 1e-3);
         }
         // BF16: GEMV (m <= 4) and cuBLAS.
         let be = layouts::bf16::encode(&wf, n, k);
@@ -214,45 +200,18 @@ pub fn kernel_checks(
             k,
             kp: be.padded[1],
         };
+        let bf16_ref = |r: usize, round: ActRound| {
+            let mut out = vec![0f32; n];
+            reference::bf16_row(xr(r), &be.parts[0].1, n, k, bw.kp, round, &mut out);
+            out
+        };
         for &m in ms {
-            let srows = sample_rows(m);
             if m <= 4 {
                 poison(b.as_ref(), yd)?;
                 layer.bf16_gemv(&mut ctx, &bw, xd, m, yd, n)?;
                 b.synchronize(0)?;
-                let y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
-                let want: Vec<f64> = srows
-                    .iter()
-                    .flat_map(|&r| {
-                        let mut out = vec![0f32; n];
-                        reference::bf16_row(
-                            &x[r * k..(r + 1) * k],
-                            &be.parts[0].1,
-                            n,
-                            k,
-                            bw.kp,
-                            ActRound::None,
-                            &mut out,
-                        );
-                        out.into_iter().map(|v| v as f64)
-                    })
-                    .collect();
-                let got: Vec<f32> = srows
-                    .iter()
-                    .flat_map(|&r| y[r * n..(r + 1) * n].to_vec())
-                    .collect();
-                push(
-                    &mut rows,
-                    "bf16_gemv_batch4",
-                    (h, i),
-                    m,
-                    if y.iter().all(|v| v.is_finite()) {
-                        rel_err(&got, &want)
-                    } else {
-                        f64::NAN
-                    },
-                    2e-6,
-                );
+                let err = sampled_err(b.as_ref(), yd, m, n, |r| bf16_ref(r, ActRound::None))?;
+                push(&mut rows, "bf16_gemv_batch4", (h, i), m, err, 2e-6);
             }
             poison(b.as_ref(), yd)?;
             let xb = layer.to_bf16(&mut ctx, xd, m * k)?;
@@ -269,40 +228,9 @@ pub fn kernel_checks(
                 0,
             )?;
             b.synchronize(0)?;
-            let y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
-            let want: Vec<f64> = srows
-                .par_iter()
-                .flat_map(|&r| {
-                    let mut out = vec![0f32; n];
-                    reference::bf16_row(
-                        &x[r * k..(r + 1) * k],
-                        &be.parts[0].1,
-                        n,
-                        k,
-                        bw.kp,
-                        ActRound::Bf16,
-                        &mut out,
-                    );
-                    out.into_iter().map(|v| v as f64).collect::<Vec<_>>()
-                })
-                .collect();
-            let got: Vec<f32> = srows
-                .iter()
-                .flat_map(|&r| y[r * n..(r + 1) * n].to_vec())
-                .collect();
+            let err = sampled_err(b.as_ref(), yd, m, n, |r| bf16_ref(r, ActRound::Bf16))?;
             // cuBLAS blocks the k sum its own way: 1e-5.
-            push(
-                &mut rows,
-                "cublas gemm_bf16",
-                (h, i),
-                m,
-                if y.iter().all(|v| v.is_finite()) {
-                    rel_err(&got, &want)
-                } else {
-                    f64::NAN
-                },
-                1e-5,
-            );
+            push(&mut rows, "cublas gemm_bf16", (h, i), m, err, 1e-5);
         }
         // NVFP4: the decode GEMV on sampled rows, and the MMQ repack byte for byte.
         let ne = layouts::nvfp4::encode(&wf, n, k);
@@ -341,35 +269,21 @@ pub fn kernel_checks(
                 ],
             )?;
             b.synchronize(0)?;
-            let y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
-            let want: Vec<f64> = (0..m)
-                .flat_map(|r| {
-                    let mut out = vec![0f32; n];
-                    reference::nvfp4_row(
-                        &x[r * k..(r + 1) * k],
-                        &ne.parts[0].1,
-                        &ne.parts[1].1,
-                        nw.global_scale,
-                        n,
-                        k,
-                        nw.kp,
-                        &mut out,
-                    );
-                    out.into_iter().map(|v| v as f64)
-                })
-                .collect();
-            push(
-                &mut rows,
-                "w4a16_gemv",
-                (h, i),
-                m,
-                if y.iter().all(|v| v.is_finite()) {
-                    rel_err(&y, &want)
-                } else {
-                    f64::NAN
-                },
-                2e-6,
-            );
+            let err = sampled_err(b.as_ref(), yd, m, n, |r| {
+                let mut out = vec![0f32; n];
+                reference::nvfp4_row(
+                    xr(r),
+                    &ne.parts[0].1,
+                    &ne.parts[1].1,
+                    nw.global_scale,
+                    n,
+                    k,
+                    nw.kp,
+                    &mut out,
+                );
+                out
+            })?;
+            push(&mut rows, "w4a16_gemv", (h, i), m, err, 2e-6);
         }
         {
             let mut l = DenseFfnLayer::new(&ctx);
