@@ -24,8 +24,8 @@ fn loaded_overlays_equal_the_pack_and_compute_what_start_up_builds() {
         &mut Rand(3),
     )
     .unwrap();
-    // Per copy path: launches, bytes, repack launches, 3 arms x 5 row counts, NVFP4 at 3.
-    assert_eq!(rows.len(), 2 * (3 + 15 + 3));
+    // Per copy path: launches, bytes, repack launches, 4 arms x 5 row counts.
+    assert_eq!(rows.len(), 2 * (3 + 4 * 5));
     for r in &rows {
         assert!(r.pass, "{r:?}");
     }

@@ -225,10 +225,11 @@ kernel_set! {
 
 fn name_of(h: KernelHandle, k: &FfnKernels) -> &'static str {
     // Look the handle up among the fields, for the trace.
-    let pairs: [(KernelHandle, &'static str); 16] = [
+    let pairs: [(KernelHandle, &'static str); 17] = [
         (k.nvfp4_gemv_dual, "w4a16_gemv_dual"),
         (k.nvfp4_gemv, "w4a16_gemv"),
         (k.nvfp4_repack, "nvfp4_mmq_repack"),
+        (k.nvfp4_gemm, "w4a16_gemm"),
         (k.act_silu, "act_mul_silu"),
         (k.act_gelu, "act_mul_gelu"),
         (k.to_bf16, "f32_to_bf16"),
@@ -717,8 +718,8 @@ impl DenseFfnLayer {
             self.fp8_arm(ctx, input, m)
         } else if let Some(w) = self.bf16 {
             self.bf16_prefill_arm(ctx, input, m, &w)
-        } else if self.weights.nvfp4.is_some() {
-            Err(missing("ffn_nvfp4", "w4a16_gemm"))
+        } else if let Some(w) = self.weights.nvfp4 {
+            self.gated(ctx, input, m, &w, Self::w4a16_prefill_gemm)
         } else if self.w8a8.is_some() {
             Err(GpuError::Invalid(format!(
                 "forward_prefill: {m} rows exceed the W8A8 arm's {} and no other weights are installed",
@@ -1072,6 +1073,44 @@ impl DenseFfnLayer {
         w: &[Bf16Weight; 3],
     ) -> GpuResult<DevicePtr> {
         self.gated(ctx, x, m, w, Self::bf16_gemv)
+    }
+
+    /// One NVFP4 prefill projection. The `_t` GEMMs (`w4a16_gemm_t*`, over the transposed copy)
+    /// and the MMQ prefill come first where the engine's contract routes to them; they are not
+    /// built yet, so every prefill runs the base tensor-core `w4a16_gemm`.
+    #[allow(clippy::too_many_arguments)]
+    fn w4a16_prefill_gemm(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &Nvfp4Weight,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let k = self.kernels.nvfp4_gemm;
+        if !k.ok() {
+            return Err(missing("ffn_nvfp4", "w4a16_gemm"));
+        }
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg {
+            grid: (w.n.div_ceil(128) as u32, m.div_ceil(64) as u32, 1),
+            block: (128, 1, 1),
+            smem: 0,
+        };
+        let args = [
+            KArg::Ptr(x),
+            a(m),
+            KArg::Ptr(w.codes),
+            KArg::Ptr(w.scales),
+            KArg::F32(w.global_scale),
+            KArg::Ptr(y),
+            a(w.n),
+            a(w.k),
+            a(w.kp),
+            a(ldy),
+        ];
+        self.launch(ctx, k, cfg, &args)
     }
 
     /// NVFP4 decode (m <= 4): fused gate+up GEMV, act-mul, down GEMV (split SiLU).

@@ -314,9 +314,16 @@ impl GpuBackend for HostBackend {
                     self.write_f32(y, r * ldy, row)?;
                 }
             }
-            "w4a16_gemv" | "w4a16_gemv_dual" => {
+            "w4a16_gemv" | "w4a16_gemv_dual" | "w4a16_gemm" => {
                 let (x, m) = (self.read_f32(ptr(a, 0)?)?, int(a, 1)?);
-                if m > 4 {
+                // The GEMVs take f32 activations and up to 4 rows; the tensor-core GEMM rounds
+                // activations to bf16 and takes any m.
+                let round = if name == "w4a16_gemm" {
+                    ActRound::Bf16
+                } else {
+                    ActRound::None
+                };
+                if m > 4 && name != "w4a16_gemm" {
                     return Err(GpuError::Invalid(format!("{name}: m = {m} > 4")));
                 }
                 let f = |i: usize| -> GpuResult<f32> {
@@ -328,8 +335,12 @@ impl GpuBackend for HostBackend {
                     }
                 };
                 // (codes, scales, global, y) groups, then n, k, kp, ldy.
-                let groups: &[usize] = if name == "w4a16_gemv" { &[2] } else { &[2, 6] };
-                let tail = if name == "w4a16_gemv" { 6 } else { 10 };
+                let groups: &[usize] = if name == "w4a16_gemv_dual" {
+                    &[2, 6]
+                } else {
+                    &[2]
+                };
+                let tail = if name == "w4a16_gemv_dual" { 10 } else { 6 };
                 let (n, kk, kp, ldy) = (
                     int(a, tail)?,
                     int(a, tail + 1)?,
@@ -353,6 +364,7 @@ impl GpuBackend for HostBackend {
                             n,
                             kk,
                             kp,
+                            round,
                             &mut row,
                         );
                         self.write_f32(y, r * ldy, &row)?;

@@ -103,7 +103,7 @@ pub fn w8a8_row(q: &[u8], sx: f32, w: &[u8], sw: &[f32], n: usize, kp: usize, y:
 }
 
 /// One output row of an NVFP4 (`nvfp4` layout) weight product:
-/// `y[j] = g * sum_groups e4m3(s[j, grp]) * sum_{i in grp, i < k} E2M1[code(j, i)] * x[i]`.
+/// `y[j] = g * sum_groups e4m3(s[j, grp]) * sum_{i in grp, i < k} E2M1[code(j, i)] * a(x[i])`.
 #[allow(clippy::too_many_arguments)]
 pub fn nvfp4_row(
     x: &[f32],
@@ -113,6 +113,7 @@ pub fn nvfp4_row(
     n: usize,
     k: usize,
     kp: usize,
+    round: ActRound,
     y: &mut [f32],
 ) {
     use crate::converters::nvfp4_modelopt::e2m1_to_f32;
@@ -123,7 +124,7 @@ pub fn nvfp4_row(
             let mut part = 0f64;
             for i in grp * 16..grp * 16 + 16 {
                 let c = (codes[j * kp / 2 + i / 2] >> (4 * (i % 2))) & 0xF;
-                part += e2m1_to_f32(c) as f64 * x[i] as f64;
+                part += e2m1_to_f32(c) as f64 * round.apply(x[i]) as f64;
             }
             acc += part * lut[scales[j * kp / 16 + grp] as usize];
         }
