@@ -180,11 +180,13 @@ pub fn decode_ggml(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), Co
 
 fn plain(bytes: &[u8], out: &mut [f32], f: impl Fn(&[u8]) -> f32 + Sync) {
     let w = (bytes.len() / out.len().max(1)).max(1);
-    out.par_chunks_mut(1 << 14).zip(bytes.par_chunks(w << 14)).for_each(|(o, b)| {
-        for (v, e) in o.iter_mut().zip(b.chunks_exact(w)) {
-            *v = f(e);
-        }
-    });
+    out.par_chunks_mut(1 << 14)
+        .zip(bytes.par_chunks(w << 14))
+        .for_each(|(o, b)| {
+            for (v, e) in o.iter_mut().zip(b.chunks_exact(w)) {
+                *v = f(e);
+            }
+        });
 }
 
 /// Read an IEEE half stored as two little-endian bytes.
