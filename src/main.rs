@@ -111,6 +111,7 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
+    atomic::remove_temp_on_signal();
     let r = run(Cli::parse());
     // A closed stdout (`inspect ... | head`) is not an error.
     if let Err(e) = &r

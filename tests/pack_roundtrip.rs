@@ -876,3 +876,46 @@ fn failed_conversion_leaves_no_file_and_mismatched_packs_are_refused() {
     let e = Pack::open(&src).err().unwrap().to_string();
     assert!(e.contains("not a metrale pack"), "{e}");
 }
+
+#[test]
+fn a_signalled_convert_leaves_neither_output_nor_temporary() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("big.gguf");
+    // About 190 MB of F32: converting takes long enough to be interrupted mid-write.
+    metrale_pack::gen_model::gen_model(&src, 1024, 3072, 5, GgmlType::F32, "llama").unwrap();
+    let out = dir.path().join("out.mpk.gguf");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_metrale-pack"))
+        .args([
+            "convert",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--layouts",
+            "q4k_mmq,q2g128",
+            "--threads",
+            "1",
+        ])
+        .spawn()
+        .unwrap();
+    // Wait until the temporary file exists, then terminate.
+    let t0 = std::time::Instant::now();
+    let tmp_exists = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().contains(".tmp-"))
+    };
+    while !tmp_exists() {
+        assert!(t0.elapsed().as_secs() < 60, "convert never started writing");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "convert finished before it could be interrupted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // SAFETY: sending SIGTERM to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    assert!(!out.exists(), "a partial pack was left at the output path");
+    assert!(!tmp_exists(), "the temporary file was left behind");
+}
