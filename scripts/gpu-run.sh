@@ -23,7 +23,9 @@ if [ -z "${SKIP_LOAD_BENCH:-}" ]; then
   timeout "${LOAD_TIMEOUT:-300}" bash -c "
     '$bin' gen-model '$big/src.gguf' 4096 14336 24 F16 &&
     '$bin' convert '$big/src.gguf' -o '$big/pack.mpk.gguf' --layouts bf16 &&
-    '$bin' bench-load '$big/pack.mpk.gguf' --source '$big/src.gguf'" > "$out/bench-load.txt" 2> "$out/bench-load.err" || rc=1
+    '$bin' bench-load '$big/pack.mpk.gguf' --source '$big/src.gguf' &&
+    '$bin' export-segment '$big/pack.mpk.gguf' '$big/segment.safetensors' &&
+    python3 scripts/peer_torch_load.py '$big/segment.safetensors'" > "$out/bench-load.txt" 2> "$out/bench-load.err" || rc=1
 fi
 [ -f "$out/gpu-check.txt" ] && { grep -v " PASS$" "$out/gpu-check.txt" | tail -40; tail -3 "$out/gpu-check.err"; }
 [ -f "$out/bench-gpu.txt" ] && { cat "$out/bench-gpu.txt"; tail -3 "$out/bench-gpu.err"; }

@@ -95,6 +95,10 @@ enum Cmd {
         #[arg(long, default_value = "auto")]
         io: String,
     },
+    /// Write a pack's FFN blobs as U8 tensors of one safetensors file: the same bytes, for the
+    /// PyTorch peer of bench-load (`scripts/peer_torch_load.py`).
+    #[command(hide = true)]
+    ExportSegment { pack: PathBuf, out: PathBuf },
     /// Write one tensor to a .npy file: decoded to f32 in its logical shape, or its stored bytes.
     Dump {
         file: PathBuf,
@@ -156,6 +160,7 @@ fn run(cli: Cli) -> Result<()> {
             metrale_pack::gen_model::gen_model(&out, hidden, inter, layers, t, &arch)
         }
         Cmd::BenchLoad { pack, source, io } => bench_load(&pack, source.as_deref(), &io),
+        Cmd::ExportSegment { pack, out } => export_segment(&pack, &out),
     }
 }
 
@@ -690,4 +695,34 @@ fn warm_page_cache(path: &Path) {
         let mut buf = vec![0u8; 64 << 20];
         while matches!(f.read(&mut buf), Ok(n) if n > 0) {}
     }
+}
+
+fn export_segment(path: &Path, out: &Path) -> Result<()> {
+    use safetensors::tensor::{Dtype, TensorView};
+    let p = Pack::open(path)?;
+    let views: Vec<(String, TensorView)> = p
+        .manifest
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.ffn.is_some())
+        .map(|(i, e)| {
+            Ok((
+                e.name.clone(),
+                TensorView::new(Dtype::U8, vec![p.data(i).len()], p.data(i))?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let n = views.len();
+    atomic::write_atomic(out, |w| -> Result<()> {
+        let bytes = safetensors::serialize(views, None)?;
+        w.write_all(&bytes)?;
+        Ok(())
+    })?;
+    eprintln!(
+        "wrote {n} FFN blobs of {} to {}",
+        path.display(),
+        out.display()
+    );
+    Ok(())
 }

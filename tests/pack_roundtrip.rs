@@ -919,3 +919,30 @@ fn a_signalled_convert_leaves_neither_output_nor_temporary() {
     assert!(!out.exists(), "a partial pack was left at the output path");
     assert!(!tmp_exists(), "the temporary file was left behind");
 }
+
+#[test]
+fn export_segment_writes_the_ffn_blobs_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.gguf");
+    metrale_pack::gen_model::gen_model(&src, 128, 256, 2, GgmlType::F16, "llama").unwrap();
+    let packp = dir.path().join("m.mpk.gguf");
+    convert(&src, &packp, &opts(&[Layout::Fp8, Layout::Bf16]));
+    let st = dir.path().join("seg.safetensors");
+    let r = cli(&[
+        "export-segment",
+        packp.to_str().unwrap(),
+        st.to_str().unwrap(),
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let p = Pack::open(&packp).unwrap();
+    let f = metrale_pack::safetensors_file::StFile::open(&st).unwrap();
+    let blobs: Vec<usize> = (0..p.manifest.tensors.len())
+        .filter(|&i| p.manifest.tensors[i].ffn.is_some())
+        .collect();
+    assert_eq!(f.tensors.len(), blobs.len());
+    for i in blobs {
+        let name = &p.manifest.tensors[i].name;
+        let j = f.tensors.iter().position(|t| &t.name == name).unwrap();
+        assert!(f.tensor_data(j) == p.data(i), "{name}");
+    }
+}
