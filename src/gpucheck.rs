@@ -72,6 +72,13 @@ fn push(rows: &mut Vec<Row>, check: &str, shape: (usize, usize), m: usize, err: 
     });
 }
 
+/// A fresh scratch folder under the temp dir, unique per process and call.
+fn scratch_dir(tag: &str) -> std::path::PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("metrale-{tag}-{}-{n}", std::process::id()))
+}
+
 /// ‖y − reference‖ / ‖reference‖ over the sampled rows of the device output `yd` (`[m, n]`
 /// f32, row stride n); NaN when any element of `y` was left unwritten (outputs are poisoned with
 /// NaN before each launch). `reference(r)` computes row `r` on the CPU.
@@ -712,16 +719,42 @@ pub fn load_checks(
     modes: &[crate::loader::IoMode],
     rng: &mut Rand,
 ) -> anyhow::Result<Vec<Row>> {
+    let dir = scratch_dir("load-check");
+    std::fs::create_dir_all(&dir)?;
+    let src = dir.join("m.gguf");
+    crate::gen_model::gen_model(&src, hidden, inter, 2, crate::GgmlType::F32, "llama")?;
+    let rows = load_checks_from(b, &src, modes, rng);
+    let _ = std::fs::remove_dir_all(&dir);
+    rows
+}
+
+/// The loader checks on a given source checkpoint (e.g. the real SmolLM2 GGUF): convert it with
+/// the nvfp4, nvfp4_mmq, fp8, w8a8 and bf16 layouts, load, and compare layer 1 (layer 0 on a
+/// one-layer model) as [`load_checks`] does.
+pub fn load_checks_from(
+    b: Arc<dyn GpuBackend>,
+    src: &std::path::Path,
+    modes: &[crate::loader::IoMode],
+    rng: &mut Rand,
+) -> anyhow::Result<Vec<Row>> {
     use crate::converters::layouts::Layout;
     use crate::loader::{self, LayerOverlays, LoadOptions};
     use crate::model::Model;
     use crate::pack::{self, ConvertOptions};
-    let dir = std::env::temp_dir().join(format!("metrale-load-check-{}", std::process::id()));
+    let dir = scratch_dir("load-from");
     std::fs::create_dir_all(&dir)?;
-    let src = dir.join("m.gguf");
-    crate::gen_model::gen_model(&src, hidden, inter, 2, crate::GgmlType::F32, "llama")?;
     let packp = dir.join("m.mpk.gguf");
-    let model = Model::open(&src)?;
+    let model = Model::open(src)?;
+    let (hidden, inter) = (
+        model
+            .hidden_size
+            .ok_or_else(|| anyhow::anyhow!("{}: no hidden size", src.display()))? as usize,
+        model
+            .intermediate_size
+            .ok_or_else(|| anyhow::anyhow!("{}: no intermediate size", src.display()))?
+            as usize,
+    );
+    let li = usize::from(model.ffn_layers.len() > 1);
     let opts = ConvertOptions {
         layouts: Some(vec![
             Layout::Nvfp4,
@@ -772,7 +805,7 @@ pub fn load_checks(
         );
         let cfg = FfnConfig { hidden, inter };
         let mut ctx = ForwardContext::new(b.clone(), cfg, 64, ModelLevers::default())?;
-        let l = &model.ffn_layers[1];
+        let l = &model.ffn_layers[li];
         let w = DenseWeights {
             gate: model.decode_weight(&l.gate)?.0,
             up: model.decode_weight(&l.up)?.0,
@@ -780,7 +813,7 @@ pub fn load_checks(
             hidden,
             inter,
         };
-        let ov = &lp.layers[1];
+        let ov = &lp.layers[li];
         type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
         let arms: [(&str, LayerOverlays, Install); 4] = [
             (

@@ -67,6 +67,9 @@ enum Cmd {
         /// Only the SmolLM2 shape and small row counts.
         #[arg(long)]
         quick: bool,
+        /// Also convert this checkpoint (e.g. the real SmolLM2 GGUF), load the pack and check it.
+        #[arg(long)]
+        load_source: Option<PathBuf>,
     },
     /// GPU benchmarks: decode bandwidth and prefill TFLOP/s per arm, against the copy ceiling.
     BenchGpu,
@@ -145,7 +148,7 @@ fn run(cli: Cli) -> Result<()> {
             threads,
         } => convert(&src, output, layouts, &q4k_down, lora, threads),
         Cmd::Verify { pack, source } => verify(&pack, source.as_deref()),
-        Cmd::GpuCheck { quick } => gpu_check(quick),
+        Cmd::GpuCheck { quick, load_source } => gpu_check(quick, load_source.as_deref()),
         Cmd::BenchGpu => bench_gpu(),
         Cmd::GenModel {
             out,
@@ -500,7 +503,7 @@ fn cuda_or_skip() -> Option<std::sync::Arc<metrale_pack::gpu::cuda::CudaBackend>
     }
 }
 
-fn gpu_check(quick: bool) -> Result<()> {
+fn gpu_check(quick: bool, load_source: Option<&Path>) -> Result<()> {
     use metrale_pack::gpucheck::{self, M_SET, SHAPES};
     let Some(b) = cuda_or_skip() else {
         return Ok(());
@@ -539,6 +542,14 @@ fn gpu_check(quick: bool) -> Result<()> {
         &[IoMode::Register, IoMode::Staged],
         &mut rng,
     )?);
+    if let Some(src) = load_source {
+        rows.extend(gpucheck::load_checks_from(
+            b.clone(),
+            src,
+            &[IoMode::Register, IoMode::Staged],
+            &mut rng,
+        )?);
+    }
     eprintln!("checks took {:.1} s", t0.elapsed().as_secs_f64());
     anyhow::ensure!(gpucheck::print_table(&rows), "GPU check failed");
     Ok(())

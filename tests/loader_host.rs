@@ -71,3 +71,22 @@ fn auto_falls_back_to_staging_when_registration_is_refused() {
     );
     assert!(lp.host_view("token_embd.weight").is_some());
 }
+
+#[test]
+fn the_real_smollm2_pack_loads_and_computes_what_start_up_builds() {
+    // Converted from the real SmolLM2 GGUF (Q4_1) with nvfp4, nvfp4_mmq, fp8, w8a8 and bf16; layer 1.
+    let src = {
+        #[path = "common/mod.rs"]
+        mod common;
+        common::smollm2_gguf()
+    };
+    let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+    let rows =
+        gpucheck::load_checks_from(b, &src, &[IoMode::Register, IoMode::Staged], &mut Rand(9))
+            .unwrap();
+    assert_eq!(rows.len(), 2 * (3 + 4 * 5));
+    for r in &rows {
+        assert!(r.pass, "{r:?}");
+        assert_eq!(r.shape, "576x1536");
+    }
+}
