@@ -249,93 +249,70 @@ pub fn kernel_checks(
             k,
             kp: ne.padded[1],
         };
-        for &m in ms.iter().filter(|&&m| m <= 4) {
-            poison(b.as_ref(), yd)?;
-            let a = |v: usize| crate::gpu::KArg::I32(v as i32);
-            use crate::gpu::KArg::{F32, Ptr};
-            let cfg = crate::gpu::LaunchCfg {
-                grid: (n.div_ceil(32) as u32, 1, 1),
-                block: (256, 1, 1),
-                smem: 0,
-            };
-            b.launch(
-                kk.nvfp4_gemv,
-                cfg,
-                0,
-                &[
-                    Ptr(xd),
-                    a(m),
-                    Ptr(nw.codes),
-                    Ptr(nw.scales),
-                    F32(nw.global_scale),
-                    Ptr(yd),
-                    a(n),
-                    a(k),
-                    a(nw.kp),
-                    a(n),
-                ],
-            )?;
-            b.synchronize(0)?;
-            let err = sampled_err(b.as_ref(), yd, m, n, |r| {
-                let mut out = vec![0f32; n];
-                reference::nvfp4_row(
-                    xr(r),
-                    &ne.parts[0].1,
-                    &ne.parts[1].1,
-                    nw.global_scale,
-                    n,
-                    k,
-                    nw.kp,
-                    ActRound::None,
-                    &mut out,
-                );
-                out
-            })?;
-            push(&mut rows, "w4a16_gemv", (h, i), m, err, 2e-6);
-        }
-        for &m in ms {
-            poison(b.as_ref(), yd)?;
-            let a = |v: usize| crate::gpu::KArg::I32(v as i32);
-            use crate::gpu::KArg::{F32, Ptr};
-            let cfg = crate::gpu::LaunchCfg {
-                grid: (n.div_ceil(128) as u32, m.div_ceil(64) as u32, 1),
-                block: (128, 1, 1),
-                smem: 0,
-            };
-            b.launch(
+        // (name, kernel, row cap, activation rounding, GEMV launch shape?)
+        let nvfp4: [(&str, _, usize, ActRound, bool); 2] = [
+            ("w4a16_gemv", kk.nvfp4_gemv, 4, ActRound::None, true),
+            (
+                "w4a16_gemm",
                 kk.nvfp4_gemm,
-                cfg,
-                0,
-                &[
-                    Ptr(xd),
-                    a(m),
-                    Ptr(nw.codes),
-                    Ptr(nw.scales),
-                    F32(nw.global_scale),
-                    Ptr(yd),
-                    a(n),
-                    a(k),
-                    a(nw.kp),
-                    a(n),
-                ],
-            )?;
-            b.synchronize(0)?;
-            let err = sampled_err(b.as_ref(), yd, m, n, |r| {
-                let mut out = vec![0f32; n];
-                reference::nvfp4_row(
-                    xr(r),
-                    &ne.parts[0].1,
-                    &ne.parts[1].1,
-                    nw.global_scale,
-                    n,
-                    k,
-                    nw.kp,
-                    ActRound::Bf16,
-                    &mut out,
-                );
-                out
-            })?;
-            push(&mut rows, "w4a16_gemm", (h, i), m, err, 2e-6);
+                usize::MAX,
+                ActRound::Bf16,
+                false,
+            ),
+        ];
+        for (name, handle, cap, round, gemv) in nvfp4 {
+            for &m in ms.iter().filter(|&&m| m <= cap) {
+                poison(b.as_ref(), yd)?;
+                let a = |v: usize| crate::gpu::KArg::I32(v as i32);
+                use crate::gpu::KArg::{F32, Ptr};
+                let (grid, block) = if gemv {
+                    ((n.div_ceil(32) as u32, 1, 1), (256, 1, 1))
+                } else {
+                    (
+                        (n.div_ceil(128) as u32, m.div_ceil(64) as u32, 1),
+                        (128, 1, 1),
+                    )
+                };
+                let cfg = crate::gpu::LaunchCfg {
+                    grid,
+                    block,
+                    smem: 0,
+                };
+                b.launch(
+                    handle,
+                    cfg,
+                    0,
+                    &[
+                        Ptr(xd),
+                        a(m),
+                        Ptr(nw.codes),
+                        Ptr(nw.scales),
+                        F32(nw.global_scale),
+                        Ptr(yd),
+                        a(n),
+                        a(k),
+                        a(nw.kp),
+                        a(n),
+                    ],
+                )?;
+                b.synchronize(0)?;
+                let err = sampled_err(b.as_ref(), yd, m, n, |r| {
+                    let mut out = vec![0f32; n];
+                    reference::nvfp4_row(
+                        xr(r),
+                        &ne.parts[0].1,
+                        &ne.parts[1].1,
+                        nw.global_scale,
+                        n,
+                        k,
+                        nw.kp,
+                        round,
+                        &mut out,
+                    );
+                    out
+                })?;
+                push(&mut rows, name, (h, i), m, err, 2e-6);
+            }
         }
         {
             let mut l = DenseFfnLayer::new(&ctx);
