@@ -403,20 +403,10 @@ impl Model {
         }
         let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
         let cfg_path = dir.join("config.json");
-        let cfg: Option<serde_json::Value> = if cfg_path.exists() {
-            let f = cfg_path.display().to_string();
-            let text = std::fs::read_to_string(&cfg_path).map_err(|err| Error::Io {
-                file: f.clone(),
-                err,
-            })?;
-            Some(serde_json::from_str(&text).map_err(|e| Error::Json {
-                file: f,
-                field: "(document)".into(),
-                reason: e.to_string(),
-            })?)
-        } else {
-            None
-        };
+        let cfg = cfg_path
+            .exists()
+            .then(|| safetensors_file::read_json(&cfg_path))
+            .transpose()?;
         let get = |k: &str| cfg.as_ref().and_then(|c| c.get(k));
         let arch = get("model_type")
             .and_then(|v| v.as_str())
@@ -433,17 +423,7 @@ impl Model {
             .map(str::to_string);
         let hf_quant = dir.join("hf_quant_config.json");
         if quant.is_none() && hf_quant.exists() {
-            let f = hf_quant.display().to_string();
-            let text = std::fs::read_to_string(&hf_quant).map_err(|err| Error::Io {
-                file: f.clone(),
-                err,
-            })?;
-            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Json {
-                file: f,
-                field: "(document)".into(),
-                reason: e.to_string(),
-            })?;
-            quant = v
+            quant = safetensors_file::read_json(&hf_quant)?
                 .pointer("/quantization/quant_algo")
                 .and_then(|a| a.as_str())
                 .map(|a| format!("modelopt {a}"));

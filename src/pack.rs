@@ -201,15 +201,7 @@ impl Lora {
     fn open(dir: &Path) -> Result<Lora> {
         let cfg_path = dir.join("adapter_config.json");
         let f = cfg_path.display().to_string();
-        let text = std::fs::read_to_string(&cfg_path).map_err(|err| Error::Io {
-            file: f.clone(),
-            err,
-        })?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Json {
-            file: f.clone(),
-            field: "(document)".into(),
-            reason: e.to_string(),
-        })?;
+        let v = crate::safetensors_file::read_json(&cfg_path)?;
         let num = |k: &str| -> Result<f64> {
             v.get(k)
                 .and_then(|x| x.as_f64())

@@ -71,19 +71,26 @@ impl StFile {
     }
 }
 
+/// Read and parse a JSON side file (`config.json`, `*.index.json`, `adapter_config.json`, ...),
+/// naming the file in every error.
+pub fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|err| Error::Io {
+        file: file.clone(),
+        err,
+    })?;
+    serde_json::from_str(&text).map_err(|e| Error::Json {
+        file,
+        field: "(document)".into(),
+        reason: e.to_string(),
+    })
+}
+
 /// The shard files named by a `model.safetensors.index.json`, in first-seen order, and the
 /// tensor -> shard map it declares.
 pub fn read_index(index: &Path) -> Result<(Vec<PathBuf>, HashMap<String, String>)> {
     let file = index.display().to_string();
-    let text = std::fs::read_to_string(index).map_err(|err| Error::Io {
-        file: file.clone(),
-        err,
-    })?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Json {
-        file: file.clone(),
-        field: "(document)".into(),
-        reason: e.to_string(),
-    })?;
+    let v = read_json(index)?;
     let map = v
         .get("weight_map")
         .and_then(|m| m.as_object())
