@@ -18,16 +18,13 @@ use safetensors::tensor::{Dtype, TensorView};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const ALL_BUT_LORA: [Layout; 8] = [
-    Layout::Nvfp4,
-    Layout::Nvfp4T,
-    Layout::Nvfp4Mmq,
-    Layout::Q4kMmq,
-    Layout::Fp8,
-    Layout::W8a8,
-    Layout::Bf16,
-    Layout::Q2g128,
-];
+/// Every layout but lora (which needs an adapter).
+fn all_but_lora() -> Vec<Layout> {
+    Layout::ALL
+        .into_iter()
+        .filter(|&l| l != Layout::Lora)
+        .collect()
+}
 
 fn no_progress(_: u64, _: u64) {}
 
@@ -186,7 +183,7 @@ fn smollm2_every_layout_round_trips() {
     let src = smollm2_gguf();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("all.mpk.gguf");
-    let man = convert(&src, &out, &opts(&ALL_BUT_LORA));
+    let man = convert(&src, &out, &opts(&all_but_lora()));
     assert_eq!(man.model.ffn_layers, 30);
     assert_eq!(
         (man.model.hidden_size, man.model.intermediate_size),
@@ -480,13 +477,12 @@ fn generated_silu_and_gelu_models_with_padding() {
         let src = gguf_model(dir.path(), name, arch, h, i, 2, ty, &mut rng);
         let out = dir.path().join(format!("{name}.mpk"));
         let layouts: Vec<Layout> = if arch == "gemma" {
-            ALL_BUT_LORA
-                .iter()
-                .copied()
+            all_but_lora()
+                .into_iter()
                 .filter(|l| !matches!(l, Layout::W8a8 | Layout::Nvfp4Mmq))
                 .collect()
         } else {
-            ALL_BUT_LORA.to_vec()
+            all_but_lora()
         };
         let man = convert(&src, &out, &opts(&layouts));
         assert_eq!(

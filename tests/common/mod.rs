@@ -6,8 +6,9 @@ use metrale_pack::npy;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// SplitMix64: a small seeded generator, so failures can be replayed from the seed printed.
-pub struct Rng(pub u64);
+/// The library's SplitMix64 generator (`ffn::testing::Rand`), seeded so failures can be replayed
+/// from the seed printed, with the distributions the tests draw from.
+pub struct Rng(pub metrale_pack::ffn::testing::Rand);
 
 impl Rng {
     /// Seeded from the clock unless `METRALE_TEST_SEED` is set; the seed is printed.
@@ -22,14 +23,10 @@ impl Rng {
                     .as_nanos() as u64
             });
         eprintln!("{tag}: METRALE_TEST_SEED={seed}");
-        Rng(seed)
+        Rng(metrale_pack::ffn::testing::Rand(seed))
     }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in [0, 1).
     pub fn uniform(&mut self) -> f32 {
