@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Version of the container and manifest; bumped on any incompatible change.
@@ -459,8 +460,9 @@ impl<'m> Plan<'m> {
             (Proj::Up, &l.up),
             (Proj::Down, &l.down),
         ];
-        // Decoded f32 weights, computed once per projection on first need.
-        let mut dense: [Option<Vec<f32>>; 3] = [None, None, None];
+        // Decoded f32 weights, computed once per projection on first need and shared (not copied)
+        // by every layout that encodes from them.
+        let mut dense: [Option<Rc<Vec<f32>>>; 3] = [None, None, None];
         let mut nvfp4: [Option<Encoded>; 3] = [None, None, None];
         let mut out = Vec::new();
         for &layout in &self.layouts {
@@ -470,11 +472,11 @@ impl<'m> Plan<'m> {
                 if layout == Layout::Fp8 && proj == Proj::Up {
                     continue; // fused with gate below
                 }
-                let mut dense_of = |pi: usize, w: &FfnWeight| -> Result<Vec<f32>> {
+                let mut dense_of = |pi: usize, w: &FfnWeight| -> Result<Rc<Vec<f32>>> {
                     if dense[pi].is_none() {
-                        dense[pi] = Some(m.decode_weight(w)?.0);
+                        dense[pi] = Some(Rc::new(m.decode_weight(w)?.0));
                     }
-                    Ok(dense[pi].clone().unwrap())
+                    Ok(Rc::clone(dense[pi].as_ref().unwrap()))
                 };
                 let enc = match layout {
                     Layout::Nvfp4 | Layout::Nvfp4T | Layout::Nvfp4Mmq => {
@@ -541,24 +543,25 @@ impl<'m> Plan<'m> {
                         }
                     }
                     Layout::Fp8 => {
-                        let one =
-                            |pi: usize,
-                             w: &FfnWeight,
-                             dense_of: &mut dyn FnMut(usize, &FfnWeight) -> Result<Vec<f32>>|
-                             -> Result<Encoded> {
-                                let [n, k] = m.weight_shape(w)?.map(|d| d as usize);
-                                Ok(match *w {
-                                    FfnWeight::Fp8Block { weight, scale_inv } => {
-                                        layouts::fp8::carry(
-                                            m.data(weight),
-                                            &layouts::f32_from(m.data(scale_inv)),
-                                            n,
-                                            k,
-                                        )
-                                    }
-                                    _ => layouts::fp8::encode(&dense_of(pi, w)?, n, k),
-                                })
-                            };
+                        let one = |pi: usize,
+                                   w: &FfnWeight,
+                                   dense_of: &mut dyn FnMut(
+                            usize,
+                            &FfnWeight,
+                        )
+                            -> Result<Rc<Vec<f32>>>|
+                         -> Result<Encoded> {
+                            let [n, k] = m.weight_shape(w)?.map(|d| d as usize);
+                            Ok(match *w {
+                                FfnWeight::Fp8Block { weight, scale_inv } => layouts::fp8::carry(
+                                    m.data(weight),
+                                    &layouts::f32_from(m.data(scale_inv)),
+                                    n,
+                                    k,
+                                ),
+                                _ => layouts::fp8::encode(&dense_of(pi, w)?, n, k),
+                            })
+                        };
                         if proj == Proj::Gate {
                             let g = one(0, &l.gate, &mut dense_of)?;
                             let u = one(1, &l.up, &mut dense_of)?;
