@@ -20,6 +20,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+
+/// Lazily decodes (once) and shares a layer's f32 weights: `(projection index, weight)`.
+type DenseOf<'a> = dyn FnMut(usize, &FfnWeight) -> Result<Rc<Vec<f32>>> + 'a;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Version of the container and manifest; bumped on any incompatible change.
@@ -545,11 +548,7 @@ impl<'m> Plan<'m> {
                     Layout::Fp8 => {
                         let one = |pi: usize,
                                    w: &FfnWeight,
-                                   dense_of: &mut dyn FnMut(
-                            usize,
-                            &FfnWeight,
-                        )
-                            -> Result<Rc<Vec<f32>>>|
+                                   dense_of: &mut DenseOf|
                          -> Result<Encoded> {
                             let [n, k] = m.weight_shape(w)?.map(|d| d as usize);
                             Ok(match *w {
