@@ -8,6 +8,14 @@
 
 __constant__ float E2M1[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
 
+// Kernels look E2M1 values up in a shared-memory copy: lanes index the table with different
+// codes, which the constant cache serializes (up to 16 ways) and shared memory serves in one
+// pass (16 words, 16 distinct banks). Every thread of the block must reach this.
+#define E2M1_LUT(name, table, type)                          \
+    __shared__ type name[16];                                \
+    if (threadIdx.x < 16) name[threadIdx.x] = table[threadIdx.x]; \
+    __syncthreads();
+
 __device__ __forceinline__ float e4m3f(unsigned int b) {
     __nv_fp8_e4m3 v;
     v.__x = (__nv_fp8_storage_t)(b & 0xffu);
@@ -15,11 +23,18 @@ __device__ __forceinline__ float e4m3f(unsigned int b) {
 }
 
 // y[r, j] = g * sum_groups e4m3(s) * sum_{i in group} E2M1[c] * x[r, i], one warp per R rows,
-// 16 code bytes (32 elements, two scale groups) per lane per step.
-template <int M, int R>
+// 16 code bytes (32 elements, two scale groups) per lane per step. SILU: x[r, i] is
+// silu(x[r, i]) * u[r, i] (row stride ldx), formed in registers: the SiLU-fused down GEMV.
+// Output rows per warp of the GEMVs (8 warps per block: grid ceil(n / (8 * GEMV_R))). Two
+// keeps enough warps in flight for the down projection (n = hidden) while sharing each x load.
+#define GEMV_R 2
+template <int M, int R, bool SILU = false>
 __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, const unsigned char* __restrict__ codes,
                                            const unsigned char* __restrict__ scales, float g, float* __restrict__ y,
-                                           int n, int k, int kp, int ldy) {
+                                           int n, int k, int kp, int ldy, const float* __restrict__ u = nullptr,
+                                           int ldx = 0) {
+    if (!SILU) ldx = k;
+    E2M1_LUT(lut, E2M1, float)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j0 = (blockIdx.x * (blockDim.x >> 5) + warp) * R;
     if (j0 >= n) return;
@@ -40,7 +55,7 @@ __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, c
 #pragma unroll
         for (int r = 0; r < M; ++r) {
             if (r >= m) continue;
-            const float4* xr = reinterpret_cast<const float4*>(x + (size_t)r * k + kk);
+            const float4* xr = reinterpret_cast<const float4*>(x + (size_t)r * ldx + kk);
             float xv[32];
 #pragma unroll
             for (int t = 0; t < 8; ++t) {
@@ -50,6 +65,19 @@ __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, c
                 xv[4 * t + 2] = a.z;
                 xv[4 * t + 3] = a.w;
             }
+            if (SILU) {
+                const float4* ur = reinterpret_cast<const float4*>(u + (size_t)r * ldx + kk);
+#pragma unroll
+                for (int t = 0; t < 8; ++t) {
+                    const float4 b = __ldg(ur + t);
+                    const float uv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float gv = xv[4 * t + e];
+                        xv[4 * t + e] = gv / (1.0f + expf(-gv)) * uv[e];
+                    }
+                }
+            }
 #pragma unroll
             for (int q = 0; q < R; ++q) {
                 const unsigned int words[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
@@ -57,7 +85,7 @@ __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, c
 #pragma unroll
                 for (int i = 0; i < 32; ++i) {
                     const unsigned int c = (words[i >> 3] >> (4 * (i & 7))) & 0xfu;
-                    part[i >> 4] += E2M1[c] * xv[i];
+                    part[i >> 4] += lut[c] * xv[i];
                 }
                 acc[r][q] += part[0] * e4m3f(sc[q]) + part[1] * e4m3f(sc[q] >> 8);
             }
@@ -74,18 +102,48 @@ __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, c
         }
 }
 
-// One projection, m <= 4. Grid ceil(n / 32), block 256.
+// One projection, m <= 4. Grid ceil(n / 16), block 256.
 extern "C" __global__ void w4a16_gemv(const float* x, int m, const unsigned char* codes, const unsigned char* scales, float g,
                                       float* y, int n, int k, int kp, int ldy) {
-    gemv_nvfp4<4, 4>(x, m, codes, scales, g, y, n, k, kp, ldy);
+    gemv_nvfp4<4, GEMV_R>(x, m, codes, scales, g, y, n, k, kp, ldy);
 }
 
-// Gate and up in one launch (blockIdx.y 0: gate, 1: up), m <= 4. Grid (ceil(n / 32), 2), block 256.
+// Gate and up in one launch (blockIdx.y 0: gate, 1: up), m <= 4. Grid (ceil(n / 16), 2), block 256.
 extern "C" __global__ void w4a16_gemv_dual(const float* x, int m, const unsigned char* cg, const unsigned char* sg, float gg,
                                            float* yg, const unsigned char* cu, const unsigned char* su, float gu, float* yu,
                                            int n, int k, int kp, int ldy) {
-    if (blockIdx.y == 0) gemv_nvfp4<4, 4>(x, m, cg, sg, gg, yg, n, k, kp, ldy);
-    else gemv_nvfp4<4, 4>(x, m, cu, su, gu, yu, n, k, kp, ldy);
+    if (blockIdx.y == 0) gemv_nvfp4<4, GEMV_R>(x, m, cg, sg, gg, yg, n, k, kp, ldy);
+    else gemv_nvfp4<4, GEMV_R>(x, m, cu, su, gu, yu, n, k, kp, ldy);
+}
+
+// The same at a fixed 2 or 3 rows (forward_k2 / forward_k3), and the W4A16 batch-m tiers of
+// forward_km (4, 8, 16 rows; the same launch shape).
+#define NVFP4_GEMV(NAME, M)                                                                                         \
+    extern "C" __global__ void NAME(const float* x, int m, const unsigned char* codes, const unsigned char* scales,  \
+                                    float g, float* y, int n, int k, int kp, int ldy) {                              \
+        gemv_nvfp4<M, GEMV_R>(x, m, codes, scales, g, y, n, k, kp, ldy);                                                  \
+    }
+#define NVFP4_GEMV_DUAL(NAME, M)                                                                                     \
+    extern "C" __global__ void NAME(const float* x, int m, const unsigned char* cg, const unsigned char* sg, float gg, \
+                                    float* yg, const unsigned char* cu, const unsigned char* su, float gu, float* yu, \
+                                    int n, int k, int kp, int ldy) {                                                 \
+        if (blockIdx.y == 0) gemv_nvfp4<M, GEMV_R>(x, m, cg, sg, gg, yg, n, k, kp, ldy);                                  \
+        else gemv_nvfp4<M, GEMV_R>(x, m, cu, su, gu, yu, n, k, kp, ldy);                                                  \
+    }
+NVFP4_GEMV(w4a16_gemv_batch2, 2)
+NVFP4_GEMV(w4a16_gemv_batch3, 3)
+NVFP4_GEMV_DUAL(w4a16_gemv_dual_batch2, 2)
+NVFP4_GEMV_DUAL(w4a16_gemv_dual_batch3, 3)
+NVFP4_GEMV(nvfp4_proj_small_m4, 4)
+NVFP4_GEMV(nvfp4_proj_small_m8, 8)
+NVFP4_GEMV(nvfp4_proj_small_m16, 16)
+
+// The SiLU-fused down GEMV, m <= 4: y = W_down (silu(gate) * up), gate and up [m, k] at row
+// stride ldx. Grid ceil(n / 16), block 256.
+extern "C" __global__ void w4a16_gemv_silu_down(const float* gate, const float* up, int m, const unsigned char* codes,
+                                                const unsigned char* scales, float g, float* y, int n, int k, int kp,
+                                                int ldy, int ldx) {
+    gemv_nvfp4<4, GEMV_R, true>(gate, m, codes, scales, g, y, n, k, kp, ldy, up, ldx);
 }
 
 // finalize_nvfp4_mmq_load's repack: nvfp4 -> nvfp4_mmq tiles (128 rows x 64 k, 4608 bytes:
@@ -143,6 +201,7 @@ extern "C" __global__ void w4a16_gemm(const float* __restrict__ x, int m, const 
     constexpr int BM = 64, BN = 128, BK = 32, PAD = 8;
     __shared__ __align__(16) __nv_bfloat16 As[BM][BK + PAD];
     __shared__ __align__(16) __nv_bfloat16 Bs[BN][BK + PAD];
+    E2M1_LUT(lut, E2M1, float)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int wm0 = (warp >> 1) * 32, wn0 = (warp & 1) * 64;
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
@@ -179,7 +238,7 @@ extern "C" __global__ void w4a16_gemm(const float* __restrict__ x, int m, const 
                     const unsigned int lo = (words[q >> 2] >> (8 * (q & 3))) & 0xfu;
                     const unsigned int hi = (words[q >> 2] >> (8 * (q & 3) + 4)) & 0xfu;
                     const float s = q < 8 ? s0 : s1;
-                    d[q] = pack2_bf16(E2M1[lo] * s, E2M1[hi] * s);
+                    d[q] = pack2_bf16(lut[lo] * s, lut[hi] * s);
                 }
             } else {
 #pragma unroll
@@ -223,5 +282,315 @@ extern "C" __global__ void w4a16_gemm(const float* __restrict__ x, int m, const 
                 if (c < n) y[(size_t)rr * ldy + c] = acc[a][b][2 * h] * g;
                 if (c + 1 < n) y[(size_t)rr * ldy + c + 1] = acc[a][b][2 * h + 1] * g;
             }
+        }
+}
+
+// ---- Shared tensor-core core of the prefill GEMMs: As [BM][BK+8] (bf16 activations) times
+// Bs [128][BK+8] (bf16 weights, one row per output column), warps 2 across n (64 columns each)
+// and BM/32 down m (32 rows each), f32 accumulators acc[2][8][4].
+template <int BK>
+__device__ __forceinline__ void mma_tile(const __nv_bfloat16 (*As)[BK + 8], const __nv_bfloat16 (*Bs)[BK + 8], int wm0,
+                                         int wn0, int gq, int t4, float (&acc)[2][8][4]) {
+#pragma unroll
+    for (int ks = 0; ks < BK; ks += 16) {
+        unsigned int af[2][4], bfr[8][2];
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+            const int r = wm0 + a * 16 + gq, c = ks + t4 * 2;
+            af[a][0] = *reinterpret_cast<const unsigned int*>(&As[r][c]);
+            af[a][1] = *reinterpret_cast<const unsigned int*>(&As[r + 8][c]);
+            af[a][2] = *reinterpret_cast<const unsigned int*>(&As[r][c + 8]);
+            af[a][3] = *reinterpret_cast<const unsigned int*>(&As[r + 8][c + 8]);
+        }
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+            const int r = wn0 + b * 8 + gq, c = ks + t4 * 2;
+            bfr[b][0] = *reinterpret_cast<const unsigned int*>(&Bs[r][c]);
+            bfr[b][1] = *reinterpret_cast<const unsigned int*>(&Bs[r][c + 8]);
+        }
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int b = 0; b < 8; ++b) mma_bf16_t(acc[a][b], af[a], bfr[b]);
+    }
+}
+
+// A tile: rows [m0, m0+BM) x k [k0, k0+BK) of f32 x [m, k], rounded to bf16, zero outside.
+template <int BM, int BK, int NT>
+__device__ __forceinline__ void load_a_tile(__nv_bfloat16 (*As)[BK + 8], const float* __restrict__ x, int m, int k,
+                                            int m0, int k0, int tid) {
+#pragma unroll
+    for (int v = 0; v < BM * BK / 4 / NT; ++v) {
+        const int idx = tid + v * NT, row = idx / (BK / 4), col = (idx % (BK / 4)) * 4;
+        const int gr = m0 + row, gc = k0 + col;
+        const float4 t = (gr < m && gc < k) ? __ldg(reinterpret_cast<const float4*>(x + (size_t)gr * k + gc))
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+        unsigned int* d = reinterpret_cast<unsigned int*>(&As[row][col]);
+        d[0] = pack2_bf16(t.x, t.y);
+        d[1] = pack2_bf16(t.z, t.w);
+    }
+}
+
+template <int BM>
+__device__ __forceinline__ void store_tile(float* __restrict__ y, int m, int n, int ldy, float g, int m0, int n0, int wm0,
+                                           int wn0, int gq, int t4, const float (&acc)[2][8][4]) {
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+            const int r = m0 + wm0 + a * 16 + gq, c = n0 + wn0 + b * 8 + t4 * 2;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int rr = r + 8 * h;
+                if (rr >= m) continue;
+                if (c < n) y[(size_t)rr * ldy + c] = acc[a][b][2 * h] * g;
+                if (c + 1 < n) y[(size_t)rr * ldy + c + 1] = acc[a][b][2 * h + 1] * g;
+            }
+        }
+}
+
+// ---- Prefill GEMMs over the transposed `nvfp4_t` copy: codes [kp, np/2] (byte (kk, j) holds
+// columns 2j and 2j+1), scales [kp/16, np]. Same numerics as w4a16_gemm. Tile BM x 128 x BK,
+// 2*BM threads. Grid (ceil(n / 128), ceil(m / BM)). Requires k % 32 == 0 (k % 64 for BK 64).
+template <int BM, int BK>
+__device__ __forceinline__ void gemm_t_nvfp4(const float* __restrict__ x, int m, const unsigned char* __restrict__ ct,
+                                             const unsigned char* __restrict__ st, float g, float* __restrict__ y,
+                                             int n, int np, int k, int ldy) {
+    constexpr int BN = 128, NT = 2 * BM;
+    __shared__ __align__(16) __nv_bfloat16 As[BM][BK + 8];
+    __shared__ __align__(16) __nv_bfloat16 Bs[BN][BK + 8];
+    E2M1_LUT(lut, E2M1, float)
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wm0 = (warp >> 1) * 32, wn0 = (warp & 1) * 64;
+    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    const int gq = lane >> 2, t4 = lane & 3;
+    float acc[2][8][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+    for (int k0 = 0; k0 < k; k0 += BK) {
+        load_a_tile<BM, BK, NT>(As, x, m, k, m0, k0, tid);
+        // B: BK k-rows x 4 chunks of 32 columns (16 code bytes + 32 scale bytes each).
+        for (int idx = tid; idx < BK * 4; idx += NT) {
+            const int kr = idx >> 2, c0 = (idx & 3) * 32, gk = k0 + kr, gc = n0 + c0;
+            if (gc < np) {
+                const uint4 v = __ldg(reinterpret_cast<const uint4*>(ct + (size_t)gk * (np / 2) + gc / 2));
+                const uint4* sp = reinterpret_cast<const uint4*>(st + (size_t)(gk / 16) * np + gc);
+                const uint4 s0 = __ldg(sp), s1 = __ldg(sp + 1);
+                const unsigned int words[4] = {v.x, v.y, v.z, v.w};
+                const unsigned int sw[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+                for (int q = 0; q < 16; ++q) {
+                    const unsigned int byte = (words[q >> 2] >> (8 * (q & 3))) & 0xffu;
+                    const int ca = 2 * q, cb = 2 * q + 1;
+                    const float sa = e4m3f(sw[ca >> 2] >> (8 * (ca & 3)));
+                    const float sb = e4m3f(sw[cb >> 2] >> (8 * (cb & 3)));
+                    Bs[c0 + ca][kr] = __float2bfloat16_rn(lut[byte & 0xfu] * sa);
+                    Bs[c0 + cb][kr] = __float2bfloat16_rn(lut[byte >> 4] * sb);
+                }
+            } else {
+#pragma unroll
+                for (int q = 0; q < 32; ++q) Bs[c0 + q][kr] = __float2bfloat16_rn(0.f);
+            }
+        }
+        __syncthreads();
+        mma_tile<BK>(As, Bs, wm0, wn0, gq, t4, acc);
+        __syncthreads();
+    }
+    store_tile<BM>(y, m, n, ldy, g, m0, n0, wm0, wn0, gq, t4, acc);
+}
+
+#define NVFP4_GEMM_T(NAME, BM, BK)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(2 * BM) NAME(const float* x, int m, const unsigned char* ct,        \
+                                                              const unsigned char* st, float g, float* y, int n,     \
+                                                              int np, int k, int kp, int ldy) {                      \
+        gemm_t_nvfp4<BM, BK>(x, m, ct, st, g, y, n, np, k, ldy);                                                     \
+    }
+NVFP4_GEMM_T(w4a16_gemm_t, 64, 32)
+NVFP4_GEMM_T(w4a16_gemm_t_k64, 64, 64)
+NVFP4_GEMM_T(w4a16_gemm_t_m128, 128, 32)
+NVFP4_GEMM_T(w4a16_gemm_t_m128_v2, 128, 64)
+
+// ---- The NVFP4 MMQ prefill over `nvfp4_mmq` tiles (128 rows x 64 k, 4608 B: scales[128][4],
+// codes[128][32]; n-tile major, then k-tile). One tile row per thread: one 4-byte scale word
+// and 32 contiguous code bytes. Same numerics as w4a16_gemm. Tile 64 x 128 x 64, 128 threads.
+// Grid (np / 128, ceil(m / 64)).
+extern "C" __global__ void __launch_bounds__(128) nvfp4_mmq_gemm(const float* __restrict__ x, int m,
+                                                                 const unsigned char* __restrict__ tiles, float g,
+                                                                 float* __restrict__ y, int n, int np, int k, int kp,
+                                                                 int ldy) {
+    constexpr int BM = 64, BK = 64;
+    __shared__ __align__(16) __nv_bfloat16 As[BM][BK + 8];
+    __shared__ __align__(16) __nv_bfloat16 Bs[128][BK + 8];
+    E2M1_LUT(lut, E2M1, float)
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wm0 = (warp >> 1) * 32, wn0 = (warp & 1) * 64;
+    const int n0 = blockIdx.x * 128, m0 = blockIdx.y * BM;
+    const int gq = lane >> 2, t4 = lane & 3;
+    const int kt = kp / 64;
+    float acc[2][8][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+    for (int s = 0; s * BK < k; ++s) {
+        load_a_tile<BM, BK, 128>(As, x, m, k, m0, s * BK, tid);
+        {
+            const unsigned char* tile = tiles + ((size_t)blockIdx.x * kt + s) * 4608;
+            const unsigned int sv = __ldg(reinterpret_cast<const unsigned int*>(tile) + tid);
+            const uint4* cp = reinterpret_cast<const uint4*>(tile + 512 + tid * 32);
+            const uint4 v0 = __ldg(cp), v1 = __ldg(cp + 1);
+            const unsigned int words[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+            unsigned int* d = reinterpret_cast<unsigned int*>(&Bs[tid][0]);
+#pragma unroll
+            for (int q = 0; q < 32; ++q) {
+                const unsigned int byte = (words[q >> 2] >> (8 * (q & 3))) & 0xffu;
+                const float sc = e4m3f(sv >> (8 * (q >> 3)));
+                d[q] = pack2_bf16(lut[byte & 0xfu] * sc, lut[byte >> 4] * sc);
+            }
+        }
+        __syncthreads();
+        mma_tile<BK>(As, Bs, wm0, wn0, gq, t4, acc);
+        __syncthreads();
+    }
+    store_tile<BM>(y, m, n, ldy, g, m0, n0, wm0, wn0, gq, t4, acc);
+}
+
+// ---- W4A4: NVFP4 activations (the fixed W4A4 path and the W4A4 tiers) ----
+// Per row: the weight encoder's rules on the row padded with zeros to kp (CPU twin:
+// reference::quantize_row_nvfp4): g = amax / 2688, s = e4m3_rne_sat(group_amax / (6 g)),
+// code = E2M1 nearest (ties to the even code) of x / (e4m3(s) * g), sign set when x < 0.
+__device__ __forceinline__ unsigned int e2m1_code(float v) {
+    const float a = fabsf(v);
+    unsigned int c = 0;
+    c += a > 0.25f;
+    c += a >= 0.75f;
+    c += a > 1.25f;
+    c += a >= 1.75f;
+    c += a > 2.5f;
+    c += a >= 3.5f;
+    c += a > 5.0f;
+    return c | (v < 0.f ? 8u : 0u);
+}
+
+// x f32 [m, k] -> codes [m, kp/2], scales [m, kp/16], g f32 [m]. Grid m, block 256.
+extern "C" __global__ void quantize_act_nvfp4(const float* __restrict__ x, int m, int k, int kp,
+                                              unsigned char* __restrict__ qc, unsigned char* __restrict__ qs,
+                                              float* __restrict__ qg) {
+    __shared__ float red[32];
+    const int r = blockIdx.x;
+    const float* xr = x + (size_t)r * k;
+    float amax = 0.f;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(xr[i]));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+        for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
+        if (threadIdx.x == 0) red[0] = t;
+    }
+    __syncthreads();
+    const float s2 = __fdiv_rn(red[0], 2688.0f);
+    const float six_s2 = __fmul_rn(6.0f, s2);
+    if (threadIdx.x == 0) qg[r] = s2;
+    for (int grp = threadIdx.x; grp < kp / 16; grp += blockDim.x) {
+        float v[16];
+        float bmax = 0.f;
+#pragma unroll
+        for (int e = 0; e < 16; ++e) {
+            const int i = grp * 16 + e;
+            v[e] = i < k ? xr[i] : 0.f;
+            bmax = fmaxf(bmax, fabsf(v[e]));
+        }
+        unsigned char sc = 0;
+        unsigned int c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (s2 != 0.f) {
+            sc = (unsigned char)__nv_cvt_float_to_fp8(__fdiv_rn(bmax, six_s2), __NV_SATFINITE, __NV_E4M3);
+            const float denom = __fmul_rn(e4m3f(sc), s2);
+            if (denom != 0.f) {
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    c[e] = e2m1_code(__fdiv_rn(v[2 * e], denom)) | (e2m1_code(__fdiv_rn(v[2 * e + 1], denom)) << 4);
+            }
+        }
+        qs[(size_t)r * (kp / 16) + grp] = sc;
+        uint2 packed;
+        packed.x = c[0] | (c[1] << 8) | (c[2] << 16) | (c[3] << 24);
+        packed.y = c[4] | (c[5] << 8) | (c[6] << 16) | (c[7] << 24);
+        *reinterpret_cast<uint2*>(qc + (size_t)r * (kp / 2) + grp * 8) = packed;
+    }
+}
+
+// 2 * E2M1 as integers: every product of two is an integer, a 16-term group sum is exact.
+__constant__ int E2M1X2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// W4A4 projection at any m: y[r, j] = ga[r] * gw * sum_groups e4m3(sa) * e4m3(sw) * sum E2M1(a) * E2M1(w).
+// Each group's value is exact in f32 (integer sum of at most 2304 times a product of two E4M3
+// values); the across-group sum runs in a fixed order per (row, column) whatever m is, so a
+// row's bits do not depend on the batch. One warp per 4 columns x 4 rows.
+// Grid (ceil(n / 32), ceil(m / 4)), block 256.
+extern "C" __global__ void nvfp4_proj_mx(const unsigned char* __restrict__ qc, const unsigned char* __restrict__ qs,
+                                         const float* __restrict__ qg, int m, const unsigned char* __restrict__ codes,
+                                         const unsigned char* __restrict__ scales, float gw, float* __restrict__ y,
+                                         int n, int kp, int ldy) {
+    constexpr int R = 4, M = 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j0 = (blockIdx.x * (blockDim.x >> 5) + warp) * R;
+    const int r0 = blockIdx.y * M;
+    E2M1_LUT(lut, E2M1X2, int)
+    if (j0 >= n) return;
+    float acc[M][R];
+#pragma unroll
+    for (int r = 0; r < M; ++r)
+#pragma unroll
+        for (int q = 0; q < R; ++q) acc[r][q] = 0.f;
+    for (int kk = lane * 32; kk < kp; kk += 1024) {
+        uint4 wv[R];
+        unsigned short wsc[R];
+#pragma unroll
+        for (int q = 0; q < R; ++q) {
+            const int row = min(j0 + q, n - 1);
+            wv[q] = __ldg(reinterpret_cast<const uint4*>(codes + (size_t)row * (kp / 2) + kk / 2));
+            wsc[q] = __ldg(reinterpret_cast<const unsigned short*>(scales + (size_t)row * (kp / 16) + kk / 16));
+        }
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+            const int rr = r0 + r;
+            if (rr >= m) continue;
+            const uint4 av = __ldg(reinterpret_cast<const uint4*>(qc + (size_t)rr * (kp / 2) + kk / 2));
+            const unsigned short asc = __ldg(reinterpret_cast<const unsigned short*>(qs + (size_t)rr * (kp / 16) + kk / 16));
+            const unsigned int aw[4] = {av.x, av.y, av.z, av.w};
+            const float sa0 = e4m3f(asc), sa1 = e4m3f(asc >> 8);
+#pragma unroll
+            for (int q = 0; q < R; ++q) {
+                const unsigned int ww[4] = {wv[q].x, wv[q].y, wv[q].z, wv[q].w};
+                int part[2] = {0, 0};
+#pragma unroll
+                for (int i = 0; i < 32; ++i) {
+                    const unsigned int ca = (aw[i >> 3] >> (4 * (i & 7))) & 0xfu;
+                    const unsigned int cw = (ww[i >> 3] >> (4 * (i & 7))) & 0xfu;
+                    part[i >> 4] += lut[ca] * lut[cw];
+                }
+                const float g0 = __fmul_rn(sa0, e4m3f(wsc[q])), g1 = __fmul_rn(sa1, e4m3f(wsc[q] >> 8));
+                acc[r][q] = __fadd_rn(acc[r][q], __fmul_rn((float)part[0], g0));
+                acc[r][q] = __fadd_rn(acc[r][q], __fmul_rn((float)part[1], g1));
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < M; ++r)
+#pragma unroll
+        for (int q = 0; q < R; ++q) {
+            float t = acc[r][q];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+            const int rr = r0 + r;
+            if (lane == 0 && rr < m && j0 + q < n) y[(size_t)rr * ldy + j0 + q] = t * 0.25f * (qg[rr] * gw);
         }
 }

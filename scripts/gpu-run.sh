@@ -23,7 +23,7 @@ if [ -z "${SKIP_LOAD_BENCH:-}" ]; then
   timeout "${LOAD_TIMEOUT:-300}" bash -c "
     '$bin' gen-model '$big/src.gguf' 4096 14336 24 F16 &&
     '$bin' convert '$big/src.gguf' -o '$big/pack.mpk.gguf' --layouts bf16 &&
-    '$bin' bench-load '$big/pack.mpk.gguf' --source '$big/src.gguf' &&
+    '$bin' bench-load '$big/pack.mpk.gguf' --source '$big/src.gguf' ${LOAD_ARGS:-} &&
     '$bin' export-segment '$big/pack.mpk.gguf' '$big/segment.safetensors' &&
     python3 scripts/peer_torch_load.py '$big/segment.safetensors'" > "$out/bench-load.txt" 2> "$out/bench-load.err" || rc=1
 fi

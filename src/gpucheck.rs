@@ -250,8 +250,43 @@ pub fn kernel_checks(
             kp: ne.padded[1],
         };
         // (name, kernel, row cap, activation rounding, GEMV launch shape?)
-        let nvfp4: [(&str, _, usize, ActRound, bool); 2] = [
+        let nvfp4: [(&str, _, usize, ActRound, bool); 7] = [
             ("w4a16_gemv", kk.nvfp4_gemv, 4, ActRound::None, true),
+            (
+                "w4a16_gemv_batch2",
+                kk.nvfp4_gemv_b2,
+                2,
+                ActRound::None,
+                true,
+            ),
+            (
+                "w4a16_gemv_batch3",
+                kk.nvfp4_gemv_b3,
+                3,
+                ActRound::None,
+                true,
+            ),
+            (
+                "nvfp4_proj_small_m4",
+                kk.nvfp4_small_m4,
+                4,
+                ActRound::None,
+                true,
+            ),
+            (
+                "nvfp4_proj_small_m8",
+                kk.nvfp4_small_m8,
+                8,
+                ActRound::None,
+                true,
+            ),
+            (
+                "nvfp4_proj_small_m16",
+                kk.nvfp4_small_m16,
+                16,
+                ActRound::None,
+                true,
+            ),
             (
                 "w4a16_gemm",
                 kk.nvfp4_gemm,
@@ -266,7 +301,10 @@ pub fn kernel_checks(
                 let a = |v: usize| crate::gpu::KArg::I32(v as i32);
                 use crate::gpu::KArg::{F32, Ptr};
                 let (grid, block) = if gemv {
-                    ((n.div_ceil(32) as u32, 1, 1), (256, 1, 1))
+                    (
+                        (n.div_ceil(crate::ffn::NVFP4_GEMV_COLS) as u32, 1, 1),
+                        (256, 1, 1),
+                    )
                 } else {
                     (
                         (n.div_ceil(128) as u32, m.div_ceil(64) as u32, 1),
@@ -313,6 +351,131 @@ pub fn kernel_checks(
                 })?;
                 push(&mut rows, name, (h, i), m, err, 2e-6);
             }
+        }
+        // The `_t` GEMMs over the transposed copy and the MMQ GEMM over the tiles: the same
+        // numerics as w4a16_gemm (bf16 activations, f32 accumulation).
+        let kp = nw.kp;
+        let te = layouts::nvfp4_t::from_nvfp4(&ne.parts[0].1, &ne.parts[1].1, 0.0, n, kp);
+        let me = layouts::nvfp4_mmq::from_nvfp4(&ne.parts[0].1, &ne.parts[1].1, 0.0, n, kp);
+        let (ct, st, tiles) = (
+            alloc_upload(b.as_ref(), &te.parts[0].1)?,
+            alloc_upload(b.as_ref(), &te.parts[1].1)?,
+            alloc_upload(b.as_ref(), &me.parts[0].1)?,
+        );
+        let gemms: [(&str, _, usize, bool); 5] = [
+            ("w4a16_gemm_t", kk.nvfp4_gemm_t, 64, false),
+            ("w4a16_gemm_t_k64", kk.nvfp4_gemm_t_k64, 64, false),
+            ("w4a16_gemm_t_m128", kk.nvfp4_gemm_t_m128, 128, false),
+            ("w4a16_gemm_t_m128_v2", kk.nvfp4_gemm_t_m128_v2, 128, false),
+            ("nvfp4_mmq_gemm", kk.nvfp4_mmq_gemm, 64, true),
+        ];
+        let nvfp4_ref = |r: usize, round: ActRound| {
+            let mut out = vec![0f32; n];
+            reference::nvfp4_row(
+                xr(r),
+                &ne.parts[0].1,
+                &ne.parts[1].1,
+                nw.global_scale,
+                n,
+                k,
+                kp,
+                round,
+                &mut out,
+            );
+            out
+        };
+        for (name, handle, bm, mmq) in gemms {
+            for &m in ms {
+                poison(b.as_ref(), yd)?;
+                use crate::gpu::KArg::{F32, I32, Ptr};
+                let a = |v: usize| I32(v as i32);
+                let (np, grid_n) = if mmq {
+                    (me.padded[0], me.padded[0] / 128)
+                } else {
+                    (te.padded[0], n.div_ceil(128))
+                };
+                let cfg = crate::gpu::LaunchCfg {
+                    grid: (grid_n as u32, m.div_ceil(bm) as u32, 1),
+                    block: (if mmq { 128 } else { 2 * bm as u32 }, 1, 1),
+                    smem: 0,
+                };
+                let mut args = vec![Ptr(xd), a(m)];
+                if mmq {
+                    args.push(Ptr(tiles));
+                } else {
+                    args.extend([Ptr(ct), Ptr(st)]);
+                }
+                args.extend([
+                    F32(nw.global_scale),
+                    Ptr(yd),
+                    a(n),
+                    a(np),
+                    a(k),
+                    a(kp),
+                    a(n),
+                ]);
+                b.launch(handle, cfg, 0, &args)?;
+                b.synchronize(0)?;
+                let err = sampled_err(b.as_ref(), yd, m, n, |r| nvfp4_ref(r, ActRound::Bf16))?;
+                push(&mut rows, name, (h, i), m, err, 2e-6);
+            }
+        }
+        // W4A4: NVFP4 activation quantization bit for bit, then nvfp4_proj_mx against the f64
+        // product of the same quantized activations.
+        {
+            let mut l = DenseFfnLayer::new(&ctx);
+            let same = DenseWeights {
+                gate: wf.clone(),
+                up: wf.clone(),
+                down: rng.vec(k * n, 0.1),
+                hidden: k,
+                inter: n,
+            };
+            install_nvfp4(b.as_ref(), &mut l, &same)?;
+            for &m in ms {
+                poison(b.as_ref(), yd)?;
+                let q = l.w4a4_gate_for_check(&mut ctx, xd, m, yd)?;
+                b.synchronize(0)?;
+                let mut qc = vec![0u8; m * kp / 2];
+                let mut qs = vec![0u8; m * kp / 16];
+                b.download(q.0, &mut qc)?;
+                b.download(q.1, &mut qs)?;
+                let qg = download_f32(b.as_ref(), q.2)?;
+                let exact = (0..m).into_par_iter().all(|r| {
+                    let (c, s, g) = reference::quantize_row_nvfp4(xr(r), kp);
+                    c == qc[r * kp / 2..(r + 1) * kp / 2]
+                        && s == qs[r * kp / 16..(r + 1) * kp / 16]
+                        && g.to_bits() == qg[r].to_bits()
+                });
+                push(
+                    &mut rows,
+                    "quantize_act_nvfp4 (bits)",
+                    (h, i),
+                    m,
+                    if exact { 0.0 } else { 1.0 },
+                    0.0,
+                );
+                let err = sampled_err(b.as_ref(), yd, m, n, |r| {
+                    let (c, s, g) = reference::quantize_row_nvfp4(xr(r), kp);
+                    let mut out = vec![0f32; n];
+                    reference::w4a4_row(
+                        &c,
+                        &s,
+                        g,
+                        &ne.parts[0].1,
+                        &ne.parts[1].1,
+                        nw.global_scale,
+                        n,
+                        kp,
+                        &mut out,
+                    );
+                    out
+                })?;
+                push(&mut rows, "nvfp4_proj_mx", (h, i), m, err, 2e-6);
+            }
+        }
+        for p in [ct, st, tiles] {
+            b.free(p);
         }
         {
             let mut l = DenseFfnLayer::new(&ctx);
@@ -377,7 +540,7 @@ pub fn layer_checks(
         ModelLevers::from_map(&env, crate::gpu::levers::HARDWARE_SM90)
     };
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-    let arms: [(&str, Install, ModelLevers, Activation); 8] = [
+    let arms: [(&str, Install, ModelLevers, Activation); 14] = [
         (
             "fp8 fused",
             |b, l, w| install_fp8(b, l, w, true),
@@ -416,6 +579,33 @@ pub fn layer_checks(
         ),
         ("bf16", install_bf16, lev(&[]), Activation::Silu),
         ("nvfp4", install_nvfp4, lev(&[]), Activation::Silu),
+        ("nvfp4 gelu", install_nvfp4, lev(&[]), Activation::Gelu),
+        ("nvfp4 t", install_nvfp4_t, lev(&[]), Activation::Silu),
+        (
+            "nvfp4 t k64",
+            install_nvfp4_t,
+            lev(&[("METRALE_W4A16_K64_MIN_K", "64")]),
+            Activation::Silu,
+        ),
+        ("nvfp4 mmq", install_nvfp4_mmq, lev(&[]), Activation::Silu),
+        (
+            "nvfp4 silu fused",
+            install_nvfp4,
+            lev(&[
+                ("METRALE_FFN_SILU_FUSED_DOWN", "1"),
+                ("METRALE_DECODE_FFN_VIA_GEMM", "0"),
+            ]),
+            Activation::Silu,
+        ),
+        (
+            "nvfp4 w4a4",
+            install_nvfp4,
+            lev(&[
+                ("METRALE_SINGLE_ROW_W4A4", "1"),
+                ("METRALE_SMALL_BATCH_W4A4", "1"),
+            ]),
+            Activation::Silu,
+        ),
     ];
     for &(h, i) in shapes {
         let w = DenseWeights::random(rng, h, i);
@@ -436,11 +626,16 @@ pub fn layer_checks(
                 let xh = host.alloc((m * h * 4) as u64)?;
                 upload_f32(b.as_ref(), xg, &x)?;
                 upload_f32(host.as_ref(), xh, &x)?;
+                let nv = arm.starts_with("nvfp4");
                 let methods: &[&str] = match m {
+                    1 if nv => &["forward", "prefill", "km"],
                     1 => &["forward", "prefill"],
                     2 => &["forward_k2", "prefill"],
                     3 => &["forward_k3"],
                     _ if *arm == "w8a8" => &["prefill", "fixed"],
+                    _ if *arm == "nvfp4 w4a4" && m <= 16 => &["prefill", "fixed", "km"],
+                    _ if *arm == "nvfp4 w4a4" => &["fixed"],
+                    _ if nv && m <= 16 => &["prefill", "km"],
                     _ => &["prefill"],
                 };
                 for method in methods {
@@ -454,6 +649,7 @@ pub fn layer_checks(
                             "forward_k2" => l.forward_k2(c, x),
                             "forward_k3" => l.forward_k3(c, x),
                             "fixed" => l.forward_fixed(c, x, m),
+                            "km" => l.forward_km(c, x, m),
                             _ => l.forward_prefill(c, x, m),
                         }?;
                         c.backend.synchronize(0)?;
@@ -475,11 +671,13 @@ pub fn layer_checks(
                     // last-bit difference can flip it: 1e-3 for BF16 (the cuBLAS arm, and the FP8
                     // tensor-core GEMMs above the GEMV rows), 5e-3 for W8A8 (FP8).
                     let tc_rows = if levers.ffn_batch16 { 16 } else { 4 };
-                    let tol = if arm.starts_with("w8a8") {
+                    let w4a4 = *arm == "nvfp4 w4a4" && *method != "prefill";
+                    let tol = if w4a4 {
+                        // NVFP4 activations: a last-bit difference can move one E2M1 code.
+                        2e-2
+                    } else if arm.starts_with("w8a8") {
                         5e-3
-                    } else if arm.starts_with("bf16")
-                        || m > tc_rows
-                        || (*arm == "nvfp4" && *method == "prefill")
+                    } else if arm.starts_with("bf16") || m > tc_rows || (nv && *method == "prefill")
                     {
                         1e-3
                     } else {
@@ -498,7 +696,7 @@ pub fn layer_checks(
                 host.free(xh);
             }
             // Fixed path: a row's output bits alone equal its bits inside a batch.
-            if *arm == "w8a8" {
+            if *arm == "w8a8" || *arm == "nvfp4 w4a4" {
                 let m = 33.min(mmax);
                 let x = rng.vec(m * h, 1.0);
                 let xg = b.alloc((m * h * 4) as u64)?;
@@ -518,7 +716,7 @@ pub fn layer_checks(
                 b.free(xg);
                 push(
                     &mut rows,
-                    "fixed path row bits alone == in batch",
+                    &format!("fixed {arm}: row bits alone == in batch"),
                     (h, i),
                     m,
                     if same { 0.0 } else { 1.0 },
@@ -621,6 +819,97 @@ pub fn benchmarks(
             }
         }
         b.free(x);
+    }
+    // NVFP4 (0.5 byte codes + 1/16 byte scales per weight): decode chains, prefill GEMMs.
+    type NvArm = (
+        &'static str,
+        Install,
+        &'static [(&'static str, &'static str)],
+        bool,
+    );
+    let nv_arms: [NvArm; 6] = [
+        ("nvfp4 GEMV chain (split SiLU)", install_nvfp4, &[], false),
+        (
+            "nvfp4 GEMV chain (SiLU-fused down)",
+            install_nvfp4,
+            &[("METRALE_FFN_SILU_FUSED_DOWN", "1")],
+            false,
+        ),
+        (
+            "nvfp4 W4A4 (single row)",
+            install_nvfp4,
+            &[("METRALE_SINGLE_ROW_W4A4", "1")],
+            false,
+        ),
+        ("nvfp4 base w4a16_gemm", install_nvfp4, &[], true),
+        ("nvfp4 _t GEMMs", install_nvfp4_t, &[], true),
+        ("nvfp4 MMQ GEMM", install_nvfp4_mmq, &[], true),
+    ];
+    for (name, install, env, prefill) in nv_arms {
+        let map: HashMap<String, String> = env
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let levers = ModelLevers::from_map(&map, crate::gpu::levers::HARDWARE_SM90);
+        let mut ctx = ForwardContext::new(b.clone(), cfg, 4096, levers)?;
+        let mut layer = DenseFfnLayer::new(&ctx);
+        install(b.as_ref(), &mut layer, &w)?;
+        let x = b.alloc((4096 * h * 4) as u64)?;
+        upload_f32(
+            b.as_ref(),
+            x.view(0, (4096 * h * 4) as u64),
+            &rng.vec(4096 * h, 1.0),
+        )?;
+        if !prefill {
+            let t = time_median(b.as_ref(), 50, || layer.forward(&mut ctx, x).map(|_| ()))?;
+            let bw = weight_bytes(0.5 + 1.0 / 16.0) / t;
+            out.push(format!(
+                "decode m=1 {name:<30} {:>8.1} us  {:>6.0} GB/s  {:>5.1}% of copy ceiling",
+                t * 1e6,
+                bw / 1e9,
+                100.0 * bw / ceiling
+            ));
+        } else {
+            for m in [64usize, 512, 1024, 2048, 4096] {
+                let t = time_median(b.as_ref(), 10, || {
+                    layer.forward_prefill(&mut ctx, x, m).map(|_| ())
+                })?;
+                let flops = 2.0 * m as f64 * (3 * h * i) as f64;
+                out.push(format!(
+                    "prefill m={m:<5} {name:<30} {:>8.2} ms  {:>6.1} TFLOP/s",
+                    t * 1e3,
+                    flops / t / 1e12
+                ));
+            }
+        }
+        b.free(x);
+    }
+    // The start-up cost a pack saves: finalize_nvfp4_mmq_load's GPU repack of one layer.
+    {
+        let mut ctx = ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default())?;
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let mut layer = DenseFfnLayer::new(&ctx);
+            install_nvfp4_t(b.as_ref(), &mut layer, &w)?;
+            b.synchronize(0)?;
+            let t0 = Instant::now();
+            layer.finalize_nvfp4_mmq_load(&mut ctx, h, i, 0)?;
+            times.push(t0.elapsed().as_secs_f64());
+            for p in layer.weights.nvfp4_mmq.iter().flatten() {
+                b.free(*p);
+            }
+            for p in layer.weights.nvfp4.iter().flatten() {
+                b.free(p.codes);
+                b.free(p.scales);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        out.push(format!(
+            "finalize_nvfp4_mmq_load (GPU repack of gate, up, down) {:>8.3} ms per layer ({}x{}; median of 5)",
+            times[2] * 1e3,
+            h,
+            i
+        ));
     }
     // cuBLAS BF16 on the same shapes, the peer of the prefill figures.
     let wb = b.alloc((i * h * 2) as u64)?;
@@ -735,6 +1024,7 @@ pub fn load_checks_from(
     let opts = ConvertOptions {
         layouts: Some(vec![
             Layout::Nvfp4,
+            Layout::Nvfp4T,
             Layout::Nvfp4Mmq,
             Layout::Fp8,
             Layout::W8a8,
@@ -791,15 +1081,21 @@ pub fn load_checks_from(
             inter,
         };
         let ov = &lp.layers[li];
-        type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-        let arms: [(&str, LayerOverlays, Install); 4] = [
+        // How an engine without packs builds the same overlays at start-up.
+        type Install = fn(
+            &dyn GpuBackend,
+            &mut DenseFfnLayer,
+            &DenseWeights,
+            &mut ForwardContext,
+        ) -> GpuResult<()>;
+        let arms: [(&str, LayerOverlays, Install); 6] = [
             (
                 "fp8",
                 LayerOverlays {
                     fp8: ov.fp8,
                     ..Default::default()
                 },
-                |b, l, w| install_fp8(b, l, w, true),
+                |b, l, w, _| install_fp8(b, l, w, true),
             ),
             (
                 "w8a8",
@@ -807,7 +1103,7 @@ pub fn load_checks_from(
                     w8a8: ov.w8a8,
                     ..Default::default()
                 },
-                install_w8a8,
+                |b, l, w, _| install_w8a8(b, l, w),
             ),
             (
                 "bf16",
@@ -815,16 +1111,38 @@ pub fn load_checks_from(
                     bf16: ov.bf16,
                     ..Default::default()
                 },
-                install_bf16,
+                |b, l, w, _| install_bf16(b, l, w),
             ),
             (
                 "nvfp4",
                 LayerOverlays {
                     nvfp4: ov.nvfp4,
+                    ..Default::default()
+                },
+                |b, l, w, _| install_nvfp4(b, l, w),
+            ),
+            (
+                "nvfp4_t",
+                LayerOverlays {
+                    nvfp4: ov.nvfp4,
+                    nvfp4_t: ov.nvfp4_t,
+                    ..Default::default()
+                },
+                |b, l, w, _| install_nvfp4_t(b, l, w),
+            ),
+            (
+                // Start-up: the _t copies, then the GPU repack of finalize_nvfp4_mmq_load.
+                "nvfp4_mmq",
+                LayerOverlays {
+                    nvfp4: ov.nvfp4,
                     nvfp4_mmq: ov.nvfp4_mmq,
                     ..Default::default()
                 },
-                install_nvfp4,
+                |b, l, w, c| {
+                    install_nvfp4_t(b, l, w)?;
+                    let (h, i) = (w.hidden, w.inter);
+                    l.finalize_nvfp4_mmq_load(c, h, i, 0).map(|_| ())
+                },
             ),
         ];
         {
@@ -851,7 +1169,7 @@ pub fn load_checks_from(
             let mut from_pack = DenseFfnLayer::new(&ctx);
             overlays.install(&mut from_pack)?;
             let mut built = DenseFfnLayer::new(&ctx);
-            install(b.as_ref(), &mut built, &w)?;
+            install(b.as_ref(), &mut built, &w, &mut ctx)?;
             for m in [1usize, 2, 3, 5, 33] {
                 let x = rng.vec(m * hidden, 1.0);
                 let xp = b.alloc((m * hidden * 4) as u64)?;

@@ -4,7 +4,7 @@
 //! install. No repack, no quantization, no per-tensor copy.
 
 use crate::converters::layouts::{Layout, Proj};
-use crate::ffn::{Bf16Weight, DenseFfnLayer, Fp8Weight, Nvfp4Weight, W8a8Weight};
+use crate::ffn::{Bf16Weight, DenseFfnLayer, Fp8Weight, Nvfp4TWeight, Nvfp4Weight, W8a8Weight};
 use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
 use crate::pack::{FfnEntry, Pack};
 use std::collections::HashMap;
@@ -14,13 +14,18 @@ use std::time::Instant;
 /// How the segment reaches the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoMode {
-    /// Register, else staged (and say why).
+    /// The staging ring when at least [`STAGED_MIN_READERS`] reader threads are configured (on
+    /// the H200 host 16 readers beat registration: BENCHMARKS.md); otherwise register, falling
+    /// back to the ring (and saying why) when registration fails.
     Auto,
     /// Register the mapped segment read-only and copy straight from it.
     Register,
     /// Copy through a ring of pinned staging buffers.
     Staged,
 }
+
+/// `IoMode::Auto` takes the staging ring from this many reader threads up.
+pub const STAGED_MIN_READERS: usize = 8;
 
 /// Loader settings.
 #[derive(Clone, Debug)]
@@ -34,6 +39,9 @@ pub struct LoadOptions {
     pub ring: usize,
     /// Reader threads filling the ring (staged mode).
     pub readers: usize,
+    /// Register the mapping in pieces of this many bytes (a multiple of 4096), a helper thread
+    /// registering piece i+1 while piece i copies; 0 registers the whole segment at once.
+    pub register_chunk: usize,
 }
 
 impl Default for LoadOptions {
@@ -41,9 +49,14 @@ impl Default for LoadOptions {
         LoadOptions {
             io: IoMode::Auto,
             streams: 2,
-            chunk: 64 << 20,
-            ring: 8,
-            readers: 8,
+            // 4 MiB copies from a ring of 48, one reader per core up to 16: the best of the
+            // settings swept on the H200 host (BENCHMARKS.md).
+            chunk: 4 << 20,
+            ring: 48,
+            readers: std::thread::available_parallelism()
+                .map_or(4, |n| n.get())
+                .min(16),
+            register_chunk: 0,
         }
     }
 }
@@ -64,6 +77,8 @@ pub struct LoadStats {
 pub struct LayerOverlays {
     pub index: usize,
     pub nvfp4: Option<[Nvfp4Weight; 3]>,
+    /// `nvfp4_t` transposed copies per projection, when the pack holds them.
+    pub nvfp4_t: [Option<Nvfp4TWeight>; 3],
     /// `nvfp4_mmq` tiles per projection (gate, up, down), when the pack holds them.
     pub nvfp4_mmq: [Option<DevicePtr>; 3],
     pub fp8: Option<([Fp8Weight; 3], Option<Fp8Weight>)>,
@@ -76,6 +91,9 @@ impl LayerOverlays {
     pub fn install(&self, layer: &mut DenseFfnLayer) -> GpuResult<()> {
         if let Some(w) = self.nvfp4 {
             layer.set_nvfp4_weights(w)?;
+            if self.nvfp4_t.iter().any(Option::is_some) {
+                layer.set_nvfp4_t_weights(self.nvfp4_t)?;
+            }
             // Tiles from the pack: finalize_nvfp4_mmq_load then has nothing to repack.
             layer.weights.nvfp4_mmq = self.nvfp4_mmq;
         }
@@ -132,7 +150,11 @@ fn copy_registered(
     arena: DevicePtr,
     streams: &[StreamId],
     chunk: usize,
+    register_chunk: usize,
 ) -> GpuResult<()> {
+    if register_chunk > 0 && register_chunk < seg.len() {
+        return copy_registered_pipelined(b, seg, arena, streams, chunk, register_chunk);
+    }
     // SAFETY: `seg` is a page-aligned range of the pack's read-only mapping, which outlives the
     // registration (unregistered below, after every copy from it is synchronized).
     unsafe { b.register_host(seg.as_ptr(), seg.len(), true)? };
@@ -156,6 +178,70 @@ fn copy_registered(
     r
 }
 
+/// Registration in pieces on a helper thread, the copies of each registered piece issued as soon
+/// as it is registered; every piece is unregistered after the final synchronize.
+fn copy_registered_pipelined(
+    b: &dyn GpuBackend,
+    seg: &[u8],
+    arena: DevicePtr,
+    streams: &[StreamId],
+    chunk: usize,
+    piece: usize,
+) -> GpuResult<()> {
+    let piece = piece.div_ceil(4096) * 4096;
+    let pieces: Vec<(usize, usize)> = (0..seg.len())
+        .step_by(piece)
+        .map(|off| (off, piece.min(seg.len() - off)))
+        .collect();
+    let registered = std::sync::Mutex::new(Vec::<usize>::new());
+    let (tx, rx) = std::sync::mpsc::channel::<GpuResult<(usize, usize)>>();
+    let result = std::thread::scope(|sc| {
+        let reg = &registered;
+        let pcs = &pieces;
+        sc.spawn(move || {
+            for &(off, len) in pcs {
+                // SAFETY: a page-aligned sub-range of the pack's read-only mapping, which outlives
+                // the registration (unregistered below, after every copy is synchronized).
+                let r = unsafe { b.register_host(seg.as_ptr().add(off), len, true) };
+                let ok = r.is_ok();
+                if ok {
+                    reg.lock().unwrap().push(off);
+                }
+                if tx.send(r.map(|_| (off, len))).is_err() || !ok {
+                    return;
+                }
+            }
+        });
+        let mut c = 0usize;
+        for _ in 0..pieces.len() {
+            let (off, len) = rx
+                .recv()
+                .map_err(|_| GpuError::Invalid("registration thread ended early".into()))??;
+            for sub in (off..off + len).step_by(chunk) {
+                let n = chunk.min(off + len - sub);
+                // SAFETY: the piece is registered and stays so until the synchronize below.
+                unsafe {
+                    b.upload_async(
+                        arena.view(sub as u64, n as u64),
+                        seg.as_ptr().add(sub),
+                        n,
+                        streams[c % streams.len()],
+                    )?
+                };
+                c += 1;
+            }
+        }
+        streams.iter().try_for_each(|&s| b.synchronize(s))
+    });
+    // Every copy has completed (or the stream failed): unregister what was registered.
+    let _ = streams.iter().try_for_each(|&s| b.synchronize(s));
+    for off in registered.into_inner().unwrap() {
+        // SAFETY: no copy from this piece is in flight any more (synchronized above).
+        unsafe { b.unregister_host(seg.as_ptr().add(off)) };
+    }
+    result
+}
+
 /// Staged copy: `ring` pinned buffers, each with its own stream, filled by `readers` threads with
 /// `pread` from the file (no page faults on the mapping, no copy beyond the page cache and the
 /// ring) while the DMA engine drains the buffers filled before.
@@ -170,18 +256,19 @@ fn copy_staged(
     use std::os::unix::fs::FileExt;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let ring = opts.ring.max(1);
     let chunk = opts.chunk;
-    let bufs: Vec<Mutex<(*mut u8, StreamId)>> = (0..ring)
-        .map(|_| Ok(Mutex::new((b.alloc_pinned(chunk)?, b.new_stream()?))))
-        .collect::<GpuResult<_>>()?;
-    struct Ring<'a>(&'a [Mutex<(*mut u8, StreamId)>]);
+    let n_chunks = seg_len.div_ceil(chunk);
+    let ring = opts.ring.max(1).min(n_chunks.max(1));
+    // Each buffer is allocated by the first reader that takes it, so pinning the ring overlaps
+    // the first reads and copies instead of preceding them.
+    type Slot = Option<(*mut u8, StreamId)>;
+    let bufs: Vec<Mutex<Slot>> = (0..ring).map(|_| Mutex::new(None)).collect();
+    struct Ring<'a>(&'a [Mutex<Slot>]);
     // SAFETY: each buffer pointer is only touched under its Mutex; the pinned allocations live
     // until the end of this function, after every thread has joined.
     unsafe impl Sync for Ring<'_> {}
     let shared = Ring(&bufs);
     let next = AtomicUsize::new(0);
-    let n_chunks = seg_len.div_ceil(chunk);
     let result = std::thread::scope(|sc| {
         let workers: Vec<_> = (0..opts.readers.max(1).min(n_chunks.max(1)))
             .map(|_| {
@@ -194,8 +281,11 @@ fn copy_staged(
                         }
                         let off = c * chunk;
                         let len = chunk.min(seg_len - off);
-                        let guard = shared.0[c % ring].lock().unwrap();
-                        let (buf, stream) = *guard;
+                        let mut guard = shared.0[c % ring].lock().unwrap();
+                        if guard.is_none() {
+                            *guard = Some((b.alloc_pinned(chunk)?, b.new_stream()?));
+                        }
+                        let (buf, stream) = guard.unwrap();
                         // The copy that last used this buffer must finish before it is refilled.
                         b.synchronize(stream)?;
                         // SAFETY: `buf` holds `chunk` bytes, owned by this thread under the lock,
@@ -220,12 +310,14 @@ fn copy_staged(
             .into_iter()
             .try_for_each(|w| w.join().expect("reader thread panicked"))
     });
-    let synced = bufs
-        .iter()
-        .try_for_each(|m| b.synchronize(m.lock().unwrap().1));
-    for m in &bufs {
+    let slots: Vec<(*mut u8, StreamId)> = bufs
+        .into_iter()
+        .filter_map(|m| m.into_inner().unwrap())
+        .collect();
+    let synced = slots.iter().try_for_each(|&(_, s)| b.synchronize(s));
+    for &(buf, _) in &slots {
         // SAFETY: every copy is synchronized above.
-        unsafe { b.free_pinned(m.lock().unwrap().0) };
+        unsafe { b.free_pinned(buf) };
     }
     result.and(synced)
 }
@@ -259,21 +351,28 @@ pub fn load(
             IoMode::Staged
         }
         IoMode::Register => {
-            copy_registered(b, seg, arena, &streams, opts.chunk).map_err(gpu)?;
+            copy_registered(b, seg, arena, &streams, opts.chunk, opts.register_chunk)
+                .map_err(gpu)?;
             IoMode::Register
         }
-        IoMode::Auto => match copy_registered(b, seg, arena, &streams, opts.chunk) {
-            Ok(()) => IoMode::Register,
-            Err(e) => {
-                tracing::warn!(
-                    "{file}: read-only registration failed ({e}); using the pinned staging ring"
-                );
-                fell_back = Some(e.to_string());
-                copy_staged(b, &pack.file.file, range.start, seg.len(), arena, opts)
-                    .map_err(gpu)?;
-                IoMode::Staged
+        IoMode::Auto if opts.readers >= STAGED_MIN_READERS => {
+            copy_staged(b, &pack.file.file, range.start, seg.len(), arena, opts).map_err(gpu)?;
+            IoMode::Staged
+        }
+        IoMode::Auto => {
+            match copy_registered(b, seg, arena, &streams, opts.chunk, opts.register_chunk) {
+                Ok(()) => IoMode::Register,
+                Err(e) => {
+                    tracing::warn!(
+                        "{file}: read-only registration failed ({e}); using the pinned staging ring"
+                    );
+                    fell_back = Some(e.to_string());
+                    copy_staged(b, &pack.file.file, range.start, seg.len(), arena, opts)
+                        .map_err(gpu)?;
+                    IoMode::Staged
+                }
             }
-        },
+        }
     };
     let copy_seconds = t1.elapsed().as_secs_f64();
     let layers = overlays(&pack, arena).map_err(gpu)?;
@@ -348,6 +447,16 @@ pub fn overlays(pack: &Pack, arena: DevicePtr) -> GpuResult<Vec<LayerOverlays>> 
                 }
             }));
         }
+        o.nvfp4_t = projs.map(|p| {
+            let (c, fe) = get(l, Layout::Nvfp4T, p, "codes")?;
+            let (s, _) = get(l, Layout::Nvfp4T, p, "scales")?;
+            Some(Nvfp4TWeight {
+                codes: c,
+                scales: s,
+                np: dims(fe).2,
+                owned: false,
+            })
+        });
         o.nvfp4_mmq = projs.map(|p| get(l, Layout::Nvfp4Mmq, p, "").map(|(v, _)| v));
         if let (Some((fc, ffe)), Some((fs, _)), Some((dc, dfe)), Some((ds, _))) = (
             get(l, Layout::Fp8, Proj::GateUp, "codes"),

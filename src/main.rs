@@ -97,6 +97,10 @@ enum Cmd {
         /// auto, register or staged.
         #[arg(long, default_value = "auto")]
         io: String,
+        /// Also time other loader settings (staging ring sizes and reader counts, pieced
+        /// registration), warm, and print each.
+        #[arg(long)]
+        sweep: bool,
     },
     /// Write a pack's FFN blobs as U8 tensors of one safetensors file: the same bytes, for the
     /// PyTorch peer of bench-load (`scripts/peer_torch_load.py`).
@@ -162,7 +166,12 @@ fn run(cli: Cli) -> Result<()> {
                 .with_context(|| format!("unknown type {ty}"))?;
             metrale_pack::gen_model::gen_model(&out, hidden, inter, layers, t, &arch)
         }
-        Cmd::BenchLoad { pack, source, io } => bench_load(&pack, source.as_deref(), &io),
+        Cmd::BenchLoad {
+            pack,
+            source,
+            io,
+            sweep,
+        } => bench_load(&pack, source.as_deref(), &io, sweep),
         Cmd::ExportSegment { pack, out } => export_segment(&pack, &out),
     }
 }
@@ -575,7 +584,7 @@ fn drop_page_cache(path: &Path) -> bool {
     unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) == 0 }
 }
 
-fn bench_load(path: &Path, source: Option<&Path>, io: &str) -> Result<()> {
+fn bench_load(path: &Path, source: Option<&Path>, io: &str, sweep: bool) -> Result<()> {
     use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
     use metrale_pack::gpu::{GpuBackend, ModelLevers};
     use metrale_pack::loader::{self, IoMode, LoadOptions};
@@ -593,11 +602,7 @@ fn bench_load(path: &Path, source: Option<&Path>, io: &str) -> Result<()> {
         "pinned host-to-device ceiling (1 GiB, 2 streams): {:.1} GB/s",
         ceiling / 1e9
     );
-    let ready = |label: &str, io: IoMode| -> Result<f64> {
-        let opts = LoadOptions {
-            io,
-            ..LoadOptions::default()
-        };
+    let ready_with = |label: &str, opts: LoadOptions| -> Result<f64> {
         let t0 = std::time::Instant::now();
         let lp = loader::load(b.as_ref(), path, &opts)?;
         let m = &lp.pack.manifest.model;
@@ -625,7 +630,7 @@ fn bench_load(path: &Path, source: Option<&Path>, io: &str) -> Result<()> {
         let secs = t0.elapsed().as_secs_f64();
         let gbs = lp.stats.bytes as f64 / lp.stats.copy_seconds;
         println!(
-            "{label:<6} {:>8.3} s to ready ({} layers installed), segment {:.2} GB copied in {:.3} s = {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}",
+            "{label} {:>8.3} s to ready ({} layers installed), segment {:.2} GB copied in {:.3} s = {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}",
             secs,
             layers.len(),
             lp.stats.bytes as f64 / 1e9,
@@ -643,6 +648,15 @@ fn bench_load(path: &Path, source: Option<&Path>, io: &str) -> Result<()> {
         drop(ctx);
         Ok(secs)
     };
+    let ready = |label: &str, io: IoMode| {
+        ready_with(
+            label,
+            LoadOptions {
+                io,
+                ..LoadOptions::default()
+            },
+        )
+    };
     // The chosen mode, warm (three runs) and cold; then, with auto, each path alone, warm.
     warm_page_cache(path);
     let mut warm: Vec<f64> = (0..3).map(|_| ready("warm", io)).collect::<Result<_>>()?;
@@ -651,6 +665,41 @@ fn bench_load(path: &Path, source: Option<&Path>, io: &str) -> Result<()> {
         for mode in [IoMode::Register, IoMode::Staged] {
             for _ in 0..2 {
                 ready("warm", mode)?;
+            }
+        }
+    }
+    if sweep {
+        warm_page_cache(path);
+        let mib = 1usize << 20;
+        for (readers, chunk, ring) in [
+            (8, 4, 48),
+            (16, 2, 64),
+            (16, 8, 32),
+            (24, 4, 64),
+            (24, 2, 96),
+        ] {
+            let o = LoadOptions {
+                io: IoMode::Staged,
+                readers,
+                chunk: chunk * mib,
+                ring,
+                ..LoadOptions::default()
+            };
+            for _ in 0..2 {
+                ready_with(
+                    &format!("sweep staged readers={readers} chunk={chunk}MiB ring={ring}"),
+                    o.clone(),
+                )?;
+            }
+        }
+        for piece in [1024usize, 256] {
+            let o = LoadOptions {
+                io: IoMode::Register,
+                register_chunk: piece * mib,
+                ..LoadOptions::default()
+            };
+            for _ in 0..2 {
+                ready_with(&format!("sweep register piece={piece}MiB"), o.clone())?;
             }
         }
     }

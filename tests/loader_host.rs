@@ -24,8 +24,9 @@ fn loaded_overlays_equal_the_pack_and_compute_what_start_up_builds() {
         &mut Rand(3),
     )
     .unwrap();
-    // Per copy path: launches, bytes, repack launches, 4 arms x 5 row counts.
-    assert_eq!(rows.len(), 2 * (3 + 4 * 5));
+    // Per copy path: launches, bytes, repack launches, 6 arms (fp8, w8a8, bf16, nvfp4, nvfp4_t,
+    // nvfp4_mmq) x 5 row counts.
+    assert_eq!(rows.len(), 2 * (3 + 6 * 5));
     for r in &rows {
         assert!(r.pass, "{r:?}");
     }
@@ -44,7 +45,12 @@ fn auto_falls_back_to_staging_when_registration_is_refused() {
     };
     pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
     let b = HostBackend::without(&["register_host"]);
-    let lp = loader::load(&b, &p, &LoadOptions::default()).unwrap();
+    // With few reader threads Auto registers first; refused, it falls back and says why.
+    let few = LoadOptions {
+        readers: 2,
+        ..Default::default()
+    };
+    let lp = loader::load(&b, &p, &few).unwrap();
     assert_eq!(lp.stats.mode, IoMode::Staged);
     assert!(
         lp.stats
@@ -70,11 +76,19 @@ fn auto_falls_back_to_staging_when_registration_is_refused() {
         "{e}"
     );
     assert!(lp.host_view("token_embd.weight").is_some());
+    // With enough readers Auto takes the staging ring directly (nothing to fall back from).
+    let many = LoadOptions {
+        readers: loader::STAGED_MIN_READERS,
+        ..Default::default()
+    };
+    let lp = loader::load(&HostBackend::new(), &p, &many).unwrap();
+    assert_eq!(lp.stats.mode, IoMode::Staged);
+    assert!(lp.stats.fell_back.is_none());
 }
 
 #[test]
 fn the_real_smollm2_pack_loads_and_computes_what_start_up_builds() {
-    // Converted from the real SmolLM2 GGUF (Q4_1) with nvfp4, nvfp4_mmq, fp8, w8a8 and bf16; layer 1.
+    // Converted from the real SmolLM2 GGUF (Q4_1) with nvfp4, nvfp4_t, nvfp4_mmq, fp8, w8a8 and bf16; layer 1.
     let src = {
         #[path = "common/mod.rs"]
         mod common;
@@ -84,9 +98,55 @@ fn the_real_smollm2_pack_loads_and_computes_what_start_up_builds() {
     let rows =
         gpucheck::load_checks_from(b, &src, &[IoMode::Register, IoMode::Staged], &mut Rand(9))
             .unwrap();
-    assert_eq!(rows.len(), 2 * (3 + 4 * 5));
+    assert_eq!(rows.len(), 2 * (3 + 6 * 5));
     for r in &rows {
         assert!(r.pass, "{r:?}");
         assert_eq!(r.shape, "576x1536");
+    }
+}
+
+#[test]
+fn pieced_registration_and_a_lazily_pinned_ring_copy_every_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.gguf");
+    metrale_pack::gen_model::gen_model(&src, 128, 256, 2, metrale_pack::GgmlType::F16, "llama")
+        .unwrap();
+    let p = dir.path().join("m.mpk.gguf");
+    let opts = ConvertOptions {
+        layouts: Some(vec![Layout::Nvfp4, Layout::Fp8, Layout::Bf16]),
+        ..Default::default()
+    };
+    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+    let b = HostBackend::new();
+    for o in [
+        // Pieces of 16 KiB registered on the helper thread, copies of 12 KiB within them.
+        LoadOptions {
+            io: IoMode::Register,
+            register_chunk: 16 << 10,
+            chunk: 12 << 10,
+            ..Default::default()
+        },
+        // A ring larger than the chunk count, buffers pinned on first use by 5 readers.
+        LoadOptions {
+            io: IoMode::Staged,
+            chunk: 20 << 10,
+            ring: 1000,
+            readers: 5,
+            ..Default::default()
+        },
+    ] {
+        let lp = loader::load(&b, &p, &o).unwrap();
+        assert_eq!(lp.stats.mode, o.io);
+        let mut checked = 0;
+        for (i, e) in lp.pack.manifest.tensors.iter().enumerate() {
+            if let Some(v) = e.ffn.as_ref().and_then(|_| lp.device_view(&e.name)) {
+                let mut got = vec![0u8; v.bytes as usize];
+                b.download(v, &mut got).unwrap();
+                assert!(got == lp.pack.data(i), "{:?}: {} differs", o.io, e.name);
+                checked += 1;
+            }
+        }
+        assert!(checked >= 2 * 3 * 2, "{checked}");
+        b.free(lp.arena);
     }
 }

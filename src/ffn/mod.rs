@@ -1,7 +1,8 @@
 //! `DenseFfnLayer`: the engine's dense FFN layer with its weight overlays and forward arms, on
-//! any [`GpuBackend`]. This file holds the contract (methods, routing) and the BF16, FP8 and
-//! W8A8 arms; the NVFP4, Q4_K-MMQ, packed-Q2 and LoRA arms resolve their kernels by name and
-//! return [`GpuError::MissingKernel`] naming the kernel until those kernels exist.
+//! any [`GpuBackend`]. This file holds the contract (methods, routing) and the BF16, FP8, W8A8
+//! and NVFP4 arms (W4A16 decode GEMVs, the batch-m tiers, the `_t`, MMQ and base prefill GEMMs,
+//! W4A4 and the fixed W4A4 path); the Q4_K-MMQ, packed-Q2 and LoRA arms resolve their kernels by
+//! name and return [`GpuError::MissingKernel`] naming the kernel until those kernels exist.
 //!
 //! Activations are f32 row-major `[m, hidden]`; outputs land in the arena's `moe_output`
 //! (`[m, hidden]` f32). Every kernel launched is appended to `ForwardContext::trace`, so tests
@@ -165,6 +166,17 @@ pub struct Nvfp4Weight {
     pub kp: usize,
 }
 
+/// The transposed NVFP4 copy (`nvfp4_t` layout) of one projection: codes `[kp, np/2]`,
+/// scales `[kp/16, np]`, np = n rounded up to 64. `owned`: the layer allocated it (and frees it
+/// in `finalize_nvfp4_mmq_load`); a view into a loaded pack is only dropped.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Nvfp4TWeight {
+    pub codes: DevicePtr,
+    pub scales: DevicePtr,
+    pub np: usize,
+    pub owned: bool,
+}
+
 /// The layer's base weights: NVFP4, possibly absent, with its load-time copies: the transposed
 /// `_t` copies the `w4a16_gemm_t*` prefill reads, and the `nvfp4_mmq` tiles of the MMQ prefill
 /// (built by `finalize_nvfp4_mmq_load`, which frees the `_t` copy of what it repacks, or given
@@ -172,7 +184,7 @@ pub struct Nvfp4Weight {
 #[derive(Clone, Debug, Default)]
 pub struct DenseFfnWeights {
     pub nvfp4: Option<[Nvfp4Weight; 3]>,
-    pub nvfp4_t: [Option<DevicePtr>; 3],
+    pub nvfp4_t: [Option<Nvfp4TWeight>; 3],
     pub nvfp4_mmq: [Option<DevicePtr>; 3],
 }
 
@@ -197,6 +209,11 @@ macro_rules! kernel_set {
         }
         /// `(field, module, name)` of every kernel, for messages and tests.
         pub const FFN_KERNELS: &[(&str, &str, &str)] = &[$((stringify!($field), $module, $name),)*];
+        /// The kernel name of a resolved handle (for the trace).
+        fn name_of(h: KernelHandle, k: &FfnKernels) -> &'static str {
+            $(if h.ok() && h == k.$field { return $name; })*
+            "?"
+        }
     };
 }
 
@@ -216,6 +233,17 @@ kernel_set! {
     nvfp4_gemv_dual = "ffn_nvfp4"::"w4a16_gemv_dual";
     nvfp4_gemv = "ffn_nvfp4"::"w4a16_gemv";
     nvfp4_gemm = "ffn_nvfp4"::"w4a16_gemm";
+    nvfp4_gemv_b2 = "ffn_nvfp4"::"w4a16_gemv_batch2";
+    nvfp4_gemv_b3 = "ffn_nvfp4"::"w4a16_gemv_batch3";
+    nvfp4_gemv_dual_b2 = "ffn_nvfp4"::"w4a16_gemv_dual_batch2";
+    nvfp4_gemv_dual_b3 = "ffn_nvfp4"::"w4a16_gemv_dual_batch3";
+    nvfp4_silu_down = "ffn_nvfp4"::"w4a16_gemv_silu_down";
+    nvfp4_gemm_t = "ffn_nvfp4"::"w4a16_gemm_t";
+    nvfp4_gemm_t_k64 = "ffn_nvfp4"::"w4a16_gemm_t_k64";
+    nvfp4_gemm_t_m128 = "ffn_nvfp4"::"w4a16_gemm_t_m128";
+    nvfp4_gemm_t_m128_v2 = "ffn_nvfp4"::"w4a16_gemm_t_m128_v2";
+    nvfp4_mmq_gemm = "ffn_nvfp4"::"nvfp4_mmq_gemm";
+    quant_nvfp4 = "ffn_nvfp4"::"quantize_act_nvfp4";
     nvfp4_small_m4 = "ffn_nvfp4"::"nvfp4_proj_small_m4";
     nvfp4_small_m8 = "ffn_nvfp4"::"nvfp4_proj_small_m8";
     nvfp4_small_m16 = "ffn_nvfp4"::"nvfp4_proj_small_m16";
@@ -223,32 +251,9 @@ kernel_set! {
     nvfp4_repack = "ffn_nvfp4"::"nvfp4_mmq_repack";
 }
 
-fn name_of(h: KernelHandle, k: &FfnKernels) -> &'static str {
-    // Look the handle up among the fields, for the trace.
-    let pairs: [(KernelHandle, &'static str); 17] = [
-        (k.nvfp4_gemv_dual, "w4a16_gemv_dual"),
-        (k.nvfp4_gemv, "w4a16_gemv"),
-        (k.nvfp4_repack, "nvfp4_mmq_repack"),
-        (k.nvfp4_gemm, "w4a16_gemm"),
-        (k.act_silu, "act_mul_silu"),
-        (k.act_gelu, "act_mul_gelu"),
-        (k.to_bf16, "f32_to_bf16"),
-        (k.fp8_b4, "w8a16_gemv_batch4"),
-        (k.fp8_b16, "w8a16_gemv_batch16"),
-        (k.fp8_m16, "w8a16_gemm_m16"),
-        (k.fp8_pipe, "w8a16_gemm_pipelined"),
-        (k.fp8_base, "w8a16_gemm"),
-        (k.fp8_w8a8_block, "w8a8_block_gemm"),
-        (k.quant_fp8_row, "quantize_act_fp8_row"),
-        (k.w8a8, "w8a8_gemm"),
-        (k.bf16_gemv, "bf16_gemv_batch4"),
-        (k.nvfp4_proj_mx, "nvfp4_proj_mx"),
-    ];
-    pairs
-        .iter()
-        .find(|(kh, _)| *kh == h)
-        .map(|(_, n)| *n)
-        .unwrap_or("?")
+/// A declared activation format that means NVFP4 activations.
+fn declared_a4(f: &str) -> bool {
+    matches!(f, "w4a4" | "a4" | "nvfp4")
 }
 
 fn missing(module: &str, name: &str) -> GpuError {
@@ -277,6 +282,10 @@ pub struct DenseFfnLayer {
     w8a8: Option<[W8a8Weight; 3]>,
     kernels: FfnKernels,
 }
+
+/// Output columns per block of the NVFP4 GEMVs (`w4a16_gemv*`, the batch-m tiers): 8 warps of
+/// `GEMV_R` = 2 columns (kernels/ffn_nvfp4.cu).
+pub const NVFP4_GEMV_COLS: usize = 16;
 
 /// Rows the declared W8A8 arm serves in prefill before the next arm (HARDWARE.toml default).
 pub const W8A8_MAX_ROWS: usize = 64;
@@ -452,6 +461,30 @@ impl DenseFfnLayer {
         Ok(())
     }
 
+    /// Install the transposed `_t` copies (`nvfp4_t` layout) the `w4a16_gemm_t*` prefill GEMMs
+    /// read, per projection (gate, up, down). Needs the `nvfp4` base installed first.
+    pub fn set_nvfp4_t_weights(&mut self, t: [Option<Nvfp4TWeight>; 3]) -> GpuResult<()> {
+        let Some(w) = self.weights.nvfp4 else {
+            return Err(GpuError::Invalid(
+                "set_nvfp4_t_weights: install the nvfp4 base first".into(),
+            ));
+        };
+        for (p, (x, base)) in t.iter().zip(w.iter()).enumerate() {
+            if let Some(x) = x
+                && (x.np != base.n.div_ceil(64) * 64
+                    || x.codes.bytes < (base.kp * x.np / 2) as u64
+                    || x.scales.bytes < (base.kp / 16 * x.np) as u64)
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_nvfp4_t_weights projection {p}: np {} / buffers do not fit the nvfp4_t layout of [{}, {}]",
+                    x.np, base.n, base.kp
+                )));
+            }
+        }
+        self.weights.nvfp4_t = t;
+        Ok(())
+    }
+
     /// Load-time setup of the NVFP4 MMQ prefill arm: repack gate and up (and down unless
     /// `METRALE_NO_FFN_NVFP4_MMQ_DOWN`) into the `nvfp4_mmq` tiles on the GPU, synchronize, and
     /// free the `_t` copies of what it repacked. Returns at once (false) for FP8 (or packed-Q2)
@@ -519,8 +552,11 @@ impl DenseFfnLayer {
         if did {
             ctx.backend.synchronize(stream)?;
             for p in 0..count {
-                if let Some(t) = self.weights.nvfp4_t[p].take() {
-                    ctx.backend.free(t);
+                if let Some(t) = self.weights.nvfp4_t[p].take()
+                    && t.owned
+                {
+                    ctx.backend.free(t.codes);
+                    ctx.backend.free(t.scales);
                 }
             }
         }
@@ -574,9 +610,14 @@ impl DenseFfnLayer {
             && self.kernels.nvfp4_proj_mx.ok()
     }
 
-    /// The fixed activation-quantization path serves `m` rows: the declared W8A8 arm (W8A8
-    /// weights installed, SiLU, its two kernels resolved). The W4A4 arm comes with NVFP4.
+    /// The fixed activation-quantization path serves `m` rows: the W8A8 arm or the W4A4 arm.
     pub fn fixed_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
+        self.fixed_w8a8_ok(ctx, m) || self.fixed_w4a4_ok(ctx, m)
+    }
+
+    /// The fixed W8A8 arm: W8A8 weights installed, SiLU, its two kernels resolved, and the
+    /// declared format `w8a8` or none.
+    pub fn fixed_w8a8_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
         let declared = ctx
             .levers
             .activation_quantization
@@ -588,6 +629,38 @@ impl DenseFfnLayer {
             && self.kernels.quant_fp8_row.ok()
             && self.kernels.w8a8.ok()
             && (1..=ctx.max_tokens).contains(&m)
+    }
+
+    /// The fixed W4A4 arm: SiLU layers with NVFP4 weights (the format is NVFP4) when no format
+    /// or A4 (`w4a4`, `a4`, `nvfp4`) is declared, `quantize_act_nvfp4` and `nvfp4_proj_mx`
+    /// resolved. NVFP4 activation quantization at every row count.
+    pub fn fixed_w4a4_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
+        self.weights.nvfp4.is_some()
+            && self.activation == Activation::Silu
+            && ctx
+                .levers
+                .activation_quantization
+                .as_deref()
+                .is_none_or(declared_a4)
+            && self.kernels.quant_nvfp4.ok()
+            && self.kernels.nvfp4_proj_mx.ok()
+            && (1..=ctx.max_tokens).contains(&m)
+    }
+
+    /// `forward_km(m)` of an NVFP4 layer runs W4A4: one row with `single_row_w4a4`, 2-3 rows
+    /// with `small_batch_w4a4`, any row count with A4 declared.
+    fn km_w4a4(&self, ctx: &ForwardContext, m: usize) -> bool {
+        let declared = ctx
+            .levers
+            .activation_quantization
+            .as_deref()
+            .is_some_and(declared_a4);
+        (m == 1 && self.single_row_w4a4(ctx))
+            || ((2..=3).contains(&m) && self.small_batch_w4a4(ctx))
+            || (declared
+                && self.weights.nvfp4.is_some()
+                && self.kernels.nvfp4_proj_mx.ok()
+                && self.kernels.quant_nvfp4.ok())
     }
 
     /// The fused FP8 gate+up GEMV serves decode: fused weight installed, lever on, kernel resolved.
@@ -620,7 +693,7 @@ impl DenseFfnLayer {
     /// One decode row. Returns `moe_output` holding `[1, hidden]`.
     pub fn forward(&self, ctx: &mut ForwardContext, input: DevicePtr) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, 1)?;
-        if self.w8a8.is_some() && self.fixed_ok(ctx, 1) {
+        if self.w8a8.is_some() && self.fixed_w8a8_ok(ctx, 1) {
             return self.w8a8_arm(ctx, input, 1);
         }
         if self.fp8.is_some() {
@@ -688,8 +761,20 @@ impl DenseFfnLayer {
         if self.fp8.is_some() || self.bf16.is_some() {
             return self.forward_prefill(ctx, input, m);
         }
-        if self.weights.nvfp4.is_some() {
-            return Err(missing("ffn_nvfp4", "nvfp4_proj_small_m"));
+        if let Some(w) = self.weights.nvfp4 {
+            if self.km_w4a4(ctx, m) {
+                return self.w4a4_arm(ctx, input, m);
+            }
+            let Some(k) = self.batchm_kernel(m) else {
+                return Err(match m {
+                    1..=16 => missing("ffn_nvfp4", "nvfp4_proj_small_m4|8|16"),
+                    _ => GpuError::Invalid(format!(
+                        "forward_km: {m} rows, the batch-m tiers serve 1..=16"
+                    )),
+                });
+            };
+            let pw = [(k, w[0]), (k, w[1]), (k, w[2])];
+            return self.gated(ctx, input, m, &pw, Self::nvfp4_small_m_project);
         }
         Err(GpuError::Invalid(
             "forward_km: no NVFP4 or FP8 weights".into(),
@@ -712,14 +797,18 @@ impl DenseFfnLayer {
             None
         };
         let m = num_tokens;
-        let out = if self.w8a8.is_some() && m <= ctx.levers.w8a8_max_rows && self.fixed_ok(ctx, m) {
+        let out = if self.w8a8.is_some()
+            && m <= ctx.levers.w8a8_max_rows
+            && self.fixed_w8a8_ok(ctx, m)
+        {
             self.w8a8_arm(ctx, input, m)
         } else if self.fp8.is_some() {
             self.fp8_arm(ctx, input, m)
         } else if let Some(w) = self.bf16 {
             self.bf16_prefill_arm(ctx, input, m, &w)
         } else if let Some(w) = self.weights.nvfp4 {
-            self.gated(ctx, input, m, &w, Self::w4a16_prefill_gemm)
+            let pw = [(0, w[0]), (1, w[1]), (2, w[2])];
+            self.gated(ctx, input, m, &pw, Self::w4a16_prefill_gemm)
         } else if self.w8a8.is_some() {
             Err(GpuError::Invalid(format!(
                 "forward_prefill: {m} rows exceed the W8A8 arm's {} and no other weights are installed",
@@ -750,8 +839,9 @@ impl DenseFfnLayer {
         self.forward_prefill(ctx, input, num_tokens)
     }
 
-    /// The fixed `--activation-quantization` path: one activation format (per-row FP8) at every
-    /// row count, so a row's output bits do not depend on the batch.
+    /// The fixed `--activation-quantization` path: one activation format (per-row FP8 for W8A8,
+    /// per-row NVFP4 for W4A4) at every row count, so a row's output bits do not depend on the
+    /// batch.
     pub fn forward_fixed(
         &self,
         ctx: &mut ForwardContext,
@@ -759,10 +849,13 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, m)?;
-        if !self.fixed_ok(ctx, m) {
-            return Err(GpuError::Invalid("forward_fixed: no fixed-quantization arm serves this layer (needs W8A8 weights, SiLU and the W8A8 kernels)".into()));
+        if self.fixed_w8a8_ok(ctx, m) {
+            return self.w8a8_arm(ctx, input, m);
         }
-        self.w8a8_arm(ctx, input, m)
+        if self.fixed_w4a4_ok(ctx, m) {
+            return self.w4a4_arm(ctx, input, m);
+        }
+        Err(GpuError::Invalid("forward_fixed: no fixed-quantization arm serves this layer (needs SiLU and W8A8 weights with the W8A8 kernels, or NVFP4 weights with quantize_act_nvfp4 and nvfp4_proj_mx)".into()))
     }
 
     // ---- arms ----
@@ -1075,24 +1168,92 @@ impl DenseFfnLayer {
         self.gated(ctx, x, m, w, Self::bf16_gemv)
     }
 
-    /// One NVFP4 prefill projection. The `_t` GEMMs (`w4a16_gemm_t*`, over the transposed copy)
-    /// and the MMQ prefill come first where the engine's contract routes to them; they are not
-    /// built yet, so every prefill runs the base tensor-core `w4a16_gemm`.
+    /// The NVFP4 prefill GEMM of projection `p`: with `nvfp4_mmq` tiles, the MMQ GEMM;
+    /// otherwise with a `_t` copy, m <= 64, k % 32 == 0 and `ffn_small_m`: `w4a16_gemm_t_k64`
+    /// when k >= `w4a16_k64_min_k` and k % 64 == 0, else `w4a16_gemm_t`; otherwise with a `_t`
+    /// copy `w4a16_gemm_t_m128_v2` (k % 64 == 0) or `w4a16_gemm_t_m128`; without `_t` or those
+    /// kernels, the base `w4a16_gemm` over the `nvfp4` layout.
     #[allow(clippy::too_many_arguments)]
     fn w4a16_prefill_gemm(
         &self,
         ctx: &mut ForwardContext,
-        w: &Nvfp4Weight,
+        pw: &(usize, Nvfp4Weight),
         x: DevicePtr,
         m: usize,
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        let k = self.kernels.nvfp4_gemm;
+        let (p, w) = *pw;
+        let kk = &self.kernels;
+        let a = |v: usize| KArg::I32(v as i32);
+        let np128 = w.n.div_ceil(128) * 128;
+        if let Some(tiles) = self.weights.nvfp4_mmq[p]
+            && kk.nvfp4_mmq_gemm.ok()
+        {
+            let cfg = LaunchCfg {
+                grid: ((np128 / 128) as u32, m.div_ceil(64) as u32, 1),
+                block: (128, 1, 1),
+                smem: 0,
+            };
+            let args = [
+                KArg::Ptr(x),
+                a(m),
+                KArg::Ptr(tiles),
+                KArg::F32(w.global_scale),
+                KArg::Ptr(y),
+                a(w.n),
+                a(np128),
+                a(w.k),
+                a(w.kp),
+                a(ldy),
+            ];
+            return self.launch(ctx, kk.nvfp4_mmq_gemm, cfg, &args);
+        }
+        if let Some(t) = self.weights.nvfp4_t[p] {
+            let lev = &ctx.levers;
+            let small = m <= 64 && w.k % 32 == 0 && lev.ffn_small_m;
+            let k64 = w.k % 64 == 0;
+            let pick = if small {
+                if k64 && w.k >= lev.w4a16_k64_min_k && kk.nvfp4_gemm_t_k64.ok() {
+                    Some((kk.nvfp4_gemm_t_k64, 64))
+                } else if kk.nvfp4_gemm_t.ok() {
+                    Some((kk.nvfp4_gemm_t, 64))
+                } else {
+                    None
+                }
+            } else if k64 && kk.nvfp4_gemm_t_m128_v2.ok() {
+                Some((kk.nvfp4_gemm_t_m128_v2, 128))
+            } else if w.k % 32 == 0 && kk.nvfp4_gemm_t_m128.ok() {
+                Some((kk.nvfp4_gemm_t_m128, 128))
+            } else {
+                None
+            };
+            if let Some((k, bm)) = pick {
+                let cfg = LaunchCfg {
+                    grid: (w.n.div_ceil(128) as u32, m.div_ceil(bm) as u32, 1),
+                    block: (2 * bm as u32, 1, 1),
+                    smem: 0,
+                };
+                let args = [
+                    KArg::Ptr(x),
+                    a(m),
+                    KArg::Ptr(t.codes),
+                    KArg::Ptr(t.scales),
+                    KArg::F32(w.global_scale),
+                    KArg::Ptr(y),
+                    a(w.n),
+                    a(t.np),
+                    a(w.k),
+                    a(w.kp),
+                    a(ldy),
+                ];
+                return self.launch(ctx, k, cfg, &args);
+            }
+        }
+        let k = kk.nvfp4_gemm;
         if !k.ok() {
             return Err(missing("ffn_nvfp4", "w4a16_gemm"));
         }
-        let a = |v: usize| KArg::I32(v as i32);
         let cfg = LaunchCfg {
             grid: (w.n.div_ceil(128) as u32, m.div_ceil(64) as u32, 1),
             block: (128, 1, 1),
@@ -1113,7 +1274,55 @@ impl DenseFfnLayer {
         self.launch(ctx, k, cfg, &args)
     }
 
-    /// NVFP4 decode (m <= 4): fused gate+up GEMV, act-mul, down GEMV (split SiLU).
+    /// One NVFP4 projection through a GEMV-shaped kernel (`w4a16_gemv*`, the batch-m tiers).
+    #[allow(clippy::too_many_arguments)]
+    fn nvfp4_gemv_launch(
+        &self,
+        ctx: &mut ForwardContext,
+        k: KernelHandle,
+        w: &Nvfp4Weight,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg {
+            grid: (w.n.div_ceil(NVFP4_GEMV_COLS) as u32, 1, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        let args = [
+            KArg::Ptr(x),
+            a(m),
+            KArg::Ptr(w.codes),
+            KArg::Ptr(w.scales),
+            KArg::F32(w.global_scale),
+            KArg::Ptr(y),
+            a(w.n),
+            a(w.k),
+            a(w.kp),
+            a(ldy),
+        ];
+        self.launch(ctx, k, cfg, &args)
+    }
+
+    /// `forward_km`'s W4A16 projection through the batch-m tier kernel it carries.
+    fn nvfp4_small_m_project(
+        &self,
+        ctx: &mut ForwardContext,
+        kw: &(KernelHandle, Nvfp4Weight),
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        self.nvfp4_gemv_launch(ctx, kw.0, &kw.1, x, m, y, ldy)
+    }
+
+    /// NVFP4 decode (m <= 3): fused gate+up GEMV (`w4a16_gemv_dual`, `_batch2|3`), then either
+    /// act-mul and the down GEMV (split SiLU: the default, and always with GELU) or, with
+    /// `METRALE_FFN_SILU_FUSED_DOWN` on a SiLU layer, the SiLU-fused down GEMV.
     fn nvfp4_gemv_arm(
         &self,
         ctx: &mut ForwardContext,
@@ -1121,11 +1330,20 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         let k = &self.kernels;
-        if !k.nvfp4_gemv_dual.ok() {
+        let pick = |fixed: KernelHandle, base: KernelHandle| if fixed.ok() { fixed } else { base };
+        let (dual, down) = match m {
+            2 => (
+                pick(k.nvfp4_gemv_dual_b2, k.nvfp4_gemv_dual),
+                pick(k.nvfp4_gemv_b2, k.nvfp4_gemv),
+            ),
+            3 => (
+                pick(k.nvfp4_gemv_dual_b3, k.nvfp4_gemv_dual),
+                pick(k.nvfp4_gemv_b3, k.nvfp4_gemv),
+            ),
+            _ => (k.nvfp4_gemv_dual, k.nvfp4_gemv),
+        };
+        if !dual.ok() {
             return Err(missing("ffn_nvfp4", "w4a16_gemv_dual"));
-        }
-        if !k.nvfp4_gemv.ok() {
-            return Err(missing("ffn_nvfp4", "w4a16_gemv"));
         }
         let w = self.weights.nvfp4.unwrap();
         let (h, i) = (self.hidden, self.inter);
@@ -1136,7 +1354,7 @@ impl DenseFfnLayer {
         );
         let a = |v: usize| KArg::I32(v as i32);
         let cfg = LaunchCfg {
-            grid: (i.div_ceil(32) as u32, 2, 1),
+            grid: (i.div_ceil(NVFP4_GEMV_COLS) as u32, 2, 1),
             block: (256, 1, 1),
             smem: 0,
         };
@@ -1156,27 +1374,154 @@ impl DenseFfnLayer {
             a(w[0].kp),
             a(i),
         ];
-        self.launch(ctx, k.nvfp4_gemv_dual, cfg, &args)?;
-        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        self.launch(ctx, dual, cfg, &args)?;
         let d = w[2];
+        if self.activation == Activation::Silu
+            && ctx.levers.ffn_silu_fused_down
+            && k.nvfp4_silu_down.ok()
+        {
+            let cfg = LaunchCfg {
+                grid: (h.div_ceil(NVFP4_GEMV_COLS) as u32, 1, 1),
+                block: (256, 1, 1),
+                smem: 0,
+            };
+            let args = [
+                KArg::Ptr(g),
+                KArg::Ptr(u),
+                a(m),
+                KArg::Ptr(d.codes),
+                KArg::Ptr(d.scales),
+                KArg::F32(d.global_scale),
+                KArg::Ptr(out),
+                a(h),
+                a(i),
+                a(d.kp),
+                a(h),
+                a(i),
+            ];
+            self.launch(ctx, k.nvfp4_silu_down, cfg, &args)?;
+            return Ok(out.view(0, (m * h * 4) as u64));
+        }
+        if !down.ok() {
+            return Err(missing("ffn_nvfp4", "w4a16_gemv"));
+        }
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        self.nvfp4_gemv_launch(ctx, down, &d, g.view(0, (m * i * 4) as u64), m, out, h)?;
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+
+    /// Quantize `m` rows of `k` f32 activations to NVFP4 (`quantize_act_nvfp4`) into the arena:
+    /// codes `[m, kp/2]` then scales `[m, kp/16]` in `act_fp8`, globals in `act_scale`.
+    fn quantize_nvfp4(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        k: usize,
+        kp: usize,
+    ) -> GpuResult<(DevicePtr, DevicePtr, DevicePtr)> {
+        if !self.kernels.quant_nvfp4.ok() {
+            return Err(missing("ffn_nvfp4", "quantize_act_nvfp4"));
+        }
+        let qc = ctx.arena.act_fp8.view(0, (m * kp / 2) as u64);
+        let qs = ctx
+            .arena
+            .act_fp8
+            .view((m * kp / 2) as u64, (m * kp / 16) as u64);
+        let qg = ctx.arena.act_scale.view(0, (m * 4) as u64);
+        let a = |v: usize| KArg::I32(v as i32);
         let cfg = LaunchCfg {
-            grid: (h.div_ceil(32) as u32, 1, 1),
+            grid: (m as u32, 1, 1),
             block: (256, 1, 1),
             smem: 0,
         };
         let args = [
-            KArg::Ptr(g),
+            KArg::Ptr(x),
             a(m),
-            KArg::Ptr(d.codes),
-            KArg::Ptr(d.scales),
-            KArg::F32(d.global_scale),
-            KArg::Ptr(out),
-            a(h),
-            a(i),
-            a(d.kp),
-            a(h),
+            a(k),
+            a(kp),
+            KArg::Ptr(qc),
+            KArg::Ptr(qs),
+            KArg::Ptr(qg),
         ];
-        self.launch(ctx, k.nvfp4_gemv, cfg, &args)?;
+        self.launch(ctx, self.kernels.quant_nvfp4, cfg, &args)?;
+        Ok((qc, qs, qg))
+    }
+
+    /// One W4A4 projection (`nvfp4_proj_mx`) over quantized activations.
+    #[allow(clippy::too_many_arguments)]
+    fn w4a4_project(
+        &self,
+        ctx: &mut ForwardContext,
+        q: (DevicePtr, DevicePtr, DevicePtr),
+        m: usize,
+        w: &Nvfp4Weight,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let k = self.kernels.nvfp4_proj_mx;
+        if !k.ok() {
+            return Err(missing("ffn_nvfp4", "nvfp4_proj_mx"));
+        }
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg {
+            grid: (w.n.div_ceil(32) as u32, m.div_ceil(4) as u32, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        let args = [
+            KArg::Ptr(q.0),
+            KArg::Ptr(q.1),
+            KArg::Ptr(q.2),
+            a(m),
+            KArg::Ptr(w.codes),
+            KArg::Ptr(w.scales),
+            KArg::F32(w.global_scale),
+            KArg::Ptr(y),
+            a(w.n),
+            a(w.kp),
+            a(ldy),
+        ];
+        self.launch(ctx, k, cfg, &args)
+    }
+
+    /// The GPU check's view of the W4A4 gate projection: quantize `m` rows of `x` and run
+    /// `nvfp4_proj_mx` over the gate weight into `y` (`[m, inter]`); returns the quantized
+    /// activations (codes, scales, globals) in the arena.
+    #[doc(hidden)]
+    pub fn w4a4_gate_for_check(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+    ) -> GpuResult<(DevicePtr, DevicePtr, DevicePtr)> {
+        let w = self
+            .weights
+            .nvfp4
+            .ok_or_else(|| GpuError::Invalid("w4a4_gate_for_check: no NVFP4 weights".into()))?;
+        let q = self.quantize_nvfp4(ctx, x, m, self.hidden, w[0].kp)?;
+        self.w4a4_project(ctx, q, m, &w[0], y, self.inter)?;
+        Ok(q)
+    }
+
+    /// The W4A4 arm: NVFP4 activations into gate and up (one quantization shared), act-mul,
+    /// NVFP4 activations into down. Every row is quantized and reduced on its own, in the same
+    /// order at every m.
+    fn w4a4_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
+        let w = self.weights.nvfp4.unwrap();
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
+        let q = self.quantize_nvfp4(ctx, x, m, h, w[0].kp)?;
+        self.w4a4_project(ctx, q, m, &w[0], g, i)?;
+        self.w4a4_project(ctx, q, m, &w[1], u, i)?;
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let q = self.quantize_nvfp4(ctx, g.view(0, (m * i * 4) as u64), m, i, w[2].kp)?;
+        self.w4a4_project(ctx, q, m, &w[2], out, h)?;
         Ok(out.view(0, (m * h * 4) as u64))
     }
 

@@ -151,6 +151,56 @@ pub fn ffn_f64(x: &[f32], m: usize, w: &DenseWeights, act: Activation) -> Vec<f6
     out
 }
 
+/// Round each row of `x` (`[m, k]`) through per-row NVFP4 activation quantization and back
+/// (`reference::quantize_row_nvfp4` then decode): the activations a W4A4 arm really uses.
+pub fn nvfp4_act_roundtrip(x: &[f32], m: usize, k: usize) -> Vec<f32> {
+    use crate::converters::nvfp4_modelopt::decode;
+    let kp = k.div_ceil(64) * 64;
+    let mut out = Vec::with_capacity(m * k);
+    for r in 0..m {
+        let (c, s, g) = crate::gpu::reference::quantize_row_nvfp4(&x[r * k..(r + 1) * k], kp);
+        let mut row = vec![0f32; kp];
+        decode(&c, &s, g, &mut row);
+        out.extend_from_slice(&row[..k]);
+    }
+    out
+}
+
+/// The W4A4 FFN in float64 on NVFP4-decoded weights: activations quantized per row to NVFP4
+/// before gate/up and again before down, everything else in f64.
+pub fn w4a4_ffn_f64(x: &[f32], m: usize, wd: &DenseWeights, act: Activation) -> Vec<f64> {
+    let (h, i) = (wd.hidden, wd.inter);
+    let xq = nvfp4_act_roundtrip(x, m, h);
+    // gate/up with identity down, then quantize the activation, then down.
+    let mut hid = vec![0f32; m * i];
+    for r in 0..m {
+        let xr = &xq[r * h..(r + 1) * h];
+        for j in 0..i {
+            let g: f64 = (0..h)
+                .map(|t| wd.gate[j * h + t] as f64 * xr[t] as f64)
+                .sum();
+            let u: f64 = (0..h).map(|t| wd.up[j * h + t] as f64 * xr[t] as f64).sum();
+            let a = match act {
+                Activation::Silu => g / (1.0 + (-g).exp()),
+                Activation::Gelu => {
+                    0.5 * g * (1.0 + (0.7978845608 * (g + 0.044715 * g * g * g)).tanh())
+                }
+            };
+            hid[r * i + j] = (a * u) as f32;
+        }
+    }
+    let hq = nvfp4_act_roundtrip(&hid, m, i);
+    let mut out = vec![0f64; m * h];
+    for r in 0..m {
+        for c in 0..h {
+            out[r * h + c] = (0..i)
+                .map(|t| wd.down[c * i + t] as f64 * hq[r * i + t] as f64)
+                .sum();
+        }
+    }
+    out
+}
+
 /// Decode a layout's encoding of each projection back to f32 (the weights the arm really uses).
 pub fn decoded(w: &DenseWeights, f: impl Fn(&[f32], usize, usize) -> Vec<f32>) -> DenseWeights {
     let (h, i) = (w.hidden, w.inter);
@@ -197,6 +247,44 @@ pub fn install_nvfp4(
         })
     };
     layer.set_nvfp4_weights([up(&w.gate, i, h)?, up(&w.up, i, h)?, up(&w.down, h, i)?])
+}
+
+/// Install the NVFP4 base and its transposed `_t` copies (`nvfp4_t` layout, owned by the layer).
+pub fn install_nvfp4_t(
+    b: &dyn GpuBackend,
+    layer: &mut DenseFfnLayer,
+    w: &DenseWeights,
+) -> GpuResult<()> {
+    install_nvfp4(b, layer, w)?;
+    let (h, i) = (w.hidden, w.inter);
+    let t = |x: &[f32], n: usize, k: usize| -> GpuResult<Option<super::Nvfp4TWeight>> {
+        let e = layouts::nvfp4::encode(x, n, k);
+        let t = layouts::nvfp4_t::from_nvfp4(&e.parts[0].1, &e.parts[1].1, 0.0, n, e.padded[1]);
+        Ok(Some(super::Nvfp4TWeight {
+            codes: alloc_upload(b, &t.parts[0].1)?,
+            scales: alloc_upload(b, &t.parts[1].1)?,
+            np: t.padded[0],
+            owned: true,
+        }))
+    };
+    layer.set_nvfp4_t_weights([t(&w.gate, i, h)?, t(&w.up, i, h)?, t(&w.down, h, i)?])
+}
+
+/// Install the NVFP4 base and the converter's `nvfp4_mmq` tiles (as a pack gives them).
+pub fn install_nvfp4_mmq(
+    b: &dyn GpuBackend,
+    layer: &mut DenseFfnLayer,
+    w: &DenseWeights,
+) -> GpuResult<()> {
+    install_nvfp4(b, layer, w)?;
+    let (h, i) = (w.hidden, w.inter);
+    let t = |x: &[f32], n: usize, k: usize| -> GpuResult<Option<DevicePtr>> {
+        let e = layouts::nvfp4::encode(x, n, k);
+        let t = layouts::nvfp4_mmq::from_nvfp4(&e.parts[0].1, &e.parts[1].1, 0.0, n, e.padded[1]);
+        Ok(Some(alloc_upload(b, &t.parts[0].1)?))
+    };
+    layer.weights.nvfp4_mmq = [t(&w.gate, i, h)?, t(&w.up, i, h)?, t(&w.down, h, i)?];
+    Ok(())
 }
 
 /// The weights as the `nvfp4` layout holds them (encode, then decode).

@@ -112,6 +112,40 @@ impl HostBackend {
         )
     }
 
+    /// `m` rows of an NVFP4 (`nvfp4` layout) product into `y` at row stride `ldy`.
+    #[allow(clippy::too_many_arguments)]
+    fn nvfp4_rows(
+        &self,
+        x: &[f32],
+        m: usize,
+        k: usize,
+        codes: &[u8],
+        scales: &[u8],
+        g: f32,
+        n: usize,
+        kp: usize,
+        round: ActRound,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        for r in 0..m {
+            let mut row = vec![0f32; n];
+            reference::nvfp4_row(
+                &x[r * k..(r + 1) * k],
+                codes,
+                scales,
+                g,
+                n,
+                k,
+                kp,
+                round,
+                &mut row,
+            );
+            self.write_f32(y, r * ldy, &row)?;
+        }
+        Ok(())
+    }
+
     fn name_of(&self, k: KernelHandle) -> GpuResult<&str> {
         self.names
             .get((k.0 as usize).wrapping_sub(1))
@@ -126,6 +160,27 @@ fn ptr(a: &[KArg], i: usize) -> GpuResult<DevicePtr> {
         other => Err(GpuError::Invalid(format!(
             "argument {i}: expected a pointer, got {other:?}"
         ))),
+    }
+}
+
+fn float(a: &[KArg], i: usize) -> GpuResult<f32> {
+    match a.get(i) {
+        Some(KArg::F32(v)) => Ok(*v),
+        other => Err(GpuError::Invalid(format!(
+            "argument {i}: expected f32, got {other:?}"
+        ))),
+    }
+}
+
+/// The row cap of an NVFP4 GEMV-shaped kernel (the tensor-core GEMMs take any m).
+fn nvfp4_row_cap(name: &str) -> usize {
+    match name {
+        "w4a16_gemv_batch2" | "w4a16_gemv_dual_batch2" => 2,
+        "w4a16_gemv_batch3" | "w4a16_gemv_dual_batch3" => 3,
+        "nvfp4_proj_small_m8" => 8,
+        "nvfp4_proj_small_m16" => 16,
+        "w4a16_gemm" => usize::MAX,
+        _ => 4,
     }
 }
 
@@ -314,33 +369,32 @@ impl GpuBackend for HostBackend {
                     self.write_f32(y, r * ldy, row)?;
                 }
             }
-            "w4a16_gemv" | "w4a16_gemv_dual" | "w4a16_gemm" => {
+            "w4a16_gemv"
+            | "w4a16_gemv_batch2"
+            | "w4a16_gemv_batch3"
+            | "w4a16_gemv_dual"
+            | "w4a16_gemv_dual_batch2"
+            | "w4a16_gemv_dual_batch3"
+            | "nvfp4_proj_small_m4"
+            | "nvfp4_proj_small_m8"
+            | "nvfp4_proj_small_m16"
+            | "w4a16_gemm" => {
                 let (x, m) = (self.read_f32(ptr(a, 0)?)?, int(a, 1)?);
-                // The GEMVs take f32 activations and up to 4 rows; the tensor-core GEMM rounds
-                // activations to bf16 and takes any m.
+                // The GEMVs take f32 activations and up to their row cap; the tensor-core GEMM
+                // rounds activations to bf16 and takes any m.
                 let round = if name == "w4a16_gemm" {
                     ActRound::Bf16
                 } else {
                     ActRound::None
                 };
-                if m > 4 && name != "w4a16_gemm" {
-                    return Err(GpuError::Invalid(format!("{name}: m = {m} > 4")));
+                let cap = nvfp4_row_cap(&name);
+                if m > cap {
+                    return Err(GpuError::Invalid(format!("{name}: m = {m} > {cap}")));
                 }
-                let f = |i: usize| -> GpuResult<f32> {
-                    match a.get(i) {
-                        Some(KArg::F32(v)) => Ok(*v),
-                        other => Err(GpuError::Invalid(format!(
-                            "argument {i}: expected f32, got {other:?}"
-                        ))),
-                    }
-                };
                 // (codes, scales, global, y) groups, then n, k, kp, ldy.
-                let groups: &[usize] = if name == "w4a16_gemv_dual" {
-                    &[2, 6]
-                } else {
-                    &[2]
-                };
-                let tail = if name == "w4a16_gemv_dual" { 10 } else { 6 };
+                let dual = name.starts_with("w4a16_gemv_dual");
+                let groups: &[usize] = if dual { &[2, 6] } else { &[2] };
+                let tail = if dual { 10 } else { 6 };
                 let (n, kk, kp, ldy) = (
                     int(a, tail)?,
                     int(a, tail + 1)?,
@@ -351,24 +405,114 @@ impl GpuBackend for HostBackend {
                     let (codes, scales, g, y) = (
                         self.read(ptr(a, gi)?)?,
                         self.read(ptr(a, gi + 1)?)?,
-                        f(gi + 2)?,
+                        float(a, gi + 2)?,
                         ptr(a, gi + 3)?,
                     );
-                    for r in 0..m {
-                        let mut row = vec![0f32; n];
-                        reference::nvfp4_row(
-                            &x[r * kk..(r + 1) * kk],
-                            &codes,
-                            &scales,
-                            g,
-                            n,
-                            kk,
-                            kp,
-                            round,
-                            &mut row,
-                        );
-                        self.write_f32(y, r * ldy, &row)?;
-                    }
+                    self.nvfp4_rows(&x, m, kk, &codes, &scales, g, n, kp, round, y, ldy)?;
+                }
+            }
+            "w4a16_gemv_silu_down" => {
+                let (gate, up, m) = (
+                    self.read_f32(ptr(a, 0)?)?,
+                    self.read_f32(ptr(a, 1)?)?,
+                    int(a, 2)?,
+                );
+                let (codes, scales, g, y) = (
+                    self.read(ptr(a, 3)?)?,
+                    self.read(ptr(a, 4)?)?,
+                    float(a, 5)?,
+                    ptr(a, 6)?,
+                );
+                let (n, kk, kp, ldy, ldx) =
+                    (int(a, 7)?, int(a, 8)?, int(a, 9)?, int(a, 10)?, int(a, 11)?);
+                if m > 4 {
+                    return Err(GpuError::Invalid(format!("{name}: m = {m} > 4")));
+                }
+                let x: Vec<f32> = (0..m)
+                    .flat_map(|r| (0..kk).map(move |c| r * ldx + c))
+                    .map(|i| reference::silu_mul(gate[i], up[i]))
+                    .collect();
+                self.nvfp4_rows(&x, m, kk, &codes, &scales, g, n, kp, ActRound::None, y, ldy)?;
+            }
+            "w4a16_gemm_t"
+            | "w4a16_gemm_t_k64"
+            | "w4a16_gemm_t_m128"
+            | "w4a16_gemm_t_m128_v2"
+            | "nvfp4_mmq_gemm" => {
+                let (x, m) = (self.read_f32(ptr(a, 0)?)?, int(a, 1)?);
+                // (x, m, ct, st, g, ...) for the _t GEMMs; (x, m, tiles, g, ...) for MMQ.
+                let mmq = name == "nvfp4_mmq_gemm";
+                let o = if mmq { 3 } else { 4 };
+                let (g, y, n, np, kk, kp, ldy) = (
+                    float(a, o)?,
+                    ptr(a, o + 1)?,
+                    int(a, o + 2)?,
+                    int(a, o + 3)?,
+                    int(a, o + 4)?,
+                    int(a, o + 5)?,
+                    int(a, o + 6)?,
+                );
+                let (codes, scales) = if mmq {
+                    crate::converters::layouts::nvfp4_mmq::to_nvfp4(
+                        &self.read(ptr(a, 2)?)?,
+                        n,
+                        np,
+                        kp,
+                    )
+                } else {
+                    crate::converters::layouts::nvfp4_t::to_nvfp4(
+                        &self.read(ptr(a, 2)?)?,
+                        &self.read(ptr(a, 3)?)?,
+                        n,
+                        np,
+                        kp,
+                    )
+                };
+                self.nvfp4_rows(&x, m, kk, &codes, &scales, g, n, kp, ActRound::Bf16, y, ldy)?;
+            }
+            "quantize_act_nvfp4" => {
+                let (x, m, kk, kp) = (
+                    self.read_f32(ptr(a, 0)?)?,
+                    int(a, 1)?,
+                    int(a, 2)?,
+                    int(a, 3)?,
+                );
+                let (qc, qs, qg) = (ptr(a, 4)?, ptr(a, 5)?, ptr(a, 6)?);
+                for r in 0..m {
+                    let (c, s, g) = reference::quantize_row_nvfp4(&x[r * kk..(r + 1) * kk], kp);
+                    self.write(qc, r * kp / 2, &c)?;
+                    self.write(qs, r * kp / 16, &s)?;
+                    self.write_f32(qg, r, &[g])?;
+                }
+            }
+            "nvfp4_proj_mx" => {
+                let (qc, qs, qg, m) = (
+                    self.read(ptr(a, 0)?)?,
+                    self.read(ptr(a, 1)?)?,
+                    self.read_f32(ptr(a, 2)?)?,
+                    int(a, 3)?,
+                );
+                let (codes, scales, gw, y) = (
+                    self.read(ptr(a, 4)?)?,
+                    self.read(ptr(a, 5)?)?,
+                    float(a, 6)?,
+                    ptr(a, 7)?,
+                );
+                let (n, kp, ldy) = (int(a, 8)?, int(a, 9)?, int(a, 10)?);
+                for r in 0..m {
+                    let mut row = vec![0f32; n];
+                    reference::w4a4_row(
+                        &qc[r * kp / 2..(r + 1) * kp / 2],
+                        &qs[r * kp / 16..(r + 1) * kp / 16],
+                        qg[r],
+                        &codes,
+                        &scales,
+                        gw,
+                        n,
+                        kp,
+                        &mut row,
+                    );
+                    self.write_f32(y, r * ldy, &row)?;
                 }
             }
             "nvfp4_mmq_repack" => {

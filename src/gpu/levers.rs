@@ -41,6 +41,12 @@ pub struct ModelLevers {
     pub single_row_w4a4: bool,
     /// `METRALE_ACTIVATION_QUANTIZATION` (`w8a8`, `w4a4`, or unset): the fixed path's format.
     pub activation_quantization: Option<String>,
+    /// `METRALE_FFN_SILU_FUSED_DOWN=1`: NVFP4 decode forms `silu(gate) * up` inside the down
+    /// GEMV instead of the split act-mul + down GEMV (the default).
+    pub ffn_silu_fused_down: bool,
+    /// HARDWARE.toml `w4a16_k64_min_k` (`METRALE_W4A16_K64_MIN_K`): the smallest k the small-m
+    /// `w4a16_gemm_t_k64` serves.
+    pub w4a16_k64_min_k: usize,
 }
 
 fn parse_hardware(text: &str) -> HashMap<String, String> {
@@ -94,6 +100,8 @@ impl ModelLevers {
             small_batch_w4a4: flag("METRALE_SMALL_BATCH_W4A4"),
             single_row_w4a4: flag("METRALE_SINGLE_ROW_W4A4"),
             activation_quantization: env.get("METRALE_ACTIVATION_QUANTIZATION").cloned(),
+            ffn_silu_fused_down: flag("METRALE_FFN_SILU_FUSED_DOWN"),
+            w4a16_k64_min_k: num_or("METRALE_W4A16_K64_MIN_K", "w4a16_k64_min_k", 2048),
         }
     }
 }
