@@ -25,9 +25,9 @@ __device__ __forceinline__ float e4m3f(unsigned int b) {
 // y[r, j] = g * sum_groups e4m3(s) * sum_{i in group} E2M1[c] * x[r, i], one warp per R rows,
 // 16 code bytes (32 elements, two scale groups) per lane per step. SILU: x[r, i] is
 // silu(x[r, i]) * u[r, i] (row stride ldx), formed in registers: the SiLU-fused down GEMV.
-// Output rows per warp of the GEMVs (8 warps per block: grid ceil(n / (8 * GEMV_R))). Two
+// Output rows per warp of the GEMVs (8 warps per block: grid ceil(n / (8 * GEMV_R))). Four
 // keeps enough warps in flight for the down projection (n = hidden) while sharing each x load.
-#define GEMV_R 2
+#define GEMV_R 4
 template <int M, int R, bool SILU = false>
 __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, const unsigned char* __restrict__ codes,
                                            const unsigned char* __restrict__ scales, float g, float* __restrict__ y,
@@ -102,13 +102,13 @@ __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, c
         }
 }
 
-// One projection, m <= 4. Grid ceil(n / 16), block 256.
+// One projection, m <= 4. Grid ceil(n / 32), block 256.
 extern "C" __global__ void w4a16_gemv(const float* x, int m, const unsigned char* codes, const unsigned char* scales, float g,
                                       float* y, int n, int k, int kp, int ldy) {
     gemv_nvfp4<4, GEMV_R>(x, m, codes, scales, g, y, n, k, kp, ldy);
 }
 
-// Gate and up in one launch (blockIdx.y 0: gate, 1: up), m <= 4. Grid (ceil(n / 16), 2), block 256.
+// Gate and up in one launch (blockIdx.y 0: gate, 1: up), m <= 4. Grid (ceil(n / 32), 2), block 256.
 extern "C" __global__ void w4a16_gemv_dual(const float* x, int m, const unsigned char* cg, const unsigned char* sg, float gg,
                                            float* yg, const unsigned char* cu, const unsigned char* su, float gu, float* yu,
                                            int n, int k, int kp, int ldy) {
@@ -139,7 +139,7 @@ NVFP4_GEMV(nvfp4_proj_small_m8, 8)
 NVFP4_GEMV(nvfp4_proj_small_m16, 16)
 
 // The SiLU-fused down GEMV, m <= 4: y = W_down (silu(gate) * up), gate and up [m, k] at row
-// stride ldx. Grid ceil(n / 16), block 256.
+// stride ldx. Grid ceil(n / 32), block 256.
 extern "C" __global__ void w4a16_gemv_silu_down(const float* gate, const float* up, int m, const unsigned char* codes,
                                                 const unsigned char* scales, float g, float* y, int n, int k, int kp,
                                                 int ldy, int ldx) {

@@ -49,10 +49,10 @@ impl Default for LoadOptions {
         LoadOptions {
             io: IoMode::Auto,
             streams: 2,
-            // 4 MiB copies from a ring of 48, one reader per core up to 16: the best of the
-            // settings swept on the H200 host (BENCHMARKS.md).
-            chunk: 4 << 20,
-            ring: 48,
+            // 2 MiB copies from a ring of 32 (64 MiB pinned), one reader per core up to 16: the
+            // best of the settings swept on the H200 host (BENCHMARKS.md).
+            chunk: 2 << 20,
+            ring: 32,
             readers: std::thread::available_parallelism()
                 .map_or(4, |n| n.get())
                 .min(16),

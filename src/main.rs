@@ -671,13 +671,7 @@ fn bench_load(path: &Path, source: Option<&Path>, io: &str, sweep: bool) -> Resu
     if sweep {
         warm_page_cache(path);
         let mib = 1usize << 20;
-        for (readers, chunk, ring) in [
-            (8, 4, 48),
-            (16, 2, 64),
-            (16, 8, 32),
-            (24, 4, 64),
-            (24, 2, 96),
-        ] {
+        for (readers, chunk, ring) in [(16, 2, 16), (16, 2, 8), (16, 1, 32), (16, 4, 16)] {
             let o = LoadOptions {
                 io: IoMode::Staged,
                 readers,

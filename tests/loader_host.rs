@@ -150,3 +150,44 @@ fn pieced_registration_and_a_lazily_pinned_ring_copy_every_byte() {
         b.free(lp.arena);
     }
 }
+
+#[test]
+fn finalize_on_a_pack_with_nvfp4_t_repacks_but_never_frees_the_arena_views() {
+    use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+    use metrale_pack::gpu::ModelLevers;
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.gguf");
+    metrale_pack::gen_model::gen_model(&src, 128, 256, 1, metrale_pack::GgmlType::F16, "llama")
+        .unwrap();
+    let p = dir.path().join("m.mpk.gguf");
+    let opts = ConvertOptions {
+        layouts: Some(vec![Layout::Nvfp4, Layout::Nvfp4T]),
+        ..Default::default()
+    };
+    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+    let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+    let lp = loader::load(b.as_ref(), &p, &LoadOptions::default()).unwrap();
+    let cfg = FfnConfig {
+        hidden: 128,
+        inter: 256,
+    };
+    let mut ctx = ForwardContext::new(b.clone(), cfg, 4, ModelLevers::default()).unwrap();
+    let mut l = DenseFfnLayer::new(&ctx);
+    lp.layers[0].install(&mut l).unwrap();
+    assert!(
+        l.weights
+            .nvfp4_t
+            .iter()
+            .all(|t| t.is_some_and(|t| !t.owned))
+    );
+    assert!(l.finalize_nvfp4_mmq_load(&mut ctx, 128, 256, 0).unwrap());
+    assert!(l.weights.nvfp4_t.iter().all(Option::is_none));
+    // Every blob of the arena is still there (the _t views were dropped, not freed).
+    for (i, e) in lp.pack.manifest.tensors.iter().enumerate() {
+        if let Some(v) = e.ffn.as_ref().and_then(|_| lp.device_view(&e.name)) {
+            let mut got = vec![0u8; v.bytes as usize];
+            b.download(v, &mut got).unwrap();
+            assert!(got == lp.pack.data(i), "{}", e.name);
+        }
+    }
+}

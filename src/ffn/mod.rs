@@ -284,8 +284,8 @@ pub struct DenseFfnLayer {
 }
 
 /// Output columns per block of the NVFP4 GEMVs (`w4a16_gemv*`, the batch-m tiers): 8 warps of
-/// `GEMV_R` = 2 columns (kernels/ffn_nvfp4.cu).
-pub const NVFP4_GEMV_COLS: usize = 16;
+/// `GEMV_R` = 4 columns (kernels/ffn_nvfp4.cu; 2 measured slower on the H200).
+pub const NVFP4_GEMV_COLS: usize = 32;
 
 /// Rows the declared W8A8 arm serves in prefill before the next arm (HARDWARE.toml default).
 pub const W8A8_MAX_ROWS: usize = 64;
