@@ -26,7 +26,7 @@ __device__ __forceinline__ float e4m3f(unsigned int b) {
 // 16 code bytes (32 elements, two scale groups) per lane per step. SILU: x[r, i] is
 // silu(x[r, i]) * u[r, i] (row stride ldx), formed in registers: the SiLU-fused down GEMV.
 // Output rows per warp of the GEMVs (8 warps per block: grid ceil(n / (8 * GEMV_R))). Four
-// keeps enough warps in flight for the down projection (n = hidden) while sharing each x load.
+// shares each x load over four rows (two measured slower on the H200: BENCHMARKS.md).
 #define GEMV_R 4
 template <int M, int R, bool SILU = false>
 __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, const unsigned char* __restrict__ codes,
