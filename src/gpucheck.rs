@@ -540,7 +540,7 @@ pub fn layer_checks(
         ModelLevers::from_map(&env, crate::gpu::levers::HARDWARE_SM90)
     };
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-    let arms: [(&str, Install, ModelLevers, Activation); 14] = [
+    let arms: [(&str, Install, ModelLevers, Activation); 15] = [
         (
             "fp8 fused",
             |b, l, w| install_fp8(b, l, w, true),
@@ -595,6 +595,16 @@ pub fn layer_checks(
                 ("METRALE_FFN_SILU_FUSED_DOWN", "1"),
                 ("METRALE_DECODE_FFN_VIA_GEMM", "0"),
             ]),
+            Activation::Silu,
+        ),
+        (
+            // The same seeded adapter on both backends.
+            "nvfp4 lora",
+            |b, l, w| {
+                install_nvfp4(b, l, w)?;
+                LoraAdapter::random(&mut Rand(77), w.hidden, w.inter, 16).install(b, l)
+            },
+            lev(&[]),
             Activation::Silu,
         ),
         (

@@ -4,7 +4,9 @@
 //! install. No repack, no quantization, no per-tensor copy.
 
 use crate::converters::layouts::{Layout, Proj};
-use crate::ffn::{Bf16Weight, DenseFfnLayer, Fp8Weight, Nvfp4TWeight, Nvfp4Weight, W8a8Weight};
+use crate::ffn::{
+    Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, W8a8Weight,
+};
 use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
 use crate::pack::{FfnEntry, Pack};
 use std::collections::HashMap;
@@ -81,6 +83,8 @@ pub struct LayerOverlays {
     pub nvfp4_t: [Option<Nvfp4TWeight>; 3],
     /// `nvfp4_mmq` tiles per projection (gate, up, down), when the pack holds them.
     pub nvfp4_mmq: [Option<DevicePtr>; 3],
+    /// LoRA adapter per projection (`lora` layout), installed on the NVFP4 base.
+    pub lora: Option<[Option<LoraWeight>; 3]>,
     pub fp8: Option<([Fp8Weight; 3], Option<Fp8Weight>)>,
     pub w8a8: Option<[W8a8Weight; 3]>,
     pub bf16: Option<[Bf16Weight; 3]>,
@@ -96,6 +100,9 @@ impl LayerOverlays {
             }
             // Tiles from the pack: finalize_nvfp4_mmq_load then has nothing to repack.
             layer.weights.nvfp4_mmq = self.nvfp4_mmq;
+            if let Some(l) = self.lora {
+                layer.set_lora_weights(l)?;
+            }
         }
         if let Some(([g, u, d], fused)) = self.fp8 {
             layer.set_fp8_weights(g, u, d)?;
@@ -458,6 +465,21 @@ pub fn overlays(pack: &Pack, arena: DevicePtr) -> GpuResult<Vec<LayerOverlays>> 
             })
         });
         o.nvfp4_mmq = projs.map(|p| get(l, Layout::Nvfp4Mmq, p, "").map(|(v, _)| v));
+        let lora = projs.map(|p| {
+            let (a, fe) = get(l, Layout::Lora, p, "a")?;
+            let (b, _) = get(l, Layout::Lora, p, "b")?;
+            Some(LoraWeight {
+                a,
+                b,
+                n: fe.shape[0] as usize,
+                k: fe.shape[1] as usize,
+                rank: fe.scalars.get("rank").copied().unwrap_or(0.0) as usize,
+                scaling: fe.scalars.get("scaling").copied().unwrap_or(0.0),
+            })
+        });
+        if lora.iter().any(Option::is_some) {
+            o.lora = Some(lora);
+        }
         if let (Some((fc, ffe)), Some((fs, _)), Some((dc, dfe)), Some((ds, _))) = (
             get(l, Layout::Fp8, Proj::GateUp, "codes"),
             get(l, Layout::Fp8, Proj::GateUp, "scales"),

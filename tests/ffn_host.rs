@@ -745,3 +745,161 @@ fn nvfp4_prefill_gemms_batchm_tiers_w4a4_and_the_fixed_path() {
     run(&mut c, &l, "km", x, 12).unwrap();
     assert_eq!(c.trace, w4a4);
 }
+
+#[test]
+fn lora_on_every_nvfp4_arm_and_its_refusals() {
+    let mut r = Rand(53);
+    let w = DenseWeights::random(&mut r, H, I);
+    let wd = nvfp4_decoded(&w);
+    let ad = LoraAdapter::random(&mut r, H, I, 8);
+    let want_w = ad.applied_to(&wd);
+    let lora = ["lora_a", "lora_b_add"];
+    // (levers, method, m, tolerance): split-SiLU decode (the fused-down lever is ignored with an
+    // adapter), k2/k3, the batch-m tier, prefill through the base GEMM and the _t GEMM.
+    for (lev, install_t, method, m, tol) in [
+        (
+            levers(&[("METRALE_FFN_SILU_FUSED_DOWN", "1")]),
+            false,
+            "forward",
+            1,
+            1e-5,
+        ),
+        (levers(&[]), false, "k2", 2, 1e-5),
+        (levers(&[]), false, "k3", 3, 1e-5),
+        (levers(&[]), false, "km", 7, 1e-5),
+        (levers(&[]), false, "prefill", 9, 1e-2),
+        (levers(&[]), true, "prefill", 40, 1e-2),
+        (
+            levers(&[("METRALE_DECODE_FFN_VIA_GEMM", "1")]),
+            false,
+            "forward",
+            1,
+            1e-2,
+        ),
+    ] {
+        let mut c = ctx(HostBackend::new(), lev);
+        let mut l = DenseFfnLayer::new(&c);
+        if install_t {
+            install_nvfp4_t(c.backend.as_ref(), &mut l, &w).unwrap();
+        } else {
+            install_nvfp4(c.backend.as_ref(), &mut l, &w).unwrap();
+        }
+        ad.install(c.backend.as_ref(), &mut l).unwrap();
+        let (x, xs) = input(&c, &mut r, m);
+        let y = run(&mut c, &l, method, x, m).unwrap();
+        // Two adapter products after gate and up (before the activation), one after down.
+        assert_eq!(count(&c.trace, lora[0]), 3, "{method} m={m}: {:?}", c.trace);
+        assert_eq!(count(&c.trace, lora[1]), 3);
+        assert_eq!(count(&c.trace, "w4a16_gemv_silu_down"), 0);
+        let act = c
+            .trace
+            .iter()
+            .position(|k| k.starts_with("act_mul"))
+            .unwrap();
+        assert!(
+            c.trace[..act]
+                .iter()
+                .filter(|k| k.starts_with("lora"))
+                .count()
+                == 4
+        );
+        let e = rel_err(&y, &ffn_f64(&xs, m, &want_w, Activation::Silu));
+        assert!(e < tol, "{method} m={m}: {e}");
+        // The adapter changes the result (a test that could fail).
+        assert!(rel_err(&y, &ffn_f64(&xs, m, &wd, Activation::Silu)) > 1e-3);
+    }
+    // W4A4 (single row): the adapter's products land around the W4A4 projections.
+    let mut c = ctx(
+        HostBackend::new(),
+        levers(&[("METRALE_SINGLE_ROW_W4A4", "1")]),
+    );
+    let mut l = DenseFfnLayer::new(&c);
+    install_nvfp4(c.backend.as_ref(), &mut l, &w).unwrap();
+    ad.install(c.backend.as_ref(), &mut l).unwrap();
+    let (x, _) = input(&c, &mut r, 1);
+    run(&mut c, &l, "forward", x, 1).unwrap();
+    assert_eq!(
+        c.trace,
+        [
+            "quantize_act_nvfp4",
+            "nvfp4_proj_mx",
+            "nvfp4_proj_mx",
+            "lora_a",
+            "lora_b_add",
+            "lora_a",
+            "lora_b_add",
+            "act_mul_silu",
+            "quantize_act_nvfp4",
+            "nvfp4_proj_mx",
+            "lora_a",
+            "lora_b_add"
+        ]
+    );
+    // METRALE_LORA_NO_FFN=1: no adapter launches, the base result bit for bit.
+    let mut c = ctx(HostBackend::new(), levers(&[("METRALE_LORA_NO_FFN", "1")]));
+    let mut l = DenseFfnLayer::new(&c);
+    install_nvfp4(c.backend.as_ref(), &mut l, &w).unwrap();
+    let (x, _) = input(&c, &mut r, 1);
+    let base = run(&mut c, &l, "forward", x, 1).unwrap();
+    ad.install(c.backend.as_ref(), &mut l).unwrap();
+    let off = run(&mut c, &l, "forward", x, 1).unwrap();
+    assert_eq!(count(&c.trace, "lora_a") + count(&c.trace, "lora_b_add"), 0);
+    assert!(
+        base.iter()
+            .zip(&off)
+            .all(|(a, b)| a.to_bits() == b.to_bits())
+    );
+
+    // Refusals, with the words that say why.
+    let cases: [(&str, HostBackend, Activation, &str); 4] = [
+        (
+            "fp8",
+            HostBackend::new(),
+            Activation::Silu,
+            "FP8, BF16 or packed-Q2",
+        ),
+        (
+            "bf16",
+            HostBackend::new(),
+            Activation::Silu,
+            "FP8, BF16 or packed-Q2",
+        ),
+        (
+            "gelu",
+            HostBackend::new(),
+            Activation::Gelu,
+            "split-SiLU decode path",
+        ),
+        (
+            "no gemv",
+            HostBackend::without(&["w4a16_gemv"]),
+            Activation::Silu,
+            "split-SiLU decode path",
+        ),
+    ];
+    for (what, b, act, words) in cases {
+        let c = ctx(b, levers(&[]));
+        let mut l = DenseFfnLayer::new_with_activation(&c, act);
+        install_nvfp4(c.backend.as_ref(), &mut l, &w).unwrap();
+        match what {
+            "fp8" => install_fp8(c.backend.as_ref(), &mut l, &w, false).unwrap(),
+            "bf16" => install_bf16(c.backend.as_ref(), &mut l, &w).unwrap(),
+            _ => {}
+        }
+        let e = ad
+            .install(c.backend.as_ref(), &mut l)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(words), "{what}: {e}");
+    }
+    // A rank above the arena's scratch is refused.
+    let big = LoraAdapter::random(&mut r, H, I, 300);
+    let c = ctx(HostBackend::new(), levers(&[]));
+    let mut l = DenseFfnLayer::new(&c);
+    install_nvfp4(c.backend.as_ref(), &mut l, &w).unwrap();
+    let e = big
+        .install(c.backend.as_ref(), &mut l)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rank 300"), "{e}");
+}

@@ -942,3 +942,92 @@ fn export_segment_writes_the_ffn_blobs_byte_for_byte() {
         assert!(f.tensor_data(j) == p.data(i), "{name}");
     }
 }
+
+#[test]
+fn a_pack_with_lora_loads_and_the_layer_adds_the_adapter() {
+    use metrale_pack::ffn::testing::{DenseWeights, ffn_f64, nvfp4_decoded, rel_err};
+    use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+    use metrale_pack::gpu::host::HostBackend;
+    use metrale_pack::gpu::{GpuBackend, ModelLevers, download_f32, upload_f32};
+    use metrale_pack::loader::{self, LoadOptions};
+    use std::sync::Arc;
+    let mut rng = Rng::fresh("lora-load");
+    let dir = tempfile::tempdir().unwrap();
+    let (h, i) = (64, 128);
+    let src = gguf_model(
+        dir.path(),
+        "m.gguf",
+        "llama",
+        h,
+        i,
+        2,
+        GgmlType::F32,
+        &mut rng,
+    );
+    let ad = dir.path().join("adapter");
+    lora_adapter(&ad, 2, h, i, 4, &mut rng, None);
+    let out = dir.path().join("l.mpk");
+    convert(
+        &src,
+        &out,
+        &ConvertOptions {
+            layouts: Some(vec![Layout::Nvfp4, Layout::Lora]),
+            lora: Some(ad),
+            ..Default::default()
+        },
+    );
+    let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+    let lp = loader::load(b.as_ref(), &out, &LoadOptions::default()).unwrap();
+    let mut ctx = ForwardContext::new(
+        b.clone(),
+        FfnConfig {
+            hidden: h,
+            inter: i,
+        },
+        2,
+        ModelLevers::default(),
+    )
+    .unwrap();
+    let mut l = DenseFfnLayer::new(&ctx);
+    assert!(lp.layers[1].lora.is_some());
+    lp.layers[1].install(&mut l).unwrap();
+    // Reference: the source weights through nvfp4, plus the pack's decoded adapter deltas.
+    let model = Model::open(&src).unwrap();
+    let fl = &model.ffn_layers[1];
+    let w = DenseWeights {
+        gate: model.decode_weight(&fl.gate).unwrap().0,
+        up: model.decode_weight(&fl.up).unwrap().0,
+        down: model.decode_weight(&fl.down).unwrap().0,
+        hidden: h,
+        inter: i,
+    };
+    let wd = nvfp4_decoded(&w);
+    let p = Pack::open(&out).unwrap();
+    let add = |base: &[f32], name: &str| -> Vec<f32> {
+        let (d, _) = p.decode_ffn(name).unwrap();
+        base.iter().zip(&d).map(|(a, b)| a + b).collect()
+    };
+    let want = DenseWeights {
+        gate: add(&wd.gate, "blk.1.ffn_gate.lora"),
+        up: add(&wd.up, "blk.1.ffn_up.lora"),
+        down: add(&wd.down, "blk.1.ffn_down.lora"),
+        hidden: h,
+        inter: i,
+    };
+    let x: Vec<f32> = (0..h).map(|t| ((t * 37 % 17) as f32 - 8.0) / 8.0).collect();
+    let xp = b.alloc((h * 4) as u64).unwrap();
+    upload_f32(b.as_ref(), xp, &x).unwrap();
+    let y = download_f32(b.as_ref(), l.forward(&mut ctx, xp).unwrap()).unwrap();
+    let e = rel_err(
+        &y,
+        &ffn_f64(&x, 1, &want, metrale_pack::model::Activation::Silu),
+    );
+    assert!(e < 1e-5, "{e}");
+    assert!(ctx.trace.contains(&"lora_b_add"));
+    assert!(
+        rel_err(
+            &y,
+            &ffn_f64(&x, 1, &wd, metrale_pack::model::Activation::Silu)
+        ) > 1e-4
+    );
+}

@@ -177,6 +177,21 @@ pub struct Nvfp4TWeight {
     pub owned: bool,
 }
 
+/// A LoRA adapter of one projection (`lora` layout): A BF16 `[rank, k]`, B BF16 `[n, rank]`;
+/// the projection's output gains `scaling * B (A x)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoraWeight {
+    pub a: DevicePtr,
+    pub b: DevicePtr,
+    pub n: usize,
+    pub k: usize,
+    pub rank: usize,
+    pub scaling: f32,
+}
+
+/// The largest adapter rank the arena's `lora_xa` scratch holds.
+pub const LORA_MAX_RANK: usize = 256;
+
 /// The layer's base weights: NVFP4, possibly absent, with its load-time copies: the transposed
 /// `_t` copies the `w4a16_gemm_t*` prefill reads, and the `nvfp4_mmq` tiles of the MMQ prefill
 /// (built by `finalize_nvfp4_mmq_load`, which frees the `_t` copy of what it repacks, or given
@@ -244,6 +259,8 @@ kernel_set! {
     nvfp4_gemm_t_m128_v2 = "ffn_nvfp4"::"w4a16_gemm_t_m128_v2";
     nvfp4_mmq_gemm = "ffn_nvfp4"::"nvfp4_mmq_gemm";
     quant_nvfp4 = "ffn_nvfp4"::"quantize_act_nvfp4";
+    lora_a = "ffn_lora"::"lora_a";
+    lora_b = "ffn_lora"::"lora_b_add";
     nvfp4_small_m4 = "ffn_nvfp4"::"nvfp4_proj_small_m4";
     nvfp4_small_m8 = "ffn_nvfp4"::"nvfp4_proj_small_m8";
     nvfp4_small_m16 = "ffn_nvfp4"::"nvfp4_proj_small_m16";
@@ -280,6 +297,7 @@ pub struct DenseFfnLayer {
     bf16: Option<[Bf16Weight; 3]>,
     fp8: Option<Fp8Overlay>,
     w8a8: Option<[W8a8Weight; 3]>,
+    lora: Option<[Option<LoraWeight>; 3]>,
     kernels: FfnKernels,
 }
 
@@ -306,6 +324,7 @@ impl DenseFfnLayer {
             bf16: None,
             fp8: None,
             w8a8: None,
+            lora: None,
             kernels: FfnKernels::resolve(ctx.backend.as_ref()),
         }
     }
@@ -563,6 +582,146 @@ impl DenseFfnLayer {
         Ok(did)
     }
 
+    /// Install a LoRA adapter (`lora` layout) per projection (gate, up, down; any may be absent)
+    /// on the NVFP4 base. Refused while an FP8, BF16 or packed-Q2 overlay is installed, and when
+    /// the layer cannot take the split-SiLU decode path (SiLU, `act_mul_silu` and `w4a16_gemv`
+    /// resolved), with those words.
+    pub fn set_lora_weights(&mut self, w: [Option<LoraWeight>; 3]) -> GpuResult<()> {
+        if self.fp8.is_some() || self.bf16.is_some() {
+            return Err(GpuError::Invalid(
+                "set_lora_weights: refused while an FP8, BF16 or packed-Q2 overlay is installed (LoRA applies to the NVFP4 arms only)".into(),
+            ));
+        }
+        if self.activation != Activation::Silu
+            || !self.kernels.act_silu.ok()
+            || !self.kernels.nvfp4_gemv.ok()
+        {
+            return Err(GpuError::Invalid(
+                "set_lora_weights: refused: the layer cannot take the split-SiLU decode path (needs SiLU, act_mul_silu and w4a16_gemv)".into(),
+            ));
+        }
+        if self.weights.nvfp4.is_none() {
+            return Err(GpuError::Invalid(
+                "set_lora_weights: install the NVFP4 base first".into(),
+            ));
+        }
+        for (p, x) in [P::Gate, P::Up, P::Down].into_iter().zip(w.iter()) {
+            let Some(x) = x else { continue };
+            self.check_shape("set_lora_weights", p, x.n, x.k)?;
+            if x.rank == 0
+                || x.rank > LORA_MAX_RANK
+                || x.a.bytes < (2 * x.rank * x.k) as u64
+                || x.b.bytes < (2 * x.n * x.rank) as u64
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_lora_weights {p:?}: rank {} (1..={LORA_MAX_RANK}) or buffers do not fit A [rank, {}] and B [{}, rank] in BF16",
+                    x.rank, x.k, x.n
+                )));
+            }
+        }
+        self.lora = Some(w);
+        Ok(())
+    }
+
+    /// A LoRA adapter is installed and `METRALE_LORA_NO_FFN` is off.
+    pub fn lora_active(&self, ctx: &ForwardContext) -> bool {
+        self.lora.is_some() && !ctx.levers.lora_no_ffn
+    }
+
+    /// `out += scaling * B (A x)` for one projection's adapter: `lora_a` then `lora_b_add`.
+    #[allow(clippy::too_many_arguments)]
+    fn lora_project(
+        &self,
+        ctx: &mut ForwardContext,
+        l: &LoraWeight,
+        x: DevicePtr,
+        m: usize,
+        out: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let k = &self.kernels;
+        if !k.lora_a.ok() {
+            return Err(missing("ffn_lora", "lora_a"));
+        }
+        if !k.lora_b.ok() {
+            return Err(missing("ffn_lora", "lora_b_add"));
+        }
+        let a = |v: usize| KArg::I32(v as i32);
+        let xa = ctx.arena.lora_xa.view(0, (m * l.rank * 4) as u64);
+        let cfg = LaunchCfg {
+            grid: (l.rank.div_ceil(8) as u32, m as u32, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        let args = [
+            KArg::Ptr(x),
+            a(m),
+            a(l.k),
+            a(l.k),
+            KArg::Ptr(l.a),
+            a(l.rank),
+            KArg::Ptr(xa),
+        ];
+        self.launch(ctx, k.lora_a, cfg, &args)?;
+        let cfg = LaunchCfg {
+            grid: (l.n.div_ceil(256) as u32, m as u32, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        let args = [
+            KArg::Ptr(xa),
+            a(m),
+            a(l.rank),
+            KArg::Ptr(l.b),
+            KArg::F32(l.scaling),
+            KArg::Ptr(out),
+            a(l.n),
+            a(ldy),
+        ];
+        self.launch(ctx, k.lora_b, cfg, &args)
+    }
+
+    /// After the gate and up projections, before the activation: `gate_out += dW_gate x`,
+    /// `up_out += dW_up x`. No launch without an adapter or with `METRALE_LORA_NO_FFN=1`.
+    pub fn apply_lora_gate_up(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        gate_out: DevicePtr,
+        up_out: DevicePtr,
+    ) -> GpuResult<()> {
+        if !self.lora_active(ctx) {
+            return Ok(());
+        }
+        let w = self.lora.unwrap();
+        if let Some(l) = w[0] {
+            self.lora_project(ctx, &l, x, m, gate_out, self.inter)?;
+        }
+        if let Some(l) = w[1] {
+            self.lora_project(ctx, &l, x, m, up_out, self.inter)?;
+        }
+        Ok(())
+    }
+
+    /// After the down projection: `output += dW_down act` on the materialised
+    /// `silu(gate) * up`. No launch without an adapter or with `METRALE_LORA_NO_FFN=1`.
+    pub fn apply_lora_down(
+        &self,
+        ctx: &mut ForwardContext,
+        act: DevicePtr,
+        m: usize,
+        output: DevicePtr,
+    ) -> GpuResult<()> {
+        if !self.lora_active(ctx) {
+            return Ok(());
+        }
+        if let Some(l) = self.lora.unwrap()[2] {
+            self.lora_project(ctx, &l, act, m, output, self.hidden)?;
+        }
+        Ok(())
+    }
+
     /// Whether an FP8 overlay is installed.
     pub fn has_fp8(&self) -> bool {
         self.fp8.is_some()
@@ -774,7 +933,7 @@ impl DenseFfnLayer {
                 });
             };
             let pw = [(k, w[0]), (k, w[1]), (k, w[2])];
-            return self.gated(ctx, input, m, &pw, Self::nvfp4_small_m_project);
+            return self.gated(ctx, input, m, true, &pw, Self::nvfp4_small_m_project);
         }
         Err(GpuError::Invalid(
             "forward_km: no NVFP4 or FP8 weights".into(),
@@ -808,7 +967,7 @@ impl DenseFfnLayer {
             self.bf16_prefill_arm(ctx, input, m, &w)
         } else if let Some(w) = self.weights.nvfp4 {
             let pw = [(0, w[0]), (1, w[1]), (2, w[2])];
-            self.gated(ctx, input, m, &pw, Self::w4a16_prefill_gemm)
+            self.gated(ctx, input, m, true, &pw, Self::w4a16_prefill_gemm)
         } else if self.w8a8.is_some() {
             Err(GpuError::Invalid(format!(
                 "forward_prefill: {m} rows exceed the W8A8 arm's {} and no other weights are installed",
@@ -1023,7 +1182,14 @@ impl DenseFfnLayer {
 
     fn fp8_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
         let ov = self.fp8.as_ref().unwrap();
-        self.gated(ctx, x, m, &[ov.gate, ov.up, ov.down], Self::fp8_project)
+        self.gated(
+            ctx,
+            x,
+            m,
+            false,
+            &[ov.gate, ov.up, ov.down],
+            Self::fp8_project,
+        )
     }
 
     /// The gated FFN through one projection function: gate and up into the arena, act-mul in
@@ -1033,6 +1199,7 @@ impl DenseFfnLayer {
         ctx: &mut ForwardContext,
         x: DevicePtr,
         m: usize,
+        lora: bool,
         w: &[W; 3],
         project: fn(
             &Self,
@@ -1052,8 +1219,15 @@ impl DenseFfnLayer {
         );
         project(self, ctx, &w[0], x, m, g, i)?;
         project(self, ctx, &w[1], x, m, u, i)?;
+        if lora {
+            self.apply_lora_gate_up(ctx, x, m, g, u)?;
+        }
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
-        project(self, ctx, &w[2], g.view(0, (m * i * 4) as u64), m, out, h)?;
+        let act = g.view(0, (m * i * 4) as u64);
+        project(self, ctx, &w[2], act, m, out, h)?;
+        if lora {
+            self.apply_lora_down(ctx, act, m, out)?;
+        }
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
@@ -1123,7 +1297,7 @@ impl DenseFfnLayer {
     }
 
     fn w8a8_arm(&self, ctx: &mut ForwardContext, x: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
-        self.gated(ctx, x, m, &self.w8a8.unwrap(), Self::w8a8_project)
+        self.gated(ctx, x, m, false, &self.w8a8.unwrap(), Self::w8a8_project)
     }
 
     pub(crate) fn bf16_gemv(
@@ -1165,7 +1339,7 @@ impl DenseFfnLayer {
         m: usize,
         w: &[Bf16Weight; 3],
     ) -> GpuResult<DevicePtr> {
-        self.gated(ctx, x, m, w, Self::bf16_gemv)
+        self.gated(ctx, x, m, false, w, Self::bf16_gemv)
     }
 
     /// The NVFP4 prefill GEMM of projection `p`: with `nvfp4_mmq` tiles, the MMQ GEMM;
@@ -1375,10 +1549,12 @@ impl DenseFfnLayer {
             a(i),
         ];
         self.launch(ctx, dual, cfg, &args)?;
+        self.apply_lora_gate_up(ctx, x, m, g, u)?;
         let d = w[2];
         if self.activation == Activation::Silu
             && ctx.levers.ffn_silu_fused_down
             && k.nvfp4_silu_down.ok()
+            && !self.lora_active(ctx)
         {
             let cfg = LaunchCfg {
                 grid: (h.div_ceil(NVFP4_GEMV_COLS) as u32, 1, 1),
@@ -1406,7 +1582,9 @@ impl DenseFfnLayer {
             return Err(missing("ffn_nvfp4", "w4a16_gemv"));
         }
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
-        self.nvfp4_gemv_launch(ctx, down, &d, g.view(0, (m * i * 4) as u64), m, out, h)?;
+        let act = g.view(0, (m * i * 4) as u64);
+        self.nvfp4_gemv_launch(ctx, down, &d, act, m, out, h)?;
+        self.apply_lora_down(ctx, act, m, out)?;
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
@@ -1519,9 +1697,12 @@ impl DenseFfnLayer {
         let q = self.quantize_nvfp4(ctx, x, m, h, w[0].kp)?;
         self.w4a4_project(ctx, q, m, &w[0], g, i)?;
         self.w4a4_project(ctx, q, m, &w[1], u, i)?;
+        self.apply_lora_gate_up(ctx, x, m, g, u)?;
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
-        let q = self.quantize_nvfp4(ctx, g.view(0, (m * i * 4) as u64), m, i, w[2].kp)?;
+        let act = g.view(0, (m * i * 4) as u64);
+        let q = self.quantize_nvfp4(ctx, act, m, i, w[2].kp)?;
         self.w4a4_project(ctx, q, m, &w[2], out, h)?;
+        self.apply_lora_down(ctx, act, m, out)?;
         Ok(out.view(0, (m * h * 4) as u64))
     }
 

@@ -300,3 +300,68 @@ pub fn nvfp4_decoded(w: &DenseWeights) -> DenseWeights {
         )
     })
 }
+
+/// A random LoRA adapter for gate, up and down (the `lora` layout's bytes, BF16 A and B).
+pub struct LoraAdapter {
+    /// Encoded per projection: parts `a`, `b`; scalars `scaling`, `rank`.
+    pub enc: [Encoded; 3],
+    pub rank: usize,
+    pub scaling: f32,
+}
+
+impl LoraAdapter {
+    pub fn random(r: &mut Rand, hidden: usize, inter: usize, rank: usize) -> Self {
+        let scaling = 2.0 / rank as f32;
+        let mut one = |n: usize, k: usize| {
+            let a = r.vec(rank * k, 1.0 / (k as f32).sqrt());
+            let b = r.vec(n * rank, 0.5);
+            layouts::lora::encode(&a, &b, n, k, rank, scaling)
+        };
+        LoraAdapter {
+            enc: [one(inter, hidden), one(inter, hidden), one(hidden, inter)],
+            rank,
+            scaling,
+        }
+    }
+
+    /// `w` plus each projection's dense delta `scaling * B @ A` (f64 sums).
+    pub fn applied_to(&self, w: &DenseWeights) -> DenseWeights {
+        let (h, i) = (w.hidden, w.inter);
+        let add = |base: &[f32], e: &Encoded, n: usize, k: usize| -> Vec<f32> {
+            let d = layouts::lora::decode_delta(
+                &e.parts[0].1,
+                &e.parts[1].1,
+                n,
+                k,
+                self.rank,
+                self.scaling,
+            );
+            base.iter().zip(&d).map(|(a, b)| a + b).collect()
+        };
+        DenseWeights {
+            gate: add(&w.gate, &self.enc[0], i, h),
+            up: add(&w.up, &self.enc[1], i, h),
+            down: add(&w.down, &self.enc[2], h, i),
+            hidden: h,
+            inter: i,
+        }
+    }
+
+    /// Upload and install through `set_lora_weights`.
+    pub fn install(&self, b: &dyn GpuBackend, layer: &mut DenseFfnLayer) -> GpuResult<()> {
+        let (h, i) = (layer.hidden, layer.inter);
+        let dims = [(i, h), (i, h), (h, i)];
+        let mut w = [None; 3];
+        for (p, (e, &(n, k))) in self.enc.iter().zip(dims.iter()).enumerate() {
+            w[p] = Some(super::LoraWeight {
+                a: alloc_upload(b, &e.parts[0].1)?,
+                b: alloc_upload(b, &e.parts[1].1)?,
+                n,
+                k,
+                rank: self.rank,
+                scaling: self.scaling,
+            });
+        }
+        layer.set_lora_weights(w)
+    }
+}

@@ -515,6 +515,42 @@ impl GpuBackend for HostBackend {
                     self.write_f32(y, r * ldy, &row)?;
                 }
             }
+            "lora_a" => {
+                let (x, m, kk, ldx) = (
+                    self.read_f32(ptr(a, 0)?)?,
+                    int(a, 1)?,
+                    int(a, 2)?,
+                    int(a, 3)?,
+                );
+                let (am, r, xa) = (self.read(ptr(a, 4)?)?, int(a, 5)?, ptr(a, 6)?);
+                for row in 0..m {
+                    let v = reference::lora_a_row(&x[row * ldx..row * ldx + kk], &am, kk, r);
+                    self.write_f32(xa, row * r, &v)?;
+                }
+            }
+            "lora_b_add" => {
+                let (xa, m, r) = (self.read_f32(ptr(a, 0)?)?, int(a, 1)?, int(a, 2)?);
+                let (bm, scaling, y, n, ldy) = (
+                    self.read(ptr(a, 3)?)?,
+                    float(a, 4)?,
+                    ptr(a, 5)?,
+                    int(a, 6)?,
+                    int(a, 7)?,
+                );
+                let yv = self.read_f32(y)?;
+                for row in 0..m {
+                    let mut out = yv[row * ldy..row * ldy + n].to_vec();
+                    reference::lora_b_row(
+                        &xa[row * r..(row + 1) * r],
+                        &bm,
+                        n,
+                        r,
+                        scaling,
+                        &mut out,
+                    );
+                    self.write_f32(y, row * ldy, &out)?;
+                }
+            }
             "nvfp4_mmq_repack" => {
                 let (codes, scales) = (self.read(ptr(a, 0)?)?, self.read(ptr(a, 1)?)?);
                 let (n, np, kp) = (int(a, 2)?, int(a, 3)?, int(a, 4)?);

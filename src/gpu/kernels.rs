@@ -8,6 +8,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("ffn_w8a8", include_str!("../../kernels/ffn_w8a8.cu")),
     ("ffn_bf16", include_str!("../../kernels/ffn_bf16.cu")),
     ("ffn_nvfp4", include_str!("../../kernels/ffn_nvfp4.cu")),
+    ("ffn_lora", include_str!("../../kernels/ffn_lora.cu")),
 ];
 
 /// The source of a module.
