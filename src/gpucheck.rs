@@ -477,6 +477,113 @@ pub fn kernel_checks(
         for p in [ct, st, tiles] {
             b.free(p);
         }
+        // Packed Q2: the GEMVs, the BF16 dequantization and the q8_1 activations bit for bit,
+        // the MMQ GEMM against the f64 product of the same q8_1 blocks.
+        {
+            use crate::gpu::KArg::{I32, Ptr};
+            let a = |v: usize| I32(v as i32);
+            let qe = layouts::q2g128::encode(&wf, n, k);
+            let kp2 = qe.padded[1];
+            let qw = alloc_upload(b.as_ref(), &qe.parts[0].1)?;
+            let q2ref = |r: usize| {
+                let mut out = vec![0f32; n];
+                reference::q2_row(xr(r), &qe.parts[0].1, n, k, kp2, &mut out);
+                out
+            };
+            for (name, handle, cap) in [
+                ("q2_0_gemv_vec", kk.q2_gemv, 1usize),
+                ("q2_0_gemv_vec_batchm", kk.q2_gemv_m, 4),
+            ] {
+                for &m in ms.iter().filter(|&&m| m <= cap) {
+                    poison(b.as_ref(), yd)?;
+                    let cfg = crate::gpu::LaunchCfg {
+                        grid: (n.div_ceil(8) as u32, 1, 1),
+                        block: (256, 1, 1),
+                        smem: 0,
+                    };
+                    let args = [Ptr(xd), a(m), Ptr(qw), Ptr(yd), a(n), a(k), a(kp2), a(n)];
+                    b.launch(handle, cfg, 0, &args)?;
+                    b.synchronize(0)?;
+                    let err = sampled_err(b.as_ref(), yd, m, n, q2ref)?;
+                    push(&mut rows, name, (h, i), m, err, 2e-6);
+                }
+            }
+            let dq = b.alloc((n * kp2 * 2) as u64)?;
+            let cfg = crate::gpu::LaunchCfg {
+                grid: ((n * kp2 / 128 * 32).div_ceil(256) as u32, 1, 1),
+                block: (256, 1, 1),
+                smem: 0,
+            };
+            b.launch(kk.q2_dequant, cfg, 0, &[Ptr(qw), a(n), a(kp2), Ptr(dq)])?;
+            b.synchronize(0)?;
+            let mut got = vec![0u8; n * kp2 * 2];
+            b.download(dq, &mut got)?;
+            let same = got == reference::q2_dequant_bf16(&qe.parts[0].1, n, kp2);
+            push(
+                &mut rows,
+                "dequant_q2_0_gn_to_bf16 (bytes)",
+                (h, i),
+                0,
+                if same { 0.0 } else { 1.0 },
+                0.0,
+            );
+            b.free(dq);
+            let bs = kp2 / 32 * 36;
+            let xq = b.alloc((mmax * bs) as u64)?;
+            for &m in ms {
+                let cfg = crate::gpu::LaunchCfg {
+                    grid: ((kp2 / 32).div_ceil(8) as u32, m as u32, 1),
+                    block: (256, 1, 1),
+                    smem: 0,
+                };
+                b.launch(
+                    kk.quant_q8_1,
+                    cfg,
+                    0,
+                    &[Ptr(xd), a(m), a(k), a(kp2), Ptr(xq)],
+                )?;
+                poison(b.as_ref(), yd)?;
+                let cfg = crate::gpu::LaunchCfg {
+                    grid: (n.div_ceil(8) as u32, m.div_ceil(4) as u32, 1),
+                    block: (256, 1, 1),
+                    smem: 0,
+                };
+                b.launch(
+                    kk.q2_mmq,
+                    cfg,
+                    0,
+                    &[Ptr(xq), a(m), Ptr(qw), Ptr(yd), a(n), a(kp2), a(n)],
+                )?;
+                b.synchronize(0)?;
+                let mut q = vec![0u8; m * bs];
+                b.download(xq.view(0, q.len() as u64), &mut q)?;
+                let exact = (0..m).into_par_iter().all(|r| {
+                    reference::quantize_row_q8_1_act(xr(r), kp2) == q[r * bs..(r + 1) * bs]
+                });
+                push(
+                    &mut rows,
+                    "quantize_act_q8_1 (bits)",
+                    (h, i),
+                    m,
+                    if exact { 0.0 } else { 1.0 },
+                    0.0,
+                );
+                let err = sampled_err(b.as_ref(), yd, m, n, |r| {
+                    let mut out = vec![0f32; n];
+                    reference::q2_mmq_row(
+                        &q[r * bs..(r + 1) * bs],
+                        &qe.parts[0].1,
+                        n,
+                        kp2,
+                        &mut out,
+                    );
+                    out
+                })?;
+                push(&mut rows, "q2_0_mmq_gemm", (h, i), m, err, 2e-6);
+            }
+            b.free(xq);
+            b.free(qw);
+        }
         {
             let mut l = DenseFfnLayer::new(&ctx);
             let down = DenseWeights {
@@ -540,7 +647,7 @@ pub fn layer_checks(
         ModelLevers::from_map(&env, crate::gpu::levers::HARDWARE_SM90)
     };
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-    let arms: [(&str, Install, ModelLevers, Activation); 15] = [
+    let arms: [(&str, Install, ModelLevers, Activation); 17] = [
         (
             "fp8 fused",
             |b, l, w| install_fp8(b, l, w, true),
@@ -595,6 +702,13 @@ pub fn layer_checks(
                 ("METRALE_FFN_SILU_FUSED_DOWN", "1"),
                 ("METRALE_DECODE_FFN_VIA_GEMM", "0"),
             ]),
+            Activation::Silu,
+        ),
+        ("q2", install_q2, lev(&[]), Activation::Silu),
+        (
+            "q2 mmq",
+            install_q2,
+            lev(&[("METRALE_GGUF_NATIVE_Q2_MMQ", "1")]),
             Activation::Silu,
         ),
         (
@@ -682,7 +796,13 @@ pub fn layer_checks(
                     // tensor-core GEMMs above the GEMV rows), 5e-3 for W8A8 (FP8).
                     let tc_rows = if levers.ffn_batch16 { 16 } else { 4 };
                     let w4a4 = *arm == "nvfp4 w4a4" && *method != "prefill";
-                    let tol = if w4a4 {
+                    let q2_prefill = arm.starts_with("q2") && *method == "prefill";
+                    let tol = if q2_prefill && arm.ends_with("mmq") {
+                        // q8_1 activations: a last-bit difference can move one code.
+                        5e-3
+                    } else if q2_prefill {
+                        1e-3
+                    } else if w4a4 {
                         // NVFP4 activations: a last-bit difference can move one E2M1 code.
                         2e-2
                     } else if arm.starts_with("w8a8") {
@@ -1039,6 +1159,7 @@ pub fn load_checks_from(
             Layout::Fp8,
             Layout::W8a8,
             Layout::Bf16,
+            Layout::Q2g128,
         ]),
         ..Default::default()
     };
@@ -1098,7 +1219,15 @@ pub fn load_checks_from(
             &DenseWeights,
             &mut ForwardContext,
         ) -> GpuResult<()>;
-        let arms: [(&str, LayerOverlays, Install); 6] = [
+        let arms: [(&str, LayerOverlays, Install); 7] = [
+            (
+                "q2",
+                LayerOverlays {
+                    q2: ov.q2,
+                    ..Default::default()
+                },
+                |b, l, w, _| install_q2(b, l, w),
+            ),
             (
                 "fp8",
                 LayerOverlays {

@@ -5,7 +5,8 @@
 
 use crate::converters::layouts::{Layout, Proj};
 use crate::ffn::{
-    Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, W8a8Weight,
+    Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2Weight,
+    W8a8Weight,
 };
 use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
 use crate::pack::{FfnEntry, Pack};
@@ -88,6 +89,8 @@ pub struct LayerOverlays {
     pub fp8: Option<([Fp8Weight; 3], Option<Fp8Weight>)>,
     pub w8a8: Option<[W8a8Weight; 3]>,
     pub bf16: Option<[Bf16Weight; 3]>,
+    /// Packed Q2_0-g128 (`q2g128` layout).
+    pub q2: Option<[Q2Weight; 3]>,
 }
 
 impl LayerOverlays {
@@ -115,6 +118,9 @@ impl LayerOverlays {
         }
         if let Some(w) = self.w8a8 {
             layer.set_w8a8_decode_weights(w, layer.hidden, layer.inter)?;
+        }
+        if let Some([g, u, d]) = self.q2 {
+            layer.set_q2_weights(g, u, d)?;
         }
         Ok(())
     }
@@ -465,6 +471,21 @@ pub fn overlays(pack: &Pack, arena: DevicePtr) -> GpuResult<Vec<LayerOverlays>> 
             })
         });
         o.nvfp4_mmq = projs.map(|p| get(l, Layout::Nvfp4Mmq, p, "").map(|(v, _)| v));
+        if projs
+            .iter()
+            .all(|&p| get(l, Layout::Q2g128, p, "").is_some())
+        {
+            o.q2 = Some(projs.map(|p| {
+                let (v, fe) = get(l, Layout::Q2g128, p, "").unwrap();
+                let (n, k, _, kp) = dims(fe);
+                Q2Weight {
+                    blocks: v,
+                    n,
+                    k,
+                    kp,
+                }
+            }));
+        }
         let lora = projs.map(|p| {
             let (a, fe) = get(l, Layout::Lora, p, "a")?;
             let (b, _) = get(l, Layout::Lora, p, "b")?;

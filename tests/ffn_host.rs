@@ -903,3 +903,123 @@ fn lora_on_every_nvfp4_arm_and_its_refusals() {
         .to_string();
     assert!(e.contains("rank 300"), "{e}");
 }
+
+#[test]
+fn packed_q2_decode_small_batches_prefill_paths_and_refusals() {
+    let mut r = Rand(61);
+    let w = DenseWeights::random(&mut r, H, I);
+    let wq = q2_decoded(&w, false);
+    let wb = q2_decoded(&w, true);
+    let mut c = ctx(HostBackend::new(), levers(&[]));
+    let mut l = DenseFfnLayer::new(&c);
+    install_q2(c.backend.as_ref(), &mut l, &w).unwrap();
+    for (method, m, k) in [
+        ("forward", 1, "q2_0_gemv_vec"),
+        ("k2", 2, "q2_0_gemv_vec_batchm"),
+        ("k3", 3, "q2_0_gemv_vec_batchm"),
+    ] {
+        let (x, xs) = input(&c, &mut r, m);
+        let y = run(&mut c, &l, method, x, m).unwrap();
+        assert_eq!(c.trace, [k, k, "act_mul_silu", k], "{method}");
+        let e = rel_err(&y, &ffn_f64(&xs, m, &wq, Activation::Silu));
+        assert!(e < 1e-5, "{method}: {e}");
+    }
+    // No packed-Q2 arm in forward_km.
+    assert!(!l.can_forward_km(2));
+    let (x, _) = input(&c, &mut r, 2);
+    let e = run(&mut c, &l, "km", x, 2).unwrap_err().to_string();
+    assert!(e.contains("no NVFP4 or FP8 weights"), "{e}");
+    // Prefill: dequantize each projection to BF16, then the BF16 GEMM.
+    let dq = [
+        "f32_to_bf16",
+        "dequant_q2_0_gn_to_bf16",
+        "cublas_gemm_bf16",
+        "dequant_q2_0_gn_to_bf16",
+        "cublas_gemm_bf16",
+        "act_mul_silu",
+        "f32_to_bf16",
+        "dequant_q2_0_gn_to_bf16",
+        "cublas_gemm_bf16",
+    ];
+    for m in [1usize, 6, 33] {
+        let (x, xs) = input(&c, &mut r, m);
+        let y = run(&mut c, &l, "prefill", x, m).unwrap();
+        assert_eq!(c.trace, dq);
+        let e = rel_err(&y, &ffn_f64(&xs, m, &wb, Activation::Silu));
+        assert!(e < 1e-2, "prefill m={m}: {e}");
+    }
+    // Without BLAS the BF16 GEMV serves the same products four rows at a time.
+    let mut c2 = ctx(HostBackend::without(&["gemm_bf16"]), levers(&[]));
+    let mut l2 = DenseFfnLayer::new(&c2);
+    install_q2(c2.backend.as_ref(), &mut l2, &w).unwrap();
+    let (x, xs) = input(&c2, &mut r, 9);
+    let y = run(&mut c2, &l2, "prefill", x, 9).unwrap();
+    assert_eq!(count(&c2.trace, "bf16_gemv_batch4"), 9);
+    let e = rel_err(&y, &ffn_f64(&xs, 9, &wb, Activation::Silu));
+    assert!(e < 1e-2, "gemv fallback: {e}");
+    // The native MMQ path: one q8_1 quantization shared by gate and up, one for down.
+    let mut c3 = ctx(
+        HostBackend::new(),
+        levers(&[("METRALE_GGUF_NATIVE_Q2_MMQ", "1")]),
+    );
+    let mut l3 = DenseFfnLayer::new(&c3);
+    install_q2(c3.backend.as_ref(), &mut l3, &w).unwrap();
+    let (x, xs) = input(&c3, &mut r, 17);
+    let y = run(&mut c3, &l3, "prefill", x, 17).unwrap();
+    assert_eq!(
+        c3.trace,
+        [
+            "quantize_act_q8_1",
+            "q2_0_mmq_gemm",
+            "q2_0_mmq_gemm",
+            "act_mul_silu",
+            "quantize_act_q8_1",
+            "q2_0_mmq_gemm"
+        ]
+    );
+    // 8-bit activations per 32 values: 2e-2 of the f64 FFN on the q2 weights.
+    let e = rel_err(&y, &ffn_f64(&xs, 17, &wq, Activation::Silu));
+    assert!(e < 2e-2, "mmq: {e}");
+    // Missing kernels are named; GELU prefill is refused with the reason.
+    for (hide, lev, words) in [
+        (
+            "q2_0_mmq_gemm",
+            vec![("METRALE_GGUF_NATIVE_Q2_MMQ", "1")],
+            "ffn_q2::q2_0_mmq_gemm",
+        ),
+        (
+            "dequant_q2_0_gn_to_bf16",
+            vec![],
+            "ffn_q2::dequant_q2_0_gn_to_bf16",
+        ),
+        ("q2_0_gemv_vec", vec![], "ffn_q2::q2_0_gemv_vec"),
+    ] {
+        let mut c = ctx(HostBackend::without(&[hide]), levers(&lev));
+        let mut l = DenseFfnLayer::new(&c);
+        install_q2(c.backend.as_ref(), &mut l, &w).unwrap();
+        let method = if hide == "q2_0_gemv_vec" {
+            "forward"
+        } else {
+            "prefill"
+        };
+        let (x, _) = input(&c, &mut r, 1);
+        let e = run(&mut c, &l, method, x, 1).unwrap_err().to_string();
+        assert!(e.contains(words), "{hide}: {e}");
+    }
+    let mut cg = ctx(HostBackend::new(), levers(&[]));
+    let mut lg = DenseFfnLayer::new_with_activation(&cg, Activation::Gelu);
+    install_q2(cg.backend.as_ref(), &mut lg, &w).unwrap();
+    let (x, _) = input(&cg, &mut r, 5);
+    let e = run(&mut cg, &lg, "prefill", x, 5).unwrap_err().to_string();
+    assert!(e.contains("SiLU layers only"), "{e}");
+    // finalize_nvfp4_mmq_load returns at once for a packed-Q2 layer; LoRA is refused.
+    let mut l4 = DenseFfnLayer::new(&c);
+    install_nvfp4(c.backend.as_ref(), &mut l4, &w).unwrap();
+    install_q2(c.backend.as_ref(), &mut l4, &w).unwrap();
+    assert!(!l4.finalize_nvfp4_mmq_load(&mut c, H, I, 0).unwrap());
+    let e = LoraAdapter::random(&mut r, H, I, 4)
+        .install(c.backend.as_ref(), &mut l4)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("packed-Q2"), "{e}");
+}

@@ -24,9 +24,9 @@ fn loaded_overlays_equal_the_pack_and_compute_what_start_up_builds() {
         &mut Rand(3),
     )
     .unwrap();
-    // Per copy path: launches, bytes, repack launches, 6 arms (fp8, w8a8, bf16, nvfp4, nvfp4_t,
+    // Per copy path: launches, bytes, repack launches, 7 arms (q2, fp8, w8a8, bf16, nvfp4, nvfp4_t,
     // nvfp4_mmq) x 5 row counts.
-    assert_eq!(rows.len(), 2 * (3 + 6 * 5));
+    assert_eq!(rows.len(), 2 * (3 + 7 * 5));
     for r in &rows {
         assert!(r.pass, "{r:?}");
     }
@@ -88,7 +88,7 @@ fn auto_falls_back_to_staging_when_registration_is_refused() {
 
 #[test]
 fn the_real_smollm2_pack_loads_and_computes_what_start_up_builds() {
-    // Converted from the real SmolLM2 GGUF (Q4_1) with nvfp4, nvfp4_t, nvfp4_mmq, fp8, w8a8 and bf16; layer 1.
+    // Converted from the real SmolLM2 GGUF (Q4_1) with nvfp4, nvfp4_t, nvfp4_mmq, fp8, w8a8, bf16 and q2g128; layer 1.
     let src = {
         #[path = "common/mod.rs"]
         mod common;
@@ -98,7 +98,7 @@ fn the_real_smollm2_pack_loads_and_computes_what_start_up_builds() {
     let rows =
         gpucheck::load_checks_from(b, &src, &[IoMode::Register, IoMode::Staged], &mut Rand(9))
             .unwrap();
-    assert_eq!(rows.len(), 2 * (3 + 6 * 5));
+    assert_eq!(rows.len(), 2 * (3 + 7 * 5));
     for r in &rows {
         assert!(r.pass, "{r:?}");
         assert_eq!(r.shape, "576x1536");

@@ -86,7 +86,11 @@ impl ForwardContext {
             lora_xa: b.alloc(t * 256 * 4)?,
             lora_delta: b.alloc(t * h.max(i) * 4)?,
             q2_act_q8: b.alloc(t * kmax / 32 * 36)?,
-            q2_dequant_scratch: b.alloc(h * i * 2)?,
+            // One projection dequantized to BF16 `[n, kp]` (kp = k rounded up to 128).
+            q2_dequant_scratch: b.alloc(
+                2 * (i * round_up(config.hidden, 128) as u64)
+                    .max(h * round_up(config.inter, 128) as u64),
+            )?,
             act_fp8: b.alloc(t * kmax)?,
             act_scale: b.alloc(t * 4)?,
             act_bf16: b.alloc(t * h.max(i) * 2)?,
@@ -189,6 +193,15 @@ pub struct LoraWeight {
     pub scaling: f32,
 }
 
+/// Packed Q2_0-g128 weight (`q2g128` layout): `[n, kp/128]` blocks of 34 bytes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Q2Weight {
+    pub blocks: DevicePtr,
+    pub n: usize,
+    pub k: usize,
+    pub kp: usize,
+}
+
 /// The largest adapter rank the arena's `lora_xa` scratch holds.
 pub const LORA_MAX_RANK: usize = 256;
 
@@ -259,6 +272,11 @@ kernel_set! {
     nvfp4_gemm_t_m128_v2 = "ffn_nvfp4"::"w4a16_gemm_t_m128_v2";
     nvfp4_mmq_gemm = "ffn_nvfp4"::"nvfp4_mmq_gemm";
     quant_nvfp4 = "ffn_nvfp4"::"quantize_act_nvfp4";
+    q2_gemv = "ffn_q2"::"q2_0_gemv_vec";
+    q2_gemv_m = "ffn_q2"::"q2_0_gemv_vec_batchm";
+    q2_dequant = "ffn_q2"::"dequant_q2_0_gn_to_bf16";
+    q2_mmq = "ffn_q2"::"q2_0_mmq_gemm";
+    quant_q8_1 = "ffn_q8_1"::"quantize_act_q8_1";
     lora_a = "ffn_lora"::"lora_a";
     lora_b = "ffn_lora"::"lora_b_add";
     nvfp4_small_m4 = "ffn_nvfp4"::"nvfp4_proj_small_m4";
@@ -298,6 +316,7 @@ pub struct DenseFfnLayer {
     fp8: Option<Fp8Overlay>,
     w8a8: Option<[W8a8Weight; 3]>,
     lora: Option<[Option<LoraWeight>; 3]>,
+    q2: Option<[Q2Weight; 3]>,
     kernels: FfnKernels,
 }
 
@@ -325,6 +344,7 @@ impl DenseFfnLayer {
             fp8: None,
             w8a8: None,
             lora: None,
+            q2: None,
             kernels: FfnKernels::resolve(ctx.backend.as_ref()),
         }
     }
@@ -517,6 +537,7 @@ impl DenseFfnLayer {
         stream: StreamId,
     ) -> GpuResult<bool> {
         if self.fp8.is_some()
+            || self.q2.is_some()
             || self.activation == Activation::Gelu
             || !self.kernels.nvfp4_repack.ok()
             || ctx.levers.no_ffn_nvfp4_mmq
@@ -587,7 +608,7 @@ impl DenseFfnLayer {
     /// the layer cannot take the split-SiLU decode path (SiLU, `act_mul_silu` and `w4a16_gemv`
     /// resolved), with those words.
     pub fn set_lora_weights(&mut self, w: [Option<LoraWeight>; 3]) -> GpuResult<()> {
-        if self.fp8.is_some() || self.bf16.is_some() {
+        if self.fp8.is_some() || self.bf16.is_some() || self.q2.is_some() {
             return Err(GpuError::Invalid(
                 "set_lora_weights: refused while an FP8, BF16 or packed-Q2 overlay is installed (LoRA applies to the NVFP4 arms only)".into(),
             ));
@@ -719,6 +740,31 @@ impl DenseFfnLayer {
         if let Some(l) = self.lora.unwrap()[2] {
             self.lora_project(ctx, &l, act, m, output, self.hidden)?;
         }
+        Ok(())
+    }
+
+    /// Install the packed Q2_0-g128 overlay (`q2g128` layout). Its arms: decode through
+    /// `q2_0_gemv_vec`, 2-3 rows through `forward_km_q2`, prefill (SiLU only) through the Q2 MMQ
+    /// GEMM (`METRALE_GGUF_NATIVE_Q2_MMQ=1`) or dequantize-to-BF16 plus the BF16 GEMM.
+    pub fn set_q2_weights(
+        &mut self,
+        gate: Q2Weight,
+        up: Q2Weight,
+        down: Q2Weight,
+    ) -> GpuResult<()> {
+        for (p, w) in [(P::Gate, &gate), (P::Up, &up), (P::Down, &down)] {
+            self.check_shape("set_q2_weights", p, w.n, w.k)?;
+            if !w.kp.is_multiple_of(128)
+                || w.kp < w.k
+                || w.blocks.bytes < (w.n * w.kp / 128 * 34) as u64
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_q2_weights {p:?}: kp {} / {} bytes do not fit the q2g128 layout of [{}, {}] (kp % 128, 34 bytes per 128)",
+                    w.kp, w.blocks.bytes, w.n, w.k
+                )));
+            }
+        }
+        self.q2 = Some([gate, up, down]);
         Ok(())
     }
 
@@ -855,6 +901,9 @@ impl DenseFfnLayer {
         if self.w8a8.is_some() && self.fixed_w8a8_ok(ctx, 1) {
             return self.w8a8_arm(ctx, input, 1);
         }
+        if self.q2.is_some() {
+            return self.q2_gemv_arm(ctx, input, 1);
+        }
         if self.fp8.is_some() {
             if self.gateup_fused_plan(ctx) {
                 return self.fp8_fused_decode(ctx, input);
@@ -896,6 +945,9 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, m)?;
+        if self.q2.is_some() {
+            return self.forward_km_q2(ctx, input, m);
+        }
         if self.w8a8.is_some() || self.fp8.is_some() || self.bf16.is_some() {
             return self.forward_prefill(ctx, input, m);
         }
@@ -961,6 +1013,8 @@ impl DenseFfnLayer {
             && self.fixed_w8a8_ok(ctx, m)
         {
             self.w8a8_arm(ctx, input, m)
+        } else if self.q2.is_some() {
+            self.q2_prefill_arm(ctx, input, m)
         } else if self.fp8.is_some() {
             self.fp8_arm(ctx, input, m)
         } else if let Some(w) = self.bf16 {
@@ -1661,6 +1715,265 @@ impl DenseFfnLayer {
             a(ldy),
         ];
         self.launch(ctx, k, cfg, &args)
+    }
+
+    /// One packed-Q2 projection through `q2_0_gemv_vec` (m = 1) or `q2_0_gemv_vec_batchm`.
+    #[allow(clippy::too_many_arguments)]
+    fn q2_gemv_project(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &Q2Weight,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let (k, name) = if m == 1 {
+            (self.kernels.q2_gemv, "q2_0_gemv_vec")
+        } else {
+            (self.kernels.q2_gemv_m, "q2_0_gemv_vec_batchm")
+        };
+        if !k.ok() {
+            return Err(missing("ffn_q2", name));
+        }
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg {
+            grid: (w.n.div_ceil(8) as u32, 1, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        let args = [
+            KArg::Ptr(x),
+            a(m),
+            KArg::Ptr(w.blocks),
+            KArg::Ptr(y),
+            a(w.n),
+            a(w.k),
+            a(w.kp),
+            a(ldy),
+        ];
+        self.launch(ctx, k, cfg, &args)
+    }
+
+    /// Packed-Q2 decode: gate and up GEMVs, act-mul, down GEMV.
+    fn q2_gemv_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        let w = self.q2.unwrap();
+        self.gated(ctx, x, m, false, &w, Self::q2_gemv_project)
+    }
+
+    /// `forward_km_q2`: 2 and 3 rows (up to 4) through `q2_0_gemv_vec_batchm`.
+    pub fn forward_km_q2(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        self.check_rows(ctx, x, m)?;
+        if self.q2.is_none() {
+            return Err(GpuError::Invalid(
+                "forward_km_q2: no packed-Q2 weights".into(),
+            ));
+        }
+        if m > 4 {
+            return Err(GpuError::Invalid(format!(
+                "forward_km_q2: {m} rows, q2_0_gemv_vec_batchm serves 1..=4"
+            )));
+        }
+        let w = self.q2.unwrap();
+        self.gated(ctx, x, m, false, &w, Self::q2_gemv_project)
+    }
+
+    /// Quantize `m` rows of `k` activations to q8_1 blocks (`quantize_act_q8_1`) into the arena.
+    fn quantize_q8_1(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        k: usize,
+        kp: usize,
+    ) -> GpuResult<DevicePtr> {
+        let kq = self.kernels.quant_q8_1;
+        if !kq.ok() {
+            return Err(missing("ffn_q8_1", "quantize_act_q8_1"));
+        }
+        let out = ctx.arena.q2_act_q8.view(0, (m * kp / 32 * 36) as u64);
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg {
+            grid: ((kp / 32).div_ceil(8) as u32, m as u32, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        self.launch(
+            ctx,
+            kq,
+            cfg,
+            &[KArg::Ptr(x), a(m), a(k), a(kp), KArg::Ptr(out)],
+        )?;
+        Ok(out)
+    }
+
+    /// One Q2 MMQ projection over q8_1 activation blocks.
+    fn q2_mmq_project(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &Q2Weight,
+        xq: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg {
+            grid: (w.n.div_ceil(8) as u32, m.div_ceil(4) as u32, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        let args = [
+            KArg::Ptr(xq),
+            a(m),
+            KArg::Ptr(w.blocks),
+            KArg::Ptr(y),
+            a(w.n),
+            a(w.kp),
+            a(ldy),
+        ];
+        self.launch(ctx, self.kernels.q2_mmq, cfg, &args)
+    }
+
+    /// `y = x . W^T` for a BF16 weight in the arena's dequantization scratch: cuBLAS when the
+    /// backend has it, else the BF16 GEMV four rows at a time.
+    #[allow(clippy::too_many_arguments)]
+    fn bf16_gemm_any(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        xb: DevicePtr,
+        w: &Bf16Weight,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let r = ctx.backend.gemm_bf16(
+            &GemmBf16 {
+                x: xb,
+                w: w.weight,
+                y,
+                m,
+                n: w.n,
+                k: w.k,
+                kw: w.kp,
+            },
+            ctx.stream,
+        );
+        match r {
+            Ok(()) => {
+                ctx.trace.push("cublas_gemm_bf16");
+                Ok(())
+            }
+            Err(GpuError::MissingKernel { .. }) => {
+                if !self.kernels.bf16_gemv.ok() {
+                    return Err(missing(
+                        "cublas",
+                        "gemm_bf16 (and ffn_bf16::bf16_gemv_batch4)",
+                    ));
+                }
+                for r0 in (0..m).step_by(4) {
+                    let rows = 4.min(m - r0);
+                    let xv = x.view((r0 * w.k * 4) as u64, (rows * w.k * 4) as u64);
+                    let yv = y.view((r0 * ldy * 4) as u64, (rows * ldy * 4) as u64);
+                    self.bf16_gemv(ctx, w, xv, rows, yv, ldy)?;
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Packed-Q2 prefill, SiLU only: with `METRALE_GGUF_NATIVE_Q2_MMQ=1` and both kernels
+    /// resolved (every group is 128 in `q2g128`), the Q2 MMQ GEMM, gate and up sharing one q8_1
+    /// quantization of the input and down quantizing the activation; otherwise each projection
+    /// dequantized to BF16 into one shared scratch and multiplied by the BF16 GEMM, each
+    /// dequant and its GEMM on the stream before the next.
+    fn q2_prefill_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        if self.activation != Activation::Silu {
+            return Err(GpuError::Invalid(
+                "packed-Q2 prefill serves SiLU layers only; this layer is GELU".into(),
+            ));
+        }
+        let w = self.q2.unwrap();
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
+        let k = &self.kernels;
+        if ctx.levers.gguf_native_q2_mmq {
+            if !k.quant_q8_1.ok() {
+                return Err(missing("ffn_q8_1", "quantize_act_q8_1"));
+            }
+            if !k.q2_mmq.ok() {
+                return Err(missing("ffn_q2", "q2_0_mmq_gemm"));
+            }
+            let xq = self.quantize_q8_1(ctx, x, m, h, w[0].kp)?;
+            self.q2_mmq_project(ctx, &w[0], xq, m, g, i)?;
+            self.q2_mmq_project(ctx, &w[1], xq, m, u, i)?;
+            self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+            let aq = self.quantize_q8_1(ctx, g.view(0, (m * i * 4) as u64), m, i, w[2].kp)?;
+            self.q2_mmq_project(ctx, &w[2], aq, m, out, h)?;
+            return Ok(out.view(0, (m * h * 4) as u64));
+        }
+        if !k.q2_dequant.ok() {
+            return Err(missing("ffn_q2", "dequant_q2_0_gn_to_bf16"));
+        }
+        let scratch = ctx.arena.q2_dequant_scratch;
+        let project = |l: &Self,
+                       c: &mut ForwardContext,
+                       w: &Q2Weight,
+                       xf: DevicePtr,
+                       xb: DevicePtr,
+                       y: DevicePtr,
+                       ldy: usize|
+         -> GpuResult<()> {
+            let cfg = LaunchCfg {
+                grid: ((w.n * w.kp / 128 * 32).div_ceil(256) as u32, 1, 1),
+                block: (256, 1, 1),
+                smem: 0,
+            };
+            let a = |v: usize| KArg::I32(v as i32);
+            let dq = scratch.view(0, (w.n * w.kp * 2) as u64);
+            l.launch(
+                c,
+                l.kernels.q2_dequant,
+                cfg,
+                &[KArg::Ptr(w.blocks), a(w.n), a(w.kp), KArg::Ptr(dq)],
+            )?;
+            let bw = Bf16Weight {
+                weight: dq,
+                n: w.n,
+                k: w.k,
+                kp: w.kp,
+            };
+            l.bf16_gemm_any(c, xf, xb, &bw, m, y, ldy)
+        };
+        let xb = self.to_bf16(ctx, x, m * h)?;
+        project(self, ctx, &w[0], x, xb, g, i)?;
+        project(self, ctx, &w[1], x, xb, u, i)?;
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let act = g.view(0, (m * i * 4) as u64);
+        let ab = self.to_bf16(ctx, act, m * i)?;
+        project(self, ctx, &w[2], act, ab, out, h)?;
+        Ok(out.view(0, (m * h * 4) as u64))
     }
 
     /// The GPU check's view of the W4A4 gate projection: quantize `m` rows of `x` and run

@@ -365,3 +365,38 @@ impl LoraAdapter {
         layer.set_lora_weights(w)
     }
 }
+
+/// Install the packed Q2_0-g128 overlay (`q2g128` layout) encoded from the f32 weights.
+pub fn install_q2(
+    b: &dyn GpuBackend,
+    layer: &mut DenseFfnLayer,
+    w: &DenseWeights,
+) -> GpuResult<()> {
+    let (h, i) = (w.hidden, w.inter);
+    let up = |x: &[f32], n: usize, k: usize| -> GpuResult<super::Q2Weight> {
+        let e = layouts::q2g128::encode(x, n, k);
+        Ok(super::Q2Weight {
+            blocks: alloc_upload(b, &e.parts[0].1)?,
+            n,
+            k,
+            kp: e.padded[1],
+        })
+    };
+    layer.set_q2_weights(up(&w.gate, i, h)?, up(&w.up, i, h)?, up(&w.down, h, i)?)
+}
+
+/// The weights as the `q2g128` layout holds them; with `bf16`, each value then rounded to BF16
+/// (what `dequant_q2_0_gn_to_bf16` feeds the BF16 GEMM).
+pub fn q2_decoded(w: &DenseWeights, bf16: bool) -> DenseWeights {
+    decoded(w, |x, n, k| {
+        let e = layouts::q2g128::encode(x, n, k);
+        let v = layouts::q2g128::decode(&e.parts[0].1, n, k, e.padded[1]);
+        if bf16 {
+            v.iter()
+                .map(|&a| crate::converters::bf16::to_f32(crate::converters::bf16::from_f32(a)))
+                .collect()
+        } else {
+            v
+        }
+    })
+}

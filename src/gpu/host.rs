@@ -551,6 +551,51 @@ impl GpuBackend for HostBackend {
                     self.write_f32(y, row * ldy, &out)?;
                 }
             }
+            "q2_0_gemv_vec" | "q2_0_gemv_vec_batchm" => {
+                let (x, m, w) = (
+                    self.read_f32(ptr(a, 0)?)?,
+                    int(a, 1)?,
+                    self.read(ptr(a, 2)?)?,
+                );
+                let (y, n, kk, kp, ldy) =
+                    (ptr(a, 3)?, int(a, 4)?, int(a, 5)?, int(a, 6)?, int(a, 7)?);
+                let cap = if name == "q2_0_gemv_vec" { 1 } else { 4 };
+                if m > cap {
+                    return Err(GpuError::Invalid(format!("{name}: m = {m} > {cap}")));
+                }
+                for r in 0..m {
+                    let mut row = vec![0f32; n];
+                    reference::q2_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, &mut row);
+                    self.write_f32(y, r * ldy, &row)?;
+                }
+            }
+            "dequant_q2_0_gn_to_bf16" => {
+                let (w, n, kp) = (self.read(ptr(a, 0)?)?, int(a, 1)?, int(a, 2)?);
+                self.write(ptr(a, 3)?, 0, &reference::q2_dequant_bf16(&w, n, kp))?;
+            }
+            "quantize_act_q8_1" => {
+                let (x, m, kk, kp) = (
+                    self.read_f32(ptr(a, 0)?)?,
+                    int(a, 1)?,
+                    int(a, 2)?,
+                    int(a, 3)?,
+                );
+                let out = ptr(a, 4)?;
+                for r in 0..m {
+                    let q = reference::quantize_row_q8_1_act(&x[r * kk..(r + 1) * kk], kp);
+                    self.write(out, r * kp / 32 * 36, &q)?;
+                }
+            }
+            "q2_0_mmq_gemm" => {
+                let (xq, m, w) = (self.read(ptr(a, 0)?)?, int(a, 1)?, self.read(ptr(a, 2)?)?);
+                let (y, n, kp, ldy) = (ptr(a, 3)?, int(a, 4)?, int(a, 5)?, int(a, 6)?);
+                let bs = kp / 32 * 36;
+                for r in 0..m {
+                    let mut row = vec![0f32; n];
+                    reference::q2_mmq_row(&xq[r * bs..(r + 1) * bs], &w, n, kp, &mut row);
+                    self.write_f32(y, r * ldy, &row)?;
+                }
+            }
             "nvfp4_mmq_repack" => {
                 let (codes, scales) = (self.read(ptr(a, 0)?)?, self.read(ptr(a, 1)?)?);
                 let (n, np, kp) = (int(a, 2)?, int(a, 3)?, int(a, 4)?);

@@ -9,6 +9,8 @@ pub const MODULES: &[(&str, &str)] = &[
     ("ffn_bf16", include_str!("../../kernels/ffn_bf16.cu")),
     ("ffn_nvfp4", include_str!("../../kernels/ffn_nvfp4.cu")),
     ("ffn_lora", include_str!("../../kernels/ffn_lora.cu")),
+    ("ffn_q8_1", include_str!("../../kernels/ffn_q8_1.cu")),
+    ("ffn_q2", include_str!("../../kernels/ffn_q2.cu")),
 ];
 
 /// The source of a module.

@@ -223,3 +223,92 @@ pub fn lora_b_row(xa: &[f32], b: &[u8], n: usize, r: usize, scaling: f32, y: &mu
         *out += (scaling as f64 * s) as f32;
     }
 }
+
+fn f16_at(b: &[u8]) -> f32 {
+    half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// One output row of a packed Q2_0-g128 (`q2g128` layout) product:
+/// `y[j] = sum_blocks d * sum_e (q - 2) * x[e]` (x beyond k is 0), in f64.
+pub fn q2_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32]) {
+    let nb = kp / 128;
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
+        let mut acc = 0f64;
+        for b in 0..nb {
+            let blk = &w[(j * nb + b) * 34..(j * nb + b + 1) * 34];
+            let d = f16_at(blk) as f64;
+            let mut part = 0f64;
+            for e in 0..128 {
+                let q = (blk[2 + e % 32] >> (2 * (e / 32))) & 3;
+                let i = b * 128 + e;
+                if i < k {
+                    part += (q as f64 - 2.0) * x[i] as f64;
+                }
+            }
+            acc += d * part;
+        }
+        *out = acc as f32;
+    });
+}
+
+/// `dequant_q2_0_gn_to_bf16`: BF16 bytes `[n, kp]`, each `bf16_rn(d * (q - 2))`.
+pub fn q2_dequant_bf16(w: &[u8], n: usize, kp: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n * kp * 2);
+    for blk in w[..n * kp / 128 * 34].chunks_exact(34) {
+        let d = f16_at(blk);
+        for e in 0..128 {
+            let q = (blk[2 + e % 32] >> (2 * (e / 32))) & 3;
+            out.extend_from_slice(&bf16::from_f32(d * (q as i32 - 2) as f32).to_le_bytes());
+        }
+    }
+    out
+}
+
+/// `quantize_act_q8_1` for one row: `kp/32` blocks of `f16 d, f16 s, i8 qs[32]`; `d =
+/// amax/127`, `q = roundf(x * (1/d))` with the f32 `d`, `s` = the sum of the unquantized values
+/// in the kernel's butterfly order (after each step every lane holds the same value).
+pub fn quantize_row_q8_1_act(x: &[f32], kp: usize) -> Vec<u8> {
+    let mut out = vec![0u8; kp / 32 * 36];
+    for (b, blk) in out.chunks_exact_mut(36).enumerate() {
+        let v: Vec<f32> = (0..32)
+            .map(|l| x.get(b * 32 + l).copied().unwrap_or(0.0))
+            .collect();
+        let mut s = v.clone();
+        for o in [16usize, 8, 4, 2, 1] {
+            let prev = s.clone();
+            for l in 0..32 {
+                s[l] = prev[l] + prev[l ^ o];
+            }
+        }
+        let amax = v.iter().fold(0f32, |m, a| m.max(a.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        blk[0..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+        blk[2..4].copy_from_slice(&half::f16::from_f32(s[0]).to_le_bytes());
+        for (l, &xv) in v.iter().enumerate() {
+            blk[4 + l] = ((xv * id).round() as i32) as i8 as u8;
+        }
+    }
+    out
+}
+
+/// One output row of the Q2 MMQ product over one row of q8_1 activation blocks:
+/// `y[j] = sum_b dw * sum_s (dx * sum_l q * xq - 2 * sx)`, in f64.
+pub fn q2_mmq_row(xq: &[u8], w: &[u8], n: usize, kp: usize, y: &mut [f32]) {
+    let nb = kp / 128;
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
+        let mut acc = 0f64;
+        for b in 0..nb {
+            let blk = &w[(j * nb + b) * 34..(j * nb + b + 1) * 34];
+            let dw = f16_at(blk) as f64;
+            for s in 0..4 {
+                let xb = &xq[(4 * b + s) * 36..(4 * b + s + 1) * 36];
+                let dot: i64 = (0..32)
+                    .map(|l| ((blk[2 + l] >> (2 * s)) & 3) as i64 * (xb[4 + l] as i8) as i64)
+                    .sum();
+                acc += dw * (f16_at(xb) as f64 * dot as f64 - 2.0 * f16_at(&xb[2..]) as f64);
+            }
+        }
+        *out = acc as f32;
+    });
+}

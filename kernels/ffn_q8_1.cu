@@ -1,0 +1,36 @@
+// Activations to q8_1 blocks for the MMQ GEMMs (the packed-Q2 arm; the Q4_K MMQ arm): per 32
+// values `f16 d, f16 s, i8 qs[32]` (36 bytes), d = amax / 127 (stored f16), q = roundf(x * (1/d))
+// with the f32 d, s = the sum of the unquantized inputs (stored f16), summed by a warp
+// butterfly (xor 16, 8, 4, 2, 1) whose order the CPU twin reproduces
+// (src/gpu/reference.rs `quantize_row_q8_1_act`): bit-identical.
+
+#include <cuda_fp16.h>
+
+// x f32 [m, k] -> out [m, kp/32] blocks (x beyond k is 0). One warp per block.
+// Grid (ceil(kp / 32 / 8), m), block 256.
+extern "C" __global__ void quantize_act_q8_1(const float* __restrict__ x, int m, int k, int kp,
+                                             unsigned char* __restrict__ out) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x * (blockDim.x >> 5) + warp, r = blockIdx.y;
+    if (b >= kp / 32 || r >= m) return;
+    const int e = b * 32 + lane;
+    const float v = e < k ? x[(size_t)r * k + e] : 0.f;
+    float amax = fabsf(v), sum = v;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+    }
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.f ? __fdiv_rn(1.0f, d) : 0.f;
+    unsigned char* blk = out + ((size_t)r * (kp / 32) + b) * 36;
+    blk[4 + lane] = (unsigned char)(signed char)(int)roundf(__fmul_rn(v, id));
+    if (lane == 0) {
+        const unsigned short hd = __half_as_ushort(__float2half_rn(d));
+        const unsigned short hs = __half_as_ushort(__float2half_rn(sum));
+        blk[0] = hd & 0xff;
+        blk[1] = hd >> 8;
+        blk[2] = hs & 0xff;
+        blk[3] = hs >> 8;
+    }
+}
