@@ -618,6 +618,63 @@ pub fn kernel_checks(
                 if got == want { 0.0 } else { 1.0 },
                 0.0,
             );
+            // finalize_q4k_load: the GPU Q4_K (gate, and down with the Q4_K lever) and int8
+            // (down) bytes equal the converter's encoders on the NVFP4 values.
+            let wd = nvfp4_decoded(&down);
+            for down_q4k in [false, true] {
+                let levers = ModelLevers {
+                    ffn_mmq: true,
+                    ffn_mmq_down_q4k: down_q4k,
+                    ..ModelLevers::default()
+                };
+                let cfg = FfnConfig {
+                    hidden: k,
+                    inter: n,
+                };
+                let mut qctx = ForwardContext::new(b.clone(), cfg, 1, levers)?;
+                let mut ql = DenseFfnLayer::new(&qctx);
+                install_nvfp4(b.as_ref(), &mut ql, &down)?;
+                ql.finalize_q4k_load(&mut qctx, k, n, 0)?;
+                let q = ql.weights.q4k.ok_or_else(|| {
+                    crate::gpu::GpuError::Invalid("finalize_q4k_load built nothing".into())
+                })?;
+                let bytes = |p: DevicePtr| -> GpuResult<Vec<u8>> {
+                    let mut v = vec![0u8; p.bytes as usize];
+                    b.download(p, &mut v)?;
+                    Ok(v)
+                };
+                let gate_ok =
+                    bytes(q.gate)? == layouts::q4k_mmq::encode_q4k(&wd.gate, n, k).parts[0].1;
+                let down_ok = match q.down {
+                    crate::ffn::Q4kDown::Q4k(p) => {
+                        bytes(p)? == layouts::q4k_mmq::encode_q4k(&wd.down, k, n).parts[0].1
+                    }
+                    crate::ffn::Q4kDown::Int8 { codes, scales } => {
+                        let e = layouts::q4k_mmq::encode_int8(&wd.down, k, n);
+                        bytes(codes)? == e.parts[0].1 && bytes(scales)? == e.parts[1].1
+                    }
+                };
+                push(
+                    &mut rows,
+                    "nvfp4_to_q4k gate (bytes == converter)",
+                    (h, i),
+                    0,
+                    if gate_ok { 0.0 } else { 1.0 },
+                    0.0,
+                );
+                push(
+                    &mut rows,
+                    if down_q4k {
+                        "nvfp4_to_q4k down (bytes == converter)"
+                    } else {
+                        "nvfp4_to_int8_rows down (bytes == converter)"
+                    },
+                    (h, i),
+                    0,
+                    if down_ok { 0.0 } else { 1.0 },
+                    0.0,
+                );
+            }
         }
         for p in [
             xd, yd, w.weight, w.scale, ww.weight, ww.scale, bw.weight, nw.codes, nw.scales,
@@ -647,7 +704,7 @@ pub fn layer_checks(
         ModelLevers::from_map(&env, crate::gpu::levers::HARDWARE_SM90)
     };
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-    let arms: [(&str, Install, ModelLevers, Activation); 17] = [
+    let arms: [(&str, Install, ModelLevers, Activation); 19] = [
         (
             "fp8 fused",
             |b, l, w| install_fp8(b, l, w, true),
@@ -702,6 +759,18 @@ pub fn layer_checks(
                 ("METRALE_FFN_SILU_FUSED_DOWN", "1"),
                 ("METRALE_DECODE_FFN_VIA_GEMM", "0"),
             ]),
+            Activation::Silu,
+        ),
+        (
+            "nvfp4 q4k mmq",
+            |b, l, w| install_nvfp4_q4k(b, l, w, false),
+            lev(&[("METRALE_FFN_MMQ", "1")]),
+            Activation::Silu,
+        ),
+        (
+            "nvfp4 q4k mmq q4k-down",
+            |b, l, w| install_nvfp4_q4k(b, l, w, true),
+            lev(&[("METRALE_FFN_MMQ", "1")]),
             Activation::Silu,
         ),
         ("q2", install_q2, lev(&[]), Activation::Silu),
@@ -797,7 +866,8 @@ pub fn layer_checks(
                     let tc_rows = if levers.ffn_batch16 { 16 } else { 4 };
                     let w4a4 = *arm == "nvfp4 w4a4" && *method != "prefill";
                     let q2_prefill = arm.starts_with("q2") && *method == "prefill";
-                    let tol = if q2_prefill && arm.ends_with("mmq") {
+                    let q4k_prefill = arm.contains("q4k") && *method == "prefill";
+                    let tol = if (q2_prefill && arm.ends_with("mmq")) || q4k_prefill {
                         // q8_1 activations: a last-bit difference can move one code.
                         5e-3
                     } else if q2_prefill {
@@ -951,31 +1021,59 @@ pub fn benchmarks(
         b.free(x);
     }
     // NVFP4 (0.5 byte codes + 1/16 byte scales per weight): decode chains, prefill GEMMs.
+    // (name, install, levers, prefill?, weight bytes per element for the decode figure)
     type NvArm = (
         &'static str,
         Install,
         &'static [(&'static str, &'static str)],
         bool,
+        f64,
     );
-    let nv_arms: [NvArm; 6] = [
-        ("nvfp4 GEMV chain (split SiLU)", install_nvfp4, &[], false),
+    let nvfp4_bpe = 0.5 + 1.0 / 16.0;
+    let q2_bpe = 34.0 / 128.0;
+    let nv_arms: [NvArm; 10] = [
+        (
+            "nvfp4 GEMV chain (split SiLU)",
+            install_nvfp4,
+            &[],
+            false,
+            nvfp4_bpe,
+        ),
         (
             "nvfp4 GEMV chain (SiLU-fused down)",
             install_nvfp4,
             &[("METRALE_FFN_SILU_FUSED_DOWN", "1")],
             false,
+            nvfp4_bpe,
         ),
         (
             "nvfp4 W4A4 (single row)",
             install_nvfp4,
             &[("METRALE_SINGLE_ROW_W4A4", "1")],
             false,
+            nvfp4_bpe,
         ),
-        ("nvfp4 base w4a16_gemm", install_nvfp4, &[], true),
-        ("nvfp4 _t GEMMs", install_nvfp4_t, &[], true),
-        ("nvfp4 MMQ GEMM", install_nvfp4_mmq, &[], true),
+        ("nvfp4 base w4a16_gemm", install_nvfp4, &[], true, nvfp4_bpe),
+        ("nvfp4 _t GEMMs", install_nvfp4_t, &[], true, nvfp4_bpe),
+        ("nvfp4 MMQ GEMM", install_nvfp4_mmq, &[], true, nvfp4_bpe),
+        (
+            "Q4_K MMQ (int8 down)",
+            |b, l, w| install_nvfp4_q4k(b, l, w, false),
+            &[("METRALE_FFN_MMQ", "1")],
+            true,
+            nvfp4_bpe,
+        ),
+        ("q2 GEMV chain", install_q2, &[], false, q2_bpe),
+        ("q2 dequant + BF16 GEMM", install_q2, &[], true, q2_bpe),
+        (
+            "q2 MMQ (q8_1)",
+            install_q2,
+            &[("METRALE_GGUF_NATIVE_Q2_MMQ", "1")],
+            true,
+            q2_bpe,
+        ),
     ];
-    for (name, install, env, prefill) in nv_arms {
+    for (name, install, env, prefill, bpe) in nv_arms {
         let map: HashMap<String, String> = env
             .iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -992,7 +1090,7 @@ pub fn benchmarks(
         )?;
         if !prefill {
             let t = time_median(b.as_ref(), 50, || layer.forward(&mut ctx, x).map(|_| ()))?;
-            let bw = weight_bytes(0.5 + 1.0 / 16.0) / t;
+            let bw = weight_bytes(bpe) / t;
             out.push(format!(
                 "decode m=1 {name:<30} {:>8.1} us  {:>6.0} GB/s  {:>5.1}% of copy ceiling",
                 t * 1e6,
@@ -1036,6 +1134,42 @@ pub fn benchmarks(
         times.sort_by(f64::total_cmp);
         out.push(format!(
             "finalize_nvfp4_mmq_load (GPU repack of gate, up, down) {:>8.3} ms per layer ({}x{}; median of 5)",
+            times[2] * 1e3,
+            h,
+            i
+        ));
+        let levers = ModelLevers {
+            ffn_mmq: true,
+            ..ModelLevers::default()
+        };
+        let mut ctx = ForwardContext::new(b.clone(), cfg, 1, levers)?;
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let mut layer = DenseFfnLayer::new(&ctx);
+            install_nvfp4(b.as_ref(), &mut layer, &w)?;
+            b.synchronize(0)?;
+            let t0 = Instant::now();
+            layer.finalize_q4k_load(&mut ctx, h, i, 0)?;
+            times.push(t0.elapsed().as_secs_f64());
+            if let Some(q) = layer.weights.q4k {
+                b.free(q.gate);
+                b.free(q.up);
+                match q.down {
+                    crate::ffn::Q4kDown::Q4k(p) => b.free(p),
+                    crate::ffn::Q4kDown::Int8 { codes, scales } => {
+                        b.free(codes);
+                        b.free(scales);
+                    }
+                }
+            }
+            for p in layer.weights.nvfp4.iter().flatten() {
+                b.free(p.codes);
+                b.free(p.scales);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        out.push(format!(
+            "finalize_q4k_load (GPU Q4_K gate+up, int8 down) {:>8.3} ms per layer ({}x{}; median of 5)",
             times[2] * 1e3,
             h,
             i

@@ -5,8 +5,8 @@
 
 use crate::converters::layouts::{Layout, Proj};
 use crate::ffn::{
-    Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2Weight,
-    W8a8Weight,
+    Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2Weight, Q4kDown,
+    Q4kMmqWeights, W8a8Weight,
 };
 use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
 use crate::pack::{FfnEntry, Pack};
@@ -91,6 +91,8 @@ pub struct LayerOverlays {
     pub bf16: Option<[Bf16Weight; 3]>,
     /// Packed Q2_0-g128 (`q2g128` layout).
     pub q2: Option<[Q2Weight; 3]>,
+    /// The Q4_K MMQ copies (`q4k_mmq` layout): `finalize_q4k_load` then has nothing to build.
+    pub q4k: Option<Q4kMmqWeights>,
 }
 
 impl LayerOverlays {
@@ -105,6 +107,9 @@ impl LayerOverlays {
             layer.weights.nvfp4_mmq = self.nvfp4_mmq;
             if let Some(l) = self.lora {
                 layer.set_lora_weights(l)?;
+            }
+            if self.q4k.is_some() {
+                layer.weights.q4k = self.q4k;
             }
         }
         if let Some(([g, u, d], fused)) = self.fp8 {
@@ -471,6 +476,30 @@ pub fn overlays(pack: &Pack, arena: DevicePtr) -> GpuResult<Vec<LayerOverlays>> 
             })
         });
         o.nvfp4_mmq = projs.map(|p| get(l, Layout::Nvfp4Mmq, p, "").map(|(v, _)| v));
+        let q4 = |p: Proj, part: &str| get(l, Layout::Q4kMmq, p, part);
+        if let (Some((g, gfe)), Some((u, _))) = (q4(Proj::Gate, ""), q4(Proj::Up, "")) {
+            let down = match (
+                q4(Proj::Down, "codes"),
+                q4(Proj::Down, "scales"),
+                q4(Proj::Down, ""),
+            ) {
+                (Some((codes, dfe)), Some((scales, _)), _) => {
+                    Some((Q4kDown::Int8 { codes, scales }, dfe))
+                }
+                (_, _, Some((d, dfe))) => Some((Q4kDown::Q4k(d), dfe)),
+                _ => None,
+            };
+            if let Some((down, dfe)) = down {
+                o.q4k = Some(Q4kMmqWeights {
+                    gate: g,
+                    up: u,
+                    down,
+                    kp_gate: dims(gfe).3,
+                    kp_down: dims(dfe).3,
+                    owned: false,
+                });
+            }
+        }
         if projs
             .iter()
             .all(|&p| get(l, Layout::Q2g128, p, "").is_some())

@@ -1023,3 +1023,133 @@ fn packed_q2_decode_small_batches_prefill_paths_and_refusals() {
         .to_string();
     assert!(e.contains("packed-Q2"), "{e}");
 }
+
+#[test]
+fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
+    let mut r = Rand(71);
+    let w = DenseWeights::random(&mut r, H, I);
+    let wd = nvfp4_decoded(&w);
+    let mmq = levers(&[("METRALE_FFN_MMQ", "1")]);
+    let mut c = ctx(HostBackend::new(), mmq.clone());
+    let mut l = DenseFfnLayer::new(&c);
+    install_nvfp4_t(c.backend.as_ref(), &mut l, &w).unwrap();
+    let t0 = l.weights.nvfp4_t[0].unwrap().codes;
+    c.trace.clear();
+    assert!(l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
+    assert_eq!(
+        c.trace,
+        ["nvfp4_to_q4k", "nvfp4_to_q4k", "nvfp4_to_int8_rows"]
+    );
+    assert!(l.weights.nvfp4_t.iter().all(Option::is_none));
+    assert!(
+        c.backend.download(t0, &mut [0u8; 4]).is_err(),
+        "_t copy not freed"
+    );
+    // The built bytes are the converter's (and so ggml's reference quantizer's) for the NVFP4
+    // values the layer holds.
+    let q = l.weights.q4k.unwrap();
+    let bytes = |p: DevicePtr| {
+        let mut v = vec![0u8; p.bytes as usize];
+        c.backend.download(p, &mut v).unwrap();
+        v
+    };
+    let ge = layouts::q4k_mmq::encode_q4k(&wd.gate, I, H);
+    assert!(bytes(q.gate) == ge.parts[0].1);
+    let de = layouts::q4k_mmq::encode_int8(&wd.down, H, I);
+    match q.down {
+        metrale_pack::ffn::Q4kDown::Int8 { codes, scales } => {
+            assert!(bytes(codes) == de.parts[0].1 && bytes(scales) == de.parts[1].1);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Prefill with METRALE_FFN_MMQ: q8_1 activations shared by gate and up, int8 down.
+    for m in [1usize, 5, 40] {
+        let (x, xs) = input(&c, &mut r, m);
+        let y = run(&mut c, &l, "prefill", x, m).unwrap();
+        assert_eq!(
+            c.trace,
+            [
+                "quantize_act_q8_1",
+                "q4k_mmq_gemm",
+                "q4k_mmq_gemm",
+                "act_mul_silu",
+                "requant_a_bf16_int8",
+                "int8_gemm_faith2"
+            ]
+        );
+        // 8-bit activations: 2e-2 of the f64 FFN on the weights the arm holds.
+        let e = rel_err(
+            &y,
+            &ffn_f64(&xs, m, &q4k_mmq_decoded(&w, false), Activation::Silu),
+        );
+        assert!(e < 2e-2, "m={m}: {e}");
+    }
+    // Run again, or given the copies (a pack): nothing to do, no launch.
+    let n0 = c.backend.launch_count();
+    assert!(!l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
+    assert_eq!(c.backend.launch_count(), n0);
+    // METRALE_FFN_MMQ_DOWN_Q4K, or the int8 kernels missing: down is Q4_K.
+    for (b, lev) in [
+        (
+            HostBackend::new(),
+            levers(&[("METRALE_FFN_MMQ", "1"), ("METRALE_FFN_MMQ_DOWN_Q4K", "1")]),
+        ),
+        (HostBackend::without(&["int8_gemm_faith2"]), mmq.clone()),
+    ] {
+        let mut c = ctx(b, lev);
+        let mut l = DenseFfnLayer::new(&c);
+        install_nvfp4(c.backend.as_ref(), &mut l, &w).unwrap();
+        assert!(l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
+        assert_eq!(c.trace, ["nvfp4_to_q4k"; 3]);
+        let (x, xs) = input(&c, &mut r, 3);
+        let y = run(&mut c, &l, "prefill", x, 3).unwrap();
+        assert_eq!(c.trace[4..], ["quantize_act_q8_1", "q4k_mmq_gemm"]);
+        let e = rel_err(
+            &y,
+            &ffn_f64(&xs, 3, &q4k_mmq_decoded(&w, true), Activation::Silu),
+        );
+        assert!(e < 2e-2, "{e}");
+    }
+    // Returns at once: no lever, FP8 or packed-Q2 layers, each of the four kernels missing.
+    let cases: Vec<(HostBackend, ModelLevers, &str)> = vec![
+        (HostBackend::new(), levers(&[]), ""),
+        (HostBackend::new(), mmq.clone(), "fp8"),
+        (HostBackend::new(), mmq.clone(), "q2"),
+        (HostBackend::without(&["nvfp4_to_q4k"]), mmq.clone(), ""),
+        (
+            HostBackend::without(&["nvfp4_to_int8_rows"]),
+            mmq.clone(),
+            "",
+        ),
+        (
+            HostBackend::without(&["quantize_act_q8_1"]),
+            mmq.clone(),
+            "",
+        ),
+        (HostBackend::without(&["q4k_mmq_gemm"]), mmq.clone(), ""),
+    ];
+    for (b, lev, extra) in cases {
+        let mut c = ctx(b, lev);
+        let mut l = DenseFfnLayer::new(&c);
+        install_nvfp4(c.backend.as_ref(), &mut l, &w).unwrap();
+        match extra {
+            "fp8" => install_fp8(c.backend.as_ref(), &mut l, &w, false).unwrap(),
+            "q2" => install_q2(c.backend.as_ref(), &mut l, &w).unwrap(),
+            _ => {}
+        }
+        let n0 = c.backend.launch_count();
+        assert!(!l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
+        assert_eq!(c.backend.launch_count(), n0);
+        assert!(l.weights.q4k.is_none());
+    }
+    // Given copies (a pack) serve the same prefill with no load-time launch.
+    let mut c = ctx(HostBackend::new(), mmq);
+    let mut l = DenseFfnLayer::new(&c);
+    install_nvfp4_q4k(c.backend.as_ref(), &mut l, &w, false).unwrap();
+    let n0 = c.backend.launch_count();
+    assert!(!l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
+    assert_eq!(c.backend.launch_count(), n0);
+    let (x, _) = input(&c, &mut r, 2);
+    run(&mut c, &l, "prefill", x, 2).unwrap();
+    assert_eq!(count(&c.trace, "q4k_mmq_gemm"), 2);
+}

@@ -1031,3 +1031,91 @@ fn a_pack_with_lora_loads_and_the_layer_adds_the_adapter() {
         ) > 1e-4
     );
 }
+
+#[test]
+fn a_pack_with_q4k_mmq_q2g128_and_lora_loads_with_zero_repack_launches() {
+    use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+    use metrale_pack::gpu::host::HostBackend;
+    use metrale_pack::gpu::{GpuBackend, ModelLevers, download_f32, upload_f32};
+    use metrale_pack::loader::{self, LoadOptions};
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    let mut rng = Rng::fresh("q4k-q2-lora-load");
+    let dir = tempfile::tempdir().unwrap();
+    let (h, i) = (256, 512);
+    let src = gguf_model(
+        dir.path(),
+        "m.gguf",
+        "llama",
+        h,
+        i,
+        2,
+        GgmlType::F32,
+        &mut rng,
+    );
+    let ad = dir.path().join("adapter");
+    lora_adapter(&ad, 2, h, i, 4, &mut rng, None);
+    let out = dir.path().join("l.mpk");
+    convert(
+        &src,
+        &out,
+        &ConvertOptions {
+            layouts: Some(vec![
+                Layout::Nvfp4,
+                Layout::Q4kMmq,
+                Layout::Q2g128,
+                Layout::Lora,
+            ]),
+            lora: Some(ad),
+            ..Default::default()
+        },
+    );
+    let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+    let before = b.launch_count();
+    let lp = loader::load(b.as_ref(), &out, &LoadOptions::default()).unwrap();
+    let ov = &lp.layers[1];
+    assert!(ov.q4k.is_some() && ov.q2.is_some() && ov.lora.is_some());
+    let env: HashMap<String, String> = [("METRALE_FFN_MMQ".to_string(), "1".to_string())].into();
+    let levers = ModelLevers::from_map(&env, metrale_pack::gpu::levers::HARDWARE_SM90);
+    let cfg = FfnConfig {
+        hidden: h,
+        inter: i,
+    };
+    let mut ctx = ForwardContext::new(b.clone(), cfg, 8, levers).unwrap();
+    // NVFP4 + q4k_mmq + lora in one layer: finalize_q4k_load and finalize_nvfp4_mmq_load have
+    // nothing to build; the Q4_K MMQ prefill and the adapter serve it.
+    let mut l = DenseFfnLayer::new(&ctx);
+    metrale_pack::loader::LayerOverlays {
+        nvfp4: ov.nvfp4,
+        q4k: ov.q4k,
+        lora: ov.lora,
+        ..Default::default()
+    }
+    .install(&mut l)
+    .unwrap();
+    assert!(!l.finalize_q4k_load(&mut ctx, h, i, 0).unwrap());
+    assert_eq!(
+        b.launch_count(),
+        before,
+        "loading or finalizing launched kernels"
+    );
+    let x: Vec<f32> = (0..4 * h)
+        .map(|t| ((t * 37 % 19) as f32 - 9.0) / 9.0)
+        .collect();
+    let xp = b.alloc((4 * h * 4) as u64).unwrap();
+    upload_f32(b.as_ref(), xp, &x).unwrap();
+    let y = download_f32(b.as_ref(), l.forward_prefill(&mut ctx, xp, 4).unwrap()).unwrap();
+    assert!(y.iter().all(|v| v.is_finite()));
+    assert!(ctx.trace.contains(&"q4k_mmq_gemm") && ctx.trace.contains(&"lora_b_add"));
+    // The packed-Q2 overlay of the same pack serves decode.
+    let mut l2 = DenseFfnLayer::new(&ctx);
+    metrale_pack::loader::LayerOverlays {
+        q2: ov.q2,
+        ..Default::default()
+    }
+    .install(&mut l2)
+    .unwrap();
+    ctx.trace.clear();
+    l2.forward(&mut ctx, xp).unwrap();
+    assert_eq!(ctx.trace[0], "q2_0_gemv_vec");
+}

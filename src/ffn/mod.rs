@@ -77,7 +77,8 @@ impl ForwardContext {
             max_tokens.max(1) as u64,
         );
         let interp = round_up(config.inter, 128) as u64;
-        let kmax = round_up(config.hidden.max(config.inter), 128) as u64;
+        // 256: the Q4_K MMQ arm's K padding (the largest of the layouts').
+        let kmax = round_up(config.hidden.max(config.inter), 256) as u64;
         let b = &backend;
         let arena = Arena {
             moe_output: b.alloc(t * h * 4)?,
@@ -214,6 +215,30 @@ pub struct DenseFfnWeights {
     pub nvfp4: Option<[Nvfp4Weight; 3]>,
     pub nvfp4_t: [Option<Nvfp4TWeight>; 3],
     pub nvfp4_mmq: [Option<DevicePtr>; 3],
+    /// The Q4_K MMQ copies (`q4k_mmq` layout), built by `finalize_q4k_load` or given by a pack.
+    pub q4k: Option<Q4kMmqWeights>,
+}
+
+/// The down projection of the Q4_K MMQ arm.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Q4kDown {
+    /// Int8 codes `[hidden, kp_down]` with f32 row scales `[hidden]` (the default).
+    Int8 { codes: DevicePtr, scales: DevicePtr },
+    /// Q4_K rows like gate and up (`METRALE_FFN_MMQ_DOWN_Q4K`).
+    Q4k(DevicePtr),
+}
+
+/// The Q4_K MMQ arm's weights (`q4k_mmq` layout): gate and up as Q4_K rows (K padded to 256),
+/// down as int8 rows or Q4_K. `owned`: built by `finalize_q4k_load` (else views into a pack).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Q4kMmqWeights {
+    pub gate: DevicePtr,
+    pub up: DevicePtr,
+    pub down: Q4kDown,
+    /// K of gate/up (hidden) and of down (inter), rounded up to 256.
+    pub kp_gate: usize,
+    pub kp_down: usize,
+    pub owned: bool,
 }
 
 /// The FP8 overlay: gate, up, down and, optionally, the fused gate+up they view.
@@ -277,6 +302,11 @@ kernel_set! {
     q2_dequant = "ffn_q2"::"dequant_q2_0_gn_to_bf16";
     q2_mmq = "ffn_q2"::"q2_0_mmq_gemm";
     quant_q8_1 = "ffn_q8_1"::"quantize_act_q8_1";
+    q4k_encode = "ffn_q4k"::"nvfp4_to_q4k";
+    q4k_int8_encode = "ffn_q4k"::"nvfp4_to_int8_rows";
+    q4k_gemm = "ffn_q4k"::"q4k_mmq_gemm";
+    int8_gemm = "ffn_q4k"::"int8_gemm_faith2";
+    requant_int8 = "ffn_q4k"::"requant_a_bf16_int8";
     lora_a = "ffn_lora"::"lora_a";
     lora_b = "ffn_lora"::"lora_b_add";
     nvfp4_small_m4 = "ffn_nvfp4"::"nvfp4_proj_small_m4";
@@ -743,6 +773,123 @@ impl DenseFfnLayer {
         Ok(())
     }
 
+    /// Load-time setup of the Q4_K MMQ prefill arm (`METRALE_FFN_MMQ=1`): builds on the GPU,
+    /// from the NVFP4 base, gate and up as Q4_K (byte-identical to the converter's encoder, so to
+    /// ggml's reference quantizer) and down as int8 rows (when `int8_gemm_faith2` and
+    /// `requant_a_bf16_int8` resolved and `METRALE_FFN_MMQ_DOWN_Q4K` is unset) or Q4_K;
+    /// synchronizes; frees the `_t` copies. Returns at once (false) for packed-Q2 or FP8 layers,
+    /// when one of its four Q4_K kernels (`nvfp4_to_q4k`, `nvfp4_to_int8_rows`,
+    /// `quantize_act_q8_1`, `q4k_mmq_gemm`) is missing, without the lever, without NVFP4 weights,
+    /// or when the copies were given (a pack).
+    pub fn finalize_q4k_load(
+        &mut self,
+        ctx: &mut ForwardContext,
+        h: usize,
+        inter: usize,
+        stream: StreamId,
+    ) -> GpuResult<bool> {
+        let k = self.kernels;
+        if self.q2.is_some()
+            || self.fp8.is_some()
+            || !(k.q4k_encode.ok()
+                && k.q4k_int8_encode.ok()
+                && k.q4k_gemm.ok()
+                && k.quant_q8_1.ok())
+            || !ctx.levers.ffn_mmq
+            || self.weights.q4k.is_some()
+        {
+            return Ok(false);
+        }
+        let Some(w) = self.weights.nvfp4 else {
+            return Ok(false);
+        };
+        if (h, inter) != (self.hidden, self.inter) {
+            return Err(GpuError::Invalid(format!(
+                "finalize_q4k_load: {h}/{inter}, layer is {}/{}",
+                self.hidden, self.inter
+            )));
+        }
+        let (kp_gate, kp_down) = (round_up(h, 256), round_up(inter, 256));
+        let i = |v: usize| KArg::I32(v as i32);
+        let b = ctx.backend.clone();
+        let encode =
+            |ctx: &mut ForwardContext, x: &Nvfp4Weight, kp_q: usize| -> GpuResult<DevicePtr> {
+                let out = b.alloc((x.n * kp_q / 256 * 144) as u64)?;
+                let cfg = LaunchCfg {
+                    grid: ((x.n * kp_q / 256).div_ceil(64) as u32, 1, 1),
+                    block: (64, 1, 1),
+                    smem: 0,
+                };
+                ctx.trace.push("nvfp4_to_q4k");
+                b.launch(
+                    k.q4k_encode,
+                    cfg,
+                    stream,
+                    &[
+                        KArg::Ptr(x.codes),
+                        KArg::Ptr(x.scales),
+                        KArg::F32(x.global_scale),
+                        i(x.n),
+                        i(x.k),
+                        i(x.kp),
+                        i(kp_q),
+                        KArg::Ptr(out),
+                    ],
+                )?;
+                Ok(out)
+            };
+        let gate = encode(ctx, &w[0], kp_gate)?;
+        let up = encode(ctx, &w[1], kp_gate)?;
+        let d = &w[2];
+        let down = if k.int8_gemm.ok() && k.requant_int8.ok() && !ctx.levers.ffn_mmq_down_q4k {
+            let codes = b.alloc((d.n * kp_down) as u64)?;
+            let scales = b.alloc((d.n * 4) as u64)?;
+            let cfg = LaunchCfg {
+                grid: (d.n as u32, 1, 1),
+                block: (256, 1, 1),
+                smem: 0,
+            };
+            ctx.trace.push("nvfp4_to_int8_rows");
+            b.launch(
+                k.q4k_int8_encode,
+                cfg,
+                stream,
+                &[
+                    KArg::Ptr(d.codes),
+                    KArg::Ptr(d.scales),
+                    KArg::F32(d.global_scale),
+                    i(d.n),
+                    i(d.k),
+                    i(d.kp),
+                    i(kp_down),
+                    KArg::Ptr(codes),
+                    KArg::Ptr(scales),
+                ],
+            )?;
+            Q4kDown::Int8 { codes, scales }
+        } else {
+            Q4kDown::Q4k(encode(ctx, d, kp_down)?)
+        };
+        b.synchronize(stream)?;
+        for p in 0..3 {
+            if let Some(t) = self.weights.nvfp4_t[p].take()
+                && t.owned
+            {
+                b.free(t.codes);
+                b.free(t.scales);
+            }
+        }
+        self.weights.q4k = Some(Q4kMmqWeights {
+            gate,
+            up,
+            down,
+            kp_gate,
+            kp_down,
+            owned: true,
+        });
+        Ok(true)
+    }
+
     /// Install the packed Q2_0-g128 overlay (`q2g128` layout). Its arms: decode through
     /// `q2_0_gemv_vec`, 2-3 rows through `forward_km_q2`, prefill (SiLU only) through the Q2 MMQ
     /// GEMM (`METRALE_GGUF_NATIVE_Q2_MMQ=1`) or dequantize-to-BF16 plus the BF16 GEMM.
@@ -1019,6 +1166,8 @@ impl DenseFfnLayer {
             self.fp8_arm(ctx, input, m)
         } else if let Some(w) = self.bf16 {
             self.bf16_prefill_arm(ctx, input, m, &w)
+        } else if self.weights.nvfp4.is_some() && ctx.levers.ffn_mmq && self.weights.q4k.is_some() {
+            self.q4k_mmq_arm(ctx, input, m)
         } else if let Some(w) = self.weights.nvfp4 {
             let pw = [(0, w[0]), (1, w[1]), (2, w[2])];
             self.gated(ctx, input, m, true, &pw, Self::w4a16_prefill_gemm)
@@ -1973,6 +2122,116 @@ impl DenseFfnLayer {
         let act = g.view(0, (m * i * 4) as u64);
         let ab = self.to_bf16(ctx, act, m * i)?;
         project(self, ctx, &w[2], act, ab, out, h)?;
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+
+    /// One Q4_K MMQ projection over q8_1 activation blocks.
+    #[allow(clippy::too_many_arguments)]
+    fn q4k_gemm_launch(
+        &self,
+        ctx: &mut ForwardContext,
+        xq: DevicePtr,
+        m: usize,
+        w: DevicePtr,
+        n: usize,
+        kp: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg {
+            grid: (n.div_ceil(8) as u32, m.div_ceil(4) as u32, 1),
+            block: (256, 1, 1),
+            smem: 0,
+        };
+        let args = [
+            KArg::Ptr(xq),
+            a(m),
+            KArg::Ptr(w),
+            KArg::Ptr(y),
+            a(n),
+            a(kp),
+            a(ldy),
+        ];
+        self.launch(ctx, self.kernels.q4k_gemm, cfg, &args)
+    }
+
+    /// The Q4_K MMQ prefill (`METRALE_FFN_MMQ=1` with the copies built or given): activations
+    /// to q8_1 blocks once for gate and up, the Q4_K dot-product GEMMs, act-mul, then down
+    /// through the int8 GEMM after `requant_a_bf16_int8` (or q8_1 + Q4_K GEMM).
+    fn q4k_mmq_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        let q = self.weights.q4k.unwrap();
+        let k = self.kernels;
+        if !k.q4k_gemm.ok() {
+            return Err(missing("ffn_q4k", "q4k_mmq_gemm"));
+        }
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
+        let xq = self.quantize_q8_1(ctx, x, m, h, q.kp_gate)?;
+        self.q4k_gemm_launch(ctx, xq, m, q.gate, i, q.kp_gate, g, i)?;
+        self.q4k_gemm_launch(ctx, xq, m, q.up, i, q.kp_gate, u, i)?;
+        self.apply_lora_gate_up(ctx, x, m, g, u)?;
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let act = g.view(0, (m * i * 4) as u64);
+        match q.down {
+            Q4kDown::Int8 { codes, scales } => {
+                if !k.requant_int8.ok() {
+                    return Err(missing("ffn_q4k", "requant_a_bf16_int8"));
+                }
+                if !k.int8_gemm.ok() {
+                    return Err(missing("ffn_q4k", "int8_gemm_faith2"));
+                }
+                let kp = q.kp_down;
+                let aq = ctx.arena.act_fp8.view(0, (m * kp) as u64);
+                let sa = ctx.arena.act_scale.view(0, (m * 4) as u64);
+                let a = |v: usize| KArg::I32(v as i32);
+                let cfg = LaunchCfg {
+                    grid: (m as u32, 1, 1),
+                    block: (256, 1, 1),
+                    smem: 0,
+                };
+                let args = [
+                    KArg::Ptr(act),
+                    a(m),
+                    a(i),
+                    a(kp),
+                    KArg::Ptr(aq),
+                    KArg::Ptr(sa),
+                ];
+                self.launch(ctx, k.requant_int8, cfg, &args)?;
+                let cfg = LaunchCfg {
+                    grid: (h.div_ceil(8) as u32, m.div_ceil(4) as u32, 1),
+                    block: (256, 1, 1),
+                    smem: 0,
+                };
+                let args = [
+                    KArg::Ptr(aq),
+                    KArg::Ptr(sa),
+                    a(m),
+                    KArg::Ptr(codes),
+                    KArg::Ptr(scales),
+                    KArg::Ptr(out),
+                    a(h),
+                    a(kp),
+                    a(h),
+                ];
+                self.launch(ctx, k.int8_gemm, cfg, &args)?;
+            }
+            Q4kDown::Q4k(dw) => {
+                let aq = self.quantize_q8_1(ctx, act, m, i, q.kp_down)?;
+                self.q4k_gemm_launch(ctx, aq, m, dw, h, q.kp_down, out, h)?;
+            }
+        }
+        self.apply_lora_down(ctx, act, m, out)?;
         Ok(out.view(0, (m * h * 4) as u64))
     }
 

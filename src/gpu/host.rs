@@ -596,6 +596,80 @@ impl GpuBackend for HostBackend {
                     self.write_f32(y, r * ldy, &row)?;
                 }
             }
+            "nvfp4_to_q4k" | "nvfp4_to_int8_rows" => {
+                use crate::converters::layouts;
+                let (codes, scales, g) =
+                    (self.read(ptr(a, 0)?)?, self.read(ptr(a, 1)?)?, float(a, 2)?);
+                let (n, kk, kp_nv, kp_q) = (int(a, 3)?, int(a, 4)?, int(a, 5)?, int(a, 6)?);
+                let full = layouts::nvfp4::decode_padded(
+                    &codes[..n * kp_nv / 2],
+                    &scales[..n * kp_nv / 16],
+                    g,
+                    n,
+                    kp_nv,
+                );
+                let x = layouts::crop(&full, kp_nv, n, kk);
+                let e = if name == "nvfp4_to_q4k" {
+                    layouts::q4k_mmq::encode_q4k(&x, n, kk)
+                } else {
+                    layouts::q4k_mmq::encode_int8(&x, n, kk)
+                };
+                if e.padded[1] != kp_q {
+                    return Err(GpuError::Invalid(format!(
+                        "{name}: kp {kp_q} is not k {kk} rounded up to 256"
+                    )));
+                }
+                self.write(ptr(a, 7)?, 0, &e.parts[0].1)?;
+                if name == "nvfp4_to_int8_rows" {
+                    self.write(ptr(a, 8)?, 0, &e.parts[1].1)?;
+                }
+            }
+            "q4k_mmq_gemm" => {
+                let (xq, m, w) = (self.read(ptr(a, 0)?)?, int(a, 1)?, self.read(ptr(a, 2)?)?);
+                let (y, n, kp, ldy) = (ptr(a, 3)?, int(a, 4)?, int(a, 5)?, int(a, 6)?);
+                let bs = kp / 32 * 36;
+                for r in 0..m {
+                    let mut row = vec![0f32; n];
+                    reference::q4k_mmq_row(&xq[r * bs..(r + 1) * bs], &w, n, kp, &mut row);
+                    self.write_f32(y, r * ldy, &row)?;
+                }
+            }
+            "requant_a_bf16_int8" => {
+                let (x, m, kk, kp) = (
+                    self.read_f32(ptr(a, 0)?)?,
+                    int(a, 1)?,
+                    int(a, 2)?,
+                    int(a, 3)?,
+                );
+                let (qc, qs) = (ptr(a, 4)?, ptr(a, 5)?);
+                for r in 0..m {
+                    let (q, d) = reference::requant_row_bf16_int8(&x[r * kk..(r + 1) * kk], kp);
+                    self.write(qc, r * kp, &q)?;
+                    self.write_f32(qs, r, &[d])?;
+                }
+            }
+            "int8_gemm_faith2" => {
+                let (aq, sa, m) = (
+                    self.read(ptr(a, 0)?)?,
+                    self.read_f32(ptr(a, 1)?)?,
+                    int(a, 2)?,
+                );
+                let (wq, sw) = (self.read(ptr(a, 3)?)?, self.read_f32(ptr(a, 4)?)?);
+                let (y, n, kp, ldy) = (ptr(a, 5)?, int(a, 6)?, int(a, 7)?, int(a, 8)?);
+                for r in 0..m {
+                    let mut row = vec![0f32; n];
+                    reference::int8_row(
+                        &aq[r * kp..(r + 1) * kp],
+                        sa[r],
+                        &wq,
+                        &sw,
+                        n,
+                        kp,
+                        &mut row,
+                    );
+                    self.write_f32(y, r * ldy, &row)?;
+                }
+            }
             "nvfp4_mmq_repack" => {
                 let (codes, scales) = (self.read(ptr(a, 0)?)?, self.read(ptr(a, 1)?)?);
                 let (n, np, kp) = (int(a, 2)?, int(a, 3)?, int(a, 4)?);

@@ -11,6 +11,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("ffn_lora", include_str!("../../kernels/ffn_lora.cu")),
     ("ffn_q8_1", include_str!("../../kernels/ffn_q8_1.cu")),
     ("ffn_q2", include_str!("../../kernels/ffn_q2.cu")),
+    ("ffn_q4k", include_str!("../../kernels/ffn_q4k.cu")),
 ];
 
 /// The source of a module.

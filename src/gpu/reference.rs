@@ -312,3 +312,58 @@ pub fn q2_mmq_row(xq: &[u8], w: &[u8], n: usize, kp: usize, y: &mut [f32]) {
         *out = acc as f32;
     });
 }
+
+/// One output row of the Q4_K MMQ product over one row of q8_1 activation blocks:
+/// `y[j] = sum_superblocks sum_sub (d*sc * dx * sum_l q * xq - dmin*m * sx)`, in f64.
+pub fn q4k_mmq_row(xq: &[u8], w: &[u8], n: usize, kp: usize, y: &mut [f32]) {
+    use crate::converters::kquant::get_scale_min_k4;
+    let nsb = kp / 256;
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
+        let mut acc = 0f64;
+        for sb in 0..nsb {
+            let blk = &w[(j * nsb + sb) * 144..(j * nsb + sb + 1) * 144];
+            let (d, dmin) = (f16_at(blk) as f64, f16_at(&blk[2..]) as f64);
+            let sc12: &[u8; 12] = blk[4..16].try_into().unwrap();
+            for sub in 0..8 {
+                let (sc, m) = get_scale_min_k4(sub, sc12);
+                let xb = &xq[(sb * 8 + sub) * 36..(sb * 8 + sub + 1) * 36];
+                let dot: i64 = (0..32)
+                    .map(|l| {
+                        let q = (blk[16 + 32 * (sub / 2) + l] >> (4 * (sub % 2))) & 0xF;
+                        q as i64 * (xb[4 + l] as i8) as i64
+                    })
+                    .sum();
+                acc += d * sc as f64 * f16_at(xb) as f64 * dot as f64
+                    - dmin * m as f64 * f16_at(&xb[2..]) as f64;
+            }
+        }
+        *out = acc as f32;
+    });
+}
+
+/// `requant_a_bf16_int8` for one row: `a = bf16(x)`, `d = amax(a)/127`, `q = roundf(a * (1/d))`
+/// (zero beyond k). Returns `(codes [kp], d)`.
+pub fn requant_row_bf16_int8(x: &[f32], kp: usize) -> (Vec<u8>, f32) {
+    let a: Vec<f32> = x.iter().map(|&v| ActRound::Bf16.apply(v)).collect();
+    let amax = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut q = vec![0u8; kp];
+    for (c, &v) in q.iter_mut().zip(&a) {
+        *c = ((v * id).round() as i32) as i8 as u8;
+    }
+    (q, d)
+}
+
+/// One output row of the int8 GEMM: `y[j] = sum_i a[i] * w[j, i] * sa * sw[j]` (exact integer
+/// sum, scales applied in f64).
+pub fn int8_row(a: &[u8], sa: f32, w: &[u8], sw: &[f32], n: usize, kp: usize, y: &mut [f32]) {
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
+        let s: i64 = a[..kp]
+            .iter()
+            .zip(&w[j * kp..(j + 1) * kp])
+            .map(|(&p, &q)| (p as i8) as i64 * (q as i8) as i64)
+            .sum();
+        *out = (s as f64 * sa as f64 * sw[j] as f64) as f32;
+    });
+}

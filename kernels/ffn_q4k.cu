@@ -1,0 +1,302 @@
+// The Q4_K MMQ prefill arm and finalize_q4k_load's GPU encoders. Numerics contract and CPU
+// twins: converters/q4_k.rs + converters/kquant.rs (the Q4_K encoder, ggml's
+// quantize_row_q4_K_ref), converters/layouts/q4k_mmq.rs (int8 rows), src/gpu/reference.rs
+// (`q4k_mmq_row`, `requant_row_bf16_int8`, `int8_row`).
+//
+// The encoders must give the converter's bytes exactly: every float operation below is one
+// IEEE operation in ggml's order (__fadd_rn, __fmul_rn, __fdiv_rn, __fsqrt_rn), so NVRTC cannot
+// contract them into fused multiply-adds that ggml's x86 build does not have.
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_bf16.h>
+
+__constant__ float E2M1_Q4K[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
+
+__device__ __forceinline__ float e4m3_q4k(unsigned int b) {
+    __nv_fp8_e4m3 v;
+    v.__x = (__nv_fp8_storage_t)(b & 0xffu);
+    return (float)v;
+}
+
+// Element i (< k) of row j of an `nvfp4` weight as f32: (E2M1 * e4m3(scale)) * g, as the
+// converter's decode_padded computes it; 0 beyond k.
+__device__ __forceinline__ float nvfp4_at(const unsigned char* codes, const unsigned char* scales, float g, int kp_nv,
+                                          int j, int i, int k) {
+    if (i >= k) return 0.f;
+    const unsigned int c = (codes[(size_t)j * (kp_nv / 2) + i / 2] >> (4 * (i & 1))) & 0xfu;
+    return __fmul_rn(__fmul_rn(E2M1_Q4K[c], e4m3_q4k(scales[(size_t)j * (kp_nv / 16) + i / 16])), g);
+}
+
+__device__ __forceinline__ int nearest_int_q(float f) {
+    const float val = __fadd_rn(f, 12582912.0f);
+    return (__float_as_int(val) & 0x007fffff) - 0x00400000;
+}
+
+__device__ __forceinline__ int clamp_q(int v, int hi) { return v < 0 ? 0 : (v > hi ? hi : v); }
+
+// ggml make_qkx2_quants(32, nmax 15, rmin -1, rdelta 0.1, nstep 20, use_mad false).
+__device__ void make_qkx2_32(const float* x, const float* w, unsigned char* l, unsigned char* laux, float* scale_out,
+                             float* min_out) {
+    const int n = 32, nmax = 15, nstep = 20;
+    const float rmin = -1.0f, rdelta = 0.1f;
+    float mn = x[0], mx = x[0];
+    float sum_w = w[0];
+    float sum_x = __fmul_rn(sum_w, x[0]);
+    for (int i = 1; i < n; ++i) {
+        if (x[i] < mn) mn = x[i];
+        if (x[i] > mx) mx = x[i];
+        sum_w = __fadd_rn(sum_w, w[i]);
+        sum_x = __fadd_rn(sum_x, __fmul_rn(w[i], x[i]));
+    }
+    if (mn > 0.f) mn = 0.f;
+    if (mx == mn) {
+        for (int i = 0; i < n; ++i) l[i] = 0;
+        *scale_out = 0.f;
+        *min_out = -mn;
+        return;
+    }
+    float iscale = __fdiv_rn((float)nmax, __fadd_rn(mx, -mn));
+    float scale = __fdiv_rn(1.0f, iscale);
+    float best_mad = 0.f;
+    for (int i = 0; i < n; ++i) {
+        const int q = clamp_q(nearest_int_q(__fmul_rn(iscale, __fadd_rn(x[i], -mn))), nmax);
+        l[i] = (unsigned char)q;
+        const float diff = __fadd_rn(__fadd_rn(__fmul_rn(scale, (float)q), mn), -x[i]);
+        best_mad = __fadd_rn(best_mad, __fmul_rn(w[i], __fmul_rn(diff, diff)));
+    }
+    for (int is = 0; is <= nstep; ++is) {
+        iscale = __fdiv_rn(__fadd_rn(__fadd_rn(rmin, __fmul_rn(rdelta, (float)is)), (float)nmax), __fadd_rn(mx, -mn));
+        float sum_l = 0.f, sum_l2 = 0.f, sum_xl = 0.f;
+        for (int i = 0; i < n; ++i) {
+            const int q = clamp_q(nearest_int_q(__fmul_rn(iscale, __fadd_rn(x[i], -mn))), nmax);
+            laux[i] = (unsigned char)q;
+            const float lf = (float)q;
+            sum_l = __fadd_rn(sum_l, __fmul_rn(w[i], lf));
+            sum_l2 = __fadd_rn(sum_l2, __fmul_rn(__fmul_rn(w[i], lf), lf));
+            sum_xl = __fadd_rn(sum_xl, __fmul_rn(__fmul_rn(w[i], lf), x[i]));
+        }
+        const float d = __fadd_rn(__fmul_rn(sum_w, sum_l2), -__fmul_rn(sum_l, sum_l));
+        if (d > 0.f) {
+            float this_scale = __fdiv_rn(__fadd_rn(__fmul_rn(sum_w, sum_xl), -__fmul_rn(sum_x, sum_l)), d);
+            float this_min = __fdiv_rn(__fadd_rn(__fmul_rn(sum_l2, sum_x), -__fmul_rn(sum_l, sum_xl)), d);
+            if (this_min > 0.f) {
+                this_min = 0.f;
+                this_scale = __fdiv_rn(sum_xl, sum_l2);
+            }
+            float mad = 0.f;
+            for (int i = 0; i < n; ++i) {
+                const float diff = __fadd_rn(__fadd_rn(__fmul_rn(this_scale, (float)laux[i]), this_min), -x[i]);
+                mad = __fadd_rn(mad, __fmul_rn(w[i], __fmul_rn(diff, diff)));
+            }
+            if (mad < best_mad) {
+                for (int i = 0; i < n; ++i) l[i] = laux[i];
+                best_mad = mad;
+                scale = this_scale;
+                mn = this_min;
+            }
+        }
+    }
+    *scale_out = scale;
+    *min_out = -mn;
+}
+
+__device__ __forceinline__ void scale_min_k4(int j, const unsigned char* q, int* sc, int* m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// finalize_q4k_load's encoder: an `nvfp4` weight [n, k] -> Q4_K rows (kp_q / 256 blocks of 144
+// bytes per row), quantize_row_q4_K_ref on each 256-value super-block. One thread per super-block.
+// Grid ceil(n * kp_q / 256 / 64), block 64.
+extern "C" __global__ void nvfp4_to_q4k(const unsigned char* __restrict__ codes, const unsigned char* __restrict__ scales,
+                                        float g, int n, int k, int kp_nv, int kp_q, unsigned char* __restrict__ out) {
+    const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int nsb = kp_q / 256;
+    if (id >= (long long)n * nsb) return;
+    const int j = (int)(id / nsb), sb = (int)(id % nsb);
+    float x[256];
+    for (int e = 0; e < 256; ++e) x[e] = nvfp4_at(codes, scales, g, kp_nv, j, sb * 256 + e, k);
+    unsigned char l[256], laux[32];
+    float wts[32], mins[8], scs[8];
+    float max_scale = 0.f, max_min = 0.f;
+    for (int b = 0; b < 8; ++b) {
+        const float* xs = x + 32 * b;
+        float sum_x2 = 0.f;
+        for (int i = 0; i < 32; ++i) sum_x2 = __fadd_rn(sum_x2, __fmul_rn(xs[i], xs[i]));
+        const float av_x = __fsqrt_rn(__fdiv_rn(sum_x2, 32.0f));
+        for (int i = 0; i < 32; ++i) wts[i] = __fadd_rn(av_x, fabsf(xs[i]));
+        make_qkx2_32(xs, wts, l + 32 * b, laux, &scs[b], &mins[b]);
+        if (scs[b] > max_scale) max_scale = scs[b];
+        if (mins[b] > max_min) max_min = mins[b];
+    }
+    const float inv_scale = max_scale > 0.f ? __fdiv_rn(63.0f, max_scale) : 0.f;
+    const float inv_min = max_min > 0.f ? __fdiv_rn(63.0f, max_min) : 0.f;
+    unsigned char sc12[12];
+    for (int i = 0; i < 12; ++i) sc12[i] = 0;
+    for (int b = 0; b < 8; ++b) {
+        const int ls = min((int)(unsigned char)nearest_int_q(__fmul_rn(inv_scale, scs[b])), 63);
+        const int lm = min((int)(unsigned char)nearest_int_q(__fmul_rn(inv_min, mins[b])), 63);
+        if (b < 4) {
+            sc12[b] = (unsigned char)ls;
+            sc12[b + 4] = (unsigned char)lm;
+        } else {
+            sc12[b + 4] = (unsigned char)((ls & 0xF) | ((lm & 0xF) << 4));
+            sc12[b - 4] |= (unsigned char)((ls >> 4) << 6);
+            sc12[b] |= (unsigned char)((lm >> 4) << 6);
+        }
+    }
+    const __half hd = __float2half_rn(__fdiv_rn(max_scale, 63.0f));
+    const __half hm = __float2half_rn(__fdiv_rn(max_min, 63.0f));
+    const float df = __half2float(hd), dminf = __half2float(hm);
+    for (int b = 0; b < 8; ++b) {
+        int sc, m;
+        scale_min_k4(b, sc12, &sc, &m);
+        const float d = __fmul_rn(df, (float)sc);
+        if (d == 0.f) continue;
+        const float dm = __fmul_rn(dminf, (float)m);
+        for (int i = 0; i < 32; ++i)
+            l[32 * b + i] = (unsigned char)min(max(nearest_int_q(__fdiv_rn(__fadd_rn(x[32 * b + i], dm), d)), 0), 15);
+    }
+    unsigned char* blk = out + ((size_t)j * nsb + sb) * 144;
+    const unsigned short ud = __half_as_ushort(hd), um = __half_as_ushort(hm);
+    blk[0] = ud & 0xff;
+    blk[1] = ud >> 8;
+    blk[2] = um & 0xff;
+    blk[3] = um >> 8;
+    for (int i = 0; i < 12; ++i) blk[4 + i] = sc12[i];
+    for (int c = 0; c < 4; ++c)
+        for (int i = 0; i < 32; ++i) blk[16 + 32 * c + i] = (unsigned char)(l[64 * c + i] | (l[64 * c + 32 + i] << 4));
+}
+
+// finalize_q4k_load's int8 down: per row d = amax / 127, q = roundf(x * (1/d)), codes [n, kp_q]
+// (zero beyond k), f32 scales [n]. One block per row. Grid n, block 256.
+extern "C" __global__ void nvfp4_to_int8_rows(const unsigned char* __restrict__ codes, const unsigned char* __restrict__ scales,
+                                              float g, int n, int k, int kp_nv, int kp_q, unsigned char* __restrict__ qc,
+                                              float* __restrict__ qs) {
+    __shared__ float red[32];
+    const int j = blockIdx.x;
+    if (j >= n) return;
+    float amax = 0.f;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(nvfp4_at(codes, scales, g, kp_nv, j, i, k)));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+        for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
+        if (threadIdx.x == 0) red[0] = t;
+    }
+    __syncthreads();
+    const float d = __fdiv_rn(red[0], 127.0f);
+    const float id = d != 0.f ? __fdiv_rn(1.0f, d) : 0.f;
+    if (threadIdx.x == 0) qs[j] = d;
+    for (int i = threadIdx.x; i < kp_q; i += blockDim.x) {
+        const float v = nvfp4_at(codes, scales, g, kp_nv, j, i, k);
+        qc[(size_t)j * kp_q + i] = (unsigned char)(signed char)(int)roundf(__fmul_rn(v, id));
+    }
+}
+
+// The Q4_K MMQ GEMM over q8_1 activation blocks (quantize_act_q8_1, module ffn_q8_1):
+// y[r, j] = sum_superblocks sum_sub (d*sc * dx * sum_l q * xq - dmin*m * sx). One warp per
+// (output j, 4 rows); lane l owns element l of every 32-value sub-block.
+// Grid (ceil(n / 8), ceil(m / 4)), block 256.
+extern "C" __global__ void q4k_mmq_gemm(const unsigned char* __restrict__ xq, int m, const unsigned char* __restrict__ w,
+                                        float* __restrict__ y, int n, int kp, int ldy) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = blockIdx.x * (blockDim.x >> 5) + warp, r0 = blockIdx.y * 4;
+    if (j >= n) return;
+    const int nsb = kp / 256;
+    const unsigned char* row = w + (size_t)j * nsb * 144;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int sb = 0; sb < nsb; ++sb) {
+        const unsigned char* blk = row + (size_t)sb * 144;
+        const float d = __half2float(__ushort_as_half((unsigned short)(blk[0] | (blk[1] << 8))));
+        const float dmin = __half2float(__ushort_as_half((unsigned short)(blk[2] | (blk[3] << 8))));
+#pragma unroll
+        for (int sub = 0; sub < 8; ++sub) {
+            int sc, mm;
+            scale_min_k4(sub, blk + 4, &sc, &mm);
+            const int q = (blk[16 + 32 * (sub >> 1) + lane] >> (4 * (sub & 1))) & 0xF;
+            const float dl = d * (float)sc, ml = dmin * (float)mm;
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int rr = r0 + r;
+                if (rr >= m) continue;
+                const unsigned char* xb = xq + ((size_t)rr * (kp / 32) + sb * 8 + sub) * 36;
+                const float dx = __half2float(__ushort_as_half((unsigned short)(xb[0] | (xb[1] << 8))));
+                float t = dl * dx * (float)(q * (int)(signed char)xb[4 + lane]);
+                if (lane == 0) t -= ml * __half2float(__ushort_as_half((unsigned short)(xb[2] | (xb[3] << 8))));
+                acc[r] += t;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        float t = acc[r];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (lane == 0 && r0 + r < m) y[(size_t)(r0 + r) * ldy + j] = t;
+    }
+}
+
+// The int8 down GEMM's activation requantization: per row a = bf16_rn(x), d = amax(a) / 127,
+// q = roundf(a * (1/d)); codes [m, kp] (zero beyond k), f32 scales [m]. Grid m, block 256.
+extern "C" __global__ void requant_a_bf16_int8(const float* __restrict__ x, int m, int k, int kp,
+                                               unsigned char* __restrict__ qc, float* __restrict__ qs) {
+    __shared__ float red[32];
+    const int r = blockIdx.x;
+    if (r >= m) return;
+    const float* xr = x + (size_t)r * k;
+    float amax = 0.f;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(__bfloat162float(__float2bfloat16_rn(xr[i]))));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+        for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
+        if (threadIdx.x == 0) red[0] = t;
+    }
+    __syncthreads();
+    const float d = __fdiv_rn(red[0], 127.0f);
+    const float id = d != 0.f ? __fdiv_rn(1.0f, d) : 0.f;
+    if (threadIdx.x == 0) qs[r] = d;
+    for (int i = threadIdx.x; i < kp; i += blockDim.x) {
+        const float a = i < k ? __bfloat162float(__float2bfloat16_rn(xr[i])) : 0.f;
+        qc[(size_t)r * kp + i] = (unsigned char)(signed char)(int)roundf(__fmul_rn(a, id));
+    }
+}
+
+// The int8 down GEMM: y[r, j] = ((float)sum_i a[r, i] * w[j, i]) * sa[r] * sw[j], the integer
+// sum exact (__dp4a). One warp per (output j, 4 rows). Grid (ceil(n / 8), ceil(m / 4)), block 256.
+extern "C" __global__ void int8_gemm_faith2(const unsigned char* __restrict__ aq, const float* __restrict__ sa, int m,
+                                            const unsigned char* __restrict__ wq, const float* __restrict__ sw,
+                                            float* __restrict__ y, int n, int kp, int ldy) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = blockIdx.x * (blockDim.x >> 5) + warp, r0 = blockIdx.y * 4;
+    if (j >= n) return;
+    int acc[4] = {0, 0, 0, 0};
+    const int* wr = reinterpret_cast<const int*>(wq + (size_t)j * kp);
+    for (int i = lane; i < kp / 4; i += 32) {
+        const int wv = __ldg(wr + i);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            if (r0 + r >= m) continue;
+            const int av = __ldg(reinterpret_cast<const int*>(aq + (size_t)(r0 + r) * kp) + i);
+            acc[r] = __dp4a(av, wv, acc[r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        int t = acc[r];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (lane == 0 && r0 + r < m) y[(size_t)(r0 + r) * ldy + j] = __fmul_rn(__fmul_rn((float)t, sa[r0 + r]), sw[j]);
+    }
+}
