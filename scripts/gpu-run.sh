@@ -11,10 +11,10 @@ bin=.gpu-bin/metrale-pack
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 rc=0
 if [ -z "${SKIP_GPU_CHECK:-}" ]; then
-  timeout "${CHECK_TIMEOUT:-400}" "$bin" gpu-check ${GPU_CHECK_ARGS:-} > "$out/gpu-check.txt" 2> "$out/gpu-check.err" || rc=1
+  timeout "${CHECK_TIMEOUT:-480}" "$bin" gpu-check ${GPU_CHECK_ARGS:-} > "$out/gpu-check.txt" 2> "$out/gpu-check.err" || rc=1
 fi
 if [ -z "${SKIP_BENCH_GPU:-}" ]; then
-  timeout "${BENCH_TIMEOUT:-150}" "$bin" bench-gpu > "$out/bench-gpu.txt" 2> "$out/bench-gpu.err" || rc=1
+  timeout "${BENCH_TIMEOUT:-240}" "$bin" bench-gpu > "$out/bench-gpu.txt" 2> "$out/bench-gpu.err" || rc=1
 fi
 # Fast start: a generated >= 8 GB pack (llama-8B FFN shapes, 24 layers, BF16 layout) and its source.
 big="${TMPDIR:-/tmp}/metrale-big"
