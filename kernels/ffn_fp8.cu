@@ -6,14 +6,7 @@
 // kp % 128 == 0, np % 128 == 0, 16-byte aligned pointers.
 // Common arguments: (x, m, w, s, y, n, k, kp, ldy); x row stride k, y row stride ldy.
 
-#include <cuda_fp8.h>
-#include <cuda_bf16.h>
-
-__device__ __forceinline__ float fp8f(unsigned int b) {
-    __nv_fp8_e4m3 v;
-    v.__x = (__nv_fp8_storage_t)(b & 0xffu);
-    return (float)v;
-}
+#include "common.cuh"
 
 // ---- GEMV: one warp per R output rows, 16 weight bytes per lane per row per step ----
 // Each activation load (4 bytes per weight byte) is reused for R rows, so the f32 activations
@@ -55,7 +48,7 @@ __device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, con
                     const unsigned int words[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
                     float p = 0.f;
 #pragma unroll
-                    for (int i = 0; i < 16; ++i) p += fp8f(words[i >> 2] >> (8 * (i & 3))) * xv[i];
+                    for (int i = 0; i < 16; ++i) p += e4m3_to_f32(words[i >> 2] >> (8 * (i & 3))) * xv[i];
                     acc[r][q] += p * sc;
                 }
             }
@@ -91,18 +84,6 @@ extern "C" __global__ void w8a16_gemv_batch16(const float* x, int m, const unsig
 #define TC_BN 128
 #define TC_BK 32
 #define TC_PAD 8
-
-__device__ __forceinline__ void mma_bf16(float* c, const unsigned int* a, const unsigned int* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ unsigned int pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<unsigned int*>(&v);
-}
 
 template <int BM, int WARPS_M>
 __device__ __forceinline__ void gemm_fp8_tc(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
@@ -151,8 +132,8 @@ __device__ __forceinline__ void gemm_fp8_tc(const float* __restrict__ x, int m, 
             const int idx = tid + v * 128;
             const int row = idx >> 3, col = (idx & 7) * 4;
             unsigned int* d = reinterpret_cast<unsigned int*>(&As[row][col]);
-            d[0] = pack_bf16(ra[v].x, ra[v].y);
-            d[1] = pack_bf16(ra[v].z, ra[v].w);
+            d[0] = pack2_bf16(ra[v].x, ra[v].y);
+            d[1] = pack2_bf16(ra[v].z, ra[v].w);
         }
 #pragma unroll
         for (int v = 0; v < 2; ++v) {
@@ -163,7 +144,7 @@ __device__ __forceinline__ void gemm_fp8_tc(const float* __restrict__ x, int m, 
 #pragma unroll
             for (int q = 0; q < 8; ++q) {
                 const unsigned int wd = words[q >> 1] >> (16 * (q & 1));
-                d[q] = pack_bf16(fp8f(wd), fp8f(wd >> 8));
+                d[q] = pack2_bf16(e4m3_to_f32(wd), e4m3_to_f32(wd >> 8));
             }
         }
     };
@@ -194,7 +175,7 @@ __device__ __forceinline__ void gemm_fp8_tc(const float* __restrict__ x, int m, 
 #pragma unroll
             for (int a = 0; a < MT; ++a)
 #pragma unroll
-                for (int b = 0; b < NT; ++b) mma_bf16(part[a][b], af[a], bfr[b]);
+                for (int b = 0; b < NT; ++b) mma_m16n8k16_bf16(part[a][b], af[a], bfr[b]);
         }
         const int k_end = (t + 1) * TC_BK;
         if ((k_end & 127) == 0 || t + 1 == ktiles) {
@@ -259,7 +240,7 @@ extern "C" __global__ void w8a16_gemm(const float* __restrict__ x, int m, const 
             const int gr = m0 + r, gc = k0 + c;
             As[c][r] = (gr < m && gc < k) ? x[(size_t)gr * k + gc] : 0.f;
             const int gn = n0 + r;
-            Bs[c][r] = (gn < n && gc < k) ? fp8f(w[(size_t)gn * kp + gc]) : 0.f;
+            Bs[c][r] = (gn < n && gc < k) ? e4m3_to_f32(w[(size_t)gn * kp + gc]) : 0.f;
         }
         __syncthreads();
 #pragma unroll 8

@@ -4,9 +4,8 @@
 // decoded in registers. Contract and CPU twins: src/gpu/reference.rs `nvfp4_row`, and
 // converters/layouts/nvfp4_mmq.rs for the repack. Requirements: k % 32 == 0, kp % 64 == 0.
 
-#include <cuda_fp8.h>
+#include "common.cuh"
 
-__constant__ float E2M1[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
 
 // Kernels look E2M1 values up in a shared-memory copy: lanes index the table with different
 // codes, which the constant cache serializes (up to 16 ways) and shared memory serves in one
@@ -15,12 +14,6 @@ __constant__ float E2M1[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -
     __shared__ type name[16];                                \
     if (threadIdx.x < 16) name[threadIdx.x] = table[threadIdx.x]; \
     __syncthreads();
-
-__device__ __forceinline__ float e4m3f(unsigned int b) {
-    __nv_fp8_e4m3 v;
-    v.__x = (__nv_fp8_storage_t)(b & 0xffu);
-    return (float)v;
-}
 
 // y[r, j] = g * sum_groups e4m3(s) * sum_{i in group} E2M1[c] * x[r, i], one warp per R rows,
 // 16 code bytes (32 elements, two scale groups) per lane per step. SILU: x[r, i] is
@@ -34,7 +27,7 @@ __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, c
                                            int n, int k, int kp, int ldy, const float* __restrict__ u = nullptr,
                                            int ldx = 0) {
     if (!SILU) ldx = k;
-    E2M1_LUT(lut, E2M1, float)
+    E2M1_LUT(lut, E2M1_VALUES, float)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j0 = (blockIdx.x * (blockDim.x >> 5) + warp) * R;
     if (j0 >= n) return;
@@ -87,7 +80,7 @@ __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, c
                     const unsigned int c = (words[i >> 3] >> (4 * (i & 7))) & 0xfu;
                     part[i >> 4] += lut[c] * xv[i];
                 }
-                acc[r][q] += part[0] * e4m3f(sc[q]) + part[1] * e4m3f(sc[q] >> 8);
+                acc[r][q] += part[0] * e4m3_to_f32(sc[q]) + part[1] * e4m3_to_f32(sc[q] >> 8);
             }
         }
     }
@@ -181,27 +174,13 @@ extern "C" __global__ void nvfp4_mmq_repack(const unsigned char* __restrict__ co
 // exactly; activations round to bf16; f32 accumulation; the global scale is applied at the end.
 // y[r, j] = g * sum_i bf16(x[r, i]) * E2M1[c(j, i)] * e4m3(s(j, i/16)). Tile 64 x 128 x 32, 4 warps.
 // Grid (ceil(n / 128), ceil(m / 64)), block 128.
-__device__ __forceinline__ void mma_bf16_t(float* c, const unsigned int* a, const unsigned int* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-#include <cuda_bf16.h>
-
-__device__ __forceinline__ unsigned int pack2_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<unsigned int*>(&v);
-}
-
 extern "C" __global__ void w4a16_gemm(const float* __restrict__ x, int m, const unsigned char* __restrict__ codes,
                                       const unsigned char* __restrict__ scales, float g, float* __restrict__ y,
                                       int n, int k, int kp, int ldy) {
     constexpr int BM = 64, BN = 128, BK = 32, PAD = 8;
     __shared__ __align__(16) __nv_bfloat16 As[BM][BK + PAD];
     __shared__ __align__(16) __nv_bfloat16 Bs[BN][BK + PAD];
-    E2M1_LUT(lut, E2M1, float)
+    E2M1_LUT(lut, E2M1_VALUES, float)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int wm0 = (warp >> 1) * 32, wn0 = (warp & 1) * 64;
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
@@ -231,7 +210,7 @@ extern "C" __global__ void w4a16_gemm(const float* __restrict__ x, int m, const 
             if (gn < n) {
                 const uint4 v = __ldg(reinterpret_cast<const uint4*>(codes + (size_t)gn * (kp / 2) + k0 / 2));
                 const unsigned short sc = __ldg(reinterpret_cast<const unsigned short*>(scales + (size_t)gn * (kp / 16) + k0 / 16));
-                const float s0 = e4m3f(sc), s1 = e4m3f(sc >> 8);
+                const float s0 = e4m3_to_f32(sc), s1 = e4m3_to_f32(sc >> 8);
                 const unsigned int words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
                 for (int q = 0; q < 16; ++q) {
@@ -266,7 +245,7 @@ extern "C" __global__ void w4a16_gemm(const float* __restrict__ x, int m, const 
 #pragma unroll
             for (int a = 0; a < 2; ++a)
 #pragma unroll
-                for (int b = 0; b < 8; ++b) mma_bf16_t(acc[a][b], af[a], bfr[b]);
+                for (int b = 0; b < 8; ++b) mma_m16n8k16_bf16(acc[a][b], af[a], bfr[b]);
         }
         __syncthreads();
     }
@@ -311,7 +290,7 @@ __device__ __forceinline__ void mma_tile(const __nv_bfloat16 (*As)[BK + 8], cons
 #pragma unroll
         for (int a = 0; a < 2; ++a)
 #pragma unroll
-            for (int b = 0; b < 8; ++b) mma_bf16_t(acc[a][b], af[a], bfr[b]);
+            for (int b = 0; b < 8; ++b) mma_m16n8k16_bf16(acc[a][b], af[a], bfr[b]);
     }
 }
 
@@ -359,7 +338,7 @@ __device__ __forceinline__ void gemm_t_nvfp4(const float* __restrict__ x, int m,
     constexpr int BN = 128, NT = 2 * BM;
     __shared__ __align__(16) __nv_bfloat16 As[BM][BK + 8];
     __shared__ __align__(16) __nv_bfloat16 Bs[BN][BK + 8];
-    E2M1_LUT(lut, E2M1, float)
+    E2M1_LUT(lut, E2M1_VALUES, float)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int wm0 = (warp >> 1) * 32, wn0 = (warp & 1) * 64;
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
@@ -386,8 +365,8 @@ __device__ __forceinline__ void gemm_t_nvfp4(const float* __restrict__ x, int m,
                 for (int q = 0; q < 16; ++q) {
                     const unsigned int byte = (words[q >> 2] >> (8 * (q & 3))) & 0xffu;
                     const int ca = 2 * q, cb = 2 * q + 1;
-                    const float sa = e4m3f(sw[ca >> 2] >> (8 * (ca & 3)));
-                    const float sb = e4m3f(sw[cb >> 2] >> (8 * (cb & 3)));
+                    const float sa = e4m3_to_f32(sw[ca >> 2] >> (8 * (ca & 3)));
+                    const float sb = e4m3_to_f32(sw[cb >> 2] >> (8 * (cb & 3)));
                     Bs[c0 + ca][kr] = __float2bfloat16_rn(lut[byte & 0xfu] * sa);
                     Bs[c0 + cb][kr] = __float2bfloat16_rn(lut[byte >> 4] * sb);
                 }
@@ -425,7 +404,7 @@ extern "C" __global__ void __launch_bounds__(128) nvfp4_mmq_gemm(const float* __
     constexpr int BM = 64, BK = 64;
     __shared__ __align__(16) __nv_bfloat16 As[BM][BK + 8];
     __shared__ __align__(16) __nv_bfloat16 Bs[128][BK + 8];
-    E2M1_LUT(lut, E2M1, float)
+    E2M1_LUT(lut, E2M1_VALUES, float)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int wm0 = (warp >> 1) * 32, wn0 = (warp & 1) * 64;
     const int n0 = blockIdx.x * 128, m0 = blockIdx.y * BM;
@@ -450,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(128) nvfp4_mmq_gemm(const float* __
 #pragma unroll
             for (int q = 0; q < 32; ++q) {
                 const unsigned int byte = (words[q >> 2] >> (8 * (q & 3))) & 0xffu;
-                const float sc = e4m3f(sv >> (8 * (q >> 3)));
+                const float sc = e4m3_to_f32(sv >> (8 * (q >> 3)));
                 d[q] = pack2_bf16(lut[byte & 0xfu] * sc, lut[byte >> 4] * sc);
             }
         }
@@ -482,21 +461,12 @@ __device__ __forceinline__ unsigned int e2m1_code(float v) {
 extern "C" __global__ void quantize_act_nvfp4(const float* __restrict__ x, int m, int k, int kp,
                                               unsigned char* __restrict__ qc, unsigned char* __restrict__ qs,
                                               float* __restrict__ qg) {
-    __shared__ float red[32];
     const int r = blockIdx.x;
     const float* xr = x + (size_t)r * k;
     float amax = 0.f;
     for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(xr[i]));
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-        for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
-        if (threadIdx.x == 0) red[0] = t;
-    }
-    __syncthreads();
-    const float s2 = __fdiv_rn(red[0], 2688.0f);
+    amax = block_amax(amax);
+    const float s2 = __fdiv_rn(amax, 2688.0f);
     const float six_s2 = __fmul_rn(6.0f, s2);
     if (threadIdx.x == 0) qg[r] = s2;
     for (int grp = threadIdx.x; grp < kp / 16; grp += blockDim.x) {
@@ -512,7 +482,7 @@ extern "C" __global__ void quantize_act_nvfp4(const float* __restrict__ x, int m
         unsigned int c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (s2 != 0.f) {
             sc = (unsigned char)__nv_cvt_float_to_fp8(__fdiv_rn(bmax, six_s2), __NV_SATFINITE, __NV_E4M3);
-            const float denom = __fmul_rn(e4m3f(sc), s2);
+            const float denom = __fmul_rn(e4m3_to_f32(sc), s2);
             if (denom != 0.f) {
 #pragma unroll
                 for (int e = 0; e < 8; ++e)
@@ -566,7 +536,7 @@ extern "C" __global__ void nvfp4_proj_mx(const unsigned char* __restrict__ qc, c
             const uint4 av = __ldg(reinterpret_cast<const uint4*>(qc + (size_t)rr * (kp / 2) + kk / 2));
             const unsigned short asc = __ldg(reinterpret_cast<const unsigned short*>(qs + (size_t)rr * (kp / 16) + kk / 16));
             const unsigned int aw[4] = {av.x, av.y, av.z, av.w};
-            const float sa0 = e4m3f(asc), sa1 = e4m3f(asc >> 8);
+            const float sa0 = e4m3_to_f32(asc), sa1 = e4m3_to_f32(asc >> 8);
 #pragma unroll
             for (int q = 0; q < R; ++q) {
                 const unsigned int ww[4] = {wv[q].x, wv[q].y, wv[q].z, wv[q].w};
@@ -577,7 +547,7 @@ extern "C" __global__ void nvfp4_proj_mx(const unsigned char* __restrict__ qc, c
                     const unsigned int cw = (ww[i >> 3] >> (4 * (i & 7))) & 0xfu;
                     part[i >> 4] += lut[ca] * lut[cw];
                 }
-                const float g0 = __fmul_rn(sa0, e4m3f(wsc[q])), g1 = __fmul_rn(sa1, e4m3f(wsc[q] >> 8));
+                const float g0 = __fmul_rn(sa0, e4m3_to_f32(wsc[q])), g1 = __fmul_rn(sa1, e4m3_to_f32(wsc[q] >> 8));
                 acc[r][q] = __fadd_rn(acc[r][q], __fmul_rn((float)part[0], g0));
                 acc[r][q] = __fadd_rn(acc[r][q], __fmul_rn((float)part[1], g1));
             }

@@ -3,12 +3,7 @@
 // and CPU twins: src/gpu/reference.rs (`q2_row`, `q2_bf16_value`, `quantize_row_q8_1_act`,
 // `q2_mmq_row`).
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-__device__ __forceinline__ float f16_at(const unsigned char* p) {
-    return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
-}
+#include "common.cuh"
 
 // y[r, j] = sum_blocks d * sum_e (q - 2) * x[r, e]. One warp per output row j (lane l owns
 // code byte l of every block: elements l, 32+l, 64+l, 96+l), M activation rows (m <= M).

@@ -7,17 +7,7 @@
 // IEEE operation in ggml's order (__fadd_rn, __fmul_rn, __fdiv_rn, __fsqrt_rn), so NVRTC cannot
 // contract them into fused multiply-adds that ggml's x86 build does not have.
 
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-#include <cuda_bf16.h>
-
-__constant__ float E2M1_Q4K[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
-
-__device__ __forceinline__ float e4m3_q4k(unsigned int b) {
-    __nv_fp8_e4m3 v;
-    v.__x = (__nv_fp8_storage_t)(b & 0xffu);
-    return (float)v;
-}
+#include "common.cuh"
 
 // Element i (< k) of row j of an `nvfp4` weight as f32: (E2M1 * e4m3(scale)) * g, as the
 // converter's decode_padded computes it; 0 beyond k.
@@ -25,7 +15,7 @@ __device__ __forceinline__ float nvfp4_at(const unsigned char* codes, const unsi
                                           int j, int i, int k) {
     if (i >= k) return 0.f;
     const unsigned int c = (codes[(size_t)j * (kp_nv / 2) + i / 2] >> (4 * (i & 1))) & 0xfu;
-    return __fmul_rn(__fmul_rn(E2M1_Q4K[c], e4m3_q4k(scales[(size_t)j * (kp_nv / 16) + i / 16])), g);
+    return __fmul_rn(__fmul_rn(E2M1_VALUES[c], e4m3_to_f32(scales[(size_t)j * (kp_nv / 16) + i / 16])), g);
 }
 
 __device__ __forceinline__ int nearest_int_q(float f) {
@@ -179,21 +169,12 @@ extern "C" __global__ void nvfp4_to_q4k(const unsigned char* __restrict__ codes,
 extern "C" __global__ void nvfp4_to_int8_rows(const unsigned char* __restrict__ codes, const unsigned char* __restrict__ scales,
                                               float g, int n, int k, int kp_nv, int kp_q, unsigned char* __restrict__ qc,
                                               float* __restrict__ qs) {
-    __shared__ float red[32];
     const int j = blockIdx.x;
     if (j >= n) return;
     float amax = 0.f;
     for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(nvfp4_at(codes, scales, g, kp_nv, j, i, k)));
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-        for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
-        if (threadIdx.x == 0) red[0] = t;
-    }
-    __syncthreads();
-    const float d = __fdiv_rn(red[0], 127.0f);
+    amax = block_amax(amax);
+    const float d = __fdiv_rn(amax, 127.0f);
     const float id = d != 0.f ? __fdiv_rn(1.0f, d) : 0.f;
     if (threadIdx.x == 0) qs[j] = d;
     for (int i = threadIdx.x; i < kp_q; i += blockDim.x) {
@@ -216,8 +197,8 @@ extern "C" __global__ void q4k_mmq_gemm(const unsigned char* __restrict__ xq, in
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     for (int sb = 0; sb < nsb; ++sb) {
         const unsigned char* blk = row + (size_t)sb * 144;
-        const float d = __half2float(__ushort_as_half((unsigned short)(blk[0] | (blk[1] << 8))));
-        const float dmin = __half2float(__ushort_as_half((unsigned short)(blk[2] | (blk[3] << 8))));
+        const float d = f16_at(blk);
+        const float dmin = f16_at(blk + 2);
 #pragma unroll
         for (int sub = 0; sub < 8; ++sub) {
             int sc, mm;
@@ -229,9 +210,9 @@ extern "C" __global__ void q4k_mmq_gemm(const unsigned char* __restrict__ xq, in
                 const int rr = r0 + r;
                 if (rr >= m) continue;
                 const unsigned char* xb = xq + ((size_t)rr * (kp / 32) + sb * 8 + sub) * 36;
-                const float dx = __half2float(__ushort_as_half((unsigned short)(xb[0] | (xb[1] << 8))));
+                const float dx = f16_at(xb);
                 float t = dl * dx * (float)(q * (int)(signed char)xb[4 + lane]);
-                if (lane == 0) t -= ml * __half2float(__ushort_as_half((unsigned short)(xb[2] | (xb[3] << 8))));
+                if (lane == 0) t -= ml * f16_at(xb + 2);
                 acc[r] += t;
             }
         }
@@ -249,22 +230,13 @@ extern "C" __global__ void q4k_mmq_gemm(const unsigned char* __restrict__ xq, in
 // q = roundf(a * (1/d)); codes [m, kp] (zero beyond k), f32 scales [m]. Grid m, block 256.
 extern "C" __global__ void requant_a_bf16_int8(const float* __restrict__ x, int m, int k, int kp,
                                                unsigned char* __restrict__ qc, float* __restrict__ qs) {
-    __shared__ float red[32];
     const int r = blockIdx.x;
     if (r >= m) return;
     const float* xr = x + (size_t)r * k;
     float amax = 0.f;
     for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(__bfloat162float(__float2bfloat16_rn(xr[i]))));
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-        for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
-        if (threadIdx.x == 0) red[0] = t;
-    }
-    __syncthreads();
-    const float d = __fdiv_rn(red[0], 127.0f);
+    amax = block_amax(amax);
+    const float d = __fdiv_rn(amax, 127.0f);
     const float id = d != 0.f ? __fdiv_rn(1.0f, d) : 0.f;
     if (threadIdx.x == 0) qs[r] = d;
     for (int i = threadIdx.x; i < kp; i += blockDim.x) {

@@ -4,30 +4,19 @@
 // The tile shape and k order are fixed, so a row's output bits do not depend on how many rows
 // share the launch (the fixed --activation-quantization path relies on it).
 
-#include <cuda_fp8.h>
+#include "common.cuh"
 
 // x f32 [m, k] -> q e4m3 [m, kp] (zero padded), sx f32 [m]: sx = amax / 448, q = e4m3_satfinite(x / sx).
 // Grid m, block 256.
 extern "C" __global__ void quantize_act_fp8_row(const float* __restrict__ x, int m, int k, int kp,
                                                 unsigned char* __restrict__ q, float* __restrict__ sx) {
-    __shared__ float red[8];
     const int r = blockIdx.x;
     if (r >= m) return;
     const float* xr = x + (size_t)r * k;
     float amax = 0.f;
     for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(xr[i]));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-        if (threadIdx.x == 0) red[0] = v;
-    }
-    __syncthreads();
-    const float scale = red[0] / 448.0f;
+    amax = block_amax(amax);
+    const float scale = amax / 448.0f;
     unsigned char* qr = q + (size_t)r * kp;
     for (int i = threadIdx.x; i < kp; i += blockDim.x) {
         unsigned char c = 0;

@@ -14,9 +14,19 @@ pub const MODULES: &[(&str, &str)] = &[
     ("ffn_q4k", include_str!("../../kernels/ffn_q4k.cu")),
 ];
 
-/// The source of a module.
-pub fn source(module: &str) -> Option<&'static str> {
-    MODULES.iter().find(|(m, _)| *m == module).map(|(_, s)| *s)
+/// The helpers every module may share (`kernels/common.cuh`).
+pub const COMMON: &str = include_str!("../../kernels/common.cuh");
+
+/// The line by which a module includes [`COMMON`].
+const INCLUDE_COMMON: &str = "#include \"common.cuh\"";
+
+/// The source of a module as NVRTC compiles it: its `#include "common.cuh"` replaced by the
+/// shared helpers' text.
+pub fn source(module: &str) -> Option<String> {
+    MODULES
+        .iter()
+        .find(|(m, _)| *m == module)
+        .map(|(_, s)| s.replacen(INCLUDE_COMMON, COMMON, 1))
 }
 
 /// The `extern "C" __global__` entry points a module defines (parsed from its source): direct
@@ -71,6 +81,20 @@ pub fn entry_points(module: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_common_header_is_inlined_and_defines_no_kernel() {
+        assert!(!super::COMMON.contains("extern \"C\""));
+        for (m, raw) in super::MODULES {
+            let s = super::source(m).unwrap();
+            assert!(!s.contains(super::INCLUDE_COMMON), "{m}");
+            assert_eq!(
+                raw.contains(super::INCLUDE_COMMON),
+                s.contains("block_amax"),
+                "{m}"
+            );
+        }
+    }
+
     #[test]
     fn entry_points_include_launch_bounds_and_macro_instances() {
         let e = super::entry_points("ffn_nvfp4");
