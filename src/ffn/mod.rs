@@ -1966,34 +1966,6 @@ impl DenseFfnLayer {
         Ok(out)
     }
 
-    /// One Q2 MMQ projection over q8_1 activation blocks.
-    fn q2_mmq_project(
-        &self,
-        ctx: &mut ForwardContext,
-        w: &Q2Weight,
-        xq: DevicePtr,
-        m: usize,
-        y: DevicePtr,
-        ldy: usize,
-    ) -> GpuResult<()> {
-        let a = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg {
-            grid: (w.n.div_ceil(8) as u32, m.div_ceil(4) as u32, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
-        let args = [
-            KArg::Ptr(xq),
-            a(m),
-            KArg::Ptr(w.blocks),
-            KArg::Ptr(y),
-            a(w.n),
-            a(w.kp),
-            a(ldy),
-        ];
-        self.launch(ctx, self.kernels.q2_mmq, cfg, &args)
-    }
-
     /// `y = x . W^T` for a BF16 weight in the arena's dequantization scratch: cuBLAS when the
     /// backend has it, else the BF16 GEMV four rows at a time.
     #[allow(clippy::too_many_arguments)]
@@ -2075,11 +2047,12 @@ impl DenseFfnLayer {
                 return Err(missing("ffn_q2", "q2_0_mmq_gemm"));
             }
             let xq = self.quantize_q8_1(ctx, x, m, h, w[0].kp)?;
-            self.q2_mmq_project(ctx, &w[0], xq, m, g, i)?;
-            self.q2_mmq_project(ctx, &w[1], xq, m, u, i)?;
+            let q2 = k.q2_mmq;
+            self.mmq_q8_1_launch(ctx, q2, xq, m, w[0].blocks, i, w[0].kp, g, i)?;
+            self.mmq_q8_1_launch(ctx, q2, xq, m, w[1].blocks, i, w[1].kp, u, i)?;
             self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
             let aq = self.quantize_q8_1(ctx, g.view(0, (m * i * 4) as u64), m, i, w[2].kp)?;
-            self.q2_mmq_project(ctx, &w[2], aq, m, out, h)?;
+            self.mmq_q8_1_launch(ctx, q2, aq, m, w[2].blocks, h, w[2].kp, out, h)?;
             return Ok(out.view(0, (m * h * 4) as u64));
         }
         if !k.q2_dequant.ok() {
@@ -2125,11 +2098,13 @@ impl DenseFfnLayer {
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
-    /// One Q4_K MMQ projection over q8_1 activation blocks.
+    /// One MMQ projection over q8_1 activation blocks (`q2_0_mmq_gemm`, `q4k_mmq_gemm`: one
+    /// warp per output column and 4 rows, arguments `(xq, m, w, y, n, kp, ldy)`).
     #[allow(clippy::too_many_arguments)]
-    fn q4k_gemm_launch(
+    fn mmq_q8_1_launch(
         &self,
         ctx: &mut ForwardContext,
+        kernel: KernelHandle,
         xq: DevicePtr,
         m: usize,
         w: DevicePtr,
@@ -2153,7 +2128,7 @@ impl DenseFfnLayer {
             a(kp),
             a(ldy),
         ];
-        self.launch(ctx, self.kernels.q4k_gemm, cfg, &args)
+        self.launch(ctx, kernel, cfg, &args)
     }
 
     /// The Q4_K MMQ prefill (`METRALE_FFN_MMQ=1` with the copies built or given): activations
@@ -2177,8 +2152,9 @@ impl DenseFfnLayer {
             ctx.arena.moe_output,
         );
         let xq = self.quantize_q8_1(ctx, x, m, h, q.kp_gate)?;
-        self.q4k_gemm_launch(ctx, xq, m, q.gate, i, q.kp_gate, g, i)?;
-        self.q4k_gemm_launch(ctx, xq, m, q.up, i, q.kp_gate, u, i)?;
+        let qk = k.q4k_gemm;
+        self.mmq_q8_1_launch(ctx, qk, xq, m, q.gate, i, q.kp_gate, g, i)?;
+        self.mmq_q8_1_launch(ctx, qk, xq, m, q.up, i, q.kp_gate, u, i)?;
         self.apply_lora_gate_up(ctx, x, m, g, u)?;
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
         let act = g.view(0, (m * i * 4) as u64);
@@ -2228,7 +2204,7 @@ impl DenseFfnLayer {
             }
             Q4kDown::Q4k(dw) => {
                 let aq = self.quantize_q8_1(ctx, act, m, i, q.kp_down)?;
-                self.q4k_gemm_launch(ctx, aq, m, dw, h, q.kp_down, out, h)?;
+                self.mmq_q8_1_launch(ctx, qk, aq, m, dw, h, q.kp_down, out, h)?;
             }
         }
         self.apply_lora_down(ctx, act, m, out)?;
