@@ -112,6 +112,30 @@ impl HostBackend {
         )
     }
 
+    /// Compute `m` output rows of `n` values (row `r` by `f(r, row)`, rows in parallel) and
+    /// write them into `y` at row stride `ldy`.
+    fn write_rows(
+        &self,
+        y: DevicePtr,
+        ldy: usize,
+        m: usize,
+        n: usize,
+        f: impl Fn(usize, &mut [f32]) + Sync,
+    ) -> GpuResult<()> {
+        let rows: Vec<Vec<f32>> = (0..m)
+            .into_par_iter()
+            .map(|r| {
+                let mut row = vec![0f32; n];
+                f(r, &mut row);
+                row
+            })
+            .collect();
+        for (r, row) in rows.iter().enumerate() {
+            self.write_f32(y, r * ldy, row)?;
+        }
+        Ok(())
+    }
+
     /// `m` rows of an NVFP4 (`nvfp4` layout) product into `y` at row stride `ldy`.
     #[allow(clippy::too_many_arguments)]
     fn nvfp4_rows(
@@ -128,8 +152,7 @@ impl HostBackend {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        for r in 0..m {
-            let mut row = vec![0f32; n];
+        self.write_rows(y, ldy, m, n, |r, row| {
             reference::nvfp4_row(
                 &x[r * k..(r + 1) * k],
                 codes,
@@ -139,10 +162,9 @@ impl HostBackend {
                 k,
                 kp,
                 round,
-                &mut row,
+                row,
             );
-            self.write_f32(y, r * ldy, &row)?;
-        }
+        })?;
         Ok(())
     }
 
@@ -306,26 +328,18 @@ impl GpuBackend for HostBackend {
                 if m > cap {
                     return Err(GpuError::Invalid(format!("{name}: m = {m} > {cap}")));
                 }
-                let rows: Vec<Vec<f32>> = (0..m)
-                    .into_par_iter()
-                    .map(|r| {
-                        let mut row = vec![0f32; n];
-                        reference::fp8_block_row(
-                            &x[r * kk..(r + 1) * kk],
-                            &w,
-                            &s,
-                            n,
-                            kk,
-                            kp,
-                            round,
-                            &mut row,
-                        );
-                        row
-                    })
-                    .collect();
-                for (r, row) in rows.iter().enumerate() {
-                    self.write_f32(y, r * ldy, row)?;
-                }
+                self.write_rows(y, ldy, m, n, |r, row| {
+                    reference::fp8_block_row(
+                        &x[r * kk..(r + 1) * kk],
+                        &w,
+                        &s,
+                        n,
+                        kk,
+                        kp,
+                        round,
+                        row,
+                    );
+                })?;
             }
             "quantize_act_fp8_row" => {
                 let (x, m, kk, kp) = (
@@ -349,25 +363,9 @@ impl GpuBackend for HostBackend {
                 );
                 let (w, sw) = (self.read(ptr(a, 3)?)?, self.read_f32(ptr(a, 4)?)?);
                 let (y, n, kp, ldy) = (ptr(a, 5)?, int(a, 6)?, int(a, 7)?, int(a, 8)?);
-                let rows: Vec<Vec<f32>> = (0..m)
-                    .into_par_iter()
-                    .map(|r| {
-                        let mut row = vec![0f32; n];
-                        reference::w8a8_row(
-                            &q[r * kp..(r + 1) * kp],
-                            sx[r],
-                            &w,
-                            &sw,
-                            n,
-                            kp,
-                            &mut row,
-                        );
-                        row
-                    })
-                    .collect();
-                for (r, row) in rows.iter().enumerate() {
-                    self.write_f32(y, r * ldy, row)?;
-                }
+                self.write_rows(y, ldy, m, n, |r, row| {
+                    reference::w8a8_row(&q[r * kp..(r + 1) * kp], sx[r], &w, &sw, n, kp, row);
+                })?;
             }
             "w4a16_gemv"
             | "w4a16_gemv_batch2"
@@ -499,8 +497,7 @@ impl GpuBackend for HostBackend {
                     ptr(a, 7)?,
                 );
                 let (n, kp, ldy) = (int(a, 8)?, int(a, 9)?, int(a, 10)?);
-                for r in 0..m {
-                    let mut row = vec![0f32; n];
+                self.write_rows(y, ldy, m, n, |r, row| {
                     reference::w4a4_row(
                         &qc[r * kp / 2..(r + 1) * kp / 2],
                         &qs[r * kp / 16..(r + 1) * kp / 16],
@@ -510,10 +507,9 @@ impl GpuBackend for HostBackend {
                         gw,
                         n,
                         kp,
-                        &mut row,
+                        row,
                     );
-                    self.write_f32(y, r * ldy, &row)?;
-                }
+                })?;
             }
             "lora_a" => {
                 let (x, m, kk, ldx) = (
@@ -563,11 +559,9 @@ impl GpuBackend for HostBackend {
                 if m > cap {
                     return Err(GpuError::Invalid(format!("{name}: m = {m} > {cap}")));
                 }
-                for r in 0..m {
-                    let mut row = vec![0f32; n];
-                    reference::q2_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, &mut row);
-                    self.write_f32(y, r * ldy, &row)?;
-                }
+                self.write_rows(y, ldy, m, n, |r, row| {
+                    reference::q2_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, row);
+                })?;
             }
             "dequant_q2_0_gn_to_bf16" => {
                 let (w, n, kp) = (self.read(ptr(a, 0)?)?, int(a, 1)?, int(a, 2)?);
@@ -590,11 +584,9 @@ impl GpuBackend for HostBackend {
                 let (xq, m, w) = (self.read(ptr(a, 0)?)?, int(a, 1)?, self.read(ptr(a, 2)?)?);
                 let (y, n, kp, ldy) = (ptr(a, 3)?, int(a, 4)?, int(a, 5)?, int(a, 6)?);
                 let bs = kp / 32 * 36;
-                for r in 0..m {
-                    let mut row = vec![0f32; n];
-                    reference::q2_mmq_row(&xq[r * bs..(r + 1) * bs], &w, n, kp, &mut row);
-                    self.write_f32(y, r * ldy, &row)?;
-                }
+                self.write_rows(y, ldy, m, n, |r, row| {
+                    reference::q2_mmq_row(&xq[r * bs..(r + 1) * bs], &w, n, kp, row);
+                })?;
             }
             "nvfp4_to_q4k" | "nvfp4_to_int8_rows" => {
                 use crate::converters::layouts;
@@ -628,11 +620,9 @@ impl GpuBackend for HostBackend {
                 let (xq, m, w) = (self.read(ptr(a, 0)?)?, int(a, 1)?, self.read(ptr(a, 2)?)?);
                 let (y, n, kp, ldy) = (ptr(a, 3)?, int(a, 4)?, int(a, 5)?, int(a, 6)?);
                 let bs = kp / 32 * 36;
-                for r in 0..m {
-                    let mut row = vec![0f32; n];
-                    reference::q4k_mmq_row(&xq[r * bs..(r + 1) * bs], &w, n, kp, &mut row);
-                    self.write_f32(y, r * ldy, &row)?;
-                }
+                self.write_rows(y, ldy, m, n, |r, row| {
+                    reference::q4k_mmq_row(&xq[r * bs..(r + 1) * bs], &w, n, kp, row);
+                })?;
             }
             "requant_a_bf16_int8" => {
                 let (x, m, kk, kp) = (
@@ -656,19 +646,9 @@ impl GpuBackend for HostBackend {
                 );
                 let (wq, sw) = (self.read(ptr(a, 3)?)?, self.read_f32(ptr(a, 4)?)?);
                 let (y, n, kp, ldy) = (ptr(a, 5)?, int(a, 6)?, int(a, 7)?, int(a, 8)?);
-                for r in 0..m {
-                    let mut row = vec![0f32; n];
-                    reference::int8_row(
-                        &aq[r * kp..(r + 1) * kp],
-                        sa[r],
-                        &wq,
-                        &sw,
-                        n,
-                        kp,
-                        &mut row,
-                    );
-                    self.write_f32(y, r * ldy, &row)?;
-                }
+                self.write_rows(y, ldy, m, n, |r, row| {
+                    reference::int8_row(&aq[r * kp..(r + 1) * kp], sa[r], &wq, &sw, n, kp, row);
+                })?;
             }
             "nvfp4_mmq_repack" => {
                 let (codes, scales) = (self.read(ptr(a, 0)?)?, self.read(ptr(a, 1)?)?);
@@ -695,8 +675,7 @@ impl GpuBackend for HostBackend {
                 if m > 4 {
                     return Err(GpuError::Invalid(format!("{name}: m = {m} > 4")));
                 }
-                for r in 0..m {
-                    let mut row = vec![0f32; n];
+                self.write_rows(y, ldy, m, n, |r, row| {
                     reference::bf16_row(
                         &x[r * kk..(r + 1) * kk],
                         &w,
@@ -704,10 +683,9 @@ impl GpuBackend for HostBackend {
                         kk,
                         kp,
                         ActRound::None,
-                        &mut row,
+                        row,
                     );
-                    self.write_f32(y, r * ldy, &row)?;
-                }
+                })?;
             }
             other => {
                 return Err(GpuError::Invalid(format!(
