@@ -554,6 +554,19 @@ impl DenseFfnLayer {
         Ok(())
     }
 
+    /// Drop the `_t` copies of the first `count` projections (gate, up, down), freeing those
+    /// the layer allocated; views into a loaded pack are only dropped.
+    fn drop_t_copies(&mut self, b: &dyn GpuBackend, count: usize) {
+        for t in self.weights.nvfp4_t.iter_mut().take(count) {
+            if let Some(t) = t.take()
+                && t.owned
+            {
+                b.free(t.codes);
+                b.free(t.scales);
+            }
+        }
+    }
+
     /// Load-time setup of the NVFP4 MMQ prefill arm: repack gate and up (and down unless
     /// `METRALE_NO_FFN_NVFP4_MMQ_DOWN`) into the `nvfp4_mmq` tiles on the GPU, synchronize, and
     /// free the `_t` copies of what it repacked. Returns at once (false) for FP8 (or packed-Q2)
@@ -621,14 +634,7 @@ impl DenseFfnLayer {
         }
         if did {
             ctx.backend.synchronize(stream)?;
-            for p in 0..count {
-                if let Some(t) = self.weights.nvfp4_t[p].take()
-                    && t.owned
-                {
-                    ctx.backend.free(t.codes);
-                    ctx.backend.free(t.scales);
-                }
-            }
+            self.drop_t_copies(ctx.backend.as_ref(), count);
         }
         Ok(did)
     }
@@ -871,14 +877,7 @@ impl DenseFfnLayer {
             Q4kDown::Q4k(encode(ctx, d, kp_down)?)
         };
         b.synchronize(stream)?;
-        for p in 0..3 {
-            if let Some(t) = self.weights.nvfp4_t[p].take()
-                && t.owned
-            {
-                b.free(t.codes);
-                b.free(t.scales);
-            }
-        }
+        self.drop_t_copies(b.as_ref(), 3);
         self.weights.q4k = Some(Q4kMmqWeights {
             gate,
             up,
