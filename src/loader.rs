@@ -27,6 +27,56 @@ pub enum IoMode {
     Staged,
 }
 
+/// O_DIRECT reads need buffers, offsets and lengths aligned to the device's logical block; 4096
+/// covers every block size Linux uses.
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// Below this fraction of its pages in the page cache, a segment counts as cold.
+pub const COLD_RESIDENCY: f64 = 0.5;
+
+/// The fraction of `seg`'s pages (a page-aligned range of a mapping) in the page cache
+/// (`mincore`); 1.0 where the kernel will not say.
+pub fn resident_fraction(seg: &[u8]) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+    let pages = seg.len().div_ceil(page);
+    if pages == 0 || !(seg.as_ptr() as usize).is_multiple_of(page) {
+        return 1.0;
+    }
+    let mut v = vec![0u8; pages];
+    // SAFETY: `seg` is a page-aligned range of a live mapping and `v` has one byte per page.
+    let r = unsafe { libc::mincore(seg.as_ptr() as *mut libc::c_void, seg.len(), v.as_mut_ptr()) };
+    if r != 0 {
+        return 1.0;
+    }
+    v.iter().filter(|&&b| b & 1 != 0).count() as f64 / pages as f64
+}
+
+/// Read `len` bytes at `off` with O_DIRECT into `buf` (page-aligned, at least `len` rounded up
+/// to [`DIRECT_ALIGN`] bytes): whole aligned blocks, the tail past `len` (or past the end of the
+/// file) ignored.
+fn read_direct(f: &std::fs::File, buf: &mut [u8], off: u64, len: usize) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let want = len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+    let mut got = 0;
+    while got < len {
+        let n = f.read_at(&mut buf[got..want], off + got as u64)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        got += n;
+    }
+    Ok(())
+}
+
+/// Add `msg` to what the load reports it fell back from.
+fn note(fell_back: &mut Option<String>, msg: String) {
+    *fell_back = Some(match fell_back.take() {
+        Some(p) => format!("{p}; {msg}"),
+        None => msg,
+    });
+}
+
 /// `IoMode::Auto` takes the staging ring from this many reader threads up.
 pub const STAGED_MIN_READERS: usize = 8;
 
@@ -45,6 +95,9 @@ pub struct LoadOptions {
     /// Register the mapping in pieces of this many bytes (a multiple of 4096), a helper thread
     /// registering piece i+1 while piece i copies; 0 registers the whole segment at once.
     pub register_chunk: usize,
+    /// Read the ring with O_DIRECT (bypassing the page cache): `None` decides by residency (a
+    /// segment less than half in the page cache is cold: O_DIRECT, and `Auto` takes the ring).
+    pub direct: Option<bool>,
 }
 
 impl Default for LoadOptions {
@@ -60,6 +113,7 @@ impl Default for LoadOptions {
                 .map_or(4, |n| n.get())
                 .min(16),
             register_chunk: 0,
+            direct: None,
         }
     }
 }
@@ -71,8 +125,12 @@ pub struct LoadStats {
     pub copy_seconds: f64,
     pub total_seconds: f64,
     pub mode: IoMode,
-    /// Why `Auto` fell back from registration, if it did.
+    /// Why `Auto` fell back from registration, or the ring from O_DIRECT, if it did.
     pub fell_back: Option<String>,
+    /// The fraction of the segment's pages that were in the page cache when the load began.
+    pub resident: f64,
+    /// The ring read every chunk with O_DIRECT (a cold file).
+    pub direct: bool,
 }
 
 /// One layer's overlays, as views into the arena.
@@ -263,18 +321,24 @@ fn copy_registered_pipelined(
 /// Staged copy: `ring` pinned buffers, each with its own stream, filled by `readers` threads with
 /// `pread` from the file (no page faults on the mapping, no copy beyond the page cache and the
 /// ring) while the DMA engine drains the buffers filled before.
+/// With `direct` (the pack opened with O_DIRECT) chunks are read around the page cache; a chunk
+/// whose O_DIRECT read fails is read through the cache instead, and the first such error is
+/// returned beside the result (the load reports it).
 fn copy_staged(
     b: &dyn GpuBackend,
     file: &std::fs::File,
+    direct: Option<&std::fs::File>,
     seg_off: u64,
     seg_len: usize,
     arena: DevicePtr,
     opts: &LoadOptions,
-) -> GpuResult<()> {
+) -> GpuResult<Option<String>> {
     use std::os::unix::fs::FileExt;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let chunk = opts.chunk;
+    let direct_error: Mutex<Option<String>> = Mutex::new(None);
+    // Whole O_DIRECT blocks per buffer.
+    let chunk = opts.chunk.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
     let n_chunks = seg_len.div_ceil(chunk);
     let ring = opts.ring.max(1).min(n_chunks.max(1));
     // Each buffer is allocated by the first reader that takes it, so pinning the ring overlaps
@@ -290,7 +354,7 @@ fn copy_staged(
     let result = std::thread::scope(|sc| {
         let workers: Vec<_> = (0..opts.readers.max(1).min(n_chunks.max(1)))
             .map(|_| {
-                let (shared, next) = (&shared, &next);
+                let (shared, next, direct_error) = (&shared, &next, &direct_error);
                 sc.spawn(move || -> GpuResult<()> {
                     loop {
                         let c = next.fetch_add(1, Ordering::Relaxed);
@@ -308,13 +372,25 @@ fn copy_staged(
                         b.synchronize(stream)?;
                         // SAFETY: `buf` holds `chunk` bytes, owned by this thread under the lock,
                         // with no copy from it in flight (synchronized above).
-                        let dst = unsafe { std::slice::from_raw_parts_mut(buf, len) };
-                        file.read_exact_at(dst, seg_off + off as u64).map_err(|e| {
-                            GpuError::Invalid(format!(
-                                "reading the pack at {}: {e}",
-                                seg_off + off as u64
-                            ))
-                        })?;
+                        let whole = unsafe { std::slice::from_raw_parts_mut(buf, chunk) };
+                        let at = seg_off + off as u64;
+                        let direct_ok = match direct {
+                            Some(f) => match read_direct(f, whole, at, len) {
+                                Ok(()) => true,
+                                Err(e) => {
+                                    direct_error.lock().unwrap().get_or_insert_with(|| {
+                                        format!("O_DIRECT read at {at}: {e}")
+                                    });
+                                    false
+                                }
+                            },
+                            None => false,
+                        };
+                        if !direct_ok {
+                            file.read_exact_at(&mut whole[..len], at).map_err(|e| {
+                                GpuError::Invalid(format!("reading the pack at {at}: {e}"))
+                            })?;
+                        }
                         // SAFETY: the buffer stays untouched until its stream is synchronized
                         // (by the next user of this buffer, or the final synchronize below).
                         unsafe {
@@ -337,7 +413,8 @@ fn copy_staged(
         // SAFETY: every copy is synchronized above.
         unsafe { b.free_pinned(buf) };
     }
-    result.and(synced)
+    result.and(synced)?;
+    Ok(direct_error.into_inner().unwrap())
 }
 
 /// Open, validate, map, copy and describe a pack. The layers' overlays are views into one arena
@@ -361,11 +438,55 @@ pub fn load(
         .map(|_| b.new_stream())
         .collect::<GpuResult<_>>()
         .map_err(gpu)?;
+    let resident = resident_fraction(seg);
+    let cold = resident < COLD_RESIDENCY;
+    let use_direct = opts.direct.unwrap_or(cold);
     let t1 = Instant::now();
     let mut fell_back = None;
+    let mut direct = false;
+    // The ring, with O_DIRECT when chosen (and the file system allows it; else said why).
+    let mut staged = |fell_back: &mut Option<String>| -> GpuResult<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let odirect = if use_direct {
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(path)
+            {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    note(
+                        fell_back,
+                        format!("O_DIRECT open: {e}; read through the page cache"),
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let err = copy_staged(
+            b,
+            &pack.file.file,
+            odirect.as_ref(),
+            range.start,
+            seg.len(),
+            arena,
+            opts,
+        )?;
+        direct = odirect.is_some() && err.is_none();
+        if let Some(e) = err {
+            tracing::warn!("{file}: {e}; those chunks were read through the page cache");
+            note(
+                fell_back,
+                format!("{e}; those chunks read through the page cache"),
+            );
+        }
+        Ok(())
+    };
     let mode = match opts.io {
         IoMode::Staged => {
-            copy_staged(b, &pack.file.file, range.start, seg.len(), arena, opts).map_err(gpu)?;
+            staged(&mut fell_back).map_err(gpu)?;
             IoMode::Staged
         }
         IoMode::Register => {
@@ -373,8 +494,8 @@ pub fn load(
                 .map_err(gpu)?;
             IoMode::Register
         }
-        IoMode::Auto if opts.readers >= STAGED_MIN_READERS => {
-            copy_staged(b, &pack.file.file, range.start, seg.len(), arena, opts).map_err(gpu)?;
+        IoMode::Auto if opts.readers >= STAGED_MIN_READERS || cold => {
+            staged(&mut fell_back).map_err(gpu)?;
             IoMode::Staged
         }
         IoMode::Auto => {
@@ -384,9 +505,9 @@ pub fn load(
                     tracing::warn!(
                         "{file}: read-only registration failed ({e}); using the pinned staging ring"
                     );
-                    fell_back = Some(e.to_string());
-                    copy_staged(b, &pack.file.file, range.start, seg.len(), arena, opts)
-                        .map_err(gpu)?;
+                    let mut why = Some(e.to_string());
+                    staged(&mut why).map_err(gpu)?;
+                    fell_back = why;
                     IoMode::Staged
                 }
             }
@@ -400,6 +521,8 @@ pub fn load(
         total_seconds: t0.elapsed().as_secs_f64(),
         mode,
         fell_back,
+        resident,
+        direct,
     };
     Ok(LoadedPack {
         pack,

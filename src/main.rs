@@ -630,7 +630,7 @@ fn bench_load(path: &Path, source: Option<&Path>, io: &str, sweep: bool) -> Resu
         let secs = t0.elapsed().as_secs_f64();
         let gbs = lp.stats.bytes as f64 / lp.stats.copy_seconds;
         println!(
-            "{label} {:>8.3} s to ready ({} layers installed), segment {:.2} GB copied in {:.3} s = {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}",
+            "{label} {:>8.3} s to ready ({} layers installed), segment {:.2} GB copied in {:.3} s = {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}, {:.0}% resident{}",
             secs,
             layers.len(),
             lp.stats.bytes as f64 / 1e9,
@@ -638,6 +638,8 @@ fn bench_load(path: &Path, source: Option<&Path>, io: &str, sweep: bool) -> Resu
             gbs / 1e9,
             100.0 * gbs / ceiling,
             lp.stats.mode,
+            if lp.stats.direct { " O_DIRECT" } else { "" },
+            100.0 * lp.stats.resident,
             lp.stats
                 .fell_back
                 .as_deref()
@@ -697,9 +699,22 @@ fn bench_load(path: &Path, source: Option<&Path>, io: &str, sweep: bool) -> Resu
             }
         }
     }
-    for mode in [io, IoMode::Staged] {
+    // Cold: the page cache dropped before each run; the ring with O_DIRECT and through the
+    // cache, and registration (which faults the mapping in through the cache).
+    for (mode, direct) in [
+        (IoMode::Staged, Some(true)),
+        (IoMode::Staged, Some(false)),
+        (IoMode::Register, None),
+    ] {
         if drop_page_cache(path) {
-            ready("cold", mode)?;
+            ready_with(
+                "cold",
+                LoadOptions {
+                    io: mode,
+                    direct,
+                    ..LoadOptions::default()
+                },
+            )?;
         } else {
             println!("cold: could not drop the page cache for {}", path.display());
         }

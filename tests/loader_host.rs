@@ -191,3 +191,64 @@ fn finalize_on_a_pack_with_nvfp4_t_repacks_but_never_frees_the_arena_views() {
         }
     }
 }
+
+#[test]
+fn the_ring_reads_with_o_direct_when_asked_and_says_when_it_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.gguf");
+    metrale_pack::gen_model::gen_model(&src, 128, 320, 2, metrale_pack::GgmlType::F16, "llama")
+        .unwrap();
+    let p = dir.path().join("m.mpk.gguf");
+    let opts = ConvertOptions {
+        layouts: Some(vec![Layout::Nvfp4, Layout::Bf16]),
+        ..Default::default()
+    };
+    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+    let b = HostBackend::new();
+    // Chunks of 5 O_DIRECT blocks; the segment's last chunk is shorter.
+    let o = LoadOptions {
+        io: IoMode::Staged,
+        direct: Some(true),
+        chunk: 20 << 10,
+        readers: 3,
+        ..Default::default()
+    };
+    let lp = loader::load(&b, &p, &o).unwrap();
+    assert_eq!(lp.stats.mode, IoMode::Staged);
+    eprintln!("O_DIRECT load: {:?}", lp.stats);
+    // Where the file system refuses O_DIRECT (tmpfs), the ring reads through the cache and says so.
+    assert!(
+        lp.stats.direct
+            || lp
+                .stats
+                .fell_back
+                .as_deref()
+                .is_some_and(|r| r.contains("O_DIRECT")),
+        "{:?}",
+        lp.stats
+    );
+    let mut checked = 0;
+    for (i, e) in lp.pack.manifest.tensors.iter().enumerate() {
+        if let Some(v) = e.ffn.as_ref().and_then(|_| lp.device_view(&e.name)) {
+            let mut got = vec![0u8; v.bytes as usize];
+            b.download(v, &mut got).unwrap();
+            assert!(got == lp.pack.data(i), "{} differs", e.name);
+            checked += 1;
+        }
+    }
+    assert!(checked > 0);
+    // A file just written and read is in the page cache: Auto with few readers registers.
+    let _ = std::fs::read(&p).unwrap();
+    let few = LoadOptions {
+        readers: 2,
+        ..Default::default()
+    };
+    let lp = loader::load(&b, &p, &few).unwrap();
+    assert!(
+        lp.stats.resident >= loader::COLD_RESIDENCY,
+        "{:?}",
+        lp.stats
+    );
+    assert_eq!(lp.stats.mode, IoMode::Register);
+    assert!(!lp.stats.direct);
+}

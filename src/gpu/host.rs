@@ -791,15 +791,26 @@ impl GpuBackend for HostBackend {
     }
     unsafe fn unregister_host(&self, _ptr: *const u8) {}
     fn alloc_pinned(&self, bytes: usize) -> GpuResult<*mut u8> {
-        let p = Box::into_raw(vec![0u8; bytes].into_boxed_slice()) as *mut u8;
-        self.pinned.lock().unwrap().insert(p as usize, bytes);
+        // Page-aligned like cuMemHostAlloc's memory (O_DIRECT reads into it need that).
+        let layout = std::alloc::Layout::from_size_align(bytes.max(1), 4096)
+            .map_err(|e| GpuError::Invalid(format!("alloc_pinned({bytes}): {e}")))?;
+        // SAFETY: a non-zero-sized layout; the pointer is checked for null below.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            return Err(GpuError::Invalid(format!(
+                "alloc_pinned({bytes}): out of memory"
+            )));
+        }
+        self.pinned.lock().unwrap().insert(p as usize, bytes.max(1));
         Ok(p)
     }
     unsafe fn free_pinned(&self, p: *mut u8) {
         if let Some(len) = self.pinned.lock().unwrap().remove(&(p as usize)) {
-            // SAFETY: `p` and `len` are the pointer and length of the boxed slice made by
-            // alloc_pinned, freed once (removed from the table above).
-            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) });
+            // SAFETY: `p` was allocated by alloc_pinned with this size and alignment, and is
+            // freed once (removed from the table above).
+            unsafe {
+                std::alloc::dealloc(p, std::alloc::Layout::from_size_align_unchecked(len, 4096))
+            };
         }
     }
     unsafe fn upload_async(
