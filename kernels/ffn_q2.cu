@@ -1,6 +1,6 @@
 // Packed Q2_0-g128 arms (`q2g128` pack layout: per row kp/128 blocks of 34 bytes, `f16 d` then
 // `u8 qs[32]`; element 32s + l is bits 2s..2s+2 of qs[l]; value d * (q - 2)). Numerics contract
-// and CPU twins: src/gpu/reference.rs (`q2_row`, `q2_bf16_value`, `quantize_row_q8_1_act`,
+// and CPU twins: src/gpu/reference.rs (`q2_row`, `q2_dequant_bf16`, `quantize_row_q8_1_act`,
 // `q2_mmq_row`).
 
 #include "common.cuh"
