@@ -21,6 +21,71 @@
 // Output rows per warp of the GEMVs (8 warps per block: grid ceil(n / (8 * GEMV_R))). Four
 // shares each x load over four rows (two measured slower on the H200: BENCHMARKS.md).
 #define GEMV_R 4
+// One k step (32 elements: 16 code bytes and 2 scales per row) of R output rows j0.. for M
+// activation rows: acc[r][q] += sum_i E2M1[c] * x[r, kk + i] per 16-group, times its scale.
+template <int M, int R, bool SILU>
+__device__ __forceinline__ void gemv_step(const float* lut, const float* __restrict__ x, const float* __restrict__ u,
+                                          int ldx, int m, const unsigned char* __restrict__ codes,
+                                          const unsigned char* __restrict__ scales, int n, int kp, int j0, int kk,
+                                          float (&acc)[M][R]) {
+    uint4 v[R];
+    unsigned short sc[R];
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+        const int row = min(j0 + q, n - 1);
+        v[q] = __ldg(reinterpret_cast<const uint4*>(codes + (size_t)row * (kp / 2) + kk / 2));
+        sc[q] = __ldg(reinterpret_cast<const unsigned short*>(scales + (size_t)row * (kp / 16) + kk / 16));
+    }
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+        if (r >= m) continue;
+        const float4* xr = reinterpret_cast<const float4*>(x + (size_t)r * ldx + kk);
+        float xv[32];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            const float4 a = __ldg(xr + t);
+            xv[4 * t] = a.x;
+            xv[4 * t + 1] = a.y;
+            xv[4 * t + 2] = a.z;
+            xv[4 * t + 3] = a.w;
+        }
+        if (SILU) {
+            const float4* ur = reinterpret_cast<const float4*>(u + (size_t)r * ldx + kk);
+#pragma unroll
+            for (int t = 0; t < 8; ++t) {
+                const float4 b = __ldg(ur + t);
+                const float uv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float gv = xv[4 * t + e];
+                    xv[4 * t + e] = gv / (1.0f + expf(-gv)) * uv[e];
+                }
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < R; ++q) {
+            const unsigned int words[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
+            float part[2] = {0.f, 0.f};
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                const unsigned int c = (words[i >> 3] >> (4 * (i & 7))) & 0xfu;
+                part[i >> 4] += lut[c] * xv[i];
+            }
+            acc[r][q] += part[0] * e4m3_to_f32(sc[q]) + part[1] * e4m3_to_f32(sc[q] >> 8);
+        }
+    }
+}
+
+template <int M, int R>
+__device__ __forceinline__ void warp_sum_acc(float (&acc)[M][R]) {
+#pragma unroll
+    for (int r = 0; r < M; ++r)
+#pragma unroll
+        for (int q = 0; q < R; ++q)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[r][q] += __shfl_xor_sync(0xffffffffu, acc[r][q], o);
+}
+
 template <int M, int R, bool SILU = false>
 __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, const unsigned char* __restrict__ codes,
                                            const unsigned char* __restrict__ scales, float g, float* __restrict__ y,
@@ -36,63 +101,48 @@ __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, c
     for (int r = 0; r < M; ++r)
 #pragma unroll
         for (int q = 0; q < R; ++q) acc[r][q] = 0.f;
-    for (int kk = lane * 32; kk < k; kk += 1024) {
-        uint4 v[R];
-        unsigned short sc[R];
-#pragma unroll
-        for (int q = 0; q < R; ++q) {
-            const int row = min(j0 + q, n - 1);
-            v[q] = __ldg(reinterpret_cast<const uint4*>(codes + (size_t)row * (kp / 2) + kk / 2));
-            sc[q] = __ldg(reinterpret_cast<const unsigned short*>(scales + (size_t)row * (kp / 16) + kk / 16));
-        }
-#pragma unroll
-        for (int r = 0; r < M; ++r) {
-            if (r >= m) continue;
-            const float4* xr = reinterpret_cast<const float4*>(x + (size_t)r * ldx + kk);
-            float xv[32];
-#pragma unroll
-            for (int t = 0; t < 8; ++t) {
-                const float4 a = __ldg(xr + t);
-                xv[4 * t] = a.x;
-                xv[4 * t + 1] = a.y;
-                xv[4 * t + 2] = a.z;
-                xv[4 * t + 3] = a.w;
-            }
-            if (SILU) {
-                const float4* ur = reinterpret_cast<const float4*>(u + (size_t)r * ldx + kk);
-#pragma unroll
-                for (int t = 0; t < 8; ++t) {
-                    const float4 b = __ldg(ur + t);
-                    const float uv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const float gv = xv[4 * t + e];
-                        xv[4 * t + e] = gv / (1.0f + expf(-gv)) * uv[e];
-                    }
-                }
-            }
-#pragma unroll
-            for (int q = 0; q < R; ++q) {
-                const unsigned int words[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
-                float part[2] = {0.f, 0.f};
-#pragma unroll
-                for (int i = 0; i < 32; ++i) {
-                    const unsigned int c = (words[i >> 3] >> (4 * (i & 7))) & 0xfu;
-                    part[i >> 4] += lut[c] * xv[i];
-                }
-                acc[r][q] += part[0] * e4m3_to_f32(sc[q]) + part[1] * e4m3_to_f32(sc[q] >> 8);
-            }
-        }
-    }
+    for (int kk = lane * 32; kk < k; kk += 1024) gemv_step<M, R, SILU>(lut, x, u, ldx, m, codes, scales, n, kp, j0, kk, acc);
+    warp_sum_acc<M, R>(acc);
 #pragma unroll
     for (int r = 0; r < M; ++r)
 #pragma unroll
-        for (int q = 0; q < R; ++q) {
-            float t = acc[r][q];
+        for (int q = 0; q < R; ++q)
+            if (lane == 0 && r < m && j0 + q < n) y[(size_t)r * ldy + j0 + q] = acc[r][q] * g;
+}
+
+// The GEMV with k split over the 8 warps of a block, for long rows (the down projection: n =
+// hidden gives the one-warp-per-4-rows GEMV too few warps to keep HBM busy). Block b owns output
+// rows 4b..4b+3; warp w takes k steps w, w+8, ... (1024 elements each); the 8 partial sums are
+// added in warp order through shared memory. m <= 4. Grid ceil(n / 4), block 256.
+extern "C" __global__ void w4a16_gemv_ksplit(const float* x, int m, const unsigned char* codes, const unsigned char* scales,
+                                             float g, float* y, int n, int k, int kp, int ldy) {
+    constexpr int M = 4, R = 4, W = 8;
+    __shared__ float part_s[W][M][R];
+    E2M1_LUT(lut, E2M1_VALUES, float)
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j0 = blockIdx.x * R;
+    float acc[M][R];
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-            if (lane == 0 && r < m && j0 + q < n) y[(size_t)r * ldy + j0 + q] = t * g;
-        }
+    for (int r = 0; r < M; ++r)
+#pragma unroll
+        for (int q = 0; q < R; ++q) acc[r][q] = 0.f;
+    for (int kk = (warp * 32 + lane) * 32; kk < k; kk += W * 1024)
+        gemv_step<M, R, false>(lut, x, nullptr, k, m, codes, scales, n, kp, j0, kk, acc);
+    warp_sum_acc<M, R>(acc);
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < M; ++r)
+#pragma unroll
+            for (int q = 0; q < R; ++q) part_s[warp][r][q] = acc[r][q];
+    }
+    __syncthreads();
+    if (threadIdx.x < M * R) {
+        const int r = threadIdx.x / R, q = threadIdx.x % R;
+        float t = 0.f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) t += part_s[w][r][q];
+        if (r < m && j0 + q < n) y[(size_t)r * ldy + j0 + q] = t * g;
+    }
 }
 
 // One projection, m <= 4. Grid ceil(n / 32), block 256.

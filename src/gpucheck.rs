@@ -250,8 +250,15 @@ pub fn kernel_checks(
             kp: ne.padded[1],
         };
         // (name, kernel, row cap, activation rounding, GEMV launch shape?)
-        let nvfp4: [(&str, _, usize, ActRound, bool); 7] = [
+        let nvfp4: [(&str, _, usize, ActRound, bool); 8] = [
             ("w4a16_gemv", kk.nvfp4_gemv, 4, ActRound::None, true),
+            (
+                "w4a16_gemv_ksplit",
+                kk.nvfp4_gemv_ksplit,
+                4,
+                ActRound::None,
+                true,
+            ),
             (
                 "w4a16_gemv_batch2",
                 kk.nvfp4_gemv_b2,
@@ -300,7 +307,9 @@ pub fn kernel_checks(
                 poison(b.as_ref(), yd)?;
                 let a = |v: usize| crate::gpu::KArg::I32(v as i32);
                 use crate::gpu::KArg::{F32, Ptr};
-                let (grid, block) = if gemv {
+                let (grid, block) = if name == "w4a16_gemv_ksplit" {
+                    ((n.div_ceil(4) as u32, 1, 1), (256, 1, 1))
+                } else if gemv {
                     (
                         (n.div_ceil(crate::ffn::NVFP4_GEMV_COLS) as u32, 1, 1),
                         (256, 1, 1),
@@ -704,7 +713,7 @@ pub fn layer_checks(
         ModelLevers::from_map(&env, crate::gpu::levers::HARDWARE_SM90)
     };
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-    let arms: [(&str, Install, ModelLevers, Activation); 19] = [
+    let arms: [(&str, Install, ModelLevers, Activation); 20] = [
         (
             "fp8 fused",
             |b, l, w| install_fp8(b, l, w, true),
@@ -752,6 +761,12 @@ pub fn layer_checks(
             Activation::Silu,
         ),
         ("nvfp4 mmq", install_nvfp4_mmq, lev(&[]), Activation::Silu),
+        (
+            "nvfp4 ksplit down",
+            install_nvfp4,
+            lev(&[("METRALE_W4A16_GEMV_KSPLIT_MIN_K", "1")]),
+            Activation::Silu,
+        ),
         (
             "nvfp4 silu fused",
             install_nvfp4,
@@ -1031,7 +1046,14 @@ pub fn benchmarks(
     );
     let nvfp4_bpe = 0.5 + 1.0 / 16.0;
     let q2_bpe = 34.0 / 128.0;
-    let nv_arms: [NvArm; 10] = [
+    let nv_arms: [NvArm; 11] = [
+        (
+            "nvfp4 GEMV chain (k-split down)",
+            install_nvfp4,
+            &[("METRALE_W4A16_GEMV_KSPLIT_MIN_K", "8192")],
+            false,
+            nvfp4_bpe,
+        ),
         (
             "nvfp4 GEMV chain (split SiLU)",
             install_nvfp4,

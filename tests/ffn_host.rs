@@ -1153,3 +1153,31 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
     run(&mut c, &l, "prefill", x, 2).unwrap();
     assert_eq!(count(&c.trace, "q4k_mmq_gemm"), 2);
 }
+
+#[test]
+fn the_k_split_down_gemv_serves_long_rows_only_when_the_lever_says() {
+    let mut r = Rand(83);
+    let w = DenseWeights::random(&mut r, H, I);
+    let wd = nvfp4_decoded(&w);
+    // Off by default (HARDWARE.toml 0); from k = I up with the lever; not below it.
+    for (lev, want) in [
+        (levers(&[]), "w4a16_gemv"),
+        (
+            levers(&[("METRALE_W4A16_GEMV_KSPLIT_MIN_K", "320")]),
+            "w4a16_gemv_ksplit",
+        ),
+        (
+            levers(&[("METRALE_W4A16_GEMV_KSPLIT_MIN_K", "321")]),
+            "w4a16_gemv",
+        ),
+    ] {
+        let mut c = ctx(HostBackend::new(), lev);
+        let mut l = DenseFfnLayer::new(&c);
+        install_nvfp4(c.backend.as_ref(), &mut l, &w).unwrap();
+        let (x, xs) = input(&c, &mut r, 1);
+        let y = run(&mut c, &l, "forward", x, 1).unwrap();
+        assert_eq!(c.trace, ["w4a16_gemv_dual", "act_mul_silu", want]);
+        let e = rel_err(&y, &ffn_f64(&xs, 1, &wd, Activation::Silu));
+        assert!(e < 1e-5, "{want}: {e}");
+    }
+}

@@ -291,6 +291,7 @@ kernel_set! {
     nvfp4_gemv_dual_b2 = "ffn_nvfp4"::"w4a16_gemv_dual_batch2";
     nvfp4_gemv_dual_b3 = "ffn_nvfp4"::"w4a16_gemv_dual_batch3";
     nvfp4_silu_down = "ffn_nvfp4"::"w4a16_gemv_silu_down";
+    nvfp4_gemv_ksplit = "ffn_nvfp4"::"w4a16_gemv_ksplit";
     nvfp4_gemm_t = "ffn_nvfp4"::"w4a16_gemm_t";
     nvfp4_gemm_t_k64 = "ffn_nvfp4"::"w4a16_gemm_t_k64";
     nvfp4_gemm_t_m128 = "ffn_nvfp4"::"w4a16_gemm_t_m128";
@@ -1697,8 +1698,9 @@ impl DenseFfnLayer {
     }
 
     /// NVFP4 decode (m <= 3): fused gate+up GEMV (`w4a16_gemv_dual`, `_batch2|3`), then either
-    /// act-mul and the down GEMV (split SiLU: the default, and always with GELU) or, with
-    /// `METRALE_FFN_SILU_FUSED_DOWN` on a SiLU layer, the SiLU-fused down GEMV.
+    /// act-mul and the down GEMV (split SiLU: the default, and always with GELU or a LoRA
+    /// adapter; `w4a16_gemv_ksplit` when k >= `w4a16_gemv_ksplit_min_k`, a lever off by
+    /// default) or, with `METRALE_FFN_SILU_FUSED_DOWN` on a SiLU layer, the SiLU-fused down GEMV.
     fn nvfp4_gemv_arm(
         &self,
         ctx: &mut ForwardContext,
@@ -1785,7 +1787,29 @@ impl DenseFfnLayer {
         }
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
         let act = g.view(0, (m * i * 4) as u64);
-        self.nvfp4_gemv_launch(ctx, down, &d, act, m, out, h)?;
+        let ksplit = ctx.levers.w4a16_gemv_ksplit_min_k;
+        if ksplit > 0 && d.k >= ksplit && k.nvfp4_gemv_ksplit.ok() {
+            let cfg = LaunchCfg {
+                grid: (h.div_ceil(4) as u32, 1, 1),
+                block: (256, 1, 1),
+                smem: 0,
+            };
+            let args = [
+                KArg::Ptr(act),
+                a(m),
+                KArg::Ptr(d.codes),
+                KArg::Ptr(d.scales),
+                KArg::F32(d.global_scale),
+                KArg::Ptr(out),
+                a(h),
+                a(i),
+                a(d.kp),
+                a(h),
+            ];
+            self.launch(ctx, k.nvfp4_gemv_ksplit, cfg, &args)?;
+        } else {
+            self.nvfp4_gemv_launch(ctx, down, &d, act, m, out, h)?;
+        }
         self.apply_lora_down(ctx, act, m, out)?;
         Ok(out.view(0, (m * h * 4) as u64))
     }

@@ -368,6 +368,7 @@ impl GpuBackend for HostBackend {
                 })?;
             }
             "w4a16_gemv"
+            | "w4a16_gemv_ksplit"
             | "w4a16_gemv_batch2"
             | "w4a16_gemv_batch3"
             | "w4a16_gemv_dual"

@@ -47,6 +47,9 @@ pub struct ModelLevers {
     /// HARDWARE.toml `w4a16_k64_min_k` (`METRALE_W4A16_K64_MIN_K`): the smallest k the small-m
     /// `w4a16_gemm_t_k64` serves.
     pub w4a16_k64_min_k: usize,
+    /// HARDWARE.toml `w4a16_gemv_ksplit_min_k` (`METRALE_W4A16_GEMV_KSPLIT_MIN_K`): the down
+    /// GEMV splits k over a block's warps from this k up; 0 = never.
+    pub w4a16_gemv_ksplit_min_k: usize,
 }
 
 fn parse_hardware(text: &str) -> HashMap<String, String> {
@@ -102,6 +105,11 @@ impl ModelLevers {
             activation_quantization: env.get("METRALE_ACTIVATION_QUANTIZATION").cloned(),
             ffn_silu_fused_down: flag("METRALE_FFN_SILU_FUSED_DOWN"),
             w4a16_k64_min_k: num_or("METRALE_W4A16_K64_MIN_K", "w4a16_k64_min_k", 2048),
+            w4a16_gemv_ksplit_min_k: num_or(
+                "METRALE_W4A16_GEMV_KSPLIT_MIN_K",
+                "w4a16_gemv_ksplit_min_k",
+                0,
+            ),
         }
     }
 }
