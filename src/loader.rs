@@ -25,6 +25,10 @@ pub enum IoMode {
     Register,
     /// Copy through a ring of pinned staging buffers.
     Staged,
+    /// Both at once: the first `hybrid_fraction` of the segment registered (in pieces, on a
+    /// helper thread) and copied straight from the mapping while the reader threads carry the
+    /// rest through the ring, so pinning and `pread` share the work the DMA engine drains.
+    Hybrid,
 }
 
 /// O_DIRECT reads need buffers, offsets and lengths aligned to the device's logical block; 4096
@@ -98,6 +102,8 @@ pub struct LoadOptions {
     /// Read the ring with O_DIRECT (bypassing the page cache): `None` decides by residency (a
     /// segment less than half in the page cache is cold: O_DIRECT, and `Auto` takes the ring).
     pub direct: Option<bool>,
+    /// `IoMode::Hybrid`: the share of the segment that is registered (0..=1).
+    pub hybrid_fraction: f64,
 }
 
 impl Default for LoadOptions {
@@ -114,6 +120,7 @@ impl Default for LoadOptions {
                 .min(16),
             register_chunk: 0,
             direct: None,
+            hybrid_fraction: 0.4,
         }
     }
 }
@@ -493,6 +500,49 @@ pub fn load(
             copy_registered(b, seg, arena, &streams, opts.chunk, opts.register_chunk)
                 .map_err(gpu)?;
             IoMode::Register
+        }
+        IoMode::Hybrid => {
+            // Page- and chunk-aligned split: [0, split) registered, [split, len) staged.
+            let unit = opts.chunk.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+            let want = (seg.len() as f64 * opts.hybrid_fraction.clamp(0.0, 1.0)) as usize;
+            let split = (want / unit * unit).min(seg.len());
+            let piece = if opts.register_chunk > 0 {
+                opts.register_chunk
+            } else {
+                256 << 20
+            };
+            let (reg, rest) = seg.split_at(split);
+            let reg_result = std::thread::scope(|sc| {
+                let h = (!reg.is_empty()).then(|| {
+                    sc.spawn(|| {
+                        copy_registered(
+                            b,
+                            reg,
+                            arena.view(0, split as u64),
+                            &streams,
+                            opts.chunk,
+                            piece,
+                        )
+                    })
+                });
+                let staged_result = if rest.is_empty() {
+                    Ok(None)
+                } else {
+                    copy_staged(
+                        b,
+                        &pack.file.file,
+                        None,
+                        range.start + split as u64,
+                        rest.len(),
+                        arena.view(split as u64, rest.len() as u64),
+                        opts,
+                    )
+                };
+                let r = h.map_or(Ok(()), |h| h.join().expect("registration thread panicked"));
+                r.and(staged_result)
+            });
+            reg_result.map_err(gpu)?;
+            IoMode::Hybrid
         }
         IoMode::Auto if opts.readers >= STAGED_MIN_READERS || cold => {
             staged(&mut fell_back).map_err(gpu)?;

@@ -94,7 +94,7 @@ enum Cmd {
         pack: PathBuf,
         #[arg(long)]
         source: Option<PathBuf>,
-        /// auto, register or staged.
+        /// auto, register, staged or hybrid.
         #[arg(long, default_value = "auto")]
         io: String,
         /// Also time other loader settings (staging ring sizes and reader counts, pieced
@@ -592,7 +592,8 @@ fn bench_load(path: &Path, source: Option<&Path>, io: &str, sweep: bool) -> Resu
         "auto" => IoMode::Auto,
         "register" => IoMode::Register,
         "staged" => IoMode::Staged,
-        other => anyhow::bail!("--io must be auto, register or staged, not {other:?}"),
+        "hybrid" => IoMode::Hybrid,
+        other => anyhow::bail!("--io must be auto, register, staged or hybrid, not {other:?}"),
     };
     let Some(b) = cuda_or_skip() else {
         return Ok(());
@@ -686,6 +687,16 @@ fn bench_load(path: &Path, source: Option<&Path>, io: &str, sweep: bool) -> Resu
                     &format!("sweep staged readers={readers} chunk={chunk}MiB ring={ring}"),
                     o.clone(),
                 )?;
+            }
+        }
+        for fraction in [0.25, 0.4, 0.55] {
+            let o = LoadOptions {
+                io: IoMode::Hybrid,
+                hybrid_fraction: fraction,
+                ..LoadOptions::default()
+            };
+            for _ in 0..2 {
+                ready_with(&format!("sweep hybrid registered={fraction}"), o.clone())?;
             }
         }
         for piece in [1024usize, 256] {

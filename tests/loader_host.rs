@@ -252,3 +252,56 @@ fn the_ring_reads_with_o_direct_when_asked_and_says_when_it_cannot() {
     assert_eq!(lp.stats.mode, IoMode::Register);
     assert!(!lp.stats.direct);
 }
+
+#[test]
+fn hybrid_registers_the_head_and_stages_the_tail_and_every_byte_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.gguf");
+    metrale_pack::gen_model::gen_model(&src, 128, 320, 3, metrale_pack::GgmlType::F16, "llama")
+        .unwrap();
+    let p = dir.path().join("m.mpk.gguf");
+    let opts = ConvertOptions {
+        layouts: Some(vec![Layout::Nvfp4, Layout::Bf16, Layout::Fp8]),
+        ..Default::default()
+    };
+    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+    let b = HostBackend::new();
+    for fraction in [0.0, 0.3, 1.0] {
+        let o = LoadOptions {
+            io: IoMode::Hybrid,
+            hybrid_fraction: fraction,
+            chunk: 16 << 10,
+            register_chunk: 32 << 10,
+            readers: 3,
+            ..Default::default()
+        };
+        let lp = loader::load(&b, &p, &o).unwrap();
+        assert_eq!(lp.stats.mode, IoMode::Hybrid);
+        for (i, e) in lp.pack.manifest.tensors.iter().enumerate() {
+            if let Some(v) = e.ffn.as_ref().and_then(|_| lp.device_view(&e.name)) {
+                let mut got = vec![0u8; v.bytes as usize];
+                b.download(v, &mut got).unwrap();
+                assert!(
+                    got == lp.pack.data(i),
+                    "fraction {fraction}: {} differs",
+                    e.name
+                );
+            }
+        }
+        b.free(lp.arena);
+    }
+    // Registration refused: the hybrid load fails and names it (no silent half-load).
+    let e = loader::load(
+        &HostBackend::without(&["register_host"]),
+        &p,
+        &LoadOptions {
+            io: IoMode::Hybrid,
+            chunk: 16 << 10,
+            ..Default::default()
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("cuMemHostRegister"), "{e}");
+}
