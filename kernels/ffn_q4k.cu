@@ -9,6 +9,9 @@
 
 #include "common.cuh"
 
+// ---- host-emulated: begin (tests/cuda_emu.rs compiles this region with a C++ compiler and
+// compares its bytes with the converter's; keep it free of device-only intrinsics) ----
+
 // Element i (< k) of row j of an `nvfp4` weight as f32: (E2M1 * e4m3(scale)) * g, as the
 // converter's decode_padded computes it; 0 beyond k.
 __device__ __forceinline__ float nvfp4_at(const unsigned char* codes, const unsigned char* scales, float g, int kp_nv,
@@ -163,6 +166,8 @@ extern "C" __global__ void nvfp4_to_q4k(const unsigned char* __restrict__ codes,
     for (int c = 0; c < 4; ++c)
         for (int i = 0; i < 32; ++i) blk[16 + 32 * c + i] = (unsigned char)(l[64 * c + i] | (l[64 * c + 32 + i] << 4));
 }
+
+// ---- host-emulated: end ----
 
 // finalize_q4k_load's int8 down: per row d = amax / 127, q = roundf(x * (1/d)), codes [n, kp_q]
 // (zero beyond k), f32 scales [n]. One block per row. Grid n, block 256.
