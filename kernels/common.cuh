@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+// ---- host-emulated: begin (tests/cuda_emu.rs compiles this part as C++) ----
+
 // An E4M3 ("fn") byte as f32 (exact).
 __device__ __forceinline__ float e4m3_to_f32(unsigned int b) {
     __nv_fp8_e4m3 v;
@@ -22,14 +24,6 @@ __device__ __forceinline__ float f16_at(const unsigned char* p) {
 __device__ __forceinline__ unsigned int pack2_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<unsigned int*>(&v);
-}
-
-// c += a . b, one m16n8k16 bf16 tensor-core MMA with f32 accumulation (mma.sync, sm_80+).
-__device__ __forceinline__ void mma_m16n8k16_bf16(float* c, const unsigned int* a, const unsigned int* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // The 16 E2M1 (FP4) values by code: bit 3 is the sign (REFERENCE.md, NVFP4).
@@ -52,4 +46,14 @@ __device__ __forceinline__ float block_amax(float v) {
     }
     __syncthreads();
     return red[0];
+}
+
+// ---- host-emulated: end ----
+
+// c += a . b, one m16n8k16 bf16 tensor-core MMA with f32 accumulation (mma.sync, sm_80+).
+__device__ __forceinline__ void mma_m16n8k16_bf16(float* c, const unsigned int* a, const unsigned int* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }

@@ -3,14 +3,14 @@
 // quantize_row_q4_K_ref), converters/layouts/q4k_mmq.rs (int8 rows), src/gpu/reference.rs
 // (`q4k_mmq_row`, `requant_row_bf16_int8`, `int8_row`).
 //
+// tests/cuda_emu.rs compiles this whole module as C++ on the host (no device-only intrinsics
+// beyond those it stands in for) and checks it against the CPU twins.
+//
 // The encoders must give the converter's bytes exactly: every float operation below is one
 // IEEE operation in ggml's order (__fadd_rn, __fmul_rn, __fdiv_rn, __fsqrt_rn), so NVRTC cannot
 // contract them into fused multiply-adds that ggml's x86 build does not have.
 
 #include "common.cuh"
-
-// ---- host-emulated: begin (tests/cuda_emu.rs compiles this region with a C++ compiler and
-// compares its bytes with the converter's; keep it free of device-only intrinsics) ----
 
 // Element i (< k) of row j of an `nvfp4` weight as f32: (E2M1 * e4m3(scale)) * g, as the
 // converter's decode_padded computes it; 0 beyond k.
@@ -166,8 +166,6 @@ extern "C" __global__ void nvfp4_to_q4k(const unsigned char* __restrict__ codes,
     for (int c = 0; c < 4; ++c)
         for (int i = 0; i < 32; ++i) blk[16 + 32 * c + i] = (unsigned char)(l[64 * c + i] | (l[64 * c + 32 + i] << 4));
 }
-
-// ---- host-emulated: end ----
 
 // finalize_q4k_load's int8 down: per row d = amax / 127, q = roundf(x * (1/d)), codes [n, kp_q]
 // (zero beyond k), f32 scales [n]. One block per row. Grid n, block 256.

@@ -1,13 +1,25 @@
-//! The CUDA source of `finalize_q4k_load`'s Q4_K encoder (the host-emulated region of
-//! `kernels/ffn_q4k.cu`) compiled as C++ on the host, with stand-ins for the few CUDA builtins
-//! it uses (`tests/cuda_emu/prelude.h`), run over its whole grid, and compared byte for byte
-//! with the converter's Q4_K encoder (itself byte-identical to ggml's reference quantizer:
-//! `tests/interop_codecs.rs`). This catches indexing and operation-order mistakes in the kernel
-//! without a GPU; the H200's `gpu-check` repeats the comparison on the device.
+//! The CUDA sources of the kernels that have not yet run on a GPU here (`ffn_q8_1`, `ffn_q2`,
+//! `ffn_q4k`, `ffn_lora`, with the emulable part of `common.cuh`) compiled as C++ on the host,
+//! with stand-ins for the CUDA builtins they use (`tests/cuda_emu/prelude.h`: one IEEE
+//! operation each, `-ffp-contract=off`; a block runs as host threads with real barriers for
+//! `__syncthreads` and the warp shuffles), launched over their whole grids, and compared with
+//! the CPU twins: bit for bit where the contract says so (the Q4_K and int8 encoders, the q8_1
+//! and int8 activation quantizers, the BF16 dequantization), within 2e-6 of the f64 references
+//! otherwise. This catches indexing, launch-shape and operation-order mistakes without a GPU;
+//! the H200's `gpu-check` repeats every comparison on the device.
 
 use metrale_pack::converters::layouts;
-use metrale_pack::ffn::testing::Rand;
+use metrale_pack::ffn::testing::{Rand, rel_err};
+use metrale_pack::gpu::reference;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
+
+enum A {
+    P(Vec<u8>),
+    I(usize),
+    F(f32),
+}
 
 fn cxx() -> Option<String> {
     let mut candidates: Vec<String> = std::env::var("CXX").into_iter().collect();
@@ -20,91 +32,191 @@ fn cxx() -> Option<String> {
     })
 }
 
-fn emulator(dir: &std::path::Path, cxx: &str) -> std::path::PathBuf {
-    let (_, src) = metrale_pack::gpu::kernels::MODULES
-        .iter()
-        .find(|(m, _)| *m == "ffn_q4k")
-        .unwrap();
-    let begin = src
-        .find("// ---- host-emulated: begin")
-        .expect("begin marker");
-    let end = src.find("// ---- host-emulated: end").expect("end marker");
-    let program = format!(
-        "{}\n{}\n{}",
-        include_str!("cuda_emu/prelude.h"),
-        &src[begin..end],
-        include_str!("cuda_emu/driver_q4k.cpp")
-    );
-    let cpp = dir.join("emu_q4k.cpp");
-    std::fs::write(&cpp, program).unwrap();
-    let exe = dir.join("emu_q4k");
-    let out = Command::new(cxx)
-        .args([
-            "-std=c++17",
-            "-O2",
-            "-ffp-contract=off",
-            "-fno-fast-math",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&cpp)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "compiling the kernel region failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
+/// The emulator binary, built once per test process; None (with a message) without a compiler.
+fn emulator() -> Option<&'static Path> {
+    static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let Some(cxx) = cxx() else {
+            assert!(
+                std::env::var_os("METRALE_REQUIRE_CXX").is_none(),
+                "a C++ compiler is required (METRALE_REQUIRE_CXX) but none was found"
+            );
+            eprintln!("SKIPPED: no C++ compiler (c++, g++, clang++ or $CXX)");
+            return None;
+        };
+        let raw = |m: &str| {
+            metrale_pack::gpu::kernels::MODULES
+                .iter()
+                .find(|(n, _)| *n == m)
+                .unwrap()
+                .1
+        };
+        let strip_includes = |s: &str| -> String {
+            s.lines()
+                .filter(|l| !l.trim_start().starts_with("#include"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let common = metrale_pack::gpu::kernels::COMMON;
+        let begin = common
+            .find("// ---- host-emulated: begin")
+            .expect("begin marker");
+        let end = common
+            .find("// ---- host-emulated: end")
+            .expect("end marker");
+        let mut program = String::from(include_str!("cuda_emu/prelude.h"));
+        program.push_str(&common[begin..end]);
+        for m in ["ffn_q8_1", "ffn_q2", "ffn_q4k", "ffn_lora"] {
+            program.push_str(&format!("\n// ---- {m} ----\n"));
+            program.push_str(&strip_includes(raw(m)));
+        }
+        program.push_str(include_str!("cuda_emu/driver.cpp"));
+        let dir = std::env::temp_dir().join(format!("metrale-cuda-emu-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cpp = dir.join("emu.cpp");
+        std::fs::write(&cpp, program).unwrap();
+        let exe = dir.join("emu");
+        let out = Command::new(&cxx)
+            .args([
+                "-std=c++20",
+                "-O2",
+                "-ffp-contract=off",
+                "-fno-fast-math",
+                "-Wno-unknown-pragmas",
+                "-pthread",
+                "-o",
+            ])
+            .arg(&exe)
+            .arg(&cpp)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "compiling the kernel sources as C++ failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(exe)
+    })
+    .as_deref()
 }
 
-#[test]
-fn the_q4k_encoder_kernel_source_gives_the_converters_bytes() {
-    let Some(cxx) = cxx() else {
-        assert!(
-            std::env::var_os("METRALE_REQUIRE_CXX").is_none(),
-            "a C++ compiler is required (METRALE_REQUIRE_CXX) but none was found"
-        );
-        eprintln!("SKIPPED: no C++ compiler (c++, g++, clang++ or $CXX)");
-        return;
-    };
+/// Launch `name` on the emulator; buffers come back updated.
+fn launch(exe: &Path, name: &str, grid: (usize, usize), block: usize, args: &mut [A]) {
+    let mut cmd = Vec::new();
+    cmd.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    cmd.extend_from_slice(name.as_bytes());
+    for v in [grid.0, grid.1, block, args.len()] {
+        cmd.extend_from_slice(&(v as u32).to_le_bytes());
+    }
+    for a in args.iter() {
+        match a {
+            A::P(b) => {
+                cmd.push(b'P');
+                cmd.extend_from_slice(&(b.len() as u64).to_le_bytes());
+                cmd.extend_from_slice(b);
+            }
+            A::I(v) => {
+                cmd.push(b'I');
+                cmd.extend_from_slice(&(*v as i32).to_le_bytes());
+            }
+            A::F(v) => {
+                cmd.push(b'F');
+                cmd.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
     let dir = tempfile::tempdir().unwrap();
-    let exe = emulator(dir.path(), &cxx);
+    let (inp, outp) = (dir.path().join("in"), dir.path().join("out"));
+    std::fs::write(&inp, &cmd).unwrap();
+    let st = Command::new(exe).arg(&inp).arg(&outp).status().unwrap();
+    assert!(st.success(), "{name}: emulator exited with {st}");
+    let out = std::fs::read(&outp).unwrap();
+    let mut at = 0;
+    for a in args.iter_mut() {
+        if let A::P(b) = a {
+            let n = u64::from_le_bytes(out[at..at + 8].try_into().unwrap()) as usize;
+            *b = out[at + 8..at + 8 + n].to_vec();
+            at += 8 + n;
+        }
+    }
+}
+
+fn f32b(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+fn bf32(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+fn buf(a: &A) -> &[u8] {
+    match a {
+        A::P(b) => b,
+        _ => panic!("not a buffer"),
+    }
+}
+/// Rows of a reference computed per row, as one f64 vector.
+fn rows64(m: usize, n: usize, f: impl Fn(usize, &mut [f32])) -> Vec<f64> {
+    let mut out = Vec::with_capacity(m * n);
+    for r in 0..m {
+        let mut row = vec![0f32; n];
+        f(r, &mut row);
+        out.extend(row.iter().map(|&v| v as f64));
+    }
+    out
+}
+
+const N: usize = 40; // output rows: not a multiple of 8 (GEMV blocks) or 256
+const K: usize = 576; // not a multiple of 128 or 256: padding everywhere
+
+#[test]
+fn encoders_match_the_converter_byte_for_byte() {
+    let Some(exe) = emulator() else { return };
     let mut r = Rand(97);
-    // (rows, k): k not a multiple of 256 (padding), exactly 256, and longer rows.
-    for (n, k) in [(5usize, 576usize), (3, 256), (4, 1536), (64, 4096)] {
+    // (rows, k): k not a multiple of 256, exactly 256, and 64 x 4096 (where a reassociated product
+    // in the Q4_K search shows).
+    for (n, k) in [(5usize, 576usize), (3, 256), (64, 4096)] {
         let mut w = r.vec(n * k, 0.05);
-        // Row 0 all zero; row 1 one outlier; row 2 constant: the encoder's edge cases.
+        // Row 0 all zero; row 1 one outlier; row 2 constant: the encoders' edge cases.
         w[..k].fill(0.0);
         w[k + 7] = 3.0;
         w[2 * k..3 * k].fill(-0.02);
         let e = layouts::nvfp4::encode(&w, n, k);
-        let (codes, scales, g, kp_nv) = (&e.parts[0].1, &e.parts[1].1, e.scalars[0].1, e.padded[1]);
+        let (codes, scales, g, kp_nv) = (
+            e.parts[0].1.clone(),
+            e.parts[1].1.clone(),
+            e.scalars[0].1,
+            e.padded[1],
+        );
         let values = layouts::crop(
-            &layouts::nvfp4::decode_padded(codes, scales, g, n, kp_nv),
+            &layouts::nvfp4::decode_padded(&codes, &scales, g, n, kp_nv),
             kp_nv,
             n,
             k,
         );
         let want = layouts::q4k_mmq::encode_q4k(&values, n, k);
         let kp_q = want.padded[1];
-        let mut input = Vec::new();
-        for v in [n, k, kp_nv, kp_q] {
-            input.extend_from_slice(&(v as i32).to_le_bytes());
-        }
-        input.extend_from_slice(&g.to_le_bytes());
-        input.extend_from_slice(codes);
-        input.extend_from_slice(scales);
-        let (inp, outp) = (dir.path().join("in.bin"), dir.path().join("out.bin"));
-        std::fs::write(&inp, &input).unwrap();
-        let st = Command::new(&exe).arg(&inp).arg(&outp).status().unwrap();
-        assert!(st.success(), "emulator exited with {st}");
-        let got = std::fs::read(&outp).unwrap();
-        let want = &want.parts[0].1;
-        assert_eq!(got.len(), want.len());
-        if let Some(i) = got.iter().zip(want.iter()).position(|(a, b)| a != b) {
+        let mut a = [
+            A::P(codes.clone()),
+            A::P(scales.clone()),
+            A::F(g),
+            A::I(n),
+            A::I(k),
+            A::I(kp_nv),
+            A::I(kp_q),
+            A::P(vec![0xA5; n * kp_q / 256 * 144]),
+        ];
+        launch(
+            exe,
+            "nvfp4_to_q4k",
+            ((n * kp_q / 256).div_ceil(64), 1),
+            64,
+            &mut a,
+        );
+        let (got, want) = (buf(&a[7]), &want.parts[0].1);
+        if let Some(i) = got.iter().zip(want.iter()).position(|(x, y)| x != y) {
             panic!(
-                "[{n}, {k}]: byte {i} (row {}, block {}, offset {}) is {:#04x}, the converter's {:#04x}",
+                "nvfp4_to_q4k [{n}, {k}]: byte {i} (row {}, block {}, offset {}) is {:#04x}, the converter's {:#04x}",
                 i / (kp_q / 256 * 144),
                 i / 144 % (kp_q / 256),
                 i % 144,
@@ -112,5 +224,267 @@ fn the_q4k_encoder_kernel_source_gives_the_converters_bytes() {
                 want[i]
             );
         }
+        let want8 = layouts::q4k_mmq::encode_int8(&values, n, k);
+        let mut a = [
+            A::P(codes),
+            A::P(scales),
+            A::F(g),
+            A::I(n),
+            A::I(k),
+            A::I(kp_nv),
+            A::I(kp_q),
+            A::P(vec![0xA5; n * kp_q]),
+            A::P(vec![0xA5; n * 4]),
+        ];
+        launch(exe, "nvfp4_to_int8_rows", (n, 1), 256, &mut a);
+        assert!(buf(&a[7]) == want8.parts[0].1, "int8 codes [{n}, {k}]");
+        assert!(buf(&a[8]) == want8.parts[1].1, "int8 scales [{n}, {k}]");
     }
+}
+
+#[test]
+fn activation_quantizers_match_their_cpu_twins_bit_for_bit() {
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(5);
+    let m = 5;
+    let mut x = r.vec(m * K, 1.0);
+    x[K..2 * K].fill(0.0); // an all-zero row
+    x[2 * K + 3] = 40.0; // an outlier
+    let kp = 640;
+    let mut a = [
+        A::P(f32b(&x)),
+        A::I(m),
+        A::I(K),
+        A::I(kp),
+        A::P(vec![0xA5; m * kp / 32 * 36]),
+    ];
+    launch(
+        exe,
+        "quantize_act_q8_1",
+        ((kp / 32).div_ceil(8), m),
+        256,
+        &mut a,
+    );
+    let want: Vec<u8> = (0..m)
+        .flat_map(|i| reference::quantize_row_q8_1_act(&x[i * K..(i + 1) * K], kp))
+        .collect();
+    assert!(buf(&a[4]) == want, "quantize_act_q8_1");
+    let kp = 768;
+    let mut a = [
+        A::P(f32b(&x)),
+        A::I(m),
+        A::I(K),
+        A::I(kp),
+        A::P(vec![0xA5; m * kp]),
+        A::P(vec![0xA5; m * 4]),
+    ];
+    launch(exe, "requant_a_bf16_int8", (m, 1), 256, &mut a);
+    for i in 0..m {
+        let (q, d) = reference::requant_row_bf16_int8(&x[i * K..(i + 1) * K], kp);
+        assert!(
+            buf(&a[4])[i * kp..(i + 1) * kp] == q[..],
+            "requant codes row {i}"
+        );
+        assert_eq!(
+            bf32(buf(&a[5]))[i].to_bits(),
+            d.to_bits(),
+            "requant scale row {i}"
+        );
+    }
+}
+
+#[test]
+fn q2_kernels_match_the_references() {
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(11);
+    let w = r.vec(N * K, 0.05);
+    let e = layouts::q2g128::encode(&w, N, K);
+    let (blocks, kp) = (e.parts[0].1.clone(), e.padded[1]);
+    let x = r.vec(4 * K, 1.0);
+    for (name, m) in [("q2_0_gemv_vec", 1usize), ("q2_0_gemv_vec_batchm", 3)] {
+        let mut a = [
+            A::P(f32b(&x)),
+            A::I(m),
+            A::P(blocks.clone()),
+            A::P(f32b(&vec![f32::NAN; m * N])),
+            A::I(N),
+            A::I(K),
+            A::I(kp),
+            A::I(N),
+        ];
+        launch(exe, name, (N.div_ceil(8), 1), 256, &mut a);
+        let want = rows64(m, N, |i, row| {
+            reference::q2_row(&x[i * K..(i + 1) * K], &blocks, N, K, kp, row)
+        });
+        let err = rel_err(&bf32(buf(&a[3])), &want);
+        assert!(err < 2e-6, "{name}: {err}");
+    }
+    let mut a = [
+        A::P(blocks.clone()),
+        A::I(N),
+        A::I(kp),
+        A::P(vec![0xA5; N * kp * 2]),
+    ];
+    launch(
+        exe,
+        "dequant_q2_0_gn_to_bf16",
+        ((N * kp / 128 * 32).div_ceil(256), 1),
+        256,
+        &mut a,
+    );
+    assert!(
+        buf(&a[3]) == reference::q2_dequant_bf16(&blocks, N, kp),
+        "dequant bytes"
+    );
+    // MMQ over the twin's q8_1 blocks (their bits are checked above).
+    let m = 5;
+    let xm = r.vec(m * K, 1.0);
+    let bs = kp / 32 * 36;
+    let xq: Vec<u8> = (0..m)
+        .flat_map(|i| reference::quantize_row_q8_1_act(&xm[i * K..(i + 1) * K], kp))
+        .collect();
+    let mut a = [
+        A::P(xq.clone()),
+        A::I(m),
+        A::P(blocks.clone()),
+        A::P(f32b(&vec![f32::NAN; m * N])),
+        A::I(N),
+        A::I(kp),
+        A::I(N),
+    ];
+    launch(
+        exe,
+        "q2_0_mmq_gemm",
+        (N.div_ceil(8), m.div_ceil(4)),
+        256,
+        &mut a,
+    );
+    let want = rows64(m, N, |i, row| {
+        reference::q2_mmq_row(&xq[i * bs..(i + 1) * bs], &blocks, N, kp, row)
+    });
+    let err = rel_err(&bf32(buf(&a[3])), &want);
+    assert!(err < 2e-6, "q2_0_mmq_gemm: {err}");
+}
+
+#[test]
+fn q4k_and_int8_gemms_and_lora_match_the_references() {
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(13);
+    let w = r.vec(N * K, 0.05);
+    let q = layouts::q4k_mmq::encode_q4k(&w, N, K);
+    let (qw, kp) = (q.parts[0].1.clone(), q.padded[1]);
+    let m = 5;
+    let x = r.vec(m * K, 1.0);
+    let bs = kp / 32 * 36;
+    let xq: Vec<u8> = (0..m)
+        .flat_map(|i| reference::quantize_row_q8_1_act(&x[i * K..(i + 1) * K], kp))
+        .collect();
+    let mut a = [
+        A::P(xq.clone()),
+        A::I(m),
+        A::P(qw.clone()),
+        A::P(f32b(&vec![f32::NAN; m * N])),
+        A::I(N),
+        A::I(kp),
+        A::I(N),
+    ];
+    launch(
+        exe,
+        "q4k_mmq_gemm",
+        (N.div_ceil(8), m.div_ceil(4)),
+        256,
+        &mut a,
+    );
+    let want = rows64(m, N, |i, row| {
+        reference::q4k_mmq_row(&xq[i * bs..(i + 1) * bs], &qw, N, kp, row)
+    });
+    let err = rel_err(&bf32(buf(&a[3])), &want);
+    assert!(err < 2e-6, "q4k_mmq_gemm: {err}");
+    // int8 rows x int8 activations.
+    let e8 = layouts::q4k_mmq::encode_int8(&w, N, K);
+    let sw = bf32(&e8.parts[1].1);
+    let (aq, sa): (Vec<u8>, Vec<f32>) = (0..m)
+        .map(|i| reference::requant_row_bf16_int8(&x[i * K..(i + 1) * K], kp))
+        .fold((Vec::new(), Vec::new()), |(mut c, mut s), (q, d)| {
+            c.extend(q);
+            s.push(d);
+            (c, s)
+        });
+    let mut a = [
+        A::P(aq.clone()),
+        A::P(f32b(&sa)),
+        A::I(m),
+        A::P(e8.parts[0].1.clone()),
+        A::P(e8.parts[1].1.clone()),
+        A::P(f32b(&vec![f32::NAN; m * N])),
+        A::I(N),
+        A::I(kp),
+        A::I(N),
+    ];
+    launch(
+        exe,
+        "int8_gemm_faith2",
+        (N.div_ceil(8), m.div_ceil(4)),
+        256,
+        &mut a,
+    );
+    let want = rows64(m, N, |i, row| {
+        reference::int8_row(
+            &aq[i * kp..(i + 1) * kp],
+            sa[i],
+            &e8.parts[0].1,
+            &sw,
+            N,
+            kp,
+            row,
+        )
+    });
+    let err = rel_err(&bf32(buf(&a[5])), &want);
+    assert!(err < 2e-6, "int8_gemm_faith2: {err}");
+    // LoRA: xa = A x, then y += scaling * B xa on top of an existing output.
+    let rank = 12;
+    let le = layouts::lora::encode(
+        &r.vec(rank * K, 0.1),
+        &r.vec(N * rank, 0.5),
+        N,
+        K,
+        rank,
+        0.25,
+    );
+    let (am, bm) = (le.parts[0].1.clone(), le.parts[1].1.clone());
+    let mut a = [
+        A::P(f32b(&x)),
+        A::I(m),
+        A::I(K),
+        A::I(K),
+        A::P(am.clone()),
+        A::I(rank),
+        A::P(f32b(&vec![f32::NAN; m * rank])),
+    ];
+    launch(exe, "lora_a", (rank.div_ceil(8), m), 256, &mut a);
+    let xa_got = bf32(buf(&a[6]));
+    let want: Vec<f64> = (0..m)
+        .flat_map(|i| reference::lora_a_row(&x[i * K..(i + 1) * K], &am, K, rank))
+        .map(|v| v as f64)
+        .collect();
+    let err = rel_err(&xa_got, &want);
+    assert!(err < 2e-6, "lora_a: {err}");
+    let y0 = r.vec(m * N, 1.0);
+    let mut a = [
+        A::P(f32b(&xa_got)),
+        A::I(m),
+        A::I(rank),
+        A::P(bm.clone()),
+        A::F(0.25),
+        A::P(f32b(&y0)),
+        A::I(N),
+        A::I(N),
+    ];
+    launch(exe, "lora_b_add", (N.div_ceil(256), m), 256, &mut a);
+    let want = rows64(m, N, |i, row| {
+        row.copy_from_slice(&y0[i * N..(i + 1) * N]);
+        reference::lora_b_row(&xa_got[i * rank..(i + 1) * rank], &bm, N, rank, 0.25, row)
+    });
+    let err = rel_err(&bf32(buf(&a[5])), &want);
+    assert!(err < 2e-6, "lora_b_add: {err}");
 }

@@ -1,25 +1,59 @@
-// Host stand-ins for the CUDA builtins that kernels/ffn_q4k.cu's host-emulated region uses, so
-// that region compiles as plain C++ (tests/cuda_emu.rs). Each stand-in does what the CUDA
-// builtin is documented to do: one IEEE single operation with round-to-nearest-even (the
-// compiler is run with -ffp-contract=off so nothing is fused), f16 and E4M3 conversions exact
-// or round-to-nearest-even.
+// Host stand-ins for the CUDA builtins the emulated kernel modules use, so their sources
+// compile as plain C++ (tests/cuda_emu.rs). Each does what the CUDA builtin is documented to do:
+// one IEEE single operation, round-to-nearest-even (the compiler runs with -ffp-contract=off,
+// so nothing is fused), exact or nearest-even conversions. A block runs as blockDim.x host
+// threads: __syncthreads is a block barrier and __shfl_xor_sync exchanges through a per-warp
+// slot array between two warp barriers; `__shared__` variables are statics (blocks run one
+// after another).
 #include <algorithm>
+#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 #define __device__
 #define __forceinline__ inline
 #define __global__
 #define __constant__ static const
+#define __shared__ static
 #define __restrict__ __restrict
 
 struct EmuDim3 {
     unsigned x = 0, y = 0, z = 0;
 };
-static EmuDim3 blockIdx, threadIdx, blockDim;
+static EmuDim3 blockIdx, blockDim, gridDim;
+static thread_local EmuDim3 threadIdx;
+
+struct EmuWarp {
+    std::barrier<> bar{32};
+    float f[32];
+    int i[32];
+};
+static thread_local EmuWarp* emu_warp = nullptr;
+static thread_local std::barrier<>* emu_block = nullptr;
+
+static inline void __syncthreads() { emu_block->arrive_and_wait(); }
+static inline float __shfl_xor_sync(unsigned, float v, int o) {
+    const int l = threadIdx.x & 31;
+    emu_warp->f[l] = v;
+    emu_warp->bar.arrive_and_wait();
+    const float r = emu_warp->f[l ^ o];
+    emu_warp->bar.arrive_and_wait();
+    return r;
+}
+static inline int __shfl_xor_sync(unsigned, int v, int o) {
+    const int l = threadIdx.x & 31;
+    emu_warp->i[l] = v;
+    emu_warp->bar.arrive_and_wait();
+    const int r = emu_warp->i[l ^ o];
+    emu_warp->bar.arrive_and_wait();
+    return r;
+}
 
 static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
@@ -30,10 +64,21 @@ static inline int __float_as_int(float f) {
     std::memcpy(&i, &f, 4);
     return i;
 }
+template <class T>
+static inline T __ldg(const T* p) { return *p; }
+static inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; ++i) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+    return c;
+}
+using std::max;
+using std::min;
 
-struct __half {
-    uint16_t x;
-};
+struct uint2 { unsigned x, y; };
+struct uint4 { unsigned x, y, z, w; };
+struct float4 { float x, y, z, w; };
+
+// IEEE half.
+struct __half { uint16_t x; };
 static inline __half __float2half_rn(float f) {
     _Float16 h = (_Float16)f;  // round to nearest even
     __half r;
@@ -46,19 +91,65 @@ static inline float __half2float(__half h) {
     return (float)v;
 }
 static inline unsigned short __half_as_ushort(__half h) { return h.x; }
+static inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
 
-// E4M3 "fn": bias 7, S.1111.111 is NaN, subnormals m * 2^-9.
-static inline float e4m3_to_f32(unsigned int b) {
-    b &= 0xffu;
-    const unsigned s = b >> 7, e = (b >> 3) & 15u, m = b & 7u;
-    float v;
-    if (e == 15 && m == 7) v = NAN;
-    else if (e == 0) v = std::ldexp((float)m, -9);
-    else v = std::ldexp((float)(8 + m), (int)e - 10);
-    return s ? -v : v;
+// bfloat16: the top half of an f32, rounded to nearest even (NaN kept quiet).
+struct __nv_bfloat16 { uint16_t x; };
+struct __nv_bfloat162 { __nv_bfloat16 x, y; };
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{(uint16_t)((u >> 16) | 0x40u)};
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __nv_bfloat16{(uint16_t)(u >> 16)};
+}
+static inline float __bfloat162float(__nv_bfloat16 b) {
+    const uint32_t u = (uint32_t)b.x << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
+    return __nv_bfloat162{__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
 }
 
-static const float E2M1_VALUES[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
-                                      -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
-using std::max;
-using std::min;
+// E4M3 "fn": bias 7, S.1111.111 is NaN, subnormals m * 2^-9.
+typedef uint8_t __nv_fp8_storage_t;
+struct __nv_fp8_e4m3 {
+    __nv_fp8_storage_t __x;
+    operator float() const {
+        const unsigned b = __x, s = b >> 7, e = (b >> 3) & 15u, m = b & 7u;
+        float v;
+        if (e == 15 && m == 7) v = NAN;
+        else if (e == 0) v = std::ldexp((float)m, -9);
+        else v = std::ldexp((float)(8 + m), (int)e - 10);
+        return s ? -v : v;
+    }
+};
+
+// Run f() as every thread of a (gx, gy) grid of bx-thread blocks, one block at a time.
+template <class F>
+static void emu_launch(unsigned gx, unsigned gy, unsigned bx, F f) {
+    blockDim.x = bx;
+    gridDim.x = gx;
+    gridDim.y = gy;
+    for (unsigned y = 0; y < gy; ++y)
+        for (unsigned x = 0; x < gx; ++x) {
+            blockIdx.x = x;
+            blockIdx.y = y;
+            std::barrier<> blk(bx);
+            std::vector<std::unique_ptr<EmuWarp>> warps;
+            for (unsigned w = 0; w < (bx + 31) / 32; ++w) warps.push_back(std::make_unique<EmuWarp>());
+            std::vector<std::thread> ts;
+            for (unsigned t = 0; t < bx; ++t)
+                ts.emplace_back([&, t] {
+                    threadIdx.x = t;
+                    emu_block = &blk;
+                    emu_warp = warps[t / 32].get();
+                    f();
+                    emu_warp->bar.arrive_and_drop();
+                    blk.arrive_and_drop();
+                });
+            for (auto& t : ts) t.join();
+        }
+}

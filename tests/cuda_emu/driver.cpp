@@ -1,0 +1,81 @@
+// One kernel launch from a command file: u32 name length, name, u32 gx, gy, block, u32 nargs,
+// then per argument a tag byte: 'P' u64 length + bytes (a buffer), 'I' i32, 'F' f32. Writes
+// every buffer back, in order (u64 length + bytes), to the output file.
+struct EmuArg {
+    char tag;
+    std::vector<unsigned char> buf;
+    int32_t i = 0;
+    float f = 0.f;
+};
+
+static bool read_all(FILE* f, void* p, size_t n) { return std::fread(p, 1, n, f) == n; }
+
+int main(int argc, char** argv) {
+    if (argc != 3) return 2;
+    FILE* in = std::fopen(argv[1], "rb");
+    if (!in) return 3;
+    uint32_t len, gx, gy, bx, nargs;
+    if (!read_all(in, &len, 4)) return 4;
+    std::string name(len, '\0');
+    if (!read_all(in, name.data(), len) || !read_all(in, &gx, 4) || !read_all(in, &gy, 4) ||
+        !read_all(in, &bx, 4) || !read_all(in, &nargs, 4))
+        return 4;
+    std::vector<EmuArg> a(nargs);
+    for (auto& x : a) {
+        if (!read_all(in, &x.tag, 1)) return 5;
+        if (x.tag == 'P') {
+            uint64_t n;
+            if (!read_all(in, &n, 8)) return 5;
+            x.buf.resize(n);
+            if (!read_all(in, x.buf.data(), n)) return 5;
+        } else if (x.tag == 'I') {
+            if (!read_all(in, &x.i, 4)) return 5;
+        } else if (x.tag == 'F') {
+            if (!read_all(in, &x.f, 4)) return 5;
+        } else {
+            return 5;
+        }
+    }
+    std::fclose(in);
+    auto P = [&](int i) { return (void*)a[i].buf.data(); };
+    auto I = [&](int i) { return (int)a[i].i; };
+    auto F = [&](int i) { return a[i].f; };
+    typedef const unsigned char* cu8;
+    typedef unsigned char* u8;
+    if (name == "quantize_act_q8_1")
+        emu_launch(gx, gy, bx, [&] { quantize_act_q8_1((const float*)P(0), I(1), I(2), I(3), (u8)P(4)); });
+    else if (name == "q2_0_gemv_vec")
+        emu_launch(gx, gy, bx, [&] { q2_0_gemv_vec((const float*)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
+    else if (name == "q2_0_gemv_vec_batchm")
+        emu_launch(gx, gy, bx, [&] { q2_0_gemv_vec_batchm((const float*)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
+    else if (name == "dequant_q2_0_gn_to_bf16")
+        emu_launch(gx, gy, bx, [&] { dequant_q2_0_gn_to_bf16((cu8)P(0), I(1), I(2), (__nv_bfloat16*)P(3)); });
+    else if (name == "q2_0_mmq_gemm")
+        emu_launch(gx, gy, bx, [&] { q2_0_mmq_gemm((cu8)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6)); });
+    else if (name == "q4k_mmq_gemm")
+        emu_launch(gx, gy, bx, [&] { q4k_mmq_gemm((cu8)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6)); });
+    else if (name == "nvfp4_to_q4k")
+        emu_launch(gx, gy, bx, [&] { nvfp4_to_q4k((cu8)P(0), (cu8)P(1), F(2), I(3), I(4), I(5), I(6), (u8)P(7)); });
+    else if (name == "nvfp4_to_int8_rows")
+        emu_launch(gx, gy, bx, [&] { nvfp4_to_int8_rows((cu8)P(0), (cu8)P(1), F(2), I(3), I(4), I(5), I(6), (u8)P(7), (float*)P(8)); });
+    else if (name == "requant_a_bf16_int8")
+        emu_launch(gx, gy, bx, [&] { requant_a_bf16_int8((const float*)P(0), I(1), I(2), I(3), (u8)P(4), (float*)P(5)); });
+    else if (name == "int8_gemm_faith2")
+        emu_launch(gx, gy, bx, [&] { int8_gemm_faith2((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
+    else if (name == "lora_a")
+        emu_launch(gx, gy, bx, [&] { lora_a((const float*)P(0), I(1), I(2), I(3), (const __nv_bfloat16*)P(4), I(5), (float*)P(6)); });
+    else if (name == "lora_b_add")
+        emu_launch(gx, gy, bx, [&] { lora_b_add((const float*)P(0), I(1), I(2), (const __nv_bfloat16*)P(3), F(4), (float*)P(5), I(6), I(7)); });
+    else
+        return 6;
+    FILE* out = std::fopen(argv[2], "wb");
+    if (!out) return 7;
+    for (auto& x : a)
+        if (x.tag == 'P') {
+            const uint64_t n = x.buf.size();
+            std::fwrite(&n, 8, 1, out);
+            std::fwrite(x.buf.data(), 1, n, out);
+        }
+    std::fclose(out);
+    return 0;
+}
