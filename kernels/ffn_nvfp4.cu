@@ -7,6 +7,8 @@
 #include "common.cuh"
 
 
+// ---- host-emulated: begin (tests/cuda_emu.rs compiles the GEMVs as C++) ----
+
 // Kernels look E2M1 values up in a shared-memory copy: lanes index the table with different
 // codes, which the constant cache serializes (up to 16 ways) and shared memory serves in one
 // pass (16 words, 16 distinct banks). Every thread of the block must reach this.
@@ -188,6 +190,8 @@ extern "C" __global__ void w4a16_gemv_silu_down(const float* gate, const float* 
                                                 int ldy, int ldx) {
     gemv_nvfp4<4, GEMV_R, true>(gate, m, codes, scales, g, y, n, k, kp, ldy, up, ldx);
 }
+
+// ---- host-emulated: end ----
 
 // finalize_nvfp4_mmq_load's repack: nvfp4 -> nvfp4_mmq tiles (128 rows x 64 k, 4608 bytes:
 // scales[128][4] then codes[128][32]), padding rows zero. One thread per (tile, row).

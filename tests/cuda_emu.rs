@@ -1,5 +1,6 @@
 //! The CUDA sources of the kernels that have not yet run on a GPU here (`ffn_q8_1`, `ffn_q2`,
-//! `ffn_q4k`, `ffn_lora`, with the emulable part of `common.cuh`) compiled as C++ on the host,
+//! `ffn_q4k`, `ffn_lora`, the NVFP4 GEMVs with `w4a16_gemv_ksplit`, and the emulable part of
+//! `common.cuh`) compiled as C++ on the host,
 //! with stand-ins for the CUDA builtins they use (`tests/cuda_emu/prelude.h`: one IEEE
 //! operation each, `-ffp-contract=off`; a block runs as host threads with real barriers for
 //! `__syncthreads` and the warp shuffles), launched over their whole grids, and compared with
@@ -70,6 +71,16 @@ fn emulator() -> Option<&'static Path> {
             program.push_str(&format!("\n// ---- {m} ----\n"));
             program.push_str(&strip_includes(raw(m)));
         }
+        // The NVFP4 GEMVs (the tensor-core GEMMs after them need the device).
+        let nv = raw("ffn_nvfp4");
+        let b = nv
+            .find("// ---- host-emulated: begin")
+            .expect("nvfp4 begin marker");
+        let e = nv
+            .find("// ---- host-emulated: end")
+            .expect("nvfp4 end marker");
+        program.push_str("\n// ---- ffn_nvfp4 GEMVs ----\n");
+        program.push_str(&nv[b..e]);
         program.push_str(include_str!("cuda_emu/driver.cpp"));
         let dir = std::env::temp_dir().join(format!("metrale-cuda-emu-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -487,4 +498,99 @@ fn q4k_and_int8_gemms_and_lora_match_the_references() {
     });
     let err = rel_err(&bf32(buf(&a[5])), &want);
     assert!(err < 2e-6, "lora_b_add: {err}");
+}
+
+#[test]
+fn nvfp4_gemvs_including_the_k_split_match_the_reference() {
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(17);
+    // Long rows (the k-split's case) and a row count that leaves partial blocks.
+    let (n, k) = (37usize, 8192usize + 576);
+    let w = r.vec(n * k, 0.05);
+    let e = layouts::nvfp4::encode(&w, n, k);
+    let (codes, scales, g, kp) = (
+        e.parts[0].1.clone(),
+        e.parts[1].1.clone(),
+        e.scalars[0].1,
+        e.padded[1],
+    );
+    let m = 3;
+    let x = r.vec(m * k, 1.0);
+    let want = rows64(m, n, |i, row| {
+        reference::nvfp4_row(
+            &x[i * k..(i + 1) * k],
+            &codes,
+            &scales,
+            g,
+            n,
+            k,
+            kp,
+            reference::ActRound::None,
+            row,
+        )
+    });
+    for (name, grid) in [
+        ("w4a16_gemv", n.div_ceil(32)),
+        ("w4a16_gemv_ksplit", n.div_ceil(4)),
+    ] {
+        let mut a = [
+            A::P(f32b(&x)),
+            A::I(m),
+            A::P(codes.clone()),
+            A::P(scales.clone()),
+            A::F(g),
+            A::P(f32b(&vec![f32::NAN; m * n])),
+            A::I(n),
+            A::I(k),
+            A::I(kp),
+            A::I(n),
+        ];
+        launch(exe, name, (grid, 1), 256, &mut a);
+        let err = rel_err(&bf32(buf(&a[5])), &want);
+        assert!(err < 2e-6, "{name}: {err}");
+    }
+    // The SiLU-fused down GEMV: x = silu(gate) * up formed in registers.
+    let (gate, up) = (r.vec(m * k, 2.0), r.vec(m * k, 1.0));
+    let act: Vec<f32> = gate
+        .iter()
+        .zip(&up)
+        .map(|(&a, &b)| reference::silu_mul(a, b))
+        .collect();
+    let want = rows64(m, n, |i, row| {
+        reference::nvfp4_row(
+            &act[i * k..(i + 1) * k],
+            &codes,
+            &scales,
+            g,
+            n,
+            k,
+            kp,
+            reference::ActRound::None,
+            row,
+        )
+    });
+    let mut a = [
+        A::P(f32b(&gate)),
+        A::P(f32b(&up)),
+        A::I(m),
+        A::P(codes.clone()),
+        A::P(scales.clone()),
+        A::F(g),
+        A::P(f32b(&vec![f32::NAN; m * n])),
+        A::I(n),
+        A::I(k),
+        A::I(kp),
+        A::I(n),
+        A::I(k),
+    ];
+    launch(
+        exe,
+        "w4a16_gemv_silu_down",
+        (n.div_ceil(32), 1),
+        256,
+        &mut a,
+    );
+    // expf on the host and in CUDA may differ in the last bit: 1e-5.
+    let err = rel_err(&bf32(buf(&a[6])), &want);
+    assert!(err < 1e-5, "w4a16_gemv_silu_down: {err}");
 }

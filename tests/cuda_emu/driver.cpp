@@ -62,6 +62,12 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { requant_a_bf16_int8((const float*)P(0), I(1), I(2), I(3), (u8)P(4), (float*)P(5)); });
     else if (name == "int8_gemm_faith2")
         emu_launch(gx, gy, bx, [&] { int8_gemm_faith2((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
+    else if (name == "w4a16_gemv")
+        emu_launch(gx, gy, bx, [&] { w4a16_gemv((const float*)P(0), I(1), (cu8)P(2), (cu8)P(3), F(4), (float*)P(5), I(6), I(7), I(8), I(9)); });
+    else if (name == "w4a16_gemv_ksplit")
+        emu_launch(gx, gy, bx, [&] { w4a16_gemv_ksplit((const float*)P(0), I(1), (cu8)P(2), (cu8)P(3), F(4), (float*)P(5), I(6), I(7), I(8), I(9)); });
+    else if (name == "w4a16_gemv_silu_down")
+        emu_launch(gx, gy, bx, [&] { w4a16_gemv_silu_down((const float*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), F(5), (float*)P(6), I(7), I(8), I(9), I(10), I(11)); });
     else if (name == "lora_a")
         emu_launch(gx, gy, bx, [&] { lora_a((const float*)P(0), I(1), I(2), I(3), (const __nv_bfloat16*)P(4), I(5), (float*)P(6)); });
     else if (name == "lora_b_add")
