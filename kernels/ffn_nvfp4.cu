@@ -223,101 +223,6 @@ extern "C" __global__ void nvfp4_mmq_repack(const unsigned char* __restrict__ co
     dst[1] = c1;
 }
 
-// ---- Prefill base GEMM: bf16 mma.sync m16n8k16 over the nvfp4 layout ----
-// Every E2M1 value times its E4M3 scale is exact in bf16, so the weight tile is decoded to bf16
-// exactly; activations round to bf16; f32 accumulation; the global scale is applied at the end.
-// y[r, j] = g * sum_i bf16(x[r, i]) * E2M1[c(j, i)] * e4m3(s(j, i/16)). Tile 64 x 128 x 32, 4 warps.
-// Grid (ceil(n / 128), ceil(m / 64)), block 128.
-extern "C" __global__ void w4a16_gemm(const float* __restrict__ x, int m, const unsigned char* __restrict__ codes,
-                                      const unsigned char* __restrict__ scales, float g, float* __restrict__ y,
-                                      int n, int k, int kp, int ldy) {
-    constexpr int BM = 64, BN = 128, BK = 32, PAD = 8;
-    __shared__ __align__(16) __nv_bfloat16 As[BM][BK + PAD];
-    __shared__ __align__(16) __nv_bfloat16 Bs[BN][BK + PAD];
-    E2M1_LUT(lut, E2M1_VALUES, float)
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int wm0 = (warp >> 1) * 32, wn0 = (warp & 1) * 64;
-    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
-    const int gq = lane >> 2, t4 = lane & 3;
-    float acc[2][8][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
-    for (int k0 = 0; k0 < k; k0 += BK) {
-        // A: 64 rows x 8 float4.
-#pragma unroll
-        for (int v = 0; v < 4; ++v) {
-            const int idx = tid + v * 128, row = idx >> 3, col = (idx & 7) * 4;
-            const int gr = m0 + row, gc = k0 + col;
-            const float4 t = (gr < m && gc < k) ? __ldg(reinterpret_cast<const float4*>(x + (size_t)gr * k + gc)) : make_float4(0.f, 0.f, 0.f, 0.f);
-            unsigned int* d = reinterpret_cast<unsigned int*>(&As[row][col]);
-            d[0] = pack2_bf16(t.x, t.y);
-            d[1] = pack2_bf16(t.z, t.w);
-        }
-        // B: one row (32 elements: 16 code bytes, 2 scale bytes) per thread.
-        {
-            const int row = tid, gn = n0 + row;
-            unsigned int* d = reinterpret_cast<unsigned int*>(&Bs[row][0]);
-            if (gn < n) {
-                const uint4 v = __ldg(reinterpret_cast<const uint4*>(codes + (size_t)gn * (kp / 2) + k0 / 2));
-                const unsigned short sc = __ldg(reinterpret_cast<const unsigned short*>(scales + (size_t)gn * (kp / 16) + k0 / 16));
-                const float s0 = e4m3_to_f32(sc), s1 = e4m3_to_f32(sc >> 8);
-                const unsigned int words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int q = 0; q < 16; ++q) {
-                    const unsigned int lo = (words[q >> 2] >> (8 * (q & 3))) & 0xfu;
-                    const unsigned int hi = (words[q >> 2] >> (8 * (q & 3) + 4)) & 0xfu;
-                    const float s = q < 8 ? s0 : s1;
-                    d[q] = pack2_bf16(lut[lo] * s, lut[hi] * s);
-                }
-            } else {
-#pragma unroll
-                for (int q = 0; q < 16; ++q) d[q] = 0u;
-            }
-        }
-        __syncthreads();
-#pragma unroll
-        for (int ks = 0; ks < BK; ks += 16) {
-            unsigned int af[2][4], bfr[8][2];
-#pragma unroll
-            for (int a = 0; a < 2; ++a) {
-                const int r = wm0 + a * 16 + gq, c = ks + t4 * 2;
-                af[a][0] = *reinterpret_cast<const unsigned int*>(&As[r][c]);
-                af[a][1] = *reinterpret_cast<const unsigned int*>(&As[r + 8][c]);
-                af[a][2] = *reinterpret_cast<const unsigned int*>(&As[r][c + 8]);
-                af[a][3] = *reinterpret_cast<const unsigned int*>(&As[r + 8][c + 8]);
-            }
-#pragma unroll
-            for (int b = 0; b < 8; ++b) {
-                const int r = wn0 + b * 8 + gq, c = ks + t4 * 2;
-                bfr[b][0] = *reinterpret_cast<const unsigned int*>(&Bs[r][c]);
-                bfr[b][1] = *reinterpret_cast<const unsigned int*>(&Bs[r][c + 8]);
-            }
-#pragma unroll
-            for (int a = 0; a < 2; ++a)
-#pragma unroll
-                for (int b = 0; b < 8; ++b) mma_m16n8k16_bf16(acc[a][b], af[a], bfr[b]);
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b) {
-            const int r = m0 + wm0 + a * 16 + gq, c = n0 + wn0 + b * 8 + t4 * 2;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int rr = r + 8 * h;
-                if (rr >= m) continue;
-                if (c < n) y[(size_t)rr * ldy + c] = acc[a][b][2 * h] * g;
-                if (c + 1 < n) y[(size_t)rr * ldy + c + 1] = acc[a][b][2 * h + 1] * g;
-            }
-        }
-}
-
 // ---- Shared tensor-core core of the prefill GEMMs: As [BM][BK+8] (bf16 activations) times
 // Bs [128][BK+8] (bf16 weights, one row per output column), warps 2 across n (64 columns each)
 // and BM/32 down m (32 rows each), f32 accumulators acc[2][8][4].
@@ -382,6 +287,63 @@ __device__ __forceinline__ void store_tile(float* __restrict__ y, int m, int n, 
         }
 }
 
+__device__ __forceinline__ void zero_acc(float (&acc)[2][8][4]) {
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+}
+
+// ---- Prefill base GEMM: bf16 mma.sync m16n8k16 over the nvfp4 layout ----
+// Every E2M1 value times its E4M3 scale is exact in bf16, so the weight tile is decoded to bf16
+// exactly; activations round to bf16; f32 accumulation; the global scale is applied at the end.
+// y[r, j] = g * sum_i bf16(x[r, i]) * E2M1[c(j, i)] * e4m3(s(j, i/16)). Tile 64 x 128 x 32, 4 warps.
+// Grid (ceil(n / 128), ceil(m / 64)), block 128.
+extern "C" __global__ void w4a16_gemm(const float* __restrict__ x, int m, const unsigned char* __restrict__ codes,
+                                      const unsigned char* __restrict__ scales, float g, float* __restrict__ y,
+                                      int n, int k, int kp, int ldy) {
+    constexpr int BM = 64, BN = 128, BK = 32, PAD = 8;
+    __shared__ __align__(16) __nv_bfloat16 As[BM][BK + PAD];
+    __shared__ __align__(16) __nv_bfloat16 Bs[BN][BK + PAD];
+    E2M1_LUT(lut, E2M1_VALUES, float)
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wm0 = (warp >> 1) * 32, wn0 = (warp & 1) * 64;
+    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    const int gq = lane >> 2, t4 = lane & 3;
+    float acc[2][8][4];
+    zero_acc(acc);
+    for (int k0 = 0; k0 < k; k0 += BK) {
+        load_a_tile<BM, BK, 128>(As, x, m, k, m0, k0, tid);
+        // B: one row (32 elements: 16 code bytes, 2 scale bytes) per thread.
+        {
+            const int row = tid, gn = n0 + row;
+            unsigned int* d = reinterpret_cast<unsigned int*>(&Bs[row][0]);
+            if (gn < n) {
+                const uint4 v = __ldg(reinterpret_cast<const uint4*>(codes + (size_t)gn * (kp / 2) + k0 / 2));
+                const unsigned short sc = __ldg(reinterpret_cast<const unsigned short*>(scales + (size_t)gn * (kp / 16) + k0 / 16));
+                const float s0 = e4m3_to_f32(sc), s1 = e4m3_to_f32(sc >> 8);
+                const unsigned int words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int q = 0; q < 16; ++q) {
+                    const unsigned int lo = (words[q >> 2] >> (8 * (q & 3))) & 0xfu;
+                    const unsigned int hi = (words[q >> 2] >> (8 * (q & 3) + 4)) & 0xfu;
+                    const float s = q < 8 ? s0 : s1;
+                    d[q] = pack2_bf16(lut[lo] * s, lut[hi] * s);
+                }
+            } else {
+#pragma unroll
+                for (int q = 0; q < 16; ++q) d[q] = 0u;
+            }
+        }
+        __syncthreads();
+        mma_tile<BK>(As, Bs, wm0, wn0, gq, t4, acc);
+        __syncthreads();
+    }
+    store_tile<BM>(y, m, n, ldy, g, m0, n0, wm0, wn0, gq, t4, acc);
+}
+
 // ---- Prefill GEMMs over the transposed `nvfp4_t` copy: codes [kp, np/2] (byte (kk, j) holds
 // columns 2j and 2j+1), scales [kp/16, np]. Same numerics as w4a16_gemm. Tile BM x 128 x BK,
 // 2*BM threads. Grid (ceil(n / 128), ceil(m / BM)). Requires k % 32 == 0 (k % 64 for BK 64).
@@ -398,12 +360,7 @@ __device__ __forceinline__ void gemm_t_nvfp4(const float* __restrict__ x, int m,
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
     const int gq = lane >> 2, t4 = lane & 3;
     float acc[2][8][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+    zero_acc(acc);
     for (int k0 = 0; k0 < k; k0 += BK) {
         load_a_tile<BM, BK, NT>(As, x, m, k, m0, k0, tid);
         // B: BK k-rows x 4 chunks of 32 columns (16 code bytes + 32 scale bytes each).
@@ -465,12 +422,7 @@ extern "C" __global__ void __launch_bounds__(128) nvfp4_mmq_gemm(const float* __
     const int gq = lane >> 2, t4 = lane & 3;
     const int kt = kp / 64;
     float acc[2][8][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+    zero_acc(acc);
     for (int s = 0; s * BK < k; ++s) {
         load_a_tile<BM, BK, 128>(As, x, m, k, m0, s * BK, tid);
         {
