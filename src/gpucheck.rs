@@ -403,11 +403,11 @@ pub fn kernel_checks(
                 } else {
                     (te.padded[0], n.div_ceil(128))
                 };
-                let cfg = crate::gpu::LaunchCfg {
-                    grid: (grid_n as u32, m.div_ceil(bm) as u32, 1),
-                    block: (if mmq { 128 } else { 2 * bm as u32 }, 1, 1),
-                    smem: 0,
-                };
+                let cfg = crate::gpu::LaunchCfg::grid(
+                    grid_n,
+                    m.div_ceil(bm),
+                    if mmq { 128 } else { 2 * bm },
+                );
                 let mut args = vec![Ptr(xd), a(m)];
                 if mmq {
                     args.push(Ptr(tiles));
@@ -505,11 +505,7 @@ pub fn kernel_checks(
             ] {
                 for &m in ms.iter().filter(|&&m| m <= cap) {
                     poison(b.as_ref(), yd)?;
-                    let cfg = crate::gpu::LaunchCfg {
-                        grid: (n.div_ceil(8) as u32, 1, 1),
-                        block: (256, 1, 1),
-                        smem: 0,
-                    };
+                    let cfg = crate::gpu::LaunchCfg::grid(n.div_ceil(8), 1, 256);
                     let args = [Ptr(xd), a(m), Ptr(qw), Ptr(yd), a(n), a(k), a(kp2), a(n)];
                     b.launch(handle, cfg, 0, &args)?;
                     b.synchronize(0)?;
@@ -518,11 +514,7 @@ pub fn kernel_checks(
                 }
             }
             let dq = b.alloc((n * kp2 * 2) as u64)?;
-            let cfg = crate::gpu::LaunchCfg {
-                grid: ((n * kp2 / 128 * 32).div_ceil(256) as u32, 1, 1),
-                block: (256, 1, 1),
-                smem: 0,
-            };
+            let cfg = crate::gpu::LaunchCfg::grid((n * kp2 / 128 * 32).div_ceil(256), 1, 256);
             b.launch(kk.q2_dequant, cfg, 0, &[Ptr(qw), a(n), a(kp2), Ptr(dq)])?;
             b.synchronize(0)?;
             let mut got = vec![0u8; n * kp2 * 2];
@@ -540,11 +532,7 @@ pub fn kernel_checks(
             let bs = kp2 / 32 * 36;
             let xq = b.alloc((mmax * bs) as u64)?;
             for &m in ms {
-                let cfg = crate::gpu::LaunchCfg {
-                    grid: ((kp2 / 32).div_ceil(8) as u32, m as u32, 1),
-                    block: (256, 1, 1),
-                    smem: 0,
-                };
+                let cfg = crate::gpu::LaunchCfg::grid((kp2 / 32).div_ceil(8), m, 256);
                 b.launch(
                     kk.quant_q8_1,
                     cfg,
@@ -552,11 +540,7 @@ pub fn kernel_checks(
                     &[Ptr(xd), a(m), a(k), a(kp2), Ptr(xq)],
                 )?;
                 poison(b.as_ref(), yd)?;
-                let cfg = crate::gpu::LaunchCfg {
-                    grid: (n.div_ceil(8) as u32, m.div_ceil(4) as u32, 1),
-                    block: (256, 1, 1),
-                    smem: 0,
-                };
+                let cfg = crate::gpu::LaunchCfg::grid(n.div_ceil(8), m.div_ceil(4), 256);
                 b.launch(
                     kk.q2_mmq,
                     cfg,

@@ -610,11 +610,7 @@ impl DenseFfnLayer {
             let np = round_up(x.n, 128);
             let out = ctx.backend.alloc((np / 128 * x.kp / 64 * 4608) as u64)?;
             let threads = np / 128 * x.kp / 64 * 128;
-            let cfg = LaunchCfg {
-                grid: (threads.div_ceil(256) as u32, 1, 1),
-                block: (256, 1, 1),
-                smem: 0,
-            };
+            let cfg = LaunchCfg::grid(threads.div_ceil(256), 1, 256);
             let i = |v: usize| KArg::I32(v as i32);
             ctx.trace.push("nvfp4_mmq_repack");
             ctx.backend.launch(
@@ -706,11 +702,7 @@ impl DenseFfnLayer {
         }
         let a = |v: usize| KArg::I32(v as i32);
         let xa = ctx.arena.lora_xa.view(0, (m * l.rank * 4) as u64);
-        let cfg = LaunchCfg {
-            grid: (l.rank.div_ceil(8) as u32, m as u32, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(l.rank.div_ceil(8), m, 256);
         let args = [
             KArg::Ptr(x),
             a(m),
@@ -721,11 +713,7 @@ impl DenseFfnLayer {
             KArg::Ptr(xa),
         ];
         self.launch(ctx, k.lora_a, cfg, &args)?;
-        let cfg = LaunchCfg {
-            grid: (l.n.div_ceil(256) as u32, m as u32, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(l.n.div_ceil(256), m, 256);
         let args = [
             KArg::Ptr(xa),
             a(m),
@@ -822,11 +810,7 @@ impl DenseFfnLayer {
         let encode =
             |ctx: &mut ForwardContext, x: &Nvfp4Weight, kp_q: usize| -> GpuResult<DevicePtr> {
                 let out = b.alloc((x.n * kp_q / 256 * 144) as u64)?;
-                let cfg = LaunchCfg {
-                    grid: ((x.n * kp_q / 256).div_ceil(64) as u32, 1, 1),
-                    block: (64, 1, 1),
-                    smem: 0,
-                };
+                let cfg = LaunchCfg::grid((x.n * kp_q / 256).div_ceil(64), 1, 64);
                 ctx.trace.push("nvfp4_to_q4k");
                 b.launch(
                     k.q4k_encode,
@@ -851,11 +835,7 @@ impl DenseFfnLayer {
         let down = if k.int8_gemm.ok() && k.requant_int8.ok() && !ctx.levers.ffn_mmq_down_q4k {
             let codes = b.alloc((d.n * kp_down) as u64)?;
             let scales = b.alloc((d.n * 4) as u64)?;
-            let cfg = LaunchCfg {
-                grid: (d.n as u32, 1, 1),
-                block: (256, 1, 1),
-                smem: 0,
-            };
+            let cfg = LaunchCfg::grid(d.n, 1, 256);
             ctx.trace.push("nvfp4_to_int8_rows");
             b.launch(
                 k.q4k_int8_encode,
@@ -1253,11 +1233,7 @@ impl DenseFfnLayer {
         if !k.ok() {
             return Err(missing("ffn_act", name));
         }
-        let cfg = LaunchCfg {
-            grid: (cols.div_ceil(256) as u32, rows as u32, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(cols.div_ceil(256), rows, 256);
         let i = |v: usize| KArg::I32(v as i32);
         self.launch(
             ctx,
@@ -1462,11 +1438,7 @@ impl DenseFfnLayer {
     ) -> GpuResult<()> {
         let (q, s) = (ctx.arena.act_fp8, ctx.arena.act_scale);
         let i = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg {
-            grid: (m as u32, 1, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(m, 1, 256);
         self.launch(
             ctx,
             self.kernels.quant_fp8_row,
@@ -1480,11 +1452,7 @@ impl DenseFfnLayer {
                 KArg::Ptr(s),
             ],
         )?;
-        let cfg = LaunchCfg {
-            grid: (w.n.div_ceil(128) as u32, m.div_ceil(64) as u32, 1),
-            block: (128, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(w.n.div_ceil(128), m.div_ceil(64), 128);
         let args = [
             KArg::Ptr(q),
             KArg::Ptr(s),
@@ -1513,11 +1481,7 @@ impl DenseFfnLayer {
         ldy: usize,
     ) -> GpuResult<()> {
         let i = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg {
-            grid: (w.n.div_ceil(8) as u32, 1, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(w.n.div_ceil(8), 1, 256);
         self.launch(
             ctx,
             self.kernels.bf16_gemv,
@@ -1567,11 +1531,7 @@ impl DenseFfnLayer {
         if let Some(tiles) = self.weights.nvfp4_mmq[p]
             && kk.nvfp4_mmq_gemm.ok()
         {
-            let cfg = LaunchCfg {
-                grid: ((np128 / 128) as u32, m.div_ceil(64) as u32, 1),
-                block: (128, 1, 1),
-                smem: 0,
-            };
+            let cfg = LaunchCfg::grid(np128 / 128, m.div_ceil(64), 128);
             let args = [
                 KArg::Ptr(x),
                 a(m),
@@ -1606,11 +1566,7 @@ impl DenseFfnLayer {
                 None
             };
             if let Some((k, bm)) = pick {
-                let cfg = LaunchCfg {
-                    grid: (w.n.div_ceil(128) as u32, m.div_ceil(bm) as u32, 1),
-                    block: (2 * bm as u32, 1, 1),
-                    smem: 0,
-                };
+                let cfg = LaunchCfg::grid(w.n.div_ceil(128), m.div_ceil(bm), 2 * bm);
                 let args = [
                     KArg::Ptr(x),
                     a(m),
@@ -1631,11 +1587,7 @@ impl DenseFfnLayer {
         if !k.ok() {
             return Err(missing("ffn_nvfp4", "w4a16_gemm"));
         }
-        let cfg = LaunchCfg {
-            grid: (w.n.div_ceil(128) as u32, m.div_ceil(64) as u32, 1),
-            block: (128, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(w.n.div_ceil(128), m.div_ceil(64), 128);
         let args = [
             KArg::Ptr(x),
             a(m),
@@ -1664,11 +1616,7 @@ impl DenseFfnLayer {
         ldy: usize,
     ) -> GpuResult<()> {
         let a = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg {
-            grid: (w.n.div_ceil(NVFP4_GEMV_COLS) as u32, 1, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(w.n.div_ceil(NVFP4_GEMV_COLS), 1, 256);
         let args = [
             KArg::Ptr(x),
             a(m),
@@ -1731,11 +1679,7 @@ impl DenseFfnLayer {
             ctx.arena.moe_output,
         );
         let a = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg {
-            grid: (i.div_ceil(NVFP4_GEMV_COLS) as u32, 2, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(i.div_ceil(NVFP4_GEMV_COLS), 2, 256);
         let args = [
             KArg::Ptr(x),
             a(m),
@@ -1760,11 +1704,7 @@ impl DenseFfnLayer {
             && k.nvfp4_silu_down.ok()
             && !self.lora_active(ctx)
         {
-            let cfg = LaunchCfg {
-                grid: (h.div_ceil(NVFP4_GEMV_COLS) as u32, 1, 1),
-                block: (256, 1, 1),
-                smem: 0,
-            };
+            let cfg = LaunchCfg::grid(h.div_ceil(NVFP4_GEMV_COLS), 1, 256);
             let args = [
                 KArg::Ptr(g),
                 KArg::Ptr(u),
@@ -1789,11 +1729,7 @@ impl DenseFfnLayer {
         let act = g.view(0, (m * i * 4) as u64);
         let ksplit = ctx.levers.w4a16_gemv_ksplit_min_k;
         if ksplit > 0 && d.k >= ksplit && k.nvfp4_gemv_ksplit.ok() {
-            let cfg = LaunchCfg {
-                grid: (h.div_ceil(4) as u32, 1, 1),
-                block: (256, 1, 1),
-                smem: 0,
-            };
+            let cfg = LaunchCfg::grid(h.div_ceil(4), 1, 256);
             let args = [
                 KArg::Ptr(act),
                 a(m),
@@ -1834,11 +1770,7 @@ impl DenseFfnLayer {
             .view((m * kp / 2) as u64, (m * kp / 16) as u64);
         let qg = ctx.arena.act_scale.view(0, (m * 4) as u64);
         let a = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg {
-            grid: (m as u32, 1, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(m, 1, 256);
         let args = [
             KArg::Ptr(x),
             a(m),
@@ -1868,11 +1800,7 @@ impl DenseFfnLayer {
             return Err(missing("ffn_nvfp4", "nvfp4_proj_mx"));
         }
         let a = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg {
-            grid: (w.n.div_ceil(32) as u32, m.div_ceil(4) as u32, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(w.n.div_ceil(32), m.div_ceil(4), 256);
         let args = [
             KArg::Ptr(q.0),
             KArg::Ptr(q.1),
@@ -1909,11 +1837,7 @@ impl DenseFfnLayer {
             return Err(missing("ffn_q2", name));
         }
         let a = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg {
-            grid: (w.n.div_ceil(8) as u32, 1, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(w.n.div_ceil(8), 1, 256);
         let args = [
             KArg::Ptr(x),
             a(m),
@@ -1975,11 +1899,7 @@ impl DenseFfnLayer {
         }
         let out = ctx.arena.q2_act_q8.view(0, (m * kp / 32 * 36) as u64);
         let a = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg {
-            grid: ((kp / 32).div_ceil(8) as u32, m as u32, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid((kp / 32).div_ceil(8), m, 256);
         self.launch(
             ctx,
             kq,
@@ -2090,11 +2010,7 @@ impl DenseFfnLayer {
                        y: DevicePtr,
                        ldy: usize|
          -> GpuResult<()> {
-            let cfg = LaunchCfg {
-                grid: ((w.n * w.kp / 128 * 32).div_ceil(256) as u32, 1, 1),
-                block: (256, 1, 1),
-                smem: 0,
-            };
+            let cfg = LaunchCfg::grid((w.n * w.kp / 128 * 32).div_ceil(256), 1, 256);
             let a = |v: usize| KArg::I32(v as i32);
             let dq = scratch.view(0, (w.n * w.kp * 2) as u64);
             l.launch(
@@ -2137,11 +2053,7 @@ impl DenseFfnLayer {
         ldy: usize,
     ) -> GpuResult<()> {
         let a = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg {
-            grid: (n.div_ceil(8) as u32, m.div_ceil(4) as u32, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(n.div_ceil(8), m.div_ceil(4), 256);
         let args = [
             KArg::Ptr(xq),
             a(m),
@@ -2193,11 +2105,7 @@ impl DenseFfnLayer {
                 let aq = ctx.arena.act_fp8.view(0, (m * kp) as u64);
                 let sa = ctx.arena.act_scale.view(0, (m * 4) as u64);
                 let a = |v: usize| KArg::I32(v as i32);
-                let cfg = LaunchCfg {
-                    grid: (m as u32, 1, 1),
-                    block: (256, 1, 1),
-                    smem: 0,
-                };
+                let cfg = LaunchCfg::grid(m, 1, 256);
                 let args = [
                     KArg::Ptr(act),
                     a(m),
@@ -2207,11 +2115,7 @@ impl DenseFfnLayer {
                     KArg::Ptr(sa),
                 ];
                 self.launch(ctx, k.requant_int8, cfg, &args)?;
-                let cfg = LaunchCfg {
-                    grid: (h.div_ceil(8) as u32, m.div_ceil(4) as u32, 1),
-                    block: (256, 1, 1),
-                    smem: 0,
-                };
+                let cfg = LaunchCfg::grid(h.div_ceil(8), m.div_ceil(4), 256);
                 let args = [
                     KArg::Ptr(aq),
                     KArg::Ptr(sa),
@@ -2287,11 +2191,7 @@ impl DenseFfnLayer {
             return Err(missing("ffn_act", "f32_to_bf16"));
         }
         let dst = ctx.arena.act_bf16.view(0, (count * 2) as u64);
-        let cfg = LaunchCfg {
-            grid: (count.div_ceil(256) as u32, 1, 1),
-            block: (256, 1, 1),
-            smem: 0,
-        };
+        let cfg = LaunchCfg::grid(count.div_ceil(256), 1, 256);
         self.launch(
             ctx,
             self.kernels.to_bf16,

@@ -71,6 +71,18 @@ pub struct LaunchCfg {
     pub smem: u32,
 }
 
+impl LaunchCfg {
+    /// A `gx` x `gy` grid of `block`-thread blocks without dynamic shared memory (every kernel
+    /// here).
+    pub fn grid(gx: usize, gy: usize, block: usize) -> Self {
+        LaunchCfg {
+            grid: (gx as u32, gy as u32, 1),
+            block: (block as u32, 1, 1),
+            smem: 0,
+        }
+    }
+}
+
 /// Runtime errors.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
