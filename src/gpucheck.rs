@@ -1118,64 +1118,40 @@ pub fn benchmarks(
         }
         b.free(x);
     }
-    // The start-up cost a pack saves: finalize_nvfp4_mmq_load's GPU repack of one layer.
-    {
-        let mut ctx = ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default())?;
-        let mut times = Vec::new();
-        for _ in 0..5 {
-            let mut layer = DenseFfnLayer::new(&ctx);
-            install_nvfp4_t(b.as_ref(), &mut layer, &w)?;
-            b.synchronize(0)?;
-            let t0 = Instant::now();
-            layer.finalize_nvfp4_mmq_load(&mut ctx, h, i, 0)?;
-            times.push(t0.elapsed().as_secs_f64());
-            for p in layer.weights.nvfp4_mmq.iter().flatten() {
-                b.free(*p);
-            }
-            for p in layer.weights.nvfp4.iter().flatten() {
-                b.free(p.codes);
-                b.free(p.scales);
-            }
-        }
-        times.sort_by(f64::total_cmp);
-        out.push(format!(
-            "finalize_nvfp4_mmq_load (GPU repack of gate, up, down) {:>8.3} ms per layer ({}x{}; median of 5)",
-            times[2] * 1e3,
-            h,
-            i
-        ));
-        let levers = ModelLevers {
-            ffn_mmq: true,
-            ..ModelLevers::default()
-        };
+    // The start-up cost a pack saves: each finalize's GPU work for one layer.
+    type Finalize = fn(&mut DenseFfnLayer, &mut ForwardContext, usize, usize) -> GpuResult<bool>;
+    let finalizes: [(&str, Install, ModelLevers, Finalize); 2] = [
+        (
+            "finalize_nvfp4_mmq_load (GPU repack of gate, up, down)",
+            install_nvfp4_t,
+            ModelLevers::default(),
+            |l, c, h, i| l.finalize_nvfp4_mmq_load(c, h, i, 0),
+        ),
+        (
+            "finalize_q4k_load (GPU Q4_K gate+up, int8 down)",
+            install_nvfp4,
+            ModelLevers {
+                ffn_mmq: true,
+                ..ModelLevers::default()
+            },
+            |l, c, h, i| l.finalize_q4k_load(c, h, i, 0),
+        ),
+    ];
+    for (label, install, levers, finalize) in finalizes {
         let mut ctx = ForwardContext::new(b.clone(), cfg, 1, levers)?;
         let mut times = Vec::new();
         for _ in 0..5 {
             let mut layer = DenseFfnLayer::new(&ctx);
-            install_nvfp4(b.as_ref(), &mut layer, &w)?;
+            install(b.as_ref(), &mut layer, &w)?;
             b.synchronize(0)?;
             let t0 = Instant::now();
-            layer.finalize_q4k_load(&mut ctx, h, i, 0)?;
+            finalize(&mut layer, &mut ctx, h, i)?;
             times.push(t0.elapsed().as_secs_f64());
-            if let Some(q) = layer.weights.q4k {
-                b.free(q.gate);
-                b.free(q.up);
-                match q.down {
-                    crate::ffn::Q4kDown::Q4k(p) => b.free(p),
-                    crate::ffn::Q4kDown::Int8 { codes, scales } => {
-                        b.free(codes);
-                        b.free(scales);
-                    }
-                }
-            }
-            for p in layer.weights.nvfp4.iter().flatten() {
-                b.free(p.codes);
-                b.free(p.scales);
-            }
+            free_nvfp4_family(b.as_ref(), &layer);
         }
         times.sort_by(f64::total_cmp);
         out.push(format!(
-            "finalize_q4k_load (GPU Q4_K gate+up, int8 down) {:>8.3} ms per layer ({}x{}; median of 5)",
+            "{label} {:>8.3} ms per layer ({}x{}; median of 5)",
             times[2] * 1e3,
             h,
             i
@@ -1210,6 +1186,29 @@ pub fn benchmarks(
         ));
     }
     Ok(out.0)
+}
+
+/// Free the NVFP4 base of a benchmark layer and what its finalize calls built from it.
+fn free_nvfp4_family(b: &dyn GpuBackend, layer: &DenseFfnLayer) {
+    let w = &layer.weights;
+    for p in w.nvfp4.iter().flatten() {
+        b.free(p.codes);
+        b.free(p.scales);
+    }
+    for p in w.nvfp4_mmq.iter().flatten() {
+        b.free(*p);
+    }
+    if let Some(q) = w.q4k.filter(|q| q.owned) {
+        b.free(q.gate);
+        b.free(q.up);
+        match q.down {
+            crate::ffn::Q4kDown::Q4k(p) => b.free(p),
+            crate::ffn::Q4kDown::Int8 { codes, scales } => {
+                b.free(codes);
+                b.free(scales);
+            }
+        }
+    }
 }
 
 /// Lines printed as they are produced (a long run that fails still shows what it measured).
