@@ -228,25 +228,39 @@ pub fn poison(b: &dyn GpuBackend, p: DevicePtr) -> GpuResult<()> {
     b.fill(p, 0xFF)
 }
 
+/// Each projection's `nvfp4` encoding with its `(n, k)`: gate, up, down.
+fn nvfp4_encoded(w: &DenseWeights) -> [(Encoded, usize, usize); 3] {
+    let (h, i) = (w.hidden, w.inter);
+    [(&w.gate, i, h), (&w.up, i, h), (&w.down, h, i)]
+        .map(|(x, n, k)| (layouts::nvfp4::encode(x, n, k), n, k))
+}
+
+/// Upload `enc` (from [`nvfp4_encoded`]) and install it as the NVFP4 base.
+fn install_nvfp4_encoded(
+    b: &dyn GpuBackend,
+    layer: &mut DenseFfnLayer,
+    enc: &[(Encoded, usize, usize); 3],
+) -> GpuResult<()> {
+    let up = |(e, n, k): &(Encoded, usize, usize)| -> GpuResult<super::Nvfp4Weight> {
+        Ok(super::Nvfp4Weight {
+            codes: alloc_upload(b, &e.parts[0].1)?,
+            scales: alloc_upload(b, &e.parts[1].1)?,
+            global_scale: e.scalars[0].1,
+            n: *n,
+            k: *k,
+            kp: e.padded[1],
+        })
+    };
+    layer.set_nvfp4_weights([up(&enc[0])?, up(&enc[1])?, up(&enc[2])?])
+}
+
 /// Install the NVFP4 base (`nvfp4` layout) encoded from the f32 weights.
 pub fn install_nvfp4(
     b: &dyn GpuBackend,
     layer: &mut DenseFfnLayer,
     w: &DenseWeights,
 ) -> GpuResult<()> {
-    let (h, i) = (w.hidden, w.inter);
-    let up = |x: &[f32], n: usize, k: usize| -> GpuResult<super::Nvfp4Weight> {
-        let e = layouts::nvfp4::encode(x, n, k);
-        Ok(super::Nvfp4Weight {
-            codes: alloc_upload(b, &e.parts[0].1)?,
-            scales: alloc_upload(b, &e.parts[1].1)?,
-            global_scale: e.scalars[0].1,
-            n,
-            k,
-            kp: e.padded[1],
-        })
-    };
-    layer.set_nvfp4_weights([up(&w.gate, i, h)?, up(&w.up, i, h)?, up(&w.down, h, i)?])
+    install_nvfp4_encoded(b, layer, &nvfp4_encoded(w))
 }
 
 /// Install the NVFP4 base and its transposed `_t` copies (`nvfp4_t` layout, owned by the layer).
@@ -255,11 +269,10 @@ pub fn install_nvfp4_t(
     layer: &mut DenseFfnLayer,
     w: &DenseWeights,
 ) -> GpuResult<()> {
-    install_nvfp4(b, layer, w)?;
-    let (h, i) = (w.hidden, w.inter);
-    let t = |x: &[f32], n: usize, k: usize| -> GpuResult<Option<super::Nvfp4TWeight>> {
-        let e = layouts::nvfp4::encode(x, n, k);
-        let t = layouts::nvfp4_t::from_nvfp4(&e.parts[0].1, &e.parts[1].1, 0.0, n, e.padded[1]);
+    let enc = nvfp4_encoded(w);
+    install_nvfp4_encoded(b, layer, &enc)?;
+    let t = |(e, n, _): &(Encoded, usize, usize)| -> GpuResult<Option<super::Nvfp4TWeight>> {
+        let t = layouts::nvfp4_t::from_nvfp4(&e.parts[0].1, &e.parts[1].1, 0.0, *n, e.padded[1]);
         Ok(Some(super::Nvfp4TWeight {
             codes: alloc_upload(b, &t.parts[0].1)?,
             scales: alloc_upload(b, &t.parts[1].1)?,
@@ -267,7 +280,7 @@ pub fn install_nvfp4_t(
             owned: true,
         }))
     };
-    layer.set_nvfp4_t_weights([t(&w.gate, i, h)?, t(&w.up, i, h)?, t(&w.down, h, i)?])
+    layer.set_nvfp4_t_weights([t(&enc[0])?, t(&enc[1])?, t(&enc[2])?])
 }
 
 /// Install the NVFP4 base and the converter's `nvfp4_mmq` tiles (as a pack gives them).
@@ -276,14 +289,13 @@ pub fn install_nvfp4_mmq(
     layer: &mut DenseFfnLayer,
     w: &DenseWeights,
 ) -> GpuResult<()> {
-    install_nvfp4(b, layer, w)?;
-    let (h, i) = (w.hidden, w.inter);
-    let t = |x: &[f32], n: usize, k: usize| -> GpuResult<Option<DevicePtr>> {
-        let e = layouts::nvfp4::encode(x, n, k);
-        let t = layouts::nvfp4_mmq::from_nvfp4(&e.parts[0].1, &e.parts[1].1, 0.0, n, e.padded[1]);
+    let enc = nvfp4_encoded(w);
+    install_nvfp4_encoded(b, layer, &enc)?;
+    let t = |(e, n, _): &(Encoded, usize, usize)| -> GpuResult<Option<DevicePtr>> {
+        let t = layouts::nvfp4_mmq::from_nvfp4(&e.parts[0].1, &e.parts[1].1, 0.0, *n, e.padded[1]);
         Ok(Some(alloc_upload(b, &t.parts[0].1)?))
     };
-    layer.weights.nvfp4_mmq = [t(&w.gate, i, h)?, t(&w.up, i, h)?, t(&w.down, h, i)?];
+    layer.weights.nvfp4_mmq = [t(&enc[0])?, t(&enc[1])?, t(&enc[2])?];
     Ok(())
 }
 
