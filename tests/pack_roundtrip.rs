@@ -943,17 +943,16 @@ fn export_segment_writes_the_ffn_blobs_byte_for_byte() {
     }
 }
 
-#[test]
-fn a_pack_with_lora_loads_and_the_layer_adds_the_adapter() {
-    use metrale_pack::ffn::testing::{DenseWeights, ffn_f64, nvfp4_decoded, rel_err};
-    use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
-    use metrale_pack::gpu::host::HostBackend;
-    use metrale_pack::gpu::{GpuBackend, ModelLevers, download_f32, upload_f32};
-    use metrale_pack::loader::{self, LoadOptions};
-    use std::sync::Arc;
-    let mut rng = Rng::fresh("lora-load");
+/// A 2-layer F32 llama GGUF of `[h, i]` FFNs with a rank-4 PEFT adapter, converted with
+/// `layouts` (which include `lora`): (the temp dir, the source, the pack).
+fn with_lora_pack(
+    tag: &str,
+    h: usize,
+    i: usize,
+    layouts: &[Layout],
+) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let mut rng = Rng::fresh(tag);
     let dir = tempfile::tempdir().unwrap();
-    let (h, i) = (64, 128);
     let src = gguf_model(
         dir.path(),
         "m.gguf",
@@ -971,11 +970,24 @@ fn a_pack_with_lora_loads_and_the_layer_adds_the_adapter() {
         &src,
         &out,
         &ConvertOptions {
-            layouts: Some(vec![Layout::Nvfp4, Layout::Lora]),
+            layouts: Some(layouts.to_vec()),
             lora: Some(ad),
             ..Default::default()
         },
     );
+    (dir, src, out)
+}
+
+#[test]
+fn a_pack_with_lora_loads_and_the_layer_adds_the_adapter() {
+    use metrale_pack::ffn::testing::{DenseWeights, ffn_f64, nvfp4_decoded, rel_err};
+    use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+    use metrale_pack::gpu::host::HostBackend;
+    use metrale_pack::gpu::{GpuBackend, ModelLevers, download_f32, upload_f32};
+    use metrale_pack::loader::{self, LoadOptions};
+    use std::sync::Arc;
+    let (h, i) = (64, 128);
+    let (_dir, src, out) = with_lora_pack("lora-load", h, i, &[Layout::Nvfp4, Layout::Lora]);
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let lp = loader::load(b.as_ref(), &out, &LoadOptions::default()).unwrap();
     let mut ctx = ForwardContext::new(
@@ -1040,35 +1052,12 @@ fn a_pack_with_q4k_mmq_q2g128_and_lora_loads_with_zero_repack_launches() {
     use metrale_pack::loader::{self, LoadOptions};
     use std::collections::HashMap;
     use std::sync::Arc;
-    let mut rng = Rng::fresh("q4k-q2-lora-load");
-    let dir = tempfile::tempdir().unwrap();
     let (h, i) = (256, 512);
-    let src = gguf_model(
-        dir.path(),
-        "m.gguf",
-        "llama",
+    let (_dir, _src, out) = with_lora_pack(
+        "q4k-q2-lora-load",
         h,
         i,
-        2,
-        GgmlType::F32,
-        &mut rng,
-    );
-    let ad = dir.path().join("adapter");
-    lora_adapter(&ad, 2, h, i, 4, &mut rng, None);
-    let out = dir.path().join("l.mpk");
-    convert(
-        &src,
-        &out,
-        &ConvertOptions {
-            layouts: Some(vec![
-                Layout::Nvfp4,
-                Layout::Q4kMmq,
-                Layout::Q2g128,
-                Layout::Lora,
-            ]),
-            lora: Some(ad),
-            ..Default::default()
-        },
+        &[Layout::Nvfp4, Layout::Q4kMmq, Layout::Q2g128, Layout::Lora],
     );
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let before = b.launch_count();
