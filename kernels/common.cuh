@@ -48,6 +48,190 @@ __device__ __forceinline__ float block_amax(float v) {
     return red[0];
 }
 
+// c += a . b: one m16n8k32 int8 tensor-core MMA with exact s32 accumulation (mma.sync, sm_80+).
+// Fragments (PTX ISA, "Matrix fragments for mma.m16n8k32", 8-bit types; g = lane / 4,
+// t = lane % 4): a[0], a[2] hold A's row g at k 4t..4t+3 and 16+4t..16+4t+3, a[1], a[3] row g+8;
+// b[0], b[1] hold B's column g at k 4t.. and 16+4t..; c[0], c[1] are row g, columns 2t, 2t+1,
+// c[2], c[3] row g+8. tests/cuda_emu/prelude.h defines a host stand-in with the same layout.
+#ifndef METRALE_CUDA_EMU
+__device__ __forceinline__ void mma_m16n8k32_s8(int* c, const unsigned int* a, const unsigned int* b) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
+// ---- The int8 MMQ tile (the Q4_K and packed-Q2 GEMMs over q8_1 activations, the int8 down
+// GEMM). A block computes 64 rows x 128 outputs, 128 k per stage, with 4 warps of 32 x 64
+// (2 x 8 MMAs of m16n8k32 per 32 k). Shared rows are 144 bytes: 36 words, so the fragment
+// loads of the 8 groups x 4 lanes fall in 32 different banks.
+#define MMQ_BM 64
+#define MMQ_BN 128
+#define MMQ_BK 128
+#define MMQ_LD (MMQ_BK + 16)
+#define MMQ_CHUNKS (MMQ_BK / 32)
+#define MMQ_THREADS 128  // 4 warps; the stage loaders assume it (one weight row per thread)
+
+struct MmqTile {
+    unsigned char a[MMQ_BM][MMQ_LD];       // activation codes (s8), row-major in k
+    unsigned char b[MMQ_BN][MMQ_LD];       // weight codes (s8), one row per output
+    float dx[MMQ_BM][MMQ_CHUNKS];          // q8_1 d per row and 32-value chunk
+    float sx[MMQ_BM][MMQ_CHUNKS];          // q8_1 s (sum of the unquantized inputs)
+    float wa[MMQ_BN][MMQ_CHUNKS];          // the weight format's scale per output and chunk
+    float wb[MMQ_BN][MMQ_CHUNKS];          // its offset term (the zero point times its scale)
+};
+
+// v as f32, exactly, for |v| < 2^22, in two full-rate operations instead of the conversion unit
+// (I2F runs at a fraction of the FP32 rate): the bits of 1.5 * 2^23 plus v are the float
+// 1.5 * 2^23 + v (its ulp is 1), and subtracting 1.5 * 2^23 is exact.
+__device__ __forceinline__ float small_int_to_f32(int v) { return __int_as_float(0x4B400000 + v) - 12582912.0f; }
+
+// ci[a][b] += the int8 products of the warp's 2 x 8 fragments over the 32 k at column ks.
+__device__ __forceinline__ void mmq_mma_k32(const MmqTile& t, int ks, int wm0, int wn0, int lane, int (*ci)[8][4]) {
+    const int g = lane >> 2, c = ks + (lane & 3) * 4;
+    unsigned int af[2][4], bf[8][2];
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+        const int r = wm0 + a * 16 + g;
+        af[a][0] = *reinterpret_cast<const unsigned int*>(&t.a[r][c]);
+        af[a][1] = *reinterpret_cast<const unsigned int*>(&t.a[r + 8][c]);
+        af[a][2] = *reinterpret_cast<const unsigned int*>(&t.a[r][c + 16]);
+        af[a][3] = *reinterpret_cast<const unsigned int*>(&t.a[r + 8][c + 16]);
+    }
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+        const int r = wn0 + b * 8 + g;
+        bf[b][0] = *reinterpret_cast<const unsigned int*>(&t.b[r][c]);
+        bf[b][1] = *reinterpret_cast<const unsigned int*>(&t.b[r][c + 16]);
+    }
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b) mma_m16n8k32_s8(ci[a][b], af[a], bf[b]);
+}
+
+// One stage of q8_1 activations (64 rows x 4 blocks) held in registers while the previous
+// stage computes: 16 code words and 2 (d, s) words per thread (block of MMQ_THREADS).
+struct MmqActRegs {
+    unsigned int code[16];
+    unsigned int ds[2];
+};
+
+__device__ __forceinline__ void mmq_fetch_q8_1(const unsigned char* __restrict__ xq, int m, int m0, int nblk, int k0, MmqActRegs& r) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int v = 0; v < 16; ++v) {
+        // q8_1 codes start 4 bytes into a 36-byte block, so the words are aligned.
+        const int row = (tid >> 5) + 4 * v, c = (tid >> 3) & 3, wd = tid & 7, gr = m0 + row;
+        const unsigned char* xb = xq + ((size_t)gr * nblk + k0 / 32 + c) * 36;
+        r.code[v] = gr < m ? __ldg(reinterpret_cast<const unsigned int*>(xb + 4) + wd) : 0u;
+    }
+#pragma unroll
+    for (int v = 0; v < 2; ++v) {
+        const int idx = tid + MMQ_THREADS * v, row = idx >> 2, c = idx & 3, gr = m0 + row;
+        r.ds[v] = gr < m ? __ldg(reinterpret_cast<const unsigned int*>(xq + ((size_t)gr * nblk + k0 / 32 + c) * 36)) : 0u;
+    }
+}
+
+__device__ __forceinline__ void mmq_store_q8_1(const MmqActRegs& r, MmqTile& t) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int v = 0; v < 16; ++v) {
+        const int row = (tid >> 5) + 4 * v, c = (tid >> 3) & 3, wd = tid & 7;
+        *reinterpret_cast<unsigned int*>(&t.a[row][c * 32 + wd * 4]) = r.code[v];
+    }
+#pragma unroll
+    for (int v = 0; v < 2; ++v) {
+        const int idx = tid + MMQ_THREADS * v, row = idx >> 2, c = idx & 3;
+        t.dx[row][c] = __half2float(__ushort_as_half((unsigned short)(r.ds[v] & 0xffffu)));
+        t.sx[row][c] = __half2float(__ushort_as_half((unsigned short)(r.ds[v] >> 16)));
+    }
+}
+
+// The q8_1 MMQ GEMM: y[r, j] = sum over 32-value chunks c of
+// (wa[j, c] * dx[r, c]) * dot_c(r, j) - wb[j, c] * sx[r, c], where dot_c is the exact int8 dot
+// product of row r's q8_1 codes and output j's weight codes (tensor cores; |dot_c| <= 32 * 127
+// * 15, so small_int_to_f32 is exact), dx, sx the q8_1 block's d and s, and wa, wb what the
+// weight format makes of its scales (Q4_K: d*sc, dmin*m; Q2_0: d, 2d). The weight format's
+// `Stage` fetches one 128-k stage of outputs n0..n0+127 into registers (`Stage::Regs`,
+// `Stage::fetch(w, n, kp, n0, k0, regs)`) and stores it as codes and wa, wb
+// (`Stage::store(regs, k0, t)`; zeros past n), so the next stage's loads are in flight while
+// this one computes. xq [m, kp/32] blocks of 36 bytes; kp % 128 == 0.
+// Grid (ceil(n / 128), ceil(m / 64)), block MMQ_THREADS.
+template <class Stage>
+__device__ __forceinline__ void mmq_q8_1_gemm(const unsigned char* __restrict__ xq, int m, const unsigned char* __restrict__ w,
+                                              float* __restrict__ y, int n, int kp, int ldy) {
+    __shared__ __align__(16) MmqTile t;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wm0 = (warp >> 1) * 32, wn0 = (warp & 1) * 64;
+    const int n0 = blockIdx.x * MMQ_BN, m0 = blockIdx.y * MMQ_BM;
+    const int g = lane >> 2, t4 = lane & 3, nblk = kp / 32;
+    float acc[2][8][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
+    MmqActRegs ar;
+    typename Stage::Regs wr;
+    mmq_fetch_q8_1(xq, m, m0, nblk, 0, ar);
+    Stage::fetch(w, n, kp, n0, 0, wr);
+    for (int k0 = 0; k0 < kp; k0 += MMQ_BK) {
+        mmq_store_q8_1(ar, t);
+        Stage::store(wr, k0, t);
+        __syncthreads();
+        if (k0 + MMQ_BK < kp) {
+            mmq_fetch_q8_1(xq, m, m0, nblk, k0 + MMQ_BK, ar);
+            Stage::fetch(w, n, kp, n0, k0 + MMQ_BK, wr);
+        }
+        // One chunk at a time (unrolling them spilled: 255 registers).
+#pragma unroll 1
+        for (int c = 0; c < MMQ_CHUNKS; ++c) {
+            int ci[2][8][4];
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int b = 0; b < 8; ++b)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) ci[a][b][e] = 0;
+            mmq_mma_k32(t, c * 32, wm0, wn0, lane, ci);
+            float dxr[2][2], sxr[2][2];
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    dxr[a][h] = t.dx[wm0 + a * 16 + g + 8 * h][c];
+                    sxr[a][h] = t.sx[wm0 + a * 16 + g + 8 * h][c];
+                }
+#pragma unroll
+            for (int b = 0; b < 8; ++b)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = wn0 + b * 8 + t4 * 2 + e;
+                    const float wa = t.wa[col][c], wb = t.wb[col][c];
+#pragma unroll
+                    for (int a = 0; a < 2; ++a)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h)
+                            acc[a][b][2 * h + e] += (wa * dxr[a][h]) * small_int_to_f32(ci[a][b][2 * h + e]) - wb * sxr[a][h];
+                }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = m0 + wm0 + a * 16 + g + 8 * h, c = n0 + wn0 + b * 8 + t4 * 2;
+                if (r >= m) continue;
+                if (c < n) y[(size_t)r * ldy + c] = acc[a][b][2 * h];
+                if (c + 1 < n) y[(size_t)r * ldy + c + 1] = acc[a][b][2 * h + 1];
+            }
+}
+
 // ---- host-emulated: end ----
 
 // c += a . b, one m16n8k16 bf16 tensor-core MMA with f32 accumulation (mma.sync, sm_80+).

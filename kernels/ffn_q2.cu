@@ -18,21 +18,39 @@ __device__ __forceinline__ void q2_gemv(const float* __restrict__ x, int m, cons
     float acc[M];
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = 0.f;
-    for (int b = 0; b < kp / 128; ++b) {
-        const unsigned char* blk = row + (size_t)b * 34;
-        const float d = f16_at(blk);
-        const unsigned int qb = blk[2 + lane];
+    // Q2_GEMV_U blocks' code bytes and scales are loaded before any is used, so that many
+    // loads per lane are in flight (one at a time left the GEMV latency-bound). Blocks past the
+    // row's end get d = 0 and are skipped. The sums run in block order either way.
+    constexpr int Q2_GEMV_U = 8;
+    const int nb = kp / 128;
+    for (int b0 = 0; b0 < nb; b0 += Q2_GEMV_U) {
+        unsigned int qbs[Q2_GEMV_U];
+        float ds[Q2_GEMV_U];
 #pragma unroll
-        for (int r = 0; r < M; ++r) {
-            if (r >= m) continue;
-            float part = 0.f;
+        for (int u = 0; u < Q2_GEMV_U; ++u) {
+            const unsigned char* blk = row + (size_t)(b0 + u) * 34;
+            const bool in = b0 + u < nb;
+            qbs[u] = in ? __ldg(blk + 2 + lane) : 0u;
+            ds[u] = in ? f16_at(blk) : 0.f;
+        }
 #pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                const int e = b * 128 + 32 * s + lane;
-                const float xv = e < k ? x[(size_t)r * k + e] : 0.f;
-                part += (float)((int)((qb >> (2 * s)) & 3u) - 2) * xv;
+        for (int u = 0; u < Q2_GEMV_U; ++u) {
+            const int b = b0 + u;
+            if (b >= nb) break;
+            const unsigned int qb = qbs[u];
+            const float d = ds[u];
+#pragma unroll
+            for (int r = 0; r < M; ++r) {
+                if (r >= m) continue;
+                float part = 0.f;
+#pragma unroll
+                for (int s = 0; s < 4; ++s) {
+                    const int e = b * 128 + 32 * s + lane;
+                    const float xv = e < k ? x[(size_t)r * k + e] : 0.f;
+                    part += (float)((int)((qb >> (2 * s)) & 3u) - 2) * xv;
+                }
+                acc[r] += d * part;
             }
-            acc[r] += d * part;
         }
     }
 #pragma unroll
@@ -75,39 +93,49 @@ extern "C" __global__ void dequant_q2_0_gn_to_bf16(const unsigned char* __restri
 
 // The Q2 MMQ GEMM over q8_1 activation blocks (quantize_act_q8_1, module ffn_q8_1):
 // y[r, j] = sum_blocks dw * sum_{s<4} (dx[4b+s] * sum_l q * xq - 2 * sx[4b+s]), the zero point
-// folded through the sum of the unquantized inputs. One warp per (output j, 4 rows).
-// Grid (ceil(n / 8), ceil(m / 4)), block 256.
-extern "C" __global__ void q2_0_mmq_gemm(const unsigned char* __restrict__ xq, int m, const unsigned char* __restrict__ w,
-                                         float* __restrict__ y, int n, int kp, int ldy) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j = blockIdx.x * (blockDim.x >> 5) + warp, r0 = blockIdx.y * 4;
-    if (j >= n) return;
-    const unsigned char* row = w + (size_t)j * (kp / 128) * 34;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int b = 0; b < kp / 128; ++b) {
-        const unsigned char* blk = row + (size_t)b * 34;
-        const float dw = f16_at(blk);
-        const unsigned int qb = blk[2 + lane];
+// folded through the sum of the unquantized inputs, on the int8 MMQ tile of common.cuh
+// (wa = dw, wb = 2 dw). A 128-value stage is one block: byte l of `qs` holds element l of the
+// four 32-value chunks in bits 2s..2s+1. Grid (ceil(n / 128), ceil(m / 64)), block 128.
+struct Q2Stage {
+    // Per thread: 8 x 4 bytes of `qs` and the f16 d of row n0 + threadIdx.x.
+    struct Regs {
+        unsigned int q[8];
+        unsigned int d;
+    };
+    static __device__ __forceinline__ void fetch(const unsigned char* __restrict__ w, int n, int kp, int n0, int k0, Regs& r) {
+        const int nb = kp / 128, b = k0 / 128, tid = threadIdx.x;
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int rr = r0 + r;
-            if (rr >= m) continue;
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                const unsigned char* xb = xq + ((size_t)rr * (kp / 32) + 4 * b + s) * 36;
-                const int q = (int)((qb >> (2 * s)) & 3u);
-                const int xv = (int)(signed char)xb[4 + lane];
-                float t = f16_at(xb) * (float)(q * xv);
-                if (lane == 0) t -= 2.f * f16_at(xb + 2);
-                acc[r] += dw * t;
+        for (int v = 0; v < 8; ++v) {
+            const int row = (tid >> 3) + 16 * v, u = tid & 7, gn = n0 + row;
+            unsigned int q = 0u;
+            if (gn < n) {
+                // 34-byte blocks: only 2-byte alignment.
+                const unsigned short* p = reinterpret_cast<const unsigned short*>(w + ((size_t)gn * nb + b) * 34 + 2 + 4 * u);
+                q = (unsigned int)__ldg(p) | ((unsigned int)__ldg(p + 1) << 16);
             }
+            r.q[v] = q;
+        }
+        const int gn = n0 + tid;
+        r.d = gn < n ? (unsigned int)__ldg(reinterpret_cast<const unsigned short*>(w + ((size_t)gn * nb + b) * 34)) : 0u;
+    }
+    static __device__ __forceinline__ void store(const Regs& r, int, MmqTile& t) {
+        const int tid = threadIdx.x;
+#pragma unroll
+        for (int v = 0; v < 8; ++v) {
+            const int row = (tid >> 3) + 16 * v, u = tid & 7;
+#pragma unroll
+            for (int s = 0; s < 4; ++s) *reinterpret_cast<unsigned int*>(&t.b[row][32 * s + 4 * u]) = (r.q[v] >> (2 * s)) & 0x03030303u;
+        }
+        const float d = __half2float(__ushort_as_half((unsigned short)r.d));
+#pragma unroll
+        for (int c = 0; c < MMQ_CHUNKS; ++c) {
+            t.wa[tid][c] = d;
+            t.wb[tid][c] = 2.f * d;
         }
     }
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-        float t = acc[r];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-        if (lane == 0 && r0 + r < m) y[(size_t)(r0 + r) * ldy + j] = t;
-    }
+};
+
+extern "C" __global__ void __launch_bounds__(128) q2_0_mmq_gemm(const unsigned char* __restrict__ xq, int m, const unsigned char* __restrict__ w,
+                                                                float* __restrict__ y, int n, int kp, int ldy) {
+    mmq_q8_1_gemm<Q2Stage>(xq, m, w, y, n, kp, ldy);
 }

@@ -187,46 +187,75 @@ extern "C" __global__ void nvfp4_to_int8_rows(const unsigned char* __restrict__ 
 }
 
 // The Q4_K MMQ GEMM over q8_1 activation blocks (quantize_act_q8_1, module ffn_q8_1):
-// y[r, j] = sum_superblocks sum_sub (d*sc * dx * sum_l q * xq - dmin*m * sx). One warp per
-// (output j, 4 rows); lane l owns element l of every 32-value sub-block.
-// Grid (ceil(n / 8), ceil(m / 4)), block 256.
-extern "C" __global__ void q4k_mmq_gemm(const unsigned char* __restrict__ xq, int m, const unsigned char* __restrict__ w,
-                                        float* __restrict__ y, int n, int kp, int ldy) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j = blockIdx.x * (blockDim.x >> 5) + warp, r0 = blockIdx.y * 4;
-    if (j >= n) return;
-    const int nsb = kp / 256;
-    const unsigned char* row = w + (size_t)j * nsb * 144;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int sb = 0; sb < nsb; ++sb) {
-        const unsigned char* blk = row + (size_t)sb * 144;
-        const float d = f16_at(blk);
-        const float dmin = f16_at(blk + 2);
+// y[r, j] = sum_superblocks sum_sub (d*sc * dx * sum_l q * xq - dmin*m * sx), on the int8 MMQ
+// tile of common.cuh. A 128-value stage is half a super-block: its 64 bytes of `qs` hold the
+// low nibbles of sub-blocks 2p (p = 0, 1) and the high nibbles of 2p+1.
+// Grid (ceil(n / 128), ceil(m / 64)), block 128.
+// Byte i of a Q4_K block's 16-byte head (f16 d, f16 dmin, 12 bytes of packed scales).
+__device__ __forceinline__ unsigned int q4k_head_byte(const uint4& h, int i) {
+    const unsigned int v = i < 4 ? h.x : i < 8 ? h.y : i < 12 ? h.z : h.w;
+    return (v >> (8 * (i & 3))) & 0xffu;
+}
+
+// scale_min_k4 on the head in registers (q[i] is head byte 4 + i).
+__device__ __forceinline__ void scale_min_k4_head(int j, const uint4& h, int* sc, int* m) {
+    if (j < 4) {
+        *sc = (int)(q4k_head_byte(h, 4 + j) & 63u);
+        *m = (int)(q4k_head_byte(h, 8 + j) & 63u);
+    } else {
+        *sc = (int)((q4k_head_byte(h, 8 + j) & 0xFu) | ((q4k_head_byte(h, j) >> 6) << 4));
+        *m = (int)((q4k_head_byte(h, 8 + j) >> 4) | ((q4k_head_byte(h, 4 + j) >> 6) << 4));
+    }
+}
+
+struct Q4kStage {
+    // Per thread: 4 x 16 bytes of `qs` and the head of row n0 + threadIdx.x.
+    struct Regs {
+        uint4 qs[4];
+        uint4 head;
+    };
+    static __device__ __forceinline__ void fetch(const unsigned char* __restrict__ w, int n, int kp, int n0, int k0, Regs& r) {
+        const int nsb = kp / 256, sb = k0 / 256, half = (k0 / 128) & 1, tid = threadIdx.x;
+        const uint4 zero = {0u, 0u, 0u, 0u};
 #pragma unroll
-        for (int sub = 0; sub < 8; ++sub) {
+        for (int v = 0; v < 4; ++v) {
+            const int row = (tid >> 2) + 32 * v, part = tid & 3, gn = n0 + row;
+            r.qs[v] = gn < n ? __ldg(reinterpret_cast<const uint4*>(w + ((size_t)gn * nsb + sb) * 144 + 16 + 64 * half + 16 * part)) : zero;
+        }
+        const int gn = n0 + tid;
+        r.head = gn < n ? __ldg(reinterpret_cast<const uint4*>(w + ((size_t)gn * nsb + sb) * 144)) : zero;
+    }
+    static __device__ __forceinline__ void store(const Regs& r, int k0, MmqTile& t) {
+        const int half = (k0 / 128) & 1, tid = threadIdx.x;
+        const unsigned int lo4 = 0x0F0F0F0Fu;
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+            const int row = (tid >> 2) + 32 * v, part = tid & 3, at = 64 * (part >> 1) + 16 * (part & 1);
+            const uint4 q = r.qs[v];
+            const uint4 lo = {q.x & lo4, q.y & lo4, q.z & lo4, q.w & lo4};
+            const uint4 hi = {(q.x >> 4) & lo4, (q.y >> 4) & lo4, (q.z >> 4) & lo4, (q.w >> 4) & lo4};
+            *reinterpret_cast<uint4*>(&t.b[row][at]) = lo;
+            *reinterpret_cast<uint4*>(&t.b[row][at + 32]) = hi;
+        }
+        // A zero head (rows past n) gives wa = wb = 0.
+        const float d = __half2float(__ushort_as_half((unsigned short)(r.head.x & 0xffffu)));
+        const float dmin = __half2float(__ushort_as_half((unsigned short)(r.head.x >> 16)));
+#pragma unroll
+        for (int c = 0; c < MMQ_CHUNKS; ++c) {
             int sc, mm;
-            scale_min_k4(sub, blk + 4, &sc, &mm);
-            const int q = (blk[16 + 32 * (sub >> 1) + lane] >> (4 * (sub & 1))) & 0xF;
-            const float dl = d * (float)sc, ml = dmin * (float)mm;
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int rr = r0 + r;
-                if (rr >= m) continue;
-                const unsigned char* xb = xq + ((size_t)rr * (kp / 32) + sb * 8 + sub) * 36;
-                const float dx = f16_at(xb);
-                float t = dl * dx * (float)(q * (int)(signed char)xb[4 + lane]);
-                if (lane == 0) t -= ml * f16_at(xb + 2);
-                acc[r] += t;
-            }
+            if (half == 0)
+                scale_min_k4_head(c, r.head, &sc, &mm);
+            else
+                scale_min_k4_head(4 + c, r.head, &sc, &mm);
+            t.wa[tid][c] = d * (float)sc;
+            t.wb[tid][c] = dmin * (float)mm;
         }
     }
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-        float t = acc[r];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-        if (lane == 0 && r0 + r < m) y[(size_t)(r0 + r) * ldy + j] = t;
-    }
+};
+
+extern "C" __global__ void __launch_bounds__(128) q4k_mmq_gemm(const unsigned char* __restrict__ xq, int m, const unsigned char* __restrict__ w,
+                                                               float* __restrict__ y, int n, int kp, int ldy) {
+    mmq_q8_1_gemm<Q4kStage>(xq, m, w, y, n, kp, ldy);
 }
 
 // The int8 down GEMM's activation requantization: per row a = bf16_rn(x), d = amax(a) / 127,
@@ -249,29 +278,61 @@ extern "C" __global__ void requant_a_bf16_int8(const float* __restrict__ x, int 
 }
 
 // The int8 down GEMM: y[r, j] = ((float)sum_i a[r, i] * w[j, i]) * sa[r] * sw[j], the integer
-// sum exact (__dp4a). One warp per (output j, 4 rows). Grid (ceil(n / 8), ceil(m / 4)), block 256.
-extern "C" __global__ void int8_gemm_faith2(const unsigned char* __restrict__ aq, const float* __restrict__ sa, int m,
-                                            const unsigned char* __restrict__ wq, const float* __restrict__ sw,
-                                            float* __restrict__ y, int n, int kp, int ldy) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j = blockIdx.x * (blockDim.x >> 5) + warp, r0 = blockIdx.y * 4;
-    if (j >= n) return;
-    int acc[4] = {0, 0, 0, 0};
-    const int* wr = reinterpret_cast<const int*>(wq + (size_t)j * kp);
-    for (int i = lane; i < kp / 4; i += 32) {
-        const int wv = __ldg(wr + i);
+// sum exact (int8 tensor-core MMAs into s32), on the MMQ tile of common.cuh. aq [m, kp],
+// wq [n, kp], kp % 128 == 0. Grid (ceil(n / 128), ceil(m / 64)), block 128.
+extern "C" __global__ void __launch_bounds__(128) int8_gemm_faith2(const unsigned char* __restrict__ aq, const float* __restrict__ sa, int m,
+                                                                   const unsigned char* __restrict__ wq, const float* __restrict__ sw,
+                                                                   float* __restrict__ y, int n, int kp, int ldy) {
+    __shared__ __align__(16) MmqTile t;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wm0 = (warp >> 1) * 32, wn0 = (warp & 1) * 64;
+    const int n0 = blockIdx.x * MMQ_BN, m0 = blockIdx.y * MMQ_BM;
+    int acc[2][8][4];
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            if (r0 + r >= m) continue;
-            const int av = __ldg(reinterpret_cast<const int*>(aq + (size_t)(r0 + r) * kp) + i);
-            acc[r] = __dp4a(av, wv, acc[r]);
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[a][b][e] = 0;
+    const uint4 zero = {0u, 0u, 0u, 0u};
+    // One stage in registers while the previous one computes: A 64 rows x 8 x 16 bytes (4 per
+    // thread), B 128 rows x 8 x 16 bytes (8 per thread).
+    uint4 ra[4], rb[8];
+    auto fetch = [&](int k0) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+            const int row = (tid >> 3) + 16 * v, gr = m0 + row;
+            ra[v] = gr < m ? __ldg(reinterpret_cast<const uint4*>(aq + (size_t)gr * kp + k0 + 16 * (tid & 7))) : zero;
         }
-    }
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-        int t = acc[r];
+        for (int v = 0; v < 8; ++v) {
+            const int row = (tid >> 3) + 16 * v, gn = n0 + row;
+            rb[v] = gn < n ? __ldg(reinterpret_cast<const uint4*>(wq + (size_t)gn * kp + k0 + 16 * (tid & 7))) : zero;
+        }
+    };
+    fetch(0);
+    for (int k0 = 0; k0 < kp; k0 += MMQ_BK) {
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-        if (lane == 0 && r0 + r < m) y[(size_t)(r0 + r) * ldy + j] = __fmul_rn(__fmul_rn((float)t, sa[r0 + r]), sw[j]);
+        for (int v = 0; v < 4; ++v) *reinterpret_cast<uint4*>(&t.a[(tid >> 3) + 16 * v][16 * (tid & 7)]) = ra[v];
+#pragma unroll
+        for (int v = 0; v < 8; ++v) *reinterpret_cast<uint4*>(&t.b[(tid >> 3) + 16 * v][16 * (tid & 7)]) = rb[v];
+        __syncthreads();
+        if (k0 + MMQ_BK < kp) fetch(k0 + MMQ_BK);
+#pragma unroll
+        for (int c = 0; c < MMQ_CHUNKS; ++c) mmq_mma_k32(t, c * 32, wm0, wn0, lane, acc);
+        __syncthreads();
     }
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = m0 + wm0 + a * 16 + g + 8 * h, c = n0 + wn0 + b * 8 + t4 * 2;
+                if (r >= m) continue;
+                const float s = sa[r];
+                if (c < n) y[(size_t)r * ldy + c] = __fmul_rn(__fmul_rn((float)acc[a][b][2 * h], s), sw[c]);
+                if (c + 1 < n) y[(size_t)r * ldy + c + 1] = __fmul_rn(__fmul_rn((float)acc[a][b][2 * h + 1], s), sw[c + 1]);
+            }
 }

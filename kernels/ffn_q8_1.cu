@@ -26,11 +26,11 @@ extern "C" __global__ void quantize_act_q8_1(const float* __restrict__ x, int m,
     unsigned char* blk = out + ((size_t)r * (kp / 32) + b) * 36;
     blk[4 + lane] = (unsigned char)(signed char)(int)roundf(__fmul_rn(v, id));
     if (lane == 0) {
-        const unsigned short hd = __half_as_ushort(__float2half_rn(d));
-        const unsigned short hs = __half_as_ushort(__float2half_rn(sum));
-        blk[0] = hd & 0xff;
-        blk[1] = hd >> 8;
-        blk[2] = hs & 0xff;
-        blk[3] = hs >> 8;
+        // d and s as one aligned 32-bit store (blocks are 36 bytes, so 4-aligned). Four byte
+        // stores of the two halves lost their low bytes on the H200 (NVRTC 13.0, sm_90, seen
+        // by gpu-check on 2026-11-30: the high bytes were right, the low ones 0).
+        const unsigned int hd = __half_as_ushort(__float2half_rn(d));
+        const unsigned int hs = __half_as_ushort(__float2half_rn(sum));
+        *reinterpret_cast<unsigned int*>(blk) = hd | (hs << 16);
     }
 }

@@ -540,7 +540,7 @@ pub fn kernel_checks(
                     &[Ptr(xd), a(m), a(k), a(kp2), Ptr(xq)],
                 )?;
                 poison(b.as_ref(), yd)?;
-                let cfg = crate::gpu::LaunchCfg::grid(n.div_ceil(8), m.div_ceil(4), 256);
+                let cfg = crate::gpu::LaunchCfg::mmq_tile(m, n);
                 b.launch(
                     kk.q2_mmq,
                     cfg,
@@ -550,9 +550,23 @@ pub fn kernel_checks(
                 b.synchronize(0)?;
                 let mut q = vec![0u8; m * bs];
                 b.download(xq.view(0, q.len() as u64), &mut q)?;
-                let exact = (0..m).into_par_iter().all(|r| {
-                    reference::quantize_row_q8_1_act(xr(r), kp2) == q[r * bs..(r + 1) * bs]
+                let first_diff = (0..m).into_par_iter().find_first(|&r| {
+                    reference::quantize_row_q8_1_act(xr(r), kp2) != q[r * bs..(r + 1) * bs]
                 });
+                if let Some(r) = first_diff {
+                    let want = reference::quantize_row_q8_1_act(xr(r), kp2);
+                    let got = &q[r * bs..(r + 1) * bs];
+                    let blk = (0..bs / 36)
+                        .find(|&j| want[j * 36..(j + 1) * 36] != got[j * 36..(j + 1) * 36])
+                        .unwrap_or(0);
+                    eprintln!(
+                        "quantize_act_q8_1 {h}x{i} m={m}: row {r} block {blk} differs\n  gpu {:?}\n  cpu {:?}\n  x {:?}",
+                        &got[blk * 36..(blk + 1) * 36],
+                        &want[blk * 36..(blk + 1) * 36],
+                        &xr(r)[(blk * 32).min(k)..((blk + 1) * 32).min(k)]
+                    );
+                }
+                let exact = first_diff.is_none();
                 push(
                     &mut rows,
                     "quantize_act_q8_1 (bits)",
@@ -667,6 +681,79 @@ pub fn kernel_checks(
                     if down_ok { 0.0 } else { 1.0 },
                     0.0,
                 );
+                // The GEMMs over the GPU-built copies: Q4_K gate x q8_1 activations (the GPU's
+                // own quantization, its bits checked above) against the f64 product of the same
+                // blocks; the int8 down GEMM against its f64 twin on bf16-requantized inputs.
+                use crate::gpu::KArg::{I32, Ptr};
+                let a = |v: usize| I32(v as i32);
+                let (kp_g, kp_d) = (q.kp_gate, q.kp_down);
+                let bs = kp_g / 32 * 36;
+                let gate_bytes = bytes(q.gate)?;
+                let xq = b.alloc((mmax * bs) as u64)?;
+                let act = rng.vec(mmax * n, 1.0);
+                let actd = alloc_upload(b.as_ref(), bytemuck::cast_slice(&act))?;
+                let (aq, sa) = (b.alloc((mmax * kp_d) as u64)?, b.alloc((mmax * 4) as u64)?);
+                let yk = b.alloc((mmax * k * 4) as u64)?;
+                for &m in ms {
+                    if !down_q4k {
+                        let cfg = crate::gpu::LaunchCfg::grid((kp_g / 32).div_ceil(8), m, 256);
+                        b.launch(
+                            kk.quant_q8_1,
+                            cfg,
+                            0,
+                            &[Ptr(xd), a(m), a(k), a(kp_g), Ptr(xq)],
+                        )?;
+                        poison(b.as_ref(), yd)?;
+                        let args = [Ptr(xq), a(m), Ptr(q.gate), Ptr(yd), a(n), a(kp_g), a(n)];
+                        b.launch(kk.q4k_gemm, crate::gpu::LaunchCfg::mmq_tile(m, n), 0, &args)?;
+                        b.synchronize(0)?;
+                        let mut qx = vec![0u8; m * bs];
+                        b.download(xq.view(0, qx.len() as u64), &mut qx)?;
+                        let err = sampled_err(b.as_ref(), yd, m, n, |r| {
+                            let mut out = vec![0f32; n];
+                            let xr = &qx[r * bs..(r + 1) * bs];
+                            reference::q4k_mmq_row(xr, &gate_bytes, n, kp_g, &mut out);
+                            out
+                        })?;
+                        push(&mut rows, "q4k_mmq_gemm", (h, i), m, err, 2e-6);
+                    }
+                    if let crate::ffn::Q4kDown::Int8 { codes, scales } = q.down {
+                        let cfg = crate::gpu::LaunchCfg::grid(m, 1, 256);
+                        let args = [Ptr(actd), a(m), a(n), a(kp_d), Ptr(aq), Ptr(sa)];
+                        b.launch(kk.requant_int8, cfg, 0, &args)?;
+                        poison(b.as_ref(), yk)?;
+                        let args = [
+                            Ptr(aq),
+                            Ptr(sa),
+                            a(m),
+                            Ptr(codes),
+                            Ptr(scales),
+                            Ptr(yk),
+                            a(k),
+                            a(kp_d),
+                            a(k),
+                        ];
+                        b.launch(
+                            kk.int8_gemm,
+                            crate::gpu::LaunchCfg::mmq_tile(m, k),
+                            0,
+                            &args,
+                        )?;
+                        b.synchronize(0)?;
+                        let (wc, ws) = (bytes(codes)?, layouts::f32_from(&bytes(scales)?));
+                        let err = sampled_err(b.as_ref(), yk, m, k, |r| {
+                            let (qa, d) =
+                                reference::requant_row_bf16_int8(&act[r * n..(r + 1) * n], kp_d);
+                            let mut out = vec![0f32; k];
+                            reference::int8_row(&qa, d, &wc, &ws, k, kp_d, &mut out);
+                            out
+                        })?;
+                        push(&mut rows, "int8_gemm_faith2", (h, i), m, err, 2e-6);
+                    }
+                }
+                for p in [xq, actd, aq, sa, yk] {
+                    b.free(p);
+                }
             }
         }
         for p in [
@@ -1243,10 +1330,11 @@ pub fn print_table(rows: &[Row]) -> bool {
     failed == 0
 }
 
-/// Loader checks: a generated model (F32, 2 layers) converted with the nvfp4, fp8, w8a8 and bf16
-/// layouts, loaded by each copy path; overlay bytes on the device must equal the pack's, loading
-/// must launch no kernel, and every arm of a pack-loaded layer must give bit-identical outputs
-/// to a layer built at start-up from the source.
+/// Loader checks: a generated model (F32, 2 layers) converted with every layout (a generated
+/// PEFT adapter for `lora`), loaded by each copy path; overlay bytes on the device must equal
+/// the pack's, loading must launch no kernel, finalize must have nothing to build, every arm of
+/// a pack-loaded layer must give bit-identical outputs to a layer built at start-up from the
+/// source, and the q4k_mmq + lora layer must agree with the host backend given the same pack.
 pub fn load_checks(
     b: Arc<dyn GpuBackend>,
     hidden: usize,
@@ -1264,8 +1352,8 @@ pub fn load_checks(
 }
 
 /// The loader checks on a given source checkpoint (e.g. the real SmolLM2 GGUF): convert it with
-/// the nvfp4, nvfp4_mmq, fp8, w8a8 and bf16 layouts, load, and compare layer 1 (layer 0 on a
-/// one-layer model) as [`load_checks`] does.
+/// every layout, load, and compare layer 1 (layer 0 on a one-layer model) as [`load_checks`]
+/// does.
 pub fn load_checks_from(
     b: Arc<dyn GpuBackend>,
     src: &std::path::Path,
@@ -1290,16 +1378,28 @@ pub fn load_checks_from(
             as usize,
     );
     let li = usize::from(model.ffn_layers.len() > 1);
+    let adapter_dir = dir.join("adapter");
+    let adapter = crate::ffn::testing::LoraAdapter::write_peft(
+        rng,
+        &adapter_dir,
+        model.ffn_layers.len(),
+        hidden,
+        inter,
+        8,
+    )?;
     let opts = ConvertOptions {
         layouts: Some(vec![
             Layout::Nvfp4,
             Layout::Nvfp4T,
             Layout::Nvfp4Mmq,
+            Layout::Q4kMmq,
             Layout::Fp8,
             Layout::W8a8,
             Layout::Bf16,
             Layout::Q2g128,
+            Layout::Lora,
         ]),
+        lora: Some(adapter_dir),
         ..Default::default()
     };
     pack::convert(&model, &opts, &packp, &|_, _| {})?;
@@ -1352,20 +1452,21 @@ pub fn load_checks_from(
         };
         let ov = &lp.layers[li];
         // How an engine without packs builds the same overlays at start-up.
-        type Install = fn(
-            &dyn GpuBackend,
-            &mut DenseFfnLayer,
-            &DenseWeights,
-            &mut ForwardContext,
-        ) -> GpuResult<()>;
-        let arms: [(&str, LayerOverlays, Install); 7] = [
+        type Install<'a> = dyn Fn(
+                &dyn GpuBackend,
+                &mut DenseFfnLayer,
+                &DenseWeights,
+                &mut ForwardContext,
+            ) -> GpuResult<()>
+            + 'a;
+        let arms: [(&str, LayerOverlays, &Install<'_>); 8] = [
             (
                 "q2",
                 LayerOverlays {
                     q2: ov.q2,
                     ..Default::default()
                 },
-                |b, l, w, _| install_q2(b, l, w),
+                &|b, l, w, _| install_q2(b, l, w),
             ),
             (
                 "fp8",
@@ -1373,7 +1474,7 @@ pub fn load_checks_from(
                     fp8: ov.fp8,
                     ..Default::default()
                 },
-                |b, l, w, _| install_fp8(b, l, w, true),
+                &|b, l, w, _| install_fp8(b, l, w, true),
             ),
             (
                 "w8a8",
@@ -1381,7 +1482,7 @@ pub fn load_checks_from(
                     w8a8: ov.w8a8,
                     ..Default::default()
                 },
-                |b, l, w, _| install_w8a8(b, l, w),
+                &|b, l, w, _| install_w8a8(b, l, w),
             ),
             (
                 "bf16",
@@ -1389,7 +1490,7 @@ pub fn load_checks_from(
                     bf16: ov.bf16,
                     ..Default::default()
                 },
-                |b, l, w, _| install_bf16(b, l, w),
+                &|b, l, w, _| install_bf16(b, l, w),
             ),
             (
                 "nvfp4",
@@ -1397,7 +1498,7 @@ pub fn load_checks_from(
                     nvfp4: ov.nvfp4,
                     ..Default::default()
                 },
-                |b, l, w, _| install_nvfp4(b, l, w),
+                &|b, l, w, _| install_nvfp4(b, l, w),
             ),
             (
                 "nvfp4_t",
@@ -1406,7 +1507,7 @@ pub fn load_checks_from(
                     nvfp4_t: ov.nvfp4_t,
                     ..Default::default()
                 },
-                |b, l, w, _| install_nvfp4_t(b, l, w),
+                &|b, l, w, _| install_nvfp4_t(b, l, w),
             ),
             (
                 // Start-up: the _t copies, then the GPU repack of finalize_nvfp4_mmq_load.
@@ -1416,10 +1517,23 @@ pub fn load_checks_from(
                     nvfp4_mmq: ov.nvfp4_mmq,
                     ..Default::default()
                 },
-                |b, l, w, c| {
+                &|b, l, w, c| {
                     install_nvfp4_t(b, l, w)?;
                     let (h, i) = (w.hidden, w.inter);
                     l.finalize_nvfp4_mmq_load(c, h, i, 0).map(|_| ())
+                },
+            ),
+            (
+                // Start-up: the same adapter encoded and installed through set_lora_weights.
+                "lora",
+                LayerOverlays {
+                    nvfp4: ov.nvfp4,
+                    lora: ov.lora,
+                    ..Default::default()
+                },
+                &|b, l, w, _| {
+                    install_nvfp4(b, l, w)?;
+                    adapter.install(b, l)
                 },
             ),
         ];
@@ -1442,6 +1556,75 @@ pub fn load_checks_from(
                 (b.launch_count() - n0) as f64 + f64::from(u8::from(did)),
                 0.0,
             );
+        }
+        {
+            // A pack holding q4k_mmq (and lora): finalize_q4k_load has nothing to build, and
+            // the layer from the pack (Q4_K MMQ prefill, int8 down, the adapter on both) agrees
+            // with the host backend given the same pack.
+            let levers = ModelLevers {
+                ffn_mmq: true,
+                ..ModelLevers::default()
+            };
+            let host: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+            let hlp = loader::load(host.as_ref(), &packp, &LoadOptions::default())?;
+            let overlays = |o: &LayerOverlays| LayerOverlays {
+                nvfp4: o.nvfp4,
+                q4k: o.q4k,
+                lora: o.lora,
+                ..Default::default()
+            };
+            let mut gctx = ForwardContext::new(b.clone(), cfg, 64, levers.clone())?;
+            let mut hctx = ForwardContext::new(host.clone(), cfg, 64, levers)?;
+            let mut gl = DenseFfnLayer::new(&gctx);
+            overlays(ov).install(&mut gl)?;
+            let mut hl = DenseFfnLayer::new(&hctx);
+            overlays(&hlp.layers[li]).install(&mut hl)?;
+            let n0 = b.launch_count();
+            let did = gl.finalize_q4k_load(&mut gctx, hidden, inter, 0)?;
+            push(
+                &mut rows,
+                &format!("load {io:?}: build launches with q4k_mmq in the pack"),
+                shape,
+                0,
+                (b.launch_count() - n0) as f64 + f64::from(u8::from(did)),
+                0.0,
+            );
+            for m in [1usize, 5, 33] {
+                let x = rng.vec(m * hidden, 1.0);
+                let run = |l: &DenseFfnLayer, c: &mut ForwardContext| -> GpuResult<Vec<f32>> {
+                    let be = c.backend.clone();
+                    let xp = be.alloc((m * hidden * 4) as u64)?;
+                    upload_f32(be.as_ref(), xp, &x)?;
+                    c.trace.clear();
+                    let out = match m {
+                        1 => l.forward(c, xp),
+                        _ => l.forward_prefill(c, xp, m),
+                    }?;
+                    be.synchronize(0)?;
+                    let y = download_f32(be.as_ref(), out);
+                    be.free(xp);
+                    y
+                };
+                let yg = run(&gl, &mut gctx)?;
+                let yh = run(&hl, &mut hctx)?;
+                let want: Vec<f64> = yh.iter().map(|&v| v as f64).collect();
+                let err = if gctx.trace == hctx.trace && yg.iter().all(|v| v.is_finite()) {
+                    rel_err(&yg, &want)
+                } else {
+                    f64::NAN
+                };
+                // As the layer checks: 1e-4 for the GEMV arm, 5e-3 where q8_1 codes can move.
+                let tol = if m == 1 { 1e-4 } else { 5e-3 };
+                push(
+                    &mut rows,
+                    &format!("load {io:?}: q4k_mmq+lora pack, CUDA vs host"),
+                    shape,
+                    m,
+                    err,
+                    tol,
+                );
+            }
+            host.free(hlp.arena);
         }
         for (arm, overlays, install) in arms {
             let mut from_pack = DenseFfnLayer::new(&ctx);

@@ -366,8 +366,8 @@ fn q2_kernels_match_the_references() {
     launch(
         exe,
         "q2_0_mmq_gemm",
-        (N.div_ceil(8), m.div_ceil(4)),
-        256,
+        (N.div_ceil(128), m.div_ceil(64)),
+        128,
         &mut a,
     );
     let want = rows64(m, N, |i, row| {
@@ -384,7 +384,7 @@ fn q4k_and_int8_gemms_and_lora_match_the_references() {
     let w = r.vec(N * K, 0.05);
     let q = layouts::q4k_mmq::encode_q4k(&w, N, K);
     let (qw, kp) = (q.parts[0].1.clone(), q.padded[1]);
-    let m = 5;
+    let m = 70; // two row tiles of the MMQ GEMMs (64 + 6)
     let x = r.vec(m * K, 1.0);
     let bs = kp / 32 * 36;
     let xq: Vec<u8> = (0..m)
@@ -402,8 +402,8 @@ fn q4k_and_int8_gemms_and_lora_match_the_references() {
     launch(
         exe,
         "q4k_mmq_gemm",
-        (N.div_ceil(8), m.div_ceil(4)),
-        256,
+        (N.div_ceil(128), m.div_ceil(64)),
+        128,
         &mut a,
     );
     let want = rows64(m, N, |i, row| {
@@ -435,8 +435,8 @@ fn q4k_and_int8_gemms_and_lora_match_the_references() {
     launch(
         exe,
         "int8_gemm_faith2",
-        (N.div_ceil(8), m.div_ceil(4)),
-        256,
+        (N.div_ceil(128), m.div_ceil(64)),
+        128,
         &mut a,
     );
     let want = rows64(m, N, |i, row| {

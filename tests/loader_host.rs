@@ -24,9 +24,10 @@ fn loaded_overlays_equal_the_pack_and_compute_what_start_up_builds() {
         &mut Rand(3),
     )
     .unwrap();
-    // Per copy path: launches, bytes, repack launches, 7 arms (q2, fp8, w8a8, bf16, nvfp4, nvfp4_t,
-    // nvfp4_mmq) x 5 row counts.
-    assert_eq!(rows.len(), 2 * (3 + 7 * 5));
+    // Per copy path: launches, bytes, nvfp4_mmq repack launches, q4k_mmq build launches, the
+    // q4k_mmq+lora layer against the host at 3 row counts, 8 arms (q2, fp8, w8a8, bf16, nvfp4,
+    // nvfp4_t, nvfp4_mmq, lora) x 5 row counts.
+    assert_eq!(rows.len(), 2 * (4 + 3 + 8 * 5));
     for r in &rows {
         assert!(r.pass, "{r:?}");
     }
@@ -98,7 +99,7 @@ fn the_real_smollm2_pack_loads_and_computes_what_start_up_builds() {
     let rows =
         gpucheck::load_checks_from(b, &src, &[IoMode::Register, IoMode::Staged], &mut Rand(9))
             .unwrap();
-    assert_eq!(rows.len(), 2 * (3 + 7 * 5));
+    assert_eq!(rows.len(), 2 * (4 + 3 + 8 * 5));
     for r in &rows {
         assert!(r.pass, "{r:?}");
         assert_eq!(r.shape, "576x1536");

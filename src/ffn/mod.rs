@@ -2037,8 +2037,8 @@ impl DenseFfnLayer {
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
-    /// One MMQ projection over q8_1 activation blocks (`q2_0_mmq_gemm`, `q4k_mmq_gemm`: one
-    /// warp per output column and 4 rows, arguments `(xq, m, w, y, n, kp, ldy)`).
+    /// One MMQ projection over q8_1 activation blocks (`q2_0_mmq_gemm`, `q4k_mmq_gemm`: the
+    /// int8 tensor-core tile of kernels/common.cuh, arguments `(xq, m, w, y, n, kp, ldy)`).
     #[allow(clippy::too_many_arguments)]
     fn mmq_q8_1_launch(
         &self,
@@ -2053,7 +2053,7 @@ impl DenseFfnLayer {
         ldy: usize,
     ) -> GpuResult<()> {
         let a = |v: usize| KArg::I32(v as i32);
-        let cfg = LaunchCfg::grid(n.div_ceil(8), m.div_ceil(4), 256);
+        let cfg = LaunchCfg::mmq_tile(m, n);
         let args = [
             KArg::Ptr(xq),
             a(m),
@@ -2115,7 +2115,7 @@ impl DenseFfnLayer {
                     KArg::Ptr(sa),
                 ];
                 self.launch(ctx, k.requant_int8, cfg, &args)?;
-                let cfg = LaunchCfg::grid(h.div_ceil(8), m.div_ceil(4), 256);
+                let cfg = LaunchCfg::mmq_tile(m, h);
                 let args = [
                     KArg::Ptr(aq),
                     KArg::Ptr(sa),

@@ -321,19 +321,90 @@ pub struct LoraAdapter {
     pub scaling: f32,
 }
 
+/// Random f32 LoRA matrices (A `[rank, k]`, B `[n, rank]`) for gate, up and down.
+type LoraMatrices = [(Vec<f32>, Vec<f32>); 3];
+
+fn random_lora(r: &mut Rand, hidden: usize, inter: usize, rank: usize) -> LoraMatrices {
+    let mut one = |n: usize, k: usize| {
+        let a = r.vec(rank * k, 1.0 / (k as f32).sqrt());
+        let b = r.vec(n * rank, 0.5);
+        (a, b)
+    };
+    [one(inter, hidden), one(inter, hidden), one(hidden, inter)]
+}
+
 impl LoraAdapter {
-    pub fn random(r: &mut Rand, hidden: usize, inter: usize, rank: usize) -> Self {
-        let scaling = 2.0 / rank as f32;
-        let mut one = |n: usize, k: usize| {
-            let a = r.vec(rank * k, 1.0 / (k as f32).sqrt());
-            let b = r.vec(n * rank, 0.5);
-            layouts::lora::encode(&a, &b, n, k, rank, scaling)
-        };
+    /// `lora_alpha` of every adapter made here: scaling = alpha / rank.
+    const ALPHA: f32 = 2.0;
+
+    fn encode(m: &LoraMatrices, hidden: usize, inter: usize, rank: usize) -> Self {
+        let scaling = Self::ALPHA / rank as f32;
+        let dims = [(inter, hidden), (inter, hidden), (hidden, inter)];
         LoraAdapter {
-            enc: [one(inter, hidden), one(inter, hidden), one(hidden, inter)],
+            enc: std::array::from_fn(|p| {
+                let (n, k) = dims[p];
+                layouts::lora::encode(&m[p].0, &m[p].1, n, k, rank, scaling)
+            }),
             rank,
             scaling,
         }
+    }
+
+    pub fn random(r: &mut Rand, hidden: usize, inter: usize, rank: usize) -> Self {
+        Self::encode(&random_lora(r, hidden, inter, rank), hidden, inter, rank)
+    }
+
+    /// A random adapter written as a PEFT directory (`adapter_config.json`,
+    /// `adapter_model.safetensors` with F32 A and B, the same matrices on each of `layers`
+    /// layers) for `convert --lora`; returns what the `lora` layout holds for every layer.
+    pub fn write_peft(
+        r: &mut Rand,
+        dir: &std::path::Path,
+        layers: usize,
+        hidden: usize,
+        inter: usize,
+        rank: usize,
+    ) -> anyhow::Result<Self> {
+        use safetensors::tensor::{Dtype, TensorView};
+        let m = random_lora(r, hidden, inter, rank);
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(
+            dir.join("adapter_config.json"),
+            format!(
+                r#"{{"r": {rank}, "lora_alpha": {}, "target_modules": ["gate_proj", "up_proj", "down_proj"]}}"#,
+                Self::ALPHA
+            ),
+        )?;
+        let dims = [(inter, hidden), (inter, hidden), (hidden, inter)];
+        let bytes: Vec<(Vec<u8>, Vec<u8>)> = m
+            .iter()
+            .map(|(a, b)| {
+                (
+                    bytemuck::cast_slice(a).to_vec(),
+                    bytemuck::cast_slice(b).to_vec(),
+                )
+            })
+            .collect();
+        let mut views = Vec::new();
+        for l in 0..layers {
+            for (p, name) in ["gate", "up", "down"].iter().enumerate() {
+                let pre = format!("base_model.model.model.layers.{l}.mlp.{name}_proj");
+                let (n, k) = dims[p];
+                views.push((
+                    format!("{pre}.lora_A.weight"),
+                    TensorView::new(Dtype::F32, vec![rank, k], &bytes[p].0)?,
+                ));
+                views.push((
+                    format!("{pre}.lora_B.weight"),
+                    TensorView::new(Dtype::F32, vec![n, rank], &bytes[p].1)?,
+                ));
+            }
+        }
+        std::fs::write(
+            dir.join("adapter_model.safetensors"),
+            safetensors::serialize(views, None)?,
+        )?;
+        Ok(Self::encode(&m, hidden, inter, rank))
     }
 
     /// `w` plus each projection's dense delta `scaling * B @ A` (f64 sums).

@@ -81,6 +81,12 @@ impl LaunchCfg {
             smem: 0,
         }
     }
+
+    /// The int8 MMQ tile GEMMs (`q4k_mmq_gemm`, `q2_0_mmq_gemm`, `int8_gemm_faith2`;
+    /// kernels/common.cuh `MMQ_BM` x `MMQ_BN`): one 128-thread block per 64 rows x 128 outputs.
+    pub fn mmq_tile(m: usize, n: usize) -> Self {
+        Self::grid(n.div_ceil(128), m.div_ceil(64), 128)
+    }
 }
 
 /// Runtime errors.

@@ -22,6 +22,10 @@
 #define __constant__ static const
 #define __shared__ static
 #define __restrict__ __restrict
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(n)
+// common.cuh leaves its inline-PTX MMA to the stand-in below.
+#define METRALE_CUDA_EMU 1
 
 struct EmuDim3 {
     unsigned x = 0, y = 0, z = 0;
@@ -33,6 +37,7 @@ struct EmuWarp {
     std::barrier<> bar{32};
     float f[32];
     int i[32];
+    unsigned mma[32][6];  // each lane's a[0..3], b[0..1] for the MMA stand-in
 };
 static thread_local EmuWarp* emu_warp = nullptr;
 static thread_local std::barrier<>* emu_block = nullptr;
@@ -55,10 +60,40 @@ static inline int __shfl_xor_sync(unsigned, int v, int o) {
     return r;
 }
 
+// mma.sync m16n8k32 s8.s8.s32 (layout in common.cuh): every lane posts its fragments, then
+// computes its four outputs from the whole warp's.
+static inline void mma_m16n8k32_s8(int* c, const unsigned* a, const unsigned* b) {
+    const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+    for (int r = 0; r < 4; ++r) emu_warp->mma[l][r] = a[r];
+    emu_warp->mma[l][4] = b[0];
+    emu_warp->mma[l][5] = b[1];
+    emu_warp->bar.arrive_and_wait();
+    // A[row][k]: lane 4 (row % 8) + (k % 16) / 4, register (row >= 8) + 2 (k >= 16), byte k % 4.
+    auto A = [&](int row, int k) {
+        return (int)(int8_t)(emu_warp->mma[4 * (row % 8) + (k % 16) / 4][(row >= 8) + 2 * (k >= 16)] >> (8 * (k % 4)));
+    };
+    // B[k][col]: lane 4 col + (k % 16) / 4, register 4 + (k >= 16), byte k % 4.
+    auto B = [&](int k, int col) {
+        return (int)(int8_t)(emu_warp->mma[4 * col + (k % 16) / 4][4 + (k >= 16)] >> (8 * (k % 4)));
+    };
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        int s = 0;
+        for (int k = 0; k < 32; ++k) s += A(row, k) * B(k, col);
+        c[e] += s;
+    }
+    emu_warp->bar.arrive_and_wait();
+}
+
 static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
 static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
 static inline float __fsqrt_rn(float a) { volatile float r = std::sqrt(a); return r; }
+static inline float __int_as_float(int i) {
+    float f;
+    std::memcpy(&f, &i, 4);
+    return f;
+}
 static inline int __float_as_int(float f) {
     int i;
     std::memcpy(&i, &f, 4);
