@@ -1,13 +1,15 @@
-//! The CUDA sources of the kernels that have not yet run on a GPU here (`ffn_q8_1`, `ffn_q2`,
-//! `ffn_q4k`, `ffn_lora`, the NVFP4 GEMVs with `w4a16_gemv_ksplit`, and the emulable part of
-//! `common.cuh`) compiled as C++ on the host,
-//! with stand-ins for the CUDA builtins they use (`tests/cuda_emu/prelude.h`: one IEEE
-//! operation each, `-ffp-contract=off`; a block runs as host threads with real barriers for
-//! `__syncthreads` and the warp shuffles), launched over their whole grids, and compared with
+//! CI has no GPU, so it runs these kernel modules' CUDA sources as C++ on the host instead:
+//! `ffn_q8_1`, `ffn_q2`, `ffn_q4k`, `ffn_lora`, the NVFP4 GEMVs with `w4a16_gemv_ksplit`, and
+//! the emulable part of `common.cuh`, including the int8 MMQ tile.
+//! The stand-ins for the CUDA builtins they use are in `tests/cuda_emu/prelude.h`: one IEEE
+//! operation each, `-ffp-contract=off`, and an m16n8k32 int8 MMA with the PTX fragment
+//! layout. A block runs as host threads with real barriers for `__syncthreads`, the warp
+//! shuffles and the MMA. Each kernel is launched over its whole grid and compared with
 //! the CPU twins: bit for bit where the contract says so (the Q4_K and int8 encoders, the q8_1
 //! and int8 activation quantizers, the BF16 dequantization), within 2e-6 of the f64 references
-//! otherwise. This catches indexing, launch-shape and operation-order mistakes without a GPU;
-//! the H200's `gpu-check` repeats every comparison on the device.
+//! otherwise. This catches indexing, launch-shape and operation-order mistakes without a GPU.
+//! It does not model the device compiler: on the H200, byte stores of the q8_1 f16 header lost
+//! their low bytes, and only `gpu-check` there, which repeats every comparison, caught it.
 
 use metrale_pack::converters::layouts;
 use metrale_pack::ffn::testing::{Rand, rel_err};
