@@ -30,6 +30,20 @@ __device__ __forceinline__ unsigned int pack2_bf16(float lo, float hi) {
 __constant__ float E2M1_VALUES[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
                                       -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
 
+// N consecutive f32 from p (16-byte aligned) into out, as N / 4 read-only float4 loads.
+template <int N>
+__device__ __forceinline__ void load_f32s(const float* __restrict__ p, float (&out)[N]) {
+    const float4* p4 = reinterpret_cast<const float4*>(p);
+#pragma unroll
+    for (int t = 0; t < N / 4; ++t) {
+        const float4 a = __ldg(p4 + t);
+        out[4 * t] = a.x;
+        out[4 * t + 1] = a.y;
+        out[4 * t + 2] = a.z;
+        out[4 * t + 3] = a.w;
+    }
+}
+
 // The maximum of v >= 0 over every thread of the block (blockDim.x a multiple of 32, at most
 // 1024). Every thread of the block must call it; all receive the result. Exact (max is exact).
 __device__ __forceinline__ float block_amax(float v) {
@@ -85,6 +99,37 @@ struct MmqTile {
 // (I2F runs at a fraction of the FP32 rate): the bits of 1.5 * 2^23 plus v are the float
 // 1.5 * 2^23 + v (its ulp is 1), and subtracting 1.5 * 2^23 is exact.
 __device__ __forceinline__ float small_int_to_f32(int v) { return __int_as_float(0x4B400000 + v) - 12582912.0f; }
+
+// Zero a warp's 2 x 8 fragment accumulators (float sums or exact int sums).
+template <class T>
+__device__ __forceinline__ void mmq_zero(T (*acc)[8][4]) {
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[a][b][e] = T(0);
+}
+
+// Write a warp's 2 x 8 fragments, whose top-left output is (r0, c0), as
+// y[r, c] = value(r, c, acc) for r < m, c < n (the C fragment layout of the m16n8k32 MMAs,
+// int8 here and e4m3 in ffn_w8a8.cu).
+template <class T, class F>
+__device__ __forceinline__ void mmq_write_y(const T (*acc)[8][4], int r0, int c0, int lane, int m, int n, float* __restrict__ y,
+                                            int ldy, F value) {
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = r0 + a * 16 + g + 8 * h, c = c0 + b * 8 + t4 * 2;
+                if (r >= m) continue;
+                if (c < n) y[(size_t)r * ldy + c] = value(r, c, acc[a][b][2 * h]);
+                if (c + 1 < n) y[(size_t)r * ldy + c + 1] = value(r, c + 1, acc[a][b][2 * h + 1]);
+            }
+}
 
 // ci[a][b] += the int8 products of the warp's 2 x 8 fragments over the 32 k at column ks.
 __device__ __forceinline__ void mmq_mma_k32(const MmqTile& t, int ks, int wm0, int wn0, int lane, int (*ci)[8][4]) {
@@ -167,12 +212,7 @@ __device__ __forceinline__ void mmq_q8_1_gemm(const unsigned char* __restrict__ 
     const int n0 = blockIdx.x * MMQ_BN, m0 = blockIdx.y * MMQ_BM;
     const int g = lane >> 2, t4 = lane & 3, nblk = kp / 32;
     float acc[2][8][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
+    mmq_zero(acc);
     MmqActRegs ar;
     typename Stage::Regs wr;
     mmq_fetch_q8_1(xq, m, m0, nblk, 0, ar);
@@ -189,12 +229,7 @@ __device__ __forceinline__ void mmq_q8_1_gemm(const unsigned char* __restrict__ 
 #pragma unroll 1
         for (int c = 0; c < MMQ_CHUNKS; ++c) {
             int ci[2][8][4];
-#pragma unroll
-            for (int a = 0; a < 2; ++a)
-#pragma unroll
-                for (int b = 0; b < 8; ++b)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) ci[a][b][e] = 0;
+            mmq_zero(ci);
             mmq_mma_k32(t, c * 32, wm0, wn0, lane, ci);
             float dxr[2][2], sxr[2][2];
 #pragma unroll
@@ -219,17 +254,7 @@ __device__ __forceinline__ void mmq_q8_1_gemm(const unsigned char* __restrict__ 
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = m0 + wm0 + a * 16 + g + 8 * h, c = n0 + wn0 + b * 8 + t4 * 2;
-                if (r >= m) continue;
-                if (c < n) y[(size_t)r * ldy + c] = acc[a][b][2 * h];
-                if (c + 1 < n) y[(size_t)r * ldy + c + 1] = acc[a][b][2 * h + 1];
-            }
+    mmq_write_y(acc, m0 + wm0, n0 + wn0, lane, m, n, y, ldy, [](int, int, float v) { return v; });
 }
 
 // ---- host-emulated: end ----

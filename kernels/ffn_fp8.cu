@@ -33,16 +33,8 @@ __device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, con
 #pragma unroll
         for (int r = 0; r < M; ++r) {
             if (r < m) {
-                const float4* xr = reinterpret_cast<const float4*>(x + (size_t)r * k + kk);
                 float xv[16];
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    const float4 t = __ldg(xr + q);
-                    xv[4 * q] = t.x;
-                    xv[4 * q + 1] = t.y;
-                    xv[4 * q + 2] = t.z;
-                    xv[4 * q + 3] = t.w;
-                }
+                load_f32s(x + (size_t)r * k + kk, xv);
 #pragma unroll
                 for (int q = 0; q < R; ++q) {
                     const unsigned int words[4] = {v[q].x, v[q].y, v[q].z, v[q].w};

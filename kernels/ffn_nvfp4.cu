@@ -23,6 +23,19 @@
 // Output rows per warp of the GEMVs (8 warps per block: grid ceil(n / (8 * GEMV_R))). Four
 // shares each x load over four rows (two measured slower on the H200: BENCHMARKS.md).
 #define GEMV_R 4
+// The `nvfp4` codes (16 bytes) and scales (2 E4M3 bytes) of 32 elements at kk, for R weight
+// rows j0.. (rows past n repeat row n-1; their sums are never stored).
+template <int R>
+__device__ __forceinline__ void load_nvfp4_rows(const unsigned char* __restrict__ codes, const unsigned char* __restrict__ scales,
+                                                int n, int kp, int j0, int kk, uint4 (&v)[R], unsigned short (&sc)[R]) {
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+        const int row = min(j0 + q, n - 1);
+        v[q] = __ldg(reinterpret_cast<const uint4*>(codes + (size_t)row * (kp / 2) + kk / 2));
+        sc[q] = __ldg(reinterpret_cast<const unsigned short*>(scales + (size_t)row * (kp / 16) + kk / 16));
+    }
+}
+
 // One k step (32 elements: 16 code bytes and 2 scales per row) of R output rows j0.. for M
 // activation rows: acc[r][q] += sum_i E2M1[c] * x[r, kk + i] per 16-group, times its scale.
 template <int M, int R, bool SILU>
@@ -32,25 +45,12 @@ __device__ __forceinline__ void gemv_step(const float* lut, const float* __restr
                                           float (&acc)[M][R]) {
     uint4 v[R];
     unsigned short sc[R];
-#pragma unroll
-    for (int q = 0; q < R; ++q) {
-        const int row = min(j0 + q, n - 1);
-        v[q] = __ldg(reinterpret_cast<const uint4*>(codes + (size_t)row * (kp / 2) + kk / 2));
-        sc[q] = __ldg(reinterpret_cast<const unsigned short*>(scales + (size_t)row * (kp / 16) + kk / 16));
-    }
+    load_nvfp4_rows(codes, scales, n, kp, j0, kk, v, sc);
 #pragma unroll
     for (int r = 0; r < M; ++r) {
         if (r >= m) continue;
-        const float4* xr = reinterpret_cast<const float4*>(x + (size_t)r * ldx + kk);
         float xv[32];
-#pragma unroll
-        for (int t = 0; t < 8; ++t) {
-            const float4 a = __ldg(xr + t);
-            xv[4 * t] = a.x;
-            xv[4 * t + 1] = a.y;
-            xv[4 * t + 2] = a.z;
-            xv[4 * t + 3] = a.w;
-        }
+        load_f32s(x + (size_t)r * ldx + kk, xv);
         if (SILU) {
             const float4* ur = reinterpret_cast<const float4*>(u + (size_t)r * ldx + kk);
 #pragma unroll
@@ -529,12 +529,7 @@ extern "C" __global__ void nvfp4_proj_mx(const unsigned char* __restrict__ qc, c
     for (int kk = lane * 32; kk < kp; kk += 1024) {
         uint4 wv[R];
         unsigned short wsc[R];
-#pragma unroll
-        for (int q = 0; q < R; ++q) {
-            const int row = min(j0 + q, n - 1);
-            wv[q] = __ldg(reinterpret_cast<const uint4*>(codes + (size_t)row * (kp / 2) + kk / 2));
-            wsc[q] = __ldg(reinterpret_cast<const unsigned short*>(scales + (size_t)row * (kp / 16) + kk / 16));
-        }
+        load_nvfp4_rows(codes, scales, n, kp, j0, kk, wv, wsc);
 #pragma unroll
         for (int r = 0; r < M; ++r) {
             const int rr = r0 + r;

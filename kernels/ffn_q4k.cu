@@ -288,12 +288,7 @@ extern "C" __global__ void __launch_bounds__(128) int8_gemm_faith2(const unsigne
     const int wm0 = (warp >> 1) * 32, wn0 = (warp & 1) * 64;
     const int n0 = blockIdx.x * MMQ_BN, m0 = blockIdx.y * MMQ_BM;
     int acc[2][8][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[a][b][e] = 0;
+    mmq_zero(acc);
     const uint4 zero = {0u, 0u, 0u, 0u};
     // One stage in registers while the previous one computes: A 64 rows x 8 x 16 bytes (4 per
     // thread), B 128 rows x 8 x 16 bytes (8 per thread).
@@ -322,17 +317,6 @@ extern "C" __global__ void __launch_bounds__(128) int8_gemm_faith2(const unsigne
         for (int c = 0; c < MMQ_CHUNKS; ++c) mmq_mma_k32(t, c * 32, wm0, wn0, lane, acc);
         __syncthreads();
     }
-    const int g = lane >> 2, t4 = lane & 3;
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = m0 + wm0 + a * 16 + g + 8 * h, c = n0 + wn0 + b * 8 + t4 * 2;
-                if (r >= m) continue;
-                const float s = sa[r];
-                if (c < n) y[(size_t)r * ldy + c] = __fmul_rn(__fmul_rn((float)acc[a][b][2 * h], s), sw[c]);
-                if (c + 1 < n) y[(size_t)r * ldy + c + 1] = __fmul_rn(__fmul_rn((float)acc[a][b][2 * h + 1], s), sw[c + 1]);
-            }
+    mmq_write_y(acc, m0 + wm0, n0 + wn0, lane, m, n, y, ldy,
+                [&](int r, int c, int v) { return __fmul_rn(__fmul_rn((float)v, sa[r]), sw[c]); });
 }

@@ -47,12 +47,7 @@ extern "C" __global__ void w8a8_gemm(const unsigned char* __restrict__ q, const 
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
     const int g = lane >> 2, t4 = lane & 3;
     float acc[2][8][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+    mmq_zero(acc);
     const uint4 zero = make_uint4(0, 0, 0, 0);
     for (int k0 = 0; k0 < kp; k0 += BK) {
 #pragma unroll
@@ -92,18 +87,5 @@ extern "C" __global__ void w8a8_gemm(const unsigned char* __restrict__ q, const 
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b) {
-            const int r = m0 + wm0 + a * 16 + g, c = n0 + wn0 + b * 8 + t4 * 2;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int rr = r + 8 * h;
-                if (rr >= m) continue;
-                const float s = sx[rr];
-                if (c < n) y[(size_t)rr * ldy + c] = acc[a][b][2 * h] * s * sw[c];
-                if (c + 1 < n) y[(size_t)rr * ldy + c + 1] = acc[a][b][2 * h + 1] * s * sw[c + 1];
-            }
-        }
+    mmq_write_y(acc, m0 + wm0, n0 + wn0, lane, m, n, y, ldy, [&](int r, int c, float v) { return v * sx[r] * sw[c]; });
 }
