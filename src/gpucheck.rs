@@ -110,6 +110,16 @@ fn sampled_err(
     Ok(rel_err(&got, &want))
 }
 
+/// The relative error of a CUDA layer output against the host backend's, or NaN (a failing
+/// row) when the two took different routes or the CUDA output has a non-finite value.
+fn cuda_vs_host_err(cuda: &[f32], host: &[f32], same_route: bool) -> f64 {
+    if !same_route || !cuda.iter().all(|v| v.is_finite()) {
+        return f64::NAN;
+    }
+    let want: Vec<f64> = host.iter().map(|&v| v as f64).collect();
+    rel_err(cuda, &want)
+}
+
 /// Kernel-level checks: each projection kernel on its row counts, sampled rows against the
 /// reference (f64 sums), every output element checked written.
 pub fn kernel_checks(
@@ -938,13 +948,7 @@ pub fn layer_checks(
                     hc.trace.clear();
                     let yg = call(&gl, &mut gc, xg)?;
                     let yh = call(&hl, &mut hc, xh)?;
-                    let same_route = gc.trace == hc.trace;
-                    let want: Vec<f64> = yh.iter().map(|&v| v as f64).collect();
-                    let err = if yg.iter().all(|v| v.is_finite()) && same_route {
-                        rel_err(&yg, &want)
-                    } else {
-                        f64::NAN
-                    };
+                    let err = cuda_vs_host_err(&yg, &yh, gc.trace == hc.trace);
                     // Intermediate activations amplify last-bit differences: 1e-4 for arms that keep
                     // f32 activations (the GEMVs); where the intermediate is rounded again a
                     // last-bit difference can flip it: 1e-3 for BF16 (the cuBLAS arm, and the FP8
@@ -1607,12 +1611,7 @@ pub fn load_checks_from(
                 };
                 let yg = run(&gl, &mut gctx)?;
                 let yh = run(&hl, &mut hctx)?;
-                let want: Vec<f64> = yh.iter().map(|&v| v as f64).collect();
-                let err = if gctx.trace == hctx.trace && yg.iter().all(|v| v.is_finite()) {
-                    rel_err(&yg, &want)
-                } else {
-                    f64::NAN
-                };
+                let err = cuda_vs_host_err(&yg, &yh, gctx.trace == hctx.trace);
                 // As the layer checks: 1e-4 for the GEMV arm, 5e-3 where q8_1 codes can move.
                 let tol = if m == 1 { 1e-4 } else { 5e-3 };
                 push(

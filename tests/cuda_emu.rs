@@ -352,31 +352,47 @@ fn q2_kernels_match_the_references() {
     // MMQ over the twin's q8_1 blocks (their bits are checked above).
     let m = 5;
     let xm = r.vec(m * K, 1.0);
+    assert_mmq_q8_1(
+        exe,
+        "q2_0_mmq_gemm",
+        &xm,
+        m,
+        &blocks,
+        kp,
+        reference::q2_mmq_row,
+    );
+}
+
+/// Launch the q8_1 MMQ GEMM `name` over the CPU twin's q8_1 blocks of `x` (`m` rows of `K`)
+/// and weight `w` (`N` rows, padded k `kp`), and compare with the f64 `reference` row.
+fn assert_mmq_q8_1(
+    exe: &Path,
+    name: &str,
+    x: &[f32],
+    m: usize,
+    w: &[u8],
+    kp: usize,
+    reference: fn(&[u8], &[u8], usize, usize, &mut [f32]),
+) {
     let bs = kp / 32 * 36;
     let xq: Vec<u8> = (0..m)
-        .flat_map(|i| reference::quantize_row_q8_1_act(&xm[i * K..(i + 1) * K], kp))
+        .flat_map(|i| reference::quantize_row_q8_1_act(&x[i * K..(i + 1) * K], kp))
         .collect();
     let mut a = [
         A::P(xq.clone()),
         A::I(m),
-        A::P(blocks.clone()),
+        A::P(w.to_vec()),
         A::P(f32b(&vec![f32::NAN; m * N])),
         A::I(N),
         A::I(kp),
         A::I(N),
     ];
-    launch(
-        exe,
-        "q2_0_mmq_gemm",
-        (N.div_ceil(128), m.div_ceil(64)),
-        128,
-        &mut a,
-    );
+    launch(exe, name, (N.div_ceil(128), m.div_ceil(64)), 128, &mut a);
     let want = rows64(m, N, |i, row| {
-        reference::q2_mmq_row(&xq[i * bs..(i + 1) * bs], &blocks, N, kp, row)
+        reference(&xq[i * bs..(i + 1) * bs], w, N, kp, row)
     });
     let err = rel_err(&bf32(buf(&a[3])), &want);
-    assert!(err < 2e-6, "q2_0_mmq_gemm: {err}");
+    assert!(err < 2e-6, "{name}: {err}");
 }
 
 #[test]
@@ -388,31 +404,7 @@ fn q4k_and_int8_gemms_and_lora_match_the_references() {
     let (qw, kp) = (q.parts[0].1.clone(), q.padded[1]);
     let m = 70; // two row tiles of the MMQ GEMMs (64 + 6)
     let x = r.vec(m * K, 1.0);
-    let bs = kp / 32 * 36;
-    let xq: Vec<u8> = (0..m)
-        .flat_map(|i| reference::quantize_row_q8_1_act(&x[i * K..(i + 1) * K], kp))
-        .collect();
-    let mut a = [
-        A::P(xq.clone()),
-        A::I(m),
-        A::P(qw.clone()),
-        A::P(f32b(&vec![f32::NAN; m * N])),
-        A::I(N),
-        A::I(kp),
-        A::I(N),
-    ];
-    launch(
-        exe,
-        "q4k_mmq_gemm",
-        (N.div_ceil(128), m.div_ceil(64)),
-        128,
-        &mut a,
-    );
-    let want = rows64(m, N, |i, row| {
-        reference::q4k_mmq_row(&xq[i * bs..(i + 1) * bs], &qw, N, kp, row)
-    });
-    let err = rel_err(&bf32(buf(&a[3])), &want);
-    assert!(err < 2e-6, "q4k_mmq_gemm: {err}");
+    assert_mmq_q8_1(exe, "q4k_mmq_gemm", &x, m, &qw, kp, reference::q4k_mmq_row);
     // int8 rows x int8 activations.
     let e8 = layouts::q4k_mmq::encode_int8(&w, N, K);
     let sw = bf32(&e8.parts[1].1);
