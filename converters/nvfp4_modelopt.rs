@@ -123,6 +123,42 @@ pub fn decode(codes: &[u8], scales: &[u8], global_scale: f32, out: &mut [f32]) {
         });
 }
 
+/// How a source checkpoint combines the E4M3 block scale with its global scale into one factor,
+/// in the library's own order of operations, so that decoding is bit-identical to the library's
+/// own f32 dequantization (`E2M1 * combined`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BlockScale {
+    /// ModelOpt `NVFP4QTensor.dequantize`: `per_block_scale = scale * weight_scale_2`; its E2M1
+    /// table maps code 8 to +0 (not -0).
+    TimesGlobal(f32),
+    /// compressed-tensors `_dequantize`: `scale = scale / weight_global_scale`.
+    OverGlobal(f32),
+}
+
+/// Decode a source checkpoint's NVFP4 weight as its library does: `E2M1 * combined(scale)`.
+pub fn decode_source(codes: &[u8], scales: &[u8], how: BlockScale, out: &mut [f32]) {
+    out.par_chunks_mut(GROUP)
+        .zip(codes.par_chunks(GROUP / 2))
+        .zip(scales.par_iter())
+        .for_each(|((o, cs), &sc)| {
+            let (s, plus_zero) = match how {
+                BlockScale::TimesGlobal(g) => (e4m3_to_f32(sc) * g, true),
+                BlockScale::OverGlobal(g) => (e4m3_to_f32(sc) / g, false),
+            };
+            let val = |c: u8| {
+                if plus_zero && c & 7 == 0 {
+                    0.0
+                } else {
+                    e2m1_to_f32(c) * s
+                }
+            };
+            for (i, &c) in cs.iter().enumerate() {
+                o[2 * i] = val(c & 0xF);
+                o[2 * i + 1] = val(c >> 4);
+            }
+        });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,12 +1,25 @@
-//! Crash-safe output files: write to a temporary file beside the target, fsync, rename. An
-//! interrupted or failed write leaves no file at the target path (and removes its temporary).
+//! Crash-safe output files. The data is written to an unnamed temporary file in the target's
+//! folder (`O_TMPFILE`), fsynced, given a name only once it is complete, and renamed over the
+//! target, so a process killed at any point (SIGKILL included) leaves no file behind, except in
+//! the instant between naming and renaming. Where the filesystem has no `O_TMPFILE`, a named
+//! temporary `.NAME.mpk-tmp-PID` is used instead; SIGINT, SIGTERM and SIGHUP remove it, and every
+//! later write into the same folder removes those left by processes that no longer exist.
+//!
+//! [`refuse_inputs`] is the other half of "never destroy an input": an output that is an input
+//! (same device and inode, through any spelling, symlink or hard link) or a folder is refused
+//! before any work is done.
 
+use crate::error::{Error, Result};
 use std::fs::File;
 use std::io::BufWriter;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
-/// The temporary file being written, as a leaked C string, for the signal handler.
+/// The marker in every named temporary file this module makes: `.NAME` + it + `PID`.
+const TEMP_MARK: &str = ".mpk-tmp-";
+
+/// The named temporary file being written, as a leaked C string, for the signal handler.
 static PENDING: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
 static HANDLERS: AtomicBool = AtomicBool::new(false);
 
@@ -23,8 +36,8 @@ extern "C" fn remove_pending_and_reraise(sig: libc::c_int) {
     }
 }
 
-/// Make SIGINT, SIGTERM and SIGHUP remove the temporary file of the write in progress before the
-/// process dies (the CLI calls this; a library user keeps its own signal policy).
+/// Make SIGINT, SIGTERM and SIGHUP remove the named temporary file of the write in progress
+/// before the process dies (the CLI calls this; a library user keeps its own signal policy).
 pub fn remove_temp_on_signal() {
     if HANDLERS.swap(true, Ordering::SeqCst) {
         return;
@@ -40,6 +53,44 @@ pub fn remove_temp_on_signal() {
     }
 }
 
+/// Refuse to write `out` when it is a folder or the same file as any of `inputs` (compared by
+/// device and inode, so `./x`, `../dir/x`, an absolute path, a symlink and a hard link are all
+/// caught), or when its folder does not exist. Inputs that do not exist are ignored.
+pub fn refuse_inputs(out: &Path, inputs: &[PathBuf]) -> Result<()> {
+    let file = out.display().to_string();
+    let bad = |reason: String| Error::Output {
+        file: file.clone(),
+        reason,
+    };
+    if let Ok(m) = std::fs::metadata(out) {
+        if m.is_dir() {
+            return Err(bad("is a folder; name the output file".into()));
+        }
+        for inp in inputs {
+            if let Ok(i) = std::fs::metadata(inp)
+                && (i.dev(), i.ino()) == (m.dev(), m.ino())
+            {
+                return Err(bad(format!(
+                    "is the input {} (same file); writing it would destroy the input",
+                    inp.display()
+                )));
+            }
+        }
+    }
+    let dir = parent_dir(out);
+    if !dir.is_dir() {
+        return Err(bad(format!("folder {} does not exist", dir.display())));
+    }
+    Ok(())
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
 /// Write `path` through `fill`; the file appears at `path` only if `fill` succeeds and the data
 /// reached the disk.
 pub fn write_atomic<E>(
@@ -49,56 +100,157 @@ pub fn write_atomic<E>(
 where
     E: Into<anyhow::Error>,
 {
+    let dir = parent_dir(path);
+    if path.is_dir() {
+        anyhow::bail!("{}: is a folder; name the output file", path.display());
+    }
+    remove_stale_temps(&dir);
     let tmp = temp_path(path);
-    let registered = HANDLERS.load(Ordering::SeqCst).then(|| {
-        use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(tmp.as_os_str().as_bytes())
-            .unwrap_or_default()
-            .into_raw();
-        PENDING.store(c, Ordering::SeqCst);
-        c
-    });
+    // An unnamed file first: nothing to leave behind if the process is killed.
+    let unnamed = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o666)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(&dir);
+    let (f, named) = match unnamed {
+        Ok(f) => (f, false),
+        Err(_) => {
+            register_pending(&tmp);
+            match File::create(&tmp) {
+                Ok(f) => (f, true),
+                Err(e) => {
+                    unregister_pending();
+                    anyhow::bail!("{}: {e}", tmp.display());
+                }
+            }
+        }
+    };
     let result = (|| -> anyhow::Result<()> {
-        let f = File::create(&tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
         let mut w = BufWriter::with_capacity(1 << 20, f);
         fill(&mut w).map_err(Into::into)?;
         let f = w
             .into_inner()
             .map_err(|e| anyhow::anyhow!("{}: {}", tmp.display(), e.error()))?;
         f.sync_all()
-            .map_err(|e| anyhow::anyhow!("{}: fsync: {e}", tmp.display()))?;
+            .map_err(|e| anyhow::anyhow!("{}: fsync: {e}", path.display()))?;
+        if !named {
+            register_pending(&tmp);
+            link_unnamed(&f, &tmp)
+                .map_err(|e| anyhow::anyhow!("{}: naming the finished file: {e}", tmp.display()))?;
+        }
         std::fs::rename(&tmp, path)
             .map_err(|e| anyhow::anyhow!("{}: rename: {e}", path.display()))?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            // Persist the rename itself; not all filesystems allow fsync on a directory.
-            let _ = File::open(dir).and_then(|d| d.sync_all());
-        }
+        // Persist the rename itself; not all filesystems allow fsync on a directory.
+        let _ = File::open(&dir).and_then(|d| d.sync_all());
         Ok(())
     })();
-    if let Some(c) = registered {
-        // Unregister before freeing; if a handler took the path first, the process is dying and
-        // the string is left to it.
-        if PENDING
-            .compare_exchange(c, std::ptr::null_mut(), Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            // SAFETY: `c` came from CString::into_raw above and no handler can reach it any more.
-            drop(unsafe { std::ffi::CString::from_raw(c) });
-        }
-    }
+    unregister_pending();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
 }
 
-/// `DIR/.NAME.tmp-PID` beside `path`.
+/// Give the finished unnamed file `f` the name `tmp` (through `/proc/self/fd`, which needs no
+/// privilege; `AT_EMPTY_PATH` where /proc is not mounted).
+fn link_unnamed(f: &File, tmp: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let to = std::ffi::CString::new(tmp.as_os_str().as_bytes())?;
+    let proc_path = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    // SAFETY: FFI with two valid NUL-terminated paths; linkat reads them and touches no memory
+    // of ours.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            proc_path.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let empty = c"";
+    // SAFETY: FFI; `f` is an open descriptor, `empty` and `to` are valid NUL-terminated strings.
+    let r = unsafe {
+        libc::linkat(
+            f.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn register_pending(tmp: &Path) {
+    if !HANDLERS.load(Ordering::SeqCst) {
+        return;
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(tmp.as_os_str().as_bytes()) else {
+        return;
+    };
+    let old = PENDING.swap(c.into_raw(), Ordering::SeqCst);
+    if !old.is_null() {
+        // SAFETY: `old` came from CString::into_raw here and is no longer registered.
+        drop(unsafe { std::ffi::CString::from_raw(old) });
+    }
+}
+
+fn unregister_pending() {
+    let p = PENDING.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    if !p.is_null() {
+        // SAFETY: `p` came from CString::into_raw in register_pending; the swap took it from the
+        // handler, which can no longer reach it.
+        drop(unsafe { std::ffi::CString::from_raw(p) });
+    }
+}
+
+/// Remove, in `dir`, the named temporary files (`.NAME.mpk-tmp-PID`) of processes that no
+/// longer exist: what a killed write left behind.
+pub fn remove_stale_temps(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let Some(pid) = name
+            .starts_with('.')
+            .then(|| name.rsplit_once(TEMP_MARK))
+            .flatten()
+            .and_then(|(_, pid)| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid > 0 && !process_alive(pid) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks whether the process exists; it sends nothing.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// `DIR/.NAME.mpk-tmp-PID` beside `path`.
 pub fn temp_path(path: &Path) -> PathBuf {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_else(|| "out".into());
-    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+    path.with_file_name(format!(".{name}{TEMP_MARK}{}", std::process::id()))
 }
 
 #[cfg(test)]
@@ -119,5 +271,50 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         write_atomic(&out, |w| w.write_all(b"done")).unwrap();
         assert_eq!(std::fs::read(&out).unwrap(), b"done");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn stale_temps_of_dead_processes_are_removed_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        // A pid far above any pid_max in use is dead; our own pid is alive.
+        let dead = dir.path().join(format!(".a.gguf{TEMP_MARK}2147483646"));
+        let live = dir
+            .path()
+            .join(format!(".b.gguf{TEMP_MARK}{}", std::process::id()));
+        let other = dir.path().join(".c.tmp-1");
+        for p in [&dead, &live, &other] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        write_atomic(&dir.path().join("z.bin"), |w| w.write_all(b"z")).unwrap();
+        assert!(!dead.exists());
+        assert!(live.exists());
+        assert!(other.exists(), "files not ours are never touched");
+    }
+
+    #[test]
+    fn outputs_that_are_inputs_or_folders_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.gguf");
+        std::fs::write(&input, b"model").unwrap();
+        let link = dir.path().join("link.gguf");
+        std::os::unix::fs::symlink(&input, &link).unwrap();
+        let hard = dir.path().join("hard.gguf");
+        std::fs::hard_link(&input, &hard).unwrap();
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let ins = [input.clone()];
+        for out in [input.clone(), sub.join("..").join("in.gguf"), link, hard] {
+            let e = refuse_inputs(&out, &ins).unwrap_err().to_string();
+            assert!(e.contains("same file"), "{e}");
+        }
+        let e = refuse_inputs(&sub, &ins).unwrap_err().to_string();
+        assert!(e.contains("folder"), "{e}");
+        let e = refuse_inputs(&dir.path().join("no/such/x"), &ins)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not exist"), "{e}");
+        refuse_inputs(&dir.path().join("new.gguf"), &ins).unwrap();
+        assert_eq!(std::fs::read(&input).unwrap(), b"model");
     }
 }

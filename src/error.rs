@@ -110,6 +110,9 @@ pub enum Error {
         tensor: String,
         err: CodecError,
     },
+    /// An output path that would destroy an input, or cannot be written.
+    #[error("{file}: refusing to write: {reason}")]
+    Output { file: String, reason: String },
     /// The input is not something this tool reads.
     #[error("{file}: {reason}")]
     Unsupported { file: String, reason: String },

@@ -171,6 +171,7 @@ impl TensorInfo {
 /// Open and map a model file read-only; returns the file, the map and the path for messages.
 pub(crate) fn map_file(path: &Path) -> Result<(std::fs::File, Mmap, String)> {
     let file = path.display().to_string();
+    require_regular(path)?;
     let f = std::fs::File::open(path).map_err(|err| Error::Io {
         file: file.clone(),
         err,
@@ -182,6 +183,30 @@ pub(crate) fn map_file(path: &Path) -> Result<(std::fs::File, Mmap, String)> {
         err,
     })?;
     Ok((f, map, file))
+}
+
+/// Refuse anything but a regular file (after symlinks) before opening it: opening a FIFO for
+/// reading blocks, and a device or socket is no model.
+pub fn require_regular(path: &Path) -> Result<()> {
+    let file = path.display().to_string();
+    let m = std::fs::metadata(path).map_err(|err| Error::Io {
+        file: file.clone(),
+        err,
+    })?;
+    if !m.is_file() {
+        return Err(Error::Unsupported {
+            file,
+            reason: format!(
+                "not a regular file ({}); give a model file or folder",
+                if m.is_dir() {
+                    "a folder"
+                } else {
+                    "a FIFO, socket or device"
+                }
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// An opened, validated GGUF file.

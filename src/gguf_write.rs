@@ -103,6 +103,11 @@ impl GgufBuilder {
         self.kv_count += 1;
     }
 
+    /// Offset in [`GgufBuilder::header`] just past the last KV written so far.
+    pub fn kv_end(&self) -> usize {
+        24 + self.kv_bytes.len()
+    }
+
     /// Append a KV copied byte for byte from another GGUF file (its `Kv::span`).
     pub fn add_raw_kv(&mut self, raw: &[u8]) {
         self.kv_bytes.extend_from_slice(raw);
@@ -110,9 +115,11 @@ impl GgufBuilder {
     }
 
     /// Append a tensor; returns its data-relative offset.
+    /// A 0-dimensional tensor (`ne` empty, as gguf-py writes a scalar) holds one element.
     pub fn add_tensor(&mut self, name: &str, ne: &[u64], ty: GgmlType) -> u64 {
-        let row = ty.row_bytes(ne[0]).expect("ne[0] must be whole blocks");
-        let bytes = row * ne[1..].iter().product::<u64>();
+        let ne0 = ne.first().copied().unwrap_or(1);
+        let row = ty.row_bytes(ne0).expect("ne[0] must be whole blocks");
+        let bytes = row * ne.iter().skip(1).product::<u64>();
         let offset = self.next_offset;
         self.tensors.push(PlannedTensor {
             name: name.into(),

@@ -17,6 +17,7 @@ pub mod loader;
 pub mod model;
 pub mod npy;
 pub mod pack;
+pub mod pack_check;
 pub mod safetensors_file;
 
 pub use error::{Error, Result};

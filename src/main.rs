@@ -121,17 +121,43 @@ enum Cmd {
     },
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
     atomic::remove_temp_on_signal();
-    let r = run(Cli::parse());
-    // A closed stdout (`inspect ... | head`) is not an error.
-    if let Err(e) = &r
-        && e.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    {
-        return Ok(());
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // A closed stdout (`inspect ... | head`) is not an error.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            // One line: the error and its causes. A backtrace only on request (the release
+            // binary is stripped, so RUST_BACKTRACE alone would print frames without names).
+            eprintln!("error: {e:#}");
+            if std::env::var_os("METRALE_BACKTRACE").is_some() {
+                eprintln!("{}", e.backtrace());
+            }
+            std::process::ExitCode::FAILURE
+        }
     }
-    r
+}
+
+/// The default output of `convert SRC`: SRC with extension `.mpk.gguf` (a folder: `model.mpk.gguf`
+/// inside it), or `NAME.repack.mpk.gguf` where that would be SRC itself.
+fn default_output(src: &Path) -> PathBuf {
+    let base = if src.is_dir() {
+        src.join("model")
+    } else {
+        src.with_extension("")
+    };
+    let out = base.with_extension("mpk.gguf");
+    if out == src {
+        base.with_extension("repack.mpk.gguf")
+    } else {
+        out
+    }
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -198,14 +224,7 @@ fn convert(
         "q4k" => DownFormat::Q4k,
         other => anyhow::bail!("--q4k-down must be int8 or q4k, not {other:?}"),
     };
-    let out = output.unwrap_or_else(|| {
-        let base = if src.is_dir() {
-            src.join("model")
-        } else {
-            src.with_extension("")
-        };
-        base.with_extension("mpk.gguf")
-    });
+    let out = output.unwrap_or_else(|| default_output(src));
     let opts = ConvertOptions {
         layouts,
         q4k_down,
@@ -215,6 +234,11 @@ fn convert(
         .num_threads(threads.unwrap_or(0))
         .build()?;
     let model = Model::open(src)?;
+    let mut inputs = model.input_paths();
+    if let Some(dir) = &opts.lora {
+        inputs.extend(["adapter_model.safetensors", "adapter_config.json"].map(|f| dir.join(f)));
+    }
+    atomic::refuse_inputs(&out, &inputs)?;
     let bar = indicatif::ProgressBar::new(1);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta}")
@@ -257,6 +281,14 @@ fn verify(path: &Path, source: Option<&Path>) -> Result<()> {
         path.display(),
         bad.len(),
         bad.join(", ")
+    );
+    let pad = metrale_pack::pack_check::nonzero_padding(&p.file);
+    anyhow::ensure!(
+        pad.is_empty(),
+        "{}: non-zero padding after {} tensors: {}",
+        path.display(),
+        pad.len(),
+        pad.join(", ")
     );
     eprintln!(
         "{}: {} tensors, checksums ok",
@@ -440,6 +472,7 @@ fn inspect(path: &Path, json: bool) -> Result<()> {
 
 fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
     let m = Model::open(path)?;
+    atomic::refuse_inputs(out, &m.input_paths())?;
     if let model::SourceFile::Gguf(g) = &m.files[0]
         && pack::is_pack(g)
         && !raw
@@ -468,9 +501,9 @@ fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
         );
         return Ok(());
     }
-    let (values, shape): (Vec<f32>, Vec<usize>) = match m.ffn_weight_named(name) {
+    let (values, shape): (Vec<f32>, Vec<usize>) = match m.quantized_weight_named(name) {
         Some(w) if m.format == Format::Safetensors => {
-            let (v, s) = m.decode_weight(w)?;
+            let (v, s) = m.decode_weight(&w)?;
             (v, s.iter().map(|&d| d as usize).collect())
         }
         _ => (
@@ -780,6 +813,7 @@ fn warm_page_cache(path: &Path) {
 fn export_segment(path: &Path, out: &Path) -> Result<()> {
     use safetensors::tensor::{Dtype, TensorView};
     let p = Pack::open(path)?;
+    atomic::refuse_inputs(out, &[path.to_path_buf()])?;
     let views: Vec<(String, TensorView)> = p
         .manifest
         .tensors

@@ -128,10 +128,13 @@ pub enum FfnWeight {
         scale: usize,
         global_scale: usize,
     },
-    /// Block FP8 (DeepSeek): F8_E4M3 `[n, k]` and F32 `weight_scale_inv [n/128, k/128]`.
+    /// Block FP8, 128x128: F8_E4M3 `[n, k]` and a float scale grid `[ceil(n/128), ceil(k/128)]`
+    /// (DeepSeek's `weight_scale_inv`, or compressed-tensors' `weight_scale` with the block strategy).
     Fp8Block { weight: usize, scale_inv: usize },
-    /// Per-channel FP8: F8_E4M3 `[n, k]` and F32 `weight_scale [n, 1]`.
+    /// Per-channel FP8: F8_E4M3 `[n, k]` and a float `weight_scale [n, 1]`.
     Fp8Channel { weight: usize, scale: usize },
+    /// Per-tensor FP8: F8_E4M3 `[n, k]` and one float `weight_scale` (`[]` or `[1]`).
+    Fp8Tensor { weight: usize, scale: usize },
 }
 
 impl FfnWeight {
@@ -141,7 +144,8 @@ impl FfnWeight {
             FfnWeight::Plain { weight }
             | FfnWeight::ModelOptNvfp4 { weight, .. }
             | FfnWeight::Fp8Block { weight, .. }
-            | FfnWeight::Fp8Channel { weight, .. } => weight,
+            | FfnWeight::Fp8Channel { weight, .. }
+            | FfnWeight::Fp8Tensor { weight, .. } => weight,
             FfnWeight::CtNvfp4 { packed, .. } => packed,
         }
     }
@@ -153,7 +157,132 @@ impl FfnWeight {
             FfnWeight::CtNvfp4 { .. } => "compressed-tensors-nvfp4",
             FfnWeight::Fp8Block { .. } => "fp8-block128",
             FfnWeight::Fp8Channel { .. } => "fp8-channel",
+            FfnWeight::Fp8Tensor { .. } => "fp8-tensor",
         }
+    }
+}
+
+/// An FP8 weight-scale strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fp8Kind {
+    Tensor,
+    Channel,
+    Block,
+}
+
+impl Fp8Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Fp8Kind::Tensor => "per-tensor",
+            Fp8Kind::Channel => "per-channel",
+            Fp8Kind::Block => "block 128x128",
+        }
+    }
+}
+
+/// What a checkpoint's config declares about its quantized weights (`config.json`
+/// `quantization_config`, or ModelOpt's `hf_quant_config.json`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QuantDecl {
+    /// `quant_method` (`compressed-tensors`, `fp8`, `modelopt`), or `modelopt ALGO`.
+    pub method: Option<String>,
+    /// The FP8 weight strategies declared; empty when the config declares none (then a weight's
+    /// scheme follows from its scale tensor's full shape alone).
+    pub fp8: Vec<Fp8Kind>,
+}
+
+impl QuantDecl {
+    /// Read the declaration, refusing schemes this tool cannot decode (naming the config field).
+    pub fn parse(
+        file: &str,
+        qc: Option<&serde_json::Value>,
+        hf_quant_algo: Option<&str>,
+    ) -> Result<QuantDecl> {
+        let bad = |field: String, reason: String| Error::Json {
+            file: file.into(),
+            field,
+            reason,
+        };
+        let mut d = QuantDecl::default();
+        let block_128 = |field: &str, v: Option<&serde_json::Value>| -> Result<()> {
+            match v.and_then(|b| b.as_array()) {
+                Some(b) if b.len() == 2 && b.iter().all(|x| x.as_u64() == Some(128)) => Ok(()),
+                None => Ok(()),
+                Some(b) => Err(bad(
+                    field.into(),
+                    format!("block {b:?}: only 128x128 FP8 blocks are supported"),
+                )),
+            }
+        };
+        if let Some(qc) = qc {
+            d.method = qc
+                .get("quant_method")
+                .and_then(|m| m.as_str())
+                .map(str::to_string);
+            if d.method.as_deref() == Some("fp8") {
+                let wbs = qc.get("weight_block_size");
+                block_128("quantization_config.weight_block_size", wbs)?;
+                d.fp8.push(if wbs.is_some() {
+                    Fp8Kind::Block
+                } else {
+                    Fp8Kind::Tensor
+                });
+            }
+            if let Some(groups) = qc.get("config_groups").and_then(|g| g.as_object()) {
+                for (gname, g) in groups {
+                    let Some(w) = g.get("weights").filter(|w| !w.is_null()) else {
+                        continue;
+                    };
+                    let field =
+                        |f: &str| format!("quantization_config.config_groups.{gname}.weights.{f}");
+                    let ty = w.get("type").and_then(|t| t.as_str()).unwrap_or("");
+                    let bits = w.get("num_bits").and_then(|b| b.as_u64()).unwrap_or(0);
+                    let strategy = w.get("strategy").and_then(|t| t.as_str()).unwrap_or("");
+                    match (ty, bits, strategy) {
+                        ("float", 8, "tensor") => d.fp8.push(Fp8Kind::Tensor),
+                        ("float", 8, "channel") => d.fp8.push(Fp8Kind::Channel),
+                        ("float", 8, "block") => {
+                            block_128(&field("block_structure"), w.get("block_structure"))?;
+                            d.fp8.push(Fp8Kind::Block)
+                        }
+                        ("float", 4, "tensor_group") => {
+                            let gs = w.get("group_size").and_then(|b| b.as_u64());
+                            if gs != Some(16) {
+                                return Err(bad(
+                                    field("group_size"),
+                                    format!("{gs:?}: NVFP4 needs group_size 16"),
+                                ));
+                            }
+                        }
+                        // ModelOpt's config_groups carry no strategy; its quant_algo says.
+                        ("float", 8, "") => {}
+                        ("float", 8, other) => {
+                            return Err(bad(
+                                field("strategy"),
+                                format!(
+                                    "FP8 strategy {other:?} is not supported (tensor, channel and block 128x128 are)"
+                                ),
+                            ));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let algo = qc
+            .and_then(|q| q.get("quant_algo"))
+            .and_then(|a| a.as_str())
+            .or(hf_quant_algo);
+        if let Some(algo) = algo {
+            if d.method.is_none() {
+                d.method = Some(format!("modelopt {algo}"));
+            }
+            if algo == "FP8" {
+                d.fp8.push(Fp8Kind::Tensor);
+            }
+        }
+        d.fp8.dedup();
+        Ok(d)
     }
 }
 
@@ -227,6 +356,8 @@ pub struct Model {
     pub activation: Option<Activation>,
     /// Quantization scheme the config declares, if any.
     pub quantization: Option<String>,
+    /// What the config declares about quantized weights.
+    pub quant: QuantDecl,
     pub ffn_layers: Vec<FfnLayer>,
 }
 
@@ -258,6 +389,7 @@ impl Model {
                 }),
             };
         }
+        gguf::require_regular(path)?;
         let mut head = [0u8; 4];
         let n = {
             use std::io::Read;
@@ -380,7 +512,7 @@ impl Model {
             hidden,
             inter,
             activation,
-            None,
+            QuantDecl::default(),
         )
     }
 
@@ -417,17 +549,21 @@ impl Model {
             .or_else(|| get("hidden_activation"))
             .and_then(|v| v.as_str())
             .and_then(Activation::from_act_name);
-        let mut quant = get("quantization_config")
-            .and_then(|q| q.get("quant_method"))
-            .and_then(|m| m.as_str())
-            .map(str::to_string);
         let hf_quant = dir.join("hf_quant_config.json");
-        if quant.is_none() && hf_quant.exists() {
-            quant = safetensors_file::read_json(&hf_quant)?
-                .pointer("/quantization/quant_algo")
-                .and_then(|a| a.as_str())
-                .map(|a| format!("modelopt {a}"));
-        }
+        let hf_algo = hf_quant
+            .exists()
+            .then(|| safetensors_file::read_json(&hf_quant))
+            .transpose()?
+            .and_then(|v| {
+                v.pointer("/quantization/quant_algo")
+                    .and_then(|a| a.as_str())
+                    .map(str::to_string)
+            });
+        let quant = QuantDecl::parse(
+            &cfg_path.display().to_string(),
+            get("quantization_config"),
+            hf_algo.as_deref(),
+        )?;
         Self::assemble(
             Format::Safetensors,
             path,
@@ -451,7 +587,7 @@ impl Model {
         hidden: Option<u64>,
         inter: Option<u64>,
         activation: Option<Activation>,
-        quantization: Option<String>,
+        quant: QuantDecl,
     ) -> Result<Model> {
         let mut by_name = HashMap::new();
         for (i, t) in tensors.iter().enumerate() {
@@ -472,7 +608,8 @@ impl Model {
             hidden_size: hidden,
             intermediate_size: inter,
             activation,
-            quantization,
+            quantization: quant.method.clone(),
+            quant,
             ffn_layers: Vec::new(),
         };
         m.ffn_layers = m.find_ffn_layers();
@@ -543,10 +680,107 @@ impl Model {
                 Some(FfnWeight::Fp8Block { weight, scale_inv })
             }
             (DType::St(Dtype::F8_E4M3), Some(scale), None, None) => {
-                Some(FfnWeight::Fp8Channel { weight, scale })
+                Some(match self.fp8_kind(weight, scale) {
+                    Fp8Kind::Tensor => FfnWeight::Fp8Tensor { weight, scale },
+                    Fp8Kind::Channel => FfnWeight::Fp8Channel { weight, scale },
+                    Fp8Kind::Block => FfnWeight::Fp8Block {
+                        weight,
+                        scale_inv: scale,
+                    },
+                })
             }
             _ => Some(FfnWeight::Plain { weight }),
         }
+    }
+
+    /// The FP8 strategies a `weight_scale` of this full shape fits, for a `[n, k]` weight.
+    fn fp8_fits(&self, weight: usize, scale: usize) -> Vec<Fp8Kind> {
+        let s = &self.tensors[scale].shape;
+        let [n, k] = match self.tensors[weight].shape[..] {
+            [n, k] => [n, k],
+            _ => return Vec::new(),
+        };
+        let (gn, gk) = fp8_block::scale_grid(n as usize, k as usize);
+        let mut v = Vec::new();
+        if s.is_empty() || s[..] == [1] {
+            v.push(Fp8Kind::Tensor);
+        }
+        if s[..] == [n, 1] || s[..] == [n] {
+            v.push(Fp8Kind::Channel);
+        }
+        if s[..] == [gn as u64, gk as u64] {
+            v.push(Fp8Kind::Block);
+        }
+        v
+    }
+
+    /// The strategy of an FP8 `weight_scale`: the declared one its shape fits (the config
+    /// decides; shapes never by element count), else the one its shape fits. A shape that fits
+    /// none is reported by [`Model::weight_shape`].
+    fn fp8_kind(&self, weight: usize, scale: usize) -> Fp8Kind {
+        let fits = self.fp8_fits(weight, scale);
+        let pick = if self.quant.fp8.is_empty() {
+            fits.first()
+        } else {
+            fits.iter().find(|k| self.quant.fp8.contains(k))
+        };
+        pick.copied()
+            .or_else(|| self.quant.fp8.first().copied())
+            .unwrap_or(Fp8Kind::Channel)
+    }
+
+    /// Values of a scale tensor stored as F32, BF16 or F16 (the libraries write all three), as
+    /// f32 (exact: every BF16 and F16 value is an f32).
+    pub fn floats(&self, t: usize, what: &str) -> Result<Vec<f32>> {
+        let b = self.data(t);
+        Ok(match self.tensors[t].dtype {
+            DType::St(Dtype::F32) => b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            DType::St(Dtype::BF16) => b
+                .chunks_exact(2)
+                .map(|c| converters::bf16::to_f32(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+            DType::St(Dtype::F16) => b
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            ref other => {
+                return Err(self.qerr(
+                    t,
+                    format!("{what}: expected F32, BF16 or F16, found {}", other.name()),
+                ));
+            }
+        })
+    }
+
+    /// A quantized weight (NVFP4 or FP8, of any module, FFN or not) whose main tensor is `name`
+    /// (`...weight` or `...weight_packed`); `None` for a plain tensor.
+    pub fn quantized_weight_named(&self, name: &str) -> Option<FfnWeight> {
+        let prefix = name
+            .strip_suffix(".weight_packed")
+            .or_else(|| name.strip_suffix(".weight"))?;
+        let w = self.classify(prefix)?;
+        (w.main() == *self.by_name.get(name)? && !matches!(w, FfnWeight::Plain { .. })).then_some(w)
+    }
+
+    /// Every file this model was read from: the tensor files, the path the user gave and, for
+    /// safetensors, the side files beside them (`config.json`, `hf_quant_config.json`, the index).
+    pub fn input_paths(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = self.files.iter().map(|f| f.path().to_path_buf()).collect();
+        v.push(self.path.clone());
+        if self.format == Format::Safetensors {
+            let dir = self.files[0].path().parent().unwrap_or(Path::new(""));
+            for side in [
+                "config.json",
+                "hf_quant_config.json",
+                "model.safetensors.index.json",
+            ] {
+                v.push(dir.join(side));
+            }
+        }
+        v
     }
 
     /// The first file as GGUF, if it is one (its metadata is the model's).
@@ -649,19 +883,47 @@ impl Model {
         Ok(())
     }
 
-    fn scalar_f32(&self, t: usize, what: &str) -> Result<f32> {
+    /// A one-element scale (`[]` or `[1]`) stored as F32, BF16 or F16.
+    pub fn scalar_f32(&self, t: usize, what: &str) -> Result<f32> {
         let tt = &self.tensors[t];
-        if tt.dtype != DType::St(Dtype::F32) || tt.elems() != 1 {
+        if !(tt.shape.is_empty() || tt.shape[..] == [1]) {
             return Err(self.qerr(
                 t,
                 format!(
-                    "{what}: expected one F32, found {} {:?}",
+                    "{what}: expected one value (shape [] or [1]), found {} {:?}",
                     tt.dtype.name(),
                     tt.shape
                 ),
             ));
         }
-        Ok(f32::from_le_bytes(self.data(t).try_into().unwrap()))
+        let v = self.floats(t, what)?;
+        v.first()
+            .copied()
+            .ok_or_else(|| self.qerr(t, format!("{what}: no value")))
+    }
+
+    /// A scale companion must have exactly `want` as its shape and a float dtype.
+    fn expect_scale(&self, t: usize, want: &[&[u64]], what: &str, scheme: &str) -> Result<()> {
+        let tt = &self.tensors[t];
+        let float = matches!(
+            tt.dtype,
+            DType::St(Dtype::F32) | DType::St(Dtype::BF16) | DType::St(Dtype::F16)
+        );
+        if !float || !want.contains(&&tt.shape[..]) {
+            return Err(self.qerr(
+                t,
+                format!(
+                    "{what}: {scheme} needs a float scale of shape {}, found {} {:?}",
+                    want.iter()
+                        .map(|s| format!("{s:?}"))
+                        .collect::<Vec<_>>()
+                        .join(" or "),
+                    tt.dtype.name(),
+                    tt.shape
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The logical `[out, in]` shape of an FFN weight, its companions checked against it.
@@ -671,6 +933,37 @@ impl Model {
                 [a, b] => Ok([a, b]),
                 ref s => Err(self.qerr(t, format!("expected a 2-D weight, found shape {s:?}"))),
             }
+        };
+        // An FP8 scale that the config's declared scheme does not fit is named with both shapes.
+        let fp8_declared = |weight: usize, scale: usize, kind: Fp8Kind| -> Result<()> {
+            let fits = self.fp8_fits(weight, scale);
+            if !fits.contains(&kind)
+                || (!self.quant.fp8.is_empty() && !self.quant.fp8.contains(&kind))
+            {
+                let declared = if self.quant.fp8.is_empty() {
+                    "no FP8 scheme declared".to_string()
+                } else {
+                    format!(
+                        "the config declares {}",
+                        self.quant
+                            .fp8
+                            .iter()
+                            .map(|k| k.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                };
+                return Err(self.qerr(
+                    scale,
+                    format!(
+                        "scale shape {:?} fits no FP8 scheme {declared} for weight {} {:?} (per-tensor [] or [1], per-channel [n, 1], block [ceil(n/128), ceil(k/128)])",
+                        self.tensors[scale].shape,
+                        self.tensors[weight].name,
+                        self.tensors[weight].shape
+                    ),
+                ));
+            }
+            Ok(())
         };
         Ok(match *w {
             FfnWeight::Plain { weight } => two(weight)?,
@@ -687,49 +980,57 @@ impl Model {
                     return Err(self.qerr(weight, format!("NVFP4 K = {k} is not a multiple of 16")));
                 }
                 self.expect(scale, Dtype::F8_E4M3, &[n, k / 16], "block scales")?;
+                match *w {
+                    FfnWeight::ModelOptNvfp4 { scale_2, .. } => {
+                        self.scalar_f32(scale_2, "weight_scale_2")?;
+                    }
+                    FfnWeight::CtNvfp4 { global_scale, .. } => {
+                        self.scalar_f32(global_scale, "weight_global_scale")?;
+                    }
+                    _ => {}
+                }
                 [n, k]
             }
             FfnWeight::Fp8Block { weight, scale_inv } => {
                 let [n, k] = two(weight)?;
                 self.expect(weight, Dtype::F8_E4M3, &[n, k], "FP8 codes")?;
                 let (gn, gk) = fp8_block::scale_grid(n as usize, k as usize);
-                self.expect(
+                if self.tensors[scale_inv].name.ends_with("weight_scale") {
+                    fp8_declared(weight, scale_inv, Fp8Kind::Block)?;
+                }
+                self.expect_scale(
                     scale_inv,
-                    Dtype::F32,
-                    &[gn as u64, gk as u64],
-                    "weight_scale_inv",
+                    &[&[gn as u64, gk as u64]],
+                    "block scales",
+                    "block FP8",
                 )?;
                 [n, k]
             }
             FfnWeight::Fp8Channel { weight, scale } => {
                 let [n, k] = two(weight)?;
                 self.expect(weight, Dtype::F8_E4M3, &[n, k], "FP8 codes")?;
-                let s = &self.tensors[scale];
-                if s.dtype != DType::St(Dtype::F32) || (s.elems() != n && s.elems() != 1) {
-                    return Err(self.qerr(
-                        scale,
-                        format!(
-                            "weight_scale: expected F32 [{n}, 1] or a scalar, found {} {:?}",
-                            s.dtype.name(),
-                            s.shape
-                        ),
-                    ));
-                }
+                fp8_declared(weight, scale, Fp8Kind::Channel)?;
+                self.expect_scale(scale, &[&[n, 1], &[n]], "weight_scale", "per-channel FP8")?;
+                [n, k]
+            }
+            FfnWeight::Fp8Tensor { weight, scale } => {
+                let [n, k] = two(weight)?;
+                self.expect(weight, Dtype::F8_E4M3, &[n, k], "FP8 codes")?;
+                fp8_declared(weight, scale, Fp8Kind::Tensor)?;
+                self.expect_scale(scale, &[&[], &[1]], "weight_scale", "per-tensor FP8")?;
                 [n, k]
             }
         })
     }
 
-    /// Decode an FFN weight to f32 `[out, in]`, applying its scales.
+    /// Decode a quantized or plain weight to f32 `[out, in]`, applying its scales in the order
+    /// its library does (so the result equals the library's own f32 dequantization bit for bit).
     pub fn decode_weight(&self, w: &FfnWeight) -> Result<(Vec<f32>, [u64; 2])> {
         let shape = self.weight_shape(w)?;
         let (n, k) = (shape[0] as usize, shape[1] as usize);
-        let f32s = |t: usize| -> Vec<f32> {
-            self.data(t)
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect()
-        };
+        let len = n
+            .checked_mul(k)
+            .ok_or_else(|| self.qerr(w.main(), format!("shape {shape:?} overflows")))?;
         let out = match *w {
             FfnWeight::Plain { weight } => self.decode_tensor(weight)?,
             FfnWeight::ModelOptNvfp4 {
@@ -739,8 +1040,13 @@ impl Model {
                 ..
             } => {
                 let s2 = self.scalar_f32(scale_2, "weight_scale_2")?;
-                let mut out = vec![0f32; n * k];
-                nvfp4_modelopt::decode(self.data(weight), self.data(scale), s2, &mut out);
+                let mut out = vec![0f32; len];
+                nvfp4_modelopt::decode_source(
+                    self.data(weight),
+                    self.data(scale),
+                    nvfp4_modelopt::BlockScale::TimesGlobal(s2),
+                    &mut out,
+                );
                 out
             }
             FfnWeight::CtNvfp4 {
@@ -749,21 +1055,27 @@ impl Model {
                 global_scale,
             } => {
                 let g = self.scalar_f32(global_scale, "weight_global_scale")?;
-                let mut out = vec![0f32; n * k];
-                nvfp4_modelopt::decode(self.data(packed), self.data(scale), 1.0 / g, &mut out);
+                let mut out = vec![0f32; len];
+                nvfp4_modelopt::decode_source(
+                    self.data(packed),
+                    self.data(scale),
+                    nvfp4_modelopt::BlockScale::OverGlobal(g),
+                    &mut out,
+                );
                 out
             }
             FfnWeight::Fp8Block { weight, scale_inv } => {
-                let mut out = vec![0f32; n * k];
-                fp8_block::decode(self.data(weight), &f32s(scale_inv), n, k, &mut out);
+                let mut out = vec![0f32; len];
+                let s = self.floats(scale_inv, "block scales")?;
+                fp8_block::decode(self.data(weight), &s, n, k, &mut out);
                 out
             }
-            FfnWeight::Fp8Channel { weight, scale } => {
-                let mut s = f32s(scale);
+            FfnWeight::Fp8Channel { weight, scale } | FfnWeight::Fp8Tensor { weight, scale } => {
+                let mut s = self.floats(scale, "weight_scale")?;
                 if s.len() == 1 {
                     s = vec![s[0]; n];
                 }
-                let mut out = vec![0f32; n * k];
+                let mut out = vec![0f32; len];
                 fp8_row::decode(self.data(weight), &s, k, &mut out);
                 out
             }

@@ -16,7 +16,7 @@ use crate::gguf_write::GgufBuilder;
 use crate::model::{Activation, DType, FfnWeight, Format, Model, SourceFile};
 use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -26,7 +26,8 @@ type DenseOf<'a> = dyn FnMut(usize, &FfnWeight) -> Result<Rc<Vec<f32>>> + 'a;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Version of the container and manifest; bumped on any incompatible change.
-pub const PACK_FORMAT_VERSION: u32 = 1;
+/// 2: the header checksum `metrale.pack.header_xxh3`; LoRA blobs only for targeted projections.
+pub const PACK_FORMAT_VERSION: u32 = 2;
 /// Version of the layouts' contract with the GPU kernels that read them.
 pub const KERNEL_ABI_VERSION: u32 = 1;
 /// The GPU architecture the default layouts are built for.
@@ -47,6 +48,8 @@ pub mod keys {
     pub const SEGMENT_OFFSET: &str = "metrale.pack.segment.offset";
     pub const SEGMENT_BYTES: &str = "metrale.pack.segment.bytes";
     pub const MANIFEST: &str = "metrale.pack.manifest";
+    /// xxh3-64 of the header with these 8 value bytes as zeros; always the last KV.
+    pub const HEADER_XXH3: &str = "metrale.pack.header_xxh3";
 }
 
 /// Conversion options.
@@ -194,57 +197,207 @@ enum Item {
     },
 }
 
-/// A LoRA adapter's per-layer A/B matrices, decoded.
+/// A PEFT LoRA adapter on the FFN projections: which (layer, projection) it targets, with each
+/// one's rank and scaling (PEFT's `rank_pattern`, `alpha_pattern` and `use_rslora` applied).
+/// Projections it does not target are served as identity (no `lora` blobs, no delta).
 struct Lora {
     model: Model,
-    scaling: f32,
-    rank: usize,
+    targets: HashMap<(usize, Proj), (usize, f32)>,
+}
+
+/// The value of the first key of a PEFT `rank_pattern` / `alpha_pattern` that names `module`
+/// (PEFT matches `(.*\.)?KEY$`; keys are module names or name suffixes).
+fn peft_pattern(
+    file: &str,
+    field: &str,
+    map: Option<&serde_json::Value>,
+    module: &str,
+) -> Result<Option<f64>> {
+    let Some(obj) = map.and_then(|m| m.as_object()) else {
+        return Ok(None);
+    };
+    for (key, v) in obj {
+        if key
+            .chars()
+            .any(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+        {
+            return Err(Error::Json {
+                file: file.into(),
+                field: format!("{field}.{key}"),
+                reason: "regular-expression keys are not supported; name modules or suffixes"
+                    .into(),
+            });
+        }
+        if module == key || module.ends_with(&format!(".{key}")) {
+            return v.as_f64().map(Some).ok_or_else(|| Error::Json {
+                file: file.into(),
+                field: format!("{field}.{key}"),
+                reason: "not a number".into(),
+            });
+        }
+    }
+    Ok(None)
 }
 
 impl Lora {
-    fn open(dir: &Path) -> Result<Lora> {
+    fn open(dir: &Path, base: &Model) -> Result<Lora> {
         let cfg_path = dir.join("adapter_config.json");
         let f = cfg_path.display().to_string();
         let v = crate::safetensors_file::read_json(&cfg_path)?;
+        let refuse = |field: &str, reason: String| Error::Json {
+            file: f.clone(),
+            field: field.into(),
+            reason,
+        };
         let num = |k: &str| -> Result<f64> {
             v.get(k)
                 .and_then(|x| x.as_f64())
-                .ok_or_else(|| Error::Json {
-                    file: f.clone(),
-                    field: k.into(),
-                    reason: "missing or not a number".into(),
-                })
+                .ok_or_else(|| refuse(k, "missing or not a number".into()))
         };
+        let flag = |k: &str| v.get(k).and_then(|b| b.as_bool()).unwrap_or(false);
+        let set = |k: &str| {
+            v.get(k).is_some_and(|x| {
+                !(x.is_null() || x == &serde_json::json!([]) || x == &serde_json::json!({}))
+            })
+        };
+        if let Some(t) = v.get("peft_type").and_then(|t| t.as_str())
+            && t != "LORA"
+        {
+            return Err(refuse(
+                "peft_type",
+                format!("{t}: only LoRA adapters are served"),
+            ));
+        }
+        if flag("use_dora") {
+            return Err(refuse("use_dora", "DoRA adapters are not served: the engine applies y += s*B(Ax) and has no per-column magnitude vector".into()));
+        }
+        if flag("lora_bias") {
+            return Err(refuse(
+                "lora_bias",
+                "LoRA with a bias on lora_B is not served: the engine's LoRA path adds no bias"
+                    .into(),
+            ));
+        }
+        if let Some(b) = v.get("bias").and_then(|b| b.as_str())
+            && b != "none"
+        {
+            return Err(refuse(
+                "bias",
+                format!("{b:?}: trained base-layer biases are not served (\"none\" is)"),
+            ));
+        }
+        for k in [
+            "modules_to_save",
+            "layer_replication",
+            "target_parameters",
+            "trainable_token_indices",
+        ] {
+            if set(k) {
+                return Err(refuse(
+                    k,
+                    "is set: the engine serves LoRA A/B on gate/up/down only".into(),
+                ));
+            }
+        }
         let r = num("r")?;
         let alpha = num("lora_alpha")?;
-        if r < 1.0 || r.fract() != 0.0 || r > 65536.0 {
-            return Err(Error::Json {
-                file: f,
-                field: "r".into(),
-                reason: format!("{r} is not a rank"),
-            });
-        }
-        let rs = v
-            .get("use_rslora")
-            .and_then(|b| b.as_bool())
-            .unwrap_or(false);
-        let scaling = if rs { alpha / r.sqrt() } else { alpha / r } as f32;
+        let rslora = flag("use_rslora");
         let model = Model::open(&dir.join("adapter_model.safetensors"))?;
-        Ok(Lora {
-            model,
-            scaling,
-            rank: r as usize,
-        })
+        let adapter_file = model.files[0].path().display().to_string();
+        // Every adapter tensor must be an FFN projection's lora_A or lora_B.
+        let mut present: HashMap<(usize, Proj), [bool; 2]> = HashMap::new();
+        for t in &model.tensors {
+            let bad = |reason: String| Error::Quantized {
+                file: adapter_file.clone(),
+                tensor: t.name.clone(),
+                reason,
+            };
+            let rest = t.name.strip_prefix("base_model.model.model.layers.");
+            let parsed = rest.and_then(|r| {
+                let (layer, r) = r.split_once('.')?;
+                let layer: usize = layer.parse().ok()?;
+                let r = r.strip_prefix("mlp.")?;
+                let (proj, r) = r.split_once("_proj.")?;
+                Some((layer, Proj::from_name(proj)?, r))
+            });
+            match parsed {
+                Some((layer, proj, "lora_A.weight")) if proj != Proj::GateUp => {
+                    present.entry((layer, proj)).or_default()[0] = true
+                }
+                Some((layer, proj, "lora_B.weight")) if proj != Proj::GateUp => {
+                    present.entry((layer, proj)).or_default()[1] = true
+                }
+                _ if t.name.contains("lora_magnitude_vector") => {
+                    return Err(bad(
+                        "a DoRA magnitude vector: DoRA adapters are not served".into()
+                    ));
+                }
+                _ if t.name.contains("lora_B.bias") || t.name.contains("lora_A.bias") => {
+                    return Err(bad("a LoRA bias: lora_bias adapters are not served".into()));
+                }
+                _ => {
+                    return Err(bad("LoRA on a module the engine does not serve: adapters apply to the FFN projections gate_proj, up_proj and down_proj only".into()));
+                }
+            }
+        }
+        let layers: HashSet<usize> = base.ffn_layers.iter().map(|l| l.index).collect();
+        let mut targets = HashMap::new();
+        for (&(layer, proj), &[a, b]) in &present {
+            let module = format!("model.layers.{layer}.mlp.{}_proj", proj.name());
+            if !layers.contains(&layer) {
+                return Err(Error::NotFound {
+                    file: base.path.display().to_string(),
+                    tensor: format!("{module} (the adapter has LoRA for it)"),
+                });
+            }
+            if !(a && b) {
+                return Err(Error::NotFound {
+                    file: adapter_file.clone(),
+                    tensor: format!(
+                        "base_model.model.{module}.lora_{}.weight (its lora_{} is present)",
+                        if a { "B" } else { "A" },
+                        if a { "A" } else { "B" }
+                    ),
+                });
+            }
+            let rank =
+                peft_pattern(&f, "rank_pattern", v.get("rank_pattern"), &module)?.unwrap_or(r);
+            let alpha = peft_pattern(&f, "alpha_pattern", v.get("alpha_pattern"), &module)?
+                .unwrap_or(alpha);
+            if rank < 1.0 || rank.fract() != 0.0 || rank > crate::ffn::LORA_MAX_RANK as f64 {
+                return Err(refuse(
+                    "r",
+                    format!(
+                        "{module}: rank {rank} is not in 1..={}",
+                        crate::ffn::LORA_MAX_RANK
+                    ),
+                ));
+            }
+            let scaling = if rslora {
+                alpha / rank.sqrt()
+            } else {
+                alpha / rank
+            };
+            targets.insert((layer, proj), (rank as usize, scaling as f32));
+        }
+        if targets.is_empty() {
+            return Err(refuse(
+                "target_modules",
+                "the adapter holds no LoRA for gate_proj, up_proj or down_proj".into(),
+            ));
+        }
+        Ok(Lora { model, targets })
     }
 
-    /// (A `[r, k]`, B `[n, r]`) for a layer's projection.
+    /// (A `[r, k]`, B `[n, r]`) for a targeted projection.
     fn matrices(
         &self,
         layer: usize,
         proj: Proj,
         n: usize,
         k: usize,
-    ) -> Result<(Vec<f32>, Vec<f32>)> {
+    ) -> Result<(Vec<f32>, Vec<f32>, usize, f32)> {
+        let (rank, scaling) = self.targets[&(layer, proj)];
         let base = format!(
             "base_model.model.model.layers.{layer}.mlp.{}_proj",
             proj.name()
@@ -257,14 +410,18 @@ impl Lora {
                     file: self.model.file_of(i),
                     tensor: t.name.clone(),
                     reason: format!(
-                        "expected shape {shape:?} (rank {}, base [{n}, {k}]), found {:?}",
-                        self.rank, t.shape
+                        "expected shape {shape:?} (rank {rank}, base [{n}, {k}]), found {:?}",
+                        t.shape
                     ),
                 });
             }
             self.model.decode_tensor(i)
         };
-        Ok((get("A", [self.rank, k])?, get("B", [n, self.rank])?))
+        Ok((get("A", [rank, k])?, get("B", [n, rank])?, rank, scaling))
+    }
+
+    fn targets(&self, layer: usize, proj: Proj) -> bool {
+        self.targets.contains_key(&(layer, proj))
     }
 }
 
@@ -320,7 +477,11 @@ impl<'m> Plan<'m> {
                 return Err(bad("layout lora needs the nvfp4 base layout (set_lora_weights only takes an adapter on the NVFP4 base)".into()));
             }
         }
-        let lora = opts.lora.as_deref().map(Lora::open).transpose()?;
+        let lora = opts
+            .lora
+            .as_deref()
+            .map(|d| Lora::open(d, model))
+            .transpose()?;
         let hidden = model.hidden_size.unwrap_or(0);
         let inter = model.intermediate_size.unwrap_or(0);
         let mut ffn_sources = HashSet::new();
@@ -380,6 +541,11 @@ impl<'m> Plan<'m> {
         for l in &model.ffn_layers {
             for &layout in &layouts {
                 for &proj in layout.projections() {
+                    if layout == Layout::Lora
+                        && !lora.as_ref().is_some_and(|a| a.targets(l.index, proj))
+                    {
+                        continue; // not targeted: served as identity
+                    }
                     for &part in part_names(layout, proj, opts.q4k_down) {
                         items.push(Item::Blob {
                             layer: l.index,
@@ -491,8 +657,7 @@ impl<'m> Plan<'m> {
                                     scale_2,
                                     ..
                                 } => {
-                                    let s2 =
-                                        f32::from_le_bytes(m.data(scale_2).try_into().unwrap());
+                                    let s2 = m.scalar_f32(scale_2, "weight_scale_2")?;
                                     layouts::nvfp4::from_modelopt(
                                         m.data(weight),
                                         m.data(scale),
@@ -506,9 +671,7 @@ impl<'m> Plan<'m> {
                                     scale,
                                     global_scale,
                                 } => {
-                                    let g = f32::from_le_bytes(
-                                        m.data(global_scale).try_into().unwrap(),
-                                    );
+                                    let g = m.scalar_f32(global_scale, "weight_global_scale")?;
                                     layouts::nvfp4::from_modelopt(
                                         m.data(packed),
                                         m.data(scale),
@@ -554,7 +717,7 @@ impl<'m> Plan<'m> {
                             Ok(match *w {
                                 FfnWeight::Fp8Block { weight, scale_inv } => layouts::fp8::carry(
                                     m.data(weight),
-                                    &layouts::f32_from(m.data(scale_inv)),
+                                    &m.floats(scale_inv, "block scales")?,
                                     n,
                                     k,
                                 ),
@@ -581,8 +744,11 @@ impl<'m> Plan<'m> {
                     Layout::Q2g128 => layouts::q2g128::encode(&dense_of(pi, w)?, n, k),
                     Layout::Lora => {
                         let lora = self.lora.as_ref().expect("checked in Plan::new");
-                        let (a, b) = lora.matrices(layer, proj, n, k)?;
-                        layouts::lora::encode(&a, &b, n, k, lora.rank, lora.scaling)
+                        if !lora.targets(layer, proj) {
+                            continue;
+                        }
+                        let (a, b, rank, scaling) = lora.matrices(layer, proj, n, k)?;
+                        layouts::lora::encode(&a, &b, n, k, rank, scaling)
                     }
                 };
                 per_proj.push((proj, pi, enc));
@@ -667,23 +833,23 @@ impl<'m> Plan<'m> {
 fn companions(w: &FfnWeight) -> Vec<usize> {
     match *w {
         FfnWeight::Plain { weight } => vec![weight],
+        // `input_scale` (the W4A4 activation scale) is not consumed: it is carried as a
+        // passthrough tensor under its own name, like compressed-tensors' `input_global_scale`.
         FfnWeight::ModelOptNvfp4 {
             weight,
             scale,
             scale_2,
-            input_scale,
-        } => {
-            let mut v = vec![weight, scale, scale_2];
-            v.extend(input_scale);
-            v
-        }
+            ..
+        } => vec![weight, scale, scale_2],
         FfnWeight::CtNvfp4 {
             packed,
             scale,
             global_scale,
         } => vec![packed, scale, global_scale],
         FfnWeight::Fp8Block { weight, scale_inv } => vec![weight, scale_inv],
-        FfnWeight::Fp8Channel { weight, scale } => vec![weight, scale],
+        FfnWeight::Fp8Channel { weight, scale } | FfnWeight::Fp8Tensor { weight, scale } => {
+            vec![weight, scale]
+        }
     }
 }
 
@@ -749,6 +915,7 @@ pub fn convert(
         let reserve = reserve.max(json.len());
         json.push_str(&" ".repeat(reserve - json.len()));
         b.add_kv(keys::MANIFEST, &Value::String(json));
+        b.add_kv(keys::HEADER_XXH3, &Value::U64(0));
         for (name, ty, ne) in entries {
             b.add_tensor(name, ne, *ty);
         }
@@ -857,7 +1024,11 @@ pub fn convert(
         let mut man = plan.manifest(entries, seg);
         man.sources = sources.clone();
         let (rb, _) = header_for(&real, &man, reserve)?;
-        let header = rb.header();
+        let mut header = rb.header();
+        // The checksum is the last KV: its value is the 8 bytes before the tensor infos.
+        let at = rb.kv_end() - 8;
+        let digest = crate::pack_check::header_digest(&header, at);
+        header[at..at + 8].copy_from_slice(&digest.to_le_bytes());
         anyhow::ensure!(
             header.len() == header_len,
             "internal: header grew from {header_len} to {} bytes",
@@ -952,6 +1123,8 @@ impl Pack {
             }
             _ => {}
         }
+        // Every header byte is as written before any of its numbers is used.
+        crate::pack_check::check_header(&file)?;
         let abi = file.get(keys::KERNEL_ABI).and_then(Value::as_u64);
         if abi != Some(KERNEL_ABI_VERSION as u64) {
             return Err(reconvert(format!(
@@ -1022,6 +1195,7 @@ impl Pack {
                 });
             }
         }
+        crate::pack_check::check_manifest(&file, &manifest)?;
         Ok(Pack { file, manifest })
     }
 
@@ -1159,10 +1333,17 @@ pub fn verify_against_source(pack: &Pack, source: &Model) -> Result<SourceCheck>
     let plan = Plan::new(source, &pack.manifest.options)?;
     let mut check = SourceCheck::default();
     let mut i = 0;
-    plan.produce(|name, bytes, _| {
+    plan.produce(|name, bytes, entry| {
         check.checked += 1;
+        // The bytes and every manifest field that says how to read them (shape, padding,
+        // scalars, source type) must be what the source gives.
         match pack.index(name) {
-            Some(j) if j == i && pack.data(j) == bytes => {}
+            Some(j)
+                if j == i
+                    && pack.data(j) == bytes
+                    && pack.manifest.tensors[j].ffn == entry.ffn
+                    && pack.manifest.tensors[j].source_shape == entry.source_shape
+                    && pack.manifest.tensors[j].source_type == entry.source_type => {}
             _ => check.mismatched.push(name.to_string()),
         }
         i += 1;

@@ -75,6 +75,7 @@ impl StFile {
 /// naming the file in every error.
 pub fn read_json(path: &Path) -> Result<serde_json::Value> {
     let file = path.display().to_string();
+    crate::gguf::require_regular(path)?;
     let text = std::fs::read_to_string(path).map_err(|err| Error::Io {
         file: file.clone(),
         err,

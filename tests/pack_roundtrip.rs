@@ -127,6 +127,42 @@ fn check_layouts(src: &Path, pack_path: &Path, layers: &[usize], q4k_down: DownF
             (pj, x, s, w.scheme())
         })
         .collect();
+        // What carried NVFP4 source bytes decode to under the pack's contract,
+        // `(E2M1 * scale) * global_scale` with the layout's global scale (the source library's
+        // own order can differ from it by an ulp, and ModelOpt's in the sign of zero).
+        let carried_nvfp4 = |w: &metrale_pack::model::FfnWeight| -> Option<Vec<f32>> {
+            use metrale_pack::model::FfnWeight;
+            let (codes, scales, g) = match *w {
+                FfnWeight::ModelOptNvfp4 {
+                    weight,
+                    scale,
+                    scale_2,
+                    ..
+                } => (weight, scale, m.scalar_f32(scale_2, "s2").unwrap()),
+                FfnWeight::CtNvfp4 {
+                    packed,
+                    scale,
+                    global_scale,
+                } => (
+                    packed,
+                    scale,
+                    1.0 / m.scalar_f32(global_scale, "g").unwrap(),
+                ),
+                _ => return None,
+            };
+            let mut out = vec![0f32; m.data(codes).len() * 2];
+            metrale_pack::converters::nvfp4_modelopt::decode(
+                m.data(codes),
+                m.data(scales),
+                g,
+                &mut out,
+            );
+            Some(out)
+        };
+        let carried_x: Vec<Option<Vec<f32>>> = [&l.gate, &l.up, &l.down]
+            .map(carried_nvfp4)
+            .into_iter()
+            .collect();
         for &layout in layouts_in.iter().filter(|&&l| l != Layout::Lora) {
             for (pj, x, [n, k], scheme) in &src_w {
                 let (n, k) = (*n as usize, *k as usize);
@@ -153,8 +189,16 @@ fn check_layouts(src: &Path, pack_path: &Path, layers: &[usize], q4k_down: DownF
                         "modelopt-nvfp4" | "compressed-tensors-nvfp4"
                     ) | (Layout::Fp8, "fp8-block128")
                 );
+                let pi = match pj {
+                    Proj::Gate => 0,
+                    Proj::Up => 1,
+                    _ => 2,
+                };
                 let r = if carried {
-                    x.clone()
+                    match (&carried_x[pi], layout) {
+                        (Some(c), Layout::Nvfp4 | Layout::Nvfp4T | Layout::Nvfp4Mmq) => c.clone(),
+                        _ => x.clone(),
+                    }
                 } else {
                     reference(layout, x, n, k, *pj == Proj::Down, q4k_down)
                 };
@@ -893,14 +937,27 @@ fn a_signalled_convert_leaves_neither_output_nor_temporary() {
         ])
         .spawn()
         .unwrap();
-    // Wait until the temporary file exists, then terminate.
+    // Wait until the output is being written (the unnamed O_TMPFILE in the output's folder shows
+    // in /proc/PID/fd), then terminate.
     let t0 = std::time::Instant::now();
     let tmp_exists = || {
         std::fs::read_dir(dir.path())
             .unwrap()
-            .any(|e| e.unwrap().file_name().to_string_lossy().contains(".tmp-"))
+            .any(|e| e.unwrap().file_name().to_string_lossy().contains("tmp-"))
     };
-    while !tmp_exists() {
+    let pid = child.id();
+    let writing = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|fds| {
+                fds.flatten().any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|l| {
+                        l.starts_with(dir.path()) && l.to_string_lossy().contains("(deleted)")
+                    })
+                })
+            })
+            .unwrap_or(false)
+    };
+    while !(writing() || tmp_exists()) {
         assert!(t0.elapsed().as_secs() < 60, "convert never started writing");
         assert!(
             child.try_wait().unwrap().is_none(),

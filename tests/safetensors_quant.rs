@@ -334,3 +334,83 @@ fn sharded_bf16_checkpoint_reads_as_one_model() {
         "{msg}"
     );
 }
+
+/// A block-FP8 `[256, 16384]` weight has a `[2, 128]` scale grid: 256 values, as many as its
+/// rows. It must be read as block FP8 (by full shape), never as per-channel (by count); and a
+/// config that declares another scheme than the scale's shape fits is refused, naming both.
+#[test]
+fn block_fp8_scale_with_as_many_values_as_rows_is_never_read_per_channel() {
+    let mut rng = Rng::fresh("collision");
+    let (n, k) = (256, 16384);
+    let x = rng.weights(n * k);
+    let (codes, scales) = fp8_block::encode(&x, n, k);
+    assert_eq!(scales.len(), n, "the collision: as many scales as rows");
+    let name = "model.layers.0.mlp.down_proj.weight";
+    let files = |dir: &Path, scale_dtype: Dtype, sb: Vec<u8>| {
+        save(
+            &dir.join("model.safetensors"),
+            &[
+                (name.into(), Dtype::F8_E4M3, vec![n, k], codes.clone()),
+                (
+                    "model.layers.0.mlp.down_proj.weight_scale".into(),
+                    scale_dtype,
+                    vec![2, 128],
+                    sb,
+                ),
+            ],
+        )
+    };
+    // float64 reference: w[i][j] = e4m3(q) * scale[i/128][j/128].
+    let want: Vec<f64> = (0..n * k)
+        .map(|i| {
+            let (r, c) = (i / k, i % k);
+            fp8::e4m3_to_f32(codes[i]) as f64 * scales[(r / 128) * 128 + c / 128] as f64
+        })
+        .collect();
+    let ct_config = |strategy: &str| {
+        format!(
+            r#"{{"model_type": "llama", "quantization_config": {{"quant_method": "compressed-tensors",
+            "config_groups": {{"g": {{"targets": ["Linear"], "weights": {{"type": "float", "num_bits": 8,
+            "strategy": "{strategy}", "block_structure": [128, 128]}}}}}}}}}}"#
+        )
+    };
+    for (config, scale_dtype) in [
+        (None, Dtype::F32),
+        (Some(ct_config("block")), Dtype::F32),
+        (Some(ct_config("block")), Dtype::BF16),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let sb = if scale_dtype == Dtype::BF16 {
+            // BF16 scales (as compressed-tensors writes for a bf16 model): round them first so
+            // the reference uses the stored values.
+            bf16::encode(&scales)
+        } else {
+            f32_bytes(&scales)
+        };
+        files(dir.path(), scale_dtype, sb);
+        if let Some(c) = &config {
+            std::fs::write(dir.path().join("config.json"), c).unwrap();
+        }
+        let m = Model::open(dir.path()).unwrap();
+        let w = m.quantized_weight_named(name).unwrap();
+        assert!(matches!(w, FfnWeight::Fp8Block { .. }), "{config:?}: {w:?}");
+        let (got, shape) = m.decode_weight(&w).unwrap();
+        assert_eq!(shape, [n as u64, k as u64]);
+        if scale_dtype == Dtype::F32 {
+            // Each product of a 4-bit and an f32 value is exact in f64 and rounds once to f32.
+            assert!(got.iter().zip(&want).all(|(a, b)| *a == *b as f32));
+        } else {
+            assert!(rel_err(&got, &want) < 1.0 / 128.0);
+        }
+    }
+    // Declared per-channel: the [2, 128] scale does not fit [256, 1]: refused with both shapes.
+    let dir = tempfile::tempdir().unwrap();
+    files(dir.path(), Dtype::F32, f32_bytes(&scales));
+    std::fs::write(dir.path().join("config.json"), ct_config("channel")).unwrap();
+    let m = Model::open(dir.path()).unwrap();
+    let w = m.quantized_weight_named(name).unwrap();
+    let err = m.decode_weight(&w).unwrap_err().to_string();
+    for needle in ["weight_scale", "[2, 128]", "[256, 16384]", "per-channel"] {
+        assert!(err.contains(needle), "{needle} not in: {err}");
+    }
+}

@@ -1,0 +1,332 @@
+//! What `Pack::open` checks before anything reads a pack's numbers: every header byte (KV
+//! metadata, the tokenizer included, the tensor table, the manifest, the header's own padding)
+//! against `metrale.pack.header_xxh3`, and every manifest field against the blobs and the layout
+//! registry (`Layout::padded_shape`, `Layout::part_bytes`), with checked arithmetic. `verify`
+//! adds the tensor checksums and checks that every byte of padding between and after tensors is
+//! zero, so no byte of a pack can change without `verify` failing.
+
+use crate::converters::layouts::{Layout, Proj};
+use crate::error::{Error, Result};
+use crate::gguf::{GgufFile, Value};
+use crate::pack::{Manifest, TensorEntry, keys, part_names};
+use std::collections::HashSet;
+use xxhash_rust::xxh3::Xxh3;
+
+/// xxh3-64 of the header `[0, data_offset)` with the checksum's own 8 value bytes read as zeros.
+pub fn header_digest(header: &[u8], value_at: usize) -> u64 {
+    let mut h = Xxh3::new();
+    h.update(&header[..value_at]);
+    h.update(&[0u8; 8]);
+    h.update(&header[value_at + 8..]);
+    h.digest()
+}
+
+/// Check the header checksum of an opened pack.
+pub fn check_header(file: &GgufFile) -> Result<()> {
+    let f = file.path.display().to_string();
+    let kv = file
+        .kvs
+        .iter()
+        .find(|kv| kv.key == keys::HEADER_XXH3)
+        .ok_or_else(|| Error::Metadata {
+            file: f.clone(),
+            key: keys::HEADER_XXH3.into(),
+            reason: "missing; re-convert the model with this metrale-pack".into(),
+        })?;
+    let Value::U64(want) = kv.value else {
+        return Err(Error::Metadata {
+            file: f,
+            key: keys::HEADER_XXH3.into(),
+            reason: format!("must be a u64, found {:?}", kv.value),
+        });
+    };
+    let header = &file.map[..file.data_offset as usize];
+    let got = header_digest(header, kv.span.end - 8);
+    if got != want {
+        return Err(Error::Metadata {
+            file: f,
+            key: keys::HEADER_XXH3.into(),
+            reason: format!(
+                "the header (metadata, tensor table, manifest) hashes to {got:016x}, the pack says {want:016x}: it was changed after conversion"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Bytes per element of a source dtype name, where the name is one this tool writes.
+fn dtype_size(name: &str) -> Option<u64> {
+    Some(match name {
+        "U8" | "I8" | "BOOL" | "F8_E4M3" | "F8_E5M2" | "F8_E8M0" => 1,
+        "F16" | "BF16" | "I16" | "U16" => 2,
+        "F32" | "I32" | "U32" => 4,
+        "F64" | "I64" | "U64" => 8,
+        _ => return None,
+    })
+}
+
+/// Every manifest field against the tensor table and the layout registry.
+pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
+    let f = file.path.display().to_string();
+    let bad = |tensor: &str, field: &'static str, reason: String| Error::Tensor {
+        file: f.clone(),
+        tensor: tensor.into(),
+        field,
+        reason,
+    };
+    let meta = |field: &str, reason: String| Error::Metadata {
+        file: f.clone(),
+        key: format!("{}.{field}", keys::MANIFEST),
+        reason,
+    };
+    let data_len = (file.map.len() as u64).saturating_sub(file.data_offset);
+    let seg_end = m
+        .segment_offset
+        .checked_add(m.segment_bytes)
+        .filter(|&e| e <= data_len)
+        .ok_or_else(|| {
+            meta(
+                "segment",
+                format!(
+                    "offset {} + {} bytes runs past the data section ({data_len} bytes)",
+                    m.segment_offset, m.segment_bytes
+                ),
+            )
+        })?;
+    let _ = seg_end;
+    let (hidden, inter) = (m.model.hidden_size, m.model.intermediate_size);
+    let mut layouts = Vec::new();
+    for t in &m.layouts {
+        layouts.push(
+            Layout::from_tag(t).ok_or_else(|| meta("layouts", format!("unknown layout {t:?}")))?,
+        );
+    }
+    if m.model.activation != "silu" && m.model.activation != "gelu" {
+        return Err(meta(
+            "model.activation",
+            format!("{:?} (silu or gelu)", m.model.activation),
+        ));
+    }
+    if m.model.ffn_layers > 0 && (hidden == 0 || inter == 0) {
+        return Err(meta(
+            "model",
+            format!("hidden {hidden} / intermediate {inter} with FFN layers"),
+        ));
+    }
+    let mut seen = HashSet::new();
+    for (e, t) in m.tensors.iter().zip(&file.tensors) {
+        let Some(fe) = &e.ffn else {
+            check_passthrough(e, &bad)?;
+            continue;
+        };
+        let name = e.name.as_str();
+        let layout = Layout::from_tag(&fe.layout)
+            .filter(|l| layouts.contains(l))
+            .ok_or_else(|| {
+                bad(
+                    name,
+                    "ffn.layout",
+                    format!("{:?} is not a layout this pack lists", fe.layout),
+                )
+            })?;
+        let proj = Proj::from_name(&fe.proj)
+            .filter(|p| layout.projections().contains(p))
+            .ok_or_else(|| {
+                bad(
+                    name,
+                    "ffn.proj",
+                    format!("{:?} is not a projection of {}", fe.proj, layout.tag()),
+                )
+            })?;
+        if fe.layer >= m.model.ffn_layers {
+            return Err(bad(
+                name,
+                "ffn.layer",
+                format!(
+                    "{} but the pack has {} FFN layers",
+                    fe.layer, m.model.ffn_layers
+                ),
+            ));
+        }
+        if !part_names(layout, proj, m.options.q4k_down).contains(&fe.part.as_str()) {
+            return Err(bad(
+                name,
+                "ffn.part",
+                format!(
+                    "{:?} is not a part of {} {}",
+                    fe.part,
+                    layout.tag(),
+                    proj.name()
+                ),
+            ));
+        }
+        if name != crate::pack::blob_name(fe.layer, proj, layout, &fe.part) {
+            return Err(bad(
+                name,
+                "name",
+                "does not match its layer, projection, layout and part".into(),
+            ));
+        }
+        let want = match proj {
+            Proj::Gate | Proj::Up => [inter, hidden],
+            Proj::Down => [hidden, inter],
+            Proj::GateUp => [
+                inter
+                    .checked_mul(2)
+                    .ok_or_else(|| meta("model.intermediate_size", "overflows".into()))?,
+                hidden,
+            ],
+        };
+        if fe.shape != want {
+            return Err(bad(
+                name,
+                "ffn.shape",
+                format!("{:?}, but the model's sizes give {want:?}", fe.shape),
+            ));
+        }
+        let padded = layout.padded_shape(proj, fe.shape);
+        if padded != Some(fe.padded) {
+            return Err(bad(
+                name,
+                "ffn.padded",
+                format!(
+                    "{:?}, but {} pads {:?} to {padded:?}",
+                    fe.padded,
+                    layout.tag(),
+                    fe.shape
+                ),
+            ));
+        }
+        let names = layout.scalar_names();
+        if fe.scalars.len() != names.len() || !names.iter().all(|s| fe.scalars.contains_key(*s)) {
+            return Err(bad(
+                name,
+                "ffn.scalars",
+                format!(
+                    "{:?}, {} records {names:?}",
+                    fe.scalars.keys().collect::<Vec<_>>(),
+                    layout.tag()
+                ),
+            ));
+        }
+        for (k, &v) in &fe.scalars {
+            if !v.is_finite() || v < 0.0 && k != "scaling" {
+                return Err(bad(
+                    name,
+                    "ffn.scalars",
+                    format!("{k} = {v} is not a finite non-negative value"),
+                ));
+            }
+        }
+        let rank = match fe.scalars.get("rank") {
+            Some(&r) if r >= 1.0 && r.fract() == 0.0 && r as usize <= crate::ffn::LORA_MAX_RANK => {
+                r as u64
+            }
+            Some(&r) => {
+                return Err(bad(
+                    name,
+                    "ffn.scalars",
+                    format!("rank {r} (1..={})", crate::ffn::LORA_MAX_RANK),
+                ));
+            }
+            None => 0,
+        };
+        let bytes = layout.part_bytes(&fe.part, fe.padded, rank);
+        if bytes != Some(t.bytes) {
+            return Err(bad(
+                name,
+                "bytes",
+                format!(
+                    "{} bytes, but {} {:?} part {:?} takes {bytes:?}",
+                    t.bytes,
+                    layout.tag(),
+                    fe.padded,
+                    fe.part
+                ),
+            ));
+        }
+        if let Some(s) = &fe.scales
+            && *s != crate::pack::blob_name(fe.layer, proj, layout, "scales")
+        {
+            return Err(bad(
+                name,
+                "ffn.scales",
+                format!("{s:?} is not this blob's scales part"),
+            ));
+        }
+        if !seen.insert((fe.layer, layout, proj, fe.part.clone())) {
+            return Err(Error::DuplicateTensor {
+                file: f.clone(),
+                tensor: name.into(),
+            });
+        }
+    }
+    // Every layer holds every listed layout whole (LoRA: each projection's a and b, or neither).
+    for layer in 0..m.model.ffn_layers {
+        for &layout in &layouts {
+            for &proj in layout.projections() {
+                let parts = part_names(layout, proj, m.options.q4k_down);
+                let have: Vec<bool> = parts
+                    .iter()
+                    .map(|p| seen.contains(&(layer, layout, proj, p.to_string())))
+                    .collect();
+                let whole = have.iter().all(|&h| h);
+                if !(whole || layout == Layout::Lora && have.iter().all(|&h| !h)) {
+                    let missing = parts
+                        .iter()
+                        .zip(&have)
+                        .find(|(_, h)| !**h)
+                        .map(|(p, _)| *p)
+                        .unwrap_or("");
+                    return Err(Error::NotFound {
+                        file: f.clone(),
+                        tensor: crate::pack::blob_name(layer, proj, layout, missing),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_passthrough(
+    e: &TensorEntry,
+    bad: &dyn Fn(&str, &'static str, String) -> Error,
+) -> Result<()> {
+    if let Some(shape) = &e.source_shape {
+        let elems = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+        let want = dtype_size(&e.source_type).and_then(|s| elems?.checked_mul(s));
+        if want != Some(e.bytes) {
+            return Err(bad(
+                &e.name,
+                "source_shape",
+                format!("{} {shape:?} is not {} bytes", e.source_type, e.bytes),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Names of the tensors followed by non-zero padding (up to the next tensor or the end).
+pub fn nonzero_padding(file: &GgufFile) -> Vec<String> {
+    let data = file.data_offset;
+    let len = file.map.len() as u64;
+    let mut out = Vec::new();
+    for (i, t) in file.tensors.iter().enumerate() {
+        let start = data.saturating_add(t.offset).saturating_add(t.bytes);
+        let end = file
+            .tensors
+            .get(i + 1)
+            .map(|n| data.saturating_add(n.offset))
+            .unwrap_or(len)
+            .min(len);
+        if start < end
+            && file.map[start as usize..end as usize]
+                .iter()
+                .any(|&b| b != 0)
+        {
+            out.push(t.name.clone());
+        }
+    }
+    out
+}

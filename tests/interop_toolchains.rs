@@ -1,0 +1,335 @@
+//! Checkpoints written by the real quantization toolchains (compressed-tensors 0.20.0, NVIDIA
+//! ModelOpt 0.47.0, PEFT 0.21.2; `tests/py/make_fixtures.py` wrote them, `tests/fixtures/*/
+//! expected.json` holds each library's own decompression as SHA-256 digests and its versions).
+//!
+//! For every fixture: the scheme and shapes are recognised; every quantized weight decodes to the
+//! library's own f32 dequantization bit for bit (through `dump` for the MLP weights), and, rounded
+//! to the model dtype, to the library's native decompression bit for bit; `convert` with the
+//! default layouts and with `bf16` succeeds and `verify --source` re-derives the pack. PEFT
+//! adapters: the `lora` layout's A, B (BF16, nearest even, of PEFT's f32), rank and scaling
+//! equal PEFT's per module; what the engine cannot serve is refused by name.
+
+mod common;
+
+use common::read_npy;
+use metrale_pack::converters::{bf16, fp8, layouts::Layout};
+use metrale_pack::model::{FfnWeight, Model};
+use metrale_pack::pack::{self, ConvertOptions, Pack};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn expected(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap()
+}
+
+fn sha_f32(v: &[f32]) -> String {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    hex(&Sha256::digest(&bytes))
+}
+
+fn hex(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes the library's native decompression holds: f32 as is, bf16 rounded to nearest even.
+fn sha_lib(v: &[f32], dtype: &str) -> String {
+    match dtype {
+        "float32" => sha_f32(v),
+        "bfloat16" => hex(&Sha256::digest(bf16::encode(v))),
+        other => panic!("library dtype {other}"),
+    }
+}
+
+fn cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_metrale-pack"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn quantized_fixtures() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().to_string();
+            n.starts_with("ct-") || n.starts_with("modelopt-")
+        })
+        .collect();
+    v.sort();
+    assert!(v.len() >= 17, "fixtures missing: {v:?}");
+    v
+}
+
+#[test]
+fn every_fixture_is_recognised_with_its_scheme_and_shapes() {
+    for dir in quantized_fixtures() {
+        let e = expected(&dir);
+        let m = Model::open(&dir).unwrap_or_else(|err| panic!("{}: {err}", dir.display()));
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        assert_eq!(
+            m.ffn_layers.len() as u64,
+            e["layers"].as_u64().unwrap(),
+            "{name}"
+        );
+        assert_eq!(m.hidden_size, e["hidden_size"].as_u64(), "{name}");
+        assert_eq!(
+            m.intermediate_size,
+            e["intermediate_size"].as_u64(),
+            "{name}"
+        );
+        let want = match e["scheme"].as_str().unwrap() {
+            "fp8-tensor" | "FP8_DEFAULT_CFG" => "fp8-tensor",
+            "fp8-channel" => "fp8-channel",
+            "fp8-block" => "fp8-block128",
+            "nvfp4a16" | "nvfp4" => "compressed-tensors-nvfp4",
+            "NVFP4_DEFAULT_CFG" => "modelopt-nvfp4",
+            s => panic!("{s}"),
+        };
+        for l in &m.ffn_layers {
+            for w in [&l.gate, &l.up, &l.down] {
+                assert_eq!(w.scheme(), want, "{name} layer {}", l.index);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_quantized_weight_decodes_to_the_librarys_own_dequantization_bit_for_bit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for dir in quantized_fixtures() {
+        let e = expected(&dir);
+        let m = Model::open(&dir).unwrap();
+        for (name, w) in e["weights"].as_object().unwrap() {
+            let ctx = format!("{}: {name}", dir.display());
+            let main = if m.by_name.contains_key(name) {
+                name.clone()
+            } else {
+                format!("{name}_packed") // compressed-tensors NVFP4 stores `weight_packed`
+            };
+            let q = m
+                .quantized_weight_named(&main)
+                .unwrap_or_else(|| panic!("{ctx}: not recognised as quantized"));
+            let (vals, shape) = m.decode_weight(&q).unwrap();
+            let want_shape: Vec<u64> = w["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .collect();
+            assert_eq!(shape.to_vec(), want_shape, "{ctx}");
+            assert_eq!(
+                sha_f32(&vals),
+                w["sha256_f32"].as_str().unwrap(),
+                "{ctx}: f32"
+            );
+            let native = if e["scheme"] == "FP8_DEFAULT_CFG" {
+                // ModelOpt's FP8QTensor.dequantize(dtype) casts the scale to the output dtype
+                // before the product: bf16(q) * bf16(s), one bf16 rounding of an exact product.
+                let FfnWeight::Fp8Tensor { weight, scale } = q else {
+                    panic!("{ctx}: {q:?}")
+                };
+                let s = bf16::to_f32(bf16::from_f32(m.scalar_f32(scale, "s").unwrap()));
+                let v: Vec<f32> = m
+                    .data(weight)
+                    .iter()
+                    .map(|&c| fp8::e4m3_to_f32(c) * s)
+                    .collect();
+                sha_lib(&v, "bfloat16")
+            } else {
+                sha_lib(&vals, w["lib_dtype"].as_str().unwrap())
+            };
+            assert_eq!(
+                native,
+                w["sha256_lib"].as_str().unwrap(),
+                "{ctx}: the library's native decompression"
+            );
+            // The MLP weights also through the CLI's dump.
+            if name.contains(".mlp.") {
+                let out = tmp.path().join("w.npy");
+                let o = cli(&[
+                    "dump",
+                    dir.to_str().unwrap(),
+                    &main,
+                    "-o",
+                    out.to_str().unwrap(),
+                ]);
+                assert!(
+                    o.status.success(),
+                    "{ctx}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                let npy = read_npy(&out);
+                assert_eq!(
+                    sha_f32(&npy.to_f32()),
+                    w["sha256_f32"].as_str().unwrap(),
+                    "{ctx}: dump"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 100, "only {checked} weights checked");
+}
+
+#[test]
+fn every_fixture_converts_with_the_default_layouts_and_bf16_and_verifies() {
+    let tmp = tempfile::tempdir().unwrap();
+    for dir in quantized_fixtures() {
+        let m = Model::open(&dir).unwrap();
+        for layouts in [None, Some(vec![Layout::Bf16])] {
+            let out = tmp.path().join("p.mpk.gguf");
+            let opts = ConvertOptions {
+                layouts,
+                ..Default::default()
+            };
+            pack::convert(&m, &opts, &out, &|_, _| {})
+                .unwrap_or_else(|err| panic!("{}: {err:#}", dir.display()));
+            let p = Pack::open(&out).unwrap();
+            assert!(p.verify_checksums().is_empty());
+            let c = pack::verify_against_source(&p, &m).unwrap();
+            assert!(
+                c.mismatched.is_empty(),
+                "{}: {:?}",
+                dir.display(),
+                c.mismatched
+            );
+        }
+    }
+}
+
+#[test]
+fn modelopt_zero_dim_scales_convert_and_input_scale_is_carried() {
+    let dir = fixtures().join("modelopt-nvfp4");
+    let e = expected(&dir);
+    let m = Model::open(&dir).unwrap();
+    // The export stores weight_scale_2 and input_scale as 0-dimensional tensors.
+    let s2 = m
+        .tensor("model.layers.0.mlp.down_proj.weight_scale_2")
+        .unwrap();
+    assert!(m.tensors[s2].shape.is_empty());
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("mo.mpk.gguf");
+    pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {}).unwrap();
+    let p = Pack::open(&out).unwrap();
+    // Every FFN input_scale is in the pack under its own name with the export's value, and the
+    // NVFP4 codes are the export's bytes.
+    let mut n = 0;
+    for (name, v) in e["scalars"].as_object().unwrap() {
+        if !(name.contains(".mlp.") && name.ends_with("input_scale")) {
+            continue;
+        }
+        let i = p
+            .index(name)
+            .unwrap_or_else(|| panic!("{name} not carried"));
+        let want = v[1][0].as_f64().unwrap() as f32;
+        assert_eq!(p.data(i), want.to_le_bytes(), "{name}");
+        n += 1;
+    }
+    assert_eq!(n, 6);
+    let codes = p.index("blk.0.ffn_down.nvfp4.codes").unwrap();
+    let src = m.data(m.tensor("model.layers.0.mlp.down_proj.weight").unwrap());
+    assert_eq!(
+        p.data(codes),
+        src,
+        "K = 384 needs no padding: the export's bytes"
+    );
+}
+
+fn lora_pack(adapter: &str) -> Result<(Pack, tempfile::TempDir), String> {
+    let base = Model::open(&fixtures().join("peft-base")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("l.mpk.gguf");
+    let opts = ConvertOptions {
+        lora: Some(fixtures().join(adapter)),
+        ..Default::default()
+    };
+    pack::convert(&base, &opts, &out, &|_, _| {}).map_err(|e| format!("{e:#}"))?;
+    let p = Pack::open(&out).unwrap();
+    let c = pack::verify_against_source(&p, &base).unwrap();
+    assert!(c.mismatched.is_empty(), "{adapter}: {:?}", c.mismatched);
+    Ok((p, tmp))
+}
+
+#[test]
+fn peft_adapters_give_peft_s_a_b_rank_and_scaling_per_module() {
+    for adapter in [
+        "peft-lora-default",
+        "peft-lora-rslora",
+        "peft-lora-alpha-pattern",
+        "peft-lora-rank-pattern",
+        "peft-lora-gate-up-only",
+        "peft-lora-layer0-only",
+    ] {
+        let e = expected(&fixtures().join(adapter));
+        let a = Model::open(&fixtures().join(adapter).join("adapter_model.safetensors")).unwrap();
+        let (p, _tmp) = lora_pack(adapter).unwrap();
+        let modules = e["modules"].as_object().unwrap();
+        let mut served = 0;
+        for layer in 0..2 {
+            for proj in ["gate", "up", "down"] {
+                let module = format!("base_model.model.model.layers.{layer}.mlp.{proj}_proj");
+                let blob_a = p.index(&format!("blk.{layer}.ffn_{proj}.lora.a"));
+                let Some(m) = modules.get(&module) else {
+                    assert!(
+                        blob_a.is_none(),
+                        "{adapter}: {module} is not targeted: identity, no blob"
+                    );
+                    continue;
+                };
+                let ia = blob_a.unwrap_or_else(|| panic!("{adapter}: {module} has no lora blob"));
+                let ib = p.index(&format!("blk.{layer}.ffn_{proj}.lora.b")).unwrap();
+                let fe = p.manifest.tensors[ia].ffn.as_ref().unwrap();
+                assert_eq!(
+                    fe.scalars["rank"] as u64,
+                    m["r"].as_u64().unwrap(),
+                    "{adapter} {module}"
+                );
+                assert_eq!(
+                    fe.scalars["scaling"],
+                    m["scaling"].as_f64().unwrap() as f32,
+                    "{adapter} {module}: PEFT's scaling"
+                );
+                for (ab, blob) in [("A", ia), ("B", ib)] {
+                    let t = a.tensor(&format!("{module}.lora_{ab}.weight")).unwrap();
+                    let v = a.decode_tensor(t).unwrap();
+                    // The file holds what PEFT had in memory ...
+                    let key = format!("sha256_{}", ab.to_lowercase());
+                    assert_eq!(
+                        sha_f32(&v),
+                        m[&key].as_str().unwrap(),
+                        "{adapter} {module} {ab}"
+                    );
+                    // ... and the pack holds it in BF16, nearest even.
+                    assert_eq!(p.data(blob), bf16::encode(&v), "{adapter} {module} {ab}");
+                }
+                served += 1;
+            }
+        }
+        assert_eq!(served, modules.len(), "{adapter}");
+    }
+}
+
+#[test]
+fn peft_features_the_engine_cannot_serve_are_refused_by_name() {
+    for (adapter, says) in [
+        ("peft-dora", "DoRA"),
+        ("peft-lora-bias", "lora_bias"),
+        (
+            "peft-lora-attention",
+            "q_proj.lora_A.weight: LoRA on a module the engine does not serve",
+        ),
+    ] {
+        let err = lora_pack(adapter)
+            .err()
+            .unwrap_or_else(|| panic!("{adapter} accepted"));
+        assert!(err.contains(says), "{adapter}: {err}");
+    }
+}

@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""Write the real-toolchain fixtures under tests/fixtures/ (run by hand, not in CI: needs torch).
+
+Each fixture is a small llama-shaped checkpoint (hidden 256, a small vocabulary) written by the
+library itself, with the library's own decompression as the reference:
+
+- compressed-tensors: NVFP4 (W4A16 one file and two shards, W4A4), FP8 per tensor, per channel
+  and block 128x128, each from a bf16 and an f32 model, with intermediate sizes 384 (a multiple
+  of 128) and 320 (not). Scales come from the library's own `calculate_qparams` /
+  `generate_gparam` over the weights' min/max (what llm-compressor's min-max observer feeds it);
+  the model is compressed with `ModelCompressor.compress_model` and saved with
+  `save_pretrained` + `update_config`; the reference is `ModelCompressor.decompress_model` on the
+  model loaded back from disk.
+- NVIDIA ModelOpt: `mtq.quantize(model, NVFP4_DEFAULT_CFG, forward_loop)` and
+  `export_hf_checkpoint`; the reference is ModelOpt's own NVFP4 dequantization of each weight.
+- PEFT: LoRA adapters on gate/up/down of the bf16 base (default scaling, rslora, rank_pattern,
+  alpha_pattern, some projections only, DoRA, lora_bias, attention targets); the reference is
+  PEFT's own `get_delta_weight` per module.
+
+The references are stored as SHA-256 digests of the f32 little-endian bytes (and, where the
+library decompresses into bf16, of its bf16 bytes) in each fixture's `expected.json`, so the
+repository holds the checkpoints but not a float copy of every weight.
+
+Usage: python tests/py/make_fixtures.py [OUT_DIR]   (default: tests/fixtures)
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+
+import torch
+
+OUT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "fixtures"))
+HIDDEN = 256
+VOCAB = 64
+
+
+def versions():
+    import importlib.metadata as md
+
+    out = {"torch": torch.__version__}
+    for p in ["compressed-tensors", "nvidia-modelopt", "peft", "transformers", "safetensors"]:
+        try:
+            out[p] = md.version(p)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def llama(inter, layers, dtype, seed):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        hidden_size=HIDDEN,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        architectures=["LlamaForCausalLM"],
+    )
+    m = LlamaForCausalLM(cfg).to(dtype)
+    # Weights of a trained model's scale (not the init's tiny std), with a few outlier rows.
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.ndim == 2:
+                p.copy_((torch.randn(p.shape) * 0.05).to(dtype))
+                p[0, :8] *= 20
+    m.eval()
+    return m
+
+
+def digest(t):
+    return hashlib.sha256(t.detach().contiguous().cpu().numpy().tobytes()).hexdigest()
+
+
+def f32_digest(t):
+    return digest(t.to(torch.float32))
+
+
+def bf16_digest(t):
+    return hashlib.sha256(t.detach().to(torch.bfloat16).contiguous().view(torch.int16).cpu().numpy().tobytes()).hexdigest()
+
+
+def fresh(name):
+    d = os.path.join(OUT, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def write_expected(d, expected):
+    expected["versions"] = versions()
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump(expected, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+# --------------------------------------------------------------------------------------------
+# compressed-tensors
+
+
+def ct_scheme(kind):
+    from compressed_tensors.quantization import QuantizationScheme, preset_name_to_scheme
+
+    preset = {
+        "fp8-tensor": "FP8",
+        "fp8-channel": "FP8_DYNAMIC",
+        "fp8-block": "FP8_BLOCK",
+        "nvfp4a16": "NVFP4A16",
+        "nvfp4": "NVFP4",
+    }[kind]
+    s = preset_name_to_scheme(preset, ["Linear"])
+    assert isinstance(s, QuantizationScheme)
+    return s
+
+
+def ct_calibrate(model, kind):
+    """Weight scales (and NVFP4 global scales) from the library's own functions over each
+    weight's min/max, as llm-compressor's min-max observer computes them."""
+    from compressed_tensors.quantization.utils.helpers import calculate_qparams, generate_gparam
+    from compressed_tensors.quantization import QuantizationStrategy
+
+    for name, mod in model.named_modules():
+        scheme = getattr(mod, "quantization_scheme", None)
+        if scheme is None or scheme.weights is None:
+            continue
+        args = scheme.weights
+        w = mod.weight.detach()
+        n, k = w.shape
+        gs = None
+        if args.strategy == QuantizationStrategy.TENSOR:
+            lo, hi = torch.aminmax(w)
+        elif args.strategy == QuantizationStrategy.CHANNEL:
+            lo, hi = w.amin(dim=1, keepdim=True), w.amax(dim=1, keepdim=True)
+        elif args.strategy == QuantizationStrategy.BLOCK:
+            bn, bk = args.block_structure
+            gn, gk = -(-n // bn), -(-k // bk)
+            pad = torch.zeros(gn * bn, gk * bk, dtype=w.dtype)
+            pad[:n, :k] = w
+            b = pad.reshape(gn, bn, gk, bk).transpose(1, 2).reshape(gn, gk, bn * bk)
+            lo, hi = b.amin(dim=-1), b.amax(dim=-1)
+        elif args.strategy == QuantizationStrategy.TENSOR_GROUP:
+            g = args.group_size
+            gl, gh = torch.aminmax(w)
+            gs = generate_gparam(gl, gh)
+            mod.weight_global_scale.data.copy_(gs.to(mod.weight_global_scale.dtype))
+            b = w.reshape(n, k // g, g)
+            lo, hi = b.amin(dim=-1), b.amax(dim=-1)
+        else:
+            raise ValueError(args.strategy)
+        scale, zp = calculate_qparams(lo, hi, args, global_scale=gs)
+        mod.weight_scale.data.copy_(scale.reshape(mod.weight_scale.shape).to(mod.weight_scale.dtype))
+        if hasattr(mod, "weight_zero_point"):
+            mod.weight_zero_point.data.copy_(zp.reshape(mod.weight_zero_point.shape).to(mod.weight_zero_point.dtype))
+        ia = scheme.input_activations
+        if ia is not None and hasattr(mod, "input_global_scale"):
+            # A fixed calibration activation range (what a calibration pass would have observed).
+            torch.manual_seed(7)
+            x = torch.randn(64, k) * 2.0
+            mod.input_global_scale.data.copy_(generate_gparam(x.min(), x.max()).to(mod.input_global_scale.dtype))
+
+
+def ct_write(name, kind, dtype, inter, layers=1, shards=False, seed=1):
+    from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
+    from compressed_tensors.compressors import ModelCompressor
+
+    d = fresh(name)
+    model = llama(inter, layers, dtype, seed)
+    scheme = ct_scheme(kind)
+    qcfg = QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"])
+    apply_quantization_config(model, qcfg)
+    ct_calibrate(model, kind)
+    compressor = ModelCompressor.from_pretrained_model(model)
+    compressor.compress_model(model)
+    model.save_pretrained(d, max_shard_size="600KB" if shards else "1GB")
+    compressor.update_config(d)
+    # The library's own decompression of what was written, loaded back from disk.
+    ref = ct_reference(d, dtype, scheme.weights)
+    exp = {"library": "compressed-tensors", "scheme": kind, "model_dtype": str(dtype).replace("torch.", ""),
+           "intermediate_size": inter, "hidden_size": HIDDEN, "layers": layers, "weights": ref}
+    write_expected(d, exp)
+    return d
+
+
+def ct_exact_f32(d, name, args):
+    """The library's own `dequantize` on the stored tensors, everything in f32."""
+    from safetensors import safe_open
+    from compressed_tensors.quantization.lifecycle.forward import dequantize
+    from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
+
+    base = name[: -len(".weight")]
+    files = [f for f in os.listdir(d) if f.endswith(".safetensors")]
+    t = {}
+    for f in files:
+        with safe_open(os.path.join(d, f), "pt") as h:
+            for k in h.keys():
+                if k.startswith(base + "."):
+                    t[k[len(base) + 1 :]] = h.get_tensor(k)
+    if "weight_packed" in t:
+        p = t["weight_packed"]
+        q = unpack_fp4_from_uint8(p, p.shape[0], p.shape[1] * 2, dtype=torch.float32)
+        return dequantize(x_q=q, scale=t["weight_scale"].to(torch.float32), args=args,
+                          global_scale=t["weight_global_scale"].to(torch.float32), dtype=torch.float32)
+    return dequantize(x_q=t["weight"], scale=t["weight_scale"].to(torch.float32), args=args, dtype=torch.float32)
+
+
+def ct_reference(d, dtype, args):
+    from transformers import AutoModelForCausalLM
+    from transformers.utils.quantization_config import CompressedTensorsConfig
+
+    m = AutoModelForCausalLM.from_pretrained(
+        d, dtype=dtype, quantization_config=CompressedTensorsConfig(run_compressed=False)
+    )
+    out = {}
+    for name, mod in m.named_modules():
+        if name.endswith(("gate_proj", "up_proj", "down_proj", "q_proj", "o_proj")) and hasattr(mod, "weight"):
+            w = mod.weight.detach()
+            exact = ct_exact_f32(d, name + ".weight", args)
+            # The library's own decompression rounds into the model dtype; in f32 it is exact.
+            assert torch.equal(exact.to(w.dtype), w), name
+            out[name + ".weight"] = {
+                "shape": list(w.shape),
+                "lib_dtype": str(w.dtype).replace("torch.", ""),
+                "sha256_lib": digest(w.view(torch.int16) if w.dtype == torch.bfloat16 else w),
+                "sha256_f32": f32_digest(exact),
+                "amax": float(w.float().abs().max()),
+            }
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# NVIDIA ModelOpt
+
+
+def modelopt_write(name, cfg_name="NVFP4_DEFAULT_CFG", inter=384, layers=2, seed=3):
+    import modelopt.torch.quantization as mtq
+    from modelopt.torch.export import export_hf_checkpoint
+    from modelopt.torch.quantization.qtensor.nvfp4_tensor import NVFP4QTensor
+    from safetensors import safe_open
+
+    d = fresh(name)
+    model = llama(inter, layers, torch.bfloat16, seed)
+    torch.manual_seed(11)
+    calib = [torch.randint(0, VOCAB, (2, 16)) for _ in range(4)]
+
+    def forward_loop(m):
+        for ids in calib:
+            m(input_ids=ids)
+
+    mtq.quantize(model, getattr(mtq, cfg_name), forward_loop)
+    with torch.inference_mode():
+        export_hf_checkpoint(model, export_dir=d)
+    # ModelOpt's own dequantization of every exported NVFP4 weight.
+    t = {}
+    for f in os.listdir(d):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(d, f), "pt") as h:
+                for k in h.keys():
+                    t[k] = h.get_tensor(k)
+    from modelopt.torch.quantization.qtensor.fp8_tensor import FP8QTensor
+
+    weights = {}
+    for k, v in t.items():
+        if k.endswith(".weight") and v.dtype == torch.float8_e4m3fn:
+            base = k[: -len(".weight")]
+            q = FP8QTensor(v.shape, torch.bfloat16, v)
+            w32 = q.dequantize(dtype=torch.float32, scale=t[base + ".weight_scale"])
+            wl = q.dequantize(dtype=torch.bfloat16, scale=t[base + ".weight_scale"])
+            weights[k] = {"shape": list(v.shape), "lib_dtype": "bfloat16",
+                          "sha256_lib": digest(wl.view(torch.int16)), "sha256_f32": f32_digest(w32),
+                          "amax": float(w32.abs().max())}
+            continue
+        if not k.endswith(".weight") or v.dtype != torch.uint8:
+            continue
+        base = k[: -len(".weight")]
+        n, kh = v.shape
+        q = NVFP4QTensor(torch.Size([n, kh * 2]), torch.bfloat16, v)
+        w32 = q.dequantize(dtype=torch.float32, scale=t[base + ".weight_scale"],
+                           double_scale=t[base + ".weight_scale_2"], block_sizes={-1: 16})
+        wl = q.dequantize(dtype=torch.bfloat16, scale=t[base + ".weight_scale"],
+                          double_scale=t[base + ".weight_scale_2"], block_sizes={-1: 16})
+        weights[k] = {"shape": [n, kh * 2], "lib_dtype": "bfloat16",
+                      "sha256_lib": digest(wl.view(torch.int16)), "sha256_f32": f32_digest(w32),
+                      "amax": float(w32.abs().max())}
+    scalars = {k: [list(v.shape), v.float().reshape(-1).tolist()] for k, v in t.items()
+               if k.endswith(("weight_scale_2", "input_scale"))}
+    write_expected(d, {"library": "nvidia-modelopt", "scheme": cfg_name, "model_dtype": "bfloat16",
+                       "intermediate_size": inter, "hidden_size": HIDDEN, "layers": layers,
+                       "weights": weights, "scalars": scalars})
+    return d
+
+
+# --------------------------------------------------------------------------------------------
+# PEFT
+
+
+def peft_base(d, inter=384, layers=2):
+    model = llama(inter, layers, torch.bfloat16, seed=5)
+    model.save_pretrained(d)
+    return model
+
+
+def peft_write(base_dir, name, seed, **kw):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    d = fresh(name)
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.bfloat16)
+    cfg = LoraConfig(r=kw.pop("r", 8), lora_alpha=kw.pop("lora_alpha", 16), lora_dropout=0.0, **kw)
+    model = get_peft_model(base, cfg)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_" in n:
+                p.copy_((torch.randn(p.shape) * 0.1).to(p.dtype))
+    model.save_pretrained(d)
+    mods = {}
+    for n, m in model.named_modules():
+        if hasattr(m, "lora_A") and "default" in getattr(m, "lora_A", {}):
+            delta = m.get_delta_weight("default")
+            mods[n] = {
+                "r": m.r["default"],
+                "scaling": float(m.scaling["default"]),
+                "sha256_a": digest(m.lora_A["default"].weight.detach().float()),
+                "sha256_b": digest(m.lora_B["default"].weight.detach().float()),
+                "delta_sha256_f32": f32_digest(delta),
+                "delta_amax": float(delta.float().abs().max()),
+            }
+    write_expected(d, {"library": "peft", "modules": mods})
+    return d
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    which = os.environ.get("ONLY", "ct,modelopt,peft").split(",")
+    if "ct" in which:
+        for kind in ["fp8-tensor", "fp8-channel", "fp8-block"]:
+            for dtype in [torch.bfloat16, torch.float32]:
+                for inter in [384, 320]:
+                    dn = "bf16" if dtype == torch.bfloat16 else "f32"
+                    ct_write(f"ct-{kind}-{dn}-i{inter}", kind, dtype, inter)
+        ct_write("ct-nvfp4a16-bf16", "nvfp4a16", torch.bfloat16, 384)
+        ct_write("ct-nvfp4a16-bf16-sharded", "nvfp4a16", torch.bfloat16, 384, layers=2, shards=True)
+        ct_write("ct-nvfp4-w4a4-bf16", "nvfp4", torch.bfloat16, 384)
+    if "modelopt" in which:
+        modelopt_write("modelopt-nvfp4")
+        modelopt_write("modelopt-fp8", "FP8_DEFAULT_CFG")
+    if "peft" in which:
+        base = fresh("peft-base")
+        peft_base(base)
+        mlp = ["gate_proj", "up_proj", "down_proj"]
+        peft_write(base, "peft-lora-default", 21, target_modules=mlp)
+        peft_write(base, "peft-lora-rslora", 22, target_modules=mlp, use_rslora=True)
+        peft_write(base, "peft-lora-alpha-pattern", 23, target_modules=mlp, alpha_pattern={"down_proj": 64})
+        peft_write(base, "peft-lora-rank-pattern", 24, target_modules=mlp, rank_pattern={"down_proj": 4})
+        peft_write(base, "peft-lora-gate-up-only", 25, target_modules=["gate_proj", "up_proj"])
+        peft_write(base, "peft-lora-layer0-only", 26, target_modules=mlp, layers_to_transform=[0])
+        peft_write(base, "peft-dora", 27, target_modules=mlp, use_dora=True)
+        peft_write(base, "peft-lora-bias", 28, target_modules=mlp, lora_bias=True)
+        peft_write(base, "peft-lora-attention", 29, target_modules=mlp + ["q_proj", "v_proj"])
+
+
+if __name__ == "__main__":
+    main()
