@@ -1123,8 +1123,6 @@ impl Pack {
             }
             _ => {}
         }
-        // Every header byte is as written before any of its numbers is used.
-        crate::pack_check::check_header(&file)?;
         let abi = file.get(keys::KERNEL_ABI).and_then(Value::as_u64);
         if abi != Some(KERNEL_ABI_VERSION as u64) {
             return Err(reconvert(format!(
@@ -1146,6 +1144,9 @@ impl Pack {
                 file.alignment
             )));
         }
+        // Every header byte is as written before any of its numbers is used (the comparisons
+        // above only decide whether this build reads the pack at all: "re-convert").
+        crate::pack_check::check_header(&file)?;
         let json = file
             .get(keys::MANIFEST)
             .and_then(Value::as_str)
