@@ -80,8 +80,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
         reason,
     };
     let data_len = (file.map.len() as u64).saturating_sub(file.data_offset);
-    let seg_end = m
-        .segment_offset
+    m.segment_offset
         .checked_add(m.segment_bytes)
         .filter(|&e| e <= data_len)
         .ok_or_else(|| {
@@ -93,7 +92,6 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
                 ),
             )
         })?;
-    let _ = seg_end;
     let (hidden, inter) = (m.model.hidden_size, m.model.intermediate_size);
     let mut layouts = Vec::new();
     for t in &m.layouts {
