@@ -245,6 +245,39 @@ impl GgufFile {
         self.kvs.iter().find(|kv| kv.key == key).map(|kv| &kv.value)
     }
 
+    /// Read bytes `start..end` of the file with `pread`, in chunks of at most 8 MiB, handing
+    /// each to `f`. Unlike the map, a file that shrinks while it is read gives an error naming
+    /// `what`, not SIGBUS (`verify` reads every byte, and a user may truncate the file meanwhile).
+    pub fn read_range(
+        &self,
+        start: u64,
+        end: u64,
+        what: &str,
+        mut f: impl FnMut(&[u8]),
+    ) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        const CHUNK: u64 = 8 << 20;
+        let mut buf = vec![0u8; end.saturating_sub(start).min(CHUNK) as usize];
+        let mut pos = start;
+        while pos < end {
+            let n = (end - pos).min(CHUNK) as usize;
+            self.file
+                .read_exact_at(&mut buf[..n], pos)
+                .map_err(|e| Error::Tensor {
+                    file: self.path.display().to_string(),
+                    tensor: what.into(),
+                    field: "data",
+                    reason: format!(
+                        "reading bytes {pos}..{} failed ({e}); did the file change while it was read?",
+                        pos + n as u64
+                    ),
+                })?;
+            f(&buf[..n]);
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
     /// The stored bytes of tensor `i`.
     pub fn tensor_data(&self, i: usize) -> &[u8] {
         let t = &self.tensors[i];
@@ -440,7 +473,6 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
     };
 
     let mut tensors = Vec::with_capacity(n_tensors as usize);
-    let mut names = HashSet::new();
     for i in 0..n_tensors {
         let name = c.string(&|| format!("tensor[{i}].name"))?;
         let terr = |field: &'static str, reason: String| Error::Tensor {
@@ -490,12 +522,6 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
                 format!("{offset} is not a multiple of general.alignment {alignment}"),
             ));
         }
-        if !names.insert(name.clone()) {
-            return Err(Error::DuplicateTensor {
-                file: file.into(),
-                tensor: name,
-            });
-        }
         tensors.push(TensorInfo {
             name,
             ne,
@@ -505,6 +531,21 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
             bytes,
         });
     }
+
+    // Duplicate names, found by sorting indices rather than by a set of copied names (a file of
+    // a million tensors is mostly names).
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_unstable_by(|&a, &b| tensors[a].name.cmp(&tensors[b].name));
+    if let Some(w) = order
+        .windows(2)
+        .find(|w| tensors[w[0]].name == tensors[w[1]].name)
+    {
+        return Err(Error::DuplicateTensor {
+            file: file.into(),
+            tensor: tensors[w[0].max(w[1])].name.clone(),
+        });
+    }
+    drop(order);
 
     let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
     let len = buf.len() as u64;

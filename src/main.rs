@@ -274,7 +274,7 @@ fn convert(
 
 fn verify(path: &Path, source: Option<&Path>) -> Result<()> {
     let p = Pack::open(path)?;
-    let bad = p.verify_checksums();
+    let bad = p.verify_checksums()?;
     anyhow::ensure!(
         bad.is_empty(),
         "{}: checksum mismatch in {} tensors: {}",
@@ -282,7 +282,7 @@ fn verify(path: &Path, source: Option<&Path>) -> Result<()> {
         bad.len(),
         bad.join(", ")
     );
-    let pad = metrale_pack::pack_check::nonzero_padding(&p.file);
+    let pad = metrale_pack::pack_check::nonzero_padding(&p.file)?;
     anyhow::ensure!(
         pad.is_empty(),
         "{}: non-zero padding after {} tensors: {}",
@@ -342,16 +342,8 @@ fn inspect(path: &Path, json: bool) -> Result<()> {
         }
     };
     if json {
-        let tensors: Vec<serde_json::Value> = m
-            .tensors
-            .iter()
-            .map(|t| {
-                serde_json::json!({
-                    "name": t.name, "type": t.dtype.name(), "shape": t.shape,
-                    "offset": t.offset, "bytes": t.bytes, "file": t.file,
-                })
-            })
-            .collect();
+        // Streamed: one JSON value per top-level key and one line per tensor, never the whole
+        // document in memory (a file of a million tensors would otherwise take 60x its size).
         let layers: Vec<serde_json::Value> = m
             .ffn_layers
             .iter()
@@ -363,27 +355,46 @@ fn inspect(path: &Path, json: bool) -> Result<()> {
                 serde_json::json!({"index": l.index, "gate": w(&l.gate), "up": w(&l.up), "down": w(&l.down)})
             })
             .collect();
-        let out = serde_json::json!({
-            "format": m.format.name(),
-            "files": m.files.iter().map(|f| f.path().display().to_string()).collect::<Vec<_>>(),
-            "architecture": m.architecture,
-            "quantization": m.quantization,
-            "hidden_size": m.hidden_size,
-            "intermediate_size": m.intermediate_size,
-            "activation": m.activation.map(|a| a.name()),
-            "ffn_layers": m.ffn_layers.len(),
-            "ffn": layers,
-            "metadata": metadata.into_iter().filter(|(k, _)| k != pack::keys::MANIFEST).map(|(k, v)| (k, serde_json::Value::String(v)))
-                .collect::<serde_json::Map<String, serde_json::Value>>(),
-            "pack": pack_manifest.as_ref().map(|pm| serde_json::json!({
+        let head: Vec<(&str, serde_json::Value)> = vec![
+            ("format", m.format.name().into()),
+            ("files", m.files.iter().map(|f| f.path().display().to_string()).collect::<Vec<_>>().into()),
+            ("architecture", serde_json::json!(m.architecture)),
+            ("quantization", serde_json::json!(m.quantization)),
+            ("hidden_size", serde_json::json!(m.hidden_size)),
+            ("intermediate_size", serde_json::json!(m.intermediate_size)),
+            ("activation", serde_json::json!(m.activation.map(|a| a.name()))),
+            ("ffn_layers", m.ffn_layers.len().into()),
+            ("ffn", layers.into()),
+            ("metadata", metadata.into_iter().filter(|(k, _)| k != pack::keys::MANIFEST).map(|(k, v)| (k, serde_json::Value::String(v)))
+                .collect::<serde_json::Map<String, serde_json::Value>>().into()),
+            ("pack", serde_json::json!(pack_manifest.as_ref().map(|pm| serde_json::json!({
                 "format_version": pm.pack_format_version, "converter_version": pm.converter_version,
                 "target_arch": pm.target_arch, "kernel_abi": pm.kernel_abi, "layouts": pm.layouts,
                 "model": pm.model, "segment_offset": pm.segment_offset, "segment_bytes": pm.segment_bytes,
                 "sources": pm.sources, "options": pm.options,
-            })),
-            "tensors": tensors,
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+            })))),
+        ];
+        let mut o = std::io::BufWriter::new(std::io::stdout().lock());
+        writeln!(o, "{{")?;
+        for (k, v) in head {
+            writeln!(
+                o,
+                "  {}: {},",
+                serde_json::to_string(k)?,
+                serde_json::to_string(&v)?
+            )?;
+        }
+        writeln!(o, "  \"tensors\": [")?;
+        for (i, t) in m.tensors.iter().enumerate() {
+            let sep = if i + 1 < m.tensors.len() { "," } else { "" };
+            let v = serde_json::json!({
+                "name": t.name, "type": t.dtype.name(), "shape": t.shape,
+                "offset": t.offset, "bytes": t.bytes, "file": t.file,
+            });
+            writeln!(o, "    {}{sep}", serde_json::to_string(&v)?)?;
+        }
+        writeln!(o, "  ]\n}}")?;
+        o.flush()?;
         return Ok(());
     }
     let mut o = std::io::stdout().lock();

@@ -8,7 +8,6 @@ use crate::error::{Error, Result};
 use crate::gguf::{self, GgufFile, Value};
 use crate::safetensors_file::{self, StFile};
 use safetensors::Dtype;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The container a checkpoint came in.
@@ -349,7 +348,9 @@ pub struct Model {
     pub path: PathBuf,
     pub files: Vec<SourceFile>,
     pub tensors: Vec<Tensor>,
-    pub by_name: HashMap<String, usize>,
+    /// Tensor indices sorted by name, for lookup by binary search (a name map would hold a
+    /// second copy of every name: a file of a million tensors is mostly names).
+    by_name: Vec<usize>,
     pub architecture: Option<String>,
     pub hidden_size: Option<u64>,
     pub intermediate_size: Option<u64>,
@@ -589,14 +590,17 @@ impl Model {
         activation: Option<Activation>,
         quant: QuantDecl,
     ) -> Result<Model> {
-        let mut by_name = HashMap::new();
-        for (i, t) in tensors.iter().enumerate() {
-            if by_name.insert(t.name.clone(), i).is_some() {
-                return Err(Error::DuplicateTensor {
-                    file: files[t.file].path().display().to_string(),
-                    tensor: t.name.clone(),
-                });
-            }
+        let mut by_name: Vec<usize> = (0..tensors.len()).collect();
+        by_name.sort_unstable_by(|&a, &b| tensors[a].name.cmp(&tensors[b].name));
+        if let Some(w) = by_name
+            .windows(2)
+            .find(|w| tensors[w[0]].name == tensors[w[1]].name)
+        {
+            let t = &tensors[w[1].max(w[0])];
+            return Err(Error::DuplicateTensor {
+                file: files[t.file].path().display().to_string(),
+                tensor: t.name.clone(),
+            });
         }
         let mut m = Model {
             format,
@@ -648,7 +652,7 @@ impl Model {
     }
 
     fn classify(&self, prefix: &str) -> Option<FfnWeight> {
-        let idx = |s: &str| self.by_name.get(&format!("{prefix}.{s}")).copied();
+        let idx = |s: &str| self.index_of(&format!("{prefix}.{s}"));
         if let (Some(packed), Some(scale), Some(global_scale)) = (
             idx("weight_packed"),
             idx("weight_scale"),
@@ -762,7 +766,7 @@ impl Model {
             .strip_suffix(".weight_packed")
             .or_else(|| name.strip_suffix(".weight"))?;
         let w = self.classify(prefix)?;
-        (w.main() == *self.by_name.get(name)? && !matches!(w, FfnWeight::Plain { .. })).then_some(w)
+        (w.main() == self.index_of(name)? && !matches!(w, FfnWeight::Plain { .. })).then_some(w)
     }
 
     /// Every file this model was read from: the tensor files, the path the user gave and, for
@@ -812,15 +816,20 @@ impl Model {
         self.files[t.file].release(t.offset, t.offset + t.bytes);
     }
 
+    /// The index of the tensor named `name`, if there is one.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.by_name
+            .binary_search_by(|&i| self.tensors[i].name.as_str().cmp(name))
+            .ok()
+            .map(|k| self.by_name[k])
+    }
+
     /// Look a tensor up by name.
     pub fn tensor(&self, name: &str) -> Result<usize> {
-        self.by_name
-            .get(name)
-            .copied()
-            .ok_or_else(|| Error::NotFound {
-                file: self.path.display().to_string(),
-                tensor: name.into(),
-            })
+        self.index_of(name).ok_or_else(|| Error::NotFound {
+            file: self.path.display().to_string(),
+            tensor: name.into(),
+        })
     }
 
     /// Decode a plain tensor (any ggml type with a decoder, or a safetensors float/int type) to
@@ -1085,7 +1094,7 @@ impl Model {
 
     /// The FFN weight whose main tensor is `name`, if any.
     pub fn ffn_weight_named(&self, name: &str) -> Option<&FfnWeight> {
-        let i = *self.by_name.get(name)?;
+        let i = self.index_of(name)?;
         self.ffn_layers
             .iter()
             .flat_map(|l| [&l.gate, &l.up, &l.down])

@@ -13,7 +13,7 @@ use crate::converters::layouts::{self, Encoded, Layout, Proj, q4k_mmq::DownForma
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, Value};
 use crate::gguf_write::GgufBuilder;
-use crate::model::{Activation, DType, FfnWeight, Format, Model, SourceFile};
+use crate::model::{Activation, DType, FfnLayer, FfnWeight, Format, Model, SourceFile};
 use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -433,6 +433,9 @@ pub struct Plan<'m> {
     lora: Option<Lora>,
     items: Vec<Item>,
     ffn_sources: HashSet<usize>,
+    /// Position in `model.ffn_layers` of each FFN layer index (plan and progress look layers up
+    /// by index once per blob; a scan there made convert quadratic in the layer count).
+    layer_pos: HashMap<usize, usize>,
     hidden: u64,
     inter: u64,
     activation: Activation,
@@ -557,6 +560,12 @@ impl<'m> Plan<'m> {
                 }
             }
         }
+        let layer_pos = model
+            .ffn_layers
+            .iter()
+            .enumerate()
+            .map(|(p, l)| (l.index, p))
+            .collect();
         Ok(Plan {
             model,
             opts: opts.clone(),
@@ -564,6 +573,7 @@ impl<'m> Plan<'m> {
             lora,
             items,
             ffn_sources,
+            layer_pos,
             hidden,
             inter,
             activation,
@@ -602,11 +612,7 @@ impl<'m> Plan<'m> {
                         sink(&name, &bytes, entry)?;
                         i += 1;
                     }
-                    let l = m
-                        .ffn_layers
-                        .iter()
-                        .find(|l| l.index == layer)
-                        .expect("planned layer");
+                    let l = self.layer(layer);
                     for t in [&l.gate, &l.up, &l.down].into_iter().flat_map(companions) {
                         m.release(t);
                     }
@@ -616,14 +622,15 @@ impl<'m> Plan<'m> {
         Ok(())
     }
 
+    /// The FFN layer with index `layer` (every planned layer is one of the model's).
+    fn layer(&self, layer: usize) -> &'m FfnLayer {
+        &self.model.ffn_layers[self.layer_pos[&layer]]
+    }
+
     /// Every blob of one layer, in plan order.
     fn layer_blobs(&self, layer: usize) -> Result<Vec<(String, Vec<u8>, TensorEntry)>> {
         let m = self.model;
-        let l = m
-            .ffn_layers
-            .iter()
-            .find(|l| l.index == layer)
-            .expect("planned layer");
+        let l = self.layer(layer);
         let ws = [
             (Proj::Gate, &l.gate),
             (Proj::Up, &l.up),
@@ -994,11 +1001,7 @@ pub fn convert(
             done += match &entry.ffn {
                 None => bytes.len() as u64,
                 Some(fe) => {
-                    layer_bytes[model
-                        .ffn_layers
-                        .iter()
-                        .position(|l| l.index == fe.layer)
-                        .unwrap_or(0)]
+                    layer_bytes[plan.layer_pos.get(&fe.layer).copied().unwrap_or(0)]
                         / blobs_per_layer.max(1)
                 }
             };
@@ -1089,6 +1092,8 @@ fn copy_metadata(model: &Model, b: &mut GgufBuilder) {
 pub struct Pack {
     pub file: GgufFile,
     pub manifest: Manifest,
+    /// Tensor index by name (`index` is called once per tensor by `verify --source`).
+    by_name: HashMap<String, usize>,
 }
 
 impl Pack {
@@ -1197,12 +1202,22 @@ impl Pack {
             }
         }
         crate::pack_check::check_manifest(&file, &manifest)?;
-        Ok(Pack { file, manifest })
+        let by_name = manifest
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.name.clone(), i))
+            .collect();
+        Ok(Pack {
+            file,
+            manifest,
+            by_name,
+        })
     }
 
     /// Index of a tensor by name.
     pub fn index(&self, name: &str) -> Option<usize> {
-        self.manifest.tensors.iter().position(|e| e.name == name)
+        self.by_name.get(name).copied()
     }
 
     /// Bytes of tensor `i`.
@@ -1216,14 +1231,39 @@ impl Pack {
         s..s + self.manifest.segment_bytes
     }
 
-    /// Check every tensor's xxh3 against the manifest; returns the names that differ.
-    pub fn verify_checksums(&self) -> Vec<String> {
+    /// Tensor `i`'s bytes, read with `pread` (see [`GgufFile::read_range`]): an error, not
+    /// SIGBUS, if the file shrinks meanwhile.
+    pub fn read(&self, i: usize) -> Result<Vec<u8>> {
+        let t = &self.file.tensors[i];
+        let mut out = Vec::with_capacity(t.bytes as usize);
+        self.file
+            .read_range(t.file_offset, t.file_offset + t.bytes, &t.name, |c| {
+                out.extend_from_slice(c)
+            })?;
+        Ok(out)
+    }
+
+    /// Check every tensor's xxh3 against the manifest; returns the names that differ. Reads
+    /// with `pread`, so a file truncated while it is checked gives an error, not SIGBUS.
+    pub fn verify_checksums(&self) -> Result<Vec<String>> {
         use rayon::prelude::*;
-        (0..self.manifest.tensors.len())
+        let differs = (0..self.manifest.tensors.len())
             .into_par_iter()
-            .filter(|&i| hex(xxh3_64(self.data(i))) != self.manifest.tensors[i].xxh3)
+            .map(|i| {
+                let t = &self.file.tensors[i];
+                let mut h = xxhash_rust::xxh3::Xxh3::new();
+                self.file
+                    .read_range(t.file_offset, t.file_offset + t.bytes, &t.name, |c| {
+                        h.update(c)
+                    })?;
+                Ok((hex(h.digest()) != self.manifest.tensors[i].xxh3).then_some(i))
+            })
+            .collect::<Result<Vec<Option<usize>>>>()?;
+        Ok(differs
+            .into_iter()
+            .flatten()
             .map(|i| self.manifest.tensors[i].name.clone())
-            .collect()
+            .collect())
     }
 
     /// Decode an FFN layout of one projection to f32 `[out, in]` (logical shape, padding
@@ -1341,7 +1381,7 @@ pub fn verify_against_source(pack: &Pack, source: &Model) -> Result<SourceCheck>
         match pack.index(name) {
             Some(j)
                 if j == i
-                    && pack.data(j) == bytes
+                    && pack.read(j)? == bytes
                     && pack.manifest.tensors[j].ffn == entry.ffn
                     && pack.manifest.tensors[j].source_shape == entry.source_shape
                     && pack.manifest.tensors[j].source_type == entry.source_type => {}

@@ -306,7 +306,7 @@ fn check_passthrough(
 }
 
 /// Names of the tensors followed by non-zero padding (up to the next tensor or the end).
-pub fn nonzero_padding(file: &GgufFile) -> Vec<String> {
+pub fn nonzero_padding(file: &GgufFile) -> Result<Vec<String>> {
     let data = file.data_offset;
     let len = file.map.len() as u64;
     let mut out = Vec::new();
@@ -318,13 +318,14 @@ pub fn nonzero_padding(file: &GgufFile) -> Vec<String> {
             .map(|n| data.saturating_add(n.offset))
             .unwrap_or(len)
             .min(len);
-        if start < end
-            && file.map[start as usize..end as usize]
-                .iter()
-                .any(|&b| b != 0)
-        {
+        let mut nonzero = false;
+        // pread, not the map: a file truncated meanwhile gives an error, not SIGBUS.
+        file.read_range(start, end, &t.name, |c| {
+            nonzero |= c.iter().any(|&b| b != 0)
+        })?;
+        if nonzero {
             out.push(t.name.clone());
         }
     }
-    out
+    Ok(out)
 }

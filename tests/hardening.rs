@@ -316,3 +316,118 @@ fn last_digit_of_global_scale(img: &[u8]) -> usize {
     assert!(img[end - 1].is_ascii_digit());
     end - 1
 }
+
+/// Run the CLI and return (status, peak resident set of the child in bytes).
+fn run_measured(args: &[&str]) -> (std::process::ExitStatus, u64) {
+    use std::os::unix::process::ExitStatusExt;
+    let child = bin()
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0i32;
+    // SAFETY: FFI; `rusage` is plain old data that wait4 fills, and the pid is our own child,
+    // waited on exactly once (the `Child` handle is never waited on after this).
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; both pointers are to live locals.
+    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    assert_eq!(r, child.id() as i32);
+    (
+        std::process::ExitStatus::from_raw(status),
+        ru.ru_maxrss as u64 * 1024,
+    )
+}
+
+#[test]
+fn inspect_json_of_a_million_empty_tensors_stays_within_10x_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("empty.gguf");
+    let mut b = metrale_pack::gguf_write::GgufBuilder::new(32);
+    b.add_kv(
+        "general.architecture",
+        &metrale_pack::gguf::Value::String("llama".into()),
+    );
+    for i in 0..1_000_000 {
+        b.add_tensor(&format!("t.{i:08}"), &[0], metrale_pack::GgmlType::F32);
+    }
+    std::fs::write(&p, b.header()).unwrap();
+    let file = std::fs::metadata(&p).unwrap().len();
+    assert!(file > 30_000_000, "{file}");
+    let (st, rss) = run_measured(&["inspect", "--json", p.to_str().unwrap()]);
+    assert!(st.success(), "{st:?}");
+    assert!(
+        rss < 10 * file,
+        "inspect --json peak RSS {rss} bytes for a {file}-byte file"
+    );
+}
+
+#[test]
+fn convert_time_is_linear_in_the_layer_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut secs = Vec::new();
+    for layers in [10_000, 40_000] {
+        let src = dir.path().join(format!("l{layers}.gguf"));
+        metrale_pack::gen_model::gen_model(
+            &src,
+            16,
+            16,
+            layers,
+            metrale_pack::GgmlType::F16,
+            "llama",
+        )
+        .unwrap();
+        let out = dir.path().join("out.mpk.gguf");
+        // The faster of two runs, so one slow moment of a shared machine does not decide.
+        let mut best = f64::INFINITY;
+        for _ in 0..2 {
+            let t = std::time::Instant::now();
+            let o = run(&[
+                "convert",
+                src.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+                "--layouts",
+                "bf16",
+                "--threads",
+                "1",
+            ]);
+            best = best.min(t.elapsed().as_secs_f64());
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            std::fs::remove_file(&out).unwrap();
+        }
+        std::fs::remove_file(&src).unwrap();
+        secs.push(best);
+    }
+    // Linear: 4x the layers takes about 4x the time; quadratic would take 16x. Allow 2x of linear.
+    let ratio = secs[1] / secs[0];
+    assert!(
+        ratio < 8.0,
+        "10k layers {:.2} s, 40k layers {:.2} s: {ratio:.1}x for 4x the layers",
+        secs[0],
+        secs[1]
+    );
+}
+
+#[test]
+fn a_pack_truncated_while_verify_reads_it_is_an_error_not_sigbus() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, bytes, src) = small_pack(dir.path());
+    let pack = metrale_pack::pack::Pack::open(&p).unwrap();
+    assert!(pack.verify_checksums().unwrap().is_empty());
+    // Cut the file after opening, as a user truncating it during `verify` would: every read
+    // that follows must fail cleanly (through the map it would be SIGBUS and kill this test).
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.set_len(bytes.len() as u64 / 2).unwrap();
+    let e = pack.verify_checksums().unwrap_err().to_string();
+    assert!(e.contains("m.mpk.gguf") && e.contains("change"), "{e}");
+    let e = metrale_pack::pack_check::nonzero_padding(&pack.file)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("m.mpk.gguf"), "{e}");
+    let model = metrale_pack::model::Model::open(&src).unwrap();
+    let e = metrale_pack::pack::verify_against_source(&pack, &model)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("m.mpk.gguf"), "{e}");
+}
