@@ -318,6 +318,8 @@ fn last_digit_of_global_scale(img: &[u8]) -> usize {
 }
 
 /// Run the CLI and return (status, peak resident set of the child in bytes).
+// The child is reaped by wait4 (which also returns its rusage), not by `Child::wait`.
+#[allow(clippy::zombie_processes)]
 fn run_measured(args: &[&str]) -> (std::process::ExitStatus, u64) {
     use std::os::unix::process::ExitStatusExt;
     let child = bin()
