@@ -25,6 +25,11 @@ pub fn gen_model(
         ),
         "gen-model writes F32, F16, BF16, Q8_0 or Q4_K, not {ty}"
     );
+    anyhow::ensure!(
+        ty.row_bytes(hidden as u64).is_some() && ty.row_bytes(inter as u64).is_some(),
+        "gen-model: hidden {hidden} and intermediate {inter} must be multiples of {ty}'s block of {}",
+        ty.block_elems()
+    );
     let mut b = GgufBuilder::new(32);
     b.add_kv("general.architecture", &Value::String(arch.into()));
     b.add_kv(

@@ -783,6 +783,18 @@ pub fn layer_checks(
     ms: &[usize],
     rng: &mut Rand,
 ) -> GpuResult<Vec<Row>> {
+    layer_checks_of(b, shapes, ms, rng, |_| true)
+}
+
+/// [`layer_checks`] of the arms whose name `keep` accepts (`gpu-check --arms`: one
+/// compute-sanitizer run per arm group fits a device call).
+pub fn layer_checks_of(
+    b: Arc<dyn GpuBackend>,
+    shapes: &[(usize, usize)],
+    ms: &[usize],
+    rng: &mut Rand,
+    keep: impl Fn(&str) -> bool,
+) -> GpuResult<Vec<Row>> {
     let mut rows = Vec::new();
     let mmax = *ms.iter().max().unwrap();
     let host: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
@@ -902,7 +914,7 @@ pub fn layer_checks(
             hidden: h,
             inter: i,
         };
-        for (arm, install, levers, act) in &arms {
+        for (arm, install, levers, act) in arms.iter().filter(|a| keep(a.0)) {
             let mut gc = ForwardContext::new(b.clone(), cfg, mmax, levers.clone())?;
             let mut hc = ForwardContext::new(host.clone(), cfg, mmax, levers.clone())?;
             let mut gl = DenseFfnLayer::new_with_activation(&gc, *act);

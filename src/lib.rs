@@ -7,6 +7,7 @@ pub mod converters;
 
 pub mod error;
 pub mod ffn;
+pub mod fuzzing;
 pub mod gen_model;
 pub mod ggml_type;
 pub mod gguf;
@@ -17,7 +18,7 @@ pub mod loader;
 pub mod model;
 pub mod npy;
 pub mod pack;
-pub mod pack_check;
+pub use pack::check as pack_check;
 pub mod safetensors_file;
 
 pub use error::{Error, Result};

@@ -70,6 +70,14 @@ enum Cmd {
         /// Also convert this checkpoint (e.g. the real SmolLM2 GGUF), load the pack and check it.
         #[arg(long)]
         load_source: Option<PathBuf>,
+        /// Only these sections (comma-separated: kernels, layers, load); default all. With
+        /// compute-sanitizer, one section or arm group per run keeps each run short.
+        #[arg(long, value_delimiter = ',')]
+        sections: Option<Vec<String>>,
+        /// Only the layer arms whose name contains one of these (comma-separated, e.g.
+        /// `bf16,fp8 fused`).
+        #[arg(long, value_delimiter = ',')]
+        arms: Option<Vec<String>>,
     },
     /// GPU benchmarks: decode bandwidth and prefill TFLOP/s per arm, against the copy ceiling.
     BenchGpu,
@@ -178,7 +186,12 @@ fn run(cli: Cli) -> Result<()> {
             threads,
         } => convert(&src, output, layouts, &q4k_down, lora, threads),
         Cmd::Verify { pack, source } => verify(&pack, source.as_deref()),
-        Cmd::GpuCheck { quick, load_source } => gpu_check(quick, load_source.as_deref()),
+        Cmd::GpuCheck {
+            quick,
+            load_source,
+            sections,
+            arms,
+        } => gpu_check(quick, load_source.as_deref(), sections, arms),
         Cmd::BenchGpu => bench_gpu(),
         Cmd::GenModel {
             out,
@@ -556,10 +569,30 @@ fn cuda_or_skip() -> Option<std::sync::Arc<metrale_pack::gpu::cuda::CudaBackend>
     }
 }
 
-fn gpu_check(quick: bool, load_source: Option<&Path>) -> Result<()> {
+fn gpu_check(
+    quick: bool,
+    load_source: Option<&Path>,
+    sections: Option<Vec<String>>,
+    arms: Option<Vec<String>>,
+) -> Result<()> {
     use metrale_pack::gpucheck::{self, M_SET, SHAPES};
+    const SECTIONS: [&str; 3] = ["kernels", "layers", "load"];
+    if let Some(bad) = sections
+        .iter()
+        .flatten()
+        .find(|s| !SECTIONS.contains(&s.as_str()))
+    {
+        anyhow::bail!(
+            "gpu-check --sections: unknown section {bad:?} (known: kernels, layers, load)"
+        );
+    }
     let Some(b) = cuda_or_skip() else {
         return Ok(());
+    };
+    let want = |s: &str| sections.as_ref().is_none_or(|v| v.iter().any(|x| x == s));
+    let keep = |arm: &str| {
+        arms.as_ref()
+            .is_none_or(|v| v.iter().any(|x| arm.contains(x.as_str())))
     };
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
@@ -572,37 +605,47 @@ fn gpu_check(quick: bool, load_source: Option<&Path>) -> Result<()> {
     } else {
         (&SHAPES, &M_SET)
     };
-    let mut rows = gpucheck::kernel_checks(b.clone(), shapes, ms, &mut rng)?;
-    rows.extend(gpucheck::layer_checks(
-        b.clone(),
-        &SHAPES[..1],
-        ms,
-        &mut rng,
-    )?);
-    if !quick {
-        rows.extend(gpucheck::layer_checks(
+    let mut rows = Vec::new();
+    if want("kernels") {
+        rows.extend(gpucheck::kernel_checks(b.clone(), shapes, ms, &mut rng)?);
+    }
+    if want("layers") {
+        rows.extend(gpucheck::layer_checks_of(
             b.clone(),
-            &SHAPES[1..],
-            &[1, 2, 3, 5, 17, 33],
+            &SHAPES[..1],
+            ms,
             &mut rng,
+            keep,
         )?);
+        if !quick {
+            rows.extend(gpucheck::layer_checks_of(
+                b.clone(),
+                &SHAPES[1..],
+                &[1, 2, 3, 5, 17, 33],
+                &mut rng,
+                keep,
+            )?);
+        }
     }
     use metrale_pack::loader::IoMode;
-    rows.extend(gpucheck::load_checks(
-        b.clone(),
-        SHAPES[0].0,
-        SHAPES[0].1,
-        &[IoMode::Register, IoMode::Staged],
-        &mut rng,
-    )?);
-    if let Some(src) = load_source {
-        rows.extend(gpucheck::load_checks_from(
+    if want("load") {
+        rows.extend(gpucheck::load_checks(
             b.clone(),
-            src,
+            SHAPES[0].0,
+            SHAPES[0].1,
             &[IoMode::Register, IoMode::Staged],
             &mut rng,
         )?);
+        if let Some(src) = load_source {
+            rows.extend(gpucheck::load_checks_from(
+                b.clone(),
+                src,
+                &[IoMode::Register, IoMode::Staged],
+                &mut rng,
+            )?);
+        }
     }
+    anyhow::ensure!(!rows.is_empty(), "gpu-check: the filters select no check");
     eprintln!("checks took {:.1} s", t0.elapsed().as_secs_f64());
     anyhow::ensure!(gpucheck::print_table(&rows), "GPU check failed");
     Ok(())

@@ -45,6 +45,24 @@ pub struct Arena {
     pub act_bf16: DevicePtr,
 }
 
+impl Arena {
+    /// Every buffer of the arena.
+    pub fn all(&self) -> [DevicePtr; 10] {
+        [
+            self.moe_output,
+            self.expert_gate_out,
+            self.expert_up_out,
+            self.lora_xa,
+            self.lora_delta,
+            self.q2_act_q8,
+            self.q2_dequant_scratch,
+            self.act_fp8,
+            self.act_scale,
+            self.act_bf16,
+        ]
+    }
+}
+
 /// What a forward call needs besides the layer: backend, dimensions, scratch, levers.
 pub struct ForwardContext {
     pub backend: Arc<dyn GpuBackend>,
@@ -96,6 +114,13 @@ impl ForwardContext {
             act_scale: b.alloc(t * 4)?,
             act_bf16: b.alloc(t * h.max(i) * 2)?,
         };
+        // Zeroed once, so that no read of the arena ever sees bytes nothing wrote: cuBLAS's
+        // Hopper GEMMs store their output with the bulk tensor copy, which compute-sanitizer's
+        // initcheck does not count as a write, so every `act_mul` read of a cuBLAS output was
+        // reported as uninitialized (#13). One memset per context, not per forward.
+        for p in arena.all() {
+            b.fill(p, 0)?;
+        }
         Ok(ForwardContext {
             backend,
             config,

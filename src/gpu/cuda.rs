@@ -14,6 +14,35 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Every kernel of a loaded module, by name (driver 12.4+: `cuModuleEnumerateFunctions`).
+fn module_entries(m: cus::CUmodule) -> GpuResult<HashMap<String, cus::CUfunction>> {
+    let mut n: std::ffi::c_uint = 0;
+    // SAFETY: FFI; `m` is a loaded module and `n` a live local the call writes.
+    unsafe { cus::cuModuleGetFunctionCount(&mut n, m) }
+        .result()
+        .map_err(cuerr("cuModuleGetFunctionCount"))?;
+    let mut fs: Vec<cus::CUfunction> = vec![std::ptr::null_mut(); n as usize];
+    // SAFETY: FFI; `fs` has room for the `n` handles the call writes.
+    unsafe { cus::cuModuleEnumerateFunctions(fs.as_mut_ptr(), n, m) }
+        .result()
+        .map_err(cuerr("cuModuleEnumerateFunctions"))?;
+    let mut out = HashMap::new();
+    for f in fs {
+        let mut name: *const std::ffi::c_char = std::ptr::null();
+        // SAFETY: FFI; `f` is a function of the loaded module; the driver owns the returned
+        // NUL-terminated name for the module's lifetime, and it is copied at once.
+        unsafe { cus::cuFuncGetName(&mut name, f) }
+            .result()
+            .map_err(cuerr("cuFuncGetName"))?;
+        // SAFETY: as above: a valid NUL-terminated string from the driver.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned();
+        out.insert(name, f);
+    }
+    Ok(out)
+}
+
 fn cuerr(call: &str) -> impl Fn(cu::DriverError) -> GpuError + '_ {
     move |e| GpuError::Cuda {
         call: call.into(),
@@ -114,6 +143,10 @@ pub fn compile_cubin(module: &str, arch: &str, include: Option<&str>) -> GpuResu
 
 struct State {
     modules: HashMap<String, Option<cus::CUmodule>>,
+    /// Each loaded module's kernels by name, enumerated at load: a lookup of a name the module
+    /// does not define answers 0 without a failing `cuModuleGetFunction` (which
+    /// compute-sanitizer reports as an API error).
+    entries: HashMap<String, HashMap<String, cus::CUfunction>>,
     functions: Vec<cus::CUfunction>,
     index: HashMap<(String, String), u64>,
     compile_errors: HashMap<String, String>,
@@ -186,6 +219,7 @@ impl CudaBackend {
             cache_dir,
             state: Mutex::new(State {
                 modules: HashMap::new(),
+                entries: HashMap::new(),
                 functions: Vec::new(),
                 index: HashMap::new(),
                 compile_errors: HashMap::new(),
@@ -247,6 +281,8 @@ impl CudaBackend {
         // SAFETY: `cubin` is a complete CUBIN image produced by NVRTC for this device's arch.
         let m = unsafe { cu::module::load_data(cubin.as_ptr() as *const c_void) }
             .map_err(cuerr("cuModuleLoadData"))?;
+        let entries = module_entries(m)?;
+        st.entries.insert(module.into(), entries);
         st.modules.insert(module.into(), Some(m));
         Ok(())
     }
@@ -409,20 +445,13 @@ impl GpuBackend for CudaBackend {
             return KernelHandle(0);
         }
         let mut st = self.state.lock().unwrap();
-        let Some(Some(m)) = st.modules.get(module).copied() else {
+        let Some(&f) = st.entries.get(module).and_then(|e| e.get(name)) else {
             return KernelHandle(0);
         };
-        let cname = CString::new(name).unwrap();
-        // SAFETY: `m` is a loaded module; a missing name returns an error, not UB.
-        match unsafe { cu::module::get_function(m, cname) } {
-            Ok(f) => {
-                st.functions.push(f);
-                let h = st.functions.len() as u64;
-                st.index.insert((module.into(), name.into()), h);
-                KernelHandle(h)
-            }
-            Err(_) => KernelHandle(0),
-        }
+        st.functions.push(f);
+        let h = st.functions.len() as u64;
+        st.index.insert((module.into(), name.into()), h);
+        KernelHandle(h)
     }
     fn launch(
         &self,

@@ -1,0 +1,222 @@
+//! Fuzz harnesses: one function per target of `fuzz/` (cargo-fuzz, nightly) that CI also runs
+//! on stable over the regression corpus in `fuzz/regressions/` (`tests/fuzz_regressions.rs`).
+//!
+//! Each harness feeds one input to a reader and asserts what the format promises, not only that
+//! nothing panics: a GGUF or safetensors file that opens has every tensor's bytes inside the
+//! file, and each decodes to its element count or fails with an error; a pack that opens decodes
+//! every FFN blob to its manifest shape without error; a pack that loads on the host backend
+//! installs every layer's overlays. A violated promise panics, which is how the fuzzer sees it.
+
+use crate::gguf;
+use crate::gpu::host::HostBackend;
+use crate::gpu::{GpuBackend, upload_f32};
+use crate::model::Model;
+use crate::pack::{Pack, keys};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Write `data` to a per-process scratch file named `*.EXT` (tmpfs when there is one) and call
+/// `f` with its path. The file readers take paths, so the harnesses give them one.
+fn with_file(data: &[u8], ext: &str, f: impl FnOnce(&Path)) {
+    let dir = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let p = dir.join(format!("metrale-fuzz-{}.{ext}", std::process::id()));
+    std::fs::write(&p, data).expect("scratch file");
+    f(&p);
+    let _ = std::fs::remove_file(&p);
+}
+
+/// If `img` parses as a GGUF with a pack header checksum, rewrite the checksum so that the
+/// fuzzer's edits reach the manifest checks instead of stopping at the checksum.
+pub fn rehash(img: &mut [u8]) {
+    let Ok(p) = gguf::parse(img, "fuzz") else {
+        return;
+    };
+    let Some(kv) = p.kvs.iter().find(|kv| kv.key == keys::HEADER_XXH3) else {
+        return;
+    };
+    let (Some(at), Ok(end)) = (kv.span.end.checked_sub(8), usize::try_from(p.data_offset)) else {
+        return;
+    };
+    if end > img.len() || at + 8 > end {
+        return;
+    }
+    let d = crate::pack_check::header_digest(&img[..end], at);
+    img[at..at + 8].copy_from_slice(&d.to_le_bytes());
+}
+
+/// Every tensor of an opened model: its bytes lie inside its file, and it decodes to its
+/// element count or fails with an error.
+fn check_model(m: &Model) {
+    for (i, t) in m.tensors.iter().enumerate() {
+        let len = m.files[t.file].bytes().len() as u64;
+        let end = t.offset.checked_add(t.bytes);
+        assert!(
+            end.is_some_and(|e| e <= len),
+            "{}: bytes {}+{} outside a file of {len}",
+            t.name,
+            t.offset,
+            t.bytes
+        );
+        if let Ok(v) = m.decode_tensor(i) {
+            assert_eq!(v.len() as u64, t.elems(), "{}: decoded length", t.name);
+        }
+    }
+    for l in &m.ffn_layers {
+        for w in [&l.gate, &l.up, &l.down] {
+            if let Ok((v, s)) = m.decode_weight(w) {
+                assert_eq!(
+                    v.len() as u64,
+                    s.iter().product::<u64>(),
+                    "decoded weight length"
+                );
+            }
+        }
+    }
+}
+
+/// Target `gguf`: the GGUF reader on any bytes, then the model built on it.
+pub fn gguf_bytes(data: &[u8]) {
+    let Ok(p) = gguf::parse(data, "fuzz") else {
+        return;
+    };
+    for t in &p.tensors {
+        let end = t.file_offset.checked_add(t.bytes);
+        assert!(
+            end.is_some_and(|e| e <= data.len() as u64),
+            "{}: outside the buffer",
+            t.name
+        );
+    }
+    with_file(data, "gguf", |path| {
+        if let Ok(m) = Model::open(path) {
+            check_model(&m);
+        }
+    });
+}
+
+/// Target `safetensors`: the safetensors reader and the model built on it (including the
+/// quantized schemes it recognizes).
+pub fn safetensors_bytes(data: &[u8]) {
+    with_file(data, "safetensors", |path| {
+        if let Ok(m) = Model::open(path) {
+            check_model(&m);
+        }
+    });
+}
+
+/// What an opened pack promises: every tensor inside the file, every FFN blob decodes to its
+/// manifest shape, the checksums and padding can be read, and `dump` of any tensor works or
+/// fails with an error.
+fn check_pack(path: &Path, pack: &Pack) {
+    let len = pack.file.map.len() as u64;
+    for t in &pack.file.tensors {
+        assert!(t.file_offset.checked_add(t.bytes).is_some_and(|e| e <= len));
+    }
+    for e in &pack.manifest.tensors {
+        let Some(fe) = &e.ffn else { continue };
+        match pack.decode_ffn(&e.name) {
+            Ok((v, shape)) => {
+                assert_eq!(shape, fe.shape, "{}: decoded shape", e.name);
+                assert_eq!(v.len() as u64, shape[0] * shape[1], "{}: length", e.name);
+            }
+            Err(err) => panic!(
+                "{} opened but {} does not decode: {err}",
+                path.display(),
+                e.name
+            ),
+        }
+    }
+    pack.verify_checksums().expect("pread of an opened pack");
+    crate::pack_check::nonzero_padding(&pack.file).expect("pread of an opened pack");
+    if let Ok(m) = Model::open(path) {
+        check_model(&m);
+    }
+}
+
+/// Target `pack`: `Pack::open` on any bytes (the header checksum rewritten to match), then
+/// every decoder and `dump`'s paths.
+pub fn pack_bytes(data: &[u8]) {
+    let mut img = data.to_vec();
+    rehash(&mut img);
+    with_file(&img, "mpk.gguf", |path| {
+        if let Ok(pack) = Pack::open(path) {
+            check_pack(path, &pack);
+        }
+    });
+}
+
+/// `template` (a pack) with its manifest replaced by `json` and the header checksum rewritten;
+/// `None` when the template does not parse.
+pub fn with_manifest(template: &[u8], json: &str) -> Option<Vec<u8>> {
+    let p = gguf::parse(template, "template").ok()?;
+    let kv = p.kvs.iter().find(|kv| kv.key == keys::MANIFEST)?;
+    let mut enc = Vec::new();
+    enc.extend_from_slice(&(kv.key.len() as u64).to_le_bytes());
+    enc.extend_from_slice(kv.key.as_bytes());
+    enc.extend_from_slice(&(gguf::ValueType::String as u32).to_le_bytes());
+    enc.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    enc.extend_from_slice(json.as_bytes());
+    // The header ends where the tensor infos end: the last byte before the padding.
+    let infos_end = template[..p.data_offset as usize]
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |i| i + 1);
+    let mut img = template[..kv.span.start].to_vec();
+    img.extend_from_slice(&enc);
+    img.extend_from_slice(&template[kv.span.end..infos_end.max(kv.span.end)]);
+    let padded = img.len().div_ceil(p.alignment as usize) * p.alignment as usize;
+    img.resize(padded, 0);
+    img.extend_from_slice(&template[p.data_offset as usize..]);
+    rehash(&mut img);
+    Some(img)
+}
+
+/// Target `manifest`: any manifest JSON in a real pack, through `Pack::open`'s checks, then
+/// every decoder.
+pub fn manifest_json(template: &[u8], json: &[u8]) {
+    let Ok(s) = std::str::from_utf8(json) else {
+        return;
+    };
+    let Some(img) = with_manifest(template, s) else {
+        return;
+    };
+    with_file(&img, "mpk.gguf", |path| {
+        if let Ok(pack) = Pack::open(path) {
+            check_pack(path, &pack);
+        }
+    });
+}
+
+/// Target `loader`: the fast-start loader on the host backend over any bytes (the header
+/// checksum rewritten): a pack that loads installs every layer's overlays into a layer of the
+/// manifest's shape, and one row runs through it or fails with an error.
+pub fn loader_bytes(data: &[u8]) {
+    use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+    let mut img = data.to_vec();
+    rehash(&mut img);
+    with_file(&img, "mpk.gguf", |path| {
+        let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+        let Ok(lp) = crate::loader::load(b.as_ref(), path, &Default::default()) else {
+            return;
+        };
+        let m = &lp.pack.manifest.model;
+        let cfg = FfnConfig {
+            hidden: m.hidden_size as usize,
+            inter: m.intermediate_size as usize,
+        };
+        let mut ctx = ForwardContext::new(b.clone(), cfg, 1, Default::default())
+            .expect("host arena for a loaded pack");
+        let x = b.alloc(cfg.hidden as u64 * 4).expect("host input");
+        upload_f32(b.as_ref(), x, &vec![0.5; cfg.hidden]).expect("host upload");
+        for ov in &lp.layers {
+            let mut l = DenseFfnLayer::new(&ctx);
+            ov.install(&mut l)
+                .unwrap_or_else(|e| panic!("layer {} loaded but does not install: {e}", ov.index));
+            let _ = l.forward(&mut ctx, x);
+        }
+    });
+}

@@ -1,0 +1,93 @@
+//! The pack: one GGUF v3 file holding a model's passthrough tensors byte for byte and, for every
+//! dense FFN layer, the weight layouts the engine's `DenseFfnLayer` overlays take, in one
+//! contiguous device segment in layer order, described by a manifest in `metrale.pack.*`
+//! metadata (formats.md, "The pack container").
+//!
+//! Writing is streaming and crash-safe: the header is planned with placeholder sizes (all its
+//! numeric fields are fixed-width, the manifest string is padded to a reserved length), tensor
+//! data is written layer by layer to a temporary file, then the real header overwrites the
+//! placeholder in place, the file is fsynced and renamed into place.
+
+pub mod check;
+mod lora;
+mod manifest;
+mod plan;
+mod read;
+mod verify;
+mod write;
+
+pub use check::{check_header, check_manifest, header_digest, nonzero_padding};
+pub use manifest::*;
+pub use plan::Plan;
+pub use read::Pack;
+pub use verify::{SourceCheck, verify_against_source};
+pub use write::{Progress, convert};
+
+use crate::converters::layouts::{Layout, Proj, q4k_mmq::DownFormat};
+use crate::gguf::GgufFile;
+use crate::model::Format;
+
+/// Version of the container and manifest; bumped on any incompatible change.
+/// 2: the header checksum `metrale.pack.header_xxh3`; LoRA blobs only for targeted projections.
+pub const PACK_FORMAT_VERSION: u32 = 2;
+/// Version of the layouts' contract with the GPU kernels that read them.
+pub const KERNEL_ABI_VERSION: u32 = 1;
+/// The GPU architecture the default layouts are built for.
+pub const TARGET_ARCH: &str = "sm_90";
+/// Every tensor starts on a page, so any run of tensors can be registered or read with O_DIRECT.
+pub const PACK_ALIGNMENT: u64 = 4096;
+/// The converter's version.
+pub const CONVERTER_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// ggml's name limit (`GGML_MAX_NAME` 64 with the NUL).
+pub const MAX_NAME_LEN: usize = 63;
+
+/// Metadata keys of the manifest.
+pub mod keys {
+    pub const FORMAT_VERSION: &str = "metrale.pack.format_version";
+    pub const CONVERTER_VERSION: &str = "metrale.pack.converter_version";
+    pub const TARGET_ARCH: &str = "metrale.pack.target.arch";
+    pub const KERNEL_ABI: &str = "metrale.pack.target.kernel_abi";
+    pub const SEGMENT_OFFSET: &str = "metrale.pack.segment.offset";
+    pub const SEGMENT_BYTES: &str = "metrale.pack.segment.bytes";
+    pub const MANIFEST: &str = "metrale.pack.manifest";
+    /// xxh3-64 of the header with these 8 value bytes as zeros; always the last KV.
+    pub const HEADER_XXH3: &str = "metrale.pack.header_xxh3";
+}
+
+/// Pack tensor name of an FFN blob.
+pub fn blob_name(layer: usize, proj: Proj, layout: Layout, part: &str) -> String {
+    let base = format!("blk.{layer}.ffn_{}.{}", proj.name(), layout.tag());
+    if part.is_empty() {
+        base
+    } else {
+        format!("{base}.{part}")
+    }
+}
+
+/// The part suffixes a layout writes for a projection, in order.
+pub fn part_names(layout: Layout, proj: Proj, down: DownFormat) -> &'static [&'static str] {
+    match layout {
+        Layout::Nvfp4 | Layout::Nvfp4T | Layout::Fp8 | Layout::W8a8 => &["codes", "scales"],
+        Layout::Q4kMmq if proj == Proj::Down && down == DownFormat::Int8 => &["codes", "scales"],
+        Layout::Lora => &["a", "b"],
+        _ => &[""],
+    }
+}
+
+fn hex(h: u64) -> String {
+    format!("{h:016x}")
+}
+
+/// Whether an opened GGUF is a pack.
+pub fn is_pack(g: &GgufFile) -> bool {
+    g.get(keys::FORMAT_VERSION).is_some()
+}
+
+/// The source format a pack came from.
+pub fn source_format(m: &Manifest) -> Format {
+    if m.source_format == "gguf" {
+        Format::Gguf
+    } else {
+        Format::Safetensors
+    }
+}

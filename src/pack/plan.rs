@@ -1,0 +1,466 @@
+//! The plan (every tensor of the pack, in file order) and the per-layer producer that `convert` and `verify --source` share.
+
+use super::lora::Lora;
+use super::*;
+use crate::GgmlType;
+use crate::converters::layouts::{self, Encoded, Layout, Proj, q4k_mmq::DownFormat};
+use crate::error::{Error, Result};
+use crate::model::{Activation, DType, FfnLayer, FfnWeight, Model};
+use safetensors::Dtype;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+/// Lazily decodes (once) and shares a layer's f32 weights: `(projection index, weight)`.
+type DenseOf<'a> = dyn FnMut(usize, &FfnWeight) -> Result<Rc<Vec<f32>>> + 'a;
+
+/// A planned tensor: where its bytes come from.
+pub(super) enum Item {
+    /// Copied byte for byte from source tensor `i`.
+    Passthrough {
+        src: usize,
+        ty: GgmlType,
+        ne: Vec<u64>,
+        entry: Box<TensorEntry>,
+    },
+    /// Part `part` of layout `layout` of projection `proj` of layer `layer`.
+    Blob {
+        layer: usize,
+        proj: Proj,
+        layout: Layout,
+        part: &'static str,
+    },
+}
+
+/// Everything the writer and `verify --source` share: the plan and the per-layer producer.
+pub struct Plan<'m> {
+    model: &'m Model,
+    opts: ConvertOptions,
+    layouts: Vec<Layout>,
+    lora: Option<Lora>,
+    pub(super) items: Vec<Item>,
+    ffn_sources: HashSet<usize>,
+    /// Position in `model.ffn_layers` of each FFN layer index (plan and progress look layers up
+    /// by index once per blob; a scan there made convert quadratic in the layer count).
+    pub(super) layer_pos: HashMap<usize, usize>,
+    hidden: u64,
+    inter: u64,
+    activation: Activation,
+}
+
+impl<'m> Plan<'m> {
+    /// Check the options against the model and list every tensor the pack will hold.
+    pub fn new(model: &'m Model, opts: &ConvertOptions) -> Result<Plan<'m>> {
+        let file = model.path.display().to_string();
+        let bad = |reason: String| Error::Unsupported {
+            file: file.clone(),
+            reason,
+        };
+        if model.ffn_layers.is_empty() {
+            return Err(bad(
+                "no dense FFN layers (gate/up/down) found: nothing to pack".into(),
+            ));
+        }
+        let activation = model.activation.unwrap_or(Activation::Silu);
+        let mut layouts = opts
+            .layouts
+            .clone()
+            .unwrap_or_else(|| default_layouts(activation));
+        if opts.lora.is_some() && !layouts.contains(&Layout::Lora) {
+            layouts.push(Layout::Lora);
+        }
+        layouts.sort();
+        layouts.dedup();
+        if activation == Activation::Gelu {
+            if layouts.contains(&Layout::W8a8) {
+                return Err(bad("layout w8a8 is refused for GELU layers (set_w8a8_decode_weights refuses a GELU FFN)".into()));
+            }
+            if layouts.contains(&Layout::Nvfp4Mmq) {
+                return Err(bad("layout nvfp4_mmq is not built for GELU layers (finalize_nvfp4_mmq_load skips them)".into()));
+            }
+        }
+        if layouts.contains(&Layout::Lora) {
+            if opts.lora.is_none() {
+                return Err(bad("layout lora needs --lora DIR (a PEFT adapter)".into()));
+            }
+            if !layouts.contains(&Layout::Nvfp4) {
+                return Err(bad("layout lora needs the nvfp4 base layout (set_lora_weights only takes an adapter on the NVFP4 base)".into()));
+            }
+        }
+        let lora = opts
+            .lora
+            .as_deref()
+            .map(|d| Lora::open(d, model))
+            .transpose()?;
+        let hidden = model.hidden_size.unwrap_or(0);
+        let inter = model.intermediate_size.unwrap_or(0);
+        let mut ffn_sources = HashSet::new();
+        for l in &model.ffn_layers {
+            for (w, want) in [
+                (&l.gate, [inter, hidden]),
+                (&l.up, [inter, hidden]),
+                (&l.down, [hidden, inter]),
+            ] {
+                let s = model.weight_shape(w)?;
+                if s != want {
+                    return Err(Error::Quantized {
+                        file: model.file_of(w.main()),
+                        tensor: model.tensors[w.main()].name.clone(),
+                        reason: format!("shape {s:?} but hidden/intermediate size say {want:?}"),
+                    });
+                }
+                ffn_sources.extend(companions(w));
+            }
+        }
+        let mut items = Vec::new();
+        for (i, t) in model.tensors.iter().enumerate() {
+            if ffn_sources.contains(&i) {
+                continue;
+            }
+            if t.name.len() > MAX_NAME_LEN {
+                return Err(Error::Tensor {
+                    file: model.file_of(i),
+                    tensor: t.name.clone(),
+                    field: "name",
+                    reason: format!(
+                        "{} bytes; GGUF readers accept at most {MAX_NAME_LEN}",
+                        t.name.len()
+                    ),
+                });
+            }
+            // A type ggml has keeps it; any other becomes an I8 blob of its bytes.
+            let (ty, ne, source_shape) = match t.dtype.as_ggml() {
+                Some(ty) => (ty, t.shape.iter().rev().copied().collect(), None),
+                None => (GgmlType::I8, vec![t.bytes], Some(t.shape.clone())),
+            };
+            let entry = TensorEntry {
+                name: t.name.clone(),
+                ffn: None,
+                source_type: t.dtype.name(),
+                source_shape,
+                bytes: t.bytes,
+                xxh3: String::new(),
+            };
+            items.push(Item::Passthrough {
+                src: i,
+                ty,
+                ne,
+                entry: Box::new(entry),
+            });
+        }
+        for l in &model.ffn_layers {
+            for &layout in &layouts {
+                for &proj in layout.projections() {
+                    if layout == Layout::Lora
+                        && !lora.as_ref().is_some_and(|a| a.targets(l.index, proj))
+                    {
+                        continue; // not targeted: served as identity
+                    }
+                    for &part in part_names(layout, proj, opts.q4k_down) {
+                        items.push(Item::Blob {
+                            layer: l.index,
+                            proj,
+                            layout,
+                            part,
+                        });
+                    }
+                }
+            }
+        }
+        let layer_pos = model
+            .ffn_layers
+            .iter()
+            .enumerate()
+            .map(|(p, l)| (l.index, p))
+            .collect();
+        Ok(Plan {
+            model,
+            opts: opts.clone(),
+            layouts,
+            lora,
+            items,
+            ffn_sources,
+            layer_pos,
+            hidden,
+            inter,
+            activation,
+        })
+    }
+
+    /// Produce every tensor in file order, calling `sink(name, bytes, entry)`; one layer's
+    /// weights are held at a time.
+    pub fn produce(
+        &self,
+        mut sink: impl FnMut(&str, &[u8], TensorEntry) -> Result<()>,
+    ) -> Result<()> {
+        let m = self.model;
+        let mut i = 0;
+        while i < self.items.len() {
+            match &self.items[i] {
+                Item::Passthrough { src, entry, .. } => {
+                    sink(&entry.name, m.data(*src), (**entry).clone())?;
+                    m.release(*src);
+                    i += 1;
+                }
+                Item::Blob { layer, .. } => {
+                    let layer = *layer;
+                    let blobs = self.layer_blobs(layer)?;
+                    for (name, bytes, entry) in blobs {
+                        match &self.items[i] {
+                            Item::Blob {
+                                layer: l2,
+                                proj,
+                                layout,
+                                part,
+                            } if *l2 == layer && name == blob_name(layer, *proj, *layout, part) => {
+                            }
+                            _ => unreachable!("producer order differs from plan at {name}"),
+                        }
+                        sink(&name, &bytes, entry)?;
+                        i += 1;
+                    }
+                    let l = self.layer(layer);
+                    for t in [&l.gate, &l.up, &l.down].into_iter().flat_map(companions) {
+                        m.release(t);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The FFN layer with index `layer` (every planned layer is one of the model's).
+    fn layer(&self, layer: usize) -> &'m FfnLayer {
+        &self.model.ffn_layers[self.layer_pos[&layer]]
+    }
+
+    /// Every blob of one layer, in plan order.
+    fn layer_blobs(&self, layer: usize) -> Result<Vec<(String, Vec<u8>, TensorEntry)>> {
+        let m = self.model;
+        let l = self.layer(layer);
+        let ws = [
+            (Proj::Gate, &l.gate),
+            (Proj::Up, &l.up),
+            (Proj::Down, &l.down),
+        ];
+        // Decoded f32 weights, computed once per projection on first need and shared (not copied)
+        // by every layout that encodes from them.
+        let mut dense: [Option<Rc<Vec<f32>>>; 3] = [None, None, None];
+        let mut nvfp4: [Option<Encoded>; 3] = [None, None, None];
+        let mut out = Vec::new();
+        for &layout in &self.layouts {
+            let mut per_proj: Vec<(Proj, usize, Encoded)> = Vec::new();
+            for (pi, &(proj, w)) in ws.iter().enumerate() {
+                let [n, k] = m.weight_shape(w)?.map(|d| d as usize);
+                if layout == Layout::Fp8 && proj == Proj::Up {
+                    continue; // fused with gate below
+                }
+                let mut dense_of = |pi: usize, w: &FfnWeight| -> Result<Rc<Vec<f32>>> {
+                    if dense[pi].is_none() {
+                        dense[pi] = Some(Rc::new(m.decode_weight(w)?.0));
+                    }
+                    Ok(Rc::clone(dense[pi].as_ref().unwrap()))
+                };
+                let enc = match layout {
+                    Layout::Nvfp4 | Layout::Nvfp4T | Layout::Nvfp4Mmq => {
+                        if nvfp4[pi].is_none() {
+                            nvfp4[pi] = Some(match *w {
+                                FfnWeight::ModelOptNvfp4 {
+                                    weight,
+                                    scale,
+                                    scale_2,
+                                    ..
+                                } => {
+                                    let s2 = m.scalar_f32(scale_2, "weight_scale_2")?;
+                                    layouts::nvfp4::from_modelopt(
+                                        m.data(weight),
+                                        m.data(scale),
+                                        s2,
+                                        n,
+                                        k,
+                                    )
+                                }
+                                FfnWeight::CtNvfp4 {
+                                    packed,
+                                    scale,
+                                    global_scale,
+                                } => {
+                                    let g = m.scalar_f32(global_scale, "weight_global_scale")?;
+                                    layouts::nvfp4::from_modelopt(
+                                        m.data(packed),
+                                        m.data(scale),
+                                        1.0 / g,
+                                        n,
+                                        k,
+                                    )
+                                }
+                                _ => layouts::nvfp4::encode(&dense_of(pi, w)?, n, k),
+                            });
+                        }
+                        let base = nvfp4[pi].as_ref().unwrap();
+                        let (codes, scales, g, kp) = (
+                            &base.parts[0].1,
+                            &base.parts[1].1,
+                            base.scalars[0].1,
+                            base.padded[1],
+                        );
+                        match layout {
+                            Layout::Nvfp4 => base.clone(),
+                            Layout::Nvfp4T => layouts::nvfp4_t::from_nvfp4(codes, scales, g, n, kp),
+                            _ => layouts::nvfp4_mmq::from_nvfp4(codes, scales, g, n, kp),
+                        }
+                    }
+                    Layout::Q4kMmq => {
+                        let q4k_src =
+                            matches!(m.tensors[w.main()].dtype, DType::Ggml(GgmlType::Q4_K))
+                                && k % layouts::q4k_mmq::K_ALIGN == 0;
+                        if proj == Proj::Down && self.opts.q4k_down == DownFormat::Int8 {
+                            layouts::q4k_mmq::encode_int8(&dense_of(pi, w)?, n, k)
+                        } else if q4k_src {
+                            layouts::q4k_mmq::carry_q4k(m.data(w.main()), n, k)
+                        } else {
+                            layouts::q4k_mmq::encode_q4k(&dense_of(pi, w)?, n, k)
+                        }
+                    }
+                    Layout::Fp8 => {
+                        let one = |pi: usize,
+                                   w: &FfnWeight,
+                                   dense_of: &mut DenseOf|
+                         -> Result<Encoded> {
+                            let [n, k] = m.weight_shape(w)?.map(|d| d as usize);
+                            Ok(match *w {
+                                FfnWeight::Fp8Block { weight, scale_inv } => layouts::fp8::carry(
+                                    m.data(weight),
+                                    &m.floats(scale_inv, "block scales")?,
+                                    n,
+                                    k,
+                                ),
+                                _ => layouts::fp8::encode(&dense_of(pi, w)?, n, k),
+                            })
+                        };
+                        if proj == Proj::Gate {
+                            let g = one(0, &l.gate, &mut dense_of)?;
+                            let u = one(1, &l.up, &mut dense_of)?;
+                            per_proj.push((Proj::GateUp, 0, layouts::fp8::fuse(g, u)));
+                            continue;
+                        }
+                        one(pi, w, &mut dense_of)?
+                    }
+                    Layout::W8a8 => layouts::w8a8::encode(&dense_of(pi, w)?, n, k),
+                    Layout::Bf16 => match m.tensors[w.main()].dtype {
+                        DType::Ggml(GgmlType::BF16) | DType::St(Dtype::BF16)
+                            if matches!(w, FfnWeight::Plain { .. }) =>
+                        {
+                            layouts::bf16::carry(m.data(w.main()), n, k)
+                        }
+                        _ => layouts::bf16::encode(&dense_of(pi, w)?, n, k),
+                    },
+                    Layout::Q2g128 => layouts::q2g128::encode(&dense_of(pi, w)?, n, k),
+                    Layout::Lora => {
+                        let lora = self.lora.as_ref().expect("checked in Plan::new");
+                        if !lora.targets(layer, proj) {
+                            continue;
+                        }
+                        let (a, b, rank, scaling) = lora.matrices(layer, proj, n, k)?;
+                        layouts::lora::encode(&a, &b, n, k, rank, scaling)
+                    }
+                };
+                per_proj.push((proj, pi, enc));
+            }
+            for (proj, pi, enc) in per_proj {
+                let w = ws[pi].1;
+                let [n, k] = m.weight_shape(w)?;
+                let shape = if proj == Proj::GateUp {
+                    [2 * n, k]
+                } else {
+                    [n, k]
+                };
+                let names = part_names(layout, proj, self.opts.q4k_down);
+                assert_eq!(
+                    enc.parts.iter().map(|p| p.0).collect::<Vec<_>>(),
+                    names,
+                    "{layout:?} {proj:?} parts"
+                );
+                let scales = names
+                    .contains(&"scales")
+                    .then(|| blob_name(layer, proj, layout, "scales"));
+                for (part, bytes) in enc.parts {
+                    let entry = TensorEntry {
+                        name: blob_name(layer, proj, layout, part),
+                        ffn: Some(FfnEntry {
+                            layer,
+                            proj: proj.name().into(),
+                            layout: layout.tag().into(),
+                            part: part.into(),
+                            source_scheme: w.scheme().into(),
+                            shape,
+                            padded: enc.padded.map(|d| d as u64),
+                            scales: scales.clone().filter(|s| !s.ends_with(&format!(".{part}"))),
+                            scalars: enc
+                                .scalars
+                                .iter()
+                                .map(|(k, v)| (k.to_string(), *v))
+                                .collect(),
+                        }),
+                        source_type: m.tensors[w.main()].dtype.name(),
+                        source_shape: None,
+                        bytes: bytes.len() as u64,
+                        xxh3: String::new(),
+                    };
+                    out.push((entry.name.clone(), bytes, entry));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn manifest(&self, tensors: Vec<TensorEntry>, segment: (u64, u64)) -> Manifest {
+        let m = self.model;
+        Manifest {
+            pack_format_version: PACK_FORMAT_VERSION,
+            converter_version: CONVERTER_VERSION.into(),
+            target_arch: TARGET_ARCH.into(),
+            kernel_abi: KERNEL_ABI_VERSION,
+            sources: Vec::new(),
+            source_format: m.format.name().into(),
+            options: self.opts.clone(),
+            layouts: self.layouts.iter().map(|l| l.tag().to_string()).collect(),
+            model: ModelInfo {
+                architecture: m.architecture.clone(),
+                hidden_size: self.hidden,
+                intermediate_size: self.inter,
+                activation: self.activation.name().into(),
+                ffn_layers: m.ffn_layers.len(),
+            },
+            segment_offset: segment.0,
+            segment_bytes: segment.1,
+            tensors,
+        }
+    }
+
+    /// Source tensors consumed by the FFN layouts (not carried).
+    pub fn ffn_sources(&self) -> &HashSet<usize> {
+        &self.ffn_sources
+    }
+}
+
+pub(super) fn companions(w: &FfnWeight) -> Vec<usize> {
+    match *w {
+        FfnWeight::Plain { weight } => vec![weight],
+        // `input_scale` (the W4A4 activation scale) is not consumed: it is carried as a
+        // passthrough tensor under its own name, like compressed-tensors' `input_global_scale`.
+        FfnWeight::ModelOptNvfp4 {
+            weight,
+            scale,
+            scale_2,
+            ..
+        } => vec![weight, scale, scale_2],
+        FfnWeight::CtNvfp4 {
+            packed,
+            scale,
+            global_scale,
+        } => vec![packed, scale, global_scale],
+        FfnWeight::Fp8Block { weight, scale_inv } => vec![weight, scale_inv],
+        FfnWeight::Fp8Channel { weight, scale } | FfnWeight::Fp8Tensor { weight, scale } => {
+            vec![weight, scale]
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! `Pack`: an opened, validated pack, and the decoders `dump` and `verify` use.
+
+use crate::converters::layouts::{self, Layout, Proj};
+use crate::error::{Error, Result};
+use crate::gguf::{GgufFile, Value};
+
+use std::collections::HashMap;
+
+use super::*;
+use std::path::Path;
+
+/// An opened, validated pack.
+pub struct Pack {
+    pub file: GgufFile,
+    pub manifest: Manifest,
+    /// Tensor index by name (`index` is called once per tensor by `verify --source`).
+    by_name: HashMap<String, usize>,
+}
+
+impl Pack {
+    /// Open `path` and check that it is a pack this build reads: format version, kernel ABI and
+    /// target, and the manifest against the tensor table.
+    pub fn open(path: &Path) -> Result<Pack> {
+        let file = GgufFile::open(path)?;
+        Self::from_gguf(file)
+    }
+
+    /// Validate an opened GGUF as a pack.
+    pub fn from_gguf(file: GgufFile) -> Result<Pack> {
+        let f = file.path.display().to_string();
+        let reconvert = |what: String| Error::Metadata {
+            file: f.clone(),
+            key: "metrale.pack".into(),
+            reason: format!(
+                "{what}; re-convert the model with this metrale-pack ({CONVERTER_VERSION})"
+            ),
+        };
+        let version = file.get(keys::FORMAT_VERSION).and_then(Value::as_u64);
+        match version {
+            None => {
+                return Err(reconvert(
+                    "not a metrale pack (no metrale.pack.format_version)".into(),
+                ));
+            }
+            Some(v) if v != PACK_FORMAT_VERSION as u64 => {
+                return Err(reconvert(format!(
+                    "pack format version {v}, this build reads {PACK_FORMAT_VERSION}"
+                )));
+            }
+            _ => {}
+        }
+        let abi = file.get(keys::KERNEL_ABI).and_then(Value::as_u64);
+        if abi != Some(KERNEL_ABI_VERSION as u64) {
+            return Err(reconvert(format!(
+                "kernel ABI {abi:?}, this build's kernels need {KERNEL_ABI_VERSION}"
+            )));
+        }
+        let arch = file
+            .get(keys::TARGET_ARCH)
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        if arch != TARGET_ARCH {
+            return Err(reconvert(format!(
+                "target {arch}, this build targets {TARGET_ARCH}"
+            )));
+        }
+        if file.alignment != PACK_ALIGNMENT {
+            return Err(reconvert(format!(
+                "general.alignment {} (packs use {PACK_ALIGNMENT})",
+                file.alignment
+            )));
+        }
+        // Every header byte is as written before any of its numbers is used (the comparisons
+        // above only decide whether this build reads the pack at all: "re-convert").
+        crate::pack_check::check_header(&file)?;
+        let json = file
+            .get(keys::MANIFEST)
+            .and_then(Value::as_str)
+            .ok_or_else(|| reconvert("no metrale.pack.manifest".into()))?;
+        let manifest: Manifest =
+            serde_json::from_str(json.trim_end()).map_err(|e| Error::Json {
+                file: f.clone(),
+                field: keys::MANIFEST.into(),
+                reason: e.to_string(),
+            })?;
+        if manifest.tensors.len() != file.tensors.len() {
+            return Err(reconvert(format!(
+                "manifest lists {} tensors, the file holds {}",
+                manifest.tensors.len(),
+                file.tensors.len()
+            )));
+        }
+        for (e, t) in manifest.tensors.iter().zip(&file.tensors) {
+            if e.name != t.name || e.bytes != t.bytes {
+                return Err(Error::Tensor {
+                    file: f.clone(),
+                    tensor: t.name.clone(),
+                    field: "manifest",
+                    reason: format!(
+                        "manifest says {} ({} bytes), tensor table says {} ({} bytes)",
+                        e.name, e.bytes, t.name, t.bytes
+                    ),
+                });
+            }
+        }
+        let seg = manifest.segment_offset..manifest.segment_offset + manifest.segment_bytes;
+        for (e, t) in manifest.tensors.iter().zip(&file.tensors) {
+            let inside = seg.contains(&t.offset) || (t.bytes == 0 && t.offset == seg.end);
+            if e.ffn.is_some() != inside {
+                return Err(Error::Tensor {
+                    file: f.clone(),
+                    tensor: t.name.clone(),
+                    field: "offset",
+                    reason: format!(
+                        "{} the device segment {seg:?}",
+                        if inside {
+                            "passthrough tensor inside"
+                        } else {
+                            "FFN blob outside"
+                        }
+                    ),
+                });
+            }
+        }
+        crate::pack_check::check_manifest(&file, &manifest)?;
+        let by_name = manifest
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.name.clone(), i))
+            .collect();
+        Ok(Pack {
+            file,
+            manifest,
+            by_name,
+        })
+    }
+
+    /// Index of a tensor by name.
+    pub fn index(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Bytes of tensor `i`.
+    pub fn data(&self, i: usize) -> &[u8] {
+        self.file.tensor_data(i)
+    }
+
+    /// The device segment's bytes (absolute file range).
+    pub fn segment_range(&self) -> std::ops::Range<u64> {
+        let s = self.file.data_offset + self.manifest.segment_offset;
+        s..s + self.manifest.segment_bytes
+    }
+
+    /// Tensor `i`'s bytes, read with `pread` (see [`GgufFile::read_range`]): an error, not
+    /// SIGBUS, if the file shrinks meanwhile.
+    pub fn read(&self, i: usize) -> Result<Vec<u8>> {
+        let t = &self.file.tensors[i];
+        let mut out = Vec::with_capacity(t.bytes as usize);
+        self.file
+            .read_range(t.file_offset, t.file_offset + t.bytes, &t.name, |c| {
+                out.extend_from_slice(c)
+            })?;
+        Ok(out)
+    }
+
+    /// Check every tensor's xxh3 against the manifest; returns the names that differ. Reads
+    /// with `pread`, so a file truncated while it is checked gives an error, not SIGBUS.
+    pub fn verify_checksums(&self) -> Result<Vec<String>> {
+        use rayon::prelude::*;
+        let differs = (0..self.manifest.tensors.len())
+            .into_par_iter()
+            .map(|i| {
+                let t = &self.file.tensors[i];
+                let mut h = xxhash_rust::xxh3::Xxh3::new();
+                self.file
+                    .read_range(t.file_offset, t.file_offset + t.bytes, &t.name, |c| {
+                        h.update(c)
+                    })?;
+                Ok((hex(h.digest()) != self.manifest.tensors[i].xxh3).then_some(i))
+            })
+            .collect::<Result<Vec<Option<usize>>>>()?;
+        Ok(differs
+            .into_iter()
+            .flatten()
+            .map(|i| self.manifest.tensors[i].name.clone())
+            .collect())
+    }
+
+    /// Decode an FFN layout of one projection to f32 `[out, in]` (logical shape, padding
+    /// removed). `name` is the blob name with or without its part suffix.
+    pub fn decode_ffn(&self, name: &str) -> Result<(Vec<f32>, [u64; 2])> {
+        let f = self.file.path.display().to_string();
+        let nf = || Error::NotFound {
+            file: f.clone(),
+            tensor: name.into(),
+        };
+        let entry = self
+            .manifest
+            .tensors
+            .iter()
+            .find(|e| {
+                e.name == name || (e.ffn.is_some() && e.name.starts_with(&format!("{name}.")))
+            })
+            .ok_or_else(nf)?;
+        let fe = entry.ffn.as_ref().ok_or_else(nf)?;
+        let layout = Layout::from_tag(&fe.layout).ok_or_else(nf)?;
+        let proj = Proj::from_name(&fe.proj).ok_or_else(nf)?;
+        let part = |p: &str| -> Result<&[u8]> {
+            let n = blob_name(fe.layer, proj, layout, p);
+            Ok(self.data(self.index(&n).ok_or_else(|| Error::NotFound {
+                file: f.clone(),
+                tensor: n.clone(),
+            })?))
+        };
+        let [n, k] = fe.shape.map(|d| d as usize);
+        let [np, kp] = fe.padded.map(|d| d as usize);
+        let scalar = |s: &str| fe.scalars.get(s).copied().unwrap_or(0.0);
+        let out = match layout {
+            Layout::Nvfp4 => layouts::crop(
+                &layouts::nvfp4::decode_padded(
+                    part("codes")?,
+                    part("scales")?,
+                    scalar("global_scale"),
+                    n,
+                    kp,
+                ),
+                kp,
+                n,
+                k,
+            ),
+            Layout::Nvfp4T => {
+                let (c, s) = layouts::nvfp4_t::to_nvfp4(part("codes")?, part("scales")?, n, np, kp);
+                layouts::crop(
+                    &layouts::nvfp4::decode_padded(&c, &s, scalar("global_scale"), n, kp),
+                    kp,
+                    n,
+                    k,
+                )
+            }
+            Layout::Nvfp4Mmq => {
+                let (c, s) = layouts::nvfp4_mmq::to_nvfp4(part("")?, n, np, kp);
+                layouts::crop(
+                    &layouts::nvfp4::decode_padded(&c, &s, scalar("global_scale"), n, kp),
+                    kp,
+                    n,
+                    k,
+                )
+            }
+            Layout::Q4kMmq => {
+                if self
+                    .index(&blob_name(fe.layer, proj, layout, "codes"))
+                    .is_some()
+                {
+                    layouts::q4k_mmq::decode_int8(part("codes")?, part("scales")?, n, k, kp)
+                } else {
+                    layouts::q4k_mmq::decode_q4k(part("")?, n, k, kp)
+                }
+            }
+            Layout::Fp8 if proj == Proj::GateUp => {
+                layouts::fp8::decode_fused(part("codes")?, part("scales")?, n / 2, k, kp)
+            }
+            Layout::Fp8 => layouts::crop(
+                &layouts::fp8::decode_padded(part("codes")?, part("scales")?, np, kp),
+                kp,
+                n,
+                k,
+            ),
+            Layout::W8a8 => layouts::w8a8::decode(part("codes")?, part("scales")?, n, k, kp),
+            Layout::Bf16 => layouts::bf16::decode(part("")?, n, k, kp),
+            Layout::Q2g128 => layouts::q2g128::decode(part("")?, n, k, kp),
+            Layout::Lora => layouts::lora::decode_delta(
+                part("a")?,
+                part("b")?,
+                n,
+                k,
+                scalar("rank") as usize,
+                scalar("scaling"),
+            ),
+        };
+        Ok((out, fe.shape))
+    }
+}

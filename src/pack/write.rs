@@ -1,0 +1,236 @@
+//! `convert`: streaming, crash-safe writing of a pack.
+
+use super::plan::{Item, companions};
+use super::*;
+use crate::GgmlType;
+use crate::error::Error;
+use crate::gguf::Value;
+use crate::gguf_write::GgufBuilder;
+use crate::model::{Model, SourceFile};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Progress callback: (bytes of source processed so far, total).
+pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
+
+/// Convert `model` to a pack at `out` (crash-safe). Returns the manifest written.
+pub fn convert(
+    model: &Model,
+    opts: &ConvertOptions,
+    out: &Path,
+    progress: Progress,
+) -> anyhow::Result<Manifest> {
+    let plan = Plan::new(model, opts)?;
+    // Source identity: names, sizes and a content hash of every source file.
+    let sources: Vec<SourceInfo> = model
+        .files
+        .iter()
+        .map(|f| {
+            let bytes = f.bytes();
+            // Streamed hash, dropping each chunk's pages behind it to keep the resident set small.
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            for (c, chunk) in bytes.chunks(64 << 20).enumerate() {
+                h.update(chunk);
+                f.release(
+                    (c as u64) << 26,
+                    ((c as u64 + 1) << 26).min(bytes.len() as u64),
+                );
+            }
+            SourceInfo {
+                name: f
+                    .path()
+                    .file_name()
+                    .map(|n| n.to_string_lossy().to_string())
+                    .unwrap_or_default(),
+                bytes: bytes.len() as u64,
+                xxh3: hex(h.digest()),
+            }
+        })
+        .collect();
+
+    // Placeholder header: every tensor with size 0, manifest with empty checksums.
+    let header_for = |entries: &[(String, GgmlType, Vec<u64>)],
+                      manifest: &Manifest,
+                      reserve: usize|
+     -> anyhow::Result<(GgufBuilder, usize)> {
+        let mut b = GgufBuilder::new(PACK_ALIGNMENT);
+        copy_metadata(model, &mut b);
+        b.add_kv(keys::FORMAT_VERSION, &Value::U32(PACK_FORMAT_VERSION));
+        b.add_kv(
+            keys::CONVERTER_VERSION,
+            &Value::String(CONVERTER_VERSION.into()),
+        );
+        b.add_kv(keys::TARGET_ARCH, &Value::String(TARGET_ARCH.into()));
+        b.add_kv(keys::KERNEL_ABI, &Value::U32(KERNEL_ABI_VERSION));
+        b.add_kv(keys::SEGMENT_OFFSET, &Value::U64(manifest.segment_offset));
+        b.add_kv(keys::SEGMENT_BYTES, &Value::U64(manifest.segment_bytes));
+        let mut json = serde_json::to_string(manifest)?;
+        let reserve = reserve.max(json.len());
+        json.push_str(&" ".repeat(reserve - json.len()));
+        b.add_kv(keys::MANIFEST, &Value::String(json));
+        b.add_kv(keys::HEADER_XXH3, &Value::U64(0));
+        for (name, ty, ne) in entries {
+            b.add_tensor(name, ne, *ty);
+        }
+        Ok((b, reserve))
+    };
+
+    let mut planned: Vec<(String, GgmlType, Vec<u64>)> = Vec::new();
+    let mut placeholder_entries = Vec::new();
+    for it in &plan.items {
+        match it {
+            Item::Passthrough { ty, ne, entry, .. } => {
+                planned.push((entry.name.clone(), *ty, ne.clone()));
+                placeholder_entries.push((**entry).clone());
+            }
+            Item::Blob {
+                layer,
+                proj,
+                layout,
+                part,
+            } => {
+                planned.push((
+                    blob_name(*layer, *proj, *layout, part),
+                    GgmlType::I8,
+                    vec![0],
+                ));
+            }
+        }
+    }
+    // Reserve room for the real manifest: every entry's JSON is bounded; be generous.
+    let mut pm = plan.manifest(placeholder_entries, (0, 0));
+    pm.sources = sources.clone();
+    let reserve = serde_json::to_string(&pm)?.len() + 1024 + 700 * plan.items.len();
+    let (ph, reserve) = header_for(&planned, &pm, reserve)?;
+    let header_len = ph.header().len();
+
+    let total: u64 = model.tensors.iter().map(|t| t.bytes).sum();
+    let n_pass = plan
+        .items
+        .iter()
+        .filter(|i| matches!(i, Item::Passthrough { .. }))
+        .count();
+    // Progress of the FFN part: each blob advances by its layer's source bytes / blobs per layer.
+    let blobs_per_layer = (plan.items.len() - n_pass) as u64 / model.ffn_layers.len() as u64;
+    let layer_bytes: Vec<u64> = model
+        .ffn_layers
+        .iter()
+        .map(|l| {
+            [&l.gate, &l.up, &l.down]
+                .iter()
+                .flat_map(|w| companions(w))
+                .map(|i| model.tensors[i].bytes)
+                .sum()
+        })
+        .collect();
+    crate::atomic::write_atomic(out, |w| -> anyhow::Result<()> {
+        w.write_all(&vec![0u8; header_len])?;
+        let mut pos = 0u64; // data-relative
+        let mut done = 0u64;
+        let mut entries: Vec<TensorEntry> = Vec::with_capacity(plan.items.len());
+        let mut seg_start = None;
+        plan.produce(|name, bytes, mut entry| {
+            if entries.len() == n_pass {
+                seg_start = Some(pos);
+            }
+            entry.xxh3 = hex(xxh3_64(bytes));
+            entry.bytes = bytes.len() as u64;
+            let io = |e: std::io::Error| Error::Io {
+                file: out.display().to_string(),
+                err: e,
+            };
+            w.write_all(bytes).map_err(io)?;
+            let padded = (bytes.len() as u64).div_ceil(PACK_ALIGNMENT) * PACK_ALIGNMENT;
+            w.write_all(&vec![0u8; (padded - bytes.len() as u64) as usize])
+                .map_err(io)?;
+            pos += padded;
+            done += match &entry.ffn {
+                None => bytes.len() as u64,
+                Some(fe) => {
+                    layer_bytes[plan.layer_pos.get(&fe.layer).copied().unwrap_or(0)]
+                        / blobs_per_layer.max(1)
+                }
+            };
+            progress(done.min(total), total);
+            debug_assert_eq!(name, entry.name);
+            entries.push(entry);
+            Ok(())
+        })?;
+        let seg = seg_start.map(|s| (s, pos - s)).unwrap_or((pos, 0));
+        // The real header, same length as the placeholder.
+        let real: Vec<(String, GgmlType, Vec<u64>)> = planned
+            .iter()
+            .zip(&entries)
+            .map(|((name, ty, ne), e)| {
+                assert_eq!(name, &e.name);
+                if e.ffn.is_some() {
+                    (name.clone(), GgmlType::I8, vec![e.bytes])
+                } else {
+                    (name.clone(), *ty, ne.clone())
+                }
+            })
+            .collect();
+        let mut man = plan.manifest(entries, seg);
+        man.sources = sources.clone();
+        let (rb, _) = header_for(&real, &man, reserve)?;
+        let mut header = rb.header();
+        // The checksum is the last KV: its value is the 8 bytes before the tensor infos.
+        let at = rb.kv_end() - 8;
+        let digest = crate::pack_check::header_digest(&header, at);
+        header[at..at + 8].copy_from_slice(&digest.to_le_bytes());
+        anyhow::ensure!(
+            header.len() == header_len,
+            "internal: header grew from {header_len} to {} bytes",
+            header.len()
+        );
+        w.flush()?;
+        let f = w.get_mut();
+        f.seek(SeekFrom::Start(0))?;
+        f.write_all(&header)?;
+        f.seek(SeekFrom::End(0))?;
+        progress(total, total);
+        Ok(())
+    })?;
+    let pack = Pack::open(out)?;
+    Ok(pack.manifest)
+}
+
+/// Copy the source's metadata: GGUF KVs byte for byte (minus `general.alignment` and `split.*`);
+/// for safetensors, the architecture and the config and index files as strings.
+fn copy_metadata(model: &Model, b: &mut GgufBuilder) {
+    match &model.files[0] {
+        SourceFile::Gguf(g) => {
+            for kv in &g.kvs {
+                if kv.key == "general.alignment"
+                    || kv.key.starts_with("split.")
+                    || kv.key.starts_with("metrale.pack.")
+                {
+                    continue;
+                }
+                b.add_raw_kv(&g.map[kv.span.clone()]);
+            }
+        }
+        SourceFile::Safetensors(_) => {
+            if let Some(a) = &model.architecture {
+                b.add_kv("general.architecture", &Value::String(a.clone()));
+            }
+            let dir = model.files[0]
+                .path()
+                .parent()
+                .unwrap_or(Path::new(""))
+                .to_path_buf();
+            for (key, file) in [
+                ("metrale.source.config_json", "config.json"),
+                (
+                    "metrale.source.hf_quant_config_json",
+                    "hf_quant_config.json",
+                ),
+            ] {
+                if let Ok(text) = std::fs::read_to_string(dir.join(file)) {
+                    b.add_kv(key, &Value::String(text));
+                }
+            }
+        }
+    }
+}
