@@ -5,6 +5,7 @@ pub mod atomic;
 #[path = "../converters/mod.rs"]
 pub mod converters;
 
+pub mod check;
 pub mod error;
 pub mod ffn;
 pub mod fuzzing;
@@ -13,7 +14,6 @@ pub mod ggml_type;
 pub mod gguf;
 pub mod gguf_write;
 pub mod gpu;
-pub mod gpucheck;
 pub mod loader;
 pub mod model;
 pub mod npy;

@@ -575,7 +575,7 @@ fn gpu_check(
     sections: Option<Vec<String>>,
     arms: Option<Vec<String>>,
 ) -> Result<()> {
-    use metrale_pack::gpucheck::{self, M_SET, SHAPES};
+    use metrale_pack::check::{self, M_SET, SHAPES};
     const SECTIONS: [&str; 3] = ["kernels", "layers", "load"];
     if let Some(bad) = sections
         .iter()
@@ -607,10 +607,10 @@ fn gpu_check(
     };
     let mut rows = Vec::new();
     if want("kernels") {
-        rows.extend(gpucheck::kernel_checks(b.clone(), shapes, ms, &mut rng)?);
+        rows.extend(check::kernel_checks(b.clone(), shapes, ms, &mut rng)?);
     }
     if want("layers") {
-        rows.extend(gpucheck::layer_checks_of(
+        rows.extend(check::layer_checks_of(
             b.clone(),
             &SHAPES[..1],
             ms,
@@ -618,7 +618,7 @@ fn gpu_check(
             keep,
         )?);
         if !quick {
-            rows.extend(gpucheck::layer_checks_of(
+            rows.extend(check::layer_checks_of(
                 b.clone(),
                 &SHAPES[1..],
                 &[1, 2, 3, 5, 17, 33],
@@ -629,7 +629,7 @@ fn gpu_check(
     }
     use metrale_pack::loader::IoMode;
     if want("load") {
-        rows.extend(gpucheck::load_checks(
+        rows.extend(check::load_checks(
             b.clone(),
             SHAPES[0].0,
             SHAPES[0].1,
@@ -637,7 +637,7 @@ fn gpu_check(
             &mut rng,
         )?);
         if let Some(src) = load_source {
-            rows.extend(gpucheck::load_checks_from(
+            rows.extend(check::load_checks_from(
                 b.clone(),
                 src,
                 &[IoMode::Register, IoMode::Staged],
@@ -647,7 +647,7 @@ fn gpu_check(
     }
     anyhow::ensure!(!rows.is_empty(), "gpu-check: the filters select no check");
     eprintln!("checks took {:.1} s", t0.elapsed().as_secs_f64());
-    anyhow::ensure!(gpucheck::print_table(&rows), "GPU check failed");
+    anyhow::ensure!(check::print_table(&rows), "GPU check failed");
     Ok(())
 }
 
@@ -657,7 +657,7 @@ fn bench_gpu() -> Result<()> {
     };
     let mut rng = metrale_pack::ffn::testing::Rand(7);
     let bb = b.clone();
-    metrale_pack::gpucheck::benchmarks(b, move |n| bb.copy_ceiling(n), &mut rng)?;
+    metrale_pack::check::benchmarks(b, move |n| bb.copy_ceiling(n), &mut rng)?;
     Ok(())
 }
 

@@ -464,12 +464,11 @@ fn every_kernel_name_exists_in_the_cuda_sources_or_is_a_later_issue() {
 fn gpu_check_harness_runs_on_the_host_backend() {
     // The device check compares CUDA against the host; run against itself it must report zero
     // error everywhere and pass (guards the harness, not the kernels).
-    use metrale_pack::gpucheck;
+    use metrale_pack::check;
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let mut r = Rand(5);
-    let mut rows =
-        gpucheck::kernel_checks(b.clone(), &[(256, 384)], &[1, 4, 5, 17], &mut r).unwrap();
-    rows.extend(gpucheck::layer_checks(b, &[(256, 384)], &[1, 2, 3, 17], &mut r).unwrap());
+    let mut rows = check::kernel_checks(b.clone(), &[(256, 384)], &[1, 4, 5, 17], &mut r).unwrap();
+    rows.extend(check::layer_checks(b, &[(256, 384)], &[1, 2, 3, 17], &mut r).unwrap());
     assert!(rows.len() > 40);
     for row in &rows {
         assert!(row.pass && row.err < 1e-6, "{row:?}");

@@ -2,10 +2,10 @@
 //! must all pass; without one the test says SKIPPED (CI has no GPU; the device run uses
 //! `metrale-pack gpu-check`, which runs the full set).
 
+use metrale_pack::check;
 use metrale_pack::ffn::testing::Rand;
 use metrale_pack::gpu::GpuBackend;
 use metrale_pack::gpu::cuda::CudaBackend;
-use metrale_pack::gpucheck;
 use std::sync::Arc;
 
 #[test]
@@ -25,8 +25,7 @@ fn gpu_kernels_and_layer_match_the_host_reference() {
             .as_nanos() as u64,
     );
     let mut rows =
-        gpucheck::kernel_checks(b.clone(), &gpucheck::SHAPES[..1], &[1, 4, 17, 64], &mut r)
-            .unwrap();
-    rows.extend(gpucheck::layer_checks(b, &gpucheck::SHAPES[..1], &[1, 2, 3, 17], &mut r).unwrap());
-    assert!(gpucheck::print_table(&rows));
+        check::kernel_checks(b.clone(), &check::SHAPES[..1], &[1, 4, 17, 64], &mut r).unwrap();
+    rows.extend(check::layer_checks(b, &check::SHAPES[..1], &[1, 2, 3, 17], &mut r).unwrap());
+    assert!(check::print_table(&rows));
 }

@@ -3,11 +3,11 @@
 //! bit-identical outputs of pack-loaded and start-up-built layers; and `Auto` falls back to the
 //! staging ring, saying why, when registration is refused.
 
+use metrale_pack::check;
 use metrale_pack::converters::layouts::Layout;
 use metrale_pack::ffn::testing::Rand;
 use metrale_pack::gpu::GpuBackend;
 use metrale_pack::gpu::host::HostBackend;
-use metrale_pack::gpucheck;
 use metrale_pack::loader::{self, IoMode, LoadOptions};
 use metrale_pack::model::Model;
 use metrale_pack::pack::{self, ConvertOptions};
@@ -16,7 +16,7 @@ use std::sync::Arc;
 #[test]
 fn loaded_overlays_equal_the_pack_and_compute_what_start_up_builds() {
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
-    let rows = gpucheck::load_checks(
+    let rows = check::load_checks(
         b,
         192,
         320,
@@ -97,7 +97,7 @@ fn the_real_smollm2_pack_loads_and_computes_what_start_up_builds() {
     };
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let rows =
-        gpucheck::load_checks_from(b, &src, &[IoMode::Register, IoMode::Staged], &mut Rand(9))
+        check::load_checks_from(b, &src, &[IoMode::Register, IoMode::Staged], &mut Rand(9))
             .unwrap();
     assert_eq!(rows.len(), 2 * (4 + 3 + 8 * 5));
     for r in &rows {

@@ -317,7 +317,7 @@ impl CudaBackend {
         let d = self.alloc(bytes as u64)?;
         let s = [self.new_stream()?, self.new_stream()?];
         let half = bytes / 2;
-        let t = crate::gpucheck::time_median(self, 5, || {
+        let t = super::timing::time_median(self, 5, || {
             for (i, st) in s.iter().enumerate() {
                 // SAFETY: `h` is pinned and outlives the synchronize below.
                 unsafe {
@@ -369,7 +369,7 @@ impl CudaBackend {
         let a = self.alloc(bytes)?;
         let b = self.alloc(bytes)?;
         self.fill(a, 0x3C)?;
-        let t = crate::gpucheck::time_median(self, 10, || {
+        let t = super::timing::time_median(self, 10, || {
             // SAFETY: both ranges are live allocations of `bytes`.
             unsafe { cu::memcpy_dtod_async(b.addr, a.addr, bytes as usize, std::ptr::null_mut()) }
                 .map_err(cuerr("cuMemcpyDtoDAsync"))

@@ -1,0 +1,274 @@
+//! `bench-gpu`: decode bandwidth and prefill TFLOP/s per arm against the copy ceiling and cuBLAS measured in the same run.
+
+use super::*;
+use crate::ffn::testing::*;
+use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+use crate::gpu::{GemmBf16, GpuBackend, GpuResult, ModelLevers, upload_f32};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Benchmarks; returns printable lines.
+pub fn benchmarks(
+    b: Arc<dyn GpuBackend>,
+    copy_ceiling: impl Fn(u64) -> GpuResult<f64>,
+    rng: &mut Rand,
+) -> GpuResult<Vec<String>> {
+    let mut out = Lines(Vec::new());
+    let ceiling = copy_ceiling(4 << 30)?; // bytes read + written per second
+    out.push(format!(
+        "copy ceiling (device-to-device, 4 GiB, read+write): {:.0} GB/s",
+        ceiling / 1e9
+    ));
+    let (h, i) = (4096usize, 14336usize);
+    let cfg = FfnConfig {
+        hidden: h,
+        inter: i,
+    };
+    let w = DenseWeights::random(rng, h, i);
+    let weight_bytes = |per_elem: f64| per_elem * (3 * h * i) as f64;
+    // Decode (m = 1): effective weight bandwidth of each arm.
+    type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
+    let arms: [(&str, Install, f64); 4] = [
+        (
+            "fp8 fused gate+up GEMV chain",
+            |b, l, w| install_fp8(b, l, w, true),
+            1.0 + 4.0 / 16384.0,
+        ),
+        (
+            "fp8 GEMV chain",
+            |b, l, w| install_fp8(b, l, w, false),
+            1.0 + 4.0 / 16384.0,
+        ),
+        ("w8a8 (quantize + FP8 MMA)", install_w8a8, 1.0),
+        ("bf16 GEMV chain", install_bf16, 2.0),
+    ];
+    for (name, install, bpe) in arms {
+        let levers = ModelLevers {
+            w8a8_max_rows: 4096,
+            ..ModelLevers::default()
+        };
+        let mut ctx = ForwardContext::new(b.clone(), cfg, 4096, levers)?;
+        let mut layer = DenseFfnLayer::new(&ctx);
+        install(b.as_ref(), &mut layer, &w)?;
+        let x = b.alloc((4096 * h * 4) as u64)?;
+        upload_f32(b.as_ref(), x.view(0, (h * 4) as u64), &rng.vec(h, 1.0))?;
+        let t = time_median(b.as_ref(), 50, || layer.forward(&mut ctx, x).map(|_| ()))?;
+        let bw = weight_bytes(bpe) / t;
+        out.push(format!(
+            "decode m=1 {name:<30} {:>8.1} us  {:>6.0} GB/s  {:>5.1}% of copy ceiling",
+            t * 1e6,
+            bw / 1e9,
+            100.0 * bw / ceiling
+        ));
+        if name.starts_with("fp8 GEMV") || name.starts_with("w8a8") || name.starts_with("bf16") {
+            for m in [512usize, 1024, 2048, 4096] {
+                upload_f32(
+                    b.as_ref(),
+                    x.view(0, (m * h * 4) as u64),
+                    &rng.vec(m * h, 1.0),
+                )?;
+                let t = time_median(b.as_ref(), 10, || {
+                    layer.forward_prefill(&mut ctx, x, m).map(|_| ())
+                })?;
+                let flops = 2.0 * m as f64 * (3 * h * i) as f64;
+                out.push(format!(
+                    "prefill m={m:<5} {name:<30} {:>8.2} ms  {:>6.1} TFLOP/s",
+                    t * 1e3,
+                    flops / t / 1e12
+                ));
+            }
+        }
+        b.free(x);
+    }
+    // NVFP4 (0.5 byte codes + 1/16 byte scales per weight): decode chains, prefill GEMMs.
+    // (name, install, levers, prefill?, weight bytes per element for the decode figure)
+    type NvArm = (
+        &'static str,
+        Install,
+        &'static [(&'static str, &'static str)],
+        bool,
+        f64,
+    );
+    let nvfp4_bpe = 0.5 + 1.0 / 16.0;
+    let q2_bpe = 34.0 / 128.0;
+    let nv_arms: [NvArm; 11] = [
+        (
+            "nvfp4 GEMV chain (k-split down)",
+            install_nvfp4,
+            &[("METRALE_W4A16_GEMV_KSPLIT_MIN_K", "8192")],
+            false,
+            nvfp4_bpe,
+        ),
+        (
+            "nvfp4 GEMV chain (split SiLU)",
+            install_nvfp4,
+            &[],
+            false,
+            nvfp4_bpe,
+        ),
+        (
+            "nvfp4 GEMV chain (SiLU-fused down)",
+            install_nvfp4,
+            &[("METRALE_FFN_SILU_FUSED_DOWN", "1")],
+            false,
+            nvfp4_bpe,
+        ),
+        (
+            "nvfp4 W4A4 (single row)",
+            install_nvfp4,
+            &[("METRALE_SINGLE_ROW_W4A4", "1")],
+            false,
+            nvfp4_bpe,
+        ),
+        ("nvfp4 base w4a16_gemm", install_nvfp4, &[], true, nvfp4_bpe),
+        ("nvfp4 _t GEMMs", install_nvfp4_t, &[], true, nvfp4_bpe),
+        ("nvfp4 MMQ GEMM", install_nvfp4_mmq, &[], true, nvfp4_bpe),
+        (
+            "Q4_K MMQ (int8 down)",
+            |b, l, w| install_nvfp4_q4k(b, l, w, false),
+            &[("METRALE_FFN_MMQ", "1")],
+            true,
+            nvfp4_bpe,
+        ),
+        ("q2 GEMV chain", install_q2, &[], false, q2_bpe),
+        ("q2 dequant + BF16 GEMM", install_q2, &[], true, q2_bpe),
+        (
+            "q2 MMQ (q8_1)",
+            install_q2,
+            &[("METRALE_GGUF_NATIVE_Q2_MMQ", "1")],
+            true,
+            q2_bpe,
+        ),
+    ];
+    for (name, install, env, prefill, bpe) in nv_arms {
+        let map: HashMap<String, String> = env
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let levers = ModelLevers::from_map(&map, crate::gpu::levers::HARDWARE_SM90);
+        let mut ctx = ForwardContext::new(b.clone(), cfg, 4096, levers)?;
+        let mut layer = DenseFfnLayer::new(&ctx);
+        install(b.as_ref(), &mut layer, &w)?;
+        let x = b.alloc((4096 * h * 4) as u64)?;
+        upload_f32(
+            b.as_ref(),
+            x.view(0, (4096 * h * 4) as u64),
+            &rng.vec(4096 * h, 1.0),
+        )?;
+        if !prefill {
+            let t = time_median(b.as_ref(), 50, || layer.forward(&mut ctx, x).map(|_| ()))?;
+            let bw = weight_bytes(bpe) / t;
+            out.push(format!(
+                "decode m=1 {name:<30} {:>8.1} us  {:>6.0} GB/s  {:>5.1}% of copy ceiling",
+                t * 1e6,
+                bw / 1e9,
+                100.0 * bw / ceiling
+            ));
+        } else {
+            for m in [64usize, 512, 1024, 2048, 4096] {
+                let t = time_median(b.as_ref(), 10, || {
+                    layer.forward_prefill(&mut ctx, x, m).map(|_| ())
+                })?;
+                let flops = 2.0 * m as f64 * (3 * h * i) as f64;
+                out.push(format!(
+                    "prefill m={m:<5} {name:<30} {:>8.2} ms  {:>6.1} TFLOP/s",
+                    t * 1e3,
+                    flops / t / 1e12
+                ));
+            }
+        }
+        b.free(x);
+    }
+    // The start-up cost a pack saves: each finalize's GPU work for one layer.
+    type Finalize = fn(&mut DenseFfnLayer, &mut ForwardContext, usize, usize) -> GpuResult<bool>;
+    let finalizes: [(&str, Install, ModelLevers, Finalize); 2] = [
+        (
+            "finalize_nvfp4_mmq_load (GPU repack of gate, up, down)",
+            install_nvfp4_t,
+            ModelLevers::default(),
+            |l, c, h, i| l.finalize_nvfp4_mmq_load(c, h, i, 0),
+        ),
+        (
+            "finalize_q4k_load (GPU Q4_K gate+up, int8 down)",
+            install_nvfp4,
+            ModelLevers {
+                ffn_mmq: true,
+                ..ModelLevers::default()
+            },
+            |l, c, h, i| l.finalize_q4k_load(c, h, i, 0),
+        ),
+    ];
+    for (label, install, levers, finalize) in finalizes {
+        let mut ctx = ForwardContext::new(b.clone(), cfg, 1, levers)?;
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let mut layer = DenseFfnLayer::new(&ctx);
+            install(b.as_ref(), &mut layer, &w)?;
+            b.synchronize(0)?;
+            let t0 = Instant::now();
+            finalize(&mut layer, &mut ctx, h, i)?;
+            times.push(t0.elapsed().as_secs_f64());
+            free_nvfp4_family(b.as_ref(), &layer);
+        }
+        times.sort_by(f64::total_cmp);
+        out.push(format!(
+            "{label} {:>8.3} ms per layer ({}x{}; median of 5)",
+            times[2] * 1e3,
+            h,
+            i
+        ));
+    }
+    // cuBLAS BF16 on the same shapes, the peer of the prefill figures.
+    let wb = b.alloc((i * h * 2) as u64)?;
+    b.fill(wb, 0x3C)?;
+    let xb = b.alloc((4096 * h * 2) as u64)?;
+    b.fill(xb, 0x3C)?;
+    let yb = b.alloc((4096 * i * 4) as u64)?;
+    for m in [512usize, 1024, 2048, 4096] {
+        let t = time_median(b.as_ref(), 10, || {
+            b.gemm_bf16(
+                &GemmBf16 {
+                    x: xb,
+                    w: wb,
+                    y: yb,
+                    m,
+                    n: i,
+                    k: h,
+                    kw: h,
+                },
+                0,
+            )
+        })?;
+        out.push(format!(
+            "prefill m={m:<5} {:<30} {:>8.2} ms  {:>6.1} TFLOP/s (one [{i}, {h}] projection)",
+            "cuBLAS BF16 GEMM",
+            t * 1e3,
+            2.0 * (m * i * h) as f64 / t / 1e12
+        ));
+    }
+    Ok(out.0)
+}
+
+/// Free the NVFP4 base of a benchmark layer and what its finalize calls built from it.
+fn free_nvfp4_family(b: &dyn GpuBackend, layer: &DenseFfnLayer) {
+    let w = &layer.weights;
+    for p in w.nvfp4.iter().flatten() {
+        b.free(p.codes);
+        b.free(p.scales);
+    }
+    for p in w.nvfp4_mmq.iter().flatten() {
+        b.free(*p);
+    }
+    if let Some(q) = w.q4k.filter(|q| q.owned) {
+        b.free(q.gate);
+        b.free(q.up);
+        match q.down {
+            crate::ffn::Q4kDown::Q4k(p) => b.free(p),
+            crate::ffn::Q4kDown::Int8 { codes, scales } => {
+                b.free(codes);
+                b.free(scales);
+            }
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Layer rows: every `DenseFfnLayer` arm on CUDA against the same arm on the host backend.
+
+use super::*;
+use crate::ffn::testing::*;
+use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+use crate::gpu::host::HostBackend;
+use crate::gpu::{DevicePtr, GpuBackend, GpuResult, ModelLevers, download_f32, upload_f32};
+use crate::model::Activation;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Layer-level checks: every method and arm on CUDA against the same layer on the host backend
+/// (same routing, same inputs), and the fixed path's batch invariance.
+pub fn layer_checks(
+    b: Arc<dyn GpuBackend>,
+    shapes: &[(usize, usize)],
+    ms: &[usize],
+    rng: &mut Rand,
+) -> GpuResult<Vec<Row>> {
+    layer_checks_of(b, shapes, ms, rng, |_| true)
+}
+
+/// [`layer_checks`] of the arms whose name `keep` accepts (`gpu-check --arms`: one
+/// compute-sanitizer run per arm group fits a device call).
+pub fn layer_checks_of(
+    b: Arc<dyn GpuBackend>,
+    shapes: &[(usize, usize)],
+    ms: &[usize],
+    rng: &mut Rand,
+    keep: impl Fn(&str) -> bool,
+) -> GpuResult<Vec<Row>> {
+    let mut rows = Vec::new();
+    let mmax = *ms.iter().max().unwrap();
+    let host: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+    let lev = |pairs: &[(&str, &str)]| {
+        let env: HashMap<String, String> = pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        ModelLevers::from_map(&env, crate::gpu::levers::HARDWARE_SM90)
+    };
+    type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
+    let arms: [(&str, Install, ModelLevers, Activation); 20] = [
+        (
+            "fp8 fused",
+            |b, l, w| install_fp8(b, l, w, true),
+            lev(&[]),
+            Activation::Silu,
+        ),
+        (
+            "fp8",
+            |b, l, w| install_fp8(b, l, w, false),
+            lev(&[]),
+            Activation::Silu,
+        ),
+        (
+            "fp8 m16_tc",
+            |b, l, w| install_fp8(b, l, w, false),
+            lev(&[("METRALE_FFN_M16_TC", "1")]),
+            Activation::Silu,
+        ),
+        (
+            "fp8 batch16",
+            |b, l, w| install_fp8(b, l, w, false),
+            lev(&[("METRALE_FFN_BATCH16", "1")]),
+            Activation::Silu,
+        ),
+        (
+            "fp8 gelu",
+            |b, l, w| install_fp8(b, l, w, false),
+            lev(&[]),
+            Activation::Gelu,
+        ),
+        (
+            "w8a8",
+            install_w8a8,
+            lev(&[("METRALE_W8A8_MAX_ROWS", "4096")]),
+            Activation::Silu,
+        ),
+        ("bf16", install_bf16, lev(&[]), Activation::Silu),
+        ("nvfp4", install_nvfp4, lev(&[]), Activation::Silu),
+        ("nvfp4 gelu", install_nvfp4, lev(&[]), Activation::Gelu),
+        ("nvfp4 t", install_nvfp4_t, lev(&[]), Activation::Silu),
+        (
+            "nvfp4 t k64",
+            install_nvfp4_t,
+            lev(&[("METRALE_W4A16_K64_MIN_K", "64")]),
+            Activation::Silu,
+        ),
+        ("nvfp4 mmq", install_nvfp4_mmq, lev(&[]), Activation::Silu),
+        (
+            "nvfp4 ksplit down",
+            install_nvfp4,
+            lev(&[("METRALE_W4A16_GEMV_KSPLIT_MIN_K", "1")]),
+            Activation::Silu,
+        ),
+        (
+            "nvfp4 silu fused",
+            install_nvfp4,
+            lev(&[
+                ("METRALE_FFN_SILU_FUSED_DOWN", "1"),
+                ("METRALE_DECODE_FFN_VIA_GEMM", "0"),
+            ]),
+            Activation::Silu,
+        ),
+        (
+            "nvfp4 q4k mmq",
+            |b, l, w| install_nvfp4_q4k(b, l, w, false),
+            lev(&[("METRALE_FFN_MMQ", "1")]),
+            Activation::Silu,
+        ),
+        (
+            "nvfp4 q4k mmq q4k-down",
+            |b, l, w| install_nvfp4_q4k(b, l, w, true),
+            lev(&[("METRALE_FFN_MMQ", "1")]),
+            Activation::Silu,
+        ),
+        ("q2", install_q2, lev(&[]), Activation::Silu),
+        (
+            "q2 mmq",
+            install_q2,
+            lev(&[("METRALE_GGUF_NATIVE_Q2_MMQ", "1")]),
+            Activation::Silu,
+        ),
+        (
+            // The same seeded adapter on both backends.
+            "nvfp4 lora",
+            |b, l, w| {
+                install_nvfp4(b, l, w)?;
+                LoraAdapter::random(&mut Rand(77), w.hidden, w.inter, 16).install(b, l)
+            },
+            lev(&[]),
+            Activation::Silu,
+        ),
+        (
+            "nvfp4 w4a4",
+            install_nvfp4,
+            lev(&[
+                ("METRALE_SINGLE_ROW_W4A4", "1"),
+                ("METRALE_SMALL_BATCH_W4A4", "1"),
+            ]),
+            Activation::Silu,
+        ),
+    ];
+    for &(h, i) in shapes {
+        let w = DenseWeights::random(rng, h, i);
+        let cfg = FfnConfig {
+            hidden: h,
+            inter: i,
+        };
+        for (arm, install, levers, act) in arms.iter().filter(|a| keep(a.0)) {
+            let mut gc = ForwardContext::new(b.clone(), cfg, mmax, levers.clone())?;
+            let mut hc = ForwardContext::new(host.clone(), cfg, mmax, levers.clone())?;
+            let mut gl = DenseFfnLayer::new_with_activation(&gc, *act);
+            let mut hl = DenseFfnLayer::new_with_activation(&hc, *act);
+            install(b.as_ref(), &mut gl, &w)?;
+            install(host.as_ref(), &mut hl, &w)?;
+            for &m in ms {
+                let x = rng.vec(m * h, 1.0);
+                let xg = b.alloc((m * h * 4) as u64)?;
+                let xh = host.alloc((m * h * 4) as u64)?;
+                upload_f32(b.as_ref(), xg, &x)?;
+                upload_f32(host.as_ref(), xh, &x)?;
+                let nv = arm.starts_with("nvfp4");
+                let methods: &[&str] = match m {
+                    1 if nv => &["forward", "prefill", "km"],
+                    1 => &["forward", "prefill"],
+                    2 => &["forward_k2", "prefill"],
+                    3 => &["forward_k3"],
+                    _ if *arm == "w8a8" => &["prefill", "fixed"],
+                    _ if *arm == "nvfp4 w4a4" && m <= 16 => &["prefill", "fixed", "km"],
+                    _ if *arm == "nvfp4 w4a4" => &["fixed"],
+                    _ if nv && m <= 16 => &["prefill", "km"],
+                    _ => &["prefill"],
+                };
+                for method in methods {
+                    let call = |l: &DenseFfnLayer,
+                                c: &mut ForwardContext,
+                                x: DevicePtr|
+                     -> GpuResult<Vec<f32>> {
+                        c.backend.fill(c.arena.moe_output, 0xFF)?;
+                        let out = match *method {
+                            "forward" => l.forward(c, x),
+                            "forward_k2" => l.forward_k2(c, x),
+                            "forward_k3" => l.forward_k3(c, x),
+                            "fixed" => l.forward_fixed(c, x, m),
+                            "km" => l.forward_km(c, x, m),
+                            _ => l.forward_prefill(c, x, m),
+                        }?;
+                        c.backend.synchronize(0)?;
+                        download_f32(c.backend.as_ref(), out)
+                    };
+                    gc.trace.clear();
+                    hc.trace.clear();
+                    let yg = call(&gl, &mut gc, xg)?;
+                    let yh = call(&hl, &mut hc, xh)?;
+                    let err = cuda_vs_host_err(&yg, &yh, gc.trace == hc.trace);
+                    // Intermediate activations amplify last-bit differences: 1e-4 for arms that keep
+                    // f32 activations (the GEMVs); where the intermediate is rounded again a
+                    // last-bit difference can flip it: 1e-3 for BF16 (the cuBLAS arm, and the FP8
+                    // tensor-core GEMMs above the GEMV rows), 5e-3 for W8A8 (FP8).
+                    let tc_rows = if levers.ffn_batch16 { 16 } else { 4 };
+                    let w4a4 = *arm == "nvfp4 w4a4" && *method != "prefill";
+                    let q2_prefill = arm.starts_with("q2") && *method == "prefill";
+                    let q4k_prefill = arm.contains("q4k") && *method == "prefill";
+                    let tol = if (q2_prefill && arm.ends_with("mmq")) || q4k_prefill {
+                        // q8_1 activations: a last-bit difference can move one code.
+                        5e-3
+                    } else if q2_prefill {
+                        1e-3
+                    } else if w4a4 {
+                        // NVFP4 activations: a last-bit difference can move one E2M1 code.
+                        2e-2
+                    } else if arm.starts_with("w8a8") {
+                        5e-3
+                    } else if arm.starts_with("bf16") || m > tc_rows || (nv && *method == "prefill")
+                    {
+                        1e-3
+                    } else {
+                        1e-4
+                    };
+                    push(
+                        &mut rows,
+                        &format!("layer {arm} {method}"),
+                        (h, i),
+                        m,
+                        err,
+                        tol,
+                    );
+                }
+                b.free(xg);
+                host.free(xh);
+            }
+            // Fixed path: a row's output bits alone equal its bits inside a batch.
+            if *arm == "w8a8" || *arm == "nvfp4 w4a4" {
+                let m = 33.min(mmax);
+                let x = rng.vec(m * h, 1.0);
+                let xg = b.alloc((m * h * 4) as u64)?;
+                upload_f32(b.as_ref(), xg, &x)?;
+                let all = download_f32(b.as_ref(), gl.forward_fixed(&mut gc, xg, m)?)?;
+                let mut same = true;
+                for r in [0, m / 2, m - 1] {
+                    let x1 = b.alloc((h * 4) as u64)?;
+                    upload_f32(b.as_ref(), x1, &x[r * h..(r + 1) * h])?;
+                    let one = download_f32(b.as_ref(), gl.forward_fixed(&mut gc, x1, 1)?)?;
+                    same &= one
+                        .iter()
+                        .zip(&all[r * h..(r + 1) * h])
+                        .all(|(a, c)| a.to_bits() == c.to_bits());
+                    b.free(x1);
+                }
+                b.free(xg);
+                push(
+                    &mut rows,
+                    &format!("fixed {arm}: row bits alone == in batch"),
+                    (h, i),
+                    m,
+                    if same { 0.0 } else { 1.0 },
+                    0.0,
+                );
+            }
+        }
+    }
+    Ok(rows)
+}

@@ -1,0 +1,343 @@
+//! Load rows: packs loaded into overlays compute what start-up builds.
+
+use super::*;
+use crate::ffn::testing::*;
+use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+use crate::gpu::host::HostBackend;
+use crate::gpu::{GpuBackend, GpuResult, ModelLevers, download_f32, upload_f32};
+use std::sync::Arc;
+
+/// Loader checks: a generated model (F32, 2 layers) converted with every layout (a generated
+/// PEFT adapter for `lora`), loaded by each copy path; overlay bytes on the device must equal
+/// the pack's, loading must launch no kernel, finalize must have nothing to build, every arm of
+/// a pack-loaded layer must give bit-identical outputs to a layer built at start-up from the
+/// source, and the q4k_mmq + lora layer must agree with the host backend given the same pack.
+pub fn load_checks(
+    b: Arc<dyn GpuBackend>,
+    hidden: usize,
+    inter: usize,
+    modes: &[crate::loader::IoMode],
+    rng: &mut Rand,
+) -> anyhow::Result<Vec<Row>> {
+    let dir = scratch_dir("load-check");
+    std::fs::create_dir_all(&dir)?;
+    let src = dir.join("m.gguf");
+    crate::gen_model::gen_model(&src, hidden, inter, 2, crate::GgmlType::F32, "llama")?;
+    let rows = load_checks_from(b, &src, modes, rng);
+    let _ = std::fs::remove_dir_all(&dir);
+    rows
+}
+
+/// The loader checks on a given source checkpoint (e.g. the real SmolLM2 GGUF): convert it with
+/// every layout, load, and compare layer 1 (layer 0 on a one-layer model) as [`load_checks`]
+/// does.
+pub fn load_checks_from(
+    b: Arc<dyn GpuBackend>,
+    src: &std::path::Path,
+    modes: &[crate::loader::IoMode],
+    rng: &mut Rand,
+) -> anyhow::Result<Vec<Row>> {
+    use crate::converters::layouts::Layout;
+    use crate::loader::{self, LayerOverlays, LoadOptions};
+    use crate::model::Model;
+    use crate::pack::{self, ConvertOptions};
+    let dir = scratch_dir("load-from");
+    std::fs::create_dir_all(&dir)?;
+    let packp = dir.join("m.mpk.gguf");
+    let model = Model::open(src)?;
+    let (hidden, inter) = (
+        model
+            .hidden_size
+            .ok_or_else(|| anyhow::anyhow!("{}: no hidden size", src.display()))? as usize,
+        model
+            .intermediate_size
+            .ok_or_else(|| anyhow::anyhow!("{}: no intermediate size", src.display()))?
+            as usize,
+    );
+    let li = usize::from(model.ffn_layers.len() > 1);
+    let adapter_dir = dir.join("adapter");
+    let adapter = crate::ffn::testing::LoraAdapter::write_peft(
+        rng,
+        &adapter_dir,
+        model.ffn_layers.len(),
+        hidden,
+        inter,
+        8,
+    )?;
+    let opts = ConvertOptions {
+        layouts: Some(vec![
+            Layout::Nvfp4,
+            Layout::Nvfp4T,
+            Layout::Nvfp4Mmq,
+            Layout::Q4kMmq,
+            Layout::Fp8,
+            Layout::W8a8,
+            Layout::Bf16,
+            Layout::Q2g128,
+            Layout::Lora,
+        ]),
+        lora: Some(adapter_dir),
+        ..Default::default()
+    };
+    pack::convert(&model, &opts, &packp, &|_, _| {})?;
+    let mut rows = Vec::new();
+    let shape = (hidden, inter);
+    for &io in modes {
+        let before = b.launch_count();
+        let lp = loader::load(
+            b.as_ref(),
+            &packp,
+            &LoadOptions {
+                io,
+                chunk: 1 << 20,
+                ..Default::default()
+            },
+        )?;
+        push(
+            &mut rows,
+            &format!("load {io:?}: kernel launches"),
+            shape,
+            0,
+            (b.launch_count() - before) as f64,
+            0.0,
+        );
+        let mut differ = 0usize;
+        for (i, e) in lp.pack.manifest.tensors.iter().enumerate() {
+            if let Some(v) = e.ffn.as_ref().and_then(|_| lp.device_view(&e.name)) {
+                let mut got = vec![0u8; v.bytes as usize];
+                b.download(v, &mut got)?;
+                differ += usize::from(got != lp.pack.data(i));
+            }
+        }
+        push(
+            &mut rows,
+            &format!("load {io:?}: overlay blobs != pack bytes"),
+            shape,
+            0,
+            differ as f64,
+            0.0,
+        );
+        let cfg = FfnConfig { hidden, inter };
+        let mut ctx = ForwardContext::new(b.clone(), cfg, 64, ModelLevers::default())?;
+        let l = &model.ffn_layers[li];
+        let w = DenseWeights {
+            gate: model.decode_weight(&l.gate)?.0,
+            up: model.decode_weight(&l.up)?.0,
+            down: model.decode_weight(&l.down)?.0,
+            hidden,
+            inter,
+        };
+        let ov = &lp.layers[li];
+        // How an engine without packs builds the same overlays at start-up.
+        type Install<'a> = dyn Fn(
+                &dyn GpuBackend,
+                &mut DenseFfnLayer,
+                &DenseWeights,
+                &mut ForwardContext,
+            ) -> GpuResult<()>
+            + 'a;
+        let arms: [(&str, LayerOverlays, &Install<'_>); 8] = [
+            (
+                "q2",
+                LayerOverlays {
+                    q2: ov.q2,
+                    ..Default::default()
+                },
+                &|b, l, w, _| install_q2(b, l, w),
+            ),
+            (
+                "fp8",
+                LayerOverlays {
+                    fp8: ov.fp8,
+                    ..Default::default()
+                },
+                &|b, l, w, _| install_fp8(b, l, w, true),
+            ),
+            (
+                "w8a8",
+                LayerOverlays {
+                    w8a8: ov.w8a8,
+                    ..Default::default()
+                },
+                &|b, l, w, _| install_w8a8(b, l, w),
+            ),
+            (
+                "bf16",
+                LayerOverlays {
+                    bf16: ov.bf16,
+                    ..Default::default()
+                },
+                &|b, l, w, _| install_bf16(b, l, w),
+            ),
+            (
+                "nvfp4",
+                LayerOverlays {
+                    nvfp4: ov.nvfp4,
+                    ..Default::default()
+                },
+                &|b, l, w, _| install_nvfp4(b, l, w),
+            ),
+            (
+                "nvfp4_t",
+                LayerOverlays {
+                    nvfp4: ov.nvfp4,
+                    nvfp4_t: ov.nvfp4_t,
+                    ..Default::default()
+                },
+                &|b, l, w, _| install_nvfp4_t(b, l, w),
+            ),
+            (
+                // Start-up: the _t copies, then the GPU repack of finalize_nvfp4_mmq_load.
+                "nvfp4_mmq",
+                LayerOverlays {
+                    nvfp4: ov.nvfp4,
+                    nvfp4_mmq: ov.nvfp4_mmq,
+                    ..Default::default()
+                },
+                &|b, l, w, c| {
+                    install_nvfp4_t(b, l, w)?;
+                    let (h, i) = (w.hidden, w.inter);
+                    l.finalize_nvfp4_mmq_load(c, h, i, 0).map(|_| ())
+                },
+            ),
+            (
+                // Start-up: the same adapter encoded and installed through set_lora_weights.
+                "lora",
+                LayerOverlays {
+                    nvfp4: ov.nvfp4,
+                    lora: ov.lora,
+                    ..Default::default()
+                },
+                &|b, l, w, _| {
+                    install_nvfp4(b, l, w)?;
+                    adapter.install(b, l)
+                },
+            ),
+        ];
+        {
+            // A pack holding nvfp4_mmq: finalize_nvfp4_mmq_load has nothing to repack.
+            let mut l = DenseFfnLayer::new(&ctx);
+            LayerOverlays {
+                nvfp4: ov.nvfp4,
+                nvfp4_mmq: ov.nvfp4_mmq,
+                ..Default::default()
+            }
+            .install(&mut l)?;
+            let n0 = b.launch_count();
+            let did = l.finalize_nvfp4_mmq_load(&mut ctx, hidden, inter, 0)?;
+            push(
+                &mut rows,
+                &format!("load {io:?}: repack launches with nvfp4_mmq in the pack"),
+                shape,
+                0,
+                (b.launch_count() - n0) as f64 + f64::from(u8::from(did)),
+                0.0,
+            );
+        }
+        {
+            // A pack holding q4k_mmq (and lora): finalize_q4k_load has nothing to build, and
+            // the layer from the pack (Q4_K MMQ prefill, int8 down, the adapter on both) agrees
+            // with the host backend given the same pack.
+            let levers = ModelLevers {
+                ffn_mmq: true,
+                ..ModelLevers::default()
+            };
+            let host: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+            let hlp = loader::load(host.as_ref(), &packp, &LoadOptions::default())?;
+            let overlays = |o: &LayerOverlays| LayerOverlays {
+                nvfp4: o.nvfp4,
+                q4k: o.q4k,
+                lora: o.lora,
+                ..Default::default()
+            };
+            let mut gctx = ForwardContext::new(b.clone(), cfg, 64, levers.clone())?;
+            let mut hctx = ForwardContext::new(host.clone(), cfg, 64, levers)?;
+            let mut gl = DenseFfnLayer::new(&gctx);
+            overlays(ov).install(&mut gl)?;
+            let mut hl = DenseFfnLayer::new(&hctx);
+            overlays(&hlp.layers[li]).install(&mut hl)?;
+            let n0 = b.launch_count();
+            let did = gl.finalize_q4k_load(&mut gctx, hidden, inter, 0)?;
+            push(
+                &mut rows,
+                &format!("load {io:?}: build launches with q4k_mmq in the pack"),
+                shape,
+                0,
+                (b.launch_count() - n0) as f64 + f64::from(u8::from(did)),
+                0.0,
+            );
+            for m in [1usize, 5, 33] {
+                let x = rng.vec(m * hidden, 1.0);
+                let run = |l: &DenseFfnLayer, c: &mut ForwardContext| -> GpuResult<Vec<f32>> {
+                    let be = c.backend.clone();
+                    let xp = be.alloc((m * hidden * 4) as u64)?;
+                    upload_f32(be.as_ref(), xp, &x)?;
+                    c.trace.clear();
+                    let out = match m {
+                        1 => l.forward(c, xp),
+                        _ => l.forward_prefill(c, xp, m),
+                    }?;
+                    be.synchronize(0)?;
+                    let y = download_f32(be.as_ref(), out);
+                    be.free(xp);
+                    y
+                };
+                let yg = run(&gl, &mut gctx)?;
+                let yh = run(&hl, &mut hctx)?;
+                let err = cuda_vs_host_err(&yg, &yh, gctx.trace == hctx.trace);
+                // As the layer checks: 1e-4 for the GEMV arm, 5e-3 where q8_1 codes can move.
+                let tol = if m == 1 { 1e-4 } else { 5e-3 };
+                push(
+                    &mut rows,
+                    &format!("load {io:?}: q4k_mmq+lora pack, CUDA vs host"),
+                    shape,
+                    m,
+                    err,
+                    tol,
+                );
+            }
+            host.free(hlp.arena);
+        }
+        for (arm, overlays, install) in arms {
+            let mut from_pack = DenseFfnLayer::new(&ctx);
+            overlays.install(&mut from_pack)?;
+            let mut built = DenseFfnLayer::new(&ctx);
+            install(b.as_ref(), &mut built, &w, &mut ctx)?;
+            for m in [1usize, 2, 3, 5, 33] {
+                let x = rng.vec(m * hidden, 1.0);
+                let xp = b.alloc((m * hidden * 4) as u64)?;
+                upload_f32(b.as_ref(), xp, &x)?;
+                let run =
+                    |layer: &DenseFfnLayer, ctx: &mut ForwardContext| -> GpuResult<Vec<f32>> {
+                        let out = match m {
+                            1 => layer.forward(ctx, xp),
+                            2 => layer.forward_k2(ctx, xp),
+                            3 => layer.forward_k3(ctx, xp),
+                            _ => layer.forward_prefill(ctx, xp, m),
+                        }?;
+                        b.synchronize(0)?;
+                        download_f32(b.as_ref(), out)
+                    };
+                let a = run(&from_pack, &mut ctx)?;
+                let c = run(&built, &mut ctx)?;
+                let diff = a
+                    .iter()
+                    .zip(&c)
+                    .filter(|(p, q)| p.to_bits() != q.to_bits())
+                    .count();
+                push(
+                    &mut rows,
+                    &format!("load {io:?}: {arm} pack vs start-up bits differ"),
+                    shape,
+                    m,
+                    diff as f64,
+                    0.0,
+                );
+                b.free(xp);
+            }
+        }
+        b.free(lp.arena);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(rows)
+}

@@ -1,0 +1,181 @@
+//! The BF16 arms: the batch-4 GEMV and the cuBLAS GEMM.
+
+use super::super::*;
+
+use crate::gpu::{DevicePtr, GemmBf16, GpuError, GpuResult, KArg, LaunchCfg};
+
+impl DenseFfnLayer {
+    pub(crate) fn bf16_gemv(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &Bf16Weight,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let i = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg::grid(w.n.div_ceil(8), 1, 256);
+        self.launch(
+            ctx,
+            self.kernels.bf16_gemv,
+            cfg,
+            &[
+                KArg::Ptr(x),
+                i(m),
+                KArg::Ptr(w.weight),
+                KArg::Ptr(y),
+                i(w.n),
+                i(w.k),
+                i(w.kp),
+                i(ldy),
+            ],
+        )
+    }
+
+    pub(crate) fn bf16_gemv_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        w: &[Bf16Weight; 3],
+    ) -> GpuResult<DevicePtr> {
+        self.gated(ctx, x, m, false, w, Self::bf16_gemv)
+    }
+
+    /// `y = x . W^T` for a BF16 weight in the arena's dequantization scratch: cuBLAS when the
+    /// backend has it, else the BF16 GEMV four rows at a time.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn bf16_gemm_any(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        xb: DevicePtr,
+        w: &Bf16Weight,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let r = ctx.backend.gemm_bf16(
+            &GemmBf16 {
+                x: xb,
+                w: w.weight,
+                y,
+                m,
+                n: w.n,
+                k: w.k,
+                kw: w.kp,
+            },
+            ctx.stream,
+        );
+        match r {
+            Ok(()) => {
+                ctx.trace.push("cublas_gemm_bf16");
+                Ok(())
+            }
+            Err(GpuError::MissingKernel { .. }) => {
+                if !self.kernels.bf16_gemv.ok() {
+                    return Err(missing(
+                        "cublas",
+                        "gemm_bf16 (and ffn_bf16::bf16_gemv_batch4)",
+                    ));
+                }
+                for r0 in (0..m).step_by(4) {
+                    let rows = 4.min(m - r0);
+                    let xv = x.view((r0 * w.k * 4) as u64, (rows * w.k * 4) as u64);
+                    let yv = y.view((r0 * ldy * 4) as u64, (rows * ldy * 4) as u64);
+                    self.bf16_gemv(ctx, w, xv, rows, yv, ldy)?;
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn to_bf16(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        count: usize,
+    ) -> GpuResult<DevicePtr> {
+        if !self.kernels.to_bf16.ok() {
+            return Err(missing("ffn_act", "f32_to_bf16"));
+        }
+        let dst = ctx.arena.act_bf16.view(0, (count * 2) as u64);
+        let cfg = LaunchCfg::grid(count.div_ceil(256), 1, 256);
+        self.launch(
+            ctx,
+            self.kernels.to_bf16,
+            cfg,
+            &[KArg::Ptr(x), KArg::Ptr(dst), KArg::I32(count as i32)],
+        )?;
+        Ok(dst)
+    }
+
+    pub(crate) fn bf16_prefill_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        w: &[Bf16Weight; 3],
+    ) -> GpuResult<DevicePtr> {
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
+        let xb = self.to_bf16(ctx, x, m * h)?;
+        let st = ctx.stream;
+        let blas = ctx.backend.gemm_bf16(
+            &GemmBf16 {
+                x: xb,
+                w: w[0].weight,
+                y: g,
+                m,
+                n: i,
+                k: h,
+                kw: w[0].kp,
+            },
+            st,
+        );
+        if let Err(GpuError::MissingKernel { .. }) = blas {
+            // No BLAS: the GEMV serves narrow batches, nothing else can.
+            if m <= 4 && self.kernels.bf16_gemv.ok() {
+                return self.bf16_gemv_arm(ctx, x, m, w);
+            }
+            return Err(missing("cublas", "gemm_bf16"));
+        }
+        blas?;
+        ctx.trace.push("cublas_gemm_bf16");
+        ctx.backend.gemm_bf16(
+            &GemmBf16 {
+                x: xb,
+                w: w[1].weight,
+                y: u,
+                m,
+                n: i,
+                k: h,
+                kw: w[1].kp,
+            },
+            st,
+        )?;
+        ctx.trace.push("cublas_gemm_bf16");
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let gb = self.to_bf16(ctx, g, m * i)?;
+        ctx.backend.gemm_bf16(
+            &GemmBf16 {
+                x: gb,
+                w: w[2].weight,
+                y: out,
+                m,
+                n: h,
+                k: i,
+                kw: w[2].kp,
+            },
+            st,
+        )?;
+        ctx.trace.push("cublas_gemm_bf16");
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+}

@@ -1,0 +1,93 @@
+//! The LoRA delta on the NVFP4 base (`lora`).
+
+use super::super::*;
+
+use crate::gpu::{DevicePtr, GpuResult, KArg, LaunchCfg};
+
+impl DenseFfnLayer {
+    /// `out += scaling * B (A x)` for one projection's adapter: `lora_a` then `lora_b_add`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn lora_project(
+        &self,
+        ctx: &mut ForwardContext,
+        l: &LoraWeight,
+        x: DevicePtr,
+        m: usize,
+        out: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let k = &self.kernels;
+        if !k.lora_a.ok() {
+            return Err(missing("ffn_lora", "lora_a"));
+        }
+        if !k.lora_b.ok() {
+            return Err(missing("ffn_lora", "lora_b_add"));
+        }
+        let a = |v: usize| KArg::I32(v as i32);
+        let xa = ctx.arena.lora_xa.view(0, (m * l.rank * 4) as u64);
+        let cfg = LaunchCfg::grid(l.rank.div_ceil(8), m, 256);
+        let args = [
+            KArg::Ptr(x),
+            a(m),
+            a(l.k),
+            a(l.k),
+            KArg::Ptr(l.a),
+            a(l.rank),
+            KArg::Ptr(xa),
+        ];
+        self.launch(ctx, k.lora_a, cfg, &args)?;
+        let cfg = LaunchCfg::grid(l.n.div_ceil(256), m, 256);
+        let args = [
+            KArg::Ptr(xa),
+            a(m),
+            a(l.rank),
+            KArg::Ptr(l.b),
+            KArg::F32(l.scaling),
+            KArg::Ptr(out),
+            a(l.n),
+            a(ldy),
+        ];
+        self.launch(ctx, k.lora_b, cfg, &args)
+    }
+
+    /// After the gate and up projections, before the activation: `gate_out += dW_gate x`,
+    /// `up_out += dW_up x`. No launch without an adapter or with `METRALE_LORA_NO_FFN=1`.
+    pub fn apply_lora_gate_up(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        gate_out: DevicePtr,
+        up_out: DevicePtr,
+    ) -> GpuResult<()> {
+        if !self.lora_active(ctx) {
+            return Ok(());
+        }
+        let w = self.lora.unwrap();
+        if let Some(l) = w[0] {
+            self.lora_project(ctx, &l, x, m, gate_out, self.inter)?;
+        }
+        if let Some(l) = w[1] {
+            self.lora_project(ctx, &l, x, m, up_out, self.inter)?;
+        }
+        Ok(())
+    }
+
+    /// After the down projection: `output += dW_down act` on the materialised
+    /// `silu(gate) * up`. No launch without an adapter or with `METRALE_LORA_NO_FFN=1`.
+    pub fn apply_lora_down(
+        &self,
+        ctx: &mut ForwardContext,
+        act: DevicePtr,
+        m: usize,
+        output: DevicePtr,
+    ) -> GpuResult<()> {
+        if !self.lora_active(ctx) {
+            return Ok(());
+        }
+        if let Some(l) = self.lora.unwrap()[2] {
+            self.lora_project(ctx, &l, act, m, output, self.hidden)?;
+        }
+        Ok(())
+    }
+}

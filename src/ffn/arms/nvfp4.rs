@@ -1,0 +1,364 @@
+//! The NVFP4 arms: W4A16 decode GEMVs and prefill GEMMs, W4A4.
+
+use super::super::*;
+
+use crate::gpu::{DevicePtr, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg};
+use crate::model::Activation;
+
+impl DenseFfnLayer {
+    /// The NVFP4 prefill GEMM of projection `p`: with `nvfp4_mmq` tiles, the MMQ GEMM;
+    /// otherwise with a `_t` copy, m <= 64, k % 32 == 0 and `ffn_small_m`: `w4a16_gemm_t_k64`
+    /// when k >= `w4a16_k64_min_k` and k % 64 == 0, else `w4a16_gemm_t`; otherwise with a `_t`
+    /// copy `w4a16_gemm_t_m128_v2` (k % 64 == 0) or `w4a16_gemm_t_m128`; without `_t` or those
+    /// kernels, the base `w4a16_gemm` over the `nvfp4` layout.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn w4a16_prefill_gemm(
+        &self,
+        ctx: &mut ForwardContext,
+        pw: &(usize, Nvfp4Weight),
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let (p, w) = *pw;
+        let kk = &self.kernels;
+        let a = |v: usize| KArg::I32(v as i32);
+        let np128 = w.n.div_ceil(128) * 128;
+        if let Some(tiles) = self.weights.nvfp4_mmq[p]
+            && kk.nvfp4_mmq_gemm.ok()
+        {
+            let cfg = LaunchCfg::grid(np128 / 128, m.div_ceil(64), 128);
+            let args = [
+                KArg::Ptr(x),
+                a(m),
+                KArg::Ptr(tiles),
+                KArg::F32(w.global_scale),
+                KArg::Ptr(y),
+                a(w.n),
+                a(np128),
+                a(w.k),
+                a(w.kp),
+                a(ldy),
+            ];
+            return self.launch(ctx, kk.nvfp4_mmq_gemm, cfg, &args);
+        }
+        if let Some(t) = self.weights.nvfp4_t[p] {
+            let lev = &ctx.levers;
+            let small = m <= 64 && w.k % 32 == 0 && lev.ffn_small_m;
+            let k64 = w.k % 64 == 0;
+            let pick = if small {
+                if k64 && w.k >= lev.w4a16_k64_min_k && kk.nvfp4_gemm_t_k64.ok() {
+                    Some((kk.nvfp4_gemm_t_k64, 64))
+                } else if kk.nvfp4_gemm_t.ok() {
+                    Some((kk.nvfp4_gemm_t, 64))
+                } else {
+                    None
+                }
+            } else if k64 && kk.nvfp4_gemm_t_m128_v2.ok() {
+                Some((kk.nvfp4_gemm_t_m128_v2, 128))
+            } else if w.k % 32 == 0 && kk.nvfp4_gemm_t_m128.ok() {
+                Some((kk.nvfp4_gemm_t_m128, 128))
+            } else {
+                None
+            };
+            if let Some((k, bm)) = pick {
+                let cfg = LaunchCfg::grid(w.n.div_ceil(128), m.div_ceil(bm), 2 * bm);
+                let args = [
+                    KArg::Ptr(x),
+                    a(m),
+                    KArg::Ptr(t.codes),
+                    KArg::Ptr(t.scales),
+                    KArg::F32(w.global_scale),
+                    KArg::Ptr(y),
+                    a(w.n),
+                    a(t.np),
+                    a(w.k),
+                    a(w.kp),
+                    a(ldy),
+                ];
+                return self.launch(ctx, k, cfg, &args);
+            }
+        }
+        let k = kk.nvfp4_gemm;
+        if !k.ok() {
+            return Err(missing("ffn_nvfp4", "w4a16_gemm"));
+        }
+        let cfg = LaunchCfg::grid(w.n.div_ceil(128), m.div_ceil(64), 128);
+        let args = [
+            KArg::Ptr(x),
+            a(m),
+            KArg::Ptr(w.codes),
+            KArg::Ptr(w.scales),
+            KArg::F32(w.global_scale),
+            KArg::Ptr(y),
+            a(w.n),
+            a(w.k),
+            a(w.kp),
+            a(ldy),
+        ];
+        self.launch(ctx, k, cfg, &args)
+    }
+
+    /// One NVFP4 projection through a GEMV-shaped kernel (`w4a16_gemv*`, the batch-m tiers).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn nvfp4_gemv_launch(
+        &self,
+        ctx: &mut ForwardContext,
+        k: KernelHandle,
+        w: &Nvfp4Weight,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg::grid(w.n.div_ceil(NVFP4_GEMV_COLS), 1, 256);
+        let args = [
+            KArg::Ptr(x),
+            a(m),
+            KArg::Ptr(w.codes),
+            KArg::Ptr(w.scales),
+            KArg::F32(w.global_scale),
+            KArg::Ptr(y),
+            a(w.n),
+            a(w.k),
+            a(w.kp),
+            a(ldy),
+        ];
+        self.launch(ctx, k, cfg, &args)
+    }
+
+    /// `forward_km`'s W4A16 projection through the batch-m tier kernel it carries.
+    pub(crate) fn nvfp4_small_m_project(
+        &self,
+        ctx: &mut ForwardContext,
+        kw: &(KernelHandle, Nvfp4Weight),
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        self.nvfp4_gemv_launch(ctx, kw.0, &kw.1, x, m, y, ldy)
+    }
+
+    /// NVFP4 decode (m <= 3): fused gate+up GEMV (`w4a16_gemv_dual`, `_batch2|3`), then either
+    /// act-mul and the down GEMV (split SiLU: the default, and always with GELU or a LoRA
+    /// adapter; `w4a16_gemv_ksplit` when k >= `w4a16_gemv_ksplit_min_k`, a lever off by
+    /// default) or, with `METRALE_FFN_SILU_FUSED_DOWN` on a SiLU layer, the SiLU-fused down GEMV.
+    pub(crate) fn nvfp4_gemv_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        let k = &self.kernels;
+        let pick = |fixed: KernelHandle, base: KernelHandle| if fixed.ok() { fixed } else { base };
+        let (dual, down) = match m {
+            2 => (
+                pick(k.nvfp4_gemv_dual_b2, k.nvfp4_gemv_dual),
+                pick(k.nvfp4_gemv_b2, k.nvfp4_gemv),
+            ),
+            3 => (
+                pick(k.nvfp4_gemv_dual_b3, k.nvfp4_gemv_dual),
+                pick(k.nvfp4_gemv_b3, k.nvfp4_gemv),
+            ),
+            _ => (k.nvfp4_gemv_dual, k.nvfp4_gemv),
+        };
+        if !dual.ok() {
+            return Err(missing("ffn_nvfp4", "w4a16_gemv_dual"));
+        }
+        let w = self.weights.nvfp4.unwrap();
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg::grid(i.div_ceil(NVFP4_GEMV_COLS), 2, 256);
+        let args = [
+            KArg::Ptr(x),
+            a(m),
+            KArg::Ptr(w[0].codes),
+            KArg::Ptr(w[0].scales),
+            KArg::F32(w[0].global_scale),
+            KArg::Ptr(g),
+            KArg::Ptr(w[1].codes),
+            KArg::Ptr(w[1].scales),
+            KArg::F32(w[1].global_scale),
+            KArg::Ptr(u),
+            a(i),
+            a(h),
+            a(w[0].kp),
+            a(i),
+        ];
+        self.launch(ctx, dual, cfg, &args)?;
+        self.apply_lora_gate_up(ctx, x, m, g, u)?;
+        let d = w[2];
+        if self.activation == Activation::Silu
+            && ctx.levers.ffn_silu_fused_down
+            && k.nvfp4_silu_down.ok()
+            && !self.lora_active(ctx)
+        {
+            let cfg = LaunchCfg::grid(h.div_ceil(NVFP4_GEMV_COLS), 1, 256);
+            let args = [
+                KArg::Ptr(g),
+                KArg::Ptr(u),
+                a(m),
+                KArg::Ptr(d.codes),
+                KArg::Ptr(d.scales),
+                KArg::F32(d.global_scale),
+                KArg::Ptr(out),
+                a(h),
+                a(i),
+                a(d.kp),
+                a(h),
+                a(i),
+            ];
+            self.launch(ctx, k.nvfp4_silu_down, cfg, &args)?;
+            return Ok(out.view(0, (m * h * 4) as u64));
+        }
+        if !down.ok() {
+            return Err(missing("ffn_nvfp4", "w4a16_gemv"));
+        }
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let act = g.view(0, (m * i * 4) as u64);
+        let ksplit = ctx.levers.w4a16_gemv_ksplit_min_k;
+        if ksplit > 0 && d.k >= ksplit && k.nvfp4_gemv_ksplit.ok() {
+            let cfg = LaunchCfg::grid(h.div_ceil(4), 1, 256);
+            let args = [
+                KArg::Ptr(act),
+                a(m),
+                KArg::Ptr(d.codes),
+                KArg::Ptr(d.scales),
+                KArg::F32(d.global_scale),
+                KArg::Ptr(out),
+                a(h),
+                a(i),
+                a(d.kp),
+                a(h),
+            ];
+            self.launch(ctx, k.nvfp4_gemv_ksplit, cfg, &args)?;
+        } else {
+            self.nvfp4_gemv_launch(ctx, down, &d, act, m, out, h)?;
+        }
+        self.apply_lora_down(ctx, act, m, out)?;
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+
+    /// Quantize `m` rows of `k` f32 activations to NVFP4 (`quantize_act_nvfp4`) into the arena:
+    /// codes `[m, kp/2]` then scales `[m, kp/16]` in `act_fp8`, globals in `act_scale`.
+    pub(crate) fn quantize_nvfp4(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        k: usize,
+        kp: usize,
+    ) -> GpuResult<(DevicePtr, DevicePtr, DevicePtr)> {
+        if !self.kernels.quant_nvfp4.ok() {
+            return Err(missing("ffn_nvfp4", "quantize_act_nvfp4"));
+        }
+        let qc = ctx.arena.act_fp8.view(0, (m * kp / 2) as u64);
+        let qs = ctx
+            .arena
+            .act_fp8
+            .view((m * kp / 2) as u64, (m * kp / 16) as u64);
+        let qg = ctx.arena.act_scale.view(0, (m * 4) as u64);
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg::grid(m, 1, 256);
+        let args = [
+            KArg::Ptr(x),
+            a(m),
+            a(k),
+            a(kp),
+            KArg::Ptr(qc),
+            KArg::Ptr(qs),
+            KArg::Ptr(qg),
+        ];
+        self.launch(ctx, self.kernels.quant_nvfp4, cfg, &args)?;
+        Ok((qc, qs, qg))
+    }
+
+    /// One W4A4 projection (`nvfp4_proj_mx`) over quantized activations.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn w4a4_project(
+        &self,
+        ctx: &mut ForwardContext,
+        q: (DevicePtr, DevicePtr, DevicePtr),
+        m: usize,
+        w: &Nvfp4Weight,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let k = self.kernels.nvfp4_proj_mx;
+        if !k.ok() {
+            return Err(missing("ffn_nvfp4", "nvfp4_proj_mx"));
+        }
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg::grid(w.n.div_ceil(32), m.div_ceil(4), 256);
+        let args = [
+            KArg::Ptr(q.0),
+            KArg::Ptr(q.1),
+            KArg::Ptr(q.2),
+            a(m),
+            KArg::Ptr(w.codes),
+            KArg::Ptr(w.scales),
+            KArg::F32(w.global_scale),
+            KArg::Ptr(y),
+            a(w.n),
+            a(w.kp),
+            a(ldy),
+        ];
+        self.launch(ctx, k, cfg, &args)
+    }
+
+    /// The GPU check's view of the W4A4 gate projection: quantize `m` rows of `x` and run
+    /// `nvfp4_proj_mx` over the gate weight into `y` (`[m, inter]`); returns the quantized
+    /// activations (codes, scales, globals) in the arena.
+    #[doc(hidden)]
+    pub fn w4a4_gate_for_check(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+    ) -> GpuResult<(DevicePtr, DevicePtr, DevicePtr)> {
+        let w = self
+            .weights
+            .nvfp4
+            .ok_or_else(|| GpuError::Invalid("w4a4_gate_for_check: no NVFP4 weights".into()))?;
+        let q = self.quantize_nvfp4(ctx, x, m, self.hidden, w[0].kp)?;
+        self.w4a4_project(ctx, q, m, &w[0], y, self.inter)?;
+        Ok(q)
+    }
+
+    /// The W4A4 arm: NVFP4 activations into gate and up (one quantization shared), act-mul,
+    /// NVFP4 activations into down. Every row is quantized and reduced on its own, in the same
+    /// order at every m.
+    pub(crate) fn w4a4_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        let w = self.weights.nvfp4.unwrap();
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
+        let q = self.quantize_nvfp4(ctx, x, m, h, w[0].kp)?;
+        self.w4a4_project(ctx, q, m, &w[0], g, i)?;
+        self.w4a4_project(ctx, q, m, &w[1], u, i)?;
+        self.apply_lora_gate_up(ctx, x, m, g, u)?;
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let act = g.view(0, (m * i * 4) as u64);
+        let q = self.quantize_nvfp4(ctx, act, m, i, w[2].kp)?;
+        self.w4a4_project(ctx, q, m, &w[2], out, h)?;
+        self.apply_lora_down(ctx, act, m, out)?;
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+}

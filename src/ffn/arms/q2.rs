@@ -1,0 +1,208 @@
+//! The packed-Q2 (`q2g128`) arms: GEMV decode, q8_1 MMQ and dequantize-then-cuBLAS prefill.
+
+use super::super::*;
+
+use crate::gpu::{DevicePtr, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg};
+use crate::model::Activation;
+
+impl DenseFfnLayer {
+    /// One packed-Q2 projection through `q2_0_gemv_vec` (m = 1) or `q2_0_gemv_vec_batchm`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn q2_gemv_project(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &Q2Weight,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let (k, name) = if m == 1 {
+            (self.kernels.q2_gemv, "q2_0_gemv_vec")
+        } else {
+            (self.kernels.q2_gemv_m, "q2_0_gemv_vec_batchm")
+        };
+        if !k.ok() {
+            return Err(missing("ffn_q2", name));
+        }
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg::grid(w.n.div_ceil(8), 1, 256);
+        let args = [
+            KArg::Ptr(x),
+            a(m),
+            KArg::Ptr(w.blocks),
+            KArg::Ptr(y),
+            a(w.n),
+            a(w.k),
+            a(w.kp),
+            a(ldy),
+        ];
+        self.launch(ctx, k, cfg, &args)
+    }
+
+    /// Packed-Q2 decode: gate and up GEMVs, act-mul, down GEMV.
+    pub(crate) fn q2_gemv_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        let w = self.q2.unwrap();
+        self.gated(ctx, x, m, false, &w, Self::q2_gemv_project)
+    }
+
+    /// `forward_km_q2`: 2 and 3 rows (up to 4) through `q2_0_gemv_vec_batchm`.
+    pub fn forward_km_q2(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        self.check_rows(ctx, x, m)?;
+        if self.q2.is_none() {
+            return Err(GpuError::Invalid(
+                "forward_km_q2: no packed-Q2 weights".into(),
+            ));
+        }
+        if m > 4 {
+            return Err(GpuError::Invalid(format!(
+                "forward_km_q2: {m} rows, q2_0_gemv_vec_batchm serves 1..=4"
+            )));
+        }
+        let w = self.q2.unwrap();
+        self.gated(ctx, x, m, false, &w, Self::q2_gemv_project)
+    }
+
+    /// Quantize `m` rows of `k` activations to q8_1 blocks (`quantize_act_q8_1`) into the arena.
+    pub(crate) fn quantize_q8_1(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        k: usize,
+        kp: usize,
+    ) -> GpuResult<DevicePtr> {
+        let kq = self.kernels.quant_q8_1;
+        if !kq.ok() {
+            return Err(missing("ffn_q8_1", "quantize_act_q8_1"));
+        }
+        let out = ctx.arena.q2_act_q8.view(0, (m * kp / 32 * 36) as u64);
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg::grid((kp / 32).div_ceil(8), m, 256);
+        self.launch(
+            ctx,
+            kq,
+            cfg,
+            &[KArg::Ptr(x), a(m), a(k), a(kp), KArg::Ptr(out)],
+        )?;
+        Ok(out)
+    }
+
+    /// Packed-Q2 prefill, SiLU only: with `METRALE_GGUF_NATIVE_Q2_MMQ=1` and both kernels
+    /// resolved (every group is 128 in `q2g128`), the Q2 MMQ GEMM, gate and up sharing one q8_1
+    /// quantization of the input and down quantizing the activation; otherwise each projection
+    /// dequantized to BF16 into one shared scratch and multiplied by the BF16 GEMM, each
+    /// dequant and its GEMM on the stream before the next.
+    pub(crate) fn q2_prefill_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        if self.activation != Activation::Silu {
+            return Err(GpuError::Invalid(
+                "packed-Q2 prefill serves SiLU layers only; this layer is GELU".into(),
+            ));
+        }
+        let w = self.q2.unwrap();
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
+        let k = &self.kernels;
+        if ctx.levers.gguf_native_q2_mmq {
+            if !k.quant_q8_1.ok() {
+                return Err(missing("ffn_q8_1", "quantize_act_q8_1"));
+            }
+            if !k.q2_mmq.ok() {
+                return Err(missing("ffn_q2", "q2_0_mmq_gemm"));
+            }
+            let xq = self.quantize_q8_1(ctx, x, m, h, w[0].kp)?;
+            let q2 = k.q2_mmq;
+            self.mmq_q8_1_launch(ctx, q2, xq, m, w[0].blocks, i, w[0].kp, g, i)?;
+            self.mmq_q8_1_launch(ctx, q2, xq, m, w[1].blocks, i, w[1].kp, u, i)?;
+            self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+            let aq = self.quantize_q8_1(ctx, g.view(0, (m * i * 4) as u64), m, i, w[2].kp)?;
+            self.mmq_q8_1_launch(ctx, q2, aq, m, w[2].blocks, h, w[2].kp, out, h)?;
+            return Ok(out.view(0, (m * h * 4) as u64));
+        }
+        if !k.q2_dequant.ok() {
+            return Err(missing("ffn_q2", "dequant_q2_0_gn_to_bf16"));
+        }
+        let scratch = ctx.arena.q2_dequant_scratch;
+        let project = |l: &Self,
+                       c: &mut ForwardContext,
+                       w: &Q2Weight,
+                       xf: DevicePtr,
+                       xb: DevicePtr,
+                       y: DevicePtr,
+                       ldy: usize|
+         -> GpuResult<()> {
+            let cfg = LaunchCfg::grid((w.n * w.kp / 128 * 32).div_ceil(256), 1, 256);
+            let a = |v: usize| KArg::I32(v as i32);
+            let dq = scratch.view(0, (w.n * w.kp * 2) as u64);
+            l.launch(
+                c,
+                l.kernels.q2_dequant,
+                cfg,
+                &[KArg::Ptr(w.blocks), a(w.n), a(w.kp), KArg::Ptr(dq)],
+            )?;
+            let bw = Bf16Weight {
+                weight: dq,
+                n: w.n,
+                k: w.k,
+                kp: w.kp,
+            };
+            l.bf16_gemm_any(c, xf, xb, &bw, m, y, ldy)
+        };
+        let xb = self.to_bf16(ctx, x, m * h)?;
+        project(self, ctx, &w[0], x, xb, g, i)?;
+        project(self, ctx, &w[1], x, xb, u, i)?;
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let act = g.view(0, (m * i * 4) as u64);
+        let ab = self.to_bf16(ctx, act, m * i)?;
+        project(self, ctx, &w[2], act, ab, out, h)?;
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+
+    /// One MMQ projection over q8_1 activation blocks (`q2_0_mmq_gemm`, `q4k_mmq_gemm`: the
+    /// int8 tensor-core tile of kernels/common.cuh, arguments `(xq, m, w, y, n, kp, ldy)`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn mmq_q8_1_launch(
+        &self,
+        ctx: &mut ForwardContext,
+        kernel: KernelHandle,
+        xq: DevicePtr,
+        m: usize,
+        w: DevicePtr,
+        n: usize,
+        kp: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let a = |v: usize| KArg::I32(v as i32);
+        let cfg = LaunchCfg::mmq_tile(m, n);
+        let args = [
+            KArg::Ptr(xq),
+            a(m),
+            KArg::Ptr(w),
+            KArg::Ptr(y),
+            a(n),
+            a(kp),
+            a(ldy),
+        ];
+        self.launch(ctx, kernel, cfg, &args)
+    }
+}

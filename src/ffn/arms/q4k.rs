@@ -1,0 +1,79 @@
+//! The Q4_K MMQ prefill arm (`q4k_mmq`) with its int8 or Q4_K down projection.
+
+use super::super::*;
+
+use crate::gpu::{DevicePtr, GpuResult, KArg, LaunchCfg};
+
+impl DenseFfnLayer {
+    /// The Q4_K MMQ prefill (`METRALE_FFN_MMQ=1` with the copies built or given): activations
+    /// to q8_1 blocks once for gate and up, the Q4_K dot-product GEMMs, act-mul, then down
+    /// through the int8 GEMM after `requant_a_bf16_int8` (or q8_1 + Q4_K GEMM).
+    pub(crate) fn q4k_mmq_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        let q = self.weights.q4k.unwrap();
+        let k = self.kernels;
+        if !k.q4k_gemm.ok() {
+            return Err(missing("ffn_q4k", "q4k_mmq_gemm"));
+        }
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (
+            ctx.arena.expert_gate_out,
+            ctx.arena.expert_up_out,
+            ctx.arena.moe_output,
+        );
+        let xq = self.quantize_q8_1(ctx, x, m, h, q.kp_gate)?;
+        let qk = k.q4k_gemm;
+        self.mmq_q8_1_launch(ctx, qk, xq, m, q.gate, i, q.kp_gate, g, i)?;
+        self.mmq_q8_1_launch(ctx, qk, xq, m, q.up, i, q.kp_gate, u, i)?;
+        self.apply_lora_gate_up(ctx, x, m, g, u)?;
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let act = g.view(0, (m * i * 4) as u64);
+        match q.down {
+            Q4kDown::Int8 { codes, scales } => {
+                if !k.requant_int8.ok() {
+                    return Err(missing("ffn_q4k", "requant_a_bf16_int8"));
+                }
+                if !k.int8_gemm.ok() {
+                    return Err(missing("ffn_q4k", "int8_gemm_faith2"));
+                }
+                let kp = q.kp_down;
+                let aq = ctx.arena.act_fp8.view(0, (m * kp) as u64);
+                let sa = ctx.arena.act_scale.view(0, (m * 4) as u64);
+                let a = |v: usize| KArg::I32(v as i32);
+                let cfg = LaunchCfg::grid(m, 1, 256);
+                let args = [
+                    KArg::Ptr(act),
+                    a(m),
+                    a(i),
+                    a(kp),
+                    KArg::Ptr(aq),
+                    KArg::Ptr(sa),
+                ];
+                self.launch(ctx, k.requant_int8, cfg, &args)?;
+                let cfg = LaunchCfg::mmq_tile(m, h);
+                let args = [
+                    KArg::Ptr(aq),
+                    KArg::Ptr(sa),
+                    a(m),
+                    KArg::Ptr(codes),
+                    KArg::Ptr(scales),
+                    KArg::Ptr(out),
+                    a(h),
+                    a(kp),
+                    a(h),
+                ];
+                self.launch(ctx, k.int8_gemm, cfg, &args)?;
+            }
+            Q4kDown::Q4k(dw) => {
+                let aq = self.quantize_q8_1(ctx, act, m, i, q.kp_down)?;
+                self.mmq_q8_1_launch(ctx, qk, aq, m, dw, h, q.kp_down, out, h)?;
+            }
+        }
+        self.apply_lora_down(ctx, act, m, out)?;
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+}

@@ -1,0 +1,123 @@
+//! The forward context: model dimensions, the scratch arena and the levers.
+
+use crate::gpu::{DevicePtr, GpuBackend, GpuResult, ModelLevers, StreamId};
+use std::sync::Arc;
+
+/// Model dimensions the context is sized for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FfnConfig {
+    pub hidden: usize,
+    pub inter: usize,
+}
+
+/// Scratch buffers shared by the layers of a model.
+#[derive(Clone, Debug)]
+pub struct Arena {
+    /// `[max_tokens, hidden]` f32: every forward method's output.
+    pub moe_output: DevicePtr,
+    /// `[max_tokens, max(inter, 2*interp/max_tokens..)]` f32: gate projection output (the fused
+    /// FP8 gate+up GEMV writes `[1, 2*interp]` here).
+    pub expert_gate_out: DevicePtr,
+    /// `[max_tokens, inter]` f32: up projection output, and act-mul output of the fused path.
+    pub expert_up_out: DevicePtr,
+    /// LoRA `A x` and delta (used by the LoRA arm).
+    pub lora_xa: DevicePtr,
+    pub lora_delta: DevicePtr,
+    /// Packed-Q2 activation quantization and dequantization scratch (Q2 arm).
+    pub q2_act_q8: DevicePtr,
+    pub q2_dequant_scratch: DevicePtr,
+    /// FP8 activation codes `[max_tokens, kp_max]` and their row scales `[max_tokens]` (W8A8).
+    pub act_fp8: DevicePtr,
+    pub act_scale: DevicePtr,
+    /// BF16 activations `[max_tokens, max(hidden, inter)]` for the cuBLAS arm.
+    pub act_bf16: DevicePtr,
+}
+
+impl Arena {
+    /// Every buffer of the arena.
+    pub fn all(&self) -> [DevicePtr; 10] {
+        [
+            self.moe_output,
+            self.expert_gate_out,
+            self.expert_up_out,
+            self.lora_xa,
+            self.lora_delta,
+            self.q2_act_q8,
+            self.q2_dequant_scratch,
+            self.act_fp8,
+            self.act_scale,
+            self.act_bf16,
+        ]
+    }
+}
+
+/// What a forward call needs besides the layer: backend, dimensions, scratch, levers.
+pub struct ForwardContext {
+    pub backend: Arc<dyn GpuBackend>,
+    pub config: FfnConfig,
+    pub arena: Arena,
+    pub levers: ModelLevers,
+    /// Synchronize around prefill and log `FFN prefill [dense_total] N=<n>: <us>µs`.
+    pub profile: bool,
+    pub max_tokens: usize,
+    pub stream: StreamId,
+    /// Names of the kernels launched, in order (cleared by the caller when it likes).
+    pub trace: Vec<&'static str>,
+}
+
+pub(crate) fn round_up(x: usize, m: usize) -> usize {
+    x.div_ceil(m) * m
+}
+
+impl ForwardContext {
+    /// Allocate the arena for up to `max_tokens` rows.
+    pub fn new(
+        backend: Arc<dyn GpuBackend>,
+        config: FfnConfig,
+        max_tokens: usize,
+        levers: ModelLevers,
+    ) -> GpuResult<Self> {
+        let (h, i, t) = (
+            config.hidden as u64,
+            config.inter as u64,
+            max_tokens.max(1) as u64,
+        );
+        let interp = round_up(config.inter, 128) as u64;
+        // 256: the Q4_K MMQ arm's K padding (the largest of the layouts').
+        let kmax = round_up(config.hidden.max(config.inter), 256) as u64;
+        let b = &backend;
+        let arena = Arena {
+            moe_output: b.alloc(t * h * 4)?,
+            expert_gate_out: b.alloc((t * i).max(2 * interp) * 4)?,
+            expert_up_out: b.alloc(t * i * 4)?,
+            lora_xa: b.alloc(t * 256 * 4)?,
+            lora_delta: b.alloc(t * h.max(i) * 4)?,
+            q2_act_q8: b.alloc(t * kmax / 32 * 36)?,
+            // One projection dequantized to BF16 `[n, kp]` (kp = k rounded up to 128).
+            q2_dequant_scratch: b.alloc(
+                2 * (i * round_up(config.hidden, 128) as u64)
+                    .max(h * round_up(config.inter, 128) as u64),
+            )?,
+            act_fp8: b.alloc(t * kmax)?,
+            act_scale: b.alloc(t * 4)?,
+            act_bf16: b.alloc(t * h.max(i) * 2)?,
+        };
+        // Zeroed once, so that no read of the arena ever sees bytes nothing wrote: cuBLAS's
+        // Hopper GEMMs store their output with the bulk tensor copy, which compute-sanitizer's
+        // initcheck does not count as a write, so every `act_mul` read of a cuBLAS output was
+        // reported as uninitialized (#13). One memset per context, not per forward.
+        for p in arena.all() {
+            b.fill(p, 0)?;
+        }
+        Ok(ForwardContext {
+            backend,
+            config,
+            arena,
+            levers,
+            profile: false,
+            max_tokens: max_tokens.max(1),
+            stream: 0,
+            trace: Vec::new(),
+        })
+    }
+}

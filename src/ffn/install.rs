@@ -1,0 +1,413 @@
+//! Installing overlays: the `set_*` validators and the load-time finalizers.
+
+use super::*;
+
+use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, KArg, LaunchCfg, StreamId};
+use crate::model::Activation;
+
+impl DenseFfnLayer {
+    /// Install the BF16 overlay (`bf16` layout).
+    pub fn set_bf16_weights(
+        &mut self,
+        gate: Bf16Weight,
+        up: Bf16Weight,
+        down: Bf16Weight,
+    ) -> GpuResult<()> {
+        for (p, w) in [(P::Gate, &gate), (P::Up, &up), (P::Down, &down)] {
+            self.check_shape("set_bf16_weights", p, w.n, w.k)?;
+            if w.k % 8 != 0
+                || w.kp < w.k
+                || w.kp % 8 != 0
+                || w.weight.bytes < (w.n * w.kp * 2) as u64
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_bf16_weights {p:?}: k {} / kp {} / {} bytes do not fit the bf16 layout",
+                    w.k, w.kp, w.weight.bytes
+                )));
+            }
+        }
+        self.bf16 = Some([gate, up, down]);
+        Ok(())
+    }
+
+    /// Install the native block-scaled FP8 overlay (`fp8` layout).
+    pub fn set_fp8_weights(
+        &mut self,
+        gate: Fp8Weight,
+        up: Fp8Weight,
+        down: Fp8Weight,
+    ) -> GpuResult<()> {
+        for (p, w) in [(P::Gate, &gate), (P::Up, &up), (P::Down, &down)] {
+            self.check_shape("set_fp8_weights", p, w.n, w.k)?;
+            check_fp8(w, &format!("set_fp8_weights {p:?}"))?;
+        }
+        self.fp8 = Some(Fp8Overlay {
+            gate,
+            up,
+            down,
+            fused: None,
+        });
+        Ok(())
+    }
+
+    /// Install the fused `[2*inter, hidden]` FP8 gate+up weight whose views the installed gate
+    /// and up are (gate = rows `[0, inter)`, up = rows `[interp, interp + inter)`).
+    pub fn set_fp8_gate_up_fused(&mut self, fused: Fp8Weight) -> GpuResult<()> {
+        let interp = round_up(self.inter, 128);
+        let ov = self.fp8.as_mut().ok_or_else(|| {
+            GpuError::Invalid("set_fp8_gate_up_fused: install set_fp8_weights first".into())
+        })?;
+        debug_assert_eq!(
+            ov.gate.weight.addr, fused.weight.addr,
+            "gate must be a view of the fused weight"
+        );
+        if ov.gate.weight.addr != fused.weight.addr
+            || ov.up.weight.addr != fused.weight.addr + (interp * fused.kp) as u64
+        {
+            return Err(GpuError::Invalid(
+                "set_fp8_gate_up_fused: gate and up are not views of the fused weight".into(),
+            ));
+        }
+        if fused.n != 2 * interp || fused.k != self.hidden {
+            return Err(GpuError::Invalid(format!(
+                "set_fp8_gate_up_fused: shape [{}, {}], needs [{}, {}]",
+                fused.n,
+                fused.k,
+                2 * interp,
+                self.hidden
+            )));
+        }
+        check_fp8(&fused, "set_fp8_gate_up_fused")?;
+        ov.fused = Some(fused);
+        Ok(())
+    }
+
+    /// Install the declared-W8A8 decode weights (`w8a8` layout). Refused for a GELU FFN and for
+    /// shapes other than `[inter, hidden]` (gate, up) and `[hidden, inter]` (down).
+    pub fn set_w8a8_decode_weights(
+        &mut self,
+        w: [W8a8Weight; 3],
+        hidden: usize,
+        inter: usize,
+    ) -> GpuResult<()> {
+        if self.activation == Activation::Gelu {
+            return Err(GpuError::Invalid(
+                "set_w8a8_decode_weights: the W8A8 decode arm refuses a GELU FFN".into(),
+            ));
+        }
+        if (hidden, inter) != (self.hidden, self.inter) {
+            return Err(GpuError::Invalid(format!(
+                "set_w8a8_decode_weights: hidden/inter {hidden}/{inter}, layer is {}/{}",
+                self.hidden, self.inter
+            )));
+        }
+        for (p, x) in [(P::Gate, &w[0]), (P::Up, &w[1]), (P::Down, &w[2])] {
+            self.check_shape("set_w8a8_decode_weights", p, x.n, x.k)?;
+            if x.kp % 128 != 0
+                || x.kp < x.k
+                || x.weight.bytes < (x.n * x.kp) as u64
+                || x.scale.bytes < (x.n * 4) as u64
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_w8a8_decode_weights {p:?}: kp {} / buffers do not fit the w8a8 layout",
+                    x.kp
+                )));
+            }
+        }
+        self.w8a8 = Some(w);
+        Ok(())
+    }
+
+    /// Install the NVFP4 base (`nvfp4` layout: ModelOpt codes and scales, K padded to 64).
+    pub fn set_nvfp4_weights(&mut self, w: [Nvfp4Weight; 3]) -> GpuResult<()> {
+        for (p, x) in [(P::Gate, &w[0]), (P::Up, &w[1]), (P::Down, &w[2])] {
+            self.check_shape("set_nvfp4_weights", p, x.n, x.k)?;
+            if x.k % 32 != 0
+                || x.kp % 64 != 0
+                || x.kp < x.k
+                || x.codes.bytes < (x.n * x.kp / 2) as u64
+                || x.scales.bytes < (x.n * x.kp / 16) as u64
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_nvfp4_weights {p:?}: k {} / kp {} / buffers do not fit the nvfp4 layout (k % 32, kp % 64)",
+                    x.k, x.kp
+                )));
+            }
+        }
+        self.weights.nvfp4 = Some(w);
+        Ok(())
+    }
+
+    /// Install the transposed `_t` copies (`nvfp4_t` layout) the `w4a16_gemm_t*` prefill GEMMs
+    /// read, per projection (gate, up, down). Needs the `nvfp4` base installed first.
+    pub fn set_nvfp4_t_weights(&mut self, t: [Option<Nvfp4TWeight>; 3]) -> GpuResult<()> {
+        let Some(w) = self.weights.nvfp4 else {
+            return Err(GpuError::Invalid(
+                "set_nvfp4_t_weights: install the nvfp4 base first".into(),
+            ));
+        };
+        for (p, (x, base)) in t.iter().zip(w.iter()).enumerate() {
+            if let Some(x) = x
+                && (x.np != base.n.div_ceil(64) * 64
+                    || x.codes.bytes < (base.kp * x.np / 2) as u64
+                    || x.scales.bytes < (base.kp / 16 * x.np) as u64)
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_nvfp4_t_weights projection {p}: np {} / buffers do not fit the nvfp4_t layout of [{}, {}]",
+                    x.np, base.n, base.kp
+                )));
+            }
+        }
+        self.weights.nvfp4_t = t;
+        Ok(())
+    }
+
+    /// Drop the `_t` copies of the first `count` projections (gate, up, down), freeing those
+    /// the layer allocated; views into a loaded pack are only dropped.
+    pub(crate) fn drop_t_copies(&mut self, b: &dyn GpuBackend, count: usize) {
+        for t in self.weights.nvfp4_t.iter_mut().take(count) {
+            if let Some(t) = t.take()
+                && t.owned
+            {
+                b.free(t.codes);
+                b.free(t.scales);
+            }
+        }
+    }
+
+    /// Load-time setup of the NVFP4 MMQ prefill arm: repack gate and up (and down unless
+    /// `METRALE_NO_FFN_NVFP4_MMQ_DOWN`) into the `nvfp4_mmq` tiles on the GPU, synchronize, and
+    /// free the `_t` copies of what it repacked. Returns at once (false) for FP8 (or packed-Q2)
+    /// layers, GELU layers, a missing kernel, `METRALE_NO_FFN_NVFP4_MMQ`, a layer without NVFP4
+    /// weights, and for each projection whose tiles were given (a pack). True when it repacked.
+    pub fn finalize_nvfp4_mmq_load(
+        &mut self,
+        ctx: &mut ForwardContext,
+        h: usize,
+        inter: usize,
+        stream: StreamId,
+    ) -> GpuResult<bool> {
+        if self.fp8.is_some()
+            || self.q2.is_some()
+            || self.activation == Activation::Gelu
+            || !self.kernels.nvfp4_repack.ok()
+            || ctx.levers.no_ffn_nvfp4_mmq
+        {
+            return Ok(false);
+        }
+        let Some(w) = self.weights.nvfp4 else {
+            return Ok(false);
+        };
+        if (h, inter) != (self.hidden, self.inter) {
+            return Err(GpuError::Invalid(format!(
+                "finalize_nvfp4_mmq_load: {h}/{inter}, layer is {}/{}",
+                self.hidden, self.inter
+            )));
+        }
+        let count = if ctx.levers.no_ffn_nvfp4_mmq_down {
+            2
+        } else {
+            3
+        };
+        let mut did = false;
+        for (p, &x) in w.iter().enumerate().take(count) {
+            if self.weights.nvfp4_mmq[p].is_some() {
+                continue;
+            }
+            let np = round_up(x.n, 128);
+            let out = ctx.backend.alloc((np / 128 * x.kp / 64 * 4608) as u64)?;
+            let threads = np / 128 * x.kp / 64 * 128;
+            let cfg = LaunchCfg::grid(threads.div_ceil(256), 1, 256);
+            let i = |v: usize| KArg::I32(v as i32);
+            ctx.trace.push("nvfp4_mmq_repack");
+            ctx.backend.launch(
+                self.kernels.nvfp4_repack,
+                cfg,
+                stream,
+                &[
+                    KArg::Ptr(x.codes),
+                    KArg::Ptr(x.scales),
+                    i(x.n),
+                    i(np),
+                    i(x.kp),
+                    KArg::Ptr(out),
+                ],
+            )?;
+            self.weights.nvfp4_mmq[p] = Some(out);
+            did = true;
+        }
+        if did {
+            ctx.backend.synchronize(stream)?;
+            self.drop_t_copies(ctx.backend.as_ref(), count);
+        }
+        Ok(did)
+    }
+
+    /// Install a LoRA adapter (`lora` layout) per projection (gate, up, down; any may be absent)
+    /// on the NVFP4 base. Refused while an FP8, BF16 or packed-Q2 overlay is installed, and when
+    /// the layer cannot take the split-SiLU decode path (SiLU, `act_mul_silu` and `w4a16_gemv`
+    /// resolved), with those words.
+    pub fn set_lora_weights(&mut self, w: [Option<LoraWeight>; 3]) -> GpuResult<()> {
+        if self.fp8.is_some() || self.bf16.is_some() || self.q2.is_some() {
+            return Err(GpuError::Invalid(
+                "set_lora_weights: refused while an FP8, BF16 or packed-Q2 overlay is installed (LoRA applies to the NVFP4 arms only)".into(),
+            ));
+        }
+        if self.activation != Activation::Silu
+            || !self.kernels.act_silu.ok()
+            || !self.kernels.nvfp4_gemv.ok()
+        {
+            return Err(GpuError::Invalid(
+                "set_lora_weights: refused: the layer cannot take the split-SiLU decode path (needs SiLU, act_mul_silu and w4a16_gemv)".into(),
+            ));
+        }
+        if self.weights.nvfp4.is_none() {
+            return Err(GpuError::Invalid(
+                "set_lora_weights: install the NVFP4 base first".into(),
+            ));
+        }
+        for (p, x) in [P::Gate, P::Up, P::Down].into_iter().zip(w.iter()) {
+            let Some(x) = x else { continue };
+            self.check_shape("set_lora_weights", p, x.n, x.k)?;
+            if x.rank == 0
+                || x.rank > LORA_MAX_RANK
+                || x.a.bytes < (2 * x.rank * x.k) as u64
+                || x.b.bytes < (2 * x.n * x.rank) as u64
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_lora_weights {p:?}: rank {} (1..={LORA_MAX_RANK}) or buffers do not fit A [rank, {}] and B [{}, rank] in BF16",
+                    x.rank, x.k, x.n
+                )));
+            }
+        }
+        self.lora = Some(w);
+        Ok(())
+    }
+
+    /// Load-time setup of the Q4_K MMQ prefill arm (`METRALE_FFN_MMQ=1`): builds on the GPU,
+    /// from the NVFP4 base, gate and up as Q4_K (byte-identical to the converter's encoder, so to
+    /// ggml's reference quantizer) and down as int8 rows (when `int8_gemm_faith2` and
+    /// `requant_a_bf16_int8` resolved and `METRALE_FFN_MMQ_DOWN_Q4K` is unset) or Q4_K;
+    /// synchronizes; frees the `_t` copies. Returns at once (false) for packed-Q2 or FP8 layers,
+    /// when one of its four Q4_K kernels (`nvfp4_to_q4k`, `nvfp4_to_int8_rows`,
+    /// `quantize_act_q8_1`, `q4k_mmq_gemm`) is missing, without the lever, without NVFP4 weights,
+    /// or when the copies were given (a pack).
+    pub fn finalize_q4k_load(
+        &mut self,
+        ctx: &mut ForwardContext,
+        h: usize,
+        inter: usize,
+        stream: StreamId,
+    ) -> GpuResult<bool> {
+        let k = self.kernels;
+        if self.q2.is_some()
+            || self.fp8.is_some()
+            || !(k.q4k_encode.ok()
+                && k.q4k_int8_encode.ok()
+                && k.q4k_gemm.ok()
+                && k.quant_q8_1.ok())
+            || !ctx.levers.ffn_mmq
+            || self.weights.q4k.is_some()
+        {
+            return Ok(false);
+        }
+        let Some(w) = self.weights.nvfp4 else {
+            return Ok(false);
+        };
+        if (h, inter) != (self.hidden, self.inter) {
+            return Err(GpuError::Invalid(format!(
+                "finalize_q4k_load: {h}/{inter}, layer is {}/{}",
+                self.hidden, self.inter
+            )));
+        }
+        let (kp_gate, kp_down) = (round_up(h, 256), round_up(inter, 256));
+        let i = |v: usize| KArg::I32(v as i32);
+        let b = ctx.backend.clone();
+        let encode =
+            |ctx: &mut ForwardContext, x: &Nvfp4Weight, kp_q: usize| -> GpuResult<DevicePtr> {
+                let out = b.alloc((x.n * kp_q / 256 * 144) as u64)?;
+                let cfg = LaunchCfg::grid((x.n * kp_q / 256).div_ceil(64), 1, 64);
+                ctx.trace.push("nvfp4_to_q4k");
+                b.launch(
+                    k.q4k_encode,
+                    cfg,
+                    stream,
+                    &[
+                        KArg::Ptr(x.codes),
+                        KArg::Ptr(x.scales),
+                        KArg::F32(x.global_scale),
+                        i(x.n),
+                        i(x.k),
+                        i(x.kp),
+                        i(kp_q),
+                        KArg::Ptr(out),
+                    ],
+                )?;
+                Ok(out)
+            };
+        let gate = encode(ctx, &w[0], kp_gate)?;
+        let up = encode(ctx, &w[1], kp_gate)?;
+        let d = &w[2];
+        let down = if k.int8_gemm.ok() && k.requant_int8.ok() && !ctx.levers.ffn_mmq_down_q4k {
+            let codes = b.alloc((d.n * kp_down) as u64)?;
+            let scales = b.alloc((d.n * 4) as u64)?;
+            let cfg = LaunchCfg::grid(d.n, 1, 256);
+            ctx.trace.push("nvfp4_to_int8_rows");
+            b.launch(
+                k.q4k_int8_encode,
+                cfg,
+                stream,
+                &[
+                    KArg::Ptr(d.codes),
+                    KArg::Ptr(d.scales),
+                    KArg::F32(d.global_scale),
+                    i(d.n),
+                    i(d.k),
+                    i(d.kp),
+                    i(kp_down),
+                    KArg::Ptr(codes),
+                    KArg::Ptr(scales),
+                ],
+            )?;
+            Q4kDown::Int8 { codes, scales }
+        } else {
+            Q4kDown::Q4k(encode(ctx, d, kp_down)?)
+        };
+        b.synchronize(stream)?;
+        self.drop_t_copies(b.as_ref(), 3);
+        self.weights.q4k = Some(Q4kMmqWeights {
+            gate,
+            up,
+            down,
+            kp_gate,
+            kp_down,
+            owned: true,
+        });
+        Ok(true)
+    }
+
+    /// Install the packed Q2_0-g128 overlay (`q2g128` layout). Its arms: decode through
+    /// `q2_0_gemv_vec`, 2-3 rows through `forward_km_q2`, prefill (SiLU only) through the Q2 MMQ
+    /// GEMM (`METRALE_GGUF_NATIVE_Q2_MMQ=1`) or dequantize-to-BF16 plus the BF16 GEMM.
+    pub fn set_q2_weights(
+        &mut self,
+        gate: Q2Weight,
+        up: Q2Weight,
+        down: Q2Weight,
+    ) -> GpuResult<()> {
+        for (p, w) in [(P::Gate, &gate), (P::Up, &up), (P::Down, &down)] {
+            self.check_shape("set_q2_weights", p, w.n, w.k)?;
+            if !w.kp.is_multiple_of(128)
+                || w.kp < w.k
+                || w.blocks.bytes < (w.n * w.kp / 128 * 34) as u64
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_q2_weights {p:?}: kp {} / {} bytes do not fit the q2g128 layout of [{}, {}] (kp % 128, 34 bytes per 128)",
+                    w.kp, w.blocks.bytes, w.n, w.k
+                )));
+            }
+        }
+        self.q2 = Some([gate, up, down]);
+        Ok(())
+    }
+}
