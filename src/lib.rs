@@ -14,6 +14,7 @@ pub mod ggml_type;
 pub mod gguf;
 pub mod gguf_write;
 pub mod gpu;
+pub mod layout;
 pub mod loader;
 pub mod model;
 pub mod npy;

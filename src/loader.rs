@@ -5,7 +5,7 @@
 
 use crate::converters::layouts::{Layout, Proj};
 use crate::ffn::{
-    Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2Weight, Q4kDown,
+    Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2Weight,
     Q4kMmqWeights, W8a8Weight,
 };
 use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
@@ -598,169 +598,21 @@ pub fn overlays(pack: &Pack, arena: DevicePtr) -> GpuResult<Vec<LayerOverlays>> 
         })?;
         by.insert((fe.layer, layout, proj, fe.part.clone()), (view, fe));
     }
-    let get = |l: usize, lay: Layout, p: Proj, part: &str| {
-        by.get(&(l, lay, p, part.to_string())).copied()
-    };
     let inter = m.model.intermediate_size as usize;
     let mut layers: Vec<usize> = by.keys().map(|k| k.0).collect();
     layers.sort();
     layers.dedup();
-    let projs = [Proj::Gate, Proj::Up, Proj::Down];
     let mut out = Vec::new();
     for l in layers {
         let mut o = LayerOverlays {
             index: l,
             ..Default::default()
         };
-        let dims = |fe: &FfnEntry| {
-            (
-                fe.shape[0] as usize,
-                fe.shape[1] as usize,
-                fe.padded[0] as usize,
-                fe.padded[1] as usize,
-            )
-        };
-        if projs
-            .iter()
-            .all(|&p| get(l, Layout::Nvfp4, p, "codes").is_some())
-        {
-            o.nvfp4 = Some(projs.map(|p| {
-                let (c, fe) = get(l, Layout::Nvfp4, p, "codes").unwrap();
-                let (s, _) = get(l, Layout::Nvfp4, p, "scales").unwrap();
-                let (n, k, _, kp) = dims(fe);
-                Nvfp4Weight {
-                    codes: c,
-                    scales: s,
-                    global_scale: fe.scalars.get("global_scale").copied().unwrap_or(0.0),
-                    n,
-                    k,
-                    kp,
-                }
-            }));
-        }
-        o.nvfp4_t = projs.map(|p| {
-            let (c, fe) = get(l, Layout::Nvfp4T, p, "codes")?;
-            let (s, _) = get(l, Layout::Nvfp4T, p, "scales")?;
-            Some(Nvfp4TWeight {
-                codes: c,
-                scales: s,
-                np: dims(fe).2,
-                owned: false,
-            })
-        });
-        o.nvfp4_mmq = projs.map(|p| get(l, Layout::Nvfp4Mmq, p, "").map(|(v, _)| v));
-        let q4 = |p: Proj, part: &str| get(l, Layout::Q4kMmq, p, part);
-        if let (Some((g, gfe)), Some((u, _))) = (q4(Proj::Gate, ""), q4(Proj::Up, "")) {
-            let down = match (
-                q4(Proj::Down, "codes"),
-                q4(Proj::Down, "scales"),
-                q4(Proj::Down, ""),
-            ) {
-                (Some((codes, dfe)), Some((scales, _)), _) => {
-                    Some((Q4kDown::Int8 { codes, scales }, dfe))
-                }
-                (_, _, Some((d, dfe))) => Some((Q4kDown::Q4k(d), dfe)),
-                _ => None,
-            };
-            if let Some((down, dfe)) = down {
-                o.q4k = Some(Q4kMmqWeights {
-                    gate: g,
-                    up: u,
-                    down,
-                    kp_gate: dims(gfe).3,
-                    kp_down: dims(dfe).3,
-                    owned: false,
-                });
-            }
-        }
-        if projs
-            .iter()
-            .all(|&p| get(l, Layout::Q2g128, p, "").is_some())
-        {
-            o.q2 = Some(projs.map(|p| {
-                let (v, fe) = get(l, Layout::Q2g128, p, "").unwrap();
-                let (n, k, _, kp) = dims(fe);
-                Q2Weight {
-                    blocks: v,
-                    n,
-                    k,
-                    kp,
-                }
-            }));
-        }
-        let lora = projs.map(|p| {
-            let (a, fe) = get(l, Layout::Lora, p, "a")?;
-            let (b, _) = get(l, Layout::Lora, p, "b")?;
-            Some(LoraWeight {
-                a,
-                b,
-                n: fe.shape[0] as usize,
-                k: fe.shape[1] as usize,
-                rank: fe.scalars.get("rank").copied().unwrap_or(0.0) as usize,
-                scaling: fe.scalars.get("scaling").copied().unwrap_or(0.0),
-            })
-        });
-        if lora.iter().any(Option::is_some) {
-            o.lora = Some(lora);
-        }
-        if let (Some((fc, ffe)), Some((fs, _)), Some((dc, dfe)), Some((ds, _))) = (
-            get(l, Layout::Fp8, Proj::GateUp, "codes"),
-            get(l, Layout::Fp8, Proj::GateUp, "scales"),
-            get(l, Layout::Fp8, Proj::Down, "codes"),
-            get(l, Layout::Fp8, Proj::Down, "scales"),
-        ) {
-            let (_, k, np, kp) = dims(ffe);
-            let fused = Fp8Weight {
-                weight: fc,
-                scale: fs,
-                n: np,
-                k,
-                np,
-                kp,
-            };
-            let interp = np / 2;
-            let (n, k, np, kp) = dims(dfe);
-            let down = Fp8Weight {
-                weight: dc,
-                scale: ds,
-                n,
-                k,
-                np,
-                kp,
-            };
-            o.fp8 = Some((
-                [fused.rows(0, inter), fused.rows(interp, inter), down],
-                Some(fused),
-            ));
-        }
-        if projs
-            .iter()
-            .all(|&p| get(l, Layout::W8a8, p, "codes").is_some())
-        {
-            o.w8a8 = Some(projs.map(|p| {
-                let (c, fe) = get(l, Layout::W8a8, p, "codes").unwrap();
-                let (s, _) = get(l, Layout::W8a8, p, "scales").unwrap();
-                let (n, k, _, kp) = dims(fe);
-                W8a8Weight {
-                    weight: c,
-                    scale: s,
-                    n,
-                    k,
-                    kp,
-                }
-            }));
-        }
-        if projs.iter().all(|&p| get(l, Layout::Bf16, p, "").is_some()) {
-            o.bf16 = Some(projs.map(|p| {
-                let (wv, fe) = get(l, Layout::Bf16, p, "").unwrap();
-                let (n, k, _, kp) = dims(fe);
-                Bf16Weight {
-                    weight: wv,
-                    n,
-                    k,
-                    kp,
-                }
-            }));
+        // Each layout of the registry binds its own overlays from this layer's views.
+        for spec in crate::layout::REGISTRY {
+            let lay = spec.layout();
+            let get = |p: Proj, part: &str| by.get(&(l, lay, p, part.to_string())).copied();
+            spec.bind(&crate::layout::LayerViews { inter, get: &get }, &mut o);
         }
         out.push(o);
     }

@@ -96,9 +96,8 @@ fn the_real_smollm2_pack_loads_and_computes_what_start_up_builds() {
         common::smollm2_gguf()
     };
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
-    let rows =
-        check::load_checks_from(b, &src, &[IoMode::Register, IoMode::Staged], &mut Rand(9))
-            .unwrap();
+    let rows = check::load_checks_from(b, &src, &[IoMode::Register, IoMode::Staged], &mut Rand(9))
+        .unwrap();
     assert_eq!(rows.len(), 2 * (4 + 3 + 8 * 5));
     for r in &rows {
         assert!(r.pass, "{r:?}");

@@ -43,7 +43,8 @@ impl Proj {
     }
 }
 
-/// A pack layout tag.
+/// A pack layout tag: the key of the layout registry (`src/layout/`, `Layout::spec`), where each
+/// layout's parts, sizes, encoder, decoder and overlay binding live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Layout {
     Nvfp4,
@@ -84,77 +85,6 @@ impl Layout {
     }
     pub fn from_tag(s: &str) -> Option<Self> {
         Layout::ALL.into_iter().find(|l| l.tag() == s)
-    }
-    /// The projections this layout stores for one layer (FP8 fuses gate and up).
-    pub fn projections(self) -> &'static [Proj] {
-        match self {
-            Layout::Fp8 => &[Proj::GateUp, Proj::Down],
-            _ => &[Proj::Gate, Proj::Up, Proj::Down],
-        }
-    }
-}
-
-/// The sizes a pack's manifest must agree with, from each layout's own constants, with checked
-/// arithmetic (the numbers come from a file). `None` means the numbers overflow or do not fit.
-impl Layout {
-    /// The padded shape this layout stores for a projection of logical shape `[n, k]`
-    /// (`[2 * inter, hidden]` for FP8's fused gate_up).
-    pub fn padded_shape(self, proj: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
-        let ru = |x: u64, m: usize| x.checked_next_multiple_of(m as u64);
-        Some(match self {
-            Layout::Nvfp4 => [n, ru(k, nvfp4::K_ALIGN)?],
-            Layout::Nvfp4T => [ru(n, nvfp4_t::N_ALIGN)?, ru(k, nvfp4::K_ALIGN)?],
-            Layout::Nvfp4Mmq => [ru(n, nvfp4_mmq::TILE_N)?, ru(k, nvfp4::K_ALIGN)?],
-            Layout::Q4kMmq => [n, ru(k, q4k_mmq::K_ALIGN)?],
-            Layout::Fp8 if proj == Proj::GateUp => {
-                if n % 2 != 0 {
-                    return None;
-                }
-                [ru(n / 2, fp8::ALIGN)?.checked_mul(2)?, ru(k, fp8::ALIGN)?]
-            }
-            Layout::Fp8 => [ru(n, fp8::ALIGN)?, ru(k, fp8::ALIGN)?],
-            Layout::W8a8 => [n, ru(k, w8a8::K_ALIGN)?],
-            Layout::Bf16 => [n, ru(k, bf16::K_ALIGN)?],
-            Layout::Q2g128 => [n, ru(k, q2g128::K_ALIGN)?],
-            Layout::Lora => [n, k],
-        })
-    }
-
-    /// The byte size of part `part` for padded shape `[np, kp]` (and, for LoRA, `rank`).
-    pub fn part_bytes(self, part: &str, [np, kp]: [u64; 2], rank: u64) -> Option<u64> {
-        use crate::converters::{BlockFormat, block_bytes, q2g128::Q2g128, q4_k::Q4K};
-        let blocks = |elems_per_block: usize, bytes_per_block: usize| {
-            np.checked_mul(kp / elems_per_block as u64)?
-                .checked_mul(bytes_per_block as u64)
-        };
-        match (self, part) {
-            (Layout::Nvfp4 | Layout::Nvfp4T, "codes") => np.checked_mul(kp / 2),
-            (Layout::Nvfp4 | Layout::Nvfp4T, "scales") => np.checked_mul(kp / 16),
-            (Layout::Nvfp4Mmq, "") => (np / nvfp4_mmq::TILE_N as u64)
-                .checked_mul(kp / nvfp4_mmq::TILE_K as u64)?
-                .checked_mul(nvfp4_mmq::TILE_BYTES as u64),
-            (Layout::Q4kMmq, "") => blocks(Q4K::BLOCK_ELEMS, block_bytes::<Q4K>()),
-            (Layout::Q4kMmq | Layout::W8a8, "codes") => np.checked_mul(kp),
-            (Layout::Q4kMmq | Layout::W8a8, "scales") => np.checked_mul(4),
-            (Layout::Fp8, "codes") => np.checked_mul(kp),
-            (Layout::Fp8, "scales") => (np / fp8::ALIGN as u64)
-                .checked_mul(kp / fp8::ALIGN as u64)?
-                .checked_mul(4),
-            (Layout::Bf16, "") => np.checked_mul(kp)?.checked_mul(2),
-            (Layout::Q2g128, "") => blocks(Q2g128::BLOCK_ELEMS, block_bytes::<Q2g128>()),
-            (Layout::Lora, "a") => rank.checked_mul(kp)?.checked_mul(2),
-            (Layout::Lora, "b") => np.checked_mul(rank)?.checked_mul(2),
-            _ => None,
-        }
-    }
-
-    /// The scalars this layout records per blob.
-    pub fn scalar_names(self) -> &'static [&'static str] {
-        match self {
-            Layout::Nvfp4 | Layout::Nvfp4T | Layout::Nvfp4Mmq => &["global_scale"],
-            Layout::Lora => &["rank", "scaling"],
-            _ => &[],
-        }
     }
 }
 

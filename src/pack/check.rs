@@ -1,14 +1,14 @@
 //! What `Pack::open` checks before anything reads a pack's numbers: every header byte (KV
 //! metadata, the tokenizer included, the tensor table, the manifest, the header's own padding)
 //! against `metrale.pack.header_xxh3`, and every manifest field against the blobs and the layout
-//! registry (`Layout::padded_shape`, `Layout::part_bytes`), with checked arithmetic. `verify`
+//! registry (`LayoutSpec::padded_shape`, `LayoutSpec::part_bytes`), with checked arithmetic. `verify`
 //! adds the tensor checksums and checks that every byte of padding between and after tensors is
 //! zero, so no byte of a pack can change without `verify` failing.
 
 use crate::converters::layouts::{Layout, Proj};
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, Value};
-use crate::pack::{Manifest, TensorEntry, keys, part_names};
+use crate::pack::{Manifest, TensorEntry, keys};
 use std::collections::HashSet;
 use xxhash_rust::xxh3::Xxh3;
 
@@ -128,7 +128,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
                 )
             })?;
         let proj = Proj::from_name(&fe.proj)
-            .filter(|p| layout.projections().contains(p))
+            .filter(|p| layout.spec().projections().contains(p))
             .ok_or_else(|| {
                 bad(
                     name,
@@ -146,7 +146,11 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
                 ),
             ));
         }
-        if !part_names(layout, proj, m.options.q4k_down).contains(&fe.part.as_str()) {
+        if !layout
+            .spec()
+            .parts(proj, m.options.q4k_down)
+            .contains(&fe.part.as_str())
+        {
             return Err(bad(
                 name,
                 "ffn.part",
@@ -182,7 +186,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
                 format!("{:?}, but the model's sizes give {want:?}", fe.shape),
             ));
         }
-        let padded = layout.padded_shape(proj, fe.shape);
+        let padded = layout.spec().padded_shape(proj, fe.shape);
         if padded != Some(fe.padded) {
             return Err(bad(
                 name,
@@ -195,7 +199,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
                 ),
             ));
         }
-        let names = layout.scalar_names();
+        let names = layout.spec().scalar_names();
         if fe.scalars.len() != names.len() || !names.iter().all(|s| fe.scalars.contains_key(*s)) {
             return Err(bad(
                 name,
@@ -229,7 +233,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
             }
             None => 0,
         };
-        let bytes = layout.part_bytes(&fe.part, fe.padded, rank);
+        let bytes = layout.spec().part_bytes(&fe.part, fe.padded, rank);
         if bytes != Some(t.bytes) {
             return Err(bad(
                 name,
@@ -262,8 +266,8 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
     // Every layer holds every listed layout whole (LoRA: each projection's a and b, or neither).
     for layer in 0..m.model.ffn_layers {
         for &layout in &layouts {
-            for &proj in layout.projections() {
-                let parts = part_names(layout, proj, m.options.q4k_down);
+            for &proj in layout.spec().projections() {
+                let parts = layout.spec().parts(proj, m.options.q4k_down);
                 let have: Vec<bool> = parts
                     .iter()
                     .map(|p| seen.contains(&(layer, layout, proj, p.to_string())))

@@ -9,7 +9,7 @@ use std::path::Path;
 /// A PEFT LoRA adapter on the FFN projections: which (layer, projection) it targets, with each
 /// one's rank and scaling (PEFT's `rank_pattern`, `alpha_pattern` and `use_rslora` applied).
 /// Projections it does not target are served as identity (no `lora` blobs, no delta).
-pub(super) struct Lora {
+pub struct Lora {
     model: Model,
     targets: HashMap<(usize, Proj), (usize, f32)>,
 }
@@ -199,7 +199,7 @@ impl Lora {
     }
 
     /// (A `[r, k]`, B `[n, r]`) for a targeted projection.
-    pub(super) fn matrices(
+    pub(crate) fn matrices(
         &self,
         layer: usize,
         proj: Proj,
@@ -229,7 +229,7 @@ impl Lora {
         Ok((get("A", [rank, k])?, get("B", [n, rank])?, rank, scaling))
     }
 
-    pub(super) fn targets(&self, layer: usize, proj: Proj) -> bool {
+    pub(crate) fn targets(&self, layer: usize, proj: Proj) -> bool {
         self.targets.contains_key(&(layer, proj))
     }
 }

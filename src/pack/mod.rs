@@ -17,13 +17,14 @@ mod verify;
 mod write;
 
 pub use check::{check_header, check_manifest, header_digest, nonzero_padding};
+pub use lora::Lora;
 pub use manifest::*;
 pub use plan::Plan;
 pub use read::Pack;
 pub use verify::{SourceCheck, verify_against_source};
 pub use write::{Progress, convert};
 
-use crate::converters::layouts::{Layout, Proj, q4k_mmq::DownFormat};
+use crate::converters::layouts::{Layout, Proj};
 use crate::gguf::GgufFile;
 use crate::model::Format;
 
@@ -61,16 +62,6 @@ pub fn blob_name(layer: usize, proj: Proj, layout: Layout, part: &str) -> String
         base
     } else {
         format!("{base}.{part}")
-    }
-}
-
-/// The part suffixes a layout writes for a projection, in order.
-pub fn part_names(layout: Layout, proj: Proj, down: DownFormat) -> &'static [&'static str] {
-    match layout {
-        Layout::Nvfp4 | Layout::Nvfp4T | Layout::Fp8 | Layout::W8a8 => &["codes", "scales"],
-        Layout::Q4kMmq if proj == Proj::Down && down == DownFormat::Int8 => &["codes", "scales"],
-        Layout::Lora => &["a", "b"],
-        _ => &[""],
     }
 }
 

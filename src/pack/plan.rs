@@ -3,14 +3,10 @@
 use super::lora::Lora;
 use super::*;
 use crate::GgmlType;
-use crate::converters::layouts::{self, Encoded, Layout, Proj, q4k_mmq::DownFormat};
+use crate::converters::layouts::{Layout, Proj};
 use crate::error::{Error, Result};
-use crate::model::{Activation, DType, FfnLayer, FfnWeight, Model};
-use safetensors::Dtype;
+use crate::model::{Activation, FfnLayer, FfnWeight, Model};
 use std::collections::{HashMap, HashSet};
-use std::rc::Rc;
-/// Lazily decodes (once) and shares a layer's f32 weights: `(projection index, weight)`.
-type DenseOf<'a> = dyn FnMut(usize, &FfnWeight) -> Result<Rc<Vec<f32>>> + 'a;
 
 /// A planned tensor: where its bytes come from.
 pub(super) enum Item {
@@ -148,13 +144,13 @@ impl<'m> Plan<'m> {
         }
         for l in &model.ffn_layers {
             for &layout in &layouts {
-                for &proj in layout.projections() {
+                for &proj in layout.spec().projections() {
                     if layout == Layout::Lora
                         && !lora.as_ref().is_some_and(|a| a.targets(l.index, proj))
                     {
                         continue; // not targeted: served as identity
                     }
-                    for &part in part_names(layout, proj, opts.q4k_down) {
+                    for &part in layout.spec().parts(proj, opts.q4k_down) {
                         items.push(Item::Blob {
                             layer: l.index,
                             proj,
@@ -232,148 +228,27 @@ impl<'m> Plan<'m> {
         &self.model.ffn_layers[self.layer_pos[&layer]]
     }
 
-    /// Every blob of one layer, in plan order.
+    /// Every blob of one layer, in plan order: each layout of the registry encodes each of its
+    /// projections from one shared context (decoded weights and the NVFP4 base computed once).
     fn layer_blobs(&self, layer: usize) -> Result<Vec<(String, Vec<u8>, TensorEntry)>> {
         let m = self.model;
         let l = self.layer(layer);
-        let ws = [
-            (Proj::Gate, &l.gate),
-            (Proj::Up, &l.up),
-            (Proj::Down, &l.down),
-        ];
-        // Decoded f32 weights, computed once per projection on first need and shared (not copied)
-        // by every layout that encodes from them.
-        let mut dense: [Option<Rc<Vec<f32>>>; 3] = [None, None, None];
-        let mut nvfp4: [Option<Encoded>; 3] = [None, None, None];
+        let mut cx = crate::layout::EncodeCx::new(m, l, &self.opts, self.lora.as_ref());
         let mut out = Vec::new();
         for &layout in &self.layouts {
-            let mut per_proj: Vec<(Proj, usize, Encoded)> = Vec::new();
-            for (pi, &(proj, w)) in ws.iter().enumerate() {
-                let [n, k] = m.weight_shape(w)?.map(|d| d as usize);
-                if layout == Layout::Fp8 && proj == Proj::Up {
-                    continue; // fused with gate below
-                }
-                let mut dense_of = |pi: usize, w: &FfnWeight| -> Result<Rc<Vec<f32>>> {
-                    if dense[pi].is_none() {
-                        dense[pi] = Some(Rc::new(m.decode_weight(w)?.0));
-                    }
-                    Ok(Rc::clone(dense[pi].as_ref().unwrap()))
+            let spec = layout.spec();
+            for &proj in spec.projections() {
+                let Some(enc) = spec.encode(&mut cx, proj)? else {
+                    continue;
                 };
-                let enc = match layout {
-                    Layout::Nvfp4 | Layout::Nvfp4T | Layout::Nvfp4Mmq => {
-                        if nvfp4[pi].is_none() {
-                            nvfp4[pi] = Some(match *w {
-                                FfnWeight::ModelOptNvfp4 {
-                                    weight,
-                                    scale,
-                                    scale_2,
-                                    ..
-                                } => {
-                                    let s2 = m.scalar_f32(scale_2, "weight_scale_2")?;
-                                    layouts::nvfp4::from_modelopt(
-                                        m.data(weight),
-                                        m.data(scale),
-                                        s2,
-                                        n,
-                                        k,
-                                    )
-                                }
-                                FfnWeight::CtNvfp4 {
-                                    packed,
-                                    scale,
-                                    global_scale,
-                                } => {
-                                    let g = m.scalar_f32(global_scale, "weight_global_scale")?;
-                                    layouts::nvfp4::from_modelopt(
-                                        m.data(packed),
-                                        m.data(scale),
-                                        1.0 / g,
-                                        n,
-                                        k,
-                                    )
-                                }
-                                _ => layouts::nvfp4::encode(&dense_of(pi, w)?, n, k),
-                            });
-                        }
-                        let base = nvfp4[pi].as_ref().unwrap();
-                        let (codes, scales, g, kp) = (
-                            &base.parts[0].1,
-                            &base.parts[1].1,
-                            base.scalars[0].1,
-                            base.padded[1],
-                        );
-                        match layout {
-                            Layout::Nvfp4 => base.clone(),
-                            Layout::Nvfp4T => layouts::nvfp4_t::from_nvfp4(codes, scales, g, n, kp),
-                            _ => layouts::nvfp4_mmq::from_nvfp4(codes, scales, g, n, kp),
-                        }
-                    }
-                    Layout::Q4kMmq => {
-                        let q4k_src =
-                            matches!(m.tensors[w.main()].dtype, DType::Ggml(GgmlType::Q4_K))
-                                && k % layouts::q4k_mmq::K_ALIGN == 0;
-                        if proj == Proj::Down && self.opts.q4k_down == DownFormat::Int8 {
-                            layouts::q4k_mmq::encode_int8(&dense_of(pi, w)?, n, k)
-                        } else if q4k_src {
-                            layouts::q4k_mmq::carry_q4k(m.data(w.main()), n, k)
-                        } else {
-                            layouts::q4k_mmq::encode_q4k(&dense_of(pi, w)?, n, k)
-                        }
-                    }
-                    Layout::Fp8 => {
-                        let one = |pi: usize,
-                                   w: &FfnWeight,
-                                   dense_of: &mut DenseOf|
-                         -> Result<Encoded> {
-                            let [n, k] = m.weight_shape(w)?.map(|d| d as usize);
-                            Ok(match *w {
-                                FfnWeight::Fp8Block { weight, scale_inv } => layouts::fp8::carry(
-                                    m.data(weight),
-                                    &m.floats(scale_inv, "block scales")?,
-                                    n,
-                                    k,
-                                ),
-                                _ => layouts::fp8::encode(&dense_of(pi, w)?, n, k),
-                            })
-                        };
-                        if proj == Proj::Gate {
-                            let g = one(0, &l.gate, &mut dense_of)?;
-                            let u = one(1, &l.up, &mut dense_of)?;
-                            per_proj.push((Proj::GateUp, 0, layouts::fp8::fuse(g, u)));
-                            continue;
-                        }
-                        one(pi, w, &mut dense_of)?
-                    }
-                    Layout::W8a8 => layouts::w8a8::encode(&dense_of(pi, w)?, n, k),
-                    Layout::Bf16 => match m.tensors[w.main()].dtype {
-                        DType::Ggml(GgmlType::BF16) | DType::St(Dtype::BF16)
-                            if matches!(w, FfnWeight::Plain { .. }) =>
-                        {
-                            layouts::bf16::carry(m.data(w.main()), n, k)
-                        }
-                        _ => layouts::bf16::encode(&dense_of(pi, w)?, n, k),
-                    },
-                    Layout::Q2g128 => layouts::q2g128::encode(&dense_of(pi, w)?, n, k),
-                    Layout::Lora => {
-                        let lora = self.lora.as_ref().expect("checked in Plan::new");
-                        if !lora.targets(layer, proj) {
-                            continue;
-                        }
-                        let (a, b, rank, scaling) = lora.matrices(layer, proj, n, k)?;
-                        layouts::lora::encode(&a, &b, n, k, rank, scaling)
-                    }
-                };
-                per_proj.push((proj, pi, enc));
-            }
-            for (proj, pi, enc) in per_proj {
-                let w = ws[pi].1;
+                let w = cx.weight(crate::layout::source_index(proj));
                 let [n, k] = m.weight_shape(w)?;
                 let shape = if proj == Proj::GateUp {
                     [2 * n, k]
                 } else {
                     [n, k]
                 };
-                let names = part_names(layout, proj, self.opts.q4k_down);
+                let names = spec.parts(proj, self.opts.q4k_down);
                 assert_eq!(
                     enc.parts.iter().map(|p| p.0).collect::<Vec<_>>(),
                     names,

@@ -1,6 +1,6 @@
 //! `Pack`: an opened, validated pack, and the decoders `dump` and `verify` use.
 
-use crate::converters::layouts::{self, Layout, Proj};
+use crate::converters::layouts::{Layout, Proj};
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, Value};
 
@@ -206,78 +206,25 @@ impl Pack {
         let fe = entry.ffn.as_ref().ok_or_else(nf)?;
         let layout = Layout::from_tag(&fe.layout).ok_or_else(nf)?;
         let proj = Proj::from_name(&fe.proj).ok_or_else(nf)?;
-        let part = |p: &str| -> Result<&[u8]> {
-            let n = blob_name(fe.layer, proj, layout, p);
-            Ok(self.data(self.index(&n).ok_or_else(|| Error::NotFound {
-                file: f.clone(),
-                tensor: n.clone(),
-            })?))
+        let prefix = blob_name(fe.layer, proj, layout, "");
+        let parts = |p: &str| {
+            let n = if p.is_empty() {
+                prefix.clone()
+            } else {
+                format!("{prefix}.{p}")
+            };
+            self.index(&n).map(|i| self.data(i))
         };
-        let [n, k] = fe.shape.map(|d| d as usize);
-        let [np, kp] = fe.padded.map(|d| d as usize);
-        let scalar = |s: &str| fe.scalars.get(s).copied().unwrap_or(0.0);
-        let out = match layout {
-            Layout::Nvfp4 => layouts::crop(
-                &layouts::nvfp4::decode_padded(
-                    part("codes")?,
-                    part("scales")?,
-                    scalar("global_scale"),
-                    n,
-                    kp,
-                ),
-                kp,
-                n,
-                k,
-            ),
-            Layout::Nvfp4T => {
-                let (c, s) = layouts::nvfp4_t::to_nvfp4(part("codes")?, part("scales")?, n, np, kp);
-                layouts::crop(
-                    &layouts::nvfp4::decode_padded(&c, &s, scalar("global_scale"), n, kp),
-                    kp,
-                    n,
-                    k,
-                )
-            }
-            Layout::Nvfp4Mmq => {
-                let (c, s) = layouts::nvfp4_mmq::to_nvfp4(part("")?, n, np, kp);
-                layouts::crop(
-                    &layouts::nvfp4::decode_padded(&c, &s, scalar("global_scale"), n, kp),
-                    kp,
-                    n,
-                    k,
-                )
-            }
-            Layout::Q4kMmq => {
-                if self
-                    .index(&blob_name(fe.layer, proj, layout, "codes"))
-                    .is_some()
-                {
-                    layouts::q4k_mmq::decode_int8(part("codes")?, part("scales")?, n, k, kp)
-                } else {
-                    layouts::q4k_mmq::decode_q4k(part("")?, n, k, kp)
-                }
-            }
-            Layout::Fp8 if proj == Proj::GateUp => {
-                layouts::fp8::decode_fused(part("codes")?, part("scales")?, n / 2, k, kp)
-            }
-            Layout::Fp8 => layouts::crop(
-                &layouts::fp8::decode_padded(part("codes")?, part("scales")?, np, kp),
-                kp,
-                n,
-                k,
-            ),
-            Layout::W8a8 => layouts::w8a8::decode(part("codes")?, part("scales")?, n, k, kp),
-            Layout::Bf16 => layouts::bf16::decode(part("")?, n, k, kp),
-            Layout::Q2g128 => layouts::q2g128::decode(part("")?, n, k, kp),
-            Layout::Lora => layouts::lora::decode_delta(
-                part("a")?,
-                part("b")?,
-                n,
-                k,
-                scalar("rank") as usize,
-                scalar("scaling"),
-            ),
+        let read = crate::layout::BlobRead {
+            proj,
+            shape: fe.shape.map(|d| d as usize),
+            padded: fe.padded.map(|d| d as usize),
+            scalars: &fe.scalars,
+            file: &f,
+            name: &prefix,
+            parts: &parts,
         };
+        let out = layout.spec().decode(&read)?;
         Ok((out, fe.shape))
     }
 }

@@ -1,0 +1,55 @@
+//! `bf16`: BF16 rows padded to the GEMM's K alignment (BF16 sources carried byte for byte).
+
+use super::*;
+use crate::GgmlType;
+use crate::converters::layouts::bf16;
+use crate::ffn::Bf16Weight;
+use crate::model::DType;
+use safetensors::Dtype;
+
+pub struct Bf16;
+
+impl LayoutSpec for Bf16 {
+    fn layout(&self) -> Layout {
+        Layout::Bf16
+    }
+    fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
+        &[""]
+    }
+    fn padded_shape(&self, _: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
+        Some([n, ru(k, bf16::K_ALIGN)?])
+    }
+    fn part_bytes(&self, part: &str, [np, kp]: [u64; 2], _: u64) -> Option<u64> {
+        match part {
+            "" => np.checked_mul(kp)?.checked_mul(2),
+            _ => None,
+        }
+    }
+    fn encode(&self, cx: &mut EncodeCx, proj: Proj) -> Result<Option<Encoded>> {
+        let pi = source_index(proj);
+        let [n, k] = cx.shape(pi)?;
+        let w = cx.weight(pi);
+        Ok(Some(match cx.model.tensors[w.main()].dtype {
+            DType::Ggml(GgmlType::BF16) | DType::St(Dtype::BF16)
+                if matches!(w, FfnWeight::Plain { .. }) =>
+            {
+                bf16::carry(cx.model.data(w.main()), n, k)
+            }
+            _ => bf16::encode(&cx.dense(pi)?, n, k),
+        }))
+    }
+    fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
+        let ([n, k], kp) = (b.shape, b.padded[1]);
+        Ok(bf16::decode(b.part("")?, n, k, kp))
+    }
+    fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
+        if !v.all("") {
+            return;
+        }
+        o.bf16 = Some([Proj::Gate, Proj::Up, Proj::Down].map(|p| {
+            let (weight, fe) = v.get(p, "").expect("checked");
+            let (n, k, _, kp) = dims(fe);
+            Bf16Weight { weight, n, k, kp }
+        }));
+    }
+}

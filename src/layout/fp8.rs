@@ -1,0 +1,105 @@
+//! `fp8`: E4M3 codes with f32 scales per 128x128 block, gate and up fused into one `gate_up`
+//! weight (the fused decode GEMV), down on its own.
+
+use super::*;
+use crate::converters::layouts::{crop, fp8};
+use crate::ffn::Fp8Weight;
+
+pub struct Fp8;
+
+impl Fp8 {
+    /// One source weight as FP8: block-scaled FP8 sources are carried, others encoded.
+    fn one(cx: &mut EncodeCx, pi: usize) -> Result<Encoded> {
+        let [n, k] = cx.shape(pi)?;
+        let m = cx.model;
+        Ok(match *cx.weight(pi) {
+            FfnWeight::Fp8Block { weight, scale_inv } => {
+                fp8::carry(m.data(weight), &m.floats(scale_inv, "block scales")?, n, k)
+            }
+            _ => fp8::encode(&cx.dense(pi)?, n, k),
+        })
+    }
+}
+
+impl LayoutSpec for Fp8 {
+    fn layout(&self) -> Layout {
+        Layout::Fp8
+    }
+    fn projections(&self) -> &'static [Proj] {
+        &[Proj::GateUp, Proj::Down]
+    }
+    fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
+        &["codes", "scales"]
+    }
+    fn padded_shape(&self, proj: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
+        if proj == Proj::GateUp {
+            // `[2 * inter, hidden]`: each half padded on its own.
+            if n % 2 != 0 {
+                return None;
+            }
+            return Some([ru(n / 2, fp8::ALIGN)?.checked_mul(2)?, ru(k, fp8::ALIGN)?]);
+        }
+        Some([ru(n, fp8::ALIGN)?, ru(k, fp8::ALIGN)?])
+    }
+    fn part_bytes(&self, part: &str, [np, kp]: [u64; 2], _: u64) -> Option<u64> {
+        match part {
+            "codes" => np.checked_mul(kp),
+            "scales" => (np / fp8::ALIGN as u64)
+                .checked_mul(kp / fp8::ALIGN as u64)?
+                .checked_mul(4),
+            _ => None,
+        }
+    }
+    fn encode(&self, cx: &mut EncodeCx, proj: Proj) -> Result<Option<Encoded>> {
+        Ok(Some(match proj {
+            Proj::GateUp => {
+                let g = Self::one(cx, 0)?;
+                let u = Self::one(cx, 1)?;
+                fp8::fuse(g, u)
+            }
+            p => Self::one(cx, source_index(p))?,
+        }))
+    }
+    fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
+        let ([n, k], [np, kp]) = (b.shape, b.padded);
+        let (codes, scales) = (b.part("codes")?, b.part("scales")?);
+        Ok(if b.proj == Proj::GateUp {
+            fp8::decode_fused(codes, scales, n / 2, k, kp)
+        } else {
+            crop(&fp8::decode_padded(codes, scales, np, kp), kp, n, k)
+        })
+    }
+    fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
+        let (Some((fc, ffe)), Some((fs, _)), Some((dc, dfe)), Some((ds, _))) = (
+            v.get(Proj::GateUp, "codes"),
+            v.get(Proj::GateUp, "scales"),
+            v.get(Proj::Down, "codes"),
+            v.get(Proj::Down, "scales"),
+        ) else {
+            return;
+        };
+        let (_, k, np, kp) = dims(ffe);
+        let fused = Fp8Weight {
+            weight: fc,
+            scale: fs,
+            n: np,
+            k,
+            np,
+            kp,
+        };
+        let interp = np / 2;
+        let (n, k, np, kp) = dims(dfe);
+        let down = Fp8Weight {
+            weight: dc,
+            scale: ds,
+            n,
+            k,
+            np,
+            kp,
+        };
+        o.fp8 = Some((
+            [fused.rows(0, v.inter), fused.rows(interp, v.inter), down],
+            Some(fused),
+        ));
+    }
+}

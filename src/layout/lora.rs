@@ -1,0 +1,70 @@
+//! `lora`: a PEFT adapter's A and B per targeted projection, BF16, with rank and scaling.
+
+use super::*;
+use crate::converters::layouts::lora;
+use crate::ffn::LoraWeight;
+
+pub struct Lora;
+
+impl LayoutSpec for Lora {
+    fn layout(&self) -> Layout {
+        Layout::Lora
+    }
+    fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
+        &["a", "b"]
+    }
+    fn padded_shape(&self, _: Proj, shape: [u64; 2]) -> Option<[u64; 2]> {
+        Some(shape)
+    }
+    fn part_bytes(&self, part: &str, [np, kp]: [u64; 2], rank: u64) -> Option<u64> {
+        match part {
+            "a" => rank.checked_mul(kp)?.checked_mul(2),
+            "b" => np.checked_mul(rank)?.checked_mul(2),
+            _ => None,
+        }
+    }
+    fn scalar_names(&self) -> &'static [&'static str] {
+        &["rank", "scaling"]
+    }
+    fn encode(&self, cx: &mut EncodeCx, proj: Proj) -> Result<Option<Encoded>> {
+        let adapter = cx
+            .lora
+            .expect("Plan::new requires an adapter for the lora layout");
+        let index = cx.layer.index;
+        if !adapter.targets(index, proj) {
+            return Ok(None); // served as identity
+        }
+        let [n, k] = cx.shape(source_index(proj))?;
+        let (a, b, rank, scaling) = adapter.matrices(index, proj, n, k)?;
+        Ok(Some(lora::encode(&a, &b, n, k, rank, scaling)))
+    }
+    fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
+        let [n, k] = b.shape;
+        let rank = b.scalar("rank") as usize;
+        Ok(lora::decode_delta(
+            b.part("a")?,
+            b.part("b")?,
+            n,
+            k,
+            rank,
+            b.scalar("scaling"),
+        ))
+    }
+    fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
+        let lora = [Proj::Gate, Proj::Up, Proj::Down].map(|p| {
+            let (a, fe) = v.get(p, "a")?;
+            let (b, _) = v.get(p, "b")?;
+            Some(LoraWeight {
+                a,
+                b,
+                n: fe.shape[0] as usize,
+                k: fe.shape[1] as usize,
+                rank: fe.scalars.get("rank").copied().unwrap_or(0.0) as usize,
+                scaling: fe.scalars.get("scaling").copied().unwrap_or(0.0),
+            })
+        });
+        if lora.iter().any(Option::is_some) {
+            o.lora = Some(lora);
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! The layout registry: each pack layout implements [`LayoutSpec`] once, in its own file here,
+//! and the pack writer (`Plan`), the reader and `dump` (`Pack::decode_ffn`), the manifest checks
+//! (`pack::check`) and the loader's overlay binding (`loader::overlays`) iterate the registry
+//! instead of matching on layouts. Adding a layout is one file here, one line in [`REGISTRY`],
+//! its codec in `converters/layouts/` and its section in formats.md.
+
+mod bf16;
+mod fp8;
+mod lora;
+mod nvfp4;
+mod nvfp4_mmq;
+mod nvfp4_t;
+mod q2g128;
+mod q4k_mmq;
+mod w8a8;
+
+pub use crate::converters::layouts::{Encoded, Layout, Proj, q4k_mmq::DownFormat};
+
+use crate::error::{Error, Result};
+use crate::gpu::DevicePtr;
+use crate::loader::LayerOverlays;
+use crate::model::{FfnLayer, FfnWeight, Model};
+use crate::pack::{ConvertOptions, FfnEntry, Lora};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// One layout: its parts and sizes, its encoder, its decoder and its overlay binding.
+pub trait LayoutSpec: Sync {
+    /// The registry key (and through it the tag written in manifests and tensor names).
+    fn layout(&self) -> Layout;
+
+    /// The projections this layout stores for one layer, in file order.
+    fn projections(&self) -> &'static [Proj] {
+        &[Proj::Gate, Proj::Up, Proj::Down]
+    }
+
+    /// The part suffixes a projection is written as, in order ("" for a single blob).
+    fn parts(&self, proj: Proj, down: DownFormat) -> &'static [&'static str];
+
+    /// The padded shape stored for a projection of logical shape `[n, k]`, with checked
+    /// arithmetic (the numbers may come from a file); `None` when they overflow or do not fit.
+    fn padded_shape(&self, proj: Proj, shape: [u64; 2]) -> Option<[u64; 2]>;
+
+    /// The byte size of `part` for padded shape `[np, kp]` (and, for LoRA, `rank`); `None` for
+    /// an unknown part or an overflow.
+    fn part_bytes(&self, part: &str, padded: [u64; 2], rank: u64) -> Option<u64>;
+
+    /// The scalars recorded per blob (manifest `scalars`).
+    fn scalar_names(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Encode projection `proj` of the layer `cx` holds; `None` when the layout stores nothing
+    /// for it (LoRA on a projection the adapter does not target).
+    fn encode(&self, cx: &mut EncodeCx, proj: Proj) -> Result<Option<Encoded>>;
+
+    /// Decode one stored projection back to f32 in its logical shape.
+    fn decode(&self, b: &BlobRead) -> Result<Vec<f32>>;
+
+    /// Bind one layer's device views into the overlays the loader installs.
+    fn bind(&self, v: &LayerViews, o: &mut LayerOverlays);
+}
+
+/// Every layout, in `Layout` order.
+pub static REGISTRY: [&dyn LayoutSpec; 9] = [
+    &nvfp4::Nvfp4,
+    &nvfp4_t::Nvfp4T,
+    &nvfp4_mmq::Nvfp4Mmq,
+    &q4k_mmq::Q4kMmq,
+    &fp8::Fp8,
+    &w8a8::W8a8,
+    &bf16::Bf16,
+    &q2g128::Q2g128,
+    &lora::Lora,
+];
+
+impl Layout {
+    /// This layout's entry in the registry.
+    pub fn spec(self) -> &'static dyn LayoutSpec {
+        REGISTRY[self as usize]
+    }
+}
+
+/// The index of a projection's source weight in a layer (`gate`, `up`, `down`); the fused FP8
+/// `gate_up` is described by the gate's.
+pub fn source_index(proj: Proj) -> usize {
+    match proj {
+        Proj::Gate | Proj::GateUp => 0,
+        Proj::Up => 1,
+        Proj::Down => 2,
+    }
+}
+
+/// What an encoder reads for one layer: the model, the layer's weights, the options and the
+/// adapter, and two caches shared by every layout of the layer: the decoded f32 weights and the
+/// NVFP4 base (which `nvfp4_t` and `nvfp4_mmq` are built from).
+pub struct EncodeCx<'a> {
+    pub model: &'a Model,
+    pub layer: &'a FfnLayer,
+    pub opts: &'a ConvertOptions,
+    pub lora: Option<&'a Lora>,
+    dense: [Option<Rc<Vec<f32>>>; 3],
+    nvfp4: [Option<Rc<Encoded>>; 3],
+}
+
+impl<'a> EncodeCx<'a> {
+    /// A context for one layer, its caches empty.
+    pub fn new(
+        model: &'a Model,
+        layer: &'a FfnLayer,
+        opts: &'a ConvertOptions,
+        lora: Option<&'a Lora>,
+    ) -> Self {
+        EncodeCx {
+            model,
+            layer,
+            opts,
+            lora,
+            dense: [None, None, None],
+            nvfp4: [None, None, None],
+        }
+    }
+
+    /// Source weight `pi` (0 gate, 1 up, 2 down).
+    pub fn weight(&self, pi: usize) -> &'a FfnWeight {
+        [&self.layer.gate, &self.layer.up, &self.layer.down][pi]
+    }
+
+    /// The logical `[n, k]` of source weight `pi`.
+    pub fn shape(&self, pi: usize) -> Result<[usize; 2]> {
+        Ok(self
+            .model
+            .weight_shape(self.weight(pi))?
+            .map(|d| d as usize))
+    }
+
+    /// Source weight `pi` decoded to f32 (once per layer, shared by every layout).
+    pub fn dense(&mut self, pi: usize) -> Result<Rc<Vec<f32>>> {
+        if self.dense[pi].is_none() {
+            self.dense[pi] = Some(Rc::new(self.model.decode_weight(self.weight(pi))?.0));
+        }
+        Ok(Rc::clone(self.dense[pi].as_ref().expect("just set")))
+    }
+
+    /// The NVFP4 encoding of source weight `pi` (once per layer): carried from ModelOpt or
+    /// compressed-tensors NVFP4 sources, encoded from f32 otherwise.
+    pub fn nvfp4_base(&mut self, pi: usize) -> Result<Rc<Encoded>> {
+        if self.nvfp4[pi].is_none() {
+            let m = self.model;
+            let [n, k] = self.shape(pi)?;
+            let enc = match *self.weight(pi) {
+                FfnWeight::ModelOptNvfp4 {
+                    weight,
+                    scale,
+                    scale_2,
+                    ..
+                } => {
+                    let s2 = m.scalar_f32(scale_2, "weight_scale_2")?;
+                    crate::converters::layouts::nvfp4::from_modelopt(
+                        m.data(weight),
+                        m.data(scale),
+                        s2,
+                        n,
+                        k,
+                    )
+                }
+                FfnWeight::CtNvfp4 {
+                    packed,
+                    scale,
+                    global_scale,
+                } => {
+                    let g = m.scalar_f32(global_scale, "weight_global_scale")?;
+                    crate::converters::layouts::nvfp4::from_modelopt(
+                        m.data(packed),
+                        m.data(scale),
+                        1.0 / g,
+                        n,
+                        k,
+                    )
+                }
+                _ => crate::converters::layouts::nvfp4::encode(&self.dense(pi)?, n, k),
+            };
+            self.nvfp4[pi] = Some(Rc::new(enc));
+        }
+        Ok(Rc::clone(self.nvfp4[pi].as_ref().expect("just set")))
+    }
+}
+
+/// One stored projection as the decoder sees it: its parts' bytes by suffix, its logical and
+/// padded shapes (already checked against the blobs by `pack::check`) and its scalars.
+pub struct BlobRead<'a> {
+    pub proj: Proj,
+    pub shape: [usize; 2],
+    pub padded: [usize; 2],
+    pub scalars: &'a BTreeMap<String, f32>,
+    /// The pack file and the blob's name, for errors.
+    pub file: &'a str,
+    pub name: &'a str,
+    pub parts: &'a dyn Fn(&str) -> Option<&'a [u8]>,
+}
+
+impl BlobRead<'_> {
+    /// The bytes of part `p`, or an error naming the missing tensor.
+    pub fn part(&self, p: &str) -> Result<&[u8]> {
+        (self.parts)(p).ok_or_else(|| Error::NotFound {
+            file: self.file.into(),
+            tensor: if p.is_empty() {
+                self.name.into()
+            } else {
+                format!("{}.{p}", self.name)
+            },
+        })
+    }
+
+    /// Whether part `p` is stored.
+    pub fn has(&self, p: &str) -> bool {
+        (self.parts)(p).is_some()
+    }
+
+    /// Scalar `s` (0 when absent: `pack::check` has required every scalar the layout names).
+    pub fn scalar(&self, s: &str) -> f32 {
+        self.scalars.get(s).copied().unwrap_or(0.0)
+    }
+}
+
+/// The device view and manifest entry of one part of one projection, looked up by
+/// `(projection, part suffix)`.
+pub type ViewLookup<'a> = dyn Fn(Proj, &str) -> Option<(DevicePtr, &'a FfnEntry)> + 'a;
+
+/// One layer's device views as the loader binds them: `(view, manifest entry)` of a part by
+/// projection and suffix, for this spec's layout.
+pub struct LayerViews<'a> {
+    /// The model's intermediate size (the fused FP8 gate_up splits at it).
+    pub inter: usize,
+    pub get: &'a ViewLookup<'a>,
+}
+
+impl LayerViews<'_> {
+    /// The view and entry of `part` of `proj`.
+    pub fn get(&self, proj: Proj, part: &str) -> Option<(DevicePtr, &FfnEntry)> {
+        (self.get)(proj, part)
+    }
+
+    /// Whether every one of gate, up and down has `part`.
+    pub fn all(&self, part: &str) -> bool {
+        [Proj::Gate, Proj::Up, Proj::Down]
+            .iter()
+            .all(|&p| self.get(p, part).is_some())
+    }
+}
+
+/// `(n, k, np, kp)` of an entry, as `usize`.
+pub fn dims(fe: &FfnEntry) -> (usize, usize, usize, usize) {
+    (
+        fe.shape[0] as usize,
+        fe.shape[1] as usize,
+        fe.padded[0] as usize,
+        fe.padded[1] as usize,
+    )
+}
+
+/// Round `x` up to a multiple of `m`, checked.
+pub(crate) fn ru(x: u64, m: usize) -> Option<u64> {
+    x.checked_next_multiple_of(m as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_is_in_layout_order_and_complete() {
+        for (i, l) in Layout::ALL.into_iter().enumerate() {
+            assert_eq!(REGISTRY[i].layout(), l);
+            assert_eq!(l.spec().layout(), l);
+        }
+    }
+}

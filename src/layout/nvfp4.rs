@@ -1,0 +1,56 @@
+//! `nvfp4`: E2M1 codes and E4M3 block scales per 16, the base of the NVFP4 family.
+
+use super::*;
+use crate::converters::layouts::{crop, nvfp4};
+use crate::ffn::Nvfp4Weight;
+
+pub struct Nvfp4;
+
+impl LayoutSpec for Nvfp4 {
+    fn layout(&self) -> Layout {
+        Layout::Nvfp4
+    }
+    fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
+        &["codes", "scales"]
+    }
+    fn padded_shape(&self, _: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
+        Some([n, ru(k, nvfp4::K_ALIGN)?])
+    }
+    fn part_bytes(&self, part: &str, [np, kp]: [u64; 2], _: u64) -> Option<u64> {
+        match part {
+            "codes" => np.checked_mul(kp / 2),
+            "scales" => np.checked_mul(kp / 16),
+            _ => None,
+        }
+    }
+    fn scalar_names(&self) -> &'static [&'static str] {
+        &["global_scale"]
+    }
+    fn encode(&self, cx: &mut EncodeCx, proj: Proj) -> Result<Option<Encoded>> {
+        Ok(Some((*cx.nvfp4_base(source_index(proj))?).clone()))
+    }
+    fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
+        let ([n, k], kp) = (b.shape, b.padded[1]);
+        let g = b.scalar("global_scale");
+        let full = nvfp4::decode_padded(b.part("codes")?, b.part("scales")?, g, n, kp);
+        Ok(crop(&full, kp, n, k))
+    }
+    fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
+        if !v.all("codes") || !v.all("scales") {
+            return;
+        }
+        o.nvfp4 = Some([Proj::Gate, Proj::Up, Proj::Down].map(|p| {
+            let (codes, fe) = v.get(p, "codes").expect("checked");
+            let (scales, _) = v.get(p, "scales").expect("checked");
+            let (n, k, _, kp) = dims(fe);
+            Nvfp4Weight {
+                codes,
+                scales,
+                global_scale: fe.scalars.get("global_scale").copied().unwrap_or(0.0),
+                n,
+                k,
+                kp,
+            }
+        }));
+    }
+}

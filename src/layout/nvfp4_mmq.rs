@@ -1,0 +1,46 @@
+//! `nvfp4_mmq`: the NVFP4 weights as the MMQ prefill's interleaved tiles.
+
+use super::*;
+use crate::converters::layouts::{crop, nvfp4, nvfp4_mmq};
+
+pub struct Nvfp4Mmq;
+
+impl LayoutSpec for Nvfp4Mmq {
+    fn layout(&self) -> Layout {
+        Layout::Nvfp4Mmq
+    }
+    fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
+        &[""]
+    }
+    fn padded_shape(&self, _: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
+        Some([ru(n, nvfp4_mmq::TILE_N)?, ru(k, nvfp4::K_ALIGN)?])
+    }
+    fn part_bytes(&self, part: &str, [np, kp]: [u64; 2], _: u64) -> Option<u64> {
+        match part {
+            "" => (np / nvfp4_mmq::TILE_N as u64)
+                .checked_mul(kp / nvfp4_mmq::TILE_K as u64)?
+                .checked_mul(nvfp4_mmq::TILE_BYTES as u64),
+            _ => None,
+        }
+    }
+    fn scalar_names(&self) -> &'static [&'static str] {
+        &["global_scale"]
+    }
+    fn encode(&self, cx: &mut EncodeCx, proj: Proj) -> Result<Option<Encoded>> {
+        let pi = source_index(proj);
+        let [n, _] = cx.shape(pi)?;
+        let base = cx.nvfp4_base(pi)?;
+        let (codes, scales) = (&base.parts[0].1, &base.parts[1].1);
+        let (g, kp) = (base.scalars[0].1, base.padded[1]);
+        Ok(Some(nvfp4_mmq::from_nvfp4(codes, scales, g, n, kp)))
+    }
+    fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
+        let ([n, k], [np, kp]) = (b.shape, b.padded);
+        let (c, s) = nvfp4_mmq::to_nvfp4(b.part("")?, n, np, kp);
+        let full = nvfp4::decode_padded(&c, &s, b.scalar("global_scale"), n, kp);
+        Ok(crop(&full, kp, n, k))
+    }
+    fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
+        o.nvfp4_mmq = [Proj::Gate, Proj::Up, Proj::Down].map(|p| v.get(p, "").map(|(t, _)| t));
+    }
+}

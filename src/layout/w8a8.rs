@@ -1,0 +1,52 @@
+//! `w8a8`: int8 codes with per-row f32 scales for the W8A8 decode arm.
+
+use super::*;
+use crate::converters::layouts::w8a8;
+use crate::ffn::W8a8Weight;
+
+pub struct W8a8;
+
+impl LayoutSpec for W8a8 {
+    fn layout(&self) -> Layout {
+        Layout::W8a8
+    }
+    fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
+        &["codes", "scales"]
+    }
+    fn padded_shape(&self, _: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
+        Some([n, ru(k, w8a8::K_ALIGN)?])
+    }
+    fn part_bytes(&self, part: &str, [np, kp]: [u64; 2], _: u64) -> Option<u64> {
+        match part {
+            "codes" => np.checked_mul(kp),
+            "scales" => np.checked_mul(4),
+            _ => None,
+        }
+    }
+    fn encode(&self, cx: &mut EncodeCx, proj: Proj) -> Result<Option<Encoded>> {
+        let pi = source_index(proj);
+        let [n, k] = cx.shape(pi)?;
+        Ok(Some(w8a8::encode(&cx.dense(pi)?, n, k)))
+    }
+    fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
+        let ([n, k], kp) = (b.shape, b.padded[1]);
+        Ok(w8a8::decode(b.part("codes")?, b.part("scales")?, n, k, kp))
+    }
+    fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
+        if !v.all("codes") || !v.all("scales") {
+            return;
+        }
+        o.w8a8 = Some([Proj::Gate, Proj::Up, Proj::Down].map(|p| {
+            let (weight, fe) = v.get(p, "codes").expect("checked");
+            let (scale, _) = v.get(p, "scales").expect("checked");
+            let (n, k, _, kp) = dims(fe);
+            W8a8Weight {
+                weight,
+                scale,
+                n,
+                k,
+                kp,
+            }
+        }));
+    }
+}
