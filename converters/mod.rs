@@ -1,4 +1,5 @@
-//! CPU block codecs and (later) layout converters: pure, deterministic, one format per file.
+//! CPU block codecs and the pack layouts' converters (`layouts/`): pure, deterministic, one
+//! format per file.
 //!
 //! Every ggml block format implements [`BlockFormat`] (block size and decode) and, where this
 //! project quantizes to it, [`BlockEncode`]. Adding a format is one `#[repr(C)]` block struct,

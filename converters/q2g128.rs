@@ -1,4 +1,4 @@
-//! `q2g128` (Q2_0-g128): this project's packed 2-bit format with 128-element groups along K,
+//! `q2g128` (q2g128): this project's packed 2-bit format with 128-element groups along K,
 //! the weights of the engine's `set_q2_weights` overlay. It is not ggml's `Q2_0` (type 42,
 //! 64-element blocks) and has no GGUF type id; in packs it is stored as I8 blobs.
 //!
@@ -14,7 +14,7 @@
 use super::{BlockEncode, BlockFormat, f16_le, to_f16_le};
 use bytemuck::{Pod, Zeroable};
 
-/// One Q2_0-g128 group.
+/// One q2g128 group.
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ2g128 {
@@ -23,7 +23,7 @@ pub struct BlockQ2g128 {
 }
 const _: () = assert!(std::mem::size_of::<BlockQ2g128>() == 34);
 
-/// The Q2_0-g128 format.
+/// The q2g128 format.
 pub struct Q2g128;
 
 impl BlockFormat for Q2g128 {

@@ -2,8 +2,8 @@
 //! `sizeof(block_q8_1)`; gguf-py 0.19.0's size table says 40, a leftover of f32 `d`/`s`).
 //!
 //! Encoder = ggml `quantize_row_q8_1_ref`: as Q8_0, then `s = fp16(sum(q) * d)` with the integer
-//! sum of the rounded codes. (The MMQ activation blocks of a later issue take `s` from the
-//! unquantized inputs instead; that is a different layout.)
+//! sum of the rounded codes. (The GPU MMQ arms' activation blocks take `s` from the unquantized
+//! inputs instead, formats.md "q8_1 activations and int8 requantization"; that is a different layout.)
 
 use super::q8_0::{q8_scale, roundf_small};
 use super::{BlockEncode, BlockFormat, f16_le, to_f16_le};

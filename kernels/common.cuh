@@ -26,7 +26,7 @@ __device__ __forceinline__ unsigned int pack2_bf16(float lo, float hi) {
     return *reinterpret_cast<unsigned int*>(&v);
 }
 
-// The 16 E2M1 (FP4) values by code: bit 3 is the sign (REFERENCE.md, NVFP4).
+// The 16 E2M1 (FP4) values by code: bit 3 is the sign (NVIDIA's NVFP4 format: E2M1 with an E4M3 scale per 16 values; formats.md, "nvfp4").
 __constant__ float E2M1_VALUES[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
                                       -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
 
@@ -75,7 +75,7 @@ __device__ __forceinline__ void mma_m16n8k32_s8(int* c, const unsigned int* a, c
 }
 #endif
 
-// ---- The int8 MMQ tile (the Q4_K and packed-Q2 GEMMs over q8_1 activations, the int8 down
+// ---- The int8 MMQ tile (the Q4_K and q2g128 GEMMs over q8_1 activations, the int8 down
 // GEMM). A block computes 64 rows x 128 outputs, 128 k per stage, with 4 warps of 32 x 64
 // (2 x 8 MMAs of m16n8k32 per 32 k). Shared rows are 144 bytes: 36 words, so the fragment
 // loads of the 8 groups x 4 lanes fall in 32 different banks.

@@ -1,4 +1,4 @@
-// Activations to q8_1 blocks for the MMQ GEMMs (the packed-Q2 arm; the Q4_K MMQ arm): per 32
+// Activations to q8_1 blocks for the MMQ GEMMs (the q2g128 arm; the Q4_K MMQ arm): per 32
 // values `f16 d, f16 s, i8 qs[32]` (36 bytes), d = amax / 127 (stored f16), q = roundf(x * (1/d))
 // with the f32 d, s = the sum of the unquantized inputs (stored f16), summed by a warp
 // butterfly (xor 16, 8, 4, 2, 1) whose order the CPU twin reproduces

@@ -1,5 +1,6 @@
-//! metrale-pack: readers for GGUF and safetensors checkpoints, CPU block codecs, and (in later
-//! issues) the pack container, its loader and the GPU runtime.
+//! metrale-pack: readers for GGUF and safetensors checkpoints, CPU block codecs, the pack
+//! container and its layouts (`pack`, `layout`), the fast-start loader (`loader`), the GPU
+//! runtime with its CUDA and host backends (`gpu`) and the dense FFN layer (`ffn`).
 
 pub mod atomic;
 #[path = "../converters/mod.rs"]

@@ -5,7 +5,7 @@
 
 use crate::converters::layouts::{Layout, Proj};
 use crate::ffn::{
-    Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2Weight,
+    Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2g128Weight,
     Q4kMmqWeights, W8a8Weight,
 };
 use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
@@ -154,8 +154,8 @@ pub struct LayerOverlays {
     pub fp8: Option<([Fp8Weight; 3], Option<Fp8Weight>)>,
     pub w8a8: Option<[W8a8Weight; 3]>,
     pub bf16: Option<[Bf16Weight; 3]>,
-    /// Packed Q2_0-g128 (`q2g128` layout).
-    pub q2: Option<[Q2Weight; 3]>,
+    /// Packed q2g128 (`q2g128` layout).
+    pub q2: Option<[Q2g128Weight; 3]>,
     /// The Q4_K MMQ copies (`q4k_mmq` layout): `finalize_q4k_load` then has nothing to build.
     pub q4k: Option<Q4kMmqWeights>,
 }

@@ -1,5 +1,5 @@
 //! CI has no GPU, so it runs these kernel modules' CUDA sources as C++ on the host instead:
-//! `ffn_q8_1`, `ffn_q2`, `ffn_q4k`, `ffn_lora`, the NVFP4 GEMVs with `w4a16_gemv_ksplit`, and
+//! `ffn_q8_1`, `ffn_q2g128`, `ffn_q4k_mmq`, `ffn_lora`, the NVFP4 GEMVs with `w4a16_gemv_ksplit`, and
 //! the emulable part of `common.cuh`, including the int8 MMQ tile.
 //! The stand-ins for the CUDA builtins they use are in `tests/cuda_emu/prelude.h`: one IEEE
 //! operation each, `-ffp-contract=off`, and an m16n8k32 int8 MMA with the PTX fragment
@@ -69,7 +69,7 @@ fn emulator() -> Option<&'static Path> {
             .expect("end marker");
         let mut program = String::from(include_str!("cuda_emu/prelude.h"));
         program.push_str(&common[begin..end]);
-        for m in ["ffn_q8_1", "ffn_q2", "ffn_q4k", "ffn_lora"] {
+        for m in ["ffn_q8_1", "ffn_q2g128", "ffn_q4k_mmq", "ffn_lora"] {
             program.push_str(&format!("\n// ---- {m} ----\n"));
             program.push_str(&strip_includes(raw(m)));
         }
@@ -314,7 +314,7 @@ fn q2_kernels_match_the_references() {
     let e = layouts::q2g128::encode(&w, N, K);
     let (blocks, kp) = (e.parts[0].1.clone(), e.padded[1]);
     let x = r.vec(4 * K, 1.0);
-    for (name, m) in [("q2_0_gemv_vec", 1usize), ("q2_0_gemv_vec_batchm", 3)] {
+    for (name, m) in [("q2g128_gemv", 1usize), ("q2g128_gemv_batchm", 3)] {
         let mut a = [
             A::P(f32b(&x)),
             A::I(m),
@@ -340,7 +340,7 @@ fn q2_kernels_match_the_references() {
     ];
     launch(
         exe,
-        "dequant_q2_0_gn_to_bf16",
+        "q2g128_dequant_bf16",
         ((N * kp / 128 * 32).div_ceil(256), 1),
         256,
         &mut a,
@@ -354,7 +354,7 @@ fn q2_kernels_match_the_references() {
     let xm = r.vec(m * K, 1.0);
     assert_mmq_q8_1(
         exe,
-        "q2_0_mmq_gemm",
+        "q2g128_mmq_gemm",
         &xm,
         m,
         &blocks,
@@ -428,7 +428,7 @@ fn q4k_and_int8_gemms_and_lora_match_the_references() {
     ];
     launch(
         exe,
-        "int8_gemm_faith2",
+        "q4k_mmq_int8_down_gemm",
         (N.div_ceil(128), m.div_ceil(64)),
         128,
         &mut a,
@@ -445,7 +445,7 @@ fn q4k_and_int8_gemms_and_lora_match_the_references() {
         )
     });
     let err = rel_err(&bf32(buf(&a[5])), &want);
-    assert!(err < 2e-6, "int8_gemm_faith2: {err}");
+    assert!(err < 2e-6, "q4k_mmq_int8_down_gemm: {err}");
     // LoRA: xa = A x, then y += scaling * B xa on top of an existing output.
     let rank = 12;
     let le = layouts::lora::encode(

@@ -62,7 +62,7 @@ fn run(
     m: usize,
 ) -> Result<Vec<f32>, GpuError> {
     c.trace.clear();
-    poison(c.backend.as_ref(), c.arena.moe_output).unwrap();
+    poison(c.backend.as_ref(), c.arena.output).unwrap();
     let out = match method {
         "forward" => layer.forward(c, x),
         "k2" => layer.forward_k2(c, x),
@@ -447,15 +447,13 @@ fn nvfp4_decode_arm_and_finalize_nvfp4_mmq_load() {
 }
 
 #[test]
-fn every_kernel_name_exists_in_the_cuda_sources_or_is_a_later_issue() {
+fn every_kernel_name_exists_in_the_cuda_sources() {
     // The host backend implements exactly the entry points of kernels/*.cu.
     let b = HostBackend::new();
     for (field, module, name) in metrale_pack::ffn::FFN_KERNELS {
-        let ok = b.kernel(module, name).ok();
-        let later = ["w8a8_block_gemm"].contains(name);
         assert!(
-            ok != later,
-            "{field}: {module}::{name} resolved={ok}, later-issue={later}"
+            b.kernel(module, name).ok(),
+            "{field}: {module}::{name} does not resolve"
         );
     }
 }
@@ -913,9 +911,9 @@ fn packed_q2_decode_small_batches_prefill_paths_and_refusals() {
     let mut l = DenseFfnLayer::new(&c);
     install_q2(c.backend.as_ref(), &mut l, &w).unwrap();
     for (method, m, k) in [
-        ("forward", 1, "q2_0_gemv_vec"),
-        ("k2", 2, "q2_0_gemv_vec_batchm"),
-        ("k3", 3, "q2_0_gemv_vec_batchm"),
+        ("forward", 1, "q2g128_gemv"),
+        ("k2", 2, "q2g128_gemv_batchm"),
+        ("k3", 3, "q2g128_gemv_batchm"),
     ] {
         let (x, xs) = input(&c, &mut r, m);
         let y = run(&mut c, &l, method, x, m).unwrap();
@@ -923,7 +921,7 @@ fn packed_q2_decode_small_batches_prefill_paths_and_refusals() {
         let e = rel_err(&y, &ffn_f64(&xs, m, &wq, Activation::Silu));
         assert!(e < 1e-5, "{method}: {e}");
     }
-    // No packed-Q2 arm in forward_km.
+    // No q2g128 arm in forward_km.
     assert!(!l.can_forward_km(2));
     let (x, _) = input(&c, &mut r, 2);
     let e = run(&mut c, &l, "km", x, 2).unwrap_err().to_string();
@@ -931,13 +929,13 @@ fn packed_q2_decode_small_batches_prefill_paths_and_refusals() {
     // Prefill: dequantize each projection to BF16, then the BF16 GEMM.
     let dq = [
         "f32_to_bf16",
-        "dequant_q2_0_gn_to_bf16",
+        "q2g128_dequant_bf16",
         "cublas_gemm_bf16",
-        "dequant_q2_0_gn_to_bf16",
+        "q2g128_dequant_bf16",
         "cublas_gemm_bf16",
         "act_mul_silu",
         "f32_to_bf16",
-        "dequant_q2_0_gn_to_bf16",
+        "q2g128_dequant_bf16",
         "cublas_gemm_bf16",
     ];
     for m in [1usize, 6, 33] {
@@ -957,10 +955,7 @@ fn packed_q2_decode_small_batches_prefill_paths_and_refusals() {
     let e = rel_err(&y, &ffn_f64(&xs, 9, &wb, Activation::Silu));
     assert!(e < 1e-2, "gemv fallback: {e}");
     // The native MMQ path: one q8_1 quantization shared by gate and up, one for down.
-    let mut c3 = ctx(
-        HostBackend::new(),
-        levers(&[("METRALE_GGUF_NATIVE_Q2_MMQ", "1")]),
-    );
+    let mut c3 = ctx(HostBackend::new(), levers(&[("METRALE_Q2G128_MMQ", "1")]));
     let mut l3 = DenseFfnLayer::new(&c3);
     install_q2(c3.backend.as_ref(), &mut l3, &w).unwrap();
     let (x, xs) = input(&c3, &mut r, 17);
@@ -969,11 +964,11 @@ fn packed_q2_decode_small_batches_prefill_paths_and_refusals() {
         c3.trace,
         [
             "quantize_act_q8_1",
-            "q2_0_mmq_gemm",
-            "q2_0_mmq_gemm",
+            "q2g128_mmq_gemm",
+            "q2g128_mmq_gemm",
             "act_mul_silu",
             "quantize_act_q8_1",
-            "q2_0_mmq_gemm"
+            "q2g128_mmq_gemm"
         ]
     );
     // 8-bit activations per 32 values: 2e-2 of the f64 FFN on the q2 weights.
@@ -982,21 +977,21 @@ fn packed_q2_decode_small_batches_prefill_paths_and_refusals() {
     // Missing kernels are named; GELU prefill is refused with the reason.
     for (hide, lev, words) in [
         (
-            "q2_0_mmq_gemm",
-            vec![("METRALE_GGUF_NATIVE_Q2_MMQ", "1")],
-            "ffn_q2::q2_0_mmq_gemm",
+            "q2g128_mmq_gemm",
+            vec![("METRALE_Q2G128_MMQ", "1")],
+            "ffn_q2g128::q2g128_mmq_gemm",
         ),
         (
-            "dequant_q2_0_gn_to_bf16",
+            "q2g128_dequant_bf16",
             vec![],
-            "ffn_q2::dequant_q2_0_gn_to_bf16",
+            "ffn_q2g128::q2g128_dequant_bf16",
         ),
-        ("q2_0_gemv_vec", vec![], "ffn_q2::q2_0_gemv_vec"),
+        ("q2g128_gemv", vec![], "ffn_q2g128::q2g128_gemv"),
     ] {
         let mut c = ctx(HostBackend::without(&[hide]), levers(&lev));
         let mut l = DenseFfnLayer::new(&c);
         install_q2(c.backend.as_ref(), &mut l, &w).unwrap();
-        let method = if hide == "q2_0_gemv_vec" {
+        let method = if hide == "q2g128_gemv" {
             "forward"
         } else {
             "prefill"
@@ -1011,7 +1006,7 @@ fn packed_q2_decode_small_batches_prefill_paths_and_refusals() {
     let (x, _) = input(&cg, &mut r, 5);
     let e = run(&mut cg, &lg, "prefill", x, 5).unwrap_err().to_string();
     assert!(e.contains("SiLU layers only"), "{e}");
-    // finalize_nvfp4_mmq_load returns at once for a packed-Q2 layer; LoRA is refused.
+    // finalize_nvfp4_mmq_load returns at once for a q2g128 layer; LoRA is refused.
     let mut l4 = DenseFfnLayer::new(&c);
     install_nvfp4(c.backend.as_ref(), &mut l4, &w).unwrap();
     install_q2(c.backend.as_ref(), &mut l4, &w).unwrap();
@@ -1028,7 +1023,7 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
     let mut r = Rand(71);
     let w = DenseWeights::random(&mut r, H, I);
     let wd = nvfp4_decoded(&w);
-    let mmq = levers(&[("METRALE_FFN_MMQ", "1")]);
+    let mmq = levers(&[("METRALE_Q4K_MMQ", "1")]);
     let mut c = ctx(HostBackend::new(), mmq.clone());
     let mut l = DenseFfnLayer::new(&c);
     install_nvfp4_t(c.backend.as_ref(), &mut l, &w).unwrap();
@@ -1061,7 +1056,7 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
         }
         other => panic!("{other:?}"),
     }
-    // Prefill with METRALE_FFN_MMQ: q8_1 activations shared by gate and up, int8 down.
+    // Prefill with METRALE_Q4K_MMQ: q8_1 activations shared by gate and up, int8 down.
     for m in [1usize, 5, 40] {
         let (x, xs) = input(&c, &mut r, m);
         let y = run(&mut c, &l, "prefill", x, m).unwrap();
@@ -1073,7 +1068,7 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
                 "q4k_mmq_gemm",
                 "act_mul_silu",
                 "requant_a_bf16_int8",
-                "int8_gemm_faith2"
+                "q4k_mmq_int8_down_gemm"
             ]
         );
         // 8-bit activations: 2e-2 of the f64 FFN on the weights the arm holds.
@@ -1087,13 +1082,16 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
     let n0 = c.backend.launch_count();
     assert!(!l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
     assert_eq!(c.backend.launch_count(), n0);
-    // METRALE_FFN_MMQ_DOWN_Q4K, or the int8 kernels missing: down is Q4_K.
+    // METRALE_Q4K_MMQ_DOWN_Q4K, or the int8 kernels missing: down is Q4_K.
     for (b, lev) in [
         (
             HostBackend::new(),
-            levers(&[("METRALE_FFN_MMQ", "1"), ("METRALE_FFN_MMQ_DOWN_Q4K", "1")]),
+            levers(&[("METRALE_Q4K_MMQ", "1"), ("METRALE_Q4K_MMQ_DOWN_Q4K", "1")]),
         ),
-        (HostBackend::without(&["int8_gemm_faith2"]), mmq.clone()),
+        (
+            HostBackend::without(&["q4k_mmq_int8_down_gemm"]),
+            mmq.clone(),
+        ),
     ] {
         let mut c = ctx(b, lev);
         let mut l = DenseFfnLayer::new(&c);
@@ -1109,7 +1107,7 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
         );
         assert!(e < 2e-2, "{e}");
     }
-    // Returns at once: no lever, FP8 or packed-Q2 layers, each of the four kernels missing.
+    // Returns at once: no lever, FP8 or q2g128 layers, each of the four kernels missing.
     let cases: Vec<(HostBackend, ModelLevers, &str)> = vec![
         (HostBackend::new(), levers(&[]), ""),
         (HostBackend::new(), mmq.clone(), "fp8"),

@@ -1121,7 +1121,7 @@ fn a_pack_with_q4k_mmq_q2g128_and_lora_loads_with_zero_repack_launches() {
     let lp = loader::load(b.as_ref(), &out, &LoadOptions::default()).unwrap();
     let ov = &lp.layers[1];
     assert!(ov.q4k.is_some() && ov.q2.is_some() && ov.lora.is_some());
-    let env: HashMap<String, String> = [("METRALE_FFN_MMQ".to_string(), "1".to_string())].into();
+    let env: HashMap<String, String> = [("METRALE_Q4K_MMQ".to_string(), "1".to_string())].into();
     let levers = ModelLevers::from_map(&env, metrale_pack::gpu::levers::HARDWARE_SM90);
     let cfg = FfnConfig {
         hidden: h,
@@ -1153,7 +1153,7 @@ fn a_pack_with_q4k_mmq_q2g128_and_lora_loads_with_zero_repack_launches() {
     let y = download_f32(b.as_ref(), l.forward_prefill(&mut ctx, xp, 4).unwrap()).unwrap();
     assert!(y.iter().all(|v| v.is_finite()));
     assert!(ctx.trace.contains(&"q4k_mmq_gemm") && ctx.trace.contains(&"lora_b_add"));
-    // The packed-Q2 overlay of the same pack serves decode.
+    // The q2g128 overlay of the same pack serves decode.
     let mut l2 = DenseFfnLayer::new(&ctx);
     metrale_pack::loader::LayerOverlays {
         q2: ov.q2,
@@ -1163,5 +1163,5 @@ fn a_pack_with_q4k_mmq_q2g128_and_lora_loads_with_zero_repack_launches() {
     .unwrap();
     ctx.trace.clear();
     l2.forward(&mut ctx, xp).unwrap();
-    assert_eq!(ctx.trace[0], "q2_0_gemv_vec");
+    assert_eq!(ctx.trace[0], "q2g128_gemv");
 }

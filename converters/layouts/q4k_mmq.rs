@@ -3,7 +3,7 @@
 //! multiple of [`K_ALIGN`] (one superblock per MMQ K step); single part. Down, by default
 //! (`Int8`): int8 codes `[n, kp]` (part `codes`) with f32 per-row scales `[n]` (part `scales`),
 //! `d = amax/127`, `q = roundf(x * (1/d))` (the Q8_0 rule per row), `y = q * d`; with
-//! `--q4k-down q4k` (`METRALE_FFN_MMQ_DOWN_Q4K`) down is Q4_K like gate and up. Where the source
+//! `--q4k-down q4k` (`METRALE_Q4K_MMQ_DOWN_Q4K`) down is Q4_K like gate and up. Where the source
 //! already is Q4_K with K a multiple of 256 its bytes are carried unchanged.
 
 use super::{Encoded, crop, pad, round_up};

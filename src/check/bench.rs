@@ -127,7 +127,7 @@ pub fn benchmarks(
         (
             "Q4_K MMQ (int8 down)",
             |b, l, w| install_nvfp4_q4k(b, l, w, false),
-            &[("METRALE_FFN_MMQ", "1")],
+            &[("METRALE_Q4K_MMQ", "1")],
             true,
             nvfp4_bpe,
         ),
@@ -136,7 +136,7 @@ pub fn benchmarks(
         (
             "q2 MMQ (q8_1)",
             install_q2,
-            &[("METRALE_GGUF_NATIVE_Q2_MMQ", "1")],
+            &[("METRALE_Q2G128_MMQ", "1")],
             true,
             q2_bpe,
         ),
@@ -193,7 +193,7 @@ pub fn benchmarks(
             "finalize_q4k_load (GPU Q4_K gate+up, int8 down)",
             install_nvfp4,
             ModelLevers {
-                ffn_mmq: true,
+                q4k_mmq: true,
                 ..ModelLevers::default()
             },
             |l, c, h, i| l.finalize_q4k_load(c, h, i, 0),

@@ -77,7 +77,7 @@ pub fn kernel_checks(
             layer.w8a8_project(&mut ctx, &ww, xd, m, yd, n)?;
             b.synchronize(0)?;
             let mut q = vec![0u8; m * ww.kp];
-            b.download(ctx.arena.act_fp8.view(0, q.len() as u64), &mut q)?;
+            b.download(ctx.arena.act_codes.view(0, q.len() as u64), &mut q)?;
             let sx = download_f32(b.as_ref(), ctx.arena.act_scale.view(0, (m * 4) as u64))?;
             let exact = (0..m).into_par_iter().all(|r| {
                 let (qr, s) = reference::quantize_row_fp8(xr(r), ww.kp);
@@ -387,7 +387,7 @@ pub fn kernel_checks(
         for p in [ct, st, tiles] {
             b.free(p);
         }
-        // Packed Q2: the GEMVs, the BF16 dequantization and the q8_1 activations bit for bit,
+        // q2g128: the GEMVs, the BF16 dequantization and the q8_1 activations bit for bit,
         // the MMQ GEMM against the f64 product of the same q8_1 blocks.
         {
             use crate::gpu::KArg::{I32, Ptr};
@@ -401,8 +401,8 @@ pub fn kernel_checks(
                 out
             };
             for (name, handle, cap) in [
-                ("q2_0_gemv_vec", kk.q2_gemv, 1usize),
-                ("q2_0_gemv_vec_batchm", kk.q2_gemv_m, 4),
+                ("q2g128_gemv", kk.q2_gemv, 1usize),
+                ("q2g128_gemv_batchm", kk.q2_gemv_m, 4),
             ] {
                 for &m in ms.iter().filter(|&&m| m <= cap) {
                     poison(b.as_ref(), yd)?;
@@ -423,7 +423,7 @@ pub fn kernel_checks(
             let same = got == reference::q2_dequant_bf16(&qe.parts[0].1, n, kp2);
             push(
                 &mut rows,
-                "dequant_q2_0_gn_to_bf16 (bytes)",
+                "q2g128_dequant_bf16 (bytes)",
                 (h, i),
                 0,
                 if same { 0.0 } else { 1.0 },
@@ -487,7 +487,7 @@ pub fn kernel_checks(
                     );
                     out
                 })?;
-                push(&mut rows, "q2_0_mmq_gemm", (h, i), m, err, 2e-6);
+                push(&mut rows, "q2g128_mmq_gemm", (h, i), m, err, 2e-6);
             }
             b.free(xq);
             b.free(qw);
@@ -531,8 +531,8 @@ pub fn kernel_checks(
             let wd = nvfp4_decoded(&down);
             for down_q4k in [false, true] {
                 let levers = ModelLevers {
-                    ffn_mmq: true,
-                    ffn_mmq_down_q4k: down_q4k,
+                    q4k_mmq: true,
+                    q4k_mmq_down_q4k: down_q4k,
                     ..ModelLevers::default()
                 };
                 let cfg = FfnConfig {
@@ -649,7 +649,7 @@ pub fn kernel_checks(
                             reference::int8_row(&qa, d, &wc, &ws, k, kp_d, &mut out);
                             out
                         })?;
-                        push(&mut rows, "int8_gemm_faith2", (h, i), m, err, 2e-6);
+                        push(&mut rows, "q4k_mmq_int8_down_gemm", (h, i), m, err, 2e-6);
                     }
                 }
                 for p in [xq, actd, aq, sa, yk] {

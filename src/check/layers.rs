@@ -106,20 +106,20 @@ pub fn layer_checks_of(
         (
             "nvfp4 q4k mmq",
             |b, l, w| install_nvfp4_q4k(b, l, w, false),
-            lev(&[("METRALE_FFN_MMQ", "1")]),
+            lev(&[("METRALE_Q4K_MMQ", "1")]),
             Activation::Silu,
         ),
         (
             "nvfp4 q4k mmq q4k-down",
             |b, l, w| install_nvfp4_q4k(b, l, w, true),
-            lev(&[("METRALE_FFN_MMQ", "1")]),
+            lev(&[("METRALE_Q4K_MMQ", "1")]),
             Activation::Silu,
         ),
         ("q2", install_q2, lev(&[]), Activation::Silu),
         (
             "q2 mmq",
             install_q2,
-            lev(&[("METRALE_GGUF_NATIVE_Q2_MMQ", "1")]),
+            lev(&[("METRALE_Q2G128_MMQ", "1")]),
             Activation::Silu,
         ),
         (
@@ -178,7 +178,7 @@ pub fn layer_checks_of(
                                 c: &mut ForwardContext,
                                 x: DevicePtr|
                      -> GpuResult<Vec<f32>> {
-                        c.backend.fill(c.arena.moe_output, 0xFF)?;
+                        c.backend.fill(c.arena.output, 0xFF)?;
                         let out = match *method {
                             "forward" => l.forward(c, x),
                             "forward_k2" => l.forward_k2(c, x),

@@ -239,7 +239,7 @@ pub fn load_checks_from(
             // the layer from the pack (Q4_K MMQ prefill, int8 down, the adapter on both) agrees
             // with the host backend given the same pack.
             let levers = ModelLevers {
-                ffn_mmq: true,
+                q4k_mmq: true,
                 ..ModelLevers::default()
             };
             let host: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());

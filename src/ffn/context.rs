@@ -14,20 +14,20 @@ pub struct FfnConfig {
 #[derive(Clone, Debug)]
 pub struct Arena {
     /// `[max_tokens, hidden]` f32: every forward method's output.
-    pub moe_output: DevicePtr,
+    pub output: DevicePtr,
     /// `[max_tokens, max(inter, 2*interp/max_tokens..)]` f32: gate projection output (the fused
     /// FP8 gate+up GEMV writes `[1, 2*interp]` here).
-    pub expert_gate_out: DevicePtr,
+    pub gate_out: DevicePtr,
     /// `[max_tokens, inter]` f32: up projection output, and act-mul output of the fused path.
-    pub expert_up_out: DevicePtr,
+    pub up_out: DevicePtr,
     /// LoRA `A x` and delta (used by the LoRA arm).
     pub lora_xa: DevicePtr,
     pub lora_delta: DevicePtr,
-    /// Packed-Q2 activation quantization and dequantization scratch (Q2 arm).
+    /// q2g128 activation quantization and dequantization scratch (Q2 arm).
     pub q2_act_q8: DevicePtr,
     pub q2_dequant_scratch: DevicePtr,
     /// FP8 activation codes `[max_tokens, kp_max]` and their row scales `[max_tokens]` (W8A8).
-    pub act_fp8: DevicePtr,
+    pub act_codes: DevicePtr,
     pub act_scale: DevicePtr,
     /// BF16 activations `[max_tokens, max(hidden, inter)]` for the cuBLAS arm.
     pub act_bf16: DevicePtr,
@@ -37,14 +37,14 @@ impl Arena {
     /// Every buffer of the arena.
     pub fn all(&self) -> [DevicePtr; 10] {
         [
-            self.moe_output,
-            self.expert_gate_out,
-            self.expert_up_out,
+            self.output,
+            self.gate_out,
+            self.up_out,
             self.lora_xa,
             self.lora_delta,
             self.q2_act_q8,
             self.q2_dequant_scratch,
-            self.act_fp8,
+            self.act_codes,
             self.act_scale,
             self.act_bf16,
         ]
@@ -87,9 +87,9 @@ impl ForwardContext {
         let kmax = round_up(config.hidden.max(config.inter), 256) as u64;
         let b = &backend;
         let arena = Arena {
-            moe_output: b.alloc(t * h * 4)?,
-            expert_gate_out: b.alloc((t * i).max(2 * interp) * 4)?,
-            expert_up_out: b.alloc(t * i * 4)?,
+            output: b.alloc(t * h * 4)?,
+            gate_out: b.alloc((t * i).max(2 * interp) * 4)?,
+            up_out: b.alloc(t * i * 4)?,
             lora_xa: b.alloc(t * 256 * 4)?,
             lora_delta: b.alloc(t * h.max(i) * 4)?,
             q2_act_q8: b.alloc(t * kmax / 32 * 36)?,
@@ -98,7 +98,7 @@ impl ForwardContext {
                 2 * (i * round_up(config.hidden, 128) as u64)
                     .max(h * round_up(config.inter, 128) as u64),
             )?,
-            act_fp8: b.alloc(t * kmax)?,
+            act_codes: b.alloc(t * kmax)?,
             act_scale: b.alloc(t * 4)?,
             act_bf16: b.alloc(t * h.max(i) * 2)?,
         };

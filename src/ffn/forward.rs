@@ -6,7 +6,7 @@ use crate::gpu::{DevicePtr, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg};
 use crate::model::Activation;
 
 impl DenseFfnLayer {
-    /// One decode row. Returns `moe_output` holding `[1, hidden]`.
+    /// One decode row. Returns `output` holding `[1, hidden]`.
     pub fn forward(&self, ctx: &mut ForwardContext, input: DevicePtr) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, 1)?;
         if self.w8a8.is_some() && self.fixed_w8a8_ok(ctx, 1) {
@@ -130,7 +130,7 @@ impl DenseFfnLayer {
             self.fp8_arm(ctx, input, m)
         } else if let Some(w) = self.bf16 {
             self.bf16_prefill_arm(ctx, input, m, &w)
-        } else if self.weights.nvfp4.is_some() && ctx.levers.ffn_mmq && self.weights.q4k.is_some() {
+        } else if self.weights.nvfp4.is_some() && ctx.levers.q4k_mmq && self.weights.q4k.is_some() {
             self.q4k_mmq_arm(ctx, input, m)
         } else if let Some(w) = self.weights.nvfp4 {
             let pw = [(0, w[0]), (1, w[1]), (2, w[2])];
@@ -237,7 +237,7 @@ impl DenseFfnLayer {
     }
 
     /// The gated FFN through one projection function: gate and up into the arena, act-mul in
-    /// place, down into `moe_output`.
+    /// place, down into `output`.
     pub(crate) fn gated<W>(
         &self,
         ctx: &mut ForwardContext,
@@ -256,11 +256,7 @@ impl DenseFfnLayer {
         ) -> GpuResult<()>,
     ) -> GpuResult<DevicePtr> {
         let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (
-            ctx.arena.expert_gate_out,
-            ctx.arena.expert_up_out,
-            ctx.arena.moe_output,
-        );
+        let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         project(self, ctx, &w[0], x, m, g, i)?;
         project(self, ctx, &w[1], x, m, u, i)?;
         if lora {

@@ -13,7 +13,7 @@ impl DenseFfnLayer {
         up: Bf16Weight,
         down: Bf16Weight,
     ) -> GpuResult<()> {
-        for (p, w) in [(P::Gate, &gate), (P::Up, &up), (P::Down, &down)] {
+        for (p, w) in [(Proj::Gate, &gate), (Proj::Up, &up), (Proj::Down, &down)] {
             self.check_shape("set_bf16_weights", p, w.n, w.k)?;
             if w.k % 8 != 0
                 || w.kp < w.k
@@ -37,7 +37,7 @@ impl DenseFfnLayer {
         up: Fp8Weight,
         down: Fp8Weight,
     ) -> GpuResult<()> {
-        for (p, w) in [(P::Gate, &gate), (P::Up, &up), (P::Down, &down)] {
+        for (p, w) in [(Proj::Gate, &gate), (Proj::Up, &up), (Proj::Down, &down)] {
             self.check_shape("set_fp8_weights", p, w.n, w.k)?;
             check_fp8(w, &format!("set_fp8_weights {p:?}"))?;
         }
@@ -101,7 +101,7 @@ impl DenseFfnLayer {
                 self.hidden, self.inter
             )));
         }
-        for (p, x) in [(P::Gate, &w[0]), (P::Up, &w[1]), (P::Down, &w[2])] {
+        for (p, x) in [(Proj::Gate, &w[0]), (Proj::Up, &w[1]), (Proj::Down, &w[2])] {
             self.check_shape("set_w8a8_decode_weights", p, x.n, x.k)?;
             if x.kp % 128 != 0
                 || x.kp < x.k
@@ -120,7 +120,7 @@ impl DenseFfnLayer {
 
     /// Install the NVFP4 base (`nvfp4` layout: ModelOpt codes and scales, K padded to 64).
     pub fn set_nvfp4_weights(&mut self, w: [Nvfp4Weight; 3]) -> GpuResult<()> {
-        for (p, x) in [(P::Gate, &w[0]), (P::Up, &w[1]), (P::Down, &w[2])] {
+        for (p, x) in [(Proj::Gate, &w[0]), (Proj::Up, &w[1]), (Proj::Down, &w[2])] {
             self.check_shape("set_nvfp4_weights", p, x.n, x.k)?;
             if x.k % 32 != 0
                 || x.kp % 64 != 0
@@ -244,13 +244,13 @@ impl DenseFfnLayer {
     }
 
     /// Install a LoRA adapter (`lora` layout) per projection (gate, up, down; any may be absent)
-    /// on the NVFP4 base. Refused while an FP8, BF16 or packed-Q2 overlay is installed, and when
+    /// on the NVFP4 base. Refused while an FP8, BF16 or q2g128 overlay is installed, and when
     /// the layer cannot take the split-SiLU decode path (SiLU, `act_mul_silu` and `w4a16_gemv`
     /// resolved), with those words.
     pub fn set_lora_weights(&mut self, w: [Option<LoraWeight>; 3]) -> GpuResult<()> {
         if self.fp8.is_some() || self.bf16.is_some() || self.q2.is_some() {
             return Err(GpuError::Invalid(
-                "set_lora_weights: refused while an FP8, BF16 or packed-Q2 overlay is installed (LoRA applies to the NVFP4 arms only)".into(),
+                "set_lora_weights: refused while an FP8, BF16 or q2g128 overlay is installed (LoRA applies to the NVFP4 arms only)".into(),
             ));
         }
         if self.activation != Activation::Silu
@@ -266,7 +266,7 @@ impl DenseFfnLayer {
                 "set_lora_weights: install the NVFP4 base first".into(),
             ));
         }
-        for (p, x) in [P::Gate, P::Up, P::Down].into_iter().zip(w.iter()) {
+        for (p, x) in [Proj::Gate, Proj::Up, Proj::Down].into_iter().zip(w.iter()) {
             let Some(x) = x else { continue };
             self.check_shape("set_lora_weights", p, x.n, x.k)?;
             if x.rank == 0
@@ -284,11 +284,11 @@ impl DenseFfnLayer {
         Ok(())
     }
 
-    /// Load-time setup of the Q4_K MMQ prefill arm (`METRALE_FFN_MMQ=1`): builds on the GPU,
+    /// Load-time setup of the Q4_K MMQ prefill arm (`METRALE_Q4K_MMQ=1`): builds on the GPU,
     /// from the NVFP4 base, gate and up as Q4_K (byte-identical to the converter's encoder, so to
-    /// ggml's reference quantizer) and down as int8 rows (when `int8_gemm_faith2` and
-    /// `requant_a_bf16_int8` resolved and `METRALE_FFN_MMQ_DOWN_Q4K` is unset) or Q4_K;
-    /// synchronizes; frees the `_t` copies. Returns at once (false) for packed-Q2 or FP8 layers,
+    /// ggml's reference quantizer) and down as int8 rows (when `q4k_mmq_int8_down_gemm` and
+    /// `requant_a_bf16_int8` resolved and `METRALE_Q4K_MMQ_DOWN_Q4K` is unset) or Q4_K;
+    /// synchronizes; frees the `_t` copies. Returns at once (false) for q2g128 or FP8 layers,
     /// when one of its four Q4_K kernels (`nvfp4_to_q4k`, `nvfp4_to_int8_rows`,
     /// `quantize_act_q8_1`, `q4k_mmq_gemm`) is missing, without the lever, without NVFP4 weights,
     /// or when the copies were given (a pack).
@@ -306,7 +306,7 @@ impl DenseFfnLayer {
                 && k.q4k_int8_encode.ok()
                 && k.q4k_gemm.ok()
                 && k.quant_q8_1.ok())
-            || !ctx.levers.ffn_mmq
+            || !ctx.levers.q4k_mmq
             || self.weights.q4k.is_some()
         {
             return Ok(false);
@@ -348,7 +348,7 @@ impl DenseFfnLayer {
         let gate = encode(ctx, &w[0], kp_gate)?;
         let up = encode(ctx, &w[1], kp_gate)?;
         let d = &w[2];
-        let down = if k.int8_gemm.ok() && k.requant_int8.ok() && !ctx.levers.ffn_mmq_down_q4k {
+        let down = if k.int8_gemm.ok() && k.requant_int8.ok() && !ctx.levers.q4k_mmq_down_q4k {
             let codes = b.alloc((d.n * kp_down) as u64)?;
             let scales = b.alloc((d.n * 4) as u64)?;
             let cfg = LaunchCfg::grid(d.n, 1, 256);
@@ -386,16 +386,16 @@ impl DenseFfnLayer {
         Ok(true)
     }
 
-    /// Install the packed Q2_0-g128 overlay (`q2g128` layout). Its arms: decode through
-    /// `q2_0_gemv_vec`, 2-3 rows through `forward_km_q2`, prefill (SiLU only) through the Q2 MMQ
-    /// GEMM (`METRALE_GGUF_NATIVE_Q2_MMQ=1`) or dequantize-to-BF16 plus the BF16 GEMM.
+    /// Install the packed q2g128 overlay (`q2g128` layout). Its arms: decode through
+    /// `q2g128_gemv`, 2-3 rows through `forward_km_q2`, prefill (SiLU only) through the Q2 MMQ
+    /// GEMM (`METRALE_Q2G128_MMQ=1`) or dequantize-to-BF16 plus the BF16 GEMM.
     pub fn set_q2_weights(
         &mut self,
-        gate: Q2Weight,
-        up: Q2Weight,
-        down: Q2Weight,
+        gate: Q2g128Weight,
+        up: Q2g128Weight,
+        down: Q2g128Weight,
     ) -> GpuResult<()> {
-        for (p, w) in [(P::Gate, &gate), (P::Up, &up), (P::Down, &down)] {
+        for (p, w) in [(Proj::Gate, &gate), (Proj::Up, &up), (Proj::Down, &down)] {
             self.check_shape("set_q2_weights", p, w.n, w.k)?;
             if !w.kp.is_multiple_of(128)
                 || w.kp < w.k

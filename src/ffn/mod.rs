@@ -3,9 +3,9 @@
 //! arena, levers), `weights` (one overlay struct per layout), `kernels` (the kernel table),
 //! `install` (the `set_*` validators and load-time finalizers), `routing` (which arm serves `m`
 //! rows), `forward` (the public forward methods), and `arms/` (one file per arm family: BF16, FP8
-//! and W8A8, NVFP4, packed Q2, Q4_K MMQ, LoRA).
+//! and W8A8, NVFP4, q2g128, Q4_K MMQ, LoRA).
 //!
-//! Activations are f32 row-major `[m, hidden]`; outputs land in the arena's `moe_output`
+//! Activations are f32 row-major `[m, hidden]`; outputs land in the arena's `output`
 //! (`[m, hidden]` f32). Every kernel launched is appended to `ForwardContext::trace`, so tests
 //! can assert which arm served a call.
 
@@ -31,13 +31,7 @@ pub use context::*;
 pub use kernels::*;
 pub use weights::*;
 
-/// Which projection of a layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum P {
-    Gate,
-    Up,
-    Down,
-}
+pub use crate::converters::layouts::Proj;
 
 /// The engine's dense FFN layer.
 pub struct DenseFfnLayer {
@@ -49,7 +43,7 @@ pub struct DenseFfnLayer {
     fp8: Option<Fp8Overlay>,
     w8a8: Option<[W8a8Weight; 3]>,
     lora: Option<[Option<LoraWeight>; 3]>,
-    q2: Option<[Q2Weight; 3]>,
+    q2: Option<[Q2g128Weight; 3]>,
     kernels: FfnKernels,
 }
 
@@ -87,10 +81,11 @@ impl DenseFfnLayer {
         &self.kernels
     }
 
-    fn check_shape(&self, what: &str, p: P, n: usize, k: usize) -> GpuResult<()> {
+    fn check_shape(&self, what: &str, p: Proj, n: usize, k: usize) -> GpuResult<()> {
         let want = match p {
-            P::Gate | P::Up => (self.inter, self.hidden),
-            P::Down => (self.hidden, self.inter),
+            Proj::Gate | Proj::Up => (self.inter, self.hidden),
+            Proj::Down => (self.hidden, self.inter),
+            Proj::GateUp => (2 * self.inter, self.hidden),
         };
         if (n, k) != want {
             return Err(GpuError::Invalid(format!(

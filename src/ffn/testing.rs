@@ -449,16 +449,16 @@ impl LoraAdapter {
     }
 }
 
-/// Install the packed Q2_0-g128 overlay (`q2g128` layout) encoded from the f32 weights.
+/// Install the packed q2g128 overlay (`q2g128` layout) encoded from the f32 weights.
 pub fn install_q2(
     b: &dyn GpuBackend,
     layer: &mut DenseFfnLayer,
     w: &DenseWeights,
 ) -> GpuResult<()> {
     let (h, i) = (w.hidden, w.inter);
-    let up = |x: &[f32], n: usize, k: usize| -> GpuResult<super::Q2Weight> {
+    let up = |x: &[f32], n: usize, k: usize| -> GpuResult<super::Q2g128Weight> {
         let e = layouts::q2g128::encode(x, n, k);
-        Ok(super::Q2Weight {
+        Ok(super::Q2g128Weight {
             blocks: alloc_upload(b, &e.parts[0].1)?,
             n,
             k,
@@ -469,7 +469,7 @@ pub fn install_q2(
 }
 
 /// The weights as the `q2g128` layout holds them; with `bf16`, each value then rounded to BF16
-/// (what `dequant_q2_0_gn_to_bf16` feeds the BF16 GEMM).
+/// (what `q2g128_dequant_bf16` feeds the BF16 GEMM).
 pub fn q2_decoded(w: &DenseWeights, bf16: bool) -> DenseWeights {
     decoded(w, |x, n, k| {
         let e = layouts::q2g128::encode(x, n, k);

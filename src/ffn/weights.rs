@@ -89,9 +89,9 @@ pub struct LoraWeight {
     pub scaling: f32,
 }
 
-/// Packed Q2_0-g128 weight (`q2g128` layout): `[n, kp/128]` blocks of 34 bytes.
+/// Packed q2g128 weight (`q2g128` layout): `[n, kp/128]` blocks of 34 bytes.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Q2Weight {
+pub struct Q2g128Weight {
     pub blocks: DevicePtr,
     pub n: usize,
     pub k: usize,
@@ -119,7 +119,7 @@ pub struct DenseFfnWeights {
 pub enum Q4kDown {
     /// Int8 codes `[hidden, kp_down]` with f32 row scales `[hidden]` (the default).
     Int8 { codes: DevicePtr, scales: DevicePtr },
-    /// Q4_K rows like gate and up (`METRALE_FFN_MMQ_DOWN_Q4K`).
+    /// Q4_K rows like gate and up (`METRALE_Q4K_MMQ_DOWN_Q4K`).
     Q4k(DevicePtr),
 }
 

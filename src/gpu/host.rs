@@ -548,7 +548,7 @@ impl GpuBackend for HostBackend {
                     self.write_f32(y, row * ldy, &out)?;
                 }
             }
-            "q2_0_gemv_vec" | "q2_0_gemv_vec_batchm" => {
+            "q2g128_gemv" | "q2g128_gemv_batchm" => {
                 let (x, m, w) = (
                     self.read_f32(ptr(a, 0)?)?,
                     int(a, 1)?,
@@ -556,7 +556,7 @@ impl GpuBackend for HostBackend {
                 );
                 let (y, n, kk, kp, ldy) =
                     (ptr(a, 3)?, int(a, 4)?, int(a, 5)?, int(a, 6)?, int(a, 7)?);
-                let cap = if name == "q2_0_gemv_vec" { 1 } else { 4 };
+                let cap = if name == "q2g128_gemv" { 1 } else { 4 };
                 if m > cap {
                     return Err(GpuError::Invalid(format!("{name}: m = {m} > {cap}")));
                 }
@@ -564,7 +564,7 @@ impl GpuBackend for HostBackend {
                     reference::q2_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, row);
                 })?;
             }
-            "dequant_q2_0_gn_to_bf16" => {
+            "q2g128_dequant_bf16" => {
                 let (w, n, kp) = (self.read(ptr(a, 0)?)?, int(a, 1)?, int(a, 2)?);
                 self.write(ptr(a, 3)?, 0, &reference::q2_dequant_bf16(&w, n, kp))?;
             }
@@ -581,7 +581,7 @@ impl GpuBackend for HostBackend {
                     self.write(out, r * kp / 32 * 36, &q)?;
                 }
             }
-            "q2_0_mmq_gemm" => {
+            "q2g128_mmq_gemm" => {
                 let (xq, m, w) = (self.read(ptr(a, 0)?)?, int(a, 1)?, self.read(ptr(a, 2)?)?);
                 let (y, n, kp, ldy) = (ptr(a, 3)?, int(a, 4)?, int(a, 5)?, int(a, 6)?);
                 let bs = kp / 32 * 36;
@@ -639,7 +639,7 @@ impl GpuBackend for HostBackend {
                     self.write_f32(qs, r, &[d])?;
                 }
             }
-            "int8_gemm_faith2" => {
+            "q4k_mmq_int8_down_gemm" => {
                 let (aq, sa, m) = (
                     self.read(ptr(a, 0)?)?,
                     self.read_f32(ptr(a, 1)?)?,

@@ -10,8 +10,8 @@ pub const MODULES: &[(&str, &str)] = &[
     ("ffn_nvfp4", include_str!("../../kernels/ffn_nvfp4.cu")),
     ("ffn_lora", include_str!("../../kernels/ffn_lora.cu")),
     ("ffn_q8_1", include_str!("../../kernels/ffn_q8_1.cu")),
-    ("ffn_q2", include_str!("../../kernels/ffn_q2.cu")),
-    ("ffn_q4k", include_str!("../../kernels/ffn_q4k.cu")),
+    ("ffn_q2g128", include_str!("../../kernels/ffn_q2g128.cu")),
+    ("ffn_q4k_mmq", include_str!("../../kernels/ffn_q4k_mmq.cu")),
 ];
 
 /// The helpers every module may share (`kernels/common.cuh`).

@@ -17,24 +17,24 @@ pub struct ModelLevers {
     pub decode_ffn_via_gemm: bool,
     /// `METRALE_FFN_M16_TC` over HARDWARE.toml `ffn_m16_tc`.
     pub ffn_m16_tc: bool,
-    /// `METRALE_FFN_FP8_W8A8=1`: FP8 prefill through the W8A8 block-scaled GEMM when resolved.
-    pub fp8_w8a8_gemm: bool,
     /// HARDWARE.toml `w8a8_max_rows` (`METRALE_W8A8_MAX_ROWS`).
     pub w8a8_max_rows: usize,
     /// `METRALE_FFN_GATEUP_FUSED` over HARDWARE.toml `ffn_gateup_fused`.
     pub ffn_gateup_fused: bool,
-    /// `METRALE_FFN_MMQ=1`: build the Q4_K MMQ arm at load.
-    pub ffn_mmq: bool,
-    /// `METRALE_FFN_MMQ_DOWN_Q4K=1`: Q4_K down instead of int8.
-    pub ffn_mmq_down_q4k: bool,
+    /// `METRALE_Q4K_MMQ=1` (old name `METRALE_FFN_MMQ`): build the `q4k_mmq` arm at load.
+    pub q4k_mmq: bool,
+    /// `METRALE_Q4K_MMQ_DOWN_Q4K=1` (old name `METRALE_FFN_MMQ_DOWN_Q4K`): Q4_K down instead of
+    /// int8.
+    pub q4k_mmq_down_q4k: bool,
     /// `METRALE_NO_FFN_NVFP4_MMQ=1`.
     pub no_ffn_nvfp4_mmq: bool,
     /// `METRALE_NO_FFN_NVFP4_MMQ_DOWN=1`.
     pub no_ffn_nvfp4_mmq_down: bool,
     /// `METRALE_LORA_NO_FFN=1`.
     pub lora_no_ffn: bool,
-    /// `METRALE_GGUF_NATIVE_Q2_MMQ=1`.
-    pub gguf_native_q2_mmq: bool,
+    /// `METRALE_Q2G128_MMQ=1` (old name `METRALE_GGUF_NATIVE_Q2_MMQ`): the `q2g128` prefill
+    /// through the q8_1 MMQ GEMM.
+    pub q2g128_mmq: bool,
     /// `METRALE_SMALL_BATCH_W4A4=1`.
     pub small_batch_w4a4: bool,
     /// `METRALE_SINGLE_ROW_W4A4=1`.
@@ -91,15 +91,14 @@ impl ModelLevers {
             ffn_small_m: env.get("METRALE_FFN_SMALLM").is_none_or(|v| v != "0"),
             decode_ffn_via_gemm: flag("METRALE_DECODE_FFN_VIA_GEMM"),
             ffn_m16_tc: flag_or("METRALE_FFN_M16_TC", "ffn_m16_tc", false),
-            fp8_w8a8_gemm: flag("METRALE_FFN_FP8_W8A8"),
             w8a8_max_rows: num_or("METRALE_W8A8_MAX_ROWS", "w8a8_max_rows", 64),
             ffn_gateup_fused: flag_or("METRALE_FFN_GATEUP_FUSED", "ffn_gateup_fused", true),
-            ffn_mmq: flag("METRALE_FFN_MMQ"),
-            ffn_mmq_down_q4k: flag("METRALE_FFN_MMQ_DOWN_Q4K"),
+            q4k_mmq: flag("METRALE_Q4K_MMQ") || flag("METRALE_FFN_MMQ"),
+            q4k_mmq_down_q4k: flag("METRALE_Q4K_MMQ_DOWN_Q4K") || flag("METRALE_FFN_MMQ_DOWN_Q4K"),
             no_ffn_nvfp4_mmq: flag("METRALE_NO_FFN_NVFP4_MMQ"),
             no_ffn_nvfp4_mmq_down: flag("METRALE_NO_FFN_NVFP4_MMQ_DOWN"),
             lora_no_ffn: flag("METRALE_LORA_NO_FFN"),
-            gguf_native_q2_mmq: flag("METRALE_GGUF_NATIVE_Q2_MMQ"),
+            q2g128_mmq: flag("METRALE_Q2G128_MMQ") || flag("METRALE_GGUF_NATIVE_Q2_MMQ"),
             small_batch_w4a4: flag("METRALE_SMALL_BATCH_W4A4"),
             single_row_w4a4: flag("METRALE_SINGLE_ROW_W4A4"),
             activation_quantization: env.get("METRALE_ACTIVATION_QUANTIZATION").cloned(),
@@ -123,6 +122,25 @@ impl Default for ModelLevers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn old_lever_names_keep_working() {
+        let on = |k: &str| {
+            let env = HashMap::from([(k.to_string(), "1".to_string())]);
+            ModelLevers::from_map(&env, HARDWARE_SM90)
+        };
+        for k in ["METRALE_Q4K_MMQ", "METRALE_FFN_MMQ"] {
+            assert!(on(k).q4k_mmq, "{k}");
+        }
+        for k in ["METRALE_Q4K_MMQ_DOWN_Q4K", "METRALE_FFN_MMQ_DOWN_Q4K"] {
+            assert!(on(k).q4k_mmq_down_q4k, "{k}");
+        }
+        for k in ["METRALE_Q2G128_MMQ", "METRALE_GGUF_NATIVE_Q2_MMQ"] {
+            assert!(on(k).q2g128_mmq, "{k}");
+        }
+        let none = ModelLevers::from_map(&HashMap::new(), HARDWARE_SM90);
+        assert!(!none.q4k_mmq && !none.q4k_mmq_down_q4k && !none.q2g128_mmq);
+    }
 
     #[test]
     fn hardware_defaults_and_env_overrides() {

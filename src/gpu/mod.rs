@@ -83,7 +83,7 @@ impl LaunchCfg {
         }
     }
 
-    /// The int8 MMQ tile GEMMs (`q4k_mmq_gemm`, `q2_0_mmq_gemm`, `int8_gemm_faith2`;
+    /// The int8 MMQ tile GEMMs (`q4k_mmq_gemm`, `q2g128_mmq_gemm`, `q4k_mmq_int8_down_gemm`;
     /// kernels/common.cuh `MMQ_BM` x `MMQ_BN`): one 128-thread block per 64 rows x 128 outputs.
     pub fn mmq_tile(m: usize, n: usize) -> Self {
         Self::grid(n.div_ceil(128), m.div_ceil(64), 128)

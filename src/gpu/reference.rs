@@ -228,7 +228,7 @@ fn f16_at(b: &[u8]) -> f32 {
     half::f16::from_le_bytes([b[0], b[1]]).to_f32()
 }
 
-/// One output row of a packed Q2_0-g128 (`q2g128` layout) product:
+/// One output row of a packed q2g128 (`q2g128` layout) product:
 /// `y[j] = sum_blocks d * sum_e (q - 2) * x[e]` (x beyond k is 0), in f64.
 pub fn q2_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32]) {
     let nb = kp / 128;
@@ -251,7 +251,7 @@ pub fn q2_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32])
     });
 }
 
-/// `dequant_q2_0_gn_to_bf16`: BF16 bytes `[n, kp]`, each `bf16_rn(d * (q - 2))`.
+/// `q2g128_dequant_bf16`: BF16 bytes `[n, kp]`, each `bf16_rn(d * (q - 2))`.
 pub fn q2_dequant_bf16(w: &[u8], n: usize, kp: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n * kp * 2);
     for blk in w[..n * kp / 128 * 34].chunks_exact(34) {

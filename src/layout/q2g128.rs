@@ -1,9 +1,9 @@
-//! `q2g128`: 2-bit weights in groups of 128 (ggml's Q2_0 with group 128) for the packed-Q2 arms.
+//! `q2g128`: 2-bit weights in groups of 128 (ggml's Q2_0 with group 128) for the q2g128 arms.
 
 use super::*;
 use crate::converters::layouts::q2g128;
 use crate::converters::{BlockFormat, block_bytes, q2g128::Q2g128 as Block};
-use crate::ffn::Q2Weight;
+use crate::ffn::Q2g128Weight;
 
 pub struct Q2g128;
 
@@ -41,7 +41,7 @@ impl LayoutSpec for Q2g128 {
         o.q2 = Some([Proj::Gate, Proj::Up, Proj::Down].map(|p| {
             let (blocks, fe) = v.get(p, "").expect("checked");
             let (n, k, _, kp) = dims(fe);
-            Q2Weight { blocks, n, k, kp }
+            Q2g128Weight { blocks, n, k, kp }
         }));
     }
 }

@@ -120,11 +120,7 @@ impl DenseFfnLayer {
         w: &[Bf16Weight; 3],
     ) -> GpuResult<DevicePtr> {
         let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (
-            ctx.arena.expert_gate_out,
-            ctx.arena.expert_up_out,
-            ctx.arena.moe_output,
-        );
+        let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let xb = self.to_bf16(ctx, x, m * h)?;
         let st = ctx.stream;
         let blas = ctx.backend.gemm_bf16(

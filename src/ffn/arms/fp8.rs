@@ -7,8 +7,7 @@ use crate::gpu::{DevicePtr, GpuResult, KArg, KernelHandle, LaunchCfg, ModelLever
 impl DenseFfnLayer {
     /// The FP8 projection kernel for `m` rows: the first that resolved of batch-4 GEMV (m <= 4),
     /// tensor-core m16 (5..=32 with `ffn_m16_tc`), batch-16 GEMV (5..=32 with
-    /// `METRALE_FFN_BATCH16`), the W8A8 block GEMM (when selected), the pipelined tensor-core
-    /// GEMM, the base GEMM.
+    /// `METRALE_FFN_BATCH16`), the pipelined tensor-core GEMM, the base GEMM.
     pub(crate) fn fp8_kernel_for(&self, lev: &ModelLevers, m: usize) -> GpuResult<KernelHandle> {
         let k = &self.kernels;
         Ok(if m <= 4 && k.fp8_b4.ok() {
@@ -17,8 +16,6 @@ impl DenseFfnLayer {
             k.fp8_m16
         } else if (5..=32).contains(&m) && lev.ffn_batch16 && k.fp8_b16.ok() {
             k.fp8_b16
-        } else if lev.fp8_w8a8_gemm && k.fp8_w8a8_block.ok() {
-            return Err(missing("ffn_fp8", "w8a8_block_gemm"));
         } else if k.fp8_pipe.ok() {
             k.fp8_pipe
         } else if k.fp8_base.ok() {
@@ -138,11 +135,7 @@ impl DenseFfnLayer {
         let fused = ov.fused.unwrap();
         let interp = fused.np / 2;
         let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (
-            ctx.arena.expert_gate_out,
-            ctx.arena.expert_up_out,
-            ctx.arena.moe_output,
-        );
+        let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         self.fp8_project(ctx, &fused, x, 1, g, 2 * interp)?;
         let up_part = g.view((interp * 4) as u64, (i * 4) as u64);
         self.act_mul(ctx, g, up_part, u, 1, i, 2 * interp, 2 * interp, i)?;
@@ -159,7 +152,7 @@ impl DenseFfnLayer {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        let (q, s) = (ctx.arena.act_fp8, ctx.arena.act_scale);
+        let (q, s) = (ctx.arena.act_codes, ctx.arena.act_scale);
         let i = |v: usize| KArg::I32(v as i32);
         let cfg = LaunchCfg::grid(m, 1, 256);
         self.launch(

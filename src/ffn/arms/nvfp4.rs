@@ -170,11 +170,7 @@ impl DenseFfnLayer {
         }
         let w = self.weights.nvfp4.unwrap();
         let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (
-            ctx.arena.expert_gate_out,
-            ctx.arena.expert_up_out,
-            ctx.arena.moe_output,
-        );
+        let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let a = |v: usize| KArg::I32(v as i32);
         let cfg = LaunchCfg::grid(i.div_ceil(NVFP4_GEMV_COLS), 2, 256);
         let args = [
@@ -248,7 +244,7 @@ impl DenseFfnLayer {
     }
 
     /// Quantize `m` rows of `k` f32 activations to NVFP4 (`quantize_act_nvfp4`) into the arena:
-    /// codes `[m, kp/2]` then scales `[m, kp/16]` in `act_fp8`, globals in `act_scale`.
+    /// codes `[m, kp/2]` then scales `[m, kp/16]` in `act_codes`, globals in `act_scale`.
     pub(crate) fn quantize_nvfp4(
         &self,
         ctx: &mut ForwardContext,
@@ -260,10 +256,10 @@ impl DenseFfnLayer {
         if !self.kernels.quant_nvfp4.ok() {
             return Err(missing("ffn_nvfp4", "quantize_act_nvfp4"));
         }
-        let qc = ctx.arena.act_fp8.view(0, (m * kp / 2) as u64);
+        let qc = ctx.arena.act_codes.view(0, (m * kp / 2) as u64);
         let qs = ctx
             .arena
-            .act_fp8
+            .act_codes
             .view((m * kp / 2) as u64, (m * kp / 16) as u64);
         let qg = ctx.arena.act_scale.view(0, (m * 4) as u64);
         let a = |v: usize| KArg::I32(v as i32);
@@ -345,11 +341,7 @@ impl DenseFfnLayer {
     ) -> GpuResult<DevicePtr> {
         let w = self.weights.nvfp4.unwrap();
         let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (
-            ctx.arena.expert_gate_out,
-            ctx.arena.expert_up_out,
-            ctx.arena.moe_output,
-        );
+        let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let q = self.quantize_nvfp4(ctx, x, m, h, w[0].kp)?;
         self.w4a4_project(ctx, q, m, &w[0], g, i)?;
         self.w4a4_project(ctx, q, m, &w[1], u, i)?;

@@ -1,4 +1,4 @@
-//! The packed-Q2 (`q2g128`) arms: GEMV decode, q8_1 MMQ and dequantize-then-cuBLAS prefill.
+//! The q2g128 (`q2g128`) arms: GEMV decode, q8_1 MMQ and dequantize-then-cuBLAS prefill.
 
 use super::super::*;
 
@@ -6,24 +6,24 @@ use crate::gpu::{DevicePtr, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg};
 use crate::model::Activation;
 
 impl DenseFfnLayer {
-    /// One packed-Q2 projection through `q2_0_gemv_vec` (m = 1) or `q2_0_gemv_vec_batchm`.
+    /// One q2g128 projection through `q2g128_gemv` (m = 1) or `q2g128_gemv_batchm`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn q2_gemv_project(
         &self,
         ctx: &mut ForwardContext,
-        w: &Q2Weight,
+        w: &Q2g128Weight,
         x: DevicePtr,
         m: usize,
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
         let (k, name) = if m == 1 {
-            (self.kernels.q2_gemv, "q2_0_gemv_vec")
+            (self.kernels.q2_gemv, "q2g128_gemv")
         } else {
-            (self.kernels.q2_gemv_m, "q2_0_gemv_vec_batchm")
+            (self.kernels.q2_gemv_m, "q2g128_gemv_batchm")
         };
         if !k.ok() {
-            return Err(missing("ffn_q2", name));
+            return Err(missing("ffn_q2g128", name));
         }
         let a = |v: usize| KArg::I32(v as i32);
         let cfg = LaunchCfg::grid(w.n.div_ceil(8), 1, 256);
@@ -40,7 +40,7 @@ impl DenseFfnLayer {
         self.launch(ctx, k, cfg, &args)
     }
 
-    /// Packed-Q2 decode: gate and up GEMVs, act-mul, down GEMV.
+    /// q2g128 decode: gate and up GEMVs, act-mul, down GEMV.
     pub(crate) fn q2_gemv_arm(
         &self,
         ctx: &mut ForwardContext,
@@ -51,7 +51,7 @@ impl DenseFfnLayer {
         self.gated(ctx, x, m, false, &w, Self::q2_gemv_project)
     }
 
-    /// `forward_km_q2`: 2 and 3 rows (up to 4) through `q2_0_gemv_vec_batchm`.
+    /// `forward_km_q2`: 2 and 3 rows (up to 4) through `q2g128_gemv_batchm`.
     pub fn forward_km_q2(
         &self,
         ctx: &mut ForwardContext,
@@ -60,13 +60,11 @@ impl DenseFfnLayer {
     ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, x, m)?;
         if self.q2.is_none() {
-            return Err(GpuError::Invalid(
-                "forward_km_q2: no packed-Q2 weights".into(),
-            ));
+            return Err(GpuError::Invalid("forward_km_q2: no q2g128 weights".into()));
         }
         if m > 4 {
             return Err(GpuError::Invalid(format!(
-                "forward_km_q2: {m} rows, q2_0_gemv_vec_batchm serves 1..=4"
+                "forward_km_q2: {m} rows, q2g128_gemv_batchm serves 1..=4"
             )));
         }
         let w = self.q2.unwrap();
@@ -98,7 +96,7 @@ impl DenseFfnLayer {
         Ok(out)
     }
 
-    /// Packed-Q2 prefill, SiLU only: with `METRALE_GGUF_NATIVE_Q2_MMQ=1` and both kernels
+    /// q2g128 prefill, SiLU only: with `METRALE_Q2G128_MMQ=1` and both kernels
     /// resolved (every group is 128 in `q2g128`), the Q2 MMQ GEMM, gate and up sharing one q8_1
     /// quantization of the input and down quantizing the activation; otherwise each projection
     /// dequantized to BF16 into one shared scratch and multiplied by the BF16 GEMM, each
@@ -111,23 +109,19 @@ impl DenseFfnLayer {
     ) -> GpuResult<DevicePtr> {
         if self.activation != Activation::Silu {
             return Err(GpuError::Invalid(
-                "packed-Q2 prefill serves SiLU layers only; this layer is GELU".into(),
+                "q2g128 prefill serves SiLU layers only; this layer is GELU".into(),
             ));
         }
         let w = self.q2.unwrap();
         let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (
-            ctx.arena.expert_gate_out,
-            ctx.arena.expert_up_out,
-            ctx.arena.moe_output,
-        );
+        let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let k = &self.kernels;
-        if ctx.levers.gguf_native_q2_mmq {
+        if ctx.levers.q2g128_mmq {
             if !k.quant_q8_1.ok() {
                 return Err(missing("ffn_q8_1", "quantize_act_q8_1"));
             }
             if !k.q2_mmq.ok() {
-                return Err(missing("ffn_q2", "q2_0_mmq_gemm"));
+                return Err(missing("ffn_q2g128", "q2g128_mmq_gemm"));
             }
             let xq = self.quantize_q8_1(ctx, x, m, h, w[0].kp)?;
             let q2 = k.q2_mmq;
@@ -139,12 +133,12 @@ impl DenseFfnLayer {
             return Ok(out.view(0, (m * h * 4) as u64));
         }
         if !k.q2_dequant.ok() {
-            return Err(missing("ffn_q2", "dequant_q2_0_gn_to_bf16"));
+            return Err(missing("ffn_q2g128", "q2g128_dequant_bf16"));
         }
         let scratch = ctx.arena.q2_dequant_scratch;
         let project = |l: &Self,
                        c: &mut ForwardContext,
-                       w: &Q2Weight,
+                       w: &Q2g128Weight,
                        xf: DevicePtr,
                        xb: DevicePtr,
                        y: DevicePtr,
@@ -177,7 +171,7 @@ impl DenseFfnLayer {
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
-    /// One MMQ projection over q8_1 activation blocks (`q2_0_mmq_gemm`, `q4k_mmq_gemm`: the
+    /// One MMQ projection over q8_1 activation blocks (`q2g128_mmq_gemm`, `q4k_mmq_gemm`: the
     /// int8 tensor-core tile of kernels/common.cuh, arguments `(xq, m, w, y, n, kp, ldy)`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn mmq_q8_1_launch(

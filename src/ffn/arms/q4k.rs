@@ -5,7 +5,7 @@ use super::super::*;
 use crate::gpu::{DevicePtr, GpuResult, KArg, LaunchCfg};
 
 impl DenseFfnLayer {
-    /// The Q4_K MMQ prefill (`METRALE_FFN_MMQ=1` with the copies built or given): activations
+    /// The Q4_K MMQ prefill (`METRALE_Q4K_MMQ=1` with the copies built or given): activations
     /// to q8_1 blocks once for gate and up, the Q4_K dot-product GEMMs, act-mul, then down
     /// through the int8 GEMM after `requant_a_bf16_int8` (or q8_1 + Q4_K GEMM).
     pub(crate) fn q4k_mmq_arm(
@@ -17,14 +17,10 @@ impl DenseFfnLayer {
         let q = self.weights.q4k.unwrap();
         let k = self.kernels;
         if !k.q4k_gemm.ok() {
-            return Err(missing("ffn_q4k", "q4k_mmq_gemm"));
+            return Err(missing("ffn_q4k_mmq", "q4k_mmq_gemm"));
         }
         let (h, i) = (self.hidden, self.inter);
-        let (g, u, out) = (
-            ctx.arena.expert_gate_out,
-            ctx.arena.expert_up_out,
-            ctx.arena.moe_output,
-        );
+        let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let xq = self.quantize_q8_1(ctx, x, m, h, q.kp_gate)?;
         let qk = k.q4k_gemm;
         self.mmq_q8_1_launch(ctx, qk, xq, m, q.gate, i, q.kp_gate, g, i)?;
@@ -35,13 +31,13 @@ impl DenseFfnLayer {
         match q.down {
             Q4kDown::Int8 { codes, scales } => {
                 if !k.requant_int8.ok() {
-                    return Err(missing("ffn_q4k", "requant_a_bf16_int8"));
+                    return Err(missing("ffn_q4k_mmq", "requant_a_bf16_int8"));
                 }
                 if !k.int8_gemm.ok() {
-                    return Err(missing("ffn_q4k", "int8_gemm_faith2"));
+                    return Err(missing("ffn_q4k_mmq", "q4k_mmq_int8_down_gemm"));
                 }
                 let kp = q.kp_down;
-                let aq = ctx.arena.act_fp8.view(0, (m * kp) as u64);
+                let aq = ctx.arena.act_codes.view(0, (m * kp) as u64);
                 let sa = ctx.arena.act_scale.view(0, (m * 4) as u64);
                 let a = |v: usize| KArg::I32(v as i32);
                 let cfg = LaunchCfg::grid(m, 1, 256);

@@ -280,7 +280,7 @@ extern "C" __global__ void requant_a_bf16_int8(const float* __restrict__ x, int 
 // The int8 down GEMM: y[r, j] = ((float)sum_i a[r, i] * w[j, i]) * sa[r] * sw[j], the integer
 // sum exact (int8 tensor-core MMAs into s32), on the MMQ tile of common.cuh. aq [m, kp],
 // wq [n, kp], kp % 128 == 0. Grid (ceil(n / 128), ceil(m / 64)), block 128.
-extern "C" __global__ void __launch_bounds__(128) int8_gemm_faith2(const unsigned char* __restrict__ aq, const float* __restrict__ sa, int m,
+extern "C" __global__ void __launch_bounds__(128) q4k_mmq_int8_down_gemm(const unsigned char* __restrict__ aq, const float* __restrict__ sa, int m,
                                                                    const unsigned char* __restrict__ wq, const float* __restrict__ sw,
                                                                    float* __restrict__ y, int n, int kp, int ldy) {
     __shared__ __align__(16) MmqTile t;

@@ -1,4 +1,4 @@
-// Packed Q2_0-g128 arms (`q2g128` pack layout: per row kp/128 blocks of 34 bytes, `f16 d` then
+// Packed q2g128 arms (`q2g128` pack layout: per row kp/128 blocks of 34 bytes, `f16 d` then
 // `u8 qs[32]`; element 32s + l is bits 2s..2s+2 of qs[l]; value d * (q - 2)). Numerics contract
 // and CPU twins: src/gpu/reference.rs (`q2_row`, `q2_dequant_bf16`, `quantize_row_q8_1_act`,
 // `q2_mmq_row`).
@@ -63,20 +63,20 @@ __device__ __forceinline__ void q2_gemv(const float* __restrict__ x, int m, cons
 }
 
 // Decode, one row.
-extern "C" __global__ void q2_0_gemv_vec(const float* x, int m, const unsigned char* w, float* y, int n, int k, int kp,
+extern "C" __global__ void q2g128_gemv(const float* x, int m, const unsigned char* w, float* y, int n, int k, int kp,
                                          int ldy) {
     q2_gemv<1>(x, m, w, y, n, k, kp, ldy);
 }
 
 // forward_km_q2: 2 and 3 rows (up to 4).
-extern "C" __global__ void q2_0_gemv_vec_batchm(const float* x, int m, const unsigned char* w, float* y, int n, int k,
+extern "C" __global__ void q2g128_gemv_batchm(const float* x, int m, const unsigned char* w, float* y, int n, int k,
                                                 int kp, int ldy) {
     q2_gemv<4>(x, m, w, y, n, k, kp, ldy);
 }
 
 // out bf16 [n, kp] = bf16_rn(d * (q - 2)). One thread per (row, block, byte). Grid
 // ceil(n * kp / 128 * 32 / 256), block 256.
-extern "C" __global__ void dequant_q2_0_gn_to_bf16(const unsigned char* __restrict__ w, int n, int kp,
+extern "C" __global__ void q2g128_dequant_bf16(const unsigned char* __restrict__ w, int n, int kp,
                                                    __nv_bfloat16* __restrict__ out) {
     const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long total = (long long)n * (kp / 128) * 32;
@@ -135,7 +135,7 @@ struct Q2Stage {
     }
 };
 
-extern "C" __global__ void __launch_bounds__(128) q2_0_mmq_gemm(const unsigned char* __restrict__ xq, int m, const unsigned char* __restrict__ w,
+extern "C" __global__ void __launch_bounds__(128) q2g128_mmq_gemm(const unsigned char* __restrict__ xq, int m, const unsigned char* __restrict__ w,
                                                                 float* __restrict__ y, int n, int kp, int ldy) {
     mmq_q8_1_gemm<Q2Stage>(xq, m, w, y, n, kp, ldy);
 }
