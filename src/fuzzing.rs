@@ -52,6 +52,17 @@ pub fn rehash(img: &mut [u8]) {
 /// element count or fails with an error.
 fn check_model(m: &Model) {
     for (i, t) in m.tensors.iter().enumerate() {
+        // Every shape's element count fits int64 however its dimensions are multiplied.
+        let nonzero = t.shape.iter().filter(|&&d| d != 0);
+        assert!(
+            nonzero
+                .clone()
+                .try_fold(1u64, |a, &d| a.checked_mul(d))
+                .is_some_and(|p| p <= i64::MAX as u64),
+            "{}: shape {:?} overflows",
+            t.name,
+            t.shape
+        );
         let len = m.files[t.file].bytes().len() as u64;
         let end = t.offset.checked_add(t.bytes);
         assert!(

@@ -497,9 +497,15 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
         let offset = c.u64(&|| format!("tensor {name}: offset"))?;
         let ty = GgmlType::from_id(ty_id)
             .ok_or_else(|| terr("type", format!("unknown ggml type id {ty_id}")))?;
-        let elems = ne.iter().try_fold(1u64, |a, &d| {
-            a.checked_mul(d).filter(|&p| p <= i64::MAX as u64)
-        });
+        // Over the nonzero dimensions, so that no order of multiplying them overflows (a zero
+        // dimension first would otherwise hide two huge ones after it).
+        let elems = ne
+            .iter()
+            .filter(|&&d| d != 0)
+            .try_fold(1u64, |a, &d| {
+                a.checked_mul(d).filter(|&p| p <= i64::MAX as u64)
+            })
+            .map(|p| if ne.contains(&0) { 0 } else { p });
         let elems =
             elems.ok_or_else(|| terr("ne", format!("element count of {ne:?} overflows int64")))?;
         let ne0 = ne.first().copied().unwrap_or(1);

@@ -104,8 +104,12 @@ pub struct Tensor {
 }
 
 impl Tensor {
+    /// The element count (every model's tensors were checked at open to have one that fits).
     pub fn elems(&self) -> u64 {
-        self.shape.iter().product()
+        self.shape
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .unwrap_or(u64::MAX)
     }
 }
 
@@ -590,6 +594,21 @@ impl Model {
         activation: Option<Activation>,
         quant: QuantDecl,
     ) -> Result<Model> {
+        // Shapes whose dimensions overflow int64 in any order (a zero dimension does not excuse
+        // the others: `elems` and every decoder multiply them in their own order).
+        for t in &tensors {
+            let fits = t.shape.iter().filter(|&&d| d != 0).try_fold(1u64, |a, &d| {
+                a.checked_mul(d).filter(|&p| p <= i64::MAX as u64)
+            });
+            if fits.is_none() {
+                return Err(Error::Tensor {
+                    file: files[t.file].path().display().to_string(),
+                    tensor: t.name.clone(),
+                    field: "shape",
+                    reason: format!("{:?} overflows int64", t.shape),
+                });
+            }
+        }
         let mut by_name: Vec<usize> = (0..tensors.len()).collect();
         by_name.sort_unstable_by(|&a, &b| tensors[a].name.cmp(&tensors[b].name));
         if let Some(w) = by_name

@@ -44,14 +44,14 @@ int main(int argc, char** argv) {
     typedef unsigned char* u8;
     if (name == "quantize_act_q8_1")
         emu_launch(gx, gy, bx, [&] { quantize_act_q8_1((const float*)P(0), I(1), I(2), I(3), (u8)P(4)); });
-    else if (name == "q2_0_gemv_vec")
-        emu_launch(gx, gy, bx, [&] { q2_0_gemv_vec((const float*)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
-    else if (name == "q2_0_gemv_vec_batchm")
-        emu_launch(gx, gy, bx, [&] { q2_0_gemv_vec_batchm((const float*)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
-    else if (name == "dequant_q2_0_gn_to_bf16")
-        emu_launch(gx, gy, bx, [&] { dequant_q2_0_gn_to_bf16((cu8)P(0), I(1), I(2), (__nv_bfloat16*)P(3)); });
-    else if (name == "q2_0_mmq_gemm")
-        emu_launch(gx, gy, bx, [&] { q2_0_mmq_gemm((cu8)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6)); });
+    else if (name == "q2g128_gemv")
+        emu_launch(gx, gy, bx, [&] { q2g128_gemv((const float*)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
+    else if (name == "q2g128_gemv_batchm")
+        emu_launch(gx, gy, bx, [&] { q2g128_gemv_batchm((const float*)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
+    else if (name == "q2g128_dequant_bf16")
+        emu_launch(gx, gy, bx, [&] { q2g128_dequant_bf16((cu8)P(0), I(1), I(2), (__nv_bfloat16*)P(3)); });
+    else if (name == "q2g128_mmq_gemm")
+        emu_launch(gx, gy, bx, [&] { q2g128_mmq_gemm((cu8)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6)); });
     else if (name == "q4k_mmq_gemm")
         emu_launch(gx, gy, bx, [&] { q4k_mmq_gemm((cu8)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6)); });
     else if (name == "nvfp4_to_q4k")
@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { nvfp4_to_int8_rows((cu8)P(0), (cu8)P(1), F(2), I(3), I(4), I(5), I(6), (u8)P(7), (float*)P(8)); });
     else if (name == "requant_a_bf16_int8")
         emu_launch(gx, gy, bx, [&] { requant_a_bf16_int8((const float*)P(0), I(1), I(2), I(3), (u8)P(4), (float*)P(5)); });
-    else if (name == "int8_gemm_faith2")
-        emu_launch(gx, gy, bx, [&] { int8_gemm_faith2((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
+    else if (name == "q4k_mmq_int8_down_gemm")
+        emu_launch(gx, gy, bx, [&] { q4k_mmq_int8_down_gemm((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
     else if (name == "w4a16_gemv")
         emu_launch(gx, gy, bx, [&] { w4a16_gemv((const float*)P(0), I(1), (cu8)P(2), (cu8)P(3), F(4), (float*)P(5), I(6), I(7), I(8), I(9)); });
     else if (name == "w4a16_gemv_ksplit")
