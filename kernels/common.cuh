@@ -168,13 +168,13 @@ __device__ __forceinline__ void mmq_fetch_q8_1(const unsigned char* __restrict__
     for (int v = 0; v < 16; ++v) {
         // q8_1 codes start 4 bytes into a 36-byte block, so the words are aligned.
         const int row = (tid >> 5) + 4 * v, c = (tid >> 3) & 3, wd = tid & 7, gr = m0 + row;
-        const unsigned char* xb = xq + ((size_t)gr * nblk + k0 / 32 + c) * 36;
+        const unsigned char* xb = xq + ((size_t)gr * nblk + k0 / 32 + c) * MP_Q8_1_BYTES;
         r.code[v] = gr < m ? __ldg(reinterpret_cast<const unsigned int*>(xb + 4) + wd) : 0u;
     }
 #pragma unroll
     for (int v = 0; v < 2; ++v) {
         const int idx = tid + MMQ_THREADS * v, row = idx >> 2, c = idx & 3, gr = m0 + row;
-        r.ds[v] = gr < m ? __ldg(reinterpret_cast<const unsigned int*>(xq + ((size_t)gr * nblk + k0 / 32 + c) * 36)) : 0u;
+        r.ds[v] = gr < m ? __ldg(reinterpret_cast<const unsigned int*>(xq + ((size_t)gr * nblk + k0 / 32 + c) * MP_Q8_1_BYTES)) : 0u;
     }
 }
 

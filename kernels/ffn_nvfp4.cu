@@ -207,7 +207,7 @@ extern "C" __global__ void nvfp4_mmq_repack(const unsigned char* __restrict__ co
     const int s = (int)(tile % kt);
     const int t = (int)(tile / kt);
     const int row = t * 128 + r;
-    unsigned char* base = out + tile * 4608;
+    unsigned char* base = out + tile * MP_NVFP4_MMQ_TILE_BYTES;
     unsigned int sv = 0;
     uint4 c0 = make_uint4(0, 0, 0, 0), c1 = make_uint4(0, 0, 0, 0);
     if (row < n) {
@@ -426,7 +426,7 @@ extern "C" __global__ void __launch_bounds__(128) nvfp4_mmq_gemm(const float* __
     for (int s = 0; s * BK < k; ++s) {
         load_a_tile<BM, BK, 128>(As, x, m, k, m0, s * BK, tid);
         {
-            const unsigned char* tile = tiles + ((size_t)blockIdx.x * kt + s) * 4608;
+            const unsigned char* tile = tiles + ((size_t)blockIdx.x * kt + s) * MP_NVFP4_MMQ_TILE_BYTES;
             const unsigned int sv = __ldg(reinterpret_cast<const unsigned int*>(tile) + tid);
             const uint4* cp = reinterpret_cast<const uint4*>(tile + 512 + tid * 32);
             const uint4 v0 = __ldg(cp), v1 = __ldg(cp + 1);

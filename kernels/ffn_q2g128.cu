@@ -14,7 +14,7 @@ __device__ __forceinline__ void q2_gemv(const float* __restrict__ x, int m, cons
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j = blockIdx.x * (blockDim.x >> 5) + warp;
     if (j >= n) return;
-    const unsigned char* row = w + (size_t)j * (kp / 128) * 34;
+    const unsigned char* row = w + (size_t)j * (kp / 128) * MP_Q2G128_BYTES;
     float acc[M];
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = 0.f;
@@ -28,7 +28,7 @@ __device__ __forceinline__ void q2_gemv(const float* __restrict__ x, int m, cons
         float ds[Q2_GEMV_U];
 #pragma unroll
         for (int u = 0; u < Q2_GEMV_U; ++u) {
-            const unsigned char* blk = row + (size_t)(b0 + u) * 34;
+            const unsigned char* blk = row + (size_t)(b0 + u) * MP_Q2G128_BYTES;
             const bool in = b0 + u < nb;
             qbs[u] = in ? __ldg(blk + 2 + lane) : 0u;
             ds[u] = in ? f16_at(blk) : 0.f;
@@ -83,7 +83,7 @@ extern "C" __global__ void q2g128_dequant_bf16(const unsigned char* __restrict__
     if (id >= total) return;
     const int l = (int)(id % 32);
     const long long blkid = id / 32;  // row * (kp/128) + b
-    const unsigned char* blk = w + blkid * 34;
+    const unsigned char* blk = w + blkid * MP_Q2G128_BYTES;
     const float d = f16_at(blk);
     const unsigned int qb = blk[2 + l];
     __nv_bfloat16* o = out + blkid * 128;
@@ -110,13 +110,13 @@ struct Q2Stage {
             unsigned int q = 0u;
             if (gn < n) {
                 // 34-byte blocks: only 2-byte alignment.
-                const unsigned short* p = reinterpret_cast<const unsigned short*>(w + ((size_t)gn * nb + b) * 34 + 2 + 4 * u);
+                const unsigned short* p = reinterpret_cast<const unsigned short*>(w + ((size_t)gn * nb + b) * MP_Q2G128_BYTES + 2 + 4 * u);
                 q = (unsigned int)__ldg(p) | ((unsigned int)__ldg(p + 1) << 16);
             }
             r.q[v] = q;
         }
         const int gn = n0 + tid;
-        r.d = gn < n ? (unsigned int)__ldg(reinterpret_cast<const unsigned short*>(w + ((size_t)gn * nb + b) * 34)) : 0u;
+        r.d = gn < n ? (unsigned int)__ldg(reinterpret_cast<const unsigned short*>(w + ((size_t)gn * nb + b) * MP_Q2G128_BYTES)) : 0u;
     }
     static __device__ __forceinline__ void store(const Regs& r, int, MmqTile& t) {
         const int tid = threadIdx.x;

@@ -156,7 +156,7 @@ extern "C" __global__ void nvfp4_to_q4k(const unsigned char* __restrict__ codes,
         for (int i = 0; i < 32; ++i)
             l[32 * b + i] = (unsigned char)min(max(nearest_int_q(__fdiv_rn(__fadd_rn(x[32 * b + i], dm), d)), 0), 15);
     }
-    unsigned char* blk = out + ((size_t)j * nsb + sb) * 144;
+    unsigned char* blk = out + ((size_t)j * nsb + sb) * MP_Q4K_BYTES;
     const unsigned short ud = __half_as_ushort(hd), um = __half_as_ushort(hm);
     blk[0] = ud & 0xff;
     blk[1] = ud >> 8;
@@ -220,10 +220,10 @@ struct Q4kStage {
 #pragma unroll
         for (int v = 0; v < 4; ++v) {
             const int row = (tid >> 2) + 32 * v, part = tid & 3, gn = n0 + row;
-            r.qs[v] = gn < n ? __ldg(reinterpret_cast<const uint4*>(w + ((size_t)gn * nsb + sb) * 144 + 16 + 64 * half + 16 * part)) : zero;
+            r.qs[v] = gn < n ? __ldg(reinterpret_cast<const uint4*>(w + ((size_t)gn * nsb + sb) * MP_Q4K_BYTES + 16 + 64 * half + 16 * part)) : zero;
         }
         const int gn = n0 + tid;
-        r.head = gn < n ? __ldg(reinterpret_cast<const uint4*>(w + ((size_t)gn * nsb + sb) * 144)) : zero;
+        r.head = gn < n ? __ldg(reinterpret_cast<const uint4*>(w + ((size_t)gn * nsb + sb) * MP_Q4K_BYTES)) : zero;
     }
     static __device__ __forceinline__ void store(const Regs& r, int k0, MmqTile& t) {
         const int half = (k0 / 128) & 1, tid = threadIdx.x;

@@ -23,7 +23,7 @@ extern "C" __global__ void quantize_act_q8_1(const float* __restrict__ x, int m,
     }
     const float d = __fdiv_rn(amax, 127.0f);
     const float id = d != 0.f ? __fdiv_rn(1.0f, d) : 0.f;
-    unsigned char* blk = out + ((size_t)r * (kp / 32) + b) * 36;
+    unsigned char* blk = out + ((size_t)r * (kp / 32) + b) * MP_Q8_1_BYTES;
     blk[4 + lane] = (unsigned char)(signed char)(int)roundf(__fmul_rn(v, id));
     if (lane == 0) {
         // d and s as one aligned 32-bit store (blocks are 36 bytes, so 4-aligned). Four byte

@@ -68,6 +68,7 @@ fn emulator() -> Option<&'static Path> {
             .find("// ---- host-emulated: end")
             .expect("end marker");
         let mut program = String::from(include_str!("cuda_emu/prelude.h"));
+        program.push_str(&metrale_pack::gpu::sizes::cuda_defines());
         program.push_str(&common[begin..end]);
         for m in ["ffn_q8_1", "ffn_q2g128", "ffn_q4k_mmq", "ffn_lora"] {
             program.push_str(&format!("\n// ---- {m} ----\n"));

@@ -853,13 +853,13 @@ fn lora_on_every_nvfp4_arm_and_its_refusals() {
             "fp8",
             HostBackend::new(),
             Activation::Silu,
-            "FP8, BF16 or packed-Q2",
+            "FP8, BF16 or q2g128",
         ),
         (
             "bf16",
             HostBackend::new(),
             Activation::Silu,
-            "FP8, BF16 or packed-Q2",
+            "FP8, BF16 or q2g128",
         ),
         (
             "gelu",
@@ -1015,7 +1015,7 @@ fn packed_q2_decode_small_batches_prefill_paths_and_refusals() {
         .install(c.backend.as_ref(), &mut l4)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("packed-Q2"), "{e}");
+    assert!(e.contains("q2g128"), "{e}");
 }
 
 #[test]

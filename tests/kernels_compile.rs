@@ -39,3 +39,30 @@ fn every_module_compiles_for_sm90_with_its_entry_points() {
         .to_string();
     assert!(e.contains("no kernel module no_such_module"), "{e}");
 }
+
+/// The block and tile sizes come from `gpu::sizes` (prepended as `#define MP_*`), not from
+/// literals in the kernel sources: no 36, 144, 34 or 4608 outside comments.
+#[test]
+fn kernel_sources_take_block_sizes_from_the_shared_defines() {
+    let defines = metrale_pack::gpu::sizes::cuda_defines();
+    for (name, v) in metrale_pack::gpu::sizes::SHARED {
+        assert!(defines.contains(&format!("#define {name} {v}\n")), "{name}");
+    }
+    let mut sources: Vec<(&str, &str)> = kernels::MODULES.to_vec();
+    sources.push(("common.cuh", kernels::COMMON));
+    for (module, src) in sources {
+        for (i, line) in src.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for lit in ["36", "144", "34", "4608"] {
+                let hit = code
+                    .split(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '.')
+                    .any(|tok| tok == lit);
+                assert!(!hit, "{module}:{}: literal {lit}: {line}", i + 1);
+            }
+        }
+        assert!(
+            kernels::source(module).is_none_or(|s| s.starts_with(&defines)),
+            "{module}: the defines are not prepended"
+        );
+    }
+}

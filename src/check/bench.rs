@@ -3,6 +3,7 @@
 use super::*;
 use crate::ffn::testing::*;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+use crate::gpu::sizes::*;
 use crate::gpu::{GemmBf16, GpuBackend, GpuResult, ModelLevers, upload_f32};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -91,7 +92,7 @@ pub fn benchmarks(
         f64,
     );
     let nvfp4_bpe = 0.5 + 1.0 / 16.0;
-    let q2_bpe = 34.0 / 128.0;
+    let q2_bpe = Q2G128_BYTES as f64 / Q2G128_ELEMS as f64;
     let nv_arms: [NvArm; 11] = [
         (
             "nvfp4 GEMV chain (k-split down)",

@@ -5,6 +5,7 @@ use crate::converters::layouts;
 use crate::ffn::testing::*;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext, W8a8Weight};
 use crate::gpu::reference::{self, ActRound};
+use crate::gpu::sizes::*;
 use crate::gpu::{
     DevicePtr, GemmBf16, GpuBackend, GpuResult, ModelLevers, alloc_upload, download_f32, upload_f32,
 };
@@ -430,7 +431,7 @@ pub fn kernel_checks(
                 0.0,
             );
             b.free(dq);
-            let bs = kp2 / 32 * 36;
+            let bs = kp2 / Q8_1_ELEMS * Q8_1_BYTES;
             let xq = b.alloc((mmax * bs) as u64)?;
             for &m in ms {
                 let cfg = crate::gpu::LaunchCfg::grid((kp2 / 32).div_ceil(8), m, 256);
@@ -457,13 +458,16 @@ pub fn kernel_checks(
                 if let Some(r) = first_diff {
                     let want = reference::quantize_row_q8_1_act(xr(r), kp2);
                     let got = &q[r * bs..(r + 1) * bs];
-                    let blk = (0..bs / 36)
-                        .find(|&j| want[j * 36..(j + 1) * 36] != got[j * 36..(j + 1) * 36])
+                    let blk = (0..bs / Q8_1_BYTES)
+                        .find(|&j| {
+                            want[j * Q8_1_BYTES..(j + 1) * Q8_1_BYTES]
+                                != got[j * Q8_1_BYTES..(j + 1) * Q8_1_BYTES]
+                        })
                         .unwrap_or(0);
                     eprintln!(
                         "quantize_act_q8_1 {h}x{i} m={m}: row {r} block {blk} differs\n  gpu {:?}\n  cpu {:?}\n  x {:?}",
-                        &got[blk * 36..(blk + 1) * 36],
-                        &want[blk * 36..(blk + 1) * 36],
+                        &got[blk * Q8_1_BYTES..(blk + 1) * Q8_1_BYTES],
+                        &want[blk * Q8_1_BYTES..(blk + 1) * Q8_1_BYTES],
                         &xr(r)[(blk * 32).min(k)..((blk + 1) * 32).min(k)]
                     );
                 }
@@ -588,7 +592,7 @@ pub fn kernel_checks(
                 use crate::gpu::KArg::{I32, Ptr};
                 let a = |v: usize| I32(v as i32);
                 let (kp_g, kp_d) = (q.kp_gate, q.kp_down);
-                let bs = kp_g / 32 * 36;
+                let bs = kp_g / Q8_1_ELEMS * Q8_1_BYTES;
                 let gate_bytes = bytes(q.gate)?;
                 let xq = b.alloc((mmax * bs) as u64)?;
                 let act = rng.vec(mmax * n, 1.0);

@@ -1,5 +1,6 @@
 //! The forward context: model dimensions, the scratch arena and the levers.
 
+use crate::gpu::sizes::*;
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, ModelLevers, StreamId};
 use std::sync::Arc;
 
@@ -92,7 +93,7 @@ impl ForwardContext {
             up_out: b.alloc(t * i * 4)?,
             lora_xa: b.alloc(t * 256 * 4)?,
             lora_delta: b.alloc(t * h.max(i) * 4)?,
-            q2_act_q8: b.alloc(t * kmax / 32 * 36)?,
+            q2_act_q8: b.alloc(t * kmax / Q8_1_ELEMS as u64 * Q8_1_BYTES as u64)?,
             // One projection dequantized to BF16 `[n, kp]` (kp = k rounded up to 128).
             q2_dequant_scratch: b.alloc(
                 2 * (i * round_up(config.hidden, 128) as u64)

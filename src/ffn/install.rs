@@ -2,6 +2,7 @@
 
 use super::*;
 
+use crate::gpu::sizes::*;
 use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, KArg, LaunchCfg, StreamId};
 use crate::model::Activation;
 
@@ -215,7 +216,9 @@ impl DenseFfnLayer {
                 continue;
             }
             let np = round_up(x.n, 128);
-            let out = ctx.backend.alloc((np / 128 * x.kp / 64 * 4608) as u64)?;
+            let out = ctx.backend.alloc(
+                (np / NVFP4_MMQ_TILE_N * x.kp / NVFP4_MMQ_TILE_K * NVFP4_MMQ_TILE_BYTES) as u64,
+            )?;
             let threads = np / 128 * x.kp / 64 * 128;
             let cfg = LaunchCfg::grid(threads.div_ceil(256), 1, 256);
             let i = |v: usize| KArg::I32(v as i32);
@@ -325,7 +328,7 @@ impl DenseFfnLayer {
         let b = ctx.backend.clone();
         let encode =
             |ctx: &mut ForwardContext, x: &Nvfp4Weight, kp_q: usize| -> GpuResult<DevicePtr> {
-                let out = b.alloc((x.n * kp_q / 256 * 144) as u64)?;
+                let out = b.alloc((x.n * kp_q / Q4K_ELEMS * Q4K_BYTES) as u64)?;
                 let cfg = LaunchCfg::grid((x.n * kp_q / 256).div_ceil(64), 1, 64);
                 ctx.trace.push("nvfp4_to_q4k");
                 b.launch(
@@ -399,10 +402,10 @@ impl DenseFfnLayer {
             self.check_shape("set_q2_weights", p, w.n, w.k)?;
             if !w.kp.is_multiple_of(128)
                 || w.kp < w.k
-                || w.blocks.bytes < (w.n * w.kp / 128 * 34) as u64
+                || w.blocks.bytes < (w.n * w.kp / Q2G128_ELEMS * Q2G128_BYTES) as u64
             {
                 return Err(GpuError::Invalid(format!(
-                    "set_q2_weights {p:?}: kp {} / {} bytes do not fit the q2g128 layout of [{}, {}] (kp % 128, 34 bytes per 128)",
+                    "set_q2_weights {p:?}: kp {} / {} bytes do not fit the q2g128 layout of [{}, {}] (kp % {Q2G128_ELEMS}, {Q2G128_BYTES} bytes per {Q2G128_ELEMS})",
                     w.kp, w.blocks.bytes, w.n, w.k
                 )));
             }

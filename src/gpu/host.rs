@@ -7,6 +7,7 @@ use super::{
     DevicePtr, EventId, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg,
     StreamId, kernels,
 };
+use crate::gpu::sizes::*;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
@@ -578,13 +579,13 @@ impl GpuBackend for HostBackend {
                 let out = ptr(a, 4)?;
                 for r in 0..m {
                     let q = reference::quantize_row_q8_1_act(&x[r * kk..(r + 1) * kk], kp);
-                    self.write(out, r * kp / 32 * 36, &q)?;
+                    self.write(out, r * kp / Q8_1_ELEMS * Q8_1_BYTES, &q)?;
                 }
             }
             "q2g128_mmq_gemm" => {
                 let (xq, m, w) = (self.read(ptr(a, 0)?)?, int(a, 1)?, self.read(ptr(a, 2)?)?);
                 let (y, n, kp, ldy) = (ptr(a, 3)?, int(a, 4)?, int(a, 5)?, int(a, 6)?);
-                let bs = kp / 32 * 36;
+                let bs = kp / Q8_1_ELEMS * Q8_1_BYTES;
                 self.write_rows(y, ldy, m, n, |r, row| {
                     reference::q2_mmq_row(&xq[r * bs..(r + 1) * bs], &w, n, kp, row);
                 })?;
@@ -620,7 +621,7 @@ impl GpuBackend for HostBackend {
             "q4k_mmq_gemm" => {
                 let (xq, m, w) = (self.read(ptr(a, 0)?)?, int(a, 1)?, self.read(ptr(a, 2)?)?);
                 let (y, n, kp, ldy) = (ptr(a, 3)?, int(a, 4)?, int(a, 5)?, int(a, 6)?);
-                let bs = kp / 32 * 36;
+                let bs = kp / Q8_1_ELEMS * Q8_1_BYTES;
                 self.write_rows(y, ldy, m, n, |r, row| {
                     reference::q4k_mmq_row(&xq[r * bs..(r + 1) * bs], &w, n, kp, row);
                 })?;

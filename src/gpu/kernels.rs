@@ -20,13 +20,14 @@ pub const COMMON: &str = include_str!("../../kernels/common.cuh");
 /// The line by which a module includes [`COMMON`].
 const INCLUDE_COMMON: &str = "#include \"common.cuh\"";
 
-/// The source of a module as NVRTC compiles it: its `#include "common.cuh"` replaced by the
+/// The source of a module as NVRTC compiles it: the shared sizes' `#define`s
+/// (`sizes::cuda_defines`), then the module with its `#include "common.cuh"` replaced by the
 /// shared helpers' text.
 pub fn source(module: &str) -> Option<String> {
     MODULES
         .iter()
         .find(|(m, _)| *m == module)
-        .map(|(_, s)| s.replacen(INCLUDE_COMMON, COMMON, 1))
+        .map(|(_, s)| super::sizes::cuda_defines() + &s.replacen(INCLUDE_COMMON, COMMON, 1))
 }
 
 /// The `extern "C" __global__` entry points a module defines (parsed from its source): direct

@@ -9,6 +9,7 @@ pub mod host;
 pub mod kernels;
 pub mod levers;
 pub mod reference;
+pub mod sizes;
 pub mod timing;
 
 pub use levers::ModelLevers;

@@ -6,6 +6,7 @@
 
 use crate::converters::bf16;
 use crate::converters::fp8::{e4m3_to_f32, f32_to_e4m3};
+use crate::gpu::sizes::*;
 use rayon::prelude::*;
 use std::sync::LazyLock;
 
@@ -235,7 +236,7 @@ pub fn q2_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32])
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
         let mut acc = 0f64;
         for b in 0..nb {
-            let blk = &w[(j * nb + b) * 34..(j * nb + b + 1) * 34];
+            let blk = &w[(j * nb + b) * Q2G128_BYTES..(j * nb + b + 1) * Q2G128_BYTES];
             let d = f16_at(blk) as f64;
             let mut part = 0f64;
             for e in 0..128 {
@@ -254,7 +255,7 @@ pub fn q2_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32])
 /// `q2g128_dequant_bf16`: BF16 bytes `[n, kp]`, each `bf16_rn(d * (q - 2))`.
 pub fn q2_dequant_bf16(w: &[u8], n: usize, kp: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n * kp * 2);
-    for blk in w[..n * kp / 128 * 34].chunks_exact(34) {
+    for blk in w[..n * kp / Q2G128_ELEMS * Q2G128_BYTES].chunks_exact(Q2G128_BYTES) {
         let d = f16_at(blk);
         for e in 0..128 {
             let q = (blk[2 + e % 32] >> (2 * (e / 32))) & 3;
@@ -268,8 +269,8 @@ pub fn q2_dequant_bf16(w: &[u8], n: usize, kp: usize) -> Vec<u8> {
 /// amax/127`, `q = roundf(x * (1/d))` with the f32 `d`, `s` = the sum of the unquantized values
 /// in the kernel's butterfly order (after each step every lane holds the same value).
 pub fn quantize_row_q8_1_act(x: &[f32], kp: usize) -> Vec<u8> {
-    let mut out = vec![0u8; kp / 32 * 36];
-    for (b, blk) in out.chunks_exact_mut(36).enumerate() {
+    let mut out = vec![0u8; kp / Q8_1_ELEMS * Q8_1_BYTES];
+    for (b, blk) in out.chunks_exact_mut(Q8_1_BYTES).enumerate() {
         let v: Vec<f32> = (0..32)
             .map(|l| x.get(b * 32 + l).copied().unwrap_or(0.0))
             .collect();
@@ -299,10 +300,10 @@ pub fn q2_mmq_row(xq: &[u8], w: &[u8], n: usize, kp: usize, y: &mut [f32]) {
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
         let mut acc = 0f64;
         for b in 0..nb {
-            let blk = &w[(j * nb + b) * 34..(j * nb + b + 1) * 34];
+            let blk = &w[(j * nb + b) * Q2G128_BYTES..(j * nb + b + 1) * Q2G128_BYTES];
             let dw = f16_at(blk) as f64;
             for s in 0..4 {
-                let xb = &xq[(4 * b + s) * 36..(4 * b + s + 1) * 36];
+                let xb = &xq[(4 * b + s) * Q8_1_BYTES..(4 * b + s + 1) * Q8_1_BYTES];
                 let dot: i64 = (0..32)
                     .map(|l| ((blk[2 + l] >> (2 * s)) & 3) as i64 * (xb[4 + l] as i8) as i64)
                     .sum();
@@ -321,12 +322,12 @@ pub fn q4k_mmq_row(xq: &[u8], w: &[u8], n: usize, kp: usize, y: &mut [f32]) {
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
         let mut acc = 0f64;
         for sb in 0..nsb {
-            let blk = &w[(j * nsb + sb) * 144..(j * nsb + sb + 1) * 144];
+            let blk = &w[(j * nsb + sb) * Q4K_BYTES..(j * nsb + sb + 1) * Q4K_BYTES];
             let (d, dmin) = (f16_at(blk) as f64, f16_at(&blk[2..]) as f64);
             let sc12: &[u8; 12] = blk[4..16].try_into().unwrap();
             for sub in 0..8 {
                 let (sc, m) = get_scale_min_k4(sub, sc12);
-                let xb = &xq[(sb * 8 + sub) * 36..(sb * 8 + sub + 1) * 36];
+                let xb = &xq[(sb * 8 + sub) * Q8_1_BYTES..(sb * 8 + sub + 1) * Q8_1_BYTES];
                 let dot: i64 = (0..32)
                     .map(|l| {
                         let q = (blk[16 + 32 * (sub / 2) + l] >> (4 * (sub % 2))) & 0xF;

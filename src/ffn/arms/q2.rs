@@ -2,6 +2,7 @@
 
 use super::super::*;
 
+use crate::gpu::sizes::*;
 use crate::gpu::{DevicePtr, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg};
 use crate::model::Activation;
 
@@ -84,7 +85,10 @@ impl DenseFfnLayer {
         if !kq.ok() {
             return Err(missing("ffn_q8_1", "quantize_act_q8_1"));
         }
-        let out = ctx.arena.q2_act_q8.view(0, (m * kp / 32 * 36) as u64);
+        let out = ctx
+            .arena
+            .q2_act_q8
+            .view(0, (m * kp / Q8_1_ELEMS * Q8_1_BYTES) as u64);
         let a = |v: usize| KArg::I32(v as i32);
         let cfg = LaunchCfg::grid((kp / 32).div_ceil(8), m, 256);
         self.launch(

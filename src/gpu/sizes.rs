@@ -1,0 +1,52 @@
+//! Block and tile sizes shared by Rust and the CUDA kernels, defined once from the converters'
+//! block types and layout constants. [`cuda_defines`] turns them into the `#define MP_*` lines
+//! that `kernels::source` prepends to every kernel module, so neither language writes 36, 144,
+//! 34 or 4608 itself.
+
+use crate::converters::layouts::nvfp4_mmq;
+use crate::converters::{BlockFormat, block_bytes, q2g128::Q2g128, q4_k::Q4K, q8_1::Q8_1};
+
+/// Values per q8_1 activation block (ggml's `QK8_1`).
+pub const Q8_1_ELEMS: usize = Q8_1::BLOCK_ELEMS;
+/// Bytes per q8_1 block: `f16 d, f16 s, i8 qs[32]`.
+pub const Q8_1_BYTES: usize = block_bytes::<Q8_1>();
+const _: () = assert!(Q8_1_BYTES == 2 + 2 + Q8_1_ELEMS);
+
+/// Values per Q4_K super-block (ggml's `QK_K`).
+pub const Q4K_ELEMS: usize = Q4K::BLOCK_ELEMS;
+/// Bytes per Q4_K super-block: `f16 d, f16 dmin, u8 scales[12], u8 qs[QK_K/2]`.
+pub const Q4K_BYTES: usize = block_bytes::<Q4K>();
+const _: () = assert!(Q4K_BYTES == 2 + 2 + 12 + Q4K_ELEMS / 2);
+
+/// Values per q2g128 block (one group of 128).
+pub const Q2G128_ELEMS: usize = Q2g128::BLOCK_ELEMS;
+/// Bytes per q2g128 block: `f16 d` then 2-bit codes.
+pub const Q2G128_BYTES: usize = block_bytes::<Q2g128>();
+const _: () = assert!(Q2G128_BYTES == 2 + Q2G128_ELEMS / 4);
+
+/// Rows, k values and bytes of one `nvfp4_mmq` tile.
+pub const NVFP4_MMQ_TILE_N: usize = nvfp4_mmq::TILE_N;
+pub const NVFP4_MMQ_TILE_K: usize = nvfp4_mmq::TILE_K;
+pub const NVFP4_MMQ_TILE_BYTES: usize = nvfp4_mmq::TILE_BYTES;
+
+/// Every shared size, by the name the kernels see.
+pub const SHARED: &[(&str, usize)] = &[
+    ("MP_Q8_1_ELEMS", Q8_1_ELEMS),
+    ("MP_Q8_1_BYTES", Q8_1_BYTES),
+    ("MP_Q4K_ELEMS", Q4K_ELEMS),
+    ("MP_Q4K_BYTES", Q4K_BYTES),
+    ("MP_Q2G128_ELEMS", Q2G128_ELEMS),
+    ("MP_Q2G128_BYTES", Q2G128_BYTES),
+    ("MP_NVFP4_MMQ_TILE_N", NVFP4_MMQ_TILE_N),
+    ("MP_NVFP4_MMQ_TILE_K", NVFP4_MMQ_TILE_K),
+    ("MP_NVFP4_MMQ_TILE_BYTES", NVFP4_MMQ_TILE_BYTES),
+];
+
+/// The `#define`s prepended to every kernel module.
+pub fn cuda_defines() -> String {
+    let mut s = String::from("// Generated from src/gpu/sizes.rs: sizes shared with Rust.\n");
+    for (name, v) in SHARED {
+        s.push_str(&format!("#define {name} {v}\n"));
+    }
+    s
+}
