@@ -23,7 +23,11 @@ fn with_file(data: &[u8], ext: &str, f: impl FnOnce(&Path)) {
     } else {
         std::env::temp_dir()
     };
-    let p = dir.join(format!("metrale-fuzz-{}.{ext}", std::process::id()));
+    // Unique per call: the CI replay runs harnesses on parallel threads of one process, and a
+    // file rewritten under another thread's map would end that thread in SIGBUS.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = dir.join(format!("metrale-fuzz-{}-{n}.{ext}", std::process::id()));
     std::fs::write(&p, data).expect("scratch file");
     f(&p);
     let _ = std::fs::remove_file(&p);
