@@ -93,16 +93,30 @@ fn parent_dir(path: &Path) -> PathBuf {
 
 /// Write `path` through `fill`; the file appears at `path` only if `fill` succeeds and the data
 /// reached the disk.
+///
+/// `fill`'s error type is the caller's (the library's [`Error`](crate::Error), or the binary's
+/// `anyhow::Error`); this function's own failures are [`Error::Output`](crate::Error::Output) and
+/// [`Error::Write`](crate::Error::Write) converted into it.
 pub fn write_atomic<E>(
     path: &Path,
     fill: impl FnOnce(&mut BufWriter<File>) -> Result<(), E>,
-) -> anyhow::Result<()>
+) -> Result<(), E>
 where
-    E: Into<anyhow::Error>,
+    E: From<crate::Error>,
 {
     let dir = parent_dir(path);
+    let failed = |file: &Path, step: &'static str, err: std::io::Error| {
+        E::from(crate::Error::Write {
+            file: file.display().to_string(),
+            step,
+            err,
+        })
+    };
     if path.is_dir() {
-        anyhow::bail!("{}: is a folder; name the output file", path.display());
+        return Err(E::from(crate::Error::Output {
+            file: path.display().to_string(),
+            reason: "is a folder; name the output file".into(),
+        }));
     }
     remove_stale_temps(&dir);
     let tmp = temp_path(path);
@@ -121,26 +135,24 @@ where
                 Ok(f) => (f, true),
                 Err(e) => {
                     unregister_pending();
-                    anyhow::bail!("{}: {e}", tmp.display());
+                    return Err(failed(&tmp, "create", e));
                 }
             }
         }
     };
-    let result = (|| -> anyhow::Result<()> {
+    let result = (|| -> Result<(), E> {
         let mut w = BufWriter::with_capacity(1 << 20, f);
-        fill(&mut w).map_err(Into::into)?;
-        let f = w
-            .into_inner()
-            .map_err(|e| anyhow::anyhow!("{}: {}", tmp.display(), e.error()))?;
-        f.sync_all()
-            .map_err(|e| anyhow::anyhow!("{}: fsync: {e}", path.display()))?;
+        fill(&mut w)?;
+        let f = w.into_inner().map_err(|e| {
+            let err = std::io::Error::new(e.error().kind(), e.error().to_string());
+            failed(&tmp, "write", err)
+        })?;
+        f.sync_all().map_err(|e| failed(path, "fsync", e))?;
         if !named {
             register_pending(&tmp);
-            link_unnamed(&f, &tmp)
-                .map_err(|e| anyhow::anyhow!("{}: naming the finished file: {e}", tmp.display()))?;
+            link_unnamed(&f, &tmp).map_err(|e| failed(&tmp, "naming the finished file", e))?;
         }
-        std::fs::rename(&tmp, path)
-            .map_err(|e| anyhow::anyhow!("{}: rename: {e}", path.display()))?;
+        std::fs::rename(&tmp, path).map_err(|e| failed(path, "rename", e))?;
         // Persist the rename itself; not all filesystems allow fsync on a directory.
         let _ = File::open(&dir).and_then(|d| d.sync_all());
         Ok(())
@@ -269,7 +281,10 @@ mod tests {
         assert!(r.is_err());
         assert!(!out.exists());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-        write_atomic(&out, |w| w.write_all(b"done")).unwrap();
+        write_atomic(&out, |w| -> anyhow::Result<()> {
+            Ok(w.write_all(b"done")?)
+        })
+        .unwrap();
         assert_eq!(std::fs::read(&out).unwrap(), b"done");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
@@ -286,7 +301,10 @@ mod tests {
         for p in [&dead, &live, &other] {
             std::fs::write(p, b"x").unwrap();
         }
-        write_atomic(&dir.path().join("z.bin"), |w| w.write_all(b"z")).unwrap();
+        write_atomic(&dir.path().join("z.bin"), |w| -> anyhow::Result<()> {
+            Ok(w.write_all(b"z")?)
+        })
+        .unwrap();
         assert!(!dead.exists());
         assert!(live.exists());
         assert!(other.exists(), "files not ours are never touched");

@@ -113,6 +113,17 @@ pub enum Error {
     /// An output path that would destroy an input, or cannot be written.
     #[error("{file}: refusing to write: {reason}")]
     Output { file: String, reason: String },
+    /// Writing an output failed partway (the OS refused a write, fsync or rename); nothing is
+    /// left at the output path.
+    #[error("{file}: {step}: {err}")]
+    Write {
+        file: String,
+        step: &'static str,
+        err: std::io::Error,
+    },
+    /// The GPU runtime refused (a check or load run on a device).
+    #[error("GPU: {0}")]
+    Gpu(#[from] crate::gpu::GpuError),
     /// The input is not something this tool reads.
     #[error("{file}: {reason}")]
     Unsupported { file: String, reason: String },

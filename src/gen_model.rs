@@ -17,19 +17,25 @@ pub fn gen_model(
     layers: usize,
     ty: GgmlType,
     arch: &str,
-) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        matches!(
-            ty,
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0 | GgmlType::Q4_K
-        ),
-        "gen-model writes F32, F16, BF16, Q8_0 or Q4_K, not {ty}"
-    );
-    anyhow::ensure!(
-        ty.row_bytes(hidden as u64).is_some() && ty.row_bytes(inter as u64).is_some(),
-        "gen-model: hidden {hidden} and intermediate {inter} must be multiples of {ty}'s block of {}",
-        ty.block_elems()
-    );
+) -> crate::Result<()> {
+    let bad = |reason: String| crate::Error::Unsupported {
+        file: out.display().to_string(),
+        reason,
+    };
+    if !matches!(
+        ty,
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0 | GgmlType::Q4_K
+    ) {
+        return Err(bad(format!(
+            "gen-model writes F32, F16, BF16, Q8_0 or Q4_K, not {ty}"
+        )));
+    }
+    if ty.row_bytes(hidden as u64).is_none() || ty.row_bytes(inter as u64).is_none() {
+        return Err(bad(format!(
+            "gen-model: hidden {hidden} and intermediate {inter} must be multiples of {ty}'s block of {}",
+            ty.block_elems()
+        )));
+    }
     let mut b = GgufBuilder::new(32);
     b.add_kv("general.architecture", &Value::String(arch.into()));
     b.add_kv(
@@ -80,19 +86,26 @@ pub fn gen_model(
             _ => encode_to_vec::<Q4K>(x),
         }
     };
-    crate::atomic::write_atomic(out, |w| -> anyhow::Result<()> {
+    let io = |err: std::io::Error| crate::Error::Write {
+        file: out.display().to_string(),
+        step: "write",
+        err,
+    };
+    crate::atomic::write_atomic(out, |w| -> crate::Result<()> {
         use std::io::Write;
-        w.write_all(&b.header())?;
+        w.write_all(&b.header()).map_err(io)?;
         let mut body = BodyWriter::new(&b);
-        body.write_next(w, &f16::encode(&rng.vec(hidden * vocab, 0.1)))?;
+        body.write_next(w, &f16::encode(&rng.vec(hidden * vocab, 0.1)))
+            .map_err(io)?;
         let norm: Vec<u8> = vec![1.0f32; hidden]
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
         for _ in 0..layers {
-            body.write_next(w, &norm)?;
+            body.write_next(w, &norm).map_err(io)?;
             for _ in 0..3 {
-                body.write_next(w, &enc(&rng.vec(hidden * inter, 0.04)))?;
+                body.write_next(w, &enc(&rng.vec(hidden * inter, 0.04)))
+                    .map_err(io)?;
             }
         }
         Ok(())

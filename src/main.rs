@@ -203,7 +203,9 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let t = metrale_pack::GgmlType::from_name(&ty)
                 .with_context(|| format!("unknown type {ty}"))?;
-            metrale_pack::gen_model::gen_model(&out, hidden, inter, layers, t, &arch)
+            Ok(metrale_pack::gen_model::gen_model(
+                &out, hidden, inter, layers, t, &arch,
+            )?)
         }
         Cmd::BenchLoad {
             pack,
@@ -507,7 +509,9 @@ fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
         let p = Pack::from_gguf(gguf::GgufFile::open(path)?)?;
         let (values, shape) = p.decode_ffn(name)?;
         let shape = shape.map(|d| d as usize);
-        atomic::write_atomic(out, |w| npy::write_f32(w, &shape, &values))?;
+        atomic::write_atomic(out, |w| -> Result<()> {
+            Ok(npy::write_f32(w, &shape, &values)?)
+        })?;
         eprintln!(
             "wrote {name} {shape:?} f32 (decoded layout) to {}",
             out.display()
@@ -517,7 +521,9 @@ fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
     let i = m.tensor(name)?;
     if raw {
         let data = m.data(i);
-        atomic::write_atomic(out, |w| npy::write_u8(w, &[data.len()], data))?;
+        atomic::write_atomic(out, |w| -> Result<()> {
+            Ok(npy::write_u8(w, &[data.len()], data)?)
+        })?;
         eprintln!(
             "wrote {} stored bytes of {name} to {}",
             data.len(),
@@ -535,8 +541,10 @@ fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
             m.tensors[i].shape.iter().map(|&d| d as usize).collect(),
         ),
     };
-    atomic::write_atomic(out, |w| npy::write_f32(w, &shape, &values))
-        .with_context(|| format!("writing {}", out.display()))?;
+    atomic::write_atomic(out, |w| -> Result<()> {
+        Ok(npy::write_f32(w, &shape, &values)?)
+    })
+    .with_context(|| format!("writing {}", out.display()))?;
     eprintln!("wrote {name} {:?} f32 to {}", shape, out.display());
     Ok(())
 }

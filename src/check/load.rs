@@ -18,9 +18,12 @@ pub fn load_checks(
     inter: usize,
     modes: &[crate::loader::IoMode],
     rng: &mut Rand,
-) -> anyhow::Result<Vec<Row>> {
+) -> crate::Result<Vec<Row>> {
     let dir = scratch_dir("load-check");
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&dir).map_err(|err| crate::Error::Io {
+        file: dir.display().to_string(),
+        err,
+    })?;
     let src = dir.join("m.gguf");
     crate::gen_model::gen_model(&src, hidden, inter, 2, crate::GgmlType::F32, "llama")?;
     let rows = load_checks_from(b, &src, modes, rng);
@@ -36,23 +39,23 @@ pub fn load_checks_from(
     src: &std::path::Path,
     modes: &[crate::loader::IoMode],
     rng: &mut Rand,
-) -> anyhow::Result<Vec<Row>> {
+) -> crate::Result<Vec<Row>> {
     use crate::converters::layouts::Layout;
     use crate::loader::{self, LayerOverlays, LoadOptions};
     use crate::model::Model;
     use crate::pack::{self, ConvertOptions};
     let dir = scratch_dir("load-from");
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&dir).map_err(|err| crate::Error::Io {
+        file: dir.display().to_string(),
+        err,
+    })?;
     let packp = dir.join("m.mpk.gguf");
     let model = Model::open(src)?;
     let (hidden, inter) = (
-        model
-            .hidden_size
-            .ok_or_else(|| anyhow::anyhow!("{}: no hidden size", src.display()))? as usize,
+        model.hidden_size.ok_or_else(|| no_size(src, "hidden"))? as usize,
         model
             .intermediate_size
-            .ok_or_else(|| anyhow::anyhow!("{}: no intermediate size", src.display()))?
-            as usize,
+            .ok_or_else(|| no_size(src, "intermediate"))? as usize,
     );
     let li = usize::from(model.ffn_layers.len() > 1);
     let adapter_dir = dir.join("adapter");
@@ -340,4 +343,11 @@ pub fn load_checks_from(
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(rows)
+}
+
+fn no_size(src: &std::path::Path, what: &str) -> crate::Error {
+    crate::Error::Unsupported {
+        file: src.display().to_string(),
+        reason: format!("no {what} size"),
+    }
 }

@@ -364,17 +364,27 @@ impl LoraAdapter {
         hidden: usize,
         inter: usize,
         rank: usize,
-    ) -> anyhow::Result<Self> {
+    ) -> crate::Result<Self> {
+        let io = |err: std::io::Error| crate::Error::Write {
+            file: dir.display().to_string(),
+            step: "write",
+            err,
+        };
+        let st = |e: safetensors::SafeTensorError| crate::Error::Output {
+            file: dir.display().to_string(),
+            reason: e.to_string(),
+        };
         use safetensors::tensor::{Dtype, TensorView};
         let m = random_lora(r, hidden, inter, rank);
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir).map_err(io)?;
         std::fs::write(
             dir.join("adapter_config.json"),
             format!(
                 r#"{{"r": {rank}, "lora_alpha": {}, "target_modules": ["gate_proj", "up_proj", "down_proj"]}}"#,
                 Self::ALPHA
             ),
-        )?;
+        )
+        .map_err(io)?;
         let dims = [(inter, hidden), (inter, hidden), (hidden, inter)];
         let bytes: Vec<(Vec<u8>, Vec<u8>)> = m
             .iter()
@@ -392,18 +402,19 @@ impl LoraAdapter {
                 let (n, k) = dims[p];
                 views.push((
                     format!("{pre}.lora_A.weight"),
-                    TensorView::new(Dtype::F32, vec![rank, k], &bytes[p].0)?,
+                    TensorView::new(Dtype::F32, vec![rank, k], &bytes[p].0).map_err(st)?,
                 ));
                 views.push((
                     format!("{pre}.lora_B.weight"),
-                    TensorView::new(Dtype::F32, vec![n, rank], &bytes[p].1)?,
+                    TensorView::new(Dtype::F32, vec![n, rank], &bytes[p].1).map_err(st)?,
                 ));
             }
         }
         std::fs::write(
             dir.join("adapter_model.safetensors"),
-            safetensors::serialize(views, None)?,
-        )?;
+            safetensors::serialize(views, None).map_err(st)?,
+        )
+        .map_err(io)?;
         Ok(Self::encode(&m, hidden, inter, rank))
     }
 

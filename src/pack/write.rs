@@ -3,7 +3,7 @@
 use super::plan::{Item, companions};
 use super::*;
 use crate::GgmlType;
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::gguf::Value;
 use crate::gguf_write::GgufBuilder;
 use crate::model::{Model, SourceFile};
@@ -20,7 +20,17 @@ pub fn convert(
     opts: &ConvertOptions,
     out: &Path,
     progress: Progress,
-) -> anyhow::Result<Manifest> {
+) -> Result<Manifest> {
+    let file = out.display().to_string();
+    let io = |err: std::io::Error| Error::Write {
+        file: file.clone(),
+        step: "write",
+        err,
+    };
+    let json = |e: serde_json::Error| Error::Output {
+        file: file.clone(),
+        reason: format!("encoding the manifest: {e}"),
+    };
     let plan = Plan::new(model, opts)?;
     // Source identity: names, sizes and a content hash of every source file.
     let sources: Vec<SourceInfo> = model
@@ -53,7 +63,7 @@ pub fn convert(
     let header_for = |entries: &[(String, GgmlType, Vec<u64>)],
                       manifest: &Manifest,
                       reserve: usize|
-     -> anyhow::Result<(GgufBuilder, usize)> {
+     -> Result<(GgufBuilder, usize)> {
         let mut b = GgufBuilder::new(PACK_ALIGNMENT);
         copy_metadata(model, &mut b);
         b.add_kv(keys::FORMAT_VERSION, &Value::U32(PACK_FORMAT_VERSION));
@@ -65,7 +75,7 @@ pub fn convert(
         b.add_kv(keys::KERNEL_ABI, &Value::U32(KERNEL_ABI_VERSION));
         b.add_kv(keys::SEGMENT_OFFSET, &Value::U64(manifest.segment_offset));
         b.add_kv(keys::SEGMENT_BYTES, &Value::U64(manifest.segment_bytes));
-        let mut json = serde_json::to_string(manifest)?;
+        let mut json = serde_json::to_string(manifest).map_err(json)?;
         let reserve = reserve.max(json.len());
         json.push_str(&" ".repeat(reserve - json.len()));
         b.add_kv(keys::MANIFEST, &Value::String(json));
@@ -101,7 +111,7 @@ pub fn convert(
     // Reserve room for the real manifest: every entry's JSON is bounded; be generous.
     let mut pm = plan.manifest(placeholder_entries, (0, 0));
     pm.sources = sources.clone();
-    let reserve = serde_json::to_string(&pm)?.len() + 1024 + 700 * plan.items.len();
+    let reserve = serde_json::to_string(&pm).map_err(json)?.len() + 1024 + 700 * plan.items.len();
     let (ph, reserve) = header_for(&planned, &pm, reserve)?;
     let header_len = ph.header().len();
 
@@ -124,8 +134,8 @@ pub fn convert(
                 .sum()
         })
         .collect();
-    crate::atomic::write_atomic(out, |w| -> anyhow::Result<()> {
-        w.write_all(&vec![0u8; header_len])?;
+    crate::atomic::write_atomic(out, |w| -> Result<()> {
+        w.write_all(&vec![0u8; header_len]).map_err(io)?;
         let mut pos = 0u64; // data-relative
         let mut done = 0u64;
         let mut entries: Vec<TensorEntry> = Vec::with_capacity(plan.items.len());
@@ -136,10 +146,6 @@ pub fn convert(
             }
             entry.xxh3 = hex(xxh3_64(bytes));
             entry.bytes = bytes.len() as u64;
-            let io = |e: std::io::Error| Error::Io {
-                file: out.display().to_string(),
-                err: e,
-            };
             w.write_all(bytes).map_err(io)?;
             let padded = (bytes.len() as u64).div_ceil(PACK_ALIGNMENT) * PACK_ALIGNMENT;
             w.write_all(&vec![0u8; (padded - bytes.len() as u64) as usize])
@@ -179,16 +185,20 @@ pub fn convert(
         let at = rb.kv_end() - 8;
         let digest = crate::pack_check::header_digest(&header, at);
         header[at..at + 8].copy_from_slice(&digest.to_le_bytes());
-        anyhow::ensure!(
-            header.len() == header_len,
-            "internal: header grew from {header_len} to {} bytes",
-            header.len()
-        );
-        w.flush()?;
+        if header.len() != header_len {
+            return Err(Error::Output {
+                file: file.clone(),
+                reason: format!(
+                    "internal: header grew from {header_len} to {} bytes",
+                    header.len()
+                ),
+            });
+        }
+        w.flush().map_err(io)?;
         let f = w.get_mut();
-        f.seek(SeekFrom::Start(0))?;
-        f.write_all(&header)?;
-        f.seek(SeekFrom::End(0))?;
+        f.seek(SeekFrom::Start(0)).map_err(io)?;
+        f.write_all(&header).map_err(io)?;
+        f.seek(SeekFrom::End(0)).map_err(io)?;
         progress(total, total);
         Ok(())
     })?;
