@@ -1,0 +1,435 @@
+//! One model view over GGUF (single or split) and safetensors (single or sharded) checkpoints:
+//! the tensor table, the dense FFN layers (gate/up/down) with how each weight is stored, hidden
+//! and intermediate size and the activation. Every other tensor is carried as it is.
+
+use crate::GgmlType;
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+use crate::safetensors_file::StFile;
+use safetensors::Dtype;
+use std::path::{Path, PathBuf};
+
+mod classify;
+mod decode;
+mod open;
+
+/// The container a checkpoint came in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Gguf,
+    Safetensors,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Gguf => "gguf",
+            Format::Safetensors => "safetensors",
+        }
+    }
+}
+
+/// A tensor's storage type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DType {
+    Ggml(GgmlType),
+    St(Dtype),
+}
+
+impl DType {
+    /// The ggml type with the same bytes: itself for GGUF; F32, F16, BF16, F64, I8..I64 for
+    /// safetensors; `None` for dtypes ggml has no type for (U8, FP8, FP4, ...).
+    pub fn as_ggml(&self) -> Option<GgmlType> {
+        match *self {
+            DType::Ggml(t) => Some(t),
+            DType::St(d) => match d {
+                Dtype::F32 => Some(GgmlType::F32),
+                Dtype::F16 => Some(GgmlType::F16),
+                Dtype::BF16 => Some(GgmlType::BF16),
+                Dtype::F64 => Some(GgmlType::F64),
+                Dtype::I8 => Some(GgmlType::I8),
+                Dtype::I16 => Some(GgmlType::I16),
+                Dtype::I32 => Some(GgmlType::I32),
+                Dtype::I64 => Some(GgmlType::I64),
+                _ => None,
+            },
+        }
+    }
+
+    /// The type's name as its container spells it (`Q4_K`, `F8_E4M3`, ...).
+    pub fn name(&self) -> String {
+        match self {
+            DType::Ggml(t) => t.name().to_string(),
+            DType::St(d) => format!("{d:?}"),
+        }
+    }
+}
+
+/// The FFN activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    Gelu,
+}
+
+impl Activation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Silu => "silu",
+            Activation::Gelu => "gelu",
+        }
+    }
+    /// From a HF `hidden_act` / GGUF architecture hint.
+    pub fn from_act_name(s: &str) -> Option<Self> {
+        let s = s.to_ascii_lowercase();
+        if s == "silu" || s == "swish" || s == "swiglu" {
+            Some(Activation::Silu)
+        } else if s.starts_with("gelu") || s == "geglu" {
+            Some(Activation::Gelu)
+        } else {
+            None
+        }
+    }
+}
+
+/// One tensor in the model.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    pub name: String,
+    pub dtype: DType,
+    /// Row-major, outermost first.
+    pub shape: Vec<u64>,
+    /// Index into [`Model::files`].
+    pub file: usize,
+    /// Absolute offset in that file.
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+impl Tensor {
+    /// The element count (every model's tensors were checked at open to have one that fits).
+    pub fn elems(&self) -> u64 {
+        self.shape
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .unwrap_or(u64::MAX)
+    }
+}
+
+/// How one FFN projection weight is stored (indices into [`Model::tensors`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum FfnWeight {
+    /// One tensor of a plain or ggml block type.
+    Plain { weight: usize },
+    /// ModelOpt NVFP4: U8 codes, F8_E4M3 block scales, F32 `weight_scale_2`.
+    ModelOptNvfp4 {
+        weight: usize,
+        scale: usize,
+        scale_2: usize,
+        input_scale: Option<usize>,
+    },
+    /// compressed-tensors `nvfp4-pack-quantized`: `weight_global_scale` is 1 / ModelOpt's.
+    CtNvfp4 {
+        packed: usize,
+        scale: usize,
+        global_scale: usize,
+    },
+    /// Block FP8, 128x128: F8_E4M3 `[n, k]` and a float scale grid `[ceil(n/128), ceil(k/128)]`
+    /// (DeepSeek's `weight_scale_inv`, or compressed-tensors' `weight_scale` with the block strategy).
+    Fp8Block { weight: usize, scale_inv: usize },
+    /// Per-channel FP8: F8_E4M3 `[n, k]` and a float `weight_scale [n, 1]`.
+    Fp8Channel { weight: usize, scale: usize },
+    /// Per-tensor FP8: F8_E4M3 `[n, k]` and one float `weight_scale` (`[]` or `[1]`).
+    Fp8Tensor { weight: usize, scale: usize },
+}
+
+impl FfnWeight {
+    /// The main tensor (its name identifies the weight).
+    pub fn main(&self) -> usize {
+        match *self {
+            FfnWeight::Plain { weight }
+            | FfnWeight::ModelOptNvfp4 { weight, .. }
+            | FfnWeight::Fp8Block { weight, .. }
+            | FfnWeight::Fp8Channel { weight, .. }
+            | FfnWeight::Fp8Tensor { weight, .. } => weight,
+            FfnWeight::CtNvfp4 { packed, .. } => packed,
+        }
+    }
+    /// A short name of the storage scheme.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            FfnWeight::Plain { .. } => "plain",
+            FfnWeight::ModelOptNvfp4 { .. } => "modelopt-nvfp4",
+            FfnWeight::CtNvfp4 { .. } => "compressed-tensors-nvfp4",
+            FfnWeight::Fp8Block { .. } => "fp8-block128",
+            FfnWeight::Fp8Channel { .. } => "fp8-channel",
+            FfnWeight::Fp8Tensor { .. } => "fp8-tensor",
+        }
+    }
+}
+
+/// An FP8 weight-scale strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fp8Kind {
+    Tensor,
+    Channel,
+    Block,
+}
+
+impl Fp8Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Fp8Kind::Tensor => "per-tensor",
+            Fp8Kind::Channel => "per-channel",
+            Fp8Kind::Block => "block 128x128",
+        }
+    }
+}
+
+/// What a checkpoint's config declares about its quantized weights (`config.json`
+/// `quantization_config`, or ModelOpt's `hf_quant_config.json`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QuantDecl {
+    /// `quant_method` (`compressed-tensors`, `fp8`, `modelopt`), or `modelopt ALGO`.
+    pub method: Option<String>,
+    /// The FP8 weight strategies declared; empty when the config declares none (then a weight's
+    /// scheme follows from its scale tensor's full shape alone).
+    pub fp8: Vec<Fp8Kind>,
+}
+
+impl QuantDecl {
+    /// Read the declaration, refusing schemes this tool cannot decode (naming the config field).
+    pub fn parse(
+        file: &str,
+        qc: Option<&serde_json::Value>,
+        hf_quant_algo: Option<&str>,
+    ) -> Result<QuantDecl> {
+        let bad = |field: String, reason: String| Error::Json {
+            file: file.into(),
+            field,
+            reason,
+        };
+        let mut d = QuantDecl::default();
+        let block_128 = |field: &str, v: Option<&serde_json::Value>| -> Result<()> {
+            match v.and_then(|b| b.as_array()) {
+                Some(b) if b.len() == 2 && b.iter().all(|x| x.as_u64() == Some(128)) => Ok(()),
+                None => Ok(()),
+                Some(b) => Err(bad(
+                    field.into(),
+                    format!("block {b:?}: only 128x128 FP8 blocks are supported"),
+                )),
+            }
+        };
+        if let Some(qc) = qc {
+            d.method = qc
+                .get("quant_method")
+                .and_then(|m| m.as_str())
+                .map(str::to_string);
+            if d.method.as_deref() == Some("fp8") {
+                let wbs = qc.get("weight_block_size");
+                block_128("quantization_config.weight_block_size", wbs)?;
+                d.fp8.push(if wbs.is_some() {
+                    Fp8Kind::Block
+                } else {
+                    Fp8Kind::Tensor
+                });
+            }
+            if let Some(groups) = qc.get("config_groups").and_then(|g| g.as_object()) {
+                for (gname, g) in groups {
+                    let Some(w) = g.get("weights").filter(|w| !w.is_null()) else {
+                        continue;
+                    };
+                    let field =
+                        |f: &str| format!("quantization_config.config_groups.{gname}.weights.{f}");
+                    let ty = w.get("type").and_then(|t| t.as_str()).unwrap_or("");
+                    let bits = w.get("num_bits").and_then(|b| b.as_u64()).unwrap_or(0);
+                    let strategy = w.get("strategy").and_then(|t| t.as_str()).unwrap_or("");
+                    match (ty, bits, strategy) {
+                        ("float", 8, "tensor") => d.fp8.push(Fp8Kind::Tensor),
+                        ("float", 8, "channel") => d.fp8.push(Fp8Kind::Channel),
+                        ("float", 8, "block") => {
+                            block_128(&field("block_structure"), w.get("block_structure"))?;
+                            d.fp8.push(Fp8Kind::Block)
+                        }
+                        ("float", 4, "tensor_group") => {
+                            let gs = w.get("group_size").and_then(|b| b.as_u64());
+                            if gs != Some(16) {
+                                return Err(bad(
+                                    field("group_size"),
+                                    format!("{gs:?}: NVFP4 needs group_size 16"),
+                                ));
+                            }
+                        }
+                        // ModelOpt's config_groups carry no strategy; its quant_algo says.
+                        ("float", 8, "") => {}
+                        ("float", 8, other) => {
+                            return Err(bad(
+                                field("strategy"),
+                                format!(
+                                    "FP8 strategy {other:?} is not supported (tensor, channel and block 128x128 are)"
+                                ),
+                            ));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let algo = qc
+            .and_then(|q| q.get("quant_algo"))
+            .and_then(|a| a.as_str())
+            .or(hf_quant_algo);
+        if let Some(algo) = algo {
+            if d.method.is_none() {
+                d.method = Some(format!("modelopt {algo}"));
+            }
+            if algo == "FP8" {
+                d.fp8.push(Fp8Kind::Tensor);
+            }
+        }
+        d.fp8.dedup();
+        Ok(d)
+    }
+}
+
+/// The three projections of one dense FFN layer.
+#[derive(Clone, Debug)]
+pub struct FfnLayer {
+    pub index: usize,
+    pub gate: FfnWeight,
+    pub up: FfnWeight,
+    pub down: FfnWeight,
+}
+
+/// A mapped source file.
+pub enum SourceFile {
+    Gguf(GgufFile),
+    Safetensors(StFile),
+}
+
+impl SourceFile {
+    pub fn path(&self) -> &Path {
+        match self {
+            SourceFile::Gguf(g) => &g.path,
+            SourceFile::Safetensors(s) => &s.path,
+        }
+    }
+    /// Drop this process's mapped pages inside `[start, end)` (page-aligned inward).
+    pub fn release(&self, start: u64, end: u64) {
+        let map = match self {
+            SourceFile::Gguf(g) => &g.map,
+            SourceFile::Safetensors(s) => &s.map,
+        };
+        const PAGE: u64 = 4096;
+        let (start, end) = (
+            start.div_ceil(PAGE) * PAGE,
+            (end / PAGE * PAGE).min(map.len() as u64),
+        );
+        if end > start {
+            // SAFETY: the map is a read-only, file-backed mapping; MADV_DONTNEED on it only
+            // discards this process's page-table entries, and later reads fault the unchanged
+            // file contents back in, so no slice into the range changes.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    start as usize,
+                    (end - start) as usize,
+                )
+            };
+        }
+    }
+
+    /// The whole mapped file.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            SourceFile::Gguf(g) => &g.map,
+            SourceFile::Safetensors(s) => &s.map,
+        }
+    }
+}
+
+/// A checkpoint, opened and validated.
+pub struct Model {
+    pub format: Format,
+    /// The path the user gave.
+    pub path: PathBuf,
+    pub files: Vec<SourceFile>,
+    pub tensors: Vec<Tensor>,
+    /// Tensor indices sorted by name, for lookup by binary search (a name map would hold a
+    /// second copy of every name: a file of a million tensors is mostly names).
+    by_name: Vec<usize>,
+    pub architecture: Option<String>,
+    pub hidden_size: Option<u64>,
+    pub intermediate_size: Option<u64>,
+    pub activation: Option<Activation>,
+    /// Quantization scheme the config declares, if any.
+    pub quantization: Option<String>,
+    /// What the config declares about quantized weights.
+    pub quant: QuantDecl,
+    pub ffn_layers: Vec<FfnLayer>,
+}
+
+impl Model {
+    /// Every file this model was read from: the tensor files, the path the user gave and, for
+    /// safetensors, the side files beside them (`config.json`, `hf_quant_config.json`, the index).
+    pub fn input_paths(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = self.files.iter().map(|f| f.path().to_path_buf()).collect();
+        v.push(self.path.clone());
+        if self.format == Format::Safetensors {
+            let dir = self.files[0].path().parent().unwrap_or(Path::new(""));
+            for side in [
+                "config.json",
+                "hf_quant_config.json",
+                "model.safetensors.index.json",
+            ] {
+                v.push(dir.join(side));
+            }
+        }
+        v
+    }
+
+    /// The first file as GGUF, if it is one (its metadata is the model's).
+    pub fn files_gguf0(&self) -> &GgufFile {
+        match &self.files[0] {
+            SourceFile::Gguf(g) => g,
+            SourceFile::Safetensors(_) => panic!("not a GGUF model"),
+        }
+    }
+
+    /// The file a tensor lives in, for messages.
+    pub fn file_of(&self, t: usize) -> String {
+        self.files[self.tensors[t].file]
+            .path()
+            .display()
+            .to_string()
+    }
+
+    /// The stored bytes of tensor `i`.
+    pub fn data(&self, i: usize) -> &[u8] {
+        let t = &self.tensors[i];
+        &self.files[t.file].bytes()[t.offset as usize..(t.offset + t.bytes) as usize]
+    }
+
+    /// Drop this process's mapped pages of tensor `i` (they stay in the page cache), so that
+    /// streaming through a model keeps the resident set at one layer, not the whole file.
+    pub fn release(&self, i: usize) {
+        let t = &self.tensors[i];
+        self.files[t.file].release(t.offset, t.offset + t.bytes);
+    }
+
+    /// The index of the tensor named `name`, if there is one.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.by_name
+            .binary_search_by(|&i| self.tensors[i].name.as_str().cmp(name))
+            .ok()
+            .map(|k| self.by_name[k])
+    }
+
+    /// Look a tensor up by name.
+    pub fn tensor(&self, name: &str) -> Result<usize> {
+        self.index_of(name).ok_or_else(|| Error::NotFound {
+            file: self.path.display().to_string(),
+            tensor: name.into(),
+        })
+    }
+}

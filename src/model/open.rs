@@ -1,0 +1,289 @@
+//! Opening a checkpoint: GGUF (single or split) and safetensors (single or sharded), and the checks every model passes.
+
+use super::*;
+use crate::error::{Error, Result};
+use crate::gguf::{self, GgufFile, Value};
+use crate::safetensors_file::{self, StFile};
+use std::path::{Path, PathBuf};
+
+impl Model {
+    /// Open a `.gguf` file (split models through any shard), a `.safetensors` file, a
+    /// `model.safetensors.index.json`, or a directory holding one of them.
+    pub fn open(path: &Path) -> Result<Model> {
+        let file = path.display().to_string();
+        if path.is_dir() {
+            for cand in ["model.safetensors.index.json", "model.safetensors"] {
+                if path.join(cand).exists() {
+                    return Self::open(&path.join(cand));
+                }
+            }
+            let mut ggufs: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|err| Error::Io {
+                    file: file.clone(),
+                    err,
+                })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+                .collect();
+            ggufs.sort();
+            return match ggufs.first() {
+                Some(g) => Self::open(g),
+                None => Err(Error::Unsupported {
+                    file,
+                    reason: "directory holds no model.safetensors(.index.json) and no .gguf".into(),
+                }),
+            };
+        }
+        gguf::require_regular(path)?;
+        let mut head = [0u8; 4];
+        let n = {
+            use std::io::Read;
+            let mut f = std::fs::File::open(path).map_err(|err| Error::Io {
+                file: file.clone(),
+                err,
+            })?;
+            f.read(&mut head).map_err(|err| Error::Io {
+                file: file.clone(),
+                err,
+            })?
+        };
+        let name = path
+            .file_name()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default();
+        if &head[..n] == gguf::MAGIC || name.ends_with(".gguf") {
+            Self::open_gguf(path)
+        } else if name.ends_with(".index.json") {
+            let (shards, _) = safetensors_file::read_index(path)?;
+            Self::open_safetensors(path, shards)
+        } else if name.ends_with(".safetensors") {
+            Self::open_safetensors(path, vec![path.to_path_buf()])
+        } else {
+            Err(Error::Unsupported {
+                file,
+                reason: "not a GGUF file, a .safetensors file, an index.json or a model directory"
+                    .into(),
+            })
+        }
+    }
+
+    pub(super) fn open_gguf(path: &Path) -> Result<Model> {
+        let first = GgufFile::open(path)?;
+        let split_count = first
+            .get("split.count")
+            .and_then(Value::as_u64)
+            .unwrap_or(1);
+        let mut files = vec![first];
+        if split_count > 1 {
+            let file = path.display().to_string();
+            let (paths, n) = gguf::split_paths(path).ok_or_else(|| Error::Split {
+                file: file.clone(),
+                reason: format!("split.count = {split_count} but the name is not NAME-00001-of-{split_count:05}.gguf"),
+            })?;
+            if n as u64 != split_count {
+                return Err(Error::Split {
+                    file,
+                    reason: format!("split.count = {split_count} but the name says {n}"),
+                });
+            }
+            // Reopen from shard 1 in order, whichever shard the user named.
+            files.clear();
+            for (i, p) in paths.iter().enumerate() {
+                let g = GgufFile::open(p)?;
+                let no = g.get("split.no").and_then(Value::as_u64);
+                let cnt = g.get("split.count").and_then(Value::as_u64);
+                if no != Some(i as u64) || cnt != Some(split_count) {
+                    return Err(Error::Split {
+                        file: p.display().to_string(),
+                        reason: format!(
+                            "split.no = {no:?}, split.count = {cnt:?}; expected {i} and {split_count}"
+                        ),
+                    });
+                }
+                files.push(g);
+            }
+            let total: usize = files.iter().map(|g| g.tensors.len()).sum();
+            if let Some(want) = files[0].get("split.tensors.count").and_then(Value::as_u64)
+                && want != total as u64
+            {
+                return Err(Error::Split {
+                    file: files[0].path.display().to_string(),
+                    reason: format!(
+                        "split.tensors.count = {want} but the shards hold {total} tensors"
+                    ),
+                });
+            }
+        }
+        let mut tensors = Vec::new();
+        for (fi, g) in files.iter().enumerate() {
+            for t in &g.tensors {
+                tensors.push(Tensor {
+                    name: t.name.clone(),
+                    dtype: DType::Ggml(t.ty),
+                    shape: t.shape(),
+                    file: fi,
+                    offset: t.file_offset,
+                    bytes: t.bytes,
+                });
+            }
+        }
+        let arch = files[0]
+            .get("general.architecture")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let key = |k: &str| {
+            arch.as_ref()
+                .and_then(|a| files[0].get(&format!("{a}.{k}")).cloned())
+        };
+        let hidden = key("embedding_length").and_then(|v| v.as_u64());
+        let inter = key("feed_forward_length").and_then(|v| match v {
+            Value::Array(_, xs) => xs.iter().filter_map(Value::as_u64).max(),
+            v => v.as_u64(),
+        });
+        let activation = arch.as_deref().map(|a| {
+            if a.starts_with("gemma") || a == "bert" || a == "nomic-bert" || a == "gpt2" {
+                Activation::Gelu
+            } else {
+                Activation::Silu
+            }
+        });
+        let files: Vec<SourceFile> = files.into_iter().map(SourceFile::Gguf).collect();
+        Self::assemble(
+            Format::Gguf,
+            path,
+            files,
+            tensors,
+            arch,
+            hidden,
+            inter,
+            activation,
+            QuantDecl::default(),
+        )
+    }
+
+    pub(super) fn open_safetensors(path: &Path, shards: Vec<PathBuf>) -> Result<Model> {
+        let mut files = Vec::new();
+        let mut tensors = Vec::new();
+        for (fi, p) in shards.iter().enumerate() {
+            let st = StFile::open(p)?;
+            for t in &st.tensors {
+                tensors.push(Tensor {
+                    name: t.name.clone(),
+                    dtype: DType::St(t.dtype),
+                    shape: t.shape.clone(),
+                    file: fi,
+                    offset: t.file_offset,
+                    bytes: t.bytes,
+                });
+            }
+            files.push(SourceFile::Safetensors(st));
+        }
+        let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
+        let cfg_path = dir.join("config.json");
+        let cfg = cfg_path
+            .exists()
+            .then(|| safetensors_file::read_json(&cfg_path))
+            .transpose()?;
+        let get = |k: &str| cfg.as_ref().and_then(|c| c.get(k));
+        let arch = get("model_type")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
+        let hidden = get("hidden_size").and_then(|v| v.as_u64());
+        let inter = get("intermediate_size").and_then(|v| v.as_u64());
+        let activation = get("hidden_act")
+            .or_else(|| get("hidden_activation"))
+            .and_then(|v| v.as_str())
+            .and_then(Activation::from_act_name);
+        let hf_quant = dir.join("hf_quant_config.json");
+        let hf_algo = hf_quant
+            .exists()
+            .then(|| safetensors_file::read_json(&hf_quant))
+            .transpose()?
+            .and_then(|v| {
+                v.pointer("/quantization/quant_algo")
+                    .and_then(|a| a.as_str())
+                    .map(str::to_string)
+            });
+        let quant = QuantDecl::parse(
+            &cfg_path.display().to_string(),
+            get("quantization_config"),
+            hf_algo.as_deref(),
+        )?;
+        Self::assemble(
+            Format::Safetensors,
+            path,
+            files,
+            tensors,
+            arch,
+            hidden,
+            inter,
+            activation,
+            quant,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn assemble(
+        format: Format,
+        path: &Path,
+        files: Vec<SourceFile>,
+        tensors: Vec<Tensor>,
+        architecture: Option<String>,
+        hidden: Option<u64>,
+        inter: Option<u64>,
+        activation: Option<Activation>,
+        quant: QuantDecl,
+    ) -> Result<Model> {
+        // Shapes whose dimensions overflow int64 in any order (a zero dimension does not excuse
+        // the others: `elems` and every decoder multiply them in their own order).
+        for t in &tensors {
+            let fits = t.shape.iter().filter(|&&d| d != 0).try_fold(1u64, |a, &d| {
+                a.checked_mul(d).filter(|&p| p <= i64::MAX as u64)
+            });
+            if fits.is_none() {
+                return Err(Error::Tensor {
+                    file: files[t.file].path().display().to_string(),
+                    tensor: t.name.clone(),
+                    field: "shape",
+                    reason: format!("{:?} overflows int64", t.shape),
+                });
+            }
+        }
+        let mut by_name: Vec<usize> = (0..tensors.len()).collect();
+        by_name.sort_unstable_by(|&a, &b| tensors[a].name.cmp(&tensors[b].name));
+        if let Some(w) = by_name
+            .windows(2)
+            .find(|w| tensors[w[0]].name == tensors[w[1]].name)
+        {
+            let t = &tensors[w[1].max(w[0])];
+            return Err(Error::DuplicateTensor {
+                file: files[t.file].path().display().to_string(),
+                tensor: t.name.clone(),
+            });
+        }
+        let mut m = Model {
+            format,
+            path: path.to_path_buf(),
+            files,
+            tensors,
+            by_name,
+            architecture,
+            hidden_size: hidden,
+            intermediate_size: inter,
+            activation,
+            quantization: quant.method.clone(),
+            quant,
+            ffn_layers: Vec::new(),
+        };
+        m.ffn_layers = m.find_ffn_layers();
+        if let Some(l) = m.ffn_layers.first() {
+            let s = m.weight_shape(&l.gate)?;
+            m.intermediate_size.get_or_insert(s[0]);
+            m.hidden_size.get_or_insert(s[1]);
+        }
+        if m.activation.is_none() && !m.ffn_layers.is_empty() {
+            m.activation = Some(Activation::Silu);
+        }
+        Ok(m)
+    }
+}
