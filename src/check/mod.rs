@@ -4,6 +4,7 @@
 //! copy ceiling and cuBLAS measured in the same run.
 
 mod bench;
+pub mod bench_load;
 mod kernels;
 mod layers;
 mod load;

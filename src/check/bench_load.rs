@@ -1,0 +1,205 @@
+//! `bench-load`: seconds to ready, warm and cold, against the pinned host-to-device ceiling
+//! measured in the same run (moved here from the CLI).
+
+use crate::error::{Error, Result};
+use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+use crate::gpu::cuda::CudaBackend;
+use crate::gpu::{GpuBackend, ModelLevers};
+use crate::loader::{self, IoMode, LoadOptions};
+use crate::model::Model;
+use crate::pack::Pack;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Drop a file's pages from the page cache (advisory); false when the call fails.
+pub fn drop_page_cache(path: &Path) -> bool {
+    use std::os::unix::io::AsRawFd;
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    // SAFETY: advisory call on a file descriptor we own.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) == 0 }
+}
+
+/// `bench-load`: seconds to ready for the pack at `path` loaded with `io` (warm three times,
+/// then each path alone with `Auto`, then cold), against the pinned host-to-device ceiling
+/// measured in the same run; `sweep` adds the ring, hybrid and registration parameter sweeps;
+/// with `source`, the start-up an engine without packs pays (read, build the overlays, upload).
+pub fn bench_load(
+    b: &Arc<CudaBackend>,
+    path: &Path,
+    source: Option<&Path>,
+    io: IoMode,
+    sweep: bool,
+) -> Result<()> {
+    let ceiling = b.pinned_h2d_ceiling(1 << 30)?;
+    println!(
+        "pinned host-to-device ceiling (1 GiB, 2 streams): {:.1} GB/s",
+        ceiling / 1e9
+    );
+    let ready_with = |label: &str, opts: LoadOptions| -> Result<f64> {
+        let t0 = std::time::Instant::now();
+        let lp = loader::load(b.as_ref(), path, &opts)?;
+        let m = &lp.pack.manifest.model;
+        let cfg = FfnConfig {
+            hidden: m.hidden_size as usize,
+            inter: m.intermediate_size as usize,
+        };
+        let ctx = ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default())?;
+        let act = if m.activation == "gelu" {
+            crate::model::Activation::Gelu
+        } else {
+            crate::model::Activation::Silu
+        };
+        let launches = b.launch_count();
+        let mut layers = Vec::new();
+        for o in &lp.layers {
+            let mut l = DenseFfnLayer::new_with_activation(&ctx, act);
+            o.install(&mut l)?;
+            layers.push(l);
+        }
+        if b.launch_count() != launches {
+            return Err(Error::Unsupported {
+                file: path.display().to_string(),
+                reason: "installing overlays launched kernels".into(),
+            });
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        let gbs = lp.stats.bytes as f64 / lp.stats.copy_seconds;
+        println!(
+            "{label} {:>8.3} s to ready ({} layers installed), segment {:.2} GB copied in {:.3} s = {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}, {:.0}% resident{}",
+            secs,
+            layers.len(),
+            lp.stats.bytes as f64 / 1e9,
+            lp.stats.copy_seconds,
+            gbs / 1e9,
+            100.0 * gbs / ceiling,
+            lp.stats.mode,
+            if lp.stats.direct { " O_DIRECT" } else { "" },
+            100.0 * lp.stats.resident,
+            lp.stats
+                .fell_back
+                .as_deref()
+                .map(|r| format!(" (fell back: {r})"))
+                .unwrap_or_default()
+        );
+        b.free(lp.arena);
+        drop(ctx);
+        Ok(secs)
+    };
+    let ready = |label: &str, io: IoMode| {
+        ready_with(
+            label,
+            LoadOptions {
+                io,
+                ..LoadOptions::default()
+            },
+        )
+    };
+    // The chosen mode, warm (three runs) and cold; then, with auto, each path alone, warm.
+    warm_page_cache(path);
+    let mut warm: Vec<f64> = (0..3).map(|_| ready("warm", io)).collect::<Result<_>>()?;
+    warm.sort_by(|a, c| a.partial_cmp(c).unwrap());
+    if io == IoMode::Auto {
+        for mode in [IoMode::Register, IoMode::Staged] {
+            for _ in 0..2 {
+                ready("warm", mode)?;
+            }
+        }
+    }
+    if sweep {
+        warm_page_cache(path);
+        let mib = 1usize << 20;
+        for (readers, chunk, ring) in [(16, 2, 16), (16, 2, 8), (16, 1, 32), (16, 4, 16)] {
+            let o = LoadOptions {
+                io: IoMode::Staged,
+                readers,
+                chunk: chunk * mib,
+                ring,
+                ..LoadOptions::default()
+            };
+            for _ in 0..2 {
+                ready_with(
+                    &format!("sweep staged readers={readers} chunk={chunk}MiB ring={ring}"),
+                    o.clone(),
+                )?;
+            }
+        }
+        for fraction in [0.25, 0.4, 0.55] {
+            let o = LoadOptions {
+                io: IoMode::Hybrid,
+                hybrid_fraction: fraction,
+                ..LoadOptions::default()
+            };
+            for _ in 0..2 {
+                ready_with(&format!("sweep hybrid registered={fraction}"), o.clone())?;
+            }
+        }
+        for piece in [1024usize, 256] {
+            let o = LoadOptions {
+                io: IoMode::Register,
+                register_chunk: piece * mib,
+                ..LoadOptions::default()
+            };
+            for _ in 0..2 {
+                ready_with(&format!("sweep register piece={piece}MiB"), o.clone())?;
+            }
+        }
+    }
+    // Cold: the page cache dropped before each run; the ring with O_DIRECT and through the
+    // cache, and registration (which faults the mapping in through the cache).
+    for (mode, direct) in [
+        (IoMode::Staged, Some(true)),
+        (IoMode::Staged, Some(false)),
+        (IoMode::Register, None),
+    ] {
+        if drop_page_cache(path) {
+            ready_with(
+                "cold",
+                LoadOptions {
+                    io: mode,
+                    direct,
+                    ..LoadOptions::default()
+                },
+            )?;
+        } else {
+            println!("cold: could not drop the page cache for {}", path.display());
+        }
+    }
+    if let Some(src) = source {
+        // The start-up an engine without packs pays: read the source, build the same overlays on
+        // the CPU, upload each tensor (pageable copies).
+        warm_page_cache(src);
+        let t0 = std::time::Instant::now();
+        let p = Pack::open(path)?;
+        let model = Model::open(src)?;
+        let plan = crate::pack::Plan::new(&model, &p.manifest.options)?;
+        let mut bytes = 0u64;
+        plan.produce(|_, data, entry| {
+            if entry.ffn.is_some() {
+                let d = b.alloc(data.len() as u64)?;
+                b.upload(d, data)?;
+                bytes += data.len() as u64;
+            }
+            Ok(())
+        })?;
+        b.synchronize(0)?;
+        let base = t0.elapsed().as_secs_f64();
+        println!(
+            "source baseline {:>8.3} s to ready ({:.2} GB of overlays built on the CPU and uploaded) = {:.1}x the warm pack load",
+            base,
+            bytes as f64 / 1e9,
+            base / warm[1]
+        );
+    }
+    Ok(())
+}
+
+/// Read a file through once (64 MiB at a time) so it sits in the page cache.
+pub fn warm_page_cache(path: &Path) {
+    use std::io::Read;
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let mut buf = vec![0u8; 64 << 20];
+        while matches!(f.read(&mut buf), Ok(n) if n > 0) {}
+    }
+}
