@@ -169,12 +169,12 @@ impl LayerOverlays {
                 layer.set_nvfp4_t_weights(self.nvfp4_t)?;
             }
             // Tiles from the pack: finalize_nvfp4_mmq_load then has nothing to repack.
-            layer.weights.nvfp4_mmq = self.nvfp4_mmq;
+            layer.set_nvfp4_mmq_tiles(self.nvfp4_mmq)?;
             if let Some(l) = self.lora {
                 layer.set_lora_weights(l)?;
             }
-            if self.q4k.is_some() {
-                layer.weights.q4k = self.q4k;
+            if let Some(q) = self.q4k {
+                layer.set_q4k_mmq_weights(q)?;
             }
         }
         if let Some(([g, u, d], fused)) = self.fp8 {

@@ -333,7 +333,7 @@ fn nvfp4_decode_arm_and_finalize_nvfp4_mmq_load() {
     // copies of what it repacked are freed.
     install_nvfp4_t(c.backend.as_ref(), &mut layer, &w).unwrap();
     let t_copies: Vec<DevicePtr> = layer
-        .weights
+        .weights()
         .nvfp4_t
         .iter()
         .map(|t| t.unwrap().codes)
@@ -351,14 +351,14 @@ fn nvfp4_decode_arm_and_finalize_nvfp4_mmq_load() {
                 .parts
                 .remove(0)
                 .1;
-        let got_p = layer.weights.nvfp4_mmq[p].unwrap();
+        let got_p = layer.weights().nvfp4_mmq[p].unwrap();
         let mut got = vec![0u8; got_p.bytes as usize];
         c.backend.download(got_p, &mut got).unwrap();
         assert!(
             got == want,
             "projection {p}: repack differs from the converter"
         );
-        assert!(layer.weights.nvfp4_t[p].is_none());
+        assert!(layer.weights().nvfp4_t[p].is_none());
         assert!(
             c.backend.download(t_copies[p], &mut [0u8; 4]).is_err(),
             "_t copy {p} not freed"
@@ -415,7 +415,7 @@ fn nvfp4_decode_arm_and_finalize_nvfp4_mmq_load() {
             install_fp8(c.backend.as_ref(), &mut l, &w, false).unwrap();
         }
         let did = l.finalize_nvfp4_mmq_load(&mut c, H, I, 0).unwrap();
-        let built: Vec<bool> = l.weights.nvfp4_mmq.iter().map(Option::is_some).collect();
+        let built: Vec<bool> = l.weights().nvfp4_mmq.iter().map(Option::is_some).collect();
         if what == "down lever" {
             assert!(did && built == [true, true, false], "{what}: {built:?}");
         } else {
@@ -1027,21 +1027,21 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
     let mut c = ctx(HostBackend::new(), mmq.clone());
     let mut l = DenseFfnLayer::new(&c);
     install_nvfp4_t(c.backend.as_ref(), &mut l, &w).unwrap();
-    let t0 = l.weights.nvfp4_t[0].unwrap().codes;
+    let t0 = l.weights().nvfp4_t[0].unwrap().codes;
     c.trace.clear();
     assert!(l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
     assert_eq!(
         c.trace,
         ["nvfp4_to_q4k", "nvfp4_to_q4k", "nvfp4_to_int8_rows"]
     );
-    assert!(l.weights.nvfp4_t.iter().all(Option::is_none));
+    assert!(l.weights().nvfp4_t.iter().all(Option::is_none));
     assert!(
         c.backend.download(t0, &mut [0u8; 4]).is_err(),
         "_t copy not freed"
     );
     // The built bytes are the converter's (and so ggml's reference quantizer's) for the NVFP4
     // values the layer holds.
-    let q = l.weights.q4k.unwrap();
+    let q = l.weights().q4k.unwrap();
     let bytes = |p: DevicePtr| {
         let mut v = vec![0u8; p.bytes as usize];
         c.backend.download(p, &mut v).unwrap();
@@ -1137,7 +1137,7 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
         let n0 = c.backend.launch_count();
         assert!(!l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
         assert_eq!(c.backend.launch_count(), n0);
-        assert!(l.weights.q4k.is_none());
+        assert!(l.weights().q4k.is_none());
     }
     // Given copies (a pack) serve the same prefill with no load-time launch.
     let mut c = ctx(HostBackend::new(), mmq);
@@ -1177,4 +1177,45 @@ fn the_k_split_down_gemv_serves_long_rows_only_when_the_lever_says() {
         let e = rel_err(&y, &ffn_f64(&xs, 1, &wd, Activation::Silu));
         assert!(e < 1e-5, "{want}: {e}");
     }
+}
+
+#[test]
+fn pack_given_tiles_and_q4k_copies_are_validated_with_checked_sizes() {
+    use metrale_pack::ffn::{Q4kDown, Q4kMmqWeights};
+    let c = ctx(HostBackend::new(), ModelLevers::default());
+    let mut r = Rand(41);
+    let w = DenseWeights::random(&mut r, H, I);
+    let mut l = DenseFfnLayer::new(&c);
+    // Before the base: refused.
+    let small = c.backend.alloc(64).unwrap();
+    assert!(l.set_nvfp4_mmq_tiles([Some(small), None, None]).is_err());
+    install_nvfp4(c.backend.as_ref(), &mut l, &w).unwrap();
+    // A buffer too small for the projection's tiles: refused, naming the layout.
+    let e = l
+        .set_nvfp4_mmq_tiles([Some(small), None, None])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nvfp4_mmq"), "{e}");
+    assert!(l.set_nvfp4_mmq_tiles([None, None, None]).is_ok());
+    // Q4_K copies whose sizes overflow (a hostile manifest's kp) are refused, not a panic.
+    let q = |kp_gate: usize, kp_down: usize| Q4kMmqWeights {
+        gate: small,
+        up: small,
+        down: Q4kDown::Int8 {
+            codes: small,
+            scales: small,
+        },
+        kp_gate,
+        kp_down,
+        owned: false,
+    };
+    for (kg, kd) in [
+        (usize::MAX / 256 * 256, 512),
+        (512, usize::MAX / 256 * 256),
+        (512, 512),
+    ] {
+        let e = l.set_q4k_mmq_weights(q(kg, kd)).unwrap_err().to_string();
+        assert!(e.contains("q4k_mmq"), "{e}");
+    }
+    assert!(l.weights().q4k.is_none());
 }

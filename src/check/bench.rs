@@ -253,7 +253,7 @@ pub fn benchmarks(
 
 /// Free the NVFP4 base of a benchmark layer and what its finalize calls built from it.
 fn free_nvfp4_family(b: &dyn GpuBackend, layer: &DenseFfnLayer) {
-    let w = &layer.weights;
+    let w = layer.weights();
     for p in w.nvfp4.iter().flatten() {
         b.free(p.codes);
         b.free(p.scales);

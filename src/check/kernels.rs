@@ -517,7 +517,7 @@ pub fn kernel_checks(
             .parts
             .remove(0)
             .1;
-            let got_p = l.weights.nvfp4_mmq[0].ok_or_else(|| {
+            let got_p = l.weights().nvfp4_mmq[0].ok_or_else(|| {
                 crate::gpu::GpuError::Invalid("finalize built no gate tiles".into())
             })?;
             let mut got = vec![0u8; got_p.bytes as usize];
@@ -547,7 +547,7 @@ pub fn kernel_checks(
                 let mut ql = DenseFfnLayer::new(&qctx);
                 install_nvfp4(b.as_ref(), &mut ql, &down)?;
                 ql.finalize_q4k_load(&mut qctx, k, n, 0)?;
-                let q = ql.weights.q4k.ok_or_else(|| {
+                let q = ql.weights().q4k.ok_or_else(|| {
                     crate::gpu::GpuError::Invalid("finalize_q4k_load built nothing".into())
                 })?;
                 let bytes = |p: DevicePtr| -> GpuResult<Vec<u8>> {

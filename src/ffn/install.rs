@@ -16,10 +16,7 @@ impl DenseFfnLayer {
     ) -> GpuResult<()> {
         for (p, w) in [(Proj::Gate, &gate), (Proj::Up, &up), (Proj::Down, &down)] {
             self.check_shape("set_bf16_weights", p, w.n, w.k)?;
-            if w.k % 8 != 0
-                || w.kp < w.k
-                || w.kp % 8 != 0
-                || w.weight.bytes < (w.n * w.kp * 2) as u64
+            if w.k % 8 != 0 || w.kp < w.k || w.kp % 8 != 0 || !fits(w.weight.bytes, &[w.n, w.kp, 2])
             {
                 return Err(GpuError::Invalid(format!(
                     "set_bf16_weights {p:?}: k {} / kp {} / {} bytes do not fit the bf16 layout",
@@ -106,8 +103,8 @@ impl DenseFfnLayer {
             self.check_shape("set_w8a8_decode_weights", p, x.n, x.k)?;
             if x.kp % 128 != 0
                 || x.kp < x.k
-                || x.weight.bytes < (x.n * x.kp) as u64
-                || x.scale.bytes < (x.n * 4) as u64
+                || !fits(x.weight.bytes, &[x.n, x.kp])
+                || !fits(x.scale.bytes, &[x.n, 4])
             {
                 return Err(GpuError::Invalid(format!(
                     "set_w8a8_decode_weights {p:?}: kp {} / buffers do not fit the w8a8 layout",
@@ -126,8 +123,8 @@ impl DenseFfnLayer {
             if x.k % 32 != 0
                 || x.kp % 64 != 0
                 || x.kp < x.k
-                || x.codes.bytes < (x.n * x.kp / 2) as u64
-                || x.scales.bytes < (x.n * x.kp / 16) as u64
+                || !fits(x.codes.bytes, &[x.n, x.kp / 2])
+                || !fits(x.scales.bytes, &[x.n, x.kp / 16])
             {
                 return Err(GpuError::Invalid(format!(
                     "set_nvfp4_weights {p:?}: k {} / kp {} / buffers do not fit the nvfp4 layout (k % 32, kp % 64)",
@@ -136,6 +133,71 @@ impl DenseFfnLayer {
             }
         }
         self.weights.nvfp4 = Some(w);
+        Ok(())
+    }
+
+    /// Install `nvfp4_mmq` tiles given by a pack (what `finalize_nvfp4_mmq_load` would build),
+    /// per projection. Needs the `nvfp4` base first; each buffer must hold the tiles of that
+    /// projection's padded shape.
+    pub fn set_nvfp4_mmq_tiles(&mut self, tiles: [Option<DevicePtr>; 3]) -> GpuResult<()> {
+        let Some(w) = self.weights.nvfp4 else {
+            return Err(GpuError::Invalid(
+                "set_nvfp4_mmq_tiles: install the nvfp4 base first".into(),
+            ));
+        };
+        for (p, (t, base)) in tiles.iter().zip(w.iter()).enumerate() {
+            let np = base.n.div_ceil(NVFP4_MMQ_TILE_N) * NVFP4_MMQ_TILE_N;
+            if let Some(t) = t
+                && (!base.kp.is_multiple_of(NVFP4_MMQ_TILE_K)
+                    || !fits(
+                        t.bytes,
+                        &[
+                            np / NVFP4_MMQ_TILE_N,
+                            base.kp / NVFP4_MMQ_TILE_K,
+                            NVFP4_MMQ_TILE_BYTES,
+                        ],
+                    ))
+            {
+                return Err(GpuError::Invalid(format!(
+                    "set_nvfp4_mmq_tiles projection {p}: {} bytes do not hold the nvfp4_mmq tiles of [{np}, {}]",
+                    t.bytes, base.kp
+                )));
+            }
+        }
+        self.weights.nvfp4_mmq = tiles;
+        Ok(())
+    }
+
+    /// Install the `q4k_mmq` copies given by a pack (what `finalize_q4k_load` would build): gate
+    /// and up as Q4_K rows, down as int8 with row scales or as Q4_K. Needs the `nvfp4` base
+    /// first (the arm is an NVFP4-layer prefill); every buffer must hold its rows.
+    pub fn set_q4k_mmq_weights(&mut self, q: Q4kMmqWeights) -> GpuResult<()> {
+        if self.weights.nvfp4.is_none() {
+            return Err(GpuError::Invalid(
+                "set_q4k_mmq_weights: install the nvfp4 base first".into(),
+            ));
+        }
+        let (h, i) = (self.hidden, self.inter);
+        let rows = |n: usize, kp: usize| [n, kp / Q4K_ELEMS, Q4K_BYTES];
+        let ok = q.kp_gate.is_multiple_of(Q4K_ELEMS)
+            && q.kp_down.is_multiple_of(Q4K_ELEMS)
+            && q.kp_gate >= h
+            && q.kp_down >= i
+            && fits(q.gate.bytes, &rows(i, q.kp_gate))
+            && fits(q.up.bytes, &rows(i, q.kp_gate))
+            && match q.down {
+                Q4kDown::Int8 { codes, scales } => {
+                    fits(codes.bytes, &[h, q.kp_down]) && fits(scales.bytes, &[h, 4])
+                }
+                Q4kDown::Q4k(d) => fits(d.bytes, &rows(h, q.kp_down)),
+            };
+        if !ok {
+            return Err(GpuError::Invalid(format!(
+                "set_q4k_mmq_weights: kp {} / {} or buffers do not fit the q4k_mmq layout of a {h} x {i} layer",
+                q.kp_gate, q.kp_down
+            )));
+        }
+        self.weights.q4k = Some(q);
         Ok(())
     }
 
@@ -150,8 +212,8 @@ impl DenseFfnLayer {
         for (p, (x, base)) in t.iter().zip(w.iter()).enumerate() {
             if let Some(x) = x
                 && (x.np != base.n.div_ceil(64) * 64
-                    || x.codes.bytes < (base.kp * x.np / 2) as u64
-                    || x.scales.bytes < (base.kp / 16 * x.np) as u64)
+                    || !fits(x.codes.bytes, &[base.kp, x.np / 2])
+                    || !fits(x.scales.bytes, &[base.kp / 16, x.np]))
             {
                 return Err(GpuError::Invalid(format!(
                     "set_nvfp4_t_weights projection {p}: np {} / buffers do not fit the nvfp4_t layout of [{}, {}]",
@@ -274,8 +336,8 @@ impl DenseFfnLayer {
             self.check_shape("set_lora_weights", p, x.n, x.k)?;
             if x.rank == 0
                 || x.rank > LORA_MAX_RANK
-                || x.a.bytes < (2 * x.rank * x.k) as u64
-                || x.b.bytes < (2 * x.n * x.rank) as u64
+                || !fits(x.a.bytes, &[2, x.rank, x.k])
+                || !fits(x.b.bytes, &[2, x.n, x.rank])
             {
                 return Err(GpuError::Invalid(format!(
                     "set_lora_weights {p:?}: rank {} (1..={LORA_MAX_RANK}) or buffers do not fit A [rank, {}] and B [{}, rank] in BF16",
@@ -402,7 +464,7 @@ impl DenseFfnLayer {
             self.check_shape("set_q2_weights", p, w.n, w.k)?;
             if !w.kp.is_multiple_of(128)
                 || w.kp < w.k
-                || w.blocks.bytes < (w.n * w.kp / Q2G128_ELEMS * Q2G128_BYTES) as u64
+                || !fits(w.blocks.bytes, &[w.n, w.kp / Q2G128_ELEMS, Q2G128_BYTES])
             {
                 return Err(GpuError::Invalid(format!(
                     "set_q2_weights {p:?}: kp {} / {} bytes do not fit the q2g128 layout of [{}, {}] (kp % {Q2G128_ELEMS}, {Q2G128_BYTES} bytes per {Q2G128_ELEMS})",

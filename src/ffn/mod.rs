@@ -38,7 +38,7 @@ pub struct DenseFfnLayer {
     pub hidden: usize,
     pub inter: usize,
     pub activation: Activation,
-    pub weights: DenseFfnWeights,
+    weights: DenseFfnWeights,
     bf16: Option<[Bf16Weight; 3]>,
     fp8: Option<Fp8Overlay>,
     w8a8: Option<[W8a8Weight; 3]>,
@@ -74,6 +74,11 @@ impl DenseFfnLayer {
             q2: None,
             kernels: FfnKernels::resolve(ctx.backend.as_ref()),
         }
+    }
+
+    /// The NVFP4-family overlays installed (read-only: install through the `set_*` methods).
+    pub fn weights(&self) -> &DenseFfnWeights {
+        &self.weights
     }
 
     /// The resolved kernels.

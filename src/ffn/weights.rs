@@ -157,12 +157,19 @@ pub(crate) fn check_fp8(w: &Fp8Weight, what: &str) -> GpuResult<()> {
             w.n, w.np, w.k, w.kp
         )));
     }
-    if w.weight.bytes < (w.np * w.kp) as u64 || w.scale.bytes < (w.np / 128 * w.kp / 128 * 4) as u64
-    {
+    if !fits(w.weight.bytes, &[w.np, w.kp]) || !fits(w.scale.bytes, &[w.np / 128, w.kp / 128, 4]) {
         return Err(GpuError::Invalid(format!(
             "{what}: buffers too small for [{}, {}]",
             w.np, w.kp
         )));
     }
     Ok(())
+}
+
+/// Whether a buffer of `bytes` holds the product of `dims` (checked: the numbers may come from a
+/// pack's manifest, and an overflowing product never fits).
+pub(crate) fn fits(bytes: u64, dims: &[usize]) -> bool {
+    dims.iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+        .is_some_and(|need| need <= bytes)
 }
