@@ -1219,3 +1219,27 @@ fn pack_given_tiles_and_q4k_copies_are_validated_with_checked_sizes() {
     }
     assert!(l.weights().q4k.is_none());
 }
+
+#[test]
+fn a_kernel_size_argument_above_int_is_refused_not_truncated() {
+    use metrale_pack::gpu::{KArg, LaunchCfg};
+    let b = HostBackend::new();
+    let k = b.kernel("ffn_act", "act_mul_silu");
+    let p = b.alloc(64).unwrap();
+    let args = |rows: usize| {
+        [
+            KArg::Ptr(p),
+            KArg::Ptr(p),
+            KArg::Ptr(p),
+            KArg::Dim(rows),
+            KArg::Dim(4),
+            KArg::Dim(4),
+            KArg::Dim(4),
+            KArg::Dim(4),
+        ]
+    };
+    let cfg = LaunchCfg::grid(1, 1, 256);
+    assert!(b.launch(k, cfg, 0, &args(1)).is_ok());
+    let e = b.launch(k, cfg, 0, &args(1 << 40)).unwrap_err().to_string();
+    assert!(e.contains("argument 3"), "{e}");
+}

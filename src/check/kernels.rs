@@ -207,7 +207,7 @@ pub fn kernel_checks(
         for (name, handle, cap, round, gemv) in nvfp4 {
             for &m in ms.iter().filter(|&&m| m <= cap) {
                 poison(b.as_ref(), yd)?;
-                let a = |v: usize| crate::gpu::KArg::I32(v as i32);
+                let a = |v: usize| crate::gpu::KArg::Dim(v);
                 use crate::gpu::KArg::{F32, Ptr};
                 let (grid, block) = if name == "w4a16_gemv_ksplit" {
                     ((n.div_ceil(4) as u32, 1, 1), (256, 1, 1))

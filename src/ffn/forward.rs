@@ -218,7 +218,7 @@ impl DenseFfnLayer {
             return Err(missing("ffn_act", name));
         }
         let cfg = LaunchCfg::grid(cols.div_ceil(256), rows, 256);
-        let i = |v: usize| KArg::I32(v as i32);
+        let i = |v: usize| KArg::Dim(v);
         self.launch(
             ctx,
             k,

@@ -283,7 +283,7 @@ impl DenseFfnLayer {
             )?;
             let threads = np / 128 * x.kp / 64 * 128;
             let cfg = LaunchCfg::grid(threads.div_ceil(256), 1, 256);
-            let i = |v: usize| KArg::I32(v as i32);
+            let i = |v: usize| KArg::Dim(v);
             ctx.trace.push("nvfp4_mmq_repack");
             ctx.backend.launch(
                 self.kernels.nvfp4_repack,
@@ -386,7 +386,7 @@ impl DenseFfnLayer {
             )));
         }
         let (kp_gate, kp_down) = (round_up(h, 256), round_up(inter, 256));
-        let i = |v: usize| KArg::I32(v as i32);
+        let i = |v: usize| KArg::Dim(v);
         let b = ctx.backend.clone();
         let encode =
             |ctx: &mut ForwardContext, x: &Nvfp4Weight, kp_q: usize| -> GpuResult<DevicePtr> {

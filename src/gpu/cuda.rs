@@ -469,12 +469,17 @@ impl GpuBackend for CudaBackend {
         self.current()?;
         let mut vals: Vec<u64> = args
             .iter()
-            .map(|a| match *a {
-                KArg::Ptr(p) => p.addr,
-                KArg::I32(v) => v as u32 as u64,
-                KArg::F32(v) => v.to_bits() as u64,
+            .map(|a| {
+                Ok(match *a {
+                    KArg::Ptr(p) => p.addr,
+                    KArg::I32(v) => v as u32 as u64,
+                    KArg::F32(v) => v.to_bits() as u64,
+                    KArg::Dim(v) => i32::try_from(v).map_err(|_| {
+                        GpuError::Invalid(format!("kernel argument {v} does not fit an int"))
+                    })? as u32 as u64,
+                })
             })
-            .collect();
+            .collect::<GpuResult<_>>()?;
         let mut params: Vec<*mut c_void> = vals
             .iter_mut()
             .map(|v| v as *mut u64 as *mut c_void)

@@ -210,6 +210,7 @@ fn nvfp4_row_cap(name: &str) -> usize {
 fn int(a: &[KArg], i: usize) -> GpuResult<usize> {
     match a.get(i) {
         Some(KArg::I32(v)) if *v >= 0 => Ok(*v as usize),
+        Some(KArg::Dim(v)) if i32::try_from(*v).is_ok() => Ok(*v),
         other => Err(GpuError::Invalid(format!(
             "argument {i}: expected a non-negative i32, got {other:?}"
         ))),

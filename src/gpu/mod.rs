@@ -63,6 +63,9 @@ pub enum KArg {
     Ptr(DevicePtr),
     I32(i32),
     F32(f32),
+    /// A size, count or stride for the kernel's `int` parameter: the backend refuses one above
+    /// `i32::MAX` at launch instead of truncating it.
+    Dim(usize),
 }
 
 /// Grid, block and dynamic shared memory of a launch.

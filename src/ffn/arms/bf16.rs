@@ -14,7 +14,7 @@ impl DenseFfnLayer {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        let i = |v: usize| KArg::I32(v as i32);
+        let i = |v: usize| KArg::Dim(v);
         let cfg = LaunchCfg::grid(w.n.div_ceil(8), 1, 256);
         self.launch(
             ctx,
@@ -107,7 +107,7 @@ impl DenseFfnLayer {
             ctx,
             self.kernels.to_bf16,
             cfg,
-            &[KArg::Ptr(x), KArg::Ptr(dst), KArg::I32(count as i32)],
+            &[KArg::Ptr(x), KArg::Ptr(dst), KArg::Dim(count)],
         )?;
         Ok(dst)
     }

@@ -82,7 +82,7 @@ impl DenseFfnLayer {
                 (r0 * ldy * 4) as u64,
                 ((rows - 1) * ldy * 4 + w.n * 4) as u64,
             );
-            let i = |v: usize| KArg::I32(v as i32);
+            let i = |v: usize| KArg::Dim(v);
             let args = [
                 KArg::Ptr(xs),
                 i(rows),
@@ -153,7 +153,7 @@ impl DenseFfnLayer {
         ldy: usize,
     ) -> GpuResult<()> {
         let (q, s) = (ctx.arena.act_codes, ctx.arena.act_scale);
-        let i = |v: usize| KArg::I32(v as i32);
+        let i = |v: usize| KArg::Dim(v);
         let cfg = LaunchCfg::grid(m, 1, 256);
         self.launch(
             ctx,

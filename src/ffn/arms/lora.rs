@@ -23,7 +23,7 @@ impl DenseFfnLayer {
         if !k.lora_b.ok() {
             return Err(missing("ffn_lora", "lora_b_add"));
         }
-        let a = |v: usize| KArg::I32(v as i32);
+        let a = |v: usize| KArg::Dim(v);
         let xa = ctx.arena.lora_xa.view(0, (m * l.rank * 4) as u64);
         let cfg = LaunchCfg::grid(l.rank.div_ceil(8), m, 256);
         let args = [

@@ -23,7 +23,7 @@ impl DenseFfnLayer {
     ) -> GpuResult<()> {
         let (p, w) = *pw;
         let kk = &self.kernels;
-        let a = |v: usize| KArg::I32(v as i32);
+        let a = |v: usize| KArg::Dim(v);
         let np128 = w.n.div_ceil(128) * 128;
         if let Some(tiles) = self.weights.nvfp4_mmq[p]
             && kk.nvfp4_mmq_gemm.ok()
@@ -112,7 +112,7 @@ impl DenseFfnLayer {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        let a = |v: usize| KArg::I32(v as i32);
+        let a = |v: usize| KArg::Dim(v);
         let cfg = LaunchCfg::grid(w.n.div_ceil(NVFP4_GEMV_COLS), 1, 256);
         let args = [
             KArg::Ptr(x),
@@ -171,7 +171,7 @@ impl DenseFfnLayer {
         let w = self.weights.nvfp4.unwrap();
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
-        let a = |v: usize| KArg::I32(v as i32);
+        let a = |v: usize| KArg::Dim(v);
         let cfg = LaunchCfg::grid(i.div_ceil(NVFP4_GEMV_COLS), 2, 256);
         let args = [
             KArg::Ptr(x),
@@ -262,7 +262,7 @@ impl DenseFfnLayer {
             .act_codes
             .view((m * kp / 2) as u64, (m * kp / 16) as u64);
         let qg = ctx.arena.act_scale.view(0, (m * 4) as u64);
-        let a = |v: usize| KArg::I32(v as i32);
+        let a = |v: usize| KArg::Dim(v);
         let cfg = LaunchCfg::grid(m, 1, 256);
         let args = [
             KArg::Ptr(x),
@@ -292,7 +292,7 @@ impl DenseFfnLayer {
         if !k.ok() {
             return Err(missing("ffn_nvfp4", "nvfp4_proj_mx"));
         }
-        let a = |v: usize| KArg::I32(v as i32);
+        let a = |v: usize| KArg::Dim(v);
         let cfg = LaunchCfg::grid(w.n.div_ceil(32), m.div_ceil(4), 256);
         let args = [
             KArg::Ptr(q.0),

@@ -26,7 +26,7 @@ impl DenseFfnLayer {
         if !k.ok() {
             return Err(missing("ffn_q2g128", name));
         }
-        let a = |v: usize| KArg::I32(v as i32);
+        let a = |v: usize| KArg::Dim(v);
         let cfg = LaunchCfg::grid(w.n.div_ceil(8), 1, 256);
         let args = [
             KArg::Ptr(x),
@@ -89,7 +89,7 @@ impl DenseFfnLayer {
             .arena
             .q2_act_q8
             .view(0, (m * kp / Q8_1_ELEMS * Q8_1_BYTES) as u64);
-        let a = |v: usize| KArg::I32(v as i32);
+        let a = |v: usize| KArg::Dim(v);
         let cfg = LaunchCfg::grid((kp / 32).div_ceil(8), m, 256);
         self.launch(
             ctx,
@@ -149,7 +149,7 @@ impl DenseFfnLayer {
                        ldy: usize|
          -> GpuResult<()> {
             let cfg = LaunchCfg::grid((w.n * w.kp / 128 * 32).div_ceil(256), 1, 256);
-            let a = |v: usize| KArg::I32(v as i32);
+            let a = |v: usize| KArg::Dim(v);
             let dq = scratch.view(0, (w.n * w.kp * 2) as u64);
             l.launch(
                 c,
@@ -190,7 +190,7 @@ impl DenseFfnLayer {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        let a = |v: usize| KArg::I32(v as i32);
+        let a = |v: usize| KArg::Dim(v);
         let cfg = LaunchCfg::mmq_tile(m, n);
         let args = [
             KArg::Ptr(xq),

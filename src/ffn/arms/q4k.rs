@@ -39,7 +39,7 @@ impl DenseFfnLayer {
                 let kp = q.kp_down;
                 let aq = ctx.arena.act_codes.view(0, (m * kp) as u64);
                 let sa = ctx.arena.act_scale.view(0, (m * 4) as u64);
-                let a = |v: usize| KArg::I32(v as i32);
+                let a = |v: usize| KArg::Dim(v);
                 let cfg = LaunchCfg::grid(m, 1, 256);
                 let args = [
                     KArg::Ptr(act),
