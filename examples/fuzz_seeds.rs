@@ -5,9 +5,9 @@
 use metrale_pack::GgmlType;
 use metrale_pack::converters::layouts::Layout;
 use metrale_pack::converters::layouts::q4k_mmq::DownFormat;
-use metrale_pack::ffn::testing::{LoraAdapter, Rand};
 use metrale_pack::model::Model;
 use metrale_pack::pack::{self, ConvertOptions};
+use metrale_pack::testing::{LoraAdapter, Rand};
 use safetensors::tensor::{Dtype, TensorView};
 use std::path::Path;
 
@@ -25,11 +25,11 @@ fn main() -> anyhow::Result<()> {
         (GgmlType::Q4_K, "llama", 256, 256),
     ] {
         let p = root.join(format!("gguf/{arch}-{ty}.gguf"));
-        metrale_pack::gen_model::gen_model(&p, h, i, 1, ty, arch)?;
+        metrale_pack::testing::gen_model::gen_model(&p, h, i, 1, ty, arch)?;
     }
     // Packs: every layout of one SiLU layer (with a LoRA adapter), and the GELU defaults.
     let src = tmp.path().join("m.gguf");
-    metrale_pack::gen_model::gen_model(&src, 64, 128, 1, GgmlType::F16, "llama")?;
+    metrale_pack::testing::gen_model::gen_model(&src, 64, 128, 1, GgmlType::F16, "llama")?;
     let adapter = tmp.path().join("adapter");
     LoraAdapter::write_peft(&mut Rand(7), &adapter, 1, 64, 128, 4)?;
     let all = ConvertOptions {
@@ -52,7 +52,7 @@ fn main() -> anyhow::Result<()> {
         &|_, _| {},
     )?;
     let gelu = tmp.path().join("g.gguf");
-    metrale_pack::gen_model::gen_model(&gelu, 64, 128, 1, GgmlType::Q8_0, "gemma")?;
+    metrale_pack::testing::gen_model::gen_model(&gelu, 64, 128, 1, GgmlType::Q8_0, "gemma")?;
     pack::convert(
         &Model::open(&gelu)?,
         &ConvertOptions::default(),

@@ -10,7 +10,6 @@ pub mod check;
 pub mod error;
 pub mod ffn;
 pub mod fuzzing;
-pub mod gen_model;
 pub mod ggml_type;
 pub mod gguf;
 pub mod gguf_write;
@@ -25,3 +24,5 @@ pub mod safetensors_file;
 
 pub use error::{Error, Result};
 pub use ggml_type::GgmlType;
+#[doc(hidden)]
+pub mod testing;

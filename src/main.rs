@@ -203,7 +203,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let t = metrale_pack::GgmlType::from_name(&ty)
                 .with_context(|| format!("unknown type {ty}"))?;
-            Ok(metrale_pack::gen_model::gen_model(
+            Ok(metrale_pack::testing::gen_model::gen_model(
                 &out, hidden, inter, layers, t, &arch,
             )?)
         }
@@ -606,7 +606,7 @@ fn gpu_check(
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos() as u64;
     eprintln!("seed {seed}");
-    let mut rng = metrale_pack::ffn::testing::Rand(seed);
+    let mut rng = metrale_pack::testing::Rand(seed);
     let t0 = std::time::Instant::now();
     let (shapes, ms): (&[(usize, usize)], &[usize]) = if quick {
         (&SHAPES[..1], &M_SET[..8])
@@ -663,7 +663,7 @@ fn bench_gpu() -> Result<()> {
     let Some(b) = cuda_or_skip() else {
         return Ok(());
     };
-    let mut rng = metrale_pack::ffn::testing::Rand(7);
+    let mut rng = metrale_pack::testing::Rand(7);
     let bb = b.clone();
     metrale_pack::check::benchmarks(b, move |n| bb.copy_ceiling(n), &mut rng)?;
     Ok(())

@@ -12,8 +12,8 @@
 //! their low bytes, and only `gpu-check` there, which repeats every comparison, caught it.
 
 use metrale_pack::converters::layouts;
-use metrale_pack::ffn::testing::{Rand, rel_err};
 use metrale_pack::gpu::reference;
+use metrale_pack::testing::{Rand, rel_err};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

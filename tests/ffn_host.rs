@@ -3,11 +3,11 @@
 //! a float64 reference of the whole FFN on the weights the arm really holds.
 
 use metrale_pack::converters::layouts;
-use metrale_pack::ffn::testing::*;
 use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::gpu::{DevicePtr, GpuBackend, GpuError, ModelLevers, download_f32, upload_f32};
 use metrale_pack::model::Activation;
+use metrale_pack::testing::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 

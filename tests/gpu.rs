@@ -3,9 +3,9 @@
 //! `metrale-pack gpu-check`, which runs the full set).
 
 use metrale_pack::check;
-use metrale_pack::ffn::testing::Rand;
 use metrale_pack::gpu::GpuBackend;
 use metrale_pack::gpu::cuda::CudaBackend;
+use metrale_pack::testing::Rand;
 use std::sync::Arc;
 
 #[test]

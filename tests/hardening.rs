@@ -15,8 +15,15 @@ fn run(args: &[&str]) -> Output {
 
 fn small_model(dir: &Path) -> std::path::PathBuf {
     let p = dir.join("m.gguf");
-    metrale_pack::gen_model::gen_model(&p, 64, 128, 2, metrale_pack::GgmlType::F16, "llama")
-        .unwrap();
+    metrale_pack::testing::gen_model::gen_model(
+        &p,
+        64,
+        128,
+        2,
+        metrale_pack::GgmlType::F16,
+        "llama",
+    )
+    .unwrap();
     p
 }
 
@@ -82,8 +89,15 @@ fn an_output_that_is_an_input_is_refused_through_any_spelling() {
 fn sigkill_during_convert_leaves_nothing_and_the_next_run_is_clean() {
     let dir = tempfile::tempdir().unwrap();
     let m = dir.path().join("big.gguf");
-    metrale_pack::gen_model::gen_model(&m, 1024, 4096, 6, metrale_pack::GgmlType::F16, "llama")
-        .unwrap();
+    metrale_pack::testing::gen_model::gen_model(
+        &m,
+        1024,
+        4096,
+        6,
+        metrale_pack::GgmlType::F16,
+        "llama",
+    )
+    .unwrap();
     let out_dir = dir.path().join("out");
     std::fs::create_dir(&out_dir).unwrap();
     let out = out_dir.join("p.mpk.gguf");
@@ -370,7 +384,7 @@ fn convert_time_is_linear_in_the_layer_count() {
     let mut secs = Vec::new();
     for layers in [10_000, 40_000] {
         let src = dir.path().join(format!("l{layers}.gguf"));
-        metrale_pack::gen_model::gen_model(
+        metrale_pack::testing::gen_model::gen_model(
             &src,
             16,
             16,

@@ -5,12 +5,12 @@
 
 use metrale_pack::check;
 use metrale_pack::converters::layouts::Layout;
-use metrale_pack::ffn::testing::Rand;
 use metrale_pack::gpu::GpuBackend;
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::loader::{self, IoMode, LoadOptions};
 use metrale_pack::model::Model;
 use metrale_pack::pack::{self, ConvertOptions};
+use metrale_pack::testing::Rand;
 use std::sync::Arc;
 
 #[test]
@@ -37,8 +37,15 @@ fn loaded_overlays_equal_the_pack_and_compute_what_start_up_builds() {
 fn auto_falls_back_to_staging_when_registration_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("m.gguf");
-    metrale_pack::gen_model::gen_model(&src, 64, 128, 1, metrale_pack::GgmlType::F16, "llama")
-        .unwrap();
+    metrale_pack::testing::gen_model::gen_model(
+        &src,
+        64,
+        128,
+        1,
+        metrale_pack::GgmlType::F16,
+        "llama",
+    )
+    .unwrap();
     let p = dir.path().join("m.mpk.gguf");
     let opts = ConvertOptions {
         layouts: Some(vec![Layout::Fp8]),
@@ -109,8 +116,15 @@ fn the_real_smollm2_pack_loads_and_computes_what_start_up_builds() {
 fn pieced_registration_and_a_lazily_pinned_ring_copy_every_byte() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("m.gguf");
-    metrale_pack::gen_model::gen_model(&src, 128, 256, 2, metrale_pack::GgmlType::F16, "llama")
-        .unwrap();
+    metrale_pack::testing::gen_model::gen_model(
+        &src,
+        128,
+        256,
+        2,
+        metrale_pack::GgmlType::F16,
+        "llama",
+    )
+    .unwrap();
     let p = dir.path().join("m.mpk.gguf");
     let opts = ConvertOptions {
         layouts: Some(vec![Layout::Nvfp4, Layout::Fp8, Layout::Bf16]),
@@ -157,8 +171,15 @@ fn finalize_on_a_pack_with_nvfp4_t_repacks_but_never_frees_the_arena_views() {
     use metrale_pack::gpu::ModelLevers;
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("m.gguf");
-    metrale_pack::gen_model::gen_model(&src, 128, 256, 1, metrale_pack::GgmlType::F16, "llama")
-        .unwrap();
+    metrale_pack::testing::gen_model::gen_model(
+        &src,
+        128,
+        256,
+        1,
+        metrale_pack::GgmlType::F16,
+        "llama",
+    )
+    .unwrap();
     let p = dir.path().join("m.mpk.gguf");
     let opts = ConvertOptions {
         layouts: Some(vec![Layout::Nvfp4, Layout::Nvfp4T]),
@@ -196,8 +217,15 @@ fn finalize_on_a_pack_with_nvfp4_t_repacks_but_never_frees_the_arena_views() {
 fn the_ring_reads_with_o_direct_when_asked_and_says_when_it_cannot() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("m.gguf");
-    metrale_pack::gen_model::gen_model(&src, 128, 320, 2, metrale_pack::GgmlType::F16, "llama")
-        .unwrap();
+    metrale_pack::testing::gen_model::gen_model(
+        &src,
+        128,
+        320,
+        2,
+        metrale_pack::GgmlType::F16,
+        "llama",
+    )
+    .unwrap();
     let p = dir.path().join("m.mpk.gguf");
     let opts = ConvertOptions {
         layouts: Some(vec![Layout::Nvfp4, Layout::Bf16]),
@@ -257,8 +285,15 @@ fn the_ring_reads_with_o_direct_when_asked_and_says_when_it_cannot() {
 fn hybrid_registers_the_head_and_stages_the_tail_and_every_byte_arrives() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("m.gguf");
-    metrale_pack::gen_model::gen_model(&src, 128, 320, 3, metrale_pack::GgmlType::F16, "llama")
-        .unwrap();
+    metrale_pack::testing::gen_model::gen_model(
+        &src,
+        128,
+        320,
+        3,
+        metrale_pack::GgmlType::F16,
+        "llama",
+    )
+    .unwrap();
     let p = dir.path().join("m.mpk.gguf");
     let opts = ConvertOptions {
         layouts: Some(vec![Layout::Nvfp4, Layout::Bf16, Layout::Fp8]),

@@ -922,7 +922,8 @@ fn a_signalled_convert_leaves_neither_output_nor_temporary() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("big.gguf");
     // About 190 MB of F32: converting takes long enough to be interrupted mid-write.
-    metrale_pack::gen_model::gen_model(&src, 1024, 3072, 5, GgmlType::F32, "llama").unwrap();
+    metrale_pack::testing::gen_model::gen_model(&src, 1024, 3072, 5, GgmlType::F32, "llama")
+        .unwrap();
     let out = dir.path().join("out.mpk.gguf");
     let mut child = Command::new(env!("CARGO_BIN_EXE_metrale-pack"))
         .args([
@@ -977,7 +978,7 @@ fn a_signalled_convert_leaves_neither_output_nor_temporary() {
 fn export_segment_writes_the_ffn_blobs_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("m.gguf");
-    metrale_pack::gen_model::gen_model(&src, 128, 256, 2, GgmlType::F16, "llama").unwrap();
+    metrale_pack::testing::gen_model::gen_model(&src, 128, 256, 2, GgmlType::F16, "llama").unwrap();
     let packp = dir.path().join("m.mpk.gguf");
     convert(&src, &packp, &opts(&[Layout::Fp8, Layout::Bf16]));
     let st = dir.path().join("seg.safetensors");
@@ -1037,11 +1038,11 @@ fn with_lora_pack(
 
 #[test]
 fn a_pack_with_lora_loads_and_the_layer_adds_the_adapter() {
-    use metrale_pack::ffn::testing::{DenseWeights, ffn_f64, nvfp4_decoded, rel_err};
     use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
     use metrale_pack::gpu::host::HostBackend;
     use metrale_pack::gpu::{GpuBackend, ModelLevers, download_f32, upload_f32};
     use metrale_pack::loader::{self, LoadOptions};
+    use metrale_pack::testing::{DenseWeights, ffn_f64, nvfp4_decoded, rel_err};
     use std::sync::Arc;
     let (h, i) = (64, 128);
     let (_dir, src, out) = with_lora_pack("lora-load", h, i, &[Layout::Nvfp4, Layout::Lora]);

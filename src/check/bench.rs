@@ -1,10 +1,10 @@
 //! `bench-gpu`: decode bandwidth and prefill TFLOP/s per arm against the copy ceiling and cuBLAS measured in the same run.
 
 use super::*;
-use crate::ffn::testing::*;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::sizes::*;
 use crate::gpu::{GemmBf16, GpuBackend, GpuResult, ModelLevers, upload_f32};
+use crate::testing::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;

@@ -2,13 +2,13 @@
 
 use super::*;
 use crate::converters::layouts;
-use crate::ffn::testing::*;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext, W8a8Weight};
 use crate::gpu::reference::{self, ActRound};
 use crate::gpu::sizes::*;
 use crate::gpu::{
     DevicePtr, GemmBf16, GpuBackend, GpuResult, ModelLevers, alloc_upload, download_f32, upload_f32,
 };
+use crate::testing::*;
 use rayon::prelude::*;
 use std::sync::Arc;
 

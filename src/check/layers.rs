@@ -1,11 +1,11 @@
 //! Layer rows: every `DenseFfnLayer` arm on CUDA against the same arm on the host backend.
 
 use super::*;
-use crate::ffn::testing::*;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::host::HostBackend;
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, ModelLevers, download_f32, upload_f32};
 use crate::model::Activation;
+use crate::testing::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 

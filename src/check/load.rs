@@ -1,10 +1,10 @@
 //! Load rows: packs loaded into overlays compute what start-up builds.
 
 use super::*;
-use crate::ffn::testing::*;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::host::HostBackend;
 use crate::gpu::{GpuBackend, GpuResult, ModelLevers, download_f32, upload_f32};
+use crate::testing::*;
 use std::sync::Arc;
 
 /// Loader checks: a generated model (F32, 2 layers) converted with every layout (a generated
@@ -25,7 +25,7 @@ pub fn load_checks(
         err,
     })?;
     let src = dir.join("m.gguf");
-    crate::gen_model::gen_model(&src, hidden, inter, 2, crate::GgmlType::F32, "llama")?;
+    crate::testing::gen_model::gen_model(&src, hidden, inter, 2, crate::GgmlType::F32, "llama")?;
     let rows = load_checks_from(b, &src, modes, rng);
     let _ = std::fs::remove_dir_all(&dir);
     rows
@@ -59,7 +59,7 @@ pub fn load_checks_from(
     );
     let li = usize::from(model.ffn_layers.len() > 1);
     let adapter_dir = dir.join("adapter");
-    let adapter = crate::ffn::testing::LoraAdapter::write_peft(
+    let adapter = crate::testing::LoraAdapter::write_peft(
         rng,
         &adapter_dir,
         model.ffn_layers.len(),

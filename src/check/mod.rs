@@ -17,8 +17,8 @@ pub use load::{load_checks, load_checks_from};
 
 use crate::converters::layouts;
 use crate::ffn::Fp8Weight;
-use crate::ffn::testing::*;
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, alloc_upload, download_f32};
+use crate::testing::*;
 use rayon::prelude::*;
 
 /// One line of the result table.

@@ -101,5 +101,3 @@ impl DenseFfnLayer {
         Ok(())
     }
 }
-
-pub mod testing;

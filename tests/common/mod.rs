@@ -8,7 +8,7 @@ use std::process::Command;
 
 /// The library's SplitMix64 generator (`ffn::testing::Rand`), seeded so failures can be replayed
 /// from the seed printed, with the distributions the tests draw from.
-pub struct Rng(pub metrale_pack::ffn::testing::Rand);
+pub struct Rng(pub metrale_pack::testing::Rand);
 
 impl Rng {
     /// Seeded from the clock unless `METRALE_TEST_SEED` is set; the seed is printed.
@@ -23,7 +23,7 @@ impl Rng {
                     .as_nanos() as u64
             });
         eprintln!("{tag}: METRALE_TEST_SEED={seed}");
-        Rng(metrale_pack::ffn::testing::Rand(seed))
+        Rng(metrale_pack::testing::Rand(seed))
     }
     pub fn next_u64(&mut self) -> u64 {
         self.0.next_u64()

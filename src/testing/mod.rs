@@ -1,8 +1,15 @@
-//! Helpers shared by the host tests and the GPU check: random weights in each overlay's pack
-//! layout, uploaded to a backend, and a float64 reference of the whole FFN.
+//! Test and check helpers, outside the documented API: random weights in each overlay's pack
+//! layout, uploaded to a backend, a float64 reference of the whole FFN (the host tests and
+//! `gpu-check` share them), and the model generator (`gen_model`) that benchmarks and tests use.
+//! They install overlays only through `DenseFfnLayer`'s validating `set_*` methods.
 
-use super::{Bf16Weight, DenseFfnLayer, Fp8Weight, W8a8Weight};
+pub mod gen_model;
+
 use crate::converters::layouts::{self, Encoded};
+use crate::ffn::{
+    Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2g128Weight,
+    Q4kDown, Q4kMmqWeights, W8a8Weight,
+};
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, alloc_upload};
 use crate::model::Activation;
 
@@ -241,8 +248,8 @@ fn install_nvfp4_encoded(
     layer: &mut DenseFfnLayer,
     enc: &[(Encoded, usize, usize); 3],
 ) -> GpuResult<()> {
-    let up = |(e, n, k): &(Encoded, usize, usize)| -> GpuResult<super::Nvfp4Weight> {
-        Ok(super::Nvfp4Weight {
+    let up = |(e, n, k): &(Encoded, usize, usize)| -> GpuResult<Nvfp4Weight> {
+        Ok(Nvfp4Weight {
             codes: alloc_upload(b, &e.parts[0].1)?,
             scales: alloc_upload(b, &e.parts[1].1)?,
             global_scale: e.scalars[0].1,
@@ -271,9 +278,9 @@ pub fn install_nvfp4_t(
 ) -> GpuResult<()> {
     let enc = nvfp4_encoded(w);
     install_nvfp4_encoded(b, layer, &enc)?;
-    let t = |(e, n, _): &(Encoded, usize, usize)| -> GpuResult<Option<super::Nvfp4TWeight>> {
+    let t = |(e, n, _): &(Encoded, usize, usize)| -> GpuResult<Option<Nvfp4TWeight>> {
         let t = layouts::nvfp4_t::from_nvfp4(&e.parts[0].1, &e.parts[1].1, 0.0, *n, e.padded[1]);
-        Ok(Some(super::Nvfp4TWeight {
+        Ok(Some(Nvfp4TWeight {
             codes: alloc_upload(b, &t.parts[0].1)?,
             scales: alloc_upload(b, &t.parts[1].1)?,
             np: t.padded[0],
@@ -295,8 +302,7 @@ pub fn install_nvfp4_mmq(
         let t = layouts::nvfp4_mmq::from_nvfp4(&e.parts[0].1, &e.parts[1].1, 0.0, *n, e.padded[1]);
         Ok(Some(alloc_upload(b, &t.parts[0].1)?))
     };
-    layer.weights.nvfp4_mmq = [t(&enc[0])?, t(&enc[1])?, t(&enc[2])?];
-    Ok(())
+    layer.set_nvfp4_mmq_tiles([t(&enc[0])?, t(&enc[1])?, t(&enc[2])?])
 }
 
 /// The weights as the `nvfp4` layout holds them (encode, then decode).
@@ -447,7 +453,7 @@ impl LoraAdapter {
         let dims = [(i, h), (i, h), (h, i)];
         let mut w = [None; 3];
         for (p, (e, &(n, k))) in self.enc.iter().zip(dims.iter()).enumerate() {
-            w[p] = Some(super::LoraWeight {
+            w[p] = Some(LoraWeight {
                 a: alloc_upload(b, &e.parts[0].1)?,
                 b: alloc_upload(b, &e.parts[1].1)?,
                 n,
@@ -467,9 +473,9 @@ pub fn install_q2(
     w: &DenseWeights,
 ) -> GpuResult<()> {
     let (h, i) = (w.hidden, w.inter);
-    let up = |x: &[f32], n: usize, k: usize| -> GpuResult<super::Q2g128Weight> {
+    let up = |x: &[f32], n: usize, k: usize| -> GpuResult<Q2g128Weight> {
         let e = layouts::q2g128::encode(x, n, k);
-        Ok(super::Q2g128Weight {
+        Ok(Q2g128Weight {
             blocks: alloc_upload(b, &e.parts[0].1)?,
             n,
             k,
@@ -509,23 +515,22 @@ pub fn install_nvfp4_q4k(
     let q = |x: &[f32], n: usize, k: usize| layouts::q4k_mmq::encode_q4k(x, n, k);
     let (ge, ue) = (q(&wd.gate, i, h), q(&wd.up, i, h));
     let down = if down_q4k {
-        super::Q4kDown::Q4k(alloc_upload(b, &q(&wd.down, h, i).parts[0].1)?)
+        Q4kDown::Q4k(alloc_upload(b, &q(&wd.down, h, i).parts[0].1)?)
     } else {
         let e = layouts::q4k_mmq::encode_int8(&wd.down, h, i);
-        super::Q4kDown::Int8 {
+        Q4kDown::Int8 {
             codes: alloc_upload(b, &e.parts[0].1)?,
             scales: alloc_upload(b, &e.parts[1].1)?,
         }
     };
-    layer.weights.q4k = Some(super::Q4kMmqWeights {
+    layer.set_q4k_mmq_weights(Q4kMmqWeights {
         gate: alloc_upload(b, &ge.parts[0].1)?,
         up: alloc_upload(b, &ue.parts[0].1)?,
         down,
         kp_gate: ge.padded[1],
         kp_down: i.div_ceil(256) * 256,
         owned: false,
-    });
-    Ok(())
+    })
 }
 
 /// The weights the Q4_K MMQ arm holds: gate/up Q4_K of the NVFP4-decoded values, down int8 rows

@@ -76,7 +76,7 @@ pub fn gen_model(
             ty,
         );
     }
-    let mut rng = crate::ffn::testing::Rand(0x9E37_79B9_7F4A_7C15);
+    let mut rng = crate::testing::Rand(0x9E37_79B9_7F4A_7C15);
     let enc = |x: &[f32]| -> Vec<u8> {
         match ty {
             GgmlType::F32 => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
