@@ -18,6 +18,9 @@ pub struct HostBackend {
     mem: Mutex<BTreeMap<u64, Vec<u8>>>,
     next: AtomicU64,
     names: Vec<(String, String)>,
+    /// Each kernel's parameter kinds, parsed from its `.cu` signature (by handle - 1): every
+    /// launch is checked against them, so an argument list that drifts from the source fails.
+    params: Vec<Vec<kernels::ParamKind>>,
     hidden: HashSet<String>,
     no_blas: bool,
     launches: AtomicU64,
@@ -34,15 +37,22 @@ impl Default for HostBackend {
 impl HostBackend {
     /// Every kernel of every module available, and BLAS.
     pub fn new() -> Self {
-        let names = kernels::MODULES
-            .iter()
-            .flat_map(|(m, _)| {
-                kernels::entry_points(m)
-                    .into_iter()
-                    .map(move |n| (m.to_string(), n))
-            })
-            .collect();
+        let mut names = Vec::new();
+        let mut params = Vec::new();
+        for (m, _) in kernels::MODULES {
+            let sigs = kernels::signatures(m);
+            for n in kernels::entry_points(m) {
+                let kinds = sigs
+                    .iter()
+                    .find(|(s, _)| *s == n)
+                    .map(|(_, k)| k.clone())
+                    .unwrap_or_default();
+                names.push((m.to_string(), n));
+                params.push(kinds);
+            }
+        }
         HostBackend {
+            params,
             mem: Mutex::new(BTreeMap::new()),
             next: AtomicU64::new(0x1000_0000),
             names,
@@ -169,6 +179,28 @@ impl HostBackend {
         Ok(())
     }
 
+    /// The launch's arguments against the kernel's parsed `.cu` signature: count and kinds.
+    fn check_args(&self, k: KernelHandle, name: &str, a: &[KArg]) -> GpuResult<()> {
+        use kernels::ParamKind as P;
+        let want = &self.params[(k.0 as usize) - 1];
+        let ok = want.len() == a.len()
+            && want.iter().zip(a).all(|(w, g)| {
+                matches!(
+                    (w, g),
+                    (P::Ptr, KArg::Ptr(_))
+                        | (P::Int, KArg::I32(_) | KArg::Dim(_))
+                        | (P::Float, KArg::F32(_))
+                )
+            });
+        if ok {
+            Ok(())
+        } else {
+            Err(GpuError::Invalid(format!(
+                "{name}: launched with {a:?}, but its signature takes {want:?}"
+            )))
+        }
+    }
+
     fn name_of(&self, k: KernelHandle) -> GpuResult<&str> {
         self.names
             .get((k.0 as usize).wrapping_sub(1))
@@ -279,6 +311,7 @@ impl GpuBackend for HostBackend {
     ) -> GpuResult<()> {
         self.launches.fetch_add(1, Ordering::Relaxed);
         let name = self.name_of(k)?.to_string();
+        self.check_args(k, &name, a)?;
         match name.as_str() {
             "act_mul_silu" | "act_mul_gelu" => {
                 let (rows, cols) = (int(a, 3)?, int(a, 4)?);

@@ -80,6 +80,119 @@ pub fn entry_points(module: &str) -> Vec<String> {
     out
 }
 
+/// The kind of one kernel parameter, as a launch must pass it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    /// Any pointer (`KArg::Ptr`).
+    Ptr,
+    /// `int` (`KArg::I32` or `KArg::Dim`).
+    Int,
+    /// `float` (`KArg::F32`).
+    Float,
+}
+
+/// Every entry point's parameter kinds, parsed from the `extern "C" __global__` signatures of
+/// its module (direct definitions and the kernels that a `#define` instantiates).
+pub fn signatures(module: &str) -> Vec<(String, Vec<ParamKind>)> {
+    let Some(src) = source(module) else {
+        return Vec::new();
+    };
+    // One logical text: macro continuations joined, comments dropped.
+    let text: String = src
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .map(|l| l.trim_end().trim_end_matches('\\'))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let kinds = |params: &str| -> Vec<ParamKind> {
+        params
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                if p.contains('*') {
+                    ParamKind::Ptr
+                } else if p.starts_with("float ") || p.starts_with("const float ") {
+                    ParamKind::Float
+                } else {
+                    ParamKind::Int
+                }
+            })
+            .collect()
+    };
+    // `extern "C" __global__ void [__launch_bounds__(..)] NAME(params)`: (name, params).
+    let mut defs: Vec<(String, String)> = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("extern \"C\" __global__ void ") {
+        let mut r = rest[i + "extern \"C\" __global__ void ".len()..].trim_start();
+        if let Some(after) = r.strip_prefix("__launch_bounds__(") {
+            r = after.split_once(')').map_or("", |(_, t)| t).trim_start();
+        }
+        let Some((name, tail)) = r.split_once('(') else {
+            break;
+        };
+        let params = tail.split_once(')').map_or("", |(p, _)| p);
+        defs.push((name.trim().to_string(), params.to_string()));
+        rest = tail;
+    }
+    let mut out = Vec::new();
+    let entries = entry_points(module);
+    for e in &entries {
+        if let Some((_, p)) = defs.iter().find(|(n, _)| n == e) {
+            out.push((e.clone(), kinds(p)));
+        }
+    }
+    // Macro instances: each `#define MACRO(NAME, ..)` body (its continuation lines) holds one
+    // `extern "C"` definition named `NAME`; an instance `MACRO(name, ..)` has its parameters.
+    let lines: Vec<&str> = src.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i].trim_start();
+        let Some(rest) = l.strip_prefix("#define ") else {
+            i += 1;
+            continue;
+        };
+        let mut body = String::from(rest.trim_end().trim_end_matches('\\'));
+        while lines[i].trim_end().ends_with('\\') && i + 1 < lines.len() {
+            i += 1;
+            body.push(' ');
+            body.push_str(lines[i].trim_end().trim_end_matches('\\'));
+        }
+        i += 1;
+        let Some((mac, margs)) = body.split_once('(') else {
+            continue;
+        };
+        let placeholder = margs
+            .split([',', ')'])
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        let Some(d) = body.find("extern \"C\" __global__ void ") else {
+            continue;
+        };
+        let mut r = body[d + "extern \"C\" __global__ void ".len()..].trim_start();
+        if let Some(after) = r.strip_prefix("__launch_bounds__(") {
+            r = after.split_once(')').map_or("", |(_, t)| t).trim_start();
+        }
+        let Some((name, tail)) = r.split_once('(') else {
+            continue;
+        };
+        if name.trim() != placeholder {
+            continue;
+        }
+        let params = tail.split_once(')').map_or("", |(p, _)| p);
+        let mac = mac.trim();
+        for e in &entries {
+            let used = src.contains(&format!("{mac}({e},")) || src.contains(&format!("{mac}({e})"));
+            if used && !out.iter().any(|(n, _)| n == e) {
+                out.push((e.clone(), kinds(params)));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -94,6 +207,35 @@ mod tests {
                 "{m}"
             );
         }
+    }
+
+    #[test]
+    fn every_entry_point_has_a_parsed_signature() {
+        use super::ParamKind::{Float, Int, Ptr};
+        for (m, _) in super::MODULES {
+            let sigs = super::signatures(m);
+            for e in super::entry_points(m) {
+                let s = sigs.iter().find(|(n, _)| *n == e);
+                assert!(s.is_some_and(|(_, k)| !k.is_empty()), "{m}::{e}: {s:?}");
+            }
+        }
+        let find = |m: &str, n: &str| {
+            super::signatures(m)
+                .into_iter()
+                .find(|(e, _)| e == n)
+                .unwrap()
+                .1
+        };
+        assert_eq!(
+            find("ffn_act", "act_mul_silu"),
+            [Ptr, Ptr, Ptr, Int, Int, Int, Int, Int]
+        );
+        // A macro instance takes its own macro's parameters, not another macro's.
+        assert_eq!(find("ffn_nvfp4", "w4a16_gemm_t").len(), 11);
+        assert_eq!(
+            find("ffn_nvfp4", "w4a16_gemv_batch2"),
+            [Ptr, Int, Ptr, Ptr, Float, Ptr, Int, Int, Int, Int]
+        );
     }
 
     #[test]
