@@ -367,3 +367,90 @@ fn quantized_companions_with_wrong_shapes_are_refused_by_name() {
         "{msg}"
     );
 }
+
+/// A hostile manifest (header checksum recomputed, so only the manifest checks stand in the way):
+/// shapes, padded shapes, offsets, counts and scalars that overflow or disagree with the blobs
+/// are refused on open, naming the pack, the tensor and the field; never a panic, never a large
+/// allocation.
+#[test]
+fn hostile_manifests_are_refused_naming_pack_tensor_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.gguf");
+    metrale_pack::testing::gen_model::gen_model(&src, 64, 128, 1, GgmlType::F16, "llama").unwrap();
+    let pack = dir.path().join("m.mpk.gguf");
+    let opts = metrale_pack::pack::ConvertOptions {
+        layouts: Some(vec![
+            metrale_pack::layout::Layout::Nvfp4,
+            metrale_pack::layout::Layout::Fp8,
+            metrale_pack::layout::Layout::Q4kMmq,
+        ]),
+        ..Default::default()
+    };
+    metrale_pack::pack::convert(&Model::open(&src).unwrap(), &opts, &pack, &|_, _| {}).unwrap();
+    let img = std::fs::read(&pack).unwrap();
+    let g = gguf::parse(&img, "m").unwrap();
+    let Some(Value::String(json)) = g
+        .kvs
+        .iter()
+        .find(|kv| kv.key == metrale_pack::pack::keys::MANIFEST)
+        .map(|kv| kv.value.clone())
+    else {
+        panic!("no manifest")
+    };
+    let json = json.trim_end().to_string();
+    let big = u64::MAX / 2;
+    let cases: Vec<(&str, String, &str, &str)> = vec![
+        (
+            "overflowing shape",
+            json.replacen("\"shape\":[128,64]", &format!("\"shape\":[{big},{big}]"), 1),
+            "blk.0.ffn_gate.nvfp4.codes",
+            "ffn.shape",
+        ),
+        (
+            "overflowing padded shape",
+            json.replacen("\"padded\":[128,64]", &format!("\"padded\":[{big},64]"), 1),
+            "blk.0.ffn_gate.nvfp4.codes",
+            "ffn.padded",
+        ),
+        (
+            "a layer past the count",
+            json.replacen("\"layer\":0", "\"layer\":4294967296", 1),
+            "blk.0.ffn_gate.nvfp4.codes",
+            "ffn.layer",
+        ),
+        (
+            "a byte count that disagrees with the blob",
+            json.replacen("\"bytes\":4096", "\"bytes\":18446744073709551615", 1),
+            "blk.0.ffn_gate.nvfp4.codes",
+            "18446744073709551615 bytes",
+        ),
+        (
+            "a global scale that is not finite",
+            {
+                let at = json.find("\"global_scale\":").unwrap() + "\"global_scale\":".len();
+                let end = at + json[at..].find('}').unwrap();
+                format!("{}-1e39{}", &json[..at], &json[end..])
+            },
+            "blk.0.ffn_gate.nvfp4.codes",
+            "ffn.scalars",
+        ),
+    ];
+    for (what, hostile, tensor, field) in cases {
+        assert_ne!(hostile, json, "{what}: the edit did not apply");
+        let edited = metrale_pack::fuzzing::with_manifest(&img, &hostile).unwrap();
+        let p = dir.path().join("hostile.mpk.gguf");
+        std::fs::write(&p, &edited).unwrap();
+        LARGEST.with(|m| m.set(0));
+        let e = metrale_pack::pack::Pack::open(&p)
+            .err()
+            .unwrap_or_else(|| panic!("{what}: opened"))
+            .to_string();
+        let largest = LARGEST.with(|m| m.get());
+        assert!(
+            largest < 16 * edited.len(),
+            "{what}: allocated {largest} bytes"
+        );
+        assert!(e.contains("hostile.mpk.gguf"), "{what}: {e}");
+        assert!(e.contains(tensor) && e.contains(field), "{what}: {e}");
+    }
+}
