@@ -285,6 +285,17 @@ impl GgufFile {
     }
 }
 
+/// The element count of a shape, or `None` when the product of its nonzero dimensions exceeds
+/// int64: checked over the nonzero dimensions so that no order of multiplying them overflows (a
+/// zero dimension first would otherwise hide two huge ones after it). Every reader checks shapes
+/// with it, so [`crate::model::Tensor::elems`] and the decoders can multiply in any order.
+pub fn element_count(dims: &[u64]) -> Option<u64> {
+    let nonzero = dims.iter().filter(|&&d| d != 0).try_fold(1u64, |a, &d| {
+        a.checked_mul(d).filter(|&p| p <= i64::MAX as u64)
+    })?;
+    Some(if dims.contains(&0) { 0 } else { nonzero })
+}
+
 /// What [`parse`] finds in a GGUF byte buffer.
 pub struct Parsed {
     pub version: u32,
@@ -497,17 +508,8 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
         let offset = c.u64(&|| format!("tensor {name}: offset"))?;
         let ty = GgmlType::from_id(ty_id)
             .ok_or_else(|| terr("type", format!("unknown ggml type id {ty_id}")))?;
-        // Over the nonzero dimensions, so that no order of multiplying them overflows (a zero
-        // dimension first would otherwise hide two huge ones after it).
-        let elems = ne
-            .iter()
-            .filter(|&&d| d != 0)
-            .try_fold(1u64, |a, &d| {
-                a.checked_mul(d).filter(|&p| p <= i64::MAX as u64)
-            })
-            .map(|p| if ne.contains(&0) { 0 } else { p });
-        let elems =
-            elems.ok_or_else(|| terr("ne", format!("element count of {ne:?} overflows int64")))?;
+        let elems = element_count(&ne)
+            .ok_or_else(|| terr("ne", format!("element count of {ne:?} overflows int64")))?;
         let ne0 = ne.first().copied().unwrap_or(1);
         let row = ty.row_bytes(ne0).ok_or_else(|| {
             terr(

@@ -109,10 +109,7 @@ pub struct Tensor {
 impl Tensor {
     /// The element count (every model's tensors were checked at open to have one that fits).
     pub fn elems(&self) -> u64 {
-        self.shape
-            .iter()
-            .try_fold(1u64, |a, &d| a.checked_mul(d))
-            .unwrap_or(u64::MAX)
+        crate::gguf::element_count(&self.shape).unwrap_or(u64::MAX)
     }
 }
 

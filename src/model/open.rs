@@ -237,10 +237,7 @@ impl Model {
         // Shapes whose dimensions overflow int64 in any order (a zero dimension does not excuse
         // the others: `elems` and every decoder multiply them in their own order).
         for t in &tensors {
-            let fits = t.shape.iter().filter(|&&d| d != 0).try_fold(1u64, |a, &d| {
-                a.checked_mul(d).filter(|&p| p <= i64::MAX as u64)
-            });
-            if fits.is_none() {
+            if crate::gguf::element_count(&t.shape).is_none() {
                 return Err(Error::Tensor {
                     file: files[t.file].path().display().to_string(),
                     tensor: t.name.clone(),
