@@ -6,6 +6,37 @@ use crate::ffn::Nvfp4Weight;
 
 pub struct Nvfp4;
 
+/// Bytes of the `codes` and `scales` parts of `nvfp4` and `nvfp4_t` (the same counts, laid out
+/// differently).
+pub(super) fn codes_scales_bytes(part: &str, [np, kp]: [u64; 2]) -> Option<u64> {
+    match part {
+        "codes" => np.checked_mul(kp / 2),
+        "scales" => np.checked_mul(kp / 16),
+        _ => None,
+    }
+}
+
+/// Encode projection `proj` as a rearrangement of the layer's NVFP4 base (`nvfp4_t`,
+/// `nvfp4_mmq`): `f(codes, scales, global_scale, n, kp)`.
+pub(super) fn from_base(
+    cx: &mut EncodeCx,
+    proj: Proj,
+    f: fn(&[u8], &[u8], f32, usize, usize) -> Encoded,
+) -> Result<Option<Encoded>> {
+    let pi = source_index(proj);
+    let [n, _] = cx.shape(pi)?;
+    let base = cx.nvfp4_base(pi)?;
+    let (codes, scales) = (&base.parts[0].1, &base.parts[1].1);
+    Ok(Some(f(codes, scales, base.scalars[0].1, n, base.padded[1])))
+}
+
+/// Decode NVFP4 codes and scales of padded width `kp` back to the logical `[n, k]`.
+pub(super) fn decode_base(b: &BlobRead, codes: &[u8], scales: &[u8]) -> Vec<f32> {
+    let ([n, k], kp) = (b.shape, b.padded[1]);
+    let full = nvfp4::decode_padded(codes, scales, b.scalar("global_scale"), n, kp);
+    crop(&full, kp, n, k)
+}
+
 impl LayoutSpec for Nvfp4 {
     fn layout(&self) -> Layout {
         Layout::Nvfp4
@@ -16,12 +47,8 @@ impl LayoutSpec for Nvfp4 {
     fn padded_shape(&self, _: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
         Some([n, ru(k, nvfp4::K_ALIGN)?])
     }
-    fn part_bytes(&self, part: &str, [np, kp]: [u64; 2], _: u64) -> Option<u64> {
-        match part {
-            "codes" => np.checked_mul(kp / 2),
-            "scales" => np.checked_mul(kp / 16),
-            _ => None,
-        }
+    fn part_bytes(&self, part: &str, padded: [u64; 2], _: u64) -> Option<u64> {
+        codes_scales_bytes(part, padded)
     }
     fn scalar_names(&self) -> &'static [&'static str] {
         &["global_scale"]
@@ -30,10 +57,7 @@ impl LayoutSpec for Nvfp4 {
         Ok(Some((*cx.nvfp4_base(source_index(proj))?).clone()))
     }
     fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
-        let ([n, k], kp) = (b.shape, b.padded[1]);
-        let g = b.scalar("global_scale");
-        let full = nvfp4::decode_padded(b.part("codes")?, b.part("scales")?, g, n, kp);
-        Ok(crop(&full, kp, n, k))
+        Ok(decode_base(b, b.part("codes")?, b.part("scales")?))
     }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
         if !v.all("codes") || !v.all("scales") {

@@ -1,7 +1,8 @@
 //! `nvfp4_mmq`: the NVFP4 weights as the MMQ prefill's interleaved tiles.
 
+use super::nvfp4::{decode_base, from_base};
 use super::*;
-use crate::converters::layouts::{crop, nvfp4, nvfp4_mmq};
+use crate::converters::layouts::{nvfp4, nvfp4_mmq};
 
 pub struct Nvfp4Mmq;
 
@@ -27,18 +28,12 @@ impl LayoutSpec for Nvfp4Mmq {
         &["global_scale"]
     }
     fn encode(&self, cx: &mut EncodeCx, proj: Proj) -> Result<Option<Encoded>> {
-        let pi = source_index(proj);
-        let [n, _] = cx.shape(pi)?;
-        let base = cx.nvfp4_base(pi)?;
-        let (codes, scales) = (&base.parts[0].1, &base.parts[1].1);
-        let (g, kp) = (base.scalars[0].1, base.padded[1]);
-        Ok(Some(nvfp4_mmq::from_nvfp4(codes, scales, g, n, kp)))
+        from_base(cx, proj, nvfp4_mmq::from_nvfp4)
     }
     fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
-        let ([n, k], [np, kp]) = (b.shape, b.padded);
+        let ([n, _], [np, kp]) = (b.shape, b.padded);
         let (c, s) = nvfp4_mmq::to_nvfp4(b.part("")?, n, np, kp);
-        let full = nvfp4::decode_padded(&c, &s, b.scalar("global_scale"), n, kp);
-        Ok(crop(&full, kp, n, k))
+        Ok(decode_base(b, &c, &s))
     }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
         o.nvfp4_mmq = [Proj::Gate, Proj::Up, Proj::Down].map(|p| v.get(p, "").map(|(t, _)| t));
