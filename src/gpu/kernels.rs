@@ -30,6 +30,22 @@ pub fn source(module: &str) -> Option<String> {
         .map(|(_, s)| super::sizes::cuda_defines() + &s.replacen(INCLUDE_COMMON, COMMON, 1))
 }
 
+/// The text that opens every kernel definition.
+const DEFINITION: &str = "extern \"C\" __global__ void ";
+
+/// `(name, parameter list, text after the list)` of the definition that `s` starts with (the
+/// text after [`DEFINITION`]), skipping a `__launch_bounds__(..)`; the list ends at the first `)`
+/// or, on a line that continues, at the end of `s`.
+fn definition(s: &str) -> Option<(&str, &str, &str)> {
+    let mut r = s.trim_start();
+    if let Some(after) = r.strip_prefix("__launch_bounds__(") {
+        r = after.split_once(')')?.1.trim_start();
+    }
+    let (name, tail) = r.split_once('(')?;
+    let (params, rest) = tail.split_once(')').unwrap_or((tail, ""));
+    Some((name.trim(), params, rest))
+}
+
 /// The `extern "C" __global__` entry points a module defines (parsed from its source): direct
 /// definitions (with or without `__launch_bounds__(..)`), and instantiations `MACRO(name, ..)`
 /// of a `#define MACRO(NAME, ..)` whose body defines an `extern "C"` kernel.
@@ -59,13 +75,9 @@ pub fn entry_points(module: &str) -> Vec<String> {
             }
             continue;
         }
-        if let Some(rest) = l.strip_prefix("extern \"C\" __global__ void ") {
-            let rest = match rest.strip_prefix("__launch_bounds__(") {
-                Some(r) => r.split_once(')').map_or("", |(_, t)| t).trim_start(),
-                None => rest,
-            };
-            if let Some(name) = rest.split('(').next() {
-                out.push(name.trim().to_string());
+        if let Some(rest) = l.strip_prefix(DEFINITION) {
+            if let Some((name, _, _)) = definition(rest) {
+                out.push(name.to_string());
             }
             continue;
         }
@@ -121,18 +133,13 @@ pub fn signatures(module: &str) -> Vec<(String, Vec<ParamKind>)> {
             .collect()
     };
     // `extern "C" __global__ void [__launch_bounds__(..)] NAME(params)`: (name, params).
-    let mut defs: Vec<(String, String)> = Vec::new();
+    let mut defs: Vec<(&str, &str)> = Vec::new();
     let mut rest = text.as_str();
-    while let Some(i) = rest.find("extern \"C\" __global__ void ") {
-        let mut r = rest[i + "extern \"C\" __global__ void ".len()..].trim_start();
-        if let Some(after) = r.strip_prefix("__launch_bounds__(") {
-            r = after.split_once(')').map_or("", |(_, t)| t).trim_start();
-        }
-        let Some((name, tail)) = r.split_once('(') else {
+    while let Some(i) = rest.find(DEFINITION) {
+        let Some((name, params, tail)) = definition(&rest[i + DEFINITION.len()..]) else {
             break;
         };
-        let params = tail.split_once(')').map_or("", |(p, _)| p);
-        defs.push((name.trim().to_string(), params.to_string()));
+        defs.push((name, params));
         rest = tail;
     }
     let mut out = Vec::new();
@@ -168,20 +175,15 @@ pub fn signatures(module: &str) -> Vec<(String, Vec<ParamKind>)> {
             .unwrap_or("")
             .trim()
             .to_string();
-        let Some(d) = body.find("extern \"C\" __global__ void ") else {
+        let Some((name, params, _)) = body
+            .find(DEFINITION)
+            .and_then(|d| definition(&body[d + DEFINITION.len()..]))
+        else {
             continue;
         };
-        let mut r = body[d + "extern \"C\" __global__ void ".len()..].trim_start();
-        if let Some(after) = r.strip_prefix("__launch_bounds__(") {
-            r = after.split_once(')').map_or("", |(_, t)| t).trim_start();
-        }
-        let Some((name, tail)) = r.split_once('(') else {
-            continue;
-        };
-        if name.trim() != placeholder {
+        if name != placeholder {
             continue;
         }
-        let params = tail.split_once(')').map_or("", |(p, _)| p);
         let mac = mac.trim();
         for e in &entries {
             let used = src.contains(&format!("{mac}({e},")) || src.contains(&format!("{mac}({e})"));
