@@ -34,22 +34,24 @@ fn with_file(data: &[u8], ext: &str, f: impl FnOnce(&Path)) {
 }
 
 /// If `img` parses as a GGUF with a pack header checksum, rewrite the checksum so that the
-/// fuzzer's edits reach the manifest checks instead of stopping at the checksum.
-pub fn rehash(img: &mut [u8]) {
+/// fuzzer's edits (and the tests' hostile edits) reach the manifest checks instead of stopping
+/// at the checksum. Returns whether it rewrote one.
+pub fn rehash(img: &mut [u8]) -> bool {
     let Ok(p) = gguf::parse(img, "fuzz") else {
-        return;
+        return false;
     };
     let Some(kv) = p.kvs.iter().find(|kv| kv.key == keys::HEADER_XXH3) else {
-        return;
+        return false;
     };
     let (Some(at), Ok(end)) = (kv.span.end.checked_sub(8), usize::try_from(p.data_offset)) else {
-        return;
+        return false;
     };
     if end > img.len() || at + 8 > end {
-        return;
+        return false;
     }
     let d = crate::pack_check::header_digest(&img[..end], at);
     img[at..at + 8].copy_from_slice(&d.to_le_bytes());
+    true
 }
 
 /// Every tensor of an opened model: its bytes lie inside its file, and it decodes to its
@@ -173,8 +175,7 @@ pub fn with_manifest(template: &[u8], json: &str) -> Option<Vec<u8>> {
     enc.extend_from_slice(&(kv.key.len() as u64).to_le_bytes());
     enc.extend_from_slice(kv.key.as_bytes());
     enc.extend_from_slice(&(gguf::ValueType::String as u32).to_le_bytes());
-    enc.extend_from_slice(&(json.len() as u64).to_le_bytes());
-    enc.extend_from_slice(json.as_bytes());
+    crate::gguf_write::encode_value(&gguf::Value::String(json.into()), &mut enc);
     // The header ends where the tensor infos end: the last byte before the padding.
     let infos_end = template[..p.data_offset as usize]
         .iter()
