@@ -136,15 +136,19 @@ impl DenseFfnLayer {
         Ok(())
     }
 
+    /// The installed NVFP4 base, which the overlays built from it (`_t` copies, MMQ tiles, Q4_K
+    /// copies) need first; `what` names the refusing method.
+    fn nvfp4_base(&self, what: &str) -> GpuResult<[Nvfp4Weight; 3]> {
+        self.weights
+            .nvfp4
+            .ok_or_else(|| GpuError::Invalid(format!("{what}: install the nvfp4 base first")))
+    }
+
     /// Install `nvfp4_mmq` tiles given by a pack (what `finalize_nvfp4_mmq_load` would build),
     /// per projection. Needs the `nvfp4` base first; each buffer must hold the tiles of that
     /// projection's padded shape.
     pub fn set_nvfp4_mmq_tiles(&mut self, tiles: [Option<DevicePtr>; 3]) -> GpuResult<()> {
-        let Some(w) = self.weights.nvfp4 else {
-            return Err(GpuError::Invalid(
-                "set_nvfp4_mmq_tiles: install the nvfp4 base first".into(),
-            ));
-        };
+        let w = self.nvfp4_base("set_nvfp4_mmq_tiles")?;
         for (p, (t, base)) in tiles.iter().zip(w.iter()).enumerate() {
             let np = base.n.div_ceil(NVFP4_MMQ_TILE_N) * NVFP4_MMQ_TILE_N;
             if let Some(t) = t
@@ -172,11 +176,7 @@ impl DenseFfnLayer {
     /// and up as Q4_K rows, down as int8 with row scales or as Q4_K. Needs the `nvfp4` base
     /// first (the arm is an NVFP4-layer prefill); every buffer must hold its rows.
     pub fn set_q4k_mmq_weights(&mut self, q: Q4kMmqWeights) -> GpuResult<()> {
-        if self.weights.nvfp4.is_none() {
-            return Err(GpuError::Invalid(
-                "set_q4k_mmq_weights: install the nvfp4 base first".into(),
-            ));
-        }
+        self.nvfp4_base("set_q4k_mmq_weights")?;
         let (h, i) = (self.hidden, self.inter);
         let rows = |n: usize, kp: usize| [n, kp / Q4K_ELEMS, Q4K_BYTES];
         let ok = q.kp_gate.is_multiple_of(Q4K_ELEMS)
@@ -204,11 +204,7 @@ impl DenseFfnLayer {
     /// Install the transposed `_t` copies (`nvfp4_t` layout) the `w4a16_gemm_t*` prefill GEMMs
     /// read, per projection (gate, up, down). Needs the `nvfp4` base installed first.
     pub fn set_nvfp4_t_weights(&mut self, t: [Option<Nvfp4TWeight>; 3]) -> GpuResult<()> {
-        let Some(w) = self.weights.nvfp4 else {
-            return Err(GpuError::Invalid(
-                "set_nvfp4_t_weights: install the nvfp4 base first".into(),
-            ));
-        };
+        let w = self.nvfp4_base("set_nvfp4_t_weights")?;
         for (p, (x, base)) in t.iter().zip(w.iter()).enumerate() {
             if let Some(x) = x
                 && (x.np != base.n.div_ceil(64) * 64
