@@ -336,7 +336,7 @@ fn nvfp4_decode_arm_and_finalize_nvfp4_mmq_load() {
         .weights()
         .nvfp4_t
         .iter()
-        .map(|t| t.unwrap().codes)
+        .map(|t| t.unwrap().codes())
         .collect();
     c.trace.clear();
     assert!(layer.finalize_nvfp4_mmq_load(&mut c, H, I, 0).unwrap());
@@ -450,10 +450,13 @@ fn nvfp4_decode_arm_and_finalize_nvfp4_mmq_load() {
 fn every_kernel_name_exists_in_the_cuda_sources() {
     // The host backend implements exactly the entry points of kernels/*.cu.
     let b = HostBackend::new();
-    for (field, module, name) in metrale_pack::ffn::FFN_KERNELS {
+    for s in metrale_pack::gpu::table::KERNELS {
         assert!(
-            b.kernel(module, name).ok(),
-            "{field}: {module}::{name} does not resolve"
+            b.kernel(s.module, s.name).ok(),
+            "{}: {}::{} does not resolve",
+            s.field,
+            s.module,
+            s.name
         );
     }
 }
@@ -1027,7 +1030,7 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
     let mut c = ctx(HostBackend::new(), mmq.clone());
     let mut l = DenseFfnLayer::new(&c);
     install_nvfp4_t(c.backend.as_ref(), &mut l, &w).unwrap();
-    let t0 = l.weights().nvfp4_t[0].unwrap().codes;
+    let t0 = l.weights().nvfp4_t[0].unwrap().codes();
     c.trace.clear();
     assert!(l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
     assert_eq!(
@@ -1048,9 +1051,9 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
         v
     };
     let ge = layouts::q4k_mmq::encode_q4k(&wd.gate, I, H);
-    assert!(bytes(q.gate) == ge.parts[0].1);
+    assert!(bytes(q.gate()) == ge.parts[0].1);
     let de = layouts::q4k_mmq::encode_int8(&wd.down, H, I);
-    match q.down {
+    match q.down() {
         metrale_pack::ffn::Q4kDown::Int8 { codes, scales } => {
             assert!(bytes(codes) == de.parts[0].1 && bytes(scales) == de.parts[1].1);
         }
@@ -1198,25 +1201,32 @@ fn pack_given_tiles_and_q4k_copies_are_validated_with_checked_sizes() {
     assert!(e.contains("nvfp4_mmq"), "{e}");
     assert!(l.set_nvfp4_mmq_tiles([None, None, None]).is_ok());
     // Q4_K copies whose sizes overflow (a hostile manifest's kp) are refused, not a panic.
-    let q = |kp_gate: usize, kp_down: usize| Q4kMmqWeights {
-        gate: small,
-        up: small,
-        down: Q4kDown::Int8 {
+    // Its constructor refuses them with the layout's name, and so does the layer for copies of
+    // another layer's shape.
+    let q = |kp_gate: usize, kp_down: usize| {
+        let down = Q4kDown::Int8 {
             codes: small,
             scales: small,
-        },
-        kp_gate,
-        kp_down,
-        owned: false,
+        };
+        Q4kMmqWeights::new(small, small, down, (H, I), (kp_gate, kp_down))
     };
     for (kg, kd) in [
         (usize::MAX / 256 * 256, 512),
         (512, usize::MAX / 256 * 256),
         (512, 512),
     ] {
-        let e = l.set_q4k_mmq_weights(q(kg, kd)).unwrap_err().to_string();
+        let e = q(kg, kd).unwrap_err().to_string();
         assert!(e.contains("q4k_mmq"), "{e}");
     }
+    let big = c.backend.alloc(1 << 22).unwrap();
+    let down = Q4kDown::Q4k(big);
+    let kp = |k: usize| k.div_ceil(256) * 256;
+    let other = Q4kMmqWeights::new(big, big, down, (2 * H, I), (kp(2 * H), kp(I)));
+    let e = l
+        .set_q4k_mmq_weights(other.unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("this layer is"), "{e}");
     assert!(l.weights().q4k.is_none());
 }
 
@@ -1241,5 +1251,5 @@ fn a_kernel_size_argument_above_int_is_refused_not_truncated() {
     let cfg = LaunchCfg::grid(1, 1, 256);
     assert!(b.launch(k, cfg, 0, &args(1)).is_ok());
     let e = b.launch(k, cfg, 0, &args(1 << 40)).unwrap_err().to_string();
-    assert!(e.contains("argument 3"), "{e}");
+    assert!(e.contains("`rows`"), "{e}");
 }

@@ -199,7 +199,7 @@ fn finalize_on_a_pack_with_nvfp4_t_repacks_but_never_frees_the_arena_views() {
         l.weights()
             .nvfp4_t
             .iter()
-            .all(|t| t.is_some_and(|t| !t.owned))
+            .all(|t| t.is_some_and(|t| !t.owned()))
     );
     assert!(l.finalize_nvfp4_mmq_load(&mut ctx, 128, 256, 0).unwrap());
     assert!(l.weights().nvfp4_t.iter().all(Option::is_none));

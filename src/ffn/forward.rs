@@ -2,7 +2,8 @@
 
 use super::*;
 
-use crate::gpu::{DevicePtr, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg};
+use crate::gpu::table::Call;
+use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;
 
 impl DenseFfnLayer {
@@ -186,15 +187,12 @@ impl DenseFfnLayer {
 
     // ---- arms ----
 
-    pub(crate) fn launch(
-        &self,
-        ctx: &mut ForwardContext,
-        k: KernelHandle,
-        cfg: LaunchCfg,
-        args: &[KArg],
-    ) -> GpuResult<()> {
-        ctx.trace.push(name_of(k, &self.kernels));
-        ctx.backend.launch(k, cfg, ctx.stream, args)
+    /// Finish `call` by the kernel table (argument order, row cap, grid) and launch it on the
+    /// context's stream, recording its name in the trace.
+    pub(crate) fn launch(&self, ctx: &mut ForwardContext, call: Call) -> GpuResult<()> {
+        let l = call.finish()?;
+        ctx.trace.push(l.spec.name);
+        l.run(ctx.backend.as_ref(), ctx.stream)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -210,30 +208,13 @@ impl DenseFfnLayer {
         us: usize,
         os: usize,
     ) -> GpuResult<()> {
-        let (k, name) = match self.activation {
-            Activation::Silu => (self.kernels.act_silu, "act_mul_silu"),
-            Activation::Gelu => (self.kernels.act_gelu, "act_mul_gelu"),
+        let k = match self.activation {
+            Activation::Silu => self.kernels.act_silu,
+            Activation::Gelu => self.kernels.act_gelu,
         };
-        if !k.ok() {
-            return Err(missing("ffn_act", name));
-        }
-        let cfg = LaunchCfg::grid(cols.div_ceil(256), rows, 256);
-        let i = |v: usize| KArg::Dim(v);
-        self.launch(
-            ctx,
-            k,
-            cfg,
-            &[
-                KArg::Ptr(g),
-                KArg::Ptr(u),
-                KArg::Ptr(out),
-                i(rows),
-                i(cols),
-                i(gs),
-                i(us),
-                i(os),
-            ],
-        )
+        let call = k.call().ptr("g", g).ptr("u", u).ptr("out", out);
+        let call = call.dim("rows", rows).dim("cols", cols);
+        self.launch(ctx, call.dim("gs", gs).dim("us", us).dim("os", os))
     }
 
     /// The gated FFN through one projection function: gate and up into the arena, act-mul in

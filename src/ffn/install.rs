@@ -3,7 +3,7 @@
 use super::*;
 
 use crate::gpu::sizes::*;
-use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, KArg, LaunchCfg, StreamId};
+use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
 use crate::model::Activation;
 
 impl DenseFfnLayer {
@@ -16,13 +16,7 @@ impl DenseFfnLayer {
     ) -> GpuResult<()> {
         for (p, w) in [(Proj::Gate, &gate), (Proj::Up, &up), (Proj::Down, &down)] {
             self.check_shape("set_bf16_weights", p, w.n, w.k)?;
-            if w.k % 8 != 0 || w.kp < w.k || w.kp % 8 != 0 || !fits(w.weight.bytes, &[w.n, w.kp, 2])
-            {
-                return Err(GpuError::Invalid(format!(
-                    "set_bf16_weights {p:?}: k {} / kp {} / {} bytes do not fit the bf16 layout",
-                    w.k, w.kp, w.weight.bytes
-                )));
-            }
+            w.validate(&format!("set_bf16_weights {p:?}"))?;
         }
         self.bf16 = Some([gate, up, down]);
         Ok(())
@@ -37,7 +31,7 @@ impl DenseFfnLayer {
     ) -> GpuResult<()> {
         for (p, w) in [(Proj::Gate, &gate), (Proj::Up, &up), (Proj::Down, &down)] {
             self.check_shape("set_fp8_weights", p, w.n, w.k)?;
-            check_fp8(w, &format!("set_fp8_weights {p:?}"))?;
+            w.validate(&format!("set_fp8_weights {p:?}"))?;
         }
         self.fp8 = Some(Fp8Overlay {
             gate,
@@ -75,7 +69,7 @@ impl DenseFfnLayer {
                 self.hidden
             )));
         }
-        check_fp8(&fused, "set_fp8_gate_up_fused")?;
+        fused.validate("set_fp8_gate_up_fused")?;
         ov.fused = Some(fused);
         Ok(())
     }
@@ -101,16 +95,7 @@ impl DenseFfnLayer {
         }
         for (p, x) in [(Proj::Gate, &w[0]), (Proj::Up, &w[1]), (Proj::Down, &w[2])] {
             self.check_shape("set_w8a8_decode_weights", p, x.n, x.k)?;
-            if x.kp % 128 != 0
-                || x.kp < x.k
-                || !fits(x.weight.bytes, &[x.n, x.kp])
-                || !fits(x.scale.bytes, &[x.n, 4])
-            {
-                return Err(GpuError::Invalid(format!(
-                    "set_w8a8_decode_weights {p:?}: kp {} / buffers do not fit the w8a8 layout",
-                    x.kp
-                )));
-            }
+            x.validate(&format!("set_w8a8_decode_weights {p:?}"))?;
         }
         self.w8a8 = Some(w);
         Ok(())
@@ -120,17 +105,7 @@ impl DenseFfnLayer {
     pub fn set_nvfp4_weights(&mut self, w: [Nvfp4Weight; 3]) -> GpuResult<()> {
         for (p, x) in [(Proj::Gate, &w[0]), (Proj::Up, &w[1]), (Proj::Down, &w[2])] {
             self.check_shape("set_nvfp4_weights", p, x.n, x.k)?;
-            if x.k % 32 != 0
-                || x.kp % 64 != 0
-                || x.kp < x.k
-                || !fits(x.codes.bytes, &[x.n, x.kp / 2])
-                || !fits(x.scales.bytes, &[x.n, x.kp / 16])
-            {
-                return Err(GpuError::Invalid(format!(
-                    "set_nvfp4_weights {p:?}: k {} / kp {} / buffers do not fit the nvfp4 layout (k % 32, kp % 64)",
-                    x.k, x.kp
-                )));
-            }
+            x.validate(&format!("set_nvfp4_weights {p:?}"))?;
         }
         self.weights.nvfp4 = Some(w);
         Ok(())
@@ -177,26 +152,13 @@ impl DenseFfnLayer {
     /// first (the arm is an NVFP4-layer prefill); every buffer must hold its rows.
     pub fn set_q4k_mmq_weights(&mut self, q: Q4kMmqWeights) -> GpuResult<()> {
         self.nvfp4_base("set_q4k_mmq_weights")?;
-        let (h, i) = (self.hidden, self.inter);
-        let rows = |n: usize, kp: usize| [n, kp / Q4K_ELEMS, Q4K_BYTES];
-        let ok = q.kp_gate.is_multiple_of(Q4K_ELEMS)
-            && q.kp_down.is_multiple_of(Q4K_ELEMS)
-            && q.kp_gate >= h
-            && q.kp_down >= i
-            && fits(q.gate.bytes, &rows(i, q.kp_gate))
-            && fits(q.up.bytes, &rows(i, q.kp_gate))
-            && match q.down {
-                Q4kDown::Int8 { codes, scales } => {
-                    fits(codes.bytes, &[h, q.kp_down]) && fits(scales.bytes, &[h, 4])
-                }
-                Q4kDown::Q4k(d) => fits(d.bytes, &rows(h, q.kp_down)),
-            };
-        if !ok {
+        if (q.hidden, q.inter) != (self.hidden, self.inter) {
             return Err(GpuError::Invalid(format!(
-                "set_q4k_mmq_weights: kp {} / {} or buffers do not fit the q4k_mmq layout of a {h} x {i} layer",
-                q.kp_gate, q.kp_down
+                "set_q4k_mmq_weights: q4k_mmq copies of a {} x {} layer, this layer is {} x {}",
+                q.hidden, q.inter, self.hidden, self.inter
             )));
         }
+        q.validate("set_q4k_mmq_weights")?;
         self.weights.q4k = Some(q);
         Ok(())
     }
@@ -206,15 +168,8 @@ impl DenseFfnLayer {
     pub fn set_nvfp4_t_weights(&mut self, t: [Option<Nvfp4TWeight>; 3]) -> GpuResult<()> {
         let w = self.nvfp4_base("set_nvfp4_t_weights")?;
         for (p, (x, base)) in t.iter().zip(w.iter()).enumerate() {
-            if let Some(x) = x
-                && (x.np != base.n.div_ceil(64) * 64
-                    || !fits(x.codes.bytes, &[base.kp, x.np / 2])
-                    || !fits(x.scales.bytes, &[base.kp / 16, x.np]))
-            {
-                return Err(GpuError::Invalid(format!(
-                    "set_nvfp4_t_weights projection {p}: np {} / buffers do not fit the nvfp4_t layout of [{}, {}]",
-                    x.np, base.n, base.kp
-                )));
+            if let Some(x) = x {
+                x.validate(base, &format!("set_nvfp4_t_weights projection {p}"))?;
             }
         }
         self.weights.nvfp4_t = t;
@@ -277,23 +232,16 @@ impl DenseFfnLayer {
             let out = ctx.backend.alloc(
                 (np / NVFP4_MMQ_TILE_N * x.kp / NVFP4_MMQ_TILE_K * NVFP4_MMQ_TILE_BYTES) as u64,
             )?;
-            let threads = np / 128 * x.kp / 64 * 128;
-            let cfg = LaunchCfg::grid(threads.div_ceil(256), 1, 256);
-            let i = |v: usize| KArg::Dim(v);
-            ctx.trace.push("nvfp4_mmq_repack");
-            ctx.backend.launch(
-                self.kernels.nvfp4_repack,
-                cfg,
-                stream,
-                &[
-                    KArg::Ptr(x.codes),
-                    KArg::Ptr(x.scales),
-                    i(x.n),
-                    i(np),
-                    i(x.kp),
-                    KArg::Ptr(out),
-                ],
-            )?;
+            let call = self.kernels.nvfp4_repack.call();
+            let call = call.ptr("codes", x.codes).ptr("scales", x.scales);
+            let l = call
+                .dim("n", x.n)
+                .dim("np", np)
+                .dim("kp", x.kp)
+                .ptr("out", out);
+            let l = l.finish()?;
+            ctx.trace.push(l.spec.name);
+            l.run(ctx.backend.as_ref(), stream)?;
             self.weights.nvfp4_mmq[p] = Some(out);
             did = true;
         }
@@ -330,16 +278,7 @@ impl DenseFfnLayer {
         for (p, x) in [Proj::Gate, Proj::Up, Proj::Down].into_iter().zip(w.iter()) {
             let Some(x) = x else { continue };
             self.check_shape("set_lora_weights", p, x.n, x.k)?;
-            if x.rank == 0
-                || x.rank > LORA_MAX_RANK
-                || !fits(x.a.bytes, &[2, x.rank, x.k])
-                || !fits(x.b.bytes, &[2, x.n, x.rank])
-            {
-                return Err(GpuError::Invalid(format!(
-                    "set_lora_weights {p:?}: rank {} (1..={LORA_MAX_RANK}) or buffers do not fit A [rank, {}] and B [{}, rank] in BF16",
-                    x.rank, x.k, x.n
-                )));
-            }
+            x.validate(&format!("set_lora_weights {p:?}"))?;
         }
         self.lora = Some(w);
         Ok(())
@@ -382,28 +321,16 @@ impl DenseFfnLayer {
             )));
         }
         let (kp_gate, kp_down) = (round_up(h, 256), round_up(inter, 256));
-        let i = |v: usize| KArg::Dim(v);
         let b = ctx.backend.clone();
         let encode =
             |ctx: &mut ForwardContext, x: &Nvfp4Weight, kp_q: usize| -> GpuResult<DevicePtr> {
                 let out = b.alloc((x.n * kp_q / Q4K_ELEMS * Q4K_BYTES) as u64)?;
-                let cfg = LaunchCfg::grid((x.n * kp_q / 256).div_ceil(64), 1, 64);
-                ctx.trace.push("nvfp4_to_q4k");
-                b.launch(
-                    k.q4k_encode,
-                    cfg,
-                    stream,
-                    &[
-                        KArg::Ptr(x.codes),
-                        KArg::Ptr(x.scales),
-                        KArg::F32(x.global_scale),
-                        i(x.n),
-                        i(x.k),
-                        i(x.kp),
-                        i(kp_q),
-                        KArg::Ptr(out),
-                    ],
-                )?;
+                let call = k.q4k_encode.call().ptr("codes", x.codes);
+                let call = call.ptr("scales", x.scales).float("g", x.global_scale);
+                let call = call.dim("n", x.n).dim("k", x.k).dim("kp_nv", x.kp);
+                let l = call.dim("kp_q", kp_q).ptr("out", out).finish()?;
+                ctx.trace.push(l.spec.name);
+                l.run(b.as_ref(), stream)?;
                 Ok(out)
             };
         let gate = encode(ctx, &w[0], kp_gate)?;
@@ -412,24 +339,13 @@ impl DenseFfnLayer {
         let down = if k.int8_gemm.ok() && k.requant_int8.ok() && !ctx.levers.q4k_mmq_down_q4k {
             let codes = b.alloc((d.n * kp_down) as u64)?;
             let scales = b.alloc((d.n * 4) as u64)?;
-            let cfg = LaunchCfg::grid(d.n, 1, 256);
-            ctx.trace.push("nvfp4_to_int8_rows");
-            b.launch(
-                k.q4k_int8_encode,
-                cfg,
-                stream,
-                &[
-                    KArg::Ptr(d.codes),
-                    KArg::Ptr(d.scales),
-                    KArg::F32(d.global_scale),
-                    i(d.n),
-                    i(d.k),
-                    i(d.kp),
-                    i(kp_down),
-                    KArg::Ptr(codes),
-                    KArg::Ptr(scales),
-                ],
-            )?;
+            let call = k.q4k_int8_encode.call().ptr("codes", d.codes);
+            let call = call.ptr("scales", d.scales).float("g", d.global_scale);
+            let call = call.dim("n", d.n).dim("k", d.k).dim("kp_nv", d.kp);
+            let call = call.dim("kp_q", kp_down).ptr("qc", codes).ptr("qs", scales);
+            let l = call.finish()?;
+            ctx.trace.push(l.spec.name);
+            l.run(b.as_ref(), stream)?;
             Q4kDown::Int8 { codes, scales }
         } else {
             Q4kDown::Q4k(encode(ctx, d, kp_down)?)
@@ -440,6 +356,8 @@ impl DenseFfnLayer {
             gate,
             up,
             down,
+            hidden: h,
+            inter,
             kp_gate,
             kp_down,
             owned: true,
@@ -458,15 +376,7 @@ impl DenseFfnLayer {
     ) -> GpuResult<()> {
         for (p, w) in [(Proj::Gate, &gate), (Proj::Up, &up), (Proj::Down, &down)] {
             self.check_shape("set_q2_weights", p, w.n, w.k)?;
-            if !w.kp.is_multiple_of(128)
-                || w.kp < w.k
-                || !fits(w.blocks.bytes, &[w.n, w.kp / Q2G128_ELEMS, Q2G128_BYTES])
-            {
-                return Err(GpuError::Invalid(format!(
-                    "set_q2_weights {p:?}: kp {} / {} bytes do not fit the q2g128 layout of [{}, {}] (kp % {Q2G128_ELEMS}, {Q2G128_BYTES} bytes per {Q2G128_ELEMS})",
-                    w.kp, w.blocks.bytes, w.n, w.k
-                )));
-            }
+            w.validate(&format!("set_q2_weights {p:?}"))?;
         }
         self.q2 = Some([gate, up, down]);
         Ok(())

@@ -22,7 +22,7 @@ mod arms {
     mod bf16;
     mod fp8;
     mod lora;
-    mod nvfp4;
+    pub(crate) mod nvfp4;
     mod q2;
     mod q4k;
 }
@@ -30,6 +30,8 @@ mod arms {
 pub use context::*;
 pub use kernels::*;
 pub use weights::*;
+
+pub(crate) use arms::nvfp4::nvfp4_args;
 
 pub use crate::converters::layouts::Proj;
 

@@ -2,7 +2,7 @@
 
 use super::*;
 
-use crate::gpu::{DevicePtr, GpuError, GpuResult, KernelHandle};
+use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;
 
 impl DenseFfnLayer {
@@ -28,7 +28,7 @@ impl DenseFfnLayer {
     }
 
     /// The NVFP4 batch-m tier kernel for `m` rows, if resolved.
-    pub fn batchm_kernel(&self, m: usize) -> Option<KernelHandle> {
+    pub fn batchm_kernel(&self, m: usize) -> Option<crate::gpu::table::Kernel> {
         let k = match m {
             1..=4 => self.kernels.nvfp4_small_m4,
             5..=8 => self.kernels.nvfp4_small_m8,

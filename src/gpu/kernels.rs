@@ -103,9 +103,9 @@ pub enum ParamKind {
     Float,
 }
 
-/// Every entry point's parameter kinds, parsed from the `extern "C" __global__` signatures of
-/// its module (direct definitions and the kernels that a `#define` instantiates).
-pub fn signatures(module: &str) -> Vec<(String, Vec<ParamKind>)> {
+/// Every entry point's parameters (name and kind), parsed from the `extern "C" __global__`
+/// signatures of its module (direct definitions and the kernels that a `#define` instantiates).
+pub fn signatures(module: &str) -> Vec<(String, Vec<(String, ParamKind)>)> {
     let Some(src) = source(module) else {
         return Vec::new();
     };
@@ -116,19 +116,25 @@ pub fn signatures(module: &str) -> Vec<(String, Vec<ParamKind>)> {
         .map(|l| l.trim_end().trim_end_matches('\\'))
         .collect::<Vec<_>>()
         .join(" ");
-    let kinds = |params: &str| -> Vec<ParamKind> {
+    let kinds = |params: &str| -> Vec<(String, ParamKind)> {
         params
             .split(',')
             .map(str::trim)
             .filter(|p| !p.is_empty())
             .map(|p| {
-                if p.contains('*') {
+                let kind = if p.contains('*') {
                     ParamKind::Ptr
                 } else if p.starts_with("float ") || p.starts_with("const float ") {
                     ParamKind::Float
                 } else {
                     ParamKind::Int
-                }
+                };
+                // The name is the declaration's last word (after `*` and `__restrict__`).
+                let name = p
+                    .rsplit(|c: char| c.is_whitespace() || c == '*')
+                    .next()
+                    .unwrap_or("");
+                (name.to_string(), kind)
             })
             .collect()
     };
@@ -221,12 +227,15 @@ mod tests {
                 assert!(s.is_some_and(|(_, k)| !k.is_empty()), "{m}::{e}: {s:?}");
             }
         }
-        let find = |m: &str, n: &str| {
+        let find = |m: &str, n: &str| -> Vec<super::ParamKind> {
             super::signatures(m)
                 .into_iter()
                 .find(|(e, _)| e == n)
                 .unwrap()
                 .1
+                .into_iter()
+                .map(|(_, k)| k)
+                .collect()
         };
         assert_eq!(
             find("ffn_act", "act_mul_silu"),

@@ -10,6 +10,7 @@ pub mod kernels;
 pub mod levers;
 pub mod reference;
 pub mod sizes;
+pub mod table;
 pub mod timing;
 
 pub use levers::ModelLevers;

@@ -78,6 +78,8 @@ impl LayoutSpec for Q4kMmq {
             gate,
             up,
             down: down.0,
+            hidden: dims(gfe).1,
+            inter: dims(gfe).0,
             kp_gate: dims(gfe).3,
             kp_down: dims(down.1).3,
             owned: false,

@@ -523,14 +523,13 @@ pub fn install_nvfp4_q4k(
             scales: alloc_upload(b, &e.parts[1].1)?,
         }
     };
-    layer.set_q4k_mmq_weights(Q4kMmqWeights {
-        gate: alloc_upload(b, &ge.parts[0].1)?,
-        up: alloc_upload(b, &ue.parts[0].1)?,
+    layer.set_q4k_mmq_weights(Q4kMmqWeights::new(
+        alloc_upload(b, &ge.parts[0].1)?,
+        alloc_upload(b, &ue.parts[0].1)?,
         down,
-        kp_gate: ge.padded[1],
-        kp_down: i.div_ceil(256) * 256,
-        owned: false,
-    })
+        (h, i),
+        (ge.padded[1], i.div_ceil(256) * 256),
+    )?)
 }
 
 /// The weights the Q4_K MMQ arm holds: gate/up Q4_K of the NVFP4-decoded values, down int8 rows

@@ -2,7 +2,7 @@
 
 use super::super::*;
 
-use crate::gpu::{DevicePtr, GemmBf16, GpuError, GpuResult, KArg, LaunchCfg};
+use crate::gpu::{DevicePtr, GemmBf16, GpuError, GpuResult};
 
 impl DenseFfnLayer {
     pub(crate) fn bf16_gemv(
@@ -14,23 +14,9 @@ impl DenseFfnLayer {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        let i = |v: usize| KArg::Dim(v);
-        let cfg = LaunchCfg::grid(w.n.div_ceil(8), 1, 256);
-        self.launch(
-            ctx,
-            self.kernels.bf16_gemv,
-            cfg,
-            &[
-                KArg::Ptr(x),
-                i(m),
-                KArg::Ptr(w.weight),
-                KArg::Ptr(y),
-                i(w.n),
-                i(w.k),
-                i(w.kp),
-                i(ldy),
-            ],
-        )
+        let call = self.kernels.bf16_gemv.call().ptr("x", x).dim("m", m);
+        let call = call.ptr("w", w.weight).ptr("y", y);
+        self.launch(ctx, w.dims(call).dim("ldy", ldy))
     }
 
     pub(crate) fn bf16_gemv_arm(
@@ -98,17 +84,9 @@ impl DenseFfnLayer {
         x: DevicePtr,
         count: usize,
     ) -> GpuResult<DevicePtr> {
-        if !self.kernels.to_bf16.ok() {
-            return Err(missing("ffn_act", "f32_to_bf16"));
-        }
         let dst = ctx.arena.act_bf16.view(0, (count * 2) as u64);
-        let cfg = LaunchCfg::grid(count.div_ceil(256), 1, 256);
-        self.launch(
-            ctx,
-            self.kernels.to_bf16,
-            cfg,
-            &[KArg::Ptr(x), KArg::Ptr(dst), KArg::Dim(count)],
-        )?;
+        let call = self.kernels.to_bf16.call().ptr("x", x).ptr("y", dst);
+        self.launch(ctx, call.dim("count", count))?;
         Ok(dst)
     }
 

@@ -2,13 +2,14 @@
 
 use super::super::*;
 
-use crate::gpu::{DevicePtr, GpuResult, KArg, KernelHandle, LaunchCfg, ModelLevers};
+use crate::gpu::table::Kernel;
+use crate::gpu::{DevicePtr, GpuResult, ModelLevers};
 
 impl DenseFfnLayer {
     /// The FP8 projection kernel for `m` rows: the first that resolved of batch-4 GEMV (m <= 4),
     /// tensor-core m16 (5..=32 with `ffn_m16_tc`), batch-16 GEMV (5..=32 with
     /// `METRALE_FFN_BATCH16`), the pipelined tensor-core GEMM, the base GEMM.
-    pub(crate) fn fp8_kernel_for(&self, lev: &ModelLevers, m: usize) -> GpuResult<KernelHandle> {
+    pub(crate) fn fp8_kernel_for(&self, lev: &ModelLevers, m: usize) -> GpuResult<Kernel> {
         let k = &self.kernels;
         Ok(if m <= 4 && k.fp8_b4.ok() {
             k.fp8_b4
@@ -21,7 +22,7 @@ impl DenseFfnLayer {
         } else if k.fp8_base.ok() {
             k.fp8_base
         } else {
-            return Err(missing("ffn_fp8", "w8a16_gemm"));
+            return Err(k.fp8_base.missing());
         })
     }
 
@@ -44,66 +45,25 @@ impl DenseFfnLayer {
     pub(crate) fn fp8_launch(
         &self,
         ctx: &mut ForwardContext,
-        kernel: KernelHandle,
+        kernel: Kernel,
         w: &Fp8Weight,
         x: DevicePtr,
         m: usize,
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        let k = &self.kernels;
-        let (cap, tile) = if kernel == k.fp8_b4 {
-            (4, "gemv4")
-        } else if kernel == k.fp8_b16 {
-            (16, "gemv16")
-        } else if kernel == k.fp8_m16 {
-            (16, "m16")
-        } else if kernel == k.fp8_pipe {
-            (usize::MAX, "tc64")
-        } else {
-            (usize::MAX, "simt64")
-        };
+        let cap = kernel.spec.row_cap.unwrap_or(usize::MAX);
         let mut r0 = 0;
         while r0 < m {
             let rows = (m - r0).min(cap);
-            let grid = match tile {
-                "gemv4" => (w.n.div_ceil(32) as u32, 1, 1),
-                "gemv16" => (w.n.div_ceil(16) as u32, 1, 1),
-                "m16" => ((w.np / 128) as u32, 1, 1),
-                "tc64" => ((w.np / 128) as u32, rows.div_ceil(64) as u32, 1),
-                _ => (w.n.div_ceil(64) as u32, rows.div_ceil(64) as u32, 1),
-            };
-            let block = match tile {
-                "gemv4" | "gemv16" | "simt64" => (256, 1, 1),
-                _ => (128, 1, 1),
-            };
             let xs = x.view((r0 * w.k * 4) as u64, (rows * w.k * 4) as u64);
             let ys = y.view(
                 (r0 * ldy * 4) as u64,
                 ((rows - 1) * ldy * 4 + w.n * 4) as u64,
             );
-            let i = |v: usize| KArg::Dim(v);
-            let args = [
-                KArg::Ptr(xs),
-                i(rows),
-                KArg::Ptr(w.weight),
-                KArg::Ptr(w.scale),
-                KArg::Ptr(ys),
-                i(w.n),
-                i(w.k),
-                i(w.kp),
-                i(ldy),
-            ];
-            self.launch(
-                ctx,
-                kernel,
-                LaunchCfg {
-                    grid,
-                    block,
-                    smem: 0,
-                },
-                &args,
-            )?;
+            let call = kernel.call().ptr("x", xs).dim("m", rows);
+            let call = call.ptr("w", w.weight).ptr("s", w.scale).ptr("y", ys);
+            self.launch(ctx, w.dims(call).dim("ldy", ldy))?;
             r0 += rows;
         }
         Ok(())
@@ -153,34 +113,18 @@ impl DenseFfnLayer {
         ldy: usize,
     ) -> GpuResult<()> {
         let (q, s) = (ctx.arena.act_codes, ctx.arena.act_scale);
-        let i = |v: usize| KArg::Dim(v);
-        let cfg = LaunchCfg::grid(m, 1, 256);
-        self.launch(
-            ctx,
-            self.kernels.quant_fp8_row,
-            cfg,
-            &[
-                KArg::Ptr(x),
-                i(m),
-                i(w.k),
-                i(w.kp),
-                KArg::Ptr(q),
-                KArg::Ptr(s),
-            ],
-        )?;
-        let cfg = LaunchCfg::grid(w.n.div_ceil(128), m.div_ceil(64), 128);
-        let args = [
-            KArg::Ptr(q),
-            KArg::Ptr(s),
-            i(m),
-            KArg::Ptr(w.weight),
-            KArg::Ptr(w.scale),
-            KArg::Ptr(y),
-            i(w.n),
-            i(w.kp),
-            i(ldy),
-        ];
-        self.launch(ctx, self.kernels.w8a8, cfg, &args)
+        let call = self.kernels.quant_fp8_row.call().ptr("x", x).dim("m", m);
+        let call = call.dim("k", w.k).dim("kp", w.kp).ptr("q", q).ptr("sx", s);
+        self.launch(ctx, call)?;
+        let call = self
+            .kernels
+            .w8a8
+            .call()
+            .ptr("q", q)
+            .ptr("sx", s)
+            .dim("m", m);
+        let call = call.ptr("w", w.weight).ptr("sw", w.scale).ptr("y", y);
+        self.launch(ctx, call.dim("n", w.n).dim("kp", w.kp).dim("ldy", ldy))
     }
 
     pub(crate) fn w8a8_arm(

@@ -2,11 +2,10 @@
 
 use super::super::*;
 
-use crate::gpu::{DevicePtr, GpuResult, KArg, LaunchCfg};
+use crate::gpu::{DevicePtr, GpuResult};
 
 impl DenseFfnLayer {
     /// `out += scaling * B (A x)` for one projection's adapter: `lora_a` then `lora_b_add`.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn lora_project(
         &self,
         ctx: &mut ForwardContext,
@@ -17,37 +16,21 @@ impl DenseFfnLayer {
         ldy: usize,
     ) -> GpuResult<()> {
         let k = &self.kernels;
-        if !k.lora_a.ok() {
-            return Err(missing("ffn_lora", "lora_a"));
-        }
         if !k.lora_b.ok() {
-            return Err(missing("ffn_lora", "lora_b_add"));
+            return Err(k.lora_b.missing());
         }
-        let a = |v: usize| KArg::Dim(v);
         let xa = ctx.arena.lora_xa.view(0, (m * l.rank * 4) as u64);
-        let cfg = LaunchCfg::grid(l.rank.div_ceil(8), m, 256);
-        let args = [
-            KArg::Ptr(x),
-            a(m),
-            a(l.k),
-            a(l.k),
-            KArg::Ptr(l.a),
-            a(l.rank),
-            KArg::Ptr(xa),
-        ];
-        self.launch(ctx, k.lora_a, cfg, &args)?;
-        let cfg = LaunchCfg::grid(l.n.div_ceil(256), m, 256);
-        let args = [
-            KArg::Ptr(xa),
-            a(m),
-            a(l.rank),
-            KArg::Ptr(l.b),
-            KArg::F32(l.scaling),
-            KArg::Ptr(out),
-            a(l.n),
-            a(ldy),
-        ];
-        self.launch(ctx, k.lora_b, cfg, &args)
+        let call = k
+            .lora_a
+            .call()
+            .ptr("x", x)
+            .dim("m", m)
+            .dim("k", l.k)
+            .dim("ldx", l.k);
+        self.launch(ctx, call.ptr("a", l.a).dim("r", l.rank).ptr("xa", xa))?;
+        let call = k.lora_b.call().ptr("xa", xa).dim("m", m).dim("r", l.rank);
+        let call = call.ptr("b", l.b).float("scaling", l.scaling).ptr("y", out);
+        self.launch(ctx, call.dim("n", l.n).dim("ldy", ldy))
     }
 
     /// After the gate and up projections, before the activation: `gate_out += dW_gate x`,

@@ -2,7 +2,8 @@
 
 use super::super::*;
 
-use crate::gpu::{DevicePtr, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg};
+use crate::gpu::table::{Call, Kernel};
+use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;
 
 impl DenseFfnLayer {
@@ -11,7 +12,6 @@ impl DenseFfnLayer {
     /// when k >= `w4a16_k64_min_k` and k % 64 == 0, else `w4a16_gemm_t`; otherwise with a `_t`
     /// copy `w4a16_gemm_t_m128_v2` (k % 64 == 0) or `w4a16_gemm_t_m128`; without `_t` or those
     /// kernels, the base `w4a16_gemm` over the `nvfp4` layout.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn w4a16_prefill_gemm(
         &self,
         ctx: &mut ForwardContext,
@@ -23,25 +23,17 @@ impl DenseFfnLayer {
     ) -> GpuResult<()> {
         let (p, w) = *pw;
         let kk = &self.kernels;
-        let a = |v: usize| KArg::Dim(v);
         let np128 = w.n.div_ceil(128) * 128;
         if let Some(tiles) = self.weights.nvfp4_mmq[p]
             && kk.nvfp4_mmq_gemm.ok()
         {
-            let cfg = LaunchCfg::grid(np128 / 128, m.div_ceil(64), 128);
-            let args = [
-                KArg::Ptr(x),
-                a(m),
-                KArg::Ptr(tiles),
-                KArg::F32(w.global_scale),
-                KArg::Ptr(y),
-                a(w.n),
-                a(np128),
-                a(w.k),
-                a(w.kp),
-                a(ldy),
-            ];
-            return self.launch(ctx, kk.nvfp4_mmq_gemm, cfg, &args);
+            let call = kk.nvfp4_mmq_gemm.call().ptr("x", x).dim("m", m);
+            let call = call
+                .ptr("tiles", tiles)
+                .float("g", w.global_scale)
+                .ptr("y", y);
+            let call = w.dims(call.dim("np", np128)).dim("ldy", ldy);
+            return self.launch(ctx, call);
         }
         if let Some(t) = self.weights.nvfp4_t[p] {
             let lev = &ctx.levers;
@@ -49,97 +41,43 @@ impl DenseFfnLayer {
             let k64 = w.k % 64 == 0;
             let pick = if small {
                 if k64 && w.k >= lev.w4a16_k64_min_k && kk.nvfp4_gemm_t_k64.ok() {
-                    Some((kk.nvfp4_gemm_t_k64, 64))
+                    Some(kk.nvfp4_gemm_t_k64)
                 } else if kk.nvfp4_gemm_t.ok() {
-                    Some((kk.nvfp4_gemm_t, 64))
+                    Some(kk.nvfp4_gemm_t)
                 } else {
                     None
                 }
             } else if k64 && kk.nvfp4_gemm_t_m128_v2.ok() {
-                Some((kk.nvfp4_gemm_t_m128_v2, 128))
+                Some(kk.nvfp4_gemm_t_m128_v2)
             } else if w.k % 32 == 0 && kk.nvfp4_gemm_t_m128.ok() {
-                Some((kk.nvfp4_gemm_t_m128, 128))
+                Some(kk.nvfp4_gemm_t_m128)
             } else {
                 None
             };
-            if let Some((k, bm)) = pick {
-                let cfg = LaunchCfg::grid(w.n.div_ceil(128), m.div_ceil(bm), 2 * bm);
-                let args = [
-                    KArg::Ptr(x),
-                    a(m),
-                    KArg::Ptr(t.codes),
-                    KArg::Ptr(t.scales),
-                    KArg::F32(w.global_scale),
-                    KArg::Ptr(y),
-                    a(w.n),
-                    a(t.np),
-                    a(w.k),
-                    a(w.kp),
-                    a(ldy),
-                ];
-                return self.launch(ctx, k, cfg, &args);
+            if let Some(k) = pick {
+                let call = k.call().ptr("x", x).dim("m", m).ptr("ct", t.codes);
+                let call = call
+                    .ptr("st", t.scales)
+                    .float("g", w.global_scale)
+                    .ptr("y", y);
+                let call = w.dims(call.dim("np", t.np)).dim("ldy", ldy);
+                return self.launch(ctx, call);
             }
         }
-        let k = kk.nvfp4_gemm;
-        if !k.ok() {
-            return Err(missing("ffn_nvfp4", "w4a16_gemm"));
-        }
-        let cfg = LaunchCfg::grid(w.n.div_ceil(128), m.div_ceil(64), 128);
-        let args = [
-            KArg::Ptr(x),
-            a(m),
-            KArg::Ptr(w.codes),
-            KArg::Ptr(w.scales),
-            KArg::F32(w.global_scale),
-            KArg::Ptr(y),
-            a(w.n),
-            a(w.k),
-            a(w.kp),
-            a(ldy),
-        ];
-        self.launch(ctx, k, cfg, &args)
-    }
-
-    /// One NVFP4 projection through a GEMV-shaped kernel (`w4a16_gemv*`, the batch-m tiers).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn nvfp4_gemv_launch(
-        &self,
-        ctx: &mut ForwardContext,
-        k: KernelHandle,
-        w: &Nvfp4Weight,
-        x: DevicePtr,
-        m: usize,
-        y: DevicePtr,
-        ldy: usize,
-    ) -> GpuResult<()> {
-        let a = |v: usize| KArg::Dim(v);
-        let cfg = LaunchCfg::grid(w.n.div_ceil(NVFP4_GEMV_COLS), 1, 256);
-        let args = [
-            KArg::Ptr(x),
-            a(m),
-            KArg::Ptr(w.codes),
-            KArg::Ptr(w.scales),
-            KArg::F32(w.global_scale),
-            KArg::Ptr(y),
-            a(w.n),
-            a(w.k),
-            a(w.kp),
-            a(ldy),
-        ];
-        self.launch(ctx, k, cfg, &args)
+        self.launch(ctx, nvfp4_args(kk.nvfp4_gemm, &w, x, m, y, ldy))
     }
 
     /// `forward_km`'s W4A16 projection through the batch-m tier kernel it carries.
     pub(crate) fn nvfp4_small_m_project(
         &self,
         ctx: &mut ForwardContext,
-        kw: &(KernelHandle, Nvfp4Weight),
+        kw: &(Kernel, Nvfp4Weight),
         x: DevicePtr,
         m: usize,
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        self.nvfp4_gemv_launch(ctx, kw.0, &kw.1, x, m, y, ldy)
+        self.launch(ctx, nvfp4_args(kw.0, &kw.1, x, m, y, ldy))
     }
 
     /// NVFP4 decode (m <= 3): fused gate+up GEMV (`w4a16_gemv_dual`, `_batch2|3`), then either
@@ -153,7 +91,7 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         let k = &self.kernels;
-        let pick = |fixed: KernelHandle, base: KernelHandle| if fixed.ok() { fixed } else { base };
+        let pick = |fixed: Kernel, base: Kernel| if fixed.ok() { fixed } else { base };
         let (dual, down) = match m {
             2 => (
                 pick(k.nvfp4_gemv_dual_b2, k.nvfp4_gemv_dual),
@@ -165,31 +103,20 @@ impl DenseFfnLayer {
             ),
             _ => (k.nvfp4_gemv_dual, k.nvfp4_gemv),
         };
-        if !dual.ok() {
-            return Err(missing("ffn_nvfp4", "w4a16_gemv_dual"));
-        }
         let w = self.weights.nvfp4.unwrap();
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
-        let a = |v: usize| KArg::Dim(v);
-        let cfg = LaunchCfg::grid(i.div_ceil(NVFP4_GEMV_COLS), 2, 256);
-        let args = [
-            KArg::Ptr(x),
-            a(m),
-            KArg::Ptr(w[0].codes),
-            KArg::Ptr(w[0].scales),
-            KArg::F32(w[0].global_scale),
-            KArg::Ptr(g),
-            KArg::Ptr(w[1].codes),
-            KArg::Ptr(w[1].scales),
-            KArg::F32(w[1].global_scale),
-            KArg::Ptr(u),
-            a(i),
-            a(h),
-            a(w[0].kp),
-            a(i),
-        ];
-        self.launch(ctx, dual, cfg, &args)?;
+        let call = dual.call().ptr("x", x).dim("m", m);
+        let call = call.ptr("cg", w[0].codes).ptr("sg", w[0].scales);
+        let call = call.float("gg", w[0].global_scale).ptr("yg", g);
+        let call = call.ptr("cu", w[1].codes).ptr("su", w[1].scales);
+        let call = call.float("gu", w[1].global_scale).ptr("yu", u);
+        let call = call
+            .dim("n", i)
+            .dim("k", h)
+            .dim("kp", w[0].kp)
+            .dim("ldy", i);
+        self.launch(ctx, call)?;
         self.apply_lora_gate_up(ctx, x, m, g, u)?;
         let d = w[2];
         if self.activation == Activation::Silu
@@ -197,47 +124,29 @@ impl DenseFfnLayer {
             && k.nvfp4_silu_down.ok()
             && !self.lora_active(ctx)
         {
-            let cfg = LaunchCfg::grid(h.div_ceil(NVFP4_GEMV_COLS), 1, 256);
-            let args = [
-                KArg::Ptr(g),
-                KArg::Ptr(u),
-                a(m),
-                KArg::Ptr(d.codes),
-                KArg::Ptr(d.scales),
-                KArg::F32(d.global_scale),
-                KArg::Ptr(out),
-                a(h),
-                a(i),
-                a(d.kp),
-                a(h),
-                a(i),
-            ];
-            self.launch(ctx, k.nvfp4_silu_down, cfg, &args)?;
+            let call = k
+                .nvfp4_silu_down
+                .call()
+                .ptr("gate", g)
+                .ptr("up", u)
+                .dim("m", m);
+            let call = call.ptr("codes", d.codes).ptr("scales", d.scales);
+            let call = call.float("g", d.global_scale).ptr("y", out);
+            let call = call.dim("n", h).dim("k", i).dim("kp", d.kp);
+            self.launch(ctx, call.dim("ldy", h).dim("ldx", i))?;
             return Ok(out.view(0, (m * h * 4) as u64));
         }
         if !down.ok() {
-            return Err(missing("ffn_nvfp4", "w4a16_gemv"));
+            return Err(down.missing());
         }
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
         let act = g.view(0, (m * i * 4) as u64);
         let ksplit = ctx.levers.w4a16_gemv_ksplit_min_k;
         if ksplit > 0 && d.k >= ksplit && k.nvfp4_gemv_ksplit.ok() {
-            let cfg = LaunchCfg::grid(h.div_ceil(4), 1, 256);
-            let args = [
-                KArg::Ptr(act),
-                a(m),
-                KArg::Ptr(d.codes),
-                KArg::Ptr(d.scales),
-                KArg::F32(d.global_scale),
-                KArg::Ptr(out),
-                a(h),
-                a(i),
-                a(d.kp),
-                a(h),
-            ];
-            self.launch(ctx, k.nvfp4_gemv_ksplit, cfg, &args)?;
+            let call = nvfp4_args(k.nvfp4_gemv_ksplit, &d, act, m, out, h);
+            self.launch(ctx, call)?;
         } else {
-            self.nvfp4_gemv_launch(ctx, down, &d, act, m, out, h)?;
+            self.launch(ctx, nvfp4_args(down, &d, act, m, out, h))?;
         }
         self.apply_lora_down(ctx, act, m, out)?;
         Ok(out.view(0, (m * h * 4) as u64))
@@ -253,32 +162,19 @@ impl DenseFfnLayer {
         k: usize,
         kp: usize,
     ) -> GpuResult<(DevicePtr, DevicePtr, DevicePtr)> {
-        if !self.kernels.quant_nvfp4.ok() {
-            return Err(missing("ffn_nvfp4", "quantize_act_nvfp4"));
-        }
         let qc = ctx.arena.act_codes.view(0, (m * kp / 2) as u64);
         let qs = ctx
             .arena
             .act_codes
             .view((m * kp / 2) as u64, (m * kp / 16) as u64);
         let qg = ctx.arena.act_scale.view(0, (m * 4) as u64);
-        let a = |v: usize| KArg::Dim(v);
-        let cfg = LaunchCfg::grid(m, 1, 256);
-        let args = [
-            KArg::Ptr(x),
-            a(m),
-            a(k),
-            a(kp),
-            KArg::Ptr(qc),
-            KArg::Ptr(qs),
-            KArg::Ptr(qg),
-        ];
-        self.launch(ctx, self.kernels.quant_nvfp4, cfg, &args)?;
+        let call = self.kernels.quant_nvfp4.call().ptr("x", x).dim("m", m);
+        let call = call.dim("k", k).dim("kp", kp);
+        self.launch(ctx, call.ptr("qc", qc).ptr("qs", qs).ptr("qg", qg))?;
         Ok((qc, qs, qg))
     }
 
     /// One W4A4 projection (`nvfp4_proj_mx`) over quantized activations.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn w4a4_project(
         &self,
         ctx: &mut ForwardContext,
@@ -288,26 +184,15 @@ impl DenseFfnLayer {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        let k = self.kernels.nvfp4_proj_mx;
-        if !k.ok() {
-            return Err(missing("ffn_nvfp4", "nvfp4_proj_mx"));
-        }
-        let a = |v: usize| KArg::Dim(v);
-        let cfg = LaunchCfg::grid(w.n.div_ceil(32), m.div_ceil(4), 256);
-        let args = [
-            KArg::Ptr(q.0),
-            KArg::Ptr(q.1),
-            KArg::Ptr(q.2),
-            a(m),
-            KArg::Ptr(w.codes),
-            KArg::Ptr(w.scales),
-            KArg::F32(w.global_scale),
-            KArg::Ptr(y),
-            a(w.n),
-            a(w.kp),
-            a(ldy),
-        ];
-        self.launch(ctx, k, cfg, &args)
+        let call = self.kernels.nvfp4_proj_mx.call();
+        let call = call
+            .ptr("qc", q.0)
+            .ptr("qs", q.1)
+            .ptr("qg", q.2)
+            .dim("m", m);
+        let call = call.ptr("codes", w.codes).ptr("scales", w.scales);
+        let call = call.float("gw", w.global_scale).ptr("y", y);
+        self.launch(ctx, call.dim("n", w.n).dim("kp", w.kp).dim("ldy", ldy))
     }
 
     /// The GPU check's view of the W4A4 gate projection: quantize `m` rows of `x` and run
@@ -353,4 +238,20 @@ impl DenseFfnLayer {
         self.apply_lora_down(ctx, act, m, out)?;
         Ok(out.view(0, (m * h * 4) as u64))
     }
+}
+
+/// The arguments of an NVFP4 projection kernel over the `nvfp4` layout (`x, m, codes, scales,
+/// g, y, n, k, kp, ldy`: the GEMVs, the batch-m tiers, `w4a16_gemm`).
+pub(crate) fn nvfp4_args(
+    k: Kernel,
+    w: &Nvfp4Weight,
+    x: DevicePtr,
+    m: usize,
+    y: DevicePtr,
+    ldy: usize,
+) -> Call {
+    let call = k.call().ptr("x", x).dim("m", m);
+    let call = call.ptr("codes", w.codes).ptr("scales", w.scales);
+    w.dims(call.float("g", w.global_scale).ptr("y", y))
+        .dim("ldy", ldy)
 }

@@ -3,12 +3,12 @@
 use super::super::*;
 
 use crate::gpu::sizes::*;
-use crate::gpu::{DevicePtr, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg};
+use crate::gpu::table::Kernel;
+use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;
 
 impl DenseFfnLayer {
     /// One q2g128 projection through `q2g128_gemv` (m = 1) or `q2g128_gemv_batchm`.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn q2_gemv_project(
         &self,
         ctx: &mut ForwardContext,
@@ -18,27 +18,18 @@ impl DenseFfnLayer {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        let (k, name) = if m == 1 {
-            (self.kernels.q2_gemv, "q2g128_gemv")
+        let k = if m == 1 {
+            self.kernels.q2_gemv
         } else {
-            (self.kernels.q2_gemv_m, "q2g128_gemv_batchm")
+            self.kernels.q2_gemv_m
         };
-        if !k.ok() {
-            return Err(missing("ffn_q2g128", name));
-        }
-        let a = |v: usize| KArg::Dim(v);
-        let cfg = LaunchCfg::grid(w.n.div_ceil(8), 1, 256);
-        let args = [
-            KArg::Ptr(x),
-            a(m),
-            KArg::Ptr(w.blocks),
-            KArg::Ptr(y),
-            a(w.n),
-            a(w.k),
-            a(w.kp),
-            a(ldy),
-        ];
-        self.launch(ctx, k, cfg, &args)
+        let call = k
+            .call()
+            .ptr("x", x)
+            .dim("m", m)
+            .ptr("w", w.blocks)
+            .ptr("y", y);
+        self.launch(ctx, w.dims(call).dim("ldy", ldy))
     }
 
     /// q2g128 decode: gate and up GEMVs, act-mul, down GEMV.
@@ -82,21 +73,12 @@ impl DenseFfnLayer {
         kp: usize,
     ) -> GpuResult<DevicePtr> {
         let kq = self.kernels.quant_q8_1;
-        if !kq.ok() {
-            return Err(missing("ffn_q8_1", "quantize_act_q8_1"));
-        }
         let out = ctx
             .arena
             .q2_act_q8
             .view(0, (m * kp / Q8_1_ELEMS * Q8_1_BYTES) as u64);
-        let a = |v: usize| KArg::Dim(v);
-        let cfg = LaunchCfg::grid((kp / 32).div_ceil(8), m, 256);
-        self.launch(
-            ctx,
-            kq,
-            cfg,
-            &[KArg::Ptr(x), a(m), a(k), a(kp), KArg::Ptr(out)],
-        )?;
+        let call = kq.call().ptr("x", x).dim("m", m).dim("k", k).dim("kp", kp);
+        self.launch(ctx, call.ptr("out", out))?;
         Ok(out)
     }
 
@@ -121,11 +103,10 @@ impl DenseFfnLayer {
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let k = &self.kernels;
         if ctx.levers.q2g128_mmq {
-            if !k.quant_q8_1.ok() {
-                return Err(missing("ffn_q8_1", "quantize_act_q8_1"));
-            }
-            if !k.q2_mmq.ok() {
-                return Err(missing("ffn_q2g128", "q2g128_mmq_gemm"));
+            for need in [k.quant_q8_1, k.q2_mmq] {
+                if !need.ok() {
+                    return Err(need.missing());
+                }
             }
             let xq = self.quantize_q8_1(ctx, x, m, h, w[0].kp)?;
             let q2 = k.q2_mmq;
@@ -137,7 +118,7 @@ impl DenseFfnLayer {
             return Ok(out.view(0, (m * h * 4) as u64));
         }
         if !k.q2_dequant.ok() {
-            return Err(missing("ffn_q2g128", "q2g128_dequant_bf16"));
+            return Err(k.q2_dequant.missing());
         }
         let scratch = ctx.arena.q2_dequant_scratch;
         let project = |l: &Self,
@@ -148,15 +129,9 @@ impl DenseFfnLayer {
                        y: DevicePtr,
                        ldy: usize|
          -> GpuResult<()> {
-            let cfg = LaunchCfg::grid((w.n * w.kp / 128 * 32).div_ceil(256), 1, 256);
-            let a = |v: usize| KArg::Dim(v);
             let dq = scratch.view(0, (w.n * w.kp * 2) as u64);
-            l.launch(
-                c,
-                l.kernels.q2_dequant,
-                cfg,
-                &[KArg::Ptr(w.blocks), a(w.n), a(w.kp), KArg::Ptr(dq)],
-            )?;
+            let call = l.kernels.q2_dequant.call().ptr("w", w.blocks);
+            l.launch(c, call.dim("n", w.n).dim("kp", w.kp).ptr("out", dq))?;
             let bw = Bf16Weight {
                 weight: dq,
                 n: w.n,
@@ -181,7 +156,7 @@ impl DenseFfnLayer {
     pub(crate) fn mmq_q8_1_launch(
         &self,
         ctx: &mut ForwardContext,
-        kernel: KernelHandle,
+        kernel: Kernel,
         xq: DevicePtr,
         m: usize,
         w: DevicePtr,
@@ -190,17 +165,12 @@ impl DenseFfnLayer {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        let a = |v: usize| KArg::Dim(v);
-        let cfg = LaunchCfg::mmq_tile(m, n);
-        let args = [
-            KArg::Ptr(xq),
-            a(m),
-            KArg::Ptr(w),
-            KArg::Ptr(y),
-            a(n),
-            a(kp),
-            a(ldy),
-        ];
-        self.launch(ctx, kernel, cfg, &args)
+        let call = kernel
+            .call()
+            .ptr("xq", xq)
+            .dim("m", m)
+            .ptr("w", w)
+            .ptr("y", y);
+        self.launch(ctx, call.dim("n", n).dim("kp", kp).dim("ldy", ldy))
     }
 }

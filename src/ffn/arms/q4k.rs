@@ -2,7 +2,7 @@
 
 use super::super::*;
 
-use crate::gpu::{DevicePtr, GpuResult, KArg, LaunchCfg};
+use crate::gpu::{DevicePtr, GpuResult};
 
 impl DenseFfnLayer {
     /// The Q4_K MMQ prefill (`METRALE_Q4K_MMQ=1` with the copies built or given): activations
@@ -17,7 +17,7 @@ impl DenseFfnLayer {
         let q = self.weights.q4k.unwrap();
         let k = self.kernels;
         if !k.q4k_gemm.ok() {
-            return Err(missing("ffn_q4k_mmq", "q4k_mmq_gemm"));
+            return Err(k.q4k_gemm.missing());
         }
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
@@ -30,39 +30,18 @@ impl DenseFfnLayer {
         let act = g.view(0, (m * i * 4) as u64);
         match q.down {
             Q4kDown::Int8 { codes, scales } => {
-                if !k.requant_int8.ok() {
-                    return Err(missing("ffn_q4k_mmq", "requant_a_bf16_int8"));
-                }
                 if !k.int8_gemm.ok() {
-                    return Err(missing("ffn_q4k_mmq", "q4k_mmq_int8_down_gemm"));
+                    return Err(k.int8_gemm.missing());
                 }
                 let kp = q.kp_down;
                 let aq = ctx.arena.act_codes.view(0, (m * kp) as u64);
                 let sa = ctx.arena.act_scale.view(0, (m * 4) as u64);
-                let a = |v: usize| KArg::Dim(v);
-                let cfg = LaunchCfg::grid(m, 1, 256);
-                let args = [
-                    KArg::Ptr(act),
-                    a(m),
-                    a(i),
-                    a(kp),
-                    KArg::Ptr(aq),
-                    KArg::Ptr(sa),
-                ];
-                self.launch(ctx, k.requant_int8, cfg, &args)?;
-                let cfg = LaunchCfg::mmq_tile(m, h);
-                let args = [
-                    KArg::Ptr(aq),
-                    KArg::Ptr(sa),
-                    a(m),
-                    KArg::Ptr(codes),
-                    KArg::Ptr(scales),
-                    KArg::Ptr(out),
-                    a(h),
-                    a(kp),
-                    a(h),
-                ];
-                self.launch(ctx, k.int8_gemm, cfg, &args)?;
+                let call = k.requant_int8.call().ptr("x", act).dim("m", m);
+                let call = call.dim("k", i).dim("kp", kp);
+                self.launch(ctx, call.ptr("qc", aq).ptr("qs", sa))?;
+                let call = k.int8_gemm.call().ptr("aq", aq).ptr("sa", sa).dim("m", m);
+                let call = call.ptr("wq", codes).ptr("sw", scales).ptr("y", out);
+                self.launch(ctx, call.dim("n", h).dim("kp", kp).dim("ldy", h))?;
             }
             Q4kDown::Q4k(dw) => {
                 let aq = self.quantize_q8_1(ctx, act, m, i, q.kp_down)?;

@@ -5,7 +5,7 @@
 use super::reference::{self, ActRound};
 use super::{
     DevicePtr, EventId, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg,
-    StreamId, kernels,
+    StreamId, kernels, table,
 };
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashSet};
@@ -18,10 +18,8 @@ mod impls;
 pub struct HostBackend {
     mem: Mutex<BTreeMap<u64, Vec<u8>>>,
     next: AtomicU64,
+    /// `(module, entry point)` by handle - 1: every entry point parsed from the sources.
     names: Vec<(String, String)>,
-    /// Each kernel's parameter kinds, parsed from its `.cu` signature (by handle - 1): every
-    /// launch is checked against them, so an argument list that drifts from the source fails.
-    params: Vec<Vec<kernels::ParamKind>>,
     hidden: HashSet<String>,
     no_blas: bool,
     launches: AtomicU64,
@@ -39,21 +37,12 @@ impl HostBackend {
     /// Every kernel of every module available, and BLAS.
     pub fn new() -> Self {
         let mut names = Vec::new();
-        let mut params = Vec::new();
         for (m, _) in kernels::MODULES {
-            let sigs = kernels::signatures(m);
             for n in kernels::entry_points(m) {
-                let kinds = sigs
-                    .iter()
-                    .find(|(s, _)| *s == n)
-                    .map(|(_, k)| k.clone())
-                    .unwrap_or_default();
                 names.push((m.to_string(), n));
-                params.push(kinds);
             }
         }
         HostBackend {
-            params,
             mem: Mutex::new(BTreeMap::new()),
             next: AtomicU64::new(0x1000_0000),
             names,
@@ -180,33 +169,14 @@ impl HostBackend {
         Ok(())
     }
 
-    /// The launch's arguments against the kernel's parsed `.cu` signature: count and kinds.
-    fn check_args(&self, k: KernelHandle, name: &str, a: &[KArg]) -> GpuResult<()> {
-        use kernels::ParamKind as P;
-        let want = &self.params[(k.0 as usize) - 1];
-        let ok = want.len() == a.len()
-            && want.iter().zip(a).all(|(w, g)| {
-                matches!(
-                    (w, g),
-                    (P::Ptr, KArg::Ptr(_))
-                        | (P::Int, KArg::I32(_) | KArg::Dim(_))
-                        | (P::Float, KArg::F32(_))
-                )
-            });
-        if ok {
-            Ok(())
-        } else {
-            Err(GpuError::Invalid(format!(
-                "{name}: launched with {a:?}, but its signature takes {want:?}"
-            )))
-        }
-    }
-
-    fn name_of(&self, k: KernelHandle) -> GpuResult<&str> {
-        self.names
+    /// The kernel table's description of handle `k`.
+    fn spec_of(&self, k: KernelHandle) -> GpuResult<&'static table::KernelSpec> {
+        let (m, n) = self
+            .names
             .get((k.0 as usize).wrapping_sub(1))
-            .map(|(_, n)| n.as_str())
-            .ok_or_else(|| GpuError::Invalid(format!("host backend: bad kernel handle {}", k.0)))
+            .ok_or_else(|| GpuError::Invalid(format!("host backend: bad kernel handle {}", k.0)))?;
+        table::spec(m, n)
+            .ok_or_else(|| GpuError::Invalid(format!("{m}::{n} is not in the kernel table")))
     }
 }
 
@@ -271,9 +241,10 @@ impl GpuBackend for HostBackend {
         a: &[KArg],
     ) -> GpuResult<()> {
         self.launches.fetch_add(1, Ordering::Relaxed);
-        let name = self.name_of(k)?.to_string();
-        self.check_args(k, &name, a)?;
-        self.run_kernel(&name, a)
+        let spec = self.spec_of(k)?;
+        let args = table::Args::new(spec, a)?;
+        args.check_rows()?;
+        self.run_kernel(spec, &args)
     }
     fn gemm_bf16(&self, gm: &GemmBf16, _s: StreamId) -> GpuResult<()> {
         let GemmBf16 {

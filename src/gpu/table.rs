@@ -1,0 +1,576 @@
+//! The kernel table: one description per kernel of `kernels/*.cu` (module, entry point,
+//! parameters by name and kind, grid rule, row cap, activation rounding). The layer's launches
+//! build their arguments by name through [`Call`], the host backend reads them by name through
+//! [`Args`], and `gpu-check`'s kernel rows take caps and rounding from here; a test checks every
+//! description against the `extern "C"` signature parsed from the `.cu` source.
+
+use super::kernels::ParamKind;
+use super::reference::ActRound;
+use super::{DevicePtr, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId};
+
+/// One axis of a launch grid.
+#[derive(Clone, Copy, Debug)]
+pub enum Axis {
+    /// One block.
+    One,
+    /// A fixed number of blocks (the dual GEMV's gate and up).
+    Fixed(usize),
+    /// `ceil(arg / per)` blocks over the named `int` argument.
+    Per(&'static str, usize),
+    /// Blocks from a rule over the arguments, for products `Per` cannot express.
+    Rule(fn(&Args) -> GpuResult<usize>),
+}
+
+/// How a launch's grid follows from its arguments: `x` by `y` blocks of `threads` threads.
+#[derive(Clone, Copy, Debug)]
+pub struct Grid {
+    /// Blocks along x.
+    pub x: Axis,
+    /// Blocks along y.
+    pub y: Axis,
+    /// Threads per block.
+    pub threads: usize,
+}
+
+/// The description of one kernel.
+#[derive(Debug)]
+pub struct KernelSpec {
+    /// The field of [`Kernels`] that holds it.
+    pub field: &'static str,
+    /// Its module (`kernels/<module>.cu`).
+    pub module: &'static str,
+    /// Its `extern "C"` entry point.
+    pub name: &'static str,
+    /// Its parameters in order, `name:kind` separated by spaces; kind `p` pointer, `i` int,
+    /// `f` float. Must equal the parsed `.cu` signature (tested).
+    pub params: &'static str,
+    /// Its grid.
+    pub grid: Grid,
+    /// The most rows (its `m` argument) one launch serves; `None`: any.
+    pub row_cap: Option<usize>,
+    /// How it rounds f32 activations before multiplying (the host twin's contract).
+    pub round: ActRound,
+}
+
+impl KernelSpec {
+    /// `(name, kind)` of each parameter, in order.
+    pub fn params(&self) -> impl Iterator<Item = (&'static str, ParamKind)> {
+        self.params.split_whitespace().map(|p| {
+            let (n, k) = p.split_once(':').unwrap_or((p, "i"));
+            let kind = match k {
+                "p" => ParamKind::Ptr,
+                "f" => ParamKind::Float,
+                _ => ParamKind::Int,
+            };
+            (n, kind)
+        })
+    }
+
+    fn position(&self, name: &str) -> Option<(usize, ParamKind)> {
+        self.params()
+            .enumerate()
+            .find(|(_, (n, _))| *n == name)
+            .map(|(i, (_, k))| (i, k))
+    }
+}
+
+/// The spec of entry point `name` of `module`.
+pub fn spec(module: &str, name: &str) -> Option<&'static KernelSpec> {
+    KERNELS
+        .iter()
+        .find(|s| s.module == module && s.name == name)
+}
+
+/// A launch's arguments read by parameter name (the host backend's decoding).
+pub struct Args<'a> {
+    spec: &'a KernelSpec,
+    a: &'a [KArg],
+}
+
+impl<'a> Args<'a> {
+    /// `a` checked against `spec`: count and kinds.
+    pub fn new(spec: &'a KernelSpec, a: &'a [KArg]) -> GpuResult<Self> {
+        let ok = spec.params().count() == a.len()
+            && spec.params().zip(a).all(|((_, k), g)| kind_ok(k, g));
+        if !ok {
+            return Err(GpuError::Invalid(format!(
+                "{}: launched with {a:?}, but it takes ({})",
+                spec.name, spec.params
+            )));
+        }
+        Ok(Args { spec, a })
+    }
+
+    fn get(&self, name: &str) -> GpuResult<&KArg> {
+        self.spec
+            .position(name)
+            .map(|(i, _)| &self.a[i])
+            .ok_or_else(|| {
+                GpuError::Invalid(format!("{} has no parameter `{name}`", self.spec.name))
+            })
+    }
+
+    /// Pointer argument `name`.
+    pub fn ptr(&self, name: &str) -> GpuResult<DevicePtr> {
+        match self.get(name)? {
+            KArg::Ptr(p) => Ok(*p),
+            o => Err(self.wrong(name, "a pointer", o)),
+        }
+    }
+
+    /// `int` argument `name`, which must be non-negative and fit an `i32`.
+    pub fn dim(&self, name: &str) -> GpuResult<usize> {
+        match self.get(name)? {
+            KArg::I32(v) if *v >= 0 => Ok(*v as usize),
+            KArg::Dim(v) if i32::try_from(*v).is_ok() => Ok(*v),
+            o => Err(self.wrong(name, "a non-negative i32", o)),
+        }
+    }
+
+    /// `float` argument `name`.
+    pub fn float(&self, name: &str) -> GpuResult<f32> {
+        match self.get(name)? {
+            KArg::F32(v) => Ok(*v),
+            o => Err(self.wrong(name, "an f32", o)),
+        }
+    }
+
+    fn wrong(&self, name: &str, want: &str, got: &KArg) -> GpuError {
+        GpuError::Invalid(format!(
+            "{}: argument `{name}` must be {want}, got {got:?}",
+            self.spec.name
+        ))
+    }
+
+    /// The spec's row cap against its `m` argument.
+    pub fn check_rows(&self) -> GpuResult<()> {
+        if let Some(cap) = self.spec.row_cap {
+            let m = self.dim("m")?;
+            if m > cap {
+                return Err(GpuError::Invalid(format!(
+                    "{}: m = {m} > its row cap {cap}",
+                    self.spec.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The launch configuration by the spec's grid rule.
+    pub fn launch_cfg(&self) -> GpuResult<LaunchCfg> {
+        let axis = |a: Axis| -> GpuResult<usize> {
+            Ok(match a {
+                Axis::One => 1,
+                Axis::Fixed(v) => v,
+                Axis::Per(name, per) => self.dim(name)?.div_ceil(per),
+                Axis::Rule(f) => f(self)?,
+            })
+        };
+        let g = self.spec.grid;
+        let (x, y) = (axis(g.x)?, axis(g.y)?);
+        let fits = |v: usize| u32::try_from(v).is_ok();
+        if !fits(x) || !fits(y) {
+            return Err(GpuError::Invalid(format!(
+                "{}: grid {x} x {y} does not fit the launch limits",
+                self.spec.name
+            )));
+        }
+        Ok(LaunchCfg::grid(x, y, g.threads))
+    }
+}
+
+fn kind_ok(k: ParamKind, a: &KArg) -> bool {
+    matches!(
+        (k, a),
+        (ParamKind::Ptr, KArg::Ptr(_))
+            | (ParamKind::Int, KArg::I32(_) | KArg::Dim(_))
+            | (ParamKind::Float, KArg::F32(_))
+    )
+}
+
+/// A resolved kernel with its description; a missing one has handle 0.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernel {
+    /// The backend's handle (0: not available).
+    pub handle: KernelHandle,
+    /// Its description.
+    pub spec: &'static KernelSpec,
+}
+
+impl Kernel {
+    /// Whether the backend has it.
+    pub fn ok(&self) -> bool {
+        self.handle.ok()
+    }
+
+    /// A launch of it, arguments to be given by name.
+    pub fn call(&self) -> Call {
+        Call {
+            kernel: *self,
+            args: Vec::with_capacity(16),
+        }
+    }
+
+    /// The error of a path that needs it when it is missing.
+    pub fn missing(&self) -> GpuError {
+        GpuError::MissingKernel {
+            module: self.spec.module.into(),
+            name: self.spec.name.into(),
+        }
+    }
+}
+
+/// A launch being built: arguments by name, in any order.
+pub struct Call {
+    kernel: Kernel,
+    args: Vec<(&'static str, KArg)>,
+}
+
+impl Call {
+    /// Pointer argument `name`.
+    pub fn ptr(mut self, name: &'static str, p: DevicePtr) -> Self {
+        self.args.push((name, KArg::Ptr(p)));
+        self
+    }
+
+    /// `int` argument `name` (refused at [`finish`](Self::finish) above `i32::MAX`).
+    pub fn dim(mut self, name: &'static str, v: usize) -> Self {
+        self.args.push((name, KArg::Dim(v)));
+        self
+    }
+
+    /// `float` argument `name`.
+    pub fn float(mut self, name: &'static str, v: f32) -> Self {
+        self.args.push((name, KArg::F32(v)));
+        self
+    }
+
+    /// The positional arguments in the signature's order, every parameter given once with its
+    /// kind, the row cap kept, and the grid by the table's rule.
+    pub fn finish(self) -> GpuResult<Launch> {
+        let Kernel { handle, spec } = self.kernel;
+        if !handle.ok() {
+            return Err(self.kernel.missing());
+        }
+        let mut slots: Vec<Option<KArg>> = vec![None; spec.params().count()];
+        for (name, a) in self.args {
+            let (i, kind) = spec.position(name).ok_or_else(|| {
+                GpuError::Invalid(format!("{}: no parameter `{name}`", spec.name))
+            })?;
+            if !kind_ok(kind, &a) || slots[i].is_some() {
+                return Err(GpuError::Invalid(format!(
+                    "{}: argument `{name}` = {a:?} given twice or of the wrong kind ({kind:?})",
+                    spec.name
+                )));
+            }
+            slots[i] = Some(a);
+        }
+        let mut args = Vec::with_capacity(slots.len());
+        for (s, (name, _)) in slots.into_iter().zip(spec.params()) {
+            args.push(s.ok_or_else(|| {
+                GpuError::Invalid(format!("{}: argument `{name}` not given", spec.name))
+            })?);
+        }
+        let view = Args::new(spec, &args)?;
+        view.check_rows()?;
+        let cfg = view.launch_cfg()?;
+        Ok(Launch {
+            handle,
+            spec,
+            cfg,
+            args,
+        })
+    }
+}
+
+/// A launch ready to run.
+#[derive(Debug)]
+pub struct Launch {
+    /// The kernel.
+    pub handle: KernelHandle,
+    /// Its description.
+    pub spec: &'static KernelSpec,
+    /// Grid and block by the table's rule.
+    pub cfg: LaunchCfg,
+    /// Positional arguments.
+    pub args: Vec<KArg>,
+}
+
+impl Launch {
+    /// Run it on `stream`.
+    pub fn run(&self, b: &dyn GpuBackend, stream: StreamId) -> GpuResult<()> {
+        b.launch(self.handle, self.cfg, stream, &self.args)
+    }
+}
+
+/// `ceil(product of the named int arguments / div)`, each product checked.
+fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
+    let mut v: usize = 1;
+    for n in names {
+        v = v
+            .checked_mul(a.dim(n)?)
+            .ok_or_else(|| GpuError::Invalid(format!("grid: product over {names:?} overflows")))?;
+    }
+    Ok(v.div_ceil(div))
+}
+
+use crate::ffn::NVFP4_GEMV_COLS as COLS;
+use Axis::{Fixed, One, Per, Rule};
+
+macro_rules! kernel_table {
+    ($($field:ident: $module:literal $name:literal ($params:literal)
+        grid($x:expr, $y:expr, $t:expr), cap $cap:expr, round $round:ident;)*) => {
+        /// Every kernel, in one table.
+        pub static KERNELS: &[KernelSpec] = &[$(KernelSpec {
+            field: stringify!($field),
+            module: $module,
+            name: $name,
+            params: $params,
+            grid: Grid { x: $x, y: $y, threads: $t },
+            row_cap: $cap,
+            round: ActRound::$round,
+        },)*];
+
+        /// Every kernel the layer may launch, resolved once at construction.
+        #[derive(Clone, Copy, Debug)]
+        pub struct Kernels { $(
+            #[doc = concat!("`", $module, "::", $name, "`")]
+            pub $field: Kernel,
+        )* }
+
+        impl Kernels {
+            /// Look every kernel of the table up in `b`.
+            pub fn resolve(b: &dyn GpuBackend) -> Self {
+                Kernels { $($field: {
+                    let spec = spec($module, $name).expect("in the table");
+                    Kernel { handle: b.kernel($module, $name), spec }
+                },)* }
+            }
+        }
+    };
+}
+
+kernel_table! {
+    act_silu: "ffn_act" "act_mul_silu" ("g:p u:p out:p rows:i cols:i gs:i us:i os:i")
+        grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None;
+    act_gelu: "ffn_act" "act_mul_gelu" ("g:p u:p out:p rows:i cols:i gs:i us:i os:i")
+        grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None;
+    to_bf16: "ffn_act" "f32_to_bf16" ("x:p y:p count:i")
+        grid(Per("count", 256), One, 256), cap None, round None;
+    fp8_b4: "ffn_fp8" "w8a16_gemv_batch4" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 32), One, 256), cap Some(4), round None;
+    fp8_b16: "ffn_fp8" "w8a16_gemv_batch16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 16), One, 256), cap Some(16), round None;
+    fp8_m16: "ffn_fp8" "w8a16_gemm_m16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 128), One, 128), cap Some(16), round Bf16;
+    fp8_pipe: "ffn_fp8" "w8a16_gemm_pipelined" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 128), Per("m", 64), 128), cap None, round Bf16;
+    fp8_base: "ffn_fp8" "w8a16_gemm" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 64), Per("m", 64), 256), cap None, round None;
+    quant_fp8_row: "ffn_w8a8" "quantize_act_fp8_row" ("x:p m:i k:i kp:i q:p sx:p")
+        grid(Per("m", 1), One, 256), cap None, round None;
+    w8a8: "ffn_w8a8" "w8a8_gemm" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
+        grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
+    bf16_gemv: "ffn_bf16" "bf16_gemv_batch4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(4), round None;
+    nvfp4_gemv_dual: "ffn_nvfp4" "w4a16_gemv_dual"
+        ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), Fixed(2), 256), cap Some(4), round None;
+    nvfp4_gemv: "ffn_nvfp4" "w4a16_gemv" ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), One, 256), cap Some(4), round None;
+    nvfp4_gemm: "ffn_nvfp4" "w4a16_gemm" ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 128), Per("m", 64), 128), cap None, round Bf16;
+    nvfp4_gemv_b2: "ffn_nvfp4" "w4a16_gemv_batch2"
+        ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), One, 256), cap Some(2), round None;
+    nvfp4_gemv_b3: "ffn_nvfp4" "w4a16_gemv_batch3"
+        ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), One, 256), cap Some(3), round None;
+    nvfp4_gemv_dual_b2: "ffn_nvfp4" "w4a16_gemv_dual_batch2"
+        ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), Fixed(2), 256), cap Some(2), round None;
+    nvfp4_gemv_dual_b3: "ffn_nvfp4" "w4a16_gemv_dual_batch3"
+        ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), Fixed(2), 256), cap Some(3), round None;
+    nvfp4_silu_down: "ffn_nvfp4" "w4a16_gemv_silu_down"
+        ("gate:p up:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i ldx:i")
+        grid(Per("n", COLS), One, 256), cap Some(4), round None;
+    nvfp4_gemv_ksplit: "ffn_nvfp4" "w4a16_gemv_ksplit"
+        ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 4), One, 256), cap Some(4), round None;
+    nvfp4_gemm_t: "ffn_nvfp4" "w4a16_gemm_t" ("x:p m:i ct:p st:p g:f y:p n:i np:i k:i kp:i ldy:i")
+        grid(Per("n", 128), Per("m", 64), 128), cap None, round Bf16;
+    nvfp4_gemm_t_k64: "ffn_nvfp4" "w4a16_gemm_t_k64"
+        ("x:p m:i ct:p st:p g:f y:p n:i np:i k:i kp:i ldy:i")
+        grid(Per("n", 128), Per("m", 64), 128), cap None, round Bf16;
+    nvfp4_gemm_t_m128: "ffn_nvfp4" "w4a16_gemm_t_m128"
+        ("x:p m:i ct:p st:p g:f y:p n:i np:i k:i kp:i ldy:i")
+        grid(Per("n", 128), Per("m", 128), 256), cap None, round Bf16;
+    nvfp4_gemm_t_m128_v2: "ffn_nvfp4" "w4a16_gemm_t_m128_v2"
+        ("x:p m:i ct:p st:p g:f y:p n:i np:i k:i kp:i ldy:i")
+        grid(Per("n", 128), Per("m", 128), 256), cap None, round Bf16;
+    nvfp4_mmq_gemm: "ffn_nvfp4" "nvfp4_mmq_gemm"
+        ("x:p m:i tiles:p g:f y:p n:i np:i k:i kp:i ldy:i")
+        grid(Per("np", 128), Per("m", 64), 128), cap None, round Bf16;
+    quant_nvfp4: "ffn_nvfp4" "quantize_act_nvfp4" ("x:p m:i k:i kp:i qc:p qs:p qg:p")
+        grid(Per("m", 1), One, 256), cap None, round None;
+    q2_gemv: "ffn_q2g128" "q2g128_gemv" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(1), round None;
+    q2_gemv_m: "ffn_q2g128" "q2g128_gemv_batchm" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(4), round None;
+    q2_dequant: "ffn_q2g128" "q2g128_dequant_bf16" ("w:p n:i kp:i out:p")
+        // One thread per (row, block, byte): n * kp / 128 * 32 threads.
+        grid(Rule(|a| Ok(blocks_of(a, &["n", "kp"], 1)? / 128 * 32)
+            .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;
+    q2_mmq: "ffn_q2g128" "q2g128_mmq_gemm" ("xq:p m:i w:p y:p n:i kp:i ldy:i")
+        grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
+    quant_q8_1: "ffn_q8_1" "quantize_act_q8_1" ("x:p m:i k:i kp:i out:p")
+        // One warp per q8_1 block, 8 warps per block.
+        grid(Rule(|a| Ok((a.dim("kp")? / 32).div_ceil(8))), Per("m", 1), 256),
+        cap None, round None;
+    q4k_encode: "ffn_q4k_mmq" "nvfp4_to_q4k" ("codes:p scales:p g:f n:i k:i kp_nv:i kp_q:i out:p")
+        // One thread per Q4_K super-block.
+        grid(Rule(|a| Ok(blocks_of(a, &["n", "kp_q"], 1)? / 256).map(|t: usize| t.div_ceil(64))),
+            One, 64), cap None, round None;
+    q4k_int8_encode: "ffn_q4k_mmq" "nvfp4_to_int8_rows"
+        ("codes:p scales:p g:f n:i k:i kp_nv:i kp_q:i qc:p qs:p")
+        grid(Per("n", 1), One, 256), cap None, round None;
+    q4k_gemm: "ffn_q4k_mmq" "q4k_mmq_gemm" ("xq:p m:i w:p y:p n:i kp:i ldy:i")
+        grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
+    int8_gemm: "ffn_q4k_mmq" "q4k_mmq_int8_down_gemm"
+        ("aq:p sa:p m:i wq:p sw:p y:p n:i kp:i ldy:i")
+        grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
+    requant_int8: "ffn_q4k_mmq" "requant_a_bf16_int8" ("x:p m:i k:i kp:i qc:p qs:p")
+        grid(Per("m", 1), One, 256), cap None, round None;
+    lora_a: "ffn_lora" "lora_a" ("x:p m:i k:i ldx:i a:p r:i xa:p")
+        grid(Per("r", 8), Per("m", 1), 256), cap None, round None;
+    lora_b: "ffn_lora" "lora_b_add" ("xa:p m:i r:i b:p scaling:f y:p n:i ldy:i")
+        grid(Per("n", 256), Per("m", 1), 256), cap None, round None;
+    nvfp4_small_m4: "ffn_nvfp4" "nvfp4_proj_small_m4"
+        ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), One, 256), cap Some(4), round None;
+    nvfp4_small_m8: "ffn_nvfp4" "nvfp4_proj_small_m8"
+        ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), One, 256), cap Some(8), round None;
+    nvfp4_small_m16: "ffn_nvfp4" "nvfp4_proj_small_m16"
+        ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), One, 256), cap Some(16), round None;
+    nvfp4_proj_mx: "ffn_nvfp4" "nvfp4_proj_mx"
+        ("qc:p qs:p qg:p m:i codes:p scales:p gw:f y:p n:i kp:i ldy:i")
+        grid(Per("n", 32), Per("m", 4), 256), cap None, round None;
+    nvfp4_repack: "ffn_nvfp4" "nvfp4_mmq_repack" ("codes:p scales:p n:i np:i kp:i out:p")
+        // One thread per (tile row, k tile): np / 128 * kp / 64 * 128 threads.
+        grid(Rule(|a| Ok((a.dim("np")? / 128)
+            .checked_mul(a.dim("kp")? / 64 * 128)
+            .ok_or_else(|| GpuError::Invalid("nvfp4_mmq_repack: grid overflows".into()))?
+            .div_ceil(256))), One, 256), cap None, round None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_description_matches_its_parsed_cu_signature() {
+        for s in KERNELS {
+            let sigs = super::super::kernels::signatures(s.module);
+            let (_, parsed) = sigs
+                .iter()
+                .find(|(n, _)| n == s.name)
+                .unwrap_or_else(|| panic!("{}::{} has no signature", s.module, s.name));
+            let want: Vec<(String, ParamKind)> =
+                s.params().map(|(n, k)| (n.to_string(), k)).collect();
+            assert_eq!(&want, parsed, "{}::{}", s.module, s.name);
+        }
+    }
+
+    #[test]
+    fn every_entry_point_is_in_the_table_once() {
+        for (m, _) in super::super::kernels::MODULES {
+            for e in super::super::kernels::entry_points(m) {
+                let n = KERNELS
+                    .iter()
+                    .filter(|s| s.module == *m && s.name == e)
+                    .count();
+                assert_eq!(n, 1, "{m}::{e}");
+            }
+        }
+        let mut fields: Vec<_> = KERNELS.iter().map(|s| s.field).collect();
+        fields.sort();
+        fields.dedup();
+        assert_eq!(fields.len(), KERNELS.len());
+    }
+
+    #[test]
+    fn a_call_orders_named_arguments_and_refuses_wrong_ones() {
+        let b = crate::gpu::host::HostBackend::new();
+        let k = Kernels::resolve(&b);
+        let p = DevicePtr { addr: 64, bytes: 4 };
+        let l = k
+            .q2_gemv_m
+            .call()
+            .dim("ldy", 7)
+            .ptr("y", p)
+            .dim("kp", 256)
+            .dim("k", 200)
+            .dim("n", 9)
+            .ptr("w", p)
+            .dim("m", 3)
+            .ptr("x", p)
+            .finish()
+            .unwrap();
+        assert_eq!(
+            l.args,
+            [
+                KArg::Ptr(p),
+                KArg::Dim(3),
+                KArg::Ptr(p),
+                KArg::Ptr(p),
+                KArg::Dim(9),
+                KArg::Dim(200),
+                KArg::Dim(256),
+                KArg::Dim(7)
+            ]
+        );
+        assert_eq!(l.cfg, LaunchCfg::grid(2, 1, 256));
+        let full = |c: Call| {
+            c.ptr("x", p)
+                .ptr("w", p)
+                .ptr("y", p)
+                .dim("n", 9)
+                .dim("k", 200)
+                .dim("kp", 256)
+                .dim("ldy", 7)
+        };
+        // Over the row cap, a missing, an unknown, a repeated and a mis-kinded argument.
+        assert!(full(k.q2_gemv_m.call()).dim("m", 5).finish().is_err());
+        assert!(full(k.q2_gemv_m.call()).finish().is_err());
+        assert!(
+            full(k.q2_gemv_m.call())
+                .dim("m", 1)
+                .dim("rows", 1)
+                .finish()
+                .is_err()
+        );
+        assert!(
+            full(k.q2_gemv_m.call())
+                .dim("m", 1)
+                .dim("m", 1)
+                .finish()
+                .is_err()
+        );
+        assert!(full(k.q2_gemv_m.call()).float("m", 1.0).finish().is_err());
+        assert!(
+            full(k.q2_gemv_m.call())
+                .dim("m", i32::MAX as usize + 1)
+                .finish()
+                .is_err()
+        );
+        let hidden = crate::gpu::host::HostBackend::without(&["q2g128_gemv_batchm"]);
+        let e = full(Kernels::resolve(&hidden).q2_gemv_m.call())
+            .dim("m", 1)
+            .finish()
+            .unwrap_err();
+        assert!(matches!(e, GpuError::MissingKernel { .. }), "{e}");
+    }
+}
