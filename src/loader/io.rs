@@ -1,0 +1,399 @@
+//! The copy of the device segment: a registered read-only mapping (whole or in pieces), a ring
+//! of pinned staging buffers filled by reader threads (through the page cache or O_DIRECT), or
+//! both at once.
+
+use super::{IoMode, LoadOptions, STAGED_MIN_READERS};
+use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
+use crate::pack::Pack;
+use std::path::Path;
+
+/// O_DIRECT reads need buffers, offsets and lengths aligned to the device's logical block; 4096
+/// covers every block size Linux uses.
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// Below this fraction of its pages in the page cache, a segment counts as cold.
+pub const COLD_RESIDENCY: f64 = 0.5;
+
+/// The fraction of `seg`'s pages (a page-aligned range of a mapping) in the page cache
+/// (`mincore`); 1.0 where the kernel will not say.
+pub fn resident_fraction(seg: &[u8]) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+    let pages = seg.len().div_ceil(page);
+    if pages == 0 || !(seg.as_ptr() as usize).is_multiple_of(page) {
+        return 1.0;
+    }
+    let mut v = vec![0u8; pages];
+    // SAFETY: `seg` is a page-aligned range of a live mapping and `v` has one byte per page.
+    let r = unsafe { libc::mincore(seg.as_ptr() as *mut libc::c_void, seg.len(), v.as_mut_ptr()) };
+    if r != 0 {
+        return 1.0;
+    }
+    v.iter().filter(|&&b| b & 1 != 0).count() as f64 / pages as f64
+}
+
+/// Read `len` bytes at `off` with O_DIRECT into `buf` (page-aligned, at least `len` rounded up
+/// to [`DIRECT_ALIGN`] bytes): whole aligned blocks, the tail past `len` (or past the end of the
+/// file) ignored.
+fn read_direct(f: &std::fs::File, buf: &mut [u8], off: u64, len: usize) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let want = len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+    let mut got = 0;
+    while got < len {
+        let n = f.read_at(&mut buf[got..want], off + got as u64)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        got += n;
+    }
+    Ok(())
+}
+
+/// Add `msg` to what the load reports it fell back from.
+fn note(fell_back: &mut Option<String>, msg: String) {
+    *fell_back = Some(match fell_back.take() {
+        Some(p) => format!("{p}; {msg}"),
+        None => msg,
+    });
+}
+
+/// What the copy did: the mode it took, what it fell back from, whether the ring read with
+/// O_DIRECT.
+pub(super) struct Copied {
+    pub mode: IoMode,
+    pub fell_back: Option<String>,
+    pub direct: bool,
+}
+
+/// Copy the pack's device segment into `arena` by `opts.io` (for `Auto`, by the rule of
+/// [`IoMode::Auto`]); `resident` is the segment's page-cache residency.
+pub(super) fn copy_segment(
+    b: &dyn GpuBackend,
+    pack: &Pack,
+    path: &Path,
+    arena: DevicePtr,
+    streams: &[StreamId],
+    resident: f64,
+    opts: &LoadOptions,
+) -> GpuResult<Copied> {
+    let file = path.display().to_string();
+    let range = pack.segment_range();
+    let seg = &pack.file.map[range.start as usize..range.end as usize];
+    let cold = resident < COLD_RESIDENCY;
+    let use_direct = opts.direct.unwrap_or(cold);
+    let mut fell_back = None;
+    let mut direct = false;
+    // The ring, with O_DIRECT when chosen (and the file system allows it; else said why).
+    let mut staged = |fell_back: &mut Option<String>| -> GpuResult<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let odirect = if use_direct {
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(path)
+            {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    note(
+                        fell_back,
+                        format!("O_DIRECT open: {e}; read through the page cache"),
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let err = copy_staged(
+            b,
+            &pack.file.file,
+            odirect.as_ref(),
+            range.start,
+            seg.len(),
+            arena,
+            opts,
+        )?;
+        direct = odirect.is_some() && err.is_none();
+        if let Some(e) = err {
+            tracing::warn!("{file}: {e}; those chunks were read through the page cache");
+            note(
+                fell_back,
+                format!("{e}; those chunks read through the page cache"),
+            );
+        }
+        Ok(())
+    };
+    let mode = match opts.io {
+        IoMode::Staged => {
+            staged(&mut fell_back)?;
+            IoMode::Staged
+        }
+        IoMode::Register => {
+            copy_registered(b, seg, arena, streams, opts.chunk, opts.register_chunk)?;
+            IoMode::Register
+        }
+        IoMode::Hybrid => {
+            // Page- and chunk-aligned split: [0, split) registered, [split, len) staged.
+            let unit = opts.chunk.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+            let want = (seg.len() as f64 * opts.hybrid_fraction.clamp(0.0, 1.0)) as usize;
+            let split = (want / unit * unit).min(seg.len());
+            let piece = if opts.register_chunk > 0 {
+                opts.register_chunk
+            } else {
+                256 << 20
+            };
+            let (reg, rest) = seg.split_at(split);
+            let reg_result = std::thread::scope(|sc| {
+                let h = (!reg.is_empty()).then(|| {
+                    sc.spawn(|| {
+                        copy_registered(
+                            b,
+                            reg,
+                            arena.view(0, split as u64),
+                            streams,
+                            opts.chunk,
+                            piece,
+                        )
+                    })
+                });
+                let staged_result = if rest.is_empty() {
+                    Ok(None)
+                } else {
+                    copy_staged(
+                        b,
+                        &pack.file.file,
+                        None,
+                        range.start + split as u64,
+                        rest.len(),
+                        arena.view(split as u64, rest.len() as u64),
+                        opts,
+                    )
+                };
+                let r = h.map_or(Ok(()), |h| h.join().expect("registration thread panicked"));
+                r.and(staged_result)
+            });
+            reg_result?;
+            IoMode::Hybrid
+        }
+        IoMode::Auto if opts.readers >= STAGED_MIN_READERS || cold => {
+            staged(&mut fell_back)?;
+            IoMode::Staged
+        }
+        IoMode::Auto => {
+            match copy_registered(b, seg, arena, streams, opts.chunk, opts.register_chunk) {
+                Ok(()) => IoMode::Register,
+                Err(e) => {
+                    tracing::warn!(
+                        "{file}: read-only registration failed ({e}); using the pinned staging ring"
+                    );
+                    let mut why = Some(e.to_string());
+                    staged(&mut why)?;
+                    fell_back = why;
+                    IoMode::Staged
+                }
+            }
+        }
+    };
+    Ok(Copied {
+        mode,
+        fell_back,
+        direct,
+    })
+}
+
+fn copy_registered(
+    b: &dyn GpuBackend,
+    seg: &[u8],
+    arena: DevicePtr,
+    streams: &[StreamId],
+    chunk: usize,
+    register_chunk: usize,
+) -> GpuResult<()> {
+    if register_chunk > 0 && register_chunk < seg.len() {
+        return copy_registered_pipelined(b, seg, arena, streams, chunk, register_chunk);
+    }
+    // SAFETY: `seg` is a page-aligned range of the pack's read-only mapping, which outlives the
+    // registration (unregistered below, after every copy from it is synchronized).
+    unsafe { b.register_host(seg.as_ptr(), seg.len(), true)? };
+    let r = (|| {
+        for (c, off) in (0..seg.len()).step_by(chunk).enumerate() {
+            let len = chunk.min(seg.len() - off);
+            // SAFETY: the registered mapping stays valid until the synchronize below.
+            unsafe {
+                b.upload_async(
+                    arena.view(off as u64, len as u64),
+                    seg.as_ptr().add(off),
+                    len,
+                    streams[c % streams.len()],
+                )?
+            };
+        }
+        streams.iter().try_for_each(|&s| b.synchronize(s))
+    })();
+    // SAFETY: every copy from the range has completed (or failed) above.
+    unsafe { b.unregister_host(seg.as_ptr()) };
+    r
+}
+
+/// Registration in pieces on a helper thread, the copies of each registered piece issued as soon
+/// as it is registered; every piece is unregistered after the final synchronize.
+fn copy_registered_pipelined(
+    b: &dyn GpuBackend,
+    seg: &[u8],
+    arena: DevicePtr,
+    streams: &[StreamId],
+    chunk: usize,
+    piece: usize,
+) -> GpuResult<()> {
+    let piece = piece.div_ceil(4096) * 4096;
+    let pieces: Vec<(usize, usize)> = (0..seg.len())
+        .step_by(piece)
+        .map(|off| (off, piece.min(seg.len() - off)))
+        .collect();
+    let registered = std::sync::Mutex::new(Vec::<usize>::new());
+    let (tx, rx) = std::sync::mpsc::channel::<GpuResult<(usize, usize)>>();
+    let result = std::thread::scope(|sc| {
+        let reg = &registered;
+        let pcs = &pieces;
+        sc.spawn(move || {
+            for &(off, len) in pcs {
+                // SAFETY: a page-aligned sub-range of the pack's read-only mapping, which outlives
+                // the registration (unregistered below, after every copy is synchronized).
+                let r = unsafe { b.register_host(seg.as_ptr().add(off), len, true) };
+                let ok = r.is_ok();
+                if ok {
+                    reg.lock().unwrap().push(off);
+                }
+                if tx.send(r.map(|_| (off, len))).is_err() || !ok {
+                    return;
+                }
+            }
+        });
+        let mut c = 0usize;
+        for _ in 0..pieces.len() {
+            let (off, len) = rx
+                .recv()
+                .map_err(|_| GpuError::Invalid("registration thread ended early".into()))??;
+            for sub in (off..off + len).step_by(chunk) {
+                let n = chunk.min(off + len - sub);
+                // SAFETY: the piece is registered and stays so until the synchronize below.
+                unsafe {
+                    b.upload_async(
+                        arena.view(sub as u64, n as u64),
+                        seg.as_ptr().add(sub),
+                        n,
+                        streams[c % streams.len()],
+                    )?
+                };
+                c += 1;
+            }
+        }
+        streams.iter().try_for_each(|&s| b.synchronize(s))
+    });
+    // Every copy has completed (or the stream failed): unregister what was registered.
+    let _ = streams.iter().try_for_each(|&s| b.synchronize(s));
+    for off in registered.into_inner().unwrap() {
+        // SAFETY: no copy from this piece is in flight any more (synchronized above).
+        unsafe { b.unregister_host(seg.as_ptr().add(off)) };
+    }
+    result
+}
+
+/// Staged copy: `ring` pinned buffers, each with its own stream, filled by `readers` threads with
+/// `pread` from the file (no page faults on the mapping, no copy beyond the page cache and the
+/// ring) while the DMA engine drains the buffers filled before.
+/// With `direct` (the pack opened with O_DIRECT) chunks are read around the page cache; a chunk
+/// whose O_DIRECT read fails is read through the cache instead, and the first such error is
+/// returned beside the result (the load reports it).
+fn copy_staged(
+    b: &dyn GpuBackend,
+    file: &std::fs::File,
+    direct: Option<&std::fs::File>,
+    seg_off: u64,
+    seg_len: usize,
+    arena: DevicePtr,
+    opts: &LoadOptions,
+) -> GpuResult<Option<String>> {
+    use std::os::unix::fs::FileExt;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let direct_error: Mutex<Option<String>> = Mutex::new(None);
+    // Whole O_DIRECT blocks per buffer.
+    let chunk = opts.chunk.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+    let n_chunks = seg_len.div_ceil(chunk);
+    let ring = opts.ring.max(1).min(n_chunks.max(1));
+    // Each buffer is allocated by the first reader that takes it, so pinning the ring overlaps
+    // the first reads and copies instead of preceding them.
+    type Slot = Option<(*mut u8, StreamId)>;
+    let bufs: Vec<Mutex<Slot>> = (0..ring).map(|_| Mutex::new(None)).collect();
+    struct Ring<'a>(&'a [Mutex<Slot>]);
+    // SAFETY: each buffer pointer is only touched under its Mutex; the pinned allocations live
+    // until the end of this function, after every thread has joined.
+    unsafe impl Sync for Ring<'_> {}
+    let shared = Ring(&bufs);
+    let next = AtomicUsize::new(0);
+    let result = std::thread::scope(|sc| {
+        let workers: Vec<_> = (0..opts.readers.max(1).min(n_chunks.max(1)))
+            .map(|_| {
+                let (shared, next, direct_error) = (&shared, &next, &direct_error);
+                sc.spawn(move || -> GpuResult<()> {
+                    loop {
+                        let c = next.fetch_add(1, Ordering::Relaxed);
+                        if c >= n_chunks {
+                            return Ok(());
+                        }
+                        let off = c * chunk;
+                        let len = chunk.min(seg_len - off);
+                        let mut guard = shared.0[c % ring].lock().unwrap();
+                        if guard.is_none() {
+                            *guard = Some((b.alloc_pinned(chunk)?, b.new_stream()?));
+                        }
+                        let (buf, stream) = guard.unwrap();
+                        // The copy that last used this buffer must finish before it is refilled.
+                        b.synchronize(stream)?;
+                        // SAFETY: `buf` holds `chunk` bytes, owned by this thread under the lock,
+                        // with no copy from it in flight (synchronized above).
+                        let whole = unsafe { std::slice::from_raw_parts_mut(buf, chunk) };
+                        let at = seg_off + off as u64;
+                        let direct_ok = match direct {
+                            Some(f) => match read_direct(f, whole, at, len) {
+                                Ok(()) => true,
+                                Err(e) => {
+                                    direct_error.lock().unwrap().get_or_insert_with(|| {
+                                        format!("O_DIRECT read at {at}: {e}")
+                                    });
+                                    false
+                                }
+                            },
+                            None => false,
+                        };
+                        if !direct_ok {
+                            file.read_exact_at(&mut whole[..len], at).map_err(|e| {
+                                GpuError::Invalid(format!("reading the pack at {at}: {e}"))
+                            })?;
+                        }
+                        // SAFETY: the buffer stays untouched until its stream is synchronized
+                        // (by the next user of this buffer, or the final synchronize below).
+                        unsafe {
+                            b.upload_async(arena.view(off as u64, len as u64), buf, len, stream)?
+                        };
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("reader thread panicked"))
+    });
+    let slots: Vec<(*mut u8, StreamId)> = bufs
+        .into_iter()
+        .filter_map(|m| m.into_inner().unwrap())
+        .collect();
+    let synced = slots.iter().try_for_each(|&(_, s)| b.synchronize(s));
+    for &(buf, _) in &slots {
+        // SAFETY: every copy is synchronized above.
+        unsafe { b.free_pinned(buf) };
+    }
+    result.and(synced)?;
+    Ok(direct_error.into_inner().unwrap())
+}

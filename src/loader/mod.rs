@@ -1,0 +1,165 @@
+//! Fast start: load a pack's device segment into one device arena in a few large copies and
+//! install each layer's overlays as views into it. A straight pipeline: open and validate the
+//! pack, map it, copy the segment (`io`: a registered read-only mapping, a pinned staging ring,
+//! or both), describe the overlays (`bind`). No repack, no quantization, no per-tensor copy.
+
+mod bind;
+mod io;
+
+pub use bind::{LayerOverlays, overlays};
+pub use io::{COLD_RESIDENCY, DIRECT_ALIGN, resident_fraction};
+
+use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
+use crate::pack::Pack;
+use std::path::Path;
+use std::time::Instant;
+
+/// How the segment reaches the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoMode {
+    /// The staging ring when at least [`STAGED_MIN_READERS`] reader threads are configured (on
+    /// the H200 host 16 readers beat registration: BENCHMARKS.md); otherwise register, falling
+    /// back to the ring (and saying why) when registration fails.
+    Auto,
+    /// Register the mapped segment read-only and copy straight from it.
+    Register,
+    /// Copy through a ring of pinned staging buffers.
+    Staged,
+    /// Both at once: the first `hybrid_fraction` of the segment registered (in pieces, on a
+    /// helper thread) and copied straight from the mapping while the reader threads carry the
+    /// rest through the ring, so pinning and `pread` share the work the DMA engine drains.
+    Hybrid,
+}
+
+/// `IoMode::Auto` takes the staging ring from this many reader threads up.
+pub const STAGED_MIN_READERS: usize = 8;
+
+/// Loader settings.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    pub io: IoMode,
+    /// Streams the copies are spread over.
+    pub streams: usize,
+    /// Bytes per copy.
+    pub chunk: usize,
+    /// Staging buffers in the ring (staged mode).
+    pub ring: usize,
+    /// Reader threads filling the ring (staged mode).
+    pub readers: usize,
+    /// Register the mapping in pieces of this many bytes (a multiple of 4096), a helper thread
+    /// registering piece i+1 while piece i copies; 0 registers the whole segment at once.
+    pub register_chunk: usize,
+    /// Read the ring with O_DIRECT (bypassing the page cache): `None` decides by residency (a
+    /// segment less than half in the page cache is cold: O_DIRECT, and `Auto` takes the ring).
+    pub direct: Option<bool>,
+    /// `IoMode::Hybrid`: the share of the segment that is registered (0..=1).
+    pub hybrid_fraction: f64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            io: IoMode::Auto,
+            streams: 2,
+            // 2 MiB copies from a ring of 32 (64 MiB pinned), one reader per core up to 16: the
+            // best of the settings swept on the H200 host (BENCHMARKS.md).
+            chunk: 2 << 20,
+            ring: 32,
+            readers: std::thread::available_parallelism()
+                .map_or(4, |n| n.get())
+                .min(16),
+            register_chunk: 0,
+            direct: None,
+            hybrid_fraction: 0.4,
+        }
+    }
+}
+
+/// What a load did and how long it took.
+#[derive(Clone, Debug)]
+pub struct LoadStats {
+    pub bytes: u64,
+    pub copy_seconds: f64,
+    pub total_seconds: f64,
+    pub mode: IoMode,
+    /// Why `Auto` fell back from registration, or the ring from O_DIRECT, if it did.
+    pub fell_back: Option<String>,
+    /// The fraction of the segment's pages that were in the page cache when the load began.
+    pub resident: f64,
+    /// The ring read every chunk with O_DIRECT (a cold file).
+    pub direct: bool,
+}
+
+/// A pack on the device.
+pub struct LoadedPack {
+    pub pack: Pack,
+    /// The device segment.
+    pub arena: DevicePtr,
+    pub layers: Vec<LayerOverlays>,
+    pub stats: LoadStats,
+}
+
+impl LoadedPack {
+    /// The device view of pack tensor `name` (FFN blobs only).
+    pub fn device_view(&self, name: &str) -> Option<DevicePtr> {
+        let i = self.pack.index(name)?;
+        self.pack.manifest.tensors[i].ffn.as_ref()?;
+        let t = &self.pack.file.tensors[i];
+        Some(
+            self.arena
+                .view(t.offset - self.pack.manifest.segment_offset, t.bytes),
+        )
+    }
+
+    /// A host view (in the page cache, zero-copy) of a passthrough tensor.
+    pub fn host_view(&self, name: &str) -> Option<&[u8]> {
+        let i = self.pack.index(name)?;
+        self.pack.manifest.tensors[i]
+            .ffn
+            .is_none()
+            .then(|| self.pack.data(i))
+    }
+}
+
+/// Open, validate, map, copy and describe a pack. The layers' overlays are views into one arena
+/// allocation; install them with [`LayerOverlays::install`].
+pub fn load(
+    b: &dyn GpuBackend,
+    path: &Path,
+    opts: &LoadOptions,
+) -> Result<LoadedPack, crate::Error> {
+    let t0 = Instant::now();
+    let pack = Pack::open(path)?;
+    let file = path.display().to_string();
+    let gpu = |e: GpuError| crate::Error::Unsupported {
+        file: file.clone(),
+        reason: format!("loading to the GPU: {e}"),
+    };
+    let range = pack.segment_range();
+    let seg = &pack.file.map[range.start as usize..range.end as usize];
+    let arena = b.alloc(seg.len() as u64).map_err(gpu)?;
+    let streams: Vec<StreamId> = (0..opts.streams.max(1))
+        .map(|_| b.new_stream())
+        .collect::<GpuResult<_>>()
+        .map_err(gpu)?;
+    let resident = io::resident_fraction(seg);
+    let t1 = Instant::now();
+    let copied = io::copy_segment(b, &pack, path, arena, &streams, resident, opts).map_err(gpu)?;
+    let copy_seconds = t1.elapsed().as_secs_f64();
+    let layers = bind::overlays(&pack, arena).map_err(gpu)?;
+    let stats = LoadStats {
+        bytes: seg.len() as u64,
+        copy_seconds,
+        total_seconds: t0.elapsed().as_secs_f64(),
+        mode: copied.mode,
+        fell_back: copied.fell_back,
+        resident,
+        direct: copied.direct,
+    };
+    Ok(LoadedPack {
+        pack,
+        arena,
+        layers,
+        stats,
+    })
+}
