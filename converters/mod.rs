@@ -125,8 +125,11 @@ pub enum CodecError {
     /// The byte length is not what `n` elements of the type take.
     #[error("{ty}: {bytes} bytes do not hold {elems} elements")]
     Length {
+        /// The tensor type.
         ty: GgmlType,
+        /// Bytes given.
         bytes: usize,
+        /// Elements asked for.
         elems: usize,
     },
 }

@@ -14,7 +14,9 @@ pub const KVALUES_X2: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockMxfp4 {
+    /// Shared exponent (E8M0).
     pub e: u8,
+    /// Quants.
     pub qs: [u8; 16],
 }
 const _: () = assert!(std::mem::size_of::<BlockMxfp4>() == 17);

@@ -15,7 +15,9 @@ use bytemuck::{Pod, Zeroable};
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockNvfp4 {
+    /// Scale (f16 bits).
     pub d: [u8; 4],
+    /// Quants.
     pub qs: [u8; 32],
 }
 const _: () = assert!(std::mem::size_of::<BlockNvfp4>() == 36);

@@ -15,9 +15,13 @@ use bytemuck::{Pod, Zeroable};
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ2K {
+    /// Sub-block scales (and minimums), packed.
     pub scales: [u8; 16],
+    /// Quants.
     pub qs: [u8; 64],
+    /// Scale (f16 bits).
     pub d: [u8; 2],
+    /// Scale of the minimums (f16 bits).
     pub dmin: [u8; 2],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ2K>() == 84);

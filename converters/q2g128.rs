@@ -18,7 +18,9 @@ use bytemuck::{Pod, Zeroable};
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ2g128 {
+    /// Scale (f16 bits).
     pub d: [u8; 2],
+    /// Quants.
     pub qs: [u8; 32],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ2g128>() == 34);

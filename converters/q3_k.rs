@@ -12,9 +12,13 @@ use bytemuck::{Pod, Zeroable};
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ3K {
+    /// High bit of each quant.
     pub hmask: [u8; 32],
+    /// Quants.
     pub qs: [u8; 64],
+    /// Sub-block scales (and minimums), packed.
     pub scales: [u8; 12],
+    /// Scale (f16 bits).
     pub d: [u8; 2],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ3K>() == 110);

@@ -8,7 +8,9 @@ use bytemuck::{Pod, Zeroable};
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ4_0 {
+    /// Scale (f16 bits).
     pub d: [u8; 2],
+    /// Quants.
     pub qs: [u8; 16],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);

@@ -16,9 +16,13 @@ use bytemuck::{Pod, Zeroable};
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ4K {
+    /// Scale (f16 bits).
     pub d: [u8; 2],
+    /// Scale of the minimums (f16 bits).
     pub dmin: [u8; 2],
+    /// Sub-block scales (and minimums), packed.
     pub scales: [u8; 12],
+    /// Quants.
     pub qs: [u8; 128],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);

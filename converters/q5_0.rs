@@ -8,8 +8,11 @@ use bytemuck::{Pod, Zeroable};
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ5_0 {
+    /// Scale (f16 bits).
     pub d: [u8; 2],
+    /// High bit of each quant.
     pub qh: [u8; 4],
+    /// Quants.
     pub qs: [u8; 16],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);

@@ -8,9 +8,13 @@ use bytemuck::{Pod, Zeroable};
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ5_1 {
+    /// Scale (f16 bits).
     pub d: [u8; 2],
+    /// Minimum (f16 bits).
     pub m: [u8; 2],
+    /// High bit of each quant.
     pub qh: [u8; 4],
+    /// Quants.
     pub qs: [u8; 16],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ5_1>() == 24);

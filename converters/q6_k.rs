@@ -11,9 +11,13 @@ use bytemuck::{Pod, Zeroable};
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ6K {
+    /// Low 4 bits of each quant.
     pub ql: [u8; 128],
+    /// High bit of each quant.
     pub qh: [u8; 64],
+    /// Sub-block scales (and minimums), packed.
     pub scales: [i8; 16],
+    /// Scale (f16 bits).
     pub d: [u8; 2],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);

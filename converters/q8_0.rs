@@ -11,7 +11,9 @@ use bytemuck::{Pod, Zeroable};
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ8_0 {
+    /// Scale (f16 bits).
     pub d: [u8; 2],
+    /// Quants.
     pub qs: [i8; 32],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);

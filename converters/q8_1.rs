@@ -13,8 +13,11 @@ use bytemuck::{Pod, Zeroable};
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub struct BlockQ8_1 {
+    /// Scale (f16 bits).
     pub d: [u8; 2],
+    /// `d` times the sum of the quants (f16 bits).
     pub s: [u8; 2],
+    /// Quants.
     pub qs: [i8; 32],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);

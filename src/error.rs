@@ -11,114 +11,209 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// The OS refused an open, map or read.
     #[error("{file}: {err}")]
-    Io { file: String, err: std::io::Error },
+    Io {
+        /// The file (its path as given).
+        file: String,
+        /// The underlying error.
+        err: std::io::Error,
+    },
     /// A field runs past the end of the file.
     #[error("{file}: truncated: {field} at byte {offset} needs {need} bytes, {left} left")]
     Truncated {
+        /// The file (its path as given).
         file: String,
+        /// The field being read.
         field: String,
+        /// Where the field starts (byte offset).
         offset: u64,
+        /// Bytes the field needs.
         need: u64,
+        /// Bytes left in the file.
         left: u64,
     },
     /// The first four bytes are not `GGUF`.
     #[error("{file}: not a GGUF file: magic {found:02x?}, expected \"GGUF\"")]
-    BadMagic { file: String, found: Vec<u8> },
+    BadMagic {
+        /// The file (its path as given).
+        file: String,
+        /// The bytes found.
+        found: Vec<u8>,
+    },
     /// A byte-swapped (big-endian) GGUF.
     #[error("{file}: big-endian GGUF files are not supported")]
-    BigEndian { file: String },
+    BigEndian {
+        /// The file (its path as given).
+        file: String,
+    },
     /// A GGUF version other than 2 or 3.
     #[error("{file}: GGUF version {version} is not supported (2 and 3 are)")]
-    Version { file: String, version: u32 },
+    Version {
+        /// The file (its path as given).
+        file: String,
+        /// The version found.
+        version: u32,
+    },
     /// A count or length that the rest of the file cannot hold.
     #[error("{file}: {field}: count {count} needs at least {need} bytes, only {left} remain")]
     Count {
+        /// The file (its path as given).
         file: String,
+        /// The field being read.
         field: String,
+        /// The count read.
         count: u64,
+        /// Bytes the field needs.
         need: u128,
+        /// Bytes left in the file.
         left: u64,
     },
     /// A string that is not UTF-8.
     #[error("{file}: {field}: not valid UTF-8")]
-    Utf8 { file: String, field: String },
+    Utf8 {
+        /// The file (its path as given).
+        file: String,
+        /// The field being read.
+        field: String,
+    },
     /// A metadata value type id GGUF does not define.
     #[error("{file}: {field}: unknown metadata value type {ty}")]
     ValueType {
+        /// The file (its path as given).
         file: String,
+        /// The field being read.
         field: String,
+        /// The type id read.
         ty: u32,
     },
     /// Arrays of arrays nested past the limit.
     #[error("{file}: {field}: arrays nested deeper than {max} levels")]
     Nesting {
+        /// The file (its path as given).
         file: String,
+        /// The field being read.
         field: String,
+        /// The nesting limit.
         max: usize,
     },
     /// The same metadata key twice.
     #[error("{file}: metadata key {key} appears twice")]
-    DuplicateKey { file: String, key: String },
+    DuplicateKey {
+        /// The file (its path as given).
+        file: String,
+        /// The metadata key.
+        key: String,
+    },
     /// A metadata key with the wrong type or value.
     #[error("{file}: metadata {key}: {reason}")]
     Metadata {
+        /// The file (its path as given).
         file: String,
+        /// The metadata key.
         key: String,
+        /// What is wrong.
         reason: String,
     },
     /// A tensor info field that is invalid on its own or against the file.
     #[error("{file}: tensor {tensor}: {field}: {reason}")]
     Tensor {
+        /// The file (its path as given).
         file: String,
+        /// The tensor's name.
         tensor: String,
+        /// The field being read.
         field: &'static str,
+        /// What is wrong.
         reason: String,
     },
     /// The same tensor name twice (within a file or across split shards).
     #[error("{file}: tensor name {tensor} appears twice")]
-    DuplicateTensor { file: String, tensor: String },
+    DuplicateTensor {
+        /// The file (its path as given).
+        file: String,
+        /// The tensor's name.
+        tensor: String,
+    },
     /// Two tensors' data ranges overlap.
     #[error("{file}: tensors {a} and {b} overlap in the data section")]
-    Overlap { file: String, a: String, b: String },
+    Overlap {
+        /// The file (its path as given).
+        file: String,
+        /// The first tensor.
+        a: String,
+        /// The second tensor.
+        b: String,
+    },
     /// A split (sharded) GGUF whose shards do not agree.
     #[error("{file}: split model: {reason}")]
-    Split { file: String, reason: String },
+    Split {
+        /// The file (its path as given).
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A safetensors header the safetensors crate (or our checks) rejected.
     #[error("{file}: safetensors: {reason}")]
-    Safetensors { file: String, reason: String },
+    Safetensors {
+        /// The file (its path as given).
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A JSON side file (`config.json`, `*.index.json`) that is missing a field or malformed.
     #[error("{file}: {field}: {reason}")]
     Json {
+        /// The file (its path as given).
         file: String,
+        /// The field being read.
         field: String,
+        /// What is wrong.
         reason: String,
     },
     /// A quantized weight's companion tensors disagree with it.
     #[error("{file}: tensor {tensor}: {reason}")]
     Quantized {
+        /// The file (its path as given).
         file: String,
+        /// The tensor's name.
         tensor: String,
+        /// What is wrong.
         reason: String,
     },
     /// No tensor or FFN weight of that name.
     #[error("{file}: no tensor named {tensor}")]
-    NotFound { file: String, tensor: String },
+    NotFound {
+        /// The file (its path as given).
+        file: String,
+        /// The tensor's name.
+        tensor: String,
+    },
     /// The tensor's type cannot be decoded.
     #[error("{file}: tensor {tensor}: {err}")]
     Codec {
+        /// The file (its path as given).
         file: String,
+        /// The tensor's name.
         tensor: String,
+        /// The underlying error.
         err: CodecError,
     },
     /// An output path that would destroy an input, or cannot be written.
     #[error("{file}: refusing to write: {reason}")]
-    Output { file: String, reason: String },
+    Output {
+        /// The file (its path as given).
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// Writing an output failed partway (the OS refused a write, fsync or rename); nothing is
     /// left at the output path.
     #[error("{file}: {step}: {err}")]
     Write {
+        /// The file (its path as given).
         file: String,
+        /// The step that failed (write, fsync or rename).
         step: &'static str,
+        /// The underlying error.
         err: std::io::Error,
     },
     /// The GPU runtime refused (a check or load run on a device).
@@ -126,5 +221,10 @@ pub enum Error {
     Gpu(#[from] crate::gpu::GpuError),
     /// The input is not something this tool reads.
     #[error("{file}: {reason}")]
-    Unsupported { file: String, reason: String },
+    Unsupported {
+        /// The file (its path as given).
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
 }

@@ -12,7 +12,7 @@ macro_rules! ggml_types {
         /// A ggml tensor type, as stored in a GGUF tensor info's `type` field.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[allow(non_camel_case_types)]
-        pub enum GgmlType { $( $variant = $id, )* }
+        pub enum GgmlType { $( #[doc = concat!("ggml `", $name, "`.")] $variant = $id, )* }
 
         impl GgmlType {
             /// Every type this crate knows, in id order.

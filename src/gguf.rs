@@ -29,18 +29,31 @@ pub const MAX_NAME_LEN: usize = 63;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum ValueType {
+    /// `U8` (type id 0).
     U8 = 0,
+    /// `I8` (type id 1).
     I8 = 1,
+    /// `U16` (type id 2).
     U16 = 2,
+    /// `I16` (type id 3).
     I16 = 3,
+    /// `U32` (type id 4).
     U32 = 4,
+    /// `I32` (type id 5).
     I32 = 5,
+    /// `F32` (type id 6).
     F32 = 6,
+    /// `Bool` (type id 7).
     Bool = 7,
+    /// `String` (type id 8).
     String = 8,
+    /// An array (type id 9).
     Array = 9,
+    /// `U64` (type id 10).
     U64 = 10,
+    /// `I64` (type id 11).
     I64 = 11,
+    /// `F64` (type id 12).
     F64 = 12,
 }
 
@@ -80,18 +93,31 @@ impl ValueType {
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// A `u8`.
     U8(u8),
+    /// A `i8`.
     I8(i8),
+    /// A `u16`.
     U16(u16),
+    /// A `i16`.
     I16(i16),
+    /// A `u32`.
     U32(u32),
+    /// A `i32`.
     I32(i32),
+    /// A `f32`.
     F32(f32),
+    /// A bool.
     Bool(bool),
+    /// A UTF-8 string.
     String(String),
+    /// An array: element type and elements.
     Array(ValueType, Vec<Value>),
+    /// A `u64`.
     U64(u64),
+    /// A `i64`.
     I64(i64),
+    /// A `f64`.
     F64(f64),
 }
 
@@ -137,17 +163,22 @@ impl Value {
 /// One key/value pair, with the byte range it occupies in the file (for byte-exact copies).
 #[derive(Clone, Debug)]
 pub struct Kv {
+    /// The key.
     pub key: String,
+    /// The value.
     pub value: Value,
+    /// Byte range of the whole key/value in the file.
     pub span: Range<usize>,
 }
 
 /// One tensor info.
 #[derive(Clone, Debug)]
 pub struct TensorInfo {
+    /// The tensor's name.
     pub name: String,
     /// ggml order: `ne[0]` is the innermost (contiguous) dimension.
     pub ne: Vec<u64>,
+    /// Its ggml type.
     pub ty: GgmlType,
     /// Offset relative to the data section, as stored.
     pub offset: u64,
@@ -211,13 +242,19 @@ pub fn require_regular(path: &Path) -> Result<()> {
 
 /// An opened, validated GGUF file.
 pub struct GgufFile {
+    /// The path opened.
     pub path: PathBuf,
+    /// The read-only mapping of the whole file.
     pub map: Mmap,
     /// The open file (for `pread` beside the map).
     pub file: std::fs::File,
+    /// GGUF version (2 or 3).
     pub version: u32,
+    /// Metadata, in file order.
     pub kvs: Vec<Kv>,
+    /// Tensor infos, in file order.
     pub tensors: Vec<TensorInfo>,
+    /// Data alignment (`general.alignment`, default 32).
     pub alignment: u64,
     /// Absolute offset of the data section.
     pub data_offset: u64,
@@ -298,10 +335,15 @@ pub fn element_count(dims: &[u64]) -> Option<u64> {
 
 /// What [`parse`] finds in a GGUF byte buffer.
 pub struct Parsed {
+    /// GGUF version (2 or 3).
     pub version: u32,
+    /// Metadata, in file order.
     pub kvs: Vec<Kv>,
+    /// Tensor infos, in file order.
     pub tensors: Vec<TensorInfo>,
+    /// Data alignment.
     pub alignment: u64,
+    /// Where the data section starts.
     pub data_offset: u64,
 }
 

@@ -9,22 +9,27 @@ use std::io::{self, Write};
 /// One tensor to be written.
 #[derive(Clone, Debug)]
 pub struct PlannedTensor {
+    /// The tensor's name.
     pub name: String,
     /// ggml order, innermost first.
     pub ne: Vec<u64>,
+    /// Its ggml type.
     pub ty: GgmlType,
     /// Offset relative to the data section.
     pub offset: u64,
+    /// Its data bytes.
     pub bytes: u64,
 }
 
 /// A GGUF file being planned: metadata first, then tensors in file order.
 #[derive(Clone, Debug)]
 pub struct GgufBuilder {
+    /// Data alignment.
     pub alignment: u64,
     /// Encoded KV pairs (key, type, value), in order.
     kv_bytes: Vec<u8>,
     kv_count: u64,
+    /// Tensors, in file order.
     pub tensors: Vec<PlannedTensor>,
     next_offset: u64,
 }
@@ -167,6 +172,7 @@ pub struct BodyWriter<'a> {
 }
 
 impl<'a> BodyWriter<'a> {
+    /// A writer of the file `plan` describes.
     pub fn new(plan: &'a GgufBuilder) -> Self {
         BodyWriter { plan, next: 0 }
     }

@@ -1,3 +1,4 @@
+#![deny(missing_docs)]
 //! metrale-pack: readers for GGUF and safetensors checkpoints, CPU block codecs, the pack
 //! container and its layouts (`pack`, `layout`), the fast-start loader (`loader`), the GPU
 //! runtime with its CUDA and host backends (`gpu`) and the dense FFN layer (`ffn`).

@@ -75,8 +75,11 @@ pub fn write_u8(w: &mut impl Write, shape: &[usize], data: &[u8]) -> io::Result<
 /// A parsed `.npy` file: dtype, shape and the raw little-endian data.
 #[derive(Debug)]
 pub struct Npy {
+    /// Element type.
     pub dtype: NpyDtype,
+    /// Shape.
     pub shape: Vec<usize>,
+    /// Raw little-endian data.
     pub data: Vec<u8>,
 }
 

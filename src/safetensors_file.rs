@@ -12,17 +12,23 @@ use std::path::{Path, PathBuf};
 /// One tensor of a safetensors file.
 #[derive(Clone, Debug)]
 pub struct StTensor {
+    /// The tensor's name.
     pub name: String,
+    /// Its dtype.
     pub dtype: Dtype,
+    /// Its shape.
     pub shape: Vec<u64>,
     /// Absolute offset in the file.
     pub file_offset: u64,
+    /// Its data bytes.
     pub bytes: u64,
 }
 
 /// An opened, validated safetensors file.
 pub struct StFile {
+    /// The path opened.
     pub path: PathBuf,
+    /// The read-only mapping.
     pub map: Mmap,
     /// Tensors in data order.
     pub tensors: Vec<StTensor>,

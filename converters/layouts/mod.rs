@@ -16,14 +16,18 @@ pub mod w8a8;
 /// An FFN projection, as named in pack tensor names (`blk.N.ffn_<proj>.<layout>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Proj {
+    /// `gate_proj` / `ffn_gate`.
     Gate,
+    /// `up_proj` / `ffn_up`.
     Up,
+    /// `down_proj` / `ffn_down`.
     Down,
     /// The fused `[2*inter, hidden]` gate+up weight (FP8).
     GateUp,
 }
 
 impl Proj {
+    /// The name in tensor names and the manifest (`gate`, `up`, `down`, `gate_up`).
     pub fn name(self) -> &'static str {
         match self {
             Proj::Gate => "gate",
@@ -32,6 +36,7 @@ impl Proj {
             Proj::GateUp => "gate_up",
         }
     }
+    /// The projection of a name, if it is one.
     pub fn from_name(s: &str) -> Option<Self> {
         Some(match s {
             "gate" => Proj::Gate,
@@ -47,18 +52,28 @@ impl Proj {
 /// layout's parts, sizes, encoder, decoder and overlay binding live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Layout {
+    /// `nvfp4`: ModelOpt NVFP4 codes and scales, K padded to 64.
     Nvfp4,
+    /// `nvfp4_t`: the transposed NVFP4 copy of the `_t` prefill GEMMs.
     Nvfp4T,
+    /// `nvfp4_mmq`: NVFP4 repacked into the MMQ prefill tiles.
     Nvfp4Mmq,
+    /// `q4k_mmq`: Q4_K gate and up, int8 or Q4_K down, for the Q4_K MMQ prefill.
     Q4kMmq,
+    /// `fp8`: E4M3 with 128x128 block scales, gate and up fused.
     Fp8,
+    /// `w8a8`: E4M3 with per-row scales for the W8A8 arm.
     W8a8,
+    /// `bf16`: BF16 rows, K padded to 8.
     Bf16,
+    /// `q2g128`: 2-bit codes with one f16 scale per group of 128.
     Q2g128,
+    /// `lora`: a PEFT adapter's A and B in BF16 with its scaling.
     Lora,
 }
 
 impl Layout {
+    /// Every layout, in registry order.
     pub const ALL: [Layout; 9] = [
         Layout::Nvfp4,
         Layout::Nvfp4T,
@@ -70,6 +85,7 @@ impl Layout {
         Layout::Q2g128,
         Layout::Lora,
     ];
+    /// The tag in tensor names, the manifest and `--layouts`.
     pub fn tag(self) -> &'static str {
         match self {
             Layout::Nvfp4 => "nvfp4",
@@ -83,6 +99,7 @@ impl Layout {
             Layout::Lora => "lora",
         }
     }
+    /// The layout of a tag, if it is one.
     pub fn from_tag(s: &str) -> Option<Self> {
         Layout::ALL.into_iter().find(|l| l.tag() == s)
     }
@@ -92,8 +109,11 @@ impl Layout {
 /// padded shape and derived scalars (name, f32).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Encoded {
+    /// Named byte parts, in file order.
     pub parts: Vec<(&'static str, Vec<u8>)>,
+    /// The padded shape `[np, kp]`.
     pub padded: [usize; 2],
+    /// Named scalars (global scales, LoRA scaling).
     pub scalars: Vec<(&'static str, f32)>,
 }
 

@@ -19,7 +19,9 @@ pub const K_ALIGN: usize = 256;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DownFormat {
+    /// Int8 rows with f32 row scales (the default).
     Int8,
+    /// Q4_K rows like gate and up.
     Q4k,
 }
 

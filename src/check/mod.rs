@@ -24,11 +24,17 @@ use rayon::prelude::*;
 /// One line of the result table.
 #[derive(Clone, Debug)]
 pub struct Row {
+    /// What was checked (kernel or arm).
     pub check: String,
+    /// The FFN shape, `hidden x inter`.
     pub shape: String,
+    /// Rows.
     pub m: usize,
+    /// Relative error against the reference (NaN: an output left unwritten).
     pub err: f64,
+    /// The tolerance.
     pub tol: f64,
+    /// Whether `err <= tol`.
     pub pass: bool,
 }
 

@@ -7,7 +7,9 @@ use std::sync::Arc;
 /// Model dimensions the context is sized for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FfnConfig {
+    /// Hidden size.
     pub hidden: usize,
+    /// Intermediate size.
     pub inter: usize,
 }
 
@@ -23,12 +25,15 @@ pub struct Arena {
     pub up_out: DevicePtr,
     /// LoRA `A x` and delta (used by the LoRA arm).
     pub lora_xa: DevicePtr,
+    /// The LoRA delta of one projection, `[max_tokens, max(hidden, inter)]` f32.
     pub lora_delta: DevicePtr,
     /// q2g128 activation quantization and dequantization scratch (Q2 arm).
     pub q2_act_q8: DevicePtr,
+    /// BF16 scratch of one dequantized q2g128 projection.
     pub q2_dequant_scratch: DevicePtr,
     /// FP8 activation codes `[max_tokens, kp_max]` and their row scales `[max_tokens]` (W8A8).
     pub act_codes: DevicePtr,
+    /// Per-row activation scales (f32) of the quantizing arms.
     pub act_scale: DevicePtr,
     /// BF16 activations `[max_tokens, max(hidden, inter)]` for the cuBLAS arm.
     pub act_bf16: DevicePtr,
@@ -54,13 +59,19 @@ impl Arena {
 
 /// What a forward call needs besides the layer: backend, dimensions, scratch, levers.
 pub struct ForwardContext {
+    /// The runtime.
     pub backend: Arc<dyn GpuBackend>,
+    /// The layer shape the arena is sized for.
     pub config: FfnConfig,
+    /// Scratch buffers.
     pub arena: Arena,
+    /// Routing levers.
     pub levers: ModelLevers,
     /// Synchronize around prefill and log `FFN prefill [dense_total] N=<n>: <us>µs`.
     pub profile: bool,
+    /// The most rows one call may pass.
     pub max_tokens: usize,
+    /// The stream every launch goes to.
     pub stream: StreamId,
     /// Names of the kernels launched, in order (cleared by the caller when it likes).
     pub trace: Vec<&'static str>,

@@ -37,8 +37,11 @@ pub use crate::converters::layouts::Proj;
 
 /// The engine's dense FFN layer.
 pub struct DenseFfnLayer {
+    /// Hidden size (the FFN input and output width).
     pub hidden: usize,
+    /// Intermediate size.
     pub inter: usize,
+    /// SiLU or GELU gating.
     pub activation: Activation,
     weights: DenseFfnWeights,
     bf16: Option<[Bf16Weight; 3]>,

@@ -18,12 +18,16 @@ pub use levers::ModelLevers;
 /// A device address range. `addr == 0` is null.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
 pub struct DevicePtr {
+    /// Device address.
     pub addr: u64,
+    /// Length in bytes.
     pub bytes: u64,
 }
 
 impl DevicePtr {
+    /// The null pointer.
     pub const NULL: DevicePtr = DevicePtr { addr: 0, bytes: 0 };
+    /// Whether it is null.
     pub fn is_null(&self) -> bool {
         self.addr == 0
     }
@@ -47,6 +51,7 @@ impl DevicePtr {
 pub struct KernelHandle(pub u64);
 
 impl KernelHandle {
+    /// Whether the kernel resolved.
     pub fn ok(&self) -> bool {
         self.0 != 0
     }
@@ -61,8 +66,11 @@ pub type EventId = u64;
 /// A kernel argument.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum KArg {
+    /// A device pointer (`T*`).
     Ptr(DevicePtr),
+    /// An `int`.
     I32(i32),
+    /// A `float`.
     F32(f32),
     /// A size, count or stride for the kernel's `int` parameter: the backend refuses one above
     /// `i32::MAX` at launch instead of truncating it.
@@ -72,8 +80,11 @@ pub enum KArg {
 /// Grid, block and dynamic shared memory of a launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchCfg {
+    /// Blocks (x, y, z).
     pub grid: (u32, u32, u32),
+    /// Threads per block (x, y, z).
     pub block: (u32, u32, u32),
+    /// Dynamic shared memory in bytes.
     pub smem: u32,
 }
 
@@ -87,12 +98,6 @@ impl LaunchCfg {
             smem: 0,
         }
     }
-
-    /// The int8 MMQ tile GEMMs (`q4k_mmq_gemm`, `q2g128_mmq_gemm`, `q4k_mmq_int8_down_gemm`;
-    /// kernels/common.cuh `MMQ_BM` x `MMQ_BN`): one 128-thread block per 64 rows x 128 outputs.
-    pub fn mmq_tile(m: usize, n: usize) -> Self {
-        Self::grid(n.div_ceil(128), m.div_ceil(64), 128)
-    }
 }
 
 /// Runtime errors.
@@ -103,17 +108,30 @@ pub enum GpuError {
     NoDevice(String),
     /// A path needed a kernel that did not resolve.
     #[error("kernel {module}::{name} is not available (the path that needs it cannot run)")]
-    MissingKernel { module: String, name: String },
+    MissingKernel {
+        /// Its module.
+        module: String,
+        /// Its entry point.
+        name: String,
+    },
     /// NVRTC rejected a kernel source.
     #[error("NVRTC failed compiling kernels/{module}.cu for {arch}:\n{log}")]
     Compile {
+        /// The module.
         module: String,
+        /// The target architecture.
         arch: String,
+        /// NVRTC's log.
         log: String,
     },
     /// A driver or cuBLAS call failed.
     #[error("CUDA error in {call}: {msg}")]
-    Cuda { call: String, msg: String },
+    Cuda {
+        /// The call.
+        call: String,
+        /// What the driver said.
+        msg: String,
+    },
     /// A caller passed something the layer cannot take.
     #[error("{0}")]
     Invalid(String),
@@ -125,12 +143,19 @@ pub type GpuResult<T> = std::result::Result<T, GpuError>;
 /// A BF16 GEMM: `y[m, n] = x[m, k] . w[n, k]^T`, `x` row stride `k`, `w` row stride `kw`.
 #[derive(Clone, Copy, Debug)]
 pub struct GemmBf16 {
+    /// Activations, BF16 `[m, k]`.
     pub x: DevicePtr,
+    /// Weight, BF16 `[n, kw]`.
     pub w: DevicePtr,
+    /// Output, f32 `[m, n]`.
     pub y: DevicePtr,
+    /// Rows.
     pub m: usize,
+    /// Output columns.
     pub n: usize,
+    /// Inner dimension.
     pub k: usize,
+    /// The weight's row stride (>= k).
     pub kw: usize,
 }
 

@@ -25,6 +25,7 @@ pub enum ActRound {
 
 impl ActRound {
     #[inline]
+    /// The rounding applied to one value.
     pub fn apply(self, x: f32) -> f32 {
         match self {
             ActRound::None => x,

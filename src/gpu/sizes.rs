@@ -26,7 +26,9 @@ const _: () = assert!(Q2G128_BYTES == 2 + Q2G128_ELEMS / 4);
 
 /// Rows, k values and bytes of one `nvfp4_mmq` tile.
 pub const NVFP4_MMQ_TILE_N: usize = nvfp4_mmq::TILE_N;
+/// k values per `nvfp4_mmq` tile.
 pub const NVFP4_MMQ_TILE_K: usize = nvfp4_mmq::TILE_K;
+/// Bytes per `nvfp4_mmq` tile.
 pub const NVFP4_MMQ_TILE_BYTES: usize = nvfp4_mmq::TILE_BYTES;
 
 /// Every shared size, by the name the kernels see.

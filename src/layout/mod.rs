@@ -95,9 +95,13 @@ pub fn source_index(proj: Proj) -> usize {
 /// adapter, and two caches shared by every layout of the layer: the decoded f32 weights and the
 /// NVFP4 base (which `nvfp4_t` and `nvfp4_mmq` are built from).
 pub struct EncodeCx<'a> {
+    /// The source model.
     pub model: &'a Model,
+    /// The layer being encoded.
     pub layer: &'a FfnLayer,
+    /// The conversion options.
     pub opts: &'a ConvertOptions,
+    /// The adapter, with `lora`.
     pub lora: Option<&'a Lora>,
     dense: [Option<Rc<Vec<f32>>>; 3],
     nvfp4: [Option<Rc<Encoded>>; 3],
@@ -189,13 +193,19 @@ impl<'a> EncodeCx<'a> {
 /// One stored projection as the decoder sees it: its parts' bytes by suffix, its logical and
 /// padded shapes (already checked against the blobs by `pack::check`) and its scalars.
 pub struct BlobRead<'a> {
+    /// The projection.
     pub proj: Proj,
+    /// Its logical shape `[n, k]`.
     pub shape: [usize; 2],
+    /// Its padded shape.
     pub padded: [usize; 2],
+    /// Its scalars from the manifest.
     pub scalars: &'a BTreeMap<String, f32>,
     /// The pack file and the blob's name, for errors.
     pub file: &'a str,
+    /// The blob's name (for errors).
     pub name: &'a str,
+    /// Its parts by name.
     pub parts: &'a dyn Fn(&str) -> Option<&'a [u8]>,
 }
 
@@ -232,6 +242,7 @@ pub type ViewLookup<'a> = dyn Fn(Proj, &str) -> Option<(DevicePtr, &'a FfnEntry)
 pub struct LayerViews<'a> {
     /// The model's intermediate size (the fused FP8 gate_up splits at it).
     pub inter: usize,
+    /// The views of this layer, by projection and part.
     pub get: &'a ViewLookup<'a>,
 }
 

@@ -13,7 +13,9 @@ use std::collections::HashMap;
 /// One layer's overlays, as views into the arena.
 #[derive(Clone, Debug, Default)]
 pub struct LayerOverlays {
+    /// The layer index.
     pub index: usize,
+    /// The NVFP4 base (`nvfp4` layout).
     pub nvfp4: Option<[Nvfp4Weight; 3]>,
     /// `nvfp4_t` transposed copies per projection, when the pack holds them.
     pub nvfp4_t: [Option<Nvfp4TWeight>; 3],
@@ -21,8 +23,11 @@ pub struct LayerOverlays {
     pub nvfp4_mmq: [Option<DevicePtr>; 3],
     /// LoRA adapter per projection (`lora` layout), installed on the NVFP4 base.
     pub lora: Option<[Option<LoraWeight>; 3]>,
+    /// FP8 gate, up and down with the fused gate+up they view (`fp8`).
     pub fp8: Option<([Fp8Weight; 3], Option<Fp8Weight>)>,
+    /// W8A8 (`w8a8`).
     pub w8a8: Option<[W8a8Weight; 3]>,
+    /// BF16 (`bf16`).
     pub bf16: Option<[Bf16Weight; 3]>,
     /// Packed q2g128 (`q2g128` layout).
     pub q2: Option<[Q2g128Weight; 3]>,

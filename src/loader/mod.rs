@@ -37,6 +37,7 @@ pub const STAGED_MIN_READERS: usize = 8;
 /// Loader settings.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
+    /// How the segment reaches the device.
     pub io: IoMode,
     /// Streams the copies are spread over.
     pub streams: usize,
@@ -78,9 +79,13 @@ impl Default for LoadOptions {
 /// What a load did and how long it took.
 #[derive(Clone, Debug)]
 pub struct LoadStats {
+    /// Bytes copied.
     pub bytes: u64,
+    /// Seconds in the copy.
     pub copy_seconds: f64,
+    /// Seconds from open to the overlays described.
     pub total_seconds: f64,
+    /// The mode the copy took.
     pub mode: IoMode,
     /// Why `Auto` fell back from registration, or the ring from O_DIRECT, if it did.
     pub fell_back: Option<String>,
@@ -92,10 +97,13 @@ pub struct LoadStats {
 
 /// A pack on the device.
 pub struct LoadedPack {
+    /// The opened pack.
     pub pack: Pack,
     /// The device segment.
     pub arena: DevicePtr,
+    /// Every FFN layer's overlays.
     pub layers: Vec<LayerOverlays>,
+    /// What the load did.
     pub stats: LoadStats,
 }
 

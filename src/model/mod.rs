@@ -16,11 +16,14 @@ mod open;
 /// The container a checkpoint came in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// A GGUF file (or split shards).
     Gguf,
+    /// safetensors files with `config.json`.
     Safetensors,
 }
 
 impl Format {
+    /// The format's name.
     pub fn name(self) -> &'static str {
         match self {
             Format::Gguf => "gguf",
@@ -32,7 +35,9 @@ impl Format {
 /// A tensor's storage type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DType {
+    /// A ggml type (GGUF).
     Ggml(GgmlType),
+    /// A safetensors dtype.
     St(Dtype),
 }
 
@@ -68,11 +73,14 @@ impl DType {
 /// The FFN activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
+    /// `silu(gate) * up`.
     Silu,
+    /// `gelu(gate) * up` (tanh approximation).
     Gelu,
 }
 
 impl Activation {
+    /// The name in the manifest.
     pub fn name(self) -> &'static str {
         match self {
             Activation::Silu => "silu",
@@ -95,7 +103,9 @@ impl Activation {
 /// One tensor in the model.
 #[derive(Clone, Debug)]
 pub struct Tensor {
+    /// The tensor's name in its file.
     pub name: String,
+    /// Its stored type.
     pub dtype: DType,
     /// Row-major, outermost first.
     pub shape: Vec<u64>,
@@ -103,6 +113,7 @@ pub struct Tensor {
     pub file: usize,
     /// Absolute offset in that file.
     pub offset: u64,
+    /// Its data bytes.
     pub bytes: u64,
 }
 
@@ -117,27 +128,52 @@ impl Tensor {
 #[derive(Clone, Debug, PartialEq)]
 pub enum FfnWeight {
     /// One tensor of a plain or ggml block type.
-    Plain { weight: usize },
+    Plain {
+        /// The weight tensor.
+        weight: usize,
+    },
     /// ModelOpt NVFP4: U8 codes, F8_E4M3 block scales, F32 `weight_scale_2`.
     ModelOptNvfp4 {
+        /// The packed E2M1 codes.
         weight: usize,
+        /// The E4M3 block scales.
         scale: usize,
+        /// The global `weight_scale_2`.
         scale_2: usize,
+        /// The activation `input_scale`, if present (not used by the layouts).
         input_scale: Option<usize>,
     },
     /// compressed-tensors `nvfp4-pack-quantized`: `weight_global_scale` is 1 / ModelOpt's.
     CtNvfp4 {
+        /// The packed E2M1 codes (`weight_packed`).
         packed: usize,
+        /// The E4M3 block scales.
         scale: usize,
+        /// `weight_global_scale`.
         global_scale: usize,
     },
     /// Block FP8, 128x128: F8_E4M3 `[n, k]` and a float scale grid `[ceil(n/128), ceil(k/128)]`
     /// (DeepSeek's `weight_scale_inv`, or compressed-tensors' `weight_scale` with the block strategy).
-    Fp8Block { weight: usize, scale_inv: usize },
+    Fp8Block {
+        /// The E4M3 weight.
+        weight: usize,
+        /// The scale grid.
+        scale_inv: usize,
+    },
     /// Per-channel FP8: F8_E4M3 `[n, k]` and a float `weight_scale [n, 1]`.
-    Fp8Channel { weight: usize, scale: usize },
+    Fp8Channel {
+        /// The E4M3 weight.
+        weight: usize,
+        /// The per-row scales.
+        scale: usize,
+    },
     /// Per-tensor FP8: F8_E4M3 `[n, k]` and one float `weight_scale` (`[]` or `[1]`).
-    Fp8Tensor { weight: usize, scale: usize },
+    Fp8Tensor {
+        /// The E4M3 weight.
+        weight: usize,
+        /// The one scale.
+        scale: usize,
+    },
 }
 
 impl FfnWeight {
@@ -168,8 +204,11 @@ impl FfnWeight {
 /// An FP8 weight-scale strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fp8Kind {
+    /// One scale for the tensor.
     Tensor,
+    /// One scale per output row.
     Channel,
+    /// One scale per 128x128 block.
     Block,
 }
 
@@ -292,19 +331,26 @@ impl QuantDecl {
 /// The three projections of one dense FFN layer.
 #[derive(Clone, Debug)]
 pub struct FfnLayer {
+    /// The layer index.
     pub index: usize,
+    /// The gate projection.
     pub gate: FfnWeight,
+    /// The up projection.
     pub up: FfnWeight,
+    /// The down projection.
     pub down: FfnWeight,
 }
 
 /// A mapped source file.
 pub enum SourceFile {
+    /// A GGUF file.
     Gguf(GgufFile),
+    /// A safetensors file.
     Safetensors(StFile),
 }
 
 impl SourceFile {
+    /// The file's path.
     pub fn path(&self) -> &Path {
         match self {
             SourceFile::Gguf(g) => &g.path,
@@ -347,22 +393,30 @@ impl SourceFile {
 
 /// A checkpoint, opened and validated.
 pub struct Model {
+    /// GGUF or safetensors.
     pub format: Format,
     /// The path the user gave.
     pub path: PathBuf,
+    /// The files opened.
     pub files: Vec<SourceFile>,
+    /// Every tensor of every file.
     pub tensors: Vec<Tensor>,
     /// Tensor indices sorted by name, for lookup by binary search (a name map would hold a
     /// second copy of every name: a file of a million tensors is mostly names).
     by_name: Vec<usize>,
+    /// `general.architecture` or `model_type`.
     pub architecture: Option<String>,
+    /// Hidden size, when the metadata says.
     pub hidden_size: Option<u64>,
+    /// Intermediate size, when the metadata says.
     pub intermediate_size: Option<u64>,
+    /// The FFN activation, when the metadata says.
     pub activation: Option<Activation>,
     /// Quantization scheme the config declares, if any.
     pub quantization: Option<String>,
     /// What the config declares about quantized weights.
     pub quant: QuantDecl,
+    /// The dense FFN layers found.
     pub ffn_layers: Vec<FfnLayer>,
 }
 

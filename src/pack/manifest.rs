@@ -40,24 +40,33 @@ pub fn default_layouts(act: Activation) -> Vec<Layout> {
 /// One source file in the manifest.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct SourceInfo {
+    /// The source file's name.
     pub name: String,
+    /// Its size.
     pub bytes: u64,
+    /// Its XXH3-64 (hex).
     pub xxh3: String,
 }
 
 /// The model facts the loader needs.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ModelInfo {
+    /// The source architecture.
     pub architecture: Option<String>,
+    /// Hidden size.
     pub hidden_size: u64,
+    /// Intermediate size.
     pub intermediate_size: u64,
+    /// `silu` or `gelu`.
     pub activation: String,
+    /// Dense FFN layers converted.
     pub ffn_layers: usize,
 }
 
 /// One tensor of the pack.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TensorEntry {
+    /// The tensor's name in the pack.
     pub name: String,
     /// Present for repacked FFN blobs.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -68,6 +77,7 @@ pub struct TensorEntry {
     /// source shape; otherwise absent.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub source_shape: Option<Vec<u64>>,
+    /// Its data bytes.
     pub bytes: u64,
     /// xxh3-64 of the tensor's bytes (padding excluded), 16 hex digits.
     pub xxh3: String,
@@ -76,8 +86,11 @@ pub struct TensorEntry {
 /// What an FFN blob is.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct FfnEntry {
+    /// The layer index.
     pub layer: usize,
+    /// `gate`, `up`, `down` or `gate_up`.
     pub proj: String,
+    /// The layout tag.
     pub layout: String,
     /// Part suffix (`codes`, `scales`, `a`, `b`) or "" for a single blob.
     pub part: String,
@@ -98,17 +111,28 @@ pub struct FfnEntry {
 /// The manifest (`metrale.pack.manifest`, JSON).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Manifest {
+    /// The pack format version.
     pub pack_format_version: u32,
+    /// The converter that wrote it.
     pub converter_version: String,
+    /// The target architecture (`sm_90`).
     pub target_arch: String,
+    /// The kernel ABI the layouts are for.
     pub kernel_abi: u32,
+    /// The source files.
     pub sources: Vec<SourceInfo>,
+    /// `gguf` or `safetensors`.
     pub source_format: String,
+    /// The options it was converted with.
     pub options: ConvertOptions,
+    /// The layouts it holds.
     pub layouts: Vec<String>,
+    /// The model.
     pub model: ModelInfo,
     /// Data-section-relative offset and length of the device segment.
     pub segment_offset: u64,
+    /// The device segment's length.
     pub segment_bytes: u64,
+    /// Every tensor of the pack, in file order.
     pub tensors: Vec<TensorEntry>,
 }

@@ -44,12 +44,19 @@ pub const MAX_NAME_LEN: usize = 63;
 
 /// Metadata keys of the manifest.
 pub mod keys {
+    /// GGUF key: the pack format version.
     pub const FORMAT_VERSION: &str = "metrale.pack.format_version";
+    /// GGUF key: the converter version.
     pub const CONVERTER_VERSION: &str = "metrale.pack.converter_version";
+    /// GGUF key: the target architecture.
     pub const TARGET_ARCH: &str = "metrale.pack.target.arch";
+    /// GGUF key: the kernel ABI.
     pub const KERNEL_ABI: &str = "metrale.pack.target.kernel_abi";
+    /// GGUF key: the device segment's offset.
     pub const SEGMENT_OFFSET: &str = "metrale.pack.segment.offset";
+    /// GGUF key: the device segment's length.
     pub const SEGMENT_BYTES: &str = "metrale.pack.segment.bytes";
+    /// GGUF key: the manifest (JSON).
     pub const MANIFEST: &str = "metrale.pack.manifest";
     /// xxh3-64 of the header with these 8 value bytes as zeros; always the last KV.
     pub const HEADER_XXH3: &str = "metrale.pack.header_xxh3";

@@ -11,7 +11,9 @@ use std::path::Path;
 
 /// An opened, validated pack.
 pub struct Pack {
+    /// The pack as a GGUF file.
     pub file: GgufFile,
+    /// Its manifest, validated.
     pub manifest: Manifest,
     /// Tensor index by name (`index` is called once per tensor by `verify --source`).
     by_name: HashMap<String, usize>,

@@ -7,7 +7,9 @@ use crate::model::Model;
 /// Outcome of `verify --source`.
 #[derive(Debug, Default)]
 pub struct SourceCheck {
+    /// Blobs checked.
     pub checked: usize,
+    /// Blobs that differ, by name.
     pub mismatched: Vec<String>,
 }
 
