@@ -36,6 +36,7 @@ fn main() -> anyhow::Result<()> {
         layouts: Some(Layout::ALL.to_vec()),
         q4k_down: DownFormat::Int8,
         lora: Some(adapter),
+        ..Default::default()
     };
     let template = root.join("pack/template.gguf");
     pack::convert(&Model::open(&src)?, &all, &template, &|_, _| {})?;
@@ -44,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         layouts: Some(vec![Layout::Q4kMmq, Layout::Q2g128]),
         q4k_down: DownFormat::Q4k,
         lora: None,
+        ..Default::default()
     };
     pack::convert(
         &Model::open(&src)?,

@@ -32,7 +32,8 @@ enum Cmd {
     },
     /// Convert a checkpoint (GGUF, safetensors file or directory) into a pack: one GGUF v3 file
     /// with every tensor that is not an FFN weight copied byte for byte, and for each dense FFN
-    /// layer the chosen layouts in one contiguous device segment.
+    /// layer the chosen layouts. Every tensor the engine uploads lies in one contiguous device
+    /// segment in layer order (all but those --host-tensors names).
     ///
     /// Default layouts (sm_90 engine): nvfp4,nvfp4_mmq for SiLU models (what the engine holds
     /// after finalize_nvfp4_mmq_load), nvfp4,nvfp4_t for GELU models (that finalize skips them).
@@ -53,6 +54,10 @@ enum Cmd {
         /// Worker threads (default: all cores). The output bytes do not depend on it.
         #[arg(long)]
         threads: Option<usize>,
+        /// Comma-separated name patterns (`*`, `?`) of tensors the engine keeps on the host
+        /// (e.g. token_embd.weight): stored before the device segment, not copied by the loader.
+        #[arg(long, value_delimiter = ',')]
+        host_tensors: Vec<String>,
     },
     /// Check a pack: every tensor's checksum; with --source, re-derive every tensor from the
     /// source checkpoint and compare bit for bit.
@@ -81,7 +86,8 @@ enum Cmd {
     },
     /// GPU benchmarks: decode bandwidth and prefill TFLOP/s per arm, against the copy ceiling.
     BenchGpu,
-    /// Generate a llama-shaped GGUF of random FFN weights (benchmarks, GPU runs).
+    /// Generate a llama-shaped GGUF of random weights (benchmarks, GPU runs): FFN layers, or with
+    /// --whole also attention, an output head and a real-sized vocabulary.
     #[command(hide = true)]
     GenModel {
         out: PathBuf,
@@ -94,6 +100,15 @@ enum Cmd {
         /// llama (SiLU) or gemma (GELU).
         #[arg(default_value = "llama")]
         arch: String,
+        /// Add attention (q, k, v, output and its norm per layer) and the output head.
+        #[arg(long)]
+        whole: bool,
+        /// Vocabulary size of a whole model.
+        #[arg(long, default_value_t = 128256)]
+        vocab: usize,
+        /// Rows of attn_k and attn_v of a whole model (KV heads x head size).
+        #[arg(long, default_value_t = 1024)]
+        kv_dim: usize,
     },
     /// Seconds to ready: load a pack's device segment and install its overlays on the GPU, warm
     /// and cold, against the pinned host-to-device ceiling measured in the same run; with
@@ -110,7 +125,7 @@ enum Cmd {
         #[arg(long)]
         sweep: bool,
     },
-    /// Write a pack's FFN blobs as U8 tensors of one safetensors file: the same bytes, for the
+    /// Write a pack's device tensors as U8 tensors of one safetensors file: the same bytes, for the
     /// PyTorch peer of bench-load (`scripts/peer_torch_load.py`).
     #[command(hide = true)]
     ExportSegment { pack: PathBuf, out: PathBuf },
@@ -184,7 +199,16 @@ fn run(cli: Cli) -> Result<()> {
             q4k_down,
             lora,
             threads,
-        } => convert(&src, output, layouts, &q4k_down, lora, threads),
+            host_tensors,
+        } => convert(
+            &src,
+            output,
+            layouts,
+            &q4k_down,
+            lora,
+            threads,
+            host_tensors,
+        ),
         Cmd::Verify { pack, source } => verify(&pack, source.as_deref()),
         Cmd::GpuCheck {
             quick,
@@ -200,11 +224,16 @@ fn run(cli: Cli) -> Result<()> {
             layers,
             ty,
             arch,
+            whole,
+            vocab,
+            kv_dim,
         } => {
+            use metrale_pack::testing::gen_model::{Whole, gen_model_with};
             let t = metrale_pack::GgmlType::from_name(&ty)
                 .with_context(|| format!("unknown type {ty}"))?;
-            Ok(metrale_pack::testing::gen_model::gen_model(
-                &out, hidden, inter, layers, t, &arch,
+            let whole = whole.then_some(Whole { vocab, kv_dim });
+            Ok(gen_model_with(
+                &out, hidden, inter, layers, t, &arch, whole,
             )?)
         }
         Cmd::BenchLoad {
@@ -224,6 +253,7 @@ fn convert(
     q4k_down: &str,
     lora: Option<PathBuf>,
     threads: Option<usize>,
+    host_tensors: Vec<String>,
 ) -> Result<()> {
     let layouts = layouts
         .map(|v| {
@@ -244,6 +274,7 @@ fn convert(
         layouts,
         q4k_down,
         lora,
+        host_tensors,
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
@@ -696,7 +727,7 @@ fn export_segment(path: &Path, out: &Path) -> Result<()> {
         .tensors
         .iter()
         .enumerate()
-        .filter(|(_, e)| e.ffn.is_some())
+        .filter(|(_, e)| e.device)
         .map(|(i, e)| {
             Ok((
                 e.name.clone(),

@@ -3,6 +3,8 @@
 //! bit-identical outputs of pack-loaded and start-up-built layers; and `Auto` falls back to the
 //! staging ring, saying why, when registration is refused.
 
+mod common;
+
 use metrale_pack::check;
 use metrale_pack::converters::layouts::Layout;
 use metrale_pack::gpu::GpuBackend;
@@ -97,11 +99,7 @@ fn auto_falls_back_to_staging_when_registration_is_refused() {
 #[test]
 fn the_real_smollm2_pack_loads_and_computes_what_start_up_builds() {
     // Converted from the real SmolLM2 GGUF (Q4_1) with nvfp4, nvfp4_t, nvfp4_mmq, fp8, w8a8, bf16 and q2g128; layer 1.
-    let src = {
-        #[path = "common/mod.rs"]
-        mod common;
-        common::smollm2_gguf()
-    };
+    let src = common::smollm2_gguf();
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let rows = check::load_checks_from(b, &src, &[IoMode::Register, IoMode::Staged], &mut Rand(9))
         .unwrap();
@@ -339,4 +337,174 @@ fn hybrid_registers_the_head_and_stages_the_tail_and_every_byte_arrives() {
     .unwrap()
     .to_string();
     assert!(e.contains("cuMemHostRegister"), "{e}");
+}
+
+/// A whole model in one copy: every device tensor (FFN blobs, attention, norms, embedding, output
+/// head) equals the pack's bytes on the device, every passthrough tensor also the source's, with
+/// its stored type and shape; the segment is in layer order. Generated SiLU and GELU models and
+/// the real SmolLM2.
+#[test]
+fn whole_model_device_tensors_equal_the_pack_and_the_source() {
+    use metrale_pack::pack::layer_of;
+    use metrale_pack::testing::gen_model::{Whole, gen_model_with};
+    let dir = tempfile::tempdir().unwrap();
+    let mut sources = Vec::new();
+    for (arch, ty) in [
+        ("llama", metrale_pack::GgmlType::F16),
+        ("gemma", metrale_pack::GgmlType::BF16),
+    ] {
+        let src = dir.path().join(format!("{arch}.gguf"));
+        let whole = Whole {
+            vocab: 300,
+            kv_dim: 32,
+        };
+        gen_model_with(&src, 64, 160, 3, ty, arch, Some(whole)).unwrap();
+        sources.push(src);
+    }
+    sources.push(common::smollm2_gguf());
+    for src in &sources {
+        let model = Model::open(src).unwrap();
+        let p = dir.path().join("whole.mpk.gguf");
+        pack::convert(&model, &ConvertOptions::default(), &p, &|_, _| {}).unwrap();
+        let b = HostBackend::new();
+        let opts = LoadOptions {
+            io: IoMode::Register,
+            ..Default::default()
+        };
+        let lp = loader::load(&b, &p, &opts).unwrap();
+        let pk = &lp.pack;
+        let plan = pack::Plan::new(&model, &ConvertOptions::default()).unwrap();
+        let (mut passthrough, mut blobs) = (0, 0);
+        for t in lp.device_tensors() {
+            let i = pk.index(t.name).unwrap();
+            let mut got = vec![0u8; t.ptr.bytes as usize];
+            b.download(t.ptr, &mut got).unwrap();
+            assert!(got == pk.data(i), "{}: device != pack", t.name);
+            if pk.manifest.tensors[i].ffn.is_some() {
+                blobs += 1;
+                continue;
+            }
+            passthrough += 1;
+            let s = model.index_of(t.name).unwrap();
+            assert!(got == model.data(s), "{}: device != source", t.name);
+            assert_eq!(t.shape, model.tensors[s].shape, "{}", t.name);
+            assert_eq!(t.source_type, model.tensors[s].dtype.name(), "{}", t.name);
+        }
+        // Every source tensor the FFN layouts do not consume is on the device, and every blob.
+        assert_eq!(passthrough, model.tensors.len() - plan.ffn_sources().len());
+        let n_blobs = pk
+            .manifest
+            .tensors
+            .iter()
+            .filter(|e| e.ffn.is_some())
+            .count();
+        assert_eq!(blobs, n_blobs);
+        assert!(lp.device_view("token_embd.weight").is_some());
+        // Layer order: the layers never go back; tensors of no layer only before the first
+        // layer (the embedding) or after the last (output norm and head).
+        let layer = |name: &str| {
+            let i = pk.index(name).unwrap();
+            pk.manifest.tensors[i]
+                .ffn
+                .as_ref()
+                .map(|f| f.layer)
+                .or_else(|| layer_of(name))
+        };
+        let seq: Vec<Option<usize>> = lp.device_tensors().map(|t| layer(t.name)).collect();
+        let numbered: Vec<usize> = seq.iter().flatten().copied().collect();
+        assert!(numbered.windows(2).all(|w| w[0] <= w[1]), "{seq:?}");
+        let first = seq.iter().position(Option::is_some).unwrap();
+        let last = seq.iter().rposition(Option::is_some).unwrap();
+        assert!(seq[first..=last].iter().all(Option::is_some), "{seq:?}");
+        assert_eq!(lp.stats.bytes, pk.manifest.segment_bytes);
+    }
+}
+
+/// `--host-tensors` keeps exactly the named tensors out of the segment (before it in the file,
+/// not on the device, still readable on the host), and a pattern that names no passthrough
+/// tensor is refused.
+#[test]
+fn host_tensors_keep_exactly_the_named_tensors_off_the_device() {
+    use metrale_pack::testing::gen_model::{Whole, gen_model_with};
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.gguf");
+    let whole = Whole {
+        vocab: 300,
+        kv_dim: 32,
+    };
+    gen_model_with(
+        &src,
+        64,
+        128,
+        2,
+        metrale_pack::GgmlType::F16,
+        "llama",
+        Some(whole),
+    )
+    .unwrap();
+    let model = Model::open(&src).unwrap();
+    let p = dir.path().join("m.mpk.gguf");
+    let host = vec!["token_embd.weight".to_string(), "blk.?.attn_norm*".into()];
+    let opts = ConvertOptions {
+        host_tensors: host.clone(),
+        ..Default::default()
+    };
+    pack::convert(&model, &opts, &p, &|_, _| {}).unwrap();
+    let b = HostBackend::new();
+    let lp = loader::load(&b, &p, &LoadOptions::default()).unwrap();
+    let named = [
+        "token_embd.weight",
+        "blk.0.attn_norm.weight",
+        "blk.1.attn_norm.weight",
+    ];
+    for (e, t) in lp.pack.manifest.tensors.iter().zip(&lp.pack.file.tensors) {
+        let want_host = named.contains(&e.name.as_str());
+        assert_eq!(e.device, !want_host, "{}", e.name);
+        assert_eq!(
+            lp.device_tensor(&e.name).is_some(),
+            !want_host,
+            "{}",
+            e.name
+        );
+        if want_host {
+            assert!(t.offset < lp.pack.manifest.segment_offset, "{}", e.name);
+            let s = model.index_of(&e.name).unwrap();
+            assert!(lp.host_view(&e.name).unwrap() == model.data(s));
+        }
+    }
+    assert_eq!(lp.pack.manifest.options.host_tensors, host);
+    // A pattern that names nothing (here an FFN weight, which is always repacked) is refused.
+    let bad = ConvertOptions {
+        host_tensors: vec!["blk.0.ffn_gate.weight".into()],
+        ..Default::default()
+    };
+    let e = pack::convert(&model, &bad, &dir.path().join("x.mpk.gguf"), &|_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--host-tensors blk.0.ffn_gate.weight"), "{e}");
+}
+
+/// `gpu-check --load-source` on a GELU model converts with the layouts a GELU layer takes and
+/// checks them (it converted with w8a8 and nvfp4_mmq before, which a GELU layer refuses).
+#[test]
+fn load_checks_from_a_gelu_model_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("g.gguf");
+    metrale_pack::testing::gen_model::gen_model(
+        &src,
+        192,
+        320,
+        2,
+        metrale_pack::GgmlType::F16,
+        "gemma",
+    )
+    .unwrap();
+    let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+    let rows = check::load_checks_from(b, &src, &[IoMode::Staged], &mut Rand(4)).unwrap();
+    // launches, bytes, the q4k_mmq layer at 3 row counts, 5 arms (q2 at 3 row counts, fp8,
+    // bf16, nvfp4, nvfp4_t at 5).
+    assert_eq!(rows.len(), 2 + 1 + 3 + 3 + 4 * 5, "{rows:#?}");
+    for r in &rows {
+        assert!(r.pass, "{r:?}");
+    }
 }

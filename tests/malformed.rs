@@ -434,6 +434,22 @@ fn hostile_manifests_are_refused_naming_pack_tensor_and_field() {
             "blk.0.ffn_gate.nvfp4.codes",
             "ffn.scalars",
         ),
+        (
+            "a device tensor flagged as a host tensor",
+            json.replacen(
+                "\"name\":\"token_embd.weight\",\"device\":true",
+                "\"name\":\"token_embd.weight\",\"device\":false",
+                1,
+            ),
+            "token_embd.weight",
+            "device",
+        ),
+        (
+            "an FFN blob flagged as a host tensor",
+            json.replacen("},\"device\":true", "},\"device\":false", 1),
+            "blk.0.ffn_gate.nvfp4.codes",
+            "device",
+        ),
     ];
     for (what, hostile, tensor, field) in cases {
         assert_ne!(hostile, json, "{what}: the edit did not apply");

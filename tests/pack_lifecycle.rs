@@ -217,7 +217,7 @@ fn a_signalled_convert_leaves_neither_output_nor_temporary() {
 }
 
 #[test]
-fn export_segment_writes_the_ffn_blobs_byte_for_byte() {
+fn export_segment_writes_every_device_tensor_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("m.gguf");
     metrale_pack::testing::gen_model::gen_model(&src, 128, 256, 2, GgmlType::F16, "llama").unwrap();
@@ -233,8 +233,10 @@ fn export_segment_writes_the_ffn_blobs_byte_for_byte() {
     let p = Pack::open(&packp).unwrap();
     let f = metrale_pack::safetensors_file::StFile::open(&st).unwrap();
     let blobs: Vec<usize> = (0..p.manifest.tensors.len())
-        .filter(|&i| p.manifest.tensors[i].ffn.is_some())
+        .filter(|&i| p.manifest.tensors[i].device)
         .collect();
+    // The FFN blobs and the passthrough tensors (attention, norms, embedding, head) alike.
+    assert!(blobs.iter().any(|&i| p.manifest.tensors[i].ffn.is_none()));
     assert_eq!(f.tensors.len(), blobs.len());
     for i in blobs {
         let name = &p.manifest.tensors[i].name;

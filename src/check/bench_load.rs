@@ -176,7 +176,7 @@ pub fn bench_load(
         let plan = crate::pack::Plan::new(&model, &p.manifest.options)?;
         let mut bytes = 0u64;
         plan.produce(|_, data, entry| {
-            if entry.ffn.is_some() {
+            if entry.device {
                 let d = b.alloc(data.len() as u64)?;
                 b.upload(d, data)?;
                 bytes += data.len() as u64;

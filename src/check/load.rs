@@ -58,6 +58,12 @@ pub fn load_checks_from(
             .ok_or_else(|| no_size(src, "intermediate"))? as usize,
     );
     let li = usize::from(model.ffn_layers.len() > 1);
+    // A GELU model gets the layouts and arms its layer takes: no w8a8 (refused for GELU), no
+    // nvfp4_mmq (finalize skips GELU layers), no LoRA (the split-SiLU decode path only), and the
+    // q2g128 arm only where it serves GELU (decode and the 2-3 row GEMVs).
+    let act = model.activation.unwrap_or(crate::model::Activation::Silu);
+    let silu = act == crate::model::Activation::Silu;
+    let new_layer = |c: &ForwardContext| DenseFfnLayer::new_with_activation(c, act);
     let adapter_dir = dir.join("adapter");
     let adapter = crate::testing::LoraAdapter::write_peft(
         rng,
@@ -67,19 +73,20 @@ pub fn load_checks_from(
         inter,
         8,
     )?;
+    let mut layouts = vec![
+        Layout::Nvfp4,
+        Layout::Nvfp4T,
+        Layout::Q4kMmq,
+        Layout::Fp8,
+        Layout::Bf16,
+        Layout::Q2g128,
+    ];
+    if silu {
+        layouts.extend([Layout::Nvfp4Mmq, Layout::W8a8, Layout::Lora]);
+    }
     let opts = ConvertOptions {
-        layouts: Some(vec![
-            Layout::Nvfp4,
-            Layout::Nvfp4T,
-            Layout::Nvfp4Mmq,
-            Layout::Q4kMmq,
-            Layout::Fp8,
-            Layout::W8a8,
-            Layout::Bf16,
-            Layout::Q2g128,
-            Layout::Lora,
-        ]),
-        lora: Some(adapter_dir),
+        layouts: Some(layouts),
+        lora: silu.then_some(adapter_dir),
         ..Default::default()
     };
     pack::convert(&model, &opts, &packp, &|_, _| {})?;
@@ -104,17 +111,17 @@ pub fn load_checks_from(
             (b.launch_count() - before) as f64,
             0.0,
         );
+        // Every device tensor (FFN blobs and passthrough alike) against the pack's bytes.
         let mut differ = 0usize;
-        for (i, e) in lp.pack.manifest.tensors.iter().enumerate() {
-            if let Some(v) = e.ffn.as_ref().and_then(|_| lp.device_view(&e.name)) {
-                let mut got = vec![0u8; v.bytes as usize];
-                b.download(v, &mut got)?;
-                differ += usize::from(got != lp.pack.data(i));
-            }
+        for t in lp.device_tensors() {
+            let mut got = vec![0u8; t.ptr.bytes as usize];
+            b.download(t.ptr, &mut got)?;
+            let i = lp.pack.index(t.name).unwrap_or(usize::MAX);
+            differ += usize::from(lp.pack.file.tensors.get(i).is_none() || got != lp.pack.data(i));
         }
         push(
             &mut rows,
-            &format!("load {io:?}: overlay blobs != pack bytes"),
+            &format!("load {io:?}: device tensors != pack bytes"),
             shape,
             0,
             differ as f64,
@@ -217,9 +224,13 @@ pub fn load_checks_from(
                 },
             ),
         ];
-        {
+        let arms: Vec<_> = arms
+            .into_iter()
+            .filter(|(a, _, _)| silu || !matches!(*a, "w8a8" | "nvfp4_mmq" | "lora"))
+            .collect();
+        if silu {
             // A pack holding nvfp4_mmq: finalize_nvfp4_mmq_load has nothing to repack.
-            let mut l = DenseFfnLayer::new(&ctx);
+            let mut l = new_layer(&ctx);
             LayerOverlays {
                 nvfp4: ov.nvfp4,
                 nvfp4_mmq: ov.nvfp4_mmq,
@@ -255,9 +266,9 @@ pub fn load_checks_from(
             };
             let mut gctx = ForwardContext::new(b.clone(), cfg, 64, levers.clone())?;
             let mut hctx = ForwardContext::new(host.clone(), cfg, 64, levers)?;
-            let mut gl = DenseFfnLayer::new(&gctx);
+            let mut gl = new_layer(&gctx);
             overlays(ov).install(&mut gl)?;
-            let mut hl = DenseFfnLayer::new(&hctx);
+            let mut hl = new_layer(&hctx);
             overlays(&hlp.layers[li]).install(&mut hl)?;
             let n0 = b.launch_count();
             let did = gl.finalize_q4k_load(&mut gctx, hidden, inter, 0)?;
@@ -292,7 +303,10 @@ pub fn load_checks_from(
                 let tol = if m == 1 { 1e-4 } else { 5e-3 };
                 push(
                     &mut rows,
-                    &format!("load {io:?}: q4k_mmq+lora pack, CUDA vs host"),
+                    &format!(
+                        "load {io:?}: q4k_mmq{} pack, CUDA vs host",
+                        if silu { "+lora" } else { "" }
+                    ),
                     shape,
                     m,
                     err,
@@ -302,11 +316,16 @@ pub fn load_checks_from(
             host.free(hlp.arena);
         }
         for (arm, overlays, install) in arms {
-            let mut from_pack = DenseFfnLayer::new(&ctx);
+            let mut from_pack = new_layer(&ctx);
             overlays.install(&mut from_pack)?;
-            let mut built = DenseFfnLayer::new(&ctx);
+            let mut built = new_layer(&ctx);
             install(b.as_ref(), &mut built, &w, &mut ctx)?;
-            for m in [1usize, 2, 3, 5, 33] {
+            let ms: &[usize] = if arm == "q2" && !silu {
+                &[1, 2, 3] // q2g128 prefill serves SiLU layers only
+            } else {
+                &[1, 2, 3, 5, 33]
+            };
+            for &m in ms {
                 let x = rng.vec(m * hidden, 1.0);
                 let xp = b.alloc((m * hidden * 4) as u64)?;
                 upload_f32(b.as_ref(), xp, &x)?;

@@ -9,6 +9,7 @@ mod io;
 pub use bind::{LayerOverlays, overlays};
 pub use io::{COLD_RESIDENCY, DIRECT_ALIGN, resident_fraction};
 
+use crate::GgmlType;
 use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
 use crate::pack::Pack;
 use std::path::Path;
@@ -107,19 +108,62 @@ pub struct LoadedPack {
     pub stats: LoadStats,
 }
 
+/// A tensor in the device segment, as the engine takes it: its stored type and shape (bytes
+/// unchanged from the source for passthrough tensors) and where it lies on the device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceTensor<'a> {
+    /// The tensor's name in the pack (the source's name for passthrough tensors).
+    pub name: &'a str,
+    /// Its ggml type in the pack (`I8` for FFN blobs and for safetensors dtypes ggml has no
+    /// type for; `source_type` then says what the bytes are).
+    pub ty: GgmlType,
+    /// Its row-major shape: the source's for passthrough tensors, `[bytes]` for FFN blobs.
+    pub shape: Vec<u64>,
+    /// The source's type name (`Q4_1`, `BF16`, `F8_E4M3`, ...).
+    pub source_type: &'a str,
+    /// Its bytes on the device.
+    pub ptr: DevicePtr,
+}
+
 impl LoadedPack {
-    /// The device view of pack tensor `name` (FFN blobs only).
-    pub fn device_view(&self, name: &str) -> Option<DevicePtr> {
-        let i = self.pack.index(name)?;
-        self.pack.manifest.tensors[i].ffn.as_ref()?;
+    fn device_tensor_at(&self, i: usize) -> Option<DeviceTensor<'_>> {
+        let e = &self.pack.manifest.tensors[i];
+        if !e.device {
+            return None;
+        }
         let t = &self.pack.file.tensors[i];
-        Some(
-            self.arena
+        let shape = match &e.source_shape {
+            Some(s) => s.clone(),
+            None => t.ne.iter().rev().copied().collect(),
+        };
+        Some(DeviceTensor {
+            name: &e.name,
+            ty: t.ty,
+            shape,
+            source_type: &e.source_type,
+            ptr: self
+                .arena
                 .view(t.offset - self.pack.manifest.segment_offset, t.bytes),
-        )
+        })
     }
 
-    /// A host view (in the page cache, zero-copy) of a passthrough tensor.
+    /// The device tensor `name` (any tensor of the segment: FFN blobs, attention, norms,
+    /// embeddings, output head), or `None` for a host tensor or an unknown name.
+    pub fn device_tensor(&self, name: &str) -> Option<DeviceTensor<'_>> {
+        self.device_tensor_at(self.pack.index(name)?)
+    }
+
+    /// Every device tensor, in segment (layer) order.
+    pub fn device_tensors(&self) -> impl Iterator<Item = DeviceTensor<'_>> {
+        (0..self.pack.manifest.tensors.len()).filter_map(|i| self.device_tensor_at(i))
+    }
+
+    /// The device bytes of tensor `name` (see [`device_tensor`](Self::device_tensor)).
+    pub fn device_view(&self, name: &str) -> Option<DevicePtr> {
+        self.device_tensor(name).map(|t| t.ptr)
+    }
+
+    /// A host view (in the page cache, zero-copy) of a passthrough tensor, on the device or not.
     pub fn host_view(&self, name: &str) -> Option<&[u8]> {
         let i = self.pack.index(name)?;
         self.pack.manifest.tensors[i]

@@ -15,6 +15,10 @@ pub struct ConvertOptions {
     pub q4k_down: DownFormat,
     /// A PEFT LoRA adapter directory (adds the `lora` layout).
     pub lora: Option<PathBuf>,
+    /// Name patterns (`*` and `?` wildcards) of passthrough tensors kept out of the device
+    /// segment (`--host-tensors`): the engine keeps them on the host.
+    #[serde(default)]
+    pub host_tensors: Vec<String>,
 }
 
 impl Default for ConvertOptions {
@@ -23,6 +27,7 @@ impl Default for ConvertOptions {
             layouts: None,
             q4k_down: DownFormat::Int8,
             lora: None,
+            host_tensors: Vec::new(),
         }
     }
 }
@@ -71,6 +76,9 @@ pub struct TensorEntry {
     /// Present for repacked FFN blobs.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ffn: Option<FfnEntry>,
+    /// In the device segment (every FFN blob, and every passthrough tensor that
+    /// `--host-tensors` does not keep on the host).
+    pub device: bool,
     /// The source tensor's type (`Q4_1`, `BF16`, `F8_E4M3`, ...); for FFN blobs the main tensor's.
     pub source_type: String,
     /// For passthrough tensors stored as I8 blobs (safetensors dtypes with no ggml type), the
@@ -135,4 +143,57 @@ pub struct Manifest {
     pub segment_bytes: u64,
     /// Every tensor of the pack, in file order.
     pub tensors: Vec<TensorEntry>,
+}
+
+/// Whether `name` matches the glob `pattern` (`*`: any run of characters, `?`: one character).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // Iterative match with one backtrack point (the last `*`).
+    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some(i);
+            mark = j;
+            i += 1;
+        } else if let Some(s) = star {
+            i = s + 1;
+            mark += 1;
+            j = mark;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
+}
+
+/// The layer a tensor name belongs to (`blk.N.`, `layers.N.`, `layer.N.`, `h.N.`), if any.
+pub fn layer_of(name: &str) -> Option<usize> {
+    let parts: Vec<&str> = name.split('.').collect();
+    parts.windows(2).find_map(|w| {
+        matches!(w[0], "blk" | "layers" | "layer" | "h")
+            .then(|| w[1].parse().ok())
+            .flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn globs_and_layer_names() {
+        use super::{glob_match as g, layer_of};
+        assert!(g("token_embd.weight", "token_embd.weight"));
+        assert!(g("*embd*", "token_embd.weight"));
+        assert!(g("blk.?.attn_*", "blk.3.attn_q.weight"));
+        assert!(!g("blk.?.attn_*", "blk.12.attn_q.weight"));
+        assert!(g("*", ""));
+        assert!(!g("a*b", "acd"));
+        assert!(g("a*b*c", "axxbyyc"));
+        assert_eq!(layer_of("blk.12.attn_q.weight"), Some(12));
+        assert_eq!(layer_of("model.layers.3.self_attn.q_proj.weight"), Some(3));
+        assert_eq!(layer_of("token_embd.weight"), None);
+        assert_eq!(layer_of("output.weight"), None);
+    }
 }

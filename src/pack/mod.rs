@@ -1,7 +1,8 @@
 //! The pack: one GGUF v3 file holding a model's passthrough tensors byte for byte and, for every
-//! dense FFN layer, the weight layouts the engine's `DenseFfnLayer` overlays take, in one
-//! contiguous device segment in layer order, described by a manifest in `metrale.pack.*`
-//! metadata (formats.md, "The pack container").
+//! dense FFN layer, the weight layouts the engine's `DenseFfnLayer` overlays take. Every tensor
+//! the engine puts on the GPU lies in one contiguous device segment in layer order (the
+//! passthrough tensors named by `--host-tensors` lie before it), described by a manifest in
+//! `metrale.pack.*` metadata (formats.md, "The pack container").
 //!
 //! Writing is streaming and crash-safe: the header is planned with placeholder sizes (all its
 //! numeric fields are fixed-width, the manifest string is padded to a reserved length), tensor
@@ -30,7 +31,9 @@ use crate::model::Format;
 
 /// Version of the container and manifest; bumped on any incompatible change.
 /// 2: the header checksum `metrale.pack.header_xxh3`; LoRA blobs only for targeted projections.
-pub const PACK_FORMAT_VERSION: u32 = 2;
+/// 3: the device segment holds every device tensor (the FFN blobs and the passthrough tensors
+/// `--host-tensors` does not keep on the host), in layer order; each entry's `device` flag.
+pub const PACK_FORMAT_VERSION: u32 = 3;
 /// Version of the layouts' contract with the GPU kernels that read them.
 pub const KERNEL_ABI_VERSION: u32 = 1;
 /// The GPU architecture the default layouts are built for.

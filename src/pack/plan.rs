@@ -6,7 +6,7 @@ use crate::GgmlType;
 use crate::converters::layouts::{Layout, Proj};
 use crate::error::{Error, Result};
 use crate::model::{Activation, FfnLayer, FfnWeight, Model};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A planned tensor: where its bytes come from.
 pub(super) enum Item {
@@ -106,7 +106,12 @@ impl<'m> Plan<'m> {
                 ffn_sources.extend(companions(w));
             }
         }
-        let mut items = Vec::new();
+        // File order: host tensors (outside the segment), then the device segment in layer
+        // order: embeddings, each layer's passthrough tensors then its FFN blobs, the rest.
+        let mut host = Vec::new();
+        let (mut first, mut last) = (Vec::new(), Vec::new());
+        let mut layers: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
+        let mut used = vec![false; opts.host_tensors.len()];
         for (i, t) in model.tensors.iter().enumerate() {
             if ffn_sources.contains(&i) {
                 continue;
@@ -127,22 +132,46 @@ impl<'m> Plan<'m> {
                 Some(ty) => (ty, t.shape.iter().rev().copied().collect(), None),
                 None => (GgmlType::I8, vec![t.bytes], Some(t.shape.clone())),
             };
+            let mut device = true;
+            for (p, u) in opts.host_tensors.iter().zip(used.iter_mut()) {
+                if glob_match(p, &t.name) {
+                    device = false;
+                    *u = true;
+                }
+            }
             let entry = TensorEntry {
                 name: t.name.clone(),
                 ffn: None,
+                device,
                 source_type: t.dtype.name(),
                 source_shape,
                 bytes: t.bytes,
                 xxh3: String::new(),
             };
-            items.push(Item::Passthrough {
+            let item = Item::Passthrough {
                 src: i,
                 ty,
                 ne,
                 entry: Box::new(entry),
-            });
+            };
+            if !device {
+                host.push(item);
+            } else if let Some(l) = layer_of(&t.name) {
+                layers.entry(l).or_default().push(item);
+            } else if t.name.contains("embd") || t.name.contains("embed") {
+                first.push(item);
+            } else {
+                last.push(item);
+            }
+        }
+        if let Some(p) = used.iter().position(|u| !u) {
+            return Err(bad(format!(
+                "--host-tensors {}: matches no passthrough tensor (FFN weights are always repacked into the device segment)",
+                opts.host_tensors[p]
+            )));
         }
         for l in &model.ffn_layers {
+            let items = layers.entry(l.index).or_default();
             for &layout in &layouts {
                 for &proj in layout.spec().projections() {
                     if layout == Layout::Lora
@@ -161,6 +190,10 @@ impl<'m> Plan<'m> {
                 }
             }
         }
+        let mut items = host;
+        items.extend(first);
+        items.extend(layers.into_values().flatten());
+        items.extend(last);
         let layer_pos = model
             .ffn_layers
             .iter()
@@ -260,6 +293,7 @@ impl<'m> Plan<'m> {
                 for (part, bytes) in enc.parts {
                     let entry = TensorEntry {
                         name: blob_name(layer, proj, layout, part),
+                        device: true,
                         ffn: Some(FfnEntry {
                             layer,
                             proj: proj.name().into(),

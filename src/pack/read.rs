@@ -108,18 +108,23 @@ impl Pack {
         let seg = manifest.segment_offset..manifest.segment_offset + manifest.segment_bytes;
         for (e, t) in manifest.tensors.iter().zip(&file.tensors) {
             let inside = seg.contains(&t.offset) || (t.bytes == 0 && t.offset == seg.end);
-            if e.ffn.is_some() != inside {
+            if e.ffn.is_some() && !e.device {
                 return Err(Error::Tensor {
                     file: f.clone(),
                     tensor: t.name.clone(),
-                    field: "offset",
+                    field: "device",
+                    reason: "an FFN blob flagged as a host tensor".into(),
+                });
+            }
+            if e.device != inside {
+                return Err(Error::Tensor {
+                    file: f.clone(),
+                    tensor: t.name.clone(),
+                    field: "device",
                     reason: format!(
-                        "{} the device segment {seg:?}",
-                        if inside {
-                            "passthrough tensor inside"
-                        } else {
-                            "FFN blob outside"
-                        }
+                        "flagged as a {} tensor but lies {} the device segment {seg:?}",
+                        if e.device { "device" } else { "host" },
+                        if inside { "inside" } else { "outside" }
                     ),
                 });
             }

@@ -121,6 +121,12 @@ pub fn convert(
         .iter()
         .filter(|i| matches!(i, Item::Passthrough { .. }))
         .count();
+    // The segment starts at the first device tensor (host tensors come first).
+    let n_host = plan
+        .items
+        .iter()
+        .take_while(|i| matches!(i, Item::Passthrough { entry, .. } if !entry.device))
+        .count();
     // Progress of the FFN part: each blob advances by its layer's source bytes / blobs per layer.
     let blobs_per_layer = (plan.items.len() - n_pass) as u64 / model.ffn_layers.len() as u64;
     let layer_bytes: Vec<u64> = model
@@ -141,7 +147,7 @@ pub fn convert(
         let mut entries: Vec<TensorEntry> = Vec::with_capacity(plan.items.len());
         let mut seg_start = None;
         plan.produce(|name, bytes, mut entry| {
-            if entries.len() == n_pass {
+            if entries.len() == n_host {
                 seg_start = Some(pos);
             }
             entry.xxh3 = hex(xxh3_64(bytes));
