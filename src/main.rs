@@ -72,9 +72,10 @@ enum Cmd {
         /// Only the SmolLM2 shape and small row counts.
         #[arg(long)]
         quick: bool,
-        /// Also convert this checkpoint (e.g. the real SmolLM2 GGUF), load the pack and check it.
+        /// Also convert this checkpoint (e.g. the real SmolLM2 GGUF; repeatable) whole, load the
+        /// pack by every I/O mode and check it.
         #[arg(long)]
-        load_source: Option<PathBuf>,
+        load_source: Vec<PathBuf>,
         /// Only these sections (comma-separated: kernels, layers, load); default all. With
         /// compute-sanitizer, one section or arm group per run keeps each run short.
         #[arg(long, value_delimiter = ',')]
@@ -117,13 +118,16 @@ enum Cmd {
         pack: PathBuf,
         #[arg(long)]
         source: Option<PathBuf>,
-        /// auto, register, staged or hybrid.
+        /// auto, register, staged, hybrid or pageable.
         #[arg(long, default_value = "auto")]
         io: String,
         /// Also time other loader settings (staging ring sizes and reader counts, pieced
-        /// registration), warm, and print each.
+        /// registration on several threads), warm, and print each.
         #[arg(long)]
         sweep: bool,
+        /// First measure where the time goes: each rate a copy path is built from, alone.
+        #[arg(long)]
+        probe: bool,
     },
     /// Write a pack's device tensors as U8 tensors of one safetensors file: the same bytes, for the
     /// PyTorch peer of bench-load (`scripts/peer_torch_load.py`).
@@ -215,7 +219,7 @@ fn run(cli: Cli) -> Result<()> {
             load_source,
             sections,
             arms,
-        } => gpu_check(quick, load_source.as_deref(), sections, arms),
+        } => gpu_check(quick, &load_source, sections, arms),
         Cmd::BenchGpu => bench_gpu(),
         Cmd::GenModel {
             out,
@@ -241,7 +245,8 @@ fn run(cli: Cli) -> Result<()> {
             source,
             io,
             sweep,
-        } => bench_load(&pack, source.as_deref(), &io, sweep),
+            probe,
+        } => bench_load(&pack, source.as_deref(), &io, sweep, probe),
         Cmd::ExportSegment { pack, out } => export_segment(&pack, &out),
     }
 }
@@ -610,7 +615,7 @@ fn cuda_or_skip() -> Option<std::sync::Arc<metrale_pack::gpu::cuda::CudaBackend>
 
 fn gpu_check(
     quick: bool,
-    load_source: Option<&Path>,
+    load_source: &[PathBuf],
     sections: Option<Vec<String>>,
     arms: Option<Vec<String>>,
 ) -> Result<()> {
@@ -675,11 +680,18 @@ fn gpu_check(
             &[IoMode::Register, IoMode::Staged],
             &mut rng,
         )?);
-        if let Some(src) = load_source {
+        // Each checkpoint converted whole and loaded by every I/O mode.
+        for src in load_source {
             rows.extend(check::load_checks_from(
                 b.clone(),
                 src,
-                &[IoMode::Register, IoMode::Staged],
+                &[
+                    IoMode::Register,
+                    IoMode::Staged,
+                    IoMode::Hybrid,
+                    IoMode::Pageable,
+                    IoMode::Auto,
+                ],
                 &mut rng,
             )?);
         }
@@ -701,20 +713,29 @@ fn bench_gpu() -> Result<()> {
 }
 
 /// Drop a file's pages from the page cache (where the kernel allows it).
-fn bench_load(path: &Path, source: Option<&Path>, io: &str, sweep: bool) -> Result<()> {
+fn bench_load(
+    path: &Path,
+    source: Option<&Path>,
+    io: &str,
+    sweep: bool,
+    probe: bool,
+) -> Result<()> {
     use metrale_pack::loader::IoMode;
     let io = match io {
         "auto" => IoMode::Auto,
         "register" => IoMode::Register,
         "staged" => IoMode::Staged,
         "hybrid" => IoMode::Hybrid,
-        other => anyhow::bail!("--io must be auto, register, staged or hybrid, not {other:?}"),
+        "pageable" => IoMode::Pageable,
+        other => {
+            anyhow::bail!("--io must be auto, register, staged, hybrid or pageable, not {other:?}")
+        }
     };
     let Some(b) = cuda_or_skip() else {
         return Ok(());
     };
     Ok(metrale_pack::check::bench_load::bench_load(
-        &b, path, source, io, sweep,
+        &b, path, source, io, sweep, probe,
     )?)
 }
 

@@ -86,12 +86,20 @@ fn auto_falls_back_to_staging_when_registration_is_refused() {
         "{e}"
     );
     assert!(lp.host_view("token_embd.weight").is_some());
-    // With enough readers Auto takes the staging ring directly (nothing to fall back from).
+    // With enough readers Auto registers a small warm segment, and takes the staging ring
+    // directly (nothing to fall back from) for one at or above the threshold.
     let many = LoadOptions {
         readers: loader::STAGED_MIN_READERS,
         ..Default::default()
     };
     let lp = loader::load(&HostBackend::new(), &p, &many).unwrap();
+    assert!(lp.stats.bytes < loader::AUTO_REGISTER_BELOW);
+    assert_eq!(lp.stats.mode, IoMode::Register);
+    let large = LoadOptions {
+        auto_register_below: lp.stats.bytes,
+        ..many
+    };
+    let lp = loader::load(&HostBackend::new(), &p, &large).unwrap();
     assert_eq!(lp.stats.mode, IoMode::Staged);
     assert!(lp.stats.fell_back.is_none());
 }
@@ -138,6 +146,14 @@ fn pieced_registration_and_a_lazily_pinned_ring_copy_every_byte() {
             chunk: 12 << 10,
             ..Default::default()
         },
+        // The same pieces registered by 4 threads at once, copies issued as each completes.
+        LoadOptions {
+            io: IoMode::Register,
+            register_chunk: 16 << 10,
+            register_threads: 4,
+            chunk: 12 << 10,
+            ..Default::default()
+        },
         // A ring larger than the chunk count, buffers pinned on first use by 5 readers.
         LoadOptions {
             io: IoMode::Staged,
@@ -146,19 +162,24 @@ fn pieced_registration_and_a_lazily_pinned_ring_copy_every_byte() {
             readers: 5,
             ..Default::default()
         },
+        // Pageable copies straight from the mapping.
+        LoadOptions {
+            io: IoMode::Pageable,
+            chunk: 20 << 10,
+            ..Default::default()
+        },
     ] {
         let lp = loader::load(&b, &p, &o).unwrap();
         assert_eq!(lp.stats.mode, o.io);
         let mut checked = 0;
-        for (i, e) in lp.pack.manifest.tensors.iter().enumerate() {
-            if let Some(v) = e.ffn.as_ref().and_then(|_| lp.device_view(&e.name)) {
-                let mut got = vec![0u8; v.bytes as usize];
-                b.download(v, &mut got).unwrap();
-                assert!(got == lp.pack.data(i), "{:?}: {} differs", o.io, e.name);
-                checked += 1;
-            }
+        for t in lp.device_tensors() {
+            let mut got = vec![0u8; t.ptr.bytes as usize];
+            b.download(t.ptr, &mut got).unwrap();
+            let i = lp.pack.index(t.name).unwrap();
+            assert!(got == lp.pack.data(i), "{:?}: {} differs", o.io, t.name);
+            checked += 1;
         }
-        assert!(checked >= 2 * 3 * 2, "{checked}");
+        assert_eq!(checked, lp.pack.manifest.tensors.len());
         b.free(lp.arena);
     }
 }
@@ -506,5 +527,36 @@ fn load_checks_from_a_gelu_model_pass() {
     assert_eq!(rows.len(), 2 + 1 + 3 + 3 + 4 * 5, "{rows:#?}");
     for r in &rows {
         assert!(r.pass, "{r:?}");
+    }
+}
+
+/// `bench-load --probe`'s measurements run end to end (on the host backend: every rate finite
+/// and positive, every registration undone).
+#[test]
+fn the_io_probes_run_and_report_every_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.gguf");
+    metrale_pack::testing::gen_model::gen_model(
+        &src,
+        128,
+        256,
+        2,
+        metrale_pack::GgmlType::F16,
+        "llama",
+    )
+    .unwrap();
+    let p = dir.path().join("m.mpk.gguf");
+    pack::convert(
+        &Model::open(&src).unwrap(),
+        &ConvertOptions::default(),
+        &p,
+        &|_, _| {},
+    )
+    .unwrap();
+    let b = HostBackend::new();
+    let probes = check::probe_io::probe(&b, &p).unwrap();
+    assert!(probes.len() >= 17, "{probes:#?}");
+    for pr in &probes {
+        assert!(pr.gbs.is_finite() && pr.gbs > 0.0, "{pr:?}");
     }
 }

@@ -31,12 +31,16 @@ pub fn bench_load(
     source: Option<&Path>,
     io: IoMode,
     sweep: bool,
+    probe: bool,
 ) -> Result<()> {
     let ceiling = b.pinned_h2d_ceiling(1 << 30)?;
     println!(
         "pinned host-to-device ceiling (1 GiB, 2 streams): {:.1} GB/s",
         ceiling / 1e9
     );
+    if probe {
+        super::probe_io::probe(b.as_ref(), path)?;
+    }
     let ready_with = |label: &str, opts: LoadOptions| -> Result<f64> {
         let t0 = std::time::Instant::now();
         let lp = loader::load(b.as_ref(), path, &opts)?;
@@ -66,12 +70,19 @@ pub fn bench_load(
         }
         let secs = t0.elapsed().as_secs_f64();
         let gbs = lp.stats.bytes as f64 / lp.stats.copy_seconds;
+        let st = &lp.stats;
         println!(
-            "{label} {:>8.3} s to ready ({} layers installed), segment {:.2} GB copied in {:.3} s = {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}, {:.0}% resident{}",
+            "{label} {:>8.3} s to ready = {:.1}% of the ceiling ({} layers, {} device tensors; open {:.3} alloc {:.3} copy {:.3} bind {:.3} install {:.3} s), segment {:.2} GB copied at {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}, {:.0}% resident{}",
             secs,
+            100.0 * lp.stats.bytes as f64 / secs / ceiling,
             layers.len(),
+            lp.device_tensors().count(),
+            st.open_seconds,
+            st.alloc_seconds,
+            st.copy_seconds,
+            st.bind_seconds,
+            secs - st.open_seconds - st.alloc_seconds - st.copy_seconds - st.bind_seconds,
             lp.stats.bytes as f64 / 1e9,
-            lp.stats.copy_seconds,
             gbs / 1e9,
             100.0 * gbs / ceiling,
             lp.stats.mode,
@@ -101,7 +112,7 @@ pub fn bench_load(
     let mut warm: Vec<f64> = (0..3).map(|_| ready("warm", io)).collect::<Result<_>>()?;
     warm.sort_by(|a, c| a.partial_cmp(c).unwrap());
     if io == IoMode::Auto {
-        for mode in [IoMode::Register, IoMode::Staged] {
+        for mode in [IoMode::Register, IoMode::Staged, IoMode::Pageable] {
             for _ in 0..2 {
                 ready("warm", mode)?;
             }
@@ -135,19 +146,31 @@ pub fn bench_load(
                 ready_with(&format!("sweep hybrid registered={fraction}"), o.clone())?;
             }
         }
-        for piece in [1024usize, 256] {
+        for (piece, threads) in [(1024usize, 1usize), (256, 1), (256, 4), (256, 8), (64, 8)] {
             let o = LoadOptions {
                 io: IoMode::Register,
                 register_chunk: piece * mib,
+                register_threads: threads,
                 ..LoadOptions::default()
             };
             for _ in 0..2 {
-                ready_with(&format!("sweep register piece={piece}MiB"), o.clone())?;
+                ready_with(
+                    &format!("sweep register piece={piece}MiB threads={threads}"),
+                    o.clone(),
+                )?;
             }
         }
     }
     // Cold: the page cache dropped before each run; the ring with O_DIRECT and through the
-    // cache, and registration (which faults the mapping in through the cache).
+    // cache, and registration (which faults the mapping in through the cache); each against the
+    // disk's own rate, an O_DIRECT sequential read of the same segment in the same run.
+    match super::probe_io::odirect_rate(b.as_ref(), path)? {
+        Some(r) => println!(
+            "disk: O_DIRECT sequential read of the segment (16 threads, 8 MiB) {:.2} GB/s",
+            r
+        ),
+        None => println!("disk: O_DIRECT refused on this file system"),
+    }
     for (mode, direct) in [
         (IoMode::Staged, Some(true)),
         (IoMode::Staged, Some(false)),

@@ -8,6 +8,7 @@ pub mod bench_load;
 mod kernels;
 mod layers;
 mod load;
+pub mod probe_io;
 
 pub use crate::gpu::timing::time_median;
 pub use bench::benchmarks;

@@ -129,8 +129,15 @@ pub(super) fn copy_segment(
             IoMode::Staged
         }
         IoMode::Register => {
-            copy_registered(b, seg, arena, streams, opts.chunk, opts.register_chunk)?;
+            copy_registered(b, seg, arena, streams, opts)?;
             IoMode::Register
+        }
+        IoMode::Pageable => {
+            for off in (0..seg.len()).step_by(opts.chunk.max(1)) {
+                let len = opts.chunk.max(1).min(seg.len() - off);
+                b.upload(arena.view(off as u64, len as u64), &seg[off..off + len])?;
+            }
+            IoMode::Pageable
         }
         IoMode::Hybrid => {
             // Page- and chunk-aligned split: [0, split) registered, [split, len) staged.
@@ -143,17 +150,14 @@ pub(super) fn copy_segment(
                 256 << 20
             };
             let (reg, rest) = seg.split_at(split);
+            let reg_opts = LoadOptions {
+                register_chunk: piece,
+                ..opts.clone()
+            };
             let reg_result = std::thread::scope(|sc| {
                 let h = (!reg.is_empty()).then(|| {
                     sc.spawn(|| {
-                        copy_registered(
-                            b,
-                            reg,
-                            arena.view(0, split as u64),
-                            streams,
-                            opts.chunk,
-                            piece,
-                        )
+                        copy_registered(b, reg, arena.view(0, split as u64), streams, &reg_opts)
                     })
                 });
                 let staged_result = if rest.is_empty() {
@@ -175,24 +179,26 @@ pub(super) fn copy_segment(
             reg_result?;
             IoMode::Hybrid
         }
-        IoMode::Auto if opts.readers >= STAGED_MIN_READERS || cold => {
+        IoMode::Auto
+            if cold
+                || (opts.readers >= STAGED_MIN_READERS
+                    && seg.len() as u64 >= opts.auto_register_below) =>
+        {
             staged(&mut fell_back)?;
             IoMode::Staged
         }
-        IoMode::Auto => {
-            match copy_registered(b, seg, arena, streams, opts.chunk, opts.register_chunk) {
-                Ok(()) => IoMode::Register,
-                Err(e) => {
-                    tracing::warn!(
-                        "{file}: read-only registration failed ({e}); using the pinned staging ring"
-                    );
-                    let mut why = Some(e.to_string());
-                    staged(&mut why)?;
-                    fell_back = why;
-                    IoMode::Staged
-                }
+        IoMode::Auto => match copy_registered(b, seg, arena, streams, opts) {
+            Ok(()) => IoMode::Register,
+            Err(e) => {
+                tracing::warn!(
+                    "{file}: read-only registration failed ({e}); using the pinned staging ring"
+                );
+                let mut why = Some(e.to_string());
+                staged(&mut why)?;
+                fell_back = why;
+                IoMode::Staged
             }
-        }
+        },
     };
     Ok(Copied {
         mode,
@@ -206,11 +212,12 @@ fn copy_registered(
     seg: &[u8],
     arena: DevicePtr,
     streams: &[StreamId],
-    chunk: usize,
-    register_chunk: usize,
+    opts: &LoadOptions,
 ) -> GpuResult<()> {
-    if register_chunk > 0 && register_chunk < seg.len() {
-        return copy_registered_pipelined(b, seg, arena, streams, chunk, register_chunk);
+    let chunk = opts.chunk;
+    if opts.register_chunk > 0 && opts.register_chunk < seg.len() {
+        let (piece, threads) = (opts.register_chunk, opts.register_threads.max(1));
+        return copy_registered_pipelined(b, seg, arena, streams, chunk, piece, threads);
     }
     // SAFETY: `seg` is a page-aligned range of the pack's read-only mapping, which outlives the
     // registration (unregistered below, after every copy from it is synchronized).
@@ -235,8 +242,9 @@ fn copy_registered(
     r
 }
 
-/// Registration in pieces on a helper thread, the copies of each registered piece issued as soon
-/// as it is registered; every piece is unregistered after the final synchronize.
+/// Registration in pieces by `threads` helper threads (each takes the next piece), the copies
+/// of each registered piece issued as soon as it is registered; every piece is unregistered
+/// after the final synchronize.
 fn copy_registered_pipelined(
     b: &dyn GpuBackend,
     seg: &[u8],
@@ -244,7 +252,9 @@ fn copy_registered_pipelined(
     streams: &[StreamId],
     chunk: usize,
     piece: usize,
+    threads: usize,
 ) -> GpuResult<()> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let piece = piece.div_ceil(4096) * 4096;
     let pieces: Vec<(usize, usize)> = (0..seg.len())
         .step_by(piece)
@@ -252,43 +262,55 @@ fn copy_registered_pipelined(
         .collect();
     let registered = std::sync::Mutex::new(Vec::<usize>::new());
     let (tx, rx) = std::sync::mpsc::channel::<GpuResult<(usize, usize)>>();
+    let (next, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
     let result = std::thread::scope(|sc| {
-        let reg = &registered;
-        let pcs = &pieces;
-        sc.spawn(move || {
-            for &(off, len) in pcs {
-                // SAFETY: a page-aligned sub-range of the pack's read-only mapping, which outlives
-                // the registration (unregistered below, after every copy is synchronized).
-                let r = unsafe { b.register_host(seg.as_ptr().add(off), len, true) };
-                let ok = r.is_ok();
-                if ok {
-                    reg.lock().unwrap().push(off);
+        for _ in 0..threads.min(pieces.len()).max(1) {
+            let (reg, pcs, next, stop, tx) = (&registered, &pieces, &next, &stop, tx.clone());
+            sc.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Some(&(off, len)) = pcs.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                        return;
+                    };
+                    // SAFETY: a page-aligned sub-range of the pack's read-only mapping, which
+                    // outlives the registration (unregistered below, after every copy is
+                    // synchronized).
+                    let r = unsafe { b.register_host(seg.as_ptr().add(off), len, true) };
+                    let ok = r.is_ok();
+                    if ok {
+                        reg.lock().unwrap().push(off);
+                    }
+                    if tx.send(r.map(|_| (off, len))).is_err() || !ok {
+                        stop.store(true, Ordering::Relaxed);
+                        return;
+                    }
                 }
-                if tx.send(r.map(|_| (off, len))).is_err() || !ok {
-                    return;
-                }
-            }
-        });
-        let mut c = 0usize;
-        for _ in 0..pieces.len() {
-            let (off, len) = rx
-                .recv()
-                .map_err(|_| GpuError::Invalid("registration thread ended early".into()))??;
-            for sub in (off..off + len).step_by(chunk) {
-                let n = chunk.min(off + len - sub);
-                // SAFETY: the piece is registered and stays so until the synchronize below.
-                unsafe {
-                    b.upload_async(
-                        arena.view(sub as u64, n as u64),
-                        seg.as_ptr().add(sub),
-                        n,
-                        streams[c % streams.len()],
-                    )?
-                };
-                c += 1;
-            }
+            });
         }
-        streams.iter().try_for_each(|&s| b.synchronize(s))
+        drop(tx);
+        let mut c = 0usize;
+        let copies = (|| {
+            for _ in 0..pieces.len() {
+                let (off, len) = rx
+                    .recv()
+                    .map_err(|_| GpuError::Invalid("registration threads ended early".into()))??;
+                for sub in (off..off + len).step_by(chunk) {
+                    let n = chunk.min(off + len - sub);
+                    // SAFETY: the piece is registered and stays so until the synchronize below.
+                    unsafe {
+                        b.upload_async(
+                            arena.view(sub as u64, n as u64),
+                            seg.as_ptr().add(sub),
+                            n,
+                            streams[c % streams.len()],
+                        )?
+                    };
+                    c += 1;
+                }
+            }
+            streams.iter().try_for_each(|&s| b.synchronize(s))
+        })();
+        stop.store(true, Ordering::Relaxed);
+        copies
     });
     // Every copy has completed (or the stream failed): unregister what was registered.
     let _ = streams.iter().try_for_each(|&s| b.synchronize(s));

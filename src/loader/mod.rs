@@ -18,9 +18,11 @@ use std::time::Instant;
 /// How the segment reaches the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoMode {
-    /// The staging ring when at least [`STAGED_MIN_READERS`] reader threads are configured (on
-    /// the H200 host 16 readers beat registration: BENCHMARKS.md); otherwise register, falling
-    /// back to the ring (and saying why) when registration fails.
+    /// By the segment and the host: a cold segment (less than half in the page cache) through
+    /// the ring with O_DIRECT; a warm segment below [`AUTO_REGISTER_BELOW`] bytes, or any warm
+    /// segment with fewer than [`STAGED_MIN_READERS`] reader threads, registered (the ring's
+    /// start-up costs more than a small copy: BENCHMARKS.md); any other warm segment through
+    /// the ring. A refused registration falls back to the ring, saying why.
     Auto,
     /// Register the mapped segment read-only and copy straight from it.
     Register,
@@ -30,10 +32,15 @@ pub enum IoMode {
     /// helper thread) and copied straight from the mapping while the reader threads carry the
     /// rest through the ring, so pinning and `pread` share the work the DMA engine drains.
     Hybrid,
+    /// Plain (pageable) copies from the mapping: the driver stages them itself.
+    Pageable,
 }
 
 /// `IoMode::Auto` takes the staging ring from this many reader threads up.
 pub const STAGED_MIN_READERS: usize = 8;
+
+/// `IoMode::Auto` registers a warm segment smaller than this instead of staging it.
+pub const AUTO_REGISTER_BELOW: u64 = 1 << 30;
 
 /// Loader settings.
 #[derive(Clone, Debug)]
@@ -51,11 +58,17 @@ pub struct LoadOptions {
     /// Register the mapping in pieces of this many bytes (a multiple of 4096), a helper thread
     /// registering piece i+1 while piece i copies; 0 registers the whole segment at once.
     pub register_chunk: usize,
+    /// Threads registering pieces at once (with `register_chunk` > 0); each piece's copies are
+    /// issued as soon as it is registered.
+    pub register_threads: usize,
     /// Read the ring with O_DIRECT (bypassing the page cache): `None` decides by residency (a
     /// segment less than half in the page cache is cold: O_DIRECT, and `Auto` takes the ring).
     pub direct: Option<bool>,
     /// `IoMode::Hybrid`: the share of the segment that is registered (0..=1).
     pub hybrid_fraction: f64,
+    /// `IoMode::Auto` registers a warm segment smaller than this many bytes
+    /// ([`AUTO_REGISTER_BELOW`] by default).
+    pub auto_register_below: u64,
 }
 
 impl Default for LoadOptions {
@@ -71,8 +84,10 @@ impl Default for LoadOptions {
                 .map_or(4, |n| n.get())
                 .min(16),
             register_chunk: 0,
+            register_threads: 1,
             direct: None,
             hybrid_fraction: 0.4,
+            auto_register_below: AUTO_REGISTER_BELOW,
         }
     }
 }
@@ -82,8 +97,14 @@ impl Default for LoadOptions {
 pub struct LoadStats {
     /// Bytes copied.
     pub bytes: u64,
+    /// Seconds to open the pack (map, header checksum, manifest validation).
+    pub open_seconds: f64,
+    /// Seconds to allocate the arena and the streams.
+    pub alloc_seconds: f64,
     /// Seconds in the copy.
     pub copy_seconds: f64,
+    /// Seconds to describe the overlays.
+    pub bind_seconds: f64,
     /// Seconds from open to the overlays described.
     pub total_seconds: f64,
     /// The mode the copy took.
@@ -182,6 +203,7 @@ pub fn load(
 ) -> Result<LoadedPack, crate::Error> {
     let t0 = Instant::now();
     let pack = Pack::open(path)?;
+    let open_seconds = t0.elapsed().as_secs_f64();
     let file = path.display().to_string();
     let gpu = |e: GpuError| crate::Error::Unsupported {
         file: file.clone(),
@@ -196,12 +218,17 @@ pub fn load(
         .map_err(gpu)?;
     let resident = io::resident_fraction(seg);
     let t1 = Instant::now();
+    let alloc_seconds = (t1 - t0).as_secs_f64() - open_seconds;
     let copied = io::copy_segment(b, &pack, path, arena, &streams, resident, opts).map_err(gpu)?;
     let copy_seconds = t1.elapsed().as_secs_f64();
+    let t2 = Instant::now();
     let layers = bind::overlays(&pack, arena).map_err(gpu)?;
     let stats = LoadStats {
         bytes: seg.len() as u64,
+        open_seconds,
+        alloc_seconds,
         copy_seconds,
+        bind_seconds: t2.elapsed().as_secs_f64(),
         total_seconds: t0.elapsed().as_secs_f64(),
         mode: copied.mode,
         fell_back: copied.fell_back,
