@@ -50,6 +50,23 @@ small)
     > "$out/gpu-check-load.txt" 2> "$out/gpu-check-load.err" || rc=1
   tail -3 "$out/gpu-check-load.txt"
   ;;
+sizes)
+  # Where Auto's register/ring threshold lies: whole models of about 1 and 4 GB, and the ring
+  # sweep on the 16 GB model.
+  {
+    for l in 1 7; do
+      $bin gen-model "$w/s$l.gguf" 4096 14336 $l BF16 llama --whole --vocab 32000 --kv-dim 1024 || rc=1
+      $bin convert "$w/s$l.gguf" -o "$w/s$l.mpk.gguf" --layouts bf16 > /dev/null || rc=1
+      rm -f "$w/s$l.gguf"
+      $bin bench-load "$w/s$l.mpk.gguf" || rc=1
+      rm -f "$w/s$l.mpk.gguf"
+    done
+    $bin gen-model "$w/src.gguf" 4096 14336 32 BF16 llama --whole --vocab 128256 --kv-dim 1024 || rc=1
+    $bin convert "$w/src.gguf" -o "$w/pack.mpk.gguf" --layouts bf16 > /dev/null || rc=1
+    rm -f "$w/src.gguf"
+    $bin bench-load "$w/pack.mpk.gguf" --probe --sweep || rc=1
+  } > "$out/bench-load-sizes.txt" 2> "$out/bench-load-sizes.err"
+  ;;
 esac
 tail -c 6000 "$out"/bench-load-*.txt
 tail -5 "$out"/bench-load-*.err

@@ -8,7 +8,7 @@
 set -euo pipefail
 file="$1"; dest="$2"
 rm -rf "$dest"; mkdir -p "$dest/split"
-split -b 48M -d "$file" "$dest/split/part."
+split -b "${PART_SIZE:-48M}" -d "$file" "$dest/split/part."
 i=1
 for p in "$dest"/split/part.*; do
   mkdir -p "$dest/p$i"; mv "$p" "$dest/p$i/"; i=$((i + 1))

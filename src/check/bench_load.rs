@@ -121,7 +121,15 @@ pub fn bench_load(
     if sweep {
         warm_page_cache(path);
         let mib = 1usize << 20;
-        for (readers, chunk, ring) in [(16, 2, 16), (16, 2, 8), (16, 1, 32), (16, 4, 16)] {
+        for (readers, chunk, ring) in [
+            (16, 2, 16),
+            (16, 2, 8),
+            (16, 4, 16),
+            (16, 4, 32),
+            (16, 8, 16),
+            (16, 8, 32),
+            (16, 16, 16),
+        ] {
             let o = LoadOptions {
                 io: IoMode::Staged,
                 readers,
