@@ -67,6 +67,15 @@ sizes)
     $bin bench-load "$w/pack.mpk.gguf" --probe --sweep || rc=1
   } > "$out/bench-load-sizes.txt" 2> "$out/bench-load-sizes.err"
   ;;
+map)
+  # The arena backed piece by piece while the copies run, on the 16 GB whole model.
+  {
+    $bin gen-model "$w/src.gguf" 4096 14336 32 BF16 llama --whole --vocab 128256 --kv-dim 1024 || rc=1
+    $bin convert "$w/src.gguf" -o "$w/pack.mpk.gguf" --layouts bf16 > /dev/null || rc=1
+    rm -f "$w/src.gguf"
+    $bin bench-load "$w/pack.mpk.gguf" --sweep || rc=1
+  } > "$out/bench-load-map.txt" 2> "$out/bench-load-map.err"
+  ;;
 esac
 tail -c 6000 "$out"/bench-load-*.txt
 tail -5 "$out"/bench-load-*.err

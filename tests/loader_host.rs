@@ -168,7 +168,24 @@ fn pieced_registration_and_a_lazily_pinned_ring_copy_every_byte() {
             chunk: 20 << 10,
             ..Default::default()
         },
-    ] {
+    ]
+    .into_iter()
+    .flat_map(|o| {
+        // Each also with the arena backed in 128 KiB pieces on the mapping thread while it
+        // copies (the host backend refuses any copy into a piece not yet mapped).
+        let mapped = LoadOptions {
+            map_piece: 128 << 10,
+            ..o.clone()
+        };
+        [o, mapped]
+    })
+    .chain([LoadOptions {
+        io: IoMode::Hybrid,
+        hybrid_fraction: 0.5,
+        chunk: 12 << 10,
+        map_piece: 64 << 10,
+        ..Default::default()
+    }]) {
         let lp = loader::load(&b, &p, &o).unwrap();
         assert_eq!(lp.stats.mode, o.io);
         let mut checked = 0;
@@ -559,4 +576,21 @@ fn the_io_probes_run_and_report_every_rate() {
     for pr in &probes {
         assert!(pr.gbs.is_finite() && pr.gbs > 0.0, "{pr:?}");
     }
+}
+
+/// A reserved arena refuses copies into pieces not yet mapped (the host backend stands in for
+/// the device's page tables), so the loader's ordering of mapping before copying is tested.
+#[test]
+fn a_reserved_arena_refuses_copies_before_its_pieces_are_mapped() {
+    use metrale_pack::gpu::host::HOST_MAP_GRANULE;
+    let b = HostBackend::new();
+    let p = b.reserve(4 * HOST_MAP_GRANULE).unwrap();
+    let data = vec![7u8; HOST_MAP_GRANULE as usize];
+    assert!(b.upload(p.view(0, HOST_MAP_GRANULE), &data).is_err());
+    b.map_range(p, 0, HOST_MAP_GRANULE).unwrap();
+    b.upload(p.view(0, HOST_MAP_GRANULE), &data).unwrap();
+    let second = p.view(HOST_MAP_GRANULE, HOST_MAP_GRANULE);
+    assert!(b.upload(second, &data).is_err());
+    assert!(b.map_range(p, 1, 1).is_err());
+    b.free(p);
 }

@@ -72,16 +72,21 @@ pub fn bench_load(
         let gbs = lp.stats.bytes as f64 / lp.stats.copy_seconds;
         let st = &lp.stats;
         println!(
-            "{label} {:>8.3} s to ready = {:.1}% of the ceiling ({} layers, {} device tensors; open {:.3} alloc {:.3} copy {:.3} bind {:.3} install {:.3} s), segment {:.2} GB copied at {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}, {:.0}% resident{}",
+            "{label} {:>8.3} s to ready = {:.1}% of the ceiling ({} layers, {} device tensors; open {:.3} alloc {:.3} residency {:.3} copy {:.3} bind {:.3} install {:.3} s), segment {:.2} GB copied at {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}, {:.0}% resident{}",
             secs,
             100.0 * lp.stats.bytes as f64 / secs / ceiling,
             layers.len(),
             lp.device_tensors().count(),
             st.open_seconds,
             st.alloc_seconds,
+            st.resident_seconds,
             st.copy_seconds,
             st.bind_seconds,
-            secs - st.open_seconds - st.alloc_seconds - st.copy_seconds - st.bind_seconds,
+            secs - st.open_seconds
+                - st.alloc_seconds
+                - st.resident_seconds
+                - st.copy_seconds
+                - st.bind_seconds,
             lp.stats.bytes as f64 / 1e9,
             gbs / 1e9,
             100.0 * gbs / ceiling,
@@ -121,6 +126,22 @@ pub fn bench_load(
     if sweep {
         warm_page_cache(path);
         let mib = 1usize << 20;
+        // The arena backed piece by piece while the copies run, for each path.
+        for (io, piece) in [
+            (IoMode::Staged, 1024usize),
+            (IoMode::Staged, 256),
+            (IoMode::Staged, 64),
+            (IoMode::Register, 1024),
+        ] {
+            let o = LoadOptions {
+                io,
+                map_piece: piece * mib,
+                ..LoadOptions::default()
+            };
+            for _ in 0..3 {
+                ready_with(&format!("sweep {io:?} map_piece={piece}MiB"), o.clone())?;
+            }
+        }
         for (readers, chunk, ring) in [
             (16, 2, 16),
             (16, 2, 8),

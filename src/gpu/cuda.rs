@@ -153,11 +153,20 @@ struct State {
     cublas: Option<cudarc::cublas::sys::cublasHandle_t>,
     streams: Vec<cus::CUstream>,
     events: Vec<cus::CUevent>,
+    /// Reserved address ranges (`reserve`) by base address: their size and mapped pieces.
+    reserved: HashMap<u64, Reserved>,
+}
+
+/// A reserved device address range and the physical pieces mapped into it.
+struct Reserved {
+    size: usize,
+    pieces: Vec<(u64, usize, cus::CUmemGenericAllocationHandle)>,
 }
 
 /// The CUDA implementation of [`GpuBackend`].
 pub struct CudaBackend {
     ctx: cus::CUcontext,
+    device: cus::CUdevice,
     name: String,
     arch: String,
     include: Option<String>,
@@ -213,6 +222,7 @@ impl CudaBackend {
             });
         Ok(CudaBackend {
             ctx,
+            device: dev,
             name,
             arch: format!("sm_{maj}{min}"),
             include: cuda_include_dir(),
@@ -226,9 +236,20 @@ impl CudaBackend {
                 cublas: None,
                 streams: Vec::new(),
                 events: Vec::new(),
+                reserved: HashMap::new(),
             }),
             launches: AtomicU64::new(0),
         })
+    }
+
+    /// Pinned device memory on this device, for `cuMemCreate` and its granularity.
+    fn device_prop(&self) -> cus::CUmemAllocationProp {
+        // SAFETY: a plain C struct; all-zero is its documented default before the fields below.
+        let mut prop: cus::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = cus::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type_ = cus::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = self.device;
+        prop
     }
 
     fn current(&self) -> GpuResult<()> {
@@ -395,10 +416,103 @@ impl GpuBackend for CudaBackend {
         Ok(DevicePtr { addr, bytes })
     }
     fn free(&self, p: DevicePtr) {
-        if self.current().is_ok() {
-            // SAFETY: `p` came from `alloc`.
-            let _ = unsafe { cu::free_sync(p.addr) };
+        if self.current().is_err() {
+            return;
         }
+        let reserved = self.state.lock().unwrap().reserved.remove(&p.addr);
+        match reserved {
+            Some(r) => {
+                for (off, len, h) in r.pieces {
+                    // SAFETY: each piece was mapped at `p.addr + off` by `map_range`; no copy
+                    // into the range is in flight (the caller frees after synchronizing).
+                    unsafe {
+                        let _ = cus::cuMemUnmap(p.addr + off, len);
+                        let _ = cus::cuMemRelease(h);
+                    }
+                }
+                // SAFETY: the range came from `cuMemAddressReserve` with this size.
+                let _ = unsafe { cus::cuMemAddressFree(p.addr, r.size) };
+            }
+            // SAFETY: `p` came from `alloc`.
+            None => {
+                let _ = unsafe { cu::free_sync(p.addr) };
+            }
+        }
+    }
+    fn map_granularity(&self) -> u64 {
+        let prop = self.device_prop();
+        let mut g = 0usize;
+        // SAFETY: `prop` and `g` are valid for the call.
+        let r = unsafe {
+            cus::cuMemGetAllocationGranularity(
+                &mut g,
+                &prop,
+                cus::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+            )
+        };
+        if r.result().is_ok() && g > 0 {
+            g as u64
+        } else {
+            2 << 20
+        }
+    }
+    fn reserve(&self, bytes: u64) -> GpuResult<DevicePtr> {
+        self.current()?;
+        let g = self.map_granularity();
+        let size = (bytes.max(1).div_ceil(g) * g) as usize;
+        let mut addr: cus::CUdeviceptr = 0;
+        // SAFETY: reserves address space only; released in `free`.
+        unsafe { cus::cuMemAddressReserve(&mut addr, size, 0, 0, 0) }
+            .result()
+            .map_err(cuerr("cuMemAddressReserve"))?;
+        self.state.lock().unwrap().reserved.insert(
+            addr,
+            Reserved {
+                size,
+                pieces: Vec::new(),
+            },
+        );
+        Ok(DevicePtr { addr, bytes })
+    }
+    fn map_range(&self, p: DevicePtr, off: u64, len: u64) -> GpuResult<()> {
+        self.current()?;
+        let g = self.map_granularity();
+        let size = match self.state.lock().unwrap().reserved.get(&p.addr) {
+            Some(r) => r.size as u64,
+            None => return Ok(()), // an ordinary allocation: already backed
+        };
+        if !off.is_multiple_of(g) || off >= size {
+            return Err(GpuError::Invalid(format!(
+                "map_range: offset {off} of a {size}-byte reservation (granularity {g})"
+            )));
+        }
+        let len = (len.div_ceil(g) * g).min(size - off) as usize;
+        let prop = self.device_prop();
+        let mut h: cus::CUmemGenericAllocationHandle = 0;
+        // SAFETY: creates `len` bytes of device memory (a multiple of the granularity).
+        unsafe { cus::cuMemCreate(&mut h, len, &prop, 0) }
+            .result()
+            .map_err(cuerr("cuMemCreate"))?;
+        let at = p.addr + off;
+        // SAFETY: `[at, at + len)` lies inside the reservation and is not mapped yet (the caller
+        // maps each piece once); the handle is released in `free`.
+        let mapped = unsafe { cus::cuMemMap(at, len, 0, h, 0) }.result();
+        if let Err(e) = mapped {
+            // SAFETY: the handle is not mapped anywhere.
+            let _ = unsafe { cus::cuMemRelease(h) };
+            return Err(cuerr("cuMemMap")(e));
+        }
+        if let Some(r) = self.state.lock().unwrap().reserved.get_mut(&p.addr) {
+            r.pieces.push((off, len, h));
+        }
+        // SAFETY: a plain C struct; all-zero, then the fields below.
+        let mut access: cus::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+        access.location = prop.location;
+        access.flags = cus::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        // SAFETY: the range was just mapped; one descriptor.
+        unsafe { cus::cuMemSetAccess(at, len, &access, 1) }
+            .result()
+            .map_err(cuerr("cuMemSetAccess"))
     }
     fn upload(&self, dst: DevicePtr, src: &[u8]) -> GpuResult<()> {
         if src.len() as u64 > dst.bytes {

@@ -167,6 +167,22 @@ pub trait GpuBackend: Send + Sync {
     fn arch(&self) -> String;
     /// Allocate device memory (uninitialised).
     fn alloc(&self, bytes: u64) -> GpuResult<DevicePtr>;
+    /// `bytes` of device address space, contiguous, whose memory [`map_range`](Self::map_range)
+    /// backs piece by piece (so allocating can overlap copies into pieces already mapped); freed
+    /// by `free`. The default allocates it whole (every range already backed).
+    fn reserve(&self, bytes: u64) -> GpuResult<DevicePtr> {
+        self.alloc(bytes)
+    }
+    /// Back `[off, off + len)` of a [`reserve`](Self::reserve)d range with device memory
+    /// (`off` a multiple of [`map_granularity`](Self::map_granularity); `len` rounded up to it
+    /// within the range). The default has nothing to do.
+    fn map_range(&self, _p: DevicePtr, _off: u64, _len: u64) -> GpuResult<()> {
+        Ok(())
+    }
+    /// The unit of [`map_range`](Self::map_range) offsets (1 where ranges come backed).
+    fn map_granularity(&self) -> u64 {
+        1
+    }
     /// Free an allocation made by [`alloc`](Self::alloc).
     fn free(&self, p: DevicePtr);
     /// Copy host bytes to the device (synchronous; `src` may be pageable).

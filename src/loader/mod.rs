@@ -69,6 +69,10 @@ pub struct LoadOptions {
     /// `IoMode::Auto` registers a warm segment smaller than this many bytes
     /// ([`AUTO_REGISTER_BELOW`] by default).
     pub auto_register_below: u64,
+    /// Back the arena in pieces of this many bytes (rounded up to the device's granularity) on
+    /// a helper thread while the copies into pieces already backed run, instead of allocating
+    /// it whole before the first copy; 0 allocates it whole.
+    pub map_piece: usize,
 }
 
 impl Default for LoadOptions {
@@ -88,6 +92,7 @@ impl Default for LoadOptions {
             direct: None,
             hybrid_fraction: 0.4,
             auto_register_below: AUTO_REGISTER_BELOW,
+            map_piece: 0,
         }
     }
 }
@@ -101,6 +106,8 @@ pub struct LoadStats {
     pub open_seconds: f64,
     /// Seconds to allocate the arena and the streams.
     pub alloc_seconds: f64,
+    /// Seconds to ask the page cache how much of the segment it holds.
+    pub resident_seconds: f64,
     /// Seconds in the copy.
     pub copy_seconds: f64,
     /// Seconds to describe the overlays.
@@ -211,15 +218,50 @@ pub fn load(
     };
     let range = pack.segment_range();
     let seg = &pack.file.map[range.start as usize..range.end as usize];
-    let arena = b.alloc(seg.len() as u64).map_err(gpu)?;
+    let len = seg.len() as u64;
+    // The arena: allocated whole, or reserved and backed piece by piece ahead of the copies.
+    let granule = b.map_granularity().max(1);
+    let piece = (opts.map_piece as u64).div_ceil(granule) * granule;
+    let progressive = piece > 0 && piece < len;
+    let arena = if progressive {
+        b.reserve(len)
+    } else {
+        b.alloc(len)
+    }
+    .map_err(gpu)?;
     let streams: Vec<StreamId> = (0..opts.streams.max(1))
         .map(|_| b.new_stream())
         .collect::<GpuResult<_>>()
         .map_err(gpu)?;
+    let alloc_seconds = t0.elapsed().as_secs_f64() - open_seconds;
+    let tr = Instant::now();
     let resident = io::resident_fraction(seg);
+    let resident_seconds = tr.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let alloc_seconds = (t1 - t0).as_secs_f64() - open_seconds;
-    let copied = io::copy_segment(b, &pack, path, arena, &streams, resident, opts).map_err(gpu)?;
+    let gate = io::Gate::new(if progressive { 0 } else { len });
+    let copied = std::thread::scope(|sc| {
+        if progressive {
+            let gate = &gate;
+            sc.spawn(move || {
+                for off in (0..len).step_by(piece as usize) {
+                    let n = piece.min(len - off);
+                    match b.map_range(arena, off, n) {
+                        Ok(()) => gate.open_to(off + n),
+                        Err(e) => return gate.fail(e.to_string()),
+                    }
+                }
+            });
+        }
+        let dest = io::Dest::new(arena, &gate);
+        io::copy_segment(b, &pack, path, &dest, &streams, resident, opts)
+    });
+    let copied = match copied {
+        Ok(c) => c,
+        Err(e) => {
+            b.free(arena);
+            return Err(gpu(e));
+        }
+    };
     let copy_seconds = t1.elapsed().as_secs_f64();
     let t2 = Instant::now();
     let layers = bind::overlays(&pack, arena).map_err(gpu)?;
@@ -227,6 +269,7 @@ pub fn load(
         bytes: seg.len() as u64,
         open_seconds,
         alloc_seconds,
+        resident_seconds,
         copy_seconds,
         bind_seconds: t2.elapsed().as_secs_f64(),
         total_seconds: t0.elapsed().as_secs_f64(),

@@ -25,7 +25,14 @@ pub struct HostBackend {
     launches: AtomicU64,
     events: Mutex<Vec<Option<std::time::Instant>>>,
     pinned: Mutex<std::collections::HashMap<usize, usize>>,
+    /// Reserved allocations by base address: which [`HOST_MAP_GRANULE`]s are mapped. Reading
+    /// or writing an unmapped granule is an error, so tests catch a copy issued before its
+    /// range was mapped.
+    reserved: Mutex<std::collections::HashMap<u64, Vec<bool>>>,
 }
+
+/// The host backend's `map_range` granularity.
+pub const HOST_MAP_GRANULE: u64 = 64 << 10;
 
 impl Default for HostBackend {
     fn default() -> Self {
@@ -51,6 +58,7 @@ impl HostBackend {
             launches: AtomicU64::new(0),
             events: Mutex::new(Vec::new()),
             pinned: Mutex::new(std::collections::HashMap::new()),
+            reserved: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -78,8 +86,24 @@ impl HostBackend {
         Ok((base, off))
     }
 
+    /// Every granule of `[off, off + len)` of allocation `base` mapped, if it is a reservation.
+    fn check_mapped(&self, base: u64, off: usize, len: usize) -> GpuResult<()> {
+        if let Some(g) = self.reserved.lock().unwrap().get(&base) {
+            let (a, b) = (off as u64 / HOST_MAP_GRANULE, (off + len) as u64);
+            let b = b.div_ceil(HOST_MAP_GRANULE);
+            if (a..b).any(|i| !g.get(i as usize).copied().unwrap_or(false)) {
+                return Err(GpuError::Invalid(format!(
+                    "host backend: access to [{off}, {}) of a reservation before it was mapped",
+                    off + len
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn read(&self, p: DevicePtr) -> GpuResult<Vec<u8>> {
         let (base, off) = self.locate(p)?;
+        self.check_mapped(base, off, p.bytes as usize)?;
         Ok(self.mem.lock().unwrap()[&base][off..off + p.bytes as usize].to_vec())
     }
 
@@ -93,6 +117,7 @@ impl HostBackend {
 
     fn write(&self, p: DevicePtr, off_bytes: usize, data: &[u8]) -> GpuResult<()> {
         let (base, off) = self.locate(p)?;
+        self.check_mapped(base, off + off_bytes, data.len())?;
         if off_bytes + data.len() > p.bytes as usize {
             return Err(GpuError::Invalid(format!(
                 "host backend: write of {} bytes at +{off_bytes} overruns {p:?}",
@@ -199,6 +224,38 @@ impl GpuBackend for HostBackend {
     }
     fn free(&self, p: DevicePtr) {
         self.mem.lock().unwrap().remove(&p.addr);
+        self.reserved.lock().unwrap().remove(&p.addr);
+    }
+    fn reserve(&self, bytes: u64) -> GpuResult<DevicePtr> {
+        let p = self.alloc(bytes)?;
+        let granules = bytes.div_ceil(HOST_MAP_GRANULE) as usize;
+        self.reserved
+            .lock()
+            .unwrap()
+            .insert(p.addr, vec![false; granules]);
+        Ok(p)
+    }
+    fn map_range(&self, p: DevicePtr, off: u64, len: u64) -> GpuResult<()> {
+        let mut r = self.reserved.lock().unwrap();
+        let Some(g) = r.get_mut(&p.addr) else {
+            return Ok(());
+        };
+        if !off.is_multiple_of(HOST_MAP_GRANULE) {
+            return Err(GpuError::Invalid(format!(
+                "map_range: offset {off} is not a multiple of {HOST_MAP_GRANULE}"
+            )));
+        }
+        let (a, b) = (
+            off / HOST_MAP_GRANULE,
+            (off + len).div_ceil(HOST_MAP_GRANULE),
+        );
+        for i in a..b.min(g.len() as u64) {
+            g[i as usize] = true;
+        }
+        Ok(())
+    }
+    fn map_granularity(&self) -> u64 {
+        HOST_MAP_GRANULE
     }
     fn upload(&self, dst: DevicePtr, src: &[u8]) -> GpuResult<()> {
         self.write(
