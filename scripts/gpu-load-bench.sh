@@ -67,6 +67,20 @@ sizes)
     $bin bench-load "$w/pack.mpk.gguf" --probe --sweep || rc=1
   } > "$out/bench-load-sizes.txt" 2> "$out/bench-load-sizes.err"
   ;;
+peers)
+  # The small packs again with this binary, each with the PyTorch peer on the same bytes.
+  {
+    bash scripts/join-on-device.sh "$PART" /tmp/gpu-parts --join "$w/smollm2.gguf" || rc=1
+    $bin gen-model "$w/small.gguf" 1024 4096 6 BF16 llama --whole --vocab 16000 --kv-dim 256 || rc=1
+    for m in smollm2 small; do
+      args=""; [ $m = small ] && args="--layouts bf16"
+      $bin convert "$w/$m.gguf" -o "$w/$m.mpk.gguf" $args > /dev/null || rc=1
+      $bin bench-load "$w/$m.mpk.gguf" --source "$w/$m.gguf" || rc=1
+      $bin export-segment "$w/$m.mpk.gguf" "$w/$m.safetensors" || rc=1
+      python3 scripts/peer_torch_load.py "$w/$m.safetensors" || rc=1
+    done
+  } > "$out/bench-load-peers.txt" 2> "$out/bench-load-peers.err"
+  ;;
 map)
   # The arena backed piece by piece while the copies run, on the 16 GB whole model.
   {

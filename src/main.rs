@@ -763,7 +763,7 @@ fn export_segment(path: &Path, out: &Path) -> Result<()> {
         Ok(())
     })?;
     eprintln!(
-        "wrote {n} FFN blobs of {} to {}",
+        "wrote {n} device tensors of {} to {}",
         path.display(),
         out.display()
     );
