@@ -320,6 +320,7 @@ fn convert(
         src_bytes as f64 / 1e6 / secs,
         peak_rss().unwrap_or_else(|| "unknown".into())
     );
+    write_fidelity(&mut std::io::stderr().lock(), &manifest.fidelity)?;
     Ok(())
 }
 
@@ -364,6 +365,27 @@ fn verify(path: &Path, source: Option<&Path>) -> Result<()> {
             c.checked,
             src.display()
         );
+    }
+    Ok(())
+}
+
+/// The fidelity table: per layout and projection, the relative error of the decoded weights
+/// against the source's (float64), worst layer and mean over layers.
+fn write_fidelity(o: &mut impl Write, f: &[pack::Fidelity]) -> std::io::Result<()> {
+    if f.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        o,
+        "fidelity (||decoded - source|| / ||source||, float64):\n  {:<10} {:<8} {:>12} {:>6} {:>12}",
+        "layout", "proj", "worst", "layer", "mean"
+    )?;
+    for e in f {
+        writeln!(
+            o,
+            "  {:<10} {:<8} {:>12.3e} {:>6} {:>12.3e}",
+            e.layout, e.proj, e.worst_rel_err, e.worst_layer, e.mean_rel_err
+        )?;
     }
     Ok(())
 }
@@ -414,7 +436,9 @@ fn inspect(path: &Path, json: bool) -> Result<()> {
             ("hidden_size", serde_json::json!(m.hidden_size)),
             ("intermediate_size", serde_json::json!(m.intermediate_size)),
             ("activation", serde_json::json!(m.activation.map(|a| a.name()))),
-            ("ffn_layers", m.ffn_layers.len().into()),
+            // A pack's FFN layers are its manifest's (the blobs are not named as source weights).
+            ("ffn_layers", pack_manifest.as_ref().map_or(m.ffn_layers.len(), |pm| pm.model.ffn_layers).into()),
+            ("fidelity", serde_json::json!(pack_manifest.as_ref().map(|pm| &pm.fidelity))),
             ("ffn", layers.into()),
             ("metadata", metadata.into_iter().filter(|(k, _)| k != pack::keys::MANIFEST).map(|(k, v)| (k, serde_json::Value::String(v)))
                 .collect::<serde_json::Map<String, serde_json::Value>>().into()),
@@ -465,14 +489,25 @@ fn inspect(path: &Path, json: bool) -> Result<()> {
         writeln!(o, "quantization: {q}")?;
     }
     let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "?".into());
-    writeln!(
-        o,
-        "ffn layers: {}, hidden: {}, intermediate: {}, activation: {}",
-        m.ffn_layers.len(),
-        opt(m.hidden_size),
-        opt(m.intermediate_size),
-        m.activation.map(|a| a.name()).unwrap_or("?")
-    )?;
+    match &pack_manifest {
+        Some(pm) => writeln!(
+            o,
+            "ffn layers: {} (packed as {}), hidden: {}, intermediate: {}, activation: {}",
+            pm.model.ffn_layers,
+            pm.layouts.join(","),
+            pm.model.hidden_size,
+            pm.model.intermediate_size,
+            pm.model.activation
+        )?,
+        None => writeln!(
+            o,
+            "ffn layers: {}, hidden: {}, intermediate: {}, activation: {}",
+            m.ffn_layers.len(),
+            opt(m.hidden_size),
+            opt(m.intermediate_size),
+            m.activation.map(|a| a.name()).unwrap_or("?")
+        )?,
+    }
     if let Some(l) = m.ffn_layers.first() {
         writeln!(
             o,
@@ -507,6 +542,7 @@ fn inspect(path: &Path, json: bool) -> Result<()> {
                 s.name, s.bytes, s.xxh3
             )?;
         }
+        write_fidelity(&mut o, &pm.fidelity)?;
     }
     writeln!(o, "metadata ({} keys):", metadata.len())?;
     for (k, v) in &metadata {

@@ -446,3 +446,95 @@ fn modelopt_nvfp4_and_block_fp8_sources_are_carried() {
     assert_eq!(s, [encs[0].2.clone(), encs[1].2.clone()].concat());
     check_layouts(&dir.path().join("f8"), &out, &[0], DownFormat::Int8);
 }
+
+/// `convert`'s fidelity table (per layout and projection: the relative error of the decoded
+/// weights against the source's, worst layer and mean) equals an independent float64 computation
+/// in tests/py/reference.py (every layout decoded there from its bytes as formats.md specifies,
+/// the source by gguf-py) for generated SiLU and GELU models with padding; the manifest keeps it,
+/// `inspect` shows it, and a pack whose manifest has none still opens.
+#[test]
+fn the_fidelity_table_equals_an_independent_float64_computation() {
+    let dir = tempfile::tempdir().unwrap();
+    for (arch, layouts) in [
+        ("llama", all_but_lora()),
+        (
+            "gemma",
+            vec![
+                Layout::Nvfp4,
+                Layout::Nvfp4T,
+                Layout::Q4kMmq,
+                Layout::Fp8,
+                Layout::Bf16,
+                Layout::Q2g128,
+            ],
+        ),
+    ] {
+        // k = 96 and n = 160: padding in every layout's K and in the N of fp8, nvfp4_t and
+        // nvfp4_mmq.
+        let src = dir.path().join(format!("{arch}.gguf"));
+        metrale_pack::testing::gen_model::gen_model(&src, 96, 160, 3, GgmlType::F16, arch).unwrap();
+        let out = dir.path().join(format!("{arch}.mpk.gguf"));
+        let m = convert(&src, &out, &opts(&layouts));
+        let json = dir.path().join(format!("{arch}.json"));
+        python_ref(&[
+            "fidelity",
+            out.to_str().unwrap(),
+            src.to_str().unwrap(),
+            json.to_str().unwrap(),
+        ]);
+        let theirs: Vec<pack::Fidelity> =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        // Every layout but lora, each of its projections.
+        let want: usize = layouts.iter().map(|l| l.spec().projections().len()).sum();
+        assert_eq!(m.fidelity.len(), want, "{arch}: {:?}", m.fidelity);
+        assert_eq!(theirs.len(), want, "{arch}: {theirs:?}");
+        for ours in &m.fidelity {
+            let t = theirs
+                .iter()
+                .find(|t| t.layout == ours.layout && t.proj == ours.proj)
+                .unwrap_or_else(|| panic!("{arch}: reference.py has no {ours:?}"));
+            // The layouts decode to f32 (what the kernels see), reference.py in float64: each
+            // element differs by at most one f32 rounding (2^-24 relative), which moves an error
+            // of ~1e-3..0.5 by less than 1e-5 of itself.
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * b.abs().max(1e-12);
+            assert!(
+                close(ours.worst_rel_err, t.worst_rel_err)
+                    && close(ours.mean_rel_err, t.mean_rel_err)
+                    && ours.worst_layer == t.worst_layer,
+                "{arch}: ours {ours:?}, reference {t:?}"
+            );
+            assert!(
+                ours.worst_rel_err > 0.0 && ours.worst_rel_err < 0.6,
+                "{ours:?}"
+            );
+        }
+        // The manifest keeps it; inspect shows it (text, and JSON under `fidelity`).
+        let p = Pack::open(&out).unwrap();
+        assert_eq!(p.manifest.fidelity, m.fidelity);
+        let j = cli(&["inspect", out.to_str().unwrap(), "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&j.stdout).unwrap();
+        assert_eq!(v["fidelity"].as_array().unwrap().len(), want);
+        assert_eq!(v["ffn_layers"], 3);
+        let t = String::from_utf8(cli(&["inspect", out.to_str().unwrap()]).stdout).unwrap();
+        assert!(t.contains("ffn layers: 3 (packed as"), "{t}");
+        assert!(t.contains("fidelity ("), "{t}");
+    }
+    // A pack without the table (written before it was measured) still opens.
+    let img = std::fs::read(dir.path().join("llama.mpk.gguf")).unwrap();
+    let json = {
+        let g = metrale_pack::gguf::parse(&img, "m").unwrap();
+        let kv = g
+            .kvs
+            .iter()
+            .find(|kv| kv.key == pack::keys::MANIFEST)
+            .unwrap();
+        kv.value.as_str().unwrap().trim_end().to_string()
+    };
+    let mut man: serde_json::Value = serde_json::from_str(&json).unwrap();
+    man.as_object_mut().unwrap().remove("fidelity").unwrap();
+    let old = metrale_pack::fuzzing::with_manifest(&img, &man.to_string()).unwrap();
+    let op = dir.path().join("old.mpk.gguf");
+    std::fs::write(&op, &old).unwrap();
+    let p = Pack::open(&op).unwrap();
+    assert!(p.manifest.fidelity.is_empty());
+}

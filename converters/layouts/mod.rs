@@ -14,7 +14,7 @@ pub mod q4k_mmq;
 pub mod w8a8;
 
 /// An FFN projection, as named in pack tensor names (`blk.N.ffn_<proj>.<layout>`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Proj {
     /// `gate_proj` / `ffn_gate`.
     Gate,

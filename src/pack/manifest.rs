@@ -91,6 +91,23 @@ pub struct TensorEntry {
     pub xxh3: String,
 }
 
+/// The relative error of one layout's decoded weights against the source's own decoded weights,
+/// `||decoded - source|| / ||source||` in float64 over the logical `[out, in]` (the absolute
+/// `||decoded - source||` where the source is all zeros), over the FFN layers.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Fidelity {
+    /// The layout tag.
+    pub layout: String,
+    /// `gate`, `up`, `down` or `gate_up`.
+    pub proj: String,
+    /// The largest relative error over the layers.
+    pub worst_rel_err: f64,
+    /// The layer where it occurs.
+    pub worst_layer: usize,
+    /// The mean relative error over the layers.
+    pub mean_rel_err: f64,
+}
+
 /// What an FFN blob is.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct FfnEntry {
@@ -143,6 +160,10 @@ pub struct Manifest {
     pub segment_bytes: u64,
     /// Every tensor of the pack, in file order.
     pub tensors: Vec<TensorEntry>,
+    /// What each layout costs in weight fidelity, per layout and projection (absent in packs
+    /// written before it was measured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fidelity: Vec<Fidelity>,
 }
 
 /// Whether `name` matches the glob `pattern` (`*`: any run of characters, `?`: one character).

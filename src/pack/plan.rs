@@ -26,6 +26,9 @@ pub(super) enum Item {
     },
 }
 
+/// Per (layout, projection) while producing: (sum of relative errors, worst, its layer, layers).
+type FidelityAcc = (f64, f64, usize, usize);
+
 /// Everything the writer and `verify --source` share: the plan and the per-layer producer.
 pub struct Plan<'m> {
     model: &'m Model,
@@ -40,6 +43,9 @@ pub struct Plan<'m> {
     hidden: u64,
     inter: u64,
     activation: Activation,
+    /// Per (layout, projection): (sum of relative errors, worst, its layer, layers), filled by
+    /// the producer as it encodes (no second pass over the source).
+    fidelity: std::sync::Mutex<BTreeMap<(Layout, Proj), FidelityAcc>>,
 }
 
 impl<'m> Plan<'m> {
@@ -211,6 +217,7 @@ impl<'m> Plan<'m> {
             hidden,
             inter,
             activation,
+            fidelity: Default::default(),
         })
     }
 
@@ -268,6 +275,8 @@ impl<'m> Plan<'m> {
         let l = self.layer(layer);
         let mut cx = crate::layout::EncodeCx::new(m, l, &self.opts, self.lora.as_ref());
         let mut out = Vec::new();
+        // Each encoding, kept to measure its fidelity after the loop (in parallel).
+        let mut measure = Vec::new();
         for &layout in &self.layouts {
             let spec = layout.spec();
             for &proj in spec.projections() {
@@ -281,6 +290,9 @@ impl<'m> Plan<'m> {
                 } else {
                     [n, k]
                 };
+                if layout != Layout::Lora {
+                    measure.push((layout, proj, [n as usize, k as usize], enc.clone()));
+                }
                 let names = spec.parts(proj, self.opts.q4k_down);
                 assert_eq!(
                     enc.parts.iter().map(|p| p.0).collect::<Vec<_>>(),
@@ -318,7 +330,45 @@ impl<'m> Plan<'m> {
                 }
             }
         }
+        if !measure.is_empty() {
+            use rayon::prelude::*;
+            let (g, u, d) = (cx.dense(0)?, cx.dense(1)?, cx.dense(2)?);
+            let src = [g.as_slice(), u.as_slice(), d.as_slice()];
+            let file = self.model.path.display().to_string();
+            let rels: Vec<f64> = measure
+                .par_iter()
+                .map(|(layout, proj, nk, enc)| {
+                    decoded_rel_err(&file, &src, *layout, *proj, *nk, enc)
+                })
+                .collect::<Result<_>>()?;
+            let mut f = self.fidelity.lock().unwrap();
+            for ((layout, proj, _, _), rel) in measure.iter().zip(rels) {
+                let e = f.entry((*layout, *proj)).or_insert((0.0, -1.0, 0, 0));
+                e.0 += rel;
+                if rel > e.1 {
+                    e.1 = rel;
+                    e.2 = layer;
+                }
+                e.3 += 1;
+            }
+        }
         Ok(out)
+    }
+
+    /// The fidelity measured while producing, per layout and projection, in layout order.
+    pub fn fidelity(&self) -> Vec<Fidelity> {
+        self.fidelity
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(&(layout, proj), &(sum, worst, at, count))| Fidelity {
+                layout: layout.tag().into(),
+                proj: proj.name().into(),
+                worst_rel_err: worst.max(0.0),
+                worst_layer: at,
+                mean_rel_err: sum / count.max(1) as f64,
+            })
+            .collect()
     }
 
     pub(super) fn manifest(&self, tensors: Vec<TensorEntry>, segment: (u64, u64)) -> Manifest {
@@ -342,6 +392,7 @@ impl<'m> Plan<'m> {
             segment_offset: segment.0,
             segment_bytes: segment.1,
             tensors,
+            fidelity: self.fidelity(),
         }
     }
 
@@ -372,4 +423,56 @@ pub(super) fn companions(w: &FfnWeight) -> Vec<usize> {
             vec![weight, scale]
         }
     }
+}
+
+/// `||decode(enc) - source|| / ||source||` in float64 over the logical shape (the source of the
+/// fused gate+up is gate above up); `||decode(enc) - source||` for an all-zero source. `src` holds
+/// the gate, up and down source weights decoded to f32.
+fn decoded_rel_err(
+    file: &str,
+    src: &[&[f32]; 3],
+    layout: Layout,
+    proj: Proj,
+    [n, k]: [usize; 2],
+    enc: &crate::converters::layouts::Encoded,
+) -> Result<f64> {
+    let gate_up;
+    let source: &[f32] = match proj {
+        Proj::GateUp => {
+            gate_up = [src[0], src[1]].concat();
+            &gate_up
+        }
+        p => src[crate::layout::source_index(p)],
+    };
+    let shape = if proj == Proj::GateUp {
+        [2 * n, k]
+    } else {
+        [n, k]
+    };
+    let scalars: BTreeMap<String, f32> = enc
+        .scalars
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect();
+    let parts = |p: &str| enc.parts.iter().find(|(n, _)| *n == p).map(|(_, b)| &b[..]);
+    let dec = layout.spec().decode(&crate::layout::BlobRead {
+        proj,
+        shape,
+        padded: enc.padded,
+        scalars: &scalars,
+        file,
+        name: layout.tag(),
+        parts: &parts,
+    })?;
+    let (mut num, mut den) = (0f64, 0f64);
+    for (d, s) in dec.iter().zip(source) {
+        let (d, s) = (*d as f64, *s as f64);
+        num += (d - s) * (d - s);
+        den += s * s;
+    }
+    Ok(if den > 0.0 {
+        (num / den).sqrt()
+    } else {
+        num.sqrt()
+    })
 }

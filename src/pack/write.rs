@@ -111,7 +111,9 @@ pub fn convert(
     // Reserve room for the real manifest: every entry's JSON is bounded; be generous.
     let mut pm = plan.manifest(placeholder_entries, (0, 0));
     pm.sources = sources.clone();
-    let reserve = serde_json::to_string(&pm).map_err(json)?.len() + 1024 + 700 * plan.items.len();
+    // The fidelity table is measured while producing: at most 9 layouts x 3 projections.
+    let reserve =
+        serde_json::to_string(&pm).map_err(json)?.len() + 1024 + 700 * plan.items.len() + 27 * 200;
     let (ph, reserve) = header_for(&planned, &pm, reserve)?;
     let header_len = ph.header().len();
 

@@ -4,6 +4,7 @@
     python3 tests/py/reference.py quant TYPE in_f32.npy out_u8.npy   (input shape [rows, cols])
     python3 tests/py/reference.py sizes out.json
     python3 tests/py/reference.py tensors FILE.gguf out.json          (GGUFReader's tensor table)
+    python3 tests/py/reference.py fidelity PACK SRC.gguf out.json     (the fidelity table, independently)
 """
 import json
 import sys
@@ -94,8 +95,102 @@ def main() -> None:
         sc = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * 2.0 ** (e - 7)).reshape(n, -1)
         w = e2m1[q] * np.repeat(sc, 16, axis=1) * s2
         np.save(sys.argv[6], w.astype(np.float64))
+    elif cmd == "fidelity":
+        # The pack's fidelity table computed independently: every layout decoded here from its
+        # bytes as formats.md specifies them (Q4_K blocks by gguf-py), every source weight by
+        # gguf-py, the relative error in float64.
+        fidelity(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         raise SystemExit(f"unknown command {cmd}")
+
+
+E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def e4m3(b):
+    b = b.astype(np.int64)
+    s = np.where(b >> 7, -1.0, 1.0)
+    e, m = (b >> 3) & 15, (b & 7).astype(np.float64)
+    return s * np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
+
+
+def fidelity(pack_path, src_path, out_path):
+    import gguf
+    from gguf import GGUFReader, quants
+    pr, sr = GGUFReader(pack_path), GGUFReader(src_path)
+    f = pr.fields["metrale.pack.manifest"]
+    man = json.loads(bytes(f.parts[f.data[0]]).decode().rstrip())
+    blob = {t.name: np.asarray(t.data).view(np.uint8).reshape(-1) for t in pr.tensors}
+    src = {}
+    for t in sr.tensors:
+        shape = [int(d) for d in reversed(t.shape.tolist())]
+        src[t.name] = np.asarray(quants.dequantize(np.asarray(t.data), t.tensor_type), dtype=np.float64).reshape(shape)
+    ents = {}
+    for e in man["tensors"]:
+        fe = e.get("ffn")
+        # One entry per projection: the single part, or the codes (their scales are read
+        # beside them).
+        if fe and fe["layout"] != "lora" and fe["part"] in ("", "codes"):
+            ents[(fe["layer"], fe["layout"], fe["proj"])] = fe
+    acc = {}
+    for (layer, layout, proj), fe in sorted(ents.items()):
+        n, k = fe["shape"]
+        np_, kp = fe["padded"]
+        name = f"blk.{layer}.ffn_{proj}.{layout}"
+        part = lambda p: blob[f"{name}.{p}"] if p else blob[name]
+        if layout == "nvfp4":
+            c, s = part("codes").reshape(n, kp // 2), part("scales").reshape(n, kp // 16)
+            q = np.stack([c & 15, c >> 4], axis=-1).reshape(n, kp)
+            w = E2M1[q] * np.repeat(e4m3(s), 16, axis=1) * fe["scalars"]["global_scale"]
+        elif layout == "nvfp4_t":
+            c, s = part("codes").reshape(kp, np_ // 2), part("scales").reshape(kp // 16, np_)
+            q = np.stack([c & 15, c >> 4], axis=-1).reshape(kp, np_).T
+            w = E2M1[q] * np.repeat(e4m3(s).T, 16, axis=1) * fe["scalars"]["global_scale"]
+        elif layout == "nvfp4_mmq":
+            t = part("").reshape(np_ // 128, kp // 64, 4608)
+            sc = t[:, :, :512].reshape(np_ // 128, kp // 64, 128, 4)
+            cd = t[:, :, 512:].reshape(np_ // 128, kp // 64, 128, 32)
+            q = np.stack([cd & 15, cd >> 4], axis=-1).reshape(np_ // 128, kp // 64, 128, 64)
+            v = E2M1[q] * np.repeat(e4m3(sc), 16, axis=3)
+            w = v.transpose(0, 2, 1, 3).reshape(np_, kp) * fe["scalars"]["global_scale"]
+        elif layout == "q4k_mmq" and fe["part"] == "":
+            w = np.asarray(quants.dequantize(part("").reshape(n, -1), gguf.GGMLQuantizationType.Q4_K), dtype=np.float64).reshape(n, kp)
+        elif layout == "q4k_mmq":
+            w = part("codes").view(np.int8).reshape(n, kp) * part("scales").view(np.float32).astype(np.float64)[:, None]
+        elif layout == "fp8":
+            c = e4m3(part("codes")).reshape(np_, kp)
+            g = part("scales").view(np.float32).astype(np.float64).reshape(-1, kp // 128)
+            w = c * np.repeat(np.repeat(g, 128, axis=0), 128, axis=1)[:np_]
+            if proj == "gate_up":
+                half, interp = n // 2, np_ // 2
+                w = np.concatenate([w[:half], w[interp:interp + half]])
+        elif layout == "w8a8":
+            w = e4m3(part("codes")).reshape(n, kp) * part("scales").view(np.float32).astype(np.float64)[:, None]
+        elif layout == "bf16":
+            w = (part("").view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64).reshape(n, kp)
+        elif layout == "q2g128":
+            b = part("").reshape(n, kp // 128, 34)
+            d = b[:, :, :2].copy().view(np.float16).astype(np.float64)
+            qs = b[:, :, 2:]
+            q = np.stack([(qs >> (2 * s)) & 3 for s in range(4)], axis=2).reshape(n, kp // 128, 128)
+            w = (d * (q.astype(np.float64) - 2)).reshape(n, kp)
+        else:
+            raise SystemExit(f"no decoder for {layout}")
+        w = w[:n, :k]
+        if proj == "gate_up":
+            ref = np.concatenate([src[f"blk.{layer}.ffn_gate.weight"], src[f"blk.{layer}.ffn_up.weight"]])
+        else:
+            ref = src[f"blk.{layer}.ffn_{proj}.weight"]
+        num, den = np.sum((w - ref) ** 2), np.sum(ref ** 2)
+        rel = float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))
+        a = acc.setdefault((layout, proj), [0.0, -1.0, 0, 0])
+        a[0] += rel
+        if rel > a[1]:
+            a[1], a[2] = rel, layer
+        a[3] += 1
+    out = [{"layout": l, "proj": p, "worst_rel_err": a[1], "worst_layer": a[2], "mean_rel_err": a[0] / a[3]}
+           for (l, p), a in acc.items()]
+    json.dump(out, open(out_path, "w"))
 
 
 if __name__ == "__main__":
