@@ -114,6 +114,56 @@ def e4m3(b):
     return s * np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
 
 
+def decode_layout(fe, part):
+    """One projection of one layout decoded from its bytes (float64, logical [n, k]) as formats.md
+    specifies: `fe` its manifest `ffn` entry, `part(suffix)` its parts' bytes ("" for a single
+    blob)."""
+    import gguf
+    from gguf import quants
+    layout, proj = fe["layout"], fe["proj"]
+    n, k = fe["shape"]
+    np_, kp = fe["padded"]
+    if layout == "nvfp4":
+        c, s = part("codes").reshape(n, kp // 2), part("scales").reshape(n, kp // 16)
+        q = np.stack([c & 15, c >> 4], axis=-1).reshape(n, kp)
+        w = E2M1[q] * np.repeat(e4m3(s), 16, axis=1) * fe["scalars"]["global_scale"]
+    elif layout == "nvfp4_t":
+        c, s = part("codes").reshape(kp, np_ // 2), part("scales").reshape(kp // 16, np_)
+        q = np.stack([c & 15, c >> 4], axis=-1).reshape(kp, np_).T
+        w = E2M1[q] * np.repeat(e4m3(s).T, 16, axis=1) * fe["scalars"]["global_scale"]
+    elif layout == "nvfp4_mmq":
+        t = part("").reshape(np_ // 128, kp // 64, 4608)
+        sc = t[:, :, :512].reshape(np_ // 128, kp // 64, 128, 4)
+        cd = t[:, :, 512:].reshape(np_ // 128, kp // 64, 128, 32)
+        q = np.stack([cd & 15, cd >> 4], axis=-1).reshape(np_ // 128, kp // 64, 128, 64)
+        v = E2M1[q] * np.repeat(e4m3(sc), 16, axis=3)
+        w = v.transpose(0, 2, 1, 3).reshape(np_, kp) * fe["scalars"]["global_scale"]
+    elif layout == "q4k_mmq" and fe["part"] == "":
+        w = np.asarray(quants.dequantize(part("").reshape(n, -1), gguf.GGMLQuantizationType.Q4_K), dtype=np.float64).reshape(n, kp)
+    elif layout == "q4k_mmq":
+        w = part("codes").view(np.int8).reshape(n, kp) * part("scales").view(np.float32).astype(np.float64)[:, None]
+    elif layout == "fp8":
+        c = e4m3(part("codes")).reshape(np_, kp)
+        g = part("scales").view(np.float32).astype(np.float64).reshape(-1, kp // 128)
+        w = c * np.repeat(np.repeat(g, 128, axis=0), 128, axis=1)[:np_]
+        if proj == "gate_up":
+            half, interp = n // 2, np_ // 2
+            w = np.concatenate([w[:half], w[interp:interp + half]])
+    elif layout == "w8a8":
+        w = e4m3(part("codes")).reshape(n, kp) * part("scales").view(np.float32).astype(np.float64)[:, None]
+    elif layout == "bf16":
+        w = (part("").view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64).reshape(n, kp)
+    elif layout == "q2g128":
+        b = part("").reshape(n, kp // 128, 34)
+        d = b[:, :, :2].copy().view(np.float16).astype(np.float64)
+        qs = b[:, :, 2:]
+        q = np.stack([(qs >> (2 * s)) & 3 for s in range(4)], axis=2).reshape(n, kp // 128, 128)
+        w = (d * (q.astype(np.float64) - 2)).reshape(n, kp)
+    else:
+        raise SystemExit(f"no decoder for {layout}")
+    return w[:n, :k]
+
+
 def fidelity(pack_path, src_path, out_path):
     import gguf
     from gguf import GGUFReader, quants
@@ -134,49 +184,9 @@ def fidelity(pack_path, src_path, out_path):
             ents[(fe["layer"], fe["layout"], fe["proj"])] = fe
     acc = {}
     for (layer, layout, proj), fe in sorted(ents.items()):
-        n, k = fe["shape"]
-        np_, kp = fe["padded"]
         name = f"blk.{layer}.ffn_{proj}.{layout}"
-        part = lambda p: blob[f"{name}.{p}"] if p else blob[name]
-        if layout == "nvfp4":
-            c, s = part("codes").reshape(n, kp // 2), part("scales").reshape(n, kp // 16)
-            q = np.stack([c & 15, c >> 4], axis=-1).reshape(n, kp)
-            w = E2M1[q] * np.repeat(e4m3(s), 16, axis=1) * fe["scalars"]["global_scale"]
-        elif layout == "nvfp4_t":
-            c, s = part("codes").reshape(kp, np_ // 2), part("scales").reshape(kp // 16, np_)
-            q = np.stack([c & 15, c >> 4], axis=-1).reshape(kp, np_).T
-            w = E2M1[q] * np.repeat(e4m3(s).T, 16, axis=1) * fe["scalars"]["global_scale"]
-        elif layout == "nvfp4_mmq":
-            t = part("").reshape(np_ // 128, kp // 64, 4608)
-            sc = t[:, :, :512].reshape(np_ // 128, kp // 64, 128, 4)
-            cd = t[:, :, 512:].reshape(np_ // 128, kp // 64, 128, 32)
-            q = np.stack([cd & 15, cd >> 4], axis=-1).reshape(np_ // 128, kp // 64, 128, 64)
-            v = E2M1[q] * np.repeat(e4m3(sc), 16, axis=3)
-            w = v.transpose(0, 2, 1, 3).reshape(np_, kp) * fe["scalars"]["global_scale"]
-        elif layout == "q4k_mmq" and fe["part"] == "":
-            w = np.asarray(quants.dequantize(part("").reshape(n, -1), gguf.GGMLQuantizationType.Q4_K), dtype=np.float64).reshape(n, kp)
-        elif layout == "q4k_mmq":
-            w = part("codes").view(np.int8).reshape(n, kp) * part("scales").view(np.float32).astype(np.float64)[:, None]
-        elif layout == "fp8":
-            c = e4m3(part("codes")).reshape(np_, kp)
-            g = part("scales").view(np.float32).astype(np.float64).reshape(-1, kp // 128)
-            w = c * np.repeat(np.repeat(g, 128, axis=0), 128, axis=1)[:np_]
-            if proj == "gate_up":
-                half, interp = n // 2, np_ // 2
-                w = np.concatenate([w[:half], w[interp:interp + half]])
-        elif layout == "w8a8":
-            w = e4m3(part("codes")).reshape(n, kp) * part("scales").view(np.float32).astype(np.float64)[:, None]
-        elif layout == "bf16":
-            w = (part("").view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64).reshape(n, kp)
-        elif layout == "q2g128":
-            b = part("").reshape(n, kp // 128, 34)
-            d = b[:, :, :2].copy().view(np.float16).astype(np.float64)
-            qs = b[:, :, 2:]
-            q = np.stack([(qs >> (2 * s)) & 3 for s in range(4)], axis=2).reshape(n, kp // 128, 128)
-            w = (d * (q.astype(np.float64) - 2)).reshape(n, kp)
-        else:
-            raise SystemExit(f"no decoder for {layout}")
-        w = w[:n, :k]
+        w = decode_layout(fe, lambda p, name=name: blob[f"{name}.{p}"] if p else blob[name])
+
         if proj == "gate_up":
             ref = np.concatenate([src[f"blk.{layer}.ffn_gate.weight"], src[f"blk.{layer}.ffn_up.weight"]])
         else:
