@@ -9,7 +9,7 @@ The activation-quantizing arms (W4A4 on the nvfp4 weights, W8A8 on the w8a8 weig
 emulated here in PyTorch from formats.md's rules (per-row NVFP4 / per-row FP8 activations before
 each FFN projection); the CUDA arms themselves are not run by this script.
 
-    python3 scripts/quality_kl.py SMOLLM2.gguf PACK.mpk.gguf OUT.json
+    python3 scripts/quality_kl.py SMOLLM2.gguf PACK.mpk.gguf OUT.json [--record DIR]
 """
 import json
 import math
@@ -90,7 +90,19 @@ def main():
     def ppl(logp):
         return math.exp(-logp.gather(1, ids[0, 1:, None]).mean().item())
 
+    # With --record DIR: each layer's FFN input of the source run, f32 [tokens, hidden], as
+    # DIR/layerN.npy (for `metrale-pack check-activations`).
+    record = sys.argv[sys.argv.index("--record") + 1] if "--record" in sys.argv else None
+    hooks = []
+    if record:
+        os.makedirs(record, exist_ok=True)
+        for i, m in enumerate(mlps):
+            def save(mod, inp, i=i):
+                np.save(os.path.join(record, f"layer{i}.npy"), inp[0][0].detach().float().cpu().numpy())
+            hooks.append(m.register_forward_pre_hook(save))
     base = run()
+    for h in hooks:
+        h.remove()
     rows = [{"variant": "source", "tokens": int(ids.shape[1]), "ppl": ppl(base), "kl": 0.0, "top1": 1.0}]
     print(f"device {dev} ({torch.cuda.get_device_name() if dev == 'cuda' else 'cpu'}), tokens {ids.shape[1]}, source perplexity {rows[0]['ppl']:.4f}")
 

@@ -129,6 +129,23 @@ enum Cmd {
         #[arg(long)]
         probe: bool,
     },
+    /// Every arm of the recorded layers, loaded from PACK, on real activations (INPUTS/layerN.npy:
+    /// f32 [tokens, hidden] FFN inputs, e.g. from `scripts/quality_kl.py --record`) against the
+    /// float64 FFN of SOURCE's weights, beside the same arm on random activations of the same
+    /// row norms (needs a GPU; says SKIPPED without one).
+    CheckActivations {
+        pack: PathBuf,
+        #[arg(long)]
+        source: PathBuf,
+        #[arg(long)]
+        inputs: PathBuf,
+        /// Comma-separated layers (default: every recorded one).
+        #[arg(long, value_delimiter = ',')]
+        layers: Vec<usize>,
+        /// At most this many rows per layer.
+        #[arg(long, default_value_t = 512)]
+        max_rows: usize,
+    },
     /// Write a pack's device tensors as U8 tensors of one safetensors file: the same bytes, for the
     /// PyTorch peer of bench-load (`scripts/peer_torch_load.py`).
     #[command(hide = true)]
@@ -248,6 +265,28 @@ fn run(cli: Cli) -> Result<()> {
             probe,
         } => bench_load(&pack, source.as_deref(), &io, sweep, probe),
         Cmd::ExportSegment { pack, out } => export_segment(&pack, &out),
+        Cmd::CheckActivations {
+            pack,
+            source,
+            inputs,
+            layers,
+            max_rows,
+        } => {
+            let Some(b) = cuda_or_skip() else {
+                return Ok(());
+            };
+            let rows = metrale_pack::check::activations::activation_checks(
+                b,
+                &pack,
+                &source,
+                &inputs,
+                &layers,
+                max_rows,
+                &mut metrale_pack::testing::Rand(7),
+            )?;
+            metrale_pack::check::activations::print_activation_table(&rows);
+            Ok(())
+        }
     }
 }
 

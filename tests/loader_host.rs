@@ -594,3 +594,63 @@ fn a_reserved_arena_refuses_copies_before_its_pieces_are_mapped() {
     assert!(b.map_range(p, 1, 1).is_err());
     b.free(p);
 }
+
+/// `check-activations` on the host backend: every arm the pack holds, on "recorded" activations
+/// (here rows with an outlier channel, written as layerN.npy) and on random rows of the same
+/// norms, each against the float64 FFN of the source weights, decode and prefill.
+#[test]
+fn activation_checks_run_every_arm_on_recorded_inputs() {
+    use metrale_pack::check::activations::activation_checks;
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.gguf");
+    metrale_pack::testing::gen_model::gen_model(
+        &src,
+        128,
+        256,
+        2,
+        metrale_pack::GgmlType::F16,
+        "llama",
+    )
+    .unwrap();
+    let p = dir.path().join("m.mpk.gguf");
+    let opts = ConvertOptions {
+        layouts: Some(vec![
+            Layout::Nvfp4,
+            Layout::Nvfp4T,
+            Layout::Nvfp4Mmq,
+            Layout::Q4kMmq,
+            Layout::Fp8,
+            Layout::W8a8,
+            Layout::Bf16,
+            Layout::Q2g128,
+        ]),
+        ..Default::default()
+    };
+    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+    let acts = dir.path().join("acts");
+    std::fs::create_dir_all(&acts).unwrap();
+    let mut r = Rand(11);
+    let rows = 6;
+    let mut x = r.vec(rows * 128, 1.0);
+    for row in 0..rows {
+        x[row * 128 + 5] *= 40.0; // an outlier channel, as real activations have
+    }
+    let mut f = std::fs::File::create(acts.join("layer1.npy")).unwrap();
+    metrale_pack::npy::write_f32(&mut f, &[rows, 128], &x).unwrap();
+    let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+    let t = activation_checks(b, &p, &src, &acts, &[], 64, &mut Rand(3)).unwrap();
+    // 10 arms (bf16, fp8, w8a8 and its fixed path, nvfp4 and its fixed path, nvfp4_t,
+    // nvfp4_mmq, q4k_mmq, q2g128), decode and prefill, on the one recorded layer.
+    assert_eq!(t.len(), 20, "{t:#?}");
+    for row in &t {
+        assert_eq!(row.layer, 1);
+        assert!(row.real.is_finite() && row.random.is_finite(), "{row:?}");
+        let bound = match row.arm.as_str() {
+            "bf16" => 0.01,
+            "q2g128" => 1.0,
+            _ => 0.5,
+        };
+        assert!(row.real < bound && row.random < bound, "{row:?}");
+    }
+    assert!(t.iter().any(|r| r.m == rows) && t.iter().any(|r| r.m == 1));
+}

@@ -3,6 +3,7 @@
 //! outputs, the fixed path's batch invariance, then bandwidth and TFLOP/s figures against the
 //! copy ceiling and cuBLAS measured in the same run.
 
+pub mod activations;
 mod bench;
 pub mod bench_load;
 mod kernels;
