@@ -630,7 +630,8 @@ fn activation_checks_run_every_arm_on_recorded_inputs() {
     let acts = dir.path().join("acts");
     std::fs::create_dir_all(&acts).unwrap();
     let mut r = Rand(11);
-    let rows = 6;
+    // More rows than the decode part takes (32) and than the W8A8 arm serves per call (64).
+    let rows = 80;
     let mut x = r.vec(rows * 128, 1.0);
     for row in 0..rows {
         x[row * 128 + 5] *= 40.0; // an outlier channel, as real activations have
@@ -638,7 +639,7 @@ fn activation_checks_run_every_arm_on_recorded_inputs() {
     let mut f = std::fs::File::create(acts.join("layer1.npy")).unwrap();
     metrale_pack::npy::write_f32(&mut f, &[rows, 128], &x).unwrap();
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
-    let t = activation_checks(b, &p, &src, &acts, &[], 64, &mut Rand(3)).unwrap();
+    let t = activation_checks(b, &p, &src, &acts, &[], 128, &mut Rand(3)).unwrap();
     // 10 arms (bf16, fp8, w8a8 and its fixed path, nvfp4 and its fixed path, nvfp4_t,
     // nvfp4_mmq, q4k_mmq, q2g128), decode and prefill, on the one recorded layer.
     assert_eq!(t.len(), 20, "{t:#?}");
@@ -653,4 +654,5 @@ fn activation_checks_run_every_arm_on_recorded_inputs() {
         assert!(row.real < bound && row.random < bound, "{row:?}");
     }
     assert!(t.iter().any(|r| r.m == rows) && t.iter().any(|r| r.m == 1));
+    assert!(t.iter().any(|r| r.arm == "w8a8" && r.m == 64));
 }

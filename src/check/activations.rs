@@ -213,10 +213,11 @@ pub fn activation_checks(
             }
             let run = |ctx: &mut ForwardContext, x: &[f32], m: usize| -> GpuResult<Vec<f32>> {
                 let be = ctx.backend.clone();
-                let mut y = Vec::with_capacity(rows * h);
+                let total = x.len() / h;
+                let mut y = Vec::with_capacity(total * h);
                 let xp = be.alloc((m * h * 4) as u64)?;
-                for r0 in (0..rows).step_by(m) {
-                    let n = m.min(rows - r0);
+                for r0 in (0..total).step_by(m) {
+                    let n = m.min(total - r0);
                     upload_f32(be.as_ref(), xp, &x[r0 * h..(r0 + n) * h])?;
                     let o = if fixed {
                         layer.forward_fixed(ctx, xp, n)?
@@ -232,8 +233,14 @@ pub fn activation_checks(
                 Ok(y)
             };
             // Decode (one row per call) on the first rows, then one prefill call over all.
+            // The declared W8A8 arm serves at most W8A8_MAX_ROWS rows per prefill call.
             let decode_rows = rows.min(32);
-            for (m, count) in [(1usize, decode_rows), (rows, rows)] {
+            let prefill_m = if arm == "w8a8" {
+                rows.min(crate::ffn::W8A8_MAX_ROWS)
+            } else {
+                rows
+            };
+            for (m, count) in [(1usize, decode_rows), (prefill_m, rows)] {
                 let er = |x: &[f32], want: &[f64], ctx: &mut ForwardContext| -> GpuResult<f64> {
                     let y = run(ctx, &x[..count * h], m.min(count))?;
                     Ok(rel_err(&y, &want[..count * h]))
