@@ -146,6 +146,19 @@ enum Cmd {
         #[arg(long, default_value_t = 512)]
         max_rows: usize,
     },
+    /// Layer LAYER's FFN from PACK by one arm (as check-activations names it) on the rows of INPUT
+    /// (f32 [rows, hidden] .npy), written to OUTPUT (.npy): for a model run that takes the arm's
+    /// outputs in place of its FFN (`scripts/quality_kl.py --arms`). Needs a GPU.
+    #[command(hide = true)]
+    FfnApply {
+        pack: PathBuf,
+        #[arg(long)]
+        layer: usize,
+        #[arg(long)]
+        arm: String,
+        input: PathBuf,
+        output: PathBuf,
+    },
     /// Write a pack's device tensors as U8 tensors of one safetensors file: the same bytes, for the
     /// PyTorch peer of bench-load (`scripts/peer_torch_load.py`).
     #[command(hide = true)]
@@ -265,6 +278,31 @@ fn run(cli: Cli) -> Result<()> {
             probe,
         } => bench_load(&pack, source.as_deref(), &io, sweep, probe),
         Cmd::ExportSegment { pack, out } => export_segment(&pack, &out),
+        Cmd::FfnApply {
+            pack,
+            layer,
+            arm,
+            input,
+            output,
+        } => {
+            let Some(b) = cuda_or_skip() else {
+                anyhow::bail!("ffn-apply needs a GPU");
+            };
+            let npy = metrale_pack::npy::parse(&std::fs::read(&input)?)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
+            anyhow::ensure!(
+                npy.dtype == metrale_pack::npy::NpyDtype::F32 && npy.shape.len() == 2,
+                "{}: expected f32 [rows, hidden]",
+                input.display()
+            );
+            let y =
+                metrale_pack::check::activations::apply_arm(b, &pack, layer, &arm, &npy.to_f32())?;
+            atomic::write_atomic(&output, |w| -> Result<()> {
+                metrale_pack::npy::write_f32(w, &npy.shape, &y)?;
+                Ok(())
+            })?;
+            Ok(())
+        }
         Cmd::CheckActivations {
             pack,
             source,

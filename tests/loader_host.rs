@@ -655,4 +655,27 @@ fn activation_checks_run_every_arm_on_recorded_inputs() {
     }
     assert!(t.iter().any(|r| r.m == rows) && t.iter().any(|r| r.m == 1));
     assert!(t.iter().any(|r| r.arm == "w8a8" && r.m == 64));
+    // One arm's outputs for a model run (`ffn-apply`): the fixed W4A4 path over the recorded
+    // rows, close to the float64 FFN; an unknown arm or layer is refused by name.
+    use metrale_pack::check::activations::apply_arm;
+    let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+    let y = apply_arm(b.clone(), &p, 1, "nvfp4 fixed (W4A4)", &x).unwrap();
+    assert_eq!(y.len(), x.len());
+    let m = Model::open(&src).unwrap();
+    let l = &m.ffn_layers[1];
+    let w = metrale_pack::testing::DenseWeights {
+        gate: m.decode_weight(&l.gate).unwrap().0,
+        up: m.decode_weight(&l.up).unwrap().0,
+        down: m.decode_weight(&l.down).unwrap().0,
+        hidden: 128,
+        inter: 256,
+    };
+    let want = metrale_pack::testing::ffn_f64(&x, rows, &w, metrale_pack::model::Activation::Silu);
+    let e = metrale_pack::testing::rel_err(&y, &want);
+    assert!(e < 0.5, "{e}");
+    let e = apply_arm(b.clone(), &p, 1, "no such arm", &x)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no such arm"), "{e}");
+    assert!(apply_arm(b, &p, 7, "nvfp4", &x).is_err());
 }

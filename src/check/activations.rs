@@ -103,109 +103,18 @@ pub fn activation_checks(
         };
         let want_real = reference(&real, rows, &w, act);
         let want_random = reference(&random, rows, &w, act);
-        // (arm, overlays, levers, fixed path?)
-        let only = |f: &dyn Fn(&mut LayerOverlays)| {
-            let mut o = LayerOverlays::default();
-            f(&mut o);
-            o
-        };
-        let q4k = ModelLevers {
-            q4k_mmq: true,
-            ..ModelLevers::default()
-        };
-        let d = ModelLevers::default;
-        let any = |v: &[Option<crate::gpu::DevicePtr>; 3]| v.iter().any(Option::is_some);
-        let any_t = ov.nvfp4_t.iter().any(Option::is_some);
-        // (arm, overlays, levers, the fixed path?, in this pack?)
-        let arms: Vec<(&str, LayerOverlays, ModelLevers, bool, bool)> = vec![
-            (
-                "bf16",
-                only(&|o| o.bf16 = ov.bf16),
-                d(),
-                false,
-                ov.bf16.is_some(),
-            ),
-            (
-                "fp8",
-                only(&|o| o.fp8 = ov.fp8),
-                d(),
-                false,
-                ov.fp8.is_some(),
-            ),
-            (
-                "w8a8",
-                only(&|o| o.w8a8 = ov.w8a8),
-                d(),
-                false,
-                ov.w8a8.is_some(),
-            ),
-            (
-                "w8a8 fixed (W8A8)",
-                only(&|o| o.w8a8 = ov.w8a8),
-                d(),
-                true,
-                ov.w8a8.is_some(),
-            ),
-            (
-                "nvfp4",
-                only(&|o| o.nvfp4 = ov.nvfp4),
-                d(),
-                false,
-                ov.nvfp4.is_some(),
-            ),
-            (
-                "nvfp4 fixed (W4A4)",
-                only(&|o| o.nvfp4 = ov.nvfp4),
-                d(),
-                true,
-                ov.nvfp4.is_some(),
-            ),
-            (
-                "nvfp4_t",
-                only(&|o| {
-                    o.nvfp4 = ov.nvfp4;
-                    o.nvfp4_t = ov.nvfp4_t;
-                }),
-                d(),
-                false,
-                ov.nvfp4.is_some() && any_t,
-            ),
-            (
-                "nvfp4_mmq",
-                only(&|o| {
-                    o.nvfp4 = ov.nvfp4;
-                    o.nvfp4_mmq = ov.nvfp4_mmq;
-                }),
-                d(),
-                false,
-                ov.nvfp4.is_some() && any(&ov.nvfp4_mmq),
-            ),
-            (
-                "q4k_mmq",
-                only(&|o| {
-                    o.nvfp4 = ov.nvfp4;
-                    o.q4k = ov.q4k;
-                }),
-                q4k,
-                false,
-                ov.nvfp4.is_some() && ov.q4k.is_some(),
-            ),
-            (
-                "q2g128",
-                only(&|o| o.q2 = ov.q2),
-                d(),
-                false,
-                ov.q2.is_some(),
-            ),
-        ];
+        let arms = arms_of(ov);
         let cfg = FfnConfig {
             hidden: h,
             inter: i,
         };
-        for (arm, overlays, levers, fixed, present) in arms {
-            if !present {
-                continue;
-            }
+        for Arm {
+            name: arm,
+            overlays,
+            levers,
+            fixed,
+        } in arms
+        {
             let mut ctx = ForwardContext::new(b.clone(), cfg, rows.max(1), levers).map_err(gpu)?;
             let mut layer = DenseFfnLayer::new_with_activation(&ctx, act);
             if overlays.install(&mut layer).is_err() {
@@ -278,4 +187,166 @@ pub fn print_activation_table(rows: &[ActRow]) {
             r.real / r.random.max(1e-300)
         );
     }
+}
+
+/// One arm of a pack-loaded layer: the overlays it installs, its levers, and whether it runs the
+/// fixed (batch-invariant, activation-quantizing) path.
+pub struct Arm {
+    /// Its name in the tables.
+    pub name: &'static str,
+    /// The overlays it installs.
+    pub overlays: LayerOverlays,
+    /// Its levers.
+    pub levers: ModelLevers,
+    /// `forward_fixed` instead of the routed forward.
+    pub fixed: bool,
+}
+
+/// Every arm that the layer's overlays `ov` (from a pack) can serve.
+pub fn arms_of(ov: &LayerOverlays) -> Vec<Arm> {
+    let d = ModelLevers::default;
+    let q4k = ModelLevers {
+        q4k_mmq: true,
+        ..ModelLevers::default()
+    };
+    let any = |v: &[Option<crate::gpu::DevicePtr>; 3]| v.iter().any(Option::is_some);
+    let base = LayerOverlays {
+        nvfp4: ov.nvfp4,
+        ..Default::default()
+    };
+    let arm = |name, overlays, levers, fixed| Arm {
+        name,
+        overlays,
+        levers,
+        fixed,
+    };
+    let mut out = Vec::new();
+    if ov.bf16.is_some() {
+        let o = LayerOverlays {
+            bf16: ov.bf16,
+            ..Default::default()
+        };
+        out.push(arm("bf16", o, d(), false));
+    }
+    if ov.fp8.is_some() {
+        let o = LayerOverlays {
+            fp8: ov.fp8,
+            ..Default::default()
+        };
+        out.push(arm("fp8", o, d(), false));
+    }
+    if ov.w8a8.is_some() {
+        let o = LayerOverlays {
+            w8a8: ov.w8a8,
+            ..Default::default()
+        };
+        out.push(arm("w8a8", o.clone(), d(), false));
+        out.push(arm("w8a8 fixed (W8A8)", o, d(), true));
+    }
+    if ov.nvfp4.is_some() {
+        out.push(arm("nvfp4", base.clone(), d(), false));
+        out.push(arm("nvfp4 fixed (W4A4)", base.clone(), d(), true));
+        if any(&ov.nvfp4_t.map(|t| t.map(|t| t.codes()))) {
+            let o = LayerOverlays {
+                nvfp4_t: ov.nvfp4_t,
+                ..base.clone()
+            };
+            out.push(arm("nvfp4_t", o, d(), false));
+        }
+        if any(&ov.nvfp4_mmq) {
+            let o = LayerOverlays {
+                nvfp4_mmq: ov.nvfp4_mmq,
+                ..base.clone()
+            };
+            out.push(arm("nvfp4_mmq", o, d(), false));
+        }
+        if ov.q4k.is_some() {
+            let o = LayerOverlays {
+                q4k: ov.q4k,
+                ..base.clone()
+            };
+            out.push(arm("q4k_mmq", o, q4k, false));
+        }
+    }
+    if ov.q2.is_some() {
+        let o = LayerOverlays {
+            q2: ov.q2,
+            ..Default::default()
+        };
+        out.push(arm("q2g128", o, d(), false));
+    }
+    out
+}
+
+/// Layer `layer`'s FFN from the pack at `pack`, by arm `arm` (a name of [`arms_of`]), on the
+/// rows of `x` (f32 `[rows, hidden]`): the output rows, f32. For a model run that takes the
+/// arm's outputs in place of its FFN (`scripts/quality_kl.py --arms`).
+pub fn apply_arm(
+    b: Arc<dyn GpuBackend>,
+    pack: &Path,
+    layer: usize,
+    arm: &str,
+    x: &[f32],
+) -> crate::Result<Vec<f32>> {
+    let gpu = |e: crate::gpu::GpuError| crate::Error::Gpu(e);
+    let file = pack.display().to_string();
+    let lp = loader::load(b.as_ref(), pack, &LoadOptions::default())?;
+    let m = &lp.pack.manifest.model;
+    let (h, i) = (m.hidden_size as usize, m.intermediate_size as usize);
+    let act = Activation::from_act_name(&m.activation).unwrap_or(Activation::Silu);
+    let ov = lp
+        .layers
+        .iter()
+        .find(|o| o.index == layer)
+        .ok_or_else(|| crate::Error::NotFound {
+            file: file.clone(),
+            tensor: format!("FFN layer {layer}"),
+        })?;
+    let a = arms_of(ov)
+        .into_iter()
+        .find(|a| a.name == arm)
+        .ok_or_else(|| crate::Error::Unsupported {
+            file: file.clone(),
+            reason: format!("layer {layer} has no arm {arm:?}"),
+        })?;
+    if h == 0 || !x.len().is_multiple_of(h) {
+        return Err(crate::Error::Unsupported {
+            file,
+            reason: format!("{} input values are not rows of {h}", x.len()),
+        });
+    }
+    let rows = x.len() / h;
+    // The declared W8A8 arm serves at most W8A8_MAX_ROWS rows per prefill call.
+    let per = if a.name == "w8a8" {
+        rows.min(crate::ffn::W8A8_MAX_ROWS)
+    } else {
+        rows
+    }
+    .max(1);
+    let cfg = FfnConfig {
+        hidden: h,
+        inter: i,
+    };
+    let mut ctx = ForwardContext::new(b.clone(), cfg, per, a.levers).map_err(gpu)?;
+    let mut l = DenseFfnLayer::new_with_activation(&ctx, act);
+    a.overlays.install(&mut l).map_err(gpu)?;
+    let xp = b.alloc((per * h * 4) as u64).map_err(gpu)?;
+    let mut y = Vec::with_capacity(x.len());
+    for r0 in (0..rows).step_by(per) {
+        let n = per.min(rows - r0);
+        upload_f32(b.as_ref(), xp, &x[r0 * h..(r0 + n) * h]).map_err(gpu)?;
+        let o = if a.fixed {
+            l.forward_fixed(&mut ctx, xp, n)
+        } else if n == 1 {
+            l.forward(&mut ctx, xp)
+        } else {
+            l.forward_prefill(&mut ctx, xp, n)
+        }
+        .map_err(gpu)?;
+        b.synchronize(0).map_err(gpu)?;
+        y.extend(download_f32(b.as_ref(), o.view(0, (n * h * 4) as u64)).map_err(gpu)?);
+    }
+    b.free(xp);
+    b.free(lp.arena);
+    Ok(y)
 }
