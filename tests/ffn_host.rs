@@ -214,7 +214,7 @@ fn bf16_arms_with_and_without_blas() {
 fn every_kernel_name_exists_in_the_cuda_sources() {
     // The host backend implements exactly the entry points of kernels/*.cu.
     let b = HostBackend::new();
-    for s in metrale_pack::gpu::table::KERNELS {
+    for s in &metrale_pack::gpu::table::KERNELS {
         assert!(
             b.kernel(s.module, s.name).ok(),
             "{}: {}::{} does not resolve",

@@ -50,27 +50,41 @@ pub struct KernelSpec {
     pub row_cap: Option<usize>,
     /// How it rounds f32 activations before multiplying (the host twin's contract).
     pub round: ActRound,
+    /// `params` parsed once (every launch looks its arguments up in it).
+    parsed: std::sync::OnceLock<Vec<(&'static str, ParamKind)>>,
 }
 
+/// The most parameters a kernel may take (the widest, the dual GEMV, takes 14).
+pub const MAX_PARAMS: usize = 24;
+
 impl KernelSpec {
-    /// `(name, kind)` of each parameter, in order.
-    pub fn params(&self) -> impl Iterator<Item = (&'static str, ParamKind)> {
-        self.params.split_whitespace().map(|p| {
-            let (n, k) = p.split_once(':').unwrap_or((p, "i"));
-            let kind = match k {
-                "p" => ParamKind::Ptr,
-                "f" => ParamKind::Float,
-                _ => ParamKind::Int,
-            };
-            (n, kind)
+    fn parsed(&self) -> &[(&'static str, ParamKind)] {
+        self.parsed.get_or_init(|| {
+            self.params
+                .split_whitespace()
+                .map(|p| {
+                    let (n, k) = p.split_once(':').unwrap_or((p, "i"));
+                    let kind = match k {
+                        "p" => ParamKind::Ptr,
+                        "f" => ParamKind::Float,
+                        _ => ParamKind::Int,
+                    };
+                    (n, kind)
+                })
+                .collect()
         })
     }
 
+    /// `(name, kind)` of each parameter, in order.
+    pub fn params(&self) -> impl Iterator<Item = (&'static str, ParamKind)> + '_ {
+        self.parsed().iter().copied()
+    }
+
     fn position(&self, name: &str) -> Option<(usize, ParamKind)> {
-        self.params()
-            .enumerate()
-            .find(|(_, (n, _))| *n == name)
-            .map(|(i, (_, k))| (i, k))
+        self.parsed()
+            .iter()
+            .position(|(n, _)| *n == name)
+            .map(|i| (i, self.parsed()[i].1))
     }
 }
 
@@ -207,7 +221,8 @@ impl Kernel {
     pub fn call(&self) -> Call {
         Call {
             kernel: *self,
-            args: Vec::with_capacity(16),
+            args: [("", KArg::I32(0)); MAX_PARAMS],
+            given: 0,
         }
     }
 
@@ -223,26 +238,34 @@ impl Kernel {
 /// A launch being built: arguments by name, in any order.
 pub struct Call {
     kernel: Kernel,
-    args: Vec<(&'static str, KArg)>,
+    /// The arguments given, in the order given (no allocation per launch).
+    args: [(&'static str, KArg); MAX_PARAMS],
+    given: usize,
 }
 
 impl Call {
-    /// Pointer argument `name`.
-    pub fn ptr(mut self, name: &'static str, p: DevicePtr) -> Self {
-        self.args.push((name, KArg::Ptr(p)));
+    fn push(mut self, name: &'static str, a: KArg) -> Self {
+        // One past the end records that too many were given; `finish` refuses it.
+        if self.given < MAX_PARAMS {
+            self.args[self.given] = (name, a);
+        }
+        self.given = self.given.saturating_add(1);
         self
+    }
+
+    /// Pointer argument `name`.
+    pub fn ptr(self, name: &'static str, p: DevicePtr) -> Self {
+        self.push(name, KArg::Ptr(p))
     }
 
     /// `int` argument `name` (refused at [`finish`](Self::finish) above `i32::MAX`).
-    pub fn dim(mut self, name: &'static str, v: usize) -> Self {
-        self.args.push((name, KArg::Dim(v)));
-        self
+    pub fn dim(self, name: &'static str, v: usize) -> Self {
+        self.push(name, KArg::Dim(v))
     }
 
     /// `float` argument `name`.
-    pub fn float(mut self, name: &'static str, v: f32) -> Self {
-        self.args.push((name, KArg::F32(v)));
-        self
+    pub fn float(self, name: &'static str, v: f32) -> Self {
+        self.push(name, KArg::F32(v))
     }
 
     /// The positional arguments in the signature's order, every parameter given once with its
@@ -252,8 +275,15 @@ impl Call {
         if !handle.ok() {
             return Err(self.kernel.missing());
         }
-        let mut slots: Vec<Option<KArg>> = vec![None; spec.params().count()];
-        for (name, a) in self.args {
+        let nparams = spec.parsed().len();
+        if self.given > MAX_PARAMS || nparams > MAX_PARAMS {
+            return Err(GpuError::Invalid(format!(
+                "{}: more than {MAX_PARAMS} arguments",
+                spec.name
+            )));
+        }
+        let mut slots: [Option<KArg>; MAX_PARAMS] = [None; MAX_PARAMS];
+        for &(name, a) in &self.args[..self.given] {
             let (i, kind) = spec.position(name).ok_or_else(|| {
                 GpuError::Invalid(format!("{}: no parameter `{name}`", spec.name))
             })?;
@@ -265,7 +295,7 @@ impl Call {
             }
             slots[i] = Some(a);
         }
-        let mut args = Vec::with_capacity(slots.len());
+        let mut args = Vec::with_capacity(nparams);
         for (s, (name, _)) in slots.into_iter().zip(spec.params()) {
             args.push(s.ok_or_else(|| {
                 GpuError::Invalid(format!("{}: argument `{name}` not given", spec.name))
@@ -321,7 +351,7 @@ macro_rules! kernel_table {
     ($($field:ident: $module:literal $name:literal ($params:literal)
         grid($x:expr, $y:expr, $t:expr), cap $cap:expr, round $round:ident;)*) => {
         /// Every kernel, in one table.
-        pub static KERNELS: &[KernelSpec] = &[$(KernelSpec {
+        pub static KERNELS: [KernelSpec; [$(stringify!($field)),*].len()] = [$(KernelSpec {
             field: stringify!($field),
             module: $module,
             name: $name,
@@ -329,6 +359,7 @@ macro_rules! kernel_table {
             grid: Grid { x: $x, y: $y, threads: $t },
             row_cap: $cap,
             round: ActRound::$round,
+            parsed: std::sync::OnceLock::new(),
         },)*];
 
         /// Every kernel the layer may launch, resolved once at construction.
@@ -472,7 +503,7 @@ mod tests {
 
     #[test]
     fn every_description_matches_its_parsed_cu_signature() {
-        for s in KERNELS {
+        for s in &KERNELS {
             let sigs = super::super::kernels::signatures(s.module);
             let (_, parsed) = sigs
                 .iter()
@@ -566,6 +597,12 @@ mod tests {
                 .finish()
                 .is_err()
         );
+        // More arguments than any kernel takes: refused, not an out-of-bounds write.
+        let mut many = full(k.q2_gemv_m.call()).dim("m", 1);
+        for _ in 0..MAX_PARAMS {
+            many = many.dim("ldy", 1);
+        }
+        assert!(many.finish().is_err());
         let hidden = crate::gpu::host::HostBackend::without(&["q2g128_gemv_batchm"]);
         let e = full(Kernels::resolve(&hidden).q2_gemv_m.call())
             .dim("m", 1)
