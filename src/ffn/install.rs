@@ -14,10 +14,7 @@ impl DenseFfnLayer {
         up: Bf16Weight,
         down: Bf16Weight,
     ) -> GpuResult<()> {
-        for (p, w) in [(Proj::Gate, &gate), (Proj::Up, &up), (Proj::Down, &down)] {
-            self.check_shape("set_bf16_weights", p, w.n, w.k)?;
-            w.validate(&format!("set_bf16_weights {p:?}"))?;
-        }
+        self.check_projections("set_bf16_weights", [Some(&gate), Some(&up), Some(&down)])?;
         self.bf16 = Some([gate, up, down]);
         Ok(())
     }
@@ -29,10 +26,7 @@ impl DenseFfnLayer {
         up: Fp8Weight,
         down: Fp8Weight,
     ) -> GpuResult<()> {
-        for (p, w) in [(Proj::Gate, &gate), (Proj::Up, &up), (Proj::Down, &down)] {
-            self.check_shape("set_fp8_weights", p, w.n, w.k)?;
-            w.validate(&format!("set_fp8_weights {p:?}"))?;
-        }
+        self.check_projections("set_fp8_weights", [Some(&gate), Some(&up), Some(&down)])?;
         self.fp8 = Some(Fp8Overlay {
             gate,
             up,
@@ -93,20 +87,17 @@ impl DenseFfnLayer {
                 self.hidden, self.inter
             )));
         }
-        for (p, x) in [(Proj::Gate, &w[0]), (Proj::Up, &w[1]), (Proj::Down, &w[2])] {
-            self.check_shape("set_w8a8_decode_weights", p, x.n, x.k)?;
-            x.validate(&format!("set_w8a8_decode_weights {p:?}"))?;
-        }
+        self.check_projections(
+            "set_w8a8_decode_weights",
+            [Some(&w[0]), Some(&w[1]), Some(&w[2])],
+        )?;
         self.w8a8 = Some(w);
         Ok(())
     }
 
     /// Install the NVFP4 base (`nvfp4` layout: ModelOpt codes and scales, K padded to 64).
     pub fn set_nvfp4_weights(&mut self, w: [Nvfp4Weight; 3]) -> GpuResult<()> {
-        for (p, x) in [(Proj::Gate, &w[0]), (Proj::Up, &w[1]), (Proj::Down, &w[2])] {
-            self.check_shape("set_nvfp4_weights", p, x.n, x.k)?;
-            x.validate(&format!("set_nvfp4_weights {p:?}"))?;
-        }
+        self.check_projections("set_nvfp4_weights", [Some(&w[0]), Some(&w[1]), Some(&w[2])])?;
         self.weights.nvfp4 = Some(w);
         Ok(())
     }
@@ -275,11 +266,10 @@ impl DenseFfnLayer {
                 "set_lora_weights: install the NVFP4 base first".into(),
             ));
         }
-        for (p, x) in [Proj::Gate, Proj::Up, Proj::Down].into_iter().zip(w.iter()) {
-            let Some(x) = x else { continue };
-            self.check_shape("set_lora_weights", p, x.n, x.k)?;
-            x.validate(&format!("set_lora_weights {p:?}"))?;
-        }
+        self.check_projections(
+            "set_lora_weights",
+            [w[0].as_ref(), w[1].as_ref(), w[2].as_ref()],
+        )?;
         self.lora = Some(w);
         Ok(())
     }
@@ -374,10 +364,7 @@ impl DenseFfnLayer {
         up: Q2g128Weight,
         down: Q2g128Weight,
     ) -> GpuResult<()> {
-        for (p, w) in [(Proj::Gate, &gate), (Proj::Up, &up), (Proj::Down, &down)] {
-            self.check_shape("set_q2_weights", p, w.n, w.k)?;
-            w.validate(&format!("set_q2_weights {p:?}"))?;
-        }
+        self.check_projections("set_q2_weights", [Some(&gate), Some(&up), Some(&down)])?;
         self.q2 = Some([gate, up, down]);
         Ok(())
     }

@@ -91,6 +91,18 @@ impl DenseFfnLayer {
         &self.kernels
     }
 
+    /// Each given projection's weight against this layer's shape and against its layout's
+    /// rules (`what` names the caller in errors).
+    fn check_projections<W: ProjWeight>(&self, what: &str, w: [Option<&W>; 3]) -> GpuResult<()> {
+        for (p, x) in [Proj::Gate, Proj::Up, Proj::Down].into_iter().zip(w) {
+            let Some(x) = x else { continue };
+            let (n, k) = x.shape();
+            self.check_shape(what, p, n, k)?;
+            x.validate(&format!("{what} {p:?}"))?;
+        }
+        Ok(())
+    }
+
     fn check_shape(&self, what: &str, p: Proj, n: usize, k: usize) -> GpuResult<()> {
         let want = match p {
             Proj::Gate | Proj::Up => (self.inter, self.hidden),

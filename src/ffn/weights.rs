@@ -35,6 +35,39 @@ macro_rules! accessors {
     };
 }
 
+/// A projection's weight in one layout: its accessors, a validating constructor `new` (the
+/// fields in declaration order, checked by the type's `validate`), and [`ProjWeight`].
+macro_rules! projection_weight {
+    ($t:ident, $new_doc:literal { $($f:ident: $ft:ty),* $(,)? }) => {
+        accessors!($t { $($f: $ft),* });
+        impl $t {
+            #[doc = $new_doc]
+            pub fn new($($f: $ft),*) -> GpuResult<Self> {
+                let w = $t { $($f),* };
+                w.validate(stringify!($t))?;
+                Ok(w)
+            }
+        }
+        impl ProjWeight for $t {
+            fn shape(&self) -> (usize, usize) {
+                (self.n, self.k)
+            }
+            fn validate(&self, what: &str) -> GpuResult<()> {
+                $t::validate(self, what)
+            }
+        }
+    };
+}
+
+/// A weight that one projection (gate, up or down) of the layer holds: its logical `[n, k]`
+/// and its layout's rules, which the `set_*` methods check.
+pub(crate) trait ProjWeight {
+    /// The logical `(n, k)`.
+    fn shape(&self) -> (usize, usize);
+    /// The layout's rules; `what` names the caller in errors.
+    fn validate(&self, what: &str) -> GpuResult<()>;
+}
+
 /// Block-scaled FP8 weight (`fp8` layout): E4M3 `[np, kp]`, f32 scales `[np/128, kp/128]`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Fp8Weight {
@@ -45,7 +78,7 @@ pub struct Fp8Weight {
     pub(crate) np: usize,
     pub(crate) kp: usize,
 }
-accessors!(Fp8Weight {
+projection_weight!(Fp8Weight, "A validated FP8 weight of `[n, k]` stored as `[np, kp]`." {
     weight: DevicePtr,
     scale: DevicePtr,
     n: usize,
@@ -55,27 +88,6 @@ accessors!(Fp8Weight {
 });
 
 impl Fp8Weight {
-    /// A validated FP8 weight of `[n, k]` stored as `[np, kp]`.
-    pub fn new(
-        weight: DevicePtr,
-        scale: DevicePtr,
-        n: usize,
-        k: usize,
-        np: usize,
-        kp: usize,
-    ) -> GpuResult<Self> {
-        let w = Fp8Weight {
-            weight,
-            scale,
-            n,
-            k,
-            np,
-            kp,
-        };
-        w.validate("Fp8Weight")?;
-        Ok(w)
-    }
-
     /// The `fp8` layout's rules: k % 16, np and kp % 128, buffers that hold `[np, kp]` codes and
     /// `[np/128, kp/128]` f32 scales.
     pub(crate) fn validate(&self, what: &str) -> GpuResult<()> {
@@ -133,7 +145,7 @@ pub struct Bf16Weight {
     pub(crate) k: usize,
     pub(crate) kp: usize,
 }
-accessors!(Bf16Weight {
+projection_weight!(Bf16Weight, "A validated BF16 weight of `[n, k]` stored as `[n, kp]`." {
     weight: DevicePtr,
     n: usize,
     k: usize,
@@ -141,13 +153,6 @@ accessors!(Bf16Weight {
 });
 
 impl Bf16Weight {
-    /// A validated BF16 weight of `[n, k]` stored as `[n, kp]`.
-    pub fn new(weight: DevicePtr, n: usize, k: usize, kp: usize) -> GpuResult<Self> {
-        let w = Bf16Weight { weight, n, k, kp };
-        w.validate("Bf16Weight")?;
-        Ok(w)
-    }
-
     /// The `bf16` layout's rules: k and kp % 8, a buffer that holds `[n, kp]`.
     pub(crate) fn validate(&self, what: &str) -> GpuResult<()> {
         let w = self;
@@ -177,7 +182,7 @@ pub struct W8a8Weight {
     pub(crate) k: usize,
     pub(crate) kp: usize,
 }
-accessors!(W8a8Weight {
+projection_weight!(W8a8Weight, "A validated W8A8 weight of `[n, k]` stored as `[n, kp]`." {
     weight: DevicePtr,
     scale: DevicePtr,
     n: usize,
@@ -186,25 +191,6 @@ accessors!(W8a8Weight {
 });
 
 impl W8a8Weight {
-    /// A validated W8A8 weight of `[n, k]` stored as `[n, kp]`.
-    pub fn new(
-        weight: DevicePtr,
-        scale: DevicePtr,
-        n: usize,
-        k: usize,
-        kp: usize,
-    ) -> GpuResult<Self> {
-        let w = W8a8Weight {
-            weight,
-            scale,
-            n,
-            k,
-            kp,
-        };
-        w.validate("W8a8Weight")?;
-        Ok(w)
-    }
-
     /// The `w8a8` layout's rules: kp % 128, buffers that hold `[n, kp]` and `[n]` f32.
     pub(crate) fn validate(&self, what: &str) -> GpuResult<()> {
         let x = self;
@@ -232,7 +218,7 @@ pub struct Nvfp4Weight {
     pub(crate) k: usize,
     pub(crate) kp: usize,
 }
-accessors!(Nvfp4Weight {
+projection_weight!(Nvfp4Weight, "A validated NVFP4 weight of `[n, k]` stored as `[n, kp]` (codes `[n, kp/2]`, E4M3 block scales `[n, kp/16]`)." {
     codes: DevicePtr,
     scales: DevicePtr,
     global_scale: f32,
@@ -242,28 +228,6 @@ accessors!(Nvfp4Weight {
 });
 
 impl Nvfp4Weight {
-    /// A validated NVFP4 weight of `[n, k]` stored as `[n, kp]` (codes `[n, kp/2]`, E4M3 block
-    /// scales `[n, kp/16]`).
-    pub fn new(
-        codes: DevicePtr,
-        scales: DevicePtr,
-        global_scale: f32,
-        n: usize,
-        k: usize,
-        kp: usize,
-    ) -> GpuResult<Self> {
-        let w = Nvfp4Weight {
-            codes,
-            scales,
-            global_scale,
-            n,
-            k,
-            kp,
-        };
-        w.validate("Nvfp4Weight")?;
-        Ok(w)
-    }
-
     /// The `nvfp4` layout's rules: k % 32, kp % 64, buffers that hold its codes and scales.
     pub(crate) fn validate(&self, what: &str) -> GpuResult<()> {
         let x = self;
@@ -345,7 +309,7 @@ pub struct LoraWeight {
     pub(crate) rank: usize,
     pub(crate) scaling: f32,
 }
-accessors!(LoraWeight {
+projection_weight!(LoraWeight, "A validated adapter: rank 1..=[`LORA_MAX_RANK`], buffers that hold A and B in BF16." {
     a: DevicePtr,
     b: DevicePtr,
     n: usize,
@@ -355,27 +319,6 @@ accessors!(LoraWeight {
 });
 
 impl LoraWeight {
-    /// A validated adapter: rank 1..=[`LORA_MAX_RANK`], buffers that hold A and B in BF16.
-    pub fn new(
-        a: DevicePtr,
-        b: DevicePtr,
-        n: usize,
-        k: usize,
-        rank: usize,
-        scaling: f32,
-    ) -> GpuResult<Self> {
-        let w = LoraWeight {
-            a,
-            b,
-            n,
-            k,
-            rank,
-            scaling,
-        };
-        w.validate("LoraWeight")?;
-        Ok(w)
-    }
-
     pub(crate) fn validate(&self, what: &str) -> GpuResult<()> {
         let x = self;
         if x.rank == 0
@@ -403,7 +346,7 @@ pub struct Q2g128Weight {
     pub(crate) k: usize,
     pub(crate) kp: usize,
 }
-accessors!(Q2g128Weight {
+projection_weight!(Q2g128Weight, "A validated q2g128 weight of `[n, k]` stored as `[n, kp]`." {
     blocks: DevicePtr,
     n: usize,
     k: usize,
@@ -411,13 +354,6 @@ accessors!(Q2g128Weight {
 });
 
 impl Q2g128Weight {
-    /// A validated q2g128 weight of `[n, k]` stored as `[n, kp]`.
-    pub fn new(blocks: DevicePtr, n: usize, k: usize, kp: usize) -> GpuResult<Self> {
-        let w = Q2g128Weight { blocks, n, k, kp };
-        w.validate("Q2g128Weight")?;
-        Ok(w)
-    }
-
     /// The `q2g128` layout's rules: kp % 128, a buffer that holds `[n, kp/128]` blocks.
     pub(crate) fn validate(&self, what: &str) -> GpuResult<()> {
         let w = self;
