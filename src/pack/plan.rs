@@ -275,7 +275,8 @@ impl<'m> Plan<'m> {
         let l = self.layer(layer);
         let mut cx = crate::layout::EncodeCx::new(m, l, &self.opts, self.lora.as_ref());
         let mut out = Vec::new();
-        // Each encoding, kept to measure its fidelity after the loop (in parallel).
+        // Each encoding's place in `out` (its parts, in order), to measure its fidelity after
+        // the loop (in parallel) from the bytes already there.
         let mut measure = Vec::new();
         for &layout in &self.layouts {
             let spec = layout.spec();
@@ -291,7 +292,8 @@ impl<'m> Plan<'m> {
                     [n, k]
                 };
                 if layout != Layout::Lora {
-                    measure.push((layout, proj, [n as usize, k as usize], enc.clone()));
+                    let parts = out.len()..out.len() + enc.parts.len();
+                    measure.push((layout, proj, [n as usize, k as usize], parts));
                 }
                 let names = spec.parts(proj, self.opts.q4k_down);
                 assert_eq!(
@@ -337,8 +339,8 @@ impl<'m> Plan<'m> {
             let file = self.model.path.display().to_string();
             let rels: Vec<f64> = measure
                 .par_iter()
-                .map(|(layout, proj, nk, enc)| {
-                    decoded_rel_err(&file, &src, *layout, *proj, *nk, enc)
+                .map(|(layout, proj, nk, parts)| {
+                    decoded_rel_err(&file, &src, *layout, *proj, *nk, &out[parts.clone()])
                 })
                 .collect::<Result<_>>()?;
             let mut f = self.fidelity.lock().unwrap();
@@ -434,7 +436,7 @@ fn decoded_rel_err(
     layout: Layout,
     proj: Proj,
     [n, k]: [usize; 2],
-    enc: &crate::converters::layouts::Encoded,
+    parts: &[(String, Vec<u8>, TensorEntry)],
 ) -> Result<f64> {
     let gate_up;
     let source: &[f32] = match proj {
@@ -449,20 +451,25 @@ fn decoded_rel_err(
     } else {
         [n, k]
     };
-    let scalars: BTreeMap<String, f32> = enc
-        .scalars
-        .iter()
-        .map(|(k, v)| (k.to_string(), *v))
-        .collect();
-    let parts = |p: &str| enc.parts.iter().find(|(n, _)| *n == p).map(|(_, b)| &b[..]);
+    // Every part of one encoding carries the same padded shape and scalars.
+    let fe = parts
+        .first()
+        .and_then(|(_, _, e)| e.ffn.as_ref())
+        .expect("an encoding has at least one part");
+    let part = |p: &str| {
+        parts
+            .iter()
+            .find(|(_, _, e)| e.ffn.as_ref().is_some_and(|f| f.part == p))
+            .map(|(_, b, _)| &b[..])
+    };
     let dec = layout.spec().decode(&crate::layout::BlobRead {
         proj,
         shape,
-        padded: enc.padded,
-        scalars: &scalars,
+        padded: fe.padded.map(|d| d as usize),
+        scalars: &fe.scalars,
         file,
         name: layout.tag(),
-        parts: &parts,
+        parts: &part,
     })?;
     let (mut num, mut den) = (0f64, 0f64);
     for (d, s) in dec.iter().zip(source) {
