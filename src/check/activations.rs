@@ -120,38 +120,11 @@ pub fn activation_checks(
             if overlays.install(&mut layer).is_err() {
                 continue; // an arm this layer refuses (e.g. w8a8 on GELU)
             }
-            let run = |ctx: &mut ForwardContext, x: &[f32], m: usize| -> GpuResult<Vec<f32>> {
-                let be = ctx.backend.clone();
-                let total = x.len() / h;
-                let mut y = Vec::with_capacity(total * h);
-                let xp = be.alloc((m * h * 4) as u64)?;
-                for r0 in (0..total).step_by(m) {
-                    let n = m.min(total - r0);
-                    upload_f32(be.as_ref(), xp, &x[r0 * h..(r0 + n) * h])?;
-                    let o = if fixed {
-                        layer.forward_fixed(ctx, xp, n)?
-                    } else if n == 1 {
-                        layer.forward(ctx, xp)?
-                    } else {
-                        layer.forward_prefill(ctx, xp, n)?
-                    };
-                    be.synchronize(0)?;
-                    y.extend(download_f32(be.as_ref(), o.view(0, (n * h * 4) as u64))?);
-                }
-                be.free(xp);
-                Ok(y)
-            };
-            // Decode (one row per call) on the first rows, then one prefill call over all.
-            // The declared W8A8 arm serves at most W8A8_MAX_ROWS rows per prefill call.
+            // Decode (one row per call) on the first rows, then prefill calls over all.
             let decode_rows = rows.min(32);
-            let prefill_m = if arm == "w8a8" {
-                rows.min(crate::ffn::W8A8_MAX_ROWS)
-            } else {
-                rows
-            };
-            for (m, count) in [(1usize, decode_rows), (prefill_m, rows)] {
+            for (m, count) in [(1usize, decode_rows), (rows_per_call(arm, rows), rows)] {
                 let er = |x: &[f32], want: &[f64], ctx: &mut ForwardContext| -> GpuResult<f64> {
-                    let y = run(ctx, &x[..count * h], m.min(count))?;
+                    let y = run_rows(ctx, &layer, fixed, &x[..count * h], h, m.min(count))?;
                     Ok(rel_err(&y, &want[..count * h]))
                 };
                 let real_err = er(&real, &want_real, &mut ctx).map_err(gpu)?;
@@ -315,14 +288,7 @@ pub fn apply_arm(
             reason: format!("{} input values are not rows of {h}", x.len()),
         });
     }
-    let rows = x.len() / h;
-    // The declared W8A8 arm serves at most W8A8_MAX_ROWS rows per prefill call.
-    let per = if a.name == "w8a8" {
-        rows.min(crate::ffn::W8A8_MAX_ROWS)
-    } else {
-        rows
-    }
-    .max(1);
+    let per = rows_per_call(a.name, x.len() / h).max(1);
     let cfg = FfnConfig {
         hidden: h,
         inter: i,
@@ -330,23 +296,48 @@ pub fn apply_arm(
     let mut ctx = ForwardContext::new(b.clone(), cfg, per, a.levers).map_err(gpu)?;
     let mut l = DenseFfnLayer::new_with_activation(&ctx, act);
     a.overlays.install(&mut l).map_err(gpu)?;
-    let xp = b.alloc((per * h * 4) as u64).map_err(gpu)?;
-    let mut y = Vec::with_capacity(x.len());
-    for r0 in (0..rows).step_by(per) {
-        let n = per.min(rows - r0);
-        upload_f32(b.as_ref(), xp, &x[r0 * h..(r0 + n) * h]).map_err(gpu)?;
-        let o = if a.fixed {
-            l.forward_fixed(&mut ctx, xp, n)
-        } else if n == 1 {
-            l.forward(&mut ctx, xp)
-        } else {
-            l.forward_prefill(&mut ctx, xp, n)
-        }
-        .map_err(gpu)?;
-        b.synchronize(0).map_err(gpu)?;
-        y.extend(download_f32(b.as_ref(), o.view(0, (n * h * 4) as u64)).map_err(gpu)?);
-    }
-    b.free(xp);
+    let y = run_rows(&mut ctx, &l, a.fixed, x, h, per).map_err(gpu)?;
     b.free(lp.arena);
+    Ok(y)
+}
+
+/// The most rows arm `arm` takes per prefill call: the declared W8A8 arm serves at most
+/// `W8A8_MAX_ROWS`, every other any number.
+fn rows_per_call(arm: &str, rows: usize) -> usize {
+    if arm == "w8a8" {
+        rows.min(crate::ffn::W8A8_MAX_ROWS)
+    } else {
+        rows
+    }
+}
+
+/// `layer` on the rows of `x` (`[rows, h]`), `per` rows per call: the fixed path, the decode
+/// forward for single rows, else the prefill forward. The output rows, f32.
+fn run_rows(
+    ctx: &mut ForwardContext,
+    layer: &DenseFfnLayer,
+    fixed: bool,
+    x: &[f32],
+    h: usize,
+    per: usize,
+) -> GpuResult<Vec<f32>> {
+    let be = ctx.backend.clone();
+    let total = x.len() / h;
+    let mut y = Vec::with_capacity(total * h);
+    let xp = be.alloc((per * h * 4) as u64)?;
+    for r0 in (0..total).step_by(per) {
+        let n = per.min(total - r0);
+        upload_f32(be.as_ref(), xp, &x[r0 * h..(r0 + n) * h])?;
+        let o = if fixed {
+            layer.forward_fixed(ctx, xp, n)?
+        } else if n == 1 {
+            layer.forward(ctx, xp)?
+        } else {
+            layer.forward_prefill(ctx, xp, n)?
+        };
+        be.synchronize(0)?;
+        y.extend(download_f32(be.as_ref(), o.view(0, (n * h * 4) as u64))?);
+    }
+    be.free(xp);
     Ok(y)
 }
