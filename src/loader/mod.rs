@@ -154,12 +154,18 @@ pub struct DeviceTensor<'a> {
 }
 
 impl LoadedPack {
-    fn device_tensor_at(&self, i: usize) -> Option<DeviceTensor<'_>> {
-        let e = &self.pack.manifest.tensors[i];
-        if !e.device {
-            return None;
-        }
+    /// The device bytes of tensor `i`, if it is a device tensor.
+    fn ptr_at(&self, i: usize) -> Option<DevicePtr> {
         let t = &self.pack.file.tensors[i];
+        self.pack.manifest.tensors[i].device.then(|| {
+            self.arena
+                .view(t.offset - self.pack.manifest.segment_offset, t.bytes)
+        })
+    }
+
+    fn device_tensor_at(&self, i: usize) -> Option<DeviceTensor<'_>> {
+        let ptr = self.ptr_at(i)?;
+        let (e, t) = (&self.pack.manifest.tensors[i], &self.pack.file.tensors[i]);
         let shape = match &e.source_shape {
             Some(s) => s.clone(),
             None => t.ne.iter().rev().copied().collect(),
@@ -169,9 +175,7 @@ impl LoadedPack {
             ty: t.ty,
             shape,
             source_type: &e.source_type,
-            ptr: self
-                .arena
-                .view(t.offset - self.pack.manifest.segment_offset, t.bytes),
+            ptr,
         })
     }
 
@@ -188,7 +192,7 @@ impl LoadedPack {
 
     /// The device bytes of tensor `name` (see [`device_tensor`](Self::device_tensor)).
     pub fn device_view(&self, name: &str) -> Option<DevicePtr> {
-        self.device_tensor(name).map(|t| t.ptr)
+        self.ptr_at(self.pack.index(name)?)
     }
 
     /// A host view (in the page cache, zero-copy) of a passthrough tensor, on the device or not.
