@@ -50,13 +50,7 @@ impl HostBackend {
             | "w8a16_gemm" => {
                 let (x, m) = (self.read_f32(a.ptr("x")?)?, a.dim("m")?);
                 let (w, s) = (self.read(a.ptr("w")?)?, self.read_f32(a.ptr("s")?)?);
-                let (y, n, kk, kp, ldy) = (
-                    a.ptr("y")?,
-                    a.dim("n")?,
-                    a.dim("k")?,
-                    a.dim("kp")?,
-                    a.dim("ldy")?,
-                );
+                let (y, n, kk, kp, ldy) = projection_out(a)?;
                 self.write_rows(y, ldy, m, n, |r, row| {
                     reference::fp8_block_row(
                         &x[r * kk..(r + 1) * kk],
@@ -225,13 +219,7 @@ impl HostBackend {
                     a.dim("m")?,
                     self.read(a.ptr("w")?)?,
                 );
-                let (y, n, kk, kp, ldy) = (
-                    a.ptr("y")?,
-                    a.dim("n")?,
-                    a.dim("k")?,
-                    a.dim("kp")?,
-                    a.dim("ldy")?,
-                );
+                let (y, n, kk, kp, ldy) = projection_out(a)?;
                 self.write_rows(y, ldy, m, n, |r, row| {
                     reference::q2_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, row);
                 })?;
@@ -339,13 +327,7 @@ impl HostBackend {
             "bf16_gemv_batch4" => {
                 let (x, m) = (self.read_f32(a.ptr("x")?)?, a.dim("m")?);
                 let w = self.read(a.ptr("w")?)?;
-                let (y, n, kk, kp, ldy) = (
-                    a.ptr("y")?,
-                    a.dim("n")?,
-                    a.dim("k")?,
-                    a.dim("kp")?,
-                    a.dim("ldy")?,
-                );
+                let (y, n, kk, kp, ldy) = projection_out(a)?;
                 self.write_rows(y, ldy, m, n, |r, row| {
                     reference::bf16_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, round, row);
                 })?;
@@ -358,4 +340,15 @@ impl HostBackend {
         }
         Ok(())
     }
+}
+
+/// A projection kernel's output and shape arguments: `(y, n, k, kp, ldy)`.
+fn projection_out(a: &Args) -> GpuResult<(crate::gpu::DevicePtr, usize, usize, usize, usize)> {
+    Ok((
+        a.ptr("y")?,
+        a.dim("n")?,
+        a.dim("k")?,
+        a.dim("kp")?,
+        a.dim("ldy")?,
+    ))
 }
