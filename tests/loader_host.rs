@@ -15,6 +15,34 @@ use metrale_pack::pack::{self, ConvertOptions};
 use metrale_pack::testing::Rand;
 use std::sync::Arc;
 
+/// A generated llama-shaped F16 model of `layers` FFN layers of `[hidden, inter]` in `dir`,
+/// converted with `layouts` (the defaults when `None`): (the source, the pack).
+fn generated_pack(
+    dir: &std::path::Path,
+    hidden: usize,
+    inter: usize,
+    layers: usize,
+    layouts: Option<Vec<Layout>>,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let src = dir.join("m.gguf");
+    metrale_pack::testing::gen_model::gen_model(
+        &src,
+        hidden,
+        inter,
+        layers,
+        metrale_pack::GgmlType::F16,
+        "llama",
+    )
+    .unwrap();
+    let p = dir.join("m.mpk.gguf");
+    let opts = ConvertOptions {
+        layouts,
+        ..Default::default()
+    };
+    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+    (src, p)
+}
+
 #[test]
 fn loaded_overlays_equal_the_pack_and_compute_what_start_up_builds() {
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
@@ -38,22 +66,7 @@ fn loaded_overlays_equal_the_pack_and_compute_what_start_up_builds() {
 #[test]
 fn auto_falls_back_to_staging_when_registration_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("m.gguf");
-    metrale_pack::testing::gen_model::gen_model(
-        &src,
-        64,
-        128,
-        1,
-        metrale_pack::GgmlType::F16,
-        "llama",
-    )
-    .unwrap();
-    let p = dir.path().join("m.mpk.gguf");
-    let opts = ConvertOptions {
-        layouts: Some(vec![Layout::Fp8]),
-        ..Default::default()
-    };
-    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+    let (_, p) = generated_pack(dir.path(), 64, 128, 1, Some(vec![Layout::Fp8]));
     let b = HostBackend::without(&["register_host"]);
     // With few reader threads Auto registers first; refused, it falls back and says why.
     let few = LoadOptions {
@@ -121,22 +134,13 @@ fn the_real_smollm2_pack_loads_and_computes_what_start_up_builds() {
 #[test]
 fn pieced_registration_and_a_lazily_pinned_ring_copy_every_byte() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("m.gguf");
-    metrale_pack::testing::gen_model::gen_model(
-        &src,
+    let (_, p) = generated_pack(
+        dir.path(),
         128,
         256,
         2,
-        metrale_pack::GgmlType::F16,
-        "llama",
-    )
-    .unwrap();
-    let p = dir.path().join("m.mpk.gguf");
-    let opts = ConvertOptions {
-        layouts: Some(vec![Layout::Nvfp4, Layout::Fp8, Layout::Bf16]),
-        ..Default::default()
-    };
-    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+        Some(vec![Layout::Nvfp4, Layout::Fp8, Layout::Bf16]),
+    );
     let b = HostBackend::new();
     for o in [
         // Pieces of 16 KiB registered on the helper thread, copies of 12 KiB within them.
@@ -206,22 +210,13 @@ fn finalize_on_a_pack_with_nvfp4_t_repacks_but_never_frees_the_arena_views() {
     use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
     use metrale_pack::gpu::ModelLevers;
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("m.gguf");
-    metrale_pack::testing::gen_model::gen_model(
-        &src,
+    let (_, p) = generated_pack(
+        dir.path(),
         128,
         256,
         1,
-        metrale_pack::GgmlType::F16,
-        "llama",
-    )
-    .unwrap();
-    let p = dir.path().join("m.mpk.gguf");
-    let opts = ConvertOptions {
-        layouts: Some(vec![Layout::Nvfp4, Layout::Nvfp4T]),
-        ..Default::default()
-    };
-    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+        Some(vec![Layout::Nvfp4, Layout::Nvfp4T]),
+    );
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let lp = loader::load(b.as_ref(), &p, &LoadOptions::default()).unwrap();
     let cfg = FfnConfig {
@@ -252,22 +247,13 @@ fn finalize_on_a_pack_with_nvfp4_t_repacks_but_never_frees_the_arena_views() {
 #[test]
 fn the_ring_reads_with_o_direct_when_asked_and_says_when_it_cannot() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("m.gguf");
-    metrale_pack::testing::gen_model::gen_model(
-        &src,
+    let (_, p) = generated_pack(
+        dir.path(),
         128,
         320,
         2,
-        metrale_pack::GgmlType::F16,
-        "llama",
-    )
-    .unwrap();
-    let p = dir.path().join("m.mpk.gguf");
-    let opts = ConvertOptions {
-        layouts: Some(vec![Layout::Nvfp4, Layout::Bf16]),
-        ..Default::default()
-    };
-    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+        Some(vec![Layout::Nvfp4, Layout::Bf16]),
+    );
     let b = HostBackend::new();
     // Chunks of 5 O_DIRECT blocks; the segment's last chunk is shorter.
     let o = LoadOptions {
@@ -320,22 +306,13 @@ fn the_ring_reads_with_o_direct_when_asked_and_says_when_it_cannot() {
 #[test]
 fn hybrid_registers_the_head_and_stages_the_tail_and_every_byte_arrives() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("m.gguf");
-    metrale_pack::testing::gen_model::gen_model(
-        &src,
+    let (_, p) = generated_pack(
+        dir.path(),
         128,
         320,
         3,
-        metrale_pack::GgmlType::F16,
-        "llama",
-    )
-    .unwrap();
-    let p = dir.path().join("m.mpk.gguf");
-    let opts = ConvertOptions {
-        layouts: Some(vec![Layout::Nvfp4, Layout::Bf16, Layout::Fp8]),
-        ..Default::default()
-    };
-    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+        Some(vec![Layout::Nvfp4, Layout::Bf16, Layout::Fp8]),
+    );
     let b = HostBackend::new();
     for fraction in [0.0, 0.3, 1.0] {
         let o = LoadOptions {
@@ -552,24 +529,7 @@ fn load_checks_from_a_gelu_model_pass() {
 #[test]
 fn the_io_probes_run_and_report_every_rate() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("m.gguf");
-    metrale_pack::testing::gen_model::gen_model(
-        &src,
-        128,
-        256,
-        2,
-        metrale_pack::GgmlType::F16,
-        "llama",
-    )
-    .unwrap();
-    let p = dir.path().join("m.mpk.gguf");
-    pack::convert(
-        &Model::open(&src).unwrap(),
-        &ConvertOptions::default(),
-        &p,
-        &|_, _| {},
-    )
-    .unwrap();
+    let (_, p) = generated_pack(dir.path(), 128, 256, 2, None);
     let b = HostBackend::new();
     let probes = check::probe_io::probe(&b, &p).unwrap();
     assert!(probes.len() >= 17, "{probes:#?}");
@@ -602,19 +562,12 @@ fn a_reserved_arena_refuses_copies_before_its_pieces_are_mapped() {
 fn activation_checks_run_every_arm_on_recorded_inputs() {
     use metrale_pack::check::activations::activation_checks;
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("m.gguf");
-    metrale_pack::testing::gen_model::gen_model(
-        &src,
+    let (src, p) = generated_pack(
+        dir.path(),
         128,
         256,
         2,
-        metrale_pack::GgmlType::F16,
-        "llama",
-    )
-    .unwrap();
-    let p = dir.path().join("m.mpk.gguf");
-    let opts = ConvertOptions {
-        layouts: Some(vec![
+        Some(vec![
             Layout::Nvfp4,
             Layout::Nvfp4T,
             Layout::Nvfp4Mmq,
@@ -624,9 +577,7 @@ fn activation_checks_run_every_arm_on_recorded_inputs() {
             Layout::Bf16,
             Layout::Q2g128,
         ]),
-        ..Default::default()
-    };
-    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+    );
     let acts = dir.path().join("acts");
     std::fs::create_dir_all(&acts).unwrap();
     let mut r = Rand(11);
