@@ -62,6 +62,10 @@ enum Cmd {
         /// (e.g. token_embd.weight): stored before the device segment, not copied by the loader.
         #[arg(long, value_delimiter = ',')]
         host_tensors: Vec<String>,
+        /// Tensor-parallel ranks: one segment per rank holding its slice of every FFN layer
+        /// (gate/up by rows, down by columns) and of attention (by heads); 1 = one GPU.
+        #[arg(long, default_value_t = 1)]
+        tp: u32,
     },
     /// Check a pack: every tensor's checksum; with --source, re-derive every tensor from the
     /// source checkpoint and compare bit for bit.
@@ -114,6 +118,9 @@ enum Cmd {
         /// Rows of attn_k and attn_v of a whole model (KV heads x head size).
         #[arg(long, default_value_t = 1024)]
         kv_dim: usize,
+        /// Head size of a whole model (heads = hidden / head size, KV heads = kv-dim / head size).
+        #[arg(long, default_value_t = 128)]
+        head_dim: usize,
     },
     /// Seconds to ready: load a pack's device segment and install its overlays on the GPU, warm
     /// and cold, against the pinned host-to-device ceiling measured in the same run; with
@@ -238,6 +245,7 @@ fn run(cli: Cli) -> Result<()> {
             lora,
             threads,
             host_tensors,
+            tp,
         } => convert(
             &src,
             output,
@@ -245,7 +253,7 @@ fn run(cli: Cli) -> Result<()> {
             &q4k_down,
             lora,
             threads,
-            host_tensors,
+            (host_tensors, tp),
         ),
         Cmd::Verify { pack, source } => verify(&pack, source.as_deref()),
         Cmd::GpuCheck {
@@ -265,11 +273,16 @@ fn run(cli: Cli) -> Result<()> {
             whole,
             vocab,
             kv_dim,
+            head_dim,
         } => {
             use metrale_pack::testing::gen_model::{Whole, gen_model_with};
             let t = metrale_pack::GgmlType::from_name(&ty)
                 .with_context(|| format!("unknown type {ty}"))?;
-            let whole = whole.then_some(Whole { vocab, kv_dim });
+            let whole = whole.then_some(Whole {
+                vocab,
+                kv_dim,
+                head_dim,
+            });
             Ok(gen_model_with(
                 &out, hidden, inter, layers, t, &arch, whole,
             )?)
@@ -339,7 +352,7 @@ fn convert(
     q4k_down: &str,
     lora: Option<PathBuf>,
     threads: Option<usize>,
-    host_tensors: Vec<String>,
+    (host_tensors, tp): (Vec<String>, u32),
 ) -> Result<()> {
     let layouts = layouts
         .map(|v| {
@@ -361,6 +374,7 @@ fn convert(
         q4k_down,
         lora,
         host_tensors,
+        tp,
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))

@@ -372,6 +372,7 @@ fn whole_model_device_tensors_equal_the_pack_and_the_source() {
         let whole = Whole {
             vocab: 300,
             kv_dim: 32,
+            head_dim: 16,
         };
         gen_model_with(&src, 64, 160, 3, ty, arch, Some(whole)).unwrap();
         sources.push(src);
@@ -446,6 +447,7 @@ fn host_tensors_keep_exactly_the_named_tensors_off_the_device() {
     let whole = Whole {
         vocab: 300,
         kv_dim: 32,
+        head_dim: 16,
     };
     gen_model_with(
         &src,

@@ -79,7 +79,7 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
                 "format_version": pm.pack_format_version, "converter_version": pm.converter_version,
                 "target_arch": pm.target_arch, "kernel_abi": pm.kernel_abi, "layouts": pm.layouts,
                 "model": pm.model, "segment_offset": pm.segment_offset, "segment_bytes": pm.segment_bytes,
-                "sources": pm.sources, "options": pm.options,
+                "sources": pm.sources, "options": pm.options, "tp": pm.tp,
             })))),
         ];
         let mut o = std::io::BufWriter::new(std::io::stdout().lock());
@@ -173,6 +173,23 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
                 o,
                 "  source {} ({} bytes, xxh3 {})",
                 s.name, s.bytes, s.xxh3
+            )?;
+        }
+        if let Some(tp) = &pm.tp {
+            let heads = tp
+                .heads
+                .map(|[h, kv]| format!(", attention split by {h} heads / {kv} KV heads"))
+                .unwrap_or_default();
+            writeln!(
+                o,
+                "  tensor-parallel: {} ranks{heads}; replicated {} bytes, per rank {}",
+                tp.ranks,
+                tp.replicated[1],
+                tp.rank_segments
+                    .iter()
+                    .map(|r| r[1].to_string())
+                    .collect::<Vec<_>>()
+                    .join(" / ")
             )?;
         }
         write_fidelity(&mut o, &pm.fidelity)?;

@@ -29,13 +29,18 @@ impl LayoutSpec for Bf16 {
         let pi = source_index(proj);
         let [n, k] = cx.shape(pi)?;
         let w = cx.weight(pi);
-        Ok(Some(match cx.model.tensors[w.main()].dtype {
+        let full = cx.full_shape(pi)?.map(|d| d as u64);
+        let carried = match cx.model.tensors[w.main()].dtype {
             DType::Ggml(GgmlType::BF16) | DType::St(Dtype::BF16)
                 if matches!(w, FfnWeight::Plain { .. }) =>
             {
-                bf16::carry(cx.model.data(w.main()), n, k)
+                cx.stored(pi, w.main(), full, (1, 2), 1)
             }
-            _ => bf16::encode(&cx.dense(pi)?, n, k),
+            _ => None,
+        };
+        Ok(Some(match carried {
+            Some(b) => bf16::carry(&b, n, k),
+            None => bf16::encode(&cx.dense(pi)?, n, k),
         }))
     }
     fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {

@@ -12,11 +12,32 @@ impl Fp8 {
     fn one(cx: &mut EncodeCx, pi: usize) -> Result<Encoded> {
         let [n, k] = cx.shape(pi)?;
         let m = cx.model;
-        Ok(match *cx.weight(pi) {
+        let [fnn, fk] = cx.full_shape(pi)?.map(|d| d as u64);
+        let b = fp8::ALIGN as u64;
+        let carried = match *cx.weight(pi) {
             FfnWeight::Fp8Block { weight, scale_inv } => {
-                fp8::carry(m.data(weight), &m.floats(scale_inv, "block scales")?, n, k)
+                let grid = [fnn.div_ceil(b), fk.div_ceil(b)];
+                let scales =
+                    crate::converters::layouts::f32_bytes(&m.floats(scale_inv, "block scales")?);
+                match cx.cut(pi) {
+                    // Cut on a block boundary: the codes and the grid's rows or columns.
+                    Some((cols, [lo, hi])) if lo % b == 0 => {
+                        let codes = cx.stored(pi, weight, [fnn, fk], (1, 1), 1);
+                        let (a, e) = (lo / b, hi.div_ceil(b));
+                        let s = crate::pack::tp::slice_bytes(&scales, grid, (1, 4), cols, [a, e]);
+                        codes.zip(s).map(|(c, s)| (c.into_owned(), s))
+                    }
+                    Some(_) => None,
+                    None => Some((m.data(weight).to_vec(), scales)),
+                }
             }
-            _ => fp8::encode(&cx.dense(pi)?, n, k),
+            _ => None,
+        };
+        Ok(match carried {
+            Some((codes, scales)) => {
+                fp8::carry(&codes, &crate::converters::layouts::f32_from(&scales), n, k)
+            }
+            None => fp8::encode(&cx.dense(pi)?, n, k),
         })
     }
 }

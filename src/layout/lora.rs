@@ -34,8 +34,21 @@ impl LayoutSpec for Lora {
         if !adapter.targets(index, proj) {
             return Ok(None); // served as identity
         }
-        let [n, k] = cx.shape(source_index(proj))?;
-        let (a, b, rank, scaling) = adapter.matrices(index, proj, n, k)?;
+        let pi = source_index(proj);
+        let [fnn, fk] = cx.full_shape(pi)?;
+        let [n, k] = cx.shape(pi)?;
+        let (mut a, mut b, rank, scaling) = adapter.matrices(index, proj, fnn, fk)?;
+        // A tensor-parallel slice: W's rows are B's rows, W's columns are A's columns.
+        match cx.cut(pi) {
+            None => {}
+            Some((false, [lo, hi])) => b = b[lo as usize * rank..hi as usize * rank].to_vec(),
+            Some((true, [lo, hi])) => {
+                a = (0..rank)
+                    .flat_map(|r| &a[r * fk + lo as usize..r * fk + hi as usize])
+                    .copied()
+                    .collect()
+            }
+        }
         Ok(Some(lora::encode(&a, &b, n, k, rank, scaling)))
     }
     fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {

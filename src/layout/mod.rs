@@ -103,6 +103,10 @@ pub struct EncodeCx<'a> {
     pub opts: &'a ConvertOptions,
     /// The adapter, with `lora`.
     pub lora: Option<&'a Lora>,
+    /// In a tensor-parallel pack, the intermediate range `[start, end)` of the rank being
+    /// encoded: gate and up keep those rows, down those columns, and every method below
+    /// answers for the slice (formats.md, "Tensor-parallel packs").
+    pub tp: Option<[u64; 2]>,
     dense: [Option<Rc<Vec<f32>>>; 3],
     nvfp4: [Option<Rc<Encoded>>; 3],
 }
@@ -120,6 +124,7 @@ impl<'a> EncodeCx<'a> {
             layer,
             opts,
             lora,
+            tp: None,
             dense: [None, None, None],
             nvfp4: [None, None, None],
         }
@@ -130,20 +135,73 @@ impl<'a> EncodeCx<'a> {
         [&self.layer.gate, &self.layer.up, &self.layer.down][pi]
     }
 
-    /// The logical `[n, k]` of source weight `pi`.
-    pub fn shape(&self, pi: usize) -> Result<[usize; 2]> {
+    /// The logical `[n, k]` of the whole source weight `pi` (before any tensor-parallel cut).
+    pub fn full_shape(&self, pi: usize) -> Result<[usize; 2]> {
         Ok(self
             .model
             .weight_shape(self.weight(pi))?
             .map(|d| d as usize))
     }
 
-    /// Source weight `pi` decoded to f32 (once per layer, shared by every layout).
+    /// The tensor-parallel cut of source weight `pi`: (cuts columns, `[start, end)`).
+    pub fn cut(&self, pi: usize) -> Option<(bool, [u64; 2])> {
+        self.tp.map(|r| (pi == 2, r))
+    }
+
+    /// The logical `[n, k]` of source weight `pi` (of the rank's slice in a TP pack).
+    pub fn shape(&self, pi: usize) -> Result<[usize; 2]> {
+        let [n, k] = self.full_shape(pi)?;
+        Ok(match self.cut(pi) {
+            None => [n, k],
+            Some((false, [lo, hi])) => [(hi - lo) as usize, k],
+            Some((true, [lo, hi])) => [n, (hi - lo) as usize],
+        })
+    }
+
+    /// Source weight `pi` decoded to f32 (once per layer, shared by every layout), cut to the
+    /// rank's slice in a TP pack.
     pub fn dense(&mut self, pi: usize) -> Result<Rc<Vec<f32>>> {
         if self.dense[pi].is_none() {
-            self.dense[pi] = Some(Rc::new(self.model.decode_weight(self.weight(pi))?.0));
+            let full = self.model.decode_weight(self.weight(pi))?.0;
+            let [n, k] = self.full_shape(pi)?;
+            let v = match self.cut(pi) {
+                None => full,
+                Some((false, [lo, hi])) => full[lo as usize * k..hi as usize * k].to_vec(),
+                Some((true, [lo, hi])) => (0..n)
+                    .flat_map(|r| &full[r * k + lo as usize..r * k + hi as usize])
+                    .copied()
+                    .collect(),
+            };
+            self.dense[pi] = Some(Rc::new(v));
         }
         Ok(Rc::clone(self.dense[pi].as_ref().expect("just set")))
+    }
+
+    /// The stored bytes of source tensor `t`, which belongs to weight `pi` and is laid out as
+    /// `[rows, cols]` blocks of `block` (elements, bytes) along each row, cut to the rank's
+    /// slice in a TP pack (cut positions scaled by `per`: 1 for the weight itself, 128 for a
+    /// block-FP8 scale grid). `None` where the cut would split a block: the layout then
+    /// encodes from the f32 slice, as converting that f32 slice would.
+    pub fn stored(
+        &self,
+        pi: usize,
+        t: usize,
+        dims: [u64; 2],
+        block: (u64, u64),
+        per: u64,
+    ) -> Option<std::borrow::Cow<'a, [u8]>> {
+        let data = self.model.data(t);
+        match self.cut(pi) {
+            None => Some(std::borrow::Cow::Borrowed(data)),
+            Some((cols, [lo, hi])) => {
+                if lo % per != 0 {
+                    return None;
+                }
+                let end = hi.div_ceil(per);
+                crate::pack::tp::slice_bytes(data, dims, block, cols, [lo / per, end])
+                    .map(std::borrow::Cow::Owned)
+            }
+        }
     }
 
     /// The NVFP4 encoding of source weight `pi` (once per layer): carried from ModelOpt or
@@ -152,37 +210,37 @@ impl<'a> EncodeCx<'a> {
         if self.nvfp4[pi].is_none() {
             let m = self.model;
             let [n, k] = self.shape(pi)?;
-            let enc = match *self.weight(pi) {
+            let [fnn, fk] = self.full_shape(pi)?.map(|d| d as u64);
+            // Codes (2 per byte) and E4M3 scales (one per 16) of the (cut) source, and its
+            // global scale as ModelOpt's `weight_scale_2`.
+            let carried = match *self.weight(pi) {
                 FfnWeight::ModelOptNvfp4 {
                     weight,
                     scale,
                     scale_2,
                     ..
-                } => {
-                    let s2 = m.scalar_f32(scale_2, "weight_scale_2")?;
-                    crate::converters::layouts::nvfp4::from_modelopt(
-                        m.data(weight),
-                        m.data(scale),
-                        s2,
-                        n,
-                        k,
-                    )
-                }
+                } => Some((weight, scale, m.scalar_f32(scale_2, "weight_scale_2")?)),
                 FfnWeight::CtNvfp4 {
                     packed,
                     scale,
                     global_scale,
-                } => {
-                    let g = m.scalar_f32(global_scale, "weight_global_scale")?;
-                    crate::converters::layouts::nvfp4::from_modelopt(
-                        m.data(packed),
-                        m.data(scale),
-                        1.0 / g,
-                        n,
-                        k,
-                    )
-                }
-                _ => crate::converters::layouts::nvfp4::encode(&self.dense(pi)?, n, k),
+                } => Some((
+                    packed,
+                    scale,
+                    1.0 / m.scalar_f32(global_scale, "weight_global_scale")?,
+                )),
+                _ => None,
+            };
+            let cut = carried.and_then(|(codes, scales, s2)| {
+                let c = self.stored(pi, codes, [fnn, fk], (2, 1), 1)?;
+                let s = self.stored(pi, scales, [fnn, fk], (16, 1), 1)?;
+                Some(crate::converters::layouts::nvfp4::from_modelopt(
+                    &c, &s, s2, n, k,
+                ))
+            });
+            let enc = match cut {
+                Some(e) => e,
+                None => crate::converters::layouts::nvfp4::encode(&self.dense(pi)?, n, k),
             };
             self.nvfp4[pi] = Some(Rc::new(enc));
         }

@@ -38,15 +38,19 @@ impl LayoutSpec for Q4kMmq {
         let pi = source_index(proj);
         let [n, k] = cx.shape(pi)?;
         let w = cx.weight(pi);
-        let q4k_src = matches!(
+        let full = cx.full_shape(pi)?.map(|d| d as u64);
+        let block = (Q4K::BLOCK_ELEMS as u64, block_bytes::<Q4K>() as u64);
+        let q4k_src = (matches!(
             cx.model.tensors[w.main()].dtype,
             DType::Ggml(GgmlType::Q4_K)
-        ) && k % q4k_mmq::K_ALIGN == 0;
+        ) && k % q4k_mmq::K_ALIGN == 0)
+            .then(|| cx.stored(pi, w.main(), full, block, 1))
+            .flatten();
         Ok(Some(
             if proj == Proj::Down && cx.opts.q4k_down == DownFormat::Int8 {
                 q4k_mmq::encode_int8(&cx.dense(pi)?, n, k)
-            } else if q4k_src {
-                q4k_mmq::carry_q4k(cx.model.data(w.main()), n, k)
+            } else if let Some(b) = q4k_src {
+                q4k_mmq::carry_q4k(&b, n, k)
             } else {
                 q4k_mmq::encode_q4k(&cx.dense(pi)?, n, k)
             },

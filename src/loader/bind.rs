@@ -72,13 +72,23 @@ impl LayerOverlays {
 }
 
 /// Describe every layer's overlays from the manifest, as views into `arena`.
-pub fn overlays(pack: &Pack, arena: DevicePtr) -> GpuResult<Vec<LayerOverlays>> {
+/// `pieces` says where each loaded range of the pack lies in the arena (blobs of ranks not
+/// loaded are skipped); `inter` is the intermediate size of the loaded rank's layer.
+pub fn overlays(
+    pack: &Pack,
+    arena: DevicePtr,
+    pieces: &[(u64, u64, u64)],
+    inter: usize,
+) -> GpuResult<Vec<LayerOverlays>> {
     let m = &pack.manifest;
     let mut by: HashMap<(usize, Layout, Proj, String), (DevicePtr, &FfnEntry)> = HashMap::new();
     for (i, e) in m.tensors.iter().enumerate() {
         let Some(fe) = &e.ffn else { continue };
         let t = &pack.file.tensors[i];
-        let view = arena.view(t.offset - m.segment_offset, t.bytes);
+        let Some(off) = super::arena_offset(pieces, t.offset, t.bytes) else {
+            continue;
+        };
+        let view = arena.view(off, t.bytes);
         let layout = Layout::from_tag(&fe.layout).ok_or_else(|| {
             GpuError::Invalid(format!("{}: unknown layout {}", e.name, fe.layout))
         })?;
@@ -87,7 +97,6 @@ pub fn overlays(pack: &Pack, arena: DevicePtr) -> GpuResult<Vec<LayerOverlays>> 
         })?;
         by.insert((fe.layer, layout, proj, fe.part.clone()), (view, fe));
     }
-    let inter = m.model.intermediate_size as usize;
     let mut layers: Vec<usize> = by.keys().map(|k| k.0).collect();
     layers.sort();
     layers.dedup();

@@ -160,7 +160,7 @@ impl<'a> Dest<'a> {
     }
 
     /// The part `[off, off + len)` as a destination of its own.
-    fn sub(&self, off: u64, len: u64) -> Dest<'a> {
+    pub(super) fn sub(&self, off: u64, len: u64) -> Dest<'a> {
         Dest {
             arena: self.arena.view(off, len),
             base: self.base + off,
@@ -179,17 +179,18 @@ pub(super) struct Copied {
 
 /// Copy the pack's device segment into `arena` by `opts.io` (for `Auto`, by the rule of
 /// [`IoMode::Auto`]); `resident` is the segment's page-cache residency.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn copy_segment(
     b: &dyn GpuBackend,
     pack: &Pack,
     path: &Path,
+    range: std::ops::Range<u64>,
     arena: &Dest,
     streams: &[StreamId],
     resident: f64,
     opts: &LoadOptions,
 ) -> GpuResult<Copied> {
     let file = path.display().to_string();
-    let range = pack.segment_range();
     let seg = &pack.file.map[range.start as usize..range.end as usize];
     let cold = resident < COLD_RESIDENCY;
     let use_direct = opts.direct.unwrap_or(cold);

@@ -73,6 +73,9 @@ pub struct LoadOptions {
     /// a helper thread while the copies into pieces already backed run, instead of allocating
     /// it whole before the first copy; 0 allocates it whole.
     pub map_piece: usize,
+    /// Rank `r` of `n` of a tensor-parallel pack (`convert --tp n`): load the replicated
+    /// range and rank `r`'s segment only. `None` loads a pack that is not tensor-parallel.
+    pub rank: Option<(u32, u32)>,
 }
 
 impl Default for LoadOptions {
@@ -93,6 +96,7 @@ impl Default for LoadOptions {
             hybrid_fraction: 0.4,
             auto_register_below: AUTO_REGISTER_BELOW,
             map_piece: 0,
+            rank: None,
         }
     }
 }
@@ -134,6 +138,42 @@ pub struct LoadedPack {
     pub layers: Vec<LayerOverlays>,
     /// What the load did.
     pub stats: LoadStats,
+    /// The data-relative ranges of the pack that were copied, `(offset, bytes)`, and where
+    /// each lies in the arena, in order (the whole segment, or the replicated range and
+    /// one rank's segment).
+    pub pieces: Vec<(u64, u64, u64)>,
+    /// The FFN intermediate size on this rank (the model's when not tensor-parallel).
+    pub ffn_inter: usize,
+}
+
+/// The data-relative ranges `(offset, bytes)` that rank `rank` of a pack loads, checked
+/// against the pack's rank count: the whole device segment for a pack that is not
+/// tensor-parallel (rank 0 of 1), the replicated range and rank r's segment otherwise.
+pub fn rank_pieces(pack: &Pack, rank: Option<(u32, u32)>) -> crate::Result<Vec<(u64, u64)>> {
+    let m = &pack.manifest;
+    let bad = |reason: String| crate::Error::Unsupported {
+        file: pack.file.path.display().to_string(),
+        reason,
+    };
+    match (&m.tp, rank) {
+        (None, None) | (None, Some((0, 1))) => Ok(vec![(m.segment_offset, m.segment_bytes)]),
+        (None, Some((r, n))) => Err(bad(format!(
+            "not a tensor-parallel pack (TP = 1), but rank {r} of {n} was asked for; convert with --tp {n}"
+        ))),
+        (Some(tp), None) => Err(bad(format!(
+            "a tensor-parallel pack of {} ranks: load one rank (LoadOptions::rank, --rank R --tp {})",
+            tp.ranks, tp.ranks
+        ))),
+        (Some(tp), Some((r, n))) if n != tp.ranks || r >= n => Err(bad(format!(
+            "rank {r} of {n} asked for, but the pack was converted for {} ranks (ranks 0 to {})",
+            tp.ranks,
+            tp.ranks - 1
+        ))),
+        (Some(tp), Some((r, _))) => {
+            let s = tp.rank_segments[r as usize];
+            Ok(vec![(tp.replicated[0], tp.replicated[1]), (s[0], s[1])])
+        }
+    }
 }
 
 /// A tensor in the device segment, as the engine takes it: its stored type and shape (bytes
@@ -157,10 +197,10 @@ impl LoadedPack {
     /// The device bytes of tensor `i`, if it is a device tensor.
     fn ptr_at(&self, i: usize) -> Option<DevicePtr> {
         let t = &self.pack.file.tensors[i];
-        self.pack.manifest.tensors[i].device.then(|| {
-            self.arena
-                .view(t.offset - self.pack.manifest.segment_offset, t.bytes)
-        })
+        if !self.pack.manifest.tensors[i].device {
+            return None;
+        }
+        arena_offset(&self.pieces, t.offset, t.bytes).map(|off| self.arena.view(off, t.bytes))
     }
 
     fn device_tensor_at(&self, i: usize) -> Option<DeviceTensor<'_>> {
@@ -220,9 +260,18 @@ pub fn load(
         file: file.clone(),
         reason: format!("loading to the GPU: {e}"),
     };
-    let range = pack.segment_range();
-    let seg = &pack.file.map[range.start as usize..range.end as usize];
-    let len = seg.len() as u64;
+    let ranges = rank_pieces(&pack, opts.rank)?;
+    let mut pieces = Vec::with_capacity(ranges.len());
+    let mut len = 0u64;
+    for &(off, bytes) in &ranges {
+        pieces.push((off, bytes, len));
+        len += bytes;
+    }
+    let d0 = pack.file.data_offset as usize;
+    let slices: Vec<&[u8]> = ranges
+        .iter()
+        .map(|&(o, b)| &pack.file.map[d0 + o as usize..d0 + (o + b) as usize])
+        .collect();
     // The arena: allocated whole, or reserved and backed piece by piece ahead of the copies.
     let granule = b.map_granularity().max(1);
     let piece = (opts.map_piece as u64).div_ceil(granule) * granule;
@@ -239,7 +288,15 @@ pub fn load(
         .map_err(gpu)?;
     let alloc_seconds = t0.elapsed().as_secs_f64() - open_seconds;
     let tr = Instant::now();
-    let resident = io::resident_fraction(seg);
+    let resident = if len == 0 {
+        1.0
+    } else {
+        slices
+            .iter()
+            .map(|p| io::resident_fraction(p) * p.len() as f64)
+            .sum::<f64>()
+            / len as f64
+    };
     let resident_seconds = tr.elapsed().as_secs_f64();
     let t1 = Instant::now();
     let gate = io::Gate::new(if progressive { 0 } else { len });
@@ -257,7 +314,18 @@ pub fn load(
             });
         }
         let dest = io::Dest::new(arena, &gate);
-        io::copy_segment(b, &pack, path, &dest, &streams, resident, opts)
+        let mut out = None;
+        for &(off, bytes, at) in &pieces {
+            let range = d0 as u64 + off..d0 as u64 + off + bytes;
+            let sub = dest.sub(at, bytes);
+            let c = io::copy_segment(b, &pack, path, range, &sub, &streams, resident, opts)?;
+            out.get_or_insert(c);
+        }
+        Ok(out.unwrap_or(io::Copied {
+            mode: opts.io,
+            fell_back: None,
+            direct: false,
+        }))
     });
     let copied = match copied {
         Ok(c) => c,
@@ -268,9 +336,17 @@ pub fn load(
     };
     let copy_seconds = t1.elapsed().as_secs_f64();
     let t2 = Instant::now();
-    let layers = bind::overlays(&pack, arena).map_err(gpu)?;
+    let ffn_inter = match (&pack.manifest.tp, opts.rank) {
+        (Some(tp), Some((r, _))) => {
+            let [lo, hi] =
+                crate::pack::tp::rank_range(pack.manifest.model.intermediate_size, tp.ranks, r);
+            (hi - lo) as usize
+        }
+        _ => pack.manifest.model.intermediate_size as usize,
+    };
+    let layers = bind::overlays(&pack, arena, &pieces, ffn_inter).map_err(gpu)?;
     let stats = LoadStats {
-        bytes: seg.len() as u64,
+        bytes: len,
         open_seconds,
         alloc_seconds,
         resident_seconds,
@@ -287,5 +363,15 @@ pub fn load(
         arena,
         layers,
         stats,
+        pieces,
+        ffn_inter,
     })
+}
+
+/// Where data-relative `[off, off + bytes)` lies in the arena, if a loaded piece holds it.
+pub(crate) fn arena_offset(pieces: &[(u64, u64, u64)], off: u64, bytes: u64) -> Option<u64> {
+    pieces
+        .iter()
+        .find(|&&(o, b, _)| off >= o && off + bytes <= o + b)
+        .map(|&(o, _, at)| at + off - o)
 }

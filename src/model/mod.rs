@@ -412,6 +412,10 @@ pub struct Model {
     pub intermediate_size: Option<u64>,
     /// The FFN activation, when the metadata says.
     pub activation: Option<Activation>,
+    /// Attention heads and KV heads, when the metadata says (GGUF `{arch}.attention.head_count`
+    /// and `head_count_kv`; `config.json` `num_attention_heads` and `num_key_value_heads`): the
+    /// tensor-parallel split of attention needs them.
+    pub heads: Option<(u64, u64)>,
     /// Quantization scheme the config declares, if any.
     pub quantization: Option<String>,
     /// What the config declares about quantized weights.

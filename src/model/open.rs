@@ -147,8 +147,14 @@ impl Model {
                 Activation::Silu
             }
         });
+        let heads = key("attention.head_count")
+            .and_then(|v| v.as_u64())
+            .map(|h| {
+                let kv = key("attention.head_count_kv").and_then(|v| v.as_u64());
+                (h, kv.unwrap_or(h))
+            });
         let files: Vec<SourceFile> = files.into_iter().map(SourceFile::Gguf).collect();
-        Self::assemble(
+        let mut m = Self::assemble(
             Format::Gguf,
             path,
             files,
@@ -158,7 +164,9 @@ impl Model {
             inter,
             activation,
             QuantDecl::default(),
-        )
+        )?;
+        m.heads = heads;
+        Ok(m)
     }
 
     pub(super) fn open_safetensors(path: &Path, shards: Vec<PathBuf>) -> Result<Model> {
@@ -209,7 +217,13 @@ impl Model {
             get("quantization_config"),
             hf_algo.as_deref(),
         )?;
-        Self::assemble(
+        let heads = get("num_attention_heads")
+            .and_then(|v| v.as_u64())
+            .map(|h| {
+                let kv = get("num_key_value_heads").and_then(|v| v.as_u64());
+                (h, kv.unwrap_or(h))
+            });
+        let mut m = Self::assemble(
             Format::Safetensors,
             path,
             files,
@@ -219,7 +233,9 @@ impl Model {
             inter,
             activation,
             quant,
-        )
+        )?;
+        m.heads = heads;
+        Ok(m)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -268,6 +284,7 @@ impl Model {
             hidden_size: hidden,
             intermediate_size: inter,
             activation,
+            heads: None,
             quantization: quant.method.clone(),
             quant,
             ffn_layers: Vec::new(),

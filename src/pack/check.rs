@@ -111,6 +111,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
             format!("hidden {hidden} / intermediate {inter} with FFN layers"),
         ));
     }
+    let ranks = check_tp(file, m, &meta, &bad)?;
     let mut seen = HashSet::new();
     for (e, t) in m.tensors.iter().zip(&file.tensors) {
         let Some(fe) = &e.ffn else {
@@ -118,6 +119,12 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
             continue;
         };
         let name = e.name.as_str();
+        let rank = e.tp.as_ref().map(|t| t.rank);
+        // A rank's slice: its intermediate range (check_tp checked it is the rank's).
+        let inter = match &e.tp {
+            Some(ts) => ts.range[1] - ts.range[0],
+            None => inter,
+        };
         let layout = Layout::from_tag(&fe.layout)
             .filter(|l| layouts.contains(l))
             .ok_or_else(|| {
@@ -162,7 +169,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
                 ),
             ));
         }
-        if name != crate::pack::blob_name(fe.layer, proj, layout, &fe.part) {
+        if name != crate::pack::blob_name_tp(fe.layer, proj, layout, &fe.part, rank) {
             return Err(bad(
                 name,
                 "name",
@@ -220,7 +227,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
                 ));
             }
         }
-        let rank = match fe.scalars.get("rank") {
+        let lora_rank = match fe.scalars.get("rank") {
             Some(&r) if r >= 1.0 && r.fract() == 0.0 && r as usize <= crate::ffn::LORA_MAX_RANK => {
                 r as u64
             }
@@ -233,7 +240,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
             }
             None => 0,
         };
-        let bytes = layout.spec().part_bytes(&fe.part, fe.padded, rank);
+        let bytes = layout.spec().part_bytes(&fe.part, fe.padded, lora_rank);
         if bytes != Some(t.bytes) {
             return Err(bad(
                 name,
@@ -248,7 +255,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
             ));
         }
         if let Some(s) = &fe.scales
-            && *s != crate::pack::blob_name(fe.layer, proj, layout, "scales")
+            && *s != crate::pack::blob_name_tp(fe.layer, proj, layout, "scales", rank)
         {
             return Err(bad(
                 name,
@@ -256,7 +263,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
                 format!("{s:?} is not this blob's scales part"),
             ));
         }
-        if !seen.insert((fe.layer, layout, proj, fe.part.clone())) {
+        if !seen.insert((fe.layer, layout, proj, fe.part.clone(), rank)) {
             return Err(Error::DuplicateTensor {
                 file: f.clone(),
                 tensor: name.into(),
@@ -267,28 +274,166 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
     for layer in 0..m.model.ffn_layers {
         for &layout in &layouts {
             for &proj in layout.spec().projections() {
-                let parts = layout.spec().parts(proj, m.options.q4k_down);
-                let have: Vec<bool> = parts
-                    .iter()
-                    .map(|p| seen.contains(&(layer, layout, proj, p.to_string())))
-                    .collect();
-                let whole = have.iter().all(|&h| h);
-                if !(whole || layout == Layout::Lora && have.iter().all(|&h| !h)) {
-                    let missing = parts
+                for &rank in &ranks {
+                    let parts = layout.spec().parts(proj, m.options.q4k_down);
+                    let have: Vec<bool> = parts
                         .iter()
-                        .zip(&have)
-                        .find(|(_, h)| !**h)
-                        .map(|(p, _)| *p)
-                        .unwrap_or("");
-                    return Err(Error::NotFound {
-                        file: f.clone(),
-                        tensor: crate::pack::blob_name(layer, proj, layout, missing),
-                    });
+                        .map(|p| seen.contains(&(layer, layout, proj, p.to_string(), rank)))
+                        .collect();
+                    let whole = have.iter().all(|&h| h);
+                    if !(whole || layout == Layout::Lora && have.iter().all(|&h| !h)) {
+                        let missing = parts
+                            .iter()
+                            .zip(&have)
+                            .find(|(_, h)| !**h)
+                            .map(|(p, _)| *p)
+                            .unwrap_or("");
+                        return Err(Error::NotFound {
+                            file: f.clone(),
+                            tensor: crate::pack::blob_name_tp(layer, proj, layout, missing, rank),
+                        });
+                    }
                 }
             }
         }
     }
     Ok(())
+}
+
+/// A tensor-parallel pack's segment layout and every slice's rank, rule and range; the ranks
+/// whose FFN blobs the pack must hold (`[None]` for a pack that is not tensor-parallel).
+fn check_tp(
+    file: &GgufFile,
+    m: &Manifest,
+    meta: &dyn Fn(&str, String) -> Error,
+    bad: &dyn Fn(&str, &'static str, String) -> Error,
+) -> Result<Vec<Option<u32>>> {
+    let Some(tp) = &m.tp else {
+        if m.options.tp != 1 {
+            return Err(meta(
+                "options.tp",
+                format!("{} without a tp section", m.options.tp),
+            ));
+        }
+        if let Some(e) = m.tensors.iter().find(|e| e.tp.is_some()) {
+            return Err(bad(
+                &e.name,
+                "tp",
+                "a slice in a pack that is not tensor-parallel".into(),
+            ));
+        }
+        return Ok(vec![None]);
+    };
+    let n = tp.ranks;
+    if !(2..=crate::pack::tp::MAX_TP_RANKS).contains(&n)
+        || m.options.tp != n
+        || tp.rank_segments.len() != n as usize
+    {
+        return Err(meta(
+            "tp.ranks",
+            format!(
+                "{n} ranks, {} rank segments, options.tp {} (2 to {} and all equal)",
+                tp.rank_segments.len(),
+                m.options.tp,
+                crate::pack::tp::MAX_TP_RANKS
+            ),
+        ));
+    }
+    // Replicated range then rank 0..N, contiguous, page-aligned, exactly the device segment.
+    let mut at = m.segment_offset;
+    for (i, r) in std::iter::once(&tp.replicated)
+        .chain(&tp.rank_segments)
+        .enumerate()
+    {
+        if r[0] != at || r[0] % crate::pack::PACK_ALIGNMENT != 0 {
+            return Err(meta(
+                "tp",
+                format!(
+                    "range {i} starts at {} but the previous one ends at {at} (ranges are contiguous and page-aligned)",
+                    r[0]
+                ),
+            ));
+        }
+        at = r[0]
+            .checked_add(r[1])
+            .ok_or_else(|| meta("tp", format!("range {i} overflows")))?;
+    }
+    if at != m.segment_offset + m.segment_bytes {
+        return Err(meta(
+            "tp",
+            format!(
+                "the ranges end at {at}, the device segment at {}",
+                m.segment_offset + m.segment_bytes
+            ),
+        ));
+    }
+    let inter = m.model.intermediate_size;
+    for (e, t) in m.tensors.iter().zip(&file.tensors) {
+        let Some(ts) = &e.tp else {
+            if e.device
+                && !(tp.replicated[0]..tp.replicated[0] + tp.replicated[1]).contains(&t.offset)
+                && t.bytes > 0
+            {
+                return Err(bad(
+                    &e.name,
+                    "tp",
+                    "a replicated tensor outside the replicated range".into(),
+                ));
+            }
+            continue;
+        };
+        let rule = crate::pack::tp::Rule::from_name(&ts.rule)
+            .ok_or_else(|| bad(&e.name, "tp.rule", format!("unknown rule {:?}", ts.rule)))?;
+        let seg = tp.rank_segments.get(ts.rank as usize).ok_or_else(|| {
+            bad(
+                &e.name,
+                "tp.rank",
+                format!("rank {} of a pack of {n} ranks", ts.rank),
+            )
+        })?;
+        if !e.device || !(seg[0]..seg[0] + seg[1]).contains(&t.offset) {
+            return Err(bad(
+                &e.name,
+                "tp.rank",
+                format!(
+                    "rank {}'s slice lies outside rank {}'s segment",
+                    ts.rank, ts.rank
+                ),
+            ));
+        }
+        let want_rule = match e.ffn.as_ref().map(|f| f.proj.as_str()) {
+            None => None,
+            Some("down") => Some(crate::pack::tp::Rule::FfnCols),
+            Some(_) => Some(crate::pack::tp::Rule::FfnRows),
+        };
+        if let Some(w) = want_rule {
+            let want = crate::pack::tp::rank_range(inter, n, ts.rank);
+            if rule != w || ts.range != want {
+                return Err(bad(
+                    &e.name,
+                    "tp.range",
+                    format!(
+                        "{} {:?}, but rank {} of {n} holds {} {want:?} of the intermediate size {inter}",
+                        ts.rule,
+                        ts.range,
+                        ts.rank,
+                        w.name()
+                    ),
+                ));
+            }
+        } else if matches!(
+            rule,
+            crate::pack::tp::Rule::FfnRows | crate::pack::tp::Rule::FfnCols
+        ) || ts.range[0] > ts.range[1]
+        {
+            return Err(bad(
+                &e.name,
+                "tp.rule",
+                format!("{} {:?} on an attention slice", ts.rule, ts.range),
+            ));
+        }
+    }
+    Ok((0..n).map(Some).collect())
 }
 
 fn check_passthrough(

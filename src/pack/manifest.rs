@@ -19,6 +19,14 @@ pub struct ConvertOptions {
     /// segment (`--host-tensors`): the engine keeps them on the host.
     #[serde(default)]
     pub host_tensors: Vec<String>,
+    /// Tensor-parallel ranks (`--tp N`): 1 for a single-GPU pack; N splits every FFN layer
+    /// and the llama-style attention into N rank segments (formats.md, "Tensor-parallel packs").
+    #[serde(default = "one")]
+    pub tp: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Default for ConvertOptions {
@@ -28,6 +36,7 @@ impl Default for ConvertOptions {
             q4k_down: DownFormat::Int8,
             lora: None,
             host_tensors: Vec::new(),
+            tp: 1,
         }
     }
 }
@@ -89,6 +98,41 @@ pub struct TensorEntry {
     pub bytes: u64,
     /// xxh3-64 of the tensor's bytes (padding excluded), 16 hex digits.
     pub xxh3: String,
+    /// In a tensor-parallel pack, the rank this tensor is a slice for and how it was cut;
+    /// absent for replicated and host tensors.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tp: Option<TpSlice>,
+}
+
+/// How one tensor of a tensor-parallel pack was cut from its source (formats.md,
+/// "Tensor-parallel packs").
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TpSlice {
+    /// The rank that loads it.
+    pub rank: u32,
+    /// The rule applied: `ffn_rows` (gate, up, the fused gate_up), `ffn_cols` (down), `q_rows`,
+    /// `kv_rows`, `o_cols`.
+    pub rule: String,
+    /// The source tensor (its main tensor for FFN weights).
+    pub source: String,
+    /// The rows (`*_rows`) or columns (`*_cols`) `[start, end)` of the source's logical
+    /// `[out, in]` this tensor holds; for FFN blobs, the intermediate range.
+    pub range: [u64; 2],
+}
+
+/// The tensor-parallel layout of a pack's device segment: the replicated range then one range
+/// per rank, each contiguous and page-aligned, together exactly the device segment.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TpInfo {
+    /// The rank count N.
+    pub ranks: u32,
+    /// Attention heads and KV heads the split followed, when the model has attention.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub heads: Option<[u64; 2]>,
+    /// Data-relative `[offset, bytes]` of the replicated range (the segment's start).
+    pub replicated: [u64; 2],
+    /// Data-relative `[offset, bytes]` of each rank's segment, in rank order.
+    pub rank_segments: Vec<[u64; 2]>,
 }
 
 /// The relative error of one layout's decoded weights against the source's own decoded weights,
@@ -164,6 +208,9 @@ pub struct Manifest {
     /// written before it was measured).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fidelity: Vec<Fidelity>,
+    /// Present in a tensor-parallel pack (`--tp N`, N > 1).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tp: Option<TpInfo>,
 }
 
 /// Whether `name` matches the glob `pattern` (`*`: any run of characters, `?`: one character).

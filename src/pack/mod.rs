@@ -14,6 +14,7 @@ mod lora;
 mod manifest;
 mod plan;
 mod read;
+pub mod tp;
 mod verify;
 mod write;
 
@@ -67,7 +68,20 @@ pub mod keys {
 
 /// Pack tensor name of an FFN blob.
 pub fn blob_name(layer: usize, proj: Proj, layout: Layout, part: &str) -> String {
-    let base = format!("blk.{layer}.ffn_{}.{}", proj.name(), layout.tag());
+    blob_name_tp(layer, proj, layout, part, None)
+}
+
+/// Pack tensor name of an FFN blob, of rank `rank`'s slice in a tensor-parallel pack
+/// (`blk.3.ffn_gate.tp1.nvfp4.codes`).
+pub fn blob_name_tp(
+    layer: usize,
+    proj: Proj,
+    layout: Layout,
+    part: &str,
+    rank: Option<u32>,
+) -> String {
+    let tp = rank.map(|r| format!(".tp{r}")).unwrap_or_default();
+    let base = format!("blk.{layer}.ffn_{}{tp}.{}", proj.name(), layout.tag());
     if part.is_empty() {
         base
     } else {

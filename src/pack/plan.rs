@@ -1,6 +1,7 @@
 //! The plan (every tensor of the pack, in file order) and the per-layer producer that `convert` and `verify --source` share.
 
 use super::lora::Lora;
+use super::tp::{self, Rule};
 use super::*;
 use crate::GgmlType;
 use crate::converters::layouts::{Layout, Proj};
@@ -17,12 +18,22 @@ pub(super) enum Item {
         ne: Vec<u64>,
         entry: Box<TensorEntry>,
     },
-    /// Part `part` of layout `layout` of projection `proj` of layer `layer`.
+    /// Part `part` of layout `layout` of projection `proj` of layer `layer` (of rank `rank`'s
+    /// slice in a tensor-parallel pack).
     Blob {
         layer: usize,
         proj: Proj,
         layout: Layout,
         part: &'static str,
+        rank: Option<u32>,
+    },
+    /// Rank `entry.tp.rank`'s slice of attention tensor `src`, by `rule`.
+    Slice {
+        src: usize,
+        rule: Rule,
+        ty: GgmlType,
+        ne: Vec<u64>,
+        entry: Box<TensorEntry>,
     },
 }
 
@@ -43,6 +54,11 @@ pub struct Plan<'m> {
     hidden: u64,
     inter: u64,
     activation: Activation,
+    /// Rank count (1: not tensor-parallel), each rank's intermediate range and the head counts
+    /// attention is split by.
+    tp: u32,
+    inter_ranges: Vec<[u64; 2]>,
+    heads: Option<(u64, u64)>,
     /// Per (layout, projection): (sum of relative errors, worst, its layer, layers), filled by
     /// the producer as it encodes (no second pass over the source).
     fidelity: std::sync::Mutex<BTreeMap<(Layout, Proj), FidelityAcc>>,
@@ -112,11 +128,46 @@ impl<'m> Plan<'m> {
                 ffn_sources.extend(companions(w));
             }
         }
+        let n = opts.tp;
+        if !(1..=tp::MAX_TP_RANKS).contains(&n) {
+            return Err(bad(format!("--tp {n}: 1 to {} ranks", tp::MAX_TP_RANKS)));
+        }
+        if inter < n as u64 {
+            return Err(bad(format!(
+                "--tp {n}: the intermediate size {inter} is smaller than the rank count"
+            )));
+        }
+        let inter_ranges: Vec<[u64; 2]> = (0..n).map(|r| tp::rank_range(inter, n, r)).collect();
+        // Attention split by heads: the rule of every passthrough tensor, checked before
+        // anything is written.
+        let mut rules = HashMap::new();
+        if n > 1 {
+            for (i, t) in model.tensors.iter().enumerate() {
+                if !ffn_sources.contains(&i)
+                    && let Some(rule) = tp::attention_rule(&file, &t.name)?
+                {
+                    rules.insert(i, rule);
+                }
+            }
+        }
+        let heads = model.heads;
+        if !rules.is_empty() {
+            let h = heads.ok_or_else(|| {
+                bad(format!(
+                    "--tp {n}: the model has attention tensors but its metadata gives no head counts"
+                ))
+            })?;
+            tp::check_heads(&file, h, n)?;
+        }
         // File order: host tensors (outside the segment), then the device segment in layer
-        // order: embeddings, each layer's passthrough tensors then its FFN blobs, the rest.
+        // order: embeddings, each layer's passthrough tensors then its FFN blobs, the rest. In
+        // a tensor-parallel pack the replicated tensors come first (embeddings, each layer's
+        // unsplit tensors, the rest), then each rank's segment in layer order: the layer's
+        // attention slices then its FFN blobs.
         let mut host = Vec::new();
         let (mut first, mut last) = (Vec::new(), Vec::new());
         let mut layers: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
+        let mut ranked: Vec<BTreeMap<usize, Vec<Item>>> = (0..n).map(|_| BTreeMap::new()).collect();
         let mut used = vec![false; opts.host_tensors.len()];
         for (i, t) in model.tensors.iter().enumerate() {
             if ffn_sources.contains(&i) {
@@ -153,7 +204,57 @@ impl<'m> Plan<'m> {
                 source_shape,
                 bytes: t.bytes,
                 xxh3: String::new(),
+                tp: None,
             };
+            if let (true, Some(&rule), Some(h), Some(l)) =
+                (device, rules.get(&i), heads, layer_of(&t.name))
+            {
+                let [rows, cols] = tp::out_in(&t.shape).ok_or_else(|| Error::Tensor {
+                    file: model.file_of(i),
+                    tensor: t.name.clone(),
+                    field: "shape",
+                    reason: format!("{:?}: --tp splits 1-D and 2-D tensors", t.shape),
+                })?;
+                for r in 0..n {
+                    let dim = if rule.cuts_columns() { cols } else { rows };
+                    let range = tp::attention_range(rule, dim, h, n, r);
+                    let shape = if rule.cuts_columns() {
+                        [rows, range[1] - range[0]]
+                    } else {
+                        [range[1] - range[0], cols]
+                    };
+                    let flat = t.shape.len() == 1;
+                    let (ty, ne, source_shape) = match t.dtype.as_ggml() {
+                        Some(ty) if flat => (ty, vec![shape[0]], None),
+                        Some(ty) => (ty, vec![shape[1], shape[0]], None),
+                        None => {
+                            let (be, bb) = tp::block_of(&t.dtype).unwrap_or((1, 1));
+                            let bytes = shape[0] * shape[1] / be * bb;
+                            let s = if flat { vec![shape[0]] } else { shape.to_vec() };
+                            (GgmlType::I8, vec![bytes], Some(s))
+                        }
+                    };
+                    let entry = TensorEntry {
+                        name: tp::slice_name(&t.name, r),
+                        source_shape,
+                        tp: Some(TpSlice {
+                            rank: r,
+                            rule: rule.name().into(),
+                            source: t.name.clone(),
+                            range,
+                        }),
+                        ..entry.clone()
+                    };
+                    ranked[r as usize].entry(l).or_default().push(Item::Slice {
+                        src: i,
+                        rule,
+                        ty,
+                        ne,
+                        entry: Box::new(entry),
+                    });
+                }
+                continue;
+            }
             let item = Item::Passthrough {
                 src: i,
                 ty,
@@ -176,22 +277,33 @@ impl<'m> Plan<'m> {
                 opts.host_tensors[p]
             )));
         }
+        let ranks: Vec<Option<u32>> = if n == 1 {
+            vec![None]
+        } else {
+            (0..n).map(Some).collect()
+        };
         for l in &model.ffn_layers {
-            let items = layers.entry(l.index).or_default();
-            for &layout in &layouts {
-                for &proj in layout.spec().projections() {
-                    if layout == Layout::Lora
-                        && !lora.as_ref().is_some_and(|a| a.targets(l.index, proj))
-                    {
-                        continue; // not targeted: served as identity
-                    }
-                    for &part in layout.spec().parts(proj, opts.q4k_down) {
-                        items.push(Item::Blob {
-                            layer: l.index,
-                            proj,
-                            layout,
-                            part,
-                        });
+            for &rank in &ranks {
+                let items = match rank {
+                    None => layers.entry(l.index).or_default(),
+                    Some(r) => ranked[r as usize].entry(l.index).or_default(),
+                };
+                for &layout in &layouts {
+                    for &proj in layout.spec().projections() {
+                        if layout == Layout::Lora
+                            && !lora.as_ref().is_some_and(|a| a.targets(l.index, proj))
+                        {
+                            continue; // not targeted: served as identity
+                        }
+                        for &part in layout.spec().parts(proj, opts.q4k_down) {
+                            items.push(Item::Blob {
+                                layer: l.index,
+                                proj,
+                                layout,
+                                part,
+                                rank,
+                            });
+                        }
                     }
                 }
             }
@@ -200,6 +312,9 @@ impl<'m> Plan<'m> {
         items.extend(first);
         items.extend(layers.into_values().flatten());
         items.extend(last);
+        for r in ranked {
+            items.extend(r.into_values().flatten());
+        }
         let layer_pos = model
             .ffn_layers
             .iter()
@@ -217,6 +332,9 @@ impl<'m> Plan<'m> {
             hidden,
             inter,
             activation,
+            tp: n,
+            inter_ranges,
+            heads: if rules.is_empty() { None } else { heads },
             fidelity: Default::default(),
         })
     }
@@ -236,9 +354,18 @@ impl<'m> Plan<'m> {
                     m.release(*src);
                     i += 1;
                 }
-                Item::Blob { layer, .. } => {
-                    let layer = *layer;
-                    let blobs = self.layer_blobs(layer)?;
+                Item::Slice {
+                    src, rule, entry, ..
+                } => {
+                    let ts = entry.tp.as_ref().expect("a slice has its rank");
+                    let h = self.heads.expect("slices only with head counts");
+                    let (_, bytes, _) = tp::slice_tensor(m, *src, *rule, h, self.tp, ts.rank)?;
+                    sink(&entry.name, &bytes, (**entry).clone())?;
+                    i += 1;
+                }
+                Item::Blob { layer, rank, .. } => {
+                    let (layer, rank) = (*layer, *rank);
+                    let blobs = self.layer_blobs(layer, rank)?;
                     for (name, bytes, entry) in blobs {
                         match &self.items[i] {
                             Item::Blob {
@@ -246,8 +373,10 @@ impl<'m> Plan<'m> {
                                 proj,
                                 layout,
                                 part,
-                            } if *l2 == layer && name == blob_name(layer, *proj, *layout, part) => {
-                            }
+                                rank: r2,
+                            } if *l2 == layer
+                                && *r2 == rank
+                                && name == blob_name_tp(layer, *proj, *layout, part, rank) => {}
                             _ => unreachable!("producer order differs from plan at {name}"),
                         }
                         sink(&name, &bytes, entry)?;
@@ -270,10 +399,15 @@ impl<'m> Plan<'m> {
 
     /// Every blob of one layer, in plan order: each layout of the registry encodes each of its
     /// projections from one shared context (decoded weights and the NVFP4 base computed once).
-    fn layer_blobs(&self, layer: usize) -> Result<Vec<(String, Vec<u8>, TensorEntry)>> {
+    fn layer_blobs(
+        &self,
+        layer: usize,
+        rank: Option<u32>,
+    ) -> Result<Vec<(String, Vec<u8>, TensorEntry)>> {
         let m = self.model;
         let l = self.layer(layer);
         let mut cx = crate::layout::EncodeCx::new(m, l, &self.opts, self.lora.as_ref());
+        cx.tp = rank.map(|r| self.inter_ranges[r as usize]);
         let mut out = Vec::new();
         // Each encoding's place in `out` (its parts, in order), to measure its fidelity after
         // the loop (in parallel) from the bytes already there.
@@ -284,8 +418,9 @@ impl<'m> Plan<'m> {
                 let Some(enc) = spec.encode(&mut cx, proj)? else {
                     continue;
                 };
-                let w = cx.weight(crate::layout::source_index(proj));
-                let [n, k] = m.weight_shape(w)?;
+                let pi = crate::layout::source_index(proj);
+                let w = cx.weight(pi);
+                let [n, k] = cx.shape(pi)?.map(|d| d as u64);
                 let shape = if proj == Proj::GateUp {
                     [2 * n, k]
                 } else {
@@ -303,10 +438,23 @@ impl<'m> Plan<'m> {
                 );
                 let scales = names
                     .contains(&"scales")
-                    .then(|| blob_name(layer, proj, layout, "scales"));
+                    .then(|| blob_name_tp(layer, proj, layout, "scales", rank));
+                let tp = rank.map(|r| TpSlice {
+                    rank: r,
+                    rule: if pi == 2 {
+                        Rule::FfnCols
+                    } else {
+                        Rule::FfnRows
+                    }
+                    .name()
+                    .into(),
+                    source: m.tensors[w.main()].name.clone(),
+                    range: self.inter_ranges[r as usize],
+                });
                 for (part, bytes) in enc.parts {
                     let entry = TensorEntry {
-                        name: blob_name(layer, proj, layout, part),
+                        name: blob_name_tp(layer, proj, layout, part, rank),
+                        tp: tp.clone(),
                         device: true,
                         ffn: Some(FfnEntry {
                             layer,
@@ -373,7 +521,17 @@ impl<'m> Plan<'m> {
             .collect()
     }
 
-    pub(super) fn manifest(&self, tensors: Vec<TensorEntry>, segment: (u64, u64)) -> Manifest {
+    /// The rank count (1: not tensor-parallel) and the head counts attention was split by.
+    pub(super) fn tp(&self) -> (u32, Option<(u64, u64)>) {
+        (self.tp, self.heads)
+    }
+
+    pub(super) fn manifest(
+        &self,
+        tensors: Vec<TensorEntry>,
+        segment: (u64, u64),
+        tp: Option<TpInfo>,
+    ) -> Manifest {
         let m = self.model;
         Manifest {
             pack_format_version: PACK_FORMAT_VERSION,
@@ -395,6 +553,7 @@ impl<'m> Plan<'m> {
             segment_bytes: segment.1,
             tensors,
             fidelity: self.fidelity(),
+            tp,
         }
     }
 

@@ -213,7 +213,13 @@ impl Pack {
         let fe = entry.ffn.as_ref().ok_or_else(nf)?;
         let layout = Layout::from_tag(&fe.layout).ok_or_else(nf)?;
         let proj = Proj::from_name(&fe.proj).ok_or_else(nf)?;
-        let prefix = blob_name(fe.layer, proj, layout, "");
+        let prefix = blob_name_tp(
+            fe.layer,
+            proj,
+            layout,
+            "",
+            entry.tp.as_ref().map(|t| t.rank),
+        );
         let parts = |p: &str| {
             let n = if p.is_empty() {
                 prefix.clone()

@@ -90,7 +90,7 @@ pub fn convert(
     let mut placeholder_entries = Vec::new();
     for it in &plan.items {
         match it {
-            Item::Passthrough { ty, ne, entry, .. } => {
+            Item::Passthrough { ty, ne, entry, .. } | Item::Slice { ty, ne, entry, .. } => {
                 planned.push((entry.name.clone(), *ty, ne.clone()));
                 placeholder_entries.push((**entry).clone());
             }
@@ -99,9 +99,10 @@ pub fn convert(
                 proj,
                 layout,
                 part,
+                rank,
             } => {
                 planned.push((
-                    blob_name(*layer, *proj, *layout, part),
+                    blob_name_tp(*layer, *proj, *layout, part, *rank),
                     GgmlType::I8,
                     vec![0],
                 ));
@@ -109,7 +110,7 @@ pub fn convert(
         }
     }
     // Reserve room for the real manifest: every entry's JSON is bounded; be generous.
-    let mut pm = plan.manifest(placeholder_entries, (0, 0));
+    let mut pm = plan.manifest(placeholder_entries, (0, 0), None);
     pm.sources = sources.clone();
     // The fidelity table is measured while producing: at most 9 layouts x 3 projections.
     let reserve =
@@ -121,7 +122,7 @@ pub fn convert(
     let n_pass = plan
         .items
         .iter()
-        .filter(|i| matches!(i, Item::Passthrough { .. }))
+        .filter(|i| matches!(i, Item::Passthrough { .. } | Item::Slice { .. }))
         .count();
     // The segment starts at the first device tensor (host tensors come first).
     let n_host = plan
@@ -148,10 +149,12 @@ pub fn convert(
         let mut done = 0u64;
         let mut entries: Vec<TensorEntry> = Vec::with_capacity(plan.items.len());
         let mut seg_start = None;
+        let mut starts = Vec::with_capacity(plan.items.len());
         plan.produce(|name, bytes, mut entry| {
             if entries.len() == n_host {
                 seg_start = Some(pos);
             }
+            starts.push(pos);
             entry.xxh3 = hex(xxh3_64(bytes));
             entry.bytes = bytes.len() as u64;
             w.write_all(bytes).map_err(io)?;
@@ -172,6 +175,25 @@ pub fn convert(
             Ok(())
         })?;
         let seg = seg_start.map(|s| (s, pos - s)).unwrap_or((pos, 0));
+        // A tensor-parallel pack: the replicated range, then each rank's segment.
+        let tp = match plan.tp() {
+            (1, _) => None,
+            (n, heads) => {
+                let first_of = |r: u32| {
+                    entries
+                        .iter()
+                        .position(|e| e.tp.as_ref().is_some_and(|t| t.rank == r))
+                        .map_or(pos, |i| starts[i])
+                };
+                let bounds: Vec<u64> = (0..n).map(first_of).chain([pos]).collect();
+                Some(TpInfo {
+                    ranks: n,
+                    heads: heads.map(|(h, kv)| [h, kv]),
+                    replicated: [seg.0, bounds[0] - seg.0],
+                    rank_segments: bounds.windows(2).map(|w| [w[0], w[1] - w[0]]).collect(),
+                })
+            }
+        };
         // The real header, same length as the placeholder.
         let real: Vec<(String, GgmlType, Vec<u64>)> = planned
             .iter()
@@ -185,7 +207,7 @@ pub fn convert(
                 }
             })
             .collect();
-        let mut man = plan.manifest(entries, seg);
+        let mut man = plan.manifest(entries, seg, tp);
         man.sources = sources.clone();
         let (rb, _) = header_for(&real, &man, reserve)?;
         let mut header = rb.header();

@@ -21,6 +21,9 @@ pub struct Whole {
     pub vocab: usize,
     /// Rows of `attn_k` and `attn_v` (KV heads x head size).
     pub kv_dim: usize,
+    /// The head size: `hidden / head_dim` heads and `kv_dim / head_dim` KV heads, written as
+    /// `{arch}.attention.head_count` and `head_count_kv`.
+    pub head_dim: usize,
 }
 
 /// Write the FFN-only model to `out` (crash-safe).
@@ -76,6 +79,20 @@ pub fn gen_model_with(
     );
     b.add_kv(&format!("{arch}.block_count"), &Value::U32(layers as u32));
     b.add_kv("general.quantization_version", &Value::U32(2));
+    if let Some(w) = whole {
+        if w.head_dim == 0 || hidden % w.head_dim != 0 || w.kv_dim % w.head_dim != 0 {
+            return Err(bad(format!(
+                "gen-model: head size {} must divide hidden {hidden} and kv-dim {}",
+                w.head_dim, w.kv_dim
+            )));
+        }
+        for (key, n) in [
+            ("head_count", hidden / w.head_dim),
+            ("head_count_kv", w.kv_dim / w.head_dim),
+        ] {
+            b.add_kv(&format!("{arch}.attention.{key}"), &Value::U32(n as u32));
+        }
+    }
     // (name, ne, type, scale of the random values; 0 = ones) in file order.
     let mut plan: Vec<(String, Vec<u64>, GgmlType, f32)> = Vec::new();
     let (h, i, v) = (hidden as u64, inter as u64, vocab as u64);

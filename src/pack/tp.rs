@@ -1,0 +1,319 @@
+//! Tensor-parallel packs: which tensors are split, the range each rank holds, and the byte
+//! slicing of a stored tensor by rows or columns (formats.md, "Tensor-parallel packs").
+//!
+//! The rules are Megatron-LM's column- and row-parallel split of a transformer layer
+//! (Shoeybi et al. 2019, section 3): gate and up by output rows, down by the matching input
+//! columns, so each rank's down projection yields a partial sum that one all-reduce completes;
+//! q by head ranges, k and v by KV-head ranges (replicated where there are fewer KV heads than
+//! ranks, as vLLM does for grouped-query attention), the attention output by the matching columns.
+
+use crate::error::{Error, Result};
+use crate::model::{DType, Model};
+
+/// The largest rank count `--tp` takes (one node of eight GPUs).
+pub const MAX_TP_RANKS: u32 = 8;
+
+/// How a tensor is cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// FFN gate, up (and the fused gate_up): output rows, the intermediate range.
+    FfnRows,
+    /// FFN down: input columns, the intermediate range.
+    FfnCols,
+    /// Attention q (weight and bias): the rank's heads' rows.
+    QRows,
+    /// Attention k and v (weight and bias): the rank's KV heads' rows.
+    KvRows,
+    /// Attention output: the columns of the rank's heads.
+    OCols,
+}
+
+impl Rule {
+    /// The name in the manifest.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::FfnRows => "ffn_rows",
+            Rule::FfnCols => "ffn_cols",
+            Rule::QRows => "q_rows",
+            Rule::KvRows => "kv_rows",
+            Rule::OCols => "o_cols",
+        }
+    }
+    /// The rule of a manifest name.
+    pub fn from_name(s: &str) -> Option<Rule> {
+        [
+            Rule::FfnRows,
+            Rule::FfnCols,
+            Rule::QRows,
+            Rule::KvRows,
+            Rule::OCols,
+        ]
+        .into_iter()
+        .find(|r| r.name() == s)
+    }
+    /// Whether it cuts columns (the input dimension) rather than rows.
+    pub fn cuts_columns(self) -> bool {
+        matches!(self, Rule::FfnCols | Rule::OCols)
+    }
+}
+
+/// `[start, end)` of rank `r` of `n` over `total`: `[floor(r·total/n), floor((r+1)·total/n))`.
+pub fn rank_range(total: u64, n: u32, r: u32) -> [u64; 2] {
+    let at = |i: u64| (total as u128 * i as u128 / n.max(1) as u128) as u64;
+    [at(r as u64), at(r as u64 + 1)]
+}
+
+/// The attention rule of a passthrough tensor's name (llama-style separate q, k, v and output,
+/// GGUF or Hugging Face names), if it is split; `Err` for a tensor that would have to be split
+/// but cannot be (a fused QKV, or a q/k/v/o companion other than the weight and the bias).
+pub fn attention_rule(file: &str, name: &str) -> Result<Option<Rule>> {
+    let parts: Vec<&str> = name.rsplitn(2, '.').collect();
+    let (stem, last) = match parts.as_slice() {
+        [last, stem] => (*stem, *last),
+        _ => return Ok(None),
+    };
+    let module = stem.rsplit('.').next().unwrap_or("");
+    let rule = match module {
+        "attn_q" | "q_proj" => Rule::QRows,
+        "attn_k" | "attn_v" | "k_proj" | "v_proj" => Rule::KvRows,
+        "attn_output" | "o_proj" => Rule::OCols,
+        "attn_qkv" | "qkv_proj" | "query_key_value" | "c_attn" => {
+            return Err(Error::Unsupported {
+                file: file.into(),
+                reason: format!(
+                    "{name}: a fused QKV tensor cannot be split by heads for --tp (only separate q, k, v and output projections are)"
+                ),
+            });
+        }
+        _ => return Ok(None),
+    };
+    match (rule, last) {
+        (_, "weight") => Ok(Some(rule)),
+        // A row-parallel bias is added once, after the all-reduce: replicated.
+        (Rule::OCols, "bias") => Ok(None),
+        (_, "bias") => Ok(Some(rule)),
+        _ => Err(Error::Unsupported {
+            file: file.into(),
+            reason: format!(
+                "{name}: --tp splits the attention projections' weight and bias, not {last:?} companions"
+            ),
+        }),
+    }
+}
+
+/// Check that `n` ranks can split heads `(h, kv)`: `h` divisible by `n`, and `kv` divisible by
+/// `n` or dividing it (then each KV head is replicated on `n / kv` ranks).
+pub fn check_heads(file: &str, (h, kv): (u64, u64), n: u32) -> Result<()> {
+    let n64 = n as u64;
+    let bad = |reason: String| Error::Unsupported {
+        file: file.into(),
+        reason,
+    };
+    if h == 0 || kv == 0 || h % kv != 0 {
+        return Err(bad(format!(
+            "--tp {n}: head counts {h} / {kv} KV heads are not a valid attention layout"
+        )));
+    }
+    if h % n64 != 0 {
+        return Err(bad(format!(
+            "--tp {n}: the model's {h} attention heads do not split evenly over {n} ranks"
+        )));
+    }
+    if kv % n64 != 0 && n64 % kv != 0 {
+        return Err(bad(format!(
+            "--tp {n}: the model's {kv} KV heads neither split over {n} ranks nor divide {n}"
+        )));
+    }
+    Ok(())
+}
+
+/// The rows or columns `[start, end)` rank `r` of `n` holds of an attention tensor whose split
+/// dimension is `dim` long.
+pub fn attention_range(rule: Rule, dim: u64, (h, kv): (u64, u64), n: u32, r: u32) -> [u64; 2] {
+    let (n, r) = (n as u64, r as u64);
+    match rule {
+        Rule::KvRows if kv < n => {
+            let hd = dim / kv;
+            let head = r / (n / kv);
+            [head * hd, (head + 1) * hd]
+        }
+        Rule::KvRows => {
+            let per = dim / kv * (kv / n);
+            [r * per, (r + 1) * per]
+        }
+        _ => {
+            let per = dim / h * (h / n);
+            [r * per, (r + 1) * per]
+        }
+    }
+}
+
+/// The block of a stored type: (elements, bytes), for byte slicing. Types with no ggml type
+/// (safetensors FP8, ...) are elementwise.
+pub fn block_of(d: &DType) -> Option<(u64, u64)> {
+    match d {
+        DType::Ggml(t) => Some((t.block_elems(), t.block_bytes())),
+        DType::St(s) => match s.bitsize() {
+            b if b >= 8 && b % 8 == 0 => Some((1, b as u64 / 8)),
+            4 => Some((2, 1)),
+            _ => None,
+        },
+    }
+}
+
+/// Rows `[lo, hi)` or (with `columns`) columns `[lo, hi)` of a row-major `[rows, cols]` tensor
+/// stored in blocks of `be` elements and `bb` bytes along each row; `None` when a column cut
+/// splits a block.
+pub fn slice_bytes(
+    data: &[u8],
+    [rows, cols]: [u64; 2],
+    (be, bb): (u64, u64),
+    columns: bool,
+    [lo, hi]: [u64; 2],
+) -> Option<Vec<u8>> {
+    let row_bytes = (cols / be).checked_mul(bb)? as usize;
+    if !columns {
+        return data
+            .get(lo as usize * row_bytes..hi as usize * row_bytes)
+            .map(<[u8]>::to_vec);
+    }
+    if lo % be != 0 || hi % be != 0 {
+        return None;
+    }
+    let (a, b) = ((lo / be * bb) as usize, (hi / be * bb) as usize);
+    let mut out = Vec::with_capacity(rows as usize * (b - a));
+    for r in 0..rows as usize {
+        out.extend_from_slice(data.get(r * row_bytes + a..r * row_bytes + b)?);
+    }
+    Some(out)
+}
+
+/// The logical `[out, in]` of a stored tensor (a 1-D tensor is `[len, 1]`).
+pub fn out_in(shape: &[u64]) -> Option<[u64; 2]> {
+    match shape {
+        [n] => Some([*n, 1]),
+        [n, k] => Some([*n, *k]),
+        _ => None,
+    }
+}
+
+/// Rank `r` of `n`'s slice of source tensor `t` by `rule`: its range, its bytes, its logical
+/// `[out, in]`. Errors name the tensor when the cut would split one of its quantization blocks.
+pub fn slice_tensor(
+    model: &Model,
+    t: usize,
+    rule: Rule,
+    heads: (u64, u64),
+    n: u32,
+    r: u32,
+) -> Result<([u64; 2], Vec<u8>, [u64; 2])> {
+    let ten = &model.tensors[t];
+    let bad = |reason: String| Error::Tensor {
+        file: model.file_of(t),
+        tensor: ten.name.clone(),
+        field: "shape",
+        reason,
+    };
+    let [rows, cols] =
+        out_in(&ten.shape).ok_or_else(|| bad(format!("{:?}: not 1-D or 2-D", ten.shape)))?;
+    let dim = if rule.cuts_columns() { cols } else { rows };
+    let (hd_of, count) = if rule == Rule::KvRows {
+        (heads.1, "KV heads")
+    } else {
+        (heads.0, "heads")
+    };
+    if dim % hd_of != 0 {
+        return Err(bad(format!(
+            "{dim} {} do not split into the model's {hd_of} {count}",
+            if rule.cuts_columns() {
+                "columns"
+            } else {
+                "rows"
+            }
+        )));
+    }
+    let range = attention_range(rule, dim, heads, n, r);
+    let block = block_of(&ten.dtype).ok_or_else(|| bad("unknown element size".into()))?;
+    let bytes = slice_bytes(
+        model.data(t),
+        [rows, cols],
+        block,
+        rule.cuts_columns(),
+        range,
+    )
+    .ok_or_else(|| {
+        bad(format!(
+            "rank {r}'s columns {range:?} cut through {}'s blocks of {} elements",
+            ten.dtype.name(),
+            block.0
+        ))
+    })?;
+    let shape = if rule.cuts_columns() {
+        [rows, range[1] - range[0]]
+    } else {
+        [range[1] - range[0], cols]
+    };
+    Ok((range, bytes, shape))
+}
+
+/// The pack name of rank `r`'s slice of a tensor: `.tp{r}` before the last name component
+/// (`blk.3.attn_q.weight` -> `blk.3.attn_q.tp1.weight`).
+pub fn slice_name(name: &str, r: u32) -> String {
+    match name.rsplit_once('.') {
+        Some((stem, last)) => format!("{stem}.tp{r}.{last}"),
+        None => format!("{name}.tp{r}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_cover_the_dimension_in_order() {
+        for (total, n) in [(1536u64, 3u32), (320, 4), (100, 8), (7, 2)] {
+            let mut at = 0;
+            for r in 0..n {
+                let [lo, hi] = rank_range(total, n, r);
+                assert_eq!(lo, at);
+                assert!(hi >= lo);
+                at = hi;
+            }
+            assert_eq!(at, total);
+        }
+        // SmolLM2 at 3 ranks: 9 heads of 64, 3 KV heads.
+        assert_eq!(attention_range(Rule::QRows, 576, (9, 3), 3, 1), [192, 384]);
+        assert_eq!(attention_range(Rule::KvRows, 192, (9, 3), 3, 2), [128, 192]);
+        assert_eq!(attention_range(Rule::OCols, 576, (9, 3), 3, 2), [384, 576]);
+        // 2 KV heads over 8 ranks: each KV head on 4 ranks.
+        assert_eq!(attention_range(Rule::KvRows, 256, (8, 2), 8, 5), [128, 256]);
+        assert!(check_heads("m", (9, 3), 2).is_err());
+        assert!(check_heads("m", (9, 3), 3).is_ok());
+        assert!(check_heads("m", (32, 8), 8).is_ok());
+        assert!(check_heads("m", (12, 3), 4).is_err());
+    }
+
+    #[test]
+    fn column_slices_keep_blocks_whole() {
+        // 2 rows of 4 blocks of 2 elements (3 bytes each).
+        let data: Vec<u8> = (0..24).collect();
+        let got = slice_bytes(&data, [2, 8], (2, 3), true, [2, 6]).unwrap();
+        assert_eq!(got, [3, 4, 5, 6, 7, 8, 15, 16, 17, 18, 19, 20]);
+        assert!(slice_bytes(&data, [2, 8], (2, 3), true, [1, 6]).is_none());
+        assert_eq!(
+            slice_bytes(&data, [2, 8], (2, 3), false, [1, 2]).unwrap(),
+            (12..24).collect::<Vec<u8>>()
+        );
+        assert_eq!(
+            slice_name("blk.3.attn_q.weight", 1),
+            "blk.3.attn_q.tp1.weight"
+        );
+        assert!(attention_rule("f", "blk.0.attn_qkv.weight").is_err());
+        assert_eq!(
+            attention_rule("f", "model.layers.0.self_attn.o_proj.weight").unwrap(),
+            Some(Rule::OCols)
+        );
+        assert_eq!(attention_rule("f", "blk.0.attn_output.bias").unwrap(), None);
+        assert_eq!(attention_rule("f", "blk.0.attn_norm.weight").unwrap(), None);
+    }
+}
