@@ -303,7 +303,7 @@ pub fn apply_arm(
 
 /// The most rows arm `arm` takes per prefill call: the declared W8A8 arm serves at most
 /// `W8A8_MAX_ROWS`, every other any number.
-fn rows_per_call(arm: &str, rows: usize) -> usize {
+pub(crate) fn rows_per_call(arm: &str, rows: usize) -> usize {
     if arm == "w8a8" {
         rows.min(crate::ffn::W8A8_MAX_ROWS)
     } else {
@@ -321,6 +321,20 @@ fn run_rows(
     h: usize,
     per: usize,
 ) -> GpuResult<Vec<f32>> {
+    run_rows_with(ctx, layer, fixed, x, h, per, |_, _| Ok(()))
+}
+
+/// [`run_rows`], calling `after(output, rows)` on each call's output before it is downloaded
+/// (the tensor-parallel check's all-reduce).
+pub(crate) fn run_rows_with(
+    ctx: &mut ForwardContext,
+    layer: &DenseFfnLayer,
+    fixed: bool,
+    x: &[f32],
+    h: usize,
+    per: usize,
+    mut after: impl FnMut(crate::gpu::DevicePtr, usize) -> GpuResult<()>,
+) -> GpuResult<Vec<f32>> {
     let be = ctx.backend.clone();
     let total = x.len() / h;
     let mut y = Vec::with_capacity(total * h);
@@ -336,6 +350,7 @@ fn run_rows(
             layer.forward_prefill(ctx, xp, n)?
         };
         be.synchronize(0)?;
+        after(o, n)?;
         y.extend(download_f32(be.as_ref(), o.view(0, (n * h * 4) as u64))?);
     }
     be.free(xp);

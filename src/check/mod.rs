@@ -10,6 +10,7 @@ mod kernels;
 mod layers;
 mod load;
 pub mod probe_io;
+pub mod tp;
 
 pub use crate::gpu::timing::time_median;
 pub use bench::benchmarks;

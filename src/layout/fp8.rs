@@ -21,7 +21,7 @@ impl Fp8 {
                     crate::converters::layouts::f32_bytes(&m.floats(scale_inv, "block scales")?);
                 match cx.cut(pi) {
                     // Cut on a block boundary: the codes and the grid's rows or columns.
-                    Some((cols, [lo, hi])) if lo % b == 0 => {
+                    Some((cols, [lo, hi])) if lo % b == 0 && cx.pad() == 0 => {
                         let codes = cx.stored(pi, weight, [fnn, fk], (1, 1), 1);
                         let (a, e) = (lo / b, hi.div_ceil(b));
                         let s = crate::pack::tp::slice_bytes(&scales, grid, (1, 4), cols, [a, e]);

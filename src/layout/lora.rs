@@ -39,14 +39,21 @@ impl LayoutSpec for Lora {
         let [n, k] = cx.shape(pi)?;
         let (mut a, mut b, rank, scaling) = adapter.matrices(index, proj, fnn, fk)?;
         // A tensor-parallel slice: W's rows are B's rows, W's columns are A's columns.
+        // Zero-padded like the weight it adapts.
         match cx.cut(pi) {
             None => {}
-            Some((false, [lo, hi])) => b = b[lo as usize * rank..hi as usize * rank].to_vec(),
+            Some((false, [lo, hi])) => {
+                b = b[lo as usize * rank..hi as usize * rank].to_vec();
+                b.resize(n * rank, 0.0);
+            }
             Some((true, [lo, hi])) => {
-                a = (0..rank)
-                    .flat_map(|r| &a[r * fk + lo as usize..r * fk + hi as usize])
-                    .copied()
-                    .collect()
+                let w = (hi - lo) as usize;
+                let mut cut = vec![0f32; rank * k];
+                for r in 0..rank {
+                    cut[r * k..r * k + w]
+                        .copy_from_slice(&a[r * fk + lo as usize..r * fk + hi as usize]);
+                }
+                a = cut;
             }
         }
         Ok(Some(lora::encode(&a, &b, n, k, rank, scaling)))

@@ -148,13 +148,21 @@ impl<'a> EncodeCx<'a> {
         self.tp.map(|r| (pi == 2, r))
     }
 
-    /// The logical `[n, k]` of source weight `pi` (of the rank's slice in a TP pack).
+    /// The zero rows or columns appended to the cut (to `TP_INTER_ALIGN`).
+    pub fn pad(&self) -> u64 {
+        self.tp.map_or(0, |[lo, hi]| {
+            crate::pack::tp::padded_width(hi - lo) - (hi - lo)
+        })
+    }
+
+    /// The logical `[n, k]` of source weight `pi` (of the rank's padded slice in a TP pack).
     pub fn shape(&self, pi: usize) -> Result<[usize; 2]> {
         let [n, k] = self.full_shape(pi)?;
+        let w = |lo: u64, hi: u64| crate::pack::tp::padded_width(hi - lo) as usize;
         Ok(match self.cut(pi) {
             None => [n, k],
-            Some((false, [lo, hi])) => [(hi - lo) as usize, k],
-            Some((true, [lo, hi])) => [n, (hi - lo) as usize],
+            Some((false, [lo, hi])) => [w(lo, hi), k],
+            Some((true, [lo, hi])) => [n, w(lo, hi)],
         })
     }
 
@@ -164,13 +172,23 @@ impl<'a> EncodeCx<'a> {
         if self.dense[pi].is_none() {
             let full = self.model.decode_weight(self.weight(pi))?.0;
             let [n, k] = self.full_shape(pi)?;
+            let pad = self.pad() as usize;
             let v = match self.cut(pi) {
                 None => full,
-                Some((false, [lo, hi])) => full[lo as usize * k..hi as usize * k].to_vec(),
-                Some((true, [lo, hi])) => (0..n)
-                    .flat_map(|r| &full[r * k + lo as usize..r * k + hi as usize])
-                    .copied()
-                    .collect(),
+                Some((false, [lo, hi])) => {
+                    let mut v = full[lo as usize * k..hi as usize * k].to_vec();
+                    v.resize(v.len() + pad * k, 0.0);
+                    v
+                }
+                Some((true, [lo, hi])) => {
+                    let w = (hi - lo) as usize + pad;
+                    let mut v = vec![0f32; n * w];
+                    for r in 0..n {
+                        v[r * w..r * w + (hi - lo) as usize]
+                            .copy_from_slice(&full[r * k + lo as usize..r * k + hi as usize]);
+                    }
+                    v
+                }
             };
             self.dense[pi] = Some(Rc::new(v));
         }
@@ -179,9 +197,10 @@ impl<'a> EncodeCx<'a> {
 
     /// The stored bytes of source tensor `t`, which belongs to weight `pi` and is laid out as
     /// `[rows, cols]` blocks of `block` (elements, bytes) along each row, cut to the rank's
-    /// slice in a TP pack (cut positions scaled by `per`: 1 for the weight itself, 128 for a
-    /// block-FP8 scale grid). `None` where the cut would split a block: the layout then
-    /// encodes from the f32 slice, as converting that f32 slice would.
+    /// slice in a TP pack, zero-padded like [`EncodeCx::dense`] (cut positions scaled by `per`:
+    /// 1 for the weight itself, 128 for a block-FP8 scale grid, which is never padded). `None`
+    /// where the cut or the padding would split a block: the layout then encodes from the f32
+    /// slice, as converting that f32 slice would.
     pub fn stored(
         &self,
         pi: usize,
@@ -194,11 +213,12 @@ impl<'a> EncodeCx<'a> {
         match self.cut(pi) {
             None => Some(std::borrow::Cow::Borrowed(data)),
             Some((cols, [lo, hi])) => {
-                if lo % per != 0 {
+                let pad = self.pad();
+                if lo % per != 0 || per > 1 && pad > 0 {
                     return None;
                 }
                 let end = hi.div_ceil(per);
-                crate::pack::tp::slice_bytes(data, dims, block, cols, [lo / per, end])
+                crate::pack::tp::slice_padded(data, dims, block, cols, [lo / per, end], pad)
                     .map(std::borrow::Cow::Owned)
             }
         }

@@ -340,7 +340,7 @@ pub fn load(
         (Some(tp), Some((r, _))) => {
             let [lo, hi] =
                 crate::pack::tp::rank_range(pack.manifest.model.intermediate_size, tp.ranks, r);
-            (hi - lo) as usize
+            crate::pack::tp::padded_width(hi - lo) as usize
         }
         _ => pack.manifest.model.intermediate_size as usize,
     };

@@ -122,7 +122,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
         let rank = e.tp.as_ref().map(|t| t.rank);
         // A rank's slice: its intermediate range (check_tp checked it is the rank's).
         let inter = match &e.tp {
-            Some(ts) => ts.range[1] - ts.range[0],
+            Some(ts) => ts.range[1] - ts.range[0] + ts.pad,
             None => inter,
         };
         let layout = Layout::from_tag(&fe.layout)
@@ -408,7 +408,8 @@ fn check_tp(
         };
         if let Some(w) = want_rule {
             let want = crate::pack::tp::rank_range(inter, n, ts.rank);
-            if rule != w || ts.range != want {
+            let pad = crate::pack::tp::padded_width(want[1] - want[0]) - (want[1] - want[0]);
+            if rule != w || ts.range != want || ts.pad != pad {
                 return Err(bad(
                     &e.name,
                     "tp.range",
@@ -425,6 +426,7 @@ fn check_tp(
             rule,
             crate::pack::tp::Rule::FfnRows | crate::pack::tp::Rule::FfnCols
         ) || ts.range[0] > ts.range[1]
+            || ts.pad != 0
         {
             return Err(bad(
                 &e.name,

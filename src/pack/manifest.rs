@@ -118,6 +118,10 @@ pub struct TpSlice {
     /// The rows (`*_rows`) or columns (`*_cols`) `[start, end)` of the source's logical
     /// `[out, in]` this tensor holds; for FFN blobs, the intermediate range.
     pub range: [u64; 2],
+    /// Zero rows (`*_rows`) or columns (`*_cols`) appended after the range: FFN slices are
+    /// padded to a multiple of `TP_INTER_ALIGN`; 0 for attention slices.
+    #[serde(default)]
+    pub pad: u64,
 }
 
 /// The tensor-parallel layout of a pack's device segment: the replicated range then one range

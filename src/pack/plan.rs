@@ -242,6 +242,7 @@ impl<'m> Plan<'m> {
                             rule: rule.name().into(),
                             source: t.name.clone(),
                             range,
+                            pad: 0,
                         }),
                         ..entry.clone()
                     };
@@ -450,6 +451,7 @@ impl<'m> Plan<'m> {
                     .into(),
                     source: m.tensors[w.main()].name.clone(),
                     range: self.inter_ranges[r as usize],
+                    pad: cx.pad(),
                 });
                 for (part, bytes) in enc.parts {
                     let entry = TensorEntry {

@@ -80,7 +80,7 @@ pub fn gen_model_with(
     b.add_kv(&format!("{arch}.block_count"), &Value::U32(layers as u32));
     b.add_kv("general.quantization_version", &Value::U32(2));
     if let Some(w) = whole {
-        if w.head_dim == 0 || hidden % w.head_dim != 0 || w.kv_dim % w.head_dim != 0 {
+        if w.head_dim == 0 || !hidden.is_multiple_of(w.head_dim) || w.kv_dim % w.head_dim != 0 {
             return Err(bad(format!(
                 "gen-model: head size {} must divide hidden {hidden} and kv-dim {}",
                 w.head_dim, w.kv_dim

@@ -5,6 +5,7 @@
     python3 tests/py/reference.py sizes out.json
     python3 tests/py/reference.py tensors FILE.gguf out.json          (GGUFReader's tensor table)
     python3 tests/py/reference.py fidelity PACK SRC.gguf out.json     (the fidelity table, independently)
+    python3 tests/py/reference.py tp_slice SRC.gguf OUT.gguf RANK N   (rank RANK of N's sliced source)
 """
 import json
 import sys
@@ -100,8 +101,94 @@ def main() -> None:
         # bytes as formats.md specifies them (Q4_K blocks by gguf-py), every source weight by
         # gguf-py, the relative error in float64.
         fidelity(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == "tp_slice":
+        tp_slice(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:
         raise SystemExit(f"unknown command {cmd}")
+
+
+def tp_slice(src, out, r, n):
+    """Rank r of n's slice of a GGUF model, written by gguf-py: FFN gate/up keep the rows of the
+    rank's intermediate range [r*I//n, (r+1)*I//n), down those columns; attention q by head
+    ranges, k/v by KV-head ranges (a KV head shared by n/kv ranks where kv < n), the output by
+    q's columns. A cut through a quantization block leaves the tensor dequantized to F32 (gguf-py's
+    dequantize); every other slice keeps the source's bytes. Metadata: the architecture, sizes,
+    block count and feed_forward_length = the rank's range. The tensor-parallel tests convert
+    this file with --tp 1 and compare with the --tp n pack's rank r, bit for bit."""
+    import gguf
+    from gguf import GGUFReader, GGUFWriter, quants
+    from gguf.constants import GGML_QUANT_SIZES
+
+    rd = GGUFReader(src)
+
+    def field(k):
+        f = rd.fields.get(k)
+        if f is None:
+            return None
+        v = f.parts[f.data[0]]
+        return bytes(v).decode() if f.types[0] == gguf.GGUFValueType.STRING else int(v[0])
+
+    arch = field("general.architecture")
+    inter = field(f"{arch}.feed_forward_length")
+    heads, kv = field(f"{arch}.attention.head_count"), field(f"{arch}.attention.head_count_kv")
+    lo, hi = r * inter // n, (r + 1) * inter // n
+    # FFN slices are zero-padded to a multiple of 32 (formats.md, TP_INTER_ALIGN).
+    pad = -(hi - lo) % 32
+    w = GGUFWriter(out, arch)
+    for key in ("embedding_length", "block_count"):
+        w.add_uint32(f"{arch}.{key}", field(f"{arch}.{key}"))
+    w.add_uint32(f"{arch}.feed_forward_length", hi - lo + pad)
+
+    def head_range(rows, kind):
+        if kind == "kv" and kv < n:
+            hd = rows // kv
+            h = r // (n // kv)
+            return h * hd, (h + 1) * hd
+        count = kv if kind == "kv" else heads
+        per = rows // count * (count // n)
+        return r * per, (r + 1) * per
+
+    for t in rd.tensors:
+        ty = t.tensor_type
+        bs, ts = GGML_QUANT_SIZES[ty]
+        raw = np.asarray(t.data)
+        rows = int(t.shape[1]) if len(t.shape) > 1 else int(t.shape[0])
+        cols = int(t.shape[0]) if len(t.shape) > 1 else 1
+        raw = raw.view(np.uint8).reshape(rows, cols // bs * ts)
+        name = t.name
+        part = name.split(".")[-2] if name.count(".") >= 2 else ""
+        cut = None
+        if part in ("ffn_gate", "ffn_up"):
+            cut = ("rows", lo, hi)
+        elif part == "ffn_down":
+            cut = ("cols", lo, hi)
+        elif part == "attn_q":
+            cut = ("rows",) + head_range(rows, "q")
+        elif part in ("attn_k", "attn_v"):
+            cut = ("rows",) + head_range(rows, "kv")
+        elif part == "attn_output" and name.endswith(".weight"):
+            cut = ("cols",) + head_range(cols, "q")
+        zeros = pad if part.startswith("ffn_") else 0
+        if cut is None:
+            data = raw
+        elif cut[0] == "rows":
+            data = np.concatenate([raw[cut[1]:cut[2]], np.zeros((zeros, raw.shape[1]), np.uint8)])
+        elif cut[1] % bs == 0 and cut[2] % bs == 0 and zeros % bs == 0:
+            data = raw[:, cut[1] // bs * ts:cut[2] // bs * ts]
+            data = np.concatenate([data, np.zeros((rows, zeros // bs * ts), np.uint8)], axis=1)
+        else:
+            full = quants.dequantize(raw, ty).astype(np.float32).reshape(rows, cols)
+            cols_f32 = np.concatenate([full[:, cut[1]:cut[2]], np.zeros((rows, zeros), np.float32)], axis=1)
+            w.add_tensor(name, np.ascontiguousarray(cols_f32))
+            continue
+        data = np.ascontiguousarray(data)
+        if len(t.shape) == 1:
+            data = data.reshape(-1)
+        w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=ty)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])

@@ -1,0 +1,313 @@
+//! Tensor-parallel layer checks: every arm of a layer loaded from a `--tp N` pack, one rank per
+//! backend (one GPU each, or one host backend each in CI), each rank's partial output summed
+//! over the ranks by an [`AllReduce`] (NCCL on GPUs, [`HostSum`] on the host), against the
+//! float64 FFN of the source weights and next to the same arm of the one-GPU pack.
+
+use super::activations::{Arm, arms_of, run_rows_with};
+use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+use crate::gpu::{DevicePtr, GpuBackend, GpuResult, download_f32, upload_f32};
+use crate::loader::{self, LoadOptions, LoadedPack};
+use crate::model::{Activation, Model};
+use crate::testing::*;
+use std::path::Path;
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Instant;
+
+/// Sum `count` f32 values at `ptr` over every rank, in place, on rank `rank`'s backend. Every
+/// rank calls it the same number of times in the same order (a collective).
+pub trait AllReduce: Sync {
+    /// The collective for rank `rank`.
+    fn all_reduce(
+        &self,
+        rank: usize,
+        b: &dyn GpuBackend,
+        ptr: DevicePtr,
+        count: usize,
+    ) -> GpuResult<()>;
+}
+
+/// The host all-reduce: each rank's values are downloaded, summed in rank order (the same sum on
+/// every rank) and uploaded back.
+pub struct HostSum {
+    partials: Mutex<Vec<Vec<f32>>>,
+    barrier: Barrier,
+}
+
+impl HostSum {
+    /// For `n` ranks.
+    pub fn new(n: usize) -> Self {
+        HostSum {
+            partials: Mutex::new(vec![Vec::new(); n]),
+            barrier: Barrier::new(n),
+        }
+    }
+}
+
+impl AllReduce for HostSum {
+    fn all_reduce(
+        &self,
+        rank: usize,
+        b: &dyn GpuBackend,
+        ptr: DevicePtr,
+        count: usize,
+    ) -> GpuResult<()> {
+        let mine = download_f32(b, ptr.view(0, count as u64 * 4))?;
+        self.partials.lock().unwrap()[rank] = mine;
+        self.barrier.wait();
+        let sum = {
+            let p = self.partials.lock().unwrap();
+            let mut s = vec![0f32; count];
+            for part in p.iter() {
+                s.iter_mut().zip(part).for_each(|(a, b)| *a += b);
+            }
+            s
+        };
+        // Every rank has read every partial before any rank stores its next one.
+        self.barrier.wait();
+        upload_f32(b, ptr, &sum)
+    }
+}
+
+/// One arm's outputs on one backend, per m: the output rows and the median times (forward,
+/// all-reduce); `None` where the arm refuses that m, or the layer the arm.
+type ArmRun = Option<Vec<Option<(Vec<f32>, [f64; 2])>>>;
+
+/// One row of the table.
+#[derive(Clone, Debug)]
+pub struct TpRow {
+    /// The arm (as `check-activations` names it).
+    pub arm: &'static str,
+    /// The layer.
+    pub layer: usize,
+    /// Rows per call.
+    pub m: usize,
+    /// Relative error of the one-GPU pack's arm against the float64 FFN.
+    pub single: f64,
+    /// Relative error of the sum of the ranks' partial outputs against the float64 FFN.
+    pub tp: f64,
+    /// Median seconds of one call on one GPU, on rank 0 of N (the forward alone), and of the
+    /// all-reduce alone; 0 when not timed.
+    pub seconds: [f64; 3],
+}
+
+/// Every arm of `layer` at each m of `ms`: the one-GPU pack `single` on `backends[0]`, then the
+/// tensor-parallel pack `tp` with rank r on `backends[r]` (one thread per rank), the ranks'
+/// outputs summed by `reduce`. With `iters` > 0 each call is also timed (median of `iters`).
+#[allow(clippy::too_many_arguments)]
+pub fn tp_checks(
+    backends: &[Arc<dyn GpuBackend>],
+    reduce: &dyn AllReduce,
+    tp: &Path,
+    single: &Path,
+    source: &Path,
+    layer: usize,
+    ms: &[usize],
+    iters: usize,
+    rng: &mut Rand,
+) -> crate::Result<Vec<TpRow>> {
+    let gpu = crate::Error::Gpu;
+    let n = backends.len() as u32;
+    let model = Model::open(source)?;
+    let one = loader::load(backends[0].as_ref(), single, &LoadOptions::default())?;
+    let m = &one.pack.manifest.model;
+    let (h, inter) = (m.hidden_size as usize, m.intermediate_size as usize);
+    let act = Activation::from_act_name(&m.activation).unwrap_or(Activation::Silu);
+    let fl = model
+        .ffn_layers
+        .iter()
+        .find(|f| f.index == layer)
+        .ok_or_else(|| crate::Error::NotFound {
+            file: source.display().to_string(),
+            tensor: format!("FFN layer {layer}"),
+        })?;
+    let w = DenseWeights {
+        gate: model.decode_weight(&fl.gate)?.0,
+        up: model.decode_weight(&fl.up)?.0,
+        down: model.decode_weight(&fl.down)?.0,
+        hidden: h,
+        inter,
+    };
+    let max_m = ms.iter().copied().max().unwrap_or(1);
+    let x = rng.vec(max_m * h, 1.0);
+    let want = ffn_f64(&x, max_m, &w, act);
+    let arms =
+        |lp: &LoadedPack| -> crate::Result<Vec<Arm>> {
+            let ov = lp.layers.iter().find(|o| o.index == layer).ok_or_else(|| {
+                crate::Error::NotFound {
+                    file: lp.pack.file.path.display().to_string(),
+                    tensor: format!("FFN layer {layer}"),
+                }
+            })?;
+            Ok(arms_of(ov))
+        };
+    // One arm on one backend: the output of each m, and the median times (forward, reduce).
+    let run = |b: &Arc<dyn GpuBackend>,
+               arm: &Arm,
+               inter: usize,
+               red: Option<(usize, &dyn AllReduce)>|
+     -> GpuResult<ArmRun> {
+        let cfg = FfnConfig { hidden: h, inter };
+        let mut ctx = ForwardContext::new(b.clone(), cfg, max_m, arm.levers.clone())?;
+        let mut l = DenseFfnLayer::new_with_activation(&ctx, act);
+        // An arm this layer refuses (the same on every rank); the fixed path is SiLU's only.
+        if let Err(e) = arm.overlays.install(&mut l) {
+            tracing::info!("{} (intermediate {inter}) not installed: {e}", arm.name);
+            return Ok(None);
+        }
+        if arm.fixed && act != Activation::Silu {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        for &mm in ms {
+            let per = super::activations::rows_per_call(arm.name, mm);
+            let hook = |o: DevicePtr, rows: usize| -> GpuResult<()> {
+                match red {
+                    Some((rank, r)) => r.all_reduce(rank, b.as_ref(), o, rows * h),
+                    None => Ok(()),
+                }
+            };
+            // A path this layer refuses at this m (q2g128 prefill on GELU): refused the same
+            // way on every rank, before any all-reduce.
+            let y = match run_rows_with(&mut ctx, &l, arm.fixed, &x[..mm * h], h, per, hook) {
+                Err(crate::gpu::GpuError::Invalid(why)) => {
+                    tracing::info!("{} at m = {mm} (intermediate {inter}): {why}", arm.name);
+                    out.push(None);
+                    continue;
+                }
+                r => r?,
+            };
+            // Timing: one call of mm rows on device-resident input, then the all-reduce alone.
+            let mut times = [Vec::new(), Vec::new()];
+            if iters > 0 && per == mm {
+                let xp = b.alloc((mm * h * 4) as u64)?;
+                upload_f32(b.as_ref(), xp, &x[..mm * h])?;
+                for _ in 0..=iters {
+                    let t0 = Instant::now();
+                    let o = if arm.fixed {
+                        l.forward_fixed(&mut ctx, xp, mm)?
+                    } else if mm == 1 {
+                        l.forward(&mut ctx, xp)?
+                    } else {
+                        l.forward_prefill(&mut ctx, xp, mm)?
+                    };
+                    b.synchronize(0)?;
+                    let t1 = Instant::now();
+                    if let Some((rank, r)) = red {
+                        r.all_reduce(rank, b.as_ref(), o, mm * h)?;
+                        b.synchronize(0)?;
+                    }
+                    times[0].push((t1 - t0).as_secs_f64());
+                    times[1].push(t1.elapsed().as_secs_f64());
+                }
+                b.free(xp);
+                times[0].remove(0);
+                times[1].remove(0);
+            }
+            let med = |v: &mut Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                v.get(v.len() / 2).copied().unwrap_or(0.0)
+            };
+            out.push(Some((y, [med(&mut times[0]), med(&mut times[1])])));
+        }
+        Ok(Some(out))
+    };
+    let single_arms = arms(&one)?;
+    let mut singles = Vec::new();
+    for a in &single_arms {
+        singles.push(run(&backends[0], a, inter, None).map_err(gpu)?);
+    }
+    backends[0].free(one.arena);
+    // Each rank loads its own pieces, then runs every arm with the others (one thread each).
+    let loaded: Vec<LoadedPack> = backends
+        .iter()
+        .enumerate()
+        .map(|(r, b)| {
+            let o = LoadOptions {
+                rank: Some((r as u32, n)),
+                ..Default::default()
+            };
+            loader::load(b.as_ref(), tp, &o)
+        })
+        .collect::<crate::Result<_>>()?;
+    let rank_arms: Vec<Vec<Arm>> = loaded.iter().map(arms).collect::<crate::Result<_>>()?;
+    let names = |v: &[Arm]| v.iter().map(|a| a.name).collect::<Vec<_>>();
+    if rank_arms.iter().any(|a| names(a) != names(&single_arms)) {
+        return Err(crate::Error::Unsupported {
+            file: tp.display().to_string(),
+            reason: "its ranks do not serve the same arms as the one-GPU pack".into(),
+        });
+    }
+    let results: Vec<GpuResult<Vec<ArmRun>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..backends.len())
+            .map(|r| {
+                let (b, arms, lp) = (&backends[r], &rank_arms[r], &loaded[r]);
+                let run = &run;
+                s.spawn(move || {
+                    arms.iter()
+                        .map(|a| run(b, a, lp.ffn_inter, Some((r, reduce))))
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a rank's thread panicked"))
+            .collect()
+    });
+    for (b, lp) in backends.iter().zip(&loaded) {
+        b.free(lp.arena);
+    }
+    let mut ranks = results.into_iter();
+    let rank0 = ranks.next().expect("one rank at least").map_err(gpu)?;
+    for r in ranks {
+        r.map_err(gpu)?;
+    }
+    let mut rows = Vec::new();
+    for ((a, one), tpo) in single_arms.iter().zip(singles).zip(rank0) {
+        let (Some(one), Some(tpo)) = (one, tpo) else {
+            continue;
+        };
+        for ((&mm, o1), ot) in ms.iter().zip(one).zip(tpo) {
+            let (Some((y1, t1)), Some((yt, tt))) = (o1, ot) else {
+                continue;
+            };
+            rows.push(TpRow {
+                arm: a.name,
+                layer,
+                m: mm,
+                single: rel_err(&y1, &want[..mm * h]),
+                tp: rel_err(&yt, &want[..mm * h]),
+                seconds: [t1[0], tt[0], tt[1]],
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// Print the table.
+pub fn print_tp_table(rows: &[TpRow], n: usize) {
+    println!(
+        "{:<22} {:>5} {:>5} {:>12} {:>12} {:>10} {:>10} {:>10}",
+        "arm",
+        "layer",
+        "m",
+        "TP=1 err",
+        format!("TP={n} err"),
+        "TP=1 us",
+        format!("TP={n} us"),
+        "allred us"
+    );
+    for r in rows {
+        println!(
+            "{:<22} {:>5} {:>5} {:>12.3e} {:>12.3e} {:>10.1} {:>10.1} {:>10.1}",
+            r.arm,
+            r.layer,
+            r.m,
+            r.single,
+            r.tp,
+            r.seconds[0] * 1e6,
+            r.seconds[1] * 1e6,
+            r.seconds[2] * 1e6
+        );
+    }
+}

@@ -1,0 +1,321 @@
+//! Tensor-parallel packs on the host (the device run repeats the layer check on two H200s
+//! through `metrale-pack tp-check`): every rank's slice equals the layout built from the sliced
+//! source (sliced independently by gguf-py, tests/py/reference.py `tp_slice`), bit for bit; the
+//! ranks' partial outputs sum to the layer; bad ranks and head counts are refused.
+
+mod common;
+
+use common::pack::{all_but_lora, convert};
+use metrale_pack::GgmlType;
+use metrale_pack::check::tp::{HostSum, tp_checks};
+use metrale_pack::converters::layouts::Layout;
+use metrale_pack::gpu::GpuBackend;
+use metrale_pack::gpu::host::HostBackend;
+use metrale_pack::loader::{self, LoadOptions};
+use metrale_pack::model::Model;
+use metrale_pack::pack::{ConvertOptions, Pack};
+use metrale_pack::testing::gen_model::{Whole, gen_model_with};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn opts(layouts: &[Layout], tp: u32) -> ConvertOptions {
+    ConvertOptions {
+        layouts: Some(layouts.to_vec()),
+        tp,
+        ..Default::default()
+    }
+}
+
+/// The layouts a model of `arch` takes (GELU layers refuse w8a8 and nvfp4_mmq).
+fn layouts_for(arch: &str) -> Vec<Layout> {
+    all_but_lora()
+        .into_iter()
+        .filter(|l| arch == "llama" || !matches!(l, Layout::W8a8 | Layout::Nvfp4Mmq))
+        .collect()
+}
+
+/// Generated models whose intermediate sizes split unevenly into the layouts' blocks:
+/// (source, arch).
+fn generated(dir: &Path) -> Vec<(PathBuf, &'static str)> {
+    let whole = Whole {
+        vocab: 40,
+        kv_dim: 32,
+        head_dim: 16,
+    };
+    let mut out = Vec::new();
+    // 8 heads, 2 KV heads: split at 2, shared by 2 and by 4 ranks at 4 and 8. Intermediate
+    // 352: 176 / 88 / 44 per rank, none a multiple of NVFP4's 64 or q2g128's 128.
+    for (arch, ty, inter, w) in [
+        ("llama", GgmlType::F16, 352, Some(whole)),
+        ("gemma", GgmlType::BF16, 352, Some(whole)),
+        // Q4_K: gate/up rows keep their blocks; down's column cut goes through the 256-element
+        // blocks at every N, so the sliced source (and the pack) takes it from f32.
+        ("llama", GgmlType::Q4_K, 768, None),
+    ] {
+        let src = dir.join(format!("{arch}-{ty}.gguf"));
+        gen_model_with(
+            &src,
+            128.max(ty.block_elems() as usize),
+            inter,
+            2,
+            ty,
+            arch,
+            w,
+        )
+        .unwrap();
+        out.push((src, arch));
+    }
+    out
+}
+
+/// Rank r of n's sliced source by gguf-py, converted with --tp 1.
+fn sliced_pack(dir: &Path, src: &Path, layouts: &[Layout], r: u32, n: u32) -> PathBuf {
+    let stem = src.file_stem().unwrap().to_string_lossy();
+    let sliced = dir.join(format!("{stem}-r{r}of{n}.gguf"));
+    common::python_ref(&[
+        "tp_slice",
+        src.to_str().unwrap(),
+        sliced.to_str().unwrap(),
+        &r.to_string(),
+        &n.to_string(),
+    ]);
+    let p = dir.join(format!("{stem}-r{r}of{n}.mpk.gguf"));
+    convert(&sliced, &p, &opts(layouts, 1));
+    p
+}
+
+/// Every FFN blob and attention slice of rank r of the TP pack equals the tensor of the same
+/// layer, projection, layout and part of the sliced source's pack, bytes and manifest fields.
+fn assert_rank_equals_sliced(tp: &Pack, one: &Pack, r: u32) {
+    let mut compared = (0, 0);
+    for (i, e) in tp.manifest.tensors.iter().enumerate() {
+        let Some(ts) = e.tp.as_ref().filter(|t| t.rank == r) else {
+            continue;
+        };
+        let plain = e.name.replace(&format!(".tp{r}."), ".");
+        let j = one
+            .index(&plain)
+            .unwrap_or_else(|| panic!("{plain} is not in the sliced source's pack"));
+        let o = &one.manifest.tensors[j];
+        assert!(
+            tp.data(i) == one.data(j),
+            "{}: bytes differ from {plain} of the sliced source's pack",
+            e.name
+        );
+        // The same entry, the scales part named for the rank.
+        let mut ffn = e.ffn.clone();
+        if let Some(f) = ffn.as_mut() {
+            f.scales = f
+                .scales
+                .as_ref()
+                .map(|s| s.replace(&format!(".tp{r}."), "."));
+        }
+        assert_eq!(ffn, o.ffn, "{}: manifest entry", e.name);
+        assert_eq!(e.source_shape, o.source_shape, "{}", e.name);
+        assert_eq!(
+            tp.file.tensors[i].ne, one.file.tensors[j].ne,
+            "{}: shape",
+            e.name
+        );
+        assert_eq!(ts.rank, r);
+        if e.ffn.is_some() {
+            compared.0 += 1;
+        } else {
+            compared.1 += 1;
+        }
+    }
+    assert!(compared.0 > 0, "rank {r}: no FFN blobs compared");
+    eprintln!(
+        "rank {r}: {} FFN blobs and {} attention slices equal",
+        compared.0, compared.1
+    );
+}
+
+#[test]
+fn every_rank_slice_equals_every_layout_built_from_the_sliced_source() {
+    let dir = tempfile::tempdir().unwrap();
+    for (src, arch) in generated(dir.path()) {
+        let layouts = layouts_for(arch);
+        for n in [2u32, 4, 8] {
+            let p = dir.path().join(format!("tp{n}.mpk.gguf"));
+            let man = convert(&src, &p, &opts(&layouts, n));
+            let tp = man.tp.as_ref().expect("a tp section");
+            assert_eq!(tp.ranks, n);
+            let pack = Pack::open(&p).unwrap();
+            for r in 0..n {
+                let one = Pack::open(&sliced_pack(dir.path(), &src, &layouts, r, n)).unwrap();
+                assert_rank_equals_sliced(&pack, &one, r);
+            }
+            let check =
+                metrale_pack::pack::verify_against_source(&pack, &Model::open(&src).unwrap())
+                    .unwrap();
+            assert!(check.mismatched.is_empty(), "{:?}", check.mismatched);
+        }
+    }
+}
+
+#[test]
+fn smollm2_splits_over_3_ranks_by_its_9_heads_and_refuses_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = common::smollm2_gguf();
+    let layouts = [Layout::Nvfp4, Layout::Nvfp4Mmq, Layout::Q4kMmq, Layout::Fp8];
+    let p = dir.path().join("s3.mpk.gguf");
+    let man = convert(&src, &p, &opts(&layouts, 3));
+    assert_eq!(man.tp.as_ref().unwrap().heads, Some([9, 3]));
+    let pack = Pack::open(&p).unwrap();
+    for r in 0..3 {
+        let one = Pack::open(&sliced_pack(dir.path(), &src, &layouts, r, 3)).unwrap();
+        assert_rank_equals_sliced(&pack, &one, r);
+    }
+    let model = Model::open(&src).unwrap();
+    let err = metrale_pack::pack::convert(
+        &model,
+        &opts(&layouts, 2),
+        &dir.path().join("s2.mpk.gguf"),
+        &common::pack::no_progress,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("9 attention heads") && err.contains("2 ranks"),
+        "{err}"
+    );
+    assert!(!dir.path().join("s2.mpk.gguf").exists());
+}
+
+/// The ranks' partial outputs summed (HostSum) against the float64 FFN, next to the one-GPU
+/// pack's arm: the split changes which values share an NVFP4 global scale or an activation
+/// row's scale, not the precision, so TP's error stays within 1.25x the one-GPU error plus
+/// 1e-5 (f32 accumulation of N partial sums).
+fn assert_ranks_sum(src: &Path, layouts: &[Layout], n: u32, ms: &[usize], dir: &Path) {
+    let one = dir.join("one.mpk.gguf");
+    convert(src, &one, &opts(layouts, 1));
+    let tpp = dir.join("tp.mpk.gguf");
+    convert(src, &tpp, &opts(layouts, n));
+    let backends: Vec<Arc<dyn GpuBackend>> = (0..n)
+        .map(|_| Arc::new(HostBackend::new()) as Arc<dyn GpuBackend>)
+        .collect();
+    let mut rng = metrale_pack::testing::Rand(0x7e57 + n as u64);
+    let rows = tp_checks(
+        &backends,
+        &HostSum::new(n as usize),
+        &tpp,
+        &one,
+        src,
+        1,
+        ms,
+        0,
+        &mut rng,
+    )
+    .unwrap();
+    assert!(rows.len() >= ms.len() * layouts.len().min(3), "{rows:?}");
+    for r in &rows {
+        eprintln!(
+            "TP={n} {:<20} m={:<3} TP=1 {:.3e}  TP {:.3e}",
+            r.arm, r.m, r.single, r.tp
+        );
+        assert!(
+            r.tp <= 1.25 * r.single + 1e-5,
+            "{} m={}: TP={n} error {:.3e} against the one-GPU {:.3e}",
+            r.arm,
+            r.m,
+            r.tp,
+            r.single
+        );
+    }
+}
+
+#[test]
+fn the_ranks_partial_outputs_sum_to_the_layer_for_every_arm() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen_dir = dir.path().join("gen");
+    std::fs::create_dir_all(&gen_dir).unwrap();
+    for (src, arch) in generated(&gen_dir).into_iter().take(2) {
+        for n in [2u32, 4, 8] {
+            let d = dir.path().join(format!("{arch}-{n}"));
+            std::fs::create_dir_all(&d).unwrap();
+            // Decode, the k2/k3 tiers, a batch and a prefill.
+            assert_ranks_sum(&src, &layouts_for(arch), n, &[1, 2, 3, 8, 40], &d);
+        }
+    }
+}
+
+#[test]
+fn smollm2_ranks_sum_to_the_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let layouts = [Layout::Nvfp4, Layout::Nvfp4Mmq, Layout::W8a8, Layout::Bf16];
+    assert_ranks_sum(
+        &common::smollm2_gguf(),
+        &layouts,
+        3,
+        &[1, 3, 24],
+        dir.path(),
+    );
+}
+
+#[test]
+fn ranks_and_rank_counts_that_do_not_match_the_pack_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, _) = generated(dir.path()).swap_remove(0);
+    let p = dir.path().join("tp2.mpk.gguf");
+    convert(&src, &p, &opts(&[Layout::Nvfp4], 2));
+    let one = dir.path().join("tp1.mpk.gguf");
+    convert(&src, &one, &opts(&[Layout::Nvfp4], 1));
+    let b = HostBackend::new();
+    let load = |path: &Path, rank| {
+        let o = LoadOptions {
+            rank,
+            ..Default::default()
+        };
+        loader::load(&b, path, &o).err().map(|e| e.to_string())
+    };
+    let name = p.display().to_string();
+    for (rank, want) in [
+        (None, "tensor-parallel pack of 2 ranks"),
+        (
+            Some((2, 2)),
+            "rank 2 of 2 asked for, but the pack was converted for 2 ranks",
+        ),
+        (
+            Some((0, 4)),
+            "rank 0 of 4 asked for, but the pack was converted for 2 ranks",
+        ),
+    ] {
+        let err = load(&p, rank).expect("refused");
+        assert!(err.contains(want) && err.contains(&name), "{err}");
+    }
+    let err = load(&one, Some((1, 2))).expect("refused");
+    assert!(err.contains("not a tensor-parallel pack (TP = 1)"), "{err}");
+    assert!(load(&one, Some((0, 1))).is_none());
+    // Each rank reads the replicated range and its own segment only.
+    let pack = Pack::open(&p).unwrap();
+    let tp = pack.manifest.tp.clone().unwrap();
+    for r in 0..2u32 {
+        let o = LoadOptions {
+            rank: Some((r, 2)),
+            ..Default::default()
+        };
+        let lp = loader::load(&b, &p, &o).unwrap();
+        assert_eq!(
+            lp.stats.bytes,
+            tp.replicated[1] + tp.rank_segments[r as usize][1]
+        );
+        assert!(lp.stats.bytes < pack.manifest.segment_bytes);
+        assert_eq!(lp.ffn_inter, 192, "176 rows padded to a multiple of 32");
+        assert!(lp.layers.iter().all(|l| l.nvfp4.is_some()));
+        b.free(lp.arena);
+    }
+    // --tp beyond the limit, and a count that leaves the heads uneven.
+    let m = Model::open(&src).unwrap();
+    for (n, want) in [(9u32, "--tp 9: 1 to 8 ranks"), (3, "8 attention heads")] {
+        let err = metrale_pack::pack::convert(
+            &m,
+            &opts(&[Layout::Nvfp4], n),
+            &dir.path().join("x.mpk.gguf"),
+            &common::pack::no_progress,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(want), "{err}");
+    }
+}
