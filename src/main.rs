@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 #[path = "cli/inspect.rs"]
 mod inspect;
 use inspect::{inspect, write_fidelity};
+#[path = "cli/tp.rs"]
+mod tp;
 
 #[derive(Parser)]
 #[command(
@@ -157,6 +159,35 @@ enum Cmd {
         #[arg(long, default_value_t = 512)]
         max_rows: usize,
     },
+    /// The tensor-parallel layer: convert SOURCE with --tp 1 and --tp N, then run every arm of
+    /// one layer at each m on N GPUs (rank r on GPU r, partial outputs summed by NCCL), against
+    /// the float64 FFN and the one-GPU pack's arm; per-call times with the all-reduce on its own.
+    TpCheck {
+        source: PathBuf,
+        #[arg(long)]
+        tp: u32,
+        /// Comma-separated layouts (default: the model's defaults).
+        #[arg(long, value_delimiter = ',')]
+        layouts: Option<Vec<String>>,
+        #[arg(long, default_value_t = 0)]
+        layer: usize,
+        /// Rows per call.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,8,16,64,512")]
+        ms: Vec<usize>,
+        /// Timed calls per row (median); 0: no timing.
+        #[arg(long, default_value_t = 20)]
+        iters: usize,
+        /// Where the two packs are written (default: a folder under the temp dir).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// N host backends summed on the host instead of GPUs and NCCL.
+        #[arg(long)]
+        host: bool,
+    },
+    /// Seconds to ready of each rank of TP_PACK, every rank loading at once on its own GPU,
+    /// against ONE_PACK (the same model at --tp 1) on GPU 0 and the pinned ceiling measured on
+    /// every GPU at once.
+    BenchLoadTp { tp_pack: PathBuf, one_pack: PathBuf },
     /// Layer LAYER's FFN from PACK by one arm (as check-activations names it) on the rows of INPUT
     /// (f32 [rows, hidden] .npy), written to OUTPUT (.npy): for a model run that takes the arm's
     /// outputs in place of its FFN (`scripts/quality_kl.py --arms`). Needs a GPU.
@@ -320,6 +351,17 @@ fn run(cli: Cli) -> Result<()> {
             })?;
             Ok(())
         }
+        Cmd::TpCheck {
+            source,
+            tp,
+            layouts,
+            layer,
+            ms,
+            iters,
+            dir,
+            host,
+        } => tp::tp_check(&source, tp, layouts, layer, &ms, iters, dir, host),
+        Cmd::BenchLoadTp { tp_pack, one_pack } => tp::bench_load_tp(&tp_pack, &one_pack),
         Cmd::CheckActivations {
             pack,
             source,

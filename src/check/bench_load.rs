@@ -255,3 +255,133 @@ pub fn warm_page_cache(path: &Path) {
         while matches!(f.read(&mut buf), Ok(n) if n > 0) {}
     }
 }
+
+/// Load `path` with `opts` and install every layer's overlays: (seconds to ready, the stats).
+fn ready_once(
+    b: &Arc<CudaBackend>,
+    path: &Path,
+    opts: &LoadOptions,
+) -> Result<(f64, loader::LoadStats)> {
+    let t0 = std::time::Instant::now();
+    let lp = loader::load(b.as_ref(), path, opts)?;
+    let m = &lp.pack.manifest.model;
+    let cfg = FfnConfig {
+        hidden: m.hidden_size as usize,
+        inter: lp.ffn_inter,
+    };
+    let act = crate::model::Activation::from_act_name(&m.activation)
+        .unwrap_or(crate::model::Activation::Silu);
+    let ctx = ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default())?;
+    for o in &lp.layers {
+        let mut l = DenseFfnLayer::new_with_activation(&ctx, act);
+        o.install(&mut l)?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let stats = lp.stats.clone();
+    b.free(lp.arena);
+    Ok((secs, stats))
+}
+
+/// `bench-load-tp`: seconds to ready of each rank of the tensor-parallel pack `tp`, every rank
+/// loading at once on its own GPU, warm (three runs) and cold, against the one-GPU pack `one`
+/// on GPU 0 and the pinned host-to-device ceiling measured on each GPU alone and on every GPU
+/// at once.
+pub fn bench_load_tp(backends: &[Arc<CudaBackend>], tp: &Path, one: &Path) -> Result<()> {
+    let n = backends.len();
+    let alone = backends[0].pinned_h2d_ceiling(1 << 30)?;
+    let together: Vec<f64> = std::thread::scope(|s| {
+        let hs: Vec<_> = backends
+            .iter()
+            .map(|b| s.spawn(move || b.pinned_h2d_ceiling(1 << 30)))
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("ceiling thread"))
+            .collect::<crate::gpu::GpuResult<_>>()
+    })?;
+    println!(
+        "pinned host-to-device ceiling: GPU 0 alone {:.1} GB/s; all {n} at once {} GB/s",
+        alone / 1e9,
+        together
+            .iter()
+            .map(|c| format!("{:.1}", c / 1e9))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    );
+    let line = |label: &str, r: usize, secs: f64, st: &loader::LoadStats, ceil: f64| {
+        println!(
+            "{label} rank {r}: {secs:.3} s to ready, {:.2} GB read, copy {:.3} s = {:.1} GB/s = {:.1}% of its ceiling, ready = {:.1}% ({:?}{})",
+            st.bytes as f64 / 1e9,
+            st.copy_seconds,
+            st.bytes as f64 / st.copy_seconds / 1e9,
+            100.0 * st.bytes as f64 / st.copy_seconds / ceil,
+            100.0 * st.bytes as f64 / secs / ceil,
+            st.mode,
+            if st.direct { " O_DIRECT" } else { "" }
+        );
+    };
+    let all_ranks = |label: &str| -> Result<f64> {
+        let res: Vec<Result<(f64, loader::LoadStats)>> = std::thread::scope(|s| {
+            let hs: Vec<_> = backends
+                .iter()
+                .enumerate()
+                .map(|(r, b)| {
+                    s.spawn(move || {
+                        let o = LoadOptions {
+                            rank: Some((r as u32, n as u32)),
+                            ..LoadOptions::default()
+                        };
+                        ready_once(b, tp, &o)
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("rank thread"))
+                .collect()
+        });
+        let mut worst = 0f64;
+        for (r, x) in res.into_iter().enumerate() {
+            let (secs, st) = x?;
+            line(label, r, secs, &st, together[r]);
+            worst = worst.max(secs);
+        }
+        Ok(worst)
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    warm_page_cache(one);
+    warm_page_cache(tp);
+    let mut t1 = Vec::new();
+    for _ in 0..3 {
+        let (secs, st) = ready_once(&backends[0], one, &LoadOptions::default())?;
+        line("TP=1 warm", 0, secs, &st, alone);
+        t1.push(secs);
+    }
+    let mut tn = Vec::new();
+    for _ in 0..3 {
+        tn.push(all_ranks(&format!("TP={n} warm"))?);
+    }
+    let (t1, tn) = (median(t1), median(tn));
+    println!(
+        "warm: TP=1 {t1:.3} s, TP={n} {tn:.3} s (slowest rank, median of 3) = {:.2}x the TP=1 time",
+        tn / t1
+    );
+    let cold1 = if drop_page_cache(one) {
+        let (secs, st) = ready_once(&backends[0], one, &LoadOptions::default())?;
+        line("TP=1 cold", 0, secs, &st, alone);
+        Some(secs)
+    } else {
+        None
+    };
+    if drop_page_cache(tp) {
+        let cold = all_ranks(&format!("TP={n} cold"))?;
+        if let Some(c1) = cold1 {
+            println!(
+                "cold: TP=1 {c1:.3} s, TP={n} {cold:.3} s (slowest rank) = {:.2}x",
+                cold / c1
+            );
+        }
+    }
+    Ok(())
+}

@@ -252,6 +252,17 @@ impl CudaBackend {
         prop
     }
 
+    /// Make this device's context current on the calling thread (for calls made outside the
+    /// backend, such as NCCL's).
+    pub fn make_current(&self) -> GpuResult<()> {
+        self.current()
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> i32 {
+        self.device
+    }
+
     fn current(&self) -> GpuResult<()> {
         // SAFETY: the context lives as long as self (primary context, retained).
         unsafe { cu::ctx::set_current(self.ctx) }.map_err(cuerr("cuCtxSetCurrent"))

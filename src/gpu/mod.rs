@@ -8,6 +8,7 @@ pub mod cuda;
 pub mod host;
 pub mod kernels;
 pub mod levers;
+pub mod nccl;
 pub mod reference;
 pub mod sizes;
 pub mod table;

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# On the two-GPU machine (device kind nvidia-h200-x2): the tensor-parallel issue's checks.
+# STEP=check: `tp-check` at TP = 2 (rank r on GPU r, NCCL all-reduce) of a generated
+#   llama-8B-shaped FFN layer (SiLU, BF16, every layout but lora) and a GELU layer, every arm at
+#   m = 1..1024, against the float64 FFN and the one-GPU pack, with per-call times.
+# STEP=load: a generated 16.06 GB llama-8B-shaped whole model converted with --layouts bf16 at
+#   --tp 1 and --tp 2, then `bench-load-tp` (both ranks loading at once, each its own bytes).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export METRALE_CUDA_INCLUDE="${METRALE_CUDA_INCLUDE:-/usr/local/cuda/include}"
+export METRALE_KERNEL_CACHE="${TMPDIR:-/tmp}/metrale-kernels"
+# NVLink multicast stays off on these machines.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# libnccl from the preinstalled Python package; cudarc looks for libnccl.so.
+nccl="$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)"
+mkdir -p /tmp/nccl-lib
+[ -n "$nccl" ] && ln -sf "$nccl/libnccl.so.2" /tmp/nccl-lib/libnccl.so
+export LD_LIBRARY_PATH="/tmp/nccl-lib:${nccl}:$LD_LIBRARY_PATH"
+out="${OUT:-/tmp}"
+bin=.gpu-bin/metrale-pack
+w="${TMPDIR:-/tmp}/metrale-tp"
+mkdir -p "$w"
+rc=0
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
+nvidia-smi topo -m 2>/dev/null | head -4
+case "${STEP:-check}" in
+check)
+  {
+    $bin gen-model "$w/llama.gguf" 4096 14336 1 BF16 llama || rc=1
+    $bin tp-check "$w/llama.gguf" --tp 2 --layouts nvfp4,nvfp4_t,nvfp4_mmq,q4k_mmq,fp8,w8a8,bf16,q2g128 \
+      --ms 1,2,3,4,8,16,64,512,1024 --iters 20 --dir "$w/llama" || rc=1
+    $bin gen-model "$w/gemma.gguf" 2048 8192 1 BF16 gemma || rc=1
+    $bin tp-check "$w/gemma.gguf" --tp 2 --layouts nvfp4,nvfp4_t,q4k_mmq,fp8,bf16,q2g128 \
+      --ms 1,2,3,8,64,512 --iters 10 --dir "$w/gemma" || rc=1
+  } > "$out/tp-check.txt" 2> "$out/tp-check.err"
+  grep -v "^$" "$out/tp-check.txt" | tail -100; tail -5 "$out/tp-check.err"
+  ;;
+load)
+  {
+    t=$(date +%s)
+    $bin gen-model "$w/src.gguf" 4096 14336 32 BF16 llama --whole --vocab 128256 --kv-dim 1024 || rc=1
+    echo "gen-model: $(( $(date +%s) - t )) s"
+    for tp in 1 2; do
+      t=$(date +%s)
+      $bin convert "$w/src.gguf" -o "$w/tp$tp.mpk.gguf" --layouts bf16 --tp $tp > /dev/null || rc=1
+      echo "convert --tp $tp: $(( $(date +%s) - t )) s, $(stat -c %s "$w/tp$tp.mpk.gguf") bytes"
+    done
+    rm -f "$w/src.gguf"
+    $bin inspect "$w/tp2.mpk.gguf" | grep -E "tensor-parallel|device segment"
+    $bin bench-load-tp "$w/tp2.mpk.gguf" "$w/tp1.mpk.gguf" || rc=1
+  } > "$out/tp-load.txt" 2> "$out/tp-load.err"
+  cat "$out/tp-load.txt"; tail -5 "$out/tp-load.err"
+  ;;
+esac
+exit $rc
