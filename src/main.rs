@@ -187,7 +187,14 @@ enum Cmd {
     /// Seconds to ready of each rank of TP_PACK, every rank loading at once on its own GPU,
     /// against ONE_PACK (the same model at --tp 1) on GPU 0 and the pinned ceiling measured on
     /// every GPU at once.
-    BenchLoadTp { tp_pack: PathBuf, one_pack: PathBuf },
+    BenchLoadTp {
+        tp_pack: PathBuf,
+        one_pack: PathBuf,
+        /// Comma-separated copy modes the ranks load with, each timed in turn: auto, register,
+        /// staged, pageable, or hybrid:F (the registered share F of each rank's bytes).
+        #[arg(long, value_delimiter = ',', default_value = "auto")]
+        modes: Vec<String>,
+    },
     /// Layer LAYER's FFN from PACK by one arm (as check-activations names it) on the rows of INPUT
     /// (f32 [rows, hidden] .npy), written to OUTPUT (.npy): for a model run that takes the arm's
     /// outputs in place of its FFN (`scripts/quality_kl.py --arms`). Needs a GPU.
@@ -361,7 +368,11 @@ fn run(cli: Cli) -> Result<()> {
             dir,
             host,
         } => tp::tp_check(&source, tp, layouts, layer, &ms, iters, dir, host),
-        Cmd::BenchLoadTp { tp_pack, one_pack } => tp::bench_load_tp(&tp_pack, &one_pack),
+        Cmd::BenchLoadTp {
+            tp_pack,
+            one_pack,
+            modes,
+        } => tp::bench_load_tp(&tp_pack, &one_pack, &modes),
         Cmd::CheckActivations {
             pack,
             source,
@@ -687,15 +698,9 @@ fn bench_gpu() -> Result<()> {
 }
 
 /// Drop a file's pages from the page cache (where the kernel allows it).
-fn bench_load(
-    path: &Path,
-    source: Option<&Path>,
-    io: &str,
-    sweep: bool,
-    probe: bool,
-) -> Result<()> {
+fn parse_io(io: &str) -> Result<metrale_pack::loader::IoMode> {
     use metrale_pack::loader::IoMode;
-    let io = match io {
+    Ok(match io {
         "auto" => IoMode::Auto,
         "register" => IoMode::Register,
         "staged" => IoMode::Staged,
@@ -704,7 +709,17 @@ fn bench_load(
         other => {
             anyhow::bail!("--io must be auto, register, staged, hybrid or pageable, not {other:?}")
         }
-    };
+    })
+}
+
+fn bench_load(
+    path: &Path,
+    source: Option<&Path>,
+    io: &str,
+    sweep: bool,
+    probe: bool,
+) -> Result<()> {
+    let io = parse_io(io)?;
     let Some(b) = cuda_or_skip() else {
         return Ok(());
     };

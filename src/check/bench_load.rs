@@ -286,7 +286,13 @@ fn ready_once(
 /// loading at once on its own GPU, warm (three runs) and cold, against the one-GPU pack `one`
 /// on GPU 0 and the pinned host-to-device ceiling measured on each GPU alone and on every GPU
 /// at once.
-pub fn bench_load_tp(backends: &[Arc<CudaBackend>], tp: &Path, one: &Path) -> Result<()> {
+/// Each of `modes` (a label and the load options) is timed in turn for the ranks.
+pub fn bench_load_tp(
+    backends: &[Arc<CudaBackend>],
+    tp: &Path,
+    one: &Path,
+    modes: &[(String, LoadOptions)],
+) -> Result<()> {
     let n = backends.len();
     let alone = backends[0].pinned_h2d_ceiling(1 << 30)?;
     let together: Vec<f64> = std::thread::scope(|s| {
@@ -319,7 +325,7 @@ pub fn bench_load_tp(backends: &[Arc<CudaBackend>], tp: &Path, one: &Path) -> Re
             if st.direct { " O_DIRECT" } else { "" }
         );
     };
-    let all_ranks = |label: &str| -> Result<f64> {
+    let all_ranks = |label: &str, base: &LoadOptions| -> Result<f64> {
         let res: Vec<Result<(f64, loader::LoadStats)>> = std::thread::scope(|s| {
             let hs: Vec<_> = backends
                 .iter()
@@ -328,7 +334,7 @@ pub fn bench_load_tp(backends: &[Arc<CudaBackend>], tp: &Path, one: &Path) -> Re
                     s.spawn(move || {
                         let o = LoadOptions {
                             rank: Some((r as u32, n as u32)),
-                            ..LoadOptions::default()
+                            ..base.clone()
                         };
                         ready_once(b, tp, &o)
                     })
@@ -358,15 +364,18 @@ pub fn bench_load_tp(backends: &[Arc<CudaBackend>], tp: &Path, one: &Path) -> Re
         line("TP=1 warm", 0, secs, &st, alone);
         t1.push(secs);
     }
-    let mut tn = Vec::new();
-    for _ in 0..3 {
-        tn.push(all_ranks(&format!("TP={n} warm"))?);
+    let t1 = median(t1);
+    for (label, o) in modes {
+        let mut tn = Vec::new();
+        for _ in 0..3 {
+            tn.push(all_ranks(&format!("TP={n} warm {label}"), o)?);
+        }
+        let tn = median(tn);
+        println!(
+            "warm: TP=1 {t1:.3} s, TP={n} {label} {tn:.3} s (slowest rank, median of 3) = {:.2}x the TP=1 time",
+            tn / t1
+        );
     }
-    let (t1, tn) = (median(t1), median(tn));
-    println!(
-        "warm: TP=1 {t1:.3} s, TP={n} {tn:.3} s (slowest rank, median of 3) = {:.2}x the TP=1 time",
-        tn / t1
-    );
     let cold1 = if drop_page_cache(one) {
         let (secs, st) = ready_once(&backends[0], one, &LoadOptions::default())?;
         line("TP=1 cold", 0, secs, &st, alone);
@@ -375,7 +384,7 @@ pub fn bench_load_tp(backends: &[Arc<CudaBackend>], tp: &Path, one: &Path) -> Re
         None
     };
     if drop_page_cache(tp) {
-        let cold = all_ranks(&format!("TP={n} cold"))?;
+        let cold = all_ranks(&format!("TP={n} cold"), &LoadOptions::default())?;
         if let Some(c1) = cold1 {
             println!(
                 "cold: TP=1 {c1:.3} s, TP={n} {cold:.3} s (slowest rank) = {:.2}x",

@@ -115,7 +115,21 @@ fn tempfile_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
 }
 
 /// `bench-load-tp`: every rank of TP_PACK loading at once on its own GPU against ONE_PACK.
-pub(crate) fn bench_load_tp(tp: &Path, one: &Path) -> Result<()> {
+pub(crate) fn bench_load_tp(tp: &Path, one: &Path, modes: &[String]) -> Result<()> {
+    let modes = modes
+        .iter()
+        .map(|m| {
+            let (io, f) = m.split_once(':').unwrap_or((m, ""));
+            let mut o = metrale_pack::loader::LoadOptions {
+                io: super::parse_io(io)?,
+                ..Default::default()
+            };
+            if !f.is_empty() {
+                o.hybrid_fraction = f.parse().with_context(|| format!("--modes {m}"))?;
+            }
+            Ok((m.clone(), o))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let n = Pack::open(tp)?
         .manifest
         .tp
@@ -129,6 +143,6 @@ pub(crate) fn bench_load_tp(tp: &Path, one: &Path) -> Result<()> {
             return Ok(());
         }
     };
-    metrale_pack::check::bench_load::bench_load_tp(&cuda, tp, one)?;
+    metrale_pack::check::bench_load::bench_load_tp(&cuda, tp, one, &modes)?;
     Ok(())
 }
