@@ -319,3 +319,103 @@ fn ranks_and_rank_counts_that_do_not_match_the_pack_are_refused() {
         assert!(err.contains(want), "{err}");
     }
 }
+
+#[test]
+fn a_lora_adapter_is_sliced_with_the_weight_it_adapts() {
+    // Intermediate 160 over 2 ranks: 80 rows or columns each, padded to 96.
+    let layouts = [Layout::Nvfp4, Layout::Lora];
+    let (dir, src, one) = common::pack::with_lora_pack("tp-lora", 64, 160, &layouts);
+    let p = dir.path().join("tp2.mpk.gguf");
+    let o = ConvertOptions {
+        lora: Some(dir.path().join("adapter")),
+        ..opts(&layouts, 2)
+    };
+    convert(&src, &p, &o);
+    let (tp, one) = (Pack::open(&p).unwrap(), Pack::open(&one).unwrap());
+    for l in 0..2 {
+        for proj in ["gate", "up", "down"] {
+            let (full, [n, k]) = one.decode_ffn(&format!("blk.{l}.ffn_{proj}.lora")).unwrap();
+            for r in 0..2u64 {
+                let (got, shape) = tp
+                    .decode_ffn(&format!("blk.{l}.ffn_{proj}.tp{r}.lora"))
+                    .unwrap();
+                let (lo, hi) = (80 * r, 80 * (r + 1));
+                // B·A of the slice is the slice of B·A, element for element, then zeros.
+                let want: Vec<f32> = if proj == "down" {
+                    assert_eq!(shape, [n, 96]);
+                    let mut v = vec![0f32; (n * 96) as usize];
+                    for i in 0..n {
+                        for j in 0..hi - lo {
+                            v[(i * 96 + j) as usize] = full[(i * k + lo + j) as usize];
+                        }
+                    }
+                    v
+                } else {
+                    assert_eq!(shape, [96, k]);
+                    let mut v = full[(lo * k) as usize..(hi * k) as usize].to_vec();
+                    v.resize((96 * k) as usize, 0.0);
+                    v
+                };
+                // Bit for bit over the slice; the padding is zero (its sign is B·A's).
+                let pad = |i: usize| {
+                    if proj == "down" {
+                        i % 96 >= (hi - lo) as usize
+                    } else {
+                        i / k as usize >= (hi - lo) as usize
+                    }
+                };
+                let keep = |v: &[f32]| -> Vec<f32> {
+                    v.iter()
+                        .enumerate()
+                        .filter(|(i, _)| !pad(*i))
+                        .map(|(_, x)| *x)
+                        .collect()
+                };
+                let what = format!("layer {l} {proj} rank {r}");
+                common::assert_bits_eq(&what, &keep(&got), &keep(&want));
+                assert!(
+                    got.iter().enumerate().all(|(i, x)| !pad(i) || *x == 0.0),
+                    "{what}: padding"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_hostile_tp_manifest_with_a_recomputed_checksum_is_refused_by_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, _) = generated(dir.path()).swap_remove(0);
+    let p = dir.path().join("tp2.mpk.gguf");
+    convert(&src, &p, &opts(&[Layout::Nvfp4, Layout::Bf16], 2));
+    let good = std::fs::read(&p).unwrap();
+    let find = |img: &[u8], s: &[u8]| {
+        img.windows(s.len())
+            .position(|w| w == s)
+            .unwrap_or_else(|| panic!("{} not in the manifest", String::from_utf8_lossy(s)))
+    };
+    // Same-length edits: a rank's range, its padding, its rank, the rank count, and the
+    // replicated range's start.
+    let cases: [(&[u8], &[u8], &str); 5] = [
+        (b"\"range\":[0,176]", b"\"range\":[0,175]", "tp.range"),
+        (b"\"pad\":16", b"\"pad\":17", "tp.range"),
+        (
+            b"\"rank\":1,\"rule\":\"ffn_rows\"",
+            b"\"rank\":7,\"rule\":\"ffn_rows\"",
+            "tp.rank",
+        ),
+        (b"\"ranks\":2", b"\"ranks\":4", "tp.ranks"),
+        (b"\"replicated\":[0,", b"\"replicated\":[1,", "manifest.tp"),
+    ];
+    for (from, to, field) in cases {
+        let mut img = good.clone();
+        let at = find(&img, from);
+        img[at..at + from.len()].copy_from_slice(to);
+        assert!(metrale_pack::fuzzing::rehash(&mut img));
+        std::fs::write(&p, &img).unwrap();
+        let err = Pack::open(&p).err().expect("refused").to_string();
+        assert!(err.contains(field), "{field}: {err}");
+        let o = common::pack::cli(&["verify", p.to_str().unwrap()]);
+        assert!(!o.status.success(), "{field}: verify passed");
+    }
+}
