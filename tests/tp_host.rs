@@ -167,6 +167,27 @@ fn smollm2_splits_over_3_ranks_by_its_9_heads_and_refuses_2() {
         let one = Pack::open(&sliced_pack(dir.path(), &src, &layouts, r, 3)).unwrap();
         assert_rank_equals_sliced(&pack, &one, r);
     }
+    // `dump` of a slice: an attention slice in its stored type, an FFN slice decoded.
+    for (name, shape) in [
+        ("blk.0.attn_q.tp1.weight", [192usize, 576]),
+        ("blk.0.attn_k.tp2.weight", [64, 576]),
+        ("blk.0.ffn_down.tp1.fp8", [576, 512]),
+    ] {
+        let out = dir.path().join("d.npy");
+        let o = common::pack::cli(&[
+            "dump",
+            p.to_str().unwrap(),
+            name,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(
+            o.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(common::read_npy(&out).shape, shape, "{name}");
+    }
     let model = Model::open(&src).unwrap();
     let err = metrale_pack::pack::convert(
         &model,

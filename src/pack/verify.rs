@@ -28,6 +28,7 @@ pub fn verify_against_source(pack: &Pack, source: &Model) -> Result<SourceCheck>
                 if j == i
                     && pack.read(j)? == bytes
                     && pack.manifest.tensors[j].ffn == entry.ffn
+                    && pack.manifest.tensors[j].tp == entry.tp
                     && pack.manifest.tensors[j].source_shape == entry.source_shape
                     && pack.manifest.tensors[j].source_type == entry.source_type => {}
             _ => check.mismatched.push(name.to_string()),
