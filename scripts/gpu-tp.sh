@@ -3,6 +3,7 @@
 # STEP=check: `tp-check` at TP = 2 (rank r on GPU r, NCCL all-reduce) of a generated
 #   llama-8B-shaped FFN layer (SiLU, BF16, every layout but lora) and a GELU layer, every arm at
 #   m = 1..1024, against the float64 FFN and the one-GPU pack, with per-call times.
+# STEP=lora: the same layer with a PEFT adapter (the arm "nvfp4 + lora").
 # STEP=load: a generated 16.06 GB llama-8B-shaped whole model converted with --layouts bf16 at
 #   --tp 1 and --tp 2, then `bench-load-tp` (both ranks loading at once, each its own bytes).
 set -uo pipefail
@@ -35,6 +36,33 @@ check)
       --ms 1,2,3,8,64,512 --iters 10 --dir "$w/gemma" || rc=1
   } > "$out/tp-check.txt" 2> "$out/tp-check.err"
   grep -v "^$" "$out/tp-check.txt" | tail -100; tail -5 "$out/tp-check.err"
+  ;;
+lora)
+  # The NVFP4 arms with a PEFT adapter (rank 16 on gate, up and down, written here by numpy and
+  # safetensors) at TP = 2.
+  {
+    $bin gen-model "$w/llama.gguf" 4096 14336 1 BF16 llama || rc=1
+    python3 - "$w/adapter" <<'PY'
+import json, os, sys
+import numpy as np
+from safetensors.numpy import save_file
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+rng = np.random.default_rng(3)
+r, h, i = 16, 4096, 14336
+t = {}
+for p, n, k in (("gate", i, h), ("up", i, h), ("down", h, i)):
+    pre = f"base_model.model.model.layers.0.mlp.{p}_proj"
+    t[f"{pre}.lora_A.weight"] = (rng.standard_normal((r, k)) / np.sqrt(k)).astype(np.float32)
+    t[f"{pre}.lora_B.weight"] = (rng.standard_normal((n, r)) * 0.01).astype(np.float32)
+save_file(t, os.path.join(d, "adapter_model.safetensors"))
+json.dump({"r": r, "lora_alpha": 32, "target_modules": ["gate_proj", "up_proj", "down_proj"]},
+          open(os.path.join(d, "adapter_config.json"), "w"))
+PY
+    $bin tp-check "$w/llama.gguf" --tp 2 --layouts nvfp4,nvfp4_mmq,lora --lora "$w/adapter" \
+      --ms 1,2,3,8,16,64,512 --iters 10 --dir "$w/lora" || rc=1
+  } > "$out/tp-lora.txt" 2> "$out/tp-lora.err"
+  cat "$out/tp-lora.txt"; tail -5 "$out/tp-lora.err"
   ;;
 load)
   {

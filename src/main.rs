@@ -183,6 +183,9 @@ enum Cmd {
         /// N host backends summed on the host instead of GPUs and NCCL.
         #[arg(long)]
         host: bool,
+        /// A PEFT adapter (adds the lora layout and the arm "nvfp4 + lora").
+        #[arg(long)]
+        lora: Option<PathBuf>,
     },
     /// Seconds to ready of each rank of TP_PACK, every rank loading at once on its own GPU,
     /// against ONE_PACK (the same model at --tp 1) on GPU 0 and the pinned ceiling measured on
@@ -367,7 +370,8 @@ fn run(cli: Cli) -> Result<()> {
             iters,
             dir,
             host,
-        } => tp::tp_check(&source, tp, layouts, layer, &ms, iters, dir, host),
+            lora,
+        } => tp::tp_check(&source, tp, layouts, layer, &ms, iters, dir, (host, lora)),
         Cmd::BenchLoadTp {
             tp_pack,
             one_pack,

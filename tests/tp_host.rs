@@ -205,9 +205,10 @@ fn smollm2_splits_over_3_ranks_by_its_9_heads_and_refuses_2() {
 }
 
 /// The ranks' partial outputs summed (HostSum) against the float64 FFN, next to the one-GPU
-/// pack's arm: the split changes which values share an NVFP4 global scale or an activation
-/// row's scale, not the precision, so TP's error stays within 1.25x the one-GPU error plus
-/// 1e-5 (f32 accumulation of N partial sums).
+/// pack's arm, each over at least 16 rows: the split changes which values share an NVFP4
+/// global scale or an activation row's scale, not the precision, so TP's error stays within
+/// 1.25x the one-GPU error plus 1e-5 (f32 accumulation of N partial sums) on layers of at
+/// least 128 x 352.
 fn assert_ranks_sum(src: &Path, layouts: &[Layout], n: u32, ms: &[usize], dir: &Path) {
     let one = dir.join("one.mpk.gguf");
     convert(src, &one, &opts(layouts, 1));
@@ -257,6 +258,111 @@ fn the_ranks_partial_outputs_sum_to_the_layer_for_every_arm() {
             std::fs::create_dir_all(&d).unwrap();
             // Decode, the k2/k3 tiers, a batch and a prefill.
             assert_ranks_sum(&src, &layouts_for(arch), n, &[1, 2, 3, 8, 40], &d);
+        }
+    }
+}
+
+/// The float64 FFN of `[rows, hidden]` x with a pack's decoded weights plus its LoRA deltas
+/// (rank r's slices, or the whole layer for `rank` None).
+fn decoded_lora_ffn(p: &Pack, layer: usize, rank: Option<u32>, x: &[f32], rows: usize) -> Vec<f64> {
+    let tp = rank.map(|r| format!(".tp{r}")).unwrap_or_default();
+    let w = |proj: &str| -> (Vec<f32>, [u64; 2]) {
+        let (base, shape) = p
+            .decode_ffn(&format!("blk.{layer}.ffn_{proj}{tp}.nvfp4"))
+            .unwrap();
+        let (delta, _) = p
+            .decode_ffn(&format!("blk.{layer}.ffn_{proj}{tp}.lora"))
+            .unwrap();
+        (base.iter().zip(&delta).map(|(a, b)| a + b).collect(), shape)
+    };
+    let ((gate, [inter, hidden]), (up, _), (down, _)) = (w("gate"), w("up"), w("down"));
+    let dw = metrale_pack::testing::DenseWeights {
+        gate,
+        up,
+        down,
+        hidden: hidden as usize,
+        inter: inter as usize,
+    };
+    metrale_pack::testing::ffn_f64(x, rows, &dw, metrale_pack::model::Activation::Silu)
+}
+
+/// The NVFP4 arm with the adapter on every rank (decode, one row; prefill, 16 rows), summed,
+/// against the float64 FFN of the rank slices' own decoded weights and adapter deltas, summed:
+/// within 2x (+1e-6) of the one-GPU arm's error against its own decoded weights. (Against the
+/// source, the two packs' NVFP4 encodings differ in their global scales, and that difference
+/// dominated the comparison on small layers.)
+#[test]
+fn the_ranks_with_a_lora_adapter_sum_to_the_adapted_layer() {
+    let layouts = [Layout::Nvfp4, Layout::Lora];
+    let (dir, src, one) = common::pack::with_lora_pack("tp-lora-sum", 128, 352, &layouts);
+    let mut rng = metrale_pack::testing::Rand(0x10ad);
+    let rows = 16;
+    let x = rng.vec(rows * 128, 1.0);
+    for n in [2u32, 4] {
+        let p = dir.path().join(format!("tp{n}.mpk.gguf"));
+        let o = ConvertOptions {
+            lora: Some(dir.path().join("adapter")),
+            ..opts(&layouts, n)
+        };
+        convert(&src, &p, &o);
+        let tp = Pack::open(&p).unwrap();
+        let run = |path: &Path, rank: Option<(u32, u32)>, m: usize| -> Vec<f32> {
+            let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+            let lp = loader::load(
+                b.as_ref(),
+                path,
+                &LoadOptions {
+                    rank,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let ov = lp.layers.iter().find(|o| o.index == 1).unwrap();
+            assert!(ov.lora.is_some());
+            let o = loader::LayerOverlays {
+                index: 1,
+                nvfp4: ov.nvfp4,
+                lora: ov.lora,
+                ..Default::default()
+            };
+            let cfg = metrale_pack::ffn::FfnConfig {
+                hidden: 128,
+                inter: lp.ffn_inter,
+            };
+            let mut ctx =
+                metrale_pack::ffn::ForwardContext::new(b.clone(), cfg, rows, Default::default())
+                    .unwrap();
+            let mut l = metrale_pack::ffn::DenseFfnLayer::new(&ctx);
+            o.install(&mut l).unwrap();
+            let xp = b.alloc((m * 128 * 4) as u64).unwrap();
+            metrale_pack::gpu::upload_f32(b.as_ref(), xp, &x[..m * 128]).unwrap();
+            let y = if m == 1 {
+                l.forward(&mut ctx, xp).unwrap()
+            } else {
+                l.forward_prefill(&mut ctx, xp, m).unwrap()
+            };
+            metrale_pack::gpu::download_f32(b.as_ref(), y.view(0, (m * 128 * 4) as u64)).unwrap()
+        };
+        for m in [1, rows] {
+            let one_pack = Pack::open(&one).unwrap();
+            let single = metrale_pack::testing::rel_err(
+                &run(&one, None, m),
+                &decoded_lora_ffn(&one_pack, 1, None, &x, m),
+            );
+            let mut sum = vec![0f32; m * 128];
+            let mut want = vec![0f64; m * 128];
+            for r in 0..n {
+                let y = run(&p, Some((r, n)), m);
+                sum.iter_mut().zip(&y).for_each(|(a, b)| *a += b);
+                let w = decoded_lora_ffn(&tp, 1, Some(r), &x, m);
+                want.iter_mut().zip(&w).for_each(|(a, b)| *a += b);
+            }
+            let err = metrale_pack::testing::rel_err(&sum, &want);
+            eprintln!("TP={n} m={m}: {err:.3e} (one GPU {single:.3e})");
+            assert!(
+                err <= 2.0 * single + 1e-6,
+                "TP={n} m={m}: {err:.3e} against the one-GPU {single:.3e}"
+            );
         }
     }
 }

@@ -13,6 +13,12 @@ use std::path::Path;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
 
+/// The fewest rows each m is checked on.
+pub const CHECK_ROWS: usize = 16;
+
+/// The name of the NVFP4 arm with the pack's LoRA adapter in the table.
+pub const LORA_ARM: &str = "nvfp4 + lora";
+
 /// Sum `count` f32 values at `ptr` over every rank, in place, on rank `rank`'s backend. Every
 /// rank calls it the same number of times in the same order (a collective).
 pub trait AllReduce: Sync {
@@ -81,7 +87,8 @@ pub struct TpRow {
     pub layer: usize,
     /// Rows per call.
     pub m: usize,
-    /// Relative error of the one-GPU pack's arm against the float64 FFN.
+    /// Relative error of the one-GPU pack's arm against the float64 FFN, over the rows of
+    /// `ceil(CHECK_ROWS / m)` calls of m rows.
     pub single: f64,
     /// Relative error of the sum of the ranks' partial outputs against the float64 FFN.
     pub tp: f64,
@@ -128,8 +135,13 @@ pub fn tp_checks(
         inter,
     };
     let max_m = ms.iter().copied().max().unwrap_or(1);
-    let x = rng.vec(max_m * h, 1.0);
-    let want = ffn_f64(&x, max_m, &w, act);
+    // Each m is checked on at least CHECK_ROWS rows (calls of m rows), so that a small layer's
+    // error at m = 1 is not the error of one row of `hidden` values.
+    let rows_of = |mm: usize| mm.max(CHECK_ROWS).div_ceil(mm) * mm;
+    let n_rows = ms.iter().map(|&mm| rows_of(mm)).max().unwrap_or(1);
+    let x = rng.vec(n_rows * h, 1.0);
+    let want = ffn_f64(&x, n_rows, &w, act);
+    // Every arm of `arms_of`, and the NVFP4 base with the pack's LoRA adapter installed.
     let arms =
         |lp: &LoadedPack| -> crate::Result<Vec<Arm>> {
             let ov = lp.layers.iter().find(|o| o.index == layer).ok_or_else(|| {
@@ -138,8 +150,45 @@ pub fn tp_checks(
                     tensor: format!("FFN layer {layer}"),
                 }
             })?;
-            Ok(arms_of(ov))
+            let mut v = arms_of(ov);
+            if ov.nvfp4.is_some() && ov.lora.is_some() {
+                v.push(Arm {
+                    name: LORA_ARM,
+                    overlays: crate::loader::LayerOverlays {
+                        index: ov.index,
+                        nvfp4: ov.nvfp4,
+                        lora: ov.lora,
+                        ..Default::default()
+                    },
+                    levers: crate::gpu::ModelLevers::default(),
+                    fixed: false,
+                });
+            }
+            Ok(v)
         };
+    // The LoRA arm's reference: the source weights plus the adapter's delta as the one-GPU
+    // pack stores it (B A times its scaling, from the BF16 parts).
+    let want_lora = {
+        let mut wl = DenseWeights {
+            gate: w.gate.clone(),
+            up: w.up.clone(),
+            down: w.down.clone(),
+            hidden: h,
+            inter,
+        };
+        let mut any = false;
+        for (proj, dst) in [
+            ("gate", &mut wl.gate),
+            ("up", &mut wl.up),
+            ("down", &mut wl.down),
+        ] {
+            if let Ok((d, _)) = one.pack.decode_ffn(&format!("blk.{layer}.ffn_{proj}.lora")) {
+                dst.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+                any = true;
+            }
+        }
+        any.then(|| ffn_f64(&x, n_rows, &wl, act))
+    };
     // One arm on one backend: the output of each m, and the median times (forward, reduce).
     let run = |b: &Arc<dyn GpuBackend>,
                arm: &Arm,
@@ -168,7 +217,8 @@ pub fn tp_checks(
             };
             // A path this layer refuses at this m (q2g128 prefill on GELU): refused the same
             // way on every rank, before any all-reduce.
-            let y = match run_rows_with(&mut ctx, &l, arm.fixed, &x[..mm * h], h, per, hook) {
+            let rows = rows_of(mm);
+            let y = match run_rows_with(&mut ctx, &l, arm.fixed, &x[..rows * h], h, per, hook) {
                 Err(crate::gpu::GpuError::Invalid(why)) => {
                     tracing::info!("{} at m = {mm} (intermediate {inter}): {why}", arm.name);
                     out.push(None);
@@ -267,6 +317,10 @@ pub fn tp_checks(
         let (Some(one), Some(tpo)) = (one, tpo) else {
             continue;
         };
+        let want = match (&want_lora, a.name) {
+            (Some(wl), LORA_ARM) => wl,
+            _ => &want,
+        };
         for ((&mm, o1), ot) in ms.iter().zip(one).zip(tpo) {
             let (Some((y1, t1)), Some((yt, tt))) = (o1, ot) else {
                 continue;
@@ -275,8 +329,8 @@ pub fn tp_checks(
                 arm: a.name,
                 layer,
                 m: mm,
-                single: rel_err(&y1, &want[..mm * h]),
-                tp: rel_err(&yt, &want[..mm * h]),
+                single: rel_err(&y1, &want[..y1.len()]),
+                tp: rel_err(&yt, &want[..yt.len()]),
                 seconds: [t1[0], tt[0], tt[1]],
             });
         }

@@ -35,7 +35,7 @@ pub(crate) fn tp_check(
     ms: &[usize],
     iters: usize,
     dir: Option<PathBuf>,
-    host: bool,
+    (host, lora): (bool, Option<PathBuf>),
 ) -> Result<()> {
     let tmp = tempfile_dir(dir)?;
     let layouts = layouts
@@ -54,6 +54,7 @@ pub(crate) fn tp_check(
         let opts = ConvertOptions {
             layouts: layouts.clone(),
             tp,
+            lora: lora.clone(),
             ..Default::default()
         };
         let t = std::time::Instant::now();
