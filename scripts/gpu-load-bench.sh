@@ -8,10 +8,7 @@
 #   whole model by every I/O mode.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export METRALE_CUDA_INCLUDE="${METRALE_CUDA_INCLUDE:-/usr/local/cuda/include}"
-export METRALE_KERNEL_CACHE="${TMPDIR:-/tmp}/metrale-kernels"
-out="${OUT:-/tmp}"
+source scripts/gpu-env.sh
 bin=.gpu-bin/metrale-pack
 w="${TMPDIR:-/tmp}/metrale-whole"
 mkdir -p "$w"

@@ -3,10 +3,7 @@
 # and print a short table. Logs go to $OUT when the device tool provides it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export METRALE_CUDA_INCLUDE="${METRALE_CUDA_INCLUDE:-/usr/local/cuda/include}"
-export METRALE_KERNEL_CACHE="${TMPDIR:-/tmp}/metrale-kernels"
-out="${OUT:-/tmp}"
+source scripts/gpu-env.sh
 bin=.gpu-bin/metrale-pack
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 rc=0

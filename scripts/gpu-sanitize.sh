@@ -6,10 +6,7 @@
 #   also run under initcheck (to compare a change), if it exists.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export METRALE_CUDA_INCLUDE="${METRALE_CUDA_INCLUDE:-/usr/local/cuda/include}"
-export METRALE_KERNEL_CACHE="${TMPDIR:-/tmp}/metrale-kernels"
-out="${OUT:-/tmp}"
+source scripts/gpu-env.sh
 bin="${BIN:-.gpu-bin/metrale-pack}"
 old="${OLD:-.gpu-bin/metrale-pack-nozero}"
 cs="${CS:-compute-sanitizer}"

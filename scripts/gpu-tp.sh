@@ -8,9 +8,7 @@
 #   --tp 1 and --tp 2, then `bench-load-tp` (both ranks loading at once, each its own bytes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export METRALE_CUDA_INCLUDE="${METRALE_CUDA_INCLUDE:-/usr/local/cuda/include}"
-export METRALE_KERNEL_CACHE="${TMPDIR:-/tmp}/metrale-kernels"
+source scripts/gpu-env.sh
 # NVLink multicast stays off on these machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # libnccl from the preinstalled Python package; cudarc looks for libnccl.so.
@@ -18,7 +16,6 @@ nccl="$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.
 mkdir -p /tmp/nccl-lib
 [ -n "$nccl" ] && ln -sf "$nccl/libnccl.so.2" /tmp/nccl-lib/libnccl.so
 export LD_LIBRARY_PATH="/tmp/nccl-lib:${nccl}:$LD_LIBRARY_PATH"
-out="${OUT:-/tmp}"
 bin=.gpu-bin/metrale-pack
 w="${TMPDIR:-/tmp}/metrale-tp"
 mkdir -p "$w"

@@ -402,6 +402,16 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// `--layouts` tags as layouts (`None`: the defaults).
+fn parse_layouts(tags: Option<Vec<String>>) -> Result<Option<Vec<Layout>>> {
+    tags.map(|v| {
+        v.iter()
+            .map(|t| Layout::from_tag(t.trim()).with_context(|| format!("unknown layout {t:?}")))
+            .collect()
+    })
+    .transpose()
+}
+
 fn convert(
     src: &Path,
     output: Option<PathBuf>,
@@ -411,15 +421,7 @@ fn convert(
     threads: Option<usize>,
     (host_tensors, tp): (Vec<String>, u32),
 ) -> Result<()> {
-    let layouts = layouts
-        .map(|v| {
-            v.iter()
-                .map(|t| {
-                    Layout::from_tag(t.trim()).with_context(|| format!("unknown layout {t:?}"))
-                })
-                .collect::<Result<Vec<_>>>()
-        })
-        .transpose()?;
+    let layouts = parse_layouts(layouts)?;
     let q4k_down = match q4k_down {
         "int8" => DownFormat::Int8,
         "q4k" => DownFormat::Q4k,

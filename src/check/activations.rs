@@ -124,7 +124,15 @@ pub fn activation_checks(
             let decode_rows = rows.min(32);
             for (m, count) in [(1usize, decode_rows), (rows_per_call(arm, rows), rows)] {
                 let er = |x: &[f32], want: &[f64], ctx: &mut ForwardContext| -> GpuResult<f64> {
-                    let y = run_rows(ctx, &layer, fixed, &x[..count * h], h, m.min(count))?;
+                    let y = run_rows_with(
+                        ctx,
+                        &layer,
+                        fixed,
+                        &x[..count * h],
+                        h,
+                        m.min(count),
+                        |_, _| Ok(()),
+                    )?;
                     Ok(rel_err(&y, &want[..count * h]))
                 };
                 let real_err = er(&real, &want_real, &mut ctx).map_err(gpu)?;
@@ -251,6 +259,20 @@ pub fn arms_of(ov: &LayerOverlays) -> Vec<Arm> {
     out
 }
 
+/// The overlays of FFN layer `layer` of a loaded pack, or an error naming the pack and layer.
+pub(crate) fn layer_overlays(
+    lp: &loader::LoadedPack,
+    layer: usize,
+) -> crate::Result<&LayerOverlays> {
+    lp.layers
+        .iter()
+        .find(|o| o.index == layer)
+        .ok_or_else(|| crate::Error::NotFound {
+            file: lp.pack.file.path.display().to_string(),
+            tensor: format!("FFN layer {layer}"),
+        })
+}
+
 /// Layer `layer`'s FFN from the pack at `pack`, by arm `arm` (a name of [`arms_of`]), on the
 /// rows of `x` (f32 `[rows, hidden]`): the output rows, f32. For a model run that takes the
 /// arm's outputs in place of its FFN (`scripts/quality_kl.py --arms`).
@@ -267,14 +289,7 @@ pub fn apply_arm(
     let m = &lp.pack.manifest.model;
     let (h, i) = (m.hidden_size as usize, m.intermediate_size as usize);
     let act = Activation::from_act_name(&m.activation).unwrap_or(Activation::Silu);
-    let ov = lp
-        .layers
-        .iter()
-        .find(|o| o.index == layer)
-        .ok_or_else(|| crate::Error::NotFound {
-            file: file.clone(),
-            tensor: format!("FFN layer {layer}"),
-        })?;
+    let ov = layer_overlays(&lp, layer)?;
     let a = arms_of(ov)
         .into_iter()
         .find(|a| a.name == arm)
@@ -296,7 +311,7 @@ pub fn apply_arm(
     let mut ctx = ForwardContext::new(b.clone(), cfg, per, a.levers).map_err(gpu)?;
     let mut l = DenseFfnLayer::new_with_activation(&ctx, act);
     a.overlays.install(&mut l).map_err(gpu)?;
-    let y = run_rows(&mut ctx, &l, a.fixed, x, h, per).map_err(gpu)?;
+    let y = run_rows_with(&mut ctx, &l, a.fixed, x, h, per, |_, _| Ok(())).map_err(gpu)?;
     b.free(lp.arena);
     Ok(y)
 }
@@ -312,20 +327,9 @@ pub(crate) fn rows_per_call(arm: &str, rows: usize) -> usize {
 }
 
 /// `layer` on the rows of `x` (`[rows, h]`), `per` rows per call: the fixed path, the decode
-/// forward for single rows, else the prefill forward. The output rows, f32.
-fn run_rows(
-    ctx: &mut ForwardContext,
-    layer: &DenseFfnLayer,
-    fixed: bool,
-    x: &[f32],
-    h: usize,
-    per: usize,
-) -> GpuResult<Vec<f32>> {
-    run_rows_with(ctx, layer, fixed, x, h, per, |_, _| Ok(()))
-}
-
-/// [`run_rows`], calling `after(output, rows)` on each call's output before it is downloaded
-/// (the tensor-parallel check's all-reduce).
+/// forward for single rows, else the prefill forward. The output rows, f32. `after(output,
+/// rows)` runs on each call's output before it is downloaded (the tensor-parallel check's
+/// all-reduce; nothing elsewhere).
 pub(crate) fn run_rows_with(
     ctx: &mut ForwardContext,
     layer: &DenseFfnLayer,

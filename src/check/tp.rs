@@ -142,30 +142,24 @@ pub fn tp_checks(
     let x = rng.vec(n_rows * h, 1.0);
     let want = ffn_f64(&x, n_rows, &w, act);
     // Every arm of `arms_of`, and the NVFP4 base with the pack's LoRA adapter installed.
-    let arms =
-        |lp: &LoadedPack| -> crate::Result<Vec<Arm>> {
-            let ov = lp.layers.iter().find(|o| o.index == layer).ok_or_else(|| {
-                crate::Error::NotFound {
-                    file: lp.pack.file.path.display().to_string(),
-                    tensor: format!("FFN layer {layer}"),
-                }
-            })?;
-            let mut v = arms_of(ov);
-            if ov.nvfp4.is_some() && ov.lora.is_some() {
-                v.push(Arm {
-                    name: LORA_ARM,
-                    overlays: crate::loader::LayerOverlays {
-                        index: ov.index,
-                        nvfp4: ov.nvfp4,
-                        lora: ov.lora,
-                        ..Default::default()
-                    },
-                    levers: crate::gpu::ModelLevers::default(),
-                    fixed: false,
-                });
-            }
-            Ok(v)
-        };
+    let arms = |lp: &LoadedPack| -> crate::Result<Vec<Arm>> {
+        let ov = super::activations::layer_overlays(lp, layer)?;
+        let mut v = arms_of(ov);
+        if ov.nvfp4.is_some() && ov.lora.is_some() {
+            v.push(Arm {
+                name: LORA_ARM,
+                overlays: crate::loader::LayerOverlays {
+                    index: ov.index,
+                    nvfp4: ov.nvfp4,
+                    lora: ov.lora,
+                    ..Default::default()
+                },
+                levers: crate::gpu::ModelLevers::default(),
+                fixed: false,
+            });
+        }
+        Ok(v)
+    };
     // The LoRA arm's reference: the source weights plus the adapter's delta as the one-GPU
     // pack stores it (B A times its scaling, from the BF16 parts).
     let want_lora = {

@@ -38,15 +38,7 @@ pub(crate) fn tp_check(
     (host, lora): (bool, Option<PathBuf>),
 ) -> Result<()> {
     let tmp = tempfile_dir(dir)?;
-    let layouts = layouts
-        .map(|v| {
-            v.iter()
-                .map(|t| {
-                    Layout::from_tag(t.trim()).with_context(|| format!("unknown layout {t:?}"))
-                })
-                .collect::<Result<Vec<_>>>()
-        })
-        .transpose()?;
+    let layouts = super::parse_layouts(layouts)?;
     let model = Model::open(source)?;
     let mut paths = Vec::new();
     for tp in [1, n] {

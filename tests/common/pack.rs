@@ -371,3 +371,21 @@ pub fn with_lora_pack(
     );
     (dir, src, out)
 }
+
+/// `img` with the first `from` replaced by `to` (the same length) and the header checksum
+/// recomputed: a hostile manifest that passes the checksum.
+pub fn edited_manifest(img: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(
+        from.len(),
+        to.len(),
+        "same-length edits keep the header's layout"
+    );
+    let at = img
+        .windows(from.len())
+        .position(|w| w == from)
+        .unwrap_or_else(|| panic!("{:?} not found", String::from_utf8_lossy(from)));
+    let mut out = img.to_vec();
+    out[at..at + from.len()].copy_from_slice(to);
+    assert!(metrale_pack::fuzzing::rehash(&mut out));
+    out
+}
