@@ -432,6 +432,30 @@ fn ranks_and_rank_counts_that_do_not_match_the_pack_are_refused() {
         assert!(lp.layers.iter().all(|l| l.nvfp4.is_some()));
         b.free(lp.arena);
     }
+    // A column cut through a quantization block: a Q4_K attention output (256-element
+    // blocks) cut into 128 columns per rank, refused by name before anything is written.
+    let q4k = dir.path().join("q4k.gguf");
+    let whole = Whole {
+        vocab: 40,
+        kv_dim: 64,
+        head_dim: 32,
+    };
+    gen_model_with(&q4k, 256, 512, 1, GgmlType::Q4_K, "llama", Some(whole)).unwrap();
+    let out = dir.path().join("q4k.mpk.gguf");
+    let err = metrale_pack::pack::convert(
+        &Model::open(&q4k).unwrap(),
+        &opts(&[Layout::Nvfp4], 2),
+        &out,
+        &common::pack::no_progress,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("blk.0.attn_output.weight")
+            && err.contains("cut through Q4_K's blocks of 256"),
+        "{err}"
+    );
+    assert!(!out.exists());
     // --tp beyond the limit, and a count that leaves the heads uneven.
     let m = Model::open(&src).unwrap();
     for (n, want) in [(9u32, "--tp 9: 1 to 8 ranks"), (3, "8 attention heads")] {

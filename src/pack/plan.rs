@@ -27,10 +27,10 @@ pub(super) enum Item {
         part: &'static str,
         rank: Option<u32>,
     },
-    /// Rank `entry.tp.rank`'s slice of attention tensor `src`, by `rule`.
+    /// Rank `entry.tp.rank`'s slice of attention tensor `src`, as `plan` cuts it.
     Slice {
         src: usize,
-        rule: Rule,
+        plan: tp::SlicePlan,
         ty: GgmlType,
         ne: Vec<u64>,
         entry: Box<TensorEntry>,
@@ -209,46 +209,37 @@ impl<'m> Plan<'m> {
             if let (true, Some(&rule), Some(h), Some(l)) =
                 (device, rules.get(&i), heads, layer_of(&t.name))
             {
-                let [rows, cols] = tp::out_in(&t.shape).ok_or_else(|| Error::Tensor {
-                    file: model.file_of(i),
-                    tensor: t.name.clone(),
-                    field: "shape",
-                    reason: format!("{:?}: --tp splits 1-D and 2-D tensors", t.shape),
-                })?;
                 for r in 0..n {
-                    let dim = if rule.cuts_columns() { cols } else { rows };
-                    let range = tp::attention_range(rule, dim, h, n, r);
-                    let shape = if rule.cuts_columns() {
-                        [rows, range[1] - range[0]]
-                    } else {
-                        [range[1] - range[0], cols]
-                    };
+                    let plan = tp::slice_plan(model, i, rule, h, n, r)?;
                     let flat = t.shape.len() == 1;
                     let (ty, ne, source_shape) = match t.dtype.as_ggml() {
-                        Some(ty) if flat => (ty, vec![shape[0]], None),
-                        Some(ty) => (ty, vec![shape[1], shape[0]], None),
+                        Some(ty) if flat => (ty, vec![plan.shape[0]], None),
+                        Some(ty) => (ty, vec![plan.shape[1], plan.shape[0]], None),
                         None => {
-                            let (be, bb) = tp::block_of(&t.dtype).unwrap_or((1, 1));
-                            let bytes = shape[0] * shape[1] / be * bb;
-                            let s = if flat { vec![shape[0]] } else { shape.to_vec() };
-                            (GgmlType::I8, vec![bytes], Some(s))
+                            let s = if flat {
+                                vec![plan.shape[0]]
+                            } else {
+                                plan.shape.to_vec()
+                            };
+                            (GgmlType::I8, vec![plan.bytes], Some(s))
                         }
                     };
                     let entry = TensorEntry {
                         name: tp::slice_name(&t.name, r),
                         source_shape,
+                        bytes: plan.bytes,
                         tp: Some(TpSlice {
                             rank: r,
                             rule: rule.name().into(),
                             source: t.name.clone(),
-                            range,
+                            range: plan.range,
                             pad: 0,
                         }),
                         ..entry.clone()
                     };
                     ranked[r as usize].entry(l).or_default().push(Item::Slice {
                         src: i,
-                        rule,
+                        plan,
                         ty,
                         ne,
                         entry: Box::new(entry),
@@ -356,11 +347,9 @@ impl<'m> Plan<'m> {
                     i += 1;
                 }
                 Item::Slice {
-                    src, rule, entry, ..
+                    src, plan, entry, ..
                 } => {
-                    let ts = entry.tp.as_ref().expect("a slice has its rank");
-                    let h = self.heads.expect("slices only with head counts");
-                    let (_, bytes, _) = tp::slice_tensor(m, *src, *rule, h, self.tp, ts.rank)?;
+                    let bytes = tp::slice_tensor(m, *src, plan)?;
                     sink(&entry.name, &bytes, (**entry).clone())?;
                     i += 1;
                 }

@@ -227,16 +227,33 @@ pub fn out_in(shape: &[u64]) -> Option<[u64; 2]> {
     }
 }
 
-/// Rank `r` of `n`'s slice of source tensor `t` by `rule`: its range, its bytes, its logical
-/// `[out, in]`. Errors name the tensor when the cut would split one of its quantization blocks.
-pub fn slice_tensor(
+/// Where rank `r` of `n` cuts source tensor `t` by `rule`, checked before any byte is read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlicePlan {
+    /// The rows or columns `[start, end)` of the source's logical `[out, in]`.
+    pub range: [u64; 2],
+    /// The slice's logical `[out, in]`.
+    pub shape: [u64; 2],
+    /// The slice's bytes.
+    pub bytes: u64,
+    /// The source's `[out, in]`, its block (elements, bytes) along a row, and whether the
+    /// cut is of columns.
+    dims: [u64; 2],
+    block: (u64, u64),
+    columns: bool,
+}
+
+/// Plan rank `r` of `n`'s slice of source tensor `t` by `rule`. Errors name the tensor when it
+/// is not 1-D or 2-D, when its split dimension does not divide into the heads, or when the cut
+/// would split one of its quantization blocks.
+pub fn slice_plan(
     model: &Model,
     t: usize,
     rule: Rule,
     heads: (u64, u64),
     n: u32,
     r: u32,
-) -> Result<([u64; 2], Vec<u8>, [u64; 2])> {
+) -> Result<SlicePlan> {
     let ten = &model.tensors[t];
     let bad = |reason: String| Error::Tensor {
         file: model.file_of(t),
@@ -244,46 +261,65 @@ pub fn slice_tensor(
         field: "shape",
         reason,
     };
-    let [rows, cols] =
-        out_in(&ten.shape).ok_or_else(|| bad(format!("{:?}: not 1-D or 2-D", ten.shape)))?;
+    let [rows, cols] = out_in(&ten.shape)
+        .ok_or_else(|| bad(format!("{:?}: --tp splits 1-D and 2-D tensors", ten.shape)))?;
     let dim = if rule.cuts_columns() { cols } else { rows };
-    let (hd_of, count) = if rule == Rule::KvRows {
+    let (count, what) = if rule == Rule::KvRows {
         (heads.1, "KV heads")
     } else {
         (heads.0, "heads")
     };
-    if dim % hd_of != 0 {
+    if dim % count != 0 {
+        let unit = if rule.cuts_columns() {
+            "columns"
+        } else {
+            "rows"
+        };
         return Err(bad(format!(
-            "{dim} {} do not split into the model's {hd_of} {count}",
-            if rule.cuts_columns() {
-                "columns"
-            } else {
-                "rows"
-            }
+            "{dim} {unit} do not split into the model's {count} {what}"
         )));
     }
     let range = attention_range(rule, dim, heads, n, r);
     let block = block_of(&ten.dtype).ok_or_else(|| bad("unknown element size".into()))?;
-    let bytes = slice_bytes(
-        model.data(t),
-        [rows, cols],
-        block,
-        rule.cuts_columns(),
-        range,
-    )
-    .ok_or_else(|| {
-        bad(format!(
+    if rule.cuts_columns()
+        && (!range[0].is_multiple_of(block.0) || !range[1].is_multiple_of(block.0))
+    {
+        return Err(bad(format!(
             "rank {r}'s columns {range:?} cut through {}'s blocks of {} elements",
             ten.dtype.name(),
             block.0
-        ))
-    })?;
+        )));
+    }
     let shape = if rule.cuts_columns() {
         [rows, range[1] - range[0]]
     } else {
         [range[1] - range[0], cols]
     };
-    Ok((range, bytes, shape))
+    Ok(SlicePlan {
+        range,
+        shape,
+        bytes: shape[0] * (shape[1] / block.0) * block.1,
+        dims: [rows, cols],
+        block,
+        columns: rule.cuts_columns(),
+    })
+}
+
+/// The bytes of a planned slice.
+pub fn slice_tensor(model: &Model, t: usize, plan: &SlicePlan) -> Result<Vec<u8>> {
+    slice_bytes(
+        model.data(t),
+        plan.dims,
+        plan.block,
+        plan.columns,
+        plan.range,
+    )
+    .ok_or_else(|| Error::Tensor {
+        file: model.file_of(t),
+        tensor: model.tensors[t].name.clone(),
+        field: "bytes",
+        reason: format!("shorter than its shape {:?} needs", plan.dims),
+    })
 }
 
 /// The pack name of rank `r`'s slice of a tensor: `.tp{r}` before the last name component
