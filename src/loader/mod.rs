@@ -161,7 +161,7 @@ pub fn rank_pieces(pack: &Pack, rank: Option<(u32, u32)>) -> crate::Result<Vec<(
             "not a tensor-parallel pack (TP = 1), but rank {r} of {n} was asked for; convert with --tp {n}"
         ))),
         (Some(tp), None) => Err(bad(format!(
-            "a tensor-parallel pack of {} ranks: load one rank (LoadOptions::rank, --rank R --tp {})",
+            "a tensor-parallel pack of {} ranks: load one rank (LoadOptions::rank = Some((r, {})))",
             tp.ranks, tp.ranks
         ))),
         (Some(tp), Some((r, n))) if n != tp.ranks || r >= n => Err(bad(format!(
@@ -314,12 +314,20 @@ pub fn load(
             });
         }
         let dest = io::Dest::new(arena, &gate);
-        let mut out = None;
+        // The first piece's mode; any piece's fallback is reported.
+        let mut out: Option<io::Copied> = None;
         for &(off, bytes, at) in &pieces {
             let range = d0 as u64 + off..d0 as u64 + off + bytes;
             let sub = dest.sub(at, bytes);
             let c = io::copy_segment(b, &pack, path, range, &sub, &streams, resident, opts)?;
-            out.get_or_insert(c);
+            match &mut out {
+                None => out = Some(c),
+                Some(o) => {
+                    if o.fell_back.is_none() {
+                        o.fell_back = c.fell_back;
+                    }
+                }
+            }
         }
         Ok(out.unwrap_or(io::Copied {
             mode: opts.io,
