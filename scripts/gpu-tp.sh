@@ -3,6 +3,7 @@
 # STEP=check: `tp-check` at TP = 2 (rank r on GPU r, NCCL all-reduce) of a generated
 #   llama-8B-shaped FFN layer (SiLU, BF16, every layout but lora) and a GELU layer, every arm at
 #   m = 1..1024, against the float64 FFN and the one-GPU pack, with per-call times.
+# STEP=fixed: the fixed arms' batch invariance on every rank.
 # STEP=lora: the same layer with a PEFT adapter (the arm "nvfp4 + lora").
 # STEP=load: a generated 16.06 GB llama-8B-shaped whole model converted with --layouts bf16 at
 #   --tp 1 and --tp 2, then `bench-load-tp` (both ranks loading at once, each its own bytes).
@@ -33,6 +34,15 @@ check)
       --ms 1,2,3,8,64,512 --iters 10 --dir "$w/gemma" || rc=1
   } > "$out/tp-check.txt" 2> "$out/tp-check.err"
   grep -v "^$" "$out/tp-check.txt" | tail -100; tail -5 "$out/tp-check.err"
+  ;;
+fixed)
+  # The fixed (batch-invariant) arms alone at TP = 2: tp-check also compares, on every rank,
+  # each row alone with the same row inside a batch of 8, bit for bit.
+  {
+    $bin gen-model "$w/llama.gguf" 4096 14336 1 BF16 llama || rc=1
+    $bin tp-check "$w/llama.gguf" --tp 2 --layouts nvfp4,w8a8 --ms 1,8 --iters 0 --dir "$w/fixed" || rc=1
+  } > "$out/tp-fixed.txt" 2> "$out/tp-fixed.err"
+  grep -E "^rank|^tp-check" "$out/tp-fixed.txt"; tail -3 "$out/tp-fixed.err"
   ;;
 lora)
   # The NVFP4 arms with a PEFT adapter (rank 16 on gate, up and down, written here by numpy and

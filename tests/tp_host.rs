@@ -368,6 +368,28 @@ fn the_ranks_with_a_lora_adapter_sum_to_the_adapted_layer() {
 }
 
 #[test]
+fn the_fixed_path_stays_batch_invariant_on_every_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, _) = generated(dir.path()).swap_remove(0);
+    let p = dir.path().join("tp4.mpk.gguf");
+    convert(&src, &p, &opts(&[Layout::Nvfp4, Layout::W8a8], 4));
+    let mut rng = metrale_pack::testing::Rand(0x1f);
+    for r in 0..4 {
+        let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+        let inv = metrale_pack::check::tp::fixed_invariance(b, &p, (r, 4), 1, 8, &mut rng).unwrap();
+        let arms: Vec<_> = inv.iter().map(|a| a.0).collect();
+        assert_eq!(
+            arms,
+            ["w8a8 fixed (W8A8)", "nvfp4 fixed (W4A4)"],
+            "rank {r}"
+        );
+        for (arm, compared, differ) in inv {
+            assert_eq!((compared, differ), (4, 0), "rank {r} {arm}");
+        }
+    }
+}
+
+#[test]
 fn smollm2_ranks_sum_to_the_layer() {
     let dir = tempfile::tempdir().unwrap();
     let layouts = [Layout::Nvfp4, Layout::Nvfp4Mmq, Layout::W8a8, Layout::Bf16];

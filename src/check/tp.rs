@@ -359,3 +359,55 @@ pub fn print_tp_table(rows: &[TpRow], n: usize) {
         );
     }
 }
+
+/// The fixed (batch-invariant) arms of layer `layer` on rank `rank` of the tensor-parallel pack
+/// `tp`: each of the first rows of `x` run alone must give the bits of the same row inside one
+/// call of all `rows` rows. (arm, rows compared, rows whose partial output differs in any bit.)
+pub fn fixed_invariance(
+    b: Arc<dyn GpuBackend>,
+    tp: &Path,
+    (rank, n): (u32, u32),
+    layer: usize,
+    rows: usize,
+    rng: &mut Rand,
+) -> crate::Result<Vec<(&'static str, usize, usize)>> {
+    let gpu = crate::Error::Gpu;
+    let o = LoadOptions {
+        rank: Some((rank, n)),
+        ..Default::default()
+    };
+    let lp = loader::load(b.as_ref(), tp, &o)?;
+    let m = &lp.pack.manifest.model;
+    let h = m.hidden_size as usize;
+    let act = Activation::from_act_name(&m.activation).unwrap_or(Activation::Silu);
+    let x = rng.vec(rows * h, 1.0);
+    let cfg = FfnConfig {
+        hidden: h,
+        inter: lp.ffn_inter,
+    };
+    let mut out = Vec::new();
+    let ov = super::activations::layer_overlays(&lp, layer)?;
+    for arm in arms_of(ov).into_iter().filter(|a| a.fixed) {
+        let mut ctx = ForwardContext::new(b.clone(), cfg, rows, arm.levers.clone()).map_err(gpu)?;
+        let mut l = DenseFfnLayer::new_with_activation(&ctx, act);
+        if arm.overlays.install(&mut l).is_err() || !l.fixed_ok(&ctx, rows) {
+            continue;
+        }
+        let none = |_: DevicePtr, _: usize| Ok(());
+        let batch = run_rows_with(&mut ctx, &l, true, &x, h, rows, none).map_err(gpu)?;
+        let alone = rows.min(4);
+        let mut differ = 0;
+        for r in 0..alone {
+            let y = run_rows_with(&mut ctx, &l, true, &x[r * h..(r + 1) * h], h, 1, none)
+                .map_err(gpu)?;
+            let same = y
+                .iter()
+                .zip(&batch[r * h..(r + 1) * h])
+                .all(|(a, c)| a.to_bits() == c.to_bits());
+            differ += usize::from(!same);
+        }
+        out.push((arm.name, alone, differ));
+    }
+    b.free(lp.arena);
+    Ok(out)
+}

@@ -83,6 +83,27 @@ pub(crate) fn tp_check(
         &mut metrale_pack::testing::Rand(0x7e5701),
     )?;
     print_tp_table(&rows, n as usize);
+    // The fixed path on every rank: a row alone gives its bits inside a batch of 8.
+    let mut invariant = true;
+    for (r, b) in backends.iter().enumerate() {
+        let mut rng = metrale_pack::testing::Rand(0x1f + r as u64);
+        let inv = metrale_pack::check::tp::fixed_invariance(
+            b.clone(),
+            &paths[1],
+            (r as u32, n),
+            layer,
+            8,
+            &mut rng,
+        )?;
+        for (arm, compared, differ) in inv {
+            println!("rank {r} {arm}: {compared} rows alone against a batch of 8: {differ} differ");
+            invariant &= differ == 0;
+        }
+    }
+    anyhow::ensure!(
+        invariant,
+        "tp-check: the fixed path is not batch-invariant on a rank"
+    );
     let pass = rows
         .iter()
         .filter(|r| tp_row_passes(r.single, r.tp))
