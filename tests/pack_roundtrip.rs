@@ -11,7 +11,7 @@ use metrale_pack::GgmlType;
 use metrale_pack::converters::layouts::{self, Layout, q4k_mmq::DownFormat};
 use metrale_pack::converters::{fp8_block, nvfp4_modelopt};
 use metrale_pack::gguf::Value;
-use metrale_pack::model::Model;
+use metrale_pack::model::{Activation, Model};
 use metrale_pack::pack::{self, ConvertOptions, Pack};
 use safetensors::tensor::Dtype;
 
@@ -244,7 +244,7 @@ fn generated_silu_and_gelu_models_with_padding() {
         let layouts: Vec<Layout> = if arch == "gemma" {
             all_but_lora()
                 .into_iter()
-                .filter(|l| !matches!(l, Layout::W8a8 | Layout::Nvfp4Mmq))
+                .filter(|l| l.serves(Activation::Gelu))
                 .collect()
         } else {
             all_but_lora()
@@ -459,14 +459,10 @@ fn the_fidelity_table_equals_an_independent_float64_computation() {
         ("llama", all_but_lora()),
         (
             "gemma",
-            vec![
-                Layout::Nvfp4,
-                Layout::Nvfp4T,
-                Layout::Q4kMmq,
-                Layout::Fp8,
-                Layout::Bf16,
-                Layout::Q2g128,
-            ],
+            all_but_lora()
+                .into_iter()
+                .filter(|l| l.serves(Activation::Gelu))
+                .collect(),
         ),
     ] {
         // k = 96 and n = 160: padding in every layout's K and in the N of fp8, nvfp4_t and

@@ -12,7 +12,7 @@ use metrale_pack::converters::layouts::Layout;
 use metrale_pack::gpu::GpuBackend;
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::loader::{self, LoadOptions};
-use metrale_pack::model::Model;
+use metrale_pack::model::{Activation, Model};
 use metrale_pack::pack::{ConvertOptions, Pack};
 use metrale_pack::testing::gen_model::{Whole, gen_model_with};
 use std::path::{Path, PathBuf};
@@ -28,9 +28,14 @@ fn opts(layouts: &[Layout], tp: u32) -> ConvertOptions {
 
 /// The layouts a model of `arch` takes (GELU layers refuse w8a8 and nvfp4_mmq).
 fn layouts_for(arch: &str) -> Vec<Layout> {
+    let act = if arch == "llama" {
+        Activation::Silu
+    } else {
+        Activation::Gelu
+    };
     all_but_lora()
         .into_iter()
-        .filter(|l| arch == "llama" || !matches!(l, Layout::W8a8 | Layout::Nvfp4Mmq))
+        .filter(|l| l.serves(act))
         .collect()
 }
 

@@ -73,17 +73,10 @@ pub fn load_checks_from(
         inter,
         8,
     )?;
-    let mut layouts = vec![
-        Layout::Nvfp4,
-        Layout::Nvfp4T,
-        Layout::Q4kMmq,
-        Layout::Fp8,
-        Layout::Bf16,
-        Layout::Q2g128,
-    ];
-    if silu {
-        layouts.extend([Layout::Nvfp4Mmq, Layout::W8a8, Layout::Lora]);
-    }
+    let layouts = Layout::ALL
+        .into_iter()
+        .filter(|&l| l.serves(act) && (silu || l != Layout::Lora))
+        .collect();
     let opts = ConvertOptions {
         layouts: Some(layouts),
         lora: silu.then_some(adapter_dir),

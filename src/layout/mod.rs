@@ -19,7 +19,7 @@ pub use crate::converters::layouts::{Encoded, Layout, Proj, q4k_mmq::DownFormat}
 use crate::error::{Error, Result};
 use crate::gpu::DevicePtr;
 use crate::loader::LayerOverlays;
-use crate::model::{FfnLayer, FfnWeight, Model};
+use crate::model::{Activation, FfnLayer, FfnWeight, Model};
 use crate::pack::{ConvertOptions, FfnEntry, Lora};
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -79,7 +79,25 @@ impl Layout {
     pub fn spec(self) -> &'static dyn LayoutSpec {
         REGISTRY[self as usize]
     }
+
+    /// Whether a layer of activation `act` takes this layout; `convert` refuses the others
+    /// ([`GELU_REFUSED`]).
+    pub fn serves(self, act: Activation) -> bool {
+        act != Activation::Gelu || GELU_REFUSED.iter().all(|&(l, _)| l != self)
+    }
 }
+
+/// The layouts GELU layers refuse, in the order `convert` checks them, with why.
+pub const GELU_REFUSED: [(Layout, &str); 2] = [
+    (
+        Layout::W8a8,
+        "layout w8a8 is refused for GELU layers (set_w8a8_decode_weights refuses a GELU FFN)",
+    ),
+    (
+        Layout::Nvfp4Mmq,
+        "layout nvfp4_mmq is not built for GELU layers (finalize_nvfp4_mmq_load skips them)",
+    ),
+];
 
 /// The index of a projection's source weight in a layer (`gate`, `up`, `down`); the fused FP8
 /// `gate_up` is described by the gate's.

@@ -87,13 +87,11 @@ impl<'m> Plan<'m> {
         }
         layouts.sort();
         layouts.dedup();
-        if activation == Activation::Gelu {
-            if layouts.contains(&Layout::W8a8) {
-                return Err(bad("layout w8a8 is refused for GELU layers (set_w8a8_decode_weights refuses a GELU FFN)".into()));
-            }
-            if layouts.contains(&Layout::Nvfp4Mmq) {
-                return Err(bad("layout nvfp4_mmq is not built for GELU layers (finalize_nvfp4_mmq_load skips them)".into()));
-            }
+        if let Some((_, why)) = crate::layout::GELU_REFUSED
+            .iter()
+            .find(|(l, _)| layouts.contains(l) && !l.serves(activation))
+        {
+            return Err(bad(why.to_string()));
         }
         if layouts.contains(&Layout::Lora) {
             if opts.lora.is_none() {
