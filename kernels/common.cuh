@@ -26,6 +26,15 @@ __device__ __forceinline__ unsigned int pack2_bf16(float lo, float hi) {
     return *reinterpret_cast<unsigned int*>(&v);
 }
 
+// a * b on bf16 pairs, each half rounded to nearest even (PTX mul.rn.bf16x2, sm_90).
+#ifndef METRALE_CUDA_EMU
+__device__ __forceinline__ unsigned int bf16x2_mul(unsigned int a, unsigned int b) {
+    unsigned int r;
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+#endif
+
 // The 16 E2M1 (FP4) values by code: bit 3 is the sign (NVIDIA's NVFP4 format: E2M1 with an E4M3 scale per 16 values; formats.md, "nvfp4").
 __constant__ float E2M1_VALUES[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
                                       -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};

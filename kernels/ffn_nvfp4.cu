@@ -1,7 +1,7 @@
 // NVFP4 arms over the `nvfp4` pack layout (ModelOpt bytes): codes [n, kp/2] (element 2i in the
 // low nibble), E4M3 scales [n, kp/16], f32 global scale g.
 // w[j, i] = E2M1[code] * e4m3(scale[j, i/16]) * g. sm_90 has no FP4 tensor cores: codes are
-// decoded in registers. Contract and CPU twins: src/gpu/reference.rs `nvfp4_row`, and
+// decoded in registers (to bf16 for the bf16 MMA in the decode GEMVs and the GEMMs). Contract and CPU twins: src/gpu/reference.rs `nvfp4_row`, and
 // converters/layouts/nvfp4_mmq.rs for the repack. Requirements: k % 32 == 0, kp % 64 == 0.
 
 #include "common.cuh"
@@ -17,12 +17,10 @@
     if (threadIdx.x < 16) name[threadIdx.x] = table[threadIdx.x]; \
     __syncthreads();
 
-// y[r, j] = g * sum_groups e4m3(s) * sum_{i in group} E2M1[c] * x[r, i], one warp per R rows,
+// The f32 GEMV step of `w4a16_gemv_ksplit` (a lever, off by default): y[r, j] = g * sum_groups
+// e4m3(s) * sum_{i in group} E2M1[c] * x[r, i] with f32 activations as they are (`round None`),
 // 16 code bytes (32 elements, two scale groups) per lane per step. SILU: x[r, i] is
-// silu(x[r, i]) * u[r, i] (row stride ldx), formed in registers: the SiLU-fused down GEMV.
-// Output rows per warp of the GEMVs (8 warps per block: grid ceil(n / (8 * GEMV_R))). Four
-// shares each x load over four rows (two measured slower on the H200: BENCHMARKS.md).
-#define GEMV_R 4
+// silu(x[r, i]) * u[r, i] (row stride ldx), formed in registers.
 // The `nvfp4` codes (16 bytes) and scales (2 E4M3 bytes) of 32 elements at kk, for R weight
 // rows j0.. (rows past n repeat row n-1; their sums are never stored).
 template <int R>
@@ -88,28 +86,163 @@ __device__ __forceinline__ void warp_sum_acc(float (&acc)[M][R]) {
             for (int o = 16; o > 0; o >>= 1) acc[r][q] += __shfl_xor_sync(0xffffffffu, acc[r][q], o);
 }
 
-template <int M, int R, bool SILU = false>
+// ---- The W4A16 decode GEMVs on the bf16 tensor-core MMA (decode-roofline issue) ----
+// A block owns NVG_ROWS = 16 weight rows; its W warps split k in chunks of 128 (warp w takes
+// chunks w, w + W, ...). In a chunk, lane (g = lane / 4, t = lane % 4) loads the 16 code bytes
+// (32 values, two scale groups) at k0 = 128 c + 32 t of rows g and g + 8, decodes each 32-bit
+// word (8 values e0..e7) into the four bf16 pairs (e_j, e_j+4) times the group's E4M3 scale
+// (exact in bf16, scaled by 2^-8: e2m1x8_bf16), and feeds them to
+// m16n8k16 MMAs as A (16 weight rows x 16 k); B holds the same k of activation rows g (and
+// g + 8 for NT = 2) rounded to bf16, so any consistent pairing of k between A and B is a valid
+// product. Accumulation is f32 in the MMA; the W warps' partial sums are added in warp order
+// through shared memory, then scaled by g. Contract (formats.md, "nvfp4"): activations
+// rounded to bf16 (`round Bf16`, the CPU twin `reference::nvfp4_row`), f32 accumulation.
+// Warps per block (k split): 8 for the dual gate/up GEMVs (2 x 896 blocks at llama-8B), 16 for
+// the one-projection GEMVs, whose down projection has only n / 16 = 256 blocks at hidden 4096.
+#define NVG_WARPS_DUAL MP_NVFP4_GEMV_WARPS_DUAL
+#define NVG_WARPS_ONE MP_NVFP4_GEMV_WARPS_ONE
+#define NVG_ROWS MP_NVFP4_GEMV_ROWS
+#define NVG_CHUNK 128
+
+// The 8 codes of w (value j in bits 4j..4j+3, bit 3 the sign) as bf16 pairs p[j] =
+// (E2M1[e_j], E2M1[e_j+4]) * s * 2^-8, s2 a bf16 pair of the group's scale times 2^118.
+// A code c becomes the bf16 bits ((c & 7) << 6) | ((c & 8) << 12): its 3 magnitude bits land in
+// the exponent's two low bits and the mantissa's top bit, so the bits are E2M1[c] * 2^-126
+// exactly (code 1, 0.5, is the subnormal 2^-127; codes 2..7 the normals 2^(E-127) (1 + m/2)).
+// Times s * 2^118 that is E2M1[c] * s * 2^-8, exact in bf16 (a 2-bit significand times a 4-bit
+// one; 2^-18 .. 10.5); the caller multiplies the sum by 2^8. The pairing (e_j, e_j+4) keeps
+// both halves' nibbles 16 bits apart, so one mask, one multiply-add and one shift place both:
+// 8 logic and 8 integer multiply-adds per 8 values (the FMA pipe takes the multiply-adds, the
+// logic pipe runs at half its rate on sm_90), then 4 bf16 multiplies.
+__device__ __forceinline__ void e2m1x8_bf16(unsigned int w, unsigned int s2, unsigned int (&p)[4]) {
+    const unsigned int w8 = w >> 8;  // codes 2, 3, 6, 7 where w has 0, 1, 4, 5
+    p[0] = bf16x2_mul((w & 0x00070007u) * 64u + ((w & 0x00080008u) << 12), s2);
+    p[1] = bf16x2_mul((w & 0x00700070u) * 4u + ((w & 0x00800080u) << 8), s2);
+    p[2] = bf16x2_mul((w8 & 0x00070007u) * 64u + ((w8 & 0x00080008u) << 12), s2);
+    p[3] = bf16x2_mul((w8 & 0x00700070u) * 4u + ((w8 & 0x00800080u) << 8), s2);
+}
+
+// An E4M3 scale byte times 2^118 as a bf16 pair (exact: 448 * 2^118 < 2^127).
+__device__ __forceinline__ unsigned int e4m3_bf16x2(unsigned int b) {
+    const float v = e4m3_to_f32(b) * 0x1p118f;
+    return pack2_bf16(v, v);
+}
+
+// One lane's chunk: rows g and g + 8, 32 values at k0 (zero past k).
+struct NvgChunk {
+    uint4 a, b;
+    unsigned short sa, sb;
+};
+
+__device__ __forceinline__ NvgChunk nvg_load(const unsigned char* __restrict__ ca, const unsigned char* __restrict__ cb,
+                                             const unsigned char* __restrict__ sa, const unsigned char* __restrict__ sb,
+                                             int k0, int k) {
+    NvgChunk c;
+    if (k0 < k) {
+        c.a = __ldg(reinterpret_cast<const uint4*>(ca + k0 / 2));
+        c.b = __ldg(reinterpret_cast<const uint4*>(cb + k0 / 2));
+        c.sa = __ldg(reinterpret_cast<const unsigned short*>(sa + k0 / 16));
+        c.sb = __ldg(reinterpret_cast<const unsigned short*>(sb + k0 / 16));
+    } else {
+        c.a = make_uint4(0, 0, 0, 0);
+        c.b = c.a;
+        c.sa = 0;
+        c.sb = 0;
+    }
+    return c;
+}
+
+// The bf16 pairs (x[j], x[j + 4]), j = 0..3, of the 8 activations at xr (with SILU:
+// silu(gate) * up, f32, before rounding); zero where !live (a row past m, k past k). Only live
+// lanes load: loading a clamped row in every lane instead saturated L1 (92% L1/TEX throughput,
+// the dual GEMV 40.5 -> 52.7 us on the H200, BENCHMARKS.md).
+template <bool SILU>
+__device__ __forceinline__ void nvg_x8(const float* __restrict__ xr, const float* __restrict__ ur, bool live,
+                                       unsigned int (&b)[4]) {
+    float v[8];
+    if (live) {
+        load_f32s(xr, v);
+        if (SILU) {
+            float uv[8];
+            load_f32s(ur, uv);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = v[i] / (1.0f + expf(-v[i])) * uv[i];
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b[j] = pack2_bf16(v[j], v[j + 4]);
+}
+
+template <int NT, bool SILU>
+__device__ __forceinline__ void nvg_mma_chunk(const NvgChunk& c, const float* __restrict__ x, const float* __restrict__ u,
+                                              int ldx, int m, int k0, int k, int g, float (&acc)[NT][4]) {
+    const unsigned int wa[4] = {c.a.x, c.a.y, c.a.z, c.a.w}, wb[4] = {c.b.x, c.b.y, c.b.z, c.b.w};
+    const unsigned int s2[4] = {e4m3_bf16x2(c.sa & 0xffu), e4m3_bf16x2(c.sa >> 8), e4m3_bf16x2(c.sb & 0xffu),
+                                e4m3_bf16x2(c.sb >> 8)};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        unsigned int pa[4], pb[4];
+        e2m1x8_bf16(wa[q], s2[q >> 1], pa);
+        e2m1x8_bf16(wb[q], s2[2 + (q >> 1)], pb);
+        const unsigned int a0[4] = {pa[0], pb[0], pa[1], pb[1]}, a1[4] = {pa[2], pb[2], pa[3], pb[3]};
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int r = g + 8 * nt;
+            const size_t off = (size_t)(r < m ? r : 0) * ldx + k0 + 8 * q;
+            unsigned int b[4];
+            nvg_x8<SILU>(x + off, SILU ? u + off : nullptr, r < m && k0 < k, b);
+            const unsigned int b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+            mma_m16n8k16_bf16(acc[nt], a0, b0);
+            mma_m16n8k16_bf16(acc[nt], a1, b1);
+        }
+    }
+}
+
+// y[r, j] = g * sum_i w[j, i] * bf16(x[r, i]) for rows j of block blockIdx.x, r < m <= 8 NT.
+template <int NT, int W, bool SILU = false>
 __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, const unsigned char* __restrict__ codes,
                                            const unsigned char* __restrict__ scales, float g, float* __restrict__ y,
                                            int n, int k, int kp, int ldy, const float* __restrict__ u = nullptr,
                                            int ldx = 0) {
     if (!SILU) ldx = k;
-    E2M1_LUT(lut, E2M1_VALUES, float)
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j0 = (blockIdx.x * (blockDim.x >> 5) + warp) * R;
-    if (j0 >= n) return;
-    float acc[M][R];
+    __shared__ float red[W][NT][32][4];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t4 = lane & 3;
+    const int j0 = blockIdx.x * NVG_ROWS;
+    const int ra = min(j0 + gq, n - 1), rb = min(j0 + gq + 8, n - 1);
+    const unsigned char* ca = codes + (size_t)ra * (kp / 2);
+    const unsigned char* cb = codes + (size_t)rb * (kp / 2);
+    const unsigned char* sa = scales + (size_t)ra * (kp / 16);
+    const unsigned char* sb = scales + (size_t)rb * (kp / 16);
+    float acc[NT][4];
 #pragma unroll
-    for (int r = 0; r < M; ++r)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int q = 0; q < R; ++q) acc[r][q] = 0.f;
-    for (int kk = lane * 32; kk < k; kk += 1024) gemv_step<M, R, SILU>(lut, x, u, ldx, m, codes, scales, n, kp, j0, kk, acc);
-    warp_sum_acc<M, R>(acc);
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+    // One chunk in flight ahead of the one being multiplied.
+    int k0 = warp * NVG_CHUNK + t4 * 32;
+    NvgChunk cur = nvg_load(ca, cb, sa, sb, k0, k);
+    for (; k0 - t4 * 32 < k; k0 += W * NVG_CHUNK) {
+        const NvgChunk nxt = nvg_load(ca, cb, sa, sb, k0 + W * NVG_CHUNK, k);
+        nvg_mma_chunk<NT, SILU>(cur, x, u, ldx, m, k0, k, gq, acc);
+        cur = nxt;
+    }
 #pragma unroll
-    for (int r = 0; r < M; ++r)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int q = 0; q < R; ++q)
-            if (lane == 0 && r < m && j0 + q < n) y[(size_t)r * ldy + j0 + q] = acc[r][q] * g;
+        for (int e = 0; e < 4; ++e) red[warp][nt][lane][e] = acc[nt][e];
+    __syncthreads();
+    // C fragment element e of lane l: weight row g + 8 (e / 2), activation row 2 t + e % 2.
+    for (int i = threadIdx.x; i < NT * 32 * 4; i += blockDim.x) {
+        const int nt = i / 128, l = (i / 4) % 32, e = i % 4;
+        float s = 0.f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) s += red[w][nt][l][e];
+        const int row = j0 + (l >> 2) + 8 * (e >> 1), col = nt * 8 + 2 * (l & 3) + (e & 1);
+        if (row < n && col < m) y[(size_t)col * ldy + row] = (s * 256.0f) * g;  // 256: the decode's 2^-8 back
+    }
 }
 
 // The GEMV with k split over the 8 warps of a block, for long rows (the down projection: n =
@@ -147,33 +280,35 @@ extern "C" __global__ void w4a16_gemv_ksplit(const float* x, int m, const unsign
     }
 }
 
-// One projection, m <= 4. Grid ceil(n / 32), block 256.
+// One projection, m <= 4. Grid ceil(n / NVG_ROWS), block 32 NVG_WARPS_ONE.
 extern "C" __global__ void w4a16_gemv(const float* x, int m, const unsigned char* codes, const unsigned char* scales, float g,
                                       float* y, int n, int k, int kp, int ldy) {
-    gemv_nvfp4<4, GEMV_R>(x, m, codes, scales, g, y, n, k, kp, ldy);
+    gemv_nvfp4<1, NVG_WARPS_ONE>(x, m, codes, scales, g, y, n, k, kp, ldy);
 }
 
-// Gate and up in one launch (blockIdx.y 0: gate, 1: up), m <= 4. Grid (ceil(n / 32), 2), block 256.
+// Gate and up in one launch (blockIdx.y 0: gate, 1: up), m <= 4. Grid (ceil(n / NVG_ROWS), 2),
+// block 32 NVG_WARPS_DUAL.
 extern "C" __global__ void w4a16_gemv_dual(const float* x, int m, const unsigned char* cg, const unsigned char* sg, float gg,
                                            float* yg, const unsigned char* cu, const unsigned char* su, float gu, float* yu,
                                            int n, int k, int kp, int ldy) {
-    if (blockIdx.y == 0) gemv_nvfp4<4, GEMV_R>(x, m, cg, sg, gg, yg, n, k, kp, ldy);
-    else gemv_nvfp4<4, GEMV_R>(x, m, cu, su, gu, yu, n, k, kp, ldy);
+    if (blockIdx.y == 0) gemv_nvfp4<1, NVG_WARPS_DUAL>(x, m, cg, sg, gg, yg, n, k, kp, ldy);
+    else gemv_nvfp4<1, NVG_WARPS_DUAL>(x, m, cu, su, gu, yu, n, k, kp, ldy);
 }
 
 // The same at a fixed 2 or 3 rows (forward_k2 / forward_k3), and the W4A16 batch-m tiers of
-// forward_km (4, 8, 16 rows; the same launch shape).
+// forward_km (4, 8, 16 rows; the same launch shape; 16 rows take two MMA column tiles). The
+// one-projection ones take block 32 NVG_WARPS_ONE, the dual ones 32 NVG_WARPS_DUAL.
 #define NVFP4_GEMV(NAME, M)                                                                                         \
     extern "C" __global__ void NAME(const float* x, int m, const unsigned char* codes, const unsigned char* scales,  \
                                     float g, float* y, int n, int k, int kp, int ldy) {                              \
-        gemv_nvfp4<M, GEMV_R>(x, m, codes, scales, g, y, n, k, kp, ldy);                                                  \
+        gemv_nvfp4<(M + 7) / 8, NVG_WARPS_ONE>(x, m, codes, scales, g, y, n, k, kp, ldy);                                                \
     }
 #define NVFP4_GEMV_DUAL(NAME, M)                                                                                     \
     extern "C" __global__ void NAME(const float* x, int m, const unsigned char* cg, const unsigned char* sg, float gg, \
                                     float* yg, const unsigned char* cu, const unsigned char* su, float gu, float* yu, \
                                     int n, int k, int kp, int ldy) {                                                 \
-        if (blockIdx.y == 0) gemv_nvfp4<M, GEMV_R>(x, m, cg, sg, gg, yg, n, k, kp, ldy);                                  \
-        else gemv_nvfp4<M, GEMV_R>(x, m, cu, su, gu, yu, n, k, kp, ldy);                                                  \
+        if (blockIdx.y == 0) gemv_nvfp4<(M + 7) / 8, NVG_WARPS_DUAL>(x, m, cg, sg, gg, yg, n, k, kp, ldy);                                \
+        else gemv_nvfp4<(M + 7) / 8, NVG_WARPS_DUAL>(x, m, cu, su, gu, yu, n, k, kp, ldy);                                                \
     }
 NVFP4_GEMV(w4a16_gemv_batch2, 2)
 NVFP4_GEMV(w4a16_gemv_batch3, 3)
@@ -184,11 +319,11 @@ NVFP4_GEMV(nvfp4_proj_small_m8, 8)
 NVFP4_GEMV(nvfp4_proj_small_m16, 16)
 
 // The SiLU-fused down GEMV, m <= 4: y = W_down (silu(gate) * up), gate and up [m, k] at row
-// stride ldx. Grid ceil(n / 32), block 256.
+// stride ldx. Grid ceil(n / NVG_ROWS), block 32 NVG_WARPS_ONE.
 extern "C" __global__ void w4a16_gemv_silu_down(const float* gate, const float* up, int m, const unsigned char* codes,
                                                 const unsigned char* scales, float g, float* y, int n, int k, int kp,
                                                 int ldy, int ldx) {
-    gemv_nvfp4<4, GEMV_R, true>(gate, m, codes, scales, g, y, n, k, kp, ldy, up, ldx);
+    gemv_nvfp4<1, NVG_WARPS_ONE, true>(gate, m, codes, scales, g, y, n, k, kp, ldy, up, ldx);
 }
 
 // ---- host-emulated: end ----

@@ -14,11 +14,18 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 $bin gen-model "$w/l.gguf" 4096 14336 1 BF16 llama > /dev/null
 $bin convert "$w/l.gguf" -o "$w/l.mpk.gguf" --layouts nvfp4,fp8,w8a8,bf16,q2g128 > /dev/null
 python3 -c "import numpy as np; np.save('$w/x.npy', np.random.default_rng(1).standard_normal((1, 4096)).astype(np.float32))"
-for arm in nvfp4 "nvfp4 fixed (W4A4)" fp8 bf16 w8a8 q2g128; do
+# ARMS (one per line) limits the arms; default: every decode arm.
+arms="${ARMS:-nvfp4
+nvfp4 fixed (W4A4)
+fp8
+bf16
+w8a8
+q2g128}"
+while IFS= read -r arm; do
   $bin ffn-apply "$w/l.mpk.gguf" --layer 0 --arm "$arm" "$w/x.npy" "$w/y.npy" 2> /dev/null  # compile and cache
   echo "=== $arm"
   "$ncu" --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section WarpStateStats --section MemoryWorkloadAnalysis \
-    "$bin" ffn-apply "$w/l.mpk.gguf" --layer 0 --arm "$arm" "$w/x.npy" "$w/y.npy" 2>&1
-done > "$out/decode-profile.txt"
+    ${NCU_ARGS:-} "$bin" ffn-apply "$w/l.mpk.gguf" --layer 0 --arm "$arm" "$w/x.npy" "$w/y.npy" 2>&1
+done <<< "$arms" > "$out/decode-profile.txt"
 grep -E "^=== |^  [a-z_0-9]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Grid Size|Block Size|Warp Cycles Per Issued|Issue Slot|Mem Busy|Max Bandwidth" "$out/decode-profile.txt" | head -300

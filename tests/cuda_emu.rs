@@ -1,10 +1,11 @@
 //! CI has no GPU, so it runs these kernel modules' CUDA sources as C++ on the host instead:
-//! `ffn_q8_1`, `ffn_q2g128`, `ffn_q4k_mmq`, `ffn_lora`, the NVFP4 GEMVs with `w4a16_gemv_ksplit`, and
+//! `ffn_q8_1`, `ffn_q2g128`, `ffn_q4k_mmq`, `ffn_lora`, the NVFP4 GEMVs (on an m16n8k16 bf16 MMA
+//! stand-in) with `w4a16_gemv_ksplit`, and
 //! the emulable part of `common.cuh`, including the int8 MMQ tile.
 //! The stand-ins for the CUDA builtins they use are in `tests/cuda_emu/prelude.h`: one IEEE
-//! operation each, `-ffp-contract=off`, and an m16n8k32 int8 MMA with the PTX fragment
+//! operation each, `-ffp-contract=off`, and m16n8k32 int8 and m16n8k16 bf16 MMAs with the PTX fragment
 //! layout. A block runs as host threads with real barriers for `__syncthreads`, the warp
-//! shuffles and the MMA. Each kernel is launched over its whole grid and compared with
+//! shuffles and the MMAs. Each kernel is launched over its whole grid and compared with
 //! the CPU twins: bit for bit where the contract says so (the Q4_K and int8 encoders, the q8_1
 //! and int8 activation quantizers, the BF16 dequantization), within 2e-6 of the f64 references
 //! otherwise. This catches indexing, launch-shape and operation-order mistakes without a GPU.
@@ -499,7 +500,8 @@ fn q4k_and_int8_gemms_and_lora_match_the_references() {
 fn nvfp4_gemvs_including_the_k_split_match_the_reference() {
     let Some(exe) = emulator() else { return };
     let mut r = Rand(17);
-    // Long rows (the k-split's case) and a row count that leaves partial blocks.
+    // Long rows (the k-split's case), k not a multiple of the 128-value chunk, and a row count
+    // that leaves partial blocks.
     let (n, k) = (37usize, 8192usize + 576);
     let w = r.vec(n * k, 0.05);
     let e = layouts::nvfp4::encode(&w, n, k);
@@ -509,27 +511,32 @@ fn nvfp4_gemvs_including_the_k_split_match_the_reference() {
         e.scalars[0].1,
         e.padded[1],
     );
-    let m = 3;
-    let x = r.vec(m * k, 1.0);
-    let want = rows64(m, n, |i, row| {
-        reference::nvfp4_row(
-            &x[i * k..(i + 1) * k],
-            &codes,
-            &scales,
-            g,
-            n,
-            k,
-            kp,
-            reference::ActRound::None,
-            row,
-        )
-    });
-    for (name, grid) in [
-        ("w4a16_gemv", n.div_ceil(32)),
-        ("w4a16_gemv_ksplit", n.div_ceil(4)),
+    let x = r.vec(16 * k, 1.0);
+    let rows = metrale_pack::ffn::NVFP4_GEMV_COLS;
+    // The tensor-core GEMVs at 3 rows and the 16-row tier (two MMA column tiles) at 11.
+    for (name, grid, m) in [
+        ("w4a16_gemv", n.div_ceil(rows), 3),
+        ("nvfp4_proj_small_m16", n.div_ceil(rows), 11),
+        ("w4a16_gemv_ksplit", n.div_ceil(4), 3),
     ] {
+        let round = metrale_pack::gpu::table::spec("ffn_nvfp4", name)
+            .unwrap()
+            .round;
+        let want = rows64(m, n, |i, row| {
+            reference::nvfp4_row(
+                &x[i * k..(i + 1) * k],
+                &codes,
+                &scales,
+                g,
+                n,
+                k,
+                kp,
+                round,
+                row,
+            )
+        });
         let mut a = [
-            A::P(f32b(&x)),
+            A::P(f32b(&x[..m * k])),
             A::I(m),
             A::P(codes.clone()),
             A::P(scales.clone()),
@@ -540,10 +547,15 @@ fn nvfp4_gemvs_including_the_k_split_match_the_reference() {
             A::I(kp),
             A::I(n),
         ];
-        launch(exe, name, (grid, 1), 256, &mut a);
+        let threads = metrale_pack::gpu::table::spec("ffn_nvfp4", name)
+            .unwrap()
+            .grid
+            .threads;
+        launch(exe, name, (grid, 1), threads, &mut a);
         let err = rel_err(&bf32(buf(&a[5])), &want);
         assert!(err < 2e-6, "{name}: {err}");
     }
+    let m = 3;
     // The SiLU-fused down GEMV: x = silu(gate) * up formed in registers.
     let (gate, up) = (r.vec(m * k, 2.0), r.vec(m * k, 1.0));
     let act: Vec<f32> = gate
@@ -560,7 +572,9 @@ fn nvfp4_gemvs_including_the_k_split_match_the_reference() {
             n,
             k,
             kp,
-            reference::ActRound::None,
+            metrale_pack::gpu::table::spec("ffn_nvfp4", "w4a16_gemv_silu_down")
+                .unwrap()
+                .round,
             row,
         )
     });
@@ -581,8 +595,8 @@ fn nvfp4_gemvs_including_the_k_split_match_the_reference() {
     launch(
         exe,
         "w4a16_gemv_silu_down",
-        (n.div_ceil(32), 1),
-        256,
+        (n.div_ceil(rows), 1),
+        metrale_pack::gpu::sizes::NVFP4_GEMV_WARPS_ONE * 32,
         &mut a,
     );
     // expf on the host and in CUDA may differ in the last bit: 1e-5.

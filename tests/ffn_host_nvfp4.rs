@@ -7,6 +7,7 @@ use common::ffn::*;
 use metrale_pack::converters::layouts;
 use metrale_pack::ffn::DenseFfnLayer;
 use metrale_pack::gpu::host::HostBackend;
+use metrale_pack::gpu::reference::ActRound;
 use metrale_pack::gpu::{DevicePtr, ModelLevers, upload_f32};
 use metrale_pack::model::Activation;
 use metrale_pack::testing::*;
@@ -28,8 +29,12 @@ fn nvfp4_decode_arm_and_finalize_nvfp4_mmq_load() {
         let y = run(&mut c, &layer, method, x, m).unwrap();
         let (dual, down) = (format!("w4a16_gemv_dual{sfx}"), format!("w4a16_gemv{sfx}"));
         assert_eq!(c.trace, [dual.as_str(), "act_mul_silu", down.as_str()]);
-        // The host computes the same products in f64: only the f32 act-mul and output rounding differ.
-        let e = rel_err(&y, &ffn_f64(&xs, m, &wd, Activation::Silu));
+        // The host computes the same products in f64 over bf16-rounded activations (the decode
+        // GEMVs' contract): only the f32 act-mul and output rounding differ.
+        let e = rel_err(
+            &y,
+            &ffn_f64_with(&xs, m, &wd, Activation::Silu, ActRound::Bf16),
+        );
         assert!(e < 1e-5, "{method}: {e}");
     }
     // Prefill through the base tensor-core GEMM (activations rounded to bf16 in each projection).
@@ -283,7 +288,7 @@ fn nvfp4_prefill_gemms_batchm_tiers_w4a4_and_the_fixed_path() {
         let (x, xs) = input(&c, &mut r, 1);
         let y = run(&mut c, &l, "forward", x, 1).unwrap();
         assert_eq!(c.trace, want);
-        let e = rel_err(&y, &ffn_f64(&xs, 1, &wd, act));
+        let e = rel_err(&y, &ffn_f64_with(&xs, 1, &wd, act, ActRound::Bf16));
         assert!(e < 1e-5, "{act:?}: {e}");
     }
 
@@ -300,7 +305,10 @@ fn nvfp4_prefill_gemms_batchm_tiers_w4a4_and_the_fixed_path() {
         let (x, xs) = input(&c, &mut r, m);
         let y = run(&mut c, &l, "km", x, m).unwrap();
         assert_eq!(c.trace, [tier, tier, "act_mul_silu", tier]);
-        let e = rel_err(&y, &f64_ref(&xs, m));
+        let e = rel_err(
+            &y,
+            &ffn_f64_with(&xs, m, &wd, Activation::Silu, ActRound::Bf16),
+        );
         assert!(e < 1e-5, "km m={m}: {e}");
     }
     let (x, _) = input(&c, &mut r, 17);
@@ -412,7 +420,13 @@ fn the_k_split_down_gemv_serves_long_rows_only_when_the_lever_says() {
         let (x, xs) = input(&c, &mut r, 1);
         let y = run(&mut c, &l, "forward", x, 1).unwrap();
         assert_eq!(c.trace, ["w4a16_gemv_dual", "act_mul_silu", want]);
-        let e = rel_err(&y, &ffn_f64(&xs, 1, &wd, Activation::Silu));
+        // The dual GEMV rounds x to bf16; the k-split down GEMV keeps its f32 input.
+        let down = metrale_pack::gpu::table::spec("ffn_nvfp4", want)
+            .unwrap()
+            .round;
+        let mut xr = xs.clone();
+        xr.iter_mut().for_each(|v| *v = ActRound::Bf16.apply(*v));
+        let e = rel_err(&y, &ffn_f64_with(&xr, 1, &wd, Activation::Silu, down));
         assert!(e < 1e-5, "{want}: {e}");
     }
 }

@@ -249,9 +249,12 @@ fn export_segment_writes_every_device_tensor_byte_for_byte() {
 fn a_pack_with_lora_loads_and_the_layer_adds_the_adapter() {
     use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
     use metrale_pack::gpu::host::HostBackend;
+    use metrale_pack::gpu::reference::ActRound;
     use metrale_pack::gpu::{GpuBackend, ModelLevers, download_f32, upload_f32};
     use metrale_pack::loader::{self, LoadOptions};
-    use metrale_pack::testing::{DenseWeights, ffn_f64, nvfp4_decoded, rel_err};
+    use metrale_pack::testing::{
+        DenseWeights, ffn_f64_parts, ffn_f64_with, nvfp4_decoded, rel_err,
+    };
     use std::sync::Arc;
     let (h, i) = (64, 128);
     let (_dir, src, out) = with_lora_pack("lora-load", h, i, &[Layout::Nvfp4, Layout::Lora]);
@@ -282,14 +285,11 @@ fn a_pack_with_lora_loads_and_the_layer_adds_the_adapter() {
     };
     let wd = nvfp4_decoded(&w);
     let p = Pack::open(&out).unwrap();
-    let add = |base: &[f32], name: &str| -> Vec<f32> {
-        let (d, _) = p.decode_ffn(name).unwrap();
-        base.iter().zip(&d).map(|(a, b)| a + b).collect()
-    };
-    let want = DenseWeights {
-        gate: add(&wd.gate, "blk.1.ffn_gate.lora"),
-        up: add(&wd.up, "blk.1.ffn_up.lora"),
-        down: add(&wd.down, "blk.1.ffn_down.lora"),
+    let delta = |name: &str| -> Vec<f32> { p.decode_ffn(name).unwrap().0 };
+    let adapter = DenseWeights {
+        gate: delta("blk.1.ffn_gate.lora"),
+        up: delta("blk.1.ffn_up.lora"),
+        down: delta("blk.1.ffn_down.lora"),
         hidden: h,
         inter: i,
     };
@@ -297,18 +297,12 @@ fn a_pack_with_lora_loads_and_the_layer_adds_the_adapter() {
     let xp = b.alloc((h * 4) as u64).unwrap();
     upload_f32(b.as_ref(), xp, &x).unwrap();
     let y = download_f32(b.as_ref(), l.forward(&mut ctx, xp).unwrap()).unwrap();
-    let e = rel_err(
-        &y,
-        &ffn_f64(&x, 1, &want, metrale_pack::model::Activation::Silu),
-    );
+    // The decode GEMVs round their inputs to bf16; the adapter's products read them in f32.
+    let (silu, bf16) = (metrale_pack::model::Activation::Silu, ActRound::Bf16);
+    let e = rel_err(&y, &ffn_f64_parts(&x, 1, &wd, Some(&adapter), silu, bf16));
     assert!(e < 1e-5, "{e}");
     assert!(ctx.trace.contains(&"lora_b_add"));
-    assert!(
-        rel_err(
-            &y,
-            &ffn_f64(&x, 1, &wd, metrale_pack::model::Activation::Silu)
-        ) > 1e-4
-    );
+    assert!(rel_err(&y, &ffn_f64_with(&x, 1, &wd, silu, bf16)) > 1e-4);
 }
 
 #[test]

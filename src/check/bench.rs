@@ -62,6 +62,12 @@ pub fn benchmarks(
             bw / 1e9,
             100.0 * bw / ceiling
         ));
+        upload_f32(
+            b.as_ref(),
+            x.view(0, (16 * h * 4) as u64),
+            &rng.vec(16 * h, 1.0),
+        )?;
+        decode_sweep(b.as_ref(), &layer, &mut ctx, x, name, t, &mut out)?;
         if name.starts_with("fp8 GEMV") || name.starts_with("w8a8") || name.starts_with("bf16") {
             for m in [512usize, 1024, 2048, 4096] {
                 upload_f32(
@@ -166,6 +172,7 @@ pub fn benchmarks(
                 bw / 1e9,
                 100.0 * bw / ceiling
             ));
+            decode_sweep(b.as_ref(), &layer, &mut ctx, x, name, t, &mut out)?;
         } else {
             for m in [64usize, 512, 1024, 2048, 4096] {
                 let t = time_median(b.as_ref(), 10, || {
@@ -220,6 +227,7 @@ pub fn benchmarks(
             i
         ));
     }
+    small_shape_decode(&b, rng, &mut out)?;
     // cuBLAS BF16 on the same shapes, the peer of the prefill figures.
     let wb = b.alloc((i * h * 2) as u64)?;
     b.fill(wb, 0x3C)?;
@@ -272,4 +280,100 @@ fn free_nvfp4_family(b: &dyn GpuBackend, layer: &DenseFfnLayer) {
             }
         }
     }
+}
+
+/// The call a decoding engine makes for `m` rows: `forward` (1), `forward_k2|k3` (2, 3), then
+/// the batch-m tiers where the layer has them, else `forward_prefill` (which routes FP8, BF16
+/// and W8A8 rows to their narrow arms).
+fn decode_call(
+    layer: &DenseFfnLayer,
+    ctx: &mut ForwardContext,
+    x: crate::gpu::DevicePtr,
+    m: usize,
+) -> GpuResult<()> {
+    match m {
+        1 => layer.forward(ctx, x),
+        2 => layer.forward_k2(ctx, x),
+        3 => layer.forward_k3(ctx, x),
+        _ if layer.can_forward_km(m) => layer.forward_km(ctx, x, m),
+        _ => layer.forward_prefill(ctx, x, m),
+    }
+    .map(|_| ())
+}
+
+/// Decode at m = 2, 3, 4, 8, 16 rows: time per call and its ratio to the m = 1 time `t1`
+/// (the weights are read once per call, so time should grow far slower than m).
+fn decode_sweep(
+    b: &dyn GpuBackend,
+    layer: &DenseFfnLayer,
+    ctx: &mut ForwardContext,
+    x: crate::gpu::DevicePtr,
+    name: &str,
+    t1: f64,
+    out: &mut Lines,
+) -> GpuResult<()> {
+    for m in [2usize, 3, 4, 8, 16] {
+        let t = time_median(b, 50, || decode_call(layer, ctx, x, m))?;
+        out.push(format!(
+            "decode m={m:<2} {name:<30} {:>8.1} us  {:>5.2}x the m=1 time",
+            t * 1e6,
+            t / t1
+        ));
+    }
+    Ok(())
+}
+
+/// The SmolLM2-135M FFN shape (576 x 1536; one layer's weights fit in L2): latency of one
+/// decode row per arm and the kernel launches it takes.
+fn small_shape_decode(b: &Arc<dyn GpuBackend>, rng: &mut Rand, out: &mut Lines) -> GpuResult<()> {
+    type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
+    let (h, i) = (576usize, 1536usize);
+    let cfg = FfnConfig {
+        hidden: h,
+        inter: i,
+    };
+    let w = DenseWeights::random(rng, h, i);
+    let arms: [(&str, Install, &[(&str, &str)]); 7] = [
+        (
+            "fp8 fused gate+up",
+            |b, l, w| install_fp8(b, l, w, true),
+            &[],
+        ),
+        ("w8a8", install_w8a8, &[]),
+        ("bf16", install_bf16, &[]),
+        ("nvfp4 split SiLU", install_nvfp4, &[]),
+        (
+            "nvfp4 SiLU-fused down",
+            install_nvfp4,
+            &[("METRALE_FFN_SILU_FUSED_DOWN", "1")],
+        ),
+        (
+            "nvfp4 W4A4 single row",
+            install_nvfp4,
+            &[("METRALE_SINGLE_ROW_W4A4", "1")],
+        ),
+        ("q2", install_q2, &[]),
+    ];
+    for (name, install, env) in arms {
+        let map: HashMap<String, String> = env
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let levers = ModelLevers::from_map(&map, crate::gpu::levers::HARDWARE_SM90);
+        let mut ctx = ForwardContext::new(b.clone(), cfg, 16, levers)?;
+        let mut layer = DenseFfnLayer::new(&ctx);
+        install(b.as_ref(), &mut layer, &w)?;
+        let x = b.alloc((16 * h * 4) as u64)?;
+        upload_f32(b.as_ref(), x, &rng.vec(16 * h, 1.0))?;
+        let before = b.launch_count();
+        decode_call(&layer, &mut ctx, x, 1)?;
+        let launches = b.launch_count() - before;
+        let t = time_median(b.as_ref(), 200, || decode_call(&layer, &mut ctx, x, 1))?;
+        out.push(format!(
+            "decode m=1 smollm2 576x1536 {name:<24} {:>7.1} us  {launches} launches per layer (host wall clock, synchronized)",
+            t * 1e6
+        ));
+        b.free(x);
+    }
+    Ok(())
 }

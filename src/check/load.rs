@@ -292,8 +292,9 @@ pub fn load_checks_from(
                 let yg = run(&gl, &mut gctx)?;
                 let yh = run(&hl, &mut hctx)?;
                 let err = cuda_vs_host_err(&yg, &yh, gctx.trace == hctx.trace);
-                // As the layer checks: 1e-4 for the GEMV arm, 5e-3 where q8_1 codes can move.
-                let tol = if m == 1 { 1e-4 } else { 5e-3 };
+                // As the layer checks: 1e-3 for the NVFP4 decode GEMVs (their bf16 activations
+                // can flip on a last-bit difference), 5e-3 where q8_1 codes can move.
+                let tol = if m == 1 { 1e-3 } else { 5e-3 };
                 push(
                     &mut rows,
                     &format!(

@@ -52,9 +52,10 @@ pub struct DenseFfnLayer {
     kernels: FfnKernels,
 }
 
-/// Output columns per block of the NVFP4 GEMVs (`w4a16_gemv*`, the batch-m tiers): 8 warps of
-/// `GEMV_R` = 4 columns (kernels/ffn_nvfp4.cu; 2 measured slower on the H200).
-pub const NVFP4_GEMV_COLS: usize = 32;
+/// Output columns (weight rows) per block of the NVFP4 GEMVs (`w4a16_gemv*`, the batch-m
+/// tiers): one m16n8k16 MMA's 16 rows, k split over the block's 8 warps (kernels/ffn_nvfp4.cu
+/// sees it as `MP_NVFP4_GEMV_ROWS`).
+pub const NVFP4_GEMV_COLS: usize = crate::gpu::sizes::NVFP4_GEMV_ROWS;
 
 /// Rows the declared W8A8 arm serves in prefill before the next arm (HARDWARE.toml default).
 pub const W8A8_MAX_ROWS: usize = 64;

@@ -31,6 +31,14 @@ pub const NVFP4_MMQ_TILE_K: usize = nvfp4_mmq::TILE_K;
 /// Bytes per `nvfp4_mmq` tile.
 pub const NVFP4_MMQ_TILE_BYTES: usize = nvfp4_mmq::TILE_BYTES;
 
+/// Weight rows per block of the NVFP4 decode GEMVs: the 16 rows of one m16n8k16 MMA's A.
+pub const NVFP4_GEMV_ROWS: usize = 16;
+
+/// Warps per block of the NVFP4 dual (gate and up) decode GEMVs, which split k over them.
+pub const NVFP4_GEMV_WARPS_DUAL: usize = 8;
+/// Warps per block of the one-projection NVFP4 decode GEMVs (the down projection's few rows).
+pub const NVFP4_GEMV_WARPS_ONE: usize = 16;
+
 /// Every shared size, by the name the kernels see.
 pub const SHARED: &[(&str, usize)] = &[
     ("MP_Q8_1_ELEMS", Q8_1_ELEMS),
@@ -42,6 +50,9 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_NVFP4_MMQ_TILE_N", NVFP4_MMQ_TILE_N),
     ("MP_NVFP4_MMQ_TILE_K", NVFP4_MMQ_TILE_K),
     ("MP_NVFP4_MMQ_TILE_BYTES", NVFP4_MMQ_TILE_BYTES),
+    ("MP_NVFP4_GEMV_ROWS", NVFP4_GEMV_ROWS),
+    ("MP_NVFP4_GEMV_WARPS_DUAL", NVFP4_GEMV_WARPS_DUAL),
+    ("MP_NVFP4_GEMV_WARPS_ONE", NVFP4_GEMV_WARPS_ONE),
 ];
 
 /// The `#define`s prepended to every kernel module.

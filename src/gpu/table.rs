@@ -345,6 +345,10 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 }
 
 use crate::ffn::NVFP4_GEMV_COLS as COLS;
+use crate::gpu::sizes::{NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE};
+/// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
+const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
+const DUAL_T: usize = 32 * NVFP4_GEMV_WARPS_DUAL;
 use Axis::{Fixed, One, Per, Rule};
 
 macro_rules! kernel_table {
@@ -406,26 +410,26 @@ kernel_table! {
         grid(Per("n", 8), One, 256), cap Some(4), round None;
     nvfp4_gemv_dual: "ffn_nvfp4" "w4a16_gemv_dual"
         ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), Fixed(2), 256), cap Some(4), round None;
+        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(4), round Bf16;
     nvfp4_gemv: "ffn_nvfp4" "w4a16_gemv" ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, 256), cap Some(4), round None;
+        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16;
     nvfp4_gemm: "ffn_nvfp4" "w4a16_gemm" ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round Bf16;
     nvfp4_gemv_b2: "ffn_nvfp4" "w4a16_gemv_batch2"
         ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, 256), cap Some(2), round None;
+        grid(Per("n", COLS), One, ONE_T), cap Some(2), round Bf16;
     nvfp4_gemv_b3: "ffn_nvfp4" "w4a16_gemv_batch3"
         ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, 256), cap Some(3), round None;
+        grid(Per("n", COLS), One, ONE_T), cap Some(3), round Bf16;
     nvfp4_gemv_dual_b2: "ffn_nvfp4" "w4a16_gemv_dual_batch2"
         ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), Fixed(2), 256), cap Some(2), round None;
+        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(2), round Bf16;
     nvfp4_gemv_dual_b3: "ffn_nvfp4" "w4a16_gemv_dual_batch3"
         ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), Fixed(2), 256), cap Some(3), round None;
+        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(3), round Bf16;
     nvfp4_silu_down: "ffn_nvfp4" "w4a16_gemv_silu_down"
         ("gate:p up:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i ldx:i")
-        grid(Per("n", COLS), One, 256), cap Some(4), round None;
+        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16;
     nvfp4_gemv_ksplit: "ffn_nvfp4" "w4a16_gemv_ksplit"
         ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 4), One, 256), cap Some(4), round None;
@@ -479,13 +483,13 @@ kernel_table! {
         grid(Per("n", 256), Per("m", 1), 256), cap None, round None;
     nvfp4_small_m4: "ffn_nvfp4" "nvfp4_proj_small_m4"
         ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, 256), cap Some(4), round None;
+        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16;
     nvfp4_small_m8: "ffn_nvfp4" "nvfp4_proj_small_m8"
         ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, 256), cap Some(8), round None;
+        grid(Per("n", COLS), One, ONE_T), cap Some(8), round Bf16;
     nvfp4_small_m16: "ffn_nvfp4" "nvfp4_proj_small_m16"
         ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, 256), cap Some(16), round None;
+        grid(Per("n", COLS), One, ONE_T), cap Some(16), round Bf16;
     nvfp4_proj_mx: "ffn_nvfp4" "nvfp4_proj_mx"
         ("qc:p qs:p qg:p m:i codes:p scales:p gw:f y:p n:i kp:i ldy:i")
         grid(Per("n", 32), Per("m", 4), 256), cap None, round None;

@@ -10,6 +10,7 @@ use crate::ffn::{
     Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2g128Weight,
     Q4kDown, Q4kMmqWeights, W8a8Weight,
 };
+use crate::gpu::reference::ActRound;
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, alloc_upload};
 use crate::model::Activation;
 
@@ -133,29 +134,86 @@ pub fn install_w8a8(
 
 /// The FFN in float64 on the given (already decoded) weights: `down(act(gate x) * up x)`.
 pub fn ffn_f64(x: &[f32], m: usize, w: &DenseWeights, act: Activation) -> Vec<f64> {
+    ffn_f64_with(x, m, w, act, ActRound::None)
+}
+
+/// [`ffn_f64`] with each projection's input rounded as a kernel of that contract rounds it:
+/// `x` before gate and up, the f32 `act(gate) * up` before down (`ActRound::Bf16`: the W4A16
+/// decode GEMVs and the tensor-core GEMMs).
+pub fn ffn_f64_with(
+    x: &[f32],
+    m: usize,
+    w: &DenseWeights,
+    act: Activation,
+    round: ActRound,
+) -> Vec<f64> {
+    ffn_f64_parts(x, m, w, None, act, round)
+}
+
+/// [`ffn_f64_with`] plus, in each projection, `extra` (same shapes) times the unrounded input:
+/// a base kernel that rounds its input next to a LoRA product over the f32 input.
+pub fn ffn_f64_parts(
+    x: &[f32],
+    m: usize,
+    w: &DenseWeights,
+    extra: Option<&DenseWeights>,
+    act: Activation,
+    round: ActRound,
+) -> Vec<f64> {
     let (h, i) = (w.hidden, w.inter);
+    // sum_t base[t] * rounded[t] + extra[t] * raw[t]
+    let dot = |base: &[f32], more: Option<&[f32]>, rounded: &[f64], raw: &[f64]| -> f64 {
+        (0..raw.len())
+            .map(|t| base[t] as f64 * rounded[t] + more.map_or(0.0, |e| e[t] as f64 * raw[t]))
+            .sum()
+    };
     let mut out = vec![0f64; m * h];
     for r in 0..m {
-        let xr = &x[r * h..(r + 1) * h];
-        let mut hid = vec![0f64; i];
-        for (j, hv) in hid.iter_mut().enumerate() {
-            let g: f64 = (0..h)
-                .map(|t| w.gate[j * h + t] as f64 * xr[t] as f64)
-                .sum();
-            let u: f64 = (0..h).map(|t| w.up[j * h + t] as f64 * xr[t] as f64).sum();
+        let raw: Vec<f64> = x[r * h..(r + 1) * h].iter().map(|&v| v as f64).collect();
+        let rounded: Vec<f64> = x[r * h..(r + 1) * h]
+            .iter()
+            .map(|&v| round.apply(v) as f64)
+            .collect();
+        let (mut hid_raw, mut hid) = (vec![0f64; i], vec![0f64; i]);
+        for j in 0..i {
+            let g = dot(
+                row(&w.gate, j, h),
+                extra.map(|e| row(&e.gate, j, h)),
+                &rounded,
+                &raw,
+            );
+            let u = dot(
+                row(&w.up, j, h),
+                extra.map(|e| row(&e.up, j, h)),
+                &rounded,
+                &raw,
+            );
             let a = match act {
                 Activation::Silu => g / (1.0 + (-g).exp()),
                 Activation::Gelu => {
                     0.5 * g * (1.0 + (0.7978845608 * (g + 0.044715 * g * g * g)).tanh())
                 }
             };
-            *hv = a * u;
+            // Unrounded: exact in f64. Rounded: the f32 act-mul output, then the kernel's rounding.
+            (hid_raw[j], hid[j]) = match round {
+                ActRound::None => (a * u, a * u),
+                ActRound::Bf16 => {
+                    let v = (a * u) as f32;
+                    (v as f64, round.apply(v) as f64)
+                }
+            };
         }
         for c in 0..h {
-            out[r * h + c] = (0..i).map(|t| w.down[c * i + t] as f64 * hid[t]).sum();
+            let down = extra.map(|e| row(&e.down, c, i));
+            out[r * h + c] = dot(row(&w.down, c, i), down, &hid, &hid_raw);
         }
     }
     out
+}
+
+/// Row `j` of a row-major matrix with rows of `k`.
+fn row(p: &[f32], j: usize, k: usize) -> &[f32] {
+    &p[j * k..(j + 1) * k]
 }
 
 /// Round each row of `x` (`[m, k]`) through per-row NVFP4 activation quantization and back

@@ -85,6 +85,44 @@ static inline void mma_m16n8k32_s8(int* c, const unsigned* a, const unsigned* b)
     emu_warp->bar.arrive_and_wait();
 }
 
+// mma.sync m16n8k16 bf16.bf16.f32 (layout in common.cuh's mma_m16n8k16_bf16): every lane posts
+// its fragments; each output adds the exact f64 sum of its 16 products to c, rounded once to f32
+// (the device accumulates in at least f32 in an unspecified order; the tests' tolerance covers it).
+static inline float emu_bf16_half(unsigned w, int hi) {
+    const uint32_t u = (hi ? (w >> 16) : (w & 0xffffu)) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+static inline void mma_m16n8k16_bf16(float* c, const unsigned* a, const unsigned* b) {
+    const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+    for (int r = 0; r < 4; ++r) emu_warp->mma[l][r] = a[r];
+    emu_warp->mma[l][4] = b[0];
+    emu_warp->mma[l][5] = b[1];
+    emu_warp->bar.arrive_and_wait();
+    // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), half k % 2.
+    auto A = [&](int row, int k) {
+        return emu_bf16_half(emu_warp->mma[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
+    };
+    // B[k][col]: lane 4 col + (k % 8) / 2, register 4 + (k >= 8), half k % 2.
+    auto B = [&](int k, int col) { return emu_bf16_half(emu_warp->mma[4 * col + (k % 8) / 2][4 + (k >= 8)], k % 2); };
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        double s = c[e];
+        for (int k = 0; k < 16; ++k) s += (double)A(row, k) * (double)B(k, col);
+        c[e] = (float)s;
+    }
+    emu_warp->bar.arrive_and_wait();
+}
+
+// PTX prmt's default mode with selector nibbles 0..7 (the kernels never set a nibble's bit 3).
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const uint64_t pool = (uint64_t)x | ((uint64_t)y << 32);
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= (unsigned)((pool >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+    return r;
+}
+
 static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
 static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
@@ -110,6 +148,7 @@ using std::min;
 
 struct uint2 { unsigned x, y; };
 struct uint4 { unsigned x, y, z, w; };
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 struct float4 { float x, y, z, w; };
 
 // IEEE half.
@@ -146,6 +185,11 @@ static inline float __bfloat162float(__nv_bfloat16 b) {
 }
 static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
     return __nv_bfloat162{__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
+}
+// common.cuh's bf16x2_mul: each half's product rounded to nearest even.
+static inline unsigned bf16x2_mul(unsigned a, unsigned b) {
+    const float lo = emu_bf16_half(a, 0) * emu_bf16_half(b, 0), hi = emu_bf16_half(a, 1) * emu_bf16_half(b, 1);
+    return (unsigned)__float2bfloat16_rn(lo).x | ((unsigned)__float2bfloat16_rn(hi).x << 16);
 }
 
 // E4M3 "fn": bias 7, S.1111.111 is NaN, subnormals m * 2^-9.
