@@ -333,7 +333,8 @@ fn small_shape_decode(b: &Arc<dyn GpuBackend>, rng: &mut Rand, out: &mut Lines) 
         inter: i,
     };
     let w = DenseWeights::random(rng, h, i);
-    let arms: [(&str, Install, &[(&str, &str)]); 7] = [
+    type Levers = &'static [(&'static str, &'static str)];
+    let arms: [(&str, Install, Levers); 7] = [
         (
             "fp8 fused gate+up",
             |b, l, w| install_fp8(b, l, w, true),
