@@ -8,16 +8,22 @@
 
 #include "common.cuh"
 
-// ---- GEMV: one warp per R output rows, 16 weight bytes per lane per row per step ----
+// ---- host-emulated: begin (tests/cuda_emu.rs compiles the GEMVs as C++) ----
+
+// ---- GEMV: one warp per R output rows and 1 / KS of k, 16 weight bytes per lane per row per step ----
 // Each activation load (4 bytes per weight byte) is reused for R rows, so the f32 activations
 // do not dominate the traffic of an FP8 weight stream. Rows j0..j0+R lie in one 128-row scale
-// band (R divides 128).
-template <int M, int R>
+// band (R divides 128). A block's 8 warps form 8 / KS row groups; the KS warps of a group take
+// the k steps ks, ks + KS, ... and their sums are added in warp order through shared memory
+// (KS = 2 gives the down projection, n = 4096 at llama-8B, 256 blocks instead of 128).
+template <int M, int R, int KS>
 __device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
                                          const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp, int ldy) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j0 = (blockIdx.x * (blockDim.x >> 5) + warp) * R;
-    if (j0 >= n) return;
+    constexpr int W = 8, G = W / KS;  // warps per block, row groups per block
+    __shared__ float red[KS > 1 ? W : 1][M][R];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = warp % KS;
+    const int j0 = (blockIdx.x * G + warp / KS) * R;
+    if (KS == 1 && j0 >= n) return;
     const int gk = kp >> 7;
     float acc[M][R];
 #pragma unroll
@@ -25,7 +31,8 @@ __device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, con
 #pragma unroll
         for (int q = 0; q < R; ++q) acc[r][q] = 0.f;
     const float* sr = s + (size_t)(j0 >> 7) * gk;
-    for (int kk = lane * 16; kk < k; kk += 512) {
+    // Rows j0.. < np (the layout pads rows to 128), so a group past n reads padding, never stored.
+    for (int kk = (ks * 32 + lane) * 16; j0 < n && kk < k; kk += 512 * KS) {
         uint4 v[R];
 #pragma unroll
         for (int q = 0; q < R; ++q) v[q] = __ldg(reinterpret_cast<const uint4*>(w + (size_t)(j0 + q) * kp + kk));
@@ -53,21 +60,39 @@ __device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, con
             float t = acc[r][q];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-            if (lane == 0 && r < m && j0 + q < n) y[(size_t)r * ldy + j0 + q] = t;
+            if (KS == 1) {
+                if (lane == 0 && r < m && j0 + q < n) y[(size_t)r * ldy + j0 + q] = t;
+            } else if (lane == 0) {
+                red[warp][r][q] = t;
+            }
         }
+    if (KS > 1) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < G * M * R; i += blockDim.x) {
+            const int grp = i / (M * R), r = (i / R) % M, q = i % R;
+            const int j = (blockIdx.x * G + grp) * R + q;
+            float t = 0.f;
+#pragma unroll
+            for (int e = 0; e < KS; ++e) t += red[grp * KS + e][r][q];
+            if (r < m && j < n) y[(size_t)r * ldy + j] = t;
+        }
+    }
 }
 
-// m <= 4. Grid ceil(n / 32), block 256 (8 warps x 4 rows).
+static_assert(MP_FP8_GEMV_ROWS == 8 / 2 * 4, "w8a16_gemv_batch4: 8 warps, KS = 2, R = 4");
+// m <= 4. Grid ceil(n / MP_FP8_GEMV_ROWS), block 256 (4 row groups x 4 rows, k split in two).
 extern "C" __global__ void w8a16_gemv_batch4(const float* x, int m, const unsigned char* w, const float* s, float* y,
                                              int n, int k, int kp, int ldy) {
-    gemv_fp8<4, 4>(x, m, w, s, y, n, k, kp, ldy);
+    gemv_fp8<4, 4, 2>(x, m, w, s, y, n, k, kp, ldy);
 }
 
 // m <= 16. Grid ceil(n / 16), block 256 (8 warps x 2 rows).
 extern "C" __global__ void w8a16_gemv_batch16(const float* x, int m, const unsigned char* w, const float* s, float* y,
                                               int n, int k, int kp, int ldy) {
-    gemv_fp8<16, 2>(x, m, w, s, y, n, k, kp, ldy);
+    gemv_fp8<16, 2, 1>(x, m, w, s, y, n, k, kp, ldy);
 }
+
+// ---- host-emulated: end ----
 
 // ---- Tensor-core GEMM: bf16 mma.sync m16n8k16, tile BM x 128 x 32, 4 warps ----
 // Weights decode exactly to bf16 (E4M3 fits in bf16); activations round to bf16. A 128-row

@@ -75,16 +75,18 @@ fn emulator() -> Option<&'static Path> {
             program.push_str(&format!("\n// ---- {m} ----\n"));
             program.push_str(&strip_includes(raw(m)));
         }
-        // The NVFP4 GEMVs (the tensor-core GEMMs after them need the device).
-        let nv = raw("ffn_nvfp4");
-        let b = nv
-            .find("// ---- host-emulated: begin")
-            .expect("nvfp4 begin marker");
-        let e = nv
-            .find("// ---- host-emulated: end")
-            .expect("nvfp4 end marker");
-        program.push_str("\n// ---- ffn_nvfp4 GEMVs ----\n");
-        program.push_str(&nv[b..e]);
+        // The NVFP4, FP8 and BF16 GEMVs (the tensor-core GEMMs after them need the device).
+        for m in ["ffn_nvfp4", "ffn_fp8", "ffn_bf16"] {
+            let src = raw(m);
+            let b = src
+                .find("// ---- host-emulated: begin")
+                .unwrap_or_else(|| panic!("{m}: begin marker"));
+            let e = src
+                .find("// ---- host-emulated: end")
+                .unwrap_or_else(|| panic!("{m}: end marker"));
+            program.push_str(&format!("\n// ---- {m} GEMVs ----\n"));
+            program.push_str(&src[b..e]);
+        }
         program.push_str(include_str!("cuda_emu/driver.cpp"));
         let dir = std::env::temp_dir().join(format!("metrale-cuda-emu-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -602,4 +604,70 @@ fn nvfp4_gemvs_including_the_k_split_match_the_reference() {
     // expf on the host and in CUDA may differ in the last bit: 1e-5.
     let err = rel_err(&bf32(buf(&a[6])), &want);
     assert!(err < 1e-5, "w4a16_gemv_silu_down: {err}");
+}
+
+#[test]
+fn fp8_and_bf16_gemvs_match_the_reference() {
+    use metrale_pack::gpu::table::spec;
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(23);
+    // Rows that leave partial blocks and a 128-row scale band cut; k not a multiple of the
+    // 512-value step (FP8) or the 1024-value unrolled step (BF16).
+    let (n, k) = (150usize, 2176usize);
+    let w = r.vec(n * k, 0.05);
+    let x = r.vec(16 * k, 1.0);
+    let e = layouts::fp8::encode(&w, n, k);
+    let (codes, scales, kp) = (e.parts[0].1.clone(), e.parts[1].1.clone(), e.padded[1]);
+    let sf = bf32(&scales);
+    for (name, m) in [("w8a16_gemv_batch4", 3usize), ("w8a16_gemv_batch16", 13)] {
+        let s = spec("ffn_fp8", name).unwrap();
+        let want = rows64(m, n, |i, row| {
+            reference::fp8_block_row(&x[i * k..(i + 1) * k], &codes, &sf, n, k, kp, s.round, row)
+        });
+        let rows = match name {
+            "w8a16_gemv_batch4" => metrale_pack::gpu::sizes::FP8_GEMV_ROWS,
+            _ => 16,
+        };
+        let mut a = [
+            A::P(f32b(&x[..m * k])),
+            A::I(m),
+            A::P(codes.clone()),
+            A::P(scales.clone()),
+            A::P(f32b(&vec![f32::NAN; m * n])),
+            A::I(n),
+            A::I(k),
+            A::I(kp),
+            A::I(n),
+        ];
+        launch(exe, name, (n.div_ceil(rows), 1), s.grid.threads, &mut a);
+        let err = rel_err(&bf32(buf(&a[4])), &want);
+        assert!(err < 2e-6, "{name}: {err}");
+    }
+    let e = layouts::bf16::encode(&w, n, k);
+    let (wb, kp) = (e.parts[0].1.clone(), e.padded[1]);
+    let s = spec("ffn_bf16", "bf16_gemv_batch4").unwrap();
+    let m = 4;
+    let want = rows64(m, n, |i, row| {
+        reference::bf16_row(&x[i * k..(i + 1) * k], &wb, n, k, kp, s.round, row)
+    });
+    let mut a = [
+        A::P(f32b(&x[..m * k])),
+        A::I(m),
+        A::P(wb.clone()),
+        A::P(f32b(&vec![f32::NAN; m * n])),
+        A::I(n),
+        A::I(k),
+        A::I(kp),
+        A::I(n),
+    ];
+    let rows = metrale_pack::gpu::sizes::BF16_GEMV_ROWS;
+    launch(
+        exe,
+        "bf16_gemv_batch4",
+        (n.div_ceil(rows), 1),
+        s.grid.threads,
+        &mut a,
+    );
+    let err = rel_err(&bf32(buf(&a[3])), &want);
+    assert!(err < 2e-6, "bf16_gemv_batch4: {err}");
 }

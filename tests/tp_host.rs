@@ -271,24 +271,31 @@ fn the_ranks_partial_outputs_sum_to_the_layer_for_every_arm() {
 /// (rank r's slices, or the whole layer for `rank` None).
 fn decoded_lora_ffn(p: &Pack, layer: usize, rank: Option<u32>, x: &[f32], rows: usize) -> Vec<f64> {
     let tp = rank.map(|r| format!(".tp{r}")).unwrap_or_default();
-    let w = |proj: &str| -> (Vec<f32>, [u64; 2]) {
-        let (base, shape) = p
-            .decode_ffn(&format!("blk.{layer}.ffn_{proj}{tp}.nvfp4"))
-            .unwrap();
-        let (delta, _) = p
-            .decode_ffn(&format!("blk.{layer}.ffn_{proj}{tp}.lora"))
-            .unwrap();
-        (base.iter().zip(&delta).map(|(a, b)| a + b).collect(), shape)
+    let w = |proj: &str, layout: &str| -> (Vec<f32>, [u64; 2]) {
+        p.decode_ffn(&format!("blk.{layer}.ffn_{proj}{tp}.{layout}"))
+            .unwrap()
     };
-    let ((gate, [inter, hidden]), (up, _), (down, _)) = (w("gate"), w("up"), w("down"));
-    let dw = metrale_pack::testing::DenseWeights {
-        gate,
-        up,
-        down,
-        hidden: hidden as usize,
-        inter: inter as usize,
+    let dense = |layout: &str| {
+        let ((gate, [inter, hidden]), (up, _), (down, _)) =
+            (w("gate", layout), w("up", layout), w("down", layout));
+        metrale_pack::testing::DenseWeights {
+            gate,
+            up,
+            down,
+            hidden: hidden as usize,
+            inter: inter as usize,
+        }
     };
-    metrale_pack::testing::ffn_f64(x, rows, &dw, metrale_pack::model::Activation::Silu)
+    // The NVFP4 kernels (decode GEMVs and prefill GEMMs) round their inputs to bf16; the
+    // adapter's products read them in f32.
+    metrale_pack::testing::ffn_f64_parts(
+        x,
+        rows,
+        &dense("nvfp4"),
+        Some(&dense("lora")),
+        metrale_pack::model::Activation::Silu,
+        metrale_pack::gpu::reference::ActRound::Bf16,
+    )
 }
 
 /// The NVFP4 arm with the adapter on every rank (decode, one row; prefill, 16 rows), summed,

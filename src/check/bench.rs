@@ -149,11 +149,7 @@ pub fn benchmarks(
         ),
     ];
     for (name, install, env, prefill, bpe) in nv_arms {
-        let map: HashMap<String, String> = env
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        let levers = ModelLevers::from_map(&map, crate::gpu::levers::HARDWARE_SM90);
+        let levers = levers_with(env);
         let mut ctx = ForwardContext::new(b.clone(), cfg, 4096, levers)?;
         let mut layer = DenseFfnLayer::new(&ctx);
         install(b.as_ref(), &mut layer, &w)?;
@@ -282,6 +278,15 @@ fn free_nvfp4_family(b: &dyn GpuBackend, layer: &DenseFfnLayer) {
     }
 }
 
+/// The sm_90 default levers with the given environment switches set.
+fn levers_with(env: &[(&str, &str)]) -> ModelLevers {
+    let map: HashMap<String, String> = env
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    ModelLevers::from_map(&map, crate::gpu::levers::HARDWARE_SM90)
+}
+
 /// The call a decoding engine makes for `m` rows: `forward` (1), `forward_k2|k3` (2, 3), then
 /// the batch-m tiers where the layer has them, else `forward_prefill` (which routes FP8, BF16
 /// and W8A8 rows to their narrow arms).
@@ -356,11 +361,7 @@ fn small_shape_decode(b: &Arc<dyn GpuBackend>, rng: &mut Rand, out: &mut Lines) 
         ("q2", install_q2, &[]),
     ];
     for (name, install, env) in arms {
-        let map: HashMap<String, String> = env
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        let levers = ModelLevers::from_map(&map, crate::gpu::levers::HARDWARE_SM90);
+        let levers = levers_with(env);
         let mut ctx = ForwardContext::new(b.clone(), cfg, 16, levers)?;
         let mut layer = DenseFfnLayer::new(&ctx);
         install(b.as_ref(), &mut layer, &w)?;

@@ -39,6 +39,12 @@ pub const NVFP4_GEMV_WARPS_DUAL: usize = 8;
 /// Warps per block of the one-projection NVFP4 decode GEMVs (the down projection's few rows).
 pub const NVFP4_GEMV_WARPS_ONE: usize = 16;
 
+/// Weight rows per block of the BF16 decode GEMV (8 warps of 2 rows).
+pub const BF16_GEMV_ROWS: usize = 16;
+/// Weight rows per block of the FP8 decode GEMV `w8a16_gemv_batch4` (8 warps: 4 row groups of
+/// 4 rows, k split in two).
+pub const FP8_GEMV_ROWS: usize = 16;
+
 /// Every shared size, by the name the kernels see.
 pub const SHARED: &[(&str, usize)] = &[
     ("MP_Q8_1_ELEMS", Q8_1_ELEMS),
@@ -53,6 +59,8 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_NVFP4_GEMV_ROWS", NVFP4_GEMV_ROWS),
     ("MP_NVFP4_GEMV_WARPS_DUAL", NVFP4_GEMV_WARPS_DUAL),
     ("MP_NVFP4_GEMV_WARPS_ONE", NVFP4_GEMV_WARPS_ONE),
+    ("MP_BF16_GEMV_ROWS", BF16_GEMV_ROWS),
+    ("MP_FP8_GEMV_ROWS", FP8_GEMV_ROWS),
 ];
 
 /// The `#define`s prepended to every kernel module.

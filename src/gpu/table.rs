@@ -345,7 +345,9 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 }
 
 use crate::ffn::NVFP4_GEMV_COLS as COLS;
-use crate::gpu::sizes::{NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE};
+use crate::gpu::sizes::{
+    BF16_GEMV_ROWS, FP8_GEMV_ROWS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE,
+};
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
 const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
 const DUAL_T: usize = 32 * NVFP4_GEMV_WARPS_DUAL;
@@ -393,7 +395,7 @@ kernel_table! {
     to_bf16: "ffn_act" "f32_to_bf16" ("x:p y:p count:i")
         grid(Per("count", 256), One, 256), cap None, round None;
     fp8_b4: "ffn_fp8" "w8a16_gemv_batch4" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 32), One, 256), cap Some(4), round None;
+        grid(Per("n", FP8_GEMV_ROWS), One, 256), cap Some(4), round None;
     fp8_b16: "ffn_fp8" "w8a16_gemv_batch16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 16), One, 256), cap Some(16), round None;
     fp8_m16: "ffn_fp8" "w8a16_gemm_m16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
@@ -407,7 +409,7 @@ kernel_table! {
     w8a8: "ffn_w8a8" "w8a8_gemm" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
     bf16_gemv: "ffn_bf16" "bf16_gemv_batch4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 8), One, 256), cap Some(4), round None;
+        grid(Per("n", BF16_GEMV_ROWS), One, 256), cap Some(4), round None;
     nvfp4_gemv_dual: "ffn_nvfp4" "w4a16_gemv_dual"
         ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
         grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(4), round Bf16;

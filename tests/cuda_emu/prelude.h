@@ -62,12 +62,17 @@ static inline int __shfl_xor_sync(unsigned, int v, int o) {
 
 // mma.sync m16n8k32 s8.s8.s32 (layout in common.cuh): every lane posts its fragments, then
 // computes its four outputs from the whole warp's.
-static inline void mma_m16n8k32_s8(int* c, const unsigned* a, const unsigned* b) {
-    const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+// Every lane posts its A and B fragment registers for the others to read (then a warp barrier).
+static inline void emu_mma_post(const unsigned* a, const unsigned* b) {
+    const int l = threadIdx.x & 31;
     for (int r = 0; r < 4; ++r) emu_warp->mma[l][r] = a[r];
     emu_warp->mma[l][4] = b[0];
     emu_warp->mma[l][5] = b[1];
     emu_warp->bar.arrive_and_wait();
+}
+static inline void mma_m16n8k32_s8(int* c, const unsigned* a, const unsigned* b) {
+    const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+    emu_mma_post(a, b);
     // A[row][k]: lane 4 (row % 8) + (k % 16) / 4, register (row >= 8) + 2 (k >= 16), byte k % 4.
     auto A = [&](int row, int k) {
         return (int)(int8_t)(emu_warp->mma[4 * (row % 8) + (k % 16) / 4][(row >= 8) + 2 * (k >= 16)] >> (8 * (k % 4)));
@@ -96,10 +101,7 @@ static inline float emu_bf16_half(unsigned w, int hi) {
 }
 static inline void mma_m16n8k16_bf16(float* c, const unsigned* a, const unsigned* b) {
     const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
-    for (int r = 0; r < 4; ++r) emu_warp->mma[l][r] = a[r];
-    emu_warp->mma[l][4] = b[0];
-    emu_warp->mma[l][5] = b[1];
-    emu_warp->bar.arrive_and_wait();
+    emu_mma_post(a, b);
     // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), half k % 2.
     auto A = [&](int row, int k) {
         return emu_bf16_half(emu_warp->mma[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
@@ -130,6 +132,11 @@ static inline float __fsqrt_rn(float a) { volatile float r = std::sqrt(a); retur
 static inline float __int_as_float(int i) {
     float f;
     std::memcpy(&f, &i, 4);
+    return f;
+}
+static inline float __uint_as_float(unsigned u) {
+    float f;
+    std::memcpy(&f, &u, 4);
     return f;
 }
 static inline int __float_as_int(float f) {
