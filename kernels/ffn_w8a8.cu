@@ -26,12 +26,18 @@ extern "C" __global__ void quantize_act_fp8_row(const float* __restrict__ x, int
     if (threadIdx.x == 0) sx[r] = scale;
 }
 
+// c += a . b, one m16n8k32 e4m3 tensor-core MMA with f32 accumulation (the fragment layout of
+// common.cuh's int8 m16n8k32; tests/cuda_emu/prelude.h defines a host stand-in).
+#ifndef METRALE_CUDA_EMU
 __device__ __forceinline__ void mma_e4m3(float* c, const unsigned int* a, const unsigned int* b) {
     asm volatile(
         "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+#endif
+
+// ---- host-emulated: begin (tests/cuda_emu.rs compiles the GEMM and the GEMV as C++) ----
 
 // y[r, j] = (acc * sx[r]) * sw[j], acc = sum_i e4m3(q[r, i]) * e4m3(w[j, i]); j < n, r < m.
 // q [m, kp], w [n, kp] (kp % 64 == 0), y row stride ldy. Tile 64 x 128 x 64, 4 warps (2 x 2).
@@ -89,3 +95,53 @@ extern "C" __global__ void w8a8_gemm(const unsigned char* __restrict__ q, const 
     }
     mmq_write_y(acc, m0 + wm0, n0 + wn0, lane, m, n, y, ldy, [&](int r, int c, float v) { return v * sx[r] * sw[c]; });
 }
+
+// The decode GEMV of the W8A8 arm (m <= 16; `METRALE_W8A8_DECODE_GEMV`, off by default until it
+// has run on a GPU): the same bits as w8a8_gemm. Every output (r, j) sees the same MMA
+// instruction with the same operands at the same fragment positions (activation row r at A row
+// r % 16, weight row j at B column j % 8) over the same k steps (32 at a time, in order, from a
+// zero accumulator), and the same epilogue (acc * sx[r]) * sw[j]. What differs is the tiling:
+// one warp per 8 outputs over all of k, operands loaded straight from global memory (no shared
+// tile), so a decode call has n / 8 warps instead of n / 128 blocks. Grid ceil(n / 32), block 128.
+#define W8A8_GEMV_UNROLL 8
+extern "C" __global__ void w8a8_gemv(const unsigned char* __restrict__ q, const float* __restrict__ sx, int m,
+                                     const unsigned char* __restrict__ w, const float* __restrict__ sw,
+                                     float* __restrict__ y, int n, int kp, int ldy) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int n0 = (blockIdx.x * (blockDim.x >> 5) + warp) * 8;
+    if (n0 >= n) return;
+    // A rows g and g + 8 (zero past m), B column n0 + g (zero past n).
+    const bool ra = g < m, rb = g + 8 < m, cw = n0 + g < n;
+    const unsigned char* qa = q + (size_t)(ra ? g : 0) * kp + t4 * 4;
+    const unsigned char* qb = q + (size_t)(rb ? g + 8 : 0) * kp + t4 * 4;
+    const unsigned char* wr = w + (size_t)(cw ? n0 + g : 0) * kp + t4 * 4;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int k0 = 0; k0 < kp; k0 += 32 * W8A8_GEMV_UNROLL) {
+        unsigned int af[W8A8_GEMV_UNROLL][4], bf[W8A8_GEMV_UNROLL][2];
+#pragma unroll
+        for (int u = 0; u < W8A8_GEMV_UNROLL; ++u) {
+            const int k = k0 + 32 * u;
+            const bool live = k < kp;
+            const auto word = [&](const unsigned char* p, bool on, int off) {
+                return on && live ? __ldg(reinterpret_cast<const unsigned int*>(p + k + off)) : 0u;
+            };
+            af[u][0] = word(qa, ra, 0);
+            af[u][1] = word(qb, rb, 0);
+            af[u][2] = word(qa, ra, 16);
+            af[u][3] = word(qb, rb, 16);
+            bf[u][0] = word(wr, cw, 0);
+            bf[u][1] = word(wr, cw, 16);
+        }
+#pragma unroll
+        for (int u = 0; u < W8A8_GEMV_UNROLL; ++u)
+            if (k0 + 32 * u < kp) mma_e4m3(acc, af[u], bf[u]);
+    }
+    // C fragment: rows g, g + 8 (e / 2), columns 2 t4 + e % 2.
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const int r = g + 8 * (e >> 1), c = n0 + 2 * t4 + (e & 1);
+        if (r < m && c < n) y[(size_t)r * ldy + c] = acc[e] * sx[r] * sw[c];
+    }
+}
+
+// ---- host-emulated: end ----

@@ -75,8 +75,9 @@ fn emulator() -> Option<&'static Path> {
             program.push_str(&format!("\n// ---- {m} ----\n"));
             program.push_str(&strip_includes(raw(m)));
         }
-        // The NVFP4, FP8 and BF16 GEMVs (the tensor-core GEMMs after them need the device).
-        for m in ["ffn_nvfp4", "ffn_fp8", "ffn_bf16"] {
+        // The NVFP4, FP8 and BF16 GEMVs (the tensor-core GEMMs after them need the device), and
+        // the W8A8 GEMM with its decode GEMV.
+        for m in ["ffn_nvfp4", "ffn_fp8", "ffn_bf16", "ffn_w8a8"] {
             let src = raw(m);
             let b = src
                 .find("// ---- host-emulated: begin")
@@ -670,4 +671,58 @@ fn fp8_and_bf16_gemvs_match_the_reference() {
     );
     let err = rel_err(&bf32(buf(&a[3])), &want);
     assert!(err < 2e-6, "bf16_gemv_batch4: {err}");
+}
+
+/// The W8A8 decode GEMV reproduces the W8A8 GEMM bit for bit (the fixed path's batch
+/// invariance), at 1, 5 and 16 rows, on a k that leaves a partial unrolled step; both match the
+/// reference. On the emulator each MMA output is a function of its own operands, so equal bits
+/// here mean equal operands, positions and k order per output.
+#[test]
+fn w8a8_decode_gemv_reproduces_the_gemm_bits() {
+    use metrale_pack::gpu::table::spec;
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(29);
+    let (n, k) = (75usize, 1344usize);
+    let e = layouts::w8a8::encode(&r.vec(n * k, 0.05), n, k);
+    let (w, sw, kp) = (e.parts[0].1.clone(), e.parts[1].1.clone(), e.padded[1]);
+    assert_ne!(kp % (32 * 8), 0, "the test wants a partial unrolled step");
+    let swf = bf32(&sw);
+    let x = r.vec(16 * k, 1.0);
+    let (mut q, mut sx) = (Vec::new(), Vec::new());
+    for i in 0..16 {
+        let (qr, s) = reference::quantize_row_fp8(&x[i * k..(i + 1) * k], kp);
+        q.extend(qr);
+        sx.push(s);
+    }
+    for m in [1usize, 5, 16] {
+        let run = |name: &str, grid: (usize, usize)| -> Vec<f32> {
+            let mut a = [
+                A::P(q[..m * kp].to_vec()),
+                A::P(f32b(&sx[..m])),
+                A::I(m),
+                A::P(w.clone()),
+                A::P(sw.clone()),
+                A::P(f32b(&vec![f32::NAN; m * n])),
+                A::I(n),
+                A::I(kp),
+                A::I(n),
+            ];
+            let threads = spec("ffn_w8a8", name).unwrap().grid.threads;
+            launch(exe, name, grid, threads, &mut a);
+            bf32(buf(&a[5]))
+        };
+        let gemm = run("w8a8_gemm", (n.div_ceil(128), m.div_ceil(64)));
+        let gemv = run("w8a8_gemv", (n.div_ceil(32), 1));
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&gemv),
+            bits(&gemm),
+            "m={m}: the GEMV's bits differ from the GEMM's"
+        );
+        let want = rows64(m, n, |i, row| {
+            reference::w8a8_row(&q[i * kp..(i + 1) * kp], sx[i], &w, &swf, n, kp, row)
+        });
+        let err = rel_err(&gemv, &want);
+        assert!(err < 2e-6, "w8a8_gemv m={m}: {err}");
+    }
 }

@@ -127,6 +127,30 @@ fn w8a8_declared_arm_fixed_path_and_refusals() {
         let e = rel_err(&y, &ffn_f64(&xs, m, &wd, Activation::Silu));
         assert!(e < 0.08, "{method} m={m}: {e}");
     }
+    // METRALE_W8A8_DECODE_GEMV: m <= 16 projections through w8a8_gemv, larger ones the GEMM;
+    // the host computes both with the same twin, so the outputs are the same bits.
+    let mut cg = ctx(
+        HostBackend::new(),
+        levers(&[("METRALE_W8A8_DECODE_GEMV", "1")]),
+    );
+    let mut lg = DenseFfnLayer::new(&cg);
+    install_w8a8(cg.backend.as_ref(), &mut lg, &w).unwrap();
+    for (method, m, gemv) in [
+        ("forward", 1, 3),
+        ("k3", 3, 3),
+        ("fixed", 16, 3),
+        ("fixed", 17, 0),
+    ] {
+        let (x, xs) = input(&cg, &mut r, m);
+        let y = run(&mut cg, &lg, method, x, m).unwrap();
+        assert_eq!(count(&cg.trace, "w8a8_gemv"), gemv, "{method} m={m}");
+        assert_eq!(count(&cg.trace, "w8a8_gemm"), 3 - gemv, "{method} m={m}");
+        let (x2, _) = (c.backend.alloc((m * H * 4) as u64).unwrap(), ());
+        upload_f32(c.backend.as_ref(), x2, &xs).unwrap();
+        let y2 = run(&mut c, &layer, method, x2, m).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&y), bits(&y2), "{method} m={m}");
+    }
     // Past w8a8_max_rows, prefill falls through to the next installed arm (FP8).
     let (x, _) = input(&c, &mut r, 65);
     run(&mut c, &layer, "prefill", x, 65).unwrap();

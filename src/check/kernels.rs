@@ -193,6 +193,23 @@ fn w8a8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         })?;
         // FP8 tensor-core accumulation is not full f32 on Hopper: 1e-3.
         c.row(rows, "w8a8_gemm", m, err, 1e-3);
+        // The decode GEMV (m <= 16) over the same quantized rows: the GEMM's bits exactly.
+        let gemv = c.kk.w8a8_gemv;
+        if m <= gemv.spec.row_cap.unwrap_or(0) {
+            let gemm_y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
+            c.poison_y()?;
+            let (q, s) = (c.ctx.arena.act_codes, c.ctx.arena.act_scale);
+            let call = gemv.call().ptr("q", q).ptr("sx", s).dim("m", m);
+            let call = call.ptr("w", ww.weight).ptr("sw", ww.scale).ptr("y", yd);
+            c.launch(call.dim("n", n).dim("kp", ww.kp).dim("ldy", n))?;
+            b.synchronize(0)?;
+            let y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
+            let same = y
+                .iter()
+                .zip(&gemm_y)
+                .all(|(a, g)| a.to_bits() == g.to_bits());
+            c.bits(rows, "w8a8_gemv (bits = w8a8_gemm)", m, same);
+        }
     }
     b.free(ww.weight);
     b.free(ww.scale);

@@ -40,7 +40,7 @@ pub fn layer_checks_of(
         ModelLevers::from_map(&env, crate::gpu::levers::HARDWARE_SM90)
     };
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-    let arms: [(&str, Install, ModelLevers, Activation); 20] = [
+    let arms: [(&str, Install, ModelLevers, Activation); 21] = [
         (
             "fp8 fused",
             |b, l, w| install_fp8(b, l, w, true),
@@ -75,6 +75,17 @@ pub fn layer_checks_of(
             "w8a8",
             install_w8a8,
             lev(&[("METRALE_W8A8_MAX_ROWS", "4096")]),
+            Activation::Silu,
+        ),
+        (
+            // m <= 16 through w8a8_gemv; the fixed-path row below checks its bits against the
+            // GEMM's (one row alone against 33 rows).
+            "w8a8 decode gemv",
+            install_w8a8,
+            lev(&[
+                ("METRALE_W8A8_MAX_ROWS", "4096"),
+                ("METRALE_W8A8_DECODE_GEMV", "1"),
+            ]),
             Activation::Silu,
         ),
         ("bf16", install_bf16, lev(&[]), Activation::Silu),
@@ -167,7 +178,7 @@ pub fn layer_checks_of(
                     1 => &["forward", "prefill"],
                     2 => &["forward_k2", "prefill"],
                     3 => &["forward_k3"],
-                    _ if *arm == "w8a8" => &["prefill", "fixed"],
+                    _ if arm.starts_with("w8a8") => &["prefill", "fixed"],
                     _ if *arm == "nvfp4 w4a4" && m <= 16 => &["prefill", "fixed", "km"],
                     _ if *arm == "nvfp4 w4a4" => &["fixed"],
                     _ if nv && m <= 16 => &["prefill", "km"],
@@ -232,7 +243,7 @@ pub fn layer_checks_of(
                 host.free(xh);
             }
             // Fixed path: a row's output bits alone equal its bits inside a batch.
-            if *arm == "w8a8" || *arm == "nvfp4 w4a4" {
+            if arm.starts_with("w8a8") || *arm == "nvfp4 w4a4" {
                 let m = 33.min(mmax);
                 let x = rng.vec(m * h, 1.0);
                 let xg = b.alloc((m * h * 4) as u64)?;

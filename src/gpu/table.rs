@@ -408,6 +408,8 @@ kernel_table! {
         grid(Per("m", 1), One, 256), cap None, round None;
     w8a8: "ffn_w8a8" "w8a8_gemm" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
+    w8a8_gemv: "ffn_w8a8" "w8a8_gemv" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
+        grid(Per("n", 32), One, 128), cap Some(16), round None;
     bf16_gemv: "ffn_bf16" "bf16_gemv_batch4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", BF16_GEMV_ROWS), One, 256), cap Some(4), round None;
     nvfp4_gemv_dual: "ffn_nvfp4" "w4a16_gemv_dual"

@@ -99,22 +99,28 @@ static inline float emu_bf16_half(unsigned w, int hi) {
     std::memcpy(&f, &u, 4);
     return f;
 }
-static inline void mma_m16n8k16_bf16(float* c, const unsigned* a, const unsigned* b) {
+// An f32-accumulating MMA over K k values after emu_mma_post: each output adds the exact f64 sum
+// of its K products A(row, k) * B(k, col), read from the posted fragments, to c, rounded once.
+template <int K, class FA, class FB>
+static inline void emu_mma_f32(float* c, FA A, FB B) {
     const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
-    emu_mma_post(a, b);
-    // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), half k % 2.
-    auto A = [&](int row, int k) {
-        return emu_bf16_half(emu_warp->mma[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
-    };
-    // B[k][col]: lane 4 col + (k % 8) / 2, register 4 + (k >= 8), half k % 2.
-    auto B = [&](int k, int col) { return emu_bf16_half(emu_warp->mma[4 * col + (k % 8) / 2][4 + (k >= 8)], k % 2); };
     for (int e = 0; e < 4; ++e) {
         const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
         double s = c[e];
-        for (int k = 0; k < 16; ++k) s += (double)A(row, k) * (double)B(k, col);
+        for (int k = 0; k < K; ++k) s += (double)A(row, k) * (double)B(k, col);
         c[e] = (float)s;
     }
     emu_warp->bar.arrive_and_wait();
+}
+static inline void mma_m16n8k16_bf16(float* c, const unsigned* a, const unsigned* b) {
+    emu_mma_post(a, b);
+    // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), half k % 2.
+    auto A = [](int row, int k) {
+        return emu_bf16_half(emu_warp->mma[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
+    };
+    // B[k][col]: lane 4 col + (k % 8) / 2, register 4 + (k >= 8), half k % 2.
+    auto B = [](int k, int col) { return emu_bf16_half(emu_warp->mma[4 * col + (k % 8) / 2][4 + (k >= 8)], k % 2); };
+    emu_mma_f32<16>(c, A, B);
 }
 
 // PTX prmt's default mode with selector nibbles 0..7 (the kernels never set a nibble's bit 3).
@@ -212,6 +218,24 @@ struct __nv_fp8_e4m3 {
         return s ? -v : v;
     }
 };
+
+// mma.sync m16n8k32 e4m3.e4m3.f32 (ffn_w8a8.cu's mma_e4m3; the 8-bit fragment layout of the int8
+// MMA): each output adds the exact f64 sum of its 32 products to c, rounded once to f32, a
+// function of its own A row, B column and c only (as the device's per-element result).
+static inline float emu_e4m3(unsigned w, int byte) {
+    __nv_fp8_e4m3 v;
+    v.__x = (uint8_t)(w >> (8 * byte));
+    return (float)v;
+}
+static inline void mma_e4m3(float* c, const unsigned* a, const unsigned* b) {
+    emu_mma_post(a, b);
+    // The 8-bit layout: A[row][k] lane 4 (row % 8) + (k % 16) / 4, register (row >= 8) + 2 (k >= 16).
+    auto A = [](int row, int k) {
+        return emu_e4m3(emu_warp->mma[4 * (row % 8) + (k % 16) / 4][(row >= 8) + 2 * (k >= 16)], k % 4);
+    };
+    auto B = [](int k, int col) { return emu_e4m3(emu_warp->mma[4 * col + (k % 16) / 4][4 + (k >= 16)], k % 4); };
+    emu_mma_f32<32>(c, A, B);
+}
 
 // Run f() as every thread of a (gx, gy) grid of bx-thread blocks, one block at a time.
 template <class F>

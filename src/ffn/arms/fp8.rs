@@ -116,13 +116,14 @@ impl DenseFfnLayer {
         let call = self.kernels.quant_fp8_row.call().ptr("x", x).dim("m", m);
         let call = call.dim("k", w.k).dim("kp", w.kp).ptr("q", q).ptr("sx", s);
         self.launch(ctx, call)?;
-        let call = self
-            .kernels
-            .w8a8
-            .call()
-            .ptr("q", q)
-            .ptr("sx", s)
-            .dim("m", m);
+        // m <= 16 with the lever: the decode GEMV, whose bits equal the GEMM's.
+        let gemv = self.kernels.w8a8_gemv;
+        let kernel = if ctx.levers.w8a8_decode_gemv && m <= 16 && gemv.ok() {
+            gemv
+        } else {
+            self.kernels.w8a8
+        };
+        let call = kernel.call().ptr("q", q).ptr("sx", s).dim("m", m);
         let call = call.ptr("w", w.weight).ptr("sw", w.scale).ptr("y", y);
         self.launch(ctx, call.dim("n", w.n).dim("kp", w.kp).dim("ldy", ldy))
     }
