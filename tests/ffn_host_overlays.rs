@@ -19,13 +19,7 @@ fn lora_on_every_nvfp4_arm_and_its_refusals() {
     let wd = nvfp4_decoded(&w);
     let ad = LoraAdapter::random(&mut r, H, I, 8);
     let want_w = ad.applied_to(&wd);
-    let delta = DenseWeights {
-        gate: sub(&want_w.gate, &wd.gate),
-        up: sub(&want_w.up, &wd.up),
-        down: sub(&want_w.down, &wd.down),
-        hidden: H,
-        inter: I,
-    };
+    let delta = ad.delta(H, I);
     let lora = ["lora_a", "lora_b_add"];
     // (levers, method, m, tolerance): split-SiLU decode (the fused-down lever is ignored with an
     // adapter), k2/k3, the batch-m tier, prefill through the base GEMM and the _t GEMM.
@@ -480,9 +474,4 @@ fn pack_given_tiles_and_q4k_copies_are_validated_with_checked_sizes() {
         .to_string();
     assert!(e.contains("this layer is"), "{e}");
     assert!(l.weights().q4k.is_none());
-}
-
-/// a - b elementwise.
-fn sub(a: &[f32], b: &[f32]) -> Vec<f32> {
-    a.iter().zip(b).map(|(x, y)| x - y).collect()
 }

@@ -482,26 +482,34 @@ impl LoraAdapter {
         Ok(Self::encode(&m, hidden, inter, rank))
     }
 
-    /// `w` plus each projection's dense delta `scaling * B @ A` (f64 sums).
-    pub fn applied_to(&self, w: &DenseWeights) -> DenseWeights {
-        let (h, i) = (w.hidden, w.inter);
-        let add = |base: &[f32], e: &Encoded, n: usize, k: usize| -> Vec<f32> {
-            let d = layouts::lora::decode_delta(
-                &e.parts[0].1,
-                &e.parts[1].1,
-                n,
-                k,
-                self.rank,
-                self.scaling,
-            );
-            base.iter().zip(&d).map(|(a, b)| a + b).collect()
+    /// Each projection's dense delta `scaling * B @ A` (f64 sums), for a layer of `hidden` x
+    /// `inter`.
+    pub fn delta(&self, hidden: usize, inter: usize) -> DenseWeights {
+        let (h, i) = (hidden, inter);
+        let d = |e: &Encoded, n: usize, k: usize| -> Vec<f32> {
+            layouts::lora::decode_delta(&e.parts[0].1, &e.parts[1].1, n, k, self.rank, self.scaling)
         };
         DenseWeights {
-            gate: add(&w.gate, &self.enc[0], i, h),
-            up: add(&w.up, &self.enc[1], i, h),
-            down: add(&w.down, &self.enc[2], h, i),
+            gate: d(&self.enc[0], i, h),
+            up: d(&self.enc[1], i, h),
+            down: d(&self.enc[2], h, i),
             hidden: h,
             inter: i,
+        }
+    }
+
+    /// `w` plus each projection's dense delta ([`Self::delta`]).
+    pub fn applied_to(&self, w: &DenseWeights) -> DenseWeights {
+        let d = self.delta(w.hidden, w.inter);
+        let add = |base: &[f32], d: &[f32]| -> Vec<f32> {
+            base.iter().zip(d).map(|(a, b)| a + b).collect()
+        };
+        DenseWeights {
+            gate: add(&w.gate, &d.gate),
+            up: add(&w.up, &d.up),
+            down: add(&w.down, &d.down),
+            hidden: w.hidden,
+            inter: w.inter,
         }
     }
 

@@ -116,9 +116,10 @@ impl DenseFfnLayer {
         let call = self.kernels.quant_fp8_row.call().ptr("x", x).dim("m", m);
         let call = call.dim("k", w.k).dim("kp", w.kp).ptr("q", q).ptr("sx", s);
         self.launch(ctx, call)?;
-        // m <= 16 with the lever: the decode GEMV, whose bits equal the GEMM's.
+        // Within the GEMV's row cap, with the lever: the decode GEMV, whose bits equal the GEMM's.
         let gemv = self.kernels.w8a8_gemv;
-        let kernel = if ctx.levers.w8a8_decode_gemv && m <= 16 && gemv.ok() {
+        let fits = gemv.spec.row_cap.is_some_and(|cap| m <= cap);
+        let kernel = if ctx.levers.w8a8_decode_gemv && fits && gemv.ok() {
             gemv
         } else {
             self.kernels.w8a8
