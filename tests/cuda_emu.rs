@@ -1,6 +1,8 @@
 //! CI has no GPU, so it runs these kernel modules' CUDA sources as C++ on the host instead:
 //! `ffn_q8_1`, `ffn_q2g128`, `ffn_q4k_mmq`, `ffn_lora`, the NVFP4 GEMVs (on an m16n8k16 bf16 MMA
-//! stand-in) with `w4a16_gemv_ksplit`, and
+//! stand-in) with `w4a16_gemv_ksplit`, the W8A8 GEMMs (the sm_90a `w8a8_wgmma` on stand-ins for
+//! its copies and its wgmma, which read the shared memory through the descriptors and the
+//! 128-byte swizzle as the PTX ISA defines them), and
 //! the emulable part of `common.cuh`, including the int8 MMQ tile.
 //! The stand-ins for the CUDA builtins they use are in `tests/cuda_emu/prelude.h`: one IEEE
 //! operation each, `-ffp-contract=off`, and m16n8k32 int8 and m16n8k16 bf16 MMAs with the PTX fragment
@@ -77,7 +79,13 @@ fn emulator() -> Option<&'static Path> {
         }
         // The NVFP4, FP8 and BF16 GEMVs (the tensor-core GEMMs after them need the device), and
         // the W8A8 GEMM with its decode GEMV.
-        for m in ["ffn_nvfp4", "ffn_fp8", "ffn_bf16", "ffn_w8a8"] {
+        for m in [
+            "ffn_nvfp4",
+            "ffn_fp8",
+            "ffn_bf16",
+            "ffn_w8a8",
+            "ffn_w8a8_wgmma",
+        ] {
             let src = raw(m);
             let b = src
                 .find("// ---- host-emulated: begin")
@@ -724,5 +732,79 @@ fn w8a8_decode_gemv_reproduces_the_gemm_bits() {
         });
         let err = rel_err(&gemv, &want);
         assert!(err < 2e-6, "w8a8_gemv m={m}: {err}");
+    }
+}
+
+/// The sm_90a W8A8 GEMMs on the emulator (copies, descriptors, the 128-byte swizzle, the
+/// warpgroup's output positions, the two alternating partial sums): against the reference within
+/// 2e-6 on 130 rows (two m tiles), on an n that leaves a partial tile; the decode tiling
+/// (`w8a8_wgmma_m64`) gives the prefill tiling's bits on 64 rows, and a row alone through it
+/// gives that row's bits inside the 130 (tile positions 0, 63 and 129 - 128). Says nothing about
+/// the device's wgmma numerics, only that the kernels put each operand where the ISA says the
+/// wgmma reads it and add the stages in order.
+#[test]
+fn w8a8_wgmma_matches_the_reference_and_is_batch_invariant() {
+    use metrale_pack::gpu::table::spec;
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(31);
+    // k = 300 pads to kp = 384 (the layout's 128 alignment): three stages, zeros after 300.
+    let (n, k) = (136usize, 300usize);
+    let e = layouts::w8a8::encode(&r.vec(n * k, 0.05), n, k);
+    let (w, sw, kp) = (e.parts[0].1.clone(), e.parts[1].1.clone(), e.padded[1]);
+    assert_eq!(kp, 384);
+    let swf = bf32(&sw);
+    let mtot = 130;
+    let x = r.vec(mtot * k, 1.0);
+    let (mut q, mut sx) = (Vec::new(), Vec::new());
+    for i in 0..mtot {
+        let (qr, s) = reference::quantize_row_fp8(&x[i * k..(i + 1) * k], kp);
+        q.extend(qr);
+        sx.push(s);
+    }
+    let run = |name: &str, rows: std::ops::Range<usize>| -> Vec<u32> {
+        let sp = spec("ffn_w8a8_wgmma", name).unwrap();
+        let (bm, bn) = match name {
+            "w8a8_wgmma" => (128, 128),
+            _ => (64, 64),
+        };
+        let m = rows.len();
+        let mut a = [
+            A::P(q[rows.start * kp..rows.end * kp].to_vec()),
+            A::P(f32b(&sx[rows.clone()])),
+            A::I(m),
+            A::P(w.clone()),
+            A::P(sw.clone()),
+            A::P(f32b(&vec![f32::NAN; m * n])),
+            A::I(n),
+            A::I(kp),
+            A::I(n),
+        ];
+        launch(
+            exe,
+            name,
+            (m.div_ceil(bm), n.div_ceil(bn)),
+            sp.grid.threads,
+            &mut a,
+        );
+        bf32(buf(&a[5])).iter().map(|f| f.to_bits()).collect()
+    };
+    let all = run("w8a8_wgmma", 0..mtot);
+    let want = rows64(mtot, n, |i, row| {
+        reference::w8a8_row(&q[i * kp..(i + 1) * kp], sx[i], &w, &swf, n, kp, row)
+    });
+    let got: Vec<f32> = all.iter().map(|&b| f32::from_bits(b)).collect();
+    let err = rel_err(&got, &want);
+    assert!(err < 2e-6, "w8a8_wgmma m={mtot}: {err}");
+    assert_eq!(
+        run("w8a8_wgmma_m64", 0..64),
+        all[..64 * n],
+        "the decode tiling's bits differ from the prefill tiling's"
+    );
+    for row in [0usize, 63, 129] {
+        assert_eq!(
+            run("w8a8_wgmma_m64", row..row + 1),
+            all[row * n..(row + 1) * n],
+            "row {row}: alone differs from inside the batch"
+        );
     }
 }

@@ -122,15 +122,31 @@ fn w8a8_declared_arm_fixed_path_and_refusals() {
             "{method}: {:?}",
             c.trace
         );
-        assert_eq!(count(&c.trace, "w8a8_gemm"), 3);
+        // Every m through the sm_90a wgmma GEMM where it resolved (the host has every kernel).
+        assert_eq!(count(&c.trace, "w8a8_wgmma"), 3, "{method}: {:?}", c.trace);
         // FP8 activations (3 mantissa bits) on top of FP8 weights.
         let e = rel_err(&y, &ffn_f64(&xs, m, &wd, Activation::Silu));
         assert!(e < 0.08, "{method} m={m}: {e}");
     }
-    // METRALE_W8A8_DECODE_GEMV: m <= 16 projections through w8a8_gemv, larger ones the GEMM;
-    // the host computes both with the same twin, so the outputs are the same bits.
+    // Without the wgmma GEMM (another device, or METRALE_W8A8_WGMMA=0), the portable GEMM
+    // serves every m; with METRALE_W8A8_DECODE_GEMV, m <= 16 projections go through w8a8_gemv.
+    // The host computes all three with the same twin, so the outputs are the same bits.
+    for (backend, lev) in [
+        (HostBackend::without(&["w8a8_wgmma"]), vec![]),
+        (HostBackend::new(), vec![("METRALE_W8A8_WGMMA", "0")]),
+    ] {
+        let mut cf = ctx(backend, levers(&lev));
+        let mut lf = DenseFfnLayer::new(&cf);
+        install_w8a8(cf.backend.as_ref(), &mut lf, &w).unwrap();
+        for (method, m) in [("forward", 1), ("fixed", 100)] {
+            let (x, _) = input(&cf, &mut r, m);
+            run(&mut cf, &lf, method, x, m).unwrap();
+            assert_eq!(count(&cf.trace, "w8a8_gemm"), 3, "{lev:?} {method}");
+            assert_eq!(count(&cf.trace, "w8a8_wgmma"), 0, "{lev:?} {method}");
+        }
+    }
     let mut cg = ctx(
-        HostBackend::new(),
+        HostBackend::without(&["w8a8_wgmma"]),
         levers(&[("METRALE_W8A8_DECODE_GEMV", "1")]),
     );
     let mut lg = DenseFfnLayer::new(&cg);
@@ -154,7 +170,7 @@ fn w8a8_declared_arm_fixed_path_and_refusals() {
     // Past w8a8_max_rows, prefill falls through to the next installed arm (FP8).
     let (x, _) = input(&c, &mut r, 65);
     run(&mut c, &layer, "prefill", x, 65).unwrap();
-    assert_eq!(count(&c.trace, "w8a8_gemm"), 0);
+    assert_eq!(count(&c.trace, "w8a8_wgmma"), 0);
     assert_eq!(count(&c.trace, "w8a16_gemm_pipelined"), 3);
     // Fixed path: a row's bits do not depend on the batch.
     let (x, xs) = input(&c, &mut r, 9);

@@ -1,4 +1,5 @@
-//! Every kernel module compiles with NVRTC for sm_90 and defines the entry points the layer and
+//! Every kernel module compiles with NVRTC for sm_90 (sm_90a for the modules written for
+//! Hopper's own instructions) and defines the entry points the layer and
 //! the host backend name. Needs libnvrtc and the CUDA headers, no GPU: scripts/test.sh installs
 //! them from PyPI (nvidia-cuda-nvrtc, nvidia-cuda-runtime) and sets METRALE_REQUIRE_NVRTC=1, so
 //! in CI a missing NVRTC is a failure; elsewhere the test says it skipped.
@@ -21,7 +22,9 @@ fn every_module_compiles_for_sm90_with_its_entry_points() {
         "no CUDA headers: set METRALE_CUDA_INCLUDE"
     );
     for (module, _) in kernels::MODULES {
-        let cubin = cuda::compile_cubin(module, "sm_90", include.as_deref())
+        // Arch-specific modules (wgmma) build for their target, sm_90a on an sm_90 device.
+        let arch = kernels::module_arch(module, "sm_90").expect("every module runs on sm_90");
+        let cubin = cuda::compile_cubin(module, &arch, include.as_deref())
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(&cubin[..4], b"\x7fELF", "{module}: not an ELF cubin");
         let names = kernels::entry_points(module);
@@ -53,6 +56,8 @@ fn kernel_sources_take_block_sizes_from_the_shared_defines() {
     for (module, src) in sources {
         for (i, line) in src.lines().enumerate() {
             let code = line.split("//").next().unwrap_or("");
+            // Inline-PTX operand lists name registers by number (`%36`, `"+f"(d[36])`).
+            let code = code.replace('%', "%_").replace("d[", "d[_");
             for lit in ["36", "144", "34", "4608"] {
                 let hit = code
                     .split(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '.')
@@ -65,4 +70,25 @@ fn kernel_sources_take_block_sizes_from_the_shared_defines() {
             "{module}: the defines are not prepended"
         );
     }
+}
+
+/// The wgmma module builds only for an sm_90 device (as sm_90a); elsewhere its arms fall back.
+#[test]
+fn arch_specific_modules_build_only_for_their_device() {
+    assert_eq!(
+        kernels::module_arch("ffn_w8a8_wgmma", "sm_90").as_deref(),
+        Some("sm_90a")
+    );
+    assert_eq!(kernels::module_arch("ffn_w8a8_wgmma", "sm_80"), None);
+    assert_eq!(kernels::module_arch("ffn_w8a8_wgmma", "sm_100"), None);
+    assert_eq!(
+        kernels::module_arch("ffn_w8a8", "sm_80").as_deref(),
+        Some("sm_80")
+    );
+    if cuda::nvrtc_version().is_err() {
+        return;
+    }
+    // The portable target rejects the wgmma instruction: the module is not silently portable.
+    let include = cuda::cuda_include_dir();
+    assert!(cuda::compile_cubin("ffn_w8a8_wgmma", "sm_90", include.as_deref()).is_err());
 }

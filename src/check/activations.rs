@@ -226,6 +226,16 @@ pub fn arms_of(ov: &LayerOverlays) -> Vec<Arm> {
     }
     if ov.nvfp4.is_some() {
         out.push(arm("nvfp4", base.clone(), d(), false));
+        let fused_down = ModelLevers {
+            ffn_silu_fused_down: true,
+            ..ModelLevers::default()
+        };
+        out.push(arm(
+            "nvfp4 silu fused down",
+            base.clone(),
+            fused_down,
+            false,
+        ));
         out.push(arm("nvfp4 fixed (W4A4)", base.clone(), d(), true));
         if any(&ov.nvfp4_t.map(|t| t.map(|t| t.codes()))) {
             let o = LayerOverlays {

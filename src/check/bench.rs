@@ -30,24 +30,35 @@ pub fn benchmarks(
     let weight_bytes = |per_elem: f64| per_elem * (3 * h * i) as f64;
     // Decode (m = 1): effective weight bandwidth of each arm.
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-    let arms: [(&str, Install, f64); 4] = [
+    type Env = &'static [(&'static str, &'static str)];
+    let arms: [(&str, Install, f64, Env); 5] = [
         (
             "fp8 fused gate+up GEMV chain",
             |b, l, w| install_fp8(b, l, w, true),
             1.0 + 4.0 / 16384.0,
+            &[],
         ),
         (
             "fp8 GEMV chain",
             |b, l, w| install_fp8(b, l, w, false),
             1.0 + 4.0 / 16384.0,
+            &[],
         ),
-        ("w8a8 (quantize + FP8 MMA)", install_w8a8, 1.0),
-        ("bf16 GEMV chain", install_bf16, 2.0),
+        ("w8a8 (quantize + wgmma GEMM)", install_w8a8, 1.0, &[]),
+        (
+            "w8a8 portable (mma.sync GEMM)",
+            install_w8a8,
+            1.0,
+            &[("METRALE_W8A8_WGMMA", "0")],
+        ),
+        ("bf16 GEMV chain", install_bf16, 2.0, &[]),
     ];
-    for (name, install, bpe) in arms {
+    // (arm, m, seconds) of every whole-layer prefill, for the ratios to the BF16 layer.
+    let mut prefill_times: Vec<(&str, usize, f64)> = Vec::new();
+    for (name, install, bpe, env) in arms {
         let levers = ModelLevers {
             w8a8_max_rows: 4096,
-            ..ModelLevers::default()
+            ..levers_with(env)
         };
         let mut ctx = ForwardContext::new(b.clone(), cfg, 4096, levers)?;
         let mut layer = DenseFfnLayer::new(&ctx);
@@ -69,7 +80,7 @@ pub fn benchmarks(
         )?;
         decode_sweep(b.as_ref(), &layer, &mut ctx, x, name, t, &mut out)?;
         if name.starts_with("fp8 GEMV") || name.starts_with("w8a8") || name.starts_with("bf16") {
-            for m in [512usize, 1024, 2048, 4096] {
+            for m in PREFILL_MS {
                 upload_f32(
                     b.as_ref(),
                     x.view(0, (m * h * 4) as u64),
@@ -78,6 +89,7 @@ pub fn benchmarks(
                 let t = time_median(b.as_ref(), 10, || {
                     layer.forward_prefill(&mut ctx, x, m).map(|_| ())
                 })?;
+                prefill_times.push((name, m, t));
                 let flops = 2.0 * m as f64 * (3 * h * i) as f64;
                 out.push(format!(
                     "prefill m={m:<5} {name:<30} {:>8.2} ms  {:>6.1} TFLOP/s",
@@ -170,10 +182,11 @@ pub fn benchmarks(
             ));
             decode_sweep(b.as_ref(), &layer, &mut ctx, x, name, t, &mut out)?;
         } else {
-            for m in [64usize, 512, 1024, 2048, 4096] {
+            for m in PREFILL_MS {
                 let t = time_median(b.as_ref(), 10, || {
                     layer.forward_prefill(&mut ctx, x, m).map(|_| ())
                 })?;
+                prefill_times.push((name, m, t));
                 let flops = 2.0 * m as f64 * (3 * h * i) as f64;
                 out.push(format!(
                     "prefill m={m:<5} {name:<30} {:>8.2} ms  {:>6.1} TFLOP/s",
@@ -183,6 +196,18 @@ pub fn benchmarks(
             }
         }
         b.free(x);
+    }
+    // Each prefill arm against the BF16 layer (cuBLAS) at the same m, measured in this run.
+    for &(name, m, t) in &prefill_times {
+        let bf16 = prefill_times
+            .iter()
+            .find(|(n, bm, _)| n.starts_with("bf16") && *bm == m);
+        if let Some(&(_, _, tb)) = bf16.filter(|_| !name.starts_with("bf16")) {
+            out.push(format!(
+                "prefill m={m:<5} {name:<30} {:>5.2}x the BF16 layer (cuBLAS) at this m",
+                tb / t
+            ));
+        }
     }
     // The start-up cost a pack saves: each finalize's GPU work for one layer.
     type Finalize = fn(&mut DenseFfnLayer, &mut ForwardContext, usize, usize) -> GpuResult<bool>;
@@ -277,6 +302,42 @@ fn free_nvfp4_family(b: &dyn GpuBackend, layer: &DenseFfnLayer) {
         }
     }
 }
+
+/// The m = 1 decode chain captured once as a CUDA graph on a new stream, then replayed: the
+/// median seconds per replay (host wall clock, synchronized) and a test of the replay's output
+/// against another output's bits.
+#[allow(clippy::type_complexity)]
+fn graph_decode(
+    b: &dyn GpuBackend,
+    layer: &DenseFfnLayer,
+    ctx: &mut ForwardContext,
+    x: crate::gpu::DevicePtr,
+) -> GpuResult<(f64, Box<dyn Fn(&[f32]) -> bool>)> {
+    let s = b.new_stream()?;
+    ctx.stream = s;
+    let mut y = crate::gpu::DevicePtr::NULL;
+    let g = b.capture(s, &mut || {
+        y = layer.forward(ctx, x)?;
+        Ok(())
+    });
+    ctx.stream = 0;
+    let g = g?;
+    let t = time_median(b, 200, || b.replay(g, s))?;
+    let got = download_f32(b, y)?;
+    Ok((
+        t,
+        Box::new(move |want: &[f32]| {
+            want.len() == got.len()
+                && want
+                    .iter()
+                    .zip(&got)
+                    .all(|(a, c)| a.to_bits() == c.to_bits())
+        }),
+    ))
+}
+
+/// The prefill row counts every arm is timed at (short prompts are most of the traffic).
+const PREFILL_MS: [usize; 5] = [64, 512, 1024, 2048, 4096];
 
 /// The sm_90 default levers with the given environment switches set.
 fn levers_with(env: &[(&str, &str)]) -> ModelLevers {
@@ -375,6 +436,17 @@ fn small_shape_decode(b: &Arc<dyn GpuBackend>, rng: &mut Rand, out: &mut Lines) 
             "decode m=1 smollm2 576x1536 {name:<24} {:>7.1} us  {launches} launches per layer (host wall clock, synchronized)",
             t * 1e6
         ));
+        let plain = download_f32(b.as_ref(), layer.forward(&mut ctx, x)?)?;
+        match graph_decode(b.as_ref(), &layer, &mut ctx, x) {
+            Ok((t, same)) => out.push(format!(
+                "decode m=1 smollm2 576x1536 {name:<24} {:>7.1} us  the same {launches} launches as one CUDA graph; output bits {} the launched chain's",
+                t * 1e6,
+                if same(&plain) { "equal" } else { "DIFFER from" }
+            )),
+            Err(e) => out.push(format!(
+                "decode m=1 smollm2 576x1536 {name:<24} CUDA graph not captured: {e}"
+            )),
+        }
         b.free(x);
     }
     Ok(())

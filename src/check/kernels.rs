@@ -185,30 +185,52 @@ fn w8a8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             qr == q[r * ww.kp..(r + 1) * ww.kp] && s.to_bits() == sx[r].to_bits()
         });
         c.bits(rows, "quantize_act_fp8_row (bits)", m, exact);
-        let err = c.err(m, |r| {
+        // Each GEMM over the same quantized rows (the projection above routed to one of them),
+        // against the reference: FP8 tensor-core accumulation is not full f32 on Hopper, 1e-3.
+        let (q, s) = (c.ctx.arena.act_codes, c.ctx.arena.act_scale);
+        let reference = |r: usize| {
             let (qr, s) = reference::quantize_row_fp8(c.xr(r), ww.kp);
             let mut out = vec![0f32; n];
             reference::w8a8_row(&qr, s, &we.parts[0].1, &wsc, n, ww.kp, &mut out);
             out
-        })?;
-        // FP8 tensor-core accumulation is not full f32 on Hopper: 1e-3.
-        c.row(rows, "w8a8_gemm", m, err, 1e-3);
-        // The decode GEMV (m <= 16) over the same quantized rows: the GEMM's bits exactly.
-        let gemv = c.kk.w8a8_gemv;
-        if m <= gemv.spec.row_cap.unwrap_or(0) {
-            let gemm_y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
+        };
+        let mut outputs: Vec<(&str, Vec<f32>)> = Vec::new();
+        for kernel in [
+            c.kk.w8a8,
+            c.kk.w8a8_wgmma,
+            c.kk.w8a8_wgmma_m64,
+            c.kk.w8a8_gemv,
+        ] {
+            let fits = kernel.spec.row_cap.is_none_or(|cap| m <= cap);
+            if !kernel.ok() || !fits {
+                continue;
+            }
             c.poison_y()?;
-            let (q, s) = (c.ctx.arena.act_codes, c.ctx.arena.act_scale);
-            let call = gemv.call().ptr("q", q).ptr("sx", s).dim("m", m);
+            let call = kernel.call().ptr("q", q).ptr("sx", s).dim("m", m);
             let call = call.ptr("w", ww.weight).ptr("sw", ww.scale).ptr("y", yd);
             c.launch(call.dim("n", n).dim("kp", ww.kp).dim("ldy", n))?;
             b.synchronize(0)?;
+            let err = c.err(m, reference)?;
+            c.row(rows, kernel.spec.name, m, err, 1e-3);
             let y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
-            let same = y
+            outputs.push((kernel.spec.name, y));
+        }
+        // The decode GEMV (m <= 16) reproduces the portable GEMM bit for bit.
+        let bits = |name: &str| outputs.iter().find(|(k, _)| *k == name).map(|(_, y)| y);
+        if let (Some(gemm), Some(gemv)) = (bits("w8a8_gemm"), bits("w8a8_gemv")) {
+            let same = gemv
                 .iter()
-                .zip(&gemm_y)
+                .zip(gemm)
                 .all(|(a, g)| a.to_bits() == g.to_bits());
             c.bits(rows, "w8a8_gemv (bits = w8a8_gemm)", m, same);
+        }
+        // The two wgmma tilings compute each output alike: the same bits.
+        if let (Some(big), Some(small)) = (bits("w8a8_wgmma"), bits("w8a8_wgmma_m64")) {
+            let same = small
+                .iter()
+                .zip(big)
+                .all(|(a, g)| a.to_bits() == g.to_bits());
+            c.bits(rows, "w8a8_wgmma_m64 (bits = w8a8_wgmma)", m, same);
         }
     }
     b.free(ww.weight);

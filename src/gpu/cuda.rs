@@ -3,8 +3,8 @@
 //! use and cached on disk (keyed by source, options, arch and NVRTC version), cuBLAS for BF16.
 
 use super::{
-    DevicePtr, EventId, GemmBf16, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg,
-    StreamId, kernels,
+    DevicePtr, EventId, GemmBf16, GpuBackend, GpuError, GpuResult, GraphId, KArg, KernelHandle,
+    LaunchCfg, StreamId, kernels,
 };
 use cudarc::driver::{result as cu, sys as cus};
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
@@ -155,6 +155,10 @@ struct State {
     events: Vec<cus::CUevent>,
     /// Reserved address ranges (`reserve`) by base address: their size and mapped pieces.
     reserved: HashMap<u64, Reserved>,
+    /// Instantiated launch graphs (`capture`), by `GraphId - 1`.
+    graphs: Vec<cus::CUgraphExec>,
+    /// Functions whose dynamic shared-memory limit was raised, and to what.
+    smem_limit: HashMap<usize, u32>,
 }
 
 /// A reserved device address range and the physical pieces mapped into it.
@@ -237,6 +241,8 @@ impl CudaBackend {
                 streams: Vec::new(),
                 events: Vec::new(),
                 reserved: HashMap::new(),
+                graphs: Vec::new(),
+                smem_limit: HashMap::new(),
             }),
             launches: AtomicU64::new(0),
         })
@@ -283,17 +289,28 @@ impl CudaBackend {
         }
         let src = kernels::source(module)
             .ok_or_else(|| GpuError::Invalid(format!("no kernel module {module}")))?;
+        let Some(arch) = kernels::module_arch(module, &self.arch) else {
+            let e = GpuError::Compile {
+                module: module.into(),
+                arch: self.arch.clone(),
+                log: "written for another architecture's instructions; its arms use the \
+                      portable kernels"
+                    .into(),
+            };
+            st.modules.insert(module.into(), None);
+            st.compile_errors.insert(module.into(), e.to_string());
+            return Err(e);
+        };
         let ver = nvrtc_version()?;
-        let opts = compile_options(&self.arch, self.include.as_deref());
-        let key = xxhash_rust::xxh3::xxh3_64(
-            format!("{src}\0{opts:?}\0{}\0{ver:?}", self.arch).as_bytes(),
-        );
+        let opts = compile_options(&arch, self.include.as_deref());
+        let key =
+            xxhash_rust::xxh3::xxh3_64(format!("{src}\0{opts:?}\0{arch}\0{ver:?}").as_bytes());
         let path = self
             .cache_dir
-            .join(format!("{module}-{}-{key:016x}.cubin", self.arch));
+            .join(format!("{module}-{arch}-{key:016x}.cubin"));
         let cubin = match std::fs::read(&path) {
             Ok(b) => b,
-            Err(_) => match compile_cubin(module, &self.arch, self.include.as_deref()) {
+            Err(_) => match compile_cubin(module, &arch, self.include.as_deref()) {
                 Ok(b) => {
                     let _ = std::fs::create_dir_all(&self.cache_dir);
                     let tmp = crate::atomic::temp_path(&path);
@@ -395,6 +412,37 @@ impl CudaBackend {
 }
 
 impl CudaBackend {
+    /// Raise `f`'s dynamic shared-memory limit to `smem` when it is above the 48 KiB every
+    /// function gets (once per function and size).
+    fn raise_smem_limit(&self, k: KernelHandle, f: cus::CUfunction, smem: u32) -> GpuResult<()> {
+        const DEFAULT_LIMIT: u32 = 48 << 10;
+        if smem <= DEFAULT_LIMIT {
+            return Ok(());
+        }
+        let mut st = self.state.lock().unwrap();
+        if st
+            .smem_limit
+            .get(&(k.0 as usize))
+            .is_some_and(|&v| v >= smem)
+        {
+            return Ok(());
+        }
+        let v = i32::try_from(smem)
+            .map_err(|_| GpuError::Invalid(format!("{smem} bytes of shared memory")))?;
+        // SAFETY: FFI on a loaded function of the current context.
+        unsafe {
+            cus::cuFuncSetAttribute(
+                f,
+                cus::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                v,
+            )
+        }
+        .result()
+        .map_err(cuerr("cuFuncSetAttribute"))?;
+        st.smem_limit.insert(k.0 as usize, smem);
+        Ok(())
+    }
+
     /// The device-to-device copy ceiling: bytes read plus written per second, median of 10
     /// copies of `bytes` between two device buffers.
     pub fn copy_ceiling(&self, bytes: u64) -> GpuResult<f64> {
@@ -565,8 +613,12 @@ impl GpuBackend for CudaBackend {
         {
             return KernelHandle(h);
         }
+        let first = !self.state.lock().unwrap().modules.contains_key(module);
         if let Err(e) = self.load_module(module) {
-            tracing::warn!("{e}");
+            // Said once per module: the arms that need it fall back.
+            if first {
+                tracing::warn!("{e}");
+            }
             return KernelHandle(0);
         }
         let mut st = self.state.lock().unwrap();
@@ -582,7 +634,7 @@ impl GpuBackend for CudaBackend {
         &self,
         k: KernelHandle,
         cfg: LaunchCfg,
-        _stream: StreamId,
+        stream: StreamId,
         args: &[KArg],
     ) -> GpuResult<()> {
         let f = {
@@ -591,7 +643,9 @@ impl GpuBackend for CudaBackend {
                 .get((k.0 as usize).wrapping_sub(1))
                 .ok_or_else(|| GpuError::Invalid(format!("bad kernel handle {}", k.0)))?
         };
+        let s = self.stream(stream)?;
         self.current()?;
+        self.raise_smem_limit(k, f, cfg.smem)?;
         let mut vals: Vec<u64> = args
             .iter()
             .map(|a| {
@@ -613,20 +667,11 @@ impl GpuBackend for CudaBackend {
         // SAFETY: `f` is a loaded function; each parameter points at a u64 whose low bytes hold
         // the little-endian i32/f32/pointer the kernel signature expects (x86-64 and CUDA are both
         // little-endian), alive until the launch call returns (the driver copies them).
-        unsafe {
-            cu::launch_kernel(
-                f,
-                cfg.grid,
-                cfg.block,
-                cfg.smem,
-                std::ptr::null_mut(),
-                &mut params,
-            )
-        }
-        .map_err(cuerr("cuLaunchKernel"))?;
+        unsafe { cu::launch_kernel(f, cfg.grid, cfg.block, cfg.smem, s, &mut params) }
+            .map_err(cuerr("cuLaunchKernel"))?;
         Ok(())
     }
-    fn gemm_bf16(&self, gm: &GemmBf16, _s: StreamId) -> GpuResult<()> {
+    fn gemm_bf16(&self, gm: &GemmBf16, stream: StreamId) -> GpuResult<()> {
         let GemmBf16 {
             x,
             w,
@@ -638,7 +683,15 @@ impl GpuBackend for CudaBackend {
         } = *gm;
         use cudarc::cublas::sys as cb;
         let h = self.cublas()?;
+        let s = self.stream(stream)?;
         self.current()?;
+        // SAFETY: FFI on the live handle; `s` is null (the legacy stream) or a stream of ours.
+        unsafe { cudarc::cublas::sys::cublasSetStream_v2(h, s as _) }
+            .result()
+            .map_err(|e| GpuError::Cuda {
+                call: "cublasSetStream".into(),
+                msg: format!("{e:?}"),
+            })?;
         let (alpha, beta) = (1.0f32, 0.0f32);
         self.launches.fetch_add(1, Ordering::Relaxed);
         // Row-major y[m, n] = x[m, k] w[n, k]^T is column-major y^T (n x m) = w^T... i.e.
@@ -764,6 +817,63 @@ impl GpuBackend for CudaBackend {
             // SAFETY: the caller passes memory from alloc_pinned with no copy in flight.
             let _ = unsafe { cu::free_host(p as *mut c_void) };
         }
+    }
+    fn capture(
+        &self,
+        stream: StreamId,
+        f: &mut dyn FnMut() -> GpuResult<()>,
+    ) -> GpuResult<GraphId> {
+        if stream == 0 {
+            return Err(GpuError::Invalid(
+                "capture: the legacy default stream cannot be captured; pass a new_stream".into(),
+            ));
+        }
+        let s = self.stream(stream)?;
+        self.current()?;
+        // SAFETY: FFI on a stream this backend created; thread-local mode refuses only this
+        // thread's unsafe calls while capturing.
+        unsafe {
+            cus::cuStreamBeginCapture_v2(
+                s,
+                cus::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        }
+        .result()
+        .map_err(cuerr("cuStreamBeginCapture"))?;
+        let ran = f();
+        let mut graph: cus::CUgraph = std::ptr::null_mut();
+        // SAFETY: ends the capture begun above (also when `f` failed), writing the graph handle.
+        let ended = unsafe { cus::cuStreamEndCapture(s, &mut graph) }.result();
+        ran?;
+        ended.map_err(cuerr("cuStreamEndCapture"))?;
+        let mut exec: cus::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: `graph` is the captured graph; the executable copy outlives it, so the graph
+        // is destroyed at once.
+        let inst = unsafe {
+            let r = cus::cuGraphInstantiateWithFlags(&mut exec, graph, 0).result();
+            let _ = cus::cuGraphDestroy(graph);
+            r
+        };
+        inst.map_err(cuerr("cuGraphInstantiate"))?;
+        let mut st = self.state.lock().unwrap();
+        st.graphs.push(exec);
+        Ok(st.graphs.len() as GraphId)
+    }
+    fn replay(&self, g: GraphId, stream: StreamId) -> GpuResult<()> {
+        let exec = self
+            .state
+            .lock()
+            .unwrap()
+            .graphs
+            .get((g as usize).wrapping_sub(1))
+            .copied()
+            .ok_or_else(|| GpuError::Invalid(format!("no graph {g}")))?;
+        let s = self.stream(stream)?;
+        self.current()?;
+        // SAFETY: an instantiated graph of this backend's context on one of its streams.
+        unsafe { cus::cuGraphLaunch(exec, s) }
+            .result()
+            .map_err(cuerr("cuGraphLaunch"))
     }
     unsafe fn upload_async(
         &self,

@@ -12,7 +12,25 @@ pub const MODULES: &[(&str, &str)] = &[
     ("ffn_q8_1", include_str!("../../kernels/ffn_q8_1.cu")),
     ("ffn_q2g128", include_str!("../../kernels/ffn_q2g128.cu")),
     ("ffn_q4k_mmq", include_str!("../../kernels/ffn_q4k_mmq.cu")),
+    (
+        "ffn_w8a8_wgmma",
+        include_str!("../../kernels/ffn_w8a8_wgmma.cu"),
+    ),
 ];
+
+/// Modules written for one architecture's own instructions (`wgmma`, `setmaxnreg`): the
+/// device arch they run on and the target NVRTC compiles them for.
+pub const ARCH_SPECIFIC: &[(&str, &str, &str)] = &[("ffn_w8a8_wgmma", "sm_90", "sm_90a")];
+
+/// The target NVRTC compiles `module` for on a device of `device_arch` (`sm_90`): the device's
+/// own for portable modules, the arch-specific target (`sm_90a`) for a module written for it,
+/// and `None` where the module cannot run on this device (its arms fall back).
+pub fn module_arch(module: &str, device_arch: &str) -> Option<String> {
+    match ARCH_SPECIFIC.iter().find(|(m, _, _)| *m == module) {
+        Some((_, dev, target)) => (*dev == device_arch).then(|| target.to_string()),
+        None => Some(device_arch.to_string()),
+    }
+}
 
 /// The helpers every module may share (`kernels/common.cuh`).
 pub const COMMON: &str = include_str!("../../kernels/common.cuh");

@@ -22,6 +22,9 @@ pub struct ModelLevers {
     /// `METRALE_W8A8_DECODE_GEMV` over HARDWARE.toml `w8a8_decode_gemv`: the W8A8 arm's m <= 16
     /// projections through `w8a8_gemv` (the GEMM's bits, more warps).
     pub w8a8_decode_gemv: bool,
+    /// `METRALE_W8A8_WGMMA` over HARDWARE.toml `w8a8_wgmma`: the W8A8 arm's projections (every
+    /// m) through the sm_90a `w8a8_wgmma` GEMM where the device built it.
+    pub w8a8_wgmma: bool,
     /// `METRALE_FFN_GATEUP_FUSED` over HARDWARE.toml `ffn_gateup_fused`.
     pub ffn_gateup_fused: bool,
     /// `METRALE_Q4K_MMQ=1` (old name `METRALE_FFN_MMQ`): build the `q4k_mmq` arm at load.
@@ -96,6 +99,7 @@ impl ModelLevers {
             ffn_m16_tc: flag_or("METRALE_FFN_M16_TC", "ffn_m16_tc", false),
             w8a8_max_rows: num_or("METRALE_W8A8_MAX_ROWS", "w8a8_max_rows", 64),
             w8a8_decode_gemv: flag_or("METRALE_W8A8_DECODE_GEMV", "w8a8_decode_gemv", false),
+            w8a8_wgmma: flag_or("METRALE_W8A8_WGMMA", "w8a8_wgmma", false),
             ffn_gateup_fused: flag_or("METRALE_FFN_GATEUP_FUSED", "ffn_gateup_fused", true),
             q4k_mmq: flag("METRALE_Q4K_MMQ") || flag("METRALE_FFN_MMQ"),
             q4k_mmq_down_q4k: flag("METRALE_Q4K_MMQ_DOWN_Q4K") || flag("METRALE_FFN_MMQ_DOWN_Q4K"),
@@ -151,12 +155,17 @@ mod tests {
         let d = ModelLevers::default();
         assert!(!d.ffn_m16_tc && d.ffn_small_m && d.ffn_gateup_fused && !d.ffn_batch16);
         assert!(!d.w8a8_decode_gemv);
+        assert!(
+            d.w8a8_wgmma,
+            "kernels/sm_90/HARDWARE.toml turns the wgmma GEMM on"
+        );
         assert_eq!(d.w8a8_max_rows, 64);
         let env: HashMap<String, String> = [
             ("METRALE_FFN_M16_TC", "1"),
             ("METRALE_FFN_SMALLM", "0"),
             ("METRALE_W8A8_MAX_ROWS", "8"),
             ("METRALE_W8A8_DECODE_GEMV", "1"),
+            ("METRALE_W8A8_WGMMA", "0"),
         ]
         .into_iter()
         .map(|(a, b)| (a.into(), b.into()))
@@ -164,7 +173,7 @@ mod tests {
         let l = ModelLevers::from_map(&env, HARDWARE_SM90);
         assert!(l.ffn_m16_tc && !l.ffn_small_m);
         assert_eq!(l.w8a8_max_rows, 8);
-        assert!(l.w8a8_decode_gemv);
+        assert!(l.w8a8_decode_gemv && !l.w8a8_wgmma);
         let hw_on = ModelLevers::from_map(&HashMap::new(), "ffn_m16_tc = true # comment");
         assert!(hw_on.ffn_m16_tc);
     }

@@ -64,6 +64,9 @@ pub type StreamId = u64;
 /// A timing event.
 pub type EventId = u64;
 
+/// A captured launch graph (CUDA graph), replayed by [`GpuBackend::replay`].
+pub type GraphId = u64;
+
 /// A kernel argument.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum KArg {
@@ -90,8 +93,7 @@ pub struct LaunchCfg {
 }
 
 impl LaunchCfg {
-    /// A `gx` x `gy` grid of `block`-thread blocks without dynamic shared memory (every kernel
-    /// here).
+    /// A `gx` x `gy` grid of `block`-thread blocks without dynamic shared memory.
     pub fn grid(gx: usize, gy: usize, block: usize) -> Self {
         LaunchCfg {
             grid: (gx as u32, gy as u32, 1),
@@ -235,6 +237,26 @@ pub trait GpuBackend: Send + Sync {
     /// # Safety
     /// `p` came from `alloc_pinned` and no copy from it is in flight.
     unsafe fn free_pinned(&self, p: *mut u8);
+    /// Record the launches `f` queues on `stream` (a stream from [`new_stream`](Self::new_stream))
+    /// into a graph instead of running them (CUDA stream capture): `f` must launch only on that
+    /// stream, without allocating, copying or synchronizing. The default has no graphs.
+    fn capture(
+        &self,
+        _stream: StreamId,
+        _f: &mut dyn FnMut() -> GpuResult<()>,
+    ) -> GpuResult<GraphId> {
+        Err(GpuError::Invalid(format!(
+            "{}: no launch graphs on this backend",
+            self.name()
+        )))
+    }
+    /// Queue a captured graph's launches on `stream` as one submission.
+    fn replay(&self, _g: GraphId, _stream: StreamId) -> GpuResult<()> {
+        Err(GpuError::Invalid(format!(
+            "{}: no launch graphs on this backend",
+            self.name()
+        )))
+    }
     /// Queue a host-to-device copy on `stream`.
     ///
     /// # Safety

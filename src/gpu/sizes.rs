@@ -45,6 +45,33 @@ pub const BF16_GEMV_ROWS: usize = 16;
 /// 4 rows, k split in two).
 pub const FP8_GEMV_ROWS: usize = 16;
 
+/// Output rows (activation rows) per block of the sm_90a W8A8 prefill GEMM `w8a8_wgmma`: two
+/// consumer warpgroups of one `wgmma` m64 each.
+pub const W8A8_WGMMA_BM: usize = 128;
+/// Output columns (weight rows) per block of `w8a8_wgmma`: one `wgmma` n128.
+pub const W8A8_WGMMA_BN: usize = 128;
+/// k bytes per shared-memory stage of the W8A8 wgmma GEMMs: one 128-byte swizzle row, four
+/// `wgmma` k32 steps, and the span whose tensor-core sum is added into the f32 total.
+pub const W8A8_WGMMA_BK: usize = 128;
+/// Shared-memory stages of `w8a8_wgmma`'s copy pipeline.
+pub const W8A8_WGMMA_STAGES: usize = 5;
+/// Dynamic shared memory of one `w8a8_wgmma` block: the stages, plus 1024 bytes to align the
+/// base to the 128-byte swizzle's 1024-byte atom.
+pub const W8A8_WGMMA_SMEM: usize =
+    W8A8_WGMMA_STAGES * (W8A8_WGMMA_BM + W8A8_WGMMA_BN) * W8A8_WGMMA_BK + 1024;
+/// Rows per block of the decode tiling `w8a8_wgmma_m64` (one warpgroup; its row cap).
+pub const W8A8_WGMMA_SMALL_BM: usize = 64;
+/// Weight rows per block of `w8a8_wgmma_m64` (`wgmma` n64: twice the blocks of n128).
+pub const W8A8_WGMMA_SMALL_BN: usize = 64;
+/// Shared-memory stages of `w8a8_wgmma_m64`.
+pub const W8A8_WGMMA_SMALL_STAGES: usize = 6;
+/// Dynamic shared memory of one `w8a8_wgmma_m64` block (two fit a multiprocessor).
+pub const W8A8_WGMMA_SMALL_SMEM: usize =
+    W8A8_WGMMA_SMALL_STAGES * (W8A8_WGMMA_SMALL_BM + W8A8_WGMMA_SMALL_BN) * W8A8_WGMMA_BK + 1024;
+const _: () = assert!(W8A8_WGMMA_BK == 128 && W8A8_WGMMA_BM.is_multiple_of(64));
+// Hopper gives a block at most 227 KiB of shared memory; the decode tiling wants two blocks.
+const _: () = assert!(W8A8_WGMMA_SMEM <= 227 << 10 && 2 * W8A8_WGMMA_SMALL_SMEM <= 227 << 10);
+
 /// Every shared size, by the name the kernels see.
 pub const SHARED: &[(&str, usize)] = &[
     ("MP_Q8_1_ELEMS", Q8_1_ELEMS),
@@ -61,6 +88,15 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_NVFP4_GEMV_WARPS_ONE", NVFP4_GEMV_WARPS_ONE),
     ("MP_BF16_GEMV_ROWS", BF16_GEMV_ROWS),
     ("MP_FP8_GEMV_ROWS", FP8_GEMV_ROWS),
+    ("MP_W8A8_WGMMA_BM", W8A8_WGMMA_BM),
+    ("MP_W8A8_WGMMA_BN", W8A8_WGMMA_BN),
+    ("MP_W8A8_WGMMA_BK", W8A8_WGMMA_BK),
+    ("MP_W8A8_WGMMA_STAGES", W8A8_WGMMA_STAGES),
+    ("MP_W8A8_WGMMA_SMEM", W8A8_WGMMA_SMEM),
+    ("MP_W8A8_WGMMA_SMALL_BM", W8A8_WGMMA_SMALL_BM),
+    ("MP_W8A8_WGMMA_SMALL_BN", W8A8_WGMMA_SMALL_BN),
+    ("MP_W8A8_WGMMA_SMALL_STAGES", W8A8_WGMMA_SMALL_STAGES),
+    ("MP_W8A8_WGMMA_SMALL_SMEM", W8A8_WGMMA_SMALL_SMEM),
 ];
 
 /// The `#define`s prepended to every kernel module.

@@ -30,6 +30,8 @@ pub struct Grid {
     pub y: Axis,
     /// Threads per block.
     pub threads: usize,
+    /// Dynamic shared memory per block in bytes (0 for kernels with static shared memory only).
+    pub smem: usize,
 }
 
 /// The description of one kernel.
@@ -189,7 +191,14 @@ impl<'a> Args<'a> {
                 self.spec.name
             )));
         }
-        Ok(LaunchCfg::grid(x, y, g.threads))
+        let mut cfg = LaunchCfg::grid(x, y, g.threads);
+        cfg.smem = u32::try_from(g.smem).map_err(|_| {
+            GpuError::Invalid(format!(
+                "{}: {} bytes of shared memory",
+                self.spec.name, g.smem
+            ))
+        })?;
+        Ok(cfg)
     }
 }
 
@@ -346,7 +355,9 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 
 use crate::ffn::NVFP4_GEMV_COLS as COLS;
 use crate::gpu::sizes::{
-    BF16_GEMV_ROWS, FP8_GEMV_ROWS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE,
+    BF16_GEMV_ROWS, FP8_GEMV_ROWS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, W8A8_WGMMA_BM,
+    W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM,
+    W8A8_WGMMA_SMEM,
 };
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
 const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
@@ -355,14 +366,14 @@ use Axis::{Fixed, One, Per, Rule};
 
 macro_rules! kernel_table {
     ($($field:ident: $module:literal $name:literal ($params:literal)
-        grid($x:expr, $y:expr, $t:expr), cap $cap:expr, round $round:ident;)*) => {
+        grid($x:expr, $y:expr, $t:expr $(, smem $smem:expr)?), cap $cap:expr, round $round:ident;)*) => {
         /// Every kernel, in one table.
         pub static KERNELS: [KernelSpec; [$(stringify!($field)),*].len()] = [$(KernelSpec {
             field: stringify!($field),
             module: $module,
             name: $name,
             params: $params,
-            grid: Grid { x: $x, y: $y, threads: $t },
+            grid: Grid { x: $x, y: $y, threads: $t, smem: 0 $(+ $smem)? },
             row_cap: $cap,
             round: ActRound::$round,
             parsed: std::sync::OnceLock::new(),
@@ -410,6 +421,12 @@ kernel_table! {
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
     w8a8_gemv: "ffn_w8a8" "w8a8_gemv" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
         grid(Per("n", 32), One, 128), cap Some(16), round None;
+    w8a8_wgmma: "ffn_w8a8_wgmma" "w8a8_wgmma" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
+        grid(Per("m", W8A8_WGMMA_BM), Per("n", W8A8_WGMMA_BN), 256, smem W8A8_WGMMA_SMEM),
+        cap None, round None;
+    w8a8_wgmma_m64: "ffn_w8a8_wgmma" "w8a8_wgmma_m64" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
+        grid(One, Per("n", W8A8_WGMMA_SMALL_BN), 128, smem W8A8_WGMMA_SMALL_SMEM),
+        cap Some(W8A8_WGMMA_SMALL_BM), round None;
     bf16_gemv: "ffn_bf16" "bf16_gemv_batch4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", BF16_GEMV_ROWS), One, 256), cap Some(4), round None;
     nvfp4_gemv_dual: "ffn_nvfp4" "w4a16_gemv_dual"

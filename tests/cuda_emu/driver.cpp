@@ -74,6 +74,10 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { w8a8_gemm((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
     else if (name == "w8a8_gemv")
         emu_launch(gx, gy, bx, [&] { w8a8_gemv((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
+    else if (name == "w8a8_wgmma")
+        emu_launch(gx, gy, bx, [&] { w8a8_wgmma((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
+    else if (name == "w8a8_wgmma_m64")
+        emu_launch(gx, gy, bx, [&] { w8a8_wgmma_m64((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
     else if (name == "nvfp4_proj_small_m16")
         emu_launch(gx, gy, bx, [&] { nvfp4_proj_small_m16((const float*)P(0), I(1), (cu8)P(2), (cu8)P(3), F(4), (float*)P(5), I(6), I(7), I(8), I(9)); });
     else if (name == "w4a16_gemv_ksplit")

@@ -23,7 +23,7 @@
 #define __shared__ static
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 // common.cuh leaves its inline-PTX MMA to the stand-in below.
 #define METRALE_CUDA_EMU 1
 
@@ -235,6 +235,56 @@ static inline void mma_e4m3(float* c, const unsigned* a, const unsigned* b) {
     };
     auto B = [](int k, int col) { return emu_e4m3(emu_warp->mma[4 * col + (k % 16) / 4][4 + (k >= 16)], k % 4); };
     emu_mma_f32<32>(c, A, B);
+}
+
+// ---- ffn_w8a8_wgmma.cu's PTX: the copies, fences and waits, and the wgmma itself ----
+// Dynamic shared memory: one static window (blocks run one after another), its offsets the
+// "shared addresses", 1024-byte aligned like the device's window.
+alignas(1024) static unsigned char w8a8_wgmma_smem[256 << 10];
+static inline unsigned smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - w8a8_wgmma_smem); }
+// cp.async lands at once here, so the commit, wait and proxy-fence stand-ins have nothing to do.
+static inline void cp_async16(unsigned dst, const void* src, int bytes) {
+    if (bytes) std::memcpy(w8a8_wgmma_smem + dst, src, 16);
+    else std::memset(w8a8_wgmma_smem + dst, 0, 16);
+}
+static inline void cp_async_commit() {}
+template <int N>
+static inline void cp_async_wait() {}
+static inline void fence_proxy_async() {}
+static inline void wgmma_fence() {}
+static inline void wgmma_commit() {}
+template <int N>
+static inline void wgmma_wait() {}
+template <int R>
+static inline void fence_regs(float*) {}
+// Byte (row, kb) of a K-major operand from its descriptor, as the PTX ISA defines the 128-byte
+// swizzle: rows of 128 bytes in 8-row atoms `stride byte offset` apart, then address bits [4:6]
+// XOR bits [7:9]. Any other swizzle mode aborts (the kernel uses only this one).
+static inline float emu_wgmma_operand(unsigned long long desc, int row, int kb) {
+    if ((desc >> 62) != 1) std::abort();
+    const unsigned start = (unsigned)(desc & 0x3FFF) << 4, sbo = (unsigned)((desc >> 32) & 0x3FFF) << 4;
+    const unsigned addr = start + (unsigned)(row / 8) * sbo + (unsigned)(row % 8) * 128 + (unsigned)kb;
+    __nv_fp8_e4m3 v;
+    v.__x = w8a8_wgmma_smem[addr ^ (((addr >> 7) & 7) << 4)];
+    return (float)v;
+}
+// wgmma m64nNk32 e4m3 with f32 accumulators: this thread's N / 2 outputs (warp w of the
+// warpgroup, lane l: d[4 j + 2 h + e] is row 16 w + l / 4 + 8 h, column 8 j + 2 (l % 4) + e),
+// each the exact f64 sum of its 32 products, added to d (or replacing it) and rounded once: a
+// function of its own A row, B row and d only. Completes at once, so the waits are empty.
+template <int N>
+static inline void wgmma_e4m3(float* d, unsigned long long da, unsigned long long db, int accumulate) {
+    const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+    for (int j = 0; j < N / 8; ++j)
+        for (int h = 0; h < 2; ++h)
+            for (int e = 0; e < 2; ++e) {
+                const int row = 16 * warp + lane / 4 + 8 * h, col = 8 * j + 2 * (lane % 4) + e;
+                double sum = 0.0;
+                for (int kb = 0; kb < 32; ++kb)
+                    sum += (double)emu_wgmma_operand(da, row, kb) * (double)emu_wgmma_operand(db, col, kb);
+                float& o = d[4 * j + 2 * h + e];
+                o = accumulate ? (float)((double)o + sum) : (float)sum;
+            }
 }
 
 // Run f() as every thread of a (gx, gy) grid of bx-thread blocks, one block at a time.

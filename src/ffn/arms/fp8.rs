@@ -116,10 +116,17 @@ impl DenseFfnLayer {
         let call = self.kernels.quant_fp8_row.call().ptr("x", x).dim("m", m);
         let call = call.dim("k", w.k).dim("kp", w.kp).ptr("q", q).ptr("sx", s);
         self.launch(ctx, call)?;
-        // Within the GEMV's row cap, with the lever: the decode GEMV, whose bits equal the GEMM's.
-        let gemv = self.kernels.w8a8_gemv;
-        let fits = gemv.spec.row_cap.is_some_and(|cap| m <= cap);
-        let kernel = if ctx.levers.w8a8_decode_gemv && fits && gemv.ok() {
+        // One kernel per device for every m, so a row's bits never depend on the batch: the
+        // sm_90a wgmma GEMM where it was built (lever `w8a8_wgmma`), else the portable GEMM,
+        // whose decode GEMV (within its row cap, with its lever) reproduces its bits.
+        let k = &self.kernels;
+        let (wgmma, small, gemv) = (k.w8a8_wgmma, k.w8a8_wgmma_m64, k.w8a8_gemv);
+        let fits = |kernel: Kernel| kernel.spec.row_cap.is_some_and(|cap| m <= cap);
+        let kernel = if ctx.levers.w8a8_wgmma && small.ok() && fits(small) {
+            small
+        } else if ctx.levers.w8a8_wgmma && wgmma.ok() {
+            wgmma
+        } else if ctx.levers.w8a8_decode_gemv && fits(gemv) && gemv.ok() {
             gemv
         } else {
             self.kernels.w8a8

@@ -74,7 +74,7 @@ impl HostBackend {
                     self.write_f32(sx, r, &[scale])?;
                 }
             }
-            "w8a8_gemm" | "w8a8_gemv" => {
+            "w8a8_gemm" | "w8a8_gemv" | "w8a8_wgmma" | "w8a8_wgmma_m64" => {
                 let (q, sx, m) = (
                     self.read(a.ptr("q")?)?,
                     self.read_f32(a.ptr("sx")?)?,
