@@ -81,61 +81,87 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned addr) {
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
 }
 
-// y[r, j] = (acc * sx[r]) * sw[j] as w8a8_gemm; q [m, kp], w [n, kp] e4m3 codes (kp % 16 == 0),
-// y row stride ldy. Block tile (64 WGS) x BN, 128 WGS threads: warpgroup g owns rows 64 g ..
-// 64 g + 63 of the tile; every thread also issues its share of the copies. Grid (ceil(m / BM),
-// ceil(n / BN)): the m tiles vary fastest, so the blocks in flight share weight tiles and the
-// weights stream from memory about once.
+// y[r, j] = (acc * sx[r]) * sw[j] as w8a8_gemm; q [m, kp], w [n, kp] e4m3 codes, kp % 128 == 0
+// (the w8a8 layout's k alignment), y row stride ldy. Block tile (64 WGS) x BN, 128 WGS threads:
+// warpgroup g owns rows 64 g .. 64 g + 63 of the tile; every thread also issues its share of the
+// copies. Grid (ceil(m / BM), ceil(n / BN)): the m tiles vary fastest, so the blocks in flight
+// share weight tiles and the weights stream from memory about once.
 //
 // Pipeline, per k stage kt: wait for this thread's copies of stage kt, fence, barrier (now every
 // copy of stage kt is visible to the tensor cores, and every warpgroup has retired the wgmmas of
-// stage kt - 2); copy stage kt + STAGES - 2 into the slot stage kt - 2 used; issue stage kt's
-// four wgmmas into one of two partial accumulators; wait until only they are pending, and add
-// stage kt - 1's partial (the other one) into the f32 total. So the tensor cores always have a
-// stage queued while the previous one is added.
+// stage kt - 1); copy stage kt + STAGES - 1 into the slot stage kt - 1 used; issue stage kt's
+// four wgmmas into the partial accumulator, wait for them, and add the partial into the f32
+// total. While one
+// warpgroup adds, the other's wgmmas run, and the copies of the next stages are in flight.
+// (Waiting for only the previous stage, with two alternating partials, made ptxas serialize
+// every wgmma: it takes the partial read after `wgmma.wait_group 1` for a read of a pending
+// accumulator, C7514.) The copies' addresses are computed once: a thread's chunks share one
+// column (its 16-byte chunk c = tid % 8) and one swizzle (row % 8), so each copy in the loop
+// is a pointer step and a slot offset; the descriptors likewise.
 template <int WGS, int BN, int STAGES>
 __device__ __forceinline__ void w8a8_wgmma_tiles(const unsigned char* __restrict__ q, const float* __restrict__ sx, int m,
                                                  const unsigned char* __restrict__ w, const float* __restrict__ sw,
                                                  float* __restrict__ y, int n, int kp, int ldy) {
     constexpr int BM = 64 * WGS, BK = MP_W8A8_WGMMA_BK, THREADS = 128 * WGS, R = BN / 2;
     constexpr int TILE_A = BM * BK, STAGE = (BM + BN) * BK;
+    constexpr int CA = BM * 8 / THREADS, CB = BN * 8 / THREADS, ROWS_PER_PASS = THREADS / 8;
     static_assert(BK == 128, "one 128-byte swizzle row per k stage");
-    static_assert(STAGES >= 3 && (BM * 8) % THREADS == 0 && (BN * 8) % THREADS == 0, "pipeline and copy shares");
+    static_assert(STAGES >= 2 && CA * THREADS == BM * 8 && CB * THREADS == BN * 8, "pipeline and copy shares");
+    static_assert(ROWS_PER_PASS % 8 == 0, "a thread's rows share one swizzle phase");
     const unsigned base = (smem_addr(w8a8_wgmma_smem) + 1023u) & ~1023u;
     const int tid = threadIdx.x, wg = tid >> 7, t = tid & 127;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const int tiles = (kp + BK - 1) / BK;
-    // A warpgroup whose 64 rows are all past m computes nothing (its copies still run).
+    const int tiles = kp / BK;
+    // A warpgroup whose 64 rows are all past m stores nothing.
     const bool active = m0 + wg * 64 < m;
 
-    // Stage kt's copies: 16-byte chunk c of row r to the swizzled position; rows past m or n and
-    // bytes past kp are zero-filled.
-    auto load = [&](int kt) {
-        const unsigned sa = base + (unsigned)((kt % STAGES) * STAGE), sb = sa + TILE_A;
-        const int k0 = kt * BK;
+    // This thread's copies: rows r0 + v ROWS_PER_PASS, chunk c, at the swizzled offset `dst`
+    // (+ v ROWS_PER_PASS 128 bytes) of a stage; rows past m or n are zero-filled (size 0, their
+    // source clamped to the last real row so every address stays inside the operand). The
+    // sources step by one stage after each copy.
+    const int r0 = tid >> 3, c = tid & 7;
+    const unsigned dst = (unsigned)(r0 * 128 + ((c ^ (r0 & 7)) << 4));
+    const unsigned char* srca[CA];
+    const unsigned char* srcb[CB];
+    int sizea[CA], sizeb[CB];
 #pragma unroll
-        for (int v = 0; v < BM * 8 / THREADS; ++v) {
-            const int idx = tid + v * THREADS, r = idx >> 3, c = idx & 7;
-            const bool ok = m0 + r < m && k0 + c * 16 < kp;
-            const unsigned char* src = ok ? q + (size_t)(m0 + r) * kp + k0 + c * 16 : q;
-            cp_async16(sa + r * 128 + ((c ^ (r & 7)) << 4), src, ok ? 16 : 0);
+    for (int v = 0; v < CA; ++v) {
+        const int r = m0 + r0 + v * ROWS_PER_PASS;
+        sizea[v] = r < m ? 16 : 0;
+        srca[v] = q + (size_t)min(r, m - 1) * kp + c * 16;
+    }
+#pragma unroll
+    for (int v = 0; v < CB; ++v) {
+        const int r = n0 + r0 + v * ROWS_PER_PASS;
+        sizeb[v] = r < n ? 16 : 0;
+        srcb[v] = w + (size_t)min(r, n - 1) * kp + c * 16;
+    }
+    auto load = [&](unsigned slot) {
+        const unsigned sa = base + slot * STAGE + dst, sb = sa + TILE_A;
+#pragma unroll
+        for (int v = 0; v < CA; ++v) {
+            cp_async16(sa + v * ROWS_PER_PASS * 128, srca[v], sizea[v]);
+            srca[v] += BK;
         }
 #pragma unroll
-        for (int v = 0; v < BN * 8 / THREADS; ++v) {
-            const int idx = tid + v * THREADS, r = idx >> 3, c = idx & 7;
-            const bool ok = n0 + r < n && k0 + c * 16 < kp;
-            const unsigned char* src = ok ? w + (size_t)(n0 + r) * kp + k0 + c * 16 : w;
-            cp_async16(sb + r * 128 + ((c ^ (r & 7)) << 4), src, ok ? 16 : 0);
+        for (int v = 0; v < CB; ++v) {
+            cp_async16(sb + v * ROWS_PER_PASS * 128, srcb[v], sizeb[v]);
+            srcb[v] += BK;
         }
     };
-    // Stage kt's four k32 wgmmas into `part`, from zero.
-    auto issue = [&](int kt, float* part) {
-        const unsigned sa = base + (unsigned)((kt % STAGES) * STAGE) + (unsigned)(wg * 64 * BK);
-        const unsigned sb = base + (unsigned)((kt % STAGES) * STAGE + TILE_A);
+    // The descriptors of slot 0 (this warpgroup's A rows, and B); a slot and a k32 step add
+    // their byte offset >> 4 to the start-address field (addresses stay below 2^18, so the
+    // field does not carry).
+    const unsigned long long da0 = wgmma_desc(base + (unsigned)(wg * 64 * BK)), db0 = wgmma_desc(base + TILE_A);
+    // Stage kt's four k32 wgmmas (from `slot`) into `part`, from zero.
+    auto issue = [&](unsigned slot, float* part) {
         fence_regs<R>(part);
         wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < BK / 32; ++ks) wgmma_e4m3<BN>(part, wgmma_desc(sa + ks * 32), wgmma_desc(sb + ks * 32), ks);
+        for (int ks = 0; ks < BK / 32; ++ks) {
+            const unsigned long long off = (slot * STAGE + ks * 32) >> 4;
+            wgmma_e4m3<BN>(part, da0 + off, db0 + off, ks);
+        }
         wgmma_commit();
     };
     auto add = [&](float* acc, float* part) {
@@ -144,41 +170,32 @@ __device__ __forceinline__ void w8a8_wgmma_tiles(const unsigned char* __restrict
         for (int i = 0; i < R; ++i) acc[i] += part[i];
     };
 
-    float acc[R], p0[R], p1[R];
+    float acc[R], part[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) acc[i] = 0.f;
 #pragma unroll
-    for (int s = 0; s < STAGES - 2; ++s) {
-        if (s < tiles) load(s);
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < tiles) load((unsigned)s);
         cp_async_commit();
     }
+    // The slots stage kt reads and stage kt + STAGES - 1 fills, stepped instead of divided.
+    unsigned rslot = 0, wslot = STAGES - 1;
     for (int kt = 0; kt < tiles; ++kt) {
-        cp_async_wait<STAGES - 3>();
+        cp_async_wait<STAGES - 2>();
         fence_proxy_async();
         __syncthreads();
-        if (kt + STAGES - 2 < tiles) load(kt + STAGES - 2);
+        if (kt + STAGES - 1 < tiles) load(wslot);
         cp_async_commit();
-        if (active) {
-            // The partials alternate by stage parity (two branches: register arrays are indexed
-            // only by constants).
-            if (kt & 1) {
-                issue(kt, p1);
-                wgmma_wait<1>();
-                add(acc, p0);
-            } else {
-                issue(kt, p0);
-                wgmma_wait<1>();
-                if (kt > 0) add(acc, p1);
-            }
-        }
+        // Every warpgroup computes, also one whose rows are all past m (zeros, not stored): a
+        // wgmma under a per-thread condition makes ptxas serialize every wgmma (C7518).
+        issue(rslot, part);
+        wgmma_wait<0>();
+        add(acc, part);
+        rslot = rslot + 1 == STAGES ? 0 : rslot + 1;
+        wslot = wslot + 1 == STAGES ? 0 : wslot + 1;
     }
     cp_async_wait<0>();
     if (!active) return;
-    wgmma_wait<0>();
-    if (tiles > 0) {
-        if ((tiles - 1) & 1) add(acc, p1);
-        else add(acc, p0);
-    }
     const int warp = t >> 5, lane = t & 31;
     const int rb = m0 + wg * 64 + warp * 16 + (lane >> 2);
 #pragma unroll
@@ -190,8 +207,8 @@ __device__ __forceinline__ void w8a8_wgmma_tiles(const unsigned char* __restrict
             const float s = sx[r];
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const int c = n0 + 8 * j + 2 * (lane & 3) + e;
-                if (c < n) y[(size_t)r * ldy + c] = (acc[4 * j + 2 * h + e] * s) * sw[c];
+                const int col = n0 + 8 * j + 2 * (lane & 3) + e;
+                if (col < n) y[(size_t)r * ldy + col] = (acc[4 * j + 2 * h + e] * s) * sw[col];
             }
         }
     }

@@ -92,3 +92,27 @@ fn arch_specific_modules_build_only_for_their_device() {
     let include = cuda::cuda_include_dir();
     assert!(cuda::compile_cubin("ffn_w8a8_wgmma", "sm_90", include.as_deref()).is_err());
 }
+
+/// ptxas keeps the wgmmas of the sm_90a modules asynchronous: no "wgmma.mma_async instructions
+/// are serialized" note (C7514, C7518, ...: a wgmma under a per-thread branch, or an accumulator
+/// read while its wgmma may be pending, makes ptxas wait after every wgmma, which cost the W8A8
+/// GEMM most of its tensor-core time on the H200), and no spills.
+#[test]
+fn wgmma_modules_are_not_serialized_and_do_not_spill() {
+    if cuda::nvrtc_version().is_err() {
+        return;
+    }
+    let include = cuda::cuda_include_dir();
+    for (module, _, target) in kernels::ARCH_SPECIFIC {
+        let (_, log) = cuda::compile_with_log(module, target, include.as_deref(), &["-Xptxas=-v"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(log.contains("Used"), "{module}: no ptxas report:\n{log}");
+        assert!(!log.contains("serialized"), "{module}:\n{log}");
+        assert!(
+            log.lines()
+                .filter(|l| l.contains("spill"))
+                .all(|l| l.contains("0 bytes spill stores, 0 bytes spill loads")),
+            "{module}:\n{log}"
+        );
+    }
+}

@@ -55,7 +55,16 @@ pub fn benchmarks(
     ];
     // (arm, m, seconds) of every whole-layer prefill, for the ratios to the BF16 layer.
     let mut prefill_times: Vec<(&str, usize, f64)> = Vec::new();
-    for (name, install, bpe, env) in arms {
+    // METRALE_BENCH_ARMS (comma-separated name parts) limits the per-arm sections, for a
+    // profiler run over a few kernels.
+    let only: Option<Vec<String>> = std::env::var("METRALE_BENCH_ARMS")
+        .ok()
+        .map(|v| v.split(',').map(str::to_string).collect());
+    let wanted = |name: &str| {
+        only.as_ref()
+            .is_none_or(|o| o.iter().any(|p| name.contains(p)))
+    };
+    for (name, install, bpe, env) in arms.into_iter().filter(|a| wanted(a.0)) {
         let levers = ModelLevers {
             w8a8_max_rows: 4096,
             ..levers_with(env)
@@ -160,7 +169,7 @@ pub fn benchmarks(
             q2_bpe,
         ),
     ];
-    for (name, install, env, prefill, bpe) in nv_arms {
+    for (name, install, env, prefill, bpe) in nv_arms.into_iter().filter(|a| wanted(a.0)) {
         let levers = levers_with(env);
         let mut ctx = ForwardContext::new(b.clone(), cfg, 4096, levers)?;
         let mut layer = DenseFfnLayer::new(&ctx);

@@ -99,6 +99,17 @@ pub fn compile_options(arch: &str, include: Option<&str>) -> Vec<String> {
 /// Compile a kernel module to a CUBIN for `arch` (e.g. `sm_90`). Needs only libnvrtc and the
 /// CUDA headers, no GPU: CI runs this for every module.
 pub fn compile_cubin(module: &str, arch: &str, include: Option<&str>) -> GpuResult<Vec<u8>> {
+    compile_with_log(module, arch, include, &[]).map(|(cubin, _)| cubin)
+}
+
+/// [`compile_cubin`] with `extra` NVRTC options, returning NVRTC's log too (with
+/// `-Xptxas=-v`, ptxas's register counts and performance notes such as a serialized `wgmma`).
+pub fn compile_with_log(
+    module: &str,
+    arch: &str,
+    include: Option<&str>,
+    extra: &[&str],
+) -> GpuResult<(Vec<u8>, String)> {
     let src = kernels::source(module)
         .ok_or_else(|| GpuError::Invalid(format!("no kernel module {module}")))?;
     let csrc = CString::new(src).unwrap();
@@ -109,15 +120,16 @@ pub fn compile_cubin(module: &str, arch: &str, include: Option<&str>) -> GpuResu
         log,
     };
     let prog = nvrtc::create_program(&csrc, Some(&name)).map_err(|e| fail(format!("{e:?}")))?;
-    let opts = compile_options(arch, include);
+    let mut opts = compile_options(arch, include);
+    opts.extend(extra.iter().map(|o| o.to_string()));
     // SAFETY: `prog` is a live program; options are owned strings.
     let compiled = unsafe { nvrtc::compile_program(prog, &opts) };
+    // SAFETY: reading the log of a live program.
+    let log = unsafe { nvrtc::get_program_log(prog) }.ok().map(|l| {
+        let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+        String::from_utf8_lossy(&bytes).to_string()
+    });
     if compiled.is_err() {
-        // SAFETY: reading the log of a live program.
-        let log = unsafe { nvrtc::get_program_log(prog) }.ok().map(|l| {
-            let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
-            String::from_utf8_lossy(&bytes).to_string()
-        });
         // SAFETY: destroying the program we created.
         let _ = unsafe { nvrtc::destroy_program(prog) };
         return Err(fail(log.unwrap_or_else(|| format!("{compiled:?}"))));
@@ -138,7 +150,7 @@ pub fn compile_cubin(module: &str, arch: &str, include: Option<&str>) -> GpuResu
         }
         buf
     };
-    Ok(cubin)
+    Ok((cubin, log.unwrap_or_default()))
 }
 
 struct State {

@@ -2,6 +2,7 @@
 
 use super::super::*;
 
+use crate::gpu::sizes::W8A8_WGMMA_BK;
 use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GpuResult, ModelLevers};
 
@@ -103,28 +104,41 @@ impl DenseFfnLayer {
         Ok(out.view(0, (h * 4) as u64))
     }
 
-    pub(crate) fn w8a8_project(
+    /// Quantize `m` rows of `x` (`w.k` values each) to FP8 codes and row scales in the arena.
+    fn w8a8_quantize(
         &self,
         ctx: &mut ForwardContext,
         w: &W8a8Weight,
         x: DevicePtr,
         m: usize,
-        y: DevicePtr,
-        ldy: usize,
     ) -> GpuResult<()> {
         let (q, s) = (ctx.arena.act_codes, ctx.arena.act_scale);
         let call = self.kernels.quant_fp8_row.call().ptr("x", x).dim("m", m);
         let call = call.dim("k", w.k).dim("kp", w.kp).ptr("q", q).ptr("sx", s);
-        self.launch(ctx, call)?;
-        // One kernel per device for every m, so a row's bits never depend on the batch: the
-        // sm_90a wgmma GEMM where it was built (lever `w8a8_wgmma`), else the portable GEMM,
-        // whose decode GEMV (within its row cap, with its lever) reproduces its bits.
+        self.launch(ctx, call)
+    }
+
+    /// `y = quantized rows . w^T` over the codes [`w8a8_quantize`](Self::w8a8_quantize) left.
+    fn w8a8_gemm(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &W8a8Weight,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let (q, s) = (ctx.arena.act_codes, ctx.arena.act_scale);
+        // One kernel family per device for every m, so a row's bits never depend on the batch:
+        // the sm_90a wgmma GEMMs where they were built (lever `w8a8_wgmma`; their two tilings
+        // give the same bits), else the portable GEMM, whose decode GEMV (within its row cap,
+        // with its lever) reproduces its bits.
         let k = &self.kernels;
         let (wgmma, small, gemv) = (k.w8a8_wgmma, k.w8a8_wgmma_m64, k.w8a8_gemv);
         let fits = |kernel: Kernel| kernel.spec.row_cap.is_some_and(|cap| m <= cap);
-        let kernel = if ctx.levers.w8a8_wgmma && small.ok() && fits(small) {
+        let wgmma_ok = ctx.levers.w8a8_wgmma && w.kp.is_multiple_of(W8A8_WGMMA_BK);
+        let kernel = if wgmma_ok && small.ok() && fits(small) {
             small
-        } else if ctx.levers.w8a8_wgmma && wgmma.ok() {
+        } else if wgmma_ok && wgmma.ok() {
             wgmma
         } else if ctx.levers.w8a8_decode_gemv && fits(gemv) && gemv.ok() {
             gemv
@@ -136,12 +150,40 @@ impl DenseFfnLayer {
         self.launch(ctx, call.dim("n", w.n).dim("kp", w.kp).dim("ldy", ldy))
     }
 
+    /// One W8A8 projection: quantize `x`, then the GEMM.
+    pub(crate) fn w8a8_project(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &W8a8Weight,
+        x: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        self.w8a8_quantize(ctx, w, x, m)?;
+        self.w8a8_gemm(ctx, w, m, y, ldy)
+    }
+
+    /// The W8A8 layer: `x` quantized once for gate and up (same k), the SiLU product, then the
+    /// down projection on its own quantized input.
     pub(crate) fn w8a8_arm(
         &self,
         ctx: &mut ForwardContext,
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        self.gated(ctx, x, m, false, &self.w8a8.unwrap(), Self::w8a8_project)
+        let w = self.w8a8.unwrap();
+        if w[0].k != w[1].k || w[0].kp != w[1].kp {
+            return self.gated(ctx, x, m, false, &w, Self::w8a8_project);
+        }
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
+        self.w8a8_quantize(ctx, &w[0], x, m)?;
+        self.w8a8_gemm(ctx, &w[0], m, g, i)?;
+        self.w8a8_gemm(ctx, &w[1], m, u, i)?;
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let act = g.view(0, (m * i * 4) as u64);
+        self.w8a8_project(ctx, &w[2], act, m, out, h)?;
+        Ok(out.view(0, (m * h * 4) as u64))
     }
 }
