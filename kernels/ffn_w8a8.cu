@@ -7,10 +7,12 @@
 #include "common.cuh"
 
 // x f32 [m, k] -> q e4m3 [m, kp] (zero padded), sx f32 [m]: sx = amax / 448, q = e4m3_satfinite(x / sx).
-// Grid m, block 256.
+// Grid (column blocks, m), block 256: every block of row r takes the amax of the whole row (a max,
+// so the same value in every block) and quantizes its share of the columns, so a few rows (decode)
+// spread over many blocks with the bits of one block per row.
 extern "C" __global__ void quantize_act_fp8_row(const float* __restrict__ x, int m, int k, int kp,
                                                 unsigned char* __restrict__ q, float* __restrict__ sx) {
-    const int r = blockIdx.x;
+    const int r = blockIdx.y;
     if (r >= m) return;
     const float* xr = x + (size_t)r * k;
     float amax = 0.f;
@@ -18,12 +20,12 @@ extern "C" __global__ void quantize_act_fp8_row(const float* __restrict__ x, int
     amax = block_amax(amax);
     const float scale = amax / 448.0f;
     unsigned char* qr = q + (size_t)r * kp;
-    for (int i = threadIdx.x; i < kp; i += blockDim.x) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kp; i += gridDim.x * blockDim.x) {
         unsigned char c = 0;
         if (i < k && scale != 0.f) c = (unsigned char)__nv_cvt_float_to_fp8(__fdiv_rn(xr[i], scale), __NV_SATFINITE, __NV_E4M3);
         qr[i] = c;
     }
-    if (threadIdx.x == 0) sx[r] = scale;
+    if (blockIdx.x == 0 && threadIdx.x == 0) sx[r] = scale;
 }
 
 // c += a . b, one m16n8k32 e4m3 tensor-core MMA with f32 accumulation (the fragment layout of

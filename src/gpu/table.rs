@@ -364,6 +364,34 @@ const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
 const DUAL_T: usize = 32 * NVFP4_GEMV_WARPS_DUAL;
 use Axis::{Fixed, One, Per, Rule};
 
+/// Rows up to which the FP8 activation quantizer spreads a row over several blocks (decode).
+const FP8_QUANT_SPLIT_ROWS: usize = 16;
+/// Columns per block when it does: every block also reads the whole row once for its amax.
+const FP8_QUANT_SPLIT_COLS: usize = 1024;
+
+/// Column blocks per row of `quantize_act_fp8_row`: `kp / 1024` for a few rows, else one (each
+/// block reads its row whole, so splitting a long batch would multiply the reads).
+fn fp8_quant_column_blocks(a: &Args) -> GpuResult<usize> {
+    Ok(if a.dim("m")? <= FP8_QUANT_SPLIT_ROWS {
+        a.dim("kp")?.div_ceil(FP8_QUANT_SPLIT_COLS).max(1)
+    } else {
+        1
+    })
+}
+
+/// One block row per `m` on the grid's y axis, which holds at most 65535.
+fn rows_on_y(a: &Args) -> GpuResult<usize> {
+    const MAX_Y: usize = 65535;
+    let m = a.dim("m")?;
+    if m > MAX_Y {
+        return Err(GpuError::Invalid(format!(
+            "{}: {m} rows, more than the {MAX_Y} a launch's y axis holds",
+            a.spec.name
+        )));
+    }
+    Ok(m)
+}
+
 macro_rules! kernel_table {
     ($($field:ident: $module:literal $name:literal ($params:literal)
         grid($x:expr, $y:expr, $t:expr $(, smem $smem:expr)?), cap $cap:expr, round $round:ident;)*) => {
@@ -416,7 +444,7 @@ kernel_table! {
     fp8_base: "ffn_fp8" "w8a16_gemm" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 64), Per("m", 64), 256), cap None, round None;
     quant_fp8_row: "ffn_w8a8" "quantize_act_fp8_row" ("x:p m:i k:i kp:i q:p sx:p")
-        grid(Per("m", 1), One, 256), cap None, round None;
+        grid(Rule(fp8_quant_column_blocks), Rule(rows_on_y), 256), cap None, round None;
     w8a8: "ffn_w8a8" "w8a8_gemm" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
     w8a8_gemv: "ffn_w8a8" "w8a8_gemv" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
@@ -555,6 +583,31 @@ mod tests {
         fields.sort();
         fields.dedup();
         assert_eq!(fields.len(), KERNELS.len());
+    }
+
+    /// The FP8 quantizer spreads a decode row over kp / 1024 blocks, keeps one block per row in
+    /// prefill, and refuses more rows than the y axis holds; the wgmma GEMM's launch carries
+    /// its dynamic shared memory.
+    #[test]
+    fn grids_from_rules_and_shared_memory_from_the_table() {
+        let b = crate::gpu::host::HostBackend::new();
+        let k = Kernels::resolve(&b);
+        let p = DevicePtr { addr: 64, bytes: 4 };
+        let quant = |m: usize| {
+            let c = k.quant_fp8_row.call().ptr("x", p).ptr("q", p).ptr("sx", p);
+            c.dim("m", m).dim("k", 14336).dim("kp", 14336).finish()
+        };
+        assert_eq!(quant(1).unwrap().cfg.grid, (14, 1, 1));
+        assert_eq!(quant(16).unwrap().cfg.grid, (14, 16, 1));
+        assert_eq!(quant(17).unwrap().cfg.grid, (1, 17, 1));
+        let e = quant(65536).unwrap_err().to_string();
+        assert!(e.contains("65536 rows"), "{e}");
+        let c = k.w8a8_wgmma.call().ptr("q", p).ptr("sx", p).ptr("w", p);
+        let c = c.ptr("sw", p).ptr("y", p).dim("m", 300).dim("n", 4096);
+        let l = c.dim("kp", 14336).dim("ldy", 4096).finish().unwrap();
+        assert_eq!(l.cfg.grid, (3, 32, 1));
+        assert_eq!(l.cfg.smem as usize, crate::gpu::sizes::W8A8_WGMMA_SMEM);
+        assert_eq!(l.cfg.block, (256, 1, 1));
     }
 
     #[test]
