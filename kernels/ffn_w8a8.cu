@@ -6,6 +6,8 @@
 
 #include "common.cuh"
 
+// ---- host-emulated: begin (tests/cuda_emu.rs compiles the quantizer, the GEMM and the GEMV as C++) ----
+
 // x f32 [m, k] -> q e4m3 [m, kp] (zero padded), sx f32 [m]: sx = amax / 448, q = e4m3_satfinite(x / sx).
 // Grid (column blocks, m), block 256: every block of row r takes the amax of the whole row (a max,
 // so the same value in every block) and quantizes its share of the columns, so a few rows (decode)
@@ -39,7 +41,6 @@ __device__ __forceinline__ void mma_e4m3(float* c, const unsigned int* a, const 
 }
 #endif
 
-// ---- host-emulated: begin (tests/cuda_emu.rs compiles the GEMM and the GEMV as C++) ----
 
 // y[r, j] = (acc * sx[r]) * sw[j], acc = sum_i e4m3(q[r, i]) * e4m3(w[j, i]); j < n, r < m.
 // q [m, kp], w [n, kp] (kp % 64 == 0), y row stride ldy. Tile 64 x 128 x 64, 4 warps (2 x 2).

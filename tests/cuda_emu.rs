@@ -1,12 +1,12 @@
 //! CI has no GPU, so it runs these kernel modules' CUDA sources as C++ on the host instead:
 //! `ffn_q8_1`, `ffn_q2g128`, `ffn_q4k_mmq`, `ffn_lora`, the NVFP4 GEMVs (on an m16n8k16 bf16 MMA
-//! stand-in) with `w4a16_gemv_ksplit`, the W8A8 GEMMs (the sm_90a `w8a8_wgmma` on stand-ins for
+//! stand-in) with `w4a16_gemv_ksplit`, the FP8 activation quantizer, the W8A8 GEMMs (the sm_90a `w8a8_wgmma` on stand-ins for
 //! its copies and its wgmma, which read the shared memory through the descriptors and the
 //! 128-byte swizzle as the PTX ISA defines them), and
 //! the emulable part of `common.cuh`, including the int8 MMQ tile.
 //! The stand-ins for the CUDA builtins they use are in `tests/cuda_emu/prelude.h`: one IEEE
 //! operation each, `-ffp-contract=off`, and m16n8k32 int8 and m16n8k16 bf16 MMAs with the PTX fragment
-//! layout. A block runs as host threads with real barriers for `__syncthreads`, the warp
+//! layout, and an E4M3 encoder (round to nearest even, saturating). A block runs as host threads with real barriers for `__syncthreads`, the warp
 //! shuffles and the MMAs. Each kernel is launched over its whole grid and compared with
 //! the CPU twins: bit for bit where the contract says so (the Q4_K and int8 encoders, the q8_1
 //! and int8 activation quantizers, the BF16 dequantization), within 2e-6 of the f64 references
@@ -806,5 +806,60 @@ fn w8a8_wgmma_matches_the_reference_and_is_batch_invariant() {
             all[row * n..(row + 1) * n],
             "row {row}: alone differs from inside the batch"
         );
+    }
+}
+
+/// The FP8 activation quantizer on the grid the kernel table gives it: a decode row spread over
+/// kp / 1024 blocks (every block takes the whole row's amax) and one block per row past 16 rows,
+/// bit for bit the CPU twin's codes and scales; rows with an outlier, a zero row, and values that
+/// land on E4M3 rounding ties and subnormals.
+#[test]
+fn fp8_activation_quantizer_matches_its_twin_on_every_grid() {
+    use metrale_pack::gpu::host::HostBackend;
+    use metrale_pack::gpu::{DevicePtr, table::Kernels};
+    let Some(exe) = emulator() else { return };
+    let kk = Kernels::resolve(&HostBackend::new());
+    let mut r = Rand(41);
+    let (k, kp) = (3000usize, 3072usize);
+    for m in [1usize, 3, 17] {
+        let mut x = r.vec(m * k, 1.0);
+        x[7] = 300.0; // row 0: an outlier sets the scale; many values quantize to subnormals
+        if m > 1 {
+            x[k..2 * k].fill(0.0); // row 1: all zero (scale 0, codes 0)
+        }
+        let p = DevicePtr { addr: 64, bytes: 4 };
+        let call = kk.quant_fp8_row.call().ptr("x", p).ptr("q", p).ptr("sx", p);
+        let l = call.dim("m", m).dim("k", k).dim("kp", kp).finish().unwrap();
+        let (gx, gy, _) = l.cfg.grid;
+        assert_eq!(gx as usize, if m <= 16 { 3 } else { 1 }, "m={m}");
+        let mut a = [
+            A::P(f32b(&x)),
+            A::I(m),
+            A::I(k),
+            A::I(kp),
+            A::P(vec![0xAB; m * kp]),
+            A::P(f32b(&vec![f32::NAN; m])),
+        ];
+        let block = l.cfg.block.0 as usize;
+        launch(
+            exe,
+            "quantize_act_fp8_row",
+            (gx as usize, gy as usize),
+            block,
+            &mut a,
+        );
+        let (q, sx) = (buf(&a[4]).to_vec(), bf32(buf(&a[5])));
+        for row in 0..m {
+            let (want_q, want_s) = reference::quantize_row_fp8(&x[row * k..(row + 1) * k], kp);
+            assert_eq!(
+                sx[row].to_bits(),
+                want_s.to_bits(),
+                "m={m} row {row}: scale"
+            );
+            assert!(
+                q[row * kp..(row + 1) * kp] == want_q[..],
+                "m={m} row {row}: codes differ from the twin's"
+            );
+        }
     }
 }

@@ -74,6 +74,8 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { w8a8_gemm((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
     else if (name == "w8a8_gemv")
         emu_launch(gx, gy, bx, [&] { w8a8_gemv((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
+    else if (name == "quantize_act_fp8_row")
+        emu_launch(gx, gy, bx, [&] { quantize_act_fp8_row((const float*)P(0), I(1), I(2), I(3), (u8)P(4), (float*)P(5)); });
     else if (name == "w8a8_wgmma")
         emu_launch(gx, gy, bx, [&] { w8a8_wgmma((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
     else if (name == "w8a8_wgmma_m64")

@@ -219,6 +219,31 @@ struct __nv_fp8_e4m3 {
     }
 };
 
+// __nv_cvt_float_to_fp8 for E4M3 ("fn": bias 7, largest finite 448 = 0x7E, NaN 0x7F): round to
+// nearest even on the E4M3 grid (subnormal step 2^-9); __NV_SATFINITE clamps magnitudes above 448,
+// infinities included, to 448; NaN stays NaN.
+enum __nv_saturation_t { __NV_NOSAT, __NV_SATFINITE };
+enum __nv_fp8_interpretation_t { __NV_E4M3, __NV_E5M2 };
+static inline __nv_fp8_storage_t __nv_cvt_float_to_fp8(float x, __nv_saturation_t sat, __nv_fp8_interpretation_t) {
+    const unsigned sign = std::signbit(x) ? 0x80u : 0u;
+    if (std::isnan(x)) return (__nv_fp8_storage_t)(sign | 0x7Fu);
+    const float a = std::fabs(x);
+    if (a > 448.0f) return (__nv_fp8_storage_t)(sign | (sat == __NV_SATFINITE ? 0x7Eu : 0x7Fu));
+    if (a < std::ldexp(1.0f, -6)) {  // subnormal: a / 2^-9 rounded (8 is the smallest normal)
+        const unsigned q = (unsigned)std::nearbyint(std::ldexp(a, 9));
+        return (__nv_fp8_storage_t)(sign | q);
+    }
+    int e;
+    std::frexp(a, &e);  // a = f 2^e, f in [0.5, 1): exponent e - 1, 3 mantissa bits
+    int exp = e - 1;
+    unsigned q = (unsigned)std::nearbyint(std::ldexp(a, 3 - exp));  // 8..16
+    if (q == 16) {
+        q = 8;
+        ++exp;
+    }
+    return (__nv_fp8_storage_t)(sign | ((unsigned)(exp + 7) << 3) | (q - 8));
+}
+
 // mma.sync m16n8k32 e4m3.e4m3.f32 (ffn_w8a8.cu's mma_e4m3; the 8-bit fragment layout of the int8
 // MMA): each output adds the exact f64 sum of its 32 products to c, rounded once to f32, a
 // function of its own A row, B column and c only (as the device's per-element result).
