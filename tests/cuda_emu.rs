@@ -1,16 +1,17 @@
 //! CI has no GPU, so it runs these kernel modules' CUDA sources as C++ on the host instead:
 //! `ffn_q8_1`, `ffn_q2g128`, `ffn_q4k_mmq`, `ffn_lora`, the NVFP4 GEMVs (on an m16n8k16 bf16 MMA
-//! stand-in) with `w4a16_gemv_ksplit`, the FP8 activation quantizer, the W8A8 GEMMs (the sm_90a `w8a8_wgmma` on stand-ins for
-//! its copies and its wgmma, which read the shared memory through the descriptors and the
-//! 128-byte swizzle as the PTX ISA defines them), and
-//! the emulable part of `common.cuh`, including the int8 MMQ tile.
+//! stand-in) with `w4a16_gemv_ksplit`, the FP8 activation quantizer, the W8A8 GEMMs (the sm_90a
+//! `w8a8_wgmma` on stand-ins for its copies and its wgmma, which read the shared memory through
+//! the descriptors and the 128-byte swizzle as the PTX ISA defines them), and the emulable part
+//! of `common.cuh`, including the int8 MMQ tile.
 //! The stand-ins for the CUDA builtins they use are in `tests/cuda_emu/prelude.h`: one IEEE
-//! operation each, `-ffp-contract=off`, and m16n8k32 int8 and m16n8k16 bf16 MMAs with the PTX fragment
-//! layout, and an E4M3 encoder (round to nearest even, saturating). A block runs as host threads with real barriers for `__syncthreads`, the warp
-//! shuffles and the MMAs. Each kernel is launched over its whole grid and compared with
-//! the CPU twins: bit for bit where the contract says so (the Q4_K and int8 encoders, the q8_1
-//! and int8 activation quantizers, the BF16 dequantization), within 2e-6 of the f64 references
-//! otherwise. This catches indexing, launch-shape and operation-order mistakes without a GPU.
+//! operation each, `-ffp-contract=off`, m16n8k32 int8 and m16n8k16 bf16 MMAs with the PTX
+//! fragment layout, and an E4M3 encoder (round to nearest even, saturating). A block runs as host
+//! threads with real barriers for `__syncthreads`, the warp shuffles and the MMAs. Each kernel is
+//! launched over its whole grid and compared with the CPU twins: bit for bit where the contract
+//! says so (the Q4_K and int8 encoders, the q8_1, int8 and FP8 activation quantizers, the BF16
+//! dequantization), within 2e-6 of the f64 references otherwise. This catches indexing,
+//! launch-shape and operation-order mistakes without a GPU.
 //! It does not model the device compiler: on the H200, byte stores of the q8_1 f16 header lost
 //! their low bytes, and only `gpu-check` there, which repeats every comparison, caught it.
 
