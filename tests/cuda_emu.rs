@@ -682,6 +682,37 @@ fn fp8_and_bf16_gemvs_match_the_reference() {
     assert!(err < 2e-6, "bf16_gemv_batch4: {err}");
 }
 
+/// A random `w8a8` weight (`n` x `k`: codes, scales as bytes and as f32, padded k) and `m`
+/// activation rows of `k` quantized by the CPU twin (codes `[m, kp]`, scales).
+struct W8a8Case {
+    w: Vec<u8>,
+    sw: Vec<u8>,
+    swf: Vec<f32>,
+    kp: usize,
+    q: Vec<u8>,
+    sx: Vec<f32>,
+}
+
+fn w8a8_case(r: &mut Rand, n: usize, k: usize, m: usize) -> W8a8Case {
+    let e = layouts::w8a8::encode(&r.vec(n * k, 0.05), n, k);
+    let (w, sw, kp) = (e.parts[0].1.clone(), e.parts[1].1.clone(), e.padded[1]);
+    let x = r.vec(m * k, 1.0);
+    let (mut q, mut sx) = (Vec::new(), Vec::new());
+    for i in 0..m {
+        let (qr, s) = reference::quantize_row_fp8(&x[i * k..(i + 1) * k], kp);
+        q.extend(qr);
+        sx.push(s);
+    }
+    W8a8Case {
+        swf: bf32(&sw),
+        w,
+        sw,
+        kp,
+        q,
+        sx,
+    }
+}
+
 /// The W8A8 decode GEMV reproduces the W8A8 GEMM bit for bit (the fixed path's batch
 /// invariance), at 1, 5 and 16 rows, on a k that leaves a partial unrolled step; both match the
 /// reference. On the emulator each MMA output is a function of its own operands, so equal bits
@@ -692,17 +723,15 @@ fn w8a8_decode_gemv_reproduces_the_gemm_bits() {
     let Some(exe) = emulator() else { return };
     let mut r = Rand(29);
     let (n, k) = (75usize, 1344usize);
-    let e = layouts::w8a8::encode(&r.vec(n * k, 0.05), n, k);
-    let (w, sw, kp) = (e.parts[0].1.clone(), e.parts[1].1.clone(), e.padded[1]);
+    let W8a8Case {
+        w,
+        sw,
+        swf,
+        kp,
+        q,
+        sx,
+    } = w8a8_case(&mut r, n, k, 16);
     assert_ne!(kp % (32 * 8), 0, "the test wants a partial unrolled step");
-    let swf = bf32(&sw);
-    let x = r.vec(16 * k, 1.0);
-    let (mut q, mut sx) = (Vec::new(), Vec::new());
-    for i in 0..16 {
-        let (qr, s) = reference::quantize_row_fp8(&x[i * k..(i + 1) * k], kp);
-        q.extend(qr);
-        sx.push(s);
-    }
     for m in [1usize, 5, 16] {
         let run = |name: &str, grid: (usize, usize)| -> Vec<f32> {
             let mut a = [
@@ -749,19 +778,16 @@ fn w8a8_wgmma_matches_the_reference_and_is_batch_invariant() {
     let Some(exe) = emulator() else { return };
     let mut r = Rand(31);
     // k = 300 pads to kp = 384 (the layout's 128 alignment): three stages, zeros after 300.
-    let (n, k) = (136usize, 300usize);
-    let e = layouts::w8a8::encode(&r.vec(n * k, 0.05), n, k);
-    let (w, sw, kp) = (e.parts[0].1.clone(), e.parts[1].1.clone(), e.padded[1]);
+    let (n, k, mtot) = (136usize, 300usize, 130usize);
+    let W8a8Case {
+        w,
+        sw,
+        swf,
+        kp,
+        q,
+        sx,
+    } = w8a8_case(&mut r, n, k, mtot);
     assert_eq!(kp, 384);
-    let swf = bf32(&sw);
-    let mtot = 130;
-    let x = r.vec(mtot * k, 1.0);
-    let (mut q, mut sx) = (Vec::new(), Vec::new());
-    for i in 0..mtot {
-        let (qr, s) = reference::quantize_row_fp8(&x[i * k..(i + 1) * k], kp);
-        q.extend(qr);
-        sx.push(s);
-    }
     let run = |name: &str, rows: std::ops::Range<usize>| -> Vec<u32> {
         let sp = spec("ffn_w8a8_wgmma", name).unwrap();
         let (bm, bn) = match name {
