@@ -713,6 +713,23 @@ fn w8a8_case(r: &mut Rand, n: usize, k: usize, m: usize) -> W8a8Case {
     }
 }
 
+/// A W8A8 GEMM launch's arguments (`q, sx, m, w, sw, y, n, kp, ldy`) over `rows` of the case,
+/// the output poisoned with NaN.
+fn w8a8_args(c: &W8a8Case, rows: std::ops::Range<usize>, n: usize) -> [A; 9] {
+    let (m, kp) = (rows.len(), c.kp);
+    [
+        A::P(c.q[rows.start * kp..rows.end * kp].to_vec()),
+        A::P(f32b(&c.sx[rows])),
+        A::I(m),
+        A::P(c.w.clone()),
+        A::P(c.sw.clone()),
+        A::P(f32b(&vec![f32::NAN; m * n])),
+        A::I(n),
+        A::I(kp),
+        A::I(n),
+    ]
+}
+
 /// The W8A8 decode GEMV reproduces the W8A8 GEMM bit for bit (the fixed path's batch
 /// invariance), at 1, 5 and 16 rows, on a k that leaves a partial unrolled step; both match the
 /// reference. On the emulator each MMA output is a function of its own operands, so equal bits
@@ -723,28 +740,12 @@ fn w8a8_decode_gemv_reproduces_the_gemm_bits() {
     let Some(exe) = emulator() else { return };
     let mut r = Rand(29);
     let (n, k) = (75usize, 1344usize);
-    let W8a8Case {
-        w,
-        sw,
-        swf,
-        kp,
-        q,
-        sx,
-    } = w8a8_case(&mut r, n, k, 16);
+    let c = w8a8_case(&mut r, n, k, 16);
+    let (w, swf, kp, q, sx) = (&c.w, &c.swf, c.kp, &c.q, &c.sx);
     assert_ne!(kp % (32 * 8), 0, "the test wants a partial unrolled step");
     for m in [1usize, 5, 16] {
         let run = |name: &str, grid: (usize, usize)| -> Vec<f32> {
-            let mut a = [
-                A::P(q[..m * kp].to_vec()),
-                A::P(f32b(&sx[..m])),
-                A::I(m),
-                A::P(w.clone()),
-                A::P(sw.clone()),
-                A::P(f32b(&vec![f32::NAN; m * n])),
-                A::I(n),
-                A::I(kp),
-                A::I(n),
-            ];
+            let mut a = w8a8_args(&c, 0..m, n);
             let threads = spec("ffn_w8a8", name).unwrap().grid.threads;
             launch(exe, name, grid, threads, &mut a);
             bf32(buf(&a[5]))
@@ -779,14 +780,8 @@ fn w8a8_wgmma_matches_the_reference_and_is_batch_invariant() {
     let mut r = Rand(31);
     // k = 300 pads to kp = 384 (the layout's 128 alignment): three stages, zeros after 300.
     let (n, k, mtot) = (136usize, 300usize, 130usize);
-    let W8a8Case {
-        w,
-        sw,
-        swf,
-        kp,
-        q,
-        sx,
-    } = w8a8_case(&mut r, n, k, mtot);
+    let c = w8a8_case(&mut r, n, k, mtot);
+    let (w, swf, kp, q, sx) = (&c.w, &c.swf, c.kp, &c.q, &c.sx);
     assert_eq!(kp, 384);
     let run = |name: &str, rows: std::ops::Range<usize>| -> Vec<u32> {
         let sp = spec("ffn_w8a8_wgmma", name).unwrap();
@@ -795,17 +790,7 @@ fn w8a8_wgmma_matches_the_reference_and_is_batch_invariant() {
             _ => (64, 64),
         };
         let m = rows.len();
-        let mut a = [
-            A::P(q[rows.start * kp..rows.end * kp].to_vec()),
-            A::P(f32b(&sx[rows.clone()])),
-            A::I(m),
-            A::P(w.clone()),
-            A::P(sw.clone()),
-            A::P(f32b(&vec![f32::NAN; m * n])),
-            A::I(n),
-            A::I(kp),
-            A::I(n),
-        ];
+        let mut a = w8a8_args(&c, rows, n);
         launch(
             exe,
             name,
