@@ -759,7 +759,7 @@ fn w8a8_decode_gemv_reproduces_the_gemm_bits() {
             "m={m}: the GEMV's bits differ from the GEMM's"
         );
         let want = rows64(m, n, |i, row| {
-            reference::w8a8_row(&q[i * kp..(i + 1) * kp], sx[i], &w, &swf, n, kp, row)
+            reference::w8a8_row(&q[i * kp..(i + 1) * kp], sx[i], w, swf, n, kp, row)
         });
         let err = rel_err(&gemv, &want);
         assert!(err < 2e-6, "w8a8_gemv m={m}: {err}");
@@ -802,7 +802,7 @@ fn w8a8_wgmma_matches_the_reference_and_is_batch_invariant() {
     };
     let all = run("w8a8_wgmma", 0..mtot);
     let want = rows64(mtot, n, |i, row| {
-        reference::w8a8_row(&q[i * kp..(i + 1) * kp], sx[i], &w, &swf, n, kp, row)
+        reference::w8a8_row(&q[i * kp..(i + 1) * kp], sx[i], w, swf, n, kp, row)
     });
     let got: Vec<f32> = all.iter().map(|&b| f32::from_bits(b)).collect();
     let err = rel_err(&got, &want);
