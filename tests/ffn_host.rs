@@ -377,3 +377,22 @@ fn a_kernel_size_argument_above_int_is_refused_not_truncated() {
     let e = b.launch(k, cfg, 0, &args(1 << 40)).unwrap_err().to_string();
     assert!(e.contains("`rows`"), "{e}");
 }
+
+/// Launch graphs are the CUDA backend's: the host backend refuses a capture by name and runs
+/// nothing, and a replay of a graph it never made.
+#[test]
+fn the_host_backend_has_no_launch_graphs() {
+    let b = HostBackend::new();
+    let s = b.new_stream().unwrap();
+    let mut ran = false;
+    let e = b
+        .capture(s, &mut || {
+            ran = true;
+            Ok(())
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no launch graphs"), "{e}");
+    assert!(!ran);
+    assert!(b.replay(1, s).is_err());
+}
