@@ -1,0 +1,208 @@
+//! The W8A8 kernels on the C++ emulator (`tests/cuda_emu/harness.rs`): the FP8 activation
+//! quantizer (on an E4M3 encoder stand-in), the portable GEMM and its decode GEMV (on an e4m3
+//! m16n8k32 MMA stand-in), and the sm_90a `w8a8_wgmma` GEMMs on stand-ins for their copies and
+//! their wgmma, which read the shared memory through the descriptors and the 128-byte swizzle as
+//! the PTX ISA defines them. Each is compared with the CPU twins (`quantize_row_fp8`,
+//! `w8a8_row`): bit for bit where the contract says so, within 2e-6 of the f64 reference
+//! otherwise, and bit for bit between launches that must agree (the fixed path's invariance).
+
+#[path = "cuda_emu/harness.rs"]
+mod harness;
+use harness::*;
+use metrale_pack::converters::layouts;
+use metrale_pack::gpu::reference;
+use metrale_pack::testing::{Rand, rel_err};
+
+/// A random `w8a8` weight (`n` x `k`: codes, scales as bytes and as f32, padded k) and `m`
+/// activation rows of `k` quantized by the CPU twin (codes `[m, kp]`, scales).
+struct W8a8Case {
+    w: Vec<u8>,
+    sw: Vec<u8>,
+    swf: Vec<f32>,
+    kp: usize,
+    q: Vec<u8>,
+    sx: Vec<f32>,
+}
+
+fn w8a8_case(r: &mut Rand, n: usize, k: usize, m: usize) -> W8a8Case {
+    let e = layouts::w8a8::encode(&r.vec(n * k, 0.05), n, k);
+    let (w, sw, kp) = (e.parts[0].1.clone(), e.parts[1].1.clone(), e.padded[1]);
+    let x = r.vec(m * k, 1.0);
+    let (mut q, mut sx) = (Vec::new(), Vec::new());
+    for i in 0..m {
+        let (qr, s) = reference::quantize_row_fp8(&x[i * k..(i + 1) * k], kp);
+        q.extend(qr);
+        sx.push(s);
+    }
+    W8a8Case {
+        swf: bf32(&sw),
+        w,
+        sw,
+        kp,
+        q,
+        sx,
+    }
+}
+
+/// A W8A8 GEMM launch's arguments (`q, sx, m, w, sw, y, n, kp, ldy`) over `rows` of the case,
+/// the output poisoned with NaN.
+fn w8a8_args(c: &W8a8Case, rows: std::ops::Range<usize>, n: usize) -> [A; 9] {
+    let (m, kp) = (rows.len(), c.kp);
+    [
+        A::P(c.q[rows.start * kp..rows.end * kp].to_vec()),
+        A::P(f32b(&c.sx[rows])),
+        A::I(m),
+        A::P(c.w.clone()),
+        A::P(c.sw.clone()),
+        A::P(f32b(&vec![f32::NAN; m * n])),
+        A::I(n),
+        A::I(kp),
+        A::I(n),
+    ]
+}
+
+/// The W8A8 decode GEMV reproduces the W8A8 GEMM bit for bit (the fixed path's batch
+/// invariance), at 1, 5 and 16 rows, on a k that leaves a partial unrolled step; both match the
+/// reference. On the emulator each MMA output is a function of its own operands, so equal bits
+/// here mean equal operands, positions and k order per output.
+#[test]
+fn w8a8_decode_gemv_reproduces_the_gemm_bits() {
+    use metrale_pack::gpu::table::spec;
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(29);
+    let (n, k) = (75usize, 1344usize);
+    let c = w8a8_case(&mut r, n, k, 16);
+    let (w, swf, kp, q, sx) = (&c.w, &c.swf, c.kp, &c.q, &c.sx);
+    assert_ne!(kp % (32 * 8), 0, "the test wants a partial unrolled step");
+    for m in [1usize, 5, 16] {
+        let run = |name: &str, grid: (usize, usize)| -> Vec<f32> {
+            let mut a = w8a8_args(&c, 0..m, n);
+            let threads = spec("ffn_w8a8", name).unwrap().grid.threads;
+            launch(exe, name, grid, threads, &mut a);
+            bf32(buf(&a[5]))
+        };
+        let gemm = run("w8a8_gemm", (n.div_ceil(128), m.div_ceil(64)));
+        let gemv = run("w8a8_gemv", (n.div_ceil(32), 1));
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&gemv),
+            bits(&gemm),
+            "m={m}: the GEMV's bits differ from the GEMM's"
+        );
+        let want = rows64(m, n, |i, row| {
+            reference::w8a8_row(&q[i * kp..(i + 1) * kp], sx[i], w, swf, n, kp, row)
+        });
+        let err = rel_err(&gemv, &want);
+        assert!(err < 2e-6, "w8a8_gemv m={m}: {err}");
+    }
+}
+
+/// The sm_90a W8A8 GEMMs on the emulator (copies, descriptors, the 128-byte swizzle, the
+/// warpgroup's output positions, the per-stage partial sums): against the reference within
+/// 2e-6 on 130 rows (two m tiles), on an n that leaves a partial tile; the decode tiling
+/// (`w8a8_wgmma_m64`) gives the prefill tiling's bits on 64 rows, and a row alone through it
+/// gives that row's bits inside the 130 (tile positions 0, 63 and 129 - 128). Says nothing about
+/// the device's wgmma numerics, only that the kernels put each operand where the ISA says the
+/// wgmma reads it and add the stages in order.
+#[test]
+fn w8a8_wgmma_matches_the_reference_and_is_batch_invariant() {
+    use metrale_pack::gpu::table::spec;
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(31);
+    // k = 300 pads to kp = 384 (the layout's 128 alignment): three stages, zeros after 300.
+    let (n, k, mtot) = (136usize, 300usize, 130usize);
+    let c = w8a8_case(&mut r, n, k, mtot);
+    let (w, swf, kp, q, sx) = (&c.w, &c.swf, c.kp, &c.q, &c.sx);
+    assert_eq!(kp, 384);
+    let run = |name: &str, rows: std::ops::Range<usize>| -> Vec<u32> {
+        let sp = spec("ffn_w8a8_wgmma", name).unwrap();
+        let (bm, bn) = match name {
+            "w8a8_wgmma" => (128, 128),
+            _ => (64, 64),
+        };
+        let m = rows.len();
+        let mut a = w8a8_args(&c, rows, n);
+        launch(
+            exe,
+            name,
+            (m.div_ceil(bm), n.div_ceil(bn)),
+            sp.grid.threads,
+            &mut a,
+        );
+        bf32(buf(&a[5])).iter().map(|f| f.to_bits()).collect()
+    };
+    let all = run("w8a8_wgmma", 0..mtot);
+    let want = rows64(mtot, n, |i, row| {
+        reference::w8a8_row(&q[i * kp..(i + 1) * kp], sx[i], w, swf, n, kp, row)
+    });
+    let got: Vec<f32> = all.iter().map(|&b| f32::from_bits(b)).collect();
+    let err = rel_err(&got, &want);
+    assert!(err < 2e-6, "w8a8_wgmma m={mtot}: {err}");
+    assert_eq!(
+        run("w8a8_wgmma_m64", 0..64),
+        all[..64 * n],
+        "the decode tiling's bits differ from the prefill tiling's"
+    );
+    for row in [0usize, 63, 129] {
+        assert_eq!(
+            run("w8a8_wgmma_m64", row..row + 1),
+            all[row * n..(row + 1) * n],
+            "row {row}: alone differs from inside the batch"
+        );
+    }
+}
+
+/// The FP8 activation quantizer on the grid the kernel table gives it: a decode row spread over
+/// kp / 1024 blocks (every block takes the whole row's amax) and one block per row past 16 rows,
+/// bit for bit the CPU twin's codes and scales; rows with an outlier, a zero row, and values that
+/// land on E4M3 rounding ties and subnormals.
+#[test]
+fn fp8_activation_quantizer_matches_its_twin_on_every_grid() {
+    use metrale_pack::gpu::host::HostBackend;
+    use metrale_pack::gpu::{DevicePtr, table::Kernels};
+    let Some(exe) = emulator() else { return };
+    let kk = Kernels::resolve(&HostBackend::new());
+    let mut r = Rand(41);
+    let (k, kp) = (3000usize, 3072usize);
+    for m in [1usize, 3, 17] {
+        let mut x = r.vec(m * k, 1.0);
+        x[7] = 300.0; // row 0: an outlier sets the scale; many values quantize to subnormals
+        if m > 1 {
+            x[k..2 * k].fill(0.0); // row 1: all zero (scale 0, codes 0)
+        }
+        let p = DevicePtr { addr: 64, bytes: 4 };
+        let call = kk.quant_fp8_row.call().ptr("x", p).ptr("q", p).ptr("sx", p);
+        let l = call.dim("m", m).dim("k", k).dim("kp", kp).finish().unwrap();
+        let (gx, gy, _) = l.cfg.grid;
+        assert_eq!(gx as usize, if m <= 16 { 3 } else { 1 }, "m={m}");
+        let mut a = [
+            A::P(f32b(&x)),
+            A::I(m),
+            A::I(k),
+            A::I(kp),
+            A::P(vec![0xAB; m * kp]),
+            A::P(f32b(&vec![f32::NAN; m])),
+        ];
+        let block = l.cfg.block.0 as usize;
+        launch(
+            exe,
+            "quantize_act_fp8_row",
+            (gx as usize, gy as usize),
+            block,
+            &mut a,
+        );
+        let (q, sx) = (buf(&a[4]).to_vec(), bf32(buf(&a[5])));
+        for row in 0..m {
+            let (want_q, want_s) = reference::quantize_row_fp8(&x[row * k..(row + 1) * k], kp);
+            assert_eq!(
+                sx[row].to_bits(),
+                want_s.to_bits(),
+                "m={m} row {row}: scale"
+            );
+            assert!(
+                q[row * kp..(row + 1) * kp] == want_q[..],
+                "m={m} row {row}: codes differ from the twin's"
+            );
+        }
+    }
+}
