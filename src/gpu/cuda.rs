@@ -47,7 +47,8 @@ fn module_entries(m: cus::CUmodule) -> GpuResult<HashMap<String, cus::CUfunction
     Ok(out)
 }
 
-fn cuerr(call: &str) -> impl Fn(cu::DriverError) -> GpuError + '_ {
+/// The error of a failed driver or cuBLAS call `call`, with what the library said.
+fn cuerr<E: std::fmt::Debug>(call: &str) -> impl Fn(E) -> GpuError + '_ {
     move |e| GpuError::Cuda {
         call: call.into(),
         msg: format!("{e:?}"),
@@ -315,10 +316,7 @@ impl CudaBackend {
             });
         }
         self.current()?;
-        let h = cudarc::cublas::result::create_handle().map_err(|e| GpuError::Cuda {
-            call: "cublasCreate".into(),
-            msg: format!("{e:?}"),
-        })?;
+        let h = cudarc::cublas::result::create_handle().map_err(cuerr("cublasCreate"))?;
         st.cublas = Some(h);
         Ok(h)
     }
@@ -601,10 +599,7 @@ impl GpuBackend for CudaBackend {
         // SAFETY: FFI on the live handle; `s` is null (the legacy stream) or a stream of ours.
         unsafe { cudarc::cublas::sys::cublasSetStream_v2(h, s as _) }
             .result()
-            .map_err(|e| GpuError::Cuda {
-                call: "cublasSetStream".into(),
-                msg: format!("{e:?}"),
-            })?;
+            .map_err(cuerr("cublasSetStream"))?;
         let (alpha, beta) = (1.0f32, 0.0f32);
         self.launches.fetch_add(1, Ordering::Relaxed);
         // Row-major y[m, n] = x[m, k] w[n, k]^T is column-major y^T (n x m) = w^T... i.e.
@@ -634,10 +629,7 @@ impl GpuBackend for CudaBackend {
                 cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
-        .map_err(|e| GpuError::Cuda {
-            call: "cublasGemmEx".into(),
-            msg: format!("{e:?}"),
-        })
+        .map_err(cuerr("cublasGemmEx"))
     }
     fn synchronize(&self, s: StreamId) -> GpuResult<()> {
         self.current()?;
@@ -757,17 +749,21 @@ impl GpuBackend for CudaBackend {
         let mut graph: cus::CUgraph = std::ptr::null_mut();
         // SAFETY: ends the capture begun above (also when `f` failed), writing the graph handle.
         let ended = unsafe { cus::cuStreamEndCapture(s, &mut graph) }.result();
-        ran?;
-        ended.map_err(cuerr("cuStreamEndCapture"))?;
         let mut exec: cus::CUgraphExec = std::ptr::null_mut();
-        // SAFETY: `graph` is the captured graph; the executable copy outlives it, so the graph
-        // is destroyed at once.
-        let inst = unsafe {
-            let r = cus::cuGraphInstantiateWithFlags(&mut exec, graph, 0).result();
-            let _ = cus::cuGraphDestroy(graph);
-            r
+        let inst = match (ran, ended) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Err(e)) => Err(cuerr("cuStreamEndCapture")(e)),
+            // SAFETY: `graph` is the graph the capture produced.
+            (Ok(()), Ok(())) => unsafe { cus::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }
+                .result()
+                .map_err(cuerr("cuGraphInstantiate")),
         };
-        inst.map_err(cuerr("cuGraphInstantiate"))?;
+        if !graph.is_null() {
+            // SAFETY: the captured graph, no longer needed: the executable copy (if any)
+            // outlives it, and a failed capture's graph is dropped here.
+            let _ = unsafe { cus::cuGraphDestroy(graph) };
+        }
+        inst?;
         let mut st = self.state.lock().unwrap();
         st.graphs.push(exec);
         Ok(st.graphs.len() as GraphId)
