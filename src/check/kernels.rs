@@ -215,22 +215,20 @@ fn w8a8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             let y = download_f32(b.as_ref(), yd.view(0, (m * n * 4) as u64))?;
             outputs.push((kernel.spec.name, y));
         }
-        // The decode GEMV (m <= 16) reproduces the portable GEMM bit for bit.
-        let bits = |name: &str| outputs.iter().find(|(k, _)| *k == name).map(|(_, y)| y);
-        if let (Some(gemm), Some(gemv)) = (bits("w8a8_gemm"), bits("w8a8_gemv")) {
-            let same = gemv
-                .iter()
-                .zip(gemm)
-                .all(|(a, g)| a.to_bits() == g.to_bits());
-            c.bits(rows, "w8a8_gemv (bits = w8a8_gemm)", m, same);
-        }
-        // The two wgmma tilings compute each output alike: the same bits.
-        if let (Some(big), Some(small)) = (bits("w8a8_wgmma"), bits("w8a8_wgmma_m64")) {
-            let same = small
-                .iter()
-                .zip(big)
-                .all(|(a, g)| a.to_bits() == g.to_bits());
-            c.bits(rows, "w8a8_wgmma_m64 (bits = w8a8_wgmma)", m, same);
+        // The decode GEMV (m <= 16) reproduces the portable GEMM bit for bit, and the two wgmma
+        // tilings compute each output alike.
+        let out = |name: &str| outputs.iter().find(|(k, _)| *k == name).map(|(_, y)| y);
+        for (check, a, b) in [
+            ("w8a8_gemv (bits = w8a8_gemm)", "w8a8_gemv", "w8a8_gemm"),
+            (
+                "w8a8_wgmma_m64 (bits = w8a8_wgmma)",
+                "w8a8_wgmma_m64",
+                "w8a8_wgmma",
+            ),
+        ] {
+            if let (Some(a), Some(b)) = (out(a), out(b)) {
+                c.bits(rows, check, m, same_bits(a, b));
+            }
         }
     }
     b.free(ww.weight);

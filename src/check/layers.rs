@@ -272,10 +272,7 @@ pub fn layer_checks_of(
                     let x1 = b.alloc((h * 4) as u64)?;
                     upload_f32(b.as_ref(), x1, &x[r * h..(r + 1) * h])?;
                     let one = download_f32(b.as_ref(), gl.forward_fixed(&mut gc, x1, 1)?)?;
-                    same &= one
-                        .iter()
-                        .zip(&all[r * h..(r + 1) * h])
-                        .all(|(a, c)| a.to_bits() == c.to_bits());
+                    same &= same_bits(&one, &all[r * h..(r + 1) * h]);
                     b.free(x1);
                 }
                 b.free(xg);

@@ -73,6 +73,11 @@ fn upload_fp8(
     Ok((w, e.parts[0].1.clone(), layouts::f32_from(&e.parts[1].1)))
 }
 
+/// Whether two f32 outputs are the same bits, element for element (and the same length).
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 fn push(rows: &mut Vec<Row>, check: &str, shape: (usize, usize), m: usize, err: f64, tol: f64) {
     let pass = err.is_finite() && err <= tol;
     rows.push(Row {

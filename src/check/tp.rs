@@ -4,6 +4,7 @@
 //! float64 FFN of the source weights and next to the same arm of the one-GPU pack.
 
 use super::activations::{Arm, arms_of, run_rows_with};
+use super::same_bits;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, download_f32, upload_f32};
 use crate::loader::{self, LoadOptions, LoadedPack};
@@ -400,11 +401,7 @@ pub fn fixed_invariance(
         for r in 0..alone {
             let y = run_rows_with(&mut ctx, &l, true, &x[r * h..(r + 1) * h], h, 1, none)
                 .map_err(gpu)?;
-            let same = y
-                .iter()
-                .zip(&batch[r * h..(r + 1) * h])
-                .all(|(a, c)| a.to_bits() == c.to_bits());
-            differ += usize::from(!same);
+            differ += usize::from(!same_bits(&y, &batch[r * h..(r + 1) * h]));
         }
         out.push((arm.name, alone, differ));
     }
