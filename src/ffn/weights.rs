@@ -191,10 +191,13 @@ projection_weight!(W8a8Weight, "A validated W8A8 weight of `[n, k]` stored as `[
 });
 
 impl W8a8Weight {
-    /// The `w8a8` layout's rules: kp % 128, buffers that hold `[n, kp]` and `[n]` f32.
+    /// The `w8a8` layout's rules: kp % 128 (its `K_ALIGN`), buffers that hold `[n, kp]` and
+    /// `[n]` f32.
     pub(crate) fn validate(&self, what: &str) -> GpuResult<()> {
         let x = self;
-        if !x.kp.is_multiple_of(128)
+        if !x
+            .kp
+            .is_multiple_of(crate::converters::layouts::w8a8::K_ALIGN)
             || x.kp < x.k
             || !fits(x.weight.bytes, &[x.n, x.kp])
             || !fits(x.scale.bytes, &[x.n, 4])

@@ -69,6 +69,9 @@ pub const W8A8_WGMMA_SMALL_STAGES: usize = 6;
 pub const W8A8_WGMMA_SMALL_SMEM: usize =
     W8A8_WGMMA_SMALL_STAGES * (W8A8_WGMMA_SMALL_BM + W8A8_WGMMA_SMALL_BN) * W8A8_WGMMA_BK + 1024;
 const _: () = assert!(W8A8_WGMMA_BK == 128 && W8A8_WGMMA_BM.is_multiple_of(64));
+// Every installed W8A8 weight's kp is a multiple of the layout's K_ALIGN (`W8a8Weight::validate`),
+// so whole stages of BK cover it.
+const _: () = assert!(crate::converters::layouts::w8a8::K_ALIGN.is_multiple_of(W8A8_WGMMA_BK));
 // Hopper gives a block at most 227 KiB of shared memory; the decode tiling wants two blocks.
 const _: () = assert!(W8A8_WGMMA_SMEM <= 227 << 10 && 2 * W8A8_WGMMA_SMALL_SMEM <= 227 << 10);
 

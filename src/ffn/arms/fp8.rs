@@ -2,7 +2,6 @@
 
 use super::super::*;
 
-use crate::gpu::sizes::W8A8_WGMMA_BK;
 use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GpuResult, ModelLevers};
 
@@ -135,10 +134,11 @@ impl DenseFfnLayer {
         let k = &self.kernels;
         let (wgmma, small, gemv) = (k.w8a8_wgmma, k.w8a8_wgmma_m64, k.w8a8_gemv);
         let fits = |kernel: Kernel| kernel.spec.row_cap.is_some_and(|cap| m <= cap);
-        let wgmma_ok = ctx.levers.w8a8_wgmma && w.kp.is_multiple_of(W8A8_WGMMA_BK);
-        let kernel = if wgmma_ok && small.ok() && fits(small) {
+        // (Their whole 128-byte k stages cover every installed kp: sizes.rs asserts the w8a8
+        // layout's alignment is a multiple.)
+        let kernel = if ctx.levers.w8a8_wgmma && small.ok() && fits(small) {
             small
-        } else if wgmma_ok && wgmma.ok() {
+        } else if ctx.levers.w8a8_wgmma && wgmma.ok() {
             wgmma
         } else if ctx.levers.w8a8_decode_gemv && fits(gemv) && gemv.ok() {
             gemv
