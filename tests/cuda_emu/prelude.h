@@ -70,17 +70,23 @@ static inline void emu_mma_post(const unsigned* a, const unsigned* b) {
     emu_warp->mma[l][5] = b[1];
     emu_warp->bar.arrive_and_wait();
 }
+// The PTX mma.sync fragment layout, for P elements per 32-bit register (4 for 8-bit types, 2 for
+// bf16), over the posted registers: A[row][k] is element k % P of lane 4 (row % 8) + (k % 4P) / P,
+// register (row >= 8) + 2 (k >= 4P); B[k][col] is element k % P of lane 4 col + (k % 4P) / P,
+// register 4 + (k >= 4P).
+template <int P>
+static inline unsigned emu_frag_a(int row, int k) {
+    return emu_warp->mma[4 * (row % 8) + (k % (4 * P)) / P][(row >= 8) + 2 * (k >= 4 * P)];
+}
+template <int P>
+static inline unsigned emu_frag_b(int k, int col) {
+    return emu_warp->mma[4 * col + (k % (4 * P)) / P][4 + (k >= 4 * P)];
+}
 static inline void mma_m16n8k32_s8(int* c, const unsigned* a, const unsigned* b) {
     const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
     emu_mma_post(a, b);
-    // A[row][k]: lane 4 (row % 8) + (k % 16) / 4, register (row >= 8) + 2 (k >= 16), byte k % 4.
-    auto A = [&](int row, int k) {
-        return (int)(int8_t)(emu_warp->mma[4 * (row % 8) + (k % 16) / 4][(row >= 8) + 2 * (k >= 16)] >> (8 * (k % 4)));
-    };
-    // B[k][col]: lane 4 col + (k % 16) / 4, register 4 + (k >= 16), byte k % 4.
-    auto B = [&](int k, int col) {
-        return (int)(int8_t)(emu_warp->mma[4 * col + (k % 16) / 4][4 + (k >= 16)] >> (8 * (k % 4)));
-    };
+    auto A = [&](int row, int k) { return (int)(int8_t)(emu_frag_a<4>(row, k) >> (8 * (k % 4))); };
+    auto B = [&](int k, int col) { return (int)(int8_t)(emu_frag_b<4>(k, col) >> (8 * (k % 4))); };
     for (int e = 0; e < 4; ++e) {
         const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
         int s = 0;
@@ -114,12 +120,8 @@ static inline void emu_mma_f32(float* c, FA A, FB B) {
 }
 static inline void mma_m16n8k16_bf16(float* c, const unsigned* a, const unsigned* b) {
     emu_mma_post(a, b);
-    // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), half k % 2.
-    auto A = [](int row, int k) {
-        return emu_bf16_half(emu_warp->mma[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
-    };
-    // B[k][col]: lane 4 col + (k % 8) / 2, register 4 + (k >= 8), half k % 2.
-    auto B = [](int k, int col) { return emu_bf16_half(emu_warp->mma[4 * col + (k % 8) / 2][4 + (k >= 8)], k % 2); };
+    auto A = [](int row, int k) { return emu_bf16_half(emu_frag_a<2>(row, k), k % 2); };
+    auto B = [](int k, int col) { return emu_bf16_half(emu_frag_b<2>(k, col), k % 2); };
     emu_mma_f32<16>(c, A, B);
 }
 
@@ -254,11 +256,8 @@ static inline float emu_e4m3(unsigned w, int byte) {
 }
 static inline void mma_e4m3(float* c, const unsigned* a, const unsigned* b) {
     emu_mma_post(a, b);
-    // The 8-bit layout: A[row][k] lane 4 (row % 8) + (k % 16) / 4, register (row >= 8) + 2 (k >= 16).
-    auto A = [](int row, int k) {
-        return emu_e4m3(emu_warp->mma[4 * (row % 8) + (k % 16) / 4][(row >= 8) + 2 * (k >= 16)], k % 4);
-    };
-    auto B = [](int k, int col) { return emu_e4m3(emu_warp->mma[4 * col + (k % 16) / 4][4 + (k >= 16)], k % 4); };
+    auto A = [](int row, int k) { return emu_e4m3(emu_frag_a<4>(row, k), k % 4); };
+    auto B = [](int k, int col) { return emu_e4m3(emu_frag_b<4>(k, col), k % 4); };
     emu_mma_f32<32>(c, A, B);
 }
 
