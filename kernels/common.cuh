@@ -53,6 +53,14 @@ __device__ __forceinline__ void load_f32s(const float* __restrict__ p, float (&o
     }
 }
 
+// The gated activations' products (the contract: src/gpu/reference.rs `silu_mul`, `gelu_mul`):
+// one definition for act_mul_silu / act_mul_gelu and for the fused FP8 quantizer
+// (quantize_act_mul_fp8_row), so the fused codes are those of the unfused chain bit for bit.
+__device__ __forceinline__ float act_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+__device__ __forceinline__ float act_gelu_mul(float g, float u) {
+    return 0.5f * g * (1.0f + tanhf(0.7978846f * (g + 0.044715f * g * g * g))) * u;
+}
+
 // The maximum of v >= 0 over every thread of the block (blockDim.x a multiple of 32, at most
 // 1024). Every thread of the block must call it; all receive the result. Exact (max is exact).
 __device__ __forceinline__ float block_amax(float v) {

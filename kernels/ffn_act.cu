@@ -1,6 +1,9 @@
 // Activation kernels of the dense FFN. Numerics contract: src/gpu/reference.rs.
 // Row-major f32 with explicit row strides, so the fused FP8 gate+up output ([m, 2*interp]) feeds
-// them without a copy. Grid: (ceil(cols / 256), rows), block 256.
+// them without a copy. Grid: (ceil(cols / 256), rows), block 256. The products are common.cuh's
+// act_silu_mul / act_gelu_mul, shared with the fused FP8 quantizer.
+
+#include "common.cuh"
 
 extern "C" __global__ void act_mul_silu(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ out,
                                         int rows, int cols, int gs, int us, int os) {
@@ -9,7 +12,7 @@ extern "C" __global__ void act_mul_silu(const float* __restrict__ g, const float
     if (c >= cols || r >= rows) return;
     const float gv = g[(size_t)r * gs + c];
     const float uv = u[(size_t)r * us + c];
-    out[(size_t)r * os + c] = gv / (1.0f + expf(-gv)) * uv;
+    out[(size_t)r * os + c] = act_silu_mul(gv, uv);
 }
 
 extern "C" __global__ void act_mul_gelu(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ out,
@@ -19,7 +22,7 @@ extern "C" __global__ void act_mul_gelu(const float* __restrict__ g, const float
     if (c >= cols || r >= rows) return;
     const float gv = g[(size_t)r * gs + c];
     const float uv = u[(size_t)r * us + c];
-    out[(size_t)r * os + c] = 0.5f * gv * (1.0f + tanhf(0.7978846f * (gv + 0.044715f * gv * gv * gv))) * uv;
+    out[(size_t)r * os + c] = act_gelu_mul(gv, uv);
 }
 
 #include <cuda_bf16.h>

@@ -9,25 +9,51 @@
 // ---- host-emulated: begin (tests/cuda_emu.rs compiles the quantizer, the GEMM and the GEMV as C++) ----
 
 // x f32 [m, k] -> q e4m3 [m, kp] (zero padded), sx f32 [m]: sx = amax / 448, q = e4m3_satfinite(x / sx).
-// Grid (column blocks, m), block 256: every block of row r takes the amax of the whole row (a max,
-// so the same value in every block) and quantizes its share of the columns, so a few rows (decode)
-// spread over many blocks with the bits of one block per row.
+// Grid (column blocks, m), block MP_FP8_QUANT_THREADS: every block of row r takes the amax of the
+// whole row (a max, so the same value in every block) and quantizes its share of the columns, so a
+// few rows (decode) spread over many blocks with the bits of one block per row. A row is read twice
+// (amax, codes); with 1024-thread blocks the rows in flight are few enough (two blocks per
+// multiprocessor) that the second read mostly comes from L2.
+// The quantizer over row r's values x(i), i < k (both kernels below).
+template <class X>
+__device__ __forceinline__ void quantize_fp8_row_of(X x, int r, int k, int kp, unsigned char* __restrict__ q, float* __restrict__ sx) {
+    unsigned char* qr = q + (size_t)r * kp;
+    float amax = 0.f;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(x(i)));
+    amax = block_amax(amax);
+    const float scale = amax / 448.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kp; i += gridDim.x * blockDim.x) {
+        unsigned char c = 0;
+        if (i < k && scale != 0.f) c = (unsigned char)__nv_cvt_float_to_fp8(__fdiv_rn(x(i), scale), __NV_SATFINITE, __NV_E4M3);
+        qr[i] = c;
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) sx[r] = scale;
+}
+
 extern "C" __global__ void quantize_act_fp8_row(const float* __restrict__ x, int m, int k, int kp,
                                                 unsigned char* __restrict__ q, float* __restrict__ sx) {
     const int r = blockIdx.y;
     if (r >= m) return;
     const float* xr = x + (size_t)r * k;
-    float amax = 0.f;
-    for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(xr[i]));
-    amax = block_amax(amax);
-    const float scale = amax / 448.0f;
-    unsigned char* qr = q + (size_t)r * kp;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kp; i += gridDim.x * blockDim.x) {
-        unsigned char c = 0;
-        if (i < k && scale != 0.f) c = (unsigned char)__nv_cvt_float_to_fp8(__fdiv_rn(xr[i], scale), __NV_SATFINITE, __NV_E4M3);
-        qr[i] = c;
-    }
-    if (blockIdx.x == 0 && threadIdx.x == 0) sx[r] = scale;
+    quantize_fp8_row_of([&](int i) { return xr[i]; }, r, k, kp, q, sx);
+}
+
+// The W8A8 down projection's input without the f32 product in memory: q, sx of the rows
+// act(g, u) (act 0: SiLU, 1: GELU; common.cuh's act_silu_mul / act_gelu_mul, as act_mul_silu /
+// act_mul_gelu compute them), so bit for bit quantize_act_fp8_row over act_mul's output. g and u
+// [m, k] with row strides gs and us; grid and block as quantize_act_fp8_row (each pass computes
+// the product again from g and u: g and u read twice, instead of the product written once and
+// read twice).
+extern "C" __global__ void quantize_act_mul_fp8_row(const float* __restrict__ g, const float* __restrict__ u, int gs, int us, int act,
+                                                    int m, int k, int kp, unsigned char* __restrict__ q, float* __restrict__ sx) {
+    const int r = blockIdx.y;
+    if (r >= m) return;
+    const float* gr = g + (size_t)r * gs;
+    const float* ur = u + (size_t)r * us;
+    if (act == 0)
+        quantize_fp8_row_of([&](int i) { return act_silu_mul(gr[i], ur[i]); }, r, k, kp, q, sx);
+    else
+        quantize_fp8_row_of([&](int i) { return act_gelu_mul(gr[i], ur[i]); }, r, k, kp, q, sx);
 }
 
 // c += a . b, one m16n8k32 e4m3 tensor-core MMA with f32 accumulation (the fragment layout of

@@ -1,9 +1,11 @@
 // W8A8 prefill and decode on Hopper's own FP8 matrix path (sm_90a): `wgmma` m64nNk32 e4m3 with f32
-// accumulators (SASS QGMMA), both operands in shared memory in the 128-byte swizzle, filled by a
-// cp.async pipeline. Same inputs, outputs and contract as `w8a8_gemm` (kernels/ffn_w8a8.cu; CPU
-// twin src/gpu/reference.rs `w8a8_row`). Two tilings of one computation: `w8a8_wgmma` (128 x 128
-// tiles, two consumer warpgroups, prefill) and `w8a8_wgmma_m64` (64 x 64 tiles, one warpgroup,
-// m <= 64: twice the blocks of the weight for decode).
+// accumulators (SASS QGMMA), both operands in shared memory in the 128-byte swizzle. Same inputs,
+// outputs and contract as `w8a8_gemm` (kernels/ffn_w8a8.cu; CPU twin src/gpu/reference.rs
+// `w8a8_row`). Two tilings of one computation: `w8a8_wgmma` (prefill: 128 x 128 tiles on a
+// persistent grid; one producer warpgroup fills the stages with the bulk tensor copy engine
+// (TMA, `cp.async.bulk.tensor`) on mbarriers, two consumer warpgroups run the wgmmas) and
+// `w8a8_wgmma_m64` (64 x 64 tiles, one warpgroup filling its own stages with cp.async, m <= 64:
+// twice the blocks of the weight for decode).
 //
 // Numerics (formats.md "The W8A8 wgmma GEMMs"): for each 128-byte k stage the four k32 wgmmas
 // start from a zero accumulator, and that stage's tensor-core sum is added to an f32 total in
@@ -46,6 +48,56 @@ __device__ __forceinline__ void fence_regs(float* d) {
     for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// A tensor map (CUtensorMap, 128 bytes, 64-byte aligned) made by the host with
+// cuTensorMapEncodeTiled and passed by value as a __grid_constant__ parameter (src/gpu/cuda.rs
+// `encode_tmap`; the table's `t` kind).
+struct __align__(64) MpTmap {
+    unsigned long long opaque[16];
+};
+// mbarrier (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier"): a
+// 64-bit shared-memory object with an arrival count and a transaction (byte) count; a phase
+// completes when both reach zero, and `try_wait.parity P` is true once the phase of parity P
+// has completed.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the initialized barriers visible to the other threads and to the async proxy (TMA).
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrive, and expect `bytes` more of transaction (the TMA copies complete them).
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n.reg .pred p;\nMP_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra MP_WAIT;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void tmap_prefetch(const MpTmap* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"((unsigned long long)map) : "memory");
+}
+// The box at (byte c0, row c1) of `map` into shared memory at `dst`, in the map's swizzle; rows
+// and bytes past the tensor are written as zeros. Completes its bytes on mbarrier `bar`.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const MpTmap* map, int c0, int c1, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+        "l"((unsigned long long)map), "r"(bar), "r"(c0), "r"(c1)
+        : "memory");
+}
+// Hand registers back (producer) or take them (consumers); every thread of the warpgroup.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+// The warpgroup index as a value the compiler knows is warp-uniform (a wgmma under a condition
+// it cannot prove uniform is serialized, C7518).
+__device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0); }
+
 // d (+)= A[64 x 32] . B[N x 32]^T from the two shared-memory descriptors; accumulate = 0
 // overwrites d. Each thread of the warpgroup holds N / 2 of the 64 x N outputs: warp w, lane l,
 // d[4 j + 2 h + e] = (row 16 w + l / 4 + 8 h, column 8 j + 2 (l % 4) + e).
@@ -79,6 +131,36 @@ __device__ __forceinline__ void wgmma_e4m3<128>(float* d, unsigned long long da,
 // rows), swizzle mode 1 = 128 bytes (bits 62-63). PTX ISA, "Matrix Descriptor Format".
 __device__ __forceinline__ unsigned long long wgmma_desc(unsigned addr) {
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// The epilogue: y[r, j] = (acc * sx[r]) * sw[j] for this thread's outputs of the 64 x BN
+// warpgroup tile at rows r0.., columns n0.. (thread t of the warpgroup), rows past m and columns
+// past n not stored.
+template <int BN>
+__device__ __forceinline__ void w8a8_wgmma_store(const float* acc, int t, int r0, const float* __restrict__ sx, int m, int n0,
+                                                 const float* __restrict__ sw, float* __restrict__ y, int n, int ldy) {
+    const int warp = t >> 5, lane = t & 31;
+    const int rb = r0 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = rb + 8 * h;
+            if (r >= m) continue;
+            const float s = sx[r];
+            const int col = n0 + 8 * j + 2 * (lane & 3);
+            float* yr = y + (size_t)r * ldy + col;
+            // The thread's two neighbouring columns in one 8-byte store where both exist and the
+            // address is 8-byte aligned, else one by one.
+            if (col + 1 < n && (reinterpret_cast<size_t>(yr) & 7) == 0) {
+                *reinterpret_cast<float2*>(yr) = make_float2((acc[4 * j + 2 * h] * s) * sw[col], (acc[4 * j + 2 * h + 1] * s) * sw[col + 1]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    if (col + e < n) yr[e] = (acc[4 * j + 2 * h + e] * s) * sw[col + e];
+            }
+        }
+    }
 }
 
 // y[r, j] = (acc * sx[r]) * sw[j] as w8a8_gemm; q [m, kp], w [n, kp] e4m3 codes, kp % 128 == 0
@@ -196,32 +278,175 @@ __device__ __forceinline__ void w8a8_wgmma_tiles(const unsigned char* __restrict
     }
     cp_async_wait<0>();
     if (!active) return;
-    const int warp = t >> 5, lane = t & 31;
-    const int rb = m0 + wg * 64 + warp * 16 + (lane >> 2);
+    w8a8_wgmma_store<BN>(acc, t, m0 + wg * 64, sx, m, n0, sw, y, n, ldy);
+}
+
+// Prefill tiling, warp-specialized on a persistent grid: MP_W8A8_WGMMA_BM x MP_W8A8_WGMMA_BN
+// tiles, MP_W8A8_WGMMA_THREADS threads (warpgroup 0 the producer, warpgroups 1..NC the consumers
+// of rows 0-63, 64-127, ...), MP_W8A8_WGMMA_STAGES stages; grid min(tiles, multiprocessors),
+// block b taking tiles b, b + gridDim.x, ... in the order t -> (m tile t % mtiles, n tile
+// t / mtiles), so the blocks in flight share weight tiles; dynamic shared memory
+// MP_W8A8_WGMMA_SMEM bytes: the stages (A then B, 1024-aligned), the output tile (BM rows of
+// BN + MP_W8A8_WGMMA_EPI_PAD f32), then the stages' `full` and `empty` mbarriers and the output
+// tile's `epi_full` and `epi_empty`.
+//
+// Per stage s (slot s % STAGES, its use count u = s / STAGES): the producer thread waits until
+// `empty` has completed phase u - 1 (the consumers are done reading the slot's last use), arms
+// `full` with the stage's bytes and issues the two box copies (the activations' BM rows of 128
+// k bytes, the weights' BN rows), which complete `full`'s phase u. Each consumer waits for that
+// phase, issues its four k32 wgmmas into the partial accumulator, waits for them, arrives on
+// `empty` (every consumer thread) and adds the partial into its f32 total: the same sums in
+// the same order as the cp.async tiling. The producer runs up to STAGES stages ahead, across
+// tile boundaries, so the next tile's copies overlap this tile's last stages and its stores.
+//
+// The stores are the producer warpgroup's other three warps' (the storers): at the end of a
+// tile each consumer waits for `epi_empty` (the storers are done with the previous tile), writes
+// its totals into the output tile in shared memory and arrives on `epi_full`, then starts the
+// next tile; the storers scale the tile, y = (total * sx[r]) * sw[j] (w8a8_gemm's order), and
+// write it 16 bytes a thread, while the consumers already run the next tile's wgmmas. (The
+// row padding makes the consumers' 8-byte writes free of bank conflicts: a half-warp's four rows
+// of 8 words start 8 banks apart.)
+// (Two partials in turn, the next stage issued before this one is waited for, make ptxas
+// serialize every wgmma: a partial read while the other's wgmmas are pending, C7514.)
+template <int NC, int BN, int STAGES>
+__device__ __forceinline__ void w8a8_wgmma_ws(const MpTmap* qmap, const float* __restrict__ sx, int m, const MpTmap* wmap,
+                                              const float* __restrict__ sw, float* __restrict__ y, int n, int kp, int ldy) {
+    constexpr int BM = 64 * NC, BK = MP_W8A8_WGMMA_BK, R = BN / 2;
+    constexpr int TILE_A = BM * BK, STAGE = (BM + BN) * BK, LD = BN + MP_W8A8_WGMMA_EPI_PAD, STORERS = 96;
+    const unsigned base = (smem_addr(w8a8_wgmma_smem) + 1023u) & ~1023u;
+    float* epi = reinterpret_cast<float*>(w8a8_wgmma_smem + (base - smem_addr(w8a8_wgmma_smem)) + STAGES * STAGE);
+    const unsigned full = base + STAGES * STAGE + BM * LD * 4, empty = full + 8 * STAGES;
+    const unsigned epi_full = empty + 8 * STAGES, epi_empty = epi_full + 8;
+    const int wg = warpgroup_index(), t = threadIdx.x & 127;
+    const int mtiles = (m + BM - 1) / BM, tiles = mtiles * ((n + BN - 1) / BN), ktiles = kp / BK;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full + 8 * s, 1);
+            mbar_init(empty + 8 * s, 128 * NC);
+        }
+        mbar_init(epi_full, 128 * NC);
+        mbar_init(epi_empty, STORERS);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (wg == 0) {
+        setmaxnreg_dec<MP_W8A8_WGMMA_PRODUCER_REGS>();
+        if (t >= 128 - STORERS) {
+            // Storer st: the 4 columns 4 (st % (BN / 4)) .. of every (STORERS / (BN / 4))-th row
+            // from row st / (BN / 4); a warp writes 512 contiguous bytes of one row.
+            constexpr int QUADS = BN / 4, RSTEP = STORERS / QUADS;
+            static_assert(STORERS % QUADS == 0, "whole rows per pass");
+            const int st = t - (128 - STORERS), c4 = st % QUADS, row0 = st / QUADS;
+            unsigned ep = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int m0 = (tile % mtiles) * BM, col = (tile / mtiles) * BN + 4 * c4;
+                const int rows = min(BM, m - m0);
+                // The column scales before the wait (they do not depend on the tile's totals).
+                float w4[4];
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
+                for (int e = 0; e < 4; ++e) w4[e] = col + e < n ? sw[col + e] : 0.f;
+                mbar_wait(epi_full, ep);
+                if (col < n) {
+                    const bool vec = col + 3 < n && ((reinterpret_cast<size_t>(y + col) | ((size_t)ldy * 4)) & 15) == 0;
+#pragma unroll 4
+                    for (int row = row0; row < rows; row += RSTEP) {
+                        const float4 v = *reinterpret_cast<const float4*>(epi + row * LD + 4 * c4);
+                        const float s = sx[m0 + row];
+                        float* yr = y + (size_t)(m0 + row) * ldy + col;
+                        const float o[4] = {(v.x * s) * w4[0], (v.y * s) * w4[1], (v.z * s) * w4[2], (v.w * s) * w4[3]};
+                        if (vec) {
+                            *reinterpret_cast<float4*>(yr) = make_float4(o[0], o[1], o[2], o[3]);
+                        } else {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = rb + 8 * h;
-            if (r >= m) continue;
-            const float s = sx[r];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int col = n0 + 8 * j + 2 * (lane & 3) + e;
-                if (col < n) y[(size_t)r * ldy + col] = (acc[4 * j + 2 * h + e] * s) * sw[col];
+                            for (int e = 0; e < 4; ++e)
+                                if (col + e < n) yr[e] = o[e];
+                        }
+                    }
+                }
+                mbar_arrive(epi_empty);
+                ep ^= 1;
+            }
+            return;
+        }
+        if (t != 0) return;
+        tmap_prefetch(qmap);
+        tmap_prefetch(wmap);
+        unsigned slot = 0, phase = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const int m0 = (tile % mtiles) * BM, n0 = (tile / mtiles) * BN;
+            for (int kt = 0; kt < ktiles; ++kt) {
+                // A fresh barrier's "previous phase" (parity 1) counts as complete: the first
+                // STAGES waits pass at once.
+                mbar_wait(empty + 8 * slot, phase ^ 1);
+                const unsigned dst = base + slot * STAGE;
+                mbar_arrive_expect_tx(full + 8 * slot, STAGE);
+                tma_load_2d(dst, qmap, kt * BK, m0, full + 8 * slot);
+                tma_load_2d(dst + TILE_A, wmap, kt * BK, n0, full + 8 * slot);
+                if (++slot == STAGES) {
+                    slot = 0;
+                    phase ^= 1;
+                }
             }
         }
+        return;
+    }
+    setmaxnreg_inc<MP_W8A8_WGMMA_CONSUMER_REGS>();
+    const int c = wg - 1;
+    const unsigned long long da0 = wgmma_desc(base + (unsigned)(c * 64 * BK)), db0 = wgmma_desc(base + TILE_A);
+    float acc[R], part[R];
+    unsigned slot = 0, phase = 0, ep = 0;
+    // This thread's place in the output tile (the wgmma accumulator layout).
+    const int warp = t >> 5, lane = t & 31;
+    float* erow = epi + (c * 64 + warp * 16 + (lane >> 2)) * LD + 2 * (lane & 3);
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) acc[i] = 0.f;
+        for (int kt = 0; kt < ktiles; ++kt) {
+            mbar_wait(full + 8 * slot, phase);
+            fence_regs<R>(part);
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < BK / 32; ++ks) {
+                const unsigned long long off = (slot * STAGE + ks * 32) >> 4;
+                wgmma_e4m3<BN>(part, da0 + off, db0 + off, ks);
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs<R>(part);
+            mbar_arrive(empty + 8 * slot);
+#pragma unroll
+            for (int i = 0; i < R; ++i) acc[i] += part[i];
+            if (++slot == STAGES) {
+                slot = 0;
+                phase ^= 1;
+            }
+        }
+        mbar_wait(epi_empty, ep ^ 1);
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                *reinterpret_cast<float2*>(erow + 8 * h * LD + 8 * j) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        mbar_arrive(epi_full);
+        ep ^= 1;
     }
 }
 
-// Prefill tiling: MP_W8A8_WGMMA_BM x MP_W8A8_WGMMA_BN tiles, 256 threads, MP_W8A8_WGMMA_STAGES
-// stages; grid (ceil(m / BM), ceil(n / BN)), dynamic shared memory MP_W8A8_WGMMA_SMEM bytes.
-extern "C" __global__ void __launch_bounds__(256, 1) w8a8_wgmma(const unsigned char* __restrict__ q, const float* __restrict__ sx, int m,
-                                                              const unsigned char* __restrict__ w, const float* __restrict__ sw,
-                                                              float* __restrict__ y, int n, int kp, int ldy) {
-    static_assert(MP_W8A8_WGMMA_BM == 128 && MP_W8A8_WGMMA_BN == 128, "two warpgroups of m64n128");
-    static_assert(MP_W8A8_WGMMA_STAGES * (MP_W8A8_WGMMA_BM + MP_W8A8_WGMMA_BN) * MP_W8A8_WGMMA_BK + 1024 <= MP_W8A8_WGMMA_SMEM, "smem");
-    w8a8_wgmma_tiles<2, 128, MP_W8A8_WGMMA_STAGES>(q, sx, m, w, sw, y, n, kp, ldy);
+// `q` and `w` are tensor maps of the activation codes [m, kp] and the weight codes [n, kp]: u8,
+// box 128 bytes x MP_W8A8_WGMMA_BM (resp. _BN) rows, 128-byte swizzle (the table's `t` rule).
+extern "C" __global__ void __launch_bounds__(MP_W8A8_WGMMA_THREADS, 1) w8a8_wgmma(const __grid_constant__ MpTmap q, const float* __restrict__ sx, int m,
+                                                                                const __grid_constant__ MpTmap w, const float* __restrict__ sw,
+                                                                                float* __restrict__ y, int n, int kp, int ldy) {
+    constexpr int NC = MP_W8A8_WGMMA_BM / 64;
+    static_assert(MP_W8A8_WGMMA_BN == 128 && MP_W8A8_WGMMA_THREADS == 128 * (NC + 1), "NC consumer warpgroups of m64n128");
+    static_assert(MP_W8A8_WGMMA_STAGES * (MP_W8A8_WGMMA_BM + MP_W8A8_WGMMA_BN) * MP_W8A8_WGMMA_BK +
+                          MP_W8A8_WGMMA_BM * (MP_W8A8_WGMMA_BN + MP_W8A8_WGMMA_EPI_PAD) * 4 + 1024 + 16 * MP_W8A8_WGMMA_STAGES + 16 <=
+                      MP_W8A8_WGMMA_SMEM,
+                  "smem");
+    static_assert(MP_W8A8_WGMMA_PRODUCER_REGS % 8 == 0 && MP_W8A8_WGMMA_CONSUMER_REGS % 8 == 0 &&
+                      128 * (MP_W8A8_WGMMA_PRODUCER_REGS + NC * MP_W8A8_WGMMA_CONSUMER_REGS) <= 65536,
+                  "setmaxnreg: multiples of 8 within the register file");
+    w8a8_wgmma_ws<NC, 128, MP_W8A8_WGMMA_STAGES>(&q, sx, m, &w, sw, y, n, kp, ldy);
 }
 
 // Decode tiling (m <= 64): MP_W8A8_WGMMA_SMALL_BM x MP_W8A8_WGMMA_SMALL_BN tiles, 128 threads,

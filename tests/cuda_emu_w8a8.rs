@@ -97,8 +97,10 @@ fn w8a8_decode_gemv_reproduces_the_gemm_bits() {
     }
 }
 
-/// The sm_90a W8A8 GEMMs on the emulator (copies, descriptors, the 128-byte swizzle, the
-/// warpgroup's output positions, the per-stage partial sums): against the reference within
+/// The sm_90a W8A8 GEMMs on the emulator (the TMA boxes and mbarrier phases of the
+/// warp-specialized prefill GEMM on its persistent grid, the decode tiling's cp.async copies,
+/// descriptors, the 128-byte swizzle, the warpgroup's output positions, the per-stage partial
+/// sums): against the reference within
 /// 2e-6 on 130 rows (two m tiles), on an n that leaves a partial tile; the decode tiling
 /// (`w8a8_wgmma_m64`) gives the prefill tiling's bits on 64 rows, and a row alone through it
 /// gives that row's bits inside the 130 (tile positions 0, 63 and 129 - 128). Says nothing about
@@ -110,25 +112,32 @@ fn w8a8_wgmma_matches_the_reference_and_is_batch_invariant() {
     let Some(exe) = emulator() else { return };
     let mut r = Rand(31);
     // k = 300 pads to kp = 384 (the layout's 128 alignment): three stages, zeros after 300.
-    let (n, k, mtot) = (136usize, 300usize, 130usize);
+    // n = 134: rows of y 536 bytes apart, so the storers also take their 4-byte path.
+    let (n, k, mtot) = (134usize, 300usize, 130usize);
     let c = w8a8_case(&mut r, n, k, mtot);
     let (w, swf, kp, q, sx) = (&c.w, &c.swf, c.kp, &c.q, &c.sx);
     assert_eq!(kp, 384);
     let run = |name: &str, rows: std::ops::Range<usize>| -> Vec<u32> {
         let sp = spec("ffn_w8a8_wgmma", name).unwrap();
-        let (bm, bn) = match name {
-            "w8a8_wgmma" => (128, 128),
-            _ => (64, 64),
-        };
         let m = rows.len();
         let mut a = w8a8_args(&c, rows, n);
-        launch(
-            exe,
-            name,
-            (m.div_ceil(bm), n.div_ceil(bn)),
-            sp.grid.threads,
-            &mut a,
-        );
+        let grid = if name == "w8a8_wgmma" {
+            // The pointers become the table's tensor maps; a persistent grid of one block fewer
+            // than the tiles, so block 0 takes two tiles (its stage slots and barrier phases
+            // carry over from one tile to the next).
+            for (i, rule) in [(0, &sp.tmaps[0]), (3, &sp.tmaps[1])] {
+                let rows = if rule.rows == "m" { m } else { n };
+                let b = buf(&a[i]).to_vec();
+                a[i] = A::T(b, kp, rows, rule.box_rows, rule.box_bytes);
+            }
+            assert!(sp.grid.persistent);
+            let tiles = m.div_ceil(sp.tmaps[0].box_rows) * n.div_ceil(sp.tmaps[1].box_rows);
+            assert!(tiles >= 2);
+            (tiles - 1, 1)
+        } else {
+            (1, n.div_ceil(64))
+        };
+        launch(exe, name, grid, sp.grid.threads, &mut a);
         bf32(buf(&a[5])).iter().map(|f| f.to_bits()).collect()
     };
     let all = run("w8a8_wgmma", 0..mtot);
@@ -163,8 +172,12 @@ fn fp8_activation_quantizer_matches_its_twin_on_every_grid() {
     let Some(exe) = emulator() else { return };
     let kk = Kernels::resolve(&HostBackend::new());
     let mut r = Rand(41);
-    let (k, kp) = (3000usize, 3072usize);
-    for m in [1usize, 3, 17] {
+    for (m, k, kp) in [
+        (1usize, 3000usize, 3072usize),
+        (3, 3000, 3072),
+        (17, 3000, 3072),
+        (17, 16500, 16512),
+    ] {
         let mut x = r.vec(m * k, 1.0);
         x[7] = 300.0; // row 0: an outlier sets the scale; many values quantize to subnormals
         if m > 1 {
@@ -203,6 +216,70 @@ fn fp8_activation_quantizer_matches_its_twin_on_every_grid() {
                 q[row * kp..(row + 1) * kp] == want_q[..],
                 "m={m} row {row}: codes differ from the twin's"
             );
+        }
+    }
+}
+
+/// The fused activation quantizer of the W8A8 down projection (`quantize_act_mul_fp8_row`): for
+/// SiLU and GELU, on the table's grids (a decode row over kp / 1024 blocks, one block per row past
+/// 16 rows), gate and up read with their own row strides, bit for bit the twin's codes and scales
+/// of the twin's product (`silu_mul` / `gelu_mul` then `quantize_row_fp8`). The emulator's expf
+/// and tanhf are the C library's, as Rust's f32 `exp` and `tanh` here; on the device, gpu-check
+/// compares the fused codes with act_mul then quantize_act_fp8_row bit for bit.
+#[test]
+fn fused_activation_quantizer_matches_act_mul_then_quantize() {
+    use metrale_pack::gpu::host::HostBackend;
+    use metrale_pack::gpu::{DevicePtr, table::Kernels};
+    let Some(exe) = emulator() else { return };
+    let kk = Kernels::resolve(&HostBackend::new());
+    let mut r = Rand(43);
+    let (k, kp, gs, us) = (2100usize, 2176usize, 2110usize, 2200usize);
+    for (act, f) in [
+        (0usize, reference::silu_mul as fn(f32, f32) -> f32),
+        (1, reference::gelu_mul),
+    ] {
+        for m in [1usize, 17] {
+            let (g, u) = (r.vec(m * gs, 3.0), r.vec(m * us, 1.0));
+            let p = DevicePtr { addr: 64, bytes: 4 };
+            let call = kk.quant_fp8_act.call().ptr("g", p).ptr("u", p).ptr("q", p);
+            let call = call
+                .ptr("sx", p)
+                .dim("gs", gs)
+                .dim("us", us)
+                .dim("act", act);
+            let l = call.dim("m", m).dim("k", k).dim("kp", kp).finish().unwrap();
+            let (gx, gy, _) = l.cfg.grid;
+            assert_eq!(gx as usize, if m <= 16 { 3 } else { 1 }, "m={m}");
+            let mut a = [
+                A::P(f32b(&g)),
+                A::P(f32b(&u)),
+                A::I(gs),
+                A::I(us),
+                A::I(act),
+                A::I(m),
+                A::I(k),
+                A::I(kp),
+                A::P(vec![0xAB; m * kp]),
+                A::P(f32b(&vec![f32::NAN; m])),
+            ];
+            let (grid, block) = ((gx as usize, gy as usize), l.cfg.block.0 as usize);
+            launch(exe, "quantize_act_mul_fp8_row", grid, block, &mut a);
+            let (q, sx) = (buf(&a[8]).to_vec(), bf32(buf(&a[9])));
+            for row in 0..m {
+                let h: Vec<f32> = (0..k)
+                    .map(|i| f(g[row * gs + i], u[row * us + i]))
+                    .collect();
+                let (want_q, want_s) = reference::quantize_row_fp8(&h, kp);
+                assert_eq!(
+                    sx[row].to_bits(),
+                    want_s.to_bits(),
+                    "act {act} m={m} row {row}"
+                );
+                assert!(
+                    q[row * kp..(row + 1) * kp] == want_q[..],
+                    "act {act} m={m} row {row}: codes differ from the twin's"
+                );
+            }
         }
     }
 }

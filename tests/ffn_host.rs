@@ -116,13 +116,20 @@ fn w8a8_declared_arm_fixed_path_and_refusals() {
     for (method, m) in [("forward", 1), ("k3", 3), ("prefill", 64), ("fixed", 100)] {
         let (x, xs) = input(&c, &mut r, m);
         let y = run(&mut c, &layer, method, x, m).unwrap();
-        // x quantized once for gate and up, the SiLU product once for down.
-        assert_eq!(
-            count(&c.trace, "quantize_act_fp8_row"),
-            2,
-            "{method}: {:?}",
-            c.trace
-        );
+        // x quantized once for gate and up; the SiLU product, fused with its quantizer, once
+        // for down (no act-mul launch).
+        for (kernel, n) in [
+            ("quantize_act_fp8_row", 1),
+            ("quantize_act_mul_fp8_row", 1),
+            ("act_mul_silu", 0),
+        ] {
+            assert_eq!(
+                count(&c.trace, kernel),
+                n,
+                "{method}: {kernel} {:?}",
+                c.trace
+            );
+        }
         // Every m through the sm_90a wgmma GEMMs where they resolved (the host has every
         // kernel): the decode tiling up to its 64-row cap, the prefill tiling above.
         let tiling = if m <= 64 {

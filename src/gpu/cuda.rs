@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Every kernel of a loaded module, by name (driver 12.4+: `cuModuleEnumerateFunctions`).
 mod compile;
+mod tmap;
 pub use compile::{
     compile_cubin, compile_options, compile_with_log, cuda_include_dir, nvrtc_version,
 };
@@ -87,6 +88,8 @@ pub struct CudaBackend {
     device: cus::CUdevice,
     name: String,
     arch: String,
+    /// Multiprocessors (a persistent kernel's most blocks).
+    sms: usize,
     include: Option<String>,
     cache_dir: PathBuf,
     state: Mutex<State>,
@@ -118,20 +121,11 @@ impl CudaBackend {
         unsafe { cu::ctx::set_current(ctx) }.map_err(nodev)?;
         let name = cu::device::get_name(dev).map_err(nodev)?;
         // SAFETY: attribute queries on a valid device.
-        let (maj, min) = unsafe {
-            (
-                cu::device::get_attribute(
-                    dev,
-                    cus::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                )
-                .map_err(nodev)?,
-                cu::device::get_attribute(
-                    dev,
-                    cus::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                )
-                .map_err(nodev)?,
-            )
-        };
+        let attr = |a| unsafe { cu::device::get_attribute(dev, a) }.map_err(nodev);
+        use cus::CUdevice_attribute as at;
+        let maj = attr(at::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let min = attr(at::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let sms = attr(at::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let cache_dir = std::env::var_os("METRALE_KERNEL_CACHE")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -143,6 +137,7 @@ impl CudaBackend {
             device: dev,
             name,
             arch: format!("sm_{maj}{min}"),
+            sms: usize::try_from(sms).unwrap_or(1).max(1),
             include: cuda_include_dir(),
             cache_dir,
             state: Mutex::new(State {
@@ -557,27 +552,40 @@ impl GpuBackend for CudaBackend {
         let s = self.stream(stream)?;
         self.current()?;
         self.raise_smem_limit(k, f, cfg.smem)?;
-        let mut vals: Vec<u64> = args
+        // Scalars and pointers as u64 slots; tensor maps encoded into their own 64-byte aligned
+        // slots (a kernel takes them by value).
+        let mut vals: Vec<u64> = Vec::with_capacity(args.len());
+        let mut maps: Vec<cus::CUtensorMap> = Vec::new();
+        for a in args {
+            vals.push(match *a {
+                KArg::Ptr(p) => p.addr,
+                KArg::I32(v) => v as u32 as u64,
+                KArg::F32(v) => v.to_bits() as u64,
+                KArg::Dim(v) => i32::try_from(v).map_err(|_| {
+                    GpuError::Invalid(format!("kernel argument {v} does not fit an int"))
+                })? as u32 as u64,
+                KArg::Tmap(t) => {
+                    maps.push(tmap::encode_tmap(&t)?);
+                    0
+                }
+            });
+        }
+        let mut next_map = maps.iter_mut();
+        let mut params: Vec<*mut c_void> = args
             .iter()
-            .map(|a| {
-                Ok(match *a {
-                    KArg::Ptr(p) => p.addr,
-                    KArg::I32(v) => v as u32 as u64,
-                    KArg::F32(v) => v.to_bits() as u64,
-                    KArg::Dim(v) => i32::try_from(v).map_err(|_| {
-                        GpuError::Invalid(format!("kernel argument {v} does not fit an int"))
-                    })? as u32 as u64,
-                })
+            .zip(vals.iter_mut())
+            .map(|(a, v)| match a {
+                KArg::Tmap(_) => next_map.next().map_or(std::ptr::null_mut(), |m| {
+                    m as *mut cus::CUtensorMap as *mut c_void
+                }),
+                _ => v as *mut u64 as *mut c_void,
             })
-            .collect::<GpuResult<_>>()?;
-        let mut params: Vec<*mut c_void> = vals
-            .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
             .collect();
         self.launches.fetch_add(1, Ordering::Relaxed);
         // SAFETY: `f` is a loaded function; each parameter points at a u64 whose low bytes hold
         // the little-endian i32/f32/pointer the kernel signature expects (x86-64 and CUDA are both
-        // little-endian), alive until the launch call returns (the driver copies them).
+        // little-endian), or at an encoded tensor map, alive until the launch call returns (the
+        // driver copies them).
         unsafe { cu::launch_kernel(f, cfg.grid, cfg.block, cfg.smem, s, &mut params) }
             .map_err(cuerr("cuLaunchKernel"))?;
         Ok(())
@@ -642,6 +650,9 @@ impl GpuBackend for CudaBackend {
     }
     fn launch_count(&self) -> u64 {
         self.launches.load(Ordering::Relaxed)
+    }
+    fn multiprocessors(&self) -> Option<usize> {
+        Some(self.sms)
     }
     fn new_event(&self) -> GpuResult<EventId> {
         self.current()?;

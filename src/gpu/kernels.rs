@@ -119,6 +119,8 @@ pub enum ParamKind {
     Int,
     /// `float` (`KArg::F32`).
     Float,
+    /// A tensor map by value (`const __grid_constant__ MpTmap`; `KArg::Tmap`).
+    Tmap,
 }
 
 /// Every entry point's parameters (name and kind), parsed from the `extern "C" __global__`
@@ -140,7 +142,9 @@ pub fn signatures(module: &str) -> Vec<(String, Vec<(String, ParamKind)>)> {
             .map(str::trim)
             .filter(|p| !p.is_empty())
             .map(|p| {
-                let kind = if p.contains('*') {
+                let kind = if p.contains("MpTmap") {
+                    ParamKind::Tmap
+                } else if p.contains('*') {
                     ParamKind::Ptr
                 } else if p.starts_with("float ") || p.starts_with("const float ") {
                     ParamKind::Float
@@ -237,7 +241,7 @@ mod tests {
 
     #[test]
     fn every_entry_point_has_a_parsed_signature() {
-        use super::ParamKind::{Float, Int, Ptr};
+        use super::ParamKind::{Float, Int, Ptr, Tmap};
         for (m, _) in super::MODULES {
             let sigs = super::signatures(m);
             for e in super::entry_points(m) {
@@ -264,6 +268,11 @@ mod tests {
         assert_eq!(
             find("ffn_nvfp4", "w4a16_gemv_batch2"),
             [Ptr, Int, Ptr, Ptr, Float, Ptr, Int, Int, Int, Int]
+        );
+        // Tensor maps by value (`const __grid_constant__ MpTmap q`).
+        assert_eq!(
+            find("ffn_w8a8_wgmma", "w8a8_wgmma"),
+            [Tmap, Ptr, Int, Tmap, Ptr, Ptr, Int, Int, Int]
         );
     }
 

@@ -79,6 +79,26 @@ pub enum KArg {
     /// A size, count or stride for the kernel's `int` parameter: the backend refuses one above
     /// `i32::MAX` at launch instead of truncating it.
     Dim(usize),
+    /// A tensor map (`CUtensorMap`, passed by value) over a row-major byte matrix, which the
+    /// backend encodes at launch (the kernel table's `t` parameters).
+    Tmap(Tmap),
+}
+
+/// A 2-D tensor map for the bulk tensor copy engine (TMA): `rows` rows of `row_bytes` u8 at
+/// `base`, copied in boxes of `box_rows` rows by `box_bytes` bytes in the 128-byte swizzle
+/// (formats.md, "The W8A8 wgmma GEMMs"); rows and bytes past the matrix read as zeros.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tmap {
+    /// The matrix (its first byte; 16-byte aligned).
+    pub base: DevicePtr,
+    /// Bytes per row, which is also the row stride (a multiple of 16).
+    pub row_bytes: usize,
+    /// Rows.
+    pub rows: usize,
+    /// Rows per box (at most 256).
+    pub box_rows: usize,
+    /// Bytes per box row (at most 128, the swizzle span).
+    pub box_bytes: usize,
 }
 
 /// Grid, block and dynamic shared memory of a launch.
@@ -211,6 +231,11 @@ pub trait GpuBackend: Send + Sync {
     fn synchronize(&self, stream: StreamId) -> GpuResult<()>;
     /// Kernel launches (and BLAS calls) so far: tests count repacks and no-launch paths with it.
     fn launch_count(&self) -> u64;
+    /// Multiprocessors, to which a persistent kernel's grid is clamped; `None` (the default):
+    /// no clamp.
+    fn multiprocessors(&self) -> Option<usize> {
+        None
+    }
     /// A new asynchronous stream.
     fn new_stream(&self) -> GpuResult<StreamId>;
     /// A new timing event.

@@ -6,7 +6,9 @@
 
 use super::kernels::ParamKind;
 use super::reference::ActRound;
-use super::{DevicePtr, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId};
+use super::{
+    DevicePtr, GpuBackend, GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId, Tmap,
+};
 
 /// One axis of a launch grid.
 #[derive(Clone, Copy, Debug)]
@@ -32,6 +34,26 @@ pub struct Grid {
     pub threads: usize,
     /// Dynamic shared memory per block in bytes (0 for kernels with static shared memory only).
     pub smem: usize,
+    /// A persistent kernel: its blocks stride over the `x` blocks of work, so the backend
+    /// launches at most one block per multiprocessor ([`GpuBackend::multiprocessors`]).
+    pub persistent: bool,
+}
+
+/// How a tensor-map (`t`) parameter follows from a launch's arguments: the pointer given for
+/// `param`, with `row_bytes` and `rows` read from the named `int` arguments, in boxes of
+/// `box_rows` x `box_bytes`.
+#[derive(Clone, Copy, Debug)]
+pub struct TmapRule {
+    /// The `t` parameter (given to [`Call::ptr`] as a pointer).
+    pub param: &'static str,
+    /// The `int` argument holding the bytes per row (and row stride).
+    pub row_bytes: &'static str,
+    /// The `int` argument holding the rows.
+    pub rows: &'static str,
+    /// Rows per box.
+    pub box_rows: usize,
+    /// Bytes per box row.
+    pub box_bytes: usize,
 }
 
 /// The description of one kernel.
@@ -52,6 +74,8 @@ pub struct KernelSpec {
     pub row_cap: Option<usize>,
     /// How it rounds f32 activations before multiplying (the host twin's contract).
     pub round: ActRound,
+    /// Its tensor-map parameters' rules (one per `t` parameter).
+    pub tmaps: &'static [TmapRule],
     /// `params` parsed once (every launch looks its arguments up in it).
     parsed: std::sync::OnceLock<Vec<(&'static str, ParamKind)>>,
 }
@@ -69,6 +93,7 @@ impl KernelSpec {
                     let kind = match k {
                         "p" => ParamKind::Ptr,
                         "f" => ParamKind::Float,
+                        "t" => ParamKind::Tmap,
                         _ => ParamKind::Int,
                     };
                     (n, kind)
@@ -126,10 +151,11 @@ impl<'a> Args<'a> {
             })
     }
 
-    /// Pointer argument `name`.
+    /// Pointer argument `name` (a tensor map's matrix for a `t` parameter).
     pub fn ptr(&self, name: &str) -> GpuResult<DevicePtr> {
         match self.get(name)? {
             KArg::Ptr(p) => Ok(*p),
+            KArg::Tmap(t) => Ok(t.base),
             o => Err(self.wrong(name, "a pointer", o)),
         }
     }
@@ -210,6 +236,7 @@ fn kind_ok(k: ParamKind, a: &KArg) -> bool {
         (ParamKind::Ptr, KArg::Ptr(_))
             | (ParamKind::Int, KArg::I32(_) | KArg::Dim(_))
             | (ParamKind::Float, KArg::F32(_))
+            | (ParamKind::Tmap, KArg::Tmap(_))
     )
 }
 
@@ -298,7 +325,9 @@ impl Call {
             let (i, kind) = spec.position(name).ok_or_else(|| {
                 GpuError::Invalid(format!("{}: no parameter `{name}`", spec.name))
             })?;
-            if !kind_ok(kind, &a) || slots[i].is_some() {
+            // A `t` parameter is given as its pointer; its rule makes the map below.
+            let tmap_ptr = kind == ParamKind::Tmap && matches!(a, KArg::Ptr(_));
+            if !(kind_ok(kind, &a) || tmap_ptr) || slots[i].is_some() {
                 return Err(GpuError::Invalid(format!(
                     "{}: argument `{name}` = {a:?} given twice or of the wrong kind ({kind:?})",
                     spec.name
@@ -311,6 +340,15 @@ impl Call {
             args.push(s.ok_or_else(|| {
                 GpuError::Invalid(format!("{}: argument `{name}` not given", spec.name))
             })?);
+        }
+        let maps = spec
+            .tmaps
+            .iter()
+            .map(|r| tmap_of(spec, &args, r))
+            .collect::<GpuResult<Vec<_>>>()?;
+        for (r, map) in spec.tmaps.iter().zip(maps) {
+            let (i, _) = spec.position(r.param).expect("tmap_of found it");
+            args[i] = KArg::Tmap(map);
         }
         let view = Args::new(spec, &args)?;
         view.check_rows()?;
@@ -338,10 +376,47 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// Run it on `stream`.
+    /// Run it on `stream` (a persistent kernel on at most one block per multiprocessor).
     pub fn run(&self, b: &dyn GpuBackend, stream: StreamId) -> GpuResult<()> {
-        b.launch(self.handle, self.cfg, stream, &self.args)
+        let mut cfg = self.cfg;
+        if self.spec.grid.persistent
+            && let Some(sms) = b.multiprocessors()
+        {
+            cfg.grid.0 = cfg.grid.0.min(sms.max(1) as u32);
+        }
+        b.launch(self.handle, cfg, stream, &self.args)
     }
+}
+
+/// The tensor map of rule `r` over the pointer given for its parameter, its sizes read from the
+/// named arguments (before the kinds are checked: the pointer stands in its `t` slot).
+fn tmap_of(spec: &KernelSpec, args: &[KArg], r: &TmapRule) -> GpuResult<Tmap> {
+    let arg = |name: &str| {
+        spec.position(name).map(|(i, _)| args[i]).ok_or_else(|| {
+            GpuError::Invalid(format!("{}: tensor map rule names `{name}`", spec.name))
+        })
+    };
+    let dim = |name: &str| match arg(name)? {
+        KArg::I32(v) if v >= 0 => Ok(v as usize),
+        KArg::Dim(v) => Ok(v),
+        o => Err(GpuError::Invalid(format!(
+            "{}: `{name}` = {o:?} is not a size",
+            spec.name
+        ))),
+    };
+    let KArg::Ptr(base) = arg(r.param)? else {
+        return Err(GpuError::Invalid(format!(
+            "{}: tensor map `{}` needs a pointer",
+            spec.name, r.param
+        )));
+    };
+    Ok(Tmap {
+        base,
+        row_bytes: dim(r.row_bytes)?,
+        rows: dim(r.rows)?,
+        box_rows: r.box_rows,
+        box_bytes: r.box_bytes,
+    })
 }
 
 /// `ceil(product of the named int arguments / div)`, each product checked.
@@ -357,19 +432,49 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 
 use crate::ffn::NVFP4_GEMV_COLS as COLS;
 use crate::gpu::sizes::{
-    BF16_GEMV_ROWS, FP8_GEMV_ROWS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, W8A8_WGMMA_BM,
-    W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM,
-    W8A8_WGMMA_SMEM,
+    BF16_GEMV_ROWS, FP8_GEMV_ROWS, FP8_QUANT_THREADS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE,
+    W8A8_WGMMA_BK, W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN,
+    W8A8_WGMMA_SMALL_SMEM, W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
 };
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
 const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
 const DUAL_T: usize = 32 * NVFP4_GEMV_WARPS_DUAL;
 use Axis::{Fixed, One, Per, Rule};
 
+/// `w8a8_wgmma`'s output tiles (its persistent blocks stride over them).
+fn w8a8_wgmma_tiles(a: &Args) -> GpuResult<usize> {
+    let (mt, nt) = (
+        a.dim("m")?.div_ceil(W8A8_WGMMA_BM),
+        a.dim("n")?.div_ceil(W8A8_WGMMA_BN),
+    );
+    mt.checked_mul(nt)
+        .ok_or_else(|| GpuError::Invalid("w8a8_wgmma: tile count overflows".into()))
+}
+
+/// `w8a8_wgmma`'s tensor maps: the activation codes [m, kp] in boxes of BM rows, the weight codes
+/// [n, kp] in boxes of BN rows, one k stage (BK bytes) wide.
+const W8A8_WGMMA_TMAPS: &[TmapRule] = &[
+    TmapRule {
+        param: "q",
+        row_bytes: "kp",
+        rows: "m",
+        box_rows: W8A8_WGMMA_BM,
+        box_bytes: W8A8_WGMMA_BK,
+    },
+    TmapRule {
+        param: "w",
+        row_bytes: "kp",
+        rows: "n",
+        box_rows: W8A8_WGMMA_BN,
+        box_bytes: W8A8_WGMMA_BK,
+    },
+];
+
 /// Rows up to which the FP8 activation quantizer spreads a row over several blocks (decode).
 const FP8_QUANT_SPLIT_ROWS: usize = 16;
-/// Columns per block when it does: every block also reads the whole row once for its amax.
-const FP8_QUANT_SPLIT_COLS: usize = 1024;
+/// Columns per block when it does (one per thread): every block also reads the whole row once
+/// for its amax.
+const FP8_QUANT_SPLIT_COLS: usize = FP8_QUANT_THREADS;
 
 /// Column blocks per row of `quantize_act_fp8_row`: `kp / 1024` for a few rows, else one (each
 /// block reads its row whole, so splitting a long batch would multiply the reads).
@@ -383,16 +488,25 @@ fn fp8_quant_column_blocks(a: &Args) -> GpuResult<usize> {
 
 macro_rules! kernel_table {
     ($($field:ident: $module:literal $name:literal ($params:literal)
-        grid($x:expr, $y:expr, $t:expr $(, smem $smem:expr)?), cap $cap:expr, round $round:ident;)*) => {
+        grid($x:expr, $y:expr, $t:expr $(, smem $smem:expr)? $(, persistent $pers:literal)?),
+        cap $cap:expr, round $round:ident $(, tmaps $tmaps:expr)?;)*) => {
         /// Every kernel, in one table.
         pub static KERNELS: [KernelSpec; [$(stringify!($field)),*].len()] = [$(KernelSpec {
             field: stringify!($field),
             module: $module,
             name: $name,
             params: $params,
-            grid: Grid { x: $x, y: $y, threads: $t, smem: 0 $(+ $smem)? },
+            grid: Grid {
+                x: $x,
+                y: $y,
+                threads: $t,
+                smem: 0 $(+ $smem)?,
+                persistent: false $(|| $pers)?,
+            },
             row_cap: $cap,
             round: ActRound::$round,
+            // The rules given, else none (the array's first element).
+            tmaps: [$($tmaps,)? &[] as &[TmapRule]][0],
             parsed: std::sync::OnceLock::new(),
         },)*];
 
@@ -433,14 +547,17 @@ kernel_table! {
     fp8_base: "ffn_fp8" "w8a16_gemm" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 64), Per("m", 64), 256), cap None, round None;
     quant_fp8_row: "ffn_w8a8" "quantize_act_fp8_row" ("x:p m:i k:i kp:i q:p sx:p")
-        grid(Rule(fp8_quant_column_blocks), Per("m", 1), 256), cap None, round None;
+        grid(Rule(fp8_quant_column_blocks), Per("m", 1), FP8_QUANT_THREADS), cap None, round None;
+    quant_fp8_act: "ffn_w8a8" "quantize_act_mul_fp8_row"
+        ("g:p u:p gs:i us:i act:i m:i k:i kp:i q:p sx:p")
+        grid(Rule(fp8_quant_column_blocks), Per("m", 1), FP8_QUANT_THREADS), cap None, round None;
     w8a8: "ffn_w8a8" "w8a8_gemm" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
     w8a8_gemv: "ffn_w8a8" "w8a8_gemv" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
         grid(Per("n", 32), One, 128), cap Some(16), round None;
-    w8a8_wgmma: "ffn_w8a8_wgmma" "w8a8_wgmma" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
-        grid(Per("m", W8A8_WGMMA_BM), Per("n", W8A8_WGMMA_BN), 256, smem W8A8_WGMMA_SMEM),
-        cap None, round None;
+    w8a8_wgmma: "ffn_w8a8_wgmma" "w8a8_wgmma" ("q:t sx:p m:i w:t sw:p y:p n:i kp:i ldy:i")
+        grid(Rule(w8a8_wgmma_tiles), One, W8A8_WGMMA_THREADS, smem W8A8_WGMMA_SMEM, persistent true),
+        cap None, round None, tmaps W8A8_WGMMA_TMAPS;
     w8a8_wgmma_m64: "ffn_w8a8_wgmma" "w8a8_wgmma_m64" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
         grid(One, Per("n", W8A8_WGMMA_SMALL_BN), 128, smem W8A8_WGMMA_SMALL_SMEM),
         cap Some(W8A8_WGMMA_SMALL_BM), round None;
@@ -594,9 +711,24 @@ mod tests {
         let c = k.w8a8_wgmma.call().ptr("q", p).ptr("sx", p).ptr("w", p);
         let c = c.ptr("sw", p).ptr("y", p).dim("m", 300).dim("n", 4096);
         let l = c.dim("kp", 14336).dim("ldy", 4096).finish().unwrap();
-        assert_eq!(l.cfg.grid, (3, 32, 1));
+        // Persistent: the table gives every tile a block; the backend clamps to its
+        // multiprocessors at run.
+        assert_eq!(l.cfg.grid, (3 * 32, 1, 1));
+        assert!(l.spec.grid.persistent);
         assert_eq!(l.cfg.smem as usize, crate::gpu::sizes::W8A8_WGMMA_SMEM);
-        assert_eq!(l.cfg.block, (256, 1, 1));
+        assert_eq!(l.cfg.block, (384, 1, 1));
+        // The tensor maps from the pointers and the named sizes.
+        let want = |rows, box_rows| {
+            KArg::Tmap(Tmap {
+                base: p,
+                row_bytes: 14336,
+                rows,
+                box_rows,
+                box_bytes: 128,
+            })
+        };
+        assert_eq!(l.args[0], want(300, 128));
+        assert_eq!(l.args[3], want(4096, 128));
     }
 
     #[test]

@@ -1,11 +1,14 @@
 // One kernel launch from a command file: u32 name length, name, u32 gx, gy, block, u32 nargs,
-// then per argument a tag byte: 'P' u64 length + bytes (a buffer), 'I' i32, 'F' f32. Writes
-// every buffer back, in order (u64 length + bytes), to the output file.
+// then per argument a tag byte: 'P' u64 length + bytes (a buffer), 'I' i32, 'F' f32, 'T' a
+// tensor map (u64 length + bytes, then u64 row bytes, u64 rows, u32 box rows, u32 box bytes).
+// Writes every 'P' buffer back, in order (u64 length + bytes), to the output file.
 struct EmuArg {
     char tag;
     std::vector<unsigned char> buf;
     int32_t i = 0;
     float f = 0.f;
+    uint64_t row_bytes = 0, rows = 0;
+    uint32_t box_rows = 0, box_bytes = 0;
 };
 
 static bool read_all(FILE* f, void* p, size_t n) { return std::fread(p, 1, n, f) == n; }
@@ -23,11 +26,15 @@ int main(int argc, char** argv) {
     std::vector<EmuArg> a(nargs);
     for (auto& x : a) {
         if (!read_all(in, &x.tag, 1)) return 5;
-        if (x.tag == 'P') {
+        if (x.tag == 'P' || x.tag == 'T') {
             uint64_t n;
             if (!read_all(in, &n, 8)) return 5;
             x.buf.resize(n);
             if (!read_all(in, x.buf.data(), n)) return 5;
+            if (x.tag == 'T' && !(read_all(in, &x.row_bytes, 8) && read_all(in, &x.rows, 8) &&
+                                  read_all(in, &x.box_rows, 4) && read_all(in, &x.box_bytes, 4)))
+                return 5;
+            if (x.tag == 'T' && x.row_bytes * x.rows > x.buf.size()) return 5;
         } else if (x.tag == 'I') {
             if (!read_all(in, &x.i, 4)) return 5;
         } else if (x.tag == 'F') {
@@ -40,6 +47,7 @@ int main(int argc, char** argv) {
     auto P = [&](int i) { return (void*)a[i].buf.data(); };
     auto I = [&](int i) { return (int)a[i].i; };
     auto F = [&](int i) { return a[i].f; };
+    auto T = [&](int i) { return MpTmap{a[i].buf.data(), a[i].row_bytes, a[i].rows, a[i].box_rows, a[i].box_bytes}; };
     typedef const unsigned char* cu8;
     typedef unsigned char* u8;
     if (name == "quantize_act_q8_1")
@@ -74,10 +82,12 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { w8a8_gemm((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
     else if (name == "w8a8_gemv")
         emu_launch(gx, gy, bx, [&] { w8a8_gemv((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
+    else if (name == "quantize_act_mul_fp8_row")
+        emu_launch(gx, gy, bx, [&] { quantize_act_mul_fp8_row((const float*)P(0), (const float*)P(1), I(2), I(3), I(4), I(5), I(6), I(7), (u8)P(8), (float*)P(9)); });
     else if (name == "quantize_act_fp8_row")
         emu_launch(gx, gy, bx, [&] { quantize_act_fp8_row((const float*)P(0), I(1), I(2), I(3), (u8)P(4), (float*)P(5)); });
     else if (name == "w8a8_wgmma")
-        emu_launch(gx, gy, bx, [&] { w8a8_wgmma((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
+        emu_launch(gx, gy, bx, [&] { w8a8_wgmma(T(0), (const float*)P(1), I(2), T(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
     else if (name == "w8a8_wgmma_m64")
         emu_launch(gx, gy, bx, [&] { w8a8_wgmma_m64((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
     else if (name == "nvfp4_proj_small_m16")

@@ -11,6 +11,8 @@ pub enum A {
     P(Vec<u8>),
     I(usize),
     F(f32),
+    /// A tensor map over a buffer: bytes, row bytes, rows, box rows, box bytes (not written back).
+    T(Vec<u8>, usize, usize, usize, usize),
 }
 
 pub fn cxx() -> Option<String> {
@@ -134,6 +136,15 @@ pub fn launch(exe: &Path, name: &str, grid: (usize, usize), block: usize, args: 
             A::F(v) => {
                 cmd.push(b'F');
                 cmd.extend_from_slice(&v.to_le_bytes());
+            }
+            A::T(b, row_bytes, rows, box_rows, box_bytes) => {
+                cmd.push(b'T');
+                cmd.extend_from_slice(&(b.len() as u64).to_le_bytes());
+                cmd.extend_from_slice(b);
+                cmd.extend_from_slice(&(*row_bytes as u64).to_le_bytes());
+                cmd.extend_from_slice(&(*rows as u64).to_le_bytes());
+                cmd.extend_from_slice(&(*box_rows as u32).to_le_bytes());
+                cmd.extend_from_slice(&(*box_bytes as u32).to_le_bytes());
             }
         }
     }

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <barrier>
 #include <cmath>
+#include <condition_variable>
+#include <map>
+#include <mutex>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +27,7 @@
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
+#define __grid_constant__
 // common.cuh leaves its inline-PTX MMA to the stand-in below.
 #define METRALE_CUDA_EMU 1
 
@@ -165,6 +169,9 @@ struct uint2 { unsigned x, y; };
 struct uint4 { unsigned x, y, z, w; };
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 struct float4 { float x, y, z, w; };
+struct float2 { float x, y; };
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
 // IEEE half.
 struct __half { uint16_t x; };
@@ -281,6 +288,80 @@ template <int N>
 static inline void wgmma_wait() {}
 template <int R>
 static inline void fence_regs(float*) {}
+// ---- the TMA producer/consumer pipeline of `w8a8_wgmma`: tensor maps, mbarriers ----
+// A tensor map here is its fields (the device's is the driver's opaque encoding of the same):
+// `rows` rows of `row_bytes` bytes at `base`, boxes of box_rows x box_bytes, 128-byte swizzle.
+struct MpTmap {
+    const unsigned char* base;
+    uint64_t row_bytes, rows;
+    uint32_t box_rows, box_bytes;
+};
+static inline void tmap_prefetch(const MpTmap*) {}
+// An mbarrier by its shared address: the arrivals still expected in the current phase, the
+// transaction bytes still pending, and the phase's parity; a phase completes when both counts
+// reach zero (then the arrivals re-arm). `try_wait.parity P` holds once phase P has completed,
+// i.e. while the current parity differs from P; the waiter sleeps on a condition variable.
+struct EmuMbar {
+    int expected = 0, pending = 0;
+    long tx = 0;
+    unsigned parity = 0;
+};
+static std::mutex emu_mbar_mu;
+static std::condition_variable emu_mbar_cv;
+static std::map<unsigned, EmuMbar> emu_mbars;
+static inline void emu_mbar_settle(EmuMbar& b) {
+    if (b.pending == 0 && b.tx == 0) {
+        b.parity ^= 1u;
+        b.pending = b.expected;
+        emu_mbar_cv.notify_all();
+    }
+}
+static inline void mbar_init(unsigned bar, unsigned count) {
+    std::lock_guard<std::mutex> g(emu_mbar_mu);
+    emu_mbars[bar] = EmuMbar{(int)count, (int)count, 0, 0};
+}
+static inline void mbar_init_fence() {}
+static inline void mbar_arrive(unsigned bar) {
+    std::lock_guard<std::mutex> g(emu_mbar_mu);
+    EmuMbar& b = emu_mbars.at(bar);
+    if (--b.pending < 0) std::abort();
+    emu_mbar_settle(b);
+}
+static inline void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+    std::lock_guard<std::mutex> g(emu_mbar_mu);
+    EmuMbar& b = emu_mbars.at(bar);
+    b.tx += bytes;
+    if (--b.pending < 0) std::abort();
+    emu_mbar_settle(b);
+}
+static inline void mbar_wait(unsigned bar, unsigned parity) {
+    std::unique_lock<std::mutex> g(emu_mbar_mu);
+    emu_mbar_cv.wait(g, [&] { return emu_mbars.at(bar).parity != (parity & 1u); });
+}
+// cp.async.bulk.tensor.2d: the box at (byte c0, row c1) into shared memory at dst (1024-byte
+// aligned), byte o of the box at dst + (o ^ (((o >> 7) & 7) << 4)) (the 128-byte swizzle, as the
+// wgmma stand-in reads it back), zeros past the tensor's rows or bytes; then the box's bytes
+// complete on `bar`. Box rows wider than the swizzle's 128 bytes or a misaligned dst abort.
+static inline void tma_load_2d(unsigned dst, const MpTmap* map, int c0, int c1, unsigned bar) {
+    if (map->box_bytes != 128 || dst % 1024 != 0) std::abort();
+    for (uint32_t r = 0; r < map->box_rows; ++r)
+        for (uint32_t b = 0; b < map->box_bytes; ++b) {
+            const uint64_t row = (uint64_t)c1 + r, col = (uint64_t)c0 + b;
+            const unsigned o = r * map->box_bytes + b;
+            w8a8_wgmma_smem[dst + (o ^ (((o >> 7) & 7) << 4))] =
+                row < map->rows && col < map->row_bytes ? map->base[row * map->row_bytes + col] : 0;
+        }
+    std::lock_guard<std::mutex> g(emu_mbar_mu);
+    EmuMbar& b = emu_mbars.at(bar);
+    b.tx -= (long)map->box_rows * map->box_bytes;
+    emu_mbar_settle(b);
+}
+template <int N>
+static inline void setmaxnreg_dec() {}
+template <int N>
+static inline void setmaxnreg_inc() {}
+static inline int warpgroup_index() { return (int)(threadIdx.x >> 7); }
+
 // Byte (row, kb) of a K-major operand from its descriptor, as the PTX ISA defines the 128-byte
 // swizzle: rows of 128 bytes in 8-row atoms `stride byte offset` apart, then address bits [4:6]
 // XOR bits [7:9]. Any other swizzle mode aborts (the kernel uses only this one).

@@ -164,8 +164,10 @@ impl DenseFfnLayer {
         self.w8a8_gemm(ctx, w, m, y, ldy)
     }
 
-    /// The W8A8 layer: `x` quantized once for gate and up (same k), the SiLU product, then the
-    /// down projection on its own quantized input.
+    /// The W8A8 layer: `x` quantized once for gate and up (same k), then the down projection on
+    /// the quantized activation product: one fused kernel from gate and up where it resolved
+    /// (`quantize_act_mul_fp8_row`, the same codes as act-mul then quantize, without the f32
+    /// product in memory), else act-mul in place and the quantizer.
     pub(crate) fn w8a8_arm(
         &self,
         ctx: &mut ForwardContext,
@@ -181,9 +183,31 @@ impl DenseFfnLayer {
         self.w8a8_quantize(ctx, &w[0], x, m)?;
         self.w8a8_gemm(ctx, &w[0], m, g, i)?;
         self.w8a8_gemm(ctx, &w[1], m, u, i)?;
-        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
-        let act = g.view(0, (m * i * 4) as u64);
-        self.w8a8_project(ctx, &w[2], act, m, out, h)?;
+        let fused = self.kernels.quant_fp8_act;
+        if fused.ok() && w[2].k == i {
+            let act = match self.activation {
+                Activation::Silu => 0,
+                Activation::Gelu => 1,
+            };
+            let (q, s) = (ctx.arena.act_codes, ctx.arena.act_scale);
+            let call = fused
+                .call()
+                .ptr("g", g)
+                .ptr("u", u)
+                .dim("gs", i)
+                .dim("us", i);
+            let call = call
+                .dim("act", act)
+                .dim("m", m)
+                .dim("k", i)
+                .dim("kp", w[2].kp);
+            self.launch(ctx, call.ptr("q", q).ptr("sx", s))?;
+            self.w8a8_gemm(ctx, &w[2], m, out, h)?;
+        } else {
+            self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+            let act = g.view(0, (m * i * 4) as u64);
+            self.w8a8_project(ctx, &w[2], act, m, out, h)?;
+        }
         Ok(out.view(0, (m * h * 4) as u64))
     }
 }

@@ -64,6 +64,29 @@ impl HostBackend {
                     );
                 })?;
             }
+            "quantize_act_mul_fp8_row" => {
+                let (g, u) = (self.read_f32(a.ptr("g")?)?, self.read_f32(a.ptr("u")?)?);
+                let (gs, us, act) = (a.dim("gs")?, a.dim("us")?, a.dim("act")?);
+                let (m, kk, kp) = (a.dim("m")?, a.dim("k")?, a.dim("kp")?);
+                let (q, sx) = (a.ptr("q")?, a.ptr("sx")?);
+                let f = if act == 0 {
+                    reference::silu_mul
+                } else {
+                    reference::gelu_mul
+                };
+                for r in 0..m {
+                    let row = |s: usize, v: &[f32]| v.get(r * s..r * s + kk).map(<[f32]>::to_vec);
+                    let (Some(gr), Some(ur)) = (row(gs, &g), row(us, &u)) else {
+                        return Err(GpuError::Invalid(format!(
+                            "quantize_act_mul_fp8_row: row {r} past g or u"
+                        )));
+                    };
+                    let h: Vec<f32> = gr.iter().zip(&ur).map(|(&a, &b)| f(a, b)).collect();
+                    let (codes, scale) = reference::quantize_row_fp8(&h, kp);
+                    self.write(q, r * kp, &codes)?;
+                    self.write_f32(sx, r, &[scale])?;
+                }
+            }
             "quantize_act_fp8_row" => {
                 let x = self.read_f32(a.ptr("x")?)?;
                 let (m, kk, kp) = (a.dim("m")?, a.dim("k")?, a.dim("kp")?);
