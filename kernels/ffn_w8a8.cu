@@ -56,6 +56,57 @@ extern "C" __global__ void quantize_act_mul_fp8_row(const float* __restrict__ g,
         quantize_fp8_row_of([&](int i) { return act_gelu_mul(gr[i], ur[i]); }, r, k, kp, q, sx);
 }
 
+// Per-group FP8 activations for the FP8 (block-scaled weight) arm's W8A8 prefill: x f32 [m, k]
+// -> q e4m3 [m, kp] (zero padded), sx f32 [m, kp / 128]: for each group of 128 columns,
+// sx = amax / 448 and q = e4m3_satfinite(x / sx), an all-zero group scale 0 and codes 0 (twin
+// src/gpu/reference.rs `quantize_row_fp8_g128`). One warp per group, lane l holding columns
+// l + 32 e (e < 4); grid (ceil(kp / 128 / 8), m), block 256.
+template <class X>
+__device__ __forceinline__ void quantize_fp8_g128_of(X x, int r, int k, int kp, unsigned char* __restrict__ q, float* __restrict__ sx) {
+    const int g = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (g * 128 >= kp) return;
+    float v[4], amax = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const int i = g * 128 + lane + 32 * e;
+        v[e] = i < k ? x(i) : 0.f;
+        amax = fmaxf(amax, fabsf(v[e]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float scale = amax / 448.0f;
+    unsigned char* qr = q + (size_t)r * kp + g * 128;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        unsigned char c = 0;
+        if (scale != 0.f) c = (unsigned char)__nv_cvt_float_to_fp8(__fdiv_rn(v[e], scale), __NV_SATFINITE, __NV_E4M3);
+        qr[lane + 32 * e] = c;
+    }
+    if (lane == 0) sx[(size_t)r * (kp / 128) + g] = scale;
+}
+
+extern "C" __global__ void quantize_act_fp8_g128(const float* __restrict__ x, int m, int k, int kp, unsigned char* __restrict__ q,
+                                                 float* __restrict__ sx) {
+    const int r = blockIdx.y;
+    if (r >= m) return;
+    const float* xr = x + (size_t)r * k;
+    quantize_fp8_g128_of([&](int i) { return xr[i]; }, r, k, kp, q, sx);
+}
+
+// The same over act(g, u) (act 0: SiLU, 1: GELU; common.cuh's products, as act_mul_* compute
+// them): bit for bit quantize_act_fp8_g128 over act_mul's output, without the f32 product.
+extern "C" __global__ void quantize_act_mul_fp8_g128(const float* __restrict__ g, const float* __restrict__ u, int gs, int us, int act,
+                                                     int m, int k, int kp, unsigned char* __restrict__ q, float* __restrict__ sx) {
+    const int r = blockIdx.y;
+    if (r >= m) return;
+    const float* gr = g + (size_t)r * gs;
+    const float* ur = u + (size_t)r * us;
+    if (act == 0)
+        quantize_fp8_g128_of([&](int i) { return act_silu_mul(gr[i], ur[i]); }, r, k, kp, q, sx);
+    else
+        quantize_fp8_g128_of([&](int i) { return act_gelu_mul(gr[i], ur[i]); }, r, k, kp, q, sx);
+}
+
 // c += a . b, one m16n8k32 e4m3 tensor-core MMA with f32 accumulation (the fragment layout of
 // common.cuh's int8 m16n8k32; tests/cuda_emu/prelude.h defines a host stand-in).
 #ifndef METRALE_CUDA_EMU

@@ -308,7 +308,12 @@ __device__ __forceinline__ void w8a8_wgmma_tiles(const unsigned char* __restrict
 // of 8 words start 8 banks apart.)
 // (Two partials in turn, the next stage issued before this one is waited for, make ptxas
 // serialize every wgmma: a partial read while the other's wgmmas are pending, C7514.)
-template <int NC, int BN, int STAGES>
+//
+// BLOCK (fp8_wgmma, the FP8 arm's W8A8 prefill): sx holds per-group activation scales [m, kp /
+// 128] and sw the weight's block scales [np / 128, kp / 128], so stage kt's sum is scaled by
+// sx[r, kt] * sw[n0 / 128, kt] as it is added (one FMA per output), and the stored tile is the
+// total as it is (BN = 128 tiles are the weight's 128-row scale blocks).
+template <int NC, int BN, int STAGES, bool BLOCK>
 __device__ __forceinline__ void w8a8_wgmma_ws(const MpTmap* qmap, const float* __restrict__ sx, int m, const MpTmap* wmap,
                                               const float* __restrict__ sw, float* __restrict__ y, int n, int kp, int ldy) {
     constexpr int BM = 64 * NC, BK = MP_W8A8_WGMMA_BK, R = BN / 2;
@@ -344,16 +349,20 @@ __device__ __forceinline__ void w8a8_wgmma_ws(const MpTmap* qmap, const float* _
                 // The column scales before the wait (they do not depend on the tile's totals).
                 float w4[4];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) w4[e] = col + e < n ? sw[col + e] : 0.f;
+                for (int e = 0; e < 4; ++e) w4[e] = !BLOCK && col + e < n ? sw[col + e] : 0.f;
                 mbar_wait(epi_full, ep);
                 if (col < n) {
                     const bool vec = col + 3 < n && ((reinterpret_cast<size_t>(y + col) | ((size_t)ldy * 4)) & 15) == 0;
 #pragma unroll 4
                     for (int row = row0; row < rows; row += RSTEP) {
                         const float4 v = *reinterpret_cast<const float4*>(epi + row * LD + 4 * c4);
-                        const float s = sx[m0 + row];
                         float* yr = y + (size_t)(m0 + row) * ldy + col;
-                        const float o[4] = {(v.x * s) * w4[0], (v.y * s) * w4[1], (v.z * s) * w4[2], (v.w * s) * w4[3]};
+                        float o[4] = {v.x, v.y, v.z, v.w};
+                        if (!BLOCK) {
+                            const float s = sx[m0 + row];
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) o[e] = (o[e] * s) * w4[e];
+                        }
                         if (vec) {
                             *reinterpret_cast<float4*>(yr) = make_float4(o[0], o[1], o[2], o[3]);
                         } else {
@@ -399,9 +408,21 @@ __device__ __forceinline__ void w8a8_wgmma_ws(const MpTmap* qmap, const float* _
     const int warp = t >> 5, lane = t & 31;
     float* erow = epi + (c * 64 + warp * 16 + (lane >> 2)) * LD + 2 * (lane & 3);
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        // BLOCK: this thread's two rows (clamped: rows past m compute, but are not stored) and
+        // the tile's scale-block row.
+        const int ra = min((tile % mtiles) * BM + c * 64 + warp * 16 + (lane >> 2), m - 1), rb = min(ra + 8, m - 1);
+        const float* sxa = sx + (size_t)ra * ktiles;
+        const float* sxb = sx + (size_t)rb * ktiles;
+        const float* swt = sw + (size_t)((tile / mtiles) * BN / 128) * ktiles;
 #pragma unroll
         for (int i = 0; i < R; ++i) acc[i] = 0.f;
         for (int kt = 0; kt < ktiles; ++kt) {
+            float fa = 1.f, fb = 1.f;
+            if (BLOCK) {
+                const float f = swt[kt];
+                fa = sxa[kt] * f;
+                fb = sxb[kt] * f;
+            }
             mbar_wait(full + 8 * slot, phase);
             fence_regs<R>(part);
             wgmma_fence();
@@ -414,8 +435,14 @@ __device__ __forceinline__ void w8a8_wgmma_ws(const MpTmap* qmap, const float* _
             wgmma_wait<0>();
             fence_regs<R>(part);
             mbar_arrive(empty + 8 * slot);
+            if (BLOCK) {
+                // d[4 j + 2 h + e] is row 8 h further: index bit 1 picks the row's scale.
 #pragma unroll
-            for (int i = 0; i < R; ++i) acc[i] += part[i];
+                for (int i = 0; i < R; ++i) acc[i] = fmaf(part[i], (i & 2) ? fb : fa, acc[i]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < R; ++i) acc[i] += part[i];
+            }
             if (++slot == STAGES) {
                 slot = 0;
                 phase ^= 1;
@@ -446,7 +473,17 @@ extern "C" __global__ void __launch_bounds__(MP_W8A8_WGMMA_THREADS, 1) w8a8_wgmm
     static_assert(MP_W8A8_WGMMA_PRODUCER_REGS % 8 == 0 && MP_W8A8_WGMMA_CONSUMER_REGS % 8 == 0 &&
                       128 * (MP_W8A8_WGMMA_PRODUCER_REGS + NC * MP_W8A8_WGMMA_CONSUMER_REGS) <= 65536,
                   "setmaxnreg: multiples of 8 within the register file");
-    w8a8_wgmma_ws<NC, 128, MP_W8A8_WGMMA_STAGES>(&q, sx, m, &w, sw, y, n, kp, ldy);
+    w8a8_wgmma_ws<NC, 128, MP_W8A8_WGMMA_STAGES, false>(&q, sx, m, &w, sw, y, n, kp, ldy);
+}
+
+// The FP8 arm's W8A8 prefill (formats.md, "FP8 weights with FP8 activations"): q [m, kp] e4m3
+// activation codes with per-group scales sx [m, kp / 128] (quantize_act_fp8_g128), w the fp8
+// layout's codes [np, kp] with block scales s [np / 128, kp / 128];
+// y[r, j] = sum_kt stage_sum(r, j, kt) * (sx[r, kt] * s[j / 128, kt]), accumulated by FMA in stage
+// order. Tiling, grid and shared memory as w8a8_wgmma.
+extern "C" __global__ void __launch_bounds__(MP_W8A8_WGMMA_THREADS, 1) fp8_wgmma(const __grid_constant__ MpTmap q, const float* __restrict__ sx, int m, const __grid_constant__ MpTmap w, const float* __restrict__ s, float* __restrict__ y, int n, int kp, int ldy) {
+    static_assert(MP_W8A8_WGMMA_BN == 128, "one tile column per weight scale block");
+    w8a8_wgmma_ws<MP_W8A8_WGMMA_BM / 64, 128, MP_W8A8_WGMMA_STAGES, true>(&q, sx, m, &w, s, y, n, kp, ldy);
 }
 
 // Decode tiling (m <= 64): MP_W8A8_WGMMA_SMALL_BM x MP_W8A8_WGMMA_SMALL_BN tiles, 128 threads,

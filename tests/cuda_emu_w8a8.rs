@@ -283,3 +283,124 @@ fn fused_activation_quantizer_matches_act_mul_then_quantize() {
         }
     }
 }
+
+/// The FP8 arm's W8A8 prefill on the emulator: the per-group quantizers on the table's grid
+/// (plain and fused with the SiLU product; zero groups, a partial last group, padding) bit for
+/// bit the twin's `quantize_row_fp8_g128`, then `fp8_wgmma` over a block-scaled `fp8` weight
+/// (two scale-block rows, a partial n tile, a persistent grid of fewer blocks than tiles) within
+/// 2e-6 of the f64 twin `fp8_w8a8_block_row`.
+#[test]
+fn fp8_block_w8a8_quantizers_and_gemm_match_their_twins() {
+    use metrale_pack::gpu::host::HostBackend;
+    use metrale_pack::gpu::{DevicePtr, table::Kernels};
+    let Some(exe) = emulator() else { return };
+    let kk = Kernels::resolve(&HostBackend::new());
+    let mut r = Rand(47);
+    let (m, n, k) = (130usize, 200usize, 400usize);
+    let e = layouts::fp8::encode(&r.vec(n * k, 0.05), n, k);
+    let (w, s, np, kp) = (&e.parts[0].1, bf32(&e.parts[1].1), e.padded[0], e.padded[1]);
+    assert_eq!((np, kp), (256, 512));
+    let mut x = r.vec(m * k, 1.0);
+    x[k..k + 128].fill(0.0); // row 1, group 0: all zero (scale 0)
+    let p = DevicePtr { addr: 64, bytes: 4 };
+    let grid = |l: metrale_pack::gpu::table::Launch| (l.cfg.grid.0 as usize, l.cfg.grid.1 as usize);
+    // The plain quantizer.
+    let call = kk
+        .quant_fp8_g128
+        .call()
+        .ptr("x", p)
+        .ptr("q", p)
+        .ptr("sx", p);
+    let l = call.dim("m", m).dim("k", k).dim("kp", kp).finish().unwrap();
+    let mut a = [
+        A::P(f32b(&x)),
+        A::I(m),
+        A::I(k),
+        A::I(kp),
+        A::P(vec![0xAB; m * kp]),
+        A::P(f32b(&vec![f32::NAN; m * kp / 128])),
+    ];
+    let block = l.cfg.block.0 as usize;
+    launch(exe, "quantize_act_fp8_g128", grid(l), block, &mut a);
+    let (q, sx) = (buf(&a[4]).to_vec(), bf32(buf(&a[5])));
+    let g = kp / 128;
+    for row in 0..m {
+        let (wq, ws) = reference::quantize_row_fp8_g128(&x[row * k..(row + 1) * k], kp);
+        assert!(q[row * kp..(row + 1) * kp] == wq[..], "row {row}: codes");
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&sx[row * g..(row + 1) * g]),
+            bits(&ws),
+            "row {row}: scales"
+        );
+    }
+    // The fused quantizer over SiLU(gate) * up, gate and up with their own strides.
+    let (gs, us) = (k + 8, k + 16);
+    let (gt, up) = (r.vec(3 * gs, 3.0), r.vec(3 * us, 1.0));
+    let call = kk
+        .quant_fp8_act_g128
+        .call()
+        .ptr("g", p)
+        .ptr("u", p)
+        .ptr("q", p);
+    let call = call.ptr("sx", p).dim("gs", gs).dim("us", us).dim("act", 0);
+    let l = call.dim("m", 3).dim("k", k).dim("kp", kp).finish().unwrap();
+    let mut a = [
+        A::P(f32b(&gt)),
+        A::P(f32b(&up)),
+        A::I(gs),
+        A::I(us),
+        A::I(0),
+        A::I(3),
+        A::I(k),
+        A::I(kp),
+        A::P(vec![0xAB; 3 * kp]),
+        A::P(f32b(&vec![f32::NAN; 3 * g])),
+    ];
+    launch(exe, "quantize_act_mul_fp8_g128", grid(l), block, &mut a);
+    for row in 0..3 {
+        let h: Vec<f32> = (0..k)
+            .map(|i| reference::silu_mul(gt[row * gs + i], up[row * us + i]))
+            .collect();
+        let (wq, ws) = reference::quantize_row_fp8_g128(&h, kp);
+        assert!(
+            buf(&a[8])[row * kp..(row + 1) * kp] == wq[..],
+            "fused row {row}"
+        );
+        assert_eq!(
+            bf32(buf(&a[9]))[row * g..(row + 1) * g],
+            ws[..],
+            "fused row {row}"
+        );
+    }
+    // The GEMM over the plain quantizer's output.
+    let sp = metrale_pack::gpu::table::spec("ffn_w8a8_wgmma", "fp8_wgmma").unwrap();
+    let (bm, bn) = (sp.tmaps[0].box_rows, sp.tmaps[1].box_rows);
+    let tiles = m.div_ceil(bm) * n.div_ceil(bn);
+    let mut a = [
+        A::T(q.clone(), kp, m, bm, 128),
+        A::P(f32b(&sx)),
+        A::I(m),
+        A::T(w.clone(), kp, n, bn, 128),
+        A::P(f32b(&s)),
+        A::P(f32b(&vec![f32::NAN; m * n])),
+        A::I(n),
+        A::I(kp),
+        A::I(n),
+    ];
+    launch(exe, "fp8_wgmma", (tiles - 1, 1), sp.grid.threads, &mut a);
+    let got = bf32(buf(&a[5]));
+    let want = rows64(m, n, |i, row| {
+        reference::fp8_w8a8_block_row(
+            &q[i * kp..(i + 1) * kp],
+            &sx[i * g..(i + 1) * g],
+            w,
+            &s,
+            n,
+            kp,
+            row,
+        )
+    });
+    let err = rel_err(&got, &want);
+    assert!(err < 2e-6, "fp8_wgmma: {err}");
+}

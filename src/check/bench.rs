@@ -31,7 +31,7 @@ pub fn benchmarks(
     // Decode (m = 1): effective weight bandwidth of each arm.
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
     type Env = &'static [(&'static str, &'static str)];
-    let arms: [(&str, Install, f64, Env); 5] = [
+    let arms: [(&str, Install, f64, Env); 6] = [
         (
             "fp8 fused gate+up GEMV chain",
             |b, l, w| install_fp8(b, l, w, true),
@@ -39,10 +39,18 @@ pub fn benchmarks(
             &[],
         ),
         (
-            "fp8 GEMV chain",
+            // Prefill from 33 rows: the W8A8 GEMM (per-group FP8 activations, fp8_wgmma).
+            "fp8 GEMV / W8A8 prefill",
             |b, l, w| install_fp8(b, l, w, false),
             1.0 + 4.0 / 16384.0,
             &[],
+        ),
+        (
+            // The w8a16 contract: bf16 activations, the mma.sync GEMMs.
+            "fp8 w8a16 (mma.sync prefill)",
+            |b, l, w| install_fp8(b, l, w, false),
+            1.0 + 4.0 / 16384.0,
+            &[("METRALE_FP8_W8A8", "0")],
         ),
         ("w8a8 (quantize + wgmma GEMM)", install_w8a8, 1.0, &[]),
         (
@@ -88,7 +96,11 @@ pub fn benchmarks(
             &rng.vec(16 * h, 1.0),
         )?;
         decode_sweep(b.as_ref(), &layer, &mut ctx, x, name, t, &mut out)?;
-        if name.starts_with("fp8 GEMV") || name.starts_with("w8a8") || name.starts_with("bf16") {
+        if name.starts_with("fp8 GEMV")
+            || name.starts_with("fp8 w8a16")
+            || name.starts_with("w8a8")
+            || name.starts_with("bf16")
+        {
             for m in PREFILL_MS {
                 upload_f32(
                     b.as_ref(),

@@ -16,6 +16,8 @@ use crate::testing::*;
 use rayon::prelude::*;
 use std::sync::Arc;
 
+mod fp8_w8a8;
+
 /// The largest m the FP8 check sends to a kernel with a row cap: the routing's range for the
 /// batch tiers (5..=32), which `fp8_launch` splits into launches of the kernel's cap.
 const FP8_CHUNKED_MAX_M: usize = 32;
@@ -117,6 +119,7 @@ pub fn kernel_checks(
             yd: b.alloc((mmax * n * 4) as u64)?,
         };
         fp8_rows(&mut c, &mut rows)?;
+        fp8_w8a8::fp8_w8a8_rows(&mut c, &mut rows)?;
         w8a8_rows(&mut c, &mut rows)?;
         bf16_rows(&mut c, &mut rows)?;
         nvfp4_rows(&mut c, &mut rows, rng)?;
@@ -185,7 +188,8 @@ fn w8a8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             qr == q[r * ww.kp..(r + 1) * ww.kp] && s.to_bits() == sx[r].to_bits()
         });
         c.bits(rows, "quantize_act_fp8_row (bits)", m, exact);
-        w8a8_fused_act_bits(c, rows, &ww, m)?;
+        let (fused, plain) = (c.kk.quant_fp8_act, c.kk.quant_fp8_row);
+        fp8_w8a8::fused_act_bits(c, rows, fused, plain, ww.kp, 1, m)?;
         // Each GEMM over the same quantized rows (the projection above routed to one of them),
         // against the reference: FP8 tensor-core accumulation is not full f32 on Hopper, 1e-3.
         let (q, s) = (c.ctx.arena.act_codes, c.ctx.arena.act_scale);
@@ -234,74 +238,6 @@ fn w8a8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     }
     b.free(ww.weight);
     b.free(ww.scale);
-    Ok(())
-}
-
-/// The W8A8 down input fused (`quantize_act_mul_fp8_row` from gate and up) against the unfused
-/// chain (`act_mul_silu`, then `quantize_act_fp8_row` over its f32 product), bit for bit, with
-/// the case's x as both gate and up.
-fn w8a8_fused_act_bits(
-    c: &mut Case,
-    rows: &mut Vec<Row>,
-    w: &W8a8Weight,
-    m: usize,
-) -> GpuResult<()> {
-    let (b, k, kp, x) = (c.b.clone(), c.k, w.kp, c.xd);
-    if !c.kk.quant_fp8_act.ok() {
-        return Ok(());
-    }
-    let tmp = b.alloc((m * k * 4) as u64)?;
-    let q = b.alloc((2 * m * kp) as u64)?;
-    let sx = b.alloc((2 * m * 4) as u64)?;
-    let (q1, q2) = (
-        q.view(0, (m * kp) as u64),
-        q.view((m * kp) as u64, (m * kp) as u64),
-    );
-    let (s1, s2) = (
-        sx.view(0, (m * 4) as u64),
-        sx.view((m * 4) as u64, (m * 4) as u64),
-    );
-    let run = || -> GpuResult<bool> {
-        let call =
-            c.kk.quant_fp8_act
-                .call()
-                .ptr("g", x)
-                .ptr("u", x)
-                .dim("gs", k);
-        let call = call
-            .dim("us", k)
-            .dim("act", 0)
-            .dim("m", m)
-            .dim("k", k)
-            .dim("kp", kp);
-        c.launch(call.ptr("q", q1).ptr("sx", s1))?;
-        let call = c.kk.act_silu.call().ptr("g", x).ptr("u", x).ptr("out", tmp);
-        let call = call.dim("rows", m).dim("cols", k).dim("gs", k).dim("us", k);
-        c.launch(call.dim("os", k))?;
-        let call =
-            c.kk.quant_fp8_row
-                .call()
-                .ptr("x", tmp)
-                .dim("m", m)
-                .dim("k", k);
-        c.launch(call.dim("kp", kp).ptr("q", q2).ptr("sx", s2))?;
-        b.synchronize(0)?;
-        let mut codes = vec![0u8; 2 * m * (kp + 4)];
-        let (cq, cs) = codes.split_at_mut(2 * m * kp);
-        b.download(q, cq)?;
-        b.download(sx, cs)?;
-        Ok(cq[..m * kp] == cq[m * kp..] && cs[..m * 4] == cs[m * 4..])
-    };
-    let same = run();
-    for p in [tmp, q, sx] {
-        b.free(p);
-    }
-    c.bits(
-        rows,
-        "quantize_act_mul_fp8_row (bits = act_mul + quantize)",
-        m,
-        same?,
-    );
     Ok(())
 }
 

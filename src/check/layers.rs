@@ -40,7 +40,7 @@ pub fn layer_checks_of(
         ModelLevers::from_map(&env, crate::gpu::levers::HARDWARE_SM90)
     };
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-    let arms: [(&str, Install, ModelLevers, Activation); 22] = [
+    let arms: [(&str, Install, ModelLevers, Activation); 23] = [
         (
             "fp8 fused",
             |b, l, w| install_fp8(b, l, w, true),
@@ -51,6 +51,13 @@ pub fn layer_checks_of(
             "fp8",
             |b, l, w| install_fp8(b, l, w, false),
             lev(&[]),
+            Activation::Silu,
+        ),
+        (
+            // The w8a16 contract (bf16 activations) at every m: the FP8 W8A8 prefill off.
+            "fp8 w8a16",
+            |b, l, w| install_fp8(b, l, w, false),
+            lev(&[("METRALE_FP8_W8A8", "0")]),
             Activation::Silu,
         ),
         (
@@ -233,6 +240,14 @@ pub fn layer_checks_of(
                         1e-3
                     } else if w4a4 {
                         // NVFP4 activations: a last-bit difference can move one E2M1 code.
+                        2e-2
+                    } else if arm.starts_with("fp8")
+                        && levers.fp8_w8a8
+                        && m >= crate::ffn::FP8_W8A8_MIN_ROWS
+                        && *method == "prefill"
+                    {
+                        // The FP8 arm's W8A8 prefill: FP8 activations per 128-column group, as
+                        // W8A8 below (a last-bit difference can move an FP8 code).
                         2e-2
                     } else if *arm == "w8a8" {
                         // The wgmma GEMMs sum each 128-k stage on Hopper's FP8 accumulator (about

@@ -33,7 +33,7 @@ pub struct Arena {
     pub q2_dequant_scratch: DevicePtr,
     /// FP8 activation codes `[max_tokens, kp_max]` and their row scales `[max_tokens]` (W8A8).
     pub act_codes: DevicePtr,
-    /// Per-row activation scales (f32) of the quantizing arms.
+    /// Activation scales (f32) of the quantizing arms: per row, or per row and 128-column group.
     pub act_scale: DevicePtr,
     /// BF16 activations `[max_tokens, max(hidden, inter)]` for the cuBLAS arm.
     pub act_bf16: DevicePtr,
@@ -111,7 +111,8 @@ impl ForwardContext {
                     .max(h * round_up(config.inter, 128) as u64),
             )?,
             act_codes: b.alloc(t * kmax)?,
-            act_scale: b.alloc(t * 4)?,
+            // Per row (W8A8) or per 128-column group (the FP8 arm's W8A8 prefill).
+            act_scale: b.alloc(t * (kmax / 128) * 4)?,
             act_bf16: b.alloc(t * h.max(i) * 2)?,
         };
         // Zeroed once, so that no read of the arena ever sees bytes nothing wrote: cuBLAS's

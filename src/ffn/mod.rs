@@ -20,7 +20,7 @@ mod routing;
 mod weights;
 mod arms {
     mod bf16;
-    mod fp8;
+    pub(crate) mod fp8;
     mod lora;
     pub(crate) mod nvfp4;
     mod q2;
@@ -31,6 +31,7 @@ pub use context::*;
 pub use kernels::*;
 pub use weights::*;
 
+pub use arms::fp8::FP8_W8A8_MIN_ROWS;
 pub(crate) use arms::nvfp4::nvfp4_args;
 
 pub use crate::converters::layouts::Proj;

@@ -25,6 +25,11 @@ pub struct ModelLevers {
     /// `METRALE_W8A8_WGMMA` over HARDWARE.toml `w8a8_wgmma`: the W8A8 arm's projections (every
     /// m) through the sm_90a `w8a8_wgmma` GEMM where the device built it.
     pub w8a8_wgmma: bool,
+    /// `METRALE_FP8_W8A8` over HARDWARE.toml `fp8_w8a8`: the FP8 (block-scaled weight) arm's
+    /// prefill from `FP8_W8A8_MIN_ROWS` rows on, with per-group FP8 activations, through the
+    /// sm_90a `fp8_wgmma` GEMM where the device built it (formats.md, "FP8 weights with FP8
+    /// activations").
+    pub fp8_w8a8: bool,
     /// `METRALE_FFN_GATEUP_FUSED` over HARDWARE.toml `ffn_gateup_fused`.
     pub ffn_gateup_fused: bool,
     /// `METRALE_Q4K_MMQ=1` (old name `METRALE_FFN_MMQ`): build the `q4k_mmq` arm at load.
@@ -100,6 +105,7 @@ impl ModelLevers {
             w8a8_max_rows: num_or("METRALE_W8A8_MAX_ROWS", "w8a8_max_rows", 64),
             w8a8_decode_gemv: flag_or("METRALE_W8A8_DECODE_GEMV", "w8a8_decode_gemv", false),
             w8a8_wgmma: flag_or("METRALE_W8A8_WGMMA", "w8a8_wgmma", false),
+            fp8_w8a8: flag_or("METRALE_FP8_W8A8", "fp8_w8a8", false),
             ffn_gateup_fused: flag_or("METRALE_FFN_GATEUP_FUSED", "ffn_gateup_fused", true),
             q4k_mmq: flag("METRALE_Q4K_MMQ") || flag("METRALE_FFN_MMQ"),
             q4k_mmq_down_q4k: flag("METRALE_Q4K_MMQ_DOWN_Q4K") || flag("METRALE_FFN_MMQ_DOWN_Q4K"),
@@ -160,12 +166,17 @@ mod tests {
             "kernels/sm_90/HARDWARE.toml turns the wgmma GEMM on"
         );
         assert_eq!(d.w8a8_max_rows, 64);
+        assert!(
+            d.fp8_w8a8,
+            "kernels/sm_90/HARDWARE.toml turns the FP8 W8A8 prefill on"
+        );
         let env: HashMap<String, String> = [
             ("METRALE_FFN_M16_TC", "1"),
             ("METRALE_FFN_SMALLM", "0"),
             ("METRALE_W8A8_MAX_ROWS", "8"),
             ("METRALE_W8A8_DECODE_GEMV", "1"),
             ("METRALE_W8A8_WGMMA", "0"),
+            ("METRALE_FP8_W8A8", "0"),
         ]
         .into_iter()
         .map(|(a, b)| (a.into(), b.into()))
@@ -173,7 +184,7 @@ mod tests {
         let l = ModelLevers::from_map(&env, HARDWARE_SM90);
         assert!(l.ffn_m16_tc && !l.ffn_small_m);
         assert_eq!(l.w8a8_max_rows, 8);
-        assert!(l.w8a8_decode_gemv && !l.w8a8_wgmma);
+        assert!(l.w8a8_decode_gemv && !l.w8a8_wgmma && !l.fp8_w8a8);
         let hw_on = ModelLevers::from_map(&HashMap::new(), "ffn_m16_tc = true # comment");
         assert!(hw_on.ffn_m16_tc);
     }

@@ -441,6 +441,9 @@ const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
 const DUAL_T: usize = 32 * NVFP4_GEMV_WARPS_DUAL;
 use Axis::{Fixed, One, Per, Rule};
 
+/// Columns per block of the per-group FP8 quantizers: 8 warps of one 128-column group each.
+const FP8_G128_COLS: usize = 8 * 128;
+
 /// `w8a8_wgmma`'s output tiles (its persistent blocks stride over them).
 fn w8a8_wgmma_tiles(a: &Args) -> GpuResult<usize> {
     let (mt, nt) = (
@@ -551,11 +554,19 @@ kernel_table! {
     quant_fp8_act: "ffn_w8a8" "quantize_act_mul_fp8_row"
         ("g:p u:p gs:i us:i act:i m:i k:i kp:i q:p sx:p")
         grid(Rule(fp8_quant_column_blocks), Per("m", 1), FP8_QUANT_THREADS), cap None, round None;
+    quant_fp8_g128: "ffn_w8a8" "quantize_act_fp8_g128" ("x:p m:i k:i kp:i q:p sx:p")
+        grid(Per("kp", FP8_G128_COLS), Per("m", 1), 256), cap None, round None;
+    quant_fp8_act_g128: "ffn_w8a8" "quantize_act_mul_fp8_g128"
+        ("g:p u:p gs:i us:i act:i m:i k:i kp:i q:p sx:p")
+        grid(Per("kp", FP8_G128_COLS), Per("m", 1), 256), cap None, round None;
     w8a8: "ffn_w8a8" "w8a8_gemm" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
     w8a8_gemv: "ffn_w8a8" "w8a8_gemv" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
         grid(Per("n", 32), One, 128), cap Some(16), round None;
     w8a8_wgmma: "ffn_w8a8_wgmma" "w8a8_wgmma" ("q:t sx:p m:i w:t sw:p y:p n:i kp:i ldy:i")
+        grid(Rule(w8a8_wgmma_tiles), One, W8A8_WGMMA_THREADS, smem W8A8_WGMMA_SMEM, persistent true),
+        cap None, round None, tmaps W8A8_WGMMA_TMAPS;
+    fp8_wgmma: "ffn_w8a8_wgmma" "fp8_wgmma" ("q:t sx:p m:i w:t s:p y:p n:i kp:i ldy:i")
         grid(Rule(w8a8_wgmma_tiles), One, W8A8_WGMMA_THREADS, smem W8A8_WGMMA_SMEM, persistent true),
         cap None, round None, tmaps W8A8_WGMMA_TMAPS;
     w8a8_wgmma_m64: "ffn_w8a8_wgmma" "w8a8_wgmma_m64" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")

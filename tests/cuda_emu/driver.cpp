@@ -82,6 +82,12 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { w8a8_gemm((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
     else if (name == "w8a8_gemv")
         emu_launch(gx, gy, bx, [&] { w8a8_gemv((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
+    else if (name == "quantize_act_fp8_g128")
+        emu_launch(gx, gy, bx, [&] { quantize_act_fp8_g128((const float*)P(0), I(1), I(2), I(3), (u8)P(4), (float*)P(5)); });
+    else if (name == "quantize_act_mul_fp8_g128")
+        emu_launch(gx, gy, bx, [&] { quantize_act_mul_fp8_g128((const float*)P(0), (const float*)P(1), I(2), I(3), I(4), I(5), I(6), I(7), (u8)P(8), (float*)P(9)); });
+    else if (name == "fp8_wgmma")
+        emu_launch(gx, gy, bx, [&] { fp8_wgmma(T(0), (const float*)P(1), I(2), T(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
     else if (name == "quantize_act_mul_fp8_row")
         emu_launch(gx, gy, bx, [&] { quantize_act_mul_fp8_row((const float*)P(0), (const float*)P(1), I(2), I(3), I(4), I(5), I(6), I(7), (u8)P(8), (float*)P(9)); });
     else if (name == "quantize_act_fp8_row")

@@ -5,6 +5,10 @@ use super::super::*;
 use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GpuResult, ModelLevers};
 
+/// Rows from which the FP8 arm's prefill runs W8A8 (lever `fp8_w8a8`): above the decode GEMVs'
+/// and the m16 GEMM's caps (32).
+pub const FP8_W8A8_MIN_ROWS: usize = 33;
+
 impl DenseFfnLayer {
     /// The FP8 projection kernel for `m` rows: the first that resolved of batch-4 GEMV (m <= 4),
     /// tensor-core m16 (5..=32 with `ffn_m16_tc`), batch-16 GEMV (5..=32 with
@@ -75,6 +79,9 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
+        if self.fp8_w8a8_ok(ctx, m) {
+            return self.fp8_w8a8_arm(ctx, x, m);
+        }
         let ov = self.fp8.as_ref().unwrap();
         self.gated(
             ctx,
@@ -84,6 +91,66 @@ impl DenseFfnLayer {
             &[ov.gate, ov.up, ov.down],
             Self::fp8_project,
         )
+    }
+
+    /// The FP8 arm's prefill runs W8A8 (lever `fp8_w8a8`, from [`FP8_W8A8_MIN_ROWS`] rows, the
+    /// three kernels resolved, gate and up on one k).
+    pub(crate) fn fp8_w8a8_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
+        let k = &self.kernels;
+        let Some(ov) = self.fp8.as_ref() else {
+            return false;
+        };
+        ctx.levers.fp8_w8a8
+            && m >= FP8_W8A8_MIN_ROWS
+            && k.quant_fp8_g128.ok()
+            && k.quant_fp8_act_g128.ok()
+            && k.fp8_wgmma.ok()
+            && ov.gate.k == ov.up.k
+            && ov.gate.kp == ov.up.kp
+            && ov.down.k == self.inter
+    }
+
+    /// The FP8 arm's W8A8 prefill: x quantized once per 128-column group for gate and up, the
+    /// activation product quantized from gate and up by one kernel, three `fp8_wgmma` GEMMs.
+    fn fp8_w8a8_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        let ov = self.fp8.as_ref().unwrap();
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
+        let (q, s) = (ctx.arena.act_codes, ctx.arena.act_scale);
+        let k = &self.kernels;
+        let call = k
+            .quant_fp8_g128
+            .call()
+            .ptr("x", x)
+            .dim("m", m)
+            .dim("k", ov.gate.k);
+        self.launch(ctx, call.dim("kp", ov.gate.kp).ptr("q", q).ptr("sx", s))?;
+        let gemm = |w: &Fp8Weight, y: DevicePtr, ldy: usize| {
+            let call = k.fp8_wgmma.call().ptr("q", q).ptr("sx", s).dim("m", m);
+            let call = call.ptr("w", w.weight).ptr("s", w.scale).ptr("y", y);
+            call.dim("n", w.n).dim("kp", w.kp).dim("ldy", ldy)
+        };
+        self.launch(ctx, gemm(&ov.gate, g, i))?;
+        self.launch(ctx, gemm(&ov.up, u, i))?;
+        let act = match self.activation {
+            Activation::Silu => 0,
+            Activation::Gelu => 1,
+        };
+        let call = k
+            .quant_fp8_act_g128
+            .call()
+            .ptr("g", g)
+            .ptr("u", u)
+            .dim("gs", i);
+        let call = call.dim("us", i).dim("act", act).dim("m", m).dim("k", i);
+        self.launch(ctx, call.dim("kp", ov.down.kp).ptr("q", q).ptr("sx", s))?;
+        self.launch(ctx, gemm(&ov.down, out, h))?;
+        Ok(out.view(0, (m * h * 4) as u64))
     }
 
     pub(crate) fn fp8_fused_decode(

@@ -64,6 +64,67 @@ impl HostBackend {
                     );
                 })?;
             }
+            "quantize_act_fp8_g128" | "quantize_act_mul_fp8_g128" => {
+                let (m, kk, kp) = (a.dim("m")?, a.dim("k")?, a.dim("kp")?);
+                let (q, sx) = (a.ptr("q")?, a.ptr("sx")?);
+                let rows: Vec<Vec<f32>> = if spec.name == "quantize_act_fp8_g128" {
+                    let x = self.read_f32(a.ptr("x")?)?;
+                    (0..m)
+                        .map(|r| x.get(r * kk..(r + 1) * kk).map(<[f32]>::to_vec))
+                        .collect::<Option<_>>()
+                } else {
+                    let (g, u) = (self.read_f32(a.ptr("g")?)?, self.read_f32(a.ptr("u")?)?);
+                    let (gs, us) = (a.dim("gs")?, a.dim("us")?);
+                    let f = if a.dim("act")? == 0 {
+                        reference::silu_mul
+                    } else {
+                        reference::gelu_mul
+                    };
+                    (0..m)
+                        .map(|r| {
+                            let gr = g.get(r * gs..r * gs + kk)?;
+                            let ur = u.get(r * us..r * us + kk)?;
+                            Some(gr.iter().zip(ur).map(|(&a, &b)| f(a, b)).collect())
+                        })
+                        .collect::<Option<_>>()
+                }
+                .ok_or_else(|| GpuError::Invalid(format!("{}: rows past the input", spec.name)))?;
+                for (r, row) in rows.iter().enumerate() {
+                    let (codes, scales) = reference::quantize_row_fp8_g128(row, kp);
+                    self.write(q, r * kp, &codes)?;
+                    self.write_f32(sx, r * (kp / 128), &scales)?;
+                }
+            }
+            "fp8_wgmma" => {
+                let (m, n, kp, ldy) = (a.dim("m")?, a.dim("n")?, a.dim("kp")?, a.dim("ldy")?);
+                let q = self.read(a.ptr("q")?)?;
+                let sx = self.read_f32(a.ptr("sx")?)?;
+                let w = self.read(a.ptr("w")?)?;
+                let s = self.read_f32(a.ptr("s")?)?;
+                let y = a.ptr("y")?;
+                let gk = kp / 128;
+                let bad = || GpuError::Invalid("fp8_wgmma: operands smaller than m, n, kp".into());
+                if q.len() < m * kp
+                    || sx.len() < m * gk
+                    || w.len() < n * kp
+                    || s.len() < n.div_ceil(128) * gk
+                {
+                    return Err(bad());
+                }
+                for r in 0..m {
+                    let mut row = vec![0f32; n];
+                    reference::fp8_w8a8_block_row(
+                        &q[r * kp..(r + 1) * kp],
+                        &sx[r * gk..(r + 1) * gk],
+                        &w,
+                        &s,
+                        n,
+                        kp,
+                        &mut row,
+                    );
+                    self.write_f32(y, r * ldy, &row)?;
+                }
+            }
             "quantize_act_mul_fp8_row" => {
                 let (g, u) = (self.read_f32(a.ptr("g")?)?, self.read_f32(a.ptr("u")?)?);
                 let (gs, us, act) = (a.dim("gs")?, a.dim("us")?, a.dim("act")?);
