@@ -61,6 +61,20 @@ fn w8a8_args(c: &W8a8Case, rows: std::ops::Range<usize>, n: usize) -> [A; 9] {
     ]
 }
 
+/// Row `row` of quantized codes `[.., kp]` and their scales (`want.1.len()` a row) equal the
+/// twin's `want`, bit for bit.
+fn same_codes(q: &[u8], sx: &[f32], kp: usize, row: usize, want: (Vec<u8>, Vec<f32>), what: &str) {
+    let per = want.1.len();
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    let got = &sx[row * per..(row + 1) * per];
+    assert_eq!(bits(got), bits(&want.1), "{what} row {row}: scales");
+    let codes = &q[row * kp..(row + 1) * kp];
+    assert!(
+        codes == want.0,
+        "{what} row {row}: codes differ from the twin's"
+    );
+}
+
 /// The W8A8 decode GEMV reproduces the W8A8 GEMM bit for bit (the fixed path's batch
 /// invariance), at 1, 5 and 16 rows, on a k that leaves a partial unrolled step; both match the
 /// reference. On the emulator each MMA output is a function of its own operands, so equal bits
@@ -207,15 +221,7 @@ fn fp8_activation_quantizer_matches_its_twin_on_every_grid() {
         let (q, sx) = (buf(&a[4]).to_vec(), bf32(buf(&a[5])));
         for row in 0..m {
             let (want_q, want_s) = reference::quantize_row_fp8(&x[row * k..(row + 1) * k], kp);
-            assert_eq!(
-                sx[row].to_bits(),
-                want_s.to_bits(),
-                "m={m} row {row}: scale"
-            );
-            assert!(
-                q[row * kp..(row + 1) * kp] == want_q[..],
-                "m={m} row {row}: codes differ from the twin's"
-            );
+            same_codes(&q, &sx, kp, row, (want_q, vec![want_s]), &format!("m={m}"));
         }
     }
 }
@@ -270,15 +276,8 @@ fn fused_activation_quantizer_matches_act_mul_then_quantize() {
                     .map(|i| f(g[row * gs + i], u[row * us + i]))
                     .collect();
                 let (want_q, want_s) = reference::quantize_row_fp8(&h, kp);
-                assert_eq!(
-                    sx[row].to_bits(),
-                    want_s.to_bits(),
-                    "act {act} m={m} row {row}"
-                );
-                assert!(
-                    q[row * kp..(row + 1) * kp] == want_q[..],
-                    "act {act} m={m} row {row}: codes differ from the twin's"
-                );
+                let what = format!("act {act} m={m}");
+                same_codes(&q, &sx, kp, row, (want_q, vec![want_s]), &what);
             }
         }
     }
@@ -325,14 +324,8 @@ fn fp8_block_w8a8_quantizers_and_gemm_match_their_twins() {
     let (q, sx) = (buf(&a[4]).to_vec(), bf32(buf(&a[5])));
     let g = kp / 128;
     for row in 0..m {
-        let (wq, ws) = reference::quantize_row_fp8_g128(&x[row * k..(row + 1) * k], kp);
-        assert!(q[row * kp..(row + 1) * kp] == wq[..], "row {row}: codes");
-        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(
-            bits(&sx[row * g..(row + 1) * g]),
-            bits(&ws),
-            "row {row}: scales"
-        );
+        let want = reference::quantize_row_fp8_g128(&x[row * k..(row + 1) * k], kp);
+        same_codes(&q, &sx, kp, row, want, "g128");
     }
     // The fused quantizer over SiLU(gate) * up, gate and up with their own strides.
     let (gs, us) = (k + 8, k + 16);
@@ -362,16 +355,8 @@ fn fp8_block_w8a8_quantizers_and_gemm_match_their_twins() {
         let h: Vec<f32> = (0..k)
             .map(|i| reference::silu_mul(gt[row * gs + i], up[row * us + i]))
             .collect();
-        let (wq, ws) = reference::quantize_row_fp8_g128(&h, kp);
-        assert!(
-            buf(&a[8])[row * kp..(row + 1) * kp] == wq[..],
-            "fused row {row}"
-        );
-        assert_eq!(
-            bf32(buf(&a[9]))[row * g..(row + 1) * g],
-            ws[..],
-            "fused row {row}"
-        );
+        let want = reference::quantize_row_fp8_g128(&h, kp);
+        same_codes(buf(&a[8]), &bf32(buf(&a[9])), kp, row, want, "fused g128");
     }
     // The GEMM over the plain quantizer's output.
     let sp = metrale_pack::gpu::table::spec("ffn_w8a8_wgmma", "fp8_wgmma").unwrap();

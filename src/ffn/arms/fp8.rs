@@ -93,6 +93,33 @@ impl DenseFfnLayer {
         )
     }
 
+    /// The down projection's input of the quantizing arms: `act(gate, up)` of the arena's gate
+    /// and up outputs (`[m, inter]`) quantized by `fused` (per row or per 128-column group) into
+    /// the arena's activation codes and scales, padded to `kp`.
+    fn quantize_act_product(
+        &self,
+        ctx: &mut ForwardContext,
+        fused: Kernel,
+        m: usize,
+        kp: usize,
+    ) -> GpuResult<()> {
+        let i = self.inter;
+        let act = match self.activation {
+            Activation::Silu => 0,
+            Activation::Gelu => 1,
+        };
+        let (g, u) = (ctx.arena.gate_out, ctx.arena.up_out);
+        let (q, s) = (ctx.arena.act_codes, ctx.arena.act_scale);
+        let call = fused
+            .call()
+            .ptr("g", g)
+            .ptr("u", u)
+            .dim("gs", i)
+            .dim("us", i);
+        let call = call.dim("act", act).dim("m", m).dim("k", i).dim("kp", kp);
+        self.launch(ctx, call.ptr("q", q).ptr("sx", s))
+    }
+
     /// The FP8 arm's prefill runs W8A8 (lever `fp8_w8a8`, from [`FP8_W8A8_MIN_ROWS`] rows, the
     /// three kernels resolved, gate and up on one k).
     pub(crate) fn fp8_w8a8_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
@@ -137,18 +164,7 @@ impl DenseFfnLayer {
         };
         self.launch(ctx, gemm(&ov.gate, g, i))?;
         self.launch(ctx, gemm(&ov.up, u, i))?;
-        let act = match self.activation {
-            Activation::Silu => 0,
-            Activation::Gelu => 1,
-        };
-        let call = k
-            .quant_fp8_act_g128
-            .call()
-            .ptr("g", g)
-            .ptr("u", u)
-            .dim("gs", i);
-        let call = call.dim("us", i).dim("act", act).dim("m", m).dim("k", i);
-        self.launch(ctx, call.dim("kp", ov.down.kp).ptr("q", q).ptr("sx", s))?;
+        self.quantize_act_product(ctx, k.quant_fp8_act_g128, m, ov.down.kp)?;
         self.launch(ctx, gemm(&ov.down, out, h))?;
         Ok(out.view(0, (m * h * 4) as u64))
     }
@@ -252,23 +268,7 @@ impl DenseFfnLayer {
         self.w8a8_gemm(ctx, &w[1], m, u, i)?;
         let fused = self.kernels.quant_fp8_act;
         if fused.ok() && w[2].k == i {
-            let act = match self.activation {
-                Activation::Silu => 0,
-                Activation::Gelu => 1,
-            };
-            let (q, s) = (ctx.arena.act_codes, ctx.arena.act_scale);
-            let call = fused
-                .call()
-                .ptr("g", g)
-                .ptr("u", u)
-                .dim("gs", i)
-                .dim("us", i);
-            let call = call
-                .dim("act", act)
-                .dim("m", m)
-                .dim("k", i)
-                .dim("kp", w[2].kp);
-            self.launch(ctx, call.ptr("q", q).ptr("sx", s))?;
+            self.quantize_act_product(ctx, fused, m, w[2].kp)?;
             self.w8a8_gemm(ctx, &w[2], m, out, h)?;
         } else {
             self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
