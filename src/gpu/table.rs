@@ -378,13 +378,25 @@ pub struct Launch {
 impl Launch {
     /// Run it on `stream` (a persistent kernel on at most one block per multiprocessor).
     pub fn run(&self, b: &dyn GpuBackend, stream: StreamId) -> GpuResult<()> {
+        b.launch(
+            self.handle,
+            self.cfg_on(b.multiprocessors()),
+            stream,
+            &self.args,
+        )
+    }
+
+    /// The launch configuration on a device of `sms` multiprocessors: a persistent kernel's
+    /// blocks (x) at most one per multiprocessor, any other grid as the table gave it.
+    pub fn cfg_on(&self, sms: Option<usize>) -> LaunchCfg {
         let mut cfg = self.cfg;
-        if self.spec.grid.persistent
-            && let Some(sms) = b.multiprocessors()
-        {
-            cfg.grid.0 = cfg.grid.0.min(sms.max(1) as u32);
+        if let (true, Some(sms)) = (self.spec.grid.persistent, sms) {
+            cfg.grid.0 = cfg
+                .grid
+                .0
+                .min(u32::try_from(sms.max(1)).unwrap_or(u32::MAX));
         }
-        b.launch(self.handle, cfg, stream, &self.args)
+        cfg
     }
 }
 
@@ -740,6 +752,13 @@ mod tests {
         };
         assert_eq!(l.args[0], want(300, 128));
         assert_eq!(l.args[3], want(4096, 128));
+        // On a device: at most one block per multiprocessor; without a count (the host), as given.
+        assert_eq!(l.cfg_on(Some(132)).grid, (96, 1, 1));
+        assert_eq!(l.cfg_on(Some(64)).grid, (64, 1, 1));
+        assert_eq!(l.cfg_on(None).grid, (96, 1, 1));
+        // A grid that is not persistent is never clamped.
+        let q = quant(17).unwrap();
+        assert_eq!(q.cfg_on(Some(4)).grid, (1, 17, 1));
     }
 
     #[test]
