@@ -38,6 +38,21 @@ extern "C" __global__ void quantize_act_fp8_row(const float* __restrict__ x, int
     quantize_fp8_row_of([&](int i) { return xr[i]; }, r, k, kp, q, sx);
 }
 
+// Row blockIdx.y of act(g, u) (act 0: SiLU, 1: GELU; common.cuh's products) handed to
+// `quant(x, r)` as the value functor x(i) of its columns: both fused quantizers below.
+template <class Q>
+__device__ __forceinline__ void act_mul_rows(Q quant, const float* __restrict__ g, const float* __restrict__ u, int gs, int us, int act,
+                                             int m) {
+    const int r = blockIdx.y;
+    if (r >= m) return;
+    const float* gr = g + (size_t)r * gs;
+    const float* ur = u + (size_t)r * us;
+    if (act == 0)
+        quant([&](int i) { return act_silu_mul(gr[i], ur[i]); }, r);
+    else
+        quant([&](int i) { return act_gelu_mul(gr[i], ur[i]); }, r);
+}
+
 // The W8A8 down projection's input without the f32 product in memory: q, sx of the rows
 // act(g, u) (act 0: SiLU, 1: GELU; common.cuh's act_silu_mul / act_gelu_mul, as act_mul_silu /
 // act_mul_gelu compute them), so bit for bit quantize_act_fp8_row over act_mul's output. g and u
@@ -46,14 +61,7 @@ extern "C" __global__ void quantize_act_fp8_row(const float* __restrict__ x, int
 // read twice).
 extern "C" __global__ void quantize_act_mul_fp8_row(const float* __restrict__ g, const float* __restrict__ u, int gs, int us, int act,
                                                     int m, int k, int kp, unsigned char* __restrict__ q, float* __restrict__ sx) {
-    const int r = blockIdx.y;
-    if (r >= m) return;
-    const float* gr = g + (size_t)r * gs;
-    const float* ur = u + (size_t)r * us;
-    if (act == 0)
-        quantize_fp8_row_of([&](int i) { return act_silu_mul(gr[i], ur[i]); }, r, k, kp, q, sx);
-    else
-        quantize_fp8_row_of([&](int i) { return act_gelu_mul(gr[i], ur[i]); }, r, k, kp, q, sx);
+    act_mul_rows([&](auto x, int r) { quantize_fp8_row_of(x, r, k, kp, q, sx); }, g, u, gs, us, act, m);
 }
 
 // Per-group FP8 activations for the FP8 (block-scaled weight) arm's W8A8 prefill: x f32 [m, k]
@@ -97,14 +105,7 @@ extern "C" __global__ void quantize_act_fp8_g128(const float* __restrict__ x, in
 // them): bit for bit quantize_act_fp8_g128 over act_mul's output, without the f32 product.
 extern "C" __global__ void quantize_act_mul_fp8_g128(const float* __restrict__ g, const float* __restrict__ u, int gs, int us, int act,
                                                      int m, int k, int kp, unsigned char* __restrict__ q, float* __restrict__ sx) {
-    const int r = blockIdx.y;
-    if (r >= m) return;
-    const float* gr = g + (size_t)r * gs;
-    const float* ur = u + (size_t)r * us;
-    if (act == 0)
-        quantize_fp8_g128_of([&](int i) { return act_silu_mul(gr[i], ur[i]); }, r, k, kp, q, sx);
-    else
-        quantize_fp8_g128_of([&](int i) { return act_gelu_mul(gr[i], ur[i]); }, r, k, kp, q, sx);
+    act_mul_rows([&](auto x, int r) { quantize_fp8_g128_of(x, r, k, kp, q, sx); }, g, u, gs, us, act, m);
 }
 
 // c += a . b, one m16n8k32 e4m3 tensor-core MMA with f32 accumulation (the fragment layout of

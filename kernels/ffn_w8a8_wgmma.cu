@@ -133,6 +133,21 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned addr) {
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// One 128-k stage's four k32 wgmmas into `part`, from zero: A and B `off` bytes past the
+// descriptors da and db (the stage's slot; a k32 step is 32 bytes further along the swizzled
+// row), committed as one group. Both tilings issue their stages through it.
+template <int BN>
+__device__ __forceinline__ void wgmma_stage(float* part, unsigned long long da, unsigned long long db, unsigned off) {
+    fence_regs<BN / 2>(part);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < MP_W8A8_WGMMA_BK / 32; ++ks) {
+        const unsigned long long o = (off + ks * 32) >> 4;
+        wgmma_e4m3<BN>(part, da + o, db + o, ks);
+    }
+    wgmma_commit();
+}
+
 // The epilogue: y[r, j] = (acc * sx[r]) * sw[j] for this thread's outputs of the 64 x BN
 // warpgroup tile at rows r0.., columns n0.. (thread t of the warpgroup), rows past m and columns
 // past n not stored.
@@ -235,17 +250,6 @@ __device__ __forceinline__ void w8a8_wgmma_tiles(const unsigned char* __restrict
     // their byte offset >> 4 to the start-address field (addresses stay below 2^18, so the
     // field does not carry).
     const unsigned long long da0 = wgmma_desc(base + (unsigned)(wg * 64 * BK)), db0 = wgmma_desc(base + TILE_A);
-    // Stage kt's four k32 wgmmas (from `slot`) into `part`, from zero.
-    auto issue = [&](unsigned slot, float* part) {
-        fence_regs<R>(part);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < BK / 32; ++ks) {
-            const unsigned long long off = (slot * STAGE + ks * 32) >> 4;
-            wgmma_e4m3<BN>(part, da0 + off, db0 + off, ks);
-        }
-        wgmma_commit();
-    };
     auto add = [&](float* acc, float* part) {
         fence_regs<R>(part);
 #pragma unroll
@@ -270,7 +274,7 @@ __device__ __forceinline__ void w8a8_wgmma_tiles(const unsigned char* __restrict
         cp_async_commit();
         // Every warpgroup computes, also one whose rows are all past m (zeros, not stored): a
         // wgmma under a per-thread condition makes ptxas serialize every wgmma (C7518).
-        issue(rslot, part);
+        wgmma_stage<BN>(part, da0, db0, rslot * STAGE);
         wgmma_wait<0>();
         add(acc, part);
         rslot = rslot + 1 == STAGES ? 0 : rslot + 1;
@@ -424,14 +428,7 @@ __device__ __forceinline__ void w8a8_wgmma_ws(const MpTmap* qmap, const float* _
                 fb = sxb[kt] * f;
             }
             mbar_wait(full + 8 * slot, phase);
-            fence_regs<R>(part);
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < BK / 32; ++ks) {
-                const unsigned long long off = (slot * STAGE + ks * 32) >> 4;
-                wgmma_e4m3<BN>(part, da0 + off, db0 + off, ks);
-            }
-            wgmma_commit();
+            wgmma_stage<BN>(part, da0, db0, slot * STAGE);
             wgmma_wait<0>();
             fence_regs<R>(part);
             mbar_arrive(empty + 8 * slot);
