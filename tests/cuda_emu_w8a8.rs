@@ -61,6 +61,66 @@ fn w8a8_args(c: &W8a8Case, rows: std::ops::Range<usize>, n: usize) -> [A; 9] {
     ]
 }
 
+/// A quantizer's input: rows of `x`, or (the fused quantizers) `act(g, u)` of gate and up rows
+/// with their strides.
+enum QuantIn<'a> {
+    Rows(&'a [f32]),
+    Product {
+        g: &'a [f32],
+        u: &'a [f32],
+        gs: usize,
+        us: usize,
+        act: usize,
+    },
+}
+
+/// Run FP8 activation quantizer `kernel` over `m` rows of `k` (padded to `kp`) on the grid and
+/// block the kernel table gives it: `(column blocks, codes, scales)`, the outputs poisoned first.
+fn run_quantizer(
+    exe: &std::path::Path,
+    kernel: metrale_pack::gpu::table::Kernel,
+    input: &QuantIn,
+    m: usize,
+    k: usize,
+    kp: usize,
+) -> (usize, Vec<u8>, Vec<f32>) {
+    use metrale_pack::gpu::DevicePtr;
+    let p = DevicePtr { addr: 64, bytes: 4 };
+    let per_row = if kernel.spec.name.ends_with("_g128") {
+        kp / 128
+    } else {
+        1
+    };
+    let outputs = [
+        A::P(vec![0xAB; m * kp]),
+        A::P(f32b(&vec![f32::NAN; m * per_row])),
+    ];
+    let call = kernel.call().ptr("q", p).ptr("sx", p);
+    let call = call.dim("m", m).dim("k", k).dim("kp", kp);
+    let (call, mut a): (_, Vec<A>) = match *input {
+        QuantIn::Rows(x) => (call.ptr("x", p), vec![A::P(f32b(x))]),
+        QuantIn::Product { g, u, gs, us, act } => {
+            let call = call.ptr("g", p).ptr("u", p).dim("gs", gs).dim("us", us);
+            let a = vec![A::P(f32b(g)), A::P(f32b(u)), A::I(gs), A::I(us), A::I(act)];
+            (call.dim("act", act), a)
+        }
+    };
+    let l = call.finish().unwrap();
+    a.extend([A::I(m), A::I(k), A::I(kp)]);
+    a.extend(outputs);
+    let (gx, gy, _) = l.cfg.grid;
+    let block = l.cfg.block.0 as usize;
+    launch(
+        exe,
+        kernel.spec.name,
+        (gx as usize, gy as usize),
+        block,
+        &mut a,
+    );
+    let n = a.len();
+    (gx as usize, buf(&a[n - 2]).to_vec(), bf32(buf(&a[n - 1])))
+}
+
 /// Row `row` of quantized codes `[.., kp]` and their scales (`want.1.len()` a row) equal the
 /// twin's `want`, bit for bit.
 fn same_codes(q: &[u8], sx: &[f32], kp: usize, row: usize, want: (Vec<u8>, Vec<f32>), what: &str) {
@@ -182,7 +242,7 @@ fn w8a8_wgmma_matches_the_reference_and_is_batch_invariant() {
 #[test]
 fn fp8_activation_quantizer_matches_its_twin_on_every_grid() {
     use metrale_pack::gpu::host::HostBackend;
-    use metrale_pack::gpu::{DevicePtr, table::Kernels};
+    use metrale_pack::gpu::table::Kernels;
     let Some(exe) = emulator() else { return };
     let kk = Kernels::resolve(&HostBackend::new());
     let mut r = Rand(41);
@@ -197,28 +257,8 @@ fn fp8_activation_quantizer_matches_its_twin_on_every_grid() {
         if m > 1 {
             x[k..2 * k].fill(0.0); // row 1: all zero (scale 0, codes 0)
         }
-        let p = DevicePtr { addr: 64, bytes: 4 };
-        let call = kk.quant_fp8_row.call().ptr("x", p).ptr("q", p).ptr("sx", p);
-        let l = call.dim("m", m).dim("k", k).dim("kp", kp).finish().unwrap();
-        let (gx, gy, _) = l.cfg.grid;
-        assert_eq!(gx as usize, if m <= 16 { 3 } else { 1 }, "m={m}");
-        let mut a = [
-            A::P(f32b(&x)),
-            A::I(m),
-            A::I(k),
-            A::I(kp),
-            A::P(vec![0xAB; m * kp]),
-            A::P(f32b(&vec![f32::NAN; m])),
-        ];
-        let block = l.cfg.block.0 as usize;
-        launch(
-            exe,
-            "quantize_act_fp8_row",
-            (gx as usize, gy as usize),
-            block,
-            &mut a,
-        );
-        let (q, sx) = (buf(&a[4]).to_vec(), bf32(buf(&a[5])));
+        let (gx, q, sx) = run_quantizer(exe, kk.quant_fp8_row, &QuantIn::Rows(&x), m, k, kp);
+        assert_eq!(gx, if m <= 16 { 3 } else { 1 }, "m={m}");
         for row in 0..m {
             let (want_q, want_s) = reference::quantize_row_fp8(&x[row * k..(row + 1) * k], kp);
             same_codes(&q, &sx, kp, row, (want_q, vec![want_s]), &format!("m={m}"));
@@ -235,7 +275,7 @@ fn fp8_activation_quantizer_matches_its_twin_on_every_grid() {
 #[test]
 fn fused_activation_quantizer_matches_act_mul_then_quantize() {
     use metrale_pack::gpu::host::HostBackend;
-    use metrale_pack::gpu::{DevicePtr, table::Kernels};
+    use metrale_pack::gpu::table::Kernels;
     let Some(exe) = emulator() else { return };
     let kk = Kernels::resolve(&HostBackend::new());
     let mut r = Rand(43);
@@ -246,31 +286,15 @@ fn fused_activation_quantizer_matches_act_mul_then_quantize() {
     ] {
         for m in [1usize, 17] {
             let (g, u) = (r.vec(m * gs, 3.0), r.vec(m * us, 1.0));
-            let p = DevicePtr { addr: 64, bytes: 4 };
-            let call = kk.quant_fp8_act.call().ptr("g", p).ptr("u", p).ptr("q", p);
-            let call = call
-                .ptr("sx", p)
-                .dim("gs", gs)
-                .dim("us", us)
-                .dim("act", act);
-            let l = call.dim("m", m).dim("k", k).dim("kp", kp).finish().unwrap();
-            let (gx, gy, _) = l.cfg.grid;
-            assert_eq!(gx as usize, if m <= 16 { 3 } else { 1 }, "m={m}");
-            let mut a = [
-                A::P(f32b(&g)),
-                A::P(f32b(&u)),
-                A::I(gs),
-                A::I(us),
-                A::I(act),
-                A::I(m),
-                A::I(k),
-                A::I(kp),
-                A::P(vec![0xAB; m * kp]),
-                A::P(f32b(&vec![f32::NAN; m])),
-            ];
-            let (grid, block) = ((gx as usize, gy as usize), l.cfg.block.0 as usize);
-            launch(exe, "quantize_act_mul_fp8_row", grid, block, &mut a);
-            let (q, sx) = (buf(&a[8]).to_vec(), bf32(buf(&a[9])));
+            let input = QuantIn::Product {
+                g: &g,
+                u: &u,
+                gs,
+                us,
+                act,
+            };
+            let (gx, q, sx) = run_quantizer(exe, kk.quant_fp8_act, &input, m, k, kp);
+            assert_eq!(gx, if m <= 16 { 3 } else { 1 }, "m={m}");
             for row in 0..m {
                 let h: Vec<f32> = (0..k)
                     .map(|i| f(g[row * gs + i], u[row * us + i]))
@@ -291,7 +315,7 @@ fn fused_activation_quantizer_matches_act_mul_then_quantize() {
 #[test]
 fn fp8_block_w8a8_quantizers_and_gemm_match_their_twins() {
     use metrale_pack::gpu::host::HostBackend;
-    use metrale_pack::gpu::{DevicePtr, table::Kernels};
+    use metrale_pack::gpu::table::Kernels;
     let Some(exe) = emulator() else { return };
     let kk = Kernels::resolve(&HostBackend::new());
     let mut r = Rand(47);
@@ -301,27 +325,8 @@ fn fp8_block_w8a8_quantizers_and_gemm_match_their_twins() {
     assert_eq!((np, kp), (256, 512));
     let mut x = r.vec(m * k, 1.0);
     x[k..k + 128].fill(0.0); // row 1, group 0: all zero (scale 0)
-    let p = DevicePtr { addr: 64, bytes: 4 };
-    let grid = |l: metrale_pack::gpu::table::Launch| (l.cfg.grid.0 as usize, l.cfg.grid.1 as usize);
     // The plain quantizer.
-    let call = kk
-        .quant_fp8_g128
-        .call()
-        .ptr("x", p)
-        .ptr("q", p)
-        .ptr("sx", p);
-    let l = call.dim("m", m).dim("k", k).dim("kp", kp).finish().unwrap();
-    let mut a = [
-        A::P(f32b(&x)),
-        A::I(m),
-        A::I(k),
-        A::I(kp),
-        A::P(vec![0xAB; m * kp]),
-        A::P(f32b(&vec![f32::NAN; m * kp / 128])),
-    ];
-    let block = l.cfg.block.0 as usize;
-    launch(exe, "quantize_act_fp8_g128", grid(l), block, &mut a);
-    let (q, sx) = (buf(&a[4]).to_vec(), bf32(buf(&a[5])));
+    let (_, q, sx) = run_quantizer(exe, kk.quant_fp8_g128, &QuantIn::Rows(&x), m, k, kp);
     let g = kp / 128;
     for row in 0..m {
         let want = reference::quantize_row_fp8_g128(&x[row * k..(row + 1) * k], kp);
@@ -330,33 +335,20 @@ fn fp8_block_w8a8_quantizers_and_gemm_match_their_twins() {
     // The fused quantizer over SiLU(gate) * up, gate and up with their own strides.
     let (gs, us) = (k + 8, k + 16);
     let (gt, up) = (r.vec(3 * gs, 3.0), r.vec(3 * us, 1.0));
-    let call = kk
-        .quant_fp8_act_g128
-        .call()
-        .ptr("g", p)
-        .ptr("u", p)
-        .ptr("q", p);
-    let call = call.ptr("sx", p).dim("gs", gs).dim("us", us).dim("act", 0);
-    let l = call.dim("m", 3).dim("k", k).dim("kp", kp).finish().unwrap();
-    let mut a = [
-        A::P(f32b(&gt)),
-        A::P(f32b(&up)),
-        A::I(gs),
-        A::I(us),
-        A::I(0),
-        A::I(3),
-        A::I(k),
-        A::I(kp),
-        A::P(vec![0xAB; 3 * kp]),
-        A::P(f32b(&vec![f32::NAN; 3 * g])),
-    ];
-    launch(exe, "quantize_act_mul_fp8_g128", grid(l), block, &mut a);
+    let input = QuantIn::Product {
+        g: &gt,
+        u: &up,
+        gs,
+        us,
+        act: 0,
+    };
+    let (_, fq, fsx) = run_quantizer(exe, kk.quant_fp8_act_g128, &input, 3, k, kp);
     for row in 0..3 {
         let h: Vec<f32> = (0..k)
             .map(|i| reference::silu_mul(gt[row * gs + i], up[row * us + i]))
             .collect();
         let want = reference::quantize_row_fp8_g128(&h, kp);
-        same_codes(buf(&a[8]), &bf32(buf(&a[9])), kp, row, want, "fused g128");
+        same_codes(&fq, &fsx, kp, row, want, "fused g128");
     }
     // The GEMM over the plain quantizer's output.
     let sp = metrale_pack::gpu::table::spec("ffn_w8a8_wgmma", "fp8_wgmma").unwrap();

@@ -177,6 +177,24 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// The tensor map of rule `r` over the pointer given for its parameter, its sizes read from
+    /// the named `int` arguments.
+    fn tmap(&self, r: &TmapRule) -> GpuResult<Tmap> {
+        let KArg::Ptr(base) = *self.get(r.param)? else {
+            return Err(GpuError::Invalid(format!(
+                "{}: tensor map `{}` needs a pointer",
+                self.spec.name, r.param
+            )));
+        };
+        Ok(Tmap {
+            base,
+            row_bytes: self.dim(r.row_bytes)?,
+            rows: self.dim(r.rows)?,
+            box_rows: r.box_rows,
+            box_bytes: r.box_bytes,
+        })
+    }
+
     fn wrong(&self, name: &str, want: &str, got: &KArg) -> GpuError {
         GpuError::Invalid(format!(
             "{}: argument `{name}` must be {want}, got {got:?}",
@@ -341,13 +359,16 @@ impl Call {
                 GpuError::Invalid(format!("{}: argument `{name}` not given", spec.name))
             })?);
         }
+        // The `t` parameters' maps, read through a view not yet checked (each map's pointer
+        // stands in its slot until it is replaced here).
+        let raw = Args { spec, a: &args };
         let maps = spec
             .tmaps
             .iter()
-            .map(|r| tmap_of(spec, &args, r))
+            .map(|r| raw.tmap(r))
             .collect::<GpuResult<Vec<_>>>()?;
         for (r, map) in spec.tmaps.iter().zip(maps) {
-            let (i, _) = spec.position(r.param).expect("tmap_of found it");
+            let (i, _) = spec.position(r.param).expect("Args::tmap found it");
             args[i] = KArg::Tmap(map);
         }
         let view = Args::new(spec, &args)?;
@@ -398,37 +419,6 @@ impl Launch {
         }
         cfg
     }
-}
-
-/// The tensor map of rule `r` over the pointer given for its parameter, its sizes read from the
-/// named arguments (before the kinds are checked: the pointer stands in its `t` slot).
-fn tmap_of(spec: &KernelSpec, args: &[KArg], r: &TmapRule) -> GpuResult<Tmap> {
-    let arg = |name: &str| {
-        spec.position(name).map(|(i, _)| args[i]).ok_or_else(|| {
-            GpuError::Invalid(format!("{}: tensor map rule names `{name}`", spec.name))
-        })
-    };
-    let dim = |name: &str| match arg(name)? {
-        KArg::I32(v) if v >= 0 => Ok(v as usize),
-        KArg::Dim(v) => Ok(v),
-        o => Err(GpuError::Invalid(format!(
-            "{}: `{name}` = {o:?} is not a size",
-            spec.name
-        ))),
-    };
-    let KArg::Ptr(base) = arg(r.param)? else {
-        return Err(GpuError::Invalid(format!(
-            "{}: tensor map `{}` needs a pointer",
-            spec.name, r.param
-        )));
-    };
-    Ok(Tmap {
-        base,
-        row_bytes: dim(r.row_bytes)?,
-        rows: dim(r.rows)?,
-        box_rows: r.box_rows,
-        box_bytes: r.box_bytes,
-    })
 }
 
 /// `ceil(product of the named int arguments / div)`, each product checked.

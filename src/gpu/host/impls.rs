@@ -64,35 +64,22 @@ impl HostBackend {
                     );
                 })?;
             }
-            "quantize_act_fp8_g128" | "quantize_act_mul_fp8_g128" => {
-                let (m, kk, kp) = (a.dim("m")?, a.dim("k")?, a.dim("kp")?);
-                let (q, sx) = (a.ptr("q")?, a.ptr("sx")?);
-                let rows: Vec<Vec<f32>> = if spec.name == "quantize_act_fp8_g128" {
-                    let x = self.read_f32(a.ptr("x")?)?;
-                    (0..m)
-                        .map(|r| x.get(r * kk..(r + 1) * kk).map(<[f32]>::to_vec))
-                        .collect::<Option<_>>()
-                } else {
-                    let (g, u) = (self.read_f32(a.ptr("g")?)?, self.read_f32(a.ptr("u")?)?);
-                    let (gs, us) = (a.dim("gs")?, a.dim("us")?);
-                    let f = if a.dim("act")? == 0 {
-                        reference::silu_mul
-                    } else {
-                        reference::gelu_mul
-                    };
-                    (0..m)
-                        .map(|r| {
-                            let gr = g.get(r * gs..r * gs + kk)?;
-                            let ur = u.get(r * us..r * us + kk)?;
-                            Some(gr.iter().zip(ur).map(|(&a, &b)| f(a, b)).collect())
-                        })
-                        .collect::<Option<_>>()
-                }
-                .ok_or_else(|| GpuError::Invalid(format!("{}: rows past the input", spec.name)))?;
+            "quantize_act_fp8_row"
+            | "quantize_act_mul_fp8_row"
+            | "quantize_act_fp8_g128"
+            | "quantize_act_mul_fp8_g128" => {
+                let (kp, q, sx) = (a.dim("kp")?, a.ptr("q")?, a.ptr("sx")?);
+                let rows = self.quantizer_rows(name, a)?;
                 for (r, row) in rows.iter().enumerate() {
-                    let (codes, scales) = reference::quantize_row_fp8_g128(row, kp);
+                    // Per row, or per 128-column group (`_g128`).
+                    let (codes, scales) = if name.ends_with("_g128") {
+                        reference::quantize_row_fp8_g128(row, kp)
+                    } else {
+                        let (codes, scale) = reference::quantize_row_fp8(row, kp);
+                        (codes, vec![scale])
+                    };
                     self.write(q, r * kp, &codes)?;
-                    self.write_f32(sx, r * (kp / 128), &scales)?;
+                    self.write_f32(sx, r * scales.len(), &scales)?;
                 }
             }
             "fp8_wgmma" => {
@@ -111,52 +98,10 @@ impl HostBackend {
                 {
                     return Err(bad());
                 }
-                for r in 0..m {
-                    let mut row = vec![0f32; n];
-                    reference::fp8_w8a8_block_row(
-                        &q[r * kp..(r + 1) * kp],
-                        &sx[r * gk..(r + 1) * gk],
-                        &w,
-                        &s,
-                        n,
-                        kp,
-                        &mut row,
-                    );
-                    self.write_f32(y, r * ldy, &row)?;
-                }
-            }
-            "quantize_act_mul_fp8_row" => {
-                let (g, u) = (self.read_f32(a.ptr("g")?)?, self.read_f32(a.ptr("u")?)?);
-                let (gs, us, act) = (a.dim("gs")?, a.dim("us")?, a.dim("act")?);
-                let (m, kk, kp) = (a.dim("m")?, a.dim("k")?, a.dim("kp")?);
-                let (q, sx) = (a.ptr("q")?, a.ptr("sx")?);
-                let f = if act == 0 {
-                    reference::silu_mul
-                } else {
-                    reference::gelu_mul
-                };
-                for r in 0..m {
-                    let row = |s: usize, v: &[f32]| v.get(r * s..r * s + kk).map(<[f32]>::to_vec);
-                    let (Some(gr), Some(ur)) = (row(gs, &g), row(us, &u)) else {
-                        return Err(GpuError::Invalid(format!(
-                            "quantize_act_mul_fp8_row: row {r} past g or u"
-                        )));
-                    };
-                    let h: Vec<f32> = gr.iter().zip(&ur).map(|(&a, &b)| f(a, b)).collect();
-                    let (codes, scale) = reference::quantize_row_fp8(&h, kp);
-                    self.write(q, r * kp, &codes)?;
-                    self.write_f32(sx, r, &[scale])?;
-                }
-            }
-            "quantize_act_fp8_row" => {
-                let x = self.read_f32(a.ptr("x")?)?;
-                let (m, kk, kp) = (a.dim("m")?, a.dim("k")?, a.dim("kp")?);
-                let (q, sx) = (a.ptr("q")?, a.ptr("sx")?);
-                for r in 0..m {
-                    let (codes, scale) = reference::quantize_row_fp8(&x[r * kk..(r + 1) * kk], kp);
-                    self.write(q, r * kp, &codes)?;
-                    self.write_f32(sx, r, &[scale])?;
-                }
+                self.write_rows(y, ldy, m, n, |r, row| {
+                    let (qr, sr) = (&q[r * kp..(r + 1) * kp], &sx[r * gk..(r + 1) * gk]);
+                    reference::fp8_w8a8_block_row(qr, sr, &w, &s, n, kp, row);
+                })?;
             }
             "w8a8_gemm" | "w8a8_gemv" | "w8a8_wgmma" | "w8a8_wgmma_m64" => {
                 let (q, sx, m) = (
@@ -435,4 +380,35 @@ fn projection_out(a: &Args) -> GpuResult<(crate::gpu::DevicePtr, usize, usize, u
         a.dim("kp")?,
         a.dim("ldy")?,
     ))
+}
+
+impl HostBackend {
+    /// The `m` input rows (`k` values each) of an FP8 activation quantizer: `x`'s rows, or for the
+    /// fused ones (`quantize_act_mul_*`) `act(g, u)` of gate and up with their row strides, the
+    /// product the host twin's `silu_mul` / `gelu_mul`.
+    fn quantizer_rows(&self, name: &str, a: &Args) -> GpuResult<Vec<Vec<f32>>> {
+        let (m, kk) = (a.dim("m")?, a.dim("k")?);
+        let rows = if name.starts_with("quantize_act_mul_") {
+            let (g, u) = (self.read_f32(a.ptr("g")?)?, self.read_f32(a.ptr("u")?)?);
+            let (gs, us) = (a.dim("gs")?, a.dim("us")?);
+            let f = if a.dim("act")? == 0 {
+                reference::silu_mul
+            } else {
+                reference::gelu_mul
+            };
+            (0..m)
+                .map(|r| {
+                    let gr = g.get(r * gs..r * gs + kk)?;
+                    let ur = u.get(r * us..r * us + kk)?;
+                    Some(gr.iter().zip(ur).map(|(&a, &b)| f(a, b)).collect())
+                })
+                .collect::<Option<Vec<_>>>()
+        } else {
+            let x = self.read_f32(a.ptr("x")?)?;
+            (0..m)
+                .map(|r| x.get(r * kk..(r + 1) * kk).map(<[f32]>::to_vec))
+                .collect::<Option<Vec<_>>>()
+        };
+        rows.ok_or_else(|| GpuError::Invalid(format!("{name}: a row past its input")))
+    }
 }
