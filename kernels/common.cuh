@@ -274,6 +274,23 @@ __device__ __forceinline__ void mmq_q8_1_gemm(const unsigned char* __restrict__ 
     mmq_write_y(acc, m0 + wm0, n0 + wn0, lane, m, n, y, ldy, [](int, int, float v) { return v; });
 }
 
+// Byte i of a Q4_K block's 16-byte head (f16 d, f16 dmin, 12 bytes of packed scales).
+__device__ __forceinline__ unsigned int q4k_head_byte(const uint4& h, int i) {
+    const unsigned int v = i < 4 ? h.x : i < 8 ? h.y : i < 12 ? h.z : h.w;
+    return (v >> (8 * (i & 3))) & 0xffu;
+}
+
+// ggml's get_scale_min_k4 (ggml-quants.c) on the head in registers (q[i] is head byte 4 + i).
+__device__ __forceinline__ void scale_min_k4_head(int j, const uint4& h, int* sc, int* m) {
+    if (j < 4) {
+        *sc = (int)(q4k_head_byte(h, 4 + j) & 63u);
+        *m = (int)(q4k_head_byte(h, 8 + j) & 63u);
+    } else {
+        *sc = (int)((q4k_head_byte(h, 8 + j) & 0xFu) | ((q4k_head_byte(h, j) >> 6) << 4));
+        *m = (int)((q4k_head_byte(h, 8 + j) >> 4) | ((q4k_head_byte(h, 4 + j) >> 6) << 4));
+    }
+}
+
 // ---- host-emulated: end ----
 
 // c += a . b, one m16n8k16 bf16 tensor-core MMA with f32 accumulation (mma.sync, sm_80+).

@@ -27,6 +27,37 @@ extern "C" __global__ void act_mul_gelu(const float* __restrict__ g, const float
 
 #include <cuda_bf16.h>
 
+// The il8 order of the dequantizing wgmma GEMMs' bf16 activations (formats.md, "The dequantizing
+// wgmma GEMMs"): within each group of 8 columns, position p holds column IL8[p] (the order in
+// which their decoders place a weight's values). Column c goes to position il8_pos(c).
+__device__ __forceinline__ int il8_pos(int c) { return (c & ~7) | ((c & 3) << 1) | ((c >> 2) & 1); }
+
+// The products rounded to bf16 (nearest even) into out [rows, cols] at row stride os in the
+// il8 order (cols % 8 == 0): the dequantizing GEMMs' down input, the bits of act_mul_* followed
+// by f32_to_bf16_il8.
+extern "C" __global__ void act_mul_silu_il8(const float* __restrict__ g, const float* __restrict__ u, __nv_bfloat16* __restrict__ out,
+                                            int rows, int cols, int gs, int us, int os) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y;
+    if (c >= cols || r >= rows) return;
+    out[(size_t)r * os + il8_pos(c)] = __float2bfloat16_rn(act_silu_mul(g[(size_t)r * gs + c], u[(size_t)r * us + c]));
+}
+
+extern "C" __global__ void act_mul_gelu_il8(const float* __restrict__ g, const float* __restrict__ u, __nv_bfloat16* __restrict__ out,
+                                            int rows, int cols, int gs, int us, int os) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y;
+    if (c >= cols || r >= rows) return;
+    out[(size_t)r * os + il8_pos(c)] = __float2bfloat16_rn(act_gelu_mul(g[(size_t)r * gs + c], u[(size_t)r * us + c]));
+}
+
+// x f32 [count] -> y bf16 [count] in the il8 order (count % 8 == 0), nearest even.
+// Grid ceil(count / 256), block 256.
+extern "C" __global__ void f32_to_bf16_il8(const float* __restrict__ x, __nv_bfloat16* __restrict__ y, int count) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) y[il8_pos(i)] = __float2bfloat16_rn(x[i]);
+}
+
 // x f32 [count] -> y bf16 [count], nearest even. Grid ceil(count / 256), block 256.
 extern "C" __global__ void f32_to_bf16(const float* __restrict__ x, __nv_bfloat16* __restrict__ y, int count) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;

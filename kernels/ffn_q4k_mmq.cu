@@ -191,23 +191,6 @@ extern "C" __global__ void nvfp4_to_int8_rows(const unsigned char* __restrict__ 
 // tile of common.cuh. A 128-value stage is half a super-block: its 64 bytes of `qs` hold the
 // low nibbles of sub-blocks 2p (p = 0, 1) and the high nibbles of 2p+1.
 // Grid (ceil(n / 128), ceil(m / 64)), block 128.
-// Byte i of a Q4_K block's 16-byte head (f16 d, f16 dmin, 12 bytes of packed scales).
-__device__ __forceinline__ unsigned int q4k_head_byte(const uint4& h, int i) {
-    const unsigned int v = i < 4 ? h.x : i < 8 ? h.y : i < 12 ? h.z : h.w;
-    return (v >> (8 * (i & 3))) & 0xffu;
-}
-
-// scale_min_k4 on the head in registers (q[i] is head byte 4 + i).
-__device__ __forceinline__ void scale_min_k4_head(int j, const uint4& h, int* sc, int* m) {
-    if (j < 4) {
-        *sc = (int)(q4k_head_byte(h, 4 + j) & 63u);
-        *m = (int)(q4k_head_byte(h, 8 + j) & 63u);
-    } else {
-        *sc = (int)((q4k_head_byte(h, 8 + j) & 0xFu) | ((q4k_head_byte(h, j) >> 6) << 4));
-        *m = (int)((q4k_head_byte(h, 8 + j) >> 4) | ((q4k_head_byte(h, 4 + j) >> 6) << 4));
-    }
-}
-
 struct Q4kStage {
     // Per thread: 4 x 16 bytes of `qs` and the head of row n0 + threadIdx.x.
     struct Regs {

@@ -21,109 +21,9 @@
 // swizzle mode 1), on a 1024-byte aligned base.
 
 #include "common.cuh"
+#include "wgmma.cuh"
 
-#ifndef METRALE_CUDA_EMU
-extern __shared__ __align__(1024) unsigned char w8a8_wgmma_smem[];
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-// 16 bytes global -> shared, asynchronously; `bytes` = 0 writes 16 zero bytes.
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-// Ordinary-proxy writes (cp.async) made visible to the async proxy (wgmma) after the barrier.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-// Wait until at most N committed wgmma groups of this warpgroup are pending.
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// Keeps the compiler from moving accumulator reads or writes across a wgmma fence or wait.
-template <int R>
-__device__ __forceinline__ void fence_regs(float* d) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// A tensor map (CUtensorMap, 128 bytes, 64-byte aligned) made by the host with
-// cuTensorMapEncodeTiled and passed by value as a __grid_constant__ parameter (src/gpu/cuda.rs
-// `encode_tmap`; the table's `t` kind).
-struct __align__(64) MpTmap {
-    unsigned long long opaque[16];
-};
-// mbarrier (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier"): a
-// 64-bit shared-memory object with an arrival count and a transaction (byte) count; a phase
-// completes when both reach zero, and `try_wait.parity P` is true once the phase of parity P
-// has completed.
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Makes the initialized barriers visible to the other threads and to the async proxy (TMA).
-__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Arrive, and expect `bytes` more of transaction (the TMA copies complete them).
-__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-    asm volatile(
-        "{\n.reg .pred p;\nMP_WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-        "@!p bra MP_WAIT;\n}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-}
-__device__ __forceinline__ void tmap_prefetch(const MpTmap* map) {
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"((unsigned long long)map) : "memory");
-}
-// The box at (byte c0, row c1) of `map` into shared memory at `dst`, in the map's swizzle; rows
-// and bytes past the tensor are written as zeros. Completes its bytes on mbarrier `bar`.
-__device__ __forceinline__ void tma_load_2d(unsigned dst, const MpTmap* map, int c0, int c1, unsigned bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
-        "l"((unsigned long long)map), "r"(bar), "r"(c0), "r"(c1)
-        : "memory");
-}
-// Hand registers back (producer) or take them (consumers); every thread of the warpgroup.
-template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
-template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
-// The warpgroup index as a value the compiler knows is warp-uniform (a wgmma under a condition
-// it cannot prove uniform is serialized, C7518).
-__device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0); }
-
-// d (+)= A[64 x 32] . B[N x 32]^T from the two shared-memory descriptors; accumulate = 0
-// overwrites d. Each thread of the warpgroup holds N / 2 of the 64 x N outputs: warp w, lane l,
-// d[4 j + 2 h + e] = (row 16 w + l / 4 + 8 h, column 8 j + 2 (l % 4) + e).
-template <int N>
-__device__ __forceinline__ void wgmma_e4m3(float* d, unsigned long long da, unsigned long long db, int accumulate);
-template <>
-__device__ __forceinline__ void wgmma_e4m3<64>(float* d, unsigned long long da, unsigned long long db, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db), "r"(accumulate));
-}
-template <>
-__device__ __forceinline__ void wgmma_e4m3<128>(float* d, unsigned long long da, unsigned long long db, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(accumulate));
-}
-#endif
-
-// ---- host-emulated: begin (tests/cuda_emu.rs runs these kernels on stand-ins for the PTX above) ----
+// ---- host-emulated: begin (tests/cuda_emu.rs runs these kernels on stand-ins for wgmma.cuh's PTX) ----
 
 // The shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle: start
 // address >> 4 (bits 0-13), leading byte offset 1 (bits 16-29, unused by this swizzle for
@@ -285,6 +185,105 @@ __device__ __forceinline__ void w8a8_wgmma_tiles(const unsigned char* __restrict
     w8a8_wgmma_store<BN>(acc, t, m0 + wg * 64, sx, m, n0, sw, y, n, ldy);
 }
 
+// How the storers turn a finished tile's totals into outputs.
+enum WgEpi { WG_EPI_ROW_COL, WG_EPI_AS_IS, WG_EPI_SCALAR };
+
+// The storers of the warp-specialized kernels (the producer warpgroup's last NS threads; st their
+// index): for each tile of this block, wait on `epi_full`, write the BM x BN tile from shared
+// memory (row stride BN + MP_W8A8_WGMMA_EPI_PAD f32) to y, then arrive on `epi_empty`. Storer st
+// takes the 4 columns 4 (st % (BN / 4)) .. of every (NS / (BN / 4))-th row from row
+// st / (BN / 4); a warp writes 512 contiguous bytes of one row. EPI: WG_EPI_ROW_COL
+// y = (total * sx[r]) * sw[j] (w8a8_gemm's order), WG_EPI_AS_IS y = total, WG_EPI_SCALAR
+// y = total * g.
+template <int BM, int BN, int EPI, int NS>
+__device__ __forceinline__ void wgmma_storers(int st, const float* epi, unsigned epi_full, unsigned epi_empty, int m, int n, int mtiles,
+                                              int tiles, const float* __restrict__ sx, const float* __restrict__ sw, float g,
+                                              float* __restrict__ y, int ldy) {
+    constexpr int QUADS = BN / 4, RSTEP = NS / QUADS, LD = BN + MP_W8A8_WGMMA_EPI_PAD;
+    static_assert(NS % QUADS == 0, "whole rows per pass");
+    const int c4 = st % QUADS, row0 = st / QUADS;
+    unsigned ep = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int m0 = (tile % mtiles) * BM, col = (tile / mtiles) * BN + 4 * c4;
+        const int rows = min(BM, m - m0);
+        // The column scales before the wait (they do not depend on the tile's totals).
+        float w4[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) w4[e] = EPI == WG_EPI_ROW_COL && col + e < n ? sw[col + e] : g;
+        mbar_wait(epi_full, ep);
+        if (col < n) {
+            const bool vec = col + 3 < n && ((reinterpret_cast<size_t>(y + col) | ((size_t)ldy * 4)) & 15) == 0;
+#pragma unroll 4
+            for (int row = row0; row < rows; row += RSTEP) {
+                const float4 v = *reinterpret_cast<const float4*>(epi + row * LD + 4 * c4);
+                float* yr = y + (size_t)(m0 + row) * ldy + col;
+                float o[4] = {v.x, v.y, v.z, v.w};
+                if (EPI == WG_EPI_ROW_COL) {
+                    const float s = sx[m0 + row];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) o[e] = (o[e] * s) * w4[e];
+                } else if (EPI == WG_EPI_SCALAR) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) o[e] = o[e] * w4[e];
+                }
+                if (vec) {
+                    *reinterpret_cast<float4*>(yr) = make_float4(o[0], o[1], o[2], o[3]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        if (col + e < n) yr[e] = o[e];
+                }
+            }
+        }
+        mbar_arrive(epi_empty);
+        ep ^= 1;
+    }
+}
+
+// The int8 consumers (int8_wgmma): per stage the four k32 s8 wgmmas accumulate into one s32
+// total (exact), the total carried across stages in the accumulator itself; at the end of a tile
+// the totals go to the output tile as f32 (exact below 2^24 in magnitude; beyond, rounded once,
+// as the mma.sync kernel's (float) conversion does).
+template <int STAGES>
+__device__ __forceinline__ void w8a8_wgmma_int8_consumer(int c, unsigned long long da0, unsigned long long db0, unsigned full,
+                                                         unsigned empty, float* epi, unsigned epi_full, unsigned epi_empty, int mtiles,
+                                                         int tiles, int ktiles) {
+    constexpr int BN = 128, R = BN / 2, BM = MP_W8A8_WGMMA_BM, BK = MP_W8A8_WGMMA_BK, STAGE = (BM + BN) * BK;
+    constexpr int LD = BN + MP_W8A8_WGMMA_EPI_PAD;
+    const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+    float* erow = epi + (c * 64 + warp * 16 + (lane >> 2)) * LD + 2 * (lane & 3);
+    int acc[R];
+    unsigned slot = 0, phase = 0, ep = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        for (int kt = 0; kt < ktiles; ++kt) {
+            mbar_wait(full + 8 * slot, phase);
+            fence_regs<R>(acc);
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < BK / 32; ++ks) {
+                const unsigned long long o = (slot * STAGE + ks * 32) >> 4;
+                wgmma_s8_n128(acc, da0 + o, db0 + o, kt | ks);
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs<R>(acc);
+            mbar_arrive(empty + 8 * slot);
+            if (++slot == STAGES) {
+                slot = 0;
+                phase ^= 1;
+            }
+        }
+        mbar_wait(epi_empty, ep ^ 1);
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                *reinterpret_cast<float2*>(erow + 8 * h * LD + 8 * j) = make_float2((float)acc[4 * j + 2 * h], (float)acc[4 * j + 2 * h + 1]);
+        mbar_arrive(epi_full);
+        ep ^= 1;
+    }
+}
+
 // Prefill tiling, warp-specialized on a persistent grid: MP_W8A8_WGMMA_BM x MP_W8A8_WGMMA_BN
 // tiles, MP_W8A8_WGMMA_THREADS threads (warpgroup 0 the producer, warpgroups 1..NC the consumers
 // of rows 0-63, 64-127, ...), MP_W8A8_WGMMA_STAGES stages; grid min(tiles, multiprocessors),
@@ -317,7 +316,7 @@ __device__ __forceinline__ void w8a8_wgmma_tiles(const unsigned char* __restrict
 // 128] and sw the weight's block scales [np / 128, kp / 128], so stage kt's sum is scaled by
 // sx[r, kt] * sw[n0 / 128, kt] as it is added (one FMA per output), and the stored tile is the
 // total as it is (BN = 128 tiles are the weight's 128-row scale blocks).
-template <int NC, int BN, int STAGES, bool BLOCK>
+template <int NC, int BN, int STAGES, bool BLOCK, bool INT8 = false>
 __device__ __forceinline__ void w8a8_wgmma_ws(const MpTmap* qmap, const float* __restrict__ sx, int m, const MpTmap* wmap,
                                               const float* __restrict__ sw, float* __restrict__ y, int n, int kp, int ldy) {
     constexpr int BM = 64 * NC, BK = MP_W8A8_WGMMA_BK, R = BN / 2;
@@ -341,44 +340,8 @@ __device__ __forceinline__ void w8a8_wgmma_ws(const MpTmap* qmap, const float* _
     if (wg == 0) {
         setmaxnreg_dec<MP_W8A8_WGMMA_PRODUCER_REGS>();
         if (t >= 128 - STORERS) {
-            // Storer st: the 4 columns 4 (st % (BN / 4)) .. of every (STORERS / (BN / 4))-th row
-            // from row st / (BN / 4); a warp writes 512 contiguous bytes of one row.
-            constexpr int QUADS = BN / 4, RSTEP = STORERS / QUADS;
-            static_assert(STORERS % QUADS == 0, "whole rows per pass");
-            const int st = t - (128 - STORERS), c4 = st % QUADS, row0 = st / QUADS;
-            unsigned ep = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const int m0 = (tile % mtiles) * BM, col = (tile / mtiles) * BN + 4 * c4;
-                const int rows = min(BM, m - m0);
-                // The column scales before the wait (they do not depend on the tile's totals).
-                float w4[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) w4[e] = !BLOCK && col + e < n ? sw[col + e] : 0.f;
-                mbar_wait(epi_full, ep);
-                if (col < n) {
-                    const bool vec = col + 3 < n && ((reinterpret_cast<size_t>(y + col) | ((size_t)ldy * 4)) & 15) == 0;
-#pragma unroll 4
-                    for (int row = row0; row < rows; row += RSTEP) {
-                        const float4 v = *reinterpret_cast<const float4*>(epi + row * LD + 4 * c4);
-                        float* yr = y + (size_t)(m0 + row) * ldy + col;
-                        float o[4] = {v.x, v.y, v.z, v.w};
-                        if (!BLOCK) {
-                            const float s = sx[m0 + row];
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) o[e] = (o[e] * s) * w4[e];
-                        }
-                        if (vec) {
-                            *reinterpret_cast<float4*>(yr) = make_float4(o[0], o[1], o[2], o[3]);
-                        } else {
-#pragma unroll
-                            for (int e = 0; e < 4; ++e)
-                                if (col + e < n) yr[e] = o[e];
-                        }
-                    }
-                }
-                mbar_arrive(epi_empty);
-                ep ^= 1;
-            }
+            wgmma_storers<BM, BN, BLOCK ? WG_EPI_AS_IS : WG_EPI_ROW_COL, STORERS>(t - (128 - STORERS), epi, epi_full, epi_empty, m, n, mtiles,
+                                                                               tiles, sx, sw, 1.f, y, ldy);
             return;
         }
         if (t != 0) return;
@@ -406,6 +369,11 @@ __device__ __forceinline__ void w8a8_wgmma_ws(const MpTmap* qmap, const float* _
     setmaxnreg_inc<MP_W8A8_WGMMA_CONSUMER_REGS>();
     const int c = wg - 1;
     const unsigned long long da0 = wgmma_desc(base + (unsigned)(c * 64 * BK)), db0 = wgmma_desc(base + TILE_A);
+    if constexpr (INT8) {
+        static_assert(BN == 128 && !BLOCK, "int8: m64n128k32 wgmmas, row and column scales");
+        w8a8_wgmma_int8_consumer<STAGES>(c, da0, db0, full, empty, epi, epi_full, epi_empty, mtiles, tiles, ktiles);
+        return;
+    }
     float acc[R], part[R];
     unsigned slot = 0, phase = 0, ep = 0;
     // This thread's place in the output tile (the wgmma accumulator layout).
@@ -481,6 +449,279 @@ extern "C" __global__ void __launch_bounds__(MP_W8A8_WGMMA_THREADS, 1) w8a8_wgmm
 extern "C" __global__ void __launch_bounds__(MP_W8A8_WGMMA_THREADS, 1) fp8_wgmma(const __grid_constant__ MpTmap q, const float* __restrict__ sx, int m, const __grid_constant__ MpTmap w, const float* __restrict__ s, float* __restrict__ y, int n, int kp, int ldy) {
     static_assert(MP_W8A8_WGMMA_BN == 128, "one tile column per weight scale block");
     w8a8_wgmma_ws<MP_W8A8_WGMMA_BM / 64, 128, MP_W8A8_WGMMA_STAGES, true>(&q, sx, m, &w, s, y, n, kp, ldy);
+}
+
+// The Q4_K arm's int8 down GEMM on the tensor-core path: aq [m, kp] int8 activation codes with
+// row scales sa [m] (requant_a_bf16_int8), wq [n, kp] int8 weight codes with row scales sw [n];
+// y[r, j] = ((float)sum_i aq[r, i] wq[j, i] * sa[r]) * sw[j], the sum exact in s32: the bits of
+// q4k_mmq_int8_down_gemm. Tiling, grid and shared memory as w8a8_wgmma; `aq` and `wq` are tensor
+// maps of the same rule.
+extern "C" __global__ void __launch_bounds__(MP_W8A8_WGMMA_THREADS, 1) int8_wgmma(const __grid_constant__ MpTmap aq, const float* __restrict__ sa, int m, const __grid_constant__ MpTmap wq, const float* __restrict__ sw, float* __restrict__ y, int n, int kp, int ldy) {
+    w8a8_wgmma_ws<MP_W8A8_WGMMA_BM / 64, 128, MP_W8A8_WGMMA_STAGES, false, true>(&aq, sa, m, &wq, sw, y, n, kp, ldy);
+}
+
+// ---- The dequantizing wgmma GEMMs (nvfp4_wgmma, q4k_wgmma): bf16 x bf16 on the tensor cores ----
+// A (activations, bf16 [m, k] in the il8 order: f32_to_bf16_il8, act_mul_*_il8) comes by TMA as in w8a8_wgmma (64 bf16 =
+// one 128-byte swizzle row per k stage); B (the weights) is decoded straight into the stage's
+// swizzled rows by two warpgroups of decoders, one weight row per thread, taking every other
+// stage each, from registers loaded two of their stages ahead. Block: MP_DQ_WGMMA_THREADS = 512
+// threads: warpgroups 0 and 1 the decoders (thread 0 of each also issues its stages' A copy),
+// 2 and 3 the consumers of rows 0-63 and 64-127 (four m64n128k16 wgmmas per stage into f32
+// accumulators carried across the stages, the next stage issued before the previous one is
+// waited for, the totals stored straight from the accumulators). Tiles 128 x 128,
+// MP_DQ_WGMMA_STAGES stages, a persistent grid and tile order as w8a8_wgmma; a stage's `full`
+// barrier completes when its A bytes have landed and the decoders' 4 warps have arrived.
+
+// The decoders' view of an `nvfp4_mmq` weight (tiles of 128 rows x 64 k: scales[128][4] E4M3,
+// then codes[128][32], n-tile major): a k stage is one tile. Values are E2M1 * e4m3(s) * 2^-8,
+// exact in bf16 (the w4a16 GEMVs' e2m1x8_bf16 code placement, in k order); the kernel scales
+// the totals by 2^8 g.
+struct DqNvfp4 {
+    const unsigned char* tiles;
+    int ktiles;
+    struct Raw {
+        uint4 c0, c1;
+        unsigned s;
+    };
+    __device__ __forceinline__ Raw load(int n0, int row, int kt) const {
+        const unsigned char* tp = tiles + ((size_t)(n0 / MP_NVFP4_MMQ_TILE_N) * ktiles + kt) * MP_NVFP4_MMQ_TILE_BYTES;
+        const uint4* c = reinterpret_cast<const uint4*>(tp + MP_NVFP4_MMQ_TILE_N * 4 + row * 32);
+        return Raw{__ldg(c), __ldg(c + 1), __ldg(reinterpret_cast<const unsigned*>(tp + row * 4))};
+    }
+    // The 64 values of a row as 8 chunks of 8 bf16 in the il8 order (formats.md, "The
+    // dequantizing wgmma GEMMs": chunk c holds k = 8c + (0, 4, 1, 5, 2, 6, 3, 7)): word c holds
+    // the codes of k = 8c + j in bits 4j .. 4j + 3, so codes j and j + 4 sit 16 bits apart and
+    // one mask places both; a code becomes the bf16 bits ((c & 7) << 6) | ((c & 8) << 12) =
+    // E2M1[c] * 2^-126, times the group's scale * 2^118 (the w4a16 GEMVs' e2m1x8_bf16).
+    __device__ __forceinline__ void decode(const Raw& r, uint4 (&out)[8]) const {
+        const unsigned w[8] = {r.c0.x, r.c0.y, r.c0.z, r.c0.w, r.c1.x, r.c1.y, r.c1.z, r.c1.w};
+        unsigned s2[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float v = e4m3_to_f32((r.s >> (8 * q)) & 0xffu) * 0x1p118f;
+            s2[q] = pack2_bf16(v, v);
+        }
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            const unsigned x = w[c], x8 = x >> 8, s = s2[c >> 1];
+            out[c] = make_uint4(bf16x2_mul((x & 0x00070007u) * 64u + ((x & 0x00080008u) << 12), s),
+                                bf16x2_mul((x & 0x00700070u) * 4u + ((x & 0x00800080u) << 8), s),
+                                bf16x2_mul((x8 & 0x00070007u) * 64u + ((x8 & 0x00080008u) << 12), s),
+                                bf16x2_mul((x8 & 0x00700070u) * 4u + ((x8 & 0x00800080u) << 8), s));
+        }
+    }
+};
+
+// The decoders' view of Q4_K rows ([n, kp / 256] blocks of 144 bytes: f16 d, f16 dmin, 12
+// bytes of 6-bit scales and mins, 128 bytes of nibbles): k stage kt is chunk kt % 4 of block
+// kt / 4, its 32 `qs` bytes holding sub-block 2c in the low nibbles (k 0..31) and 2c + 1 in
+// the high ones (k 32..63). Contract (formats.md, "Q4_K on the bf16 tensor-core path"):
+// d1 = bf16(f32(d) * sc), m1 = bf16(f32(dmin) * m), w = bf16(q * d1 - m1) rounded once (an
+// exact bf16 fma: q is exact as 128 + q minus 128). Rows past n repeat row n - 1 (not stored).
+struct DqQ4k {
+    const unsigned char* w;
+    int n, blocks;
+    struct Raw {
+        uint4 head, q0, q1;
+        int c;
+    };
+    __device__ __forceinline__ Raw load(int n0, int row, int kt) const {
+        const unsigned char* b = w + ((size_t)min(n0 + row, n - 1) * blocks + kt / 4) * MP_Q4K_BYTES;
+        const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (kt & 3));
+        return Raw{__ldg(reinterpret_cast<const uint4*>(b)), __ldg(q), __ldg(q + 1), kt & 3};
+    }
+    __device__ __forceinline__ void decode(const Raw& r, uint4 (&out)[8]) const {
+        const float d = __half2float(__ushort_as_half((unsigned short)(r.head.x & 0xffffu)));
+        const float dmin = __half2float(__ushort_as_half((unsigned short)(r.head.x >> 16)));
+        unsigned dd[2], mm[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            int sc, mn;
+            scale_min_k4_head(2 * r.c + h, r.head, &sc, &mn);
+            dd[h] = pack2_bf16(d * (float)sc, d * (float)sc);
+            const float m1 = -(dmin * (float)mn);
+            mm[h] = pack2_bf16(m1, m1);
+        }
+        const unsigned w[8] = {r.q0.x, r.q0.y, r.q0.z, r.q0.w, r.q1.x, r.q1.y, r.q1.z, r.q1.w};
+        const unsigned one = 0x3f803f80u, m128 = 0xc300c300u;  // bf16 pairs (1, 1), (-128, -128)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            // Chunk c: k 8c .. 8c + 7, the low nibbles of qs bytes 8c .. (c < 4) or the high
+            // nibbles of bytes 8 (c - 4) .. (c >= 4), in the il8 order: pair j is the values of
+            // bytes j and j + 4 of the chunk's 8 (one in each of its two words).
+            const int h = c >> 2;
+            const unsigned xa = w[2 * (c & 3)] >> (4 * h), xb = w[2 * (c & 3) + 1] >> (4 * h);
+            unsigned p[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const unsigned t = __byte_perm(xa, xb, (unsigned)(j | ((4 + j) << 8)));
+                const unsigned v = (t & 0x000f000fu) | 0x43004300u;  // bf16 pair (128 + q0, 128 + q1)
+                p[j] = bf16x2_fma(bf16x2_fma(v, one, m128), dd[h], mm[h]);
+            }
+            out[c] = make_uint4(p[0], p[1], p[2], p[3]);
+        }
+    }
+};
+
+template <class DEC>
+__device__ __forceinline__ void dq_wgmma_ws(const MpTmap* xmap, int m, const DEC dec, float g, float* __restrict__ y, int n, int kp,
+                                            int ldy) {
+    constexpr int BM = MP_DQ_WGMMA_BM, BN = MP_DQ_WGMMA_BN, BK = 128, STAGES = MP_DQ_WGMMA_STAGES, R = BN / 2;
+    constexpr int TILE_A = BM * BK, STAGE = (BM + BN) * BK;
+    static_assert(BM == 128 && BN == 128, "two consumer warpgroups of m64n128, one decoder per weight row");
+    static_assert(STAGES % 2 == 0, "each decoder warpgroup owns every other slot");
+    const unsigned base = (smem_addr(w8a8_wgmma_smem) + 1023u) & ~1023u;
+    unsigned char* gbase = w8a8_wgmma_smem + (base - smem_addr(w8a8_wgmma_smem));
+    const unsigned full = base + STAGES * STAGE, empty = full + 8 * STAGES;
+    const int wg = warpgroup_index(), t = threadIdx.x & 127, lane = t & 31;
+    const int mtiles = (m + BM - 1) / BM, tiles = mtiles * ((n + BN - 1) / BN), ktiles = kp / 64;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            // The decoders' 4 warps, and their first thread's expect_tx for the A copy.
+            mbar_init(full + 8 * s, 4 + 1);
+            // One arrival per consumer warpgroup.
+            mbar_init(empty + 8 * s, 2);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (wg < 2) {
+        // Decoder warpgroup d (= wg) owns the stages s = d, d + 2, ... of this block's (tile, k
+        // stage) sequence: slots d, d + 2, ...; thread t decodes weight row n0 + t of each,
+        // its raw bytes loaded two of its stages ahead, and thread 0 also issues the stage's A copy.
+        const int d = wg;
+        // This block's stages, and this warpgroup's share of them.
+        const int mine = (int)(((long long)(tiles - (int)blockIdx.x + (int)gridDim.x - 1) / gridDim.x) * ktiles);
+        const int count = mine > d ? (mine - d + 1) / 2 : 0;
+        // A stage's place (k stage, m tile, n tile), stepped two stages at a time without a
+        // division per step (a tile step adds gridDim.x = gq mtiles + gm).
+        const int gq = (int)gridDim.x / mtiles, gm = (int)gridDim.x % mtiles;
+        struct Pos {
+            int kt, mt, nt;
+        };
+        auto settle = [&](Pos& p) {
+            while (p.kt >= ktiles) {
+                p.kt -= ktiles;
+                p.mt += gm;
+                p.nt += gq;
+                if (p.mt >= mtiles) {
+                    p.mt -= mtiles;
+                    ++p.nt;
+                }
+            }
+        };
+        Pos lp{d, (int)blockIdx.x % mtiles, (int)blockIdx.x / mtiles};
+        settle(lp);
+        Pos sp = lp;
+        int fetched = 0;
+        auto fetch = [&](typename DEC::Raw& r) {
+            if (fetched == count) return;
+            r = dec.load(lp.nt * BN, t, lp.kt);
+            lp.kt += 2;
+            settle(lp);
+            ++fetched;
+        };
+        if (t == 0) tmap_prefetch(xmap);
+        typename DEC::Raw r0{}, r1{};
+        fetch(r0);
+        fetch(r1);
+        unsigned char* brow = gbase + TILE_A + t * BK;
+        unsigned slot = (unsigned)d, phase = 0;
+        for (int i = 0; i < count; ++i) {
+            typename DEC::Raw r2{};
+            fetch(r2);
+            uint4 o[8];
+            dec.decode(r0, o);
+            mbar_wait(empty + 8 * slot, phase ^ 1);
+            if (t == 0) {
+                mbar_arrive_expect_tx(full + 8 * slot, TILE_A);
+                tma_load_2d(base + slot * STAGE, xmap, sp.kt * BK, sp.mt * BM, full + 8 * slot);
+            }
+            sp.kt += 2;
+            settle(sp);
+#pragma unroll
+            for (int c = 0; c < 8; ++c) *reinterpret_cast<uint4*>(brow + slot * STAGE + ((c ^ (t & 7)) << 4)) = o[c];
+            // Each thread's writes made visible to the tensor cores' (async) proxy, then one
+            // arrival per warp.
+            fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(full + 8 * slot);
+            r0 = r1;
+            r1 = r2;
+            slot += 2;
+            if (slot >= (unsigned)STAGES) {
+                slot -= STAGES;
+                phase ^= 1;
+            }
+        }
+        return;
+    }
+    const int c = wg - 2, warp = t >> 5;
+    const unsigned long long da0 = wgmma_desc(base + (unsigned)(c * 64 * BK)), db0 = wgmma_desc(base + TILE_A);
+    float acc[R];
+    unsigned slot = 0, phase = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        unsigned prev = 0;
+        for (int kt = 0; kt < ktiles; ++kt) {
+            mbar_wait(full + 8 * slot, phase);
+            fence_regs<R>(acc);
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < BK / 32; ++ks) {
+                const unsigned long long o = (slot * STAGE + ks * 32) >> 4;
+                wgmma_bf16_n128(acc, da0 + o, db0 + o, kt | ks);
+            }
+            wgmma_commit();
+            // The previous stage's wgmmas are done once at most this one is pending: its slot
+            // goes back to the decoders (wait_group is warpgroup-wide: one arrival).
+            wgmma_wait<1>();
+            fence_regs<R>(acc);
+            if (kt > 0 && t == 0) mbar_arrive(empty + 8 * prev);
+            prev = slot;
+            if (++slot == STAGES) {
+                slot = 0;
+                phase ^= 1;
+            }
+        }
+        wgmma_wait<0>();
+        fence_regs<R>(acc);
+        if (t == 0) mbar_arrive(empty + 8 * prev);
+        // The stores straight from the accumulators: two neighbouring columns per 8-byte store
+        // (a warp's quarter covers 32 contiguous bytes of a row).
+        const int r0 = (tile % mtiles) * BM + c * 64 + warp * 16 + (lane >> 2), n0 = (tile / mtiles) * BN;
+        const bool vec = ((reinterpret_cast<size_t>(y) | ((size_t)ldy * 4)) & 7) == 0;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = r0 + 8 * h, col = n0 + 8 * j + 2 * (lane & 3);
+                if (r >= m || col >= n) continue;
+                float* yr = y + (size_t)r * ldy + col;
+                const float v0 = acc[4 * j + 2 * h] * g, v1 = acc[4 * j + 2 * h + 1] * g;
+                if (vec && col + 1 < n) {
+                    *reinterpret_cast<float2*>(yr) = make_float2(v0, v1);
+                } else {
+                    yr[0] = v0;
+                    if (col + 1 < n) yr[1] = v1;
+                }
+            }
+    }
+}
+
+// The NVFP4 prefill over `nvfp4_mmq` tiles: x a tensor map of the il8 bf16 activations [m, k] (box
+// 64 x MP_DQ_WGMMA_BM, 128-byte swizzle), tiles as nvfp4_mmq_gemm's, np = n rounded up to 128,
+// kp % 64 == 0. Same numerics as w4a16_gemm: exact bf16 weights, bf16 activations, f32
+// accumulation, y = total * 2^8 g. Grid min(tiles, multiprocessors), block MP_DQ_WGMMA_THREADS,
+// dynamic shared memory MP_DQ_WGMMA_SMEM.
+extern "C" __global__ void __launch_bounds__(MP_DQ_WGMMA_THREADS, 1) nvfp4_wgmma(const __grid_constant__ MpTmap x, int m, const unsigned char* __restrict__ tiles, float g, float* __restrict__ y, int n, int np, int k, int kp, int ldy) {
+    dq_wgmma_ws<DqNvfp4>(&x, m, DqNvfp4{tiles, kp / 64}, g * 256.f, y, n, kp, ldy);
+}
+
+// The Q4_K prefill on the bf16 tensor cores (formats.md, "Q4_K on the bf16 tensor-core path"):
+// x as nvfp4_wgmma's, w canonical Q4_K rows [n, kp / 256] (the q4k_mmq layout), kp % 256 == 0;
+// y = sum_k bf16(x) * w_bf16 in f32. Grid, block and shared memory as nvfp4_wgmma.
+extern "C" __global__ void __launch_bounds__(MP_DQ_WGMMA_THREADS, 1) q4k_wgmma(const __grid_constant__ MpTmap x, int m, const unsigned char* __restrict__ w, float* __restrict__ y, int n, int k, int kp, int ldy) {
+    dq_wgmma_ws<DqQ4k>(&x, m, DqQ4k{w, n, kp / 256}, 1.f, y, n, kp, ldy);
 }
 
 // Decode tiling (m <= 64): MP_W8A8_WGMMA_SMALL_BM x MP_W8A8_WGMMA_SMALL_BN tiles, 128 threads,

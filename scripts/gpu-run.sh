@@ -25,11 +25,11 @@ if [ -z "${SKIP_LOAD_BENCH:-}" ]; then
     python3 scripts/peer_torch_load.py '$big/segment.safetensors'" > "$out/bench-load.txt" 2> "$out/bench-load.err" || rc=1
 fi
 # Which matrix instructions the sm_90a modules' cubins (compiled by the runs above) issue:
-# QGMMA/HGMMA is Hopper's wgmma path, HMMA the mma.sync path.
+# QGMMA/HGMMA/IGMMA is Hopper's wgmma path, HMMA/IMMA the mma.sync path.
 cuobj=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 for c in "$METRALE_KERNEL_CACHE"/*-sm_90a-*.cubin; do
   [ -f "$c" ] || continue
-  echo "$(basename "$c"): $("$cuobj" -sass "$c" | grep -oE '\b(QGMMA|HGMMA|HMMA|IMMA)\.[A-Z0-9.x]+' | sort | uniq -c | tr '\n' ';')"
+  echo "$(basename "$c"): $("$cuobj" -sass "$c" | grep -oE '\b(QGMMA|HGMMA|IGMMA|HMMA|IMMA)\.[A-Z0-9.x]+' | sort | uniq -c | tr '\n' ';')"
 done > "$out/sass.txt" 2>&1
 cat "$out/sass.txt"
 [ -f "$out/gpu-check.txt" ] && { grep -v " PASS$" "$out/gpu-check.txt" | tail -40; tail -3 "$out/gpu-check.err"; }

@@ -234,25 +234,37 @@ fn nvfp4_prefill_gemms_batchm_tiers_w4a4_and_the_fixed_path() {
     run(&mut c, &l, "prefill", x, 4).unwrap();
     assert_eq!(count(&c.trace, "w4a16_gemm"), 3);
 
-    // After finalize_nvfp4_mmq_load the MMQ GEMM serves prefill from the tiles (any m).
-    let mut c = ctx(HostBackend::new(), levers(&[]));
-    let mut l = DenseFfnLayer::new(&c);
-    install_nvfp4_t(c.backend.as_ref(), &mut l, &w).unwrap();
-    assert!(l.finalize_nvfp4_mmq_load(&mut c, H, I, 0).unwrap());
-    for m in [1usize, 33, 100] {
-        let (x, xs) = input(&c, &mut r, m);
-        let y = run(&mut c, &l, "prefill", x, m).unwrap();
-        assert_eq!(
-            c.trace,
-            [
-                "nvfp4_mmq_gemm",
-                "nvfp4_mmq_gemm",
-                "act_mul_silu",
-                "nvfp4_mmq_gemm"
-            ]
-        );
-        let e = rel_err(&y, &f64_ref(&xs, m));
-        assert!(e < 1e-2, "mmq m={m}: {e}");
+    // After finalize_nvfp4_mmq_load the tiles serve prefill (any m): through the dequantizing
+    // wgmma GEMM (HARDWARE.toml's `dq_wgmma`; x and the activation product rounded to bf16
+    // once), or with the lever off through the MMQ GEMM.
+    let wgmma = [
+        "f32_to_bf16_il8",
+        "nvfp4_wgmma",
+        "nvfp4_wgmma",
+        "act_mul_silu_il8",
+        "nvfp4_wgmma",
+    ];
+    let mma_sync = [
+        "nvfp4_mmq_gemm",
+        "nvfp4_mmq_gemm",
+        "act_mul_silu",
+        "nvfp4_mmq_gemm",
+    ];
+    for (env, want) in [
+        (&[][..], &wgmma[..]),
+        (&[("METRALE_DQ_WGMMA", "0")][..], &mma_sync[..]),
+    ] {
+        let mut c = ctx(HostBackend::new(), levers(env));
+        let mut l = DenseFfnLayer::new(&c);
+        install_nvfp4_t(c.backend.as_ref(), &mut l, &w).unwrap();
+        assert!(l.finalize_nvfp4_mmq_load(&mut c, H, I, 0).unwrap());
+        for m in [1usize, 33, 100] {
+            let (x, xs) = input(&c, &mut r, m);
+            let y = run(&mut c, &l, "prefill", x, m).unwrap();
+            assert_eq!(c.trace, want, "m={m}");
+            let e = rel_err(&y, &f64_ref(&xs, m));
+            assert!(e < 1e-2, "mmq m={m}: {e}");
+        }
     }
     // Decode through the prefill GEMM (METRALE_DECODE_FFN_VIA_GEMM).
     let mut c = ctx(

@@ -333,41 +333,68 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
         }
         other => panic!("{other:?}"),
     }
-    // Prefill with METRALE_Q4K_MMQ: q8_1 activations shared by gate and up, int8 down.
-    for m in [1usize, 5, 40] {
-        let (x, xs) = input(&c, &mut r, m);
-        let y = run(&mut c, &l, "prefill", x, m).unwrap();
-        assert_eq!(
-            c.trace,
+    // Prefill with METRALE_Q4K_MMQ: by default (HARDWARE.toml `dq_wgmma`) bf16 activations
+    // into the Q4_K wgmma GEMM, the int8 down on int8_wgmma; with the lever off q8_1
+    // activations shared by gate and up and the mma.sync int8 down.
+    let paths: [(bool, [&str; 6]); 2] = [
+        (
+            false,
             [
                 "quantize_act_q8_1",
                 "q4k_mmq_gemm",
                 "q4k_mmq_gemm",
                 "act_mul_silu",
                 "requant_a_bf16_int8",
-                "q4k_mmq_int8_down_gemm"
-            ]
-        );
-        // 8-bit activations: 2e-2 of the f64 FFN on the weights the arm holds.
-        let e = rel_err(
-            &y,
-            &ffn_f64(&xs, m, &q4k_mmq_decoded(&w, false), Activation::Silu),
-        );
-        assert!(e < 2e-2, "m={m}: {e}");
+                "q4k_mmq_int8_down_gemm",
+            ],
+        ),
+        (
+            true,
+            [
+                "f32_to_bf16_il8",
+                "q4k_wgmma",
+                "q4k_wgmma",
+                "act_mul_silu",
+                "requant_a_bf16_int8",
+                "int8_wgmma",
+            ],
+        ),
+    ];
+    // (The wgmma path draws its inputs from a second generator, so the later cases see the
+    // inputs they always saw.)
+    let mut r2 = Rand(72);
+    for (dq, want) in paths {
+        c.levers.dq_wgmma = dq;
+        for m in [1usize, 5, 40] {
+            let (x, xs) = input(&c, if dq { &mut r2 } else { &mut r }, m);
+            let y = run(&mut c, &l, "prefill", x, m).unwrap();
+            assert_eq!(c.trace, want, "dq_wgmma {dq}, m={m}");
+            // 8-bit activations somewhere: 2e-2 of the f64 FFN on the weights the arm holds.
+            let e = rel_err(
+                &y,
+                &ffn_f64(&xs, m, &q4k_mmq_decoded(&w, false), Activation::Silu),
+            );
+            assert!(e < 2e-2, "dq_wgmma {dq}, m={m}: {e}");
+        }
     }
     // Run again, or given the copies (a pack): nothing to do, no launch.
     let n0 = c.backend.launch_count();
     assert!(!l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
     assert_eq!(c.backend.launch_count(), n0);
     // METRALE_Q4K_MMQ_DOWN_Q4K, or the int8 kernels missing: down is Q4_K.
+    let no_dq = ("METRALE_DQ_WGMMA", "0");
     for (b, lev) in [
         (
             HostBackend::new(),
-            levers(&[("METRALE_Q4K_MMQ", "1"), ("METRALE_Q4K_MMQ_DOWN_Q4K", "1")]),
+            levers(&[
+                ("METRALE_Q4K_MMQ", "1"),
+                ("METRALE_Q4K_MMQ_DOWN_Q4K", "1"),
+                no_dq,
+            ]),
         ),
         (
             HostBackend::without(&["q4k_mmq_int8_down_gemm"]),
-            mmq.clone(),
+            levers(&[("METRALE_Q4K_MMQ", "1"), no_dq]),
         ),
     ] {
         let mut c = ctx(b, lev);
@@ -384,6 +411,31 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
         );
         assert!(e < 2e-2, "{e}");
     }
+    // The Q4_K down on the wgmma path: the activation product rounded to bf16 once.
+    let mut c = ctx(
+        HostBackend::new(),
+        levers(&[("METRALE_Q4K_MMQ", "1"), ("METRALE_Q4K_MMQ_DOWN_Q4K", "1")]),
+    );
+    let mut l = DenseFfnLayer::new(&c);
+    install_nvfp4(c.backend.as_ref(), &mut l, &w).unwrap();
+    assert!(l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
+    let (x, xs) = input(&c, &mut r, 7);
+    let y = run(&mut c, &l, "prefill", x, 7).unwrap();
+    assert_eq!(
+        c.trace,
+        [
+            "f32_to_bf16_il8",
+            "q4k_wgmma",
+            "q4k_wgmma",
+            "act_mul_silu_il8",
+            "q4k_wgmma"
+        ]
+    );
+    let e = rel_err(
+        &y,
+        &ffn_f64(&xs, 7, &q4k_mmq_decoded(&w, true), Activation::Silu),
+    );
+    assert!(e < 1e-2, "{e}");
     // Returns at once: no lever, FP8 or q2g128 layers, each of the four kernels missing.
     let cases: Vec<(HostBackend, ModelLevers, &str)> = vec![
         (HostBackend::new(), levers(&[]), ""),
@@ -425,7 +477,7 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
     assert_eq!(c.backend.launch_count(), n0);
     let (x, _) = input(&c, &mut r, 2);
     run(&mut c, &l, "prefill", x, 2).unwrap();
-    assert_eq!(count(&c.trace, "q4k_mmq_gemm"), 2);
+    assert_eq!(count(&c.trace, "q4k_wgmma"), 2);
 }
 
 #[test]

@@ -132,7 +132,7 @@ pub fn benchmarks(
     );
     let nvfp4_bpe = 0.5 + 1.0 / 16.0;
     let q2_bpe = Q2G128_BYTES as f64 / Q2G128_ELEMS as f64;
-    let nv_arms: [NvArm; 11] = [
+    let nv_arms: [NvArm; 14] = [
         (
             "nvfp4 GEMV chain (k-split down)",
             install_nvfp4,
@@ -163,11 +163,32 @@ pub fn benchmarks(
         ),
         ("nvfp4 base w4a16_gemm", install_nvfp4, &[], true, nvfp4_bpe),
         ("nvfp4 _t GEMMs", install_nvfp4_t, &[], true, nvfp4_bpe),
-        ("nvfp4 MMQ GEMM", install_nvfp4_mmq, &[], true, nvfp4_bpe),
+        ("nvfp4 MMQ (wgmma)", install_nvfp4_mmq, &[], true, nvfp4_bpe),
         (
-            "Q4_K MMQ (int8 down)",
+            "nvfp4 MMQ (mma.sync)",
+            install_nvfp4_mmq,
+            &[("METRALE_DQ_WGMMA", "0")],
+            true,
+            nvfp4_bpe,
+        ),
+        (
+            "Q4_K MMQ (wgmma, int8 down)",
             |b, l, w| install_nvfp4_q4k(b, l, w, false),
             &[("METRALE_Q4K_MMQ", "1")],
+            true,
+            nvfp4_bpe,
+        ),
+        (
+            "Q4_K MMQ (wgmma, Q4_K down)",
+            |b, l, w| install_nvfp4_q4k(b, l, w, true),
+            &[("METRALE_Q4K_MMQ", "1")],
+            true,
+            nvfp4_bpe,
+        ),
+        (
+            "Q4_K MMQ (mma.sync, int8 down)",
+            |b, l, w| install_nvfp4_q4k(b, l, w, false),
+            &[("METRALE_Q4K_MMQ", "1"), ("METRALE_DQ_WGMMA", "0")],
             true,
             nvfp4_bpe,
         ),

@@ -16,6 +16,7 @@ use crate::testing::*;
 use rayon::prelude::*;
 use std::sync::Arc;
 
+mod dq_wgmma;
 mod fp8_w8a8;
 
 /// The largest m the FP8 check sends to a kernel with a row cap: the routing's range for the
@@ -365,6 +366,11 @@ fn nvfp4_rows(c: &mut Case, rows: &mut Vec<Row>, rng: &mut Rand) -> GpuResult<()
             c.row(rows, kernel.spec.name, m, err, 2e-6);
         }
     }
+    let bf16_ref = |r: usize| nvfp4_ref(r, ActRound::Bf16);
+    dq_wgmma::nvfp4_wgmma_rows(c, rows, &nw, tiles, me.padded[0], &bf16_ref)?;
+    for &m in c.ms {
+        dq_wgmma::act_bf16_bits(c, rows, m)?;
+    }
     for p in [ct, st, tiles] {
         b.free(p);
     }
@@ -654,7 +660,11 @@ fn q4k_gemm_rows(
                 out
             })?;
             c.row(rows, kk.int8_gemm.spec.name, m, err, 2e-6);
+            dq_wgmma::int8_wgmma_bits(c, rows, m, (aq, sa), (codes, scales), k, kp_d, yk)?;
         }
+    }
+    if !down_q4k {
+        dq_wgmma::q4k_wgmma_rows(c, rows, q.gate, &gate_bytes, kp_g)?;
     }
     for p in [xq, actd, aq, sa, yk] {
         b.free(p);

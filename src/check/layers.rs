@@ -40,7 +40,7 @@ pub fn layer_checks_of(
         ModelLevers::from_map(&env, crate::gpu::levers::HARDWARE_SM90)
     };
     type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-    let arms: [(&str, Install, ModelLevers, Activation); 23] = [
+    let arms: [(&str, Install, ModelLevers, Activation); 25] = [
         (
             "fp8 fused",
             |b, l, w| install_fp8(b, l, w, true),
@@ -118,6 +118,13 @@ pub fn layer_checks_of(
         ),
         ("nvfp4 mmq", install_nvfp4_mmq, lev(&[]), Activation::Silu),
         (
+            // The portable MMQ GEMM (what a device without sm_90a runs).
+            "nvfp4 mmq mma.sync",
+            install_nvfp4_mmq,
+            lev(&[("METRALE_DQ_WGMMA", "0")]),
+            Activation::Silu,
+        ),
+        (
             "nvfp4 ksplit down",
             install_nvfp4,
             lev(&[("METRALE_W4A16_GEMV_KSPLIT_MIN_K", "1")]),
@@ -136,6 +143,12 @@ pub fn layer_checks_of(
             "nvfp4 q4k mmq",
             |b, l, w| install_nvfp4_q4k(b, l, w, false),
             lev(&[("METRALE_Q4K_MMQ", "1")]),
+            Activation::Silu,
+        ),
+        (
+            "nvfp4 q4k mmq mma.sync",
+            |b, l, w| install_nvfp4_q4k(b, l, w, false),
+            lev(&[("METRALE_Q4K_MMQ", "1"), ("METRALE_DQ_WGMMA", "0")]),
             Activation::Silu,
         ),
         (

@@ -133,6 +133,8 @@ impl DenseFfnLayer {
             self.bf16_prefill_arm(ctx, input, m, &w)
         } else if self.weights.nvfp4.is_some() && ctx.levers.q4k_mmq && self.weights.q4k.is_some() {
             self.q4k_mmq_arm(ctx, input, m)
+        } else if self.nvfp4_wgmma_ok(ctx, m) {
+            self.nvfp4_wgmma_arm(ctx, input, m)
         } else if let Some(w) = self.weights.nvfp4 {
             let pw = [(0, w[0]), (1, w[1]), (2, w[2])];
             self.gated(ctx, input, m, true, &pw, Self::w4a16_prefill_gemm)

@@ -20,6 +20,7 @@ mod routing;
 mod weights;
 mod arms {
     mod bf16;
+    mod dq_wgmma;
     pub(crate) mod fp8;
     mod lora;
     pub(crate) mod nvfp4;

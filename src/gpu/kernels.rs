@@ -38,14 +38,20 @@ pub const COMMON: &str = include_str!("../../kernels/common.cuh");
 /// The line by which a module includes [`COMMON`].
 const INCLUDE_COMMON: &str = "#include \"common.cuh\"";
 
+/// Hopper's inline PTX for the sm_90a modules (`kernels/wgmma.cuh`).
+pub const WGMMA: &str = include_str!("../../kernels/wgmma.cuh");
+
+/// The line by which a module includes [`WGMMA`].
+const INCLUDE_WGMMA: &str = "#include \"wgmma.cuh\"";
+
 /// The source of a module as NVRTC compiles it: the shared sizes' `#define`s
-/// (`sizes::cuda_defines`), then the module with its `#include "common.cuh"` replaced by the
-/// shared helpers' text.
+/// (`sizes::cuda_defines`), then the module with its `#include "common.cuh"` and
+/// `#include "wgmma.cuh"` replaced by those headers' text.
 pub fn source(module: &str) -> Option<String> {
-    MODULES
-        .iter()
-        .find(|(m, _)| *m == module)
-        .map(|(_, s)| super::sizes::cuda_defines() + &s.replacen(INCLUDE_COMMON, COMMON, 1))
+    MODULES.iter().find(|(m, _)| *m == module).map(|(_, s)| {
+        let s = s.replacen(INCLUDE_COMMON, COMMON, 1);
+        super::sizes::cuda_defines() + &s.replacen(INCLUDE_WGMMA, WGMMA, 1)
+    })
 }
 
 /// The text that opens every kernel definition.
@@ -228,9 +234,16 @@ mod tests {
     #[test]
     fn the_common_header_is_inlined_and_defines_no_kernel() {
         assert!(!super::COMMON.contains("extern \"C\""));
+        assert!(!super::WGMMA.contains("extern \"C\""));
         for (m, raw) in super::MODULES {
             let s = super::source(m).unwrap();
             assert!(!s.contains(super::INCLUDE_COMMON), "{m}");
+            assert!(!s.contains(super::INCLUDE_WGMMA), "{m}");
+            assert_eq!(
+                raw.contains(super::INCLUDE_WGMMA),
+                s.contains("wgmma.mma_async"),
+                "{m}"
+            );
             assert_eq!(
                 raw.contains(super::INCLUDE_COMMON),
                 s.contains("block_amax"),

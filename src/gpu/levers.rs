@@ -30,6 +30,13 @@ pub struct ModelLevers {
     /// sm_90a `fp8_wgmma` GEMM where the device built it (formats.md, "FP8 weights with FP8
     /// activations").
     pub fp8_w8a8: bool,
+    /// `METRALE_DQ_WGMMA` over HARDWARE.toml `dq_wgmma`: the NVFP4 MMQ and Q4_K prefills through
+    /// the sm_90a dequantizing wgmma GEMMs (`nvfp4_wgmma`, `q4k_wgmma`, and `int8_wgmma` for the
+    /// Q4_K arm's int8 down) where the device built them.
+    pub dq_wgmma: bool,
+    /// `METRALE_DQ_WGMMA_MIN_ROWS` over HARDWARE.toml `dq_wgmma_min_rows`: the fewest rows they
+    /// serve.
+    pub dq_wgmma_min_rows: usize,
     /// `METRALE_FFN_GATEUP_FUSED` over HARDWARE.toml `ffn_gateup_fused`.
     pub ffn_gateup_fused: bool,
     /// `METRALE_Q4K_MMQ=1` (old name `METRALE_FFN_MMQ`): build the `q4k_mmq` arm at load.
@@ -106,6 +113,8 @@ impl ModelLevers {
             w8a8_decode_gemv: flag_or("METRALE_W8A8_DECODE_GEMV", "w8a8_decode_gemv", false),
             w8a8_wgmma: flag_or("METRALE_W8A8_WGMMA", "w8a8_wgmma", false),
             fp8_w8a8: flag_or("METRALE_FP8_W8A8", "fp8_w8a8", false),
+            dq_wgmma: flag_or("METRALE_DQ_WGMMA", "dq_wgmma", false),
+            dq_wgmma_min_rows: num_or("METRALE_DQ_WGMMA_MIN_ROWS", "dq_wgmma_min_rows", 1),
             ffn_gateup_fused: flag_or("METRALE_FFN_GATEUP_FUSED", "ffn_gateup_fused", true),
             q4k_mmq: flag("METRALE_Q4K_MMQ") || flag("METRALE_FFN_MMQ"),
             q4k_mmq_down_q4k: flag("METRALE_Q4K_MMQ_DOWN_Q4K") || flag("METRALE_FFN_MMQ_DOWN_Q4K"),
@@ -167,6 +176,10 @@ mod tests {
         );
         assert_eq!(d.w8a8_max_rows, 64);
         assert!(
+            d.dq_wgmma,
+            "kernels/sm_90/HARDWARE.toml turns the dequantizing wgmma GEMMs on"
+        );
+        assert!(
             d.fp8_w8a8,
             "kernels/sm_90/HARDWARE.toml turns the FP8 W8A8 prefill on"
         );
@@ -177,6 +190,8 @@ mod tests {
             ("METRALE_W8A8_DECODE_GEMV", "1"),
             ("METRALE_W8A8_WGMMA", "0"),
             ("METRALE_FP8_W8A8", "0"),
+            ("METRALE_DQ_WGMMA", "0"),
+            ("METRALE_DQ_WGMMA_MIN_ROWS", "65"),
         ]
         .into_iter()
         .map(|(a, b)| (a.into(), b.into()))
@@ -184,7 +199,8 @@ mod tests {
         let l = ModelLevers::from_map(&env, HARDWARE_SM90);
         assert!(l.ffn_m16_tc && !l.ffn_small_m);
         assert_eq!(l.w8a8_max_rows, 8);
-        assert!(l.w8a8_decode_gemv && !l.w8a8_wgmma && !l.fp8_w8a8);
+        assert!(l.w8a8_decode_gemv && !l.w8a8_wgmma && !l.fp8_w8a8 && !l.dq_wgmma);
+        assert_eq!(l.dq_wgmma_min_rows, 65);
         let hw_on = ModelLevers::from_map(&HashMap::new(), "ffn_m16_tc = true # comment");
         assert!(hw_on.ffn_m16_tc);
     }

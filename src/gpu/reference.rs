@@ -163,9 +163,9 @@ pub fn nvfp4_row(
     let lut = &*E4M3;
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
         let mut acc = 0f64;
-        for grp in 0..k / 16 {
+        for grp in 0..k.div_ceil(16) {
             let mut part = 0f64;
-            for i in grp * 16..grp * 16 + 16 {
+            for i in grp * 16..(grp * 16 + 16).min(k) {
                 let c = (codes[j * kp / 2 + i / 2] >> (4 * (i % 2))) & 0xF;
                 part += e2m1_to_f32(c) as f64 * round.apply(x[i]) as f64;
             }
@@ -384,6 +384,68 @@ pub fn q4k_mmq_row(xq: &[u8], w: &[u8], n: usize, kp: usize, y: &mut [f32]) {
     });
 }
 
+/// The il8 order of the dequantizing wgmma GEMMs' bf16 activations (formats.md, "The
+/// dequantizing wgmma GEMMs"): within each group of 8 columns, position `p` holds column
+/// `IL8[p]`.
+pub const IL8: [usize; 8] = [0, 4, 1, 5, 2, 6, 3, 7];
+
+/// The position of column `c` in the il8 order.
+pub fn il8_pos(c: usize) -> usize {
+    (c & !7) | ((c & 3) << 1) | ((c >> 2) & 1)
+}
+
+/// f64 -> bf16 bits, rounded once to nearest even: the significand cut to bf16's 8 bits in the
+/// f64 itself (exact, then a lossless f32), below bf16's normal range through f32.
+fn bf16_from_f64(v: f64) -> u16 {
+    if !v.is_finite() || v.abs() < f32::MIN_POSITIVE as f64 {
+        return bf16::from_f32(v as f32);
+    }
+    const DROP: u32 = 52 - 7;
+    let b = v.to_bits();
+    let r = (b + (1u64 << (DROP - 1)) - 1 + ((b >> DROP) & 1)) & !((1u64 << DROP) - 1);
+    bf16::from_f32(f64::from_bits(r) as f32)
+}
+
+/// The 256 bf16 weights of one Q4_K block on the bf16 tensor-core path (formats.md, "Q4_K on
+/// the bf16 tensor-core path"): `d1 = bf16(f32(d) * sc)`, `m1 = bf16(f32(dmin) * m)`,
+/// `w = bf16(q * d1 - m1)` rounded once, as f32.
+pub fn q4k_bf16_block(blk: &[u8]) -> [f32; 256] {
+    use crate::converters::kquant::get_scale_min_k4;
+    let (d, dmin) = (f16_at(blk), f16_at(&blk[2..]));
+    let sc12: &[u8; 12] = blk[4..16].try_into().unwrap();
+    let mut out = [0f32; 256];
+    for sub in 0..8 {
+        let (sc, m) = get_scale_min_k4(sub, sc12);
+        let d1 = bf16::to_f32(bf16::from_f32(d * sc as f32)) as f64;
+        let m1 = bf16::to_f32(bf16::from_f32(dmin * m as f32)) as f64;
+        for l in 0..32 {
+            let q = (blk[16 + 32 * (sub / 2) + l] >> (4 * (sub % 2))) & 0xF;
+            out[32 * sub + l] = bf16::to_f32(bf16_from_f64(q as f64 * d1 - m1));
+        }
+    }
+    out
+}
+
+/// One output row of `q4k_wgmma`: `y[j] = sum_i x[i] * w_bf16[j, i]` over bf16 activations `x`
+/// (`k` values, as f32) and Q4_K rows `w` (`[n, kp / 256]` blocks), summed in f64.
+pub fn q4k_bf16_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32]) {
+    let nsb = kp / 256;
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
+        let mut acc = 0f64;
+        for sb in 0..nsb {
+            let blk = &w[(j * nsb + sb) * Q4K_BYTES..(j * nsb + sb + 1) * Q4K_BYTES];
+            let v = q4k_bf16_block(blk);
+            for (l, &wv) in v.iter().enumerate() {
+                let i = sb * 256 + l;
+                if i < k {
+                    acc += x[i] as f64 * wv as f64;
+                }
+            }
+        }
+        *out = acc as f32;
+    });
+}
+
 /// `requant_a_bf16_int8` for one row: `a = bf16(x)`, `d = amax(a)/127`, `q = roundf(a * (1/d))`
 /// (zero beyond k). Returns `(codes [kp], d)`.
 pub fn requant_row_bf16_int8(x: &[f32], kp: usize) -> (Vec<u8>, f32) {
@@ -409,4 +471,41 @@ pub fn int8_row(a: &[u8], sa: f32, w: &[u8], sw: &[f32], n: usize, kp: usize, y:
             .sum();
         *out = (s as f64 * sa as f64 * sw[j] as f64) as f32;
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The il8 order is a permutation of each group of 8, and `il8_pos` is its inverse.
+    #[test]
+    fn il8_positions_invert_the_order() {
+        for c in 0..24 {
+            assert_eq!(IL8[il8_pos(c) % 8] + c / 8 * 8, c);
+        }
+    }
+
+    /// The bf16 Q4_K weights are the exact Q4_K values (f64 from the block's own fields) within
+    /// bf16's rounding of the scale products and of the result: 3 * 2^-9 of the value, plus that
+    /// of the min term where they cancel.
+    #[test]
+    fn q4k_bf16_weights_are_the_q4k_values_rounded() {
+        use crate::converters::kquant::get_scale_min_k4;
+        let mut r = crate::testing::Rand(5);
+        let x = r.vec(4 * 256, 0.05);
+        let e = crate::converters::layouts::q4k_mmq::encode_q4k(&x, 4, 256);
+        for blk in e.parts[0].1.chunks_exact(Q4K_BYTES) {
+            let got = q4k_bf16_block(blk);
+            let (d, dmin) = (f16_at(blk) as f64, f16_at(&blk[2..]) as f64);
+            let sc12: &[u8; 12] = blk[4..16].try_into().unwrap();
+            for (i, &g) in got.iter().enumerate() {
+                let (sc, m) = get_scale_min_k4(i / 32, sc12);
+                let q = ((blk[16 + 32 * (i / 64) + i % 32] >> (4 * ((i / 32) % 2))) & 0xF) as f64;
+                let exact = d * sc as f64 * q - dmin * m as f64;
+                let bound = 3.0 * 2f64.powi(-9) * (exact.abs() + dmin * m as f64) + 1e-30;
+                assert!((g as f64 - exact).abs() <= bound, "{i}: {g} vs {exact}");
+                assert_eq!(bf16::to_f32(bf16::from_f32(g)), g, "{i}: not a bf16 value");
+            }
+        }
+    }
 }

@@ -95,6 +95,25 @@ const _: () = assert!(crate::converters::layouts::w8a8::K_ALIGN.is_multiple_of(W
 // Hopper gives a block at most 227 KiB of shared memory; the decode tiling wants two blocks.
 const _: () = assert!(W8A8_WGMMA_SMEM <= 227 << 10 && 2 * W8A8_WGMMA_SMALL_SMEM <= 227 << 10);
 
+/// Output rows per block of the dequantizing wgmma GEMMs (`nvfp4_wgmma`, `q4k_wgmma`): two
+/// consumer warpgroups of one `wgmma` m64 each.
+pub const DQ_WGMMA_BM: usize = 128;
+/// Output columns (weight rows) per block of the dequantizing GEMMs: one `wgmma` n128, one
+/// decoder thread per weight row.
+pub const DQ_WGMMA_BN: usize = 128;
+/// Shared-memory stages of the dequantizing GEMMs (64 k each: one 128-byte bf16 swizzle row;
+/// even: the two decoder warpgroups take every other one).
+pub const DQ_WGMMA_STAGES: usize = 6;
+/// Threads of one dequantizing GEMM block: two decoder warpgroups, two consumers.
+pub const DQ_WGMMA_THREADS: usize = 4 * 128;
+/// Dynamic shared memory of one dequantizing GEMM block: the stages (A then B, 128 bytes a
+/// row), the 1024-byte alignment and two mbarriers per stage.
+pub const DQ_WGMMA_SMEM: usize =
+    DQ_WGMMA_STAGES * (DQ_WGMMA_BM + DQ_WGMMA_BN) * 128 + 1024 + 16 * DQ_WGMMA_STAGES;
+const _: () = assert!(DQ_WGMMA_SMEM <= 227 << 10);
+// Every k stage is one nvfp4_mmq tile (64 k) and a quarter of a Q4_K block.
+const _: () = assert!(NVFP4_MMQ_TILE_K == 64 && NVFP4_MMQ_TILE_N == DQ_WGMMA_BN);
+
 /// Threads per block of the FP8 activation quantizers (`quantize_act_fp8_row`,
 /// `quantize_act_mul_fp8_row`): few rows in flight, so a row's second read comes from L2.
 pub const FP8_QUANT_THREADS: usize = 1024;
@@ -126,6 +145,11 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_W8A8_WGMMA_CONSUMER_REGS", W8A8_WGMMA_CONSUMER_REGS),
     ("MP_W8A8_WGMMA_SMEM", W8A8_WGMMA_SMEM),
     ("MP_W8A8_WGMMA_SMALL_BM", W8A8_WGMMA_SMALL_BM),
+    ("MP_DQ_WGMMA_BM", DQ_WGMMA_BM),
+    ("MP_DQ_WGMMA_BN", DQ_WGMMA_BN),
+    ("MP_DQ_WGMMA_STAGES", DQ_WGMMA_STAGES),
+    ("MP_DQ_WGMMA_THREADS", DQ_WGMMA_THREADS),
+    ("MP_DQ_WGMMA_SMEM", DQ_WGMMA_SMEM),
     ("MP_W8A8_WGMMA_SMALL_BN", W8A8_WGMMA_SMALL_BN),
     ("MP_W8A8_WGMMA_SMALL_STAGES", W8A8_WGMMA_SMALL_STAGES),
     ("MP_W8A8_WGMMA_SMALL_SMEM", W8A8_WGMMA_SMALL_SMEM),

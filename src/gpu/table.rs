@@ -40,14 +40,16 @@ pub struct Grid {
 }
 
 /// How a tensor-map (`t`) parameter follows from a launch's arguments: the pointer given for
-/// `param`, with `row_bytes` and `rows` read from the named `int` arguments, in boxes of
-/// `box_rows` x `box_bytes`.
+/// `param`, with rows of `row_bytes` (the named `int` argument) times `elem` bytes and `rows`
+/// rows, in boxes of `box_rows` x `box_bytes`.
 #[derive(Clone, Copy, Debug)]
 pub struct TmapRule {
     /// The `t` parameter (given to [`Call::ptr`] as a pointer).
     pub param: &'static str,
-    /// The `int` argument holding the bytes per row (and row stride).
+    /// The `int` argument holding the elements per row (and row stride).
     pub row_bytes: &'static str,
+    /// Bytes per element of a row (1 for the 8-bit operands, 2 for bf16).
+    pub elem: usize,
     /// The `int` argument holding the rows.
     pub rows: &'static str,
     /// Rows per box.
@@ -188,7 +190,12 @@ impl<'a> Args<'a> {
         };
         Ok(Tmap {
             base,
-            row_bytes: self.dim(r.row_bytes)?,
+            row_bytes: self.dim(r.row_bytes)?.checked_mul(r.elem).ok_or_else(|| {
+                GpuError::Invalid(format!(
+                    "{}: tensor map `{}` overflows",
+                    self.spec.name, r.param
+                ))
+            })?,
             rows: self.dim(r.rows)?,
             box_rows: r.box_rows,
             box_bytes: r.box_bytes,
@@ -434,9 +441,10 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 
 use crate::ffn::NVFP4_GEMV_COLS as COLS;
 use crate::gpu::sizes::{
-    BF16_GEMV_ROWS, FP8_GEMV_ROWS, FP8_QUANT_THREADS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE,
-    W8A8_WGMMA_BK, W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN,
-    W8A8_WGMMA_SMALL_SMEM, W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
+    BF16_GEMV_ROWS, DQ_WGMMA_BM, DQ_WGMMA_BN, DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS,
+    FP8_QUANT_THREADS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, W8A8_WGMMA_BK, W8A8_WGMMA_BM,
+    W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM,
+    W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
 };
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
 const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
@@ -462,6 +470,7 @@ const W8A8_WGMMA_TMAPS: &[TmapRule] = &[
     TmapRule {
         param: "q",
         row_bytes: "kp",
+        elem: 1,
         rows: "m",
         box_rows: W8A8_WGMMA_BM,
         box_bytes: W8A8_WGMMA_BK,
@@ -469,11 +478,45 @@ const W8A8_WGMMA_TMAPS: &[TmapRule] = &[
     TmapRule {
         param: "w",
         row_bytes: "kp",
+        elem: 1,
         rows: "n",
         box_rows: W8A8_WGMMA_BN,
         box_bytes: W8A8_WGMMA_BK,
     },
 ];
+
+/// `int8_wgmma`'s tensor maps: `w8a8_wgmma`'s under the int8 GEMM's names.
+const INT8_WGMMA_TMAPS: &[TmapRule] = &[
+    TmapRule {
+        param: "aq",
+        ..W8A8_WGMMA_TMAPS[0]
+    },
+    TmapRule {
+        param: "wq",
+        ..W8A8_WGMMA_TMAPS[1]
+    },
+];
+
+/// The dequantizing wgmma GEMMs' output tiles.
+fn dq_wgmma_tiles(a: &Args) -> GpuResult<usize> {
+    let (mt, nt) = (
+        a.dim("m")?.div_ceil(DQ_WGMMA_BM),
+        a.dim("n")?.div_ceil(DQ_WGMMA_BN),
+    );
+    mt.checked_mul(nt)
+        .ok_or_else(|| GpuError::Invalid("dq wgmma: tile count overflows".into()))
+}
+
+/// The dequantizing wgmma GEMMs' tensor map: the bf16 activations [m, k] in boxes of BM rows and
+/// 64 elements (one 128-byte swizzle row).
+const DQ_WGMMA_TMAPS: &[TmapRule] = &[TmapRule {
+    param: "x",
+    row_bytes: "k",
+    elem: 2,
+    rows: "m",
+    box_rows: DQ_WGMMA_BM,
+    box_bytes: 128,
+}];
 
 /// Rows up to which the FP8 activation quantizer spreads a row over several blocks (decode).
 const FP8_QUANT_SPLIT_ROWS: usize = 16;
@@ -539,7 +582,13 @@ kernel_table! {
         grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None;
     act_gelu: "ffn_act" "act_mul_gelu" ("g:p u:p out:p rows:i cols:i gs:i us:i os:i")
         grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None;
+    act_silu_il8: "ffn_act" "act_mul_silu_il8" ("g:p u:p out:p rows:i cols:i gs:i us:i os:i")
+        grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None;
+    act_gelu_il8: "ffn_act" "act_mul_gelu_il8" ("g:p u:p out:p rows:i cols:i gs:i us:i os:i")
+        grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None;
     to_bf16: "ffn_act" "f32_to_bf16" ("x:p y:p count:i")
+        grid(Per("count", 256), One, 256), cap None, round None;
+    to_bf16_il8: "ffn_act" "f32_to_bf16_il8" ("x:p y:p count:i")
         grid(Per("count", 256), One, 256), cap None, round None;
     fp8_b4: "ffn_fp8" "w8a16_gemv_batch4" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", FP8_GEMV_ROWS), One, 256), cap Some(4), round None;
@@ -571,6 +620,16 @@ kernel_table! {
     fp8_wgmma: "ffn_w8a8_wgmma" "fp8_wgmma" ("q:t sx:p m:i w:t s:p y:p n:i kp:i ldy:i")
         grid(Rule(w8a8_wgmma_tiles), One, W8A8_WGMMA_THREADS, smem W8A8_WGMMA_SMEM, persistent true),
         cap None, round None, tmaps W8A8_WGMMA_TMAPS;
+    int8_wgmma: "ffn_w8a8_wgmma" "int8_wgmma" ("aq:t sa:p m:i wq:t sw:p y:p n:i kp:i ldy:i")
+        grid(Rule(w8a8_wgmma_tiles), One, W8A8_WGMMA_THREADS, smem W8A8_WGMMA_SMEM, persistent true),
+        cap None, round None, tmaps INT8_WGMMA_TMAPS;
+    nvfp4_wgmma: "ffn_w8a8_wgmma" "nvfp4_wgmma"
+        ("x:t m:i tiles:p g:f y:p n:i np:i k:i kp:i ldy:i")
+        grid(Rule(dq_wgmma_tiles), One, DQ_WGMMA_THREADS, smem DQ_WGMMA_SMEM, persistent true),
+        cap None, round Bf16, tmaps DQ_WGMMA_TMAPS;
+    q4k_wgmma: "ffn_w8a8_wgmma" "q4k_wgmma" ("x:t m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Rule(dq_wgmma_tiles), One, DQ_WGMMA_THREADS, smem DQ_WGMMA_SMEM, persistent true),
+        cap None, round Bf16, tmaps DQ_WGMMA_TMAPS;
     w8a8_wgmma_m64: "ffn_w8a8_wgmma" "w8a8_wgmma_m64" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
         grid(One, Per("n", W8A8_WGMMA_SMALL_BN), 128, smem W8A8_WGMMA_SMALL_SMEM),
         cap Some(W8A8_WGMMA_SMALL_BM), round None;
@@ -670,163 +729,5 @@ kernel_table! {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_description_matches_its_parsed_cu_signature() {
-        for s in &KERNELS {
-            let sigs = super::super::kernels::signatures(s.module);
-            let (_, parsed) = sigs
-                .iter()
-                .find(|(n, _)| n == s.name)
-                .unwrap_or_else(|| panic!("{}::{} has no signature", s.module, s.name));
-            let want: Vec<(String, ParamKind)> =
-                s.params().map(|(n, k)| (n.to_string(), k)).collect();
-            assert_eq!(&want, parsed, "{}::{}", s.module, s.name);
-        }
-    }
-
-    #[test]
-    fn every_entry_point_is_in_the_table_once() {
-        for (m, _) in super::super::kernels::MODULES {
-            for e in super::super::kernels::entry_points(m) {
-                let n = KERNELS
-                    .iter()
-                    .filter(|s| s.module == *m && s.name == e)
-                    .count();
-                assert_eq!(n, 1, "{m}::{e}");
-            }
-        }
-        let mut fields: Vec<_> = KERNELS.iter().map(|s| s.field).collect();
-        fields.sort();
-        fields.dedup();
-        assert_eq!(fields.len(), KERNELS.len());
-    }
-
-    /// The FP8 quantizer spreads a decode row over kp / 1024 blocks, keeps one block per row in
-    /// prefill, and is refused more rows than a grid's y axis holds; the wgmma GEMM's launch carries
-    /// its dynamic shared memory.
-    #[test]
-    fn grids_from_rules_and_shared_memory_from_the_table() {
-        let b = crate::gpu::host::HostBackend::new();
-        let k = Kernels::resolve(&b);
-        let p = DevicePtr { addr: 64, bytes: 4 };
-        let quant = |m: usize| {
-            let c = k.quant_fp8_row.call().ptr("x", p).ptr("q", p).ptr("sx", p);
-            c.dim("m", m).dim("k", 14336).dim("kp", 14336).finish()
-        };
-        assert_eq!(quant(1).unwrap().cfg.grid, (14, 1, 1));
-        assert_eq!(quant(16).unwrap().cfg.grid, (14, 16, 1));
-        assert_eq!(quant(17).unwrap().cfg.grid, (1, 17, 1));
-        let e = quant(65536).unwrap_err().to_string();
-        assert!(e.contains("grid 1 x 65536 does not fit"), "{e}");
-        let c = k.w8a8_wgmma.call().ptr("q", p).ptr("sx", p).ptr("w", p);
-        let c = c.ptr("sw", p).ptr("y", p).dim("m", 300).dim("n", 4096);
-        let l = c.dim("kp", 14336).dim("ldy", 4096).finish().unwrap();
-        // Persistent: the table gives every tile a block; the backend clamps to its
-        // multiprocessors at run.
-        assert_eq!(l.cfg.grid, (3 * 32, 1, 1));
-        assert!(l.spec.grid.persistent);
-        assert_eq!(l.cfg.smem as usize, crate::gpu::sizes::W8A8_WGMMA_SMEM);
-        assert_eq!(l.cfg.block, (384, 1, 1));
-        // The tensor maps from the pointers and the named sizes.
-        let want = |rows, box_rows| {
-            KArg::Tmap(Tmap {
-                base: p,
-                row_bytes: 14336,
-                rows,
-                box_rows,
-                box_bytes: 128,
-            })
-        };
-        assert_eq!(l.args[0], want(300, 128));
-        assert_eq!(l.args[3], want(4096, 128));
-        // On a device: at most one block per multiprocessor; without a count (the host), as given.
-        assert_eq!(l.cfg_on(Some(132)).grid, (96, 1, 1));
-        assert_eq!(l.cfg_on(Some(64)).grid, (64, 1, 1));
-        assert_eq!(l.cfg_on(None).grid, (96, 1, 1));
-        // A grid that is not persistent is never clamped.
-        let q = quant(17).unwrap();
-        assert_eq!(q.cfg_on(Some(4)).grid, (1, 17, 1));
-    }
-
-    #[test]
-    fn a_call_orders_named_arguments_and_refuses_wrong_ones() {
-        let b = crate::gpu::host::HostBackend::new();
-        let k = Kernels::resolve(&b);
-        let p = DevicePtr { addr: 64, bytes: 4 };
-        let l = k
-            .q2_gemv_m
-            .call()
-            .dim("ldy", 7)
-            .ptr("y", p)
-            .dim("kp", 256)
-            .dim("k", 200)
-            .dim("n", 9)
-            .ptr("w", p)
-            .dim("m", 3)
-            .ptr("x", p)
-            .finish()
-            .unwrap();
-        assert_eq!(
-            l.args,
-            [
-                KArg::Ptr(p),
-                KArg::Dim(3),
-                KArg::Ptr(p),
-                KArg::Ptr(p),
-                KArg::Dim(9),
-                KArg::Dim(200),
-                KArg::Dim(256),
-                KArg::Dim(7)
-            ]
-        );
-        assert_eq!(l.cfg, LaunchCfg::grid(2, 1, 256));
-        let full = |c: Call| {
-            c.ptr("x", p)
-                .ptr("w", p)
-                .ptr("y", p)
-                .dim("n", 9)
-                .dim("k", 200)
-                .dim("kp", 256)
-                .dim("ldy", 7)
-        };
-        // Over the row cap, a missing, an unknown, a repeated and a mis-kinded argument.
-        assert!(full(k.q2_gemv_m.call()).dim("m", 5).finish().is_err());
-        assert!(full(k.q2_gemv_m.call()).finish().is_err());
-        assert!(
-            full(k.q2_gemv_m.call())
-                .dim("m", 1)
-                .dim("rows", 1)
-                .finish()
-                .is_err()
-        );
-        assert!(
-            full(k.q2_gemv_m.call())
-                .dim("m", 1)
-                .dim("m", 1)
-                .finish()
-                .is_err()
-        );
-        assert!(full(k.q2_gemv_m.call()).float("m", 1.0).finish().is_err());
-        assert!(
-            full(k.q2_gemv_m.call())
-                .dim("m", i32::MAX as usize + 1)
-                .finish()
-                .is_err()
-        );
-        // More arguments than any kernel takes: refused, not an out-of-bounds write.
-        let mut many = full(k.q2_gemv_m.call()).dim("m", 1);
-        for _ in 0..MAX_PARAMS {
-            many = many.dim("ldy", 1);
-        }
-        assert!(many.finish().is_err());
-        let hidden = crate::gpu::host::HostBackend::without(&["q2g128_gemv_batchm"]);
-        let e = full(Kernels::resolve(&hidden).q2_gemv_m.call())
-            .dim("m", 1)
-            .finish()
-            .unwrap_err();
-        assert!(matches!(e, GpuError::MissingKernel { .. }), "{e}");
-    }
-}
+#[path = "table_tests.rs"]
+mod tests;

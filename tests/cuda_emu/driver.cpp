@@ -92,6 +92,12 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { quantize_act_mul_fp8_row((const float*)P(0), (const float*)P(1), I(2), I(3), I(4), I(5), I(6), I(7), (u8)P(8), (float*)P(9)); });
     else if (name == "quantize_act_fp8_row")
         emu_launch(gx, gy, bx, [&] { quantize_act_fp8_row((const float*)P(0), I(1), I(2), I(3), (u8)P(4), (float*)P(5)); });
+    else if (name == "int8_wgmma")
+        emu_launch(gx, gy, bx, [&] { int8_wgmma(T(0), (const float*)P(1), I(2), T(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
+    else if (name == "nvfp4_wgmma")
+        emu_launch(gx, gy, bx, [&] { nvfp4_wgmma(T(0), I(1), (cu8)P(2), F(3), (float*)P(4), I(5), I(6), I(7), I(8), I(9)); });
+    else if (name == "q4k_wgmma")
+        emu_launch(gx, gy, bx, [&] { q4k_wgmma(T(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
     else if (name == "w8a8_wgmma")
         emu_launch(gx, gy, bx, [&] { w8a8_wgmma(T(0), (const float*)P(1), I(2), T(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
     else if (name == "w8a8_wgmma_m64")

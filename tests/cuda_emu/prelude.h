@@ -284,10 +284,38 @@ static inline void cp_async_wait() {}
 static inline void fence_proxy_async() {}
 static inline void wgmma_fence() {}
 static inline void wgmma_commit() {}
+// wgmma.wait_group.sync.aligned: every thread of the warpgroup executes it, and it returns once
+// the warpgroup's wgmmas are done; here a wgmma is done when each thread has run its part, so
+// the wait is a warpgroup barrier (one thread may then release the operands for all 128).
+static thread_local std::barrier<>* emu_warpgroup = nullptr;
 template <int N>
-static inline void wgmma_wait() {}
+static inline void wgmma_wait() { emu_warpgroup->arrive_and_wait(); }
 template <int R>
 static inline void fence_regs(float*) {}
+template <int R>
+static inline void fence_regs(int*) {}
+static inline void __syncwarp() { emu_warp->bar.arrive_and_wait(); }
+// f64 -> bf16 bits rounded once to nearest even (finite values in bf16's normal range: the
+// significand cut to 8 bits in the f64 itself, then an exact f32); smaller through f32.
+static inline uint16_t emu_bf16_from_double(double v) {
+    if (!(std::fabs(v) >= 1.1754943508222875e-38) || std::isinf(v)) return __float2bfloat16_rn((float)v).x;
+    uint64_t b;
+    std::memcpy(&b, &v, 8);
+    const int drop = 52 - 7;
+    b = (b + (1ull << (drop - 1)) - 1 + ((b >> drop) & 1)) & ~((1ull << drop) - 1);
+    double r;
+    std::memcpy(&r, &b, 8);
+    return __float2bfloat16_rn((float)r).x;
+}
+// fma.rn.bf16x2: each half a * b + c exact (in f64), rounded once to bf16.
+static inline unsigned bf16x2_fma(unsigned a, unsigned b, unsigned c) {
+    unsigned r = 0;
+    for (int h = 0; h < 2; ++h) {
+        const double v = (double)emu_bf16_half(a, h) * (double)emu_bf16_half(b, h) + (double)emu_bf16_half(c, h);
+        r |= (unsigned)emu_bf16_from_double(v) << (16 * h);
+    }
+    return r;
+}
 // ---- the TMA producer/consumer pipeline of `w8a8_wgmma`: tensor maps, mbarriers ----
 // A tensor map here is its fields (the device's is the driver's opaque encoding of the same):
 // `rows` rows of `row_bytes` bytes at `base`, boxes of box_rows x box_bytes, 128-byte swizzle.
@@ -373,6 +401,44 @@ static inline float emu_wgmma_operand(unsigned long long desc, int row, int kb) 
     v.__x = w8a8_wgmma_smem[addr ^ (((addr >> 7) & 7) << 4)];
     return (float)v;
 }
+// Byte kb of row `row` of a K-major operand, through the descriptor as above.
+static inline unsigned char emu_wgmma_byte(unsigned long long desc, int row, int kb) {
+    if ((desc >> 62) != 1) std::abort();
+    const unsigned start = (unsigned)(desc & 0x3FFF) << 4, sbo = (unsigned)((desc >> 32) & 0x3FFF) << 4;
+    const unsigned addr = start + (unsigned)(row / 8) * sbo + (unsigned)(row % 8) * 128 + (unsigned)kb;
+    return w8a8_wgmma_smem[addr ^ (((addr >> 7) & 7) << 4)];
+}
+// wgmma m64n128k16 bf16 (f32 accumulators) and m64n128k32 s8 (s32, exact), in wgmma_e4m3's
+// layout below: each output the exact sum of its products added to d (or replacing it), the
+// bf16 one rounded once to f32.
+static inline void wgmma_bf16_n128(float* d, unsigned long long da, unsigned long long db, int accumulate) {
+    const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+    auto val = [](unsigned long long desc, int row, int k) {
+        return emu_bf16_half((unsigned)emu_wgmma_byte(desc, row, 2 * k) | ((unsigned)emu_wgmma_byte(desc, row, 2 * k + 1) << 8), 0);
+    };
+    for (int j = 0; j < 16; ++j)
+        for (int h = 0; h < 2; ++h)
+            for (int e = 0; e < 2; ++e) {
+                const int row = 16 * warp + lane / 4 + 8 * h, col = 8 * j + 2 * (lane % 4) + e;
+                double sum = 0.0;
+                for (int k = 0; k < 16; ++k) sum += (double)val(da, row, k) * (double)val(db, col, k);
+                float& o = d[4 * j + 2 * h + e];
+                o = accumulate ? (float)((double)o + sum) : (float)sum;
+            }
+}
+static inline void wgmma_s8_n128(int* d, unsigned long long da, unsigned long long db, int accumulate) {
+    const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+    for (int j = 0; j < 16; ++j)
+        for (int h = 0; h < 2; ++h)
+            for (int e = 0; e < 2; ++e) {
+                const int row = 16 * warp + lane / 4 + 8 * h, col = 8 * j + 2 * (lane % 4) + e;
+                int sum = 0;
+                for (int k = 0; k < 32; ++k) sum += (int)(int8_t)emu_wgmma_byte(da, row, k) * (int)(int8_t)emu_wgmma_byte(db, col, k);
+                int& o = d[4 * j + 2 * h + e];
+                o = accumulate ? o + sum : sum;
+            }
+}
+
 // wgmma m64nNk32 e4m3 with f32 accumulators: this thread's N / 2 outputs (warp w of the
 // warpgroup, lane l: d[4 j + 2 h + e] is row 16 w + l / 4 + 8 h, column 8 j + 2 (l % 4) + e),
 // each the exact f64 sum of its 32 products, added to d (or replacing it) and rounded once: a
@@ -405,14 +471,19 @@ static void emu_launch(unsigned gx, unsigned gy, unsigned bx, F f) {
             std::barrier<> blk(bx);
             std::vector<std::unique_ptr<EmuWarp>> warps;
             for (unsigned w = 0; w < (bx + 31) / 32; ++w) warps.push_back(std::make_unique<EmuWarp>());
+            std::vector<std::unique_ptr<std::barrier<>>> groups;
+            for (unsigned g = 0; g < (bx + 127) / 128; ++g)
+                groups.push_back(std::make_unique<std::barrier<>>((std::ptrdiff_t)std::min(128u, bx - 128 * g)));
             std::vector<std::thread> ts;
             for (unsigned t = 0; t < bx; ++t)
                 ts.emplace_back([&, t] {
                     threadIdx.x = t;
                     emu_block = &blk;
                     emu_warp = warps[t / 32].get();
+                    emu_warpgroup = groups[t / 128].get();
                     f();
                     emu_warp->bar.arrive_and_drop();
+                    emu_warpgroup->arrive_and_drop();
                     blk.arrive_and_drop();
                 });
             for (auto& t : ts) t.join();

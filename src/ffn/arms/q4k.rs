@@ -21,13 +21,28 @@ impl DenseFfnLayer {
         }
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
-        let xq = self.quantize_q8_1(ctx, x, m, h, q.kp_gate)?;
+        // The bf16 tensor-core path (formats.md, "Q4_K on the bf16 tensor-core path") where
+        // it is built, else the q8_1 MMQ GEMMs.
+        let dq = self.dq_wgmma_ok(ctx, k.q4k_wgmma, m);
         let qk = k.q4k_gemm;
-        self.mmq_q8_1_launch(ctx, qk, xq, m, q.gate, i, q.kp_gate, g, i)?;
-        self.mmq_q8_1_launch(ctx, qk, xq, m, q.up, i, q.kp_gate, u, i)?;
+        if dq {
+            let xb = self.to_bf16_il8(ctx, x, m * h)?;
+            self.q4k_wgmma_project(ctx, xb, m, h, q.kp_gate, q.gate, i, g)?;
+            self.q4k_wgmma_project(ctx, xb, m, h, q.kp_gate, q.up, i, u)?;
+        } else {
+            let xq = self.quantize_q8_1(ctx, x, m, h, q.kp_gate)?;
+            self.mmq_q8_1_launch(ctx, qk, xq, m, q.gate, i, q.kp_gate, g, i)?;
+            self.mmq_q8_1_launch(ctx, qk, xq, m, q.up, i, q.kp_gate, u, i)?;
+        }
         self.apply_lora_gate_up(ctx, x, m, g, u)?;
-        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
         let act = g.view(0, (m * i * 4) as u64);
+        if let (true, Q4kDown::Q4k(dw)) = (dq, q.down) {
+            let ab = self.dq_down_input(ctx, m)?;
+            self.q4k_wgmma_project(ctx, ab, m, i, q.kp_down, dw, h, out)?;
+            self.apply_lora_down(ctx, act, m, out)?;
+            return Ok(out.view(0, (m * h * 4) as u64));
+        }
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
         match q.down {
             Q4kDown::Int8 { codes, scales } => {
                 if !k.int8_gemm.ok() {
@@ -39,7 +54,14 @@ impl DenseFfnLayer {
                 let call = k.requant_int8.call().ptr("x", act).dim("m", m);
                 let call = call.dim("k", i).dim("kp", kp);
                 self.launch(ctx, call.ptr("qc", aq).ptr("qs", sa))?;
-                let call = k.int8_gemm.call().ptr("aq", aq).ptr("sa", sa).dim("m", m);
+                // The exact int8 sums on the sm_90a tensor-core path with the dequantizing
+                // GEMMs' lever (the same bits), else on mma.sync.
+                let gemm = if ctx.levers.dq_wgmma && k.int8_wgmma.ok() {
+                    k.int8_wgmma
+                } else {
+                    k.int8_gemm
+                };
+                let call = gemm.call().ptr("aq", aq).ptr("sa", sa).dim("m", m);
                 let call = call.ptr("wq", codes).ptr("sw", scales).ptr("y", out);
                 self.launch(ctx, call.dim("n", h).dim("kp", kp).dim("ldy", h))?;
             }

@@ -34,6 +34,52 @@ impl HostBackend {
                     self.write_f32(out, r * os, &row)?;
                 }
             }
+            "act_mul_silu_il8" | "act_mul_gelu_il8" => {
+                let (rows, cols) = (a.dim("rows")?, a.dim("cols")?);
+                let (gs, us, os) = (a.dim("gs")?, a.dim("us")?, a.dim("os")?);
+                let (g, u) = (self.read_f32(a.ptr("g")?)?, self.read_f32(a.ptr("u")?)?);
+                let out = a.ptr("out")?;
+                for r in 0..rows {
+                    let row: Vec<f32> = (0..cols)
+                        .map(|c| {
+                            let (gv, uv) = (g[r * gs + c], u[r * us + c]);
+                            if name == "act_mul_silu_il8" {
+                                reference::silu_mul(gv, uv)
+                            } else {
+                                reference::gelu_mul(gv, uv)
+                            }
+                        })
+                        .collect();
+                    self.write(out, r * os * 2, &bf16_il8_bytes(&row))?;
+                }
+            }
+            "q4k_wgmma" => {
+                let (x, m, w) = (
+                    self.read_bf16_il8(a.ptr("x")?)?,
+                    a.dim("m")?,
+                    self.read(a.ptr("w")?)?,
+                );
+                let (y, n, kk, kp, ldy) = (
+                    a.ptr("y")?,
+                    a.dim("n")?,
+                    a.dim("k")?,
+                    a.dim("kp")?,
+                    a.dim("ldy")?,
+                );
+                if x.len() < m * kk || w.len() < n * kp / 256 * Q4K_BYTES {
+                    return Err(GpuError::Invalid(
+                        "q4k_wgmma: operands smaller than m, n, k".into(),
+                    ));
+                }
+                self.write_rows(y, ldy, m, n, |r, row| {
+                    reference::q4k_bf16_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, row);
+                })?;
+            }
+            "f32_to_bf16_il8" => {
+                let x = self.read_f32(a.ptr("x")?)?;
+                let count = a.dim("count")?;
+                self.write(a.ptr("y")?, 0, &bf16_il8_bytes(&x[..count]))?;
+            }
             "f32_to_bf16" => {
                 let x = self.read_f32(a.ptr("x")?)?;
                 let count = a.dim("count")?;
@@ -158,11 +204,21 @@ impl HostBackend {
             | "w4a16_gemm_t_k64"
             | "w4a16_gemm_t_m128"
             | "w4a16_gemm_t_m128_v2"
-            | "nvfp4_mmq_gemm" => {
-                let (x, m) = (self.read_f32(a.ptr("x")?)?, a.dim("m")?);
+            | "nvfp4_mmq_gemm"
+            | "nvfp4_wgmma" => {
+                let m = a.dim("m")?;
+                // nvfp4_wgmma takes its activations already rounded to bf16.
+                let x = if name == "nvfp4_wgmma" {
+                    self.read_bf16_il8(a.ptr("x")?)?
+                } else {
+                    self.read_f32(a.ptr("x")?)?
+                };
                 let (g, y, n, np) = (a.float("g")?, a.ptr("y")?, a.dim("n")?, a.dim("np")?);
                 let (kk, kp, ldy) = (a.dim("k")?, a.dim("kp")?, a.dim("ldy")?);
-                let (codes, scales) = if name == "nvfp4_mmq_gemm" {
+                let (codes, scales) = if name != "w4a16_gemm_t"
+                    && name != "w4a16_gemm_t_k64"
+                    && !name.starts_with("w4a16_gemm_t_m128")
+                {
                     crate::converters::layouts::nvfp4_mmq::to_nvfp4(
                         &self.read(a.ptr("tiles")?)?,
                         n,
@@ -324,7 +380,7 @@ impl HostBackend {
                     self.write_f32(qs, r, &[d])?;
                 }
             }
-            "q4k_mmq_int8_down_gemm" => {
+            "q4k_mmq_int8_down_gemm" | "int8_wgmma" => {
                 let (aq, sa, m) = (
                     self.read(a.ptr("aq")?)?,
                     self.read_f32(a.ptr("sa")?)?,
@@ -411,4 +467,14 @@ impl HostBackend {
         };
         rows.ok_or_else(|| GpuError::Invalid(format!("{name}: a row past its input")))
     }
+}
+
+/// `x` (a length divisible by 8) as bf16 bytes in the il8 order.
+fn bf16_il8_bytes(x: &[f32]) -> Vec<u8> {
+    let mut out = vec![0u8; x.len() * 2];
+    for (c, &v) in x.iter().enumerate() {
+        let p = reference::il8_pos(c);
+        out[2 * p..2 * p + 2].copy_from_slice(&crate::converters::bf16::from_f32(v).to_le_bytes());
+    }
+    out
 }

@@ -107,6 +107,19 @@ impl HostBackend {
         Ok(self.mem.lock().unwrap()[&base][off..off + p.bytes as usize].to_vec())
     }
 
+    /// A bf16 buffer in the il8 order (a whole number of 8-groups) as f32 in column order
+    /// (exact).
+    fn read_bf16_il8(&self, p: DevicePtr) -> GpuResult<Vec<f32>> {
+        let v: Vec<f32> = self
+            .read(p)?
+            .chunks_exact(2)
+            .map(|c| crate::converters::bf16::to_f32(u16::from_le_bytes([c[0], c[1]])))
+            .collect();
+        Ok((0..v.len() / 8 * 8)
+            .map(|c| v[super::reference::il8_pos(c)])
+            .collect())
+    }
+
     fn read_f32(&self, p: DevicePtr) -> GpuResult<Vec<f32>> {
         Ok(self
             .read(p)?
