@@ -356,7 +356,7 @@ fn a_pack_with_q4k_mmq_q2g128_and_lora_loads_with_zero_repack_launches() {
     upload_f32(b.as_ref(), xp, &x).unwrap();
     let y = download_f32(b.as_ref(), l.forward_prefill(&mut ctx, xp, 4).unwrap()).unwrap();
     assert!(y.iter().all(|v| v.is_finite()));
-    assert!(ctx.trace.contains(&"q4k_mmq_gemm") && ctx.trace.contains(&"lora_b_add"));
+    assert!(ctx.trace.contains(&"q4k_wgmma") && ctx.trace.contains(&"lora_b_add"));
     // The q2g128 overlay of the same pack serves decode.
     let mut l2 = DenseFfnLayer::new(&ctx);
     metrale_pack::loader::LayerOverlays {
