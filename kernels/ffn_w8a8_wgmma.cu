@@ -240,6 +240,21 @@ __device__ __forceinline__ void wgmma_storers(int st, const float* epi, unsigned
     }
 }
 
+// A consumer's hand-over of a finished tile to the storers: wait until they are done with the
+// previous one (`epi_empty`), write this thread's totals (the wgmma accumulator layout, as f32)
+// into the shared output tile at `erow` (row stride LD), arrive on `epi_full`.
+template <int BN, int LD, class T>
+__device__ __forceinline__ void wgmma_hand_over(float* erow, const T* acc, unsigned epi_full, unsigned epi_empty, unsigned& ep) {
+    mbar_wait(epi_empty, ep ^ 1);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<float2*>(erow + 8 * h * LD + 8 * j) = make_float2((float)acc[4 * j + 2 * h], (float)acc[4 * j + 2 * h + 1]);
+    mbar_arrive(epi_full);
+    ep ^= 1;
+}
+
 // The int8 consumers (int8_wgmma): per stage the four k32 s8 wgmmas accumulate into one s32
 // total (exact), the total carried across stages in the accumulator itself; at the end of a tile
 // the totals go to the output tile as f32 (exact below 2^24 in magnitude; beyond, rounded once,
@@ -273,14 +288,7 @@ __device__ __forceinline__ void w8a8_wgmma_int8_consumer(int c, unsigned long lo
                 phase ^= 1;
             }
         }
-        mbar_wait(epi_empty, ep ^ 1);
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                *reinterpret_cast<float2*>(erow + 8 * h * LD + 8 * j) = make_float2((float)acc[4 * j + 2 * h], (float)acc[4 * j + 2 * h + 1]);
-        mbar_arrive(epi_full);
-        ep ^= 1;
+        wgmma_hand_over<BN, LD>(erow, acc, epi_full, epi_empty, ep);
     }
 }
 
@@ -413,14 +421,7 @@ __device__ __forceinline__ void w8a8_wgmma_ws(const MpTmap* qmap, const float* _
                 phase ^= 1;
             }
         }
-        mbar_wait(epi_empty, ep ^ 1);
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                *reinterpret_cast<float2*>(erow + 8 * h * LD + 8 * j) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        mbar_arrive(epi_full);
-        ep ^= 1;
+        wgmma_hand_over<BN, LD>(erow, acc, epi_full, epi_empty, ep);
     }
 }
 

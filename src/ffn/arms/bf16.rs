@@ -2,6 +2,7 @@
 
 use super::super::*;
 
+use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GemmBf16, GpuError, GpuResult};
 
 impl DenseFfnLayer {
@@ -84,8 +85,20 @@ impl DenseFfnLayer {
         x: DevicePtr,
         count: usize,
     ) -> GpuResult<DevicePtr> {
+        self.bf16_into_arena(ctx, self.kernels.to_bf16, x, count)
+    }
+
+    /// `count` f32 values at `x` through the conversion `kernel` (`f32_to_bf16` or its il8
+    /// order) into the arena's bf16 buffer.
+    pub(crate) fn bf16_into_arena(
+        &self,
+        ctx: &mut ForwardContext,
+        kernel: Kernel,
+        x: DevicePtr,
+        count: usize,
+    ) -> GpuResult<DevicePtr> {
         let dst = ctx.arena.act_bf16.view(0, (count * 2) as u64);
-        let call = self.kernels.to_bf16.call().ptr("x", x).ptr("y", dst);
+        let call = kernel.call().ptr("x", x).ptr("y", dst);
         self.launch(ctx, call.dim("count", count))?;
         Ok(dst)
     }

@@ -31,10 +31,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         count: usize,
     ) -> GpuResult<DevicePtr> {
-        let dst = ctx.arena.act_bf16.view(0, (count * 2) as u64);
-        let call = self.kernels.to_bf16_il8.call().ptr("x", x).ptr("y", dst);
-        self.launch(ctx, call.dim("count", count))?;
-        Ok(dst)
+        self.bf16_into_arena(ctx, self.kernels.to_bf16_il8, x, count)
     }
 
     /// The down GEMM's input, bf16 `[m, inter]` in the il8 order in the arena: the activation

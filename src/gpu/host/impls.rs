@@ -15,42 +15,29 @@ impl HostBackend {
         let name = spec.name;
         let round = spec.round;
         match name {
-            "act_mul_silu" | "act_mul_gelu" => {
+            "act_mul_silu" | "act_mul_gelu" | "act_mul_silu_il8" | "act_mul_gelu_il8" => {
                 let (rows, cols) = (a.dim("rows")?, a.dim("cols")?);
                 let (gs, us, os) = (a.dim("gs")?, a.dim("us")?, a.dim("os")?);
                 let (g, u) = (self.read_f32(a.ptr("g")?)?, self.read_f32(a.ptr("u")?)?);
                 let out = a.ptr("out")?;
+                let silu = name.starts_with("act_mul_silu");
                 for r in 0..rows {
                     let row: Vec<f32> = (0..cols)
                         .map(|c| {
                             let (gv, uv) = (g[r * gs + c], u[r * us + c]);
-                            if name == "act_mul_silu" {
+                            if silu {
                                 reference::silu_mul(gv, uv)
                             } else {
                                 reference::gelu_mul(gv, uv)
                             }
                         })
                         .collect();
-                    self.write_f32(out, r * os, &row)?;
-                }
-            }
-            "act_mul_silu_il8" | "act_mul_gelu_il8" => {
-                let (rows, cols) = (a.dim("rows")?, a.dim("cols")?);
-                let (gs, us, os) = (a.dim("gs")?, a.dim("us")?, a.dim("os")?);
-                let (g, u) = (self.read_f32(a.ptr("g")?)?, self.read_f32(a.ptr("u")?)?);
-                let out = a.ptr("out")?;
-                for r in 0..rows {
-                    let row: Vec<f32> = (0..cols)
-                        .map(|c| {
-                            let (gv, uv) = (g[r * gs + c], u[r * us + c]);
-                            if name == "act_mul_silu_il8" {
-                                reference::silu_mul(gv, uv)
-                            } else {
-                                reference::gelu_mul(gv, uv)
-                            }
-                        })
-                        .collect();
-                    self.write(out, r * os * 2, &bf16_il8_bytes(&row))?;
+                    // f32, or bf16 in the il8 order.
+                    if name.ends_with("_il8") {
+                        self.write(out, r * os * 2, &bf16_il8_bytes(&row))?;
+                    } else {
+                        self.write_f32(out, r * os, &row)?;
+                    }
                 }
             }
             "q4k_wgmma" => {
