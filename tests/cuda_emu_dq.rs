@@ -27,8 +27,8 @@ fn il8(x: &[f32], k: usize) -> (Vec<u8>, Vec<f32>) {
     (bytes, x.iter().map(|&v| ActRound::Bf16.apply(v)).collect())
 }
 
-/// Launch a dequantizing GEMM `name` with the activation tensor map first, on one block fewer
-/// than its tiles (block 0 takes two); returns the output.
+/// Launch a dequantizing GEMM `name` with the activation tensor map and m first, then `rest`,
+/// on one block fewer than its tiles (block 0 takes two); returns the output `y`.
 fn run_dq(name: &str, xb: Vec<u8>, m: usize, n: usize, k: usize, mut rest: Vec<A>) -> Vec<f32> {
     let exe = emulator().unwrap();
     let sp = spec("ffn_w8a8_wgmma", name).unwrap();
@@ -39,10 +39,8 @@ fn run_dq(name: &str, xb: Vec<u8>, m: usize, n: usize, k: usize, mut rest: Vec<A
     let mut a = vec![A::T(xb, k * 2, m, rule.box_rows, rule.box_bytes), A::I(m)];
     a.append(&mut rest);
     launch(exe, name, (tiles - 1, 1), sp.grid.threads, &mut a);
-    let y = a
-        .iter()
-        .position(|v| matches!(v, A::P(b) if b.len() == m * n * 4))
-        .unwrap();
+    // The output by its parameter's place in the kernel table.
+    let y = sp.params().position(|(p, _)| p == "y").unwrap();
     bf32(buf(&a[y]))
 }
 
@@ -107,8 +105,9 @@ fn q4k_wgmma_matches_the_bf16_q4k_contract() {
         A::I(n),
     ];
     let got = run_dq("q4k_wgmma", xb, m, n, k, rest);
+    let wd = reference::q4k_bf16_weights(&w, n, kp);
     let want = rows64(m, n, |i, row| {
-        reference::q4k_bf16_row(&xr[i * k..(i + 1) * k], &w, n, k, kp, row)
+        reference::q4k_bf16_row(&xr[i * k..(i + 1) * k], &wd, n, k, kp, row)
     });
     let err = rel_err(&got, &want);
     assert!(err < 2e-6, "q4k_wgmma: {err}");

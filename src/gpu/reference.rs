@@ -426,22 +426,25 @@ pub fn q4k_bf16_block(blk: &[u8]) -> [f32; 256] {
     out
 }
 
-/// One output row of `q4k_wgmma`: `y[j] = sum_i x[i] * w_bf16[j, i]` over bf16 activations `x`
-/// (`k` values, as f32) and Q4_K rows `w` (`[n, kp / 256]` blocks), summed in f64.
-pub fn q4k_bf16_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32]) {
-    let nsb = kp / 256;
+/// The bf16 weights of `n` Q4_K rows (`[n, kp / 256]` blocks) on the bf16 tensor-core path, as
+/// f32 `[n, kp]`: [`q4k_bf16_block`] on every block, decoded once for all the rows of a product.
+pub fn q4k_bf16_weights(w: &[u8], n: usize, kp: usize) -> Vec<f32> {
+    w[..n * kp / 256 * Q4K_BYTES]
+        .par_chunks_exact(Q4K_BYTES)
+        .flat_map_iter(q4k_bf16_block)
+        .collect()
+}
+
+/// One output row of `q4k_wgmma`: `y[j] = sum_i x[i] * wd[j, i]` over bf16 activations `x`
+/// (`k` values, as f32) and the decoded weights `wd` ([`q4k_bf16_weights`], `[n, kp]`), summed
+/// in f64.
+pub fn q4k_bf16_row(x: &[f32], wd: &[f32], n: usize, k: usize, kp: usize, y: &mut [f32]) {
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
-        let mut acc = 0f64;
-        for sb in 0..nsb {
-            let blk = &w[(j * nsb + sb) * Q4K_BYTES..(j * nsb + sb + 1) * Q4K_BYTES];
-            let v = q4k_bf16_block(blk);
-            for (l, &wv) in v.iter().enumerate() {
-                let i = sb * 256 + l;
-                if i < k {
-                    acc += x[i] as f64 * wv as f64;
-                }
-            }
-        }
+        let acc: f64 = x[..k]
+            .iter()
+            .zip(&wd[j * kp..j * kp + k])
+            .map(|(&xv, &wv)| xv as f64 * wv as f64)
+            .sum();
         *out = acc as f32;
     });
 }

@@ -454,14 +454,17 @@ use Axis::{Fixed, One, Per, Rule};
 /// Columns per block of the per-group FP8 quantizers: 8 warps of one 128-column group each.
 const FP8_G128_COLS: usize = 8 * 128;
 
-/// `w8a8_wgmma`'s output tiles (its persistent blocks stride over them).
-fn w8a8_wgmma_tiles(a: &Args) -> GpuResult<usize> {
-    let (mt, nt) = (
-        a.dim("m")?.div_ceil(W8A8_WGMMA_BM),
-        a.dim("n")?.div_ceil(W8A8_WGMMA_BN),
-    );
+/// The `bm` x `bn` output tiles over the `m` x `n` output of a persistent GEMM (its blocks stride
+/// over them), the product checked.
+fn output_tiles(a: &Args, bm: usize, bn: usize) -> GpuResult<usize> {
+    let (mt, nt) = (a.dim("m")?.div_ceil(bm), a.dim("n")?.div_ceil(bn));
     mt.checked_mul(nt)
-        .ok_or_else(|| GpuError::Invalid("w8a8_wgmma: tile count overflows".into()))
+        .ok_or_else(|| GpuError::Invalid(format!("{}: tile count overflows", a.spec.name)))
+}
+
+/// `w8a8_wgmma`'s output tiles.
+fn w8a8_wgmma_tiles(a: &Args) -> GpuResult<usize> {
+    output_tiles(a, W8A8_WGMMA_BM, W8A8_WGMMA_BN)
 }
 
 /// `w8a8_wgmma`'s tensor maps: the activation codes [m, kp] in boxes of BM rows, the weight codes
@@ -499,12 +502,7 @@ const INT8_WGMMA_TMAPS: &[TmapRule] = &[
 
 /// The dequantizing wgmma GEMMs' output tiles.
 fn dq_wgmma_tiles(a: &Args) -> GpuResult<usize> {
-    let (mt, nt) = (
-        a.dim("m")?.div_ceil(DQ_WGMMA_BM),
-        a.dim("n")?.div_ceil(DQ_WGMMA_BN),
-    );
-    mt.checked_mul(nt)
-        .ok_or_else(|| GpuError::Invalid("dq wgmma: tile count overflows".into()))
+    output_tiles(a, DQ_WGMMA_BM, DQ_WGMMA_BN)
 }
 
 /// The dequantizing wgmma GEMMs' tensor map: the bf16 activations [m, k] in boxes of BM rows and

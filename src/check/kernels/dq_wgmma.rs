@@ -145,6 +145,7 @@ pub(super) fn q4k_wgmma_rows(
         return Ok(());
     }
     let (n, k) = (c.n, c.k);
+    let wd = reference::q4k_bf16_weights(gate_bytes, n, kp);
     for &m in c.ms {
         let xb = x_bf16(c, m)?;
         c.poison_y()?;
@@ -161,7 +162,7 @@ pub(super) fn q4k_wgmma_rows(
         let err = c.err(m, |r| {
             let xr: Vec<f32> = c.xr(r).iter().map(|&v| ActRound::Bf16.apply(v)).collect();
             let mut out = vec![0f32; n];
-            reference::q4k_bf16_row(&xr, gate_bytes, n, k, kp, &mut out);
+            reference::q4k_bf16_row(&xr, &wd, n, k, kp, &mut out);
             out
         })?;
         c.row(rows, kernel.spec.name, m, err, DQ_TOL);

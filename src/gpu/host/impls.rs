@@ -58,8 +58,9 @@ impl HostBackend {
                         "q4k_wgmma: operands smaller than m, n, k".into(),
                     ));
                 }
+                let wd = reference::q4k_bf16_weights(&w, n, kp);
                 self.write_rows(y, ldy, m, n, |r, row| {
-                    reference::q4k_bf16_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, row);
+                    reference::q4k_bf16_row(&x[r * kk..(r + 1) * kk], &wd, n, kk, kp, row);
                 })?;
             }
             "f32_to_bf16_il8" => {
