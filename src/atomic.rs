@@ -104,14 +104,33 @@ pub fn write_atomic<E>(
 where
     E: From<crate::Error>,
 {
+    write_atomic_checked(path, fill, |_| Ok(()))
+}
+
+/// [`write_atomic`], with `check` run on the finished, fsynced file (given its temporary path)
+/// before it is renamed over `path`: a file that fails the check never replaces what `path`
+/// held. A replaced file's permission bits are kept.
+pub fn write_atomic_checked<E>(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<File>) -> Result<(), E>,
+    check: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<(), E>
+where
+    E: From<crate::Error>,
+{
     let dir = parent_dir(path);
-    let failed = |file: &Path, step: &'static str, err: std::io::Error| {
+    // Every error names the output the user gave, never the temporary file.
+    let failed = |_: &Path, step: &'static str, err: std::io::Error| {
         E::from(crate::Error::Write {
-            file: file.display().to_string(),
+            file: path.display().to_string(),
             step,
             err,
         })
     };
+    let old_mode = std::fs::metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.permissions());
     if path.is_dir() {
         return Err(E::from(crate::Error::Output {
             file: path.display().to_string(),
@@ -135,7 +154,7 @@ where
                 Ok(f) => (f, true),
                 Err(e) => {
                     unregister_pending();
-                    return Err(failed(&tmp, "create", e));
+                    return Err(failed(&tmp, "creating a temporary file in its folder", e));
                 }
             }
         }
@@ -147,11 +166,17 @@ where
             let err = std::io::Error::new(e.error().kind(), e.error().to_string());
             failed(&tmp, "write", err)
         })?;
+        if let Some(mode) = &old_mode {
+            f.set_permissions(mode.clone())
+                .map_err(|e| failed(path, "keeping the replaced file's mode", e))?;
+        }
         f.sync_all().map_err(|e| failed(path, "fsync", e))?;
         if !named {
             register_pending(&tmp);
             link_unnamed(&f, &tmp).map_err(|e| failed(&tmp, "naming the finished file", e))?;
         }
+        drop(f);
+        check(&tmp)?;
         std::fs::rename(&tmp, path).map_err(|e| failed(path, "rename", e))?;
         // Persist the rename itself; not all filesystems allow fsync on a directory.
         let _ = File::open(&dir).and_then(|d| d.sync_all());
@@ -256,13 +281,25 @@ fn process_alive(pid: i32) -> bool {
     r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-/// `DIR/.NAME.mpk-tmp-PID` beside `path`.
+/// The longest file name the folders we write into take (Linux `NAME_MAX`).
+pub const NAME_MAX: usize = 255;
+
+/// `DIR/.NAME.mpk-tmp-PID` beside `path`; where that name would pass [`NAME_MAX`] bytes,
+/// `DIR/.HASH.mpk-tmp-PID` (HASH: 16 hex digits of the name's xxh3).
 pub fn temp_path(path: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_else(|| "out".into());
-    path.with_file_name(format!(".{name}{TEMP_MARK}{}", std::process::id()))
+    let pid = std::process::id();
+    let long = format!(".{name}{TEMP_MARK}{pid}");
+    if long.len() <= NAME_MAX {
+        return path.with_file_name(long);
+    }
+    let raw = path.file_name().map(|n| n.as_bytes()).unwrap_or(b"out");
+    let h = xxhash_rust::xxh3::xxh3_64(raw);
+    path.with_file_name(format!(".{h:016x}{TEMP_MARK}{pid}"))
 }
 
 #[cfg(test)]
@@ -287,6 +324,31 @@ mod tests {
         .unwrap();
         assert_eq!(std::fs::read(&out).unwrap(), b"done");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn long_names_fit_a_failed_check_keeps_the_old_file_and_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join(format!("{}.gguf", "n".repeat(250)));
+        assert!(temp_path(&out).file_name().unwrap().len() <= NAME_MAX);
+        write_atomic(&out, |w| -> anyhow::Result<()> { Ok(w.write_all(b"v1")?) }).unwrap();
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let r = write_atomic_checked(
+            &out,
+            |w| -> anyhow::Result<()> { Ok(w.write_all(b"bad")?) },
+            |tmp| {
+                assert_eq!(std::fs::read(tmp)?, b"bad");
+                anyhow::bail!("the finished file is unreadable")
+            },
+        );
+        assert!(r.is_err());
+        assert_eq!(std::fs::read(&out).unwrap(), b"v1");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        write_atomic(&out, |w| -> anyhow::Result<()> { Ok(w.write_all(b"v2")?) }).unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"v2");
+        let mode = std::fs::metadata(&out).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o640);
     }
 
     #[test]

@@ -219,6 +219,14 @@ pub enum Error {
     /// The GPU runtime refused (a check or load run on a device).
     #[error("GPU: {0}")]
     Gpu(#[from] crate::gpu::GpuError),
+    /// An input changed (shrank, or was replaced) while it was being read.
+    #[error("{file}: {reason}")]
+    Changed {
+        /// The file (its path as given).
+        file: String,
+        /// What changed and which bytes were lost.
+        reason: String,
+    },
     /// The input is not something this tool reads.
     #[error("{file}: {reason}")]
     Unsupported {

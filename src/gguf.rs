@@ -200,20 +200,23 @@ impl TensorInfo {
 }
 
 /// Open and map a model file read-only; returns the file, the map and the path for messages.
-pub(crate) fn map_file(path: &Path) -> Result<(std::fs::File, Mmap, String)> {
+pub(crate) fn map_file(
+    path: &Path,
+) -> Result<(std::fs::File, Mmap, String, crate::mapguard::Guard)> {
     let file = path.display().to_string();
     require_regular(path)?;
     let f = std::fs::File::open(path).map_err(|err| Error::Io {
         file: file.clone(),
         err,
     })?;
-    // SAFETY: the map is read-only; a concurrent truncation by another process could fault,
-    // which is the documented hazard of mapping files and accepted for model files.
+    // SAFETY: the map is read-only; a concurrent truncation by another process would fault,
+    // which the guard turns into zero pages and a recorded error (`crate::mapguard`).
     let map = unsafe { Mmap::map(&f) }.map_err(|err| Error::Io {
         file: file.clone(),
         err,
     })?;
-    Ok((f, map, file))
+    let guard = crate::mapguard::Guard::register(&map);
+    Ok((f, map, file, guard))
 }
 
 /// Refuse anything but a regular file (after symlinks) before opening it: opening a FIFO for
@@ -258,12 +261,14 @@ pub struct GgufFile {
     pub alignment: u64,
     /// Absolute offset of the data section.
     pub data_offset: u64,
+    /// The map's registration against SIGBUS (`crate::mapguard`).
+    pub guard: crate::mapguard::Guard,
 }
 
 impl GgufFile {
     /// Map and validate `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let (f, map, file) = map_file(path)?;
+        let (f, map, file, guard) = map_file(path)?;
         let parsed = parse(&map, &file)?;
         Ok(GgufFile {
             path: path.to_path_buf(),
@@ -274,6 +279,7 @@ impl GgufFile {
             tensors: parsed.tensors,
             alignment: parsed.alignment,
             data_offset: parsed.data_offset,
+            guard,
         })
     }
 

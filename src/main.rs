@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 #[path = "cli/inspect.rs"]
 mod inspect;
 use inspect::{inspect, write_fidelity};
+#[path = "cli/term.rs"]
+mod term;
 #[path = "cli/tp.rs"]
 mod tp;
 
@@ -68,6 +70,10 @@ enum Cmd {
         /// (gate/up by rows, down by columns) and of attention (by heads); 1 = one GPU.
         #[arg(long, default_value_t = 1)]
         tp: u32,
+        /// Carry NaN and infinite FFN weights instead of refusing them (only the bf16 layout
+        /// holds them).
+        #[arg(long)]
+        allow_nonfinite: bool,
     },
     /// Check a pack: every tensor's checksum; with --source, re-derive every tensor from the
     /// source checkpoint and compare bit for bit.
@@ -244,7 +250,8 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             // One line: the error and its causes. A backtrace only on request (the release
             // binary is stripped, so RUST_BACKTRACE alone would print frames without names).
-            eprintln!("error: {e:#}");
+            // Escaped: the message may quote names and keys read from a file.
+            eprintln!("error: {}", term::escape(&format!("{e:#}")));
             if std::env::var_os("METRALE_BACKTRACE").is_some() {
                 eprintln!("{}", e.backtrace());
             }
@@ -287,6 +294,7 @@ fn run(cli: Cli) -> Result<()> {
             threads,
             host_tensors,
             tp,
+            allow_nonfinite,
         } => convert(
             &src,
             output,
@@ -294,7 +302,7 @@ fn run(cli: Cli) -> Result<()> {
             &q4k_down,
             lora,
             threads,
-            (host_tensors, tp),
+            (host_tensors, tp, allow_nonfinite),
         ),
         Cmd::Verify { pack, source } => verify(&pack, source.as_deref()),
         Cmd::GpuCheck {
@@ -342,25 +350,7 @@ fn run(cli: Cli) -> Result<()> {
             arm,
             input,
             output,
-        } => {
-            let Some(b) = cuda_or_skip() else {
-                anyhow::bail!("ffn-apply needs a GPU");
-            };
-            let npy = metrale_pack::npy::parse(&std::fs::read(&input)?)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
-            anyhow::ensure!(
-                npy.dtype == metrale_pack::npy::NpyDtype::F32 && npy.shape.len() == 2,
-                "{}: expected f32 [rows, hidden]",
-                input.display()
-            );
-            let y =
-                metrale_pack::check::activations::apply_arm(b, &pack, layer, &arm, &npy.to_f32())?;
-            atomic::write_atomic(&output, |w| -> Result<()> {
-                metrale_pack::npy::write_f32(w, &npy.shape, &y)?;
-                Ok(())
-            })?;
-            Ok(())
-        }
+        } => ffn_apply(&pack, layer, &arm, &input, &output),
         Cmd::TpCheck {
             source,
             tp,
@@ -402,6 +392,39 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// `ffn-apply`: the input and output rules of `convert` and `dump` (the output is neither input
+/// nor a folder, the input a regular `.npy` of f32 `[rows, hidden]` with the pack's hidden size),
+/// on the first GPU, or on the host backend where there is none.
+fn ffn_apply(pack: &Path, layer: usize, arm: &str, input: &Path, output: &Path) -> Result<()> {
+    use metrale_pack::gpu::GpuBackend;
+    atomic::refuse_inputs(output, &[pack.to_path_buf(), input.to_path_buf()])?;
+    gguf::require_regular(input)?;
+    let hidden = Pack::open(pack)?.manifest.model.hidden_size as usize;
+    let npy = npy::parse(&std::fs::read(input).with_context(|| input.display().to_string())?)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
+    anyhow::ensure!(
+        npy.dtype == npy::NpyDtype::F32 && npy.shape.len() == 2 && npy.shape[1] == hidden,
+        "{}: {:?} {:?}: expected f32 [rows, {hidden}] (the pack's hidden size)",
+        input.display(),
+        npy.dtype,
+        npy.shape
+    );
+    let b: std::sync::Arc<dyn GpuBackend> = match metrale_pack::gpu::cuda::CudaBackend::new(0) {
+        Ok(b) => std::sync::Arc::new(b),
+        Err(e) => {
+            eprintln!("no GPU ({e}): running on the host backend");
+            std::sync::Arc::new(metrale_pack::gpu::host::HostBackend::new())
+        }
+    };
+    let y = metrale_pack::check::activations::apply_arm(b, pack, layer, arm, &npy.to_f32())?;
+    atomic::write_atomic(output, |w| -> Result<()> {
+        npy::write_f32(w, &npy.shape, &y)?;
+        Ok(())
+    })?;
+    eprintln!("wrote {:?} f32 to {}", npy.shape, output.display());
+    Ok(())
+}
+
 /// `--layouts` tags as layouts (`None`: the defaults).
 fn parse_layouts(tags: Option<Vec<String>>) -> Result<Option<Vec<Layout>>> {
     tags.map(|v| {
@@ -419,7 +442,7 @@ fn convert(
     q4k_down: &str,
     lora: Option<PathBuf>,
     threads: Option<usize>,
-    (host_tensors, tp): (Vec<String>, u32),
+    (host_tensors, tp, allow_nonfinite): (Vec<String>, u32, bool),
 ) -> Result<()> {
     let layouts = parse_layouts(layouts)?;
     let q4k_down = match q4k_down {
@@ -434,9 +457,10 @@ fn convert(
         lora,
         host_tensors,
         tp,
+        allow_nonfinite,
     };
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.unwrap_or(0))
+        .num_threads(capped_threads(threads))
         .build()?;
     let model = Model::open(src)?;
     let mut inputs = model.input_paths();
@@ -549,7 +573,8 @@ fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
     if raw {
         let data = m.data(i);
         atomic::write_atomic(out, |w| -> Result<()> {
-            Ok(npy::write_u8(w, &[data.len()], data)?)
+            npy::write_u8(w, &[data.len()], data)?;
+            Ok(m.check_intact()?)
         })?;
         eprintln!(
             "wrote {} stored bytes of {name} to {}",
@@ -568,6 +593,7 @@ fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
             m.tensors[i].shape.iter().map(|&d| d as usize).collect(),
         ),
     };
+    m.check_intact()?;
     atomic::write_atomic(out, |w| -> Result<()> {
         Ok(npy::write_f32(w, &shape, &values)?)
     })
@@ -580,6 +606,20 @@ fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
 fn pack_blob(m: &Model, i: usize) -> bool {
     let t = &m.tensors[i];
     t.dtype == model::DType::Ggml(metrale_pack::GgmlType::I8) && t.name.contains(".ffn_")
+}
+
+/// `--threads`, at most the cores this process may run on (0: rayon's default, all of them);
+/// asking for more says so once instead of failing to spawn them.
+fn capped_threads(threads: Option<usize>) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match threads {
+        Some(t) if t > cores => {
+            eprintln!("--threads {t}: this machine runs {cores} at once; using {cores}");
+            cores
+        }
+        Some(t) => t,
+        None => 0,
+    }
 }
 
 /// Peak resident set size of this process (Linux `VmHWM`).

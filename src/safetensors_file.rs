@@ -34,12 +34,14 @@ pub struct StFile {
     pub tensors: Vec<StTensor>,
     /// The `__metadata__` map.
     pub metadata: HashMap<String, String>,
+    /// The map's registration against SIGBUS (`crate::mapguard`).
+    pub guard: crate::mapguard::Guard,
 }
 
 impl StFile {
     /// Map and validate one `.safetensors` file.
     pub fn open(path: &Path) -> Result<Self> {
-        let (_, map, file) = crate::gguf::map_file(path)?;
+        let (_, map, file, guard) = crate::gguf::map_file(path)?;
         let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| Error::Safetensors {
             file: file.clone(),
             reason: e.to_string(),
@@ -67,6 +69,7 @@ impl StFile {
             map,
             tensors,
             metadata,
+            guard,
         })
     }
 

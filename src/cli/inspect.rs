@@ -105,7 +105,10 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
         o.flush()?;
         return Ok(());
     }
-    let mut o = std::io::stdout().lock();
+    // Names, keys and values come from the file: each is escaped on its way to the terminal
+    // (a newline in a name too), and every line again.
+    use super::term::escape as esc;
+    let mut o = super::term::Escaping::new(std::io::BufWriter::new(std::io::stdout().lock()));
     writeln!(o, "format: {}", m.format.name())?;
     for f in &m.files {
         writeln!(o, "file: {}", f.path().display())?;
@@ -172,7 +175,7 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
             writeln!(
                 o,
                 "  source {} ({} bytes, xxh3 {})",
-                s.name, s.bytes, s.xxh3
+                esc(&s.name), s.bytes, s.xxh3
             )?;
         }
         if let Some(tp) = &pm.tp {
@@ -196,7 +199,7 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
     }
     writeln!(o, "metadata ({} keys):", metadata.len())?;
     for (k, v) in &metadata {
-        writeln!(o, "  {k} = {v}")?;
+        writeln!(o, "  {} = {}", esc(k), esc(v))?;
     }
     writeln!(o, "tensors ({}):", m.tensors.len())?;
     writeln!(
@@ -208,12 +211,13 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
         writeln!(
             o,
             "  {:<48} {:<8} {:<20} {:>12} {:>12}",
-            t.name,
+            esc(&t.name),
             t.dtype.name(),
             format!("{:?}", t.shape),
             t.offset,
             t.bytes
         )?;
     }
+    o.flush()?;
     Ok(())
 }

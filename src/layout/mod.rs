@@ -190,6 +190,23 @@ impl<'a> EncodeCx<'a> {
         if self.dense[pi].is_none() {
             let full = self.model.decode_weight(self.weight(pi))?.0;
             let [n, k] = self.full_shape(pi)?;
+            if !self.opts.allow_nonfinite
+                && let Some(at) = full.iter().position(|v| !v.is_finite())
+            {
+                let t = self.weight(pi).main();
+                return Err(Error::Tensor {
+                    file: self.model.file_of(t),
+                    tensor: self.model.tensors[t].name.clone(),
+                    field: "values",
+                    reason: format!(
+                        "row {}, column {} decodes to {} (a non-finite value or scale in the source); \
+                         refused, since no quantized layout can carry it (--allow-nonfinite keeps it in the bf16 layout)",
+                        at / k.max(1),
+                        at % k.max(1),
+                        full[at]
+                    ),
+                });
+            }
             let pad = self.pad() as usize;
             let v = match self.cut(pi) {
                 None => full,

@@ -382,6 +382,16 @@ impl SourceFile {
         }
     }
 
+    /// An error if the file shrank or was replaced since it was mapped (`crate::mapguard`):
+    /// what was read from it may be zeros.
+    pub fn check_intact(&self) -> Result<()> {
+        let (map, guard) = match self {
+            SourceFile::Gguf(g) => (&g.map, &g.guard),
+            SourceFile::Safetensors(s) => (&s.map, &s.guard),
+        };
+        crate::mapguard::check(self.path(), map.len() as u64, guard)
+    }
+
     /// The whole mapped file.
     pub fn bytes(&self) -> &[u8] {
         match self {
@@ -441,6 +451,12 @@ impl Model {
             }
         }
         v
+    }
+
+    /// An error naming the first file that shrank or was replaced since the model was opened:
+    /// callers that read a source ask this before they call a result good.
+    pub fn check_intact(&self) -> Result<()> {
+        self.files.iter().try_for_each(SourceFile::check_intact)
     }
 
     /// The first file as GGUF, if it is one (its metadata is the model's).

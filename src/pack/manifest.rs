@@ -23,6 +23,10 @@ pub struct ConvertOptions {
     /// and the llama-style attention into N rank segments (formats.md, "Tensor-parallel packs").
     #[serde(default = "one")]
     pub tp: u32,
+    /// Carry NaN and infinite FFN weights (`--allow-nonfinite`; only the `bf16` layout holds
+    /// them). Without it a non-finite weight is refused, naming tensor, row and column.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_nonfinite: bool,
 }
 
 fn one() -> u32 {
@@ -37,6 +41,7 @@ impl Default for ConvertOptions {
             lora: None,
             host_tensors: Vec::new(),
             tp: 1,
+            allow_nonfinite: false,
         }
     }
 }

@@ -93,6 +93,14 @@ impl<'m> Plan<'m> {
         {
             return Err(bad(why.to_string()));
         }
+        if opts.allow_nonfinite
+            && let Some(l) = layouts.iter().find(|&&l| l != Layout::Bf16)
+        {
+            return Err(bad(format!(
+                "--allow-nonfinite: layout {} cannot carry NaN or infinite weights; use --layouts bf16",
+                l.tag()
+            )));
+        }
         if layouts.contains(&Layout::Lora) {
             if opts.lora.is_none() {
                 return Err(bad("layout lora needs --lora DIR (a PEFT adapter)".into()));
@@ -619,8 +627,25 @@ fn decoded_rel_err(
         name: layout.tag(),
         parts: &part,
     })?;
+    // Non-finite source values (carried only with --allow-nonfinite) are left out of the
+    // figure; a finite value the layout cannot hold is an error, never a NaN in the manifest.
     let (mut num, mut den) = (0f64, 0f64);
-    for (d, s) in dec.iter().zip(source) {
+    for (i, (d, s)) in dec.iter().zip(source).enumerate() {
+        if !s.is_finite() {
+            continue;
+        }
+        if !d.is_finite() {
+            return Err(Error::Output {
+                file: file.into(),
+                reason: format!(
+                    "layout {} cannot hold the {} weight at row {}, column {} ({s}: decodes to {d})",
+                    layout.tag(),
+                    proj.name(),
+                    i / k.max(1),
+                    i % k.max(1)
+                ),
+            });
+        }
         let (d, s) = (*d as f64, *s as f64);
         num += (d - s) * (d - s);
         den += s * s;

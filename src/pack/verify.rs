@@ -36,6 +36,8 @@ pub fn verify_against_source(pack: &Pack, source: &Model) -> Result<SourceCheck>
         i += 1;
         Ok(())
     })?;
+    // A source that shrank while it was read compared zeros: an error, not a verdict.
+    source.check_intact()?;
     if check.checked != pack.manifest.tensors.len() {
         check.mismatched.push(format!(
             "(the source yields {} tensors, the pack holds {})",

@@ -143,97 +143,122 @@ pub fn convert(
                 .sum()
         })
         .collect();
-    crate::atomic::write_atomic(out, |w| -> Result<()> {
-        w.write_all(&vec![0u8; header_len]).map_err(io)?;
-        let mut pos = 0u64; // data-relative
-        let mut done = 0u64;
-        let mut entries: Vec<TensorEntry> = Vec::with_capacity(plan.items.len());
-        let mut seg_start = None;
-        let mut starts = Vec::with_capacity(plan.items.len());
-        plan.produce(|name, bytes, mut entry| {
-            if entries.len() == n_host {
-                seg_start = Some(pos);
-            }
-            starts.push(pos);
-            entry.xxh3 = hex(xxh3_64(bytes));
-            entry.bytes = bytes.len() as u64;
-            w.write_all(bytes).map_err(io)?;
-            let padded = (bytes.len() as u64).div_ceil(PACK_ALIGNMENT) * PACK_ALIGNMENT;
-            w.write_all(&vec![0u8; (padded - bytes.len() as u64) as usize])
-                .map_err(io)?;
-            pos += padded;
-            done += match &entry.ffn {
-                None => bytes.len() as u64,
-                Some(fe) => {
-                    layer_bytes[plan.layer_pos.get(&fe.layer).copied().unwrap_or(0)]
-                        / blobs_per_layer.max(1)
+    crate::atomic::write_atomic_checked(
+        out,
+        |w| -> Result<()> {
+            w.write_all(&vec![0u8; header_len]).map_err(io)?;
+            let mut pos = 0u64; // data-relative
+            let mut done = 0u64;
+            let mut entries: Vec<TensorEntry> = Vec::with_capacity(plan.items.len());
+            let mut seg_start = None;
+            let mut starts = Vec::with_capacity(plan.items.len());
+            plan.produce(|name, bytes, mut entry| {
+                if entries.len() == n_host {
+                    seg_start = Some(pos);
+                }
+                starts.push(pos);
+                entry.xxh3 = hex(xxh3_64(bytes));
+                entry.bytes = bytes.len() as u64;
+                w.write_all(bytes).map_err(io)?;
+                let padded = (bytes.len() as u64).div_ceil(PACK_ALIGNMENT) * PACK_ALIGNMENT;
+                w.write_all(&vec![0u8; (padded - bytes.len() as u64) as usize])
+                    .map_err(io)?;
+                pos += padded;
+                done += match &entry.ffn {
+                    None => bytes.len() as u64,
+                    Some(fe) => {
+                        layer_bytes[plan.layer_pos.get(&fe.layer).copied().unwrap_or(0)]
+                            / blobs_per_layer.max(1)
+                    }
+                };
+                progress(done.min(total), total);
+                debug_assert_eq!(name, entry.name);
+                entries.push(entry);
+                Ok(())
+            })?;
+            let seg = seg_start.map(|s| (s, pos - s)).unwrap_or((pos, 0));
+            // A tensor-parallel pack: the replicated range, then each rank's segment.
+            let tp = match plan.tp() {
+                (1, _) => None,
+                (n, heads) => {
+                    let first_of = |r: u32| {
+                        entries
+                            .iter()
+                            .position(|e| e.tp.as_ref().is_some_and(|t| t.rank == r))
+                            .map_or(pos, |i| starts[i])
+                    };
+                    let bounds: Vec<u64> = (0..n).map(first_of).chain([pos]).collect();
+                    Some(TpInfo {
+                        ranks: n,
+                        heads: heads.map(|(h, kv)| [h, kv]),
+                        replicated: [seg.0, bounds[0] - seg.0],
+                        rank_segments: bounds.windows(2).map(|w| [w[0], w[1] - w[0]]).collect(),
+                    })
                 }
             };
-            progress(done.min(total), total);
-            debug_assert_eq!(name, entry.name);
-            entries.push(entry);
-            Ok(())
-        })?;
-        let seg = seg_start.map(|s| (s, pos - s)).unwrap_or((pos, 0));
-        // A tensor-parallel pack: the replicated range, then each rank's segment.
-        let tp = match plan.tp() {
-            (1, _) => None,
-            (n, heads) => {
-                let first_of = |r: u32| {
-                    entries
-                        .iter()
-                        .position(|e| e.tp.as_ref().is_some_and(|t| t.rank == r))
-                        .map_or(pos, |i| starts[i])
-                };
-                let bounds: Vec<u64> = (0..n).map(first_of).chain([pos]).collect();
-                Some(TpInfo {
-                    ranks: n,
-                    heads: heads.map(|(h, kv)| [h, kv]),
-                    replicated: [seg.0, bounds[0] - seg.0],
-                    rank_segments: bounds.windows(2).map(|w| [w[0], w[1] - w[0]]).collect(),
+            // The real header, same length as the placeholder.
+            let real: Vec<(String, GgmlType, Vec<u64>)> = planned
+                .iter()
+                .zip(&entries)
+                .map(|((name, ty, ne), e)| {
+                    assert_eq!(name, &e.name);
+                    if e.ffn.is_some() {
+                        (name.clone(), GgmlType::I8, vec![e.bytes])
+                    } else {
+                        (name.clone(), *ty, ne.clone())
+                    }
                 })
+                .collect();
+            let mut man = plan.manifest(entries, seg, tp);
+            man.sources = sources.clone();
+            let (rb, _) = header_for(&real, &man, reserve)?;
+            let mut header = rb.header();
+            // The checksum is the last KV: its value is the 8 bytes before the tensor infos.
+            let at = rb.kv_end() - 8;
+            let digest = crate::pack_check::header_digest(&header, at);
+            header[at..at + 8].copy_from_slice(&digest.to_le_bytes());
+            if header.len() != header_len {
+                return Err(Error::Output {
+                    file: file.clone(),
+                    reason: format!(
+                        "internal: header grew from {header_len} to {} bytes",
+                        header.len()
+                    ),
+                });
             }
-        };
-        // The real header, same length as the placeholder.
-        let real: Vec<(String, GgmlType, Vec<u64>)> = planned
-            .iter()
-            .zip(&entries)
-            .map(|((name, ty, ne), e)| {
-                assert_eq!(name, &e.name);
-                if e.ffn.is_some() {
-                    (name.clone(), GgmlType::I8, vec![e.bytes])
-                } else {
-                    (name.clone(), *ty, ne.clone())
-                }
-            })
-            .collect();
-        let mut man = plan.manifest(entries, seg, tp);
-        man.sources = sources.clone();
-        let (rb, _) = header_for(&real, &man, reserve)?;
-        let mut header = rb.header();
-        // The checksum is the last KV: its value is the 8 bytes before the tensor infos.
-        let at = rb.kv_end() - 8;
-        let digest = crate::pack_check::header_digest(&header, at);
-        header[at..at + 8].copy_from_slice(&digest.to_le_bytes());
-        if header.len() != header_len {
-            return Err(Error::Output {
-                file: file.clone(),
-                reason: format!(
-                    "internal: header grew from {header_len} to {} bytes",
-                    header.len()
-                ),
-            });
-        }
-        w.flush().map_err(io)?;
-        let f = w.get_mut();
-        f.seek(SeekFrom::Start(0)).map_err(io)?;
-        f.write_all(&header).map_err(io)?;
-        f.seek(SeekFrom::End(0)).map_err(io)?;
-        progress(total, total);
-        Ok(())
-    })?;
+            // A source that shrank while it was read gave zeros: never name such a pack.
+            model.check_intact()?;
+            w.flush().map_err(io)?;
+            let f = w.get_mut();
+            f.seek(SeekFrom::Start(0)).map_err(io)?;
+            f.write_all(&header).map_err(io)?;
+            f.seek(SeekFrom::End(0)).map_err(io)?;
+            progress(total, total);
+            Ok(())
+        },
+        |tmp| validate_finished(tmp, out),
+    )?;
     let pack = Pack::open(out)?;
     Ok(pack.manifest)
+}
+
+/// Re-open the finished pack at its temporary path `tmp` as any reader will (header checksum,
+/// manifest parsed and checked against every blob, every tensor's checksum): a pack that fails
+/// is never named `out`, so a good pack already there survives.
+fn validate_finished(tmp: &Path, out: &Path) -> Result<()> {
+    let fail = |e: Error| Error::Output {
+        file: out.display().to_string(),
+        reason: format!("the finished pack failed validation, so it was not written: {e}"),
+    };
+    let p = Pack::open(tmp).map_err(fail)?;
+    let bad = p.verify_checksums().map_err(fail)?;
+    if !bad.is_empty() {
+        return Err(fail(Error::Output {
+            file: out.display().to_string(),
+            reason: format!("checksum mismatch in {} tensors", bad.len()),
+        }));
+    }
+    Ok(())
 }
 
 /// Copy the source's metadata: GGUF KVs byte for byte (minus `general.alignment` and `split.*`);

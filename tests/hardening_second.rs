@@ -1,0 +1,437 @@
+//! The second hardening round (issue #30), each finding as a test: a failed convert never
+//! replaces a good pack; non-finite weights are refused by name; a source truncated while it is
+//! read is an error, not SIGBUS; names from a file reach the terminal escaped; long output names
+//! work; `ffn-apply` follows the input and output rules and runs on the host backend.
+
+use metrale_pack::GgmlType;
+use metrale_pack::gguf::{GgufFile, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_metrale-pack"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn model(dir: &Path, name: &str, ty: GgmlType) -> PathBuf {
+    let p = dir.join(name);
+    metrale_pack::testing::gen_model::gen_model(&p, 64, 128, 2, ty, "llama").unwrap();
+    p
+}
+
+/// Overwrite `bytes` at byte `at` of tensor `name`'s data in the GGUF at `path`.
+fn patch(path: &Path, name: &str, at: u64, bytes: &[u8]) {
+    let g = GgufFile::open(path).unwrap();
+    let t = g.tensors.iter().find(|t| t.name == name).unwrap();
+    let off = (t.file_offset + at) as usize;
+    drop(g);
+    let mut img = std::fs::read(path).unwrap();
+    img[off..off + bytes.len()].copy_from_slice(bytes);
+    std::fs::write(path, img).unwrap();
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_nonfinite_source_is_refused_by_position_and_never_replaces_a_good_pack() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = model(dir.path(), "good.gguf", GgmlType::F16);
+    let out = dir.path().join("p.mpk.gguf");
+    let o = run(&[
+        "convert",
+        good.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    let before = std::fs::read(&out).unwrap();
+    // blk.1.ffn_up.weight is [128, 64]: row 3, column 5 is element 197, an F16 at byte 394.
+    let nan = dir.path().join("nan.gguf");
+    std::fs::copy(&good, &nan).unwrap();
+    patch(&nan, "blk.1.ffn_up.weight", 394, &0x7e00u16.to_le_bytes());
+    let inf = dir.path().join("inf.gguf");
+    std::fs::copy(&good, &inf).unwrap();
+    patch(&inf, "blk.0.ffn_down.weight", 0, &0x7c00u16.to_le_bytes());
+    // A NaN f16 scale of the first Q8_0 block of a weight.
+    let q8 = model(dir.path(), "q8.gguf", GgmlType::Q8_0);
+    patch(&q8, "blk.0.ffn_gate.weight", 0, &0x7e00u16.to_le_bytes());
+    let listing = files_in(dir.path());
+    for (src, tensor, at) in [
+        (&nan, "blk.1.ffn_up.weight", "row 3, column 5"),
+        (&inf, "blk.0.ffn_down.weight", "row 0, column 0"),
+        (&q8, "blk.0.ffn_gate.weight", "row 0, column 0"),
+    ] {
+        for layouts in ["nvfp4,nvfp4_mmq", "bf16", "q4k_mmq,fp8,w8a8,q2g128"] {
+            let o = run(&[
+                "convert",
+                src.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+                "--layouts",
+                layouts,
+            ]);
+            let e = err(&o);
+            assert_eq!(o.status.code(), Some(1), "{layouts}: {e}");
+            assert!(e.contains(tensor) && e.contains(at), "{layouts}: {e}");
+            assert!(e.contains("--allow-nonfinite"), "{e}");
+            assert_eq!(
+                std::fs::read(&out).unwrap(),
+                before,
+                "the good pack survives"
+            );
+            assert_eq!(files_in(dir.path()), listing, "nothing left behind");
+        }
+    }
+    // Carried on request, in the one layout that holds them; the pack verifies.
+    let o = run(&[
+        "convert",
+        nan.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--allow-nonfinite",
+    ]);
+    assert!(err(&o).contains("cannot carry NaN"), "{}", err(&o));
+    let o = run(&[
+        "convert",
+        nan.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--allow-nonfinite",
+        "--layouts",
+        "bf16",
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = run(&[
+        "verify",
+        out.to_str().unwrap(),
+        "--source",
+        nan.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = run(&["inspect", out.to_str().unwrap(), "--json"]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = &v["fidelity"];
+    assert!(
+        f.as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["mean_rel_err"].is_f64()),
+        "no null in the fidelity table: {f}"
+    );
+}
+
+/// A source big enough that converting or verifying it takes seconds on one thread.
+fn big_model(dir: &Path) -> PathBuf {
+    let p = dir.join("big.gguf");
+    metrale_pack::testing::gen_model::gen_model(&p, 1024, 4096, 4, GgmlType::F16, "llama").unwrap();
+    p
+}
+
+/// Run `args`, truncate `src` to half its length after `delay_ms`, and return the output.
+fn truncate_during(args: &[&str], src: &Path, delay_ms: u64) -> Output {
+    let child = bin()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+    let len = std::fs::metadata(src).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(src)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_source_truncated_while_convert_or_verify_reads_it_is_an_error_naming_the_range() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let src = big_model(dir.path());
+    let keep = std::fs::read(&src).unwrap();
+    let pack = dir.path().join("p.mpk.gguf");
+    let o = run(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        pack.to_str().unwrap(),
+        "--layouts",
+        "nvfp4,q4k_mmq",
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    let out2 = dir.path().join("q.mpk.gguf");
+    let s = src.to_str().unwrap();
+    let cases: [Vec<&str>; 2] = [
+        vec![
+            "convert",
+            s,
+            "-o",
+            out2.to_str().unwrap(),
+            "--layouts",
+            "nvfp4,q4k_mmq,q2g128",
+            "--threads",
+            "1",
+        ],
+        vec!["verify", pack.to_str().unwrap(), "--source", s],
+    ];
+    for args in &cases {
+        std::fs::write(&src, &keep).unwrap();
+        let o = truncate_during(args, &src, 400);
+        assert_eq!(
+            o.status.signal(),
+            None,
+            "{args:?} died by a signal: {}",
+            err(&o)
+        );
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", err(&o));
+        let e = err(&o);
+        assert!(
+            e.contains("big.gguf") && e.contains("changed while it was read"),
+            "{args:?}: {e}"
+        );
+        assert!(!out2.exists(), "no pack is named from a truncated source");
+    }
+}
+
+/// A GGUF holding one F32 tensor per name given (4 values each) and a metadata key.
+fn gguf_with_names(path: &Path, names: &[&str], key: &str) {
+    let tensors: Vec<(&str, Vec<u64>, GgmlType, Vec<u8>)> = names
+        .iter()
+        .map(|n| (*n, vec![4], GgmlType::F32, vec![0u8; 16]))
+        .collect();
+    let img = metrale_pack::gguf_write::build(
+        32,
+        &[
+            ("general.architecture", Value::String("llama".into())),
+            (key, Value::String("v\u{1b}[31mred".into())),
+        ],
+        &tensors,
+    );
+    std::fs::write(path, img).unwrap();
+}
+
+#[test]
+fn names_from_a_file_reach_the_terminal_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let evil = "x\u{1b}]0;owned\u{7}\n\u{202e}name";
+    let p = dir.path().join("evil.gguf");
+    gguf_with_names(&p, &[evil, "ok"], "k\u{1b}[2J");
+    let o = run(&["inspect", p.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}') && !out.contains('\u{202e}'));
+    assert!(
+        out.contains("x\\x1b]0;owned\\x07\\x0a\\u{202e}name"),
+        "{out}"
+    );
+    // JSON stays exact: the name parses back.
+    let o = run(&["inspect", p.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["tensors"][0]["name"], evil);
+    // An error quoting a crafted name: one line, no control byte, a long name cut.
+    let long = format!("{}\u{1b}[1m", "n".repeat(4000));
+    for names in [[evil, evil], [long.as_str(), long.as_str()]] {
+        gguf_with_names(&p, &names, "k");
+        let o = run(&["inspect", p.to_str().unwrap()]);
+        let e = err(&o);
+        assert!(!o.status.success());
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+        assert!(!e.contains('\u{1b}') && !e.contains('\u{7}'), "{e:?}");
+        assert!(e.len() < 600, "{} bytes: {e}", e.len());
+    }
+}
+
+#[test]
+fn an_output_name_of_250_bytes_converts_and_errors_name_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model(dir.path(), "m.gguf", GgmlType::F16);
+    let out = dir.path().join(format!("{}.gguf", "p".repeat(245)));
+    let o = run(&["convert", m.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(out.exists());
+    // A folder we cannot write into: the error names -o, not a temporary file.
+    use std::os::unix::fs::PermissionsExt;
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let target = ro.join("x.mpk.gguf");
+    let probe = std::fs::write(ro.join("probe"), b"x");
+    if probe.is_err() {
+        // (root ignores the mode; then there is nothing to refuse)
+        let o = run(&[
+            "convert",
+            m.to_str().unwrap(),
+            "-o",
+            target.to_str().unwrap(),
+        ]);
+        let e = err(&o);
+        assert!(!o.status.success());
+        assert!(
+            e.contains(target.to_str().unwrap()) && !e.contains("mpk-tmp"),
+            "{e}"
+        );
+    }
+    // --threads beyond the machine is capped, not a failure to spawn.
+    let o = run(&[
+        "convert",
+        m.to_str().unwrap(),
+        "-o",
+        dir.path().join("t.mpk.gguf").to_str().unwrap(),
+        "--threads",
+        "100000",
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(err(&o).contains("--threads 100000"), "{}", err(&o));
+}
+
+/// An npy v1.0 image with the given header dict and data.
+fn npy_with(dict: &str, data: &[u8]) -> Vec<u8> {
+    let mut d = dict.to_string();
+    let unpadded = 10 + d.len() + 1;
+    d.push_str(&" ".repeat(unpadded.div_ceil(64) * 64 - unpadded));
+    d.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(d.len() as u16).to_le_bytes());
+    out.extend_from_slice(d.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+fn silu(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
+#[test]
+fn ffn_apply_runs_on_the_host_backend_with_the_rules_of_convert() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model(dir.path(), "m.gguf", GgmlType::F32);
+    let pack = dir.path().join("p.mpk.gguf");
+    let o = run(&[
+        "convert",
+        m.to_str().unwrap(),
+        "-o",
+        pack.to_str().unwrap(),
+        "--layouts",
+        "bf16",
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    let (h, i, rows) = (64usize, 128usize, 3usize);
+    let x: Vec<f32> = (0..rows * h)
+        .map(|j| ((j * 37 % 101) as f32 - 50.0) / 50.0)
+        .collect();
+    let input = dir.path().join("x.npy");
+    let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(
+        &input,
+        npy_with(
+            &format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {h}), }}"),
+            &xb,
+        ),
+    )
+    .unwrap();
+    let y_path = dir.path().join("y.npy");
+    let apply = |inp: &Path, out: &Path| {
+        run(&[
+            "ffn-apply",
+            pack.to_str().unwrap(),
+            "--layer",
+            "1",
+            "--arm",
+            "bf16",
+            inp.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ])
+    };
+    let o = apply(&input, &y_path);
+    assert!(o.status.success(), "{}", err(&o));
+    let y = metrale_pack::npy::parse(&std::fs::read(&y_path).unwrap()).unwrap();
+    assert_eq!(y.shape, vec![rows, h]);
+    let y = y.to_f32();
+    // The float64 FFN of the source's weights; the bf16 arm is within 2e-2 of it.
+    let src = metrale_pack::model::Model::open(&m).unwrap();
+    let w = |n: &str| src.decode_tensor(src.tensor(n).unwrap()).unwrap();
+    let (g, u, d) = (
+        w("blk.1.ffn_gate.weight"),
+        w("blk.1.ffn_up.weight"),
+        w("blk.1.ffn_down.weight"),
+    );
+    let (mut num, mut den) = (0f64, 0f64);
+    for r in 0..rows {
+        let xr = &x[r * h..(r + 1) * h];
+        let dot =
+            |wr: &[f32], v: &[f64]| wr.iter().zip(v).map(|(&a, &b)| a as f64 * b).sum::<f64>();
+        let xf: Vec<f64> = xr.iter().map(|&v| v as f64).collect();
+        let a: Vec<f64> = (0..i)
+            .map(|j| silu(dot(&g[j * h..(j + 1) * h], &xf)) * dot(&u[j * h..(j + 1) * h], &xf))
+            .collect();
+        for c in 0..h {
+            let want = dot(&d[c * i..(c + 1) * i], &a);
+            num += (y[r * h + c] as f64 - want).powi(2);
+            den += want * want;
+        }
+    }
+    assert!((num / den).sqrt() < 2e-2, "rel err {}", (num / den).sqrt());
+    // The output is never an input.
+    let before = std::fs::read(&pack).unwrap();
+    for out in [&pack, &input] {
+        let o = apply(&input, out);
+        assert!(err(&o).contains("same file"), "{}", err(&o));
+    }
+    assert_eq!(std::fs::read(&pack).unwrap(), before);
+    // Inputs that are not regular files are refused at once.
+    let fifo = dir.path().join("fifo.npy");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: FFI with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for inp in [fifo.as_path(), Path::new("/dev/zero")] {
+        let o = apply(inp, &dir.path().join("z.npy"));
+        assert!(err(&o).contains("not a regular file"), "{}", err(&o));
+    }
+    // Malformed headers and shapes, each refused by what is wrong.
+    // 1024 f32 values: (256, 4) and (8, 128) hold exactly that many.
+    let data = vec![0u8; 4096];
+    let cases = [
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (72057594037927940, 64), }",
+            "overflows",
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (256, 4), }",
+            "expected f32 [rows, 64]",
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (8, 128), }",
+            "expected f32 [rows, 64]",
+        ),
+        (
+            "{'descr': '|u1', 'fortran_order': False, 'shape': (4, 64), 'descr': '<f4'}",
+            "repeated",
+        ),
+    ];
+    for (dict, want) in cases {
+        let bad = dir.path().join("bad.npy");
+        std::fs::write(&bad, npy_with(dict, &data)).unwrap();
+        let o = apply(&bad, &dir.path().join("z.npy"));
+        assert!(!o.status.success());
+        assert!(err(&o).contains(want), "{dict}: {}", err(&o));
+    }
+    assert!(!dir.path().join("z.npy").exists());
+}
