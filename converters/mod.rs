@@ -12,6 +12,7 @@
 //! byte-identical to ggml's `quantize_row_*_ref` (tested against PyPI `libgguf` 0.2.2).
 
 pub mod bf16;
+pub mod ct_int;
 pub mod f16;
 pub mod fp8;
 pub mod fp8_block;

@@ -74,6 +74,9 @@ enum Cmd {
         /// holds them).
         #[arg(long)]
         allow_nonfinite: bool,
+        /// With --tp, copy mixture-of-experts layers whole onto every rank instead of refusing.
+        #[arg(long)]
+        replicate_moe: bool,
     },
     /// Check a pack: every tensor's checksum; with --source, re-derive every tensor from the
     /// source checkpoint and compare bit for bit.
@@ -295,6 +298,7 @@ fn run(cli: Cli) -> Result<()> {
             host_tensors,
             tp,
             allow_nonfinite,
+            replicate_moe,
         } => convert(
             &src,
             output,
@@ -302,7 +306,7 @@ fn run(cli: Cli) -> Result<()> {
             &q4k_down,
             lora,
             threads,
-            (host_tensors, tp, allow_nonfinite),
+            (host_tensors, tp, allow_nonfinite, replicate_moe),
         ),
         Cmd::Verify { pack, source } => verify(&pack, source.as_deref()),
         Cmd::GpuCheck {
@@ -429,7 +433,12 @@ fn ffn_apply(pack: &Path, layer: usize, arm: &str, input: &Path, output: &Path) 
 fn parse_layouts(tags: Option<Vec<String>>) -> Result<Option<Vec<Layout>>> {
     tags.map(|v| {
         v.iter()
-            .map(|t| Layout::from_tag(t.trim()).with_context(|| format!("unknown layout {t:?}")))
+            .map(|t| {
+                Layout::from_tag(t.trim()).with_context(|| {
+                    let known: Vec<&str> = Layout::ALL.iter().map(|l| l.tag()).collect();
+                    format!("unknown layout {t:?} (the layouts: {})", known.join(", "))
+                })
+            })
             .collect()
     })
     .transpose()
@@ -442,7 +451,7 @@ fn convert(
     q4k_down: &str,
     lora: Option<PathBuf>,
     threads: Option<usize>,
-    (host_tensors, tp, allow_nonfinite): (Vec<String>, u32, bool),
+    (host_tensors, tp, allow_nonfinite, replicate_moe): (Vec<String>, u32, bool, bool),
 ) -> Result<()> {
     let layouts = parse_layouts(layouts)?;
     let q4k_down = match q4k_down {
@@ -458,6 +467,7 @@ fn convert(
         host_tensors,
         tp,
         allow_nonfinite,
+        replicate_moe,
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(capped_threads(threads))
@@ -498,6 +508,12 @@ fn convert(
         src_bytes as f64 / 1e6 / secs,
         peak_rss().unwrap_or_else(|| "unknown".into())
     );
+    if !manifest.model.moe_layers.is_empty() {
+        eprintln!(
+            "layers {:?}: mixture-of-experts, passed through as they are",
+            manifest.model.moe_layers
+        );
+    }
     write_fidelity(&mut std::io::stderr().lock(), &manifest.fidelity)?;
     Ok(())
 }

@@ -63,7 +63,7 @@ fn quantized_fixtures() -> Vec<PathBuf> {
         })
         .collect();
     v.sort();
-    assert!(v.len() >= 17, "fixtures missing: {v:?}");
+    assert!(v.len() >= 25, "fixtures missing: {v:?}");
     v
 }
 
@@ -90,6 +90,11 @@ fn every_fixture_is_recognised_with_its_scheme_and_shapes() {
             "fp8-block" => "fp8-block128",
             "nvfp4a16" | "nvfp4" => "compressed-tensors-nvfp4",
             "NVFP4_DEFAULT_CFG" => "modelopt-nvfp4",
+            "int8-w8a8" | "int8-tensor-asym" | "w8a16" => "compressed-tensors-int8",
+            "w4a16" | "w4a16-asym" | "int4-g32-asym" | "int4-channel-asym" => {
+                "compressed-tensors-int4"
+            }
+            "w3a16" => "compressed-tensors-int",
             s => panic!("{s}"),
         };
         for l in &m.ffn_layers {

@@ -73,6 +73,7 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
             ("ffn_layers", pack_manifest.as_ref().map_or(m.ffn_layers.len(), |pm| pm.model.ffn_layers).into()),
             ("fidelity", serde_json::json!(pack_manifest.as_ref().map(|pm| &pm.fidelity))),
             ("ffn", layers.into()),
+            ("moe_layers", serde_json::json!(m.moe_layers)),
             ("metadata", metadata.into_iter().filter(|(k, _)| k != pack::keys::MANIFEST).map(|(k, v)| (k, serde_json::Value::String(v)))
                 .collect::<serde_json::Map<String, serde_json::Value>>().into()),
             ("pack", serde_json::json!(pack_manifest.as_ref().map(|pm| serde_json::json!({
@@ -144,6 +145,20 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
             m.activation.map(|a| a.name()).unwrap_or("?")
         )?,
     }
+    if !m.moe_layers.is_empty() {
+        writeln!(
+            o,
+            "layers {:?}: mixture-of-experts (passed through, not packed)",
+            m.moe_layers
+        )?;
+    }
+    if m.ffn_layers.iter().enumerate().any(|(i, l)| l.index != i) {
+        writeln!(
+            o,
+            "dense ffn layers: {:?}",
+            m.ffn_layers.iter().map(|l| l.index).collect::<Vec<_>>()
+        )?;
+    }
     if let Some(l) = m.ffn_layers.first() {
         writeln!(
             o,
@@ -175,7 +190,9 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
             writeln!(
                 o,
                 "  source {} ({} bytes, xxh3 {})",
-                esc(&s.name), s.bytes, s.xxh3
+                esc(&s.name),
+                s.bytes,
+                s.xxh3
             )?;
         }
         if let Some(tp) = &pm.tp {

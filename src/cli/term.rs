@@ -115,7 +115,7 @@ mod tests {
         let long = format!("t.{}", "a".repeat(4000));
         let e = escape(&format!("tensor {long}: bad"));
         assert!(
-            e.starts_with("tensor t.aaa") && e.ends_with("...[4002 bytes]: bad"),
+            e.starts_with("tensor t.aaa") && e.ends_with("...[4003 bytes] bad"),
             "{e}"
         );
         assert!(e.len() < 200);

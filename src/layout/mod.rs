@@ -244,7 +244,16 @@ impl<'a> EncodeCx<'a> {
         block: (u64, u64),
         per: u64,
     ) -> Option<std::borrow::Cow<'a, [u8]>> {
-        let data = self.model.data(t);
+        let mut data = self.model.data(t);
+        // One half of a fused gate+up: its rows of the fused tensor (not its scale grids).
+        if let FfnWeight::Half { half, .. } = self.weight(pi) {
+            if per != 1 || dims[1] % block.0 != 0 {
+                return None;
+            }
+            let rows = (dims[1] / block.0 * block.1).checked_mul(dims[0])? as usize;
+            let at = *half as usize * rows;
+            data = data.get(at..at + rows)?;
+        }
         match self.cut(pi) {
             None => Some(std::borrow::Cow::Borrowed(data)),
             Some((cols, [lo, hi])) => {

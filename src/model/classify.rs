@@ -1,32 +1,143 @@
 //! Finding the dense FFN layers and recognising how each weight is stored (plain, ModelOpt or compressed-tensors NVFP4, FP8 per tensor, channel or block).
 
 use super::*;
-use crate::converters::fp8_block;
+use crate::converters::{self, fp8_block};
 use crate::error::{Error, Result};
 use safetensors::Dtype;
 
+/// Suffixes of the tensors that are part of a quantized weight: none may be left unread.
+const COMPANIONS: [&str; 8] = [
+    ".weight_scale",
+    ".weight_zero_point",
+    ".weight_packed",
+    ".weight_shape",
+    ".weight_g_idx",
+    ".weight_global_scale",
+    ".weight_scale_2",
+    ".weight_scale_inv",
+];
+
 impl Model {
-    pub(super) fn find_ffn_layers(&self) -> Vec<FfnLayer> {
-        let mut layers = Vec::new();
-        for index in 0.. {
-            let names: [String; 3] = match self.format {
-                Format::Gguf => ["gate", "up", "down"].map(|p| format!("blk.{index}.ffn_{p}")),
-                Format::Safetensors => {
-                    ["gate", "up", "down"].map(|p| format!("model.layers.{index}.mlp.{p}_proj"))
+    /// The dense FFN layers wherever they stand, and the layers whose FFN is a mixture of
+    /// experts. A layer is dense with gate, up and down projections, or with a fused gate+up
+    /// (Phi-3: HF `mlp.gate_up_proj`, GGUF `ffn_up` of twice the down projection's columns and
+    /// no `ffn_gate`), split into its halves.
+    pub(super) fn find_ffn_layers(&self) -> (Vec<FfnLayer>, Vec<usize>) {
+        let gguf = self.format == Format::Gguf;
+        let prefix = if gguf { "blk." } else { "model.layers." };
+        let count = self
+            .tensors
+            .iter()
+            .filter_map(|t| {
+                t.name
+                    .strip_prefix(prefix)?
+                    .split('.')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .max()
+            .map_or(0, |n| n + 1);
+        let (mut dense, mut moe) = (Vec::new(), Vec::new());
+        for index in 0..count {
+            let name = |p: &str| {
+                if gguf {
+                    format!("blk.{index}.ffn_{p}")
+                } else {
+                    format!("model.layers.{index}.mlp.{p}_proj")
                 }
             };
-            let [g, u, d] = names.map(|n| self.classify(&n));
-            let (Some(gate), Some(up), Some(down)) = (g, u, d) else {
-                break;
+            let [g, u, d] = ["gate", "up", "down"].map(|p| self.classify(&name(p)));
+            let halves = |fused: FfnWeight| {
+                let half = |h| FfnWeight::Half {
+                    of: Box::new(fused.clone()),
+                    half: h,
+                };
+                (half(0), half(1))
             };
-            layers.push(FfnLayer {
-                index,
-                gate,
-                up,
-                down,
-            });
+            let layer = match (g, u, d) {
+                (Some(gate), Some(up), Some(down)) => Some((gate, up, down)),
+                // GGUF Phi-3: ffn_up holds gate and up, 2 * I rows against down's I columns.
+                (None, Some(up), Some(down))
+                    if gguf
+                        && matches!(
+                            (self.weight_shape(&up), self.weight_shape(&down)),
+                            (Ok([r, _]), Ok([_, i])) if r == 2 * i
+                        ) =>
+                {
+                    let (gate, up) = halves(up);
+                    Some((gate, up, down))
+                }
+                (None, None, Some(down)) if !gguf => self.classify(&name("gate_up")).map(|f| {
+                    let (gate, up) = halves(f);
+                    (gate, up, down)
+                }),
+                _ => None,
+            };
+            match layer {
+                Some((gate, up, down)) => dense.push(FfnLayer {
+                    index,
+                    gate,
+                    up,
+                    down,
+                }),
+                None if self.has_experts(index) => moe.push(index),
+                None => {}
+            }
         }
-        layers
+        (dense, moe)
+    }
+
+    /// Whether layer `index` holds mixture-of-experts tensors (GGUF `ffn_*_exps`, `ffn_gate_inp`;
+    /// HF `mlp.experts.`, `mlp.shared_expert`, `block_sparse_moe.`).
+    fn has_experts(&self, index: usize) -> bool {
+        let prefixes = if self.format == Format::Gguf {
+            [
+                "ffn_gate_exps",
+                "ffn_up_exps",
+                "ffn_down_exps",
+                "ffn_gate_inp",
+            ]
+            .map(|p| format!("blk.{index}.{p}"))
+            .to_vec()
+        } else {
+            ["mlp.experts.", "mlp.shared_expert", "block_sparse_moe."]
+                .map(|p| format!("model.layers.{index}.{p}"))
+                .to_vec()
+        };
+        prefixes.iter().any(|p| self.has_prefix(p))
+    }
+
+    /// Whether some tensor's name starts with `p` (binary search over the sorted names).
+    pub fn has_prefix(&self, p: &str) -> bool {
+        let at = self
+            .by_name
+            .partition_point(|&i| self.tensors[i].name.as_str() < p);
+        self.by_name
+            .get(at)
+            .is_some_and(|&i| self.tensors[i].name.starts_with(p))
+    }
+
+    /// The names of the expert tensors of MoE layer `index` (for messages), at most `max`.
+    pub fn expert_tensors(&self, index: usize, max: usize) -> Vec<&str> {
+        let p = if self.format == Format::Gguf {
+            format!("blk.{index}.ffn_")
+        } else {
+            format!("model.layers.{index}.")
+        };
+        self.tensors
+            .iter()
+            .map(|t| t.name.as_str())
+            .filter(|n| {
+                n.starts_with(&p)
+                    && (n.contains("_exps")
+                        || n.contains("experts")
+                        || n.contains("ffn_gate_inp")
+                        || n.contains("shared_expert")
+                        || n.contains("block_sparse_moe"))
+            })
+            .take(max)
+            .collect()
     }
 
     pub(super) fn classify(&self, prefix: &str) -> Option<FfnWeight> {
@@ -42,8 +153,30 @@ impl Model {
                 global_scale,
             });
         }
+        if let (Some(weight), Some(scale), Some(shape)) = (
+            idx("weight_packed"),
+            idx("weight_scale"),
+            idx("weight_shape"),
+        ) {
+            return Some(FfnWeight::CtInt {
+                weight,
+                scale,
+                zero_point: idx("weight_zero_point"),
+                shape: Some(shape),
+                bits: self.packed_bits(weight, shape),
+            });
+        }
         let weight = idx("weight")?;
         let dt = self.tensors[weight].dtype;
+        if let (DType::St(Dtype::I8), Some(scale)) = (dt, idx("weight_scale")) {
+            return Some(FfnWeight::CtInt {
+                weight,
+                scale,
+                zero_point: idx("weight_zero_point"),
+                shape: None,
+                bits: 8,
+            });
+        }
         match (
             dt,
             idx("weight_scale"),
@@ -73,6 +206,75 @@ impl Model {
             }
             _ => Some(FfnWeight::Plain { weight }),
         }
+    }
+
+    /// Refuse a weight companion (`X.weight_scale`, `X.weight_zero_point`, ...) that no scheme
+    /// this tool reads consumes together with its weight: reading `X.weight` without it would
+    /// silently give wrong values (the raw codes), so the model is refused, naming it.
+    pub(super) fn check_companions(&self) -> Result<()> {
+        for (i, t) in self.tensors.iter().enumerate() {
+            let Some((prefix, suffix)) = COMPANIONS
+                .iter()
+                .find_map(|s| t.name.strip_suffix(s).map(|p| (p, *s)))
+            else {
+                continue;
+            };
+            let consumed = self
+                .classify(prefix)
+                .is_some_and(|w| !matches!(w, FfnWeight::Plain { .. }) && w.tensors().contains(&i));
+            if !consumed {
+                let why = if suffix == ".weight_g_idx" {
+                    "act-order group indices (weight_g_idx, GPTQ desc_act) are not read yet"
+                        .to_string()
+                } else {
+                    format!(
+                        "no weight scheme this tool reads consumes it with {prefix}.weight (compressed-tensors int/FP8/NVFP4, ModelOpt, block FP8 are read); refused rather than reading the weight without it"
+                    )
+                };
+                return Err(self.qerr(i, why));
+            }
+        }
+        Ok(())
+    }
+
+    /// `weight_shape` of a packed integer weight: `[n, k]` from an I64 or I32 `[2]` tensor.
+    pub(super) fn packed_shape(&self, shape: usize) -> Option<[u64; 2]> {
+        let t = &self.tensors[shape];
+        let b = self.data(shape);
+        let v: Vec<u64> = match (t.dtype, &t.shape[..]) {
+            (DType::St(Dtype::I64), [2]) => b
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .map(|v| u64::try_from(v).ok())
+                .collect::<Option<_>>()?,
+            (DType::St(Dtype::I32), [2]) => b
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+                .map(|v| u64::try_from(v).ok())
+                .collect::<Option<_>>()?,
+            _ => return None,
+        };
+        Some([v[0], v[1]])
+    }
+
+    /// The code width of a packed weight: the declared width (any of 1..=8 when none is
+    /// declared) whose packed row length matches `k` from `weight_shape`; 0 when none does
+    /// ([`Model::weight_shape`] then says why).
+    pub(super) fn packed_bits(&self, packed: usize, shape: usize) -> u32 {
+        let (Some([_, k]), [_, words]) =
+            (self.packed_shape(shape), &self.tensors[packed].shape[..])
+        else {
+            return 0;
+        };
+        let declared: Vec<u32> = if self.quant.int_bits.is_empty() {
+            (1..=converters::ct_int::MAX_BITS).rev().collect()
+        } else {
+            self.quant.int_bits.clone()
+        };
+        declared
+            .into_iter()
+            .find(|&b| converters::ct_int::packed_words(k, b) == Some(*words))
+            .unwrap_or(0)
     }
 
     /// The FP8 strategies a `weight_scale` of this full shape fits, for a `[n, k]` weight.
@@ -214,7 +416,34 @@ impl Model {
             Ok(())
         };
         Ok(match *w {
-            FfnWeight::Plain { weight } => two(weight)?,
+            FfnWeight::Plain { weight } => {
+                let s = two(weight)?;
+                if let DType::St(d) = self.tensors[weight].dtype
+                    && matches!(
+                        d,
+                        Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::I32 | Dtype::I64 | Dtype::U32
+                    )
+                {
+                    return Err(self.qerr(
+                        weight,
+                        format!(
+                            "{d:?} codes with no weight_scale: an integer weight this tool cannot read without its scale"
+                        ),
+                    ));
+                }
+                s
+            }
+            FfnWeight::Half { ref of, half } => {
+                let [n2, k] = self.weight_shape(of)?;
+                if n2 % 2 != 0 {
+                    return Err(self.qerr(
+                        of.main(),
+                        format!("a fused gate+up weight of {n2} rows (odd) cannot be split into gate and up"),
+                    ));
+                }
+                let _ = half;
+                [n2 / 2, k]
+            }
             FfnWeight::ModelOptNvfp4 { weight, scale, .. }
             | FfnWeight::CtNvfp4 {
                 packed: weight,
@@ -268,7 +497,102 @@ impl Model {
                 self.expect_scale(scale, &[&[], &[1]], "weight_scale", "per-tensor FP8")?;
                 [n, k]
             }
+            FfnWeight::CtInt {
+                weight,
+                shape,
+                bits,
+                ..
+            } => {
+                let [n, k] = match shape {
+                    None => {
+                        let [n, k] = two(weight)?;
+                        self.expect(weight, Dtype::I8, &[n, k], "int8 codes")?;
+                        [n, k]
+                    }
+                    Some(st) => {
+                        let [n, words] = two(weight)?;
+                        self.expect(weight, Dtype::I32, &[n, words], "packed integer codes")?;
+                        let [sn, k] = self.packed_shape(st).ok_or_else(|| {
+                            self.qerr(
+                                st,
+                                "weight_shape: expected I64 or I32 [2] holding [n, k]".into(),
+                            )
+                        })?;
+                        if sn != n {
+                            return Err(self.qerr(
+                                st,
+                                format!("weight_shape [{sn}, {k}] but weight_packed has {n} rows"),
+                            ));
+                        }
+                        if bits == 0 {
+                            return Err(self.qerr(
+                                weight,
+                                format!(
+                                    "{words} words a row fit no code width for k = {k} (declared widths {:?}; ceil(k * bits / 32) words a row)",
+                                    self.quant.int_bits
+                                ),
+                            ));
+                        }
+                        [n, k]
+                    }
+                };
+                self.ct_int_groups(w, n, k)?;
+                [n, k]
+            }
         })
+    }
+
+    /// The scale groups per row of a compressed-tensors integer weight `[n, k]`: 0 for one
+    /// scale for the tensor, else `G` (a channel scale is `G = 1`) with `k % G == 0`; its scale
+    /// and zero point checked against it.
+    pub fn ct_int_groups(&self, w: &FfnWeight, n: u64, k: u64) -> Result<u64> {
+        let FfnWeight::CtInt {
+            scale,
+            zero_point,
+            bits,
+            ..
+        } = *w
+        else {
+            return Ok(0);
+        };
+        let s = self.tensors[scale].shape.clone();
+        let groups = match s[..] {
+            [] | [1] if n != 1 => 0,
+            [m] if m == n => 1,
+            [m, g] if m == n && g >= 1 && k % g == 0 => g,
+            _ => 0xffff_ffff_ffff_ffff,
+        };
+        let float = matches!(
+            self.tensors[scale].dtype,
+            DType::St(Dtype::F32) | DType::St(Dtype::BF16) | DType::St(Dtype::F16)
+        );
+        if groups == u64::MAX || !float {
+            return Err(self.qerr(
+                scale,
+                format!(
+                    "weight_scale {} {s:?} fits no integer scheme for weight [{n}, {k}] (per tensor [] or [1], per channel [n, 1], per group [n, G] with k divisible by G), float",
+                    self.tensors[scale].dtype.name()
+                ),
+            ));
+        }
+        if let Some(z) = zero_point {
+            let zt = &self.tensors[z];
+            let g = groups.max(1);
+            let words = converters::ct_int::packed_words(n, bits).unwrap_or(0);
+            let ok = (zt.dtype == DType::St(Dtype::I8) && zt.shape == s)
+                || (zt.dtype == DType::St(Dtype::I32) && groups > 0 && zt.shape[..] == [words, g]);
+            if !ok {
+                return Err(self.qerr(
+                    z,
+                    format!(
+                        "weight_zero_point {} {:?}: expected I8 {s:?} (the scale's shape) or I32 [{words}, {g}] (packed along rows)",
+                        zt.dtype.name(),
+                        zt.shape
+                    ),
+                ));
+            }
+        }
+        Ok(groups)
     }
 
     /// The FFN weight whose main tensor is `name`, if any.

@@ -1,7 +1,7 @@
 //! Decoding tensors and FFN weights to f32.
 
 use super::*;
-use crate::converters::{self, fp8, fp8_block, fp8_row, nvfp4_modelopt};
+use crate::converters::{self, ct_int, fp8, fp8_block, fp8_row, nvfp4_modelopt};
 use crate::error::{Error, Result};
 use safetensors::Dtype;
 
@@ -98,6 +98,13 @@ impl Model {
             .ok_or_else(|| self.qerr(w.main(), format!("shape {shape:?} overflows")))?;
         let out = match *w {
             FfnWeight::Plain { weight } => self.decode_tensor(weight)?,
+            FfnWeight::Half { ref of, half } => {
+                let (mut full, _) = self.decode_weight(of)?;
+                let at = half as usize * len;
+                full.truncate(at + len);
+                full.drain(..at);
+                full
+            }
             FfnWeight::ModelOptNvfp4 {
                 weight,
                 scale,
@@ -133,6 +140,34 @@ impl Model {
                 let mut out = vec![0f32; len];
                 let s = self.floats(scale_inv, "block scales")?;
                 fp8_block::decode(self.data(weight), &s, n, k, &mut out);
+                out
+            }
+            FfnWeight::CtInt {
+                weight,
+                scale,
+                zero_point,
+                shape: packed,
+                bits,
+            } => {
+                let groups = self.ct_int_groups(w, n as u64, k as u64)? as usize;
+                let codes: Vec<i8> = match packed {
+                    None => self.data(weight).iter().map(|&b| b as i8).collect(),
+                    Some(_) => {
+                        let words = self.tensors[weight].shape[1] as usize;
+                        ct_int::unpack_rows(self.data(weight), n, words, k, bits)
+                    }
+                };
+                let zeros: Option<Vec<i8>> = zero_point.map(|z| {
+                    if self.tensors[z].dtype == DType::St(Dtype::I8) {
+                        self.data(z).iter().map(|&b| b as i8).collect()
+                    } else {
+                        let words_n = self.tensors[z].shape[0] as usize;
+                        ct_int::unpack_cols(self.data(z), words_n, groups, n, bits)
+                    }
+                });
+                let s = self.floats(scale, "weight_scale")?;
+                let mut out = vec![0f32; len];
+                ct_int::decode(&codes, &s, zeros.as_deref(), n, k, &mut out);
                 out
             }
             FfnWeight::Fp8Channel { weight, scale } | FfnWeight::Fp8Tensor { weight, scale } => {

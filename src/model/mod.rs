@@ -174,6 +174,29 @@ pub enum FfnWeight {
         /// The one scale.
         scale: usize,
     },
+    /// compressed-tensors integer codes (`converters::ct_int`): `int-quantized` (I8 `weight`)
+    /// or `pack-quantized` (I32 `weight_packed` and I64 `weight_shape`), a float `weight_scale`
+    /// per tensor, row or group, and for asymmetric schemes `weight_zero_point`.
+    CtInt {
+        /// The codes: the I8 `weight`, or the I32 `weight_packed`.
+        weight: usize,
+        /// The float scales.
+        scale: usize,
+        /// The zero points (asymmetric schemes).
+        zero_point: Option<usize>,
+        /// `weight_shape` of a packed weight (`None`: one I8 code per element).
+        shape: Option<usize>,
+        /// Bits per code (8 for `int-quantized`).
+        bits: u32,
+    },
+    /// One half of a fused gate+up weight (Phi-3's `gate_up_proj` / GGUF `ffn_up` of `2 * I`
+    /// rows): rows `half * I .. (half + 1) * I` of `of` (0: the gate, 1: the up projection).
+    Half {
+        /// The fused weight.
+        of: Box<FfnWeight>,
+        /// 0 for the gate (the first `I` rows), 1 for the up projection.
+        half: u8,
+    },
 }
 
 impl FfnWeight {
@@ -184,8 +207,45 @@ impl FfnWeight {
             | FfnWeight::ModelOptNvfp4 { weight, .. }
             | FfnWeight::Fp8Block { weight, .. }
             | FfnWeight::Fp8Channel { weight, .. }
-            | FfnWeight::Fp8Tensor { weight, .. } => weight,
+            | FfnWeight::Fp8Tensor { weight, .. }
+            | FfnWeight::CtInt { weight, .. } => weight,
             FfnWeight::CtNvfp4 { packed, .. } => packed,
+            FfnWeight::Half { ref of, .. } => of.main(),
+        }
+    }
+
+    /// Every tensor the weight is read from (the main one first).
+    pub fn tensors(&self) -> Vec<usize> {
+        match *self {
+            FfnWeight::Plain { weight } => vec![weight],
+            // `input_scale` (the W4A4 activation scale) is not part of the weight: it is
+            // carried as a passthrough tensor under its own name.
+            FfnWeight::ModelOptNvfp4 {
+                weight,
+                scale,
+                scale_2,
+                ..
+            } => vec![weight, scale, scale_2],
+            FfnWeight::CtNvfp4 {
+                packed,
+                scale,
+                global_scale,
+            } => vec![packed, scale, global_scale],
+            FfnWeight::Fp8Block { weight, scale_inv } => vec![weight, scale_inv],
+            FfnWeight::Fp8Channel { weight, scale } | FfnWeight::Fp8Tensor { weight, scale } => {
+                vec![weight, scale]
+            }
+            FfnWeight::CtInt {
+                weight,
+                scale,
+                zero_point,
+                shape,
+                ..
+            } => [Some(weight), Some(scale), zero_point, shape]
+                .into_iter()
+                .flatten()
+                .collect(),
+            FfnWeight::Half { ref of, .. } => of.tensors(),
         }
     }
     /// A short name of the storage scheme.
@@ -197,6 +257,10 @@ impl FfnWeight {
             FfnWeight::Fp8Block { .. } => "fp8-block128",
             FfnWeight::Fp8Channel { .. } => "fp8-channel",
             FfnWeight::Fp8Tensor { .. } => "fp8-tensor",
+            FfnWeight::CtInt { bits: 4, .. } => "compressed-tensors-int4",
+            FfnWeight::CtInt { bits: 8, .. } => "compressed-tensors-int8",
+            FfnWeight::CtInt { .. } => "compressed-tensors-int",
+            FfnWeight::Half { of, .. } => of.scheme(),
         }
     }
 }
@@ -231,6 +295,8 @@ pub struct QuantDecl {
     /// The FP8 weight strategies declared; empty when the config declares none (then a weight's
     /// scheme follows from its scale tensor's full shape alone).
     pub fp8: Vec<Fp8Kind>,
+    /// The integer weight widths declared (compressed-tensors `type: int` groups).
+    pub int_bits: Vec<u32>,
 }
 
 impl QuantDecl {
@@ -306,6 +372,23 @@ impl QuantDecl {
                                 ),
                             ));
                         }
+                        ("int", 1..=8, "tensor" | "channel" | "group" | "") => {
+                            if w.get("actorder").and_then(|a| a.as_str()) == Some("group") {
+                                return Err(bad(
+                                    field("actorder"),
+                                    "act-order groups (weight_g_idx) are not read yet; a checkpoint without actorder \"group\" is".into(),
+                                ));
+                            }
+                            d.int_bits.push(bits as u32);
+                        }
+                        ("int", _, other) => {
+                            return Err(bad(
+                                field("strategy"),
+                                format!(
+                                    "integer weights with {bits} bits and strategy {other:?} are not supported (1 to 8 bits per tensor, channel or group are)"
+                                ),
+                            ));
+                        }
                         _ => {}
                     }
                 }
@@ -324,6 +407,8 @@ impl QuantDecl {
             }
         }
         d.fp8.dedup();
+        d.int_bits.sort_unstable();
+        d.int_bits.dedup();
         Ok(d)
     }
 }
@@ -430,8 +515,11 @@ pub struct Model {
     pub quantization: Option<String>,
     /// What the config declares about quantized weights.
     pub quant: QuantDecl,
-    /// The dense FFN layers found.
+    /// The dense FFN layers found, in layer order (not always `0..n`: see `moe_layers`).
     pub ffn_layers: Vec<FfnLayer>,
+    /// Layers whose FFN is a mixture of experts: carried as they are, named by `inspect` and
+    /// `convert`.
+    pub moe_layers: Vec<usize>,
 }
 
 impl Model {

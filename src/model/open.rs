@@ -288,8 +288,12 @@ impl Model {
             quantization: quant.method.clone(),
             quant,
             ffn_layers: Vec::new(),
+            moe_layers: Vec::new(),
         };
-        m.ffn_layers = m.find_ffn_layers();
+        if m.format == Format::Safetensors {
+            m.check_companions()?;
+        }
+        (m.ffn_layers, m.moe_layers) = m.find_ffn_layers();
         if let Some(l) = m.ffn_layers.first() {
             let s = m.weight_shape(&l.gate)?;
             m.intermediate_size.get_or_insert(s[0]);

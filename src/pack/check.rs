@@ -105,6 +105,16 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
             format!("{:?} (silu or gelu)", m.model.activation),
         ));
     }
+    let indices = m.model.layer_indices();
+    if indices.len() != m.model.ffn_layers || indices.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(meta(
+            "model.dense_layers",
+            format!(
+                "{:?}: {} increasing layer indices expected",
+                m.model.dense_layers, m.model.ffn_layers
+            ),
+        ));
+    }
     if m.model.ffn_layers > 0 && (hidden == 0 || inter == 0) {
         return Err(meta(
             "model",
@@ -143,12 +153,12 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
                     format!("{:?} is not a projection of {}", fe.proj, layout.tag()),
                 )
             })?;
-        if fe.layer >= m.model.ffn_layers {
+        if indices.binary_search(&fe.layer).is_err() {
             return Err(bad(
                 name,
                 "ffn.layer",
                 format!(
-                    "{} but the pack has {} FFN layers",
+                    "{} is not one of the pack's {} FFN layers",
                     fe.layer, m.model.ffn_layers
                 ),
             ));
@@ -271,7 +281,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
         }
     }
     // Every layer holds every listed layout whole (LoRA: each projection's a and b, or neither).
-    for layer in 0..m.model.ffn_layers {
+    for &layer in &indices {
         for &layout in &layouts {
             for &proj in layout.spec().projections() {
                 for &rank in &ranks {

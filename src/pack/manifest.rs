@@ -27,6 +27,10 @@ pub struct ConvertOptions {
     /// them). Without it a non-finite weight is refused, naming tensor, row and column.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_nonfinite: bool,
+    /// With `--tp`, copy mixture-of-experts layers whole onto every rank (`--replicate-moe`)
+    /// instead of refusing the model.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replicate_moe: bool,
 }
 
 fn one() -> u32 {
@@ -42,6 +46,7 @@ impl Default for ConvertOptions {
             host_tensors: Vec::new(),
             tp: 1,
             allow_nonfinite: false,
+            replicate_moe: false,
         }
     }
 }
@@ -80,6 +85,24 @@ pub struct ModelInfo {
     pub activation: String,
     /// Dense FFN layers converted.
     pub ffn_layers: usize,
+    /// The converted layers' indices where they are not `0..ffn_layers` (dense layers between
+    /// mixture-of-experts ones); empty: `0..ffn_layers`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dense_layers: Vec<usize>,
+    /// Layers whose FFN is a mixture of experts: their tensors are carried as they are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moe_layers: Vec<usize>,
+}
+
+impl ModelInfo {
+    /// The indices of the converted FFN layers, in order.
+    pub fn layer_indices(&self) -> Vec<usize> {
+        if self.dense_layers.is_empty() {
+            (0..self.ffn_layers).collect()
+        } else {
+            self.dense_layers.clone()
+        }
+    }
 }
 
 /// One tensor of the pack.

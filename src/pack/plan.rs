@@ -73,9 +73,16 @@ impl<'m> Plan<'m> {
             reason,
         };
         if model.ffn_layers.is_empty() {
-            return Err(bad(
-                "no dense FFN layers (gate/up/down) found: nothing to pack".into(),
-            ));
+            return Err(bad(no_dense_layers(model)));
+        }
+        if opts.tp > 1 && !model.moe_layers.is_empty() && !opts.replicate_moe {
+            let l = model.moe_layers[0];
+            return Err(bad(format!(
+                "--tp {} would copy the mixture-of-experts layers {:?} whole onto every rank (e.g. {}); --replicate-moe asks for that",
+                opts.tp,
+                model.moe_layers,
+                model.expert_tensors(l, 2).join(", ")
+            )));
         }
         let activation = model.activation.unwrap_or(Activation::Silu);
         let mut layouts = opts
@@ -545,6 +552,15 @@ impl<'m> Plan<'m> {
                 intermediate_size: self.inter,
                 activation: self.activation.name().into(),
                 ffn_layers: m.ffn_layers.len(),
+                dense_layers: {
+                    let idx: Vec<usize> = m.ffn_layers.iter().map(|l| l.index).collect();
+                    if idx.iter().copied().eq(0..idx.len()) {
+                        Vec::new()
+                    } else {
+                        idx
+                    }
+                },
+                moe_layers: m.moe_layers.clone(),
             },
             segment_offset: segment.0,
             segment_bytes: segment.1,
@@ -560,27 +576,41 @@ impl<'m> Plan<'m> {
     }
 }
 
-pub(super) fn companions(w: &FfnWeight) -> Vec<usize> {
-    match *w {
-        FfnWeight::Plain { weight } => vec![weight],
-        // `input_scale` (the W4A4 activation scale) is not consumed: it is carried as a
-        // passthrough tensor under its own name, like compressed-tensors' `input_global_scale`.
-        FfnWeight::ModelOptNvfp4 {
-            weight,
-            scale,
-            scale_2,
-            ..
-        } => vec![weight, scale, scale_2],
-        FfnWeight::CtNvfp4 {
-            packed,
-            scale,
-            global_scale,
-        } => vec![packed, scale, global_scale],
-        FfnWeight::Fp8Block { weight, scale_inv } => vec![weight, scale_inv],
-        FfnWeight::Fp8Channel { weight, scale } | FfnWeight::Fp8Tensor { weight, scale } => {
-            vec![weight, scale]
-        }
+/// Why a model with no dense FFN layer cannot be packed, and what can be.
+fn no_dense_layers(model: &Model) -> String {
+    use crate::model::SourceFile;
+    if let SourceFile::Gguf(g) = &model.files[0]
+        && is_pack(g)
+    {
+        return "is already a metrale pack: `metrale-pack inspect` shows it, `verify` checks it; convert the source checkpoint instead".into();
     }
+    if let Some(&l) = model.moe_layers.first() {
+        return format!(
+            "no dense FFN layer: layers {:?} are mixture-of-experts ({}, ...), which this tool passes through but does not pack; a model with dense FFN layers (all or some) converts",
+            model.moe_layers,
+            model.expert_tensors(l, 3).join(", ")
+        );
+    }
+    let dir = model.files[0]
+        .path()
+        .parent()
+        .map(|d| d.join("config.json"));
+    if model.format == crate::model::Format::Safetensors
+        && dir.as_ref().is_some_and(|c| !c.exists())
+    {
+        return format!(
+            "no config.json beside the safetensors files (looked for {}): the architecture, sizes and activation come from it",
+            dir.unwrap().display()
+        );
+    }
+    format!(
+        "no dense FFN layers found in architecture {}: layers are read as GGUF blk.N.ffn_{{gate,up,down}} (or a fused ffn_up of 2 x I rows, Phi-3) and safetensors model.layers.N.mlp.{{gate,up,down}}_proj (or gate_up_proj), as llama, mistral, qwen2, gemma, phi3 and their quantized exports name them",
+        model.architecture.as_deref().unwrap_or("(none named)")
+    )
+}
+
+pub(super) fn companions(w: &FfnWeight) -> Vec<usize> {
+    w.tensors()
 }
 
 /// `||decode(enc) - source|| / ||source||` in float64 over the logical shape (the source of the

@@ -105,15 +105,33 @@ def write_expected(d, expected):
 # compressed-tensors
 
 
-def ct_scheme(kind):
-    from compressed_tensors.quantization import QuantizationScheme, preset_name_to_scheme
+# Integer schemes not among the presets: (bits, strategy, group_size, symmetric, int8 activations).
+CT_INT_CUSTOM = {
+    "int8-tensor-asym": (8, "tensor", None, False, True),
+    "int4-g32-asym": (4, "group", 32, False, False),
+    "int4-channel-asym": (4, "channel", None, False, False),
+}
 
+
+def ct_scheme(kind):
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme, preset_name_to_scheme
+
+    if kind in CT_INT_CUSTOM:
+        bits, strategy, group, sym, acts = CT_INT_CUSTOM[kind]
+        w = QuantizationArgs(num_bits=bits, type="int", strategy=strategy, group_size=group, symmetric=sym)
+        a = QuantizationArgs(num_bits=8, type="int", strategy="token", symmetric=True, dynamic=True) if acts else None
+        return QuantizationScheme(targets=["Linear"], weights=w, input_activations=a)
     preset = {
         "fp8-tensor": "FP8",
         "fp8-channel": "FP8_DYNAMIC",
         "fp8-block": "FP8_BLOCK",
         "nvfp4a16": "NVFP4A16",
         "nvfp4": "NVFP4",
+        "int8-w8a8": "W8A8",
+        "w4a16": "W4A16",
+        "w4a16-asym": "W4A16_ASYM",
+        "w8a16": "W8A16",
+        "w3a16": "W3A16",
     }[kind]
     s = preset_name_to_scheme(preset, ["Linear"])
     assert isinstance(s, QuantizationScheme)
@@ -144,6 +162,10 @@ def ct_calibrate(model, kind):
             pad = torch.zeros(gn * bn, gk * bk, dtype=w.dtype)
             pad[:n, :k] = w
             b = pad.reshape(gn, bn, gk, bk).transpose(1, 2).reshape(gn, gk, bn * bk)
+            lo, hi = b.amin(dim=-1), b.amax(dim=-1)
+        elif args.strategy == QuantizationStrategy.GROUP:
+            g = args.group_size
+            b = w.reshape(n, k // g, g)
             lo, hi = b.amin(dim=-1), b.amax(dim=-1)
         elif args.strategy == QuantizationStrategy.TENSOR_GROUP:
             g = args.group_size
@@ -202,12 +224,22 @@ def ct_exact_f32(d, name, args):
             for k in h.keys():
                 if k.startswith(base + "."):
                     t[k[len(base) + 1 :]] = h.get_tensor(k)
+    if "weight_shape" in t:
+        # pack-quantized integers: the library's own decompression, with f32 scales.
+        from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+        from compressed_tensors.quantization import QuantizationScheme
+
+        sd = dict(t)
+        sd["weight_scale"] = sd["weight_scale"].to(torch.float32)
+        scheme = QuantizationScheme(targets=["Linear"], weights=args)
+        return PackedQuantizationCompressor.decompress(sd, scheme)["weight"]
     if "weight_packed" in t:
         p = t["weight_packed"]
         q = unpack_fp4_from_uint8(p, p.shape[0], p.shape[1] * 2, dtype=torch.float32)
         return dequantize(x_q=q, scale=t["weight_scale"].to(torch.float32), args=args,
                           global_scale=t["weight_global_scale"].to(torch.float32), dtype=torch.float32)
-    return dequantize(x_q=t["weight"], scale=t["weight_scale"].to(torch.float32), args=args, dtype=torch.float32)
+    return dequantize(x_q=t["weight"], scale=t["weight_scale"].to(torch.float32), zero_point=t.get("weight_zero_point"),
+                      args=args, dtype=torch.float32)
 
 
 def ct_reference(d, dtype, args):
@@ -232,6 +264,51 @@ def ct_reference(d, dtype, args):
                 "amax": float(w.float().abs().max()),
             }
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Architectures whose FFN is not three separate projections in every layer: Phi-3 (a fused
+# gate_up_proj) and Qwen2-MoE with dense layers between the expert layers.
+
+
+def arch_write(name, kind, seed=11):
+    import transformers
+
+    torch.manual_seed(seed)
+    d = fresh(name)
+    if kind == "phi3":
+        cfg = transformers.Phi3Config(hidden_size=HIDDEN, intermediate_size=384, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4, vocab_size=VOCAB,
+                                      max_position_embeddings=128, pad_token_id=0, tie_word_embeddings=False)
+        m = transformers.Phi3ForCausalLM(cfg).to(torch.bfloat16)
+    else:
+        cfg = transformers.Qwen2MoeConfig(hidden_size=HIDDEN, intermediate_size=384, moe_intermediate_size=128,
+                                          shared_expert_intermediate_size=256, num_experts=4, num_experts_per_tok=2,
+                                          num_hidden_layers=4, mlp_only_layers=[0, 2], num_attention_heads=4,
+                                          num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=128,
+                                          tie_word_embeddings=False)
+        m = transformers.Qwen2MoeForCausalLM(cfg).to(torch.bfloat16)
+    with torch.no_grad():
+        for _, p in m.named_parameters():
+            if p.ndim >= 2:
+                p.copy_((torch.randn(p.shape) * 0.05).to(p.dtype))
+    m.save_pretrained(d)
+    # The reference: each dense layer's gate, up and down as the model's own forward splits them.
+    out = {}
+    for i, layer in enumerate(m.model.layers):
+        mlp = layer.mlp
+        if kind == "phi3":
+            gu = mlp.gate_up_proj.weight.detach()
+            gate, up = gu.chunk(2, dim=0)
+        elif hasattr(mlp, "gate_proj"):
+            gate, up = mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()
+        else:
+            continue
+        for proj, w in [("gate", gate), ("up", up), ("down", mlp.down_proj.weight.detach())]:
+            out[f"{i}.{proj}"] = {"shape": list(w.shape), "sha256_f32": f32_digest(w)}
+    write_expected(d, {"library": "transformers", "architecture": kind, "dense_layers": sorted({int(k.split(".")[0]) for k in out}),
+                       "tensors": sorted(__import__("safetensors").safe_open(os.path.join(d, "model.safetensors"), "pt").keys()),
+                       "weights": out})
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,6 +425,13 @@ def main():
         ct_write("ct-nvfp4a16-bf16", "nvfp4a16", torch.bfloat16, 384)
         ct_write("ct-nvfp4a16-bf16-sharded", "nvfp4a16", torch.bfloat16, 384, layers=2, shards=True)
         ct_write("ct-nvfp4-w4a4-bf16", "nvfp4", torch.bfloat16, 384)
+    if "ctint" in which:
+        for kind in ["int8-w8a8", "int8-tensor-asym", "w4a16", "w4a16-asym", "w8a16", "w3a16", "int4-channel-asym"]:
+            ct_write(f"ct-{kind}-bf16", kind, torch.bfloat16, 384)
+        ct_write("ct-int4-g32-asym-f32", "int4-g32-asym", torch.float32, 384)
+    if "arch" in which:
+        arch_write("phi3-bf16", "phi3")
+        arch_write("qwen2moe-mixed-bf16", "qwen2moe")
     if "modelopt" in which:
         modelopt_write("modelopt-nvfp4")
         modelopt_write("modelopt-fp8", "FP8_DEFAULT_CFG")
