@@ -599,7 +599,12 @@ fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
         );
         return Ok(());
     }
-    let (values, shape): (Vec<f32>, Vec<usize>) = match m.quantized_weight_named(name) {
+    // A quantized weight, or a plain FFN weight (checked like one: an integer weight without
+    // its scale is refused rather than dumped as raw codes).
+    let as_weight = m
+        .quantized_weight_named(name)
+        .or_else(|| m.ffn_weight_named(name).cloned());
+    let (values, shape): (Vec<f32>, Vec<usize>) = match as_weight {
         Some(w) if m.format == Format::Safetensors => {
             let (v, s) = m.decode_weight(&w)?;
             (v, s.iter().map(|&d| d as usize).collect())

@@ -338,3 +338,123 @@ fn peft_features_the_engine_cannot_serve_are_refused_by_name() {
         assert!(err.contains(says), "{adapter}: {err}");
     }
 }
+
+/// A copy of fixture `name` in `dir` with its one safetensors file edited by `edit` (tensors by
+/// name: dtype, shape, bytes) and its config.json by `cfg`.
+fn edited_fixture(
+    dir: &Path,
+    name: &str,
+    edit: impl FnOnce(&mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>),
+    cfg: impl FnOnce(&mut Value),
+) -> PathBuf {
+    let src = fixtures().join(name);
+    let out = dir.join(name);
+    std::fs::create_dir_all(&out).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut ts: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    edit(&mut ts);
+    let views: Vec<(String, safetensors::tensor::TensorView)> = ts
+        .iter()
+        .map(|(n, d, s, b)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &out.join("model.safetensors")).unwrap();
+    let mut c: Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    cfg(&mut c);
+    std::fs::write(out.join("config.json"), c.to_string()).unwrap();
+    out
+}
+
+#[test]
+fn a_weight_read_without_its_scale_or_with_an_unread_companion_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tmpo = tmp.path().join("o.mpk.gguf");
+    let convert_err = |dir: &Path| {
+        let o = cli(&[
+            "convert",
+            dir.to_str().unwrap(),
+            "-o",
+            tmpo.to_str().unwrap(),
+        ]);
+        assert!(!o.status.success(), "{} converted", dir.display());
+        assert!(!tmpo.exists());
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    // The int8 W8A8 checkpoint with one weight_scale removed: its int8 codes are never read as
+    // weights (neither by convert nor by dump).
+    let up = "model.layers.0.mlp.up_proj.weight";
+    let d = edited_fixture(
+        tmp.path(),
+        "ct-int8-w8a8-bf16",
+        |ts| ts.retain(|t| t.0 != format!("{up}_scale")),
+        |_| {},
+    );
+    let e = convert_err(&d);
+    assert!(e.contains(up) && e.contains("no weight_scale"), "{e}");
+    let o = cli(&[
+        "dump",
+        d.to_str().unwrap(),
+        up,
+        "-o",
+        tmp.path().join("w.npy").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success() && !tmp.path().join("w.npy").exists());
+    // A stray scale beside a BF16 weight: no scheme reads it with the weight.
+    let d = edited_fixture(
+        &tmp.path().join("b"),
+        "peft-base",
+        |ts| {
+            ts.push((
+                "model.layers.0.mlp.up_proj.weight_scale".into(),
+                safetensors::Dtype::F32,
+                vec![1],
+                1f32.to_le_bytes().to_vec(),
+            ))
+        },
+        |_| {},
+    );
+    let o = cli(&["inspect", d.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        e.contains("model.layers.0.mlp.up_proj.weight_scale") && e.contains("refused"),
+        "{e}"
+    );
+    // Act-order group indices, as a tensor and as the config's actorder.
+    let d = edited_fixture(
+        &tmp.path().join("c"),
+        "ct-w4a16-bf16",
+        |ts| {
+            ts.push((
+                "model.layers.0.mlp.down_proj.weight_g_idx".into(),
+                safetensors::Dtype::I32,
+                vec![384],
+                vec![0u8; 384 * 4],
+            ))
+        },
+        |_| {},
+    );
+    let e = convert_err(&d);
+    assert!(e.contains("weight_g_idx") && e.contains("act-order"), "{e}");
+    let d = edited_fixture(
+        &tmp.path().join("d"),
+        "ct-w4a16-bf16",
+        |_| {},
+        |c| {
+            c["quantization_config"]["config_groups"]["group_0"]["weights"]["actorder"] =
+                "group".into()
+        },
+    );
+    let e = convert_err(&d);
+    assert!(e.contains("actorder") && e.contains("config.json"), "{e}");
+}

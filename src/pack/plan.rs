@@ -72,6 +72,9 @@ impl<'m> Plan<'m> {
             file: file.clone(),
             reason,
         };
+        if let Some(why) = missing_config(model) {
+            return Err(bad(why));
+        }
         if model.ffn_layers.is_empty() {
             return Err(bad(no_dense_layers(model)));
         }
@@ -576,6 +579,18 @@ impl<'m> Plan<'m> {
     }
 }
 
+/// A safetensors model without its `config.json`: the architecture, sizes and activation would
+/// be guesses, so it is refused.
+fn missing_config(model: &Model) -> Option<String> {
+    let cfg = model.files[0].path().parent()?.join("config.json");
+    (model.format == crate::model::Format::Safetensors && !cfg.exists()).then(|| {
+        format!(
+            "no config.json beside the safetensors files (looked for {}): the architecture, sizes and activation come from it",
+            cfg.display()
+        )
+    })
+}
+
 /// Why a model with no dense FFN layer cannot be packed, and what can be.
 fn no_dense_layers(model: &Model) -> String {
     use crate::model::SourceFile;
@@ -589,18 +604,6 @@ fn no_dense_layers(model: &Model) -> String {
             "no dense FFN layer: layers {:?} are mixture-of-experts ({}, ...), which this tool passes through but does not pack; a model with dense FFN layers (all or some) converts",
             model.moe_layers,
             model.expert_tensors(l, 3).join(", ")
-        );
-    }
-    let dir = model.files[0]
-        .path()
-        .parent()
-        .map(|d| d.join("config.json"));
-    if model.format == crate::model::Format::Safetensors
-        && dir.as_ref().is_some_and(|c| !c.exists())
-    {
-        return format!(
-            "no config.json beside the safetensors files (looked for {}): the architecture, sizes and activation come from it",
-            dir.unwrap().display()
         );
     }
     format!(

@@ -13,6 +13,60 @@ import sys
 import numpy as np
 
 
+def arch_gguf(kind: str, out_dir: str) -> None:
+    """A small GGUF written by gguf-py's GGUFWriter whose FFN is not gate/up/down in every layer:
+    `phi3` (a fused ffn_up of 2*I rows, Q8_0 by gguf-py's quantizer, no ffn_gate),
+    `qwen2moe-mixed` (dense layers 0 and 2, expert layers 1 and 3) or `qwen2moe` (experts only).
+    Writes OUT_DIR/model.gguf and, per dense layer, gguf-py's own f32 dequantization of each
+    weight as OUT_DIR/L.{gate,up,down}.npy (a fused weight split into its halves)."""
+    import os
+    import gguf
+    from gguf import quants
+
+    rng = np.random.default_rng(5)
+    h, i, layers, experts, ie = 64, 96, 4, 4, 32
+    arch = "phi3" if kind == "phi3" else "qwen2moe"
+    w = gguf.GGUFWriter(os.path.join(out_dir, "model.gguf"), arch)
+    w.add_block_count(layers)
+    w.add_embedding_length(h)
+    w.add_feed_forward_length(i)
+    w.add_head_count(4)
+    w.add_head_count_kv(4)
+    if arch == "qwen2moe":
+        w.add_expert_count(experts)
+        w.add_expert_used_count(2)
+    w.add_tensor("token_embd.weight", rng.standard_normal((32, h)).astype(np.float32))
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    for layer in range(layers):
+        w.add_tensor(f"blk.{layer}.attn_norm.weight", np.ones(h, dtype=np.float32))
+        dense = kind == "phi3" or (kind == "qwen2moe-mixed" and layer % 2 == 0)
+        if not dense:
+            for p, shape in [("gate_exps", (experts, ie, h)), ("up_exps", (experts, ie, h)), ("down_exps", (experts, h, ie))]:
+                w.add_tensor(f"blk.{layer}.ffn_{p}.weight", (rng.standard_normal(shape) * 0.05).astype(np.float32))
+            w.add_tensor(f"blk.{layer}.ffn_gate_inp.weight", rng.standard_normal((experts, h)).astype(np.float32))
+            continue
+        gate = (rng.standard_normal((i, h)) * 0.05).astype(np.float32)
+        up = (rng.standard_normal((i, h)) * 0.05).astype(np.float32)
+        down = (rng.standard_normal((h, i)) * 0.05).astype(np.float32)
+        if kind == "phi3":
+            fused = quants.quantize(np.concatenate([gate, up]), q8)
+            w.add_tensor(f"blk.{layer}.ffn_up.weight", fused, raw_dtype=q8)
+            deq = quants.dequantize(fused, q8).astype(np.float32)
+            np.save(os.path.join(out_dir, f"{layer}.gate.npy"), deq[:i])
+            np.save(os.path.join(out_dir, f"{layer}.up.npy"), deq[i:])
+        else:
+            w.add_tensor(f"blk.{layer}.ffn_gate.weight", gate)
+            w.add_tensor(f"blk.{layer}.ffn_up.weight", up)
+            np.save(os.path.join(out_dir, f"{layer}.gate.npy"), gate)
+            np.save(os.path.join(out_dir, f"{layer}.up.npy"), up)
+        w.add_tensor(f"blk.{layer}.ffn_down.weight", down)
+        np.save(os.path.join(out_dir, f"{layer}.down.npy"), down)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main() -> None:
     cmd = sys.argv[1]
     if cmd == "dequant":
@@ -101,6 +155,8 @@ def main() -> None:
         # bytes as formats.md specifies them (Q4_K blocks by gguf-py), every source weight by
         # gguf-py, the relative error in float64.
         fidelity(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == "arch_gguf":
+        arch_gguf(sys.argv[2], sys.argv[3])
     elif cmd == "tp_slice":
         tp_slice(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:
