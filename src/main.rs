@@ -209,7 +209,8 @@ enum Cmd {
     },
     /// Layer LAYER's FFN from PACK by one arm (as check-activations names it) on the rows of INPUT
     /// (f32 [rows, hidden] .npy), written to OUTPUT (.npy): for a model run that takes the arm's
-    /// outputs in place of its FFN (`scripts/quality_kl.py --arms`). Needs a GPU.
+    /// outputs in place of its FFN (`scripts/quality_kl.py --arms`). Runs on the first GPU, or on
+    /// the host backend without one.
     #[command(hide = true)]
     FfnApply {
         pack: PathBuf,

@@ -458,3 +458,176 @@ fn a_weight_read_without_its_scale_or_with_an_unread_companion_is_refused_by_nam
     let e = convert_err(&d);
     assert!(e.contains("actorder") && e.contains("config.json"), "{e}");
 }
+
+/// Rank `r`'s slice of `name` in a TP pack (`a.b.tpR.weight`), its bytes.
+fn rank_slice(p: &Pack, name: &str, r: u32) -> Vec<u8> {
+    let sliced = metrale_pack::pack::tp::slice_name(name, r);
+    let i = p
+        .index(&sliced)
+        .unwrap_or_else(|| panic!("{sliced} not in the pack"));
+    p.read(i).unwrap()
+}
+
+#[test]
+fn quantized_attention_splits_with_its_scales_and_each_rank_decodes_its_rows_or_columns() {
+    use metrale_pack::converters::{fp8_block, fp8_row, nvfp4_modelopt};
+    let tmp = tempfile::tempdir().unwrap();
+    for name in [
+        "ct-fp8-channel-bf16-i384",
+        "ct-fp8-tensor-f32-i320",
+        "ct-fp8-block-bf16-i320",
+        "ct-int8-w8a8-bf16",
+        "ct-int8-tensor-asym-bf16",
+        "ct-nvfp4a16-bf16",
+        "ct-nvfp4-w4a4-bf16",
+        "modelopt-nvfp4",
+        "modelopt-fp8",
+    ] {
+        let dir = fixtures().join(name);
+        let m = Model::open(&dir).unwrap();
+        let out = tmp.path().join(format!("{name}.mpk.gguf"));
+        let opts = ConvertOptions {
+            layouts: Some(vec![Layout::Bf16]),
+            tp: 2,
+            ..Default::default()
+        };
+        pack::convert(&m, &opts, &out, &|_, _| {}).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        let p = Pack::open(&out).unwrap();
+        let c = pack::verify_against_source(&p, &m).unwrap();
+        assert!(c.mismatched.is_empty(), "{name}: {:?}", c.mismatched);
+        // Each rank's q rows (scale rows cut with them) and o columns (scale columns cut with
+        // them, or the scale whole) decode to the full weight's rows and columns.
+        for (module, rows) in [("q_proj", true), ("o_proj", false)] {
+            let base = format!("model.layers.0.self_attn.{module}");
+            let w = m
+                .quantized_weight_named(&format!("{base}.weight"))
+                .or_else(|| m.quantized_weight_named(&format!("{base}.weight_packed")))
+                .unwrap_or_else(|| panic!("{name}: {base} not quantized"));
+            let (full, [n, k]) = m.decode_weight(&w).unwrap();
+            let (n, k) = (n as usize, k as usize);
+            for r in 0..2u32 {
+                let [lo, hi] = if rows {
+                    [r as usize * n / 2, (r as usize + 1) * n / 2]
+                } else {
+                    [r as usize * k / 2, (r as usize + 1) * k / 2]
+                };
+                let (sn, sk) = if rows { (hi - lo, k) } else { (n, hi - lo) };
+                let want: Vec<f32> = (0..sn)
+                    .flat_map(|i| (0..sk).map(move |j| (i, j)))
+                    .map(|(i, j)| {
+                        if rows {
+                            full[(lo + i) * k + j]
+                        } else {
+                            full[i * k + lo + j]
+                        }
+                    })
+                    .collect();
+                let mut got = vec![0f32; sn * sk];
+                let floats = |b: &[u8], t: usize| -> Vec<f32> {
+                    match m.tensors[t].dtype.name().as_str() {
+                        "F32" => b
+                            .chunks_exact(4)
+                            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                            .collect(),
+                        "BF16" => b
+                            .chunks_exact(2)
+                            .map(|c| bf16::to_f32(u16::from_le_bytes([c[0], c[1]])))
+                            .collect(),
+                        d => panic!("{d}"),
+                    }
+                };
+                // The scale: this rank's slice where it was cut, else the replicated whole.
+                let scale_of = |t: usize| -> Vec<f32> {
+                    let sn = &m.tensors[t].name;
+                    match p.index(&metrale_pack::pack::tp::slice_name(sn, r)) {
+                        Some(i) => floats(&p.read(i).unwrap(), t),
+                        None => floats(&p.read(p.index(sn).unwrap()).unwrap(), t),
+                    }
+                };
+                let codes = rank_slice(&p, &m.tensors[w.main()].name, r);
+                match w {
+                    FfnWeight::Fp8Channel { scale, .. } | FfnWeight::Fp8Tensor { scale, .. } => {
+                        let mut s = scale_of(scale);
+                        if s.len() == 1 {
+                            s = vec![s[0]; sn];
+                        }
+                        fp8_row::decode(&codes, &s, sk, &mut got);
+                    }
+                    FfnWeight::Fp8Block { scale_inv, .. } => {
+                        fp8_block::decode(&codes, &scale_of(scale_inv), sn, sk, &mut got)
+                    }
+                    FfnWeight::CtInt {
+                        scale, zero_point, ..
+                    } => {
+                        let q: Vec<i8> = codes.iter().map(|&b| b as i8).collect();
+                        let z: Option<Vec<i8>> = zero_point.map(|z| {
+                            let zs = &m.tensors[z].name;
+                            let i = p
+                                .index(&metrale_pack::pack::tp::slice_name(zs, r))
+                                .or_else(|| p.index(zs))
+                                .unwrap();
+                            p.read(i).unwrap().iter().map(|&b| b as i8).collect()
+                        });
+                        metrale_pack::converters::ct_int::decode(
+                            &q,
+                            &scale_of(scale),
+                            z.as_deref(),
+                            sn,
+                            sk,
+                            &mut got,
+                        );
+                    }
+                    FfnWeight::ModelOptNvfp4 { scale, scale_2, .. } => {
+                        let s = rank_slice(&p, &m.tensors[scale].name, r);
+                        let g = m.scalar_f32(scale_2, "s2").unwrap();
+                        nvfp4_modelopt::decode_source(
+                            &codes,
+                            &s,
+                            nvfp4_modelopt::BlockScale::TimesGlobal(g),
+                            &mut got,
+                        );
+                    }
+                    FfnWeight::CtNvfp4 {
+                        scale,
+                        global_scale,
+                        ..
+                    } => {
+                        let s = rank_slice(&p, &m.tensors[scale].name, r);
+                        let g = m.scalar_f32(global_scale, "g").unwrap();
+                        nvfp4_modelopt::decode_source(
+                            &codes,
+                            &s,
+                            nvfp4_modelopt::BlockScale::OverGlobal(g),
+                            &mut got,
+                        );
+                    }
+                    ref other => panic!("{name}: {other:?}"),
+                }
+                assert_eq!(sha_f32(&got), sha_f32(&want), "{name} {module} rank {r}");
+            }
+        }
+    }
+    // A cut through a scale group is refused, naming the weight and the group.
+    let m = Model::open(&fixtures().join("ct-fp8-block-bf16-i384")).unwrap();
+    let opts = ConvertOptions {
+        tp: 4,
+        ..Default::default()
+    };
+    let e = pack::convert(&m, &opts, &tmp.path().join("x.gguf"), &|_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("splits its groups of 128") && e.contains("self_attn"),
+        "{e}"
+    );
+    // Packed integer attention is refused by name.
+    let m = Model::open(&fixtures().join("ct-w4a16-bf16")).unwrap();
+    let opts = ConvertOptions {
+        tp: 2,
+        ..Default::default()
+    };
+    let e = pack::convert(&m, &opts, &tmp.path().join("x.gguf"), &|_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("packed integer attention"), "{e}");
+}

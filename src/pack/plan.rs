@@ -222,11 +222,16 @@ impl<'m> Plan<'m> {
                 xxh3: String::new(),
                 tp: None,
             };
-            if let (true, Some(&rule), Some(h), Some(l)) =
-                (device, rules.get(&i), heads, layer_of(&t.name))
-            {
+            let cut = match (device, rules.get(&i), heads, layer_of(&t.name)) {
+                (true, Some(&rule), Some(h), Some(l)) => tp::plan_for(model, i, rule, h, n, 0)?
+                    .is_some()
+                    .then_some((rule, h, l)),
+                _ => None,
+            };
+            if let Some((rule, h, l)) = cut {
                 for r in 0..n {
-                    let plan = tp::slice_plan(model, i, rule, h, n, r)?;
+                    let plan = tp::plan_for(model, i, rule, h, n, r)?
+                        .expect("every rank cuts a tensor rank 0 cuts");
                     let flat = t.shape.len() == 1;
                     let (ty, ne, source_shape) = match t.dtype.as_ggml() {
                         Some(ty) if flat => (ty, vec![plan.shape[0]], None),

@@ -104,12 +104,149 @@ pub fn attention_rule(file: &str, name: &str) -> Result<Option<Rule>> {
         // A row-parallel bias is added once, after the all-reduce: replicated.
         (Rule::OCols, "bias") => Ok(None),
         (_, "bias") => Ok(Some(rule)),
+        // A quantized weight's scales follow its cut ([`companion_plan`] decides per shape).
+        (_, c) if SCALE_COMPANIONS.contains(&c) => Ok(Some(rule)),
+        // E2M1 codes (compressed-tensors NVFP4) are cut like a weight; packed integers are
+        // refused by [`plan_for`].
+        (_, "weight_packed" | "weight_shape") => Ok(Some(rule)),
         _ => Err(Error::Unsupported {
             file: file.into(),
             reason: format!(
-                "{name}: --tp splits the attention projections' weight and bias, not {last:?} companions"
+                "{name}: --tp splits the attention projections' weight, bias and weight scales, not {last:?} companions"
             ),
         }),
+    }
+}
+
+/// The companions of a quantized attention weight that `--tp` cuts with it or replicates.
+pub const SCALE_COMPANIONS: [&str; 7] = [
+    "weight_scale",
+    "weight_scale_inv",
+    "weight_zero_point",
+    "weight_scale_2",
+    "weight_global_scale",
+    "input_scale",
+    "input_global_scale",
+];
+
+/// Rank `r`'s cut of companion `t` (a scale, zero point or activation scale of the attention
+/// weight beside it) when its weight is cut by `rule`; `None` where every rank needs all of it
+/// (one value, a per-output-row scale of a column cut). The companion's extent along the cut
+/// dimension must divide the weight's into groups `g` (or be `ceil(D / 128)`, a block-FP8 grid):
+/// the cut is `[lo / g, ceil(hi / g))`, refused where it would split a group.
+pub fn companion_plan(
+    model: &Model,
+    t: usize,
+    rule: Rule,
+    heads: (u64, u64),
+    n: u32,
+    r: u32,
+) -> Result<Option<SlicePlan>> {
+    let name = &model.tensors[t].name;
+    let bad = |reason: String| Error::Tensor {
+        file: model.file_of(t),
+        tensor: name.clone(),
+        field: "shape",
+        reason,
+    };
+    let prefix = name.rsplit_once('.').map_or("", |(p, _)| p);
+    let Some(w) = model
+        .quantized_weight_named(&format!("{prefix}.weight"))
+        .or_else(|| model.quantized_weight_named(&format!("{prefix}.weight_packed")))
+    else {
+        return Err(bad(format!(
+            "--tp: {prefix}.weight is not a quantized weight this tool reads, so its companion cannot be cut"
+        )));
+    };
+    let [wn, wk] = model.weight_shape(&w)?;
+    let wplan = slice_plan(model, w.main(), rule, heads, n, r)?;
+    // The weight's stored columns may pack several logical ones (E2M1: two a byte).
+    let stored_cols = out_in(&model.tensors[w.main()].shape)
+        .map_or(1, |s| s[1])
+        .max(1);
+    let per_stored = if rule.cuts_columns() {
+        wk / stored_cols
+    } else {
+        1
+    };
+    let [lo, hi] = wplan.range.map(|x| x * per_stored.max(1));
+    let ten = &model.tensors[t];
+    let [cr, cc] = match ten.shape[..] {
+        [] => return Ok(None),
+        _ => out_in(&ten.shape).ok_or_else(|| bad(format!("{:?}: not 1-D or 2-D", ten.shape)))?,
+    };
+    let (dim, extent) = if rule.cuts_columns() {
+        (wk, cc)
+    } else {
+        (wn, cr)
+    };
+    if extent <= 1 || cr * cc <= 1 {
+        return Ok(None);
+    }
+    let g = if dim % extent == 0 {
+        dim / extent
+    } else if dim.div_ceil(128) == extent {
+        128
+    } else {
+        return Err(bad(format!(
+            "{:?} does not group the weight's {dim} {}",
+            ten.shape,
+            if rule.cuts_columns() {
+                "columns"
+            } else {
+                "rows"
+            }
+        )));
+    };
+    if lo % g != 0 || (hi % g != 0 && hi != dim) {
+        return Err(bad(format!(
+            "rank {r}'s cut [{lo}, {hi}) of {prefix}.weight splits its groups of {g}"
+        )));
+    }
+    let range = [lo / g, hi.div_ceil(g)];
+    let block = block_of(&ten.dtype).ok_or_else(|| bad("unknown element size".into()))?;
+    let shape = if rule.cuts_columns() {
+        [cr, range[1] - range[0]]
+    } else {
+        [range[1] - range[0], cc]
+    };
+    Ok(Some(SlicePlan {
+        range,
+        shape,
+        bytes: shape[0] * (shape[1] / block.0) * block.1,
+        dims: [cr, cc],
+        block,
+        columns: rule.cuts_columns(),
+    }))
+}
+
+/// Rank `r`'s cut of attention tensor `t` (a weight, a bias or a weight's companion) by
+/// `rule`; `None`: every rank holds it whole.
+pub fn plan_for(
+    model: &Model,
+    t: usize,
+    rule: Rule,
+    heads: (u64, u64),
+    n: u32,
+    r: u32,
+) -> Result<Option<SlicePlan>> {
+    let ten = &model.tensors[t];
+    let last = ten.name.rsplit('.').next().unwrap_or("");
+    let packed_int = last == "weight_shape"
+        || (last == "weight_packed" && ten.dtype != DType::St(safetensors::Dtype::U8));
+    if packed_int {
+        return Err(Error::Unsupported {
+            file: model.file_of(t),
+            reason: format!(
+                "{}: --tp does not split packed integer attention weights yet (their packed words and weight_shape would have to be rewritten); convert without --tp",
+                ten.name
+            ),
+        });
+    }
+    if SCALE_COMPANIONS.contains(&last) {
+        companion_plan(model, t, rule, heads, n, r)
+    } else {
+        slice_plan(model, t, rule, heads, n, r).map(Some)
     }
 }
 
