@@ -17,6 +17,12 @@ pub mod f16;
 pub mod fp8;
 pub mod fp8_block;
 pub mod fp8_row;
+pub mod iq1;
+pub mod iq2;
+pub mod iq3;
+pub mod iq4;
+pub mod iq_grid;
+pub mod iq_grids;
 pub mod kquant;
 pub mod layouts;
 pub mod mxfp4;
@@ -118,9 +124,9 @@ pub fn encode_to_vec<F: BlockEncode>(x: &[f32]) -> Vec<u8> {
 /// Why a buffer could not be decoded.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CodecError {
-    /// The type has no decoder in this crate (IQ*, TQ*, Q8_K, Q1_0).
+    /// The type has no decoder in this crate (TQ*, Q8_K, Q1_0).
     #[error(
-        "decoding {0} is not supported (supported: F32, F16, BF16, I8..F64, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, MXFP4, NVFP4)"
+        "decoding {0} is not supported (supported: F32, F16, BF16, I8..F64, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, MXFP4, NVFP4)"
     )]
     Unsupported(GgmlType),
     /// The byte length is not what `n` elements of the type take.
@@ -178,6 +184,15 @@ pub fn decode_ggml(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), Co
         T::Q6_K => decode_blocks::<q6_k::Q6K>(bytes, out),
         T::MXFP4 => decode_blocks::<mxfp4::Mxfp4>(bytes, out),
         T::NVFP4 => decode_blocks::<nvfp4::Nvfp4Gguf>(bytes, out),
+        T::IQ4_NL => decode_blocks::<iq4::Iq4Nl>(bytes, out),
+        T::IQ4_XS => decode_blocks::<iq4::Iq4Xs>(bytes, out),
+        T::IQ2_XXS => decode_blocks::<iq2::Iq2Xxs>(bytes, out),
+        T::IQ2_XS => decode_blocks::<iq2::Iq2Xs>(bytes, out),
+        T::IQ2_S => decode_blocks::<iq2::Iq2S>(bytes, out),
+        T::IQ3_XXS => decode_blocks::<iq3::Iq3Xxs>(bytes, out),
+        T::IQ3_S => decode_blocks::<iq3::Iq3S>(bytes, out),
+        T::IQ1_S => decode_blocks::<iq1::Iq1S>(bytes, out),
+        T::IQ1_M => decode_blocks::<iq1::Iq1M>(bytes, out),
         other => return Err(CodecError::Unsupported(other)),
     }
     Ok(())

@@ -23,6 +23,15 @@ const DECODED: &[GgmlType] = &[
     GgmlType::Q6_K,
     GgmlType::MXFP4,
     GgmlType::NVFP4,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 #[test]
@@ -158,5 +167,75 @@ fn bf16_and_f16_encoders_match_gguf_py_and_numpy() {
                 assert_eq!(a, b, "{name} element {i} ({})", x[i]);
             }
         }
+    }
+}
+
+#[test]
+fn iq_grids_equal_gguf_py_s() {
+    use metrale_pack::converters::{iq_grid, iq_grids};
+    let dir = tempfile::tempdir().unwrap();
+    for (name, g) in [
+        ("IQ2_XXS", &iq_grids::IQ2_XXS),
+        ("IQ2_XS", &iq_grids::IQ2_XS),
+        ("IQ2_S", &iq_grids::IQ2_S),
+        ("IQ3_XXS", &iq_grids::IQ3_XXS),
+        ("IQ3_S", &iq_grids::IQ3_S),
+        ("IQ1_S", &iq_grids::IQ1_S),
+    ] {
+        let out = dir.path().join(format!("{name}.npy"));
+        python_ref(&["iq_grid", name, out.to_str().unwrap()]);
+        assert_bits_eq(name, iq_grid::grid(g).values(), &read_npy(&out).to_f32());
+    }
+}
+
+#[test]
+fn iq_gguf_written_with_libgguf_s_quantizers_decodes_as_gguf_py_and_converts() {
+    let dir = tempfile::tempdir().unwrap();
+    python_ref(&["iq_gguf", dir.path().to_str().unwrap()]);
+    let src = dir.path().join("model.gguf");
+    let m = metrale_pack::model::Model::open(&src).unwrap();
+    assert_eq!(m.ffn_layers.len(), 3);
+    let mut types = Vec::new();
+    for l in &m.ffn_layers {
+        for w in [&l.gate, &l.up, &l.down] {
+            let t = &m.tensors[w.main()];
+            types.push(t.dtype.name());
+            let want = read_npy(&dir.path().join(format!("{}.npy", t.name)));
+            let (got, _) = m.decode_weight(w).unwrap();
+            assert_bits_eq(&t.name, &got, &want.to_f32());
+        }
+    }
+    types.sort();
+    assert_eq!(
+        types,
+        [
+            "IQ1_M", "IQ1_S", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ3_S", "IQ3_XXS", "IQ4_NL", "IQ4_XS"
+        ]
+    );
+    for layouts in ["nvfp4,nvfp4_mmq", "bf16"] {
+        let out = dir.path().join("p.mpk.gguf");
+        let bin = env!("CARGO_BIN_EXE_metrale-pack");
+        let o = std::process::Command::new(bin)
+            .args([
+                "convert",
+                src.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+                "--layouts",
+                layouts,
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = std::process::Command::new(bin)
+            .args([
+                "verify",
+                out.to_str().unwrap(),
+                "--source",
+                src.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
 }

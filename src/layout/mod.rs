@@ -247,7 +247,7 @@ impl<'a> EncodeCx<'a> {
         let mut data = self.model.data(t);
         // One half of a fused gate+up: its rows of the fused tensor (not its scale grids).
         if let FfnWeight::Half { half, .. } = self.weight(pi) {
-            if per != 1 || dims[1] % block.0 != 0 {
+            if per != 1 || !dims[1].is_multiple_of(block.0) {
                 return None;
             }
             let rows = (dims[1] / block.0 * block.1).checked_mul(dims[0])? as usize;

@@ -559,7 +559,7 @@ impl Model {
         let groups = match s[..] {
             [] | [1] if n != 1 => 0,
             [m] if m == n => 1,
-            [m, g] if m == n && g >= 1 && k % g == 0 => g,
+            [m, g] if m == n && g >= 1 && k.is_multiple_of(g) => g,
             _ => 0xffff_ffff_ffff_ffff,
         };
         let float = matches!(

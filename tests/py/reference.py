@@ -67,6 +67,41 @@ def arch_gguf(kind: str, out_dir: str) -> None:
     w.close()
 
 
+IQ_LAYERS = [("IQ2_XXS", "IQ3_S", "IQ4_XS"), ("IQ1_S", "IQ2_S", "IQ1_M"), ("IQ4_NL", "IQ2_XS", "IQ3_XXS")]
+
+
+def iq_gguf(out_dir: str) -> None:
+    """A llama-shaped GGUF whose FFN weights are the nine IQ types, each quantized by libgguf
+    (ggml's own quantizers; an importance matrix of the weights' column mean squares where ggml
+    requires one), written by gguf-py's GGUFWriter; and gguf-py's dequantization of each weight
+    as OUT_DIR/NAME.npy."""
+    import os
+    import gguf
+    import libgguf
+    from gguf import quants
+
+    rng = np.random.default_rng(11)
+    h, i = 256, 512
+    w = gguf.GGUFWriter(os.path.join(out_dir, "model.gguf"), "llama")
+    w.add_block_count(len(IQ_LAYERS))
+    w.add_embedding_length(h)
+    w.add_feed_forward_length(i)
+    w.add_head_count(4)
+    for layer, types in enumerate(IQ_LAYERS):
+        for proj, ty, shape in zip(["gate", "up", "down"], types, [(i, h), (i, h), (h, i)]):
+            x = (rng.standard_normal(shape) * 0.05).astype(np.float32)
+            qt = int(gguf.GGMLQuantizationType[ty])
+            imatrix = np.mean(x * x, axis=0).astype(np.float32) + 1e-6 if libgguf.quantize_requires_imatrix(qt) else None
+            q = np.ascontiguousarray(libgguf.quantize_rows(x, qt, imatrix=imatrix)).view(np.uint8).reshape(shape[0], -1)
+            name = f"blk.{layer}.ffn_{proj}.weight"
+            w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType[ty])
+            np.save(os.path.join(out_dir, name + ".npy"), quants.dequantize(q, gguf.GGMLQuantizationType[ty]).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main() -> None:
     cmd = sys.argv[1]
     if cmd == "dequant":
@@ -155,6 +190,14 @@ def main() -> None:
         # bytes as formats.md specifies them (Q4_K blocks by gguf-py), every source weight by
         # gguf-py, the relative error in float64.
         fidelity(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == "iq_gguf":
+        iq_gguf(sys.argv[2])
+    elif cmd == "iq_grid":
+        from gguf import quants
+
+        cls = getattr(quants, sys.argv[2])
+        cls.init_grid()
+        np.save(sys.argv[3], np.ascontiguousarray(cls.grid, dtype=np.float32).reshape(-1))
     elif cmd == "arch_gguf":
         arch_gguf(sys.argv[2], sys.argv[3])
     elif cmd == "tp_slice":
