@@ -42,6 +42,7 @@ fn sha_lib(v: &[f32], dtype: &str) -> String {
     match dtype {
         "float32" => sha_f32(v),
         "bfloat16" => hex(&Sha256::digest(bf16::encode(v))),
+        "float16" => hex(&Sha256::digest(metrale_pack::converters::f16::encode(v))),
         other => panic!("library dtype {other}"),
     }
 }
@@ -59,7 +60,7 @@ fn quantized_fixtures() -> Vec<PathBuf> {
         .map(|e| e.unwrap().path())
         .filter(|p| {
             let n = p.file_name().unwrap().to_string_lossy().to_string();
-            n.starts_with("ct-") || n.starts_with("modelopt-")
+            n.starts_with("ct-") || n.starts_with("modelopt-") || n.starts_with("awq-")
         })
         .collect();
     v.sort();
@@ -95,6 +96,7 @@ fn every_fixture_is_recognised_with_its_scheme_and_shapes() {
                 "compressed-tensors-int4"
             }
             "w3a16" => "compressed-tensors-int",
+            "awq-gemm-g128" | "awq-gemm-g64" => "awq-gemm-int4",
             s => panic!("{s}"),
         };
         for l in &m.ffn_layers {
@@ -116,8 +118,10 @@ fn every_quantized_weight_decodes_to_the_librarys_own_dequantization_bit_for_bit
             let ctx = format!("{}: {name}", dir.display());
             let main = if m.index_of(name).is_some() {
                 name.clone()
-            } else {
+            } else if m.index_of(&format!("{name}_packed")).is_some() {
                 format!("{name}_packed") // compressed-tensors NVFP4 stores `weight_packed`
+            } else {
+                name.replace(".weight", ".qweight") // AutoAWQ stores `qweight`
             };
             let q = m
                 .quantized_weight_named(&main)
@@ -457,6 +461,29 @@ fn a_weight_read_without_its_scale_or_with_an_unread_companion_is_refused_by_nam
     );
     let e = convert_err(&d);
     assert!(e.contains("actorder") && e.contains("config.json"), "{e}");
+    // Legacy qweight/qzeros packing declared as GPTQ, and AWQ packings other than GEMM.
+    let d = edited_fixture(
+        &tmp.path().join("e"),
+        "awq-gemm-g128-f16",
+        |_| {},
+        |c| c["quantization_config"]["quant_method"] = "gptq".into(),
+    );
+    let e = convert_err(&d);
+    assert!(
+        e.contains("qweight") && e.contains("\"gptq\"") && e.contains("GPTQ"),
+        "{e}"
+    );
+    let d = edited_fixture(
+        &tmp.path().join("f"),
+        "awq-gemm-g128-f16",
+        |_| {},
+        |c| c["quantization_config"]["version"] = "gemv".into(),
+    );
+    let e = convert_err(&d);
+    assert!(
+        e.contains("quantization_config.version") && e.contains("gemv"),
+        "{e}"
+    );
 }
 
 /// Rank `r`'s slice of `name` in a TP pack (`a.b.tpR.weight`), its bytes.

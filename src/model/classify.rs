@@ -6,7 +6,11 @@ use crate::error::{Error, Result};
 use safetensors::Dtype;
 
 /// Suffixes of the tensors that are part of a quantized weight: none may be left unread.
-const COMPANIONS: [&str; 8] = [
+const COMPANIONS: [&str; 12] = [
+    ".qweight",
+    ".qzeros",
+    ".scales",
+    ".g_idx",
     ".weight_scale",
     ".weight_zero_point",
     ".weight_packed",
@@ -166,6 +170,18 @@ impl Model {
                 bits: self.packed_bits(weight, shape),
             });
         }
+        if let (Some(qweight), Some(qzeros), Some(scales), Some("awq")) = (
+            idx("qweight"),
+            idx("qzeros"),
+            idx("scales"),
+            self.quant.method.as_deref(),
+        ) {
+            return Some(FfnWeight::Awq {
+                qweight,
+                qzeros,
+                scales,
+            });
+        }
         let weight = idx("weight")?;
         let dt = self.tensors[weight].dtype;
         if let (DType::St(Dtype::I8), Some(scale)) = (dt, idx("weight_scale")) {
@@ -219,6 +235,12 @@ impl Model {
             else {
                 continue;
             };
+            // `scales`, `qzeros` and `g_idx` are legacy packing's only beside a `qweight`.
+            if matches!(suffix, ".qzeros" | ".scales" | ".g_idx")
+                && self.index_of(&format!("{prefix}.qweight")).is_none()
+            {
+                continue;
+            }
             let consumed = self
                 .classify(prefix)
                 .is_some_and(|w| !matches!(w, FfnWeight::Plain { .. }) && w.tensors().contains(&i));
@@ -226,6 +248,11 @@ impl Model {
                 let why = if suffix == ".weight_g_idx" {
                     "act-order group indices (weight_g_idx, GPTQ desc_act) are not read yet"
                         .to_string()
+                } else if matches!(suffix, ".qweight" | ".qzeros" | ".scales" | ".g_idx") {
+                    format!(
+                        "legacy qweight/qzeros/scales packing is read for AutoAWQ's GEMM layout (quant_method \"awq\") only; this checkpoint declares quant_method {:?} (GPTQ's packing is not read yet: re-save it as compressed-tensors with llm-compressor, or dequantize it)",
+                        self.quant.method.as_deref().unwrap_or("(none)")
+                    )
                 } else {
                     format!(
                         "no weight scheme this tool reads consumes it with {prefix}.weight (compressed-tensors int/FP8/NVFP4, ModelOpt, block FP8 are read); refused rather than reading the weight without it"
@@ -313,11 +340,12 @@ impl Model {
             .unwrap_or(Fp8Kind::Channel)
     }
 
-    /// A quantized weight (NVFP4 or FP8, of any module, FFN or not) whose main tensor is `name`
-    /// (`...weight` or `...weight_packed`); `None` for a plain tensor.
+    /// A quantized weight (of any module, FFN or not) whose main tensor is `name` (`...weight`,
+    /// `...weight_packed` or AWQ's `...qweight`); `None` for a plain tensor.
     pub fn quantized_weight_named(&self, name: &str) -> Option<FfnWeight> {
         let prefix = name
             .strip_suffix(".weight_packed")
+            .or_else(|| name.strip_suffix(".qweight"))
             .or_else(|| name.strip_suffix(".weight"))?;
         let w = self.classify(prefix)?;
         (w.main() == self.index_of(name)? && !matches!(w, FfnWeight::Plain { .. })).then_some(w)
@@ -432,6 +460,26 @@ impl Model {
                     ));
                 }
                 s
+            }
+            FfnWeight::Awq {
+                qweight,
+                qzeros,
+                scales,
+            } => {
+                let [k, w8] = two(qweight)?;
+                self.expect(qweight, Dtype::I32, &[k, w8], "AWQ qweight")?;
+                let [groups, n] = two(scales)?;
+                self.expect(scales, Dtype::F16, &[groups, n], "AWQ scales")?;
+                if n != w8 * 8 || groups == 0 || !k.is_multiple_of(groups) {
+                    return Err(self.qerr(
+                        scales,
+                        format!(
+                            "scales [{groups}, {n}] do not fit qweight [{k}, {w8}] (n = 8 x words, k a multiple of the groups)"
+                        ),
+                    ));
+                }
+                self.expect(qzeros, Dtype::I32, &[groups, w8], "AWQ qzeros")?;
+                [n, k]
             }
             FfnWeight::Half { ref of, half } => {
                 let [n2, k] = self.weight_shape(of)?;

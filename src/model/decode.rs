@@ -98,6 +98,16 @@ impl Model {
             .ok_or_else(|| self.qerr(w.main(), format!("shape {shape:?} overflows")))?;
         let out = match *w {
             FfnWeight::Plain { weight } => self.decode_tensor(weight)?,
+            FfnWeight::Awq {
+                qweight,
+                qzeros,
+                scales,
+            } => {
+                let s = self.floats(scales, "scales")?;
+                let mut out = vec![0f32; len];
+                converters::awq::decode(self.data(qweight), self.data(qzeros), &s, n, k, &mut out);
+                out
+            }
             FfnWeight::Half { ref of, half } => {
                 let (mut full, _) = self.decode_weight(of)?;
                 let at = half as usize * len;

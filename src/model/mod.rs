@@ -189,6 +189,17 @@ pub enum FfnWeight {
         /// Bits per code (8 for `int-quantized`).
         bits: u32,
     },
+    /// AutoAWQ's GEMM packing (`quant_method: awq`, `version: gemm`): I32 `qweight [k, n/8]`
+    /// and `qzeros [G, n/8]`, eight 4-bit codes a word in AWQ's order, F16 `scales [G, n]`
+    /// (`converters::awq`).
+    Awq {
+        /// The packed codes.
+        qweight: usize,
+        /// The packed zero points.
+        qzeros: usize,
+        /// The group scales.
+        scales: usize,
+    },
     /// One half of a fused gate+up weight (Phi-3's `gate_up_proj` / GGUF `ffn_up` of `2 * I`
     /// rows): rows `half * I .. (half + 1) * I` of `of` (0: the gate, 1: the up projection).
     Half {
@@ -209,6 +220,7 @@ impl FfnWeight {
             | FfnWeight::Fp8Channel { weight, .. }
             | FfnWeight::Fp8Tensor { weight, .. }
             | FfnWeight::CtInt { weight, .. } => weight,
+            FfnWeight::Awq { qweight, .. } => qweight,
             FfnWeight::CtNvfp4 { packed, .. } => packed,
             FfnWeight::Half { ref of, .. } => of.main(),
         }
@@ -246,6 +258,11 @@ impl FfnWeight {
                 .flatten()
                 .collect(),
             FfnWeight::Half { ref of, .. } => of.tensors(),
+            FfnWeight::Awq {
+                qweight,
+                qzeros,
+                scales,
+            } => vec![qweight, qzeros, scales],
         }
     }
     /// A short name of the storage scheme.
@@ -261,6 +278,7 @@ impl FfnWeight {
             FfnWeight::CtInt { bits: 8, .. } => "compressed-tensors-int8",
             FfnWeight::CtInt { .. } => "compressed-tensors-int",
             FfnWeight::Half { of, .. } => of.scheme(),
+            FfnWeight::Awq { .. } => "awq-gemm-int4",
         }
     }
 }
@@ -327,6 +345,22 @@ impl QuantDecl {
                 .get("quant_method")
                 .and_then(|m| m.as_str())
                 .map(str::to_string);
+            if d.method.as_deref() == Some("awq") {
+                let version = qc.get("version").and_then(|v| v.as_str()).unwrap_or("gemm");
+                let bits = qc.get("bits").and_then(|v| v.as_u64());
+                if !version.eq_ignore_ascii_case("gemm") {
+                    return Err(bad(
+                        "quantization_config.version".into(),
+                        format!("AWQ {version:?} packing is not read (AutoAWQ's \"gemm\" is)"),
+                    ));
+                }
+                if bits != Some(4) {
+                    return Err(bad(
+                        "quantization_config.bits".into(),
+                        format!("{bits:?}: AWQ GEMM packing holds 4-bit codes"),
+                    ));
+                }
+            }
             if d.method.as_deref() == Some("fp8") {
                 let wbs = qc.get("weight_block_size");
                 block_128("quantization_config.weight_block_size", wbs)?;

@@ -41,7 +41,7 @@ def versions():
     import importlib.metadata as md
 
     out = {"torch": torch.__version__}
-    for p in ["compressed-tensors", "nvidia-modelopt", "peft", "transformers", "safetensors"]:
+    for p in ["compressed-tensors", "nvidia-modelopt", "peft", "transformers", "safetensors", "autoawq"]:
         try:
             out[p] = md.version(p)
         except md.PackageNotFoundError:
@@ -312,6 +312,66 @@ def arch_write(name, kind, seed=11):
 
 
 # --------------------------------------------------------------------------------------------
+# AutoAWQ's GEMM packing (the legacy `qweight` / `qzeros` / `scales` format transformers loads
+# with `quant_method: awq`), written by the library's own `WQLinear_GEMM.from_linear` from
+# min-max asymmetric group scales (what AWQ's `pseudo_quantize_tensor` computes, without the
+# activation-aware search, which changes the values and not the format). AutoAWQ 0.2.9's package
+# __init__ imports model code that transformers 5 no longer has, so its `awq` package is mounted
+# without running it (AWQ_SRC: the unpacked sdist).
+
+
+def awq_write(name, group=128, inter=384, seed=5):
+    import sys
+    import types
+
+    src = os.environ["AWQ_SRC"]
+    pkg = types.ModuleType("awq")
+    pkg.__path__ = [os.path.join(src, "awq")]
+    sys.modules["awq"] = pkg
+    from awq.modules.linear.gemm import WQLinear_GEMM
+    from awq.utils.packing_utils import dequantize_gemm
+    from safetensors.torch import save_file
+
+    d = fresh(name)
+    model = llama(inter, 1, torch.float16, seed)
+    sd = {}
+    out = {}
+    for mname, mod in model.named_modules():
+        if not isinstance(mod, torch.nn.Linear) or mname == "lm_head":
+            continue
+        w = mod.weight.detach().float()
+        n, k = w.shape
+        g = w.reshape(n, k // group, group)
+        lo, hi = g.amin(-1), g.amax(-1)
+        scales = ((hi - lo).clamp(min=1e-5) / 15).half()  # [n, G]
+        zeros = torch.clamp(-torch.round(lo / scales.float()), 0, 15)  # [n, G]
+        q = WQLinear_GEMM.from_linear(mod.float().cpu(), 4, group, scales=scales.t().contiguous().float(),
+                                      zeros=zeros.t().contiguous())
+        q.qweight, q.qzeros, q.scales = q.qweight.cpu(), q.qzeros.cpu(), q.scales.cpu()
+        for t in ["qweight", "qzeros", "scales"]:
+            sd[f"{mname}.{t}"] = getattr(q, t).contiguous()
+        lib = dequantize_gemm(q.qweight, q.qzeros, q.scales, 4, group).t().contiguous()  # f16 [n, k]
+        exact = dequantize_gemm(q.qweight, q.qzeros, q.scales.float(), 4, group).t().contiguous()
+        assert torch.equal(exact.half(), lib), mname
+        out[mname + ".weight"] = {"shape": [n, k], "lib_dtype": "float16", "sha256_lib": digest(lib.view(torch.int16)),
+                                  "sha256_f32": f32_digest(exact), "amax": float(lib.float().abs().max())}
+    for pname, p in model.named_parameters():
+        mod = pname.rsplit(".", 1)[0]
+        if f"{mod}.qweight" not in sd:
+            sd[pname] = p.detach().contiguous()
+    save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    cfg = model.config.to_dict()
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": group, "version": "gemm", "zero_point": True}
+    cfg["torch_dtype"] = "float16"
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    exp = {"library": "autoawq 0.2.9 (WQLinear_GEMM.from_linear, dequantize_gemm)", "scheme": f"awq-gemm-g{group}",
+           "model_dtype": "float16", "intermediate_size": inter,
+           "hidden_size": HIDDEN, "layers": 1, "weights": out}
+    write_expected(d, exp)
+
+
+# --------------------------------------------------------------------------------------------
 # NVIDIA ModelOpt
 
 
@@ -429,6 +489,9 @@ def main():
         for kind in ["int8-w8a8", "int8-tensor-asym", "w4a16", "w4a16-asym", "w8a16", "w3a16", "int4-channel-asym"]:
             ct_write(f"ct-{kind}-bf16", kind, torch.bfloat16, 384)
         ct_write("ct-int4-g32-asym-f32", "int4-g32-asym", torch.float32, 384)
+    if "awq" in which:
+        awq_write("awq-gemm-g128-f16")
+        awq_write("awq-gemm-g64-f16", group=64, seed=6)
     if "arch" in which:
         arch_write("phi3-bf16", "phi3")
         arch_write("qwen2moe-mixed-bf16", "qwen2moe")
