@@ -14,7 +14,15 @@ use std::path::Path;
 fn main() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
     let tmp = tempfile::tempdir()?;
-    for t in ["gguf", "safetensors", "pack", "manifest", "loader"] {
+    for t in [
+        "gguf",
+        "safetensors",
+        "pack",
+        "manifest",
+        "loader",
+        "npy",
+        "convert",
+    ] {
         std::fs::create_dir_all(root.join(t))?;
     }
     // GGUF: tiny llama and gemma models in each type gen-model writes.
@@ -27,6 +35,18 @@ fn main() -> anyhow::Result<()> {
         let p = root.join(format!("gguf/{arch}-{ty}.gguf"));
         metrale_pack::testing::gen_model::gen_model(&p, h, i, 1, ty, arch)?;
     }
+    // Convert: the small GGUF models as sources.
+    for name in ["llama-F16", "llama-Q8_0", "gemma-BF16"] {
+        std::fs::copy(
+            root.join(format!("gguf/{name}.gguf")),
+            root.join(format!("convert/{name}.gguf")),
+        )?;
+    }
+    // npy: an f32 matrix and a u8 vector, as ffn-apply reads and dump writes them.
+    let mut f = std::fs::File::create(root.join("npy/f32-2x8.npy"))?;
+    metrale_pack::npy::write_f32(&mut f, &[2, 8], &[0.5; 16])?;
+    let mut f = std::fs::File::create(root.join("npy/u8-5.npy"))?;
+    metrale_pack::npy::write_u8(&mut f, &[5], &[1, 2, 3, 4, 5])?;
     // Packs: every layout of one SiLU layer (with a LoRA adapter), and the GELU defaults.
     let src = tmp.path().join("m.gguf");
     metrale_pack::testing::gen_model::gen_model(&src, 64, 128, 1, GgmlType::F16, "llama")?;

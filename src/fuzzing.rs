@@ -171,22 +171,26 @@ pub fn pack_bytes(data: &[u8]) {
 pub fn with_manifest(template: &[u8], json: &str) -> Option<Vec<u8>> {
     let p = gguf::parse(template, "template").ok()?;
     let kv = p.kvs.iter().find(|kv| kv.key == keys::MANIFEST)?;
-    let mut enc = Vec::new();
-    enc.extend_from_slice(&(kv.key.len() as u64).to_le_bytes());
-    enc.extend_from_slice(kv.key.as_bytes());
-    enc.extend_from_slice(&(gguf::ValueType::String as u32).to_le_bytes());
-    crate::gguf_write::encode_value(&gguf::Value::String(json.into()), &mut enc);
-    // The header ends where the tensor infos end: the last byte before the padding.
-    let infos_end = template[..p.data_offset as usize]
+    // The header's end: the KVs, then the tensor infos (name, dims, type, offset each).
+    let kvs_end = p.kvs.last()?.span.end;
+    let infos: usize = p
+        .tensors
         .iter()
-        .rposition(|&b| b != 0)
-        .map_or(0, |i| i + 1);
+        .map(|t| 8 + t.name.len() + 4 + 8 * t.ne.len() + 4 + 8)
+        .sum();
+    let rest = template.get(kv.span.end..kvs_end.checked_add(infos)?)?;
+    // Trailing spaces in the JSON put the header's end (so the data section) on a page.
+    let page = crate::pack::PACK_PAGE as usize;
+    let fixed = kv.span.start + 8 + kv.key.len() + 4 + 8 + json.len() + rest.len();
+    let spaces = (page - fixed % page) % page;
+    let padded = format!("{json}{}", " ".repeat(spaces));
     let mut img = template[..kv.span.start].to_vec();
-    img.extend_from_slice(&enc);
-    img.extend_from_slice(&template[kv.span.end..infos_end.max(kv.span.end)]);
-    let padded = img.len().div_ceil(p.alignment as usize) * p.alignment as usize;
-    img.resize(padded, 0);
-    img.extend_from_slice(&template[p.data_offset as usize..]);
+    img.extend_from_slice(&(kv.key.len() as u64).to_le_bytes());
+    img.extend_from_slice(kv.key.as_bytes());
+    img.extend_from_slice(&(gguf::ValueType::String as u32).to_le_bytes());
+    crate::gguf_write::encode_value(&gguf::Value::String(padded), &mut img);
+    img.extend_from_slice(rest);
+    img.extend_from_slice(template.get(p.data_offset as usize..)?);
     rehash(&mut img);
     Some(img)
 }
@@ -233,6 +237,52 @@ pub fn loader_bytes(data: &[u8]) {
             ov.install(&mut l)
                 .unwrap_or_else(|e| panic!("layer {} loaded but does not install: {e}", ov.index));
             let _ = l.forward(&mut ctx, x);
+        }
+    });
+}
+
+/// Target `npy`: `ffn-apply`'s `.npy` reader on any bytes: what parses holds exactly the bytes
+/// its shape and dtype need, and its shape's element count fits.
+pub fn npy_bytes(data: &[u8]) {
+    let Ok(n) = crate::npy::parse(data) else {
+        return;
+    };
+    let elems = n
+        .shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .expect("a parsed shape's element count fits");
+    let size = match n.dtype {
+        crate::npy::NpyDtype::F32 => 4,
+        crate::npy::NpyDtype::U8 => 1,
+    };
+    assert_eq!(Some(n.data.len()), elems.checked_mul(size), "data length");
+}
+
+/// Target `convert`: `convert` on a GGUF source mutant: the pack it writes opens and is
+/// re-derived from the source bit for bit, or the convert fails and leaves no file.
+pub fn convert_bytes(data: &[u8]) {
+    use crate::converters::layouts::Layout;
+    use crate::pack::{self, ConvertOptions};
+    with_file(data, "gguf", |path| {
+        let Ok(m) = Model::open(path) else {
+            return;
+        };
+        let out = path.with_extension("mpk.gguf");
+        let opts = ConvertOptions {
+            layouts: Some(vec![Layout::Nvfp4, Layout::Bf16]),
+            ..Default::default()
+        };
+        match pack::convert(&m, &opts, &out, &|_, _| {}) {
+            Ok(_) => {
+                let p = Pack::open(&out).expect("a converted pack opens");
+                let bad = p.verify_checksums().expect("pread of a converted pack");
+                assert!(bad.is_empty(), "checksums: {bad:?}");
+                let c = pack::verify_against_source(&p, &m).expect("verify --source");
+                assert!(c.mismatched.is_empty(), "re-derived: {:?}", c.mismatched);
+                let _ = std::fs::remove_file(&out);
+            }
+            Err(_) => assert!(!out.exists(), "a failed convert left {}", out.display()),
         }
     });
 }

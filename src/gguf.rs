@@ -20,6 +20,9 @@ pub const MAGIC: &[u8; 4] = b"GGUF";
 pub const MAX_DIMS: u32 = 4;
 /// Deepest nesting of arrays inside arrays.
 pub const MAX_ARRAY_NESTING: usize = 4;
+/// Arrays longer than this are validated but not held element by element
+/// ([`Value::LongArray`]).
+pub const MAX_HELD_ARRAY: u64 = 1 << 16;
 /// Alignment when `general.alignment` is absent (ggml `GGUF_DEFAULT_ALIGNMENT`).
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// Longest tensor name ggml accepts (`GGML_MAX_NAME` is 64 including the NUL).
@@ -113,6 +116,10 @@ pub enum Value {
     String(String),
     /// An array: element type and elements.
     Array(ValueType, Vec<Value>),
+    /// An array of more than [`MAX_HELD_ARRAY`] elements (a tokenizer's vocabulary): validated
+    /// element by element like any other, but held as its element type and length only (its
+    /// bytes are the KV's `span`), so a header of millions of strings costs no memory per string.
+    LongArray(ValueType, u64),
     /// A `u64`.
     U64(u64),
     /// A `i64`.
@@ -149,6 +156,7 @@ impl Value {
             Value::String(s) if s.len() > 60 => format!("{:?}...", &s[..s.floor_char_boundary(60)]),
             Value::String(s) => format!("{s:?}"),
             Value::Array(t, v) => format!("[{t:?}; {}]", v.len()),
+            Value::LongArray(t, n) => format!("[{t:?}; {n}]"),
             Value::Bool(b) => b.to_string(),
             Value::F32(f) => f.to_string(),
             Value::F64(f) => f.to_string(),
@@ -409,6 +417,25 @@ impl<'a> Cursor<'a> {
             field: field(),
         })
     }
+    /// Validate one value as [`Cursor::value`] does, holding nothing.
+    fn skip(&mut self, ty: ValueType, depth: usize, field: &dyn Fn() -> String) -> Result<()> {
+        match ty {
+            ValueType::String => {
+                let n = self.count(1, field)?;
+                let b = self.take(n, field)?;
+                if std::str::from_utf8(b).is_err() {
+                    return Err(Error::Utf8 {
+                        file: self.file.into(),
+                        field: field(),
+                    });
+                }
+                Ok(())
+            }
+            ValueType::Bool | ValueType::Array => self.value(ty, depth, field).map(drop),
+            other => self.take(other.min_size(), field).map(drop),
+        }
+    }
+
     fn value(&mut self, ty: ValueType, depth: usize, field: &dyn Fn() -> String) -> Result<Value> {
         Ok(match ty {
             ValueType::U8 => Value::U8(self.arr::<1>(field)?[0]),
@@ -448,6 +475,12 @@ impl<'a> Cursor<'a> {
                     ty: et,
                 })?;
                 let n = self.count(et.min_size(), field)?;
+                if n > MAX_HELD_ARRAY {
+                    for _ in 0..n {
+                        self.skip(et, depth + 1, field)?;
+                    }
+                    return Ok(Value::LongArray(et, n));
+                }
                 // Capacity is bounded by the bytes that remain (count() checked n * min_size).
                 let mut v = Vec::with_capacity(n as usize);
                 for _ in 0..n {

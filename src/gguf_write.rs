@@ -50,7 +50,7 @@ fn value_type(v: &Value) -> ValueType {
         Value::F32(_) => ValueType::F32,
         Value::Bool(_) => ValueType::Bool,
         Value::String(_) => ValueType::String,
-        Value::Array(..) => ValueType::Array,
+        Value::Array(..) | Value::LongArray(..) => ValueType::Array,
         Value::U64(_) => ValueType::U64,
         Value::I64(_) => ValueType::I64,
         Value::F64(_) => ValueType::F64,
@@ -79,6 +79,8 @@ pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
         Value::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
         Value::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
         Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        // Only a parsed file holds one; its KV is copied with `add_raw_kv`, never re-encoded.
+        Value::LongArray(..) => unreachable!("a parsed long array is copied as raw bytes"),
     }
 }
 
@@ -113,6 +115,12 @@ impl GgufBuilder {
         24 + self.kv_bytes.len()
     }
 
+    /// Make room for `bytes` more bytes of KVs (a header copying a large vocabulary grows its
+    /// buffer once instead of doubling it).
+    pub fn reserve_kv(&mut self, bytes: usize) {
+        self.kv_bytes.reserve(bytes);
+    }
+
     /// Append a KV copied byte for byte from another GGUF file (its `Kv::span`).
     pub fn add_raw_kv(&mut self, raw: &[u8]) {
         self.kv_bytes.extend_from_slice(raw);
@@ -139,7 +147,7 @@ impl GgufBuilder {
 
     /// The header: magic, version 3, counts, KVs, tensor infos, zero padding to the alignment.
     pub fn header(&self) -> Vec<u8> {
-        let mut h = Vec::with_capacity(self.kv_bytes.len() + 64 * self.tensors.len() + 64);
+        let mut h = Vec::with_capacity(self.header_len());
         h.extend_from_slice(crate::gguf::MAGIC);
         h.extend_from_slice(&3u32.to_le_bytes());
         h.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
@@ -156,7 +164,19 @@ impl GgufBuilder {
         }
         let padded = (h.len() as u64).div_ceil(self.alignment) * self.alignment;
         h.resize(padded as usize, 0);
+        debug_assert_eq!(h.len(), self.header_len());
         h
+    }
+
+    /// The length [`GgufBuilder::header`] will have, without building it.
+    pub fn header_len(&self) -> usize {
+        let infos: usize = self
+            .tensors
+            .iter()
+            .map(|t| 8 + t.name.len() + 4 + 8 * t.ne.len() + 4 + 8)
+            .sum();
+        let raw = (24 + self.kv_bytes.len() + infos) as u64;
+        (raw.div_ceil(self.alignment) * self.alignment) as usize
     }
 
     /// Total data-section size (the last tensor padded too).

@@ -48,6 +48,16 @@ fn safetensors_inputs_keep_their_promises() {
 }
 
 #[test]
+fn npy_inputs_keep_their_promises() {
+    assert!(replay("npy", fuzzing::npy_bytes) >= 2);
+}
+
+#[test]
+fn convert_inputs_keep_their_promises() {
+    assert!(replay("convert", fuzzing::convert_bytes) >= 2);
+}
+
+#[test]
 fn pack_inputs_keep_their_promises() {
     assert!(replay("pack", fuzzing::pack_bytes) >= 2);
 }

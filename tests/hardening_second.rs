@@ -3,6 +3,8 @@
 //! read is an error, not SIGBUS; names from a file reach the terminal escaped; long output names
 //! work; `ffn-apply` follows the input and output rules and runs on the host backend.
 
+mod common;
+
 use metrale_pack::GgmlType;
 use metrale_pack::gguf::{GgufFile, Value};
 use std::path::{Path, PathBuf};
@@ -434,4 +436,158 @@ fn ffn_apply_runs_on_the_host_backend_with_the_rules_of_convert() {
         assert!(err(&o).contains(want), "{dict}: {}", err(&o));
     }
     assert!(!dir.path().join("z.npy").exists());
+}
+
+/// A GGUF of one small FFN layer and `n` one-element F32 tensors.
+fn tiny_tensors(path: &Path, n: usize) {
+    use metrale_pack::gguf_write::build;
+    let w = |rows: usize, cols: usize| -> Vec<u8> {
+        (0..rows * cols)
+            .flat_map(|i| (((i * 7919) % 201) as f32 / 2000.0 - 0.05).to_le_bytes())
+            .collect()
+    };
+    let names: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+    let mut tensors: Vec<(&str, Vec<u64>, GgmlType, Vec<u8>)> = vec![
+        (
+            "blk.0.ffn_gate.weight",
+            vec![64, 128],
+            GgmlType::F32,
+            w(128, 64),
+        ),
+        (
+            "blk.0.ffn_up.weight",
+            vec![64, 128],
+            GgmlType::F32,
+            w(128, 64),
+        ),
+        (
+            "blk.0.ffn_down.weight",
+            vec![128, 64],
+            GgmlType::F32,
+            w(64, 128),
+        ),
+    ];
+    tensors.extend(names.iter().map(|s| {
+        (
+            s.as_str(),
+            vec![1],
+            GgmlType::F32,
+            1f32.to_le_bytes().to_vec(),
+        )
+    }));
+    let img = build(
+        32,
+        &[
+            ("general.architecture", Value::String("llama".into())),
+            ("llama.embedding_length", Value::U32(64)),
+            ("llama.feed_forward_length", Value::U32(128)),
+        ],
+        &tensors,
+    );
+    std::fs::write(path, img).unwrap();
+}
+
+#[test]
+fn small_tensors_and_long_arrays_cost_what_they_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("tiny.gguf");
+    tiny_tensors(&src, 100_000);
+    let out = dir.path().join("tiny.mpk.gguf");
+    let src_len = std::fs::metadata(&src).unwrap().len();
+    let (st, rss) = common::run_measured(
+        bin(),
+        &[
+            "convert",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--layouts",
+            "bf16",
+        ],
+    );
+    assert!(st.success());
+    let pack_len = std::fs::metadata(&out).unwrap().len();
+    // Was 491 MB (every tensor on a page) for a 7.4 MB source.
+    assert!(
+        pack_len < 3 * src_len,
+        "pack {pack_len} for a source of {src_len}"
+    );
+    // Was 476 MB; the per-tensor bookkeeping (source index, plan, manifest, header) stays.
+    assert!(rss < 256 << 20, "peak RSS {rss}");
+    let o = run(&[
+        "verify",
+        out.to_str().unwrap(),
+        "--source",
+        src.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    // A vocabulary of 2 million strings: validated, carried byte for byte, never held. (Built
+    // as raw KV bytes in one large buffer, which goes back to the system when dropped: the
+    // child's peak RSS would otherwise count this process's heap, shared until its exec.)
+    let voc = dir.path().join("voc.gguf");
+    let mut raw = Vec::new();
+    let key = "tokenizer.ggml.tokens";
+    raw.extend_from_slice(&(key.len() as u64).to_le_bytes());
+    raw.extend_from_slice(key.as_bytes());
+    raw.extend_from_slice(&9u32.to_le_bytes()); // array
+    raw.extend_from_slice(&8u32.to_le_bytes()); // of strings
+    raw.extend_from_slice(&2_000_000u64.to_le_bytes());
+    for i in 0..2_000_000 {
+        let t = format!("tok{i}");
+        raw.extend_from_slice(&(t.len() as u64).to_le_bytes());
+        raw.extend_from_slice(t.as_bytes());
+    }
+    let mut b = metrale_pack::gguf_write::GgufBuilder::new(32);
+    b.add_kv("general.architecture", &Value::String("llama".into()));
+    b.add_raw_kv(&raw);
+    drop(raw);
+    for (name, ne) in [
+        ("blk.0.ffn_gate.weight", [64u64, 128]),
+        ("blk.0.ffn_up.weight", [64, 128]),
+        ("blk.0.ffn_down.weight", [128, 64]),
+    ] {
+        b.add_tensor(name, &ne, GgmlType::F32);
+    }
+    let mut img = b.header();
+    drop(b);
+    img.resize(img.len() + 3 * 128 * 64 * 4, 0);
+    std::fs::write(&voc, &img).unwrap();
+    let voc_len = img.len() as u64;
+    drop(img);
+    let vout = dir.path().join("voc.mpk.gguf");
+    let (st, rss) = common::run_measured(
+        bin(),
+        &[
+            "convert",
+            voc.to_str().unwrap(),
+            "-o",
+            vout.to_str().unwrap(),
+            "--layouts",
+            "bf16",
+        ],
+    );
+    assert!(st.success());
+    // Was 11x: the strings were held one by one.
+    assert!(
+        rss < 4 * voc_len + (32 << 20),
+        "peak RSS {rss} for a {voc_len}-byte source"
+    );
+    let g = GgufFile::open(&vout).unwrap();
+    let src = GgufFile::open(&voc).unwrap();
+    let key = |g: &GgufFile| {
+        let kv = g
+            .kvs
+            .iter()
+            .find(|k| k.key == "tokenizer.ggml.tokens")
+            .unwrap();
+        g.map[kv.span.clone()].to_vec()
+    };
+    assert!(
+        key(&g) == key(&src),
+        "the vocabulary is carried byte for byte"
+    );
+    assert_eq!(
+        g.get("tokenizer.ggml.tokens").map(|v| v.summary()),
+        Some("[String; 2000000]".to_string())
+    );
 }

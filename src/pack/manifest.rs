@@ -112,7 +112,7 @@ pub struct TensorEntry {
     pub name: String,
     /// Present for repacked FFN blobs.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub ffn: Option<FfnEntry>,
+    pub ffn: Option<Box<FfnEntry>>,
     /// In the device segment (every FFN blob, and every passthrough tensor that
     /// `--host-tensors` does not keep on the host).
     pub device: bool,
@@ -129,7 +129,7 @@ pub struct TensorEntry {
     /// In a tensor-parallel pack, the rank this tensor is a slice for and how it was cut;
     /// absent for replicated and host tensors.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub tp: Option<TpSlice>,
+    pub tp: Option<Box<TpSlice>>,
 }
 
 /// How one tensor of a tensor-parallel pack was cut from its source (formats.md,

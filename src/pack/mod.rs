@@ -34,13 +34,22 @@ use crate::model::Format;
 /// 2: the header checksum `metrale.pack.header_xxh3`; LoRA blobs only for targeted projections.
 /// 3: the device segment holds every device tensor (the FFN blobs and the passthrough tensors
 /// `--host-tensors` does not keep on the host), in layer order; each entry's `device` flag.
-pub const PACK_FORMAT_VERSION: u32 = 3;
+/// 4: tensors aligned by need: `general.alignment` 32, page placement by pad tensors.
+pub const PACK_FORMAT_VERSION: u32 = 4;
 /// Version of the layouts' contract with the GPU kernels that read them.
 pub const KERNEL_ABI_VERSION: u32 = 1;
 /// The GPU architecture the default layouts are built for.
 pub const TARGET_ARCH: &str = "sm_90";
-/// Every tensor starts on a page, so any run of tensors can be registered or read with O_DIRECT.
-pub const PACK_ALIGNMENT: u64 = 4096;
+/// `general.alignment` of a pack: every tensor starts on a multiple of it (GGUF's default), so a
+/// small tensor costs at most this much padding.
+pub const PACK_ALIGNMENT: u64 = 32;
+/// The data section, the device segment, each tensor-parallel range, every FFN blob and every
+/// tensor of at least this many bytes start on a page (`PACK_PAGE`), so the loader can register
+/// or read (O_DIRECT) any range of them, and the file ends on one.
+pub const PACK_PAGE: u64 = 4096;
+/// The name prefix of the zero-filled I8 tensors that place the next tensor on a page
+/// (`metrale.pad.0`, `metrale.pad.1`, ...): in the tensor table, never in the manifest.
+pub const PAD_PREFIX: &str = "metrale.pad.";
 /// The converter's version.
 pub const CONVERTER_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// ggml's name limit (`GGML_MAX_NAME` 64 with the NUL).

@@ -249,13 +249,13 @@ impl<'m> Plan<'m> {
                         name: tp::slice_name(&t.name, r),
                         source_shape,
                         bytes: plan.bytes,
-                        tp: Some(TpSlice {
+                        tp: Some(Box::new(TpSlice {
                             rank: r,
                             rule: rule.name().into(),
                             source: t.name.clone(),
                             range: plan.range,
                             pad: 0,
-                        }),
+                        })),
                         ..entry.clone()
                     };
                     ranked[r as usize].entry(l).or_default().push(Item::Slice {
@@ -466,9 +466,9 @@ impl<'m> Plan<'m> {
                 for (part, bytes) in enc.parts {
                     let entry = TensorEntry {
                         name: blob_name_tp(layer, proj, layout, part, rank),
-                        tp: tp.clone(),
+                        tp: tp.clone().map(Box::new),
                         device: true,
-                        ffn: Some(FfnEntry {
+                        ffn: Some(Box::new(FfnEntry {
                             layer,
                             proj: proj.name().into(),
                             layout: layout.tag().into(),
@@ -482,7 +482,7 @@ impl<'m> Plan<'m> {
                                 .iter()
                                 .map(|(k, v)| (k.to_string(), *v))
                                 .collect(),
-                        }),
+                        })),
                         source_type: m.tensors[w.main()].dtype.name(),
                         source_shape: None,
                         bytes: bytes.len() as u64,

@@ -9,6 +9,42 @@ use std::collections::HashMap;
 use super::*;
 use std::path::Path;
 
+/// Check and remove the pad tensors (`metrale.pad.N`, N = 0, 1, ... in order, I8, 1-D, each
+/// ending on a page of the data section).
+fn strip_pads(file: &mut GgufFile) -> Result<()> {
+    let f = file.path.display().to_string();
+    if !file.data_offset.is_multiple_of(PACK_PAGE) {
+        return Err(Error::Metadata {
+            file: f,
+            key: "(data section)".into(),
+            reason: format!("starts at {}, not on a page", file.data_offset),
+        });
+    }
+    let mut next = 0usize;
+    for t in &file.tensors {
+        if let Some(n) = t.name.strip_prefix(PAD_PREFIX) {
+            let ends = t.offset.checked_add(t.bytes);
+            if n != next.to_string()
+                || t.ty != crate::GgmlType::I8
+                || t.ne.len() != 1
+                || ends.is_none_or(|e| !e.is_multiple_of(PACK_PAGE))
+            {
+                return Err(Error::Tensor {
+                    file: f,
+                    tensor: t.name.clone(),
+                    field: "pad",
+                    reason: format!(
+                        "a pad tensor must be {PAD_PREFIX}{next}, I8, 1-D, ending on a page (ends at {ends:?})"
+                    ),
+                });
+            }
+            next += 1;
+        }
+    }
+    file.tensors.retain(|t| !t.name.starts_with(PAD_PREFIX));
+    Ok(())
+}
+
 /// An opened, validated pack.
 pub struct Pack {
     /// The pack as a GGUF file.
@@ -28,7 +64,7 @@ impl Pack {
     }
 
     /// Validate an opened GGUF as a pack.
-    pub fn from_gguf(file: GgufFile) -> Result<Pack> {
+    pub fn from_gguf(mut file: GgufFile) -> Result<Pack> {
         let f = file.path.display().to_string();
         let reconvert = |what: String| Error::Metadata {
             file: f.clone(),
@@ -75,6 +111,9 @@ impl Pack {
         // Every header byte is as written before any of its numbers is used (the comparisons
         // above only decide whether this build reads the pack at all: "re-convert").
         crate::pack_check::check_header(&file)?;
+        // The pad tensors only place the next tensor on a page: checked, then left out of the
+        // tensor list every reader of the pack iterates (their bytes are checked as padding).
+        strip_pads(&mut file)?;
         let json = file
             .get(keys::MANIFEST)
             .and_then(Value::as_str)

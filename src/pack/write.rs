@@ -65,6 +65,7 @@ pub fn convert(
                       reserve: usize|
      -> Result<(GgufBuilder, usize)> {
         let mut b = GgufBuilder::new(PACK_ALIGNMENT);
+        b.reserve_kv(metadata_bytes(model) + reserve + 4096);
         copy_metadata(model, &mut b);
         b.add_kv(keys::FORMAT_VERSION, &Value::U32(PACK_FORMAT_VERSION));
         b.add_kv(
@@ -86,9 +87,17 @@ pub fn convert(
         Ok((b, reserve))
     };
 
+    // Which items start on a page: a pad tensor is planned before each (its size known only
+    // once the bytes before it are), and one after the last.
+    let page_before = page_starts(&plan.items);
     let mut planned: Vec<(String, GgmlType, Vec<u64>)> = Vec::new();
     let mut placeholder_entries = Vec::new();
-    for it in &plan.items {
+    let mut pads = 0usize;
+    for (it, &page) in plan.items.iter().zip(&page_before) {
+        if page {
+            planned.push((format!("{PAD_PREFIX}{pads}"), GgmlType::I8, vec![0]));
+            pads += 1;
+        }
         match it {
             Item::Passthrough { ty, ne, entry, .. } | Item::Slice { ty, ne, entry, .. } => {
                 planned.push((entry.name.clone(), *ty, ne.clone()));
@@ -109,14 +118,30 @@ pub fn convert(
             }
         }
     }
-    // Reserve room for the real manifest: every entry's JSON is bounded; be generous.
+    planned.push((format!("{PAD_PREFIX}{pads}"), GgmlType::I8, vec![0]));
+    // Reserve room for the real manifest: the placeholder lists every passthrough entry but its
+    // 16-digit checksum; each FFN blob's entry (absent from it) is bounded by 700 bytes; the
+    // fidelity table (at most 9 layouts x 3 projections) and the tensor-parallel ranges by
+    // 27 x 200 + 1024.
     let mut pm = plan.manifest(placeholder_entries, (0, 0), None);
     pm.sources = sources.clone();
-    // The fidelity table is measured while producing: at most 9 layouts x 3 projections.
-    let reserve =
-        serde_json::to_string(&pm).map_err(json)?.len() + 1024 + 700 * plan.items.len() + 27 * 200;
+    let n_blobs = plan
+        .items
+        .iter()
+        .filter(|i| matches!(i, Item::Blob { .. }))
+        .count();
+    let reserve = serde_json::to_string(&pm).map_err(json)?.len()
+        + 16 * (plan.items.len() - n_blobs)
+        + 700 * n_blobs
+        + 27 * 200
+        + 1024;
+    // The header ends on a page, so the data section starts on one.
+    let raw = header_for(&planned, &pm, reserve)?.0.header_len();
+    let reserve = reserve + (raw.div_ceil(PACK_PAGE as usize) * PACK_PAGE as usize - raw);
     let (ph, reserve) = header_for(&planned, &pm, reserve)?;
-    let header_len = ph.header().len();
+    let header_len = ph.header_len();
+    drop((ph, pm));
+    debug_assert_eq!(header_len % PACK_PAGE as usize, 0);
 
     let total: u64 = model.tensors.iter().map(|t| t.bytes).sum();
     let n_pass = plan
@@ -152,7 +177,19 @@ pub fn convert(
             let mut entries: Vec<TensorEntry> = Vec::with_capacity(plan.items.len());
             let mut seg_start = None;
             let mut starts = Vec::with_capacity(plan.items.len());
+            let mut pad_bytes: Vec<u64> = Vec::with_capacity(pads + 1);
+            let mut pad_to_page =
+                |w: &mut std::io::BufWriter<std::fs::File>, pos: &mut u64| -> Result<()> {
+                    let pad = (PACK_PAGE - *pos % PACK_PAGE) % PACK_PAGE;
+                    w.write_all(&vec![0u8; pad as usize]).map_err(io)?;
+                    *pos += pad;
+                    pad_bytes.push(pad);
+                    Ok(())
+                };
             plan.produce(|name, bytes, mut entry| {
+                if page_before[entries.len()] {
+                    pad_to_page(w, &mut pos)?;
+                }
                 if entries.len() == n_host {
                     seg_start = Some(pos);
                 }
@@ -176,6 +213,8 @@ pub fn convert(
                 entries.push(entry);
                 Ok(())
             })?;
+            // The file (and the segment, or the last rank's) ends on a page.
+            pad_to_page(w, &mut pos)?;
             let seg = seg_start.map(|s| (s, pos - s)).unwrap_or((pos, 0));
             // A tensor-parallel pack: the replicated range, then each rank's segment.
             let tp = match plan.tp() {
@@ -196,11 +235,16 @@ pub fn convert(
                     })
                 }
             };
-            // The real header, same length as the placeholder.
+            // The real header, same length as the placeholder: the blobs' and the pads' sizes.
+            let (mut ents, mut padn) = (entries.iter(), pad_bytes.iter());
             let real: Vec<(String, GgmlType, Vec<u64>)> = planned
                 .iter()
-                .zip(&entries)
-                .map(|((name, ty, ne), e)| {
+                .map(|(name, ty, ne)| {
+                    if name.starts_with(PAD_PREFIX) {
+                        let p = padn.next().copied().unwrap_or(0);
+                        return (name.clone(), GgmlType::I8, vec![p]);
+                    }
+                    let e = ents.next().expect("an entry per planned tensor");
                     assert_eq!(name, &e.name);
                     if e.ffn.is_some() {
                         (name.clone(), GgmlType::I8, vec![e.bytes])
@@ -242,6 +286,30 @@ pub fn convert(
     Ok(pack.manifest)
 }
 
+/// Whether each planned item starts on a page (formats.md, "The pack container"): the first
+/// device tensor, the first of each rank's segment, every FFN blob, and every tensor of at
+/// least a page.
+fn page_starts(items: &[Item]) -> Vec<bool> {
+    let mut seen_device = false;
+    let mut last_rank = None;
+    items
+        .iter()
+        .map(|it| {
+            let (device, bytes, rank) = match it {
+                Item::Passthrough { entry, .. } => (entry.device, entry.bytes, None),
+                Item::Slice { entry, .. } => (true, entry.bytes, entry.tp.as_ref().map(|t| t.rank)),
+                Item::Blob { rank, .. } => (true, u64::MAX, *rank),
+            };
+            let first_device = device && !std::mem::replace(&mut seen_device, true);
+            let new_rank = rank.is_some() && rank != last_rank;
+            if rank.is_some() {
+                last_rank = rank;
+            }
+            first_device || new_rank || bytes >= PACK_PAGE
+        })
+        .collect()
+}
+
 /// Re-open the finished pack at its temporary path `tmp` as any reader will (header checksum,
 /// manifest parsed and checked against every blob, every tensor's checksum): a pack that fails
 /// is never named `out`, so a good pack already there survives.
@@ -259,6 +327,14 @@ fn validate_finished(tmp: &Path, out: &Path) -> Result<()> {
         }));
     }
     Ok(())
+}
+
+/// The bytes of the source metadata [`copy_metadata`] copies (an upper bound).
+fn metadata_bytes(model: &Model) -> usize {
+    match &model.files[0] {
+        SourceFile::Gguf(g) => g.kvs.iter().map(|kv| kv.span.len()).sum(),
+        SourceFile::Safetensors(_) => 1 << 16,
+    }
 }
 
 /// Copy the source's metadata: GGUF KVs byte for byte (minus `general.alignment` and `split.*`);

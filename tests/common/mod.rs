@@ -182,3 +182,27 @@ pub fn minilm_dir() -> PathBuf {
     );
     st.parent().unwrap().to_path_buf()
 }
+
+/// Run the CLI and return (status, peak resident set of the child in bytes).
+// The child is reaped by wait4 (which also returns its rusage), not by `Child::wait`.
+#[allow(clippy::zombie_processes)]
+pub fn run_measured(mut cmd: Command, args: &[&str]) -> (std::process::ExitStatus, u64) {
+    use std::os::unix::process::ExitStatusExt;
+    let child = cmd
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0i32;
+    // SAFETY: FFI; `rusage` is plain old data that wait4 fills, and the pid is our own child,
+    // waited on exactly once (the `Child` handle is never waited on after this).
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; both pointers are to live locals.
+    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    assert_eq!(r, child.id() as i32);
+    (
+        std::process::ExitStatus::from_raw(status),
+        ru.ru_maxrss as u64 * 1024,
+    )
+}

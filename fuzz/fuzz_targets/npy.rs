@@ -1,0 +1,5 @@
+//! Fuzz target `npy`: see `metrale_pack::fuzzing::npy_bytes` for what it asserts.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| metrale_pack::fuzzing::npy_bytes(data));
