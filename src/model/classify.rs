@@ -406,12 +406,6 @@ impl Model {
 
     /// The logical `[out, in]` shape of an FFN weight, its companions checked against it.
     pub fn weight_shape(&self, w: &FfnWeight) -> Result<[u64; 2]> {
-        let two = |t: usize| -> Result<[u64; 2]> {
-            match self.tensors[t].shape[..] {
-                [a, b] => Ok([a, b]),
-                ref s => Err(self.qerr(t, format!("expected a 2-D weight, found shape {s:?}"))),
-            }
-        };
         // An FP8 scale that the config's declared scheme does not fit is named with both shapes.
         let fp8_declared = |weight: usize, scale: usize, kind: Fp8Kind| -> Result<()> {
             let fits = self.fp8_fits(weight, scale);
@@ -445,7 +439,7 @@ impl Model {
         };
         Ok(match *w {
             FfnWeight::Plain { weight } => {
-                let s = two(weight)?;
+                let s = self.two_d(weight)?;
                 if let DType::St(d) = self.tensors[weight].dtype
                     && matches!(
                         d,
@@ -465,23 +459,8 @@ impl Model {
                 qweight,
                 qzeros,
                 scales,
-            } => {
-                let [k, w8] = two(qweight)?;
-                self.expect(qweight, Dtype::I32, &[k, w8], "AWQ qweight")?;
-                let [groups, n] = two(scales)?;
-                self.expect(scales, Dtype::F16, &[groups, n], "AWQ scales")?;
-                if n != w8 * 8 || groups == 0 || !k.is_multiple_of(groups) {
-                    return Err(self.qerr(
-                        scales,
-                        format!(
-                            "scales [{groups}, {n}] do not fit qweight [{k}, {w8}] (n = 8 x words, k a multiple of the groups)"
-                        ),
-                    ));
-                }
-                self.expect(qzeros, Dtype::I32, &[groups, w8], "AWQ qzeros")?;
-                [n, k]
-            }
-            FfnWeight::Half { ref of, half } => {
+            } => self.awq_shape(qweight, qzeros, scales)?,
+            FfnWeight::Half { ref of, .. } => {
                 let [n2, k] = self.weight_shape(of)?;
                 if n2 % 2 != 0 {
                     return Err(self.qerr(
@@ -489,7 +468,6 @@ impl Model {
                         format!("a fused gate+up weight of {n2} rows (odd) cannot be split into gate and up"),
                     ));
                 }
-                let _ = half;
                 [n2 / 2, k]
             }
             FfnWeight::ModelOptNvfp4 { weight, scale, .. }
@@ -498,7 +476,7 @@ impl Model {
                 scale,
                 ..
             } => {
-                let [n, kh] = two(weight)?;
+                let [n, kh] = self.two_d(weight)?;
                 self.expect(weight, Dtype::U8, &[n, kh], "packed E2M1 codes")?;
                 let k = kh * 2;
                 if k % 16 != 0 {
@@ -517,7 +495,7 @@ impl Model {
                 [n, k]
             }
             FfnWeight::Fp8Block { weight, scale_inv } => {
-                let [n, k] = two(weight)?;
+                let [n, k] = self.two_d(weight)?;
                 self.expect(weight, Dtype::F8_E4M3, &[n, k], "FP8 codes")?;
                 let (gn, gk) = fp8_block::scale_grid(n as usize, k as usize);
                 if self.tensors[scale_inv].name.ends_with("weight_scale") {
@@ -532,62 +510,96 @@ impl Model {
                 [n, k]
             }
             FfnWeight::Fp8Channel { weight, scale } => {
-                let [n, k] = two(weight)?;
+                let [n, k] = self.two_d(weight)?;
                 self.expect(weight, Dtype::F8_E4M3, &[n, k], "FP8 codes")?;
                 fp8_declared(weight, scale, Fp8Kind::Channel)?;
                 self.expect_scale(scale, &[&[n, 1], &[n]], "weight_scale", "per-channel FP8")?;
                 [n, k]
             }
             FfnWeight::Fp8Tensor { weight, scale } => {
-                let [n, k] = two(weight)?;
+                let [n, k] = self.two_d(weight)?;
                 self.expect(weight, Dtype::F8_E4M3, &[n, k], "FP8 codes")?;
                 fp8_declared(weight, scale, Fp8Kind::Tensor)?;
                 self.expect_scale(scale, &[&[], &[1]], "weight_scale", "per-tensor FP8")?;
                 [n, k]
             }
-            FfnWeight::CtInt {
-                weight,
-                shape,
-                bits,
-                ..
-            } => {
-                let [n, k] = match shape {
-                    None => {
-                        let [n, k] = two(weight)?;
-                        self.expect(weight, Dtype::I8, &[n, k], "int8 codes")?;
-                        [n, k]
-                    }
-                    Some(st) => {
-                        let [n, words] = two(weight)?;
-                        self.expect(weight, Dtype::I32, &[n, words], "packed integer codes")?;
-                        let [sn, k] = self.packed_shape(st).ok_or_else(|| {
-                            self.qerr(
-                                st,
-                                "weight_shape: expected I64 or I32 [2] holding [n, k]".into(),
-                            )
-                        })?;
-                        if sn != n {
-                            return Err(self.qerr(
-                                st,
-                                format!("weight_shape [{sn}, {k}] but weight_packed has {n} rows"),
-                            ));
-                        }
-                        if bits == 0 {
-                            return Err(self.qerr(
-                                weight,
-                                format!(
-                                    "{words} words a row fit no code width for k = {k} (declared widths {:?}; ceil(k * bits / 32) words a row)",
-                                    self.quant.int_bits
-                                ),
-                            ));
-                        }
-                        [n, k]
-                    }
-                };
-                self.ct_int_groups(w, n, k)?;
+            FfnWeight::CtInt { .. } => self.ct_int_shape(w)?,
+        })
+    }
+
+    /// A tensor's shape as `[rows, cols]`, refused unless 2-D.
+    fn two_d(&self, t: usize) -> Result<[u64; 2]> {
+        match self.tensors[t].shape[..] {
+            [a, b] => Ok([a, b]),
+            ref s => Err(self.qerr(t, format!("expected a 2-D weight, found shape {s:?}"))),
+        }
+    }
+
+    /// The `[n, k]` of an AutoAWQ GEMM weight, its three tensors checked against each other.
+    fn awq_shape(&self, qweight: usize, qzeros: usize, scales: usize) -> Result<[u64; 2]> {
+        let [k, w8] = self.two_d(qweight)?;
+        self.expect(qweight, Dtype::I32, &[k, w8], "AWQ qweight")?;
+        let [groups, n] = self.two_d(scales)?;
+        self.expect(scales, Dtype::F16, &[groups, n], "AWQ scales")?;
+        if n != w8 * 8 || groups == 0 || !k.is_multiple_of(groups) {
+            return Err(self.qerr(
+                scales,
+                format!(
+                    "scales [{groups}, {n}] do not fit qweight [{k}, {w8}] (n = 8 x words, k a multiple of the groups)"
+                ),
+            ));
+        }
+        self.expect(qzeros, Dtype::I32, &[groups, w8], "AWQ qzeros")?;
+        Ok([n, k])
+    }
+
+    /// The `[n, k]` of a compressed-tensors integer weight (I8 codes, or packed words with
+    /// `weight_shape`), its scale and zero point checked against it.
+    fn ct_int_shape(&self, w: &FfnWeight) -> Result<[u64; 2]> {
+        let FfnWeight::CtInt {
+            weight,
+            shape,
+            bits,
+            ..
+        } = *w
+        else {
+            unreachable!("ct_int_shape of a compressed-tensors integer weight");
+        };
+        let [n, k] = match shape {
+            None => {
+                let [n, k] = self.two_d(weight)?;
+                self.expect(weight, Dtype::I8, &[n, k], "int8 codes")?;
                 [n, k]
             }
-        })
+            Some(st) => {
+                let [n, words] = self.two_d(weight)?;
+                self.expect(weight, Dtype::I32, &[n, words], "packed integer codes")?;
+                let [sn, k] = self.packed_shape(st).ok_or_else(|| {
+                    self.qerr(
+                        st,
+                        "weight_shape: expected I64 or I32 [2] holding [n, k]".into(),
+                    )
+                })?;
+                if sn != n {
+                    return Err(self.qerr(
+                        st,
+                        format!("weight_shape [{sn}, {k}] but weight_packed has {n} rows"),
+                    ));
+                }
+                if bits == 0 {
+                    return Err(self.qerr(
+                        weight,
+                        format!(
+                            "{words} words a row fit no code width for k = {k} (declared widths {:?}; ceil(k * bits / 32) words a row)",
+                            self.quant.int_bits
+                        ),
+                    ));
+                }
+                [n, k]
+            }
+        };
+        self.ct_int_groups(w, n, k)?;
+        Ok([n, k])
     }
 
     /// The scale groups per row of a compressed-tensors integer weight `[n, k]`: 0 for one
