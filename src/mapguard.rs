@@ -6,7 +6,8 @@
 //! sees zeros) and recording where it happened; [`Guard::changed`] then reports it, and the
 //! callers that read a source (`convert`, `verify --source`, `dump`) ask before they finish, so
 //! the result is an error naming the file and the byte range that was lost, never a half-read
-//! output. A SIGBUS anywhere else keeps its default action.
+//! output. A SIGBUS anywhere else goes to the action the process had before (the default, or an
+//! engine's own handler), restored for the re-run of the faulting access.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -19,6 +20,8 @@ static START: [AtomicUsize; MAX_GUARDED_MAPS] = [const { AtomicUsize::new(0) }; 
 static LEN: [AtomicUsize; MAX_GUARDED_MAPS] = [const { AtomicUsize::new(0) }; MAX_GUARDED_MAPS];
 static FAULT: [AtomicUsize; MAX_GUARDED_MAPS] = [const { AtomicUsize::new(0) }; MAX_GUARDED_MAPS];
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// The SIGBUS action this process had before ours: a fault outside our maps is handed back to it.
+static PREVIOUS: std::sync::OnceLock<libc::sigaction> = std::sync::OnceLock::new();
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler; si_addr is the
@@ -55,10 +58,19 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut li
         }
         break;
     }
-    // Not ours (or the page could not be replaced): the default action, on return.
-    // SAFETY: signal() is async-signal-safe; the faulting access re-runs and dies as before.
+    // Not ours (or the page could not be replaced): the action the process had before ours
+    // (the default: death) takes the fault when the access re-runs on return.
+    // SAFETY: sigaction and signal are async-signal-safe; PREVIOUS was set before the handler
+    // was installed and is never written again, so reading it here races with nothing.
     unsafe {
-        libc::signal(sig, libc::SIG_DFL);
+        match PREVIOUS.get() {
+            Some(old) => {
+                libc::sigaction(sig, old, std::ptr::null_mut());
+            }
+            None => {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
     }
 }
 
@@ -66,9 +78,13 @@ fn install() {
     if INSTALLED.swap(true, Ordering::SeqCst) {
         return;
     }
-    // SAFETY: installing a handler whose body only reads atomics and calls mmap/signal;
-    // sigaction is given a zeroed, then filled, struct.
+    // SAFETY: installing a handler whose body only reads atomics and calls mmap/sigaction;
+    // sigaction is given zeroed, then filled, structs; the previous action is kept first.
     unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut old) == 0 {
+            let _ = PREVIOUS.set(old);
+        }
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_sigbus as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
