@@ -162,10 +162,15 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
     if let Some(l) = m.ffn_layers.first() {
         writeln!(
             o,
-            "ffn weights (layer {}): gate {} ({}), up {}, down {}",
+            "ffn weights (layer {}): gate {} ({}{}), up {}, down {}",
             l.index,
             m.tensors[l.gate.main()].dtype.name(),
             l.gate.scheme(),
+            if matches!(l.gate, model::FfnWeight::Half { .. }) {
+                ", fused gate+up split in halves"
+            } else {
+                ""
+            },
             m.tensors[l.up.main()].dtype.name(),
             m.tensors[l.down.main()].dtype.name()
         )?;
