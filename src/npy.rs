@@ -42,17 +42,26 @@ pub fn header(dtype: NpyDtype, shape: &[usize]) -> Vec<u8> {
                 .join(", ")
         ),
     };
-    let mut dict = format!(
+    let dict = format!(
         "{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
         dtype.descr(),
         dims
     );
-    let unpadded = 10 + dict.len() + 1;
-    dict.push_str(&" ".repeat(unpadded.div_ceil(64) * 64 - unpadded));
-    dict.push('\n');
+    image(&dict, &[])
+}
+
+/// A version 1.0 `.npy` image of header dict `dict` (padded with spaces and a newline to a
+/// multiple of 64 bytes, as numpy writes it) followed by `data`: [`header`]'s layout, and the
+/// tests' way to write any dict, malformed ones included.
+pub fn image(dict: &str, data: &[u8]) -> Vec<u8> {
+    let mut d = dict.to_string();
+    let unpadded = 10 + d.len() + 1;
+    d.push_str(&" ".repeat(unpadded.div_ceil(64) * 64 - unpadded));
+    d.push('\n');
     let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
-    out.extend_from_slice(dict.as_bytes());
+    out.extend_from_slice(&(d.len() as u16).to_le_bytes());
+    out.extend_from_slice(d.as_bytes());
+    out.extend_from_slice(data);
     out
 }
 
@@ -275,17 +284,8 @@ mod tests {
         assert!(parse(b"garbage").is_err());
     }
 
-    /// `header` with its dict replaced by `dict` (version 1.0, padded as numpy pads).
     fn with_dict(dict: &str, data: &[u8]) -> Vec<u8> {
-        let mut d = dict.to_string();
-        let unpadded = 10 + d.len() + 1;
-        d.push_str(&" ".repeat(unpadded.div_ceil(64) * 64 - unpadded));
-        d.push('\n');
-        let mut out = b"\x93NUMPY\x01\x00".to_vec();
-        out.extend_from_slice(&(d.len() as u16).to_le_bytes());
-        out.extend_from_slice(d.as_bytes());
-        out.extend_from_slice(data);
-        out
+        image(dict, data)
     }
 
     #[test]

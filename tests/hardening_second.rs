@@ -306,15 +306,7 @@ fn an_output_name_of_250_bytes_converts_and_errors_name_the_output() {
 
 /// An npy v1.0 image with the given header dict and data.
 fn npy_with(dict: &str, data: &[u8]) -> Vec<u8> {
-    let mut d = dict.to_string();
-    let unpadded = 10 + d.len() + 1;
-    d.push_str(&" ".repeat(unpadded.div_ceil(64) * 64 - unpadded));
-    d.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(d.len() as u16).to_le_bytes());
-    out.extend_from_slice(d.as_bytes());
-    out.extend_from_slice(data);
-    out
+    metrale_pack::npy::image(dict, data)
 }
 
 fn silu(x: f64) -> f64 {
