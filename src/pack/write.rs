@@ -60,7 +60,7 @@ pub fn convert(
         .collect();
 
     // Placeholder header: every tensor with size 0, manifest with empty checksums.
-    let header_for = |entries: &[(String, GgmlType, Vec<u64>)],
+    let header_for = |entries: &[PlannedTensor],
                       manifest: &Manifest,
                       reserve: usize|
      -> Result<(GgufBuilder, usize)> {
@@ -90,35 +90,7 @@ pub fn convert(
     // Which items start on a page: a pad tensor is planned before each (its size known only
     // once the bytes before it are), and one after the last.
     let page_before = page_starts(&plan.items);
-    let mut planned: Vec<(String, GgmlType, Vec<u64>)> = Vec::new();
-    let mut placeholder_entries = Vec::new();
-    let mut pads = 0usize;
-    for (it, &page) in plan.items.iter().zip(&page_before) {
-        if page {
-            planned.push((format!("{PAD_PREFIX}{pads}"), GgmlType::I8, vec![0]));
-            pads += 1;
-        }
-        match it {
-            Item::Passthrough { ty, ne, entry, .. } | Item::Slice { ty, ne, entry, .. } => {
-                planned.push((entry.name.clone(), *ty, ne.clone()));
-                placeholder_entries.push((**entry).clone());
-            }
-            Item::Blob {
-                layer,
-                proj,
-                layout,
-                part,
-                rank,
-            } => {
-                planned.push((
-                    blob_name_tp(*layer, *proj, *layout, part, *rank),
-                    GgmlType::I8,
-                    vec![0],
-                ));
-            }
-        }
-    }
-    planned.push((format!("{PAD_PREFIX}{pads}"), GgmlType::I8, vec![0]));
+    let (planned, placeholder_entries, pads) = planned_table(&plan.items, &page_before);
     // Reserve room for the real manifest: the placeholder lists every passthrough entry but its
     // 16-digit checksum; each FFN blob's entry (absent from it) is bounded by 700 bytes; the
     // fidelity table (at most 9 layouts x 3 projections) and the tensor-parallel ranges by
@@ -237,7 +209,7 @@ pub fn convert(
             };
             // The real header, same length as the placeholder: the blobs' and the pads' sizes.
             let (mut ents, mut padn) = (entries.iter(), pad_bytes.iter());
-            let real: Vec<(String, GgmlType, Vec<u64>)> = planned
+            let real: Vec<PlannedTensor> = planned
                 .iter()
                 .map(|(name, ty, ne)| {
                     if name.starts_with(PAD_PREFIX) {
@@ -284,6 +256,47 @@ pub fn convert(
     )?;
     let pack = Pack::open(out)?;
     Ok(pack.manifest)
+}
+
+/// A planned tensor: name, type and `ne` (the FFN blobs' and the pads' sizes are placeholders).
+type PlannedTensor = (String, GgmlType, Vec<u64>);
+
+/// The tensor table in file order, a pad tensor before every item `page_before` marks and one
+/// at the end; the passthrough entries the placeholder manifest lists; the pads before the last.
+fn planned_table(
+    items: &[Item],
+    page_before: &[bool],
+) -> (Vec<PlannedTensor>, Vec<TensorEntry>, usize) {
+    let mut planned: Vec<PlannedTensor> = Vec::new();
+    let mut placeholder_entries = Vec::new();
+    let mut pads = 0usize;
+    for (it, &page) in items.iter().zip(page_before) {
+        if page {
+            planned.push((format!("{PAD_PREFIX}{pads}"), GgmlType::I8, vec![0]));
+            pads += 1;
+        }
+        match it {
+            Item::Passthrough { ty, ne, entry, .. } | Item::Slice { ty, ne, entry, .. } => {
+                planned.push((entry.name.clone(), *ty, ne.clone()));
+                placeholder_entries.push((**entry).clone());
+            }
+            Item::Blob {
+                layer,
+                proj,
+                layout,
+                part,
+                rank,
+            } => {
+                planned.push((
+                    blob_name_tp(*layer, *proj, *layout, part, *rank),
+                    GgmlType::I8,
+                    vec![0],
+                ));
+            }
+        }
+    }
+    planned.push((format!("{PAD_PREFIX}{pads}"), GgmlType::I8, vec![0]));
+    (planned, placeholder_entries, pads)
 }
 
 /// Whether each planned item starts on a page (formats.md, "The pack container"): the first
