@@ -200,6 +200,15 @@ impl<'m> Plan<'m> {
                     ),
                 });
             }
+            // The pack's own pad tensors are named so; a source tensor may not be.
+            if t.name.starts_with(PAD_PREFIX) {
+                return Err(Error::Tensor {
+                    file: model.file_of(i),
+                    tensor: t.name.clone(),
+                    field: "name",
+                    reason: format!("the prefix {PAD_PREFIX} is reserved for a pack's pad tensors"),
+                });
+            }
             // A type ggml has keeps it; any other becomes an I8 blob of its bytes.
             let (ty, ne, source_shape) = match t.dtype.as_ggml() {
                 Some(ty) => (ty, t.shape.iter().rev().copied().collect(), None),
