@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::pack::files_in;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -27,15 +29,6 @@ fn small_model(dir: &Path) -> std::path::PathBuf {
     )
     .unwrap();
     p
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]

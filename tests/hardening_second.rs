@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::pack::{cli, err, files_in};
+
 use metrale_pack::GgmlType;
 use metrale_pack::gguf::{GgufFile, Value};
 use std::path::{Path, PathBuf};
@@ -15,11 +17,7 @@ fn bin() -> Command {
 }
 
 fn run(args: &[&str]) -> Output {
-    bin().args(args).output().unwrap()
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
+    cli(args)
 }
 
 fn model(dir: &Path, name: &str, ty: GgmlType) -> PathBuf {
@@ -37,15 +35,6 @@ fn patch(path: &Path, name: &str, at: u64, bytes: &[u8]) {
     let mut img = std::fs::read(path).unwrap();
     img[off..off + bytes.len()].copy_from_slice(bytes);
     std::fs::write(path, img).unwrap();
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]

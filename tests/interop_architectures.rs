@@ -7,24 +7,12 @@
 
 mod common;
 
+use common::pack::{cli, convert_and_verify, err};
 use common::{python_ref, read_npy};
 use metrale_pack::model::Model;
-use metrale_pack::pack::Pack;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn cli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_metrale-pack"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
-}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -46,27 +34,6 @@ fn arch_gguf(kind: &str) -> (tempfile::TempDir, PathBuf) {
     python_ref(&["arch_gguf", kind, dir.path().to_str().unwrap()]);
     let p = dir.path().join("model.gguf");
     (dir, p)
-}
-
-/// `convert` (with `extra` arguments) and `verify --source`; the pack.
-fn convert_and_verify(src: &Path, out: &Path, extra: &[&str]) -> Pack {
-    let mut args = vec![
-        "convert",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ];
-    args.extend(extra);
-    let o = cli(&args);
-    assert!(o.status.success(), "{extra:?}: {}", err(&o));
-    let o = cli(&[
-        "verify",
-        out.to_str().unwrap(),
-        "--source",
-        src.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{extra:?}: {}", err(&o));
-    Pack::open(out).unwrap()
 }
 
 /// Every dense layer's gate, up and down decode to gguf-py's own f32 (written as L.PROJ.npy).

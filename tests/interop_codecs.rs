@@ -214,28 +214,6 @@ fn iq_gguf_written_with_libgguf_s_quantizers_decodes_as_gguf_py_and_converts() {
     );
     for layouts in ["nvfp4,nvfp4_mmq", "bf16"] {
         let out = dir.path().join("p.mpk.gguf");
-        let bin = env!("CARGO_BIN_EXE_metrale-pack");
-        let o = std::process::Command::new(bin)
-            .args([
-                "convert",
-                src.to_str().unwrap(),
-                "-o",
-                out.to_str().unwrap(),
-                "--layouts",
-                layouts,
-            ])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let o = std::process::Command::new(bin)
-            .args([
-                "verify",
-                out.to_str().unwrap(),
-                "--source",
-                src.to_str().unwrap(),
-            ])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        common::pack::convert_and_verify(&src, &out, &["--layouts", layouts]);
     }
 }

@@ -219,6 +219,42 @@ pub fn cli(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// The CLI's stderr, as text.
+pub fn err(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// `convert SRC -o OUT EXTRA...` then `verify OUT --source SRC`, both succeeding; the pack.
+pub fn convert_and_verify(src: &Path, out: &Path, extra: &[&str]) -> pack::Pack {
+    let mut args = vec![
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let o = cli(&args);
+    assert!(o.status.success(), "{extra:?}: {}", err(&o));
+    let o = cli(&[
+        "verify",
+        out.to_str().unwrap(),
+        "--source",
+        src.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{extra:?}: {}", err(&o));
+    pack::Pack::open(out).unwrap()
+}
+
+/// The file names in `dir`, sorted.
+pub fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
 // ---- generated models ----
 
 #[allow(clippy::too_many_arguments)]
