@@ -140,6 +140,7 @@ pub fn convert(
                 .sum()
         })
         .collect();
+    let mut validated = None;
     crate::atomic::write_atomic_checked(
         out,
         |w| -> Result<()> {
@@ -252,10 +253,13 @@ pub fn convert(
             progress(total, total);
             Ok(())
         },
-        |tmp| validate_finished(tmp, out),
+        |tmp| {
+            validated = Some(validate_finished(tmp, out)?);
+            Ok(())
+        },
     )?;
-    let pack = Pack::open(out)?;
-    Ok(pack.manifest)
+    // The manifest the validation read back (the pack is not opened a second time).
+    Ok(validated.expect("a written pack was validated"))
 }
 
 /// A planned tensor: name, type and `ne` (the FFN blobs' and the pads' sizes are placeholders).
@@ -325,8 +329,8 @@ fn page_starts(items: &[Item]) -> Vec<bool> {
 
 /// Re-open the finished pack at its temporary path `tmp` as any reader will (header checksum,
 /// manifest parsed and checked against every blob, every tensor's checksum): a pack that fails
-/// is never named `out`, so a good pack already there survives.
-fn validate_finished(tmp: &Path, out: &Path) -> Result<()> {
+/// is never named `out`, so a good pack already there survives. Returns its manifest.
+fn validate_finished(tmp: &Path, out: &Path) -> Result<Manifest> {
     let fail = |e: Error| Error::Output {
         file: out.display().to_string(),
         reason: format!("the finished pack failed validation, so it was not written: {e}"),
@@ -339,7 +343,7 @@ fn validate_finished(tmp: &Path, out: &Path) -> Result<()> {
             reason: format!("checksum mismatch in {} tensors", bad.len()),
         }));
     }
-    Ok(())
+    Ok(p.manifest)
 }
 
 /// The bytes of the source metadata [`copy_metadata`] copies (an upper bound).
