@@ -72,53 +72,8 @@ impl<'m> Plan<'m> {
             file: file.clone(),
             reason,
         };
-        if let Some(why) = missing_config(model) {
-            return Err(bad(why));
-        }
-        if model.ffn_layers.is_empty() {
-            return Err(bad(no_dense_layers(model)));
-        }
-        if opts.tp > 1 && !model.moe_layers.is_empty() && !opts.replicate_moe {
-            let l = model.moe_layers[0];
-            return Err(bad(format!(
-                "--tp {} would copy the mixture-of-experts layers {:?} whole onto every rank (e.g. {}); --replicate-moe asks for that",
-                opts.tp,
-                model.moe_layers,
-                model.expert_tensors(l, 2).join(", ")
-            )));
-        }
         let activation = model.activation.unwrap_or(Activation::Silu);
-        let mut layouts = opts
-            .layouts
-            .clone()
-            .unwrap_or_else(|| default_layouts(activation));
-        if opts.lora.is_some() && !layouts.contains(&Layout::Lora) {
-            layouts.push(Layout::Lora);
-        }
-        layouts.sort();
-        layouts.dedup();
-        if let Some((_, why)) = crate::layout::GELU_REFUSED
-            .iter()
-            .find(|(l, _)| layouts.contains(l) && !l.serves(activation))
-        {
-            return Err(bad(why.to_string()));
-        }
-        if opts.allow_nonfinite
-            && let Some(l) = layouts.iter().find(|&&l| l != Layout::Bf16)
-        {
-            return Err(bad(format!(
-                "--allow-nonfinite: layout {} cannot carry NaN or infinite weights; use --layouts bf16",
-                l.tag()
-            )));
-        }
-        if layouts.contains(&Layout::Lora) {
-            if opts.lora.is_none() {
-                return Err(bad("layout lora needs --lora DIR (a PEFT adapter)".into()));
-            }
-            if !layouts.contains(&Layout::Nvfp4) {
-                return Err(bad("layout lora needs the nvfp4 base layout (set_lora_weights only takes an adapter on the NVFP4 base)".into()));
-            }
-        }
+        let layouts = checked_layouts(model, opts, activation).map_err(bad)?;
         let lora = opts
             .lora
             .as_deref()
@@ -591,6 +546,62 @@ impl<'m> Plan<'m> {
     pub fn ffn_sources(&self) -> &HashSet<usize> {
         &self.ffn_sources
     }
+}
+
+/// The layouts a convert builds (the given ones or the activation's defaults, with `lora` when an
+/// adapter is given), after every refusal that needs no tensor read: why not, otherwise.
+fn checked_layouts(
+    model: &Model,
+    opts: &ConvertOptions,
+    activation: Activation,
+) -> std::result::Result<Vec<Layout>, String> {
+    if let Some(why) = missing_config(model) {
+        return Err(why);
+    }
+    if model.ffn_layers.is_empty() {
+        return Err(no_dense_layers(model));
+    }
+    if opts.tp > 1 && !model.moe_layers.is_empty() && !opts.replicate_moe {
+        let l = model.moe_layers[0];
+        return Err(format!(
+            "--tp {} would copy the mixture-of-experts layers {:?} whole onto every rank (e.g. {}); --replicate-moe asks for that",
+            opts.tp,
+            model.moe_layers,
+            model.expert_tensors(l, 2).join(", ")
+        ));
+    }
+    let mut layouts = opts
+        .layouts
+        .clone()
+        .unwrap_or_else(|| default_layouts(activation));
+    if opts.lora.is_some() && !layouts.contains(&Layout::Lora) {
+        layouts.push(Layout::Lora);
+    }
+    layouts.sort();
+    layouts.dedup();
+    if let Some((_, why)) = crate::layout::GELU_REFUSED
+        .iter()
+        .find(|(l, _)| layouts.contains(l) && !l.serves(activation))
+    {
+        return Err(why.to_string());
+    }
+    if opts.allow_nonfinite
+        && let Some(l) = layouts.iter().find(|&&l| l != Layout::Bf16)
+    {
+        return Err(format!(
+            "--allow-nonfinite: layout {} cannot carry NaN or infinite weights; use --layouts bf16",
+            l.tag()
+        ));
+    }
+    if layouts.contains(&Layout::Lora) {
+        if opts.lora.is_none() {
+            return Err("layout lora needs --lora DIR (a PEFT adapter)".into());
+        }
+        if !layouts.contains(&Layout::Nvfp4) {
+            return Err("layout lora needs the nvfp4 base layout (set_lora_weights only takes an adapter on the NVFP4 base)".into());
+        }
+    }
+    Ok(layouts)
 }
 
 /// A safetensors model without its `config.json`: the architecture, sizes and activation would
