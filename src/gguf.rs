@@ -273,11 +273,41 @@ pub struct GgufFile {
     pub guard: crate::mapguard::Guard,
 }
 
+/// Drop this process's pages of `map` inside `[start, end)` (page-aligned inward); later reads
+/// fault the file's contents back in.
+pub fn release_pages(map: &Mmap, start: u64, end: u64) {
+    const PAGE: u64 = 4096;
+    let (start, end) = (
+        start.div_ceil(PAGE) * PAGE,
+        (end / PAGE * PAGE).min(map.len() as u64),
+    );
+    if end > start {
+        // SAFETY: the map is a read-only, file-backed mapping; MADV_DONTNEED on it only
+        // discards this process's page-table entries, and later reads fault the unchanged
+        // file contents back in, so no slice into the range changes.
+        let _ = unsafe {
+            map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                start as usize,
+                (end - start) as usize,
+            )
+        };
+    }
+}
+
 impl GgufFile {
+    /// Drop this process's mapped pages inside `[start, end)` ([`release_pages`]).
+    pub fn release(&self, start: u64, end: u64) {
+        release_pages(&self.map, start, end);
+    }
+
     /// Map and validate `path`.
     pub fn open(path: &Path) -> Result<Self> {
         let (f, map, file, guard) = map_file(path)?;
         let parsed = parse(&map, &file)?;
+        // The header is held parsed: its pages need not stay resident (a 2-million-string
+        // vocabulary or a pack of 100k tensors makes it megabytes).
+        release_pages(&map, 0, parsed.data_offset);
         Ok(GgufFile {
             path: path.to_path_buf(),
             map,

@@ -39,6 +39,21 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
+/// The bytes of one tensor info: name, dimension count, dimensions, type, offset.
+pub fn tensor_info_len(name: &str, ne: &[u64]) -> usize {
+    8 + name.len() + 4 + 8 * ne.len() + 4 + 8
+}
+
+fn put_tensor_info(out: &mut Vec<u8>, name: &str, ne: &[u64], ty: GgmlType, offset: u64) {
+    put_str(out, name);
+    out.extend_from_slice(&(ne.len() as u32).to_le_bytes());
+    for d in ne {
+        out.extend_from_slice(&d.to_le_bytes());
+    }
+    out.extend_from_slice(&(ty as u32).to_le_bytes());
+    out.extend_from_slice(&offset.to_le_bytes());
+}
+
 fn value_type(v: &Value) -> ValueType {
     match v {
         Value::U8(_) => ValueType::U8,
@@ -110,6 +125,25 @@ impl GgufBuilder {
         self.kv_count += 1;
     }
 
+    /// Append a string KV whose bytes `write` appends to the header buffer in place, so a large
+    /// value (a pack's manifest) is never held twice.
+    pub fn add_kv_string_with<E>(
+        &mut self,
+        key: &str,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        put_str(&mut self.kv_bytes, key);
+        self.kv_bytes
+            .extend_from_slice(&(ValueType::String as u32).to_le_bytes());
+        let at = self.kv_bytes.len();
+        self.kv_bytes.extend_from_slice(&0u64.to_le_bytes());
+        write(&mut self.kv_bytes)?;
+        let len = (self.kv_bytes.len() - at - 8) as u64;
+        self.kv_bytes[at..at + 8].copy_from_slice(&len.to_le_bytes());
+        self.kv_count += 1;
+        Ok(())
+    }
+
     /// Offset in [`GgufBuilder::header`] just past the last KV written so far.
     pub fn kv_end(&self) -> usize {
         24 + self.kv_bytes.len()
@@ -154,17 +188,42 @@ impl GgufBuilder {
         h.extend_from_slice(&self.kv_count.to_le_bytes());
         h.extend_from_slice(&self.kv_bytes);
         for t in &self.tensors {
-            put_str(&mut h, &t.name);
-            h.extend_from_slice(&(t.ne.len() as u32).to_le_bytes());
-            for d in &t.ne {
-                h.extend_from_slice(&d.to_le_bytes());
-            }
-            h.extend_from_slice(&(t.ty as u32).to_le_bytes());
-            h.extend_from_slice(&t.offset.to_le_bytes());
+            put_tensor_info(&mut h, &t.name, &t.ne, t.ty, t.offset);
         }
         let padded = (h.len() as u64).div_ceil(self.alignment) * self.alignment;
         h.resize(padded as usize, 0);
         debug_assert_eq!(h.len(), self.header_len());
+        h
+    }
+
+    /// The header of this builder's KVs and tensors followed by `more` tensors (name, `ne`,
+    /// type), their offsets assigned as [`GgufBuilder::add_tensor`] would, built in the KV
+    /// buffer itself: a writer whose table is large and derived on the fly (a pack of 100k
+    /// tensors) never holds it, nor the header twice.
+    pub fn into_header_with<N: AsRef<str>, D: AsRef<[u64]>>(
+        mut self,
+        more: impl IntoIterator<Item = (N, D, GgmlType)>,
+    ) -> Vec<u8> {
+        let mut h = std::mem::take(&mut self.kv_bytes);
+        for t in &self.tensors {
+            put_tensor_info(&mut h, &t.name, &t.ne, t.ty, t.offset);
+        }
+        let mut n = self.tensors.len() as u64;
+        for (name, ne, ty) in more {
+            let (name, ne) = (name.as_ref(), ne.as_ref());
+            let offset = self.add_tensor(name, ne, ty);
+            self.tensors.pop();
+            put_tensor_info(&mut h, name, ne, ty, offset);
+            n += 1;
+        }
+        let mut prefix = Vec::with_capacity(24);
+        prefix.extend_from_slice(crate::gguf::MAGIC);
+        prefix.extend_from_slice(&3u32.to_le_bytes());
+        prefix.extend_from_slice(&n.to_le_bytes());
+        prefix.extend_from_slice(&self.kv_count.to_le_bytes());
+        h.splice(0..0, prefix);
+        let padded = (h.len() as u64).div_ceil(self.alignment) * self.alignment;
+        h.resize(padded as usize, 0);
         h
     }
 
@@ -173,7 +232,7 @@ impl GgufBuilder {
         let infos: usize = self
             .tensors
             .iter()
-            .map(|t| 8 + t.name.len() + 4 + 8 * t.ne.len() + 4 + 8)
+            .map(|t| tensor_info_len(&t.name, &t.ne))
             .sum();
         let raw = (24 + self.kv_bytes.len() + infos) as u64;
         (raw.div_ceil(self.alignment) * self.alignment) as usize

@@ -482,23 +482,7 @@ impl SourceFile {
             SourceFile::Gguf(g) => &g.map,
             SourceFile::Safetensors(s) => &s.map,
         };
-        const PAGE: u64 = 4096;
-        let (start, end) = (
-            start.div_ceil(PAGE) * PAGE,
-            (end / PAGE * PAGE).min(map.len() as u64),
-        );
-        if end > start {
-            // SAFETY: the map is a read-only, file-backed mapping; MADV_DONTNEED on it only
-            // discards this process's page-table entries, and later reads fault the unchanged
-            // file contents back in, so no slice into the range changes.
-            let _ = unsafe {
-                map.unchecked_advise_range(
-                    memmap2::UncheckedAdvice::DontNeed,
-                    start as usize,
-                    (end - start) as usize,
-                )
-            };
-        }
+        crate::gguf::release_pages(map, start, end);
     }
 
     /// An error if the file shrank or was replaced since it was mapped (`crate::mapguard`):
@@ -526,7 +510,8 @@ pub struct Model {
     pub format: Format,
     /// The path the user gave.
     pub path: PathBuf,
-    /// The files opened.
+    /// The files opened. A GGUF's tensor infos have moved into [`Model::tensors`] (its
+    /// `tensors` list is empty here).
     pub files: Vec<SourceFile>,
     /// Every tensor of every file.
     pub tensors: Vec<Tensor>,

@@ -114,13 +114,15 @@ impl Model {
                 });
             }
         }
+        // The tensor infos move into the model's index: a GGUF of 100k small tensors held
+        // both lists, a tenth of what converting it took.
         let mut tensors = Vec::new();
-        for (fi, g) in files.iter().enumerate() {
-            for t in &g.tensors {
+        for (fi, g) in files.iter_mut().enumerate() {
+            for t in std::mem::take(&mut g.tensors) {
                 tensors.push(Tensor {
-                    name: t.name.clone(),
                     dtype: DType::Ggml(t.ty),
                     shape: t.shape(),
+                    name: t.name,
                     file: fi,
                     offset: t.file_offset,
                     bytes: t.bytes,

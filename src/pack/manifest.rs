@@ -105,6 +105,27 @@ impl ModelInfo {
     }
 }
 
+/// A 64-bit checksum as JSON: a string of exactly 16 lowercase hex digits (held as a number, a
+/// pack of 100k tensors holds 100k of them).
+mod hex64 {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{v:016x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        let hex = s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if !hex {
+            return Err(D::Error::custom(format!(
+                "xxh3 {s:?} is not 16 lowercase hex digits"
+            )));
+        }
+        u64::from_str_radix(&s, 16).map_err(D::Error::custom)
+    }
+}
+
 /// One tensor of the pack.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TensorEntry {
@@ -124,8 +145,9 @@ pub struct TensorEntry {
     pub source_shape: Option<Vec<u64>>,
     /// Its data bytes.
     pub bytes: u64,
-    /// xxh3-64 of the tensor's bytes (padding excluded), 16 hex digits.
-    pub xxh3: String,
+    /// xxh3-64 of the tensor's bytes (padding excluded), written as 16 hex digits.
+    #[serde(with = "hex64")]
+    pub xxh3: u64,
     /// In a tensor-parallel pack, the rank this tensor is a slice for and how it was cut;
     /// absent for replicated and host tensors.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -295,5 +317,37 @@ mod tests {
         assert_eq!(layer_of("model.layers.3.self_attn.q_proj.weight"), Some(3));
         assert_eq!(layer_of("token_embd.weight"), None);
         assert_eq!(layer_of("output.weight"), None);
+    }
+
+    /// A checksum is written as 16 lowercase hex digits, leading zeros kept, and read back
+    /// only in that form.
+    #[test]
+    fn checksums_are_sixteen_hex_digits() {
+        use super::TensorEntry;
+        let e = TensorEntry {
+            name: "t".into(),
+            ffn: None,
+            device: true,
+            source_type: "F32".into(),
+            source_shape: None,
+            bytes: 4,
+            xxh3: 0x00ab_cdef_0123_4567,
+            tp: None,
+        };
+        let j = serde_json::to_string(&e).unwrap();
+        assert!(j.contains(r#""xxh3":"00abcdef01234567""#), "{j}");
+        assert_eq!(serde_json::from_str::<TensorEntry>(&j).unwrap(), e);
+        for bad in [
+            "abcdef01234567",
+            "00ABCDEF01234567",
+            "00abcdef0123456g",
+            "-0abcdef01234567",
+        ] {
+            let j = j.replace("00abcdef01234567", bad);
+            let err = serde_json::from_str::<TensorEntry>(&j)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("16 lowercase hex digits"), "{bad}: {err}");
+        }
     }
 }

@@ -11,13 +11,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A planned tensor: where its bytes come from.
 pub(super) enum Item {
-    /// Copied byte for byte from source tensor `i`.
-    Passthrough {
-        src: usize,
-        ty: GgmlType,
-        ne: Vec<u64>,
-        entry: Box<TensorEntry>,
-    },
+    /// Copied byte for byte from source tensor `src`, in the device segment or on the host
+    /// ([`passthrough`] derives its type, shape and entry: a pack of 100k small tensors held
+    /// each of those once per item before).
+    Passthrough { src: usize, device: bool },
     /// Part `part` of layout `layout` of projection `proj` of layer `layer` (of rank `rank`'s
     /// slice in a tensor-parallel pack).
     Blob {
@@ -30,11 +27,36 @@ pub(super) enum Item {
     /// Rank `entry.tp.rank`'s slice of attention tensor `src`, as `plan` cuts it.
     Slice {
         src: usize,
-        plan: tp::SlicePlan,
+        plan: Box<tp::SlicePlan>,
         ty: GgmlType,
         ne: Vec<u64>,
         entry: Box<TensorEntry>,
     },
+}
+
+/// Passthrough source tensor `i`'s pack type and `ne`: a type ggml has keeps it; any other
+/// becomes an I8 blob of its bytes.
+pub(super) fn passthrough_type(model: &Model, i: usize) -> (GgmlType, Vec<u64>) {
+    let t = &model.tensors[i];
+    match t.dtype.as_ggml() {
+        Some(ty) => (ty, t.shape.iter().rev().copied().collect()),
+        None => (GgmlType::I8, vec![t.bytes]),
+    }
+}
+
+/// Passthrough source tensor `i`'s manifest entry, its checksum not yet computed (0).
+pub(super) fn passthrough(model: &Model, i: usize, device: bool) -> TensorEntry {
+    let t = &model.tensors[i];
+    TensorEntry {
+        name: t.name.clone(),
+        ffn: None,
+        device,
+        source_type: t.dtype.name(),
+        source_shape: t.dtype.as_ggml().is_none().then(|| t.shape.clone()),
+        bytes: t.bytes,
+        xxh3: 0,
+        tp: None,
+    }
 }
 
 /// Per (layout, projection) while producing: (sum of relative errors, worst, its layer, layers).
@@ -164,11 +186,6 @@ impl<'m> Plan<'m> {
                     reason: format!("the prefix {PAD_PREFIX} is reserved for a pack's pad tensors"),
                 });
             }
-            // A type ggml has keeps it; any other becomes an I8 blob of its bytes.
-            let (ty, ne, source_shape) = match t.dtype.as_ggml() {
-                Some(ty) => (ty, t.shape.iter().rev().copied().collect(), None),
-                None => (GgmlType::I8, vec![t.bytes], Some(t.shape.clone())),
-            };
             let mut device = true;
             for (p, u) in opts.host_tensors.iter().zip(used.iter_mut()) {
                 if glob_match(p, &t.name) {
@@ -176,16 +193,6 @@ impl<'m> Plan<'m> {
                     *u = true;
                 }
             }
-            let entry = TensorEntry {
-                name: t.name.clone(),
-                ffn: None,
-                device,
-                source_type: t.dtype.name(),
-                source_shape,
-                bytes: t.bytes,
-                xxh3: String::new(),
-                tp: None,
-            };
             let cut = match (device, rules.get(&i), heads, layer_of(&t.name)) {
                 (true, Some(&rule), Some(h), Some(l)) => tp::plan_for(model, i, rule, h, n, 0)?
                     .is_some()
@@ -220,11 +227,11 @@ impl<'m> Plan<'m> {
                             range: plan.range,
                             pad: 0,
                         })),
-                        ..entry.clone()
+                        ..passthrough(model, i, true)
                     };
                     ranked[r as usize].entry(l).or_default().push(Item::Slice {
                         src: i,
-                        plan,
+                        plan: Box::new(plan),
                         ty,
                         ne,
                         entry: Box::new(entry),
@@ -232,12 +239,7 @@ impl<'m> Plan<'m> {
                 }
                 continue;
             }
-            let item = Item::Passthrough {
-                src: i,
-                ty,
-                ne,
-                entry: Box::new(entry),
-            };
+            let item = Item::Passthrough { src: i, device };
             if !device {
                 host.push(item);
             } else if let Some(l) = layer_of(&t.name) {
@@ -326,9 +328,10 @@ impl<'m> Plan<'m> {
         let mut i = 0;
         while i < self.items.len() {
             match &self.items[i] {
-                Item::Passthrough { src, entry, .. } => {
-                    sink(&entry.name, m.data(*src), (**entry).clone())?;
-                    m.release(*src);
+                &Item::Passthrough { src, device } => {
+                    let entry = passthrough(m, src, device);
+                    sink(&m.tensors[src].name, m.data(src), entry)?;
+                    m.release(src);
                     i += 1;
                 }
                 Item::Slice {
@@ -450,7 +453,7 @@ impl<'m> Plan<'m> {
                         source_type: m.tensors[w.main()].dtype.name(),
                         source_shape: None,
                         bytes: bytes.len() as u64,
-                        xxh3: String::new(),
+                        xxh3: 0,
                     };
                     out.push((entry.name.clone(), bytes, entry));
                 }

@@ -1,12 +1,14 @@
 //! `convert`: streaming, crash-safe writing of a pack.
 
-use super::plan::{Item, companions};
+use super::plan::{Item, companions, passthrough, passthrough_type};
 use super::*;
 use crate::GgmlType;
 use crate::error::{Error, Result};
 use crate::gguf::Value;
 use crate::gguf_write::GgufBuilder;
 use crate::model::{Model, SourceFile};
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;
@@ -15,6 +17,10 @@ use xxhash_rust::xxh3::xxh3_64;
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
 /// Convert `model` to a pack at `out` (crash-safe). Returns the manifest written.
+///
+/// Memory: the source index, the plan (a few words per tensor), the entries written and, at
+/// the end, the header; the tensor table is derived from the plan when the header is built
+/// and never held (formats.md, "The pack container").
 pub fn convert(
     model: &Model,
     opts: &ConvertOptions,
@@ -27,134 +33,49 @@ pub fn convert(
         step: "write",
         err,
     };
-    let json = |e: serde_json::Error| Error::Output {
-        file: file.clone(),
-        reason: format!("encoding the manifest: {e}"),
-    };
     let plan = Plan::new(model, opts)?;
-    // Source identity: names, sizes and a content hash of every source file.
-    let sources: Vec<SourceInfo> = model
-        .files
-        .iter()
-        .map(|f| {
-            let bytes = f.bytes();
-            // Streamed hash, dropping each chunk's pages behind it to keep the resident set small.
-            let mut h = xxhash_rust::xxh3::Xxh3::new();
-            for (c, chunk) in bytes.chunks(64 << 20).enumerate() {
-                h.update(chunk);
-                f.release(
-                    (c as u64) << 26,
-                    ((c as u64 + 1) << 26).min(bytes.len() as u64),
-                );
-            }
-            SourceInfo {
-                name: f
-                    .path()
-                    .file_name()
-                    .map(|n| n.to_string_lossy().to_string())
-                    .unwrap_or_default(),
-                bytes: bytes.len() as u64,
-                xxh3: hex(h.digest()),
-            }
-        })
-        .collect();
-
-    // Placeholder header: every tensor with size 0, manifest with empty checksums.
-    let header_for = |entries: &[PlannedTensor],
-                      manifest: &Manifest,
-                      reserve: usize|
-     -> Result<(GgufBuilder, usize)> {
-        let mut b = GgufBuilder::new(PACK_ALIGNMENT);
-        b.reserve_kv(metadata_bytes(model) + reserve + 4096);
-        copy_metadata(model, &mut b);
-        b.add_kv(keys::FORMAT_VERSION, &Value::U32(PACK_FORMAT_VERSION));
-        b.add_kv(
-            keys::CONVERTER_VERSION,
-            &Value::String(CONVERTER_VERSION.into()),
-        );
-        b.add_kv(keys::TARGET_ARCH, &Value::String(TARGET_ARCH.into()));
-        b.add_kv(keys::KERNEL_ABI, &Value::U32(KERNEL_ABI_VERSION));
-        b.add_kv(keys::SEGMENT_OFFSET, &Value::U64(manifest.segment_offset));
-        b.add_kv(keys::SEGMENT_BYTES, &Value::U64(manifest.segment_bytes));
-        let mut json = serde_json::to_string(manifest).map_err(json)?;
-        let reserve = reserve.max(json.len());
-        json.push_str(&" ".repeat(reserve - json.len()));
-        b.add_kv(keys::MANIFEST, &Value::String(json));
-        b.add_kv(keys::HEADER_XXH3, &Value::U64(0));
-        for (name, ty, ne) in entries {
-            b.add_tensor(name, ne, *ty);
-        }
-        Ok((b, reserve))
-    };
-
+    let sources = source_identity(model);
     // Which items start on a page: a pad tensor is planned before each (its size known only
     // once the bytes before it are), and one after the last.
-    let page_before = page_starts(&plan.items);
-    let (planned, placeholder_entries, pads) = planned_table(&plan.items, &page_before);
-    // Reserve room for the real manifest: the placeholder lists every passthrough entry but its
-    // 16-digit checksum; each FFN blob's entry (absent from it) is bounded by 700 bytes; the
-    // fidelity table (at most 9 layouts x 3 projections) and the tensor-parallel ranges by
-    // 27 x 200 + 1024.
-    let mut pm = plan.manifest(placeholder_entries, (0, 0), None);
+    let page_before = page_starts(model, &plan.items);
+    let mut pm = plan.manifest(Vec::new(), (0, 0), None);
     pm.sources = sources.clone();
-    let n_blobs = plan
-        .items
-        .iter()
-        .filter(|i| matches!(i, Item::Blob { .. }))
-        .count();
-    let reserve = serde_json::to_string(&pm).map_err(json)?.len()
-        + 16 * (plan.items.len() - n_blobs)
-        + 700 * n_blobs
-        + 27 * 200
-        + 1024;
+    let reserve = manifest_reserve(model, &plan, &pm, &file)?;
     // The header ends on a page, so the data section starts on one.
-    let raw = header_for(&planned, &pm, reserve)?.0.header_len();
-    let reserve = reserve + (raw.div_ceil(PACK_PAGE as usize) * PACK_PAGE as usize - raw);
-    let (ph, reserve) = header_for(&planned, &pm, reserve)?;
-    let header_len = ph.header_len();
-    drop((ph, pm));
-    debug_assert_eq!(header_len % PACK_PAGE as usize, 0);
+    let infos: usize = table(model, &plan.items, &page_before, None)
+        .map(|(name, ne, _)| crate::gguf_write::tensor_info_len(&name, &ne))
+        .sum();
+    let raw = (pack_kvs(model, &pm, reserve, &file)?.kv_end() + infos)
+        .next_multiple_of(PACK_ALIGNMENT as usize);
+    let reserve = reserve + raw.next_multiple_of(PACK_PAGE as usize) - raw;
+    let header_len = raw.next_multiple_of(PACK_PAGE as usize);
+    drop(pm);
 
     let total: u64 = model.tensors.iter().map(|t| t.bytes).sum();
-    let n_pass = plan
-        .items
-        .iter()
-        .filter(|i| matches!(i, Item::Passthrough { .. } | Item::Slice { .. }))
-        .count();
     // The segment starts at the first device tensor (host tensors come first).
     let n_host = plan
         .items
         .iter()
-        .take_while(|i| matches!(i, Item::Passthrough { entry, .. } if !entry.device))
+        .take_while(|i| matches!(i, Item::Passthrough { device: false, .. }))
         .count();
-    // Progress of the FFN part: each blob advances by its layer's source bytes / blobs per layer.
-    let blobs_per_layer = (plan.items.len() - n_pass) as u64 / model.ffn_layers.len() as u64;
-    let layer_bytes: Vec<u64> = model
-        .ffn_layers
-        .iter()
-        .map(|l| {
-            [&l.gate, &l.up, &l.down]
-                .iter()
-                .flat_map(|w| companions(w))
-                .map(|i| model.tensors[i].bytes)
-                .sum()
-        })
-        .collect();
+    let advance = progress_steps(model, &plan);
     let mut validated = None;
     crate::atomic::write_atomic_checked(
         out,
         |w| -> Result<()> {
-            w.write_all(&vec![0u8; header_len]).map_err(io)?;
+            // The plan is dropped with this closure, before the finished pack is validated.
+            let plan = plan;
+            write_zeros(w, header_len as u64).map_err(io)?;
             let mut pos = 0u64; // data-relative
             let mut done = 0u64;
             let mut entries: Vec<TensorEntry> = Vec::with_capacity(plan.items.len());
             let mut seg_start = None;
             let mut starts = Vec::with_capacity(plan.items.len());
-            let mut pad_bytes: Vec<u64> = Vec::with_capacity(pads + 1);
+            let mut pad_bytes: Vec<u64> = Vec::new();
             let mut pad_to_page =
                 |w: &mut std::io::BufWriter<std::fs::File>, pos: &mut u64| -> Result<()> {
                     let pad = (PACK_PAGE - *pos % PACK_PAGE) % PACK_PAGE;
-                    w.write_all(&vec![0u8; pad as usize]).map_err(io)?;
+                    write_zeros(w, pad).map_err(io)?;
                     *pos += pad;
                     pad_bytes.push(pad);
                     Ok(())
@@ -167,20 +88,13 @@ pub fn convert(
                     seg_start = Some(pos);
                 }
                 starts.push(pos);
-                entry.xxh3 = hex(xxh3_64(bytes));
+                entry.xxh3 = xxh3_64(bytes);
                 entry.bytes = bytes.len() as u64;
                 w.write_all(bytes).map_err(io)?;
                 let padded = (bytes.len() as u64).div_ceil(PACK_ALIGNMENT) * PACK_ALIGNMENT;
-                w.write_all(&vec![0u8; (padded - bytes.len() as u64) as usize])
-                    .map_err(io)?;
+                write_zeros(w, padded - bytes.len() as u64).map_err(io)?;
                 pos += padded;
-                done += match &entry.ffn {
-                    None => bytes.len() as u64,
-                    Some(fe) => {
-                        layer_bytes[plan.layer_pos.get(&fe.layer).copied().unwrap_or(0)]
-                            / blobs_per_layer.max(1)
-                    }
-                };
+                done += advance(&entry);
                 progress(done.min(total), total);
                 debug_assert_eq!(name, entry.name);
                 entries.push(entry);
@@ -189,49 +103,20 @@ pub fn convert(
             // The file (and the segment, or the last rank's) ends on a page.
             pad_to_page(w, &mut pos)?;
             let seg = seg_start.map(|s| (s, pos - s)).unwrap_or((pos, 0));
-            // A tensor-parallel pack: the replicated range, then each rank's segment.
-            let tp = match plan.tp() {
-                (1, _) => None,
-                (n, heads) => {
-                    let first_of = |r: u32| {
-                        entries
-                            .iter()
-                            .position(|e| e.tp.as_ref().is_some_and(|t| t.rank == r))
-                            .map_or(pos, |i| starts[i])
-                    };
-                    let bounds: Vec<u64> = (0..n).map(first_of).chain([pos]).collect();
-                    Some(TpInfo {
-                        ranks: n,
-                        heads: heads.map(|(h, kv)| [h, kv]),
-                        replicated: [seg.0, bounds[0] - seg.0],
-                        rank_segments: bounds.windows(2).map(|w| [w[0], w[1] - w[0]]).collect(),
-                    })
-                }
-            };
-            // The real header, same length as the placeholder: the blobs' and the pads' sizes.
-            let (mut ents, mut padn) = (entries.iter(), pad_bytes.iter());
-            let real: Vec<PlannedTensor> = planned
-                .iter()
-                .map(|(name, ty, ne)| {
-                    if name.starts_with(PAD_PREFIX) {
-                        let p = padn.next().copied().unwrap_or(0);
-                        return (name.clone(), GgmlType::I8, vec![p]);
-                    }
-                    let e = ents.next().expect("an entry per planned tensor");
-                    assert_eq!(name, &e.name);
-                    if e.ffn.is_some() {
-                        (name.clone(), GgmlType::I8, vec![e.bytes])
-                    } else {
-                        (name.clone(), *ty, ne.clone())
-                    }
-                })
-                .collect();
+            let tp = tp_info(plan.tp(), &entries, &starts, seg, pos);
             let mut man = plan.manifest(entries, seg, tp);
-            man.sources = sources.clone();
-            let (rb, _) = header_for(&real, &man, reserve)?;
-            let mut header = rb.header();
+            man.sources = sources;
+            // The real header, same length as the placeholder: the blobs' and the pads' sizes.
+            let kvs = pack_kvs(model, &man, reserve, &file)?;
             // The checksum is the last KV: its value is the 8 bytes before the tensor infos.
-            let at = rb.kv_end() - 8;
+            let at = kvs.kv_end() - 8;
+            let rows = table(
+                model,
+                &plan.items,
+                &page_before,
+                Some((&man.tensors, &pad_bytes)),
+            );
+            let mut header = kvs.into_header_with(rows);
             let digest = crate::pack_check::header_digest(&header, at);
             header[at..at + 8].copy_from_slice(&digest.to_le_bytes());
             if header.len() != header_len {
@@ -262,58 +147,240 @@ pub fn convert(
     Ok(validated.expect("a written pack was validated"))
 }
 
-/// A planned tensor: name, type and `ne` (the FFN blobs' and the pads' sizes are placeholders).
-type PlannedTensor = (String, GgmlType, Vec<u64>);
+/// Write `n` zero bytes in chunks (a 100k-tensor pack's header is megabytes of placeholder).
+fn write_zeros(w: &mut impl Write, mut n: u64) -> std::io::Result<()> {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    while n > 0 {
+        let k = n.min(ZEROS.len() as u64) as usize;
+        w.write_all(&ZEROS[..k])?;
+        n -= k as u64;
+    }
+    Ok(())
+}
 
-/// The tensor table in file order, a pad tensor before every item `page_before` marks and one
-/// at the end; the passthrough entries the placeholder manifest lists; the pads before the last.
-fn planned_table(
-    items: &[Item],
-    page_before: &[bool],
-) -> (Vec<PlannedTensor>, Vec<TensorEntry>, usize) {
-    let mut planned: Vec<PlannedTensor> = Vec::new();
-    let mut placeholder_entries = Vec::new();
-    let mut pads = 0usize;
-    for (it, &page) in items.iter().zip(page_before) {
-        if page {
-            planned.push((format!("{PAD_PREFIX}{pads}"), GgmlType::I8, vec![0]));
-            pads += 1;
+/// Source identity: names, sizes and a content hash of every source file (streamed, dropping
+/// each chunk's pages behind it to keep the resident set small).
+fn source_identity(model: &Model) -> Vec<SourceInfo> {
+    model
+        .files
+        .iter()
+        .map(|f| {
+            let bytes = f.bytes();
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            for (c, chunk) in bytes.chunks(64 << 20).enumerate() {
+                h.update(chunk);
+                f.release(
+                    (c as u64) << 26,
+                    ((c as u64 + 1) << 26).min(bytes.len() as u64),
+                );
+            }
+            SourceInfo {
+                name: f
+                    .path()
+                    .file_name()
+                    .map(|n| n.to_string_lossy().to_string())
+                    .unwrap_or_default(),
+                bytes: bytes.len() as u64,
+                xxh3: hex(h.digest()),
+            }
+        })
+        .collect()
+}
+
+/// How far each written entry advances the progress figure: its bytes for a passthrough
+/// tensor; for an FFN blob, its layer's source bytes over the blobs per layer.
+fn progress_steps<'a>(model: &'a Model, plan: &Plan) -> impl Fn(&TensorEntry) -> u64 + 'a {
+    let n_pass = plan
+        .items
+        .iter()
+        .filter(|i| matches!(i, Item::Passthrough { .. } | Item::Slice { .. }))
+        .count();
+    let blobs_per_layer =
+        ((plan.items.len() - n_pass) as u64 / model.ffn_layers.len() as u64).max(1);
+    let layer_bytes: HashMap<usize, u64> = model
+        .ffn_layers
+        .iter()
+        .map(|l| {
+            let b = [&l.gate, &l.up, &l.down]
+                .iter()
+                .flat_map(|w| companions(w))
+                .map(|i| model.tensors[i].bytes)
+                .sum();
+            (l.index, b)
+        })
+        .collect();
+    move |e| match &e.ffn {
+        None => e.bytes,
+        Some(fe) => layer_bytes.get(&fe.layer).copied().unwrap_or(0) / blobs_per_layer,
+    }
+}
+
+/// A tensor-parallel pack's ranges: the replicated range, then each rank's segment (`None`
+/// for one rank).
+fn tp_info(
+    (n, heads): (u32, Option<(u64, u64)>),
+    entries: &[TensorEntry],
+    starts: &[u64],
+    seg: (u64, u64),
+    end: u64,
+) -> Option<TpInfo> {
+    if n == 1 {
+        return None;
+    }
+    let first_of = |r: u32| {
+        entries
+            .iter()
+            .position(|e| e.tp.as_ref().is_some_and(|t| t.rank == r))
+            .map_or(end, |i| starts[i])
+    };
+    let bounds: Vec<u64> = (0..n).map(first_of).chain([end]).collect();
+    Some(TpInfo {
+        ranks: n,
+        heads: heads.map(|(h, kv)| [h, kv]),
+        replicated: [seg.0, bounds[0] - seg.0],
+        rank_segments: bounds.windows(2).map(|w| [w[0], w[1] - w[0]]).collect(),
+    })
+}
+
+/// The pack's KVs: the source metadata, the pack keys, `manifest` as JSON written in place and
+/// padded with spaces to `reserve` bytes, and the header checksum (zero) last.
+fn pack_kvs(model: &Model, manifest: &Manifest, reserve: usize, file: &str) -> Result<GgufBuilder> {
+    let mut b = GgufBuilder::new(PACK_ALIGNMENT);
+    b.reserve_kv(metadata_bytes(model) + reserve + 4096);
+    copy_metadata(model, &mut b);
+    b.add_kv(keys::FORMAT_VERSION, &Value::U32(PACK_FORMAT_VERSION));
+    b.add_kv(
+        keys::CONVERTER_VERSION,
+        &Value::String(CONVERTER_VERSION.into()),
+    );
+    b.add_kv(keys::TARGET_ARCH, &Value::String(TARGET_ARCH.into()));
+    b.add_kv(keys::KERNEL_ABI, &Value::U32(KERNEL_ABI_VERSION));
+    b.add_kv(keys::SEGMENT_OFFSET, &Value::U64(manifest.segment_offset));
+    b.add_kv(keys::SEGMENT_BYTES, &Value::U64(manifest.segment_bytes));
+    let fail = |reason: String| Error::Output {
+        file: file.to_string(),
+        reason,
+    };
+    b.add_kv_string_with(keys::MANIFEST, |buf| {
+        let start = buf.len();
+        serde_json::to_writer(&mut *buf, manifest)
+            .map_err(|e| fail(format!("encoding the manifest: {e}")))?;
+        let len = buf.len() - start;
+        if len > reserve {
+            return Err(fail(format!(
+                "internal: the manifest takes {len} bytes, {reserve} were reserved"
+            )));
         }
-        match it {
-            Item::Passthrough { ty, ne, entry, .. } | Item::Slice { ty, ne, entry, .. } => {
-                planned.push((entry.name.clone(), *ty, ne.clone()));
-                placeholder_entries.push((**entry).clone());
-            }
-            Item::Blob {
-                layer,
-                proj,
-                layout,
-                part,
-                rank,
-            } => {
-                planned.push((
-                    blob_name_tp(*layer, *proj, *layout, part, *rank),
-                    GgmlType::I8,
-                    vec![0],
-                ));
-            }
+        buf.resize(start + reserve, b' ');
+        Ok(())
+    })?;
+    b.add_kv(keys::HEADER_XXH3, &Value::U64(0));
+    Ok(b)
+}
+
+/// Bytes to reserve for the manifest: the placeholder `pm` listing every passthrough entry as
+/// the plan has it (its length counted entry by entry, never held),
+/// each FFN blob's entry bounded by 700 bytes, and the fidelity table (at most 9 layouts x 3
+/// projections) and the tensor-parallel ranges by 27 x 200 + 1024.
+fn manifest_reserve(model: &Model, plan: &Plan, pm: &Manifest, file: &str) -> Result<usize> {
+    let mut n = json_len(pm, file)? + 27 * 200 + 1024;
+    let mut listed = 0;
+    for it in &plan.items {
+        n += match it {
+            &Item::Passthrough { src, device } => json_len(&passthrough(model, src, device), file)?,
+            Item::Slice { entry, .. } => json_len(&**entry, file)?,
+            Item::Blob { .. } => 700,
+        };
+        listed += usize::from(!matches!(it, Item::Blob { .. }));
+    }
+    // The commas between the listed entries.
+    Ok(n + listed.saturating_sub(1))
+}
+
+/// The length of `v` as JSON, counted without building it.
+fn json_len(v: &impl serde::Serialize, file: &str) -> Result<usize> {
+    struct Count(usize);
+    impl Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
         }
     }
-    planned.push((format!("{PAD_PREFIX}{pads}"), GgmlType::I8, vec![0]));
-    (planned, placeholder_entries, pads)
+    let mut c = Count(0);
+    serde_json::to_writer(&mut c, v).map_err(|e| Error::Output {
+        file: file.to_string(),
+        reason: format!("encoding the manifest: {e}"),
+    })?;
+    Ok(c.0)
+}
+
+/// The pack's tensor table in file order (name, `ne`, type): a pad tensor before every item
+/// `page_before` marks and one at the end. With `sizes` (the entries written, in item order,
+/// and the pads' sizes) the blobs and pads have their sizes; without, zeros in their place.
+fn table<'a>(
+    model: &'a Model,
+    items: &'a [Item],
+    page_before: &'a [bool],
+    sizes: Option<(&'a [TensorEntry], &'a [u64])>,
+) -> impl Iterator<Item = (Cow<'a, str>, Vec<u64>, GgmlType)> + 'a {
+    let pad = move |i: usize| {
+        let bytes = sizes.map_or(0, |(_, p)| p[i]);
+        (
+            Cow::Owned(format!("{PAD_PREFIX}{i}")),
+            vec![bytes],
+            GgmlType::I8,
+        )
+    };
+    let last = page_before.iter().filter(|&&b| b).count();
+    let mut pads = 0;
+    items
+        .iter()
+        .enumerate()
+        .flat_map(move |(k, it)| {
+            let before = page_before[k].then(|| {
+                pads += 1;
+                pad(pads - 1)
+            });
+            let row = match it {
+                &Item::Passthrough { src, .. } => {
+                    let (ty, ne) = passthrough_type(model, src);
+                    (Cow::Borrowed(model.tensors[src].name.as_str()), ne, ty)
+                }
+                Item::Slice { ty, ne, entry, .. } => {
+                    (Cow::Borrowed(entry.name.as_str()), ne.clone(), *ty)
+                }
+                Item::Blob {
+                    layer,
+                    proj,
+                    layout,
+                    part,
+                    rank,
+                } => {
+                    let name = blob_name_tp(*layer, *proj, *layout, part, *rank);
+                    debug_assert!(sizes.is_none_or(|(e, _)| e[k].name == name));
+                    let bytes = sizes.map_or(0, |(e, _)| e[k].bytes);
+                    (Cow::Owned(name), vec![bytes], GgmlType::I8)
+                }
+            };
+            before.into_iter().chain([row])
+        })
+        .chain(std::iter::once_with(move || pad(last)))
 }
 
 /// Whether each planned item starts on a page (formats.md, "The pack container"): the first
 /// device tensor, the first of each rank's segment, every FFN blob, and every tensor of at
 /// least a page.
-fn page_starts(items: &[Item]) -> Vec<bool> {
+fn page_starts(model: &Model, items: &[Item]) -> Vec<bool> {
     let mut seen_device = false;
     let mut last_rank = None;
     items
         .iter()
         .map(|it| {
             let (device, bytes, rank) = match it {
-                Item::Passthrough { entry, .. } => (entry.device, entry.bytes, None),
+                &Item::Passthrough { src, device } => (device, model.tensors[src].bytes, None),
                 Item::Slice { entry, .. } => (true, entry.bytes, entry.tp.as_ref().map(|t| t.rank)),
                 Item::Blob { rank, .. } => (true, u64::MAX, *rank),
             };
