@@ -41,6 +41,7 @@ pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
 pub mod q8_1;
+pub mod slice;
 
 use crate::GgmlType;
 use bytemuck::Pod;
@@ -122,25 +123,7 @@ pub fn encode_to_vec<F: BlockEncode>(x: &[f32]) -> Vec<u8> {
     out
 }
 
-/// Why a buffer could not be decoded.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum CodecError {
-    /// The type has no decoder in this crate (TQ*, Q8_K, Q1_0).
-    #[error(
-        "decoding {0} is not supported (supported: F32, F16, BF16, I8..F64, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, MXFP4, NVFP4)"
-    )]
-    Unsupported(GgmlType),
-    /// The byte length is not what `n` elements of the type take.
-    #[error("{ty}: {bytes} bytes do not hold {elems} elements")]
-    Length {
-        /// The tensor type.
-        ty: GgmlType,
-        /// Bytes given.
-        bytes: usize,
-        /// Elements asked for.
-        elems: usize,
-    },
-}
+pub use crate::error::CodecError;
 
 /// Decode `bytes` of GGUF type `ty` holding `out.len()` elements to f32.
 pub fn decode_ggml(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), CodecError> {

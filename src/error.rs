@@ -1,7 +1,9 @@
 //! The library's error type. Every variant names one way an input can be wrong, and carries the
 //! file (and where it applies the tensor and field) so the message stands on its own.
+//! The codecs' and the GPU runtime's error enums live here too (re-exported from
+//! `converters` and `gpu`), so this module imports nothing above it.
 
-use crate::converters::CodecError;
+use crate::ggml_type::GgmlType;
 
 /// Result alias of the library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -218,7 +220,7 @@ pub enum Error {
     },
     /// The GPU runtime refused (a check or load run on a device).
     #[error("GPU: {0}")]
-    Gpu(#[from] crate::gpu::GpuError),
+    Gpu(#[from] GpuError),
     /// An input changed (shrank, or was replaced) while it was being read.
     #[error("{file}: {reason}")]
     Changed {
@@ -236,3 +238,63 @@ pub enum Error {
         reason: String,
     },
 }
+
+/// Why a buffer could not be decoded (`crate::converters`).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CodecError {
+    /// The type has no decoder in this crate (TQ*, Q8_K, Q1_0).
+    #[error(
+        "decoding {0} is not supported (supported: F32, F16, BF16, I8..F64, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, MXFP4, NVFP4)"
+    )]
+    Unsupported(GgmlType),
+    /// The byte length is not what `n` elements of the type take.
+    #[error("{ty}: {bytes} bytes do not hold {elems} elements")]
+    Length {
+        /// The tensor type.
+        ty: GgmlType,
+        /// Bytes given.
+        bytes: usize,
+        /// Elements asked for.
+        elems: usize,
+    },
+}
+
+/// Runtime errors (`crate::gpu`).
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// No device, no driver, or the driver refused to start.
+    #[error("no CUDA device available: {0}")]
+    NoDevice(String),
+    /// A path needed a kernel that did not resolve.
+    #[error("kernel {module}::{name} is not available (the path that needs it cannot run)")]
+    MissingKernel {
+        /// Its module.
+        module: String,
+        /// Its entry point.
+        name: String,
+    },
+    /// NVRTC rejected a kernel source.
+    #[error("NVRTC failed compiling kernels/{module}.cu for {arch}:\n{log}")]
+    Compile {
+        /// The module.
+        module: String,
+        /// The target architecture.
+        arch: String,
+        /// NVRTC's log.
+        log: String,
+    },
+    /// A driver or cuBLAS call failed.
+    #[error("CUDA error in {call}: {msg}")]
+    Cuda {
+        /// The call.
+        call: String,
+        /// What the driver said.
+        msg: String,
+    },
+    /// A caller passed something the layer cannot take.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Result of the runtime.
+pub type GpuResult<T> = std::result::Result<T, GpuError>;

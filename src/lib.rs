@@ -17,6 +17,7 @@ pub mod gguf_write;
 pub mod gpu;
 pub mod layout;
 pub mod loader;
+pub mod manifest;
 pub mod mapguard;
 pub mod model;
 pub mod npy;

@@ -4,6 +4,10 @@
 //! The adapter's effect is `dW = scaling * B @ A`, applied as `y += scaling * B (A x)`.
 
 use super::Encoded;
+
+/// The largest adapter rank a `lora` layout holds: the runtime's `lora_xa` scratch in the arena
+/// is sized by it.
+pub const LORA_MAX_RANK: usize = 256;
 use crate::converters::bf16;
 
 /// Encode A `[r, k]` and B `[n, r]`.

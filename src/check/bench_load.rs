@@ -1,6 +1,7 @@
 //! `bench-load`: seconds to ready, warm and cold, against the pinned host-to-device ceiling
 //! measured in the same run (moved here from the CLI).
 
+use super::probe_io::warm_page_cache;
 use crate::error::{Error, Result};
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::cuda::CudaBackend;
@@ -245,15 +246,6 @@ pub fn bench_load(
         );
     }
     Ok(())
-}
-
-/// Read a file through once (64 MiB at a time) so it sits in the page cache.
-pub fn warm_page_cache(path: &Path) {
-    use std::io::Read;
-    if let Ok(mut f) = std::fs::File::open(path) {
-        let mut buf = vec![0u8; 64 << 20];
-        while matches!(f.read(&mut buf), Ok(n) if n > 0) {}
-    }
 }
 
 /// Load `path` with `opts` and install every layer's overlays: (seconds to ready, the stats).

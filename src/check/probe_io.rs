@@ -30,7 +30,7 @@ fn gbs(bytes: usize, secs: f64) -> f64 {
 
 /// Run every probe on the pack at `path` (its segment warm in the page cache) and print each.
 pub fn probe(b: &dyn GpuBackend, path: &Path) -> Result<Vec<Probe>> {
-    super::bench_load::warm_page_cache(path);
+    warm_page_cache(path);
     let pack = Pack::open(path)?;
     let r = pack.segment_range();
     let seg = &pack.file.map[r.start as usize..r.end as usize];
@@ -347,4 +347,13 @@ fn overlap(
     // SAFETY: the copier synchronized its last copies before returning.
     unsafe { b.free_pinned(h) };
     Ok((gbs(copied.load(Ordering::Relaxed), copy_secs), read))
+}
+
+/// Read a file through once (64 MiB at a time) so it sits in the page cache.
+pub fn warm_page_cache(path: &Path) {
+    use std::io::Read;
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let mut buf = vec![0u8; 64 << 20];
+        while matches!(f.read(&mut buf), Ok(n) if n > 0) {}
+    }
 }

@@ -6,12 +6,13 @@
 use super::activations::{Arm, arms_of, run_rows_with};
 use super::same_bits;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
-use crate::gpu::{DevicePtr, GpuBackend, GpuResult, download_f32, upload_f32};
+pub use crate::gpu::allreduce::{AllReduce, HostSum};
+use crate::gpu::{DevicePtr, GpuBackend, GpuResult, upload_f32};
 use crate::loader::{self, LoadOptions, LoadedPack};
 use crate::model::{Activation, Model};
 use crate::testing::*;
 use std::path::Path;
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The fewest rows each m is checked on.
@@ -19,61 +20,6 @@ pub const CHECK_ROWS: usize = 16;
 
 /// The name of the NVFP4 arm with the pack's LoRA adapter in the table.
 pub const LORA_ARM: &str = "nvfp4 + lora";
-
-/// Sum `count` f32 values at `ptr` over every rank, in place, on rank `rank`'s backend. Every
-/// rank calls it the same number of times in the same order (a collective).
-pub trait AllReduce: Sync {
-    /// The collective for rank `rank`.
-    fn all_reduce(
-        &self,
-        rank: usize,
-        b: &dyn GpuBackend,
-        ptr: DevicePtr,
-        count: usize,
-    ) -> GpuResult<()>;
-}
-
-/// The host all-reduce: each rank's values are downloaded, summed in rank order (the same sum on
-/// every rank) and uploaded back.
-pub struct HostSum {
-    partials: Mutex<Vec<Vec<f32>>>,
-    barrier: Barrier,
-}
-
-impl HostSum {
-    /// For `n` ranks.
-    pub fn new(n: usize) -> Self {
-        HostSum {
-            partials: Mutex::new(vec![Vec::new(); n]),
-            barrier: Barrier::new(n),
-        }
-    }
-}
-
-impl AllReduce for HostSum {
-    fn all_reduce(
-        &self,
-        rank: usize,
-        b: &dyn GpuBackend,
-        ptr: DevicePtr,
-        count: usize,
-    ) -> GpuResult<()> {
-        let mine = download_f32(b, ptr.view(0, count as u64 * 4))?;
-        self.partials.lock().unwrap()[rank] = mine;
-        self.barrier.wait();
-        let sum = {
-            let p = self.partials.lock().unwrap();
-            let mut s = vec![0f32; count];
-            for part in p.iter() {
-                s.iter_mut().zip(part).for_each(|(a, b)| *a += b);
-            }
-            s
-        };
-        // Every rank has read every partial before any rank stores its next one.
-        self.barrier.wait();
-        upload_f32(b, ptr, &sum)
-    }
-}
 
 /// One arm's outputs on one backend, per m: the output rows and the median times (forward,
 /// all-reduce); `None` where the arm refuses that m, or the layer the arm.

@@ -16,6 +16,7 @@ mod context;
 mod forward;
 mod install;
 mod kernels;
+mod overlays;
 mod routing;
 mod weights;
 mod arms {
@@ -30,6 +31,7 @@ mod arms {
 
 pub use context::*;
 pub use kernels::*;
+pub use overlays::LayerOverlays;
 pub use weights::*;
 
 pub use arms::fp8::FP8_W8A8_MIN_ROWS;

@@ -376,8 +376,7 @@ impl Q2g128Weight {
     }
 }
 
-/// The largest adapter rank the arena's `lora_xa` scratch holds.
-pub const LORA_MAX_RANK: usize = 256;
+pub use crate::converters::layouts::lora::LORA_MAX_RANK;
 
 /// The layer's base weights: NVFP4, possibly absent, with its load-time copies: the transposed
 /// `_t` copies the `w4a16_gemm_t*` prefill reads, and the `nvfp4_mmq` tiles of the MMQ prefill

@@ -4,6 +4,7 @@
 //! the same kernel names on the CPU with the same numerics contract ([`reference`]), so every
 //! routing decision runs in CI and GPU results are checked against it.
 
+pub mod allreduce;
 pub mod cuda;
 pub mod host;
 pub mod kernels;
@@ -123,45 +124,7 @@ impl LaunchCfg {
     }
 }
 
-/// Runtime errors.
-#[derive(Debug, thiserror::Error)]
-pub enum GpuError {
-    /// No device, no driver, or the driver refused to start.
-    #[error("no CUDA device available: {0}")]
-    NoDevice(String),
-    /// A path needed a kernel that did not resolve.
-    #[error("kernel {module}::{name} is not available (the path that needs it cannot run)")]
-    MissingKernel {
-        /// Its module.
-        module: String,
-        /// Its entry point.
-        name: String,
-    },
-    /// NVRTC rejected a kernel source.
-    #[error("NVRTC failed compiling kernels/{module}.cu for {arch}:\n{log}")]
-    Compile {
-        /// The module.
-        module: String,
-        /// The target architecture.
-        arch: String,
-        /// NVRTC's log.
-        log: String,
-    },
-    /// A driver or cuBLAS call failed.
-    #[error("CUDA error in {call}: {msg}")]
-    Cuda {
-        /// The call.
-        call: String,
-        /// What the driver said.
-        msg: String,
-    },
-    /// A caller passed something the layer cannot take.
-    #[error("{0}")]
-    Invalid(String),
-}
-
-/// Result of the runtime.
-pub type GpuResult<T> = std::result::Result<T, GpuError>;
+pub use crate::error::{GpuError, GpuResult};
 
 /// A BF16 GEMM: `y[m, n] = x[m, k] . w[n, k]^T`, `x` row stride `k`, `w` row stride `kw`.
 #[derive(Clone, Copy, Debug)]

@@ -5,9 +5,9 @@
 //! communicators are made unless the caller set it (NVLink multicast stays off on the H200
 //! machines this runs on).
 
+use super::allreduce::AllReduce;
 use super::cuda::CudaBackend;
 use super::{DevicePtr, GpuBackend, GpuError, GpuResult};
-use crate::check::tp::AllReduce;
 use cudarc::nccl::sys;
 use std::sync::Arc;
 

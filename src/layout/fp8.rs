@@ -24,7 +24,13 @@ impl Fp8 {
                     Some((cols, [lo, hi])) if lo % b == 0 && cx.pad() == 0 => {
                         let codes = cx.stored(pi, weight, [fnn, fk], (1, 1), 1);
                         let (a, e) = (lo / b, hi.div_ceil(b));
-                        let s = crate::pack::tp::slice_bytes(&scales, grid, (1, 4), cols, [a, e]);
+                        let s = crate::converters::slice::slice_bytes(
+                            &scales,
+                            grid,
+                            (1, 4),
+                            cols,
+                            [a, e],
+                        );
                         codes.zip(s).map(|(c, s)| (c.into_owned(), s))
                     }
                     Some(_) => None,

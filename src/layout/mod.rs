@@ -17,10 +17,11 @@ mod w8a8;
 pub use crate::converters::layouts::{Encoded, Layout, Proj, q4k_mmq::DownFormat};
 
 use crate::error::{Error, Result};
+use crate::ffn::LayerOverlays;
 use crate::gpu::DevicePtr;
-use crate::loader::LayerOverlays;
+use crate::manifest::{ConvertOptions, FfnEntry};
+use crate::model::lora::Lora;
 use crate::model::{Activation, FfnLayer, FfnWeight, Model};
-use crate::pack::{ConvertOptions, FfnEntry, Lora};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -169,14 +170,14 @@ impl<'a> EncodeCx<'a> {
     /// The zero rows or columns appended to the cut (to `TP_INTER_ALIGN`).
     pub fn pad(&self) -> u64 {
         self.tp.map_or(0, |[lo, hi]| {
-            crate::pack::tp::padded_width(hi - lo) - (hi - lo)
+            crate::converters::slice::padded_width(hi - lo) - (hi - lo)
         })
     }
 
     /// The logical `[n, k]` of source weight `pi` (of the rank's padded slice in a TP pack).
     pub fn shape(&self, pi: usize) -> Result<[usize; 2]> {
         let [n, k] = self.full_shape(pi)?;
-        let w = |lo: u64, hi: u64| crate::pack::tp::padded_width(hi - lo) as usize;
+        let w = |lo: u64, hi: u64| crate::converters::slice::padded_width(hi - lo) as usize;
         Ok(match self.cut(pi) {
             None => [n, k],
             Some((false, [lo, hi])) => [w(lo, hi), k],
@@ -262,8 +263,15 @@ impl<'a> EncodeCx<'a> {
                     return None;
                 }
                 let end = hi.div_ceil(per);
-                crate::pack::tp::slice_padded(data, dims, block, cols, [lo / per, end], pad)
-                    .map(std::borrow::Cow::Owned)
+                crate::converters::slice::slice_padded(
+                    data,
+                    dims,
+                    block,
+                    cols,
+                    [lo / per, end],
+                    pad,
+                )
+                .map(std::borrow::Cow::Owned)
             }
         }
     }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 mod classify;
 mod decode;
+pub mod lora;
 mod open;
 
 /// The container a checkpoint came in.

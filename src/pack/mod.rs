@@ -10,17 +10,15 @@
 //! placeholder in place, the file is fsynced and renamed into place.
 
 pub mod check;
-mod lora;
-mod manifest;
 mod plan;
 mod read;
 pub mod tp;
 mod verify;
 mod write;
 
+pub use crate::manifest::*;
+pub use crate::model::lora::Lora;
 pub use check::{check_header, check_manifest, header_digest, nonzero_padding};
-pub use lora::Lora;
-pub use manifest::*;
 pub use plan::Plan;
 pub use read::Pack;
 pub use verify::{SourceCheck, verify_against_source};

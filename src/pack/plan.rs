@@ -1,11 +1,11 @@
 //! The plan (every tensor of the pack, in file order) and the per-layer producer that `convert` and `verify --source` share.
 
-use super::lora::Lora;
 use super::tp::{self, Rule};
 use super::*;
 use crate::GgmlType;
 use crate::converters::layouts::{Layout, Proj};
 use crate::error::{Error, Result};
+use crate::model::lora::Lora;
 use crate::model::{Activation, FfnLayer, FfnWeight, Model};
 use std::collections::{BTreeMap, HashMap, HashSet};
 

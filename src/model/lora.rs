@@ -1,6 +1,7 @@
 //! A PEFT LoRA adapter as `convert --lora` reads it.
 
 use crate::converters::layouts::Proj;
+use crate::converters::layouts::lora::LORA_MAX_RANK;
 use crate::error::{Error, Result};
 use crate::model::Model;
 use std::collections::{HashMap, HashSet};
@@ -49,7 +50,7 @@ fn peft_pattern(
 }
 
 impl Lora {
-    pub(super) fn open(dir: &Path, base: &Model) -> Result<Lora> {
+    pub(crate) fn open(dir: &Path, base: &Model) -> Result<Lora> {
         let cfg_path = dir.join("adapter_config.json");
         let f = cfg_path.display().to_string();
         let v = crate::safetensors_file::read_json(&cfg_path)?;
@@ -173,13 +174,10 @@ impl Lora {
                 peft_pattern(&f, "rank_pattern", v.get("rank_pattern"), &module)?.unwrap_or(r);
             let alpha = peft_pattern(&f, "alpha_pattern", v.get("alpha_pattern"), &module)?
                 .unwrap_or(alpha);
-            if rank < 1.0 || rank.fract() != 0.0 || rank > crate::ffn::LORA_MAX_RANK as f64 {
+            if rank < 1.0 || rank.fract() != 0.0 || rank > LORA_MAX_RANK as f64 {
                 return Err(refuse(
                     "r",
-                    format!(
-                        "{module}: rank {rank} is not in 1..={}",
-                        crate::ffn::LORA_MAX_RANK
-                    ),
+                    format!("{module}: rank {rank} is not in 1..={}", LORA_MAX_RANK),
                 ));
             }
             let scaling = if rslora {
