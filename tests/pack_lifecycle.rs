@@ -270,6 +270,7 @@ fn a_pack_with_lora_loads_and_the_layer_adds_the_adapter() {
         ModelLevers::default(),
     )
     .unwrap();
+    ctx.tracing = true;
     let mut l = DenseFfnLayer::new(&ctx);
     assert!(lp.layers[1].lora.is_some());
     lp.layers[1].install(&mut l).unwrap();
@@ -332,6 +333,7 @@ fn a_pack_with_q4k_mmq_q2g128_and_lora_loads_with_zero_repack_launches() {
         inter: i,
     };
     let mut ctx = ForwardContext::new(b.clone(), cfg, 8, levers).unwrap();
+    ctx.tracing = true;
     // NVFP4 + q4k_mmq + lora in one layer: finalize_q4k_load and finalize_nvfp4_mmq_load have
     // nothing to build; the Q4_K MMQ prefill and the adapter serve it.
     let mut l = DenseFfnLayer::new(&ctx);

@@ -322,26 +322,13 @@ pub fn benchmarks(
     Ok(out.0)
 }
 
-/// Free the NVFP4 base of a benchmark layer and what its finalize calls built from it.
+/// Free the NVFP4 base of a benchmark layer (what its finalize calls built from it, the layer
+/// frees when it is dropped).
 fn free_nvfp4_family(b: &dyn GpuBackend, layer: &DenseFfnLayer) {
     let w = layer.weights();
     for p in w.nvfp4.iter().flatten() {
         b.free(p.codes);
         b.free(p.scales);
-    }
-    for p in w.nvfp4_mmq.iter().flatten() {
-        b.free(*p);
-    }
-    if let Some(q) = w.q4k.filter(|q| q.owned) {
-        b.free(q.gate);
-        b.free(q.up);
-        match q.down {
-            crate::ffn::Q4kDown::Q4k(p) => b.free(p),
-            crate::ffn::Q4kDown::Int8 { codes, scales } => {
-                b.free(codes);
-                b.free(scales);
-            }
-        }
     }
 }
 

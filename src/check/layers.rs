@@ -193,6 +193,7 @@ pub fn layer_checks_of(
         for (arm, install, levers, act) in arms.iter().filter(|a| keep(a.0)) {
             let mut gc = ForwardContext::new(b.clone(), cfg, mmax, levers.clone())?;
             let mut hc = ForwardContext::new(host.clone(), cfg, mmax, levers.clone())?;
+            (gc.tracing, hc.tracing) = (true, true);
             let mut gl = DenseFfnLayer::new_with_activation(&gc, *act);
             let mut hl = DenseFfnLayer::new_with_activation(&hc, *act);
             install(b.as_ref(), &mut gl, &w)?;

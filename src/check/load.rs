@@ -122,6 +122,7 @@ pub fn load_checks_from(
         );
         let cfg = FfnConfig { hidden, inter };
         let mut ctx = ForwardContext::new(b.clone(), cfg, 64, ModelLevers::default())?;
+        ctx.tracing = true;
         let l = &model.ffn_layers[li];
         let w = DenseWeights {
             gate: model.decode_weight(&l.gate)?.0,
@@ -259,6 +260,7 @@ pub fn load_checks_from(
             };
             let mut gctx = ForwardContext::new(b.clone(), cfg, 64, levers.clone())?;
             let mut hctx = ForwardContext::new(host.clone(), cfg, 64, levers)?;
+            (gctx.tracing, hctx.tracing) = (true, true);
             let mut gl = new_layer(&gctx);
             overlays(ov).install(&mut gl)?;
             let mut hl = new_layer(&hctx);

@@ -73,8 +73,29 @@ pub struct ForwardContext {
     pub max_tokens: usize,
     /// The stream every launch goes to.
     pub stream: StreamId,
-    /// Names of the kernels launched, in order (cleared by the caller when it likes).
+    /// Record the names of the kernels launched in `trace` (off by default: an engine that
+    /// runs forever must not keep a growing list; the checks and tests turn it on).
+    pub tracing: bool,
+    /// Names of the kernels launched while `tracing`, in order (cleared by the caller).
     pub trace: Vec<&'static str>,
+}
+
+impl ForwardContext {
+    /// Note a kernel launch in the trace, when tracing.
+    pub(crate) fn record(&mut self, name: &'static str) {
+        if self.tracing {
+            self.trace.push(name);
+        }
+    }
+}
+
+impl Drop for ForwardContext {
+    /// The scratch arena goes back to the backend with the context.
+    fn drop(&mut self) {
+        for p in self.arena.all() {
+            self.backend.free(p);
+        }
+    }
 }
 
 pub(crate) fn round_up(x: usize, m: usize) -> usize {
@@ -130,6 +151,7 @@ impl ForwardContext {
             profile: false,
             max_tokens: max_tokens.max(1),
             stream: 0,
+            tracing: false,
             trace: Vec::new(),
         })
     }

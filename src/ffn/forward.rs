@@ -193,7 +193,7 @@ impl DenseFfnLayer {
     /// context's stream, recording its name in the trace.
     pub(crate) fn launch(&self, ctx: &mut ForwardContext, call: Call) -> GpuResult<()> {
         let l = call.finish()?;
-        ctx.trace.push(l.spec.name);
+        ctx.record(l.spec.name);
         l.run(ctx.backend.as_ref(), ctx.stream)
     }
 

@@ -223,6 +223,7 @@ impl DenseFfnLayer {
             let out = ctx.backend.alloc(
                 (np / NVFP4_MMQ_TILE_N * x.kp / NVFP4_MMQ_TILE_K * NVFP4_MMQ_TILE_BYTES) as u64,
             )?;
+            self.allocated.push(out);
             let call = self.kernels.nvfp4_repack.call();
             let call = call.ptr("codes", x.codes).ptr("scales", x.scales);
             let l = call
@@ -231,7 +232,7 @@ impl DenseFfnLayer {
                 .dim("kp", x.kp)
                 .ptr("out", out);
             let l = l.finish()?;
-            ctx.trace.push(l.spec.name);
+            ctx.record(l.spec.name);
             l.run(ctx.backend.as_ref(), stream)?;
             self.weights.nvfp4_mmq[p] = Some(out);
             did = true;
@@ -319,26 +320,32 @@ impl DenseFfnLayer {
                 let call = call.ptr("scales", x.scales).float("g", x.global_scale);
                 let call = call.dim("n", x.n).dim("k", x.k).dim("kp_nv", x.kp);
                 let l = call.dim("kp_q", kp_q).ptr("out", out).finish()?;
-                ctx.trace.push(l.spec.name);
+                ctx.record(l.spec.name);
                 l.run(b.as_ref(), stream)?;
                 Ok(out)
             };
         let gate = encode(ctx, &w[0], kp_gate)?;
+        self.allocated.push(gate);
         let up = encode(ctx, &w[1], kp_gate)?;
+        self.allocated.push(up);
         let d = &w[2];
         let down = if k.int8_gemm.ok() && k.requant_int8.ok() && !ctx.levers.q4k_mmq_down_q4k {
             let codes = b.alloc((d.n * kp_down) as u64)?;
+            self.allocated.push(codes);
             let scales = b.alloc((d.n * 4) as u64)?;
+            self.allocated.push(scales);
             let call = k.q4k_int8_encode.call().ptr("codes", d.codes);
             let call = call.ptr("scales", d.scales).float("g", d.global_scale);
             let call = call.dim("n", d.n).dim("k", d.k).dim("kp_nv", d.kp);
             let call = call.dim("kp_q", kp_down).ptr("qc", codes).ptr("qs", scales);
             let l = call.finish()?;
-            ctx.trace.push(l.spec.name);
+            ctx.record(l.spec.name);
             l.run(b.as_ref(), stream)?;
             Q4kDown::Int8 { codes, scales }
         } else {
-            Q4kDown::Q4k(encode(ctx, d, kp_down)?)
+            let p = encode(ctx, d, kp_down)?;
+            self.allocated.push(p);
+            Q4kDown::Q4k(p)
         };
         b.synchronize(stream)?;
         self.drop_t_copies(b.as_ref(), 3);

@@ -9,8 +9,9 @@
 //! (`[m, hidden]` f32). Every kernel launched is appended to `ForwardContext::trace`, so tests
 //! can assert which arm served a call.
 
-use crate::gpu::{GpuError, GpuResult};
+use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult};
 use crate::model::Activation;
+use std::sync::Arc;
 
 mod context;
 mod forward;
@@ -54,6 +55,19 @@ pub struct DenseFfnLayer {
     lora: Option<[Option<LoraWeight>; 3]>,
     q2: Option<[Q2g128Weight; 3]>,
     kernels: FfnKernels,
+    /// The runtime, and the buffers this layer allocated itself (what its `finalize_*` calls
+    /// build: NVFP4-MMQ tiles, Q4_K copies), freed when it is dropped. Installed overlays are
+    /// views the caller owns.
+    backend: Arc<dyn GpuBackend>,
+    allocated: Vec<DevicePtr>,
+}
+
+impl Drop for DenseFfnLayer {
+    fn drop(&mut self) {
+        for p in self.allocated.drain(..) {
+            self.backend.free(p);
+        }
+    }
 }
 
 /// Output columns (weight rows) per block of the NVFP4 GEMVs (`w4a16_gemv*`, the batch-m
@@ -83,6 +97,8 @@ impl DenseFfnLayer {
             lora: None,
             q2: None,
             kernels: FfnKernels::resolve(ctx.backend.as_ref()),
+            backend: ctx.backend.clone(),
+            allocated: Vec::new(),
         }
     }
 

@@ -4,9 +4,11 @@
 //! or both), describe the overlays (`bind`). No repack, no quantization, no per-tensor copy.
 
 mod bind;
+mod engine;
 mod io;
 
 pub use bind::{LayerOverlays, overlays};
+pub use engine::{EngineOptions, LoadedModel};
 pub use io::{COLD_RESIDENCY, DIRECT_ALIGN, resident_fraction};
 
 use crate::GgmlType;
@@ -191,6 +193,9 @@ pub struct DeviceTensor<'a> {
     pub source_type: &'a str,
     /// Its bytes on the device.
     pub ptr: DevicePtr,
+    /// Its manifest entry: for an FFN blob the layout, projection, part and padded shape
+    /// (`entry.ffn`); the checksum; the tensor-parallel cut.
+    pub entry: &'a crate::manifest::TensorEntry,
 }
 
 impl LoadedPack {
@@ -216,6 +221,7 @@ impl LoadedPack {
             shape,
             source_type: &e.source_type,
             ptr,
+            entry: e,
         })
     }
 

@@ -21,8 +21,9 @@ pub fn levers(pairs: &[(&str, &str)]) -> ModelLevers {
     ModelLevers::from_map(&env, metrale_pack::gpu::levers::HARDWARE_SM90)
 }
 
+/// A context for the layer tests, tracing the kernels it launches.
 pub fn ctx(b: HostBackend, lev: ModelLevers) -> ForwardContext {
-    ForwardContext::new(
+    let mut c = ForwardContext::new(
         Arc::new(b),
         FfnConfig {
             hidden: H,
@@ -31,7 +32,9 @@ pub fn ctx(b: HostBackend, lev: ModelLevers) -> ForwardContext {
         128,
         lev,
     )
-    .unwrap()
+    .unwrap();
+    c.tracing = true;
+    c
 }
 
 pub fn input(c: &ForwardContext, r: &mut Rand, m: usize) -> (DevicePtr, Vec<f32>) {

@@ -57,7 +57,7 @@ impl DenseFfnLayer {
         );
         match r {
             Ok(()) => {
-                ctx.trace.push("cublas_gemm_bf16");
+                ctx.record("cublas_gemm_bf16");
                 Ok(())
             }
             Err(GpuError::MissingKernel { .. }) => {
@@ -134,7 +134,7 @@ impl DenseFfnLayer {
             return Err(missing("cublas", "gemm_bf16"));
         }
         blas?;
-        ctx.trace.push("cublas_gemm_bf16");
+        ctx.record("cublas_gemm_bf16");
         ctx.backend.gemm_bf16(
             &GemmBf16 {
                 x: xb,
@@ -147,7 +147,7 @@ impl DenseFfnLayer {
             },
             st,
         )?;
-        ctx.trace.push("cublas_gemm_bf16");
+        ctx.record("cublas_gemm_bf16");
         self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
         let gb = self.to_bf16(ctx, g, m * i)?;
         ctx.backend.gemm_bf16(
@@ -162,7 +162,7 @@ impl DenseFfnLayer {
             },
             st,
         )?;
-        ctx.trace.push("cublas_gemm_bf16");
+        ctx.record("cublas_gemm_bf16");
         Ok(out.view(0, (m * h * 4) as u64))
     }
 }

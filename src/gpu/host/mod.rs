@@ -71,6 +71,12 @@ impl HostBackend {
         }
     }
 
+    /// How many device allocations are live (allocated and not yet freed): what a test of
+    /// `Drop` counts.
+    pub fn live_allocations(&self) -> usize {
+        self.mem.lock().unwrap().len()
+    }
+
     /// The same, with the named kernels missing (`"gemm_bf16"` hides BLAS).
     pub fn without(names: &[&str]) -> Self {
         let mut b = Self::new();

@@ -1,0 +1,225 @@
+//! One call from a pack file to layers ready to forward, for an engine: [`LoadedModel`] owns
+//! the device segment, the forward context and every installed layer, and gives them back to
+//! the backend when dropped.
+
+use super::{DeviceTensor, LoadOptions, LoadedPack, load};
+use crate::error::{Error, Result};
+use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+use crate::gpu::{DevicePtr, GpuBackend, GpuError, ModelLevers};
+use crate::model::Activation;
+use std::path::Path;
+use std::sync::Arc;
+
+/// How [`LoadedModel::load`] loads.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// How the pack is copied to the device (and, for a tensor-parallel pack, which rank).
+    pub load: LoadOptions,
+    /// The most rows one forward call takes: the scratch arena is sized for it.
+    pub max_tokens: usize,
+    /// Routing levers (default: this machine's).
+    pub levers: ModelLevers,
+    /// After the copy, read every device tensor back from the device and every host tensor from
+    /// the file, and compare each with the manifest's xxh3 (a reload in place of the copy).
+    pub verify_checksums: bool,
+    /// Record the kernels each forward launches in `ctx.trace` (off: nothing accumulates).
+    pub trace: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            load: LoadOptions::default(),
+            max_tokens: 1,
+            levers: ModelLevers::default(),
+            verify_checksums: false,
+            trace: false,
+        }
+    }
+}
+
+/// A pack on the device with every dense FFN layer installed and ready to forward. Dropping it
+/// frees the device segment, the context's scratch and what the layers allocated.
+pub struct LoadedModel {
+    /// The pack on the device: its manifest, every device tensor, the load's figures.
+    pub pack: LoadedPack,
+    /// The forward context (scratch arena, levers, stream, trace).
+    pub ctx: ForwardContext,
+    /// (layer index, layer), in pack order.
+    layers: Vec<(usize, DenseFfnLayer)>,
+    backend: Arc<dyn GpuBackend>,
+}
+
+impl LoadedModel {
+    /// Open, validate and copy the pack at `path`, install every layer's overlays, and run one
+    /// row through each layer: a pack whose layers no forward can serve (a `q4k_mmq`-only
+    /// pack: it is a prefill copy of the NVFP4 base) is refused here, naming the layer and what
+    /// the runtime said, not at the first forward.
+    pub fn load(
+        path: &Path,
+        backend: Arc<dyn GpuBackend>,
+        opts: &EngineOptions,
+    ) -> Result<LoadedModel> {
+        let file = path.display().to_string();
+        let gpu = |what: &str, e: GpuError| Error::Unsupported {
+            file: file.clone(),
+            reason: format!("{what}: {e}"),
+        };
+        let pack = load(backend.as_ref(), path, &opts.load)?;
+        // From here the segment is owned: a failure below frees it with the half-built model.
+        let m = &pack.pack.manifest.model;
+        let cfg = FfnConfig {
+            hidden: m.hidden_size as usize,
+            inter: pack.ffn_inter,
+        };
+        let act = Activation::from_act_name(&m.activation).ok_or_else(|| Error::Unsupported {
+            file: file.clone(),
+            reason: format!(
+                "activation {:?} (the layer runs silu and gelu)",
+                m.activation
+            ),
+        })?;
+        let ctx =
+            match ForwardContext::new(backend.clone(), cfg, opts.max_tokens, opts.levers.clone()) {
+                Ok(c) => c,
+                Err(e) => {
+                    backend.free(pack.arena);
+                    return Err(gpu("allocating the forward context", e));
+                }
+            };
+        let mut model = LoadedModel {
+            pack,
+            ctx,
+            layers: Vec::new(),
+            backend,
+        };
+        model.ctx.tracing = opts.trace;
+        for ov in &model.pack.layers {
+            let mut l = DenseFfnLayer::new_with_activation(&model.ctx, act);
+            ov.install(&mut l)
+                .map_err(|e| gpu(&format!("installing layer {}", ov.index), e))?;
+            model.layers.push((ov.index, l));
+        }
+        model.probe().map_err(|(i, e)| {
+            gpu(
+                &format!(
+                    "layer {i} cannot forward with layouts {} (convert with the defaults, or add nvfp4 or bf16)",
+                    model.pack.pack.manifest.layouts.join(",")
+                ),
+                e,
+            )
+        })?;
+        if opts.verify_checksums {
+            model.verify()?;
+        }
+        Ok(model)
+    }
+
+    /// One zero row through every layer (decode, the path every engine takes).
+    fn probe(&mut self) -> std::result::Result<(), (usize, GpuError)> {
+        let b = self.backend.clone();
+        let x = b
+            .alloc(self.ctx.config.hidden as u64 * 4)
+            .map_err(|e| (0, e))?;
+        let r = b.fill(x, 0).map_err(|e| (0, e)).and_then(|()| {
+            for (i, l) in &self.layers {
+                l.forward(&mut self.ctx, x).map_err(|e| (*i, e))?;
+            }
+            b.synchronize(self.ctx.stream).map_err(|e| (0, e))
+        });
+        b.free(x);
+        self.ctx.trace.clear();
+        r
+    }
+
+    /// Every tensor's bytes, read back from where the engine will use them, against the
+    /// manifest's checksum.
+    fn verify(&self) -> Result<()> {
+        let p = &self.pack;
+        let mut bad = Vec::new();
+        for (i, e) in p.pack.manifest.tensors.iter().enumerate() {
+            let h = match p.ptr_at(i) {
+                Some(ptr) => {
+                    let mut buf = vec![0u8; ptr.bytes as usize];
+                    self.backend
+                        .download(ptr, &mut buf)
+                        .map_err(|err| Error::Unsupported {
+                            file: p.pack.file.path.display().to_string(),
+                            reason: format!("reading {} back from the device: {err}", e.name),
+                        })?;
+                    xxhash_rust::xxh3::xxh3_64(&buf)
+                }
+                None => xxhash_rust::xxh3::xxh3_64(p.pack.data(i)),
+            };
+            if h != e.xxh3 {
+                bad.push(e.name.clone());
+            }
+        }
+        if bad.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Output {
+            file: p.pack.file.path.display().to_string(),
+            reason: format!(
+                "{} tensors differ from their checksums after the load (first: {:?})",
+                bad.len(),
+                bad[0]
+            ),
+        })
+    }
+
+    /// The indices of the dense FFN layers, in pack order.
+    pub fn layer_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.layers.iter().map(|(i, _)| *i)
+    }
+
+    /// Dense FFN layer `index`, installed.
+    pub fn layer(&self, index: usize) -> Option<&DenseFfnLayer> {
+        self.layers
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, l)| l)
+    }
+
+    /// Run `m` rows of `input` (f32 `[m, hidden]` on the device) through layer `index`; the
+    /// output (f32 `[m, hidden]`) lies in the context's arena until the next call.
+    pub fn forward(&mut self, index: usize, input: DevicePtr, m: usize) -> Result<DevicePtr> {
+        let file = self.pack.pack.file.path.display().to_string();
+        let Some((_, l)) = self.layers.iter().find(|(i, _)| *i == index) else {
+            return Err(Error::Unsupported {
+                file,
+                reason: format!("no dense FFN layer {index} in the pack"),
+            });
+        };
+        let r = match m {
+            1 => l.forward(&mut self.ctx, input),
+            2 => l.forward_k2(&mut self.ctx, input),
+            3 => l.forward_k3(&mut self.ctx, input),
+            _ => l.forward_prefill(&mut self.ctx, input, m),
+        };
+        r.map_err(|e| Error::Unsupported {
+            file,
+            reason: format!("layer {index}, {m} rows: {e}"),
+        })
+    }
+
+    /// The device tensor `name` (see [`LoadedPack::device_tensor`]).
+    pub fn device_tensor(&self, name: &str) -> Option<DeviceTensor<'_>> {
+        self.pack.device_tensor(name)
+    }
+
+    /// The backend the model lives on.
+    pub fn backend(&self) -> &Arc<dyn GpuBackend> {
+        &self.backend
+    }
+}
+
+impl Drop for LoadedModel {
+    /// Waits for the stream, then frees the device segment; the layers and the context free
+    /// their own buffers as they drop.
+    fn drop(&mut self) {
+        let _ = self.backend.synchronize(self.ctx.stream);
+        self.layers.clear();
+        self.backend.free(self.pack.arena);
+    }
+}

@@ -1,0 +1,179 @@
+//! The engine's one call, `LoadedModel::load`, on the host backend: it frees every device
+//! allocation when dropped, refuses at load a pack no forward can serve, keeps no trace unless
+//! asked, and with `verify_checksums` finds a tensor that changed in the file.
+
+mod common;
+
+use common::pack::*;
+use common::*;
+use metrale_pack::GgmlType;
+use metrale_pack::converters::layouts::Layout;
+use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext, Proj};
+use metrale_pack::gpu::host::HostBackend;
+use metrale_pack::gpu::{GpuBackend, ModelLevers};
+use metrale_pack::loader::{EngineOptions, LoadedModel};
+use metrale_pack::testing::{DenseWeights, Rand, install_nvfp4};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const H: usize = 256;
+const I: usize = 512;
+
+/// A two-layer F16 llama converted with `layouts`.
+fn pack_with(dir: &Path, layouts: &[Layout]) -> PathBuf {
+    let mut rng = Rng::fresh("engine");
+    let src = gguf_model(dir, "m.gguf", "llama", H, I, 2, GgmlType::F16, &mut rng);
+    let out = dir.join(format!("m-{}.mpk.gguf", layouts.len()));
+    convert(&src, &out, &opts(layouts));
+    out
+}
+
+fn host() -> (Arc<HostBackend>, Arc<dyn GpuBackend>) {
+    let h = Arc::new(HostBackend::new());
+    (h.clone(), h)
+}
+
+#[test]
+fn dropping_a_loaded_model_frees_every_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    for layouts in [
+        vec![Layout::Nvfp4, Layout::Nvfp4Mmq],
+        vec![Layout::Nvfp4, Layout::Q4kMmq, Layout::Fp8, Layout::Bf16],
+    ] {
+        let path = pack_with(dir.path(), &layouts);
+        let (h, b) = host();
+        let opts = EngineOptions {
+            max_tokens: 8,
+            ..Default::default()
+        };
+        let mut m = LoadedModel::load(&path, b.clone(), &opts).unwrap();
+        assert!(h.live_allocations() > 0);
+        // A device tensor says what it is: layout, projection and padded shape.
+        let name = metrale_pack::pack::blob_name(1, Proj::Down, Layout::Nvfp4, "codes");
+        let t = m.device_tensor(&name).unwrap();
+        let fe = t.entry.ffn.as_ref().unwrap();
+        assert_eq!(
+            (fe.layout.as_str(), fe.proj.as_str(), fe.shape),
+            ("nvfp4", "down", [H as u64, I as u64])
+        );
+        assert_eq!(t.ptr.bytes, t.entry.bytes);
+        let x = b.alloc((8 * H * 4) as u64).unwrap();
+        b.fill(x, 0).unwrap();
+        for l in m.layer_indices().collect::<Vec<_>>() {
+            for rows in [1, 2, 3, 8] {
+                m.forward(l, x, rows).unwrap();
+            }
+        }
+        b.free(x);
+        drop(m);
+        assert_eq!(h.live_allocations(), 0, "{layouts:?}: left allocated");
+    }
+}
+
+#[test]
+fn a_layer_frees_what_its_finalize_built() {
+    let (h, b) = host();
+    let cfg = FfnConfig {
+        hidden: H,
+        inter: I,
+    };
+    let ctx = ForwardContext::new(b.clone(), cfg, 16, ModelLevers::default()).unwrap();
+    let w = DenseWeights::random(&mut Rand(3), H, I);
+    let mut l = DenseFfnLayer::new(&ctx);
+    install_nvfp4(b.as_ref(), &mut l, &w).unwrap();
+    let base: Vec<_> = l
+        .weights()
+        .nvfp4
+        .iter()
+        .flatten()
+        .flat_map(|p| [p.codes(), p.scales()])
+        .collect();
+    let before = h.live_allocations();
+    let mut ctx = ctx;
+    assert!(l.finalize_nvfp4_mmq_load(&mut ctx, H, I, 0).unwrap());
+    assert!(
+        h.live_allocations() > before,
+        "finalize allocated its tiles"
+    );
+    drop(l);
+    assert_eq!(h.live_allocations(), before);
+    for p in base {
+        b.free(p);
+    }
+    drop(ctx);
+    assert_eq!(h.live_allocations(), 0);
+}
+
+#[test]
+fn a_pack_no_forward_can_serve_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = pack_with(dir.path(), &[Layout::Q4kMmq]);
+    let (h, b) = host();
+    let e = LoadedModel::load(&path, b, &EngineOptions::default())
+        .err()
+        .expect("a q4k_mmq-only pack is refused")
+        .to_string();
+    assert!(
+        e.contains("layer 0 cannot forward with layouts q4k_mmq"),
+        "{e}"
+    );
+    assert_eq!(h.live_allocations(), 0, "a refused load frees what it took");
+}
+
+#[test]
+fn the_trace_is_opt_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = pack_with(dir.path(), &[Layout::Nvfp4]);
+    for trace in [false, true] {
+        let (_, b) = host();
+        let opts = EngineOptions {
+            trace,
+            ..Default::default()
+        };
+        let mut m = LoadedModel::load(&path, b.clone(), &opts).unwrap();
+        let x = b.alloc((H * 4) as u64).unwrap();
+        b.fill(x, 0).unwrap();
+        for _ in 0..1000 {
+            m.forward(0, x, 1).unwrap();
+        }
+        let n = m.ctx.trace.len();
+        if trace {
+            assert!(n >= 1000, "{n} launches recorded");
+        } else {
+            assert_eq!(n, 0, "an engine's context keeps no trace");
+        }
+        b.free(x);
+        let e = m.forward(7, x, 1).unwrap_err().to_string();
+        assert!(e.contains("no dense FFN layer 7"), "{e}");
+    }
+}
+
+#[test]
+fn verify_checksums_finds_a_changed_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = pack_with(dir.path(), &[Layout::Nvfp4]);
+    let opts = EngineOptions {
+        verify_checksums: true,
+        ..Default::default()
+    };
+    LoadedModel::load(&path, host().1, &opts).unwrap();
+    // One byte of a device tensor changed in the file (the header, and so `open`, unchanged).
+    let p = metrale_pack::pack::Pack::open(&path).unwrap();
+    let i = p.index("blk.1.ffn_norm.weight").unwrap();
+    let at = p.file.data_offset + p.file.tensors[i].offset;
+    drop(p);
+    let mut img = std::fs::read(&path).unwrap();
+    img[at as usize] ^= 0x40;
+    std::fs::write(&path, &img).unwrap();
+    let (h, b) = host();
+    LoadedModel::load(&path, b.clone(), &EngineOptions::default()).unwrap();
+    let e = LoadedModel::load(&path, b, &opts)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("1 tensors differ from their checksums") && e.contains("blk.1.ffn_norm.weight"),
+        "{e}"
+    );
+    assert_eq!(h.live_allocations(), 0);
+}
