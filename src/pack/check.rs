@@ -8,7 +8,7 @@
 use crate::converters::layouts::{Layout, Proj};
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, Value};
-use crate::pack::{Manifest, TensorEntry, keys};
+use crate::pack::{FfnEntry, Manifest, TensorEntry, keys};
 use std::collections::HashSet;
 use xxhash_rust::xxh3::Xxh3;
 
@@ -65,6 +65,13 @@ fn dtype_size(name: &str) -> Option<u64> {
     })
 }
 
+/// The error constructors of one pack's checks: a metadata field, a tensor's field.
+type Meta<'a> = &'a dyn Fn(&str, String) -> Error;
+type Bad<'a> = &'a dyn Fn(&str, &'static str, String) -> Error;
+
+/// What identifies one FFN blob: (layer, layout, projection, part, rank).
+type BlobKey = (usize, Layout, Proj, String, Option<u32>);
+
 /// Every manifest field against the tensor table and the layout registry.
 pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
     let f = file.path.display().to_string();
@@ -80,6 +87,29 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
         reason,
     };
     let data_len = (file.map.len() as u64).saturating_sub(file.data_offset);
+    let (layouts, indices) = check_model(m, data_len, &meta)?;
+    let ranks = check_tp(file, m, &meta, &bad)?;
+    let mut seen = HashSet::new();
+    for (e, t) in m.tensors.iter().zip(&file.tensors) {
+        let Some(fe) = &e.ffn else {
+            check_passthrough(e, &bad)?;
+            continue;
+        };
+        let key = check_blob_identity(e, fe, m, &layouts, &indices, &bad)?;
+        check_blob_sizes(e, fe, t.bytes, &key, m, &meta, &bad)?;
+        if !seen.insert(key) {
+            return Err(Error::DuplicateTensor {
+                file: f.clone(),
+                tensor: e.name.clone(),
+            });
+        }
+    }
+    check_complete(m, &layouts, &indices, &ranks, &seen, &f)
+}
+
+/// The segment inside the data section, the layouts known, the activation, the layer indices
+/// increasing and the sizes set: (the layouts, the dense layer indices).
+fn check_model(m: &Manifest, data_len: u64, meta: Meta) -> Result<(Vec<Layout>, Vec<usize>)> {
     m.segment_offset
         .checked_add(m.segment_bytes)
         .filter(|&e| e <= data_len)
@@ -121,170 +151,200 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
             format!("hidden {hidden} / intermediate {inter} with FFN layers"),
         ));
     }
-    let ranks = check_tp(file, m, &meta, &bad)?;
-    let mut seen = HashSet::new();
-    for (e, t) in m.tensors.iter().zip(&file.tensors) {
-        let Some(fe) = &e.ffn else {
-            check_passthrough(e, &bad)?;
-            continue;
-        };
-        let name = e.name.as_str();
-        let rank = e.tp.as_ref().map(|t| t.rank);
-        // A rank's slice: its intermediate range (check_tp checked it is the rank's).
-        let inter = match &e.tp {
-            Some(ts) => ts.range[1] - ts.range[0] + ts.pad,
-            None => inter,
-        };
-        let layout = Layout::from_tag(&fe.layout)
-            .filter(|l| layouts.contains(l))
-            .ok_or_else(|| {
-                bad(
-                    name,
-                    "ffn.layout",
-                    format!("{:?} is not a layout this pack lists", fe.layout),
-                )
-            })?;
-        let proj = Proj::from_name(&fe.proj)
-            .filter(|p| layout.spec().projections().contains(p))
-            .ok_or_else(|| {
-                bad(
-                    name,
-                    "ffn.proj",
-                    format!("{:?} is not a projection of {}", fe.proj, layout.tag()),
-                )
-            })?;
-        if indices.binary_search(&fe.layer).is_err() {
-            return Err(bad(
+    Ok((layouts, indices))
+}
+
+/// One FFN blob's layout (listed), projection (the layout's), layer (the pack's), part (the
+/// layout's) and name (the one those give): its key.
+fn check_blob_identity(
+    e: &TensorEntry,
+    fe: &FfnEntry,
+    m: &Manifest,
+    layouts: &[Layout],
+    indices: &[usize],
+    bad: Bad,
+) -> Result<BlobKey> {
+    let name = e.name.as_str();
+    let rank = e.tp.as_ref().map(|t| t.rank);
+    let layout = Layout::from_tag(&fe.layout)
+        .filter(|l| layouts.contains(l))
+        .ok_or_else(|| {
+            bad(
                 name,
-                "ffn.layer",
-                format!(
-                    "{} is not one of the pack's {} FFN layers",
-                    fe.layer, m.model.ffn_layers
-                ),
-            ));
-        }
-        if !layout
-            .spec()
-            .parts(proj, m.options.q4k_down)
-            .contains(&fe.part.as_str())
-        {
-            return Err(bad(
+                "ffn.layout",
+                format!("{:?} is not a layout this pack lists", fe.layout),
+            )
+        })?;
+    let proj = Proj::from_name(&fe.proj)
+        .filter(|p| layout.spec().projections().contains(p))
+        .ok_or_else(|| {
+            bad(
                 name,
-                "ffn.part",
-                format!(
-                    "{:?} is not a part of {} {}",
-                    fe.part,
-                    layout.tag(),
-                    proj.name()
-                ),
-            ));
-        }
-        if name != crate::pack::blob_name_tp(fe.layer, proj, layout, &fe.part, rank) {
-            return Err(bad(
-                name,
-                "name",
-                "does not match its layer, projection, layout and part".into(),
-            ));
-        }
-        let want = match proj {
-            Proj::Gate | Proj::Up => [inter, hidden],
-            Proj::Down => [hidden, inter],
-            Proj::GateUp => [
-                inter
-                    .checked_mul(2)
-                    .ok_or_else(|| meta("model.intermediate_size", "overflows".into()))?,
-                hidden,
-            ],
-        };
-        if fe.shape != want {
-            return Err(bad(
-                name,
-                "ffn.shape",
-                format!("{:?}, but the model's sizes give {want:?}", fe.shape),
-            ));
-        }
-        let padded = layout.spec().padded_shape(proj, fe.shape);
-        if padded != Some(fe.padded) {
-            return Err(bad(
-                name,
-                "ffn.padded",
-                format!(
-                    "{:?}, but {} pads {:?} to {padded:?}",
-                    fe.padded,
-                    layout.tag(),
-                    fe.shape
-                ),
-            ));
-        }
-        let names = layout.spec().scalar_names();
-        if fe.scalars.len() != names.len() || !names.iter().all(|s| fe.scalars.contains_key(*s)) {
+                "ffn.proj",
+                format!("{:?} is not a projection of {}", fe.proj, layout.tag()),
+            )
+        })?;
+    if indices.binary_search(&fe.layer).is_err() {
+        return Err(bad(
+            name,
+            "ffn.layer",
+            format!(
+                "{} is not one of the pack's {} FFN layers",
+                fe.layer, m.model.ffn_layers
+            ),
+        ));
+    }
+    if !layout
+        .spec()
+        .parts(proj, m.options.q4k_down)
+        .contains(&fe.part.as_str())
+    {
+        return Err(bad(
+            name,
+            "ffn.part",
+            format!(
+                "{:?} is not a part of {} {}",
+                fe.part,
+                layout.tag(),
+                proj.name()
+            ),
+        ));
+    }
+    if name != crate::pack::blob_name_tp(fe.layer, proj, layout, &fe.part, rank) {
+        return Err(bad(
+            name,
+            "name",
+            "does not match its layer, projection, layout and part".into(),
+        ));
+    }
+    Ok((fe.layer, layout, proj, fe.part.clone(), rank))
+}
+
+/// One FFN blob's shape (the model's, or its rank's slice), padding (its layout's), scalars
+/// (the layout's names, finite), bytes (what the layout's part takes) and scales part.
+fn check_blob_sizes(
+    e: &TensorEntry,
+    fe: &FfnEntry,
+    bytes: u64,
+    &(_, layout, proj, _, rank): &BlobKey,
+    m: &Manifest,
+    meta: Meta,
+    bad: Bad,
+) -> Result<()> {
+    let name = e.name.as_str();
+    let hidden = m.model.hidden_size;
+    // A rank's slice: its intermediate range (check_tp checked it is the rank's).
+    let inter = match &e.tp {
+        Some(ts) => ts.range[1] - ts.range[0] + ts.pad,
+        None => m.model.intermediate_size,
+    };
+    let want = match proj {
+        Proj::Gate | Proj::Up => [inter, hidden],
+        Proj::Down => [hidden, inter],
+        Proj::GateUp => [
+            inter
+                .checked_mul(2)
+                .ok_or_else(|| meta("model.intermediate_size", "overflows".into()))?,
+            hidden,
+        ],
+    };
+    if fe.shape != want {
+        return Err(bad(
+            name,
+            "ffn.shape",
+            format!("{:?}, but the model's sizes give {want:?}", fe.shape),
+        ));
+    }
+    let padded = layout.spec().padded_shape(proj, fe.shape);
+    if padded != Some(fe.padded) {
+        return Err(bad(
+            name,
+            "ffn.padded",
+            format!(
+                "{:?}, but {} pads {:?} to {padded:?}",
+                fe.padded,
+                layout.tag(),
+                fe.shape
+            ),
+        ));
+    }
+    let lora_rank = check_scalars(name, fe, layout, bad)?;
+    let want = layout.spec().part_bytes(&fe.part, fe.padded, lora_rank);
+    if want != Some(bytes) {
+        return Err(bad(
+            name,
+            "bytes",
+            format!(
+                "{bytes} bytes, but {} {:?} part {:?} takes {want:?}",
+                layout.tag(),
+                fe.padded,
+                fe.part
+            ),
+        ));
+    }
+    if let Some(s) = &fe.scales
+        && *s != crate::pack::blob_name_tp(fe.layer, proj, layout, "scales", rank)
+    {
+        return Err(bad(
+            name,
+            "ffn.scales",
+            format!("{s:?} is not this blob's scales part"),
+        ));
+    }
+    Ok(())
+}
+
+/// A blob's scalars: exactly its layout's names, finite and non-negative (LoRA's `scaling` may
+/// be negative); returns the LoRA rank (0 for other layouts).
+fn check_scalars(name: &str, fe: &FfnEntry, layout: Layout, bad: Bad) -> Result<u64> {
+    let names = layout.spec().scalar_names();
+    if fe.scalars.len() != names.len() || !names.iter().all(|s| fe.scalars.contains_key(*s)) {
+        return Err(bad(
+            name,
+            "ffn.scalars",
+            format!(
+                "{:?}, {} records {names:?}",
+                fe.scalars.keys().collect::<Vec<_>>(),
+                layout.tag()
+            ),
+        ));
+    }
+    for (k, &v) in &fe.scalars {
+        if !v.is_finite() || v < 0.0 && k != "scaling" {
             return Err(bad(
                 name,
                 "ffn.scalars",
-                format!(
-                    "{:?}, {} records {names:?}",
-                    fe.scalars.keys().collect::<Vec<_>>(),
-                    layout.tag()
-                ),
+                format!("{k} = {v} is not a finite non-negative value"),
             ));
-        }
-        for (k, &v) in &fe.scalars {
-            if !v.is_finite() || v < 0.0 && k != "scaling" {
-                return Err(bad(
-                    name,
-                    "ffn.scalars",
-                    format!("{k} = {v} is not a finite non-negative value"),
-                ));
-            }
-        }
-        let lora_rank = match fe.scalars.get("rank") {
-            Some(&r) if r >= 1.0 && r.fract() == 0.0 && r as usize <= crate::ffn::LORA_MAX_RANK => {
-                r as u64
-            }
-            Some(&r) => {
-                return Err(bad(
-                    name,
-                    "ffn.scalars",
-                    format!("rank {r} (1..={})", crate::ffn::LORA_MAX_RANK),
-                ));
-            }
-            None => 0,
-        };
-        let bytes = layout.spec().part_bytes(&fe.part, fe.padded, lora_rank);
-        if bytes != Some(t.bytes) {
-            return Err(bad(
-                name,
-                "bytes",
-                format!(
-                    "{} bytes, but {} {:?} part {:?} takes {bytes:?}",
-                    t.bytes,
-                    layout.tag(),
-                    fe.padded,
-                    fe.part
-                ),
-            ));
-        }
-        if let Some(s) = &fe.scales
-            && *s != crate::pack::blob_name_tp(fe.layer, proj, layout, "scales", rank)
-        {
-            return Err(bad(
-                name,
-                "ffn.scales",
-                format!("{s:?} is not this blob's scales part"),
-            ));
-        }
-        if !seen.insert((fe.layer, layout, proj, fe.part.clone(), rank)) {
-            return Err(Error::DuplicateTensor {
-                file: f.clone(),
-                tensor: name.into(),
-            });
         }
     }
-    // Every layer holds every listed layout whole (LoRA: each projection's a and b, or neither).
-    for &layer in &indices {
-        for &layout in &layouts {
+    match fe.scalars.get("rank") {
+        Some(&r) if r >= 1.0 && r.fract() == 0.0 && r as usize <= crate::ffn::LORA_MAX_RANK => {
+            Ok(r as u64)
+        }
+        Some(&r) => Err(bad(
+            name,
+            "ffn.scalars",
+            format!("rank {r} (1..={})", crate::ffn::LORA_MAX_RANK),
+        )),
+        None => Ok(0),
+    }
+}
+
+/// Every layer holds every listed layout whole, on every rank (LoRA: each projection's a and
+/// b, or neither).
+fn check_complete(
+    m: &Manifest,
+    layouts: &[Layout],
+    indices: &[usize],
+    ranks: &[Option<u32>],
+    seen: &HashSet<BlobKey>,
+    f: &str,
+) -> Result<()> {
+    for &layer in indices {
+        for &layout in layouts {
             for &proj in layout.spec().projections() {
-                for &rank in &ranks {
+                for &rank in ranks {
                     let parts = layout.spec().parts(proj, m.options.q4k_down);
                     let have: Vec<bool> = parts
                         .iter()
@@ -299,7 +359,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
                             .map(|(p, _)| *p)
                             .unwrap_or("");
                         return Err(Error::NotFound {
-                            file: f.clone(),
+                            file: f.to_string(),
                             tensor: crate::pack::blob_name_tp(layer, proj, layout, missing, rank),
                         });
                     }
@@ -312,12 +372,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
 
 /// A tensor-parallel pack's segment layout and every slice's rank, rule and range; the ranks
 /// whose FFN blobs the pack must hold (`[None]` for a pack that is not tensor-parallel).
-fn check_tp(
-    file: &GgufFile,
-    m: &Manifest,
-    meta: &dyn Fn(&str, String) -> Error,
-    bad: &dyn Fn(&str, &'static str, String) -> Error,
-) -> Result<Vec<Option<u32>>> {
+fn check_tp(file: &GgufFile, m: &Manifest, meta: Meta, bad: Bad) -> Result<Vec<Option<u32>>> {
     let Some(tp) = &m.tp else {
         if m.options.tp != 1 {
             return Err(meta(
@@ -448,10 +503,7 @@ fn check_tp(
     Ok((0..n).map(Some).collect())
 }
 
-fn check_passthrough(
-    e: &TensorEntry,
-    bad: &dyn Fn(&str, &'static str, String) -> Error,
-) -> Result<()> {
+fn check_passthrough(e: &TensorEntry, bad: Bad) -> Result<()> {
     if let Some(shape) = &e.source_shape {
         let elems = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
         let want = dtype_size(&e.source_type).and_then(|s| elems?.checked_mul(s));
