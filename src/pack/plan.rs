@@ -34,6 +34,159 @@ pub(super) enum Item {
     },
 }
 
+/// The source tensors of every dense FFN layer (weights and their companions), each weight's
+/// shape checked against the hidden and intermediate sizes.
+fn checked_ffn_sources(model: &Model, hidden: u64, inter: u64) -> Result<HashSet<usize>> {
+    let mut ffn_sources = HashSet::new();
+    for l in &model.ffn_layers {
+        for (w, want) in [
+            (&l.gate, [inter, hidden]),
+            (&l.up, [inter, hidden]),
+            (&l.down, [hidden, inter]),
+        ] {
+            let s = model.weight_shape(w)?;
+            if s != want {
+                return Err(Error::Quantized {
+                    file: model.file_of(w.main()),
+                    tensor: model.tensors[w.main()].name.clone(),
+                    reason: format!("shape {s:?} but hidden/intermediate size say {want:?}"),
+                });
+            }
+            ffn_sources.extend(companions(w));
+        }
+    }
+    Ok(ffn_sources)
+}
+
+/// Under `--tp n` (n > 1), the split rule of every attention tensor, and the head counts they
+/// are split by (checked against n); none for one rank or a model without attention tensors.
+type Rules = (HashMap<usize, tp::Rule>, Option<(u64, u64)>);
+fn attention_rules(model: &Model, ffn_sources: &HashSet<usize>, n: u32) -> Result<Rules> {
+    let file = model.path.display().to_string();
+    let mut rules = HashMap::new();
+    if n > 1 {
+        for (i, t) in model.tensors.iter().enumerate() {
+            if !ffn_sources.contains(&i)
+                && let Some(rule) = tp::attention_rule(&file, &t.name)?
+            {
+                rules.insert(i, rule);
+            }
+        }
+    }
+    if rules.is_empty() {
+        return Ok((rules, None));
+    }
+    let h = model.heads.ok_or_else(|| Error::Unsupported {
+        file: file.clone(),
+        reason: format!(
+            "--tp {n}: the model has attention tensors but its metadata gives no head counts"
+        ),
+    })?;
+    tp::check_heads(&file, h, n)?;
+    Ok((rules, Some(h)))
+}
+
+/// A passthrough source tensor's name fits GGUF readers and is not a pad tensor's.
+fn check_source_name(model: &Model, i: usize) -> Result<()> {
+    let t = &model.tensors[i];
+    let reason = if t.name.len() > MAX_NAME_LEN {
+        format!(
+            "{} bytes; GGUF readers accept at most {MAX_NAME_LEN}",
+            t.name.len()
+        )
+    } else if t.name.starts_with(PAD_PREFIX) {
+        // The pack's own pad tensors are named so; a source tensor may not be.
+        format!("the prefix {PAD_PREFIX} is reserved for a pack's pad tensors")
+    } else {
+        return Ok(());
+    };
+    Err(Error::Tensor {
+        file: model.file_of(i),
+        tensor: t.name.clone(),
+        field: "name",
+        reason,
+    })
+}
+
+/// Each rank's slice of attention tensor `i`, cut by `rule` over `heads`, in rank order.
+fn rank_slices(
+    model: &Model,
+    i: usize,
+    rule: tp::Rule,
+    heads: (u64, u64),
+    n: u32,
+) -> Result<Vec<Item>> {
+    let t = &model.tensors[i];
+    let mut out = Vec::with_capacity(n as usize);
+    for r in 0..n {
+        let plan = tp::plan_for(model, i, rule, heads, n, r)?
+            .expect("every rank cuts a tensor rank 0 cuts");
+        let flat = t.shape.len() == 1;
+        let (ty, ne, source_shape) = match t.dtype.as_ggml() {
+            Some(ty) if flat => (ty, vec![plan.shape[0]], None),
+            Some(ty) => (ty, vec![plan.shape[1], plan.shape[0]], None),
+            None => {
+                let s = if flat {
+                    vec![plan.shape[0]]
+                } else {
+                    plan.shape.to_vec()
+                };
+                (GgmlType::I8, vec![plan.bytes], Some(s))
+            }
+        };
+        let entry = TensorEntry {
+            name: tp::slice_name(&t.name, r),
+            source_shape,
+            bytes: plan.bytes,
+            tp: Some(Box::new(TpSlice {
+                rank: r,
+                rule: rule.name().into(),
+                source: t.name.clone(),
+                range: plan.range,
+                pad: 0,
+            })),
+            ..passthrough(model, i, true)
+        };
+        out.push(Item::Slice {
+            src: i,
+            plan: Box::new(plan),
+            ty,
+            ne,
+            entry: Box::new(entry),
+        });
+    }
+    Ok(out)
+}
+
+/// The blobs of layer `layer` (of rank `rank`'s slice): every part of every projection of
+/// every layout, in registry order; LoRA only for the projections its adapter targets.
+fn layer_blob_items(
+    layer: usize,
+    rank: Option<u32>,
+    layouts: &[Layout],
+    lora: Option<&Lora>,
+    opts: &ConvertOptions,
+) -> Vec<Item> {
+    let mut items = Vec::new();
+    for &layout in layouts {
+        for &proj in layout.spec().projections() {
+            if layout == Layout::Lora && !lora.is_some_and(|a| a.targets(layer, proj)) {
+                continue; // not targeted: served as identity
+            }
+            for &part in layout.spec().parts(proj, opts.q4k_down) {
+                items.push(Item::Blob {
+                    layer,
+                    proj,
+                    layout,
+                    part,
+                    rank,
+                });
+            }
+        }
+    }
+    items
+}
+
 /// Passthrough source tensor `i`'s pack type and `ne`: a type ggml has keeps it; any other
 /// becomes an I8 blob of its bytes.
 pub(super) fn passthrough_type(model: &Model, i: usize) -> (GgmlType, Vec<u64>) {
@@ -103,24 +256,7 @@ impl<'m> Plan<'m> {
             .transpose()?;
         let hidden = model.hidden_size.unwrap_or(0);
         let inter = model.intermediate_size.unwrap_or(0);
-        let mut ffn_sources = HashSet::new();
-        for l in &model.ffn_layers {
-            for (w, want) in [
-                (&l.gate, [inter, hidden]),
-                (&l.up, [inter, hidden]),
-                (&l.down, [hidden, inter]),
-            ] {
-                let s = model.weight_shape(w)?;
-                if s != want {
-                    return Err(Error::Quantized {
-                        file: model.file_of(w.main()),
-                        tensor: model.tensors[w.main()].name.clone(),
-                        reason: format!("shape {s:?} but hidden/intermediate size say {want:?}"),
-                    });
-                }
-                ffn_sources.extend(companions(w));
-            }
-        }
+        let ffn_sources = checked_ffn_sources(model, hidden, inter)?;
         let n = opts.tp;
         if !(1..=tp::MAX_TP_RANKS).contains(&n) {
             return Err(bad(format!("--tp {n}: 1 to {} ranks", tp::MAX_TP_RANKS)));
@@ -133,25 +269,7 @@ impl<'m> Plan<'m> {
         let inter_ranges: Vec<[u64; 2]> = (0..n).map(|r| tp::rank_range(inter, n, r)).collect();
         // Attention split by heads: the rule of every passthrough tensor, checked before
         // anything is written.
-        let mut rules = HashMap::new();
-        if n > 1 {
-            for (i, t) in model.tensors.iter().enumerate() {
-                if !ffn_sources.contains(&i)
-                    && let Some(rule) = tp::attention_rule(&file, &t.name)?
-                {
-                    rules.insert(i, rule);
-                }
-            }
-        }
-        let heads = model.heads;
-        if !rules.is_empty() {
-            let h = heads.ok_or_else(|| {
-                bad(format!(
-                    "--tp {n}: the model has attention tensors but its metadata gives no head counts"
-                ))
-            })?;
-            tp::check_heads(&file, h, n)?;
-        }
+        let (rules, heads) = attention_rules(model, &ffn_sources, n)?;
         // File order: host tensors (outside the segment), then the device segment in layer
         // order: embeddings, each layer's passthrough tensors then its FFN blobs, the rest. In
         // a tensor-parallel pack the replicated tensors come first (embeddings, each layer's
@@ -166,26 +284,7 @@ impl<'m> Plan<'m> {
             if ffn_sources.contains(&i) {
                 continue;
             }
-            if t.name.len() > MAX_NAME_LEN {
-                return Err(Error::Tensor {
-                    file: model.file_of(i),
-                    tensor: t.name.clone(),
-                    field: "name",
-                    reason: format!(
-                        "{} bytes; GGUF readers accept at most {MAX_NAME_LEN}",
-                        t.name.len()
-                    ),
-                });
-            }
-            // The pack's own pad tensors are named so; a source tensor may not be.
-            if t.name.starts_with(PAD_PREFIX) {
-                return Err(Error::Tensor {
-                    file: model.file_of(i),
-                    tensor: t.name.clone(),
-                    field: "name",
-                    reason: format!("the prefix {PAD_PREFIX} is reserved for a pack's pad tensors"),
-                });
-            }
+            check_source_name(model, i)?;
             let mut device = true;
             for (p, u) in opts.host_tensors.iter().zip(used.iter_mut()) {
                 if glob_match(p, &t.name) {
@@ -200,42 +299,8 @@ impl<'m> Plan<'m> {
                 _ => None,
             };
             if let Some((rule, h, l)) = cut {
-                for r in 0..n {
-                    let plan = tp::plan_for(model, i, rule, h, n, r)?
-                        .expect("every rank cuts a tensor rank 0 cuts");
-                    let flat = t.shape.len() == 1;
-                    let (ty, ne, source_shape) = match t.dtype.as_ggml() {
-                        Some(ty) if flat => (ty, vec![plan.shape[0]], None),
-                        Some(ty) => (ty, vec![plan.shape[1], plan.shape[0]], None),
-                        None => {
-                            let s = if flat {
-                                vec![plan.shape[0]]
-                            } else {
-                                plan.shape.to_vec()
-                            };
-                            (GgmlType::I8, vec![plan.bytes], Some(s))
-                        }
-                    };
-                    let entry = TensorEntry {
-                        name: tp::slice_name(&t.name, r),
-                        source_shape,
-                        bytes: plan.bytes,
-                        tp: Some(Box::new(TpSlice {
-                            rank: r,
-                            rule: rule.name().into(),
-                            source: t.name.clone(),
-                            range: plan.range,
-                            pad: 0,
-                        })),
-                        ..passthrough(model, i, true)
-                    };
-                    ranked[r as usize].entry(l).or_default().push(Item::Slice {
-                        src: i,
-                        plan: Box::new(plan),
-                        ty,
-                        ne,
-                        entry: Box::new(entry),
-                    });
+                for (r, item) in rank_slices(model, i, rule, h, n)?.into_iter().enumerate() {
+                    ranked[r].entry(l).or_default().push(item);
                 }
                 continue;
             }
@@ -267,24 +332,13 @@ impl<'m> Plan<'m> {
                     None => layers.entry(l.index).or_default(),
                     Some(r) => ranked[r as usize].entry(l.index).or_default(),
                 };
-                for &layout in &layouts {
-                    for &proj in layout.spec().projections() {
-                        if layout == Layout::Lora
-                            && !lora.as_ref().is_some_and(|a| a.targets(l.index, proj))
-                        {
-                            continue; // not targeted: served as identity
-                        }
-                        for &part in layout.spec().parts(proj, opts.q4k_down) {
-                            items.push(Item::Blob {
-                                layer: l.index,
-                                proj,
-                                layout,
-                                part,
-                                rank,
-                            });
-                        }
-                    }
-                }
+                items.extend(layer_blob_items(
+                    l.index,
+                    rank,
+                    &layouts,
+                    lora.as_ref(),
+                    opts,
+                ));
             }
         }
         let mut items = host;
@@ -313,7 +367,7 @@ impl<'m> Plan<'m> {
             activation,
             tp: n,
             inter_ranges,
-            heads: if rules.is_empty() { None } else { heads },
+            heads,
             fidelity: Default::default(),
         })
     }
