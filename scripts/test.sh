@@ -14,5 +14,7 @@ fi
 export LD_LIBRARY_PATH="$cuda/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export METRALE_CUDA_INCLUDE="$cuda/nvidia/cu13/include" METRALE_REQUIRE_NVRTC=1
 cargo test --release --lib --bins --tests
+# The library an engine links: without the harness feature (check, testing, fuzzing).
+cargo check --release --lib --no-default-features
 # The engine example: one call loads a pack on the host backend, checked against float64.
 cargo run --release --example engine

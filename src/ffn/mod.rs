@@ -36,6 +36,7 @@ pub use overlays::LayerOverlays;
 pub use weights::*;
 
 pub use arms::fp8::FP8_W8A8_MIN_ROWS;
+#[cfg(feature = "harness")]
 pub(crate) use arms::nvfp4::nvfp4_args;
 
 pub use crate::converters::layouts::Proj;
