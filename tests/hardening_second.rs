@@ -504,7 +504,7 @@ fn small_tensors_and_long_arrays_cost_what_they_hold() {
         pack_len < 3 * src_len,
         "pack {pack_len} for a source of {src_len}"
     );
-    // Was 476 MB, then 171 MB (every table held three times); 66 MB on 2026-12-02: the
+    // Was 476 MB, then 171 MB (every table held three times); 63 MB on 2026-12-02: the
     // source index, the pack's table and its parsed manifest while the finished pack is
     // validated, about 600 bytes per tensor against the source's 70.
     assert!(rss < 100 << 20, "peak RSS {rss}");

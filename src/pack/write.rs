@@ -139,6 +139,11 @@ pub fn convert(
             Ok(())
         },
         |tmp| {
+            // Every source byte has been read: its pages need not stay resident while the
+            // pack is validated (tensors under a page are never released one by one).
+            for f in &model.files {
+                f.release(0, f.bytes().len() as u64);
+            }
             validated = Some(validate_finished(tmp, out)?);
             Ok(())
         },
