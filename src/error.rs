@@ -291,7 +291,20 @@ pub enum GpuError {
         /// What the driver said.
         msg: String,
     },
-    /// A caller passed something the layer cannot take.
+    /// A size does not fit: weights against the layer's hidden and intermediate sizes, rows
+    /// against the context's, a buffer against what it must hold.
+    #[error("{0}")]
+    Shape(String),
+    /// An install out of order or against an installed overlay (the NVFP4 base first; LoRA
+    /// not beside FP8, BF16 or q2g128).
+    #[error("{0}")]
+    Order(String),
+    /// No installed weights and resolved kernels serve this call (rows, activation, or no
+    /// weights at all): install another layout, or call with other rows.
+    #[error("{0}")]
+    NotServed(String),
+    /// Any other argument the runtime cannot take (a kernel launch against its table, a
+    /// handle the backend does not know): a caller's bug, not a condition to handle.
     #[error("{0}")]
     Invalid(String),
 }

@@ -177,3 +177,40 @@ fn verify_checksums_finds_a_changed_tensor() {
     );
     assert_eq!(h.live_allocations(), 0);
 }
+
+/// The runtime's refusals are kinds an engine can match: rows the context does not hold
+/// (`Shape`), a layer whose weights serve no forward (`NotServed`), an install out of order
+/// (`Order`).
+#[test]
+fn errors_are_kinds_an_engine_can_match() {
+    use metrale_pack::gpu::GpuError;
+    let dir = tempfile::tempdir().unwrap();
+    let path = pack_with(dir.path(), &[Layout::Nvfp4]);
+    let (_, b) = host();
+    let mut m = LoadedModel::load(&path, b.clone(), &EngineOptions::default()).unwrap();
+    let x = b.alloc((4 * H * 4) as u64).unwrap();
+    assert!(matches!(m.forward(0, x, 4), Err(GpuError::Shape(_))));
+    assert!(matches!(m.forward(9, x, 1), Err(GpuError::Invalid(_))));
+    let ctx = ForwardContext::new(
+        b.clone(),
+        FfnConfig {
+            hidden: H,
+            inter: I,
+        },
+        4,
+        ModelLevers::default(),
+    )
+    .unwrap();
+    let mut bare = DenseFfnLayer::new(&ctx);
+    let mut ctx = ctx;
+    assert!(matches!(
+        bare.forward(&mut ctx, x),
+        Err(GpuError::NotServed(_))
+    ));
+    let lora = [None, None, None];
+    assert!(matches!(
+        bare.set_lora_weights(lora),
+        Err(GpuError::Order(_))
+    ));
+    b.free(x);
+}

@@ -37,7 +37,7 @@ impl DenseFfnLayer {
             }
             return self.nvfp4_gemv_arm(ctx, input, 1);
         }
-        Err(GpuError::Invalid("forward: no weights installed".into()))
+        Err(GpuError::NotServed("forward: no weights installed".into()))
     }
 
     /// Two rows: FP8/BF16 layers go to `forward_prefill`.
@@ -70,7 +70,7 @@ impl DenseFfnLayer {
             // The batch-4 GEMVs serve 2 and 3 rows (the engine's w4a16_gemv_dual_batch2|3).
             return self.nvfp4_gemv_arm(ctx, input, m);
         }
-        Err(GpuError::Invalid("forward: no weights installed".into()))
+        Err(GpuError::NotServed("forward: no weights installed".into()))
     }
 
     /// `m` verify rows: FP8/BF16 layers go to `forward_prefill`; NVFP4 through the batch-m tier.
@@ -91,7 +91,7 @@ impl DenseFfnLayer {
             let Some(k) = self.batchm_kernel(m) else {
                 return Err(match m {
                     1..=16 => missing("ffn_nvfp4", "nvfp4_proj_small_m4|8|16"),
-                    _ => GpuError::Invalid(format!(
+                    _ => GpuError::NotServed(format!(
                         "forward_km: {m} rows, the batch-m tiers serve 1..=16"
                     )),
                 });
@@ -99,7 +99,7 @@ impl DenseFfnLayer {
             let pw = [(k, w[0]), (k, w[1]), (k, w[2])];
             return self.gated(ctx, input, m, true, &pw, Self::nvfp4_small_m_project);
         }
-        Err(GpuError::Invalid(
+        Err(GpuError::NotServed(
             "forward_km: no NVFP4 or FP8 weights".into(),
         ))
     }
@@ -139,12 +139,12 @@ impl DenseFfnLayer {
             let pw = [(0, w[0]), (1, w[1]), (2, w[2])];
             self.gated(ctx, input, m, true, &pw, Self::w4a16_prefill_gemm)
         } else if self.w8a8.is_some() {
-            Err(GpuError::Invalid(format!(
+            Err(GpuError::NotServed(format!(
                 "forward_prefill: {m} rows exceed the W8A8 arm's {} and no other weights are installed",
                 ctx.levers.w8a8_max_rows
             )))
         } else {
-            Err(GpuError::Invalid(
+            Err(GpuError::NotServed(
                 "forward_prefill: no weights installed".into(),
             ))
         }?;
@@ -184,7 +184,7 @@ impl DenseFfnLayer {
         if self.fixed_w4a4_ok(ctx, m) {
             return self.w4a4_arm(ctx, input, m);
         }
-        Err(GpuError::Invalid("forward_fixed: no fixed-quantization arm serves this layer (needs SiLU and W8A8 weights with the W8A8 kernels, or NVFP4 weights with quantize_act_nvfp4 and nvfp4_proj_mx)".into()))
+        Err(GpuError::NotServed("forward_fixed: no fixed-quantization arm serves this layer (needs SiLU and W8A8 weights with the W8A8 kernels, or NVFP4 weights with quantize_act_nvfp4 and nvfp4_proj_mx)".into()))
     }
 
     // ---- arms ----

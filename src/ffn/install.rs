@@ -41,7 +41,7 @@ impl DenseFfnLayer {
     pub fn set_fp8_gate_up_fused(&mut self, fused: Fp8Weight) -> GpuResult<()> {
         let interp = round_up(self.inter, 128);
         let ov = self.fp8.as_mut().ok_or_else(|| {
-            GpuError::Invalid("set_fp8_gate_up_fused: install set_fp8_weights first".into())
+            GpuError::Order("set_fp8_gate_up_fused: install set_fp8_weights first".into())
         })?;
         debug_assert_eq!(
             ov.gate.weight.addr, fused.weight.addr,
@@ -50,12 +50,12 @@ impl DenseFfnLayer {
         if ov.gate.weight.addr != fused.weight.addr
             || ov.up.weight.addr != fused.weight.addr + (interp * fused.kp) as u64
         {
-            return Err(GpuError::Invalid(
+            return Err(GpuError::Shape(
                 "set_fp8_gate_up_fused: gate and up are not views of the fused weight".into(),
             ));
         }
         if fused.n != 2 * interp || fused.k != self.hidden {
-            return Err(GpuError::Invalid(format!(
+            return Err(GpuError::Shape(format!(
                 "set_fp8_gate_up_fused: shape [{}, {}], needs [{}, {}]",
                 fused.n,
                 fused.k,
@@ -77,12 +77,12 @@ impl DenseFfnLayer {
         inter: usize,
     ) -> GpuResult<()> {
         if self.activation == Activation::Gelu {
-            return Err(GpuError::Invalid(
+            return Err(GpuError::NotServed(
                 "set_w8a8_decode_weights: the W8A8 decode arm refuses a GELU FFN".into(),
             ));
         }
         if (hidden, inter) != (self.hidden, self.inter) {
-            return Err(GpuError::Invalid(format!(
+            return Err(GpuError::Shape(format!(
                 "set_w8a8_decode_weights: hidden/inter {hidden}/{inter}, layer is {}/{}",
                 self.hidden, self.inter
             )));
@@ -107,7 +107,7 @@ impl DenseFfnLayer {
     fn nvfp4_base(&self, what: &str) -> GpuResult<[Nvfp4Weight; 3]> {
         self.weights
             .nvfp4
-            .ok_or_else(|| GpuError::Invalid(format!("{what}: install the nvfp4 base first")))
+            .ok_or_else(|| GpuError::Order(format!("{what}: install the nvfp4 base first")))
     }
 
     /// Install `nvfp4_mmq` tiles given by a pack (what `finalize_nvfp4_mmq_load` would build),
@@ -128,7 +128,7 @@ impl DenseFfnLayer {
                         ],
                     ))
             {
-                return Err(GpuError::Invalid(format!(
+                return Err(GpuError::Shape(format!(
                     "set_nvfp4_mmq_tiles projection {p}: {} bytes do not hold the nvfp4_mmq tiles of [{np}, {}]",
                     t.bytes, base.kp
                 )));
@@ -144,7 +144,7 @@ impl DenseFfnLayer {
     pub fn set_q4k_mmq_weights(&mut self, q: Q4kMmqWeights) -> GpuResult<()> {
         self.nvfp4_base("set_q4k_mmq_weights")?;
         if (q.hidden, q.inter) != (self.hidden, self.inter) {
-            return Err(GpuError::Invalid(format!(
+            return Err(GpuError::Shape(format!(
                 "set_q4k_mmq_weights: q4k_mmq copies of a {} x {} layer, this layer is {} x {}",
                 q.hidden, q.inter, self.hidden, self.inter
             )));
@@ -204,7 +204,7 @@ impl DenseFfnLayer {
             return Ok(false);
         };
         if (h, inter) != (self.hidden, self.inter) {
-            return Err(GpuError::Invalid(format!(
+            return Err(GpuError::Shape(format!(
                 "finalize_nvfp4_mmq_load: {h}/{inter}, layer is {}/{}",
                 self.hidden, self.inter
             )));
@@ -250,7 +250,7 @@ impl DenseFfnLayer {
     /// resolved), with those words.
     pub fn set_lora_weights(&mut self, w: [Option<LoraWeight>; 3]) -> GpuResult<()> {
         if self.fp8.is_some() || self.bf16.is_some() || self.q2.is_some() {
-            return Err(GpuError::Invalid(
+            return Err(GpuError::Order(
                 "set_lora_weights: refused while an FP8, BF16 or q2g128 overlay is installed (LoRA applies to the NVFP4 arms only)".into(),
             ));
         }
@@ -258,12 +258,12 @@ impl DenseFfnLayer {
             || !self.kernels.act_silu.ok()
             || !self.kernels.nvfp4_gemv.ok()
         {
-            return Err(GpuError::Invalid(
+            return Err(GpuError::NotServed(
                 "set_lora_weights: refused: the layer cannot take the split-SiLU decode path (needs SiLU, act_mul_silu and w4a16_gemv)".into(),
             ));
         }
         if self.weights.nvfp4.is_none() {
-            return Err(GpuError::Invalid(
+            return Err(GpuError::Order(
                 "set_lora_weights: install the NVFP4 base first".into(),
             ));
         }
@@ -306,7 +306,7 @@ impl DenseFfnLayer {
             return Ok(false);
         };
         if (h, inter) != (self.hidden, self.inter) {
-            return Err(GpuError::Invalid(format!(
+            return Err(GpuError::Shape(format!(
                 "finalize_q4k_load: {h}/{inter}, layer is {}/{}",
                 self.hidden, self.inter
             )));

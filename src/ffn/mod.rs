@@ -132,7 +132,7 @@ impl DenseFfnLayer {
             Proj::GateUp => (2 * self.inter, self.hidden),
         };
         if (n, k) != want {
-            return Err(GpuError::Invalid(format!(
+            return Err(GpuError::Shape(format!(
                 "{what} {p:?}: shape [{n}, {k}], this layer needs [{}, {}] ([inter, hidden] for gate/up, [hidden, inter] for down)",
                 want.0, want.1
             )));

@@ -127,13 +127,13 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<()> {
         if m == 0 || m > ctx.max_tokens {
-            return Err(GpuError::Invalid(format!(
+            return Err(GpuError::Shape(format!(
                 "{m} rows: the context holds 1..={}",
                 ctx.max_tokens
             )));
         }
         if input.bytes < (m * self.hidden * 4) as u64 {
-            return Err(GpuError::Invalid(format!(
+            return Err(GpuError::Shape(format!(
                 "input holds {} bytes, {m} rows of {} f32 need {}",
                 input.bytes,
                 self.hidden,

@@ -18,7 +18,7 @@ pub(crate) fn fits(bytes: u64, dims: &[usize]) -> bool {
 }
 
 fn refuse(what: &str, msg: String) -> GpuError {
-    GpuError::Invalid(format!("{what}: {msg}"))
+    GpuError::Shape(format!("{what}: {msg}"))
 }
 
 /// Public read accessors for the crate-private fields of a weight struct.

@@ -5,7 +5,7 @@
 use super::{DeviceTensor, LoadOptions, LoadedPack, load};
 use crate::error::{Error, Result};
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
-use crate::gpu::{DevicePtr, GpuBackend, GpuError, ModelLevers};
+use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, ModelLevers};
 use crate::model::Activation;
 use std::path::Path;
 use std::sync::Arc;
@@ -182,25 +182,21 @@ impl LoadedModel {
     }
 
     /// Run `m` rows of `input` (f32 `[m, hidden]` on the device) through layer `index`; the
-    /// output (f32 `[m, hidden]`) lies in the context's arena until the next call.
-    pub fn forward(&mut self, index: usize, input: DevicePtr, m: usize) -> Result<DevicePtr> {
-        let file = self.pack.pack.file.path.display().to_string();
+    /// output (f32 `[m, hidden]`) lies in the context's arena until the next call. Errors keep
+    /// their kind: [`GpuError::Shape`] for rows the context does not hold,
+    /// [`GpuError::NotServed`] for rows no installed arm serves.
+    pub fn forward(&mut self, index: usize, input: DevicePtr, m: usize) -> GpuResult<DevicePtr> {
         let Some((_, l)) = self.layers.iter().find(|(i, _)| *i == index) else {
-            return Err(Error::Unsupported {
-                file,
-                reason: format!("no dense FFN layer {index} in the pack"),
-            });
+            return Err(GpuError::Invalid(format!(
+                "no dense FFN layer {index} in the pack"
+            )));
         };
-        let r = match m {
+        match m {
             1 => l.forward(&mut self.ctx, input),
             2 => l.forward_k2(&mut self.ctx, input),
             3 => l.forward_k3(&mut self.ctx, input),
             _ => l.forward_prefill(&mut self.ctx, input, m),
-        };
-        r.map_err(|e| Error::Unsupported {
-            file,
-            reason: format!("layer {index}, {m} rows: {e}"),
-        })
+        }
     }
 
     /// The device tensor `name` (see [`LoadedPack::device_tensor`]).

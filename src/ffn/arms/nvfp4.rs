@@ -209,7 +209,7 @@ impl DenseFfnLayer {
         let w = self
             .weights
             .nvfp4
-            .ok_or_else(|| GpuError::Invalid("w4a4_gate_for_check: no NVFP4 weights".into()))?;
+            .ok_or_else(|| GpuError::NotServed("w4a4_gate_for_check: no NVFP4 weights".into()))?;
         let q = self.quantize_nvfp4(ctx, x, m, self.hidden, w[0].kp)?;
         self.w4a4_project(ctx, q, m, &w[0], y, self.inter)?;
         Ok(q)

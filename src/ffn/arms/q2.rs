@@ -52,10 +52,12 @@ impl DenseFfnLayer {
     ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, x, m)?;
         if self.q2.is_none() {
-            return Err(GpuError::Invalid("forward_km_q2: no q2g128 weights".into()));
+            return Err(GpuError::NotServed(
+                "forward_km_q2: no q2g128 weights".into(),
+            ));
         }
         if m > 4 {
-            return Err(GpuError::Invalid(format!(
+            return Err(GpuError::NotServed(format!(
                 "forward_km_q2: {m} rows, q2g128_gemv_batchm serves 1..=4"
             )));
         }
@@ -94,7 +96,7 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         if self.activation != Activation::Silu {
-            return Err(GpuError::Invalid(
+            return Err(GpuError::NotServed(
                 "q2g128 prefill serves SiLU layers only; this layer is GELU".into(),
             ));
         }
