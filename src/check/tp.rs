@@ -160,7 +160,7 @@ pub fn tp_checks(
             // way on every rank, before any all-reduce.
             let rows = rows_of(mm);
             let y = match run_rows_with(&mut ctx, &l, arm.fixed, &x[..rows * h], h, per, hook) {
-                Err(crate::gpu::GpuError::Invalid(why)) => {
+                Err(crate::gpu::GpuError::NotServed(why)) => {
                     tracing::info!("{} at m = {mm} (intermediate {inter}): {why}", arm.name);
                     out.push(None);
                     continue;
