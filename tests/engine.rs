@@ -28,6 +28,15 @@ fn pack_with(dir: &Path, layouts: &[Layout]) -> PathBuf {
     out
 }
 
+/// A forward context of the test layer's shape for up to `rows` rows.
+fn layer_ctx(b: &Arc<dyn GpuBackend>, rows: usize) -> ForwardContext {
+    let cfg = FfnConfig {
+        hidden: H,
+        inter: I,
+    };
+    ForwardContext::new(b.clone(), cfg, rows, ModelLevers::default()).unwrap()
+}
+
 fn host() -> (Arc<HostBackend>, Arc<dyn GpuBackend>) {
     let h = Arc::new(HostBackend::new());
     (h.clone(), h)
@@ -73,11 +82,7 @@ fn dropping_a_loaded_model_frees_every_allocation() {
 #[test]
 fn a_layer_frees_what_its_finalize_built() {
     let (h, b) = host();
-    let cfg = FfnConfig {
-        hidden: H,
-        inter: I,
-    };
-    let ctx = ForwardContext::new(b.clone(), cfg, 16, ModelLevers::default()).unwrap();
+    let ctx = layer_ctx(&b, 16);
     let w = DenseWeights::random(&mut Rand(3), H, I);
     let mut l = DenseFfnLayer::new(&ctx);
     install_nvfp4(b.as_ref(), &mut l, &w).unwrap();
@@ -191,16 +196,7 @@ fn errors_are_kinds_an_engine_can_match() {
     let x = b.alloc((4 * H * 4) as u64).unwrap();
     assert!(matches!(m.forward(0, x, 4), Err(GpuError::Shape(_))));
     assert!(matches!(m.forward(9, x, 1), Err(GpuError::Invalid(_))));
-    let ctx = ForwardContext::new(
-        b.clone(),
-        FfnConfig {
-            hidden: H,
-            inter: I,
-        },
-        4,
-        ModelLevers::default(),
-    )
-    .unwrap();
+    let ctx = layer_ctx(&b, 4);
     let mut bare = DenseFfnLayer::new(&ctx);
     let mut ctx = ctx;
     assert!(matches!(

@@ -80,15 +80,6 @@ pub struct ForwardContext {
     pub trace: Vec<&'static str>,
 }
 
-impl ForwardContext {
-    /// Note a kernel launch in the trace, when tracing.
-    pub(crate) fn record(&mut self, name: &'static str) {
-        if self.tracing {
-            self.trace.push(name);
-        }
-    }
-}
-
 impl Drop for ForwardContext {
     /// The scratch arena goes back to the backend with the context.
     fn drop(&mut self) {
@@ -103,6 +94,13 @@ pub(crate) fn round_up(x: usize, m: usize) -> usize {
 }
 
 impl ForwardContext {
+    /// Note a kernel launch in the trace, when tracing.
+    pub(crate) fn record(&mut self, name: &'static str) {
+        if self.tracing {
+            self.trace.push(name);
+        }
+    }
+
     /// Allocate the arena for up to `max_tokens` rows.
     pub fn new(
         backend: Arc<dyn GpuBackend>,
