@@ -23,6 +23,8 @@ pub const MAX_ARRAY_NESTING: usize = 4;
 /// Arrays longer than this are validated but not held element by element
 /// ([`Value::LongArray`]).
 pub const MAX_HELD_ARRAY: u64 = 1 << 16;
+/// String values longer than this are validated but not held ([`Value::LongString`]).
+pub const MAX_HELD_STRING: u64 = 1 << 20;
 /// Alignment when `general.alignment` is absent (ggml `GGUF_DEFAULT_ALIGNMENT`).
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// Longest tensor name ggml accepts (`GGML_MAX_NAME` is 64 including the NUL).
@@ -120,6 +122,10 @@ pub enum Value {
     /// element by element like any other, but held as its element type and length only (its
     /// bytes are the KV's `span`), so a header of millions of strings costs no memory per string.
     LongArray(ValueType, u64),
+    /// A string of more than [`MAX_HELD_STRING`] bytes (a pack's manifest of 100k tensors):
+    /// validated as UTF-8 like any other, but held as its length only; its bytes are the last
+    /// that many bytes of the KV's `span` ([`GgufFile::string_bytes`]).
+    LongString(u64),
     /// A `u64`.
     U64(u64),
     /// A `i64`.
@@ -157,6 +163,7 @@ impl Value {
             Value::String(s) => format!("{s:?}"),
             Value::Array(t, v) => format!("[{t:?}; {}]", v.len()),
             Value::LongArray(t, n) => format!("[{t:?}; {n}]"),
+            Value::LongString(n) => format!("<a string of {n} bytes>"),
             Value::Bool(b) => b.to_string(),
             Value::F32(f) => f.to_string(),
             Value::F64(f) => f.to_string(),
@@ -273,6 +280,27 @@ pub struct GgufFile {
     pub guard: crate::mapguard::Guard,
 }
 
+/// See [`GgufFile::releasing_reader`].
+pub struct ReleasingReader<'a> {
+    map: &'a Mmap,
+    pos: usize,
+    end: usize,
+    released: usize,
+}
+
+impl std::io::Read for ReleasingReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.end - self.pos);
+        buf[..n].copy_from_slice(&self.map[self.pos..self.pos + n]);
+        self.pos += n;
+        if self.pos - self.released >= 1 << 20 || self.pos == self.end {
+            release_pages(self.map, self.released as u64, self.pos as u64);
+            self.released = self.pos;
+        }
+        Ok(n)
+    }
+}
+
 /// Drop this process's pages of `map` inside `[start, end)` (page-aligned inward); later reads
 /// fault the file's contents back in.
 pub fn release_pages(map: &Mmap, start: u64, end: u64) {
@@ -296,6 +324,31 @@ pub fn release_pages(map: &Mmap, start: u64, end: u64) {
 }
 
 impl GgufFile {
+    /// Where a string KV's value lies in the map, held ([`Value::String`]) or not
+    /// ([`Value::LongString`]): the last bytes of its span. `None` for any other value.
+    pub fn string_range(&self, kv: &Kv) -> Option<Range<usize>> {
+        let n = match &kv.value {
+            Value::String(s) => s.len(),
+            Value::LongString(n) => usize::try_from(*n).ok()?,
+            _ => return None,
+        };
+        let r = kv.span.end.checked_sub(n)?..kv.span.end;
+        self.map.get(r.clone()).map(|_| r)
+    }
+
+    /// A reader of `range` of the map, front to back, that releases the pages behind it every
+    /// MiB ([`release_pages`]): a header value of megabytes (a pack's manifest) is parsed
+    /// without ever being resident whole. Panics if `range` is outside the map.
+    pub fn releasing_reader(&self, range: Range<usize>) -> ReleasingReader<'_> {
+        assert!(range.end <= self.map.len() && range.start <= range.end);
+        ReleasingReader {
+            map: &self.map,
+            pos: range.start,
+            end: range.end,
+            released: range.start,
+        }
+    }
+
     /// Drop this process's mapped pages inside `[start, end)` ([`release_pages`]).
     pub fn release(&self, start: u64, end: u64) {
         release_pages(&self.map, start, end);
@@ -447,6 +500,20 @@ impl<'a> Cursor<'a> {
             field: field(),
         })
     }
+    /// A string value: held, or validated and left in the file when long.
+    fn string_value(&mut self, field: &dyn Fn() -> String) -> Result<Value> {
+        let n = self.count(1, field)?;
+        let b = self.take(n, field)?;
+        let s = std::str::from_utf8(b).map_err(|_| Error::Utf8 {
+            file: self.file.into(),
+            field: field(),
+        })?;
+        Ok(if n > MAX_HELD_STRING {
+            Value::LongString(n)
+        } else {
+            Value::String(s.to_owned())
+        })
+    }
     /// Validate one value as [`Cursor::value`] does, holding nothing.
     fn skip(&mut self, ty: ValueType, depth: usize, field: &dyn Fn() -> String) -> Result<()> {
         match ty {
@@ -486,7 +553,7 @@ impl<'a> Cursor<'a> {
                 }
                 Value::Bool(b == 1)
             }
-            ValueType::String => Value::String(self.string(field)?),
+            ValueType::String => self.string_value(field)?,
             ValueType::U64 => Value::U64(self.u64(field)?),
             ValueType::I64 => Value::I64(i64::from_le_bytes(self.arr(field)?)),
             ValueType::F64 => Value::F64(f64::from_le_bytes(self.arr(field)?)),

@@ -44,6 +44,136 @@ pub fn tensor_info_len(name: &str, ne: &[u64]) -> usize {
     8 + name.len() + 4 + 8 * ne.len() + 4 + 8
 }
 
+/// Data bytes of a tensor of `ne` (ggml order) and type `ty`; a 0-dimensional tensor holds one
+/// element. Panics unless `ne[0]` is whole blocks of `ty` (the caller planned the tensor).
+pub fn tensor_bytes(ne: &[u64], ty: GgmlType) -> u64 {
+    let ne0 = ne.first().copied().unwrap_or(1);
+    let row = ty.row_bytes(ne0).expect("ne[0] must be whole blocks");
+    row * ne.iter().skip(1).product::<u64>()
+}
+
+/// The 24 bytes a GGUF v3 header opens with: magic, version, tensor count, KV count.
+pub fn header_prefix(n_tensors: u64, n_kvs: u64) -> [u8; 24] {
+    let mut p = [0u8; 24];
+    p[..4].copy_from_slice(crate::gguf::MAGIC);
+    p[4..8].copy_from_slice(&3u32.to_le_bytes());
+    p[8..16].copy_from_slice(&n_tensors.to_le_bytes());
+    p[16..24].copy_from_slice(&n_kvs.to_le_bytes());
+    p
+}
+
+/// Encode one tensor info (name, dimensions, type, data-relative offset) into `out`.
+pub fn encode_tensor_info(out: &mut Vec<u8>, name: &str, ne: &[u64], ty: GgmlType, offset: u64) {
+    put_tensor_info(out, name, ne, ty, offset);
+}
+
+/// KVs written straight to a sink, one at a time, counted: a header too large to hold (a pack's
+/// manifest of megabytes) is streamed, and a pass into [`std::io::sink`] measures it first.
+pub struct KvWriter<W: Write> {
+    w: W,
+    count: u64,
+    len: u64,
+    scratch: Vec<u8>,
+}
+
+impl<W: Write> KvWriter<W> {
+    /// A writer of KVs into `w`.
+    pub fn new(w: W) -> Self {
+        KvWriter {
+            w,
+            count: 0,
+            len: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// KVs written so far.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.w.write_all(bytes)?;
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Append a key/value pair.
+    pub fn add_kv(&mut self, key: &str, v: &Value) -> io::Result<()> {
+        let mut b = std::mem::take(&mut self.scratch);
+        b.clear();
+        put_str(&mut b, key);
+        b.extend_from_slice(&(value_type(v) as u32).to_le_bytes());
+        encode_value(v, &mut b);
+        let r = self.put(&b);
+        self.scratch = b;
+        self.count += 1;
+        r
+    }
+
+    /// Append a KV copied byte for byte from another GGUF file (its `Kv::span`).
+    pub fn add_raw_kv(&mut self, raw: &[u8]) -> io::Result<()> {
+        self.count += 1;
+        self.put(raw)
+    }
+
+    /// Append a string KV of exactly `len` bytes that `write` streams into the sink; fails if
+    /// `write` wrote any other number of bytes.
+    pub fn add_kv_string_sized(
+        &mut self,
+        key: &str,
+        len: u64,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut head = Vec::with_capacity(key.len() + 20);
+        put_str(&mut head, key);
+        head.extend_from_slice(&(ValueType::String as u32).to_le_bytes());
+        head.extend_from_slice(&len.to_le_bytes());
+        self.put(&head)?;
+        let mut counted = Counted {
+            w: &mut self.w,
+            n: 0,
+        };
+        write(&mut counted)?;
+        let n = counted.n;
+        self.len += n;
+        self.count += 1;
+        if n != len {
+            return Err(io::Error::other(format!(
+                "string KV {key}: {n} bytes written, {len} declared"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A writer that counts what passes through it.
+struct Counted<W: Write> {
+    w: W,
+    n: u64,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let k = self.w.write(b)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+}
+
 fn put_tensor_info(out: &mut Vec<u8>, name: &str, ne: &[u64], ty: GgmlType, offset: u64) {
     put_str(out, name);
     out.extend_from_slice(&(ne.len() as u32).to_le_bytes());
@@ -64,7 +194,7 @@ fn value_type(v: &Value) -> ValueType {
         Value::I32(_) => ValueType::I32,
         Value::F32(_) => ValueType::F32,
         Value::Bool(_) => ValueType::Bool,
-        Value::String(_) => ValueType::String,
+        Value::String(_) | Value::LongString(_) => ValueType::String,
         Value::Array(..) | Value::LongArray(..) => ValueType::Array,
         Value::U64(_) => ValueType::U64,
         Value::I64(_) => ValueType::I64,
@@ -95,7 +225,9 @@ pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
         Value::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
         Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
         // Only a parsed file holds one; its KV is copied with `add_raw_kv`, never re-encoded.
-        Value::LongArray(..) => unreachable!("a parsed long array is copied as raw bytes"),
+        Value::LongArray(..) | Value::LongString(_) => {
+            unreachable!("a parsed long array or string is copied as raw bytes")
+        }
     }
 }
 
@@ -125,36 +257,6 @@ impl GgufBuilder {
         self.kv_count += 1;
     }
 
-    /// Append a string KV whose bytes `write` appends to the header buffer in place, so a large
-    /// value (a pack's manifest) is never held twice.
-    pub fn add_kv_string_with<E>(
-        &mut self,
-        key: &str,
-        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
-    ) -> Result<(), E> {
-        put_str(&mut self.kv_bytes, key);
-        self.kv_bytes
-            .extend_from_slice(&(ValueType::String as u32).to_le_bytes());
-        let at = self.kv_bytes.len();
-        self.kv_bytes.extend_from_slice(&0u64.to_le_bytes());
-        write(&mut self.kv_bytes)?;
-        let len = (self.kv_bytes.len() - at - 8) as u64;
-        self.kv_bytes[at..at + 8].copy_from_slice(&len.to_le_bytes());
-        self.kv_count += 1;
-        Ok(())
-    }
-
-    /// Offset in [`GgufBuilder::header`] just past the last KV written so far.
-    pub fn kv_end(&self) -> usize {
-        24 + self.kv_bytes.len()
-    }
-
-    /// Make room for `bytes` more bytes of KVs (a header copying a large vocabulary grows its
-    /// buffer once instead of doubling it).
-    pub fn reserve_kv(&mut self, bytes: usize) {
-        self.kv_bytes.reserve(bytes);
-    }
-
     /// Append a KV copied byte for byte from another GGUF file (its `Kv::span`).
     pub fn add_raw_kv(&mut self, raw: &[u8]) {
         self.kv_bytes.extend_from_slice(raw);
@@ -164,9 +266,7 @@ impl GgufBuilder {
     /// Append a tensor; returns its data-relative offset.
     /// A 0-dimensional tensor (`ne` empty, as gguf-py writes a scalar) holds one element.
     pub fn add_tensor(&mut self, name: &str, ne: &[u64], ty: GgmlType) -> u64 {
-        let ne0 = ne.first().copied().unwrap_or(1);
-        let row = ty.row_bytes(ne0).expect("ne[0] must be whole blocks");
-        let bytes = row * ne.iter().skip(1).product::<u64>();
+        let bytes = tensor_bytes(ne, ty);
         let offset = self.next_offset;
         self.tensors.push(PlannedTensor {
             name: name.into(),
@@ -182,10 +282,7 @@ impl GgufBuilder {
     /// The header: magic, version 3, counts, KVs, tensor infos, zero padding to the alignment.
     pub fn header(&self) -> Vec<u8> {
         let mut h = Vec::with_capacity(self.header_len());
-        h.extend_from_slice(crate::gguf::MAGIC);
-        h.extend_from_slice(&3u32.to_le_bytes());
-        h.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        h.extend_from_slice(&self.kv_count.to_le_bytes());
+        h.extend_from_slice(&header_prefix(self.tensors.len() as u64, self.kv_count));
         h.extend_from_slice(&self.kv_bytes);
         for t in &self.tensors {
             put_tensor_info(&mut h, &t.name, &t.ne, t.ty, t.offset);
@@ -193,37 +290,6 @@ impl GgufBuilder {
         let padded = (h.len() as u64).div_ceil(self.alignment) * self.alignment;
         h.resize(padded as usize, 0);
         debug_assert_eq!(h.len(), self.header_len());
-        h
-    }
-
-    /// The header of this builder's KVs and tensors followed by `more` tensors (name, `ne`,
-    /// type), their offsets assigned as [`GgufBuilder::add_tensor`] would, built in the KV
-    /// buffer itself: a writer whose table is large and derived on the fly (a pack of 100k
-    /// tensors) never holds it, nor the header twice.
-    pub fn into_header_with<N: AsRef<str>, D: AsRef<[u64]>>(
-        mut self,
-        more: impl IntoIterator<Item = (N, D, GgmlType)>,
-    ) -> Vec<u8> {
-        let mut h = std::mem::take(&mut self.kv_bytes);
-        for t in &self.tensors {
-            put_tensor_info(&mut h, &t.name, &t.ne, t.ty, t.offset);
-        }
-        let mut n = self.tensors.len() as u64;
-        for (name, ne, ty) in more {
-            let (name, ne) = (name.as_ref(), ne.as_ref());
-            let offset = self.add_tensor(name, ne, ty);
-            self.tensors.pop();
-            put_tensor_info(&mut h, name, ne, ty, offset);
-            n += 1;
-        }
-        let mut prefix = Vec::with_capacity(24);
-        prefix.extend_from_slice(crate::gguf::MAGIC);
-        prefix.extend_from_slice(&3u32.to_le_bytes());
-        prefix.extend_from_slice(&n.to_le_bytes());
-        prefix.extend_from_slice(&self.kv_count.to_le_bytes());
-        h.splice(0..0, prefix);
-        let padded = (h.len() as u64).div_ceil(self.alignment) * self.alignment;
-        h.resize(padded as usize, 0);
         h
     }
 

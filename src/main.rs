@@ -459,15 +459,12 @@ fn convert(
         bar.set_length(total);
         bar.set_position(done);
     };
-    let manifest = pool.install(|| pack::convert(&model, &opts, &out, &progress))?;
+    let src_bytes: u64 = model.files.iter().map(|f| f.bytes().len() as u64).sum();
+    // Given by value: its index is freed before the finished pack is validated.
+    let manifest = pool.install(|| pack::convert(model, &opts, &out, &progress))?;
     bar.finish_and_clear();
     let bytes = std::fs::metadata(&out)?.len();
     let secs = t0.elapsed().as_secs_f64();
-    let src_bytes: u64 = model
-        .files
-        .iter()
-        .map(|f| std::fs::metadata(f.path()).map(|m| m.len()).unwrap_or(0))
-        .sum();
     eprintln!(
         "wrote {} ({:.1} MB, {} tensors, {} FFN layers, layouts {}) in {:.2} s: {:.1} MB/s of source, peak RSS {}",
         out.display(),

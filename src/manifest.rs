@@ -3,6 +3,7 @@
 use crate::converters::layouts::{Layout, q4k_mmq::DownFormat};
 use crate::model::Activation;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -126,6 +127,11 @@ mod hex64 {
     }
 }
 
+/// Read a source type name, held static when known.
+fn static_type_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'static, str>, D::Error> {
+    String::deserialize(d).map(crate::model::type_name)
+}
+
 /// One tensor of the pack.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TensorEntry {
@@ -138,11 +144,13 @@ pub struct TensorEntry {
     /// `--host-tensors` does not keep on the host).
     pub device: bool,
     /// The source tensor's type (`Q4_1`, `BF16`, `F8_E4M3`, ...); for FFN blobs the main tensor's.
-    pub source_type: String,
+    /// Held as a static string when this build knows the type ([`crate::model::type_name`]).
+    #[serde(deserialize_with = "static_type_name")]
+    pub source_type: Cow<'static, str>,
     /// For passthrough tensors stored as I8 blobs (safetensors dtypes with no ggml type), the
     /// source shape; otherwise absent.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub source_shape: Option<Vec<u64>>,
+    pub source_shape: Option<Box<[u64]>>,
     /// Its data bytes.
     pub bytes: u64,
     /// xxh3-64 of the tensor's bytes (padding excluded), written as 16 hex digits.

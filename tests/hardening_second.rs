@@ -504,10 +504,10 @@ fn small_tensors_and_long_arrays_cost_what_they_hold() {
         pack_len < 3 * src_len,
         "pack {pack_len} for a source of {src_len}"
     );
-    // Was 476 MB, then 171 MB (every table held three times); 63 MB on 2026-12-02: the
-    // source index, the pack's table and its parsed manifest while the finished pack is
-    // validated, about 600 bytes per tensor against the source's 70.
-    assert!(rss < 100 << 20, "peak RSS {rss}");
+    // Was 476 MB, then 171 MB (every table held three times), 63 MB, then 45 MB on
+    // 2026-12-02 (BENCHMARKS.md): the pack's table and its parsed manifest while the finished
+    // pack is validated, about 300 bytes per tensor against the source's 70.
+    assert!(rss < 60 << 20, "peak RSS {rss}");
     let o = run(&[
         "verify",
         out.to_str().unwrap(),
@@ -581,4 +581,103 @@ fn small_tensors_and_long_arrays_cost_what_they_hold() {
         g.get("tokenizer.ggml.tokens").map(|v| v.summary()),
         Some("[String; 2000000]".to_string())
     );
+}
+
+/// A string value over `MAX_HELD_STRING` (a pack's manifest, a huge chat template) is checked
+/// as UTF-8 but left in the file: read back from its span, copied byte for byte by convert,
+/// summarised by its length; a bad byte in one is still an error naming its key.
+#[test]
+fn long_strings_are_validated_not_held() {
+    use metrale_pack::gguf::MAX_HELD_STRING;
+    let dir = tempfile::tempdir().unwrap();
+    let n = MAX_HELD_STRING as usize + 4097;
+    let text: String = (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    let src = dir.path().join("long.gguf");
+    let w = |rows: usize, cols: usize| vec![0u8; rows * cols * 4];
+    let img = |text: &str| {
+        metrale_pack::gguf_write::build(
+            32,
+            &[
+                ("general.architecture", Value::String("llama".into())),
+                ("llama.embedding_length", Value::U32(64)),
+                ("llama.feed_forward_length", Value::U32(128)),
+                ("tokenizer.chat_template", Value::String(text.into())),
+            ],
+            &[
+                (
+                    "blk.0.ffn_gate.weight",
+                    vec![64, 128],
+                    GgmlType::F32,
+                    w(128, 64),
+                ),
+                (
+                    "blk.0.ffn_up.weight",
+                    vec![64, 128],
+                    GgmlType::F32,
+                    w(128, 64),
+                ),
+                (
+                    "blk.0.ffn_down.weight",
+                    vec![128, 64],
+                    GgmlType::F32,
+                    w(64, 128),
+                ),
+            ],
+        )
+    };
+    std::fs::write(&src, img(&text)).unwrap();
+    let g = GgufFile::open(&src).unwrap();
+    let kv = g
+        .kvs
+        .iter()
+        .find(|k| k.key == "tokenizer.chat_template")
+        .unwrap();
+    assert_eq!(kv.value, Value::LongString(n as u64));
+    assert_eq!(kv.value.as_str(), None);
+    assert_eq!(kv.value.summary(), format!("<a string of {n} bytes>"));
+    let r = g.string_range(kv).unwrap();
+    assert!(&g.map[r] == text.as_bytes());
+    // A short one is held, and its range is the same bytes.
+    let arch = g
+        .kvs
+        .iter()
+        .find(|k| k.key == "general.architecture")
+        .unwrap();
+    assert_eq!(&g.map[g.string_range(arch).unwrap()], b"llama");
+    let span = g.map[kv.span.clone()].to_vec();
+    drop(g);
+
+    let out = dir.path().join("long.mpk.gguf");
+    let o = run(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--layouts",
+        "bf16",
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    let p = GgufFile::open(&out).unwrap();
+    let kv = p
+        .kvs
+        .iter()
+        .find(|k| k.key == "tokenizer.chat_template")
+        .unwrap();
+    assert!(p.map[kv.span.clone()] == span[..], "carried byte for byte");
+    assert!(run(&["verify", out.to_str().unwrap()]).status.success());
+
+    // One byte that is not UTF-8, deep inside: refused, naming the key.
+    let mut image = img(&text);
+    let at = image
+        .windows(64)
+        .position(|w| w == &text.as_bytes()[..64])
+        .unwrap();
+    image[at + n - 10] = 0xff;
+    let badp = dir.path().join("bad.gguf");
+    std::fs::write(&badp, &image).unwrap();
+    let e = GgufFile::open(&badp)
+        .err()
+        .expect("invalid UTF-8 is refused")
+        .to_string();
+    assert!(e.contains("tokenizer.chat_template"), "{e}");
 }

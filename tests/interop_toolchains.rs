@@ -551,7 +551,7 @@ fn quantized_attention_splits_with_its_scales_and_each_rank_decodes_its_rows_or_
                     .collect();
                 let mut got = vec![0f32; sn * sk];
                 let floats = |b: &[u8], t: usize| -> Vec<f32> {
-                    match m.tensors[t].dtype.name().as_str() {
+                    match m.tensors[t].dtype.name().as_ref() {
                         "F32" => b
                             .chunks_exact(4)
                             .map(|c| f32::from_le_bytes(c.try_into().unwrap()))

@@ -39,7 +39,7 @@ fn generated_pack(
         layouts,
         ..Default::default()
     };
-    pack::convert(&Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
+    pack::convert(Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
     (src, p)
 }
 

@@ -386,7 +386,7 @@ fn hostile_manifests_are_refused_naming_pack_tensor_and_field() {
         ]),
         ..Default::default()
     };
-    metrale_pack::pack::convert(&Model::open(&src).unwrap(), &opts, &pack, &|_, _| {}).unwrap();
+    metrale_pack::pack::convert(Model::open(&src).unwrap(), &opts, &pack, &|_, _| {}).unwrap();
     let img = std::fs::read(&pack).unwrap();
     let g = gguf::parse(&img, "m").unwrap();
     let Some(Value::String(json)) = g

@@ -477,7 +477,7 @@ fn ranks_and_rank_counts_that_do_not_match_the_pack_are_refused() {
     gen_model_with(&q4k, 256, 512, 1, GgmlType::Q4_K, "llama", Some(whole)).unwrap();
     let out = dir.path().join("q4k.mpk.gguf");
     let err = metrale_pack::pack::convert(
-        &Model::open(&q4k).unwrap(),
+        Model::open(&q4k).unwrap(),
         &opts(&[Layout::Nvfp4], 2),
         &out,
         &common::pack::no_progress,

@@ -212,7 +212,7 @@ impl LoadedPack {
         let ptr = self.ptr_at(i)?;
         let (e, t) = (&self.pack.manifest.tensors[i], &self.pack.file.tensors[i]);
         let shape = match &e.source_shape {
-            Some(s) => s.clone(),
+            Some(s) => s.to_vec(),
             None => t.ne.iter().rev().copied().collect(),
         };
         Some(DeviceTensor {

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::safetensors_file::StFile;
 use safetensors::Dtype;
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 mod classify;
@@ -62,13 +63,49 @@ impl DType {
         }
     }
 
-    /// The type's name as its container spells it (`Q4_K`, `F8_E4M3`, ...).
-    pub fn name(&self) -> String {
+    /// The type's name as its container spells it (`Q4_K`, `F8_E4M3`, ...): a static string
+    /// for every type this build knows ([`type_name`]).
+    pub fn name(&self) -> Cow<'static, str> {
         match self {
-            DType::Ggml(t) => t.name().to_string(),
-            DType::St(d) => format!("{d:?}"),
+            DType::Ggml(t) => Cow::Borrowed(t.name()),
+            DType::St(d) => type_name(format!("{d:?}")),
         }
     }
+}
+
+/// The safetensors dtype names (the `safetensors` crate's spelling, as its header writes them).
+const ST_DTYPE_NAMES: &[&str] = &[
+    "BOOL",
+    "F4",
+    "F6_E2M3",
+    "F6_E3M2",
+    "U8",
+    "I8",
+    "F8_E5M2",
+    "F8_E4M3",
+    "F8_E8M0",
+    "F8_E4M3FNUZ",
+    "F8_E5M2FNUZ",
+    "I16",
+    "U16",
+    "F16",
+    "BF16",
+    "I32",
+    "U32",
+    "F32",
+    "C64",
+    "F64",
+    "I64",
+    "U64",
+];
+
+/// A source type name as a static string when it is a ggml type's or a safetensors dtype's
+/// (a pack of 100k tensors holds one name per tensor: a copy each would be 3 MB), else as given.
+pub fn type_name(name: String) -> Cow<'static, str> {
+    GgmlType::from_name(&name)
+        .map(GgmlType::name)
+        .or_else(|| ST_DTYPE_NAMES.iter().copied().find(|&n| n == name))
+        .map_or(Cow::Owned(name), Cow::Borrowed)
 }
 
 /// The FFN activation.

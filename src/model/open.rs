@@ -116,12 +116,14 @@ impl Model {
         }
         // The tensor infos move into the model's index: a GGUF of 100k small tensors held
         // both lists, a tenth of what converting it took.
-        let mut tensors = Vec::new();
+        let mut tensors = Vec::with_capacity(files.iter().map(|g| g.tensors.len()).sum());
         for (fi, g) in files.iter_mut().enumerate() {
             for t in std::mem::take(&mut g.tensors) {
+                let mut shape = t.ne;
+                shape.reverse();
                 tensors.push(Tensor {
                     dtype: DType::Ggml(t.ty),
-                    shape: t.shape(),
+                    shape,
                     name: t.name,
                     file: fi,
                     offset: t.file_offset,

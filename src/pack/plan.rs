@@ -131,7 +131,7 @@ fn rank_slices(
                 } else {
                     plan.shape.to_vec()
                 };
-                (GgmlType::I8, vec![plan.bytes], Some(s))
+                (GgmlType::I8, vec![plan.bytes], Some(s.into()))
             }
         };
         let entry = TensorEntry {
@@ -205,7 +205,11 @@ pub(super) fn passthrough(model: &Model, i: usize, device: bool) -> TensorEntry 
         ffn: None,
         device,
         source_type: t.dtype.name(),
-        source_shape: t.dtype.as_ggml().is_none().then(|| t.shape.clone()),
+        source_shape: t
+            .dtype
+            .as_ggml()
+            .is_none()
+            .then(|| t.shape.as_slice().into()),
         bytes: t.bytes,
         xxh3: 0,
         tp: None,

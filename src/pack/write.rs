@@ -5,13 +5,13 @@ use super::*;
 use crate::GgmlType;
 use crate::error::{Error, Result};
 use crate::gguf::Value;
-use crate::gguf_write::GgufBuilder;
+use crate::gguf_write::{KvWriter, encode_tensor_info, header_prefix, tensor_bytes};
 use crate::model::{Model, SourceFile};
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::collections::HashMap;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::{Xxh3, xxh3_64};
 
 /// Progress callback: (bytes of source processed so far, total).
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
@@ -22,11 +22,51 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 /// the end, the header; the tensor table is derived from the plan when the header is built
 /// and never held (formats.md, "The pack container").
 pub fn convert(
-    model: &Model,
+    model: impl Borrow<Model>,
     opts: &ConvertOptions,
     out: &Path,
     progress: Progress,
 ) -> Result<Manifest> {
+    let mut validated = None;
+    crate::atomic::write_atomic_checked(
+        out,
+        move |w| -> Result<()> {
+            write_pack(model.borrow(), opts, out, progress, w)?;
+            // Every source byte has been read: its pages need not stay resident while the
+            // pack is validated (tensors under a page are never released one by one), and an
+            // owned model's index is freed.
+            for f in &model.borrow().files {
+                f.release(0, f.bytes().len() as u64);
+            }
+            drop(model);
+            // The heap the index and the entries took goes back to the system before the
+            // pack's table and manifest are read back (glibc keeps it otherwise: 3 MB of 48).
+            #[cfg(target_env = "gnu")]
+            // SAFETY: malloc_trim only returns free heap pages to the system; no live
+            // allocation moves or changes.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+            Ok(())
+        },
+        |tmp| {
+            validated = Some(validate_finished(tmp, out)?);
+            Ok(())
+        },
+    )?;
+    // The manifest the validation read back (the pack is not opened a second time).
+    Ok(validated.expect("a written pack was validated"))
+}
+
+/// Write the pack for `model` to `w` (the temporary file behind `out`): the placeholder
+/// header, every tensor, then the real header over the placeholder.
+fn write_pack(
+    model: &Model,
+    opts: &ConvertOptions,
+    out: &Path,
+    progress: Progress,
+    w: &mut std::io::BufWriter<std::fs::File>,
+) -> Result<()> {
     let file = out.display().to_string();
     let io = |err: std::io::Error| Error::Write {
         file: file.clone(),
@@ -41,14 +81,18 @@ pub fn convert(
     let mut pm = plan.manifest(Vec::new(), (0, 0), None);
     pm.sources = sources.clone();
     let reserve = manifest_reserve(model, &plan, &pm, &file)?;
-    // The header ends on a page, so the data section starts on one.
-    let infos: usize = table(model, &plan.items, &page_before, None)
-        .map(|(name, ne, _)| crate::gguf_write::tensor_info_len(&name, &ne))
+    // The header is measured by writing the placeholder's KVs into a sink; it ends on a page,
+    // so the data section starts on one.
+    let n_rows = table(model, &plan.items, &page_before, None).count() as u64;
+    let infos: u64 = table(model, &plan.items, &page_before, None)
+        .map(|(name, ne, _)| crate::gguf_write::tensor_info_len(&name, &ne) as u64)
         .sum();
-    let raw = (pack_kvs(model, &pm, reserve, &file)?.kv_end() + infos)
-        .next_multiple_of(PACK_ALIGNMENT as usize);
-    let reserve = reserve + raw.next_multiple_of(PACK_PAGE as usize) - raw;
-    let header_len = raw.next_multiple_of(PACK_PAGE as usize);
+    let mut measured = KvWriter::new(std::io::sink());
+    pack_kvs(model, &pm, reserve, &file, &mut measured)?;
+    let raw = (24 + measured.len() + infos).next_multiple_of(PACK_ALIGNMENT);
+    let reserve = reserve + (raw.next_multiple_of(PACK_PAGE) - raw) as usize;
+    let header_len = raw.next_multiple_of(PACK_PAGE);
+    let kvs = (measured.count(), measured.len() + header_len - raw);
     drop(pm);
 
     let total: u64 = model.tensors.iter().map(|t| t.bytes).sum();
@@ -59,97 +103,65 @@ pub fn convert(
         .take_while(|i| matches!(i, Item::Passthrough { device: false, .. }))
         .count();
     let advance = progress_steps(model, &plan);
-    let mut validated = None;
-    crate::atomic::write_atomic_checked(
-        out,
-        |w| -> Result<()> {
-            // The plan is dropped with this closure, before the finished pack is validated.
-            let plan = plan;
-            write_zeros(w, header_len as u64).map_err(io)?;
-            let mut pos = 0u64; // data-relative
-            let mut done = 0u64;
-            let mut entries: Vec<TensorEntry> = Vec::with_capacity(plan.items.len());
-            let mut seg_start = None;
-            let mut starts = Vec::with_capacity(plan.items.len());
-            let mut pad_bytes: Vec<u64> = Vec::new();
-            let mut pad_to_page =
-                |w: &mut std::io::BufWriter<std::fs::File>, pos: &mut u64| -> Result<()> {
-                    let pad = (PACK_PAGE - *pos % PACK_PAGE) % PACK_PAGE;
-                    write_zeros(w, pad).map_err(io)?;
-                    *pos += pad;
-                    pad_bytes.push(pad);
-                    Ok(())
-                };
-            plan.produce(|name, bytes, mut entry| {
-                if page_before[entries.len()] {
-                    pad_to_page(w, &mut pos)?;
-                }
-                if entries.len() == n_host {
-                    seg_start = Some(pos);
-                }
-                starts.push(pos);
-                entry.xxh3 = xxh3_64(bytes);
-                entry.bytes = bytes.len() as u64;
-                w.write_all(bytes).map_err(io)?;
-                let padded = (bytes.len() as u64).div_ceil(PACK_ALIGNMENT) * PACK_ALIGNMENT;
-                write_zeros(w, padded - bytes.len() as u64).map_err(io)?;
-                pos += padded;
-                done += advance(&entry);
-                progress(done.min(total), total);
-                debug_assert_eq!(name, entry.name);
-                entries.push(entry);
-                Ok(())
-            })?;
-            // The file (and the segment, or the last rank's) ends on a page.
+    write_zeros(w, header_len as u64).map_err(io)?;
+    let mut pos = 0u64; // data-relative
+    let mut done = 0u64;
+    let mut entries: Vec<TensorEntry> = Vec::with_capacity(plan.items.len());
+    let mut seg_start = None;
+    let mut starts = Vec::with_capacity(plan.items.len());
+    let mut pad_bytes: Vec<u64> = Vec::new();
+    let mut pad_to_page =
+        |w: &mut std::io::BufWriter<std::fs::File>, pos: &mut u64| -> Result<()> {
+            let pad = (PACK_PAGE - *pos % PACK_PAGE) % PACK_PAGE;
+            write_zeros(w, pad).map_err(io)?;
+            *pos += pad;
+            pad_bytes.push(pad);
+            Ok(())
+        };
+    plan.produce(|name, bytes, mut entry| {
+        if page_before[entries.len()] {
             pad_to_page(w, &mut pos)?;
-            let seg = seg_start.map(|s| (s, pos - s)).unwrap_or((pos, 0));
-            let tp = tp_info(plan.tp(), &entries, &starts, seg, pos);
-            let mut man = plan.manifest(entries, seg, tp);
-            man.sources = sources;
-            // The real header, same length as the placeholder: the blobs' and the pads' sizes.
-            let kvs = pack_kvs(model, &man, reserve, &file)?;
-            // The checksum is the last KV: its value is the 8 bytes before the tensor infos.
-            let at = kvs.kv_end() - 8;
-            let rows = table(
-                model,
-                &plan.items,
-                &page_before,
-                Some((&man.tensors, &pad_bytes)),
-            );
-            let mut header = kvs.into_header_with(rows);
-            let digest = crate::pack_check::header_digest(&header, at);
-            header[at..at + 8].copy_from_slice(&digest.to_le_bytes());
-            if header.len() != header_len {
-                return Err(Error::Output {
-                    file: file.clone(),
-                    reason: format!(
-                        "internal: header grew from {header_len} to {} bytes",
-                        header.len()
-                    ),
-                });
-            }
-            // A source that shrank while it was read gave zeros: never name such a pack.
-            model.check_intact()?;
-            w.flush().map_err(io)?;
-            let f = w.get_mut();
-            f.seek(SeekFrom::Start(0)).map_err(io)?;
-            f.write_all(&header).map_err(io)?;
-            f.seek(SeekFrom::End(0)).map_err(io)?;
-            progress(total, total);
-            Ok(())
-        },
-        |tmp| {
-            // Every source byte has been read: its pages need not stay resident while the
-            // pack is validated (tensors under a page are never released one by one).
-            for f in &model.files {
-                f.release(0, f.bytes().len() as u64);
-            }
-            validated = Some(validate_finished(tmp, out)?);
-            Ok(())
-        },
-    )?;
-    // The manifest the validation read back (the pack is not opened a second time).
-    Ok(validated.expect("a written pack was validated"))
+        }
+        if entries.len() == n_host {
+            seg_start = Some(pos);
+        }
+        starts.push(pos);
+        entry.xxh3 = xxh3_64(bytes);
+        entry.bytes = bytes.len() as u64;
+        w.write_all(bytes).map_err(io)?;
+        let padded = (bytes.len() as u64).div_ceil(PACK_ALIGNMENT) * PACK_ALIGNMENT;
+        write_zeros(w, padded - bytes.len() as u64).map_err(io)?;
+        pos += padded;
+        done += advance(&entry);
+        progress(done.min(total), total);
+        debug_assert_eq!(name, entry.name);
+        entries.push(entry);
+        Ok(())
+    })?;
+    // The file (and the segment, or the last rank's) ends on a page.
+    pad_to_page(w, &mut pos)?;
+    let seg = seg_start.map(|s| (s, pos - s)).unwrap_or((pos, 0));
+    let tp = tp_info(plan.tp(), &entries, &starts, seg, pos);
+    let mut man = plan.manifest(entries, seg, tp);
+    man.sources = sources;
+    // A source that shrank while it was read gave zeros: never name such a pack.
+    model.check_intact()?;
+    // The real header over the placeholder, same length: the blobs' and the pads' sizes.
+    let rows = table(
+        model,
+        &plan.items,
+        &page_before,
+        Some((&man.tensors, &pad_bytes)),
+    );
+    write_header(w, (n_rows, header_len), kvs, rows, |kv| {
+        pack_kvs(model, &man, reserve, &file, kv)
+    })
+    .map_err(|e| match e {
+        HeaderError::Pack(e) => e,
+        HeaderError::Io(e) => io(e),
+    })?;
+    progress(total, total);
+    Ok(())
 }
 
 /// Write `n` zero bytes in chunks (a 100k-tensor pack's header is megabytes of placeholder).
@@ -247,40 +259,166 @@ fn tp_info(
     })
 }
 
-/// The pack's KVs: the source metadata, the pack keys, `manifest` as JSON written in place and
-/// padded with spaces to `reserve` bytes, and the header checksum (zero) last.
-fn pack_kvs(model: &Model, manifest: &Manifest, reserve: usize, file: &str) -> Result<GgufBuilder> {
-    let mut b = GgufBuilder::new(PACK_ALIGNMENT);
-    b.reserve_kv(metadata_bytes(model) + reserve + 4096);
-    copy_metadata(model, &mut b);
-    b.add_kv(keys::FORMAT_VERSION, &Value::U32(PACK_FORMAT_VERSION));
-    b.add_kv(
-        keys::CONVERTER_VERSION,
-        &Value::String(CONVERTER_VERSION.into()),
-    );
-    b.add_kv(keys::TARGET_ARCH, &Value::String(TARGET_ARCH.into()));
-    b.add_kv(keys::KERNEL_ABI, &Value::U32(KERNEL_ABI_VERSION));
-    b.add_kv(keys::SEGMENT_OFFSET, &Value::U64(manifest.segment_offset));
-    b.add_kv(keys::SEGMENT_BYTES, &Value::U64(manifest.segment_bytes));
+/// The pack's KVs into `kv`: the source metadata, the pack keys, `manifest` as JSON streamed
+/// and padded with spaces to `reserve` bytes, and the header checksum (zero) last.
+fn pack_kvs<W: Write>(
+    model: &Model,
+    manifest: &Manifest,
+    reserve: usize,
+    file: &str,
+    kv: &mut KvWriter<W>,
+) -> Result<()> {
     let fail = |reason: String| Error::Output {
         file: file.to_string(),
         reason,
     };
-    b.add_kv_string_with(keys::MANIFEST, |buf| {
-        let start = buf.len();
-        serde_json::to_writer(&mut *buf, manifest)
-            .map_err(|e| fail(format!("encoding the manifest: {e}")))?;
-        let len = buf.len() - start;
-        if len > reserve {
-            return Err(fail(format!(
-                "internal: the manifest takes {len} bytes, {reserve} were reserved"
+    let io = |e: std::io::Error| fail(format!("writing the header: {e}"));
+    copy_metadata(model, kv).map_err(io)?;
+    for (key, v) in [
+        (keys::FORMAT_VERSION, Value::U32(PACK_FORMAT_VERSION)),
+        (
+            keys::CONVERTER_VERSION,
+            Value::String(CONVERTER_VERSION.into()),
+        ),
+        (keys::TARGET_ARCH, Value::String(TARGET_ARCH.into())),
+        (keys::KERNEL_ABI, Value::U32(KERNEL_ABI_VERSION)),
+        (keys::SEGMENT_OFFSET, Value::U64(manifest.segment_offset)),
+        (keys::SEGMENT_BYTES, Value::U64(manifest.segment_bytes)),
+    ] {
+        kv.add_kv(key, &v).map_err(io)?;
+    }
+    let mut encoded = Ok(());
+    kv.add_kv_string_sized(keys::MANIFEST, reserve as u64, |w| {
+        let mut c = CountingWriter { w, n: 0 };
+        encoded = serde_json::to_writer(&mut c, manifest);
+        if encoded.is_err() {
+            return Ok(());
+        }
+        if c.n > reserve {
+            return Err(std::io::Error::other(format!(
+                "internal: the manifest takes {} bytes, {reserve} were reserved",
+                c.n
             )));
         }
-        buf.resize(start + reserve, b' ');
-        Ok(())
-    })?;
-    b.add_kv(keys::HEADER_XXH3, &Value::U64(0));
-    Ok(b)
+        write_spaces(c.w, reserve - c.n)
+    })
+    .map_err(io)?;
+    encoded.map_err(|e| fail(format!("encoding the manifest: {e}")))?;
+    kv.add_kv(keys::HEADER_XXH3, &Value::U64(0)).map_err(io)?;
+    Ok(())
+}
+
+/// A writer that counts the bytes it passes on.
+struct CountingWriter<W: Write> {
+    w: W,
+    n: usize,
+}
+
+impl<W: Write> Write for CountingWriter<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let k = self.w.write(b)?;
+        self.n += k;
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.w.flush()
+    }
+}
+
+/// Write `n` spaces (the manifest's padding).
+fn write_spaces(w: &mut dyn Write, mut n: usize) -> std::io::Result<()> {
+    let spaces = [b' '; 4096];
+    while n > 0 {
+        let k = n.min(spaces.len());
+        w.write_all(&spaces[..k])?;
+        n -= k;
+    }
+    Ok(())
+}
+
+/// Why streaming the header failed: building a KV, or the file.
+enum HeaderError {
+    Pack(Error),
+    Io(std::io::Error),
+}
+
+/// A writer that hashes what it passes on (the header's checksum, computed as it is written).
+struct HashingWriter<'a, W: Write> {
+    w: &'a mut W,
+    h: Xxh3,
+    n: u64,
+}
+
+impl<W: Write> Write for HashingWriter<'_, W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let k = self.w.write(b)?;
+        self.h.update(&b[..k]);
+        self.n += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.w.flush()
+    }
+}
+
+/// Stream the header over the placeholder at the file's start: the prefix, the KVs `kvs_of`
+/// writes (`kvs`: their count and bytes as measured, the checksum's zero value last), the
+/// tensor infos of `rows` with their offsets assigned in order, zeros to `len`; then the
+/// checksum (xxh3-64 of those bytes, its own value read as zeros) over its zero value. Never
+/// held whole: a pack of 100k tensors has a header of 13 MB.
+fn write_header<N: AsRef<str>, D: AsRef<[u64]>>(
+    f: &mut std::io::BufWriter<std::fs::File>,
+    (n_rows, len): (u64, u64),
+    kvs: (u64, u64),
+    rows: impl Iterator<Item = (N, D, GgmlType)>,
+    kvs_of: impl FnOnce(
+        &mut KvWriter<&mut HashingWriter<'_, std::io::BufWriter<std::fs::File>>>,
+    ) -> Result<()>,
+) -> std::result::Result<(), HeaderError> {
+    let internal = |what: String| {
+        HeaderError::Pack(Error::Output {
+            file: String::new(),
+            reason: format!("internal: {what}"),
+        })
+    };
+    f.seek(SeekFrom::Start(0)).map_err(HeaderError::Io)?;
+    let mut hw = HashingWriter {
+        w: f,
+        h: Xxh3::new(),
+        n: 0,
+    };
+    hw.write_all(&header_prefix(n_rows, kvs.0))
+        .map_err(HeaderError::Io)?;
+    let mut kv = KvWriter::new(&mut hw);
+    kvs_of(&mut kv).map_err(HeaderError::Pack)?;
+    if (kv.count(), kv.len()) != kvs {
+        return Err(internal(format!(
+            "the header's KVs took {} bytes, {} were measured",
+            kv.len(),
+            kvs.1
+        )));
+    }
+    let at = 24 + kvs.1 - 8;
+    let (mut info, mut next, mut n) = (Vec::new(), 0u64, 0u64);
+    for (name, ne, ty) in rows {
+        let (name, ne) = (name.as_ref(), ne.as_ref());
+        info.clear();
+        encode_tensor_info(&mut info, name, ne, ty, next);
+        hw.write_all(&info).map_err(HeaderError::Io)?;
+        next = (next + tensor_bytes(ne, ty)).next_multiple_of(PACK_ALIGNMENT);
+        n += 1;
+    }
+    let pad = len
+        .checked_sub(hw.n)
+        .filter(|_| n == n_rows)
+        .ok_or_else(|| internal(format!("the header grew from {len} to {} bytes", hw.n)))?;
+    write_zeros(&mut hw, pad).map_err(HeaderError::Io)?;
+    let digest = hw.h.digest();
+    f.seek(SeekFrom::Start(at)).map_err(HeaderError::Io)?;
+    f.write_all(&digest.to_le_bytes())
+        .map_err(HeaderError::Io)?;
+    f.seek(SeekFrom::End(0)).map_err(HeaderError::Io)?;
+    Ok(())
 }
 
 /// Bytes to reserve for the manifest: the placeholder `pm` listing every passthrough entry as
@@ -418,17 +556,9 @@ fn validate_finished(tmp: &Path, out: &Path) -> Result<Manifest> {
     Ok(p.manifest)
 }
 
-/// The bytes of the source metadata [`copy_metadata`] copies (an upper bound).
-fn metadata_bytes(model: &Model) -> usize {
-    match &model.files[0] {
-        SourceFile::Gguf(g) => g.kvs.iter().map(|kv| kv.span.len()).sum(),
-        SourceFile::Safetensors(_) => 1 << 16,
-    }
-}
-
 /// Copy the source's metadata: GGUF KVs byte for byte (minus `general.alignment` and `split.*`);
 /// for safetensors, the architecture and the config and index files as strings.
-fn copy_metadata(model: &Model, b: &mut GgufBuilder) {
+fn copy_metadata<W: Write>(model: &Model, b: &mut KvWriter<W>) -> std::io::Result<()> {
     match &model.files[0] {
         SourceFile::Gguf(g) => {
             for kv in &g.kvs {
@@ -438,12 +568,12 @@ fn copy_metadata(model: &Model, b: &mut GgufBuilder) {
                 {
                     continue;
                 }
-                b.add_raw_kv(&g.map[kv.span.clone()]);
+                b.add_raw_kv(&g.map[kv.span.clone()])?;
             }
         }
         SourceFile::Safetensors(_) => {
             if let Some(a) = &model.architecture {
-                b.add_kv("general.architecture", &Value::String(a.clone()));
+                b.add_kv("general.architecture", &Value::String(a.clone()))?;
             }
             let dir = model.files[0]
                 .path()
@@ -458,9 +588,10 @@ fn copy_metadata(model: &Model, b: &mut GgufBuilder) {
                 ),
             ] {
                 if let Ok(text) = std::fs::read_to_string(dir.join(file)) {
-                    b.add_kv(key, &Value::String(text));
+                    b.add_kv(key, &Value::String(text))?;
                 }
             }
         }
     }
+    Ok(())
 }
