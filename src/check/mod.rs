@@ -10,12 +10,13 @@ mod kernels;
 mod layers;
 mod load;
 pub mod probe_io;
+pub mod routing;
 pub mod tp;
 
 pub use crate::gpu::timing::time_median;
 pub use bench::benchmarks;
 pub use kernels::kernel_checks;
-pub use layers::{layer_checks, layer_checks_of};
+pub use layers::{LAYER_ARMS, LayerArm, layer_checks, layer_checks_of};
 pub use load::{load_checks, load_checks_from};
 
 use crate::converters::layouts;

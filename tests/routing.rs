@@ -1,0 +1,28 @@
+//! The routing matrix (`check::routing`): which kernels serve every forward method at every row
+//! count, for every layer-check arm and for layers holding several layouts, on the host backend,
+//! against `tests/fixtures/routing.txt`. A change to the routing must show as a change to that
+//! file: `METRALE_BLESS=1 cargo test --test routing` rewrites it.
+
+#[test]
+fn the_routing_matrix_is_the_recorded_one() {
+    let got = metrale_pack::check::routing::routing_matrix().unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/routing.txt");
+    if std::env::var_os("METRALE_BLESS").is_some() {
+        std::fs::write(&path, &got).unwrap();
+    }
+    let want = std::fs::read_to_string(&path).unwrap();
+    let diff: Vec<String> = want
+        .lines()
+        .zip(got.lines())
+        .filter(|(a, b)| a != b)
+        .take(20)
+        .map(|(a, b)| format!("- {a}\n+ {b}"))
+        .collect();
+    assert!(
+        diff.is_empty() && want.lines().count() == got.lines().count(),
+        "the routing changed ({} lines recorded, {} now):\n{}",
+        want.lines().count(),
+        got.lines().count(),
+        diff.join("\n")
+    );
+}
