@@ -26,3 +26,32 @@ fn the_routing_matrix_is_the_recorded_one() {
         diff.join("\n")
     );
 }
+
+/// Every arm of the table serves some line of the matrix, but the BF16 decode through the
+/// prefill GEMM: the host backend resolves the BF16 GEMV, so only a backend without that kernel
+/// takes it.
+#[test]
+fn every_arm_serves_some_call_of_the_matrix() {
+    use metrale_pack::ffn::{ARMS, Method};
+    let got = metrale_pack::check::routing::routing_matrix().unwrap();
+    let method = |m: &str| match m {
+        "forward" => Method::Decode,
+        "forward_k2" | "forward_k3" => Method::Small,
+        "km" => Method::Verify,
+        "fixed" => Method::Fixed,
+        _ => Method::Prefill,
+    };
+    let seen: Vec<(Method, String)> = got
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(" | ").collect();
+            (method(f[1]), f[3].to_string())
+        })
+        .collect();
+    let unseen: Vec<String> = ARMS
+        .iter()
+        .filter(|a| !seen.iter().any(|(m, n)| *m == a.method && n == a.name))
+        .map(|a| format!("{:?} {}", a.method, a.name))
+        .collect();
+    assert_eq!(unseen, ["Decode bf16 via prefill"]);
+}

@@ -1,10 +1,10 @@
-//! The routing matrix: which kernels (or which refusal) serve every forward method at every
-//! row count, for every arm configuration of the layer checks and for layers that hold several
+//! The routing matrix: which arm of `ffn::ARMS` and which kernels (or which refusal) serve
+//! every forward method at every row count, for every arm configuration of the layer checks and for layers that hold several
 //! layouts at once, on the host backend. `tests/routing.rs` holds it against
 //! `tests/fixtures/routing.txt`, so a change to the routing shows as a diff of that file.
 
 use super::layers::{LAYER_ARMS, LayerArm, call_method};
-use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext, Method};
 use crate::gpu::host::HostBackend;
 use crate::gpu::{GpuBackend, GpuError, GpuResult, upload_f32};
 use crate::model::Activation;
@@ -13,7 +13,7 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 /// Layers holding several layouts: the routing's priority between them.
-pub static COMBINED: [LayerArm; 5] = [
+pub static COMBINED: [LayerArm; 6] = [
     LayerArm {
         name: "every layout",
         install: |b, l, w| {
@@ -52,6 +52,12 @@ pub static COMBINED: [LayerArm; 5] = [
             install_w8a8(b, l, w)
         },
         levers: &[("METRALE_W8A8_MAX_ROWS", "16")],
+        act: Activation::Silu,
+    },
+    LayerArm {
+        name: "nvfp4, decode through the prefill GEMM",
+        install: install_nvfp4,
+        levers: &[("METRALE_DECODE_FFN_VIA_GEMM", "1")],
         act: Activation::Silu,
     },
     LayerArm {
@@ -101,17 +107,31 @@ pub fn routing_matrix() -> GpuResult<String> {
                 _ => &[],
             };
             for method in first.iter().chain(&["km", "prefill", "fixed"]) {
+                let arm = l
+                    .serving_arm(&c, method_of(method), m)
+                    .map_or("-", |a| a.name);
                 c.trace.clear();
                 let got = match call_method(&l, &mut c, x, method, m) {
                     Ok(_) => c.trace.join(" "),
                     Err(e) => refusal(&e),
                 };
-                writeln!(out, "{} | {method} | m={m} | {got}", a.name).expect("a string");
+                writeln!(out, "{} | {method} | m={m} | {arm} | {got}", a.name).expect("a string");
             }
             b.free(x);
         }
     }
     Ok(out)
+}
+
+/// The arm table's method of a check's method name.
+fn method_of(name: &str) -> Method {
+    match name {
+        "forward" => Method::Decode,
+        "forward_k2" | "forward_k3" => Method::Small,
+        "km" => Method::Verify,
+        "fixed" => Method::Fixed,
+        _ => Method::Prefill,
+    }
 }
 
 fn refusal(e: &GpuError) -> String {

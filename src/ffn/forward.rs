@@ -3,41 +3,15 @@
 use super::*;
 
 use crate::gpu::table::Call;
-use crate::gpu::{DevicePtr, GpuError, GpuResult};
+use crate::gpu::{DevicePtr, GpuResult};
 use crate::model::Activation;
 
 impl DenseFfnLayer {
-    /// One decode row. Returns `output` holding `[1, hidden]`.
+    /// One decode row. Returns `output` holding `[1, hidden]`. The arms it tries, in order, are
+    /// [`ARMS`]' `Decode` rows.
     pub fn forward(&self, ctx: &mut ForwardContext, input: DevicePtr) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, 1)?;
-        if self.w8a8.is_some() && self.fixed_w8a8_ok(ctx, 1) {
-            return self.w8a8_arm(ctx, input, 1);
-        }
-        if self.q2.is_some() {
-            return self.q2_gemv_arm(ctx, input, 1);
-        }
-        if self.fp8.is_some() {
-            if self.gateup_fused_plan(ctx) {
-                return self.fp8_fused_decode(ctx, input);
-            }
-            return self.fp8_arm(ctx, input, 1);
-        }
-        if let Some(w) = self.bf16 {
-            if self.kernels.bf16_gemv.ok() {
-                return self.bf16_gemv_arm(ctx, input, 1, &w);
-            }
-            return self.forward_prefill(ctx, input, 1);
-        }
-        if self.weights.nvfp4.is_some() {
-            if self.single_row_w4a4(ctx) {
-                return self.forward_km(ctx, input, 1);
-            }
-            if ctx.levers.decode_ffn_via_gemm {
-                return self.forward_prefill(ctx, input, 1);
-            }
-            return self.nvfp4_gemv_arm(ctx, input, 1);
-        }
-        Err(GpuError::NotServed("forward: no weights installed".into()))
+        self.route(ctx, Method::Decode, input, 1)
     }
 
     /// Two rows: FP8/BF16 layers go to `forward_prefill`.
@@ -57,20 +31,7 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, m)?;
-        if self.q2.is_some() {
-            return self.forward_km_q2(ctx, input, m);
-        }
-        if self.w8a8.is_some() || self.fp8.is_some() || self.bf16.is_some() {
-            return self.forward_prefill(ctx, input, m);
-        }
-        if self.weights.nvfp4.is_some() {
-            if self.small_batch_w4a4(ctx) && self.can_forward_km(m) {
-                return self.forward_km(ctx, input, m);
-            }
-            // The batch-4 GEMVs serve 2 and 3 rows (the engine's w4a16_gemv_dual_batch2|3).
-            return self.nvfp4_gemv_arm(ctx, input, m);
-        }
-        Err(GpuError::NotServed("forward: no weights installed".into()))
+        self.route(ctx, Method::Small, input, m)
     }
 
     /// `m` verify rows: FP8/BF16 layers go to `forward_prefill`; NVFP4 through the batch-m tier.
@@ -81,31 +42,11 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, m)?;
-        if self.fp8.is_some() || self.bf16.is_some() {
-            return self.forward_prefill(ctx, input, m);
-        }
-        if let Some(w) = self.weights.nvfp4 {
-            if self.km_w4a4(ctx, m) {
-                return self.w4a4_arm(ctx, input, m);
-            }
-            let Some(k) = self.batchm_kernel(m) else {
-                return Err(match m {
-                    1..=16 => missing("ffn_nvfp4", "nvfp4_proj_small_m4|8|16"),
-                    _ => GpuError::NotServed(format!(
-                        "forward_km: {m} rows, the batch-m tiers serve 1..=16"
-                    )),
-                });
-            };
-            let pw = [(k, w[0]), (k, w[1]), (k, w[2])];
-            return self.gated(ctx, input, m, true, &pw, Self::nvfp4_small_m_project);
-        }
-        Err(GpuError::NotServed(
-            "forward_km: no NVFP4 or FP8 weights".into(),
-        ))
+        self.route(ctx, Method::Verify, input, m)
     }
 
     /// Prefill of `num_tokens` rows. Arm order: declared W8A8 (up to `w8a8_max_rows`), packed
-    /// Q2, FP8, BF16, NVFP4: the first installed serves the call.
+    /// Q2, FP8, BF16, NVFP4 ([`ARMS`]' `Prefill` rows): the first installed serves the call.
     pub fn forward_prefill(
         &self,
         ctx: &mut ForwardContext,
@@ -120,34 +61,7 @@ impl DenseFfnLayer {
             None
         };
         let m = num_tokens;
-        let out = if self.w8a8.is_some()
-            && m <= ctx.levers.w8a8_max_rows
-            && self.fixed_w8a8_ok(ctx, m)
-        {
-            self.w8a8_arm(ctx, input, m)
-        } else if self.q2.is_some() {
-            self.q2_prefill_arm(ctx, input, m)
-        } else if self.fp8.is_some() {
-            self.fp8_arm(ctx, input, m)
-        } else if let Some(w) = self.bf16 {
-            self.bf16_prefill_arm(ctx, input, m, &w)
-        } else if self.weights.nvfp4.is_some() && ctx.levers.q4k_mmq && self.weights.q4k.is_some() {
-            self.q4k_mmq_arm(ctx, input, m)
-        } else if self.nvfp4_wgmma_ok(ctx, m) {
-            self.nvfp4_wgmma_arm(ctx, input, m)
-        } else if let Some(w) = self.weights.nvfp4 {
-            let pw = [(0, w[0]), (1, w[1]), (2, w[2])];
-            self.gated(ctx, input, m, true, &pw, Self::w4a16_prefill_gemm)
-        } else if self.w8a8.is_some() {
-            Err(GpuError::NotServed(format!(
-                "forward_prefill: {m} rows exceed the W8A8 arm's {} and no other weights are installed",
-                ctx.levers.w8a8_max_rows
-            )))
-        } else {
-            Err(GpuError::NotServed(
-                "forward_prefill: no weights installed".into(),
-            ))
-        }?;
+        let out = self.route(ctx, Method::Prefill, input, m)?;
         if let Some(t0) = t0 {
             ctx.backend.synchronize(ctx.stream)?;
             tracing::info!(
@@ -178,13 +92,7 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, m)?;
-        if self.fixed_w8a8_ok(ctx, m) {
-            return self.w8a8_arm(ctx, input, m);
-        }
-        if self.fixed_w4a4_ok(ctx, m) {
-            return self.w4a4_arm(ctx, input, m);
-        }
-        Err(GpuError::NotServed("forward_fixed: no fixed-quantization arm serves this layer (needs SiLU and W8A8 weights with the W8A8 kernels, or NVFP4 weights with quantize_act_nvfp4 and nvfp4_proj_mx)".into()))
+        self.route(ctx, Method::Fixed, input, m)
     }
 
     // ---- arms ----

@@ -30,9 +30,12 @@ mod arms {
     mod q4k;
 }
 
+use crate::converters::layouts::Layout;
 pub use context::*;
 pub use kernels::*;
 pub use overlays::LayerOverlays;
+pub(crate) use routing::need;
+pub use routing::{ARMS, Arm, Method};
 pub use weights::*;
 
 pub use arms::fp8::FP8_W8A8_MIN_ROWS;

@@ -1,19 +1,215 @@
-//! Routing predicates: which arm serves a call of `m` rows under the levers.
+//! Routing: the table of arms ([`ARMS`]) every forward method walks, the layouts a layer
+//! holds ([`DenseFfnLayer::holds`]), and the predicates the arms ask (levers, kernels, rows).
 
 use super::*;
 
+use crate::converters::layouts::Layout;
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;
 
+/// The public forward methods, as the arm table names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// `forward`: one decode row.
+    Decode,
+    /// `forward_k2`, `forward_k3`: two or three rows.
+    Small,
+    /// `forward_km`: `m` verify rows.
+    Verify,
+    /// `forward_prefill` (and `forward_batched`).
+    Prefill,
+    /// `forward_fixed`: one activation format at every row count.
+    Fixed,
+}
+
+/// What an arm runs: the layer, the context, the input, the rows.
+type Run = fn(&DenseFfnLayer, &mut ForwardContext, DevicePtr, usize) -> GpuResult<DevicePtr>;
+
+/// One arm: the method it serves, the layout whose overlay it needs, whether it serves `m` rows
+/// now (levers, kernels, rows), and what it runs.
+pub struct Arm {
+    /// The method.
+    pub method: Method,
+    /// Its name (what `DenseFfnLayer::serving_arm` answers).
+    pub name: &'static str,
+    /// The layout it needs installed.
+    pub layout: Layout,
+    when: fn(&DenseFfnLayer, &ForwardContext, usize) -> bool,
+    run: Run,
+}
+
+const fn arm(
+    method: Method,
+    name: &'static str,
+    layout: Layout,
+    when: fn(&DenseFfnLayer, &ForwardContext, usize) -> bool,
+    run: Run,
+) -> Arm {
+    Arm {
+        method,
+        name,
+        layout,
+        when,
+        run,
+    }
+}
+
+fn always(_: &DenseFfnLayer, _: &ForwardContext, _: usize) -> bool {
+    true
+}
+
+fn prefill(
+    l: &DenseFfnLayer,
+    c: &mut ForwardContext,
+    x: DevicePtr,
+    m: usize,
+) -> GpuResult<DevicePtr> {
+    l.forward_prefill(c, x, m)
+}
+
+fn verify(
+    l: &DenseFfnLayer,
+    c: &mut ForwardContext,
+    x: DevicePtr,
+    m: usize,
+) -> GpuResult<DevicePtr> {
+    l.forward_km(c, x, m)
+}
+
+use Layout::{Bf16, Fp8, Nvfp4, Q2g128, W8a8};
+use Method::{Decode, Fixed, Prefill, Small, Verify};
+
+/// Every arm, in the order a method tries them: the first whose layout is installed and whose
+/// condition holds serves the call. Adding an arm is a line here and its functions in `arms/`.
+#[rustfmt::skip]
+pub static ARMS: [Arm; 30] = [
+    // forward: one decode row.
+    arm(Decode, "w8a8", W8a8, |l, c, _| l.fixed_w8a8_ok(c, 1), |l, c, x, m| l.w8a8_arm(c, x, m)),
+    arm(Decode, "q2g128 gemv", Q2g128, always, |l, c, x, m| l.q2_gemv_arm(c, x, m)),
+    arm(Decode, "fp8 fused gate+up", Fp8, |l, c, _| l.gateup_fused_plan(c), |l, c, x, _| l.fp8_fused_decode(c, x)),
+    arm(Decode, "fp8", Fp8, always, |l, c, x, m| l.fp8_arm(c, x, m)),
+    arm(Decode, "bf16 gemv", Bf16, |l, _, _| l.kernels.bf16_gemv.ok(), |l, c, x, m| l.bf16_gemv_arm(c, x, m)),
+    arm(Decode, "bf16 via prefill", Bf16, always, prefill),
+    arm(Decode, "nvfp4 w4a4", Nvfp4, |l, c, _| l.single_row_w4a4(c), verify),
+    arm(Decode, "nvfp4 via prefill", Nvfp4, |_, c, _| c.levers.decode_ffn_via_gemm, prefill),
+    arm(Decode, "nvfp4 gemv", Nvfp4, always, |l, c, x, m| l.nvfp4_gemv_arm(c, x, m)),
+    // forward_k2, forward_k3.
+    arm(Small, "q2g128 batch-m", Q2g128, always, |l, c, x, m| l.forward_km_q2(c, x, m)),
+    arm(Small, "w8a8 via prefill", W8a8, always, prefill),
+    arm(Small, "fp8 via prefill", Fp8, always, prefill),
+    arm(Small, "bf16 via prefill", Bf16, always, prefill),
+    arm(Small, "nvfp4 w4a4", Nvfp4, |l, c, m| l.small_batch_w4a4(c) && l.can_forward_km(m), verify),
+    // The batch-4 GEMVs serve 2 and 3 rows (the engine's w4a16_gemv_dual_batch2|3).
+    arm(Small, "nvfp4 gemv", Nvfp4, always, |l, c, x, m| l.nvfp4_gemv_arm(c, x, m)),
+    // forward_km.
+    arm(Verify, "fp8 via prefill", Fp8, always, prefill),
+    arm(Verify, "bf16 via prefill", Bf16, always, prefill),
+    arm(Verify, "nvfp4 w4a4", Nvfp4, |l, c, m| l.km_w4a4(c, m), |l, c, x, m| l.w4a4_arm(c, x, m)),
+    arm(Verify, "nvfp4 batch-m", Nvfp4, |l, _, m| l.batchm_kernel(m).is_some(), |l, c, x, m| l.nvfp4_batchm_arm(c, x, m)),
+    arm(Verify, "nvfp4 batch-m refused", Nvfp4, always, |_, _, _, m| Err(batchm_refusal(m))),
+    // forward_prefill.
+    arm(Prefill, "w8a8", W8a8, |l, c, m| m <= c.levers.w8a8_max_rows && l.fixed_w8a8_ok(c, m), |l, c, x, m| l.w8a8_arm(c, x, m)),
+    arm(Prefill, "q2g128", Q2g128, always, |l, c, x, m| l.q2_prefill_arm(c, x, m)),
+    arm(Prefill, "fp8", Fp8, always, |l, c, x, m| l.fp8_arm(c, x, m)),
+    arm(Prefill, "bf16", Bf16, always, |l, c, x, m| l.bf16_prefill_arm(c, x, m)),
+    arm(Prefill, "q4k mmq", Nvfp4, |l, c, _| c.levers.q4k_mmq && l.holds(Layout::Q4kMmq), |l, c, x, m| l.q4k_mmq_arm(c, x, m)),
+    arm(Prefill, "nvfp4 wgmma", Nvfp4, |l, c, m| l.nvfp4_wgmma_ok(c, m), |l, c, x, m| l.nvfp4_wgmma_arm(c, x, m)),
+    arm(Prefill, "nvfp4 gemm", Nvfp4, always, |l, c, x, m| l.nvfp4_prefill_arm(c, x, m)),
+    arm(Prefill, "w8a8 past its rows", W8a8, always, |_, c, _, m| Err(w8a8_rows_refusal(c, m))),
+    // forward_fixed.
+    arm(Fixed, "w8a8", W8a8, |l, c, m| l.fixed_w8a8_ok(c, m), |l, c, x, m| l.w8a8_arm(c, x, m)),
+    arm(Fixed, "nvfp4 w4a4", Nvfp4, |l, c, m| l.fixed_w4a4_ok(c, m), |l, c, x, m| l.w4a4_arm(c, x, m)),
+];
+
+/// `forward_km` of an NVFP4 layer whose batch-m tier is missing, or past its rows.
+fn batchm_refusal(m: usize) -> GpuError {
+    match m {
+        1..=16 => missing("ffn_nvfp4", "nvfp4_proj_small_m4|8|16"),
+        _ => GpuError::NotServed(format!(
+            "forward_km: {m} rows, the batch-m tiers serve 1..=16"
+        )),
+    }
+}
+
+/// A prefill past the W8A8 arm's rows on a layer with nothing else.
+fn w8a8_rows_refusal(c: &ForwardContext, m: usize) -> GpuError {
+    GpuError::NotServed(format!(
+        "forward_prefill: {m} rows exceed the W8A8 arm's {} and no other weights are installed",
+        c.levers.w8a8_max_rows
+    ))
+}
+
+/// Why no arm served a method.
+fn none_serves(method: Method) -> GpuError {
+    GpuError::NotServed(
+        match method {
+            Decode | Small => "forward: no weights installed",
+            Verify => "forward_km: no NVFP4 or FP8 weights",
+            Prefill => "forward_prefill: no weights installed",
+            Fixed => "forward_fixed: no fixed-quantization arm serves this layer (needs SiLU and W8A8 weights with the W8A8 kernels, or NVFP4 weights with quantize_act_nvfp4 and nvfp4_proj_mx)",
+        }
+        .into(),
+    )
+}
+
+/// An installed overlay, or `NotServed` naming its layout (the arm table checks
+/// [`DenseFfnLayer::holds`] first, so an arm never meets a missing one).
+pub(crate) fn need<T>(o: &Option<T>, layout: Layout) -> GpuResult<&T> {
+    o.as_ref()
+        .ok_or_else(|| GpuError::NotServed(format!("no {} weights installed", layout.tag())))
+}
+
 impl DenseFfnLayer {
+    /// Whether this layer holds `layout`'s overlay (for `nvfp4_t` and `nvfp4_mmq`: for any
+    /// projection). The one place the arms' layouts are read.
+    pub fn holds(&self, layout: Layout) -> bool {
+        match layout {
+            Layout::Nvfp4 => self.weights.nvfp4.is_some(),
+            Layout::Nvfp4T => self.weights.nvfp4_t.iter().any(Option::is_some),
+            Layout::Nvfp4Mmq => self.weights.nvfp4_mmq.iter().any(Option::is_some),
+            Layout::Q4kMmq => self.weights.q4k.is_some(),
+            Layout::Fp8 => self.fp8.is_some(),
+            Layout::W8a8 => self.w8a8.is_some(),
+            Layout::Bf16 => self.bf16.is_some(),
+            Layout::Q2g128 => self.q2.is_some(),
+            Layout::Lora => self.lora.is_some(),
+        }
+    }
+
+    /// The arm that serves `method` on `m` rows now, if any: the first of [`ARMS`] whose layout
+    /// this layer holds and whose condition holds.
+    pub fn serving_arm(
+        &self,
+        ctx: &ForwardContext,
+        method: Method,
+        m: usize,
+    ) -> Option<&'static Arm> {
+        ARMS.iter()
+            .find(|a| a.method == method && self.holds(a.layout) && (a.when)(self, ctx, m))
+    }
+
+    /// Run `method` on `m` rows through the arm that serves it.
+    pub(crate) fn route(
+        &self,
+        ctx: &mut ForwardContext,
+        method: Method,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        match self.serving_arm(ctx, method, m) {
+            Some(a) => (a.run)(self, ctx, x, m),
+            None => Err(none_serves(method)),
+        }
+    }
+
     /// A LoRA adapter is installed and `METRALE_LORA_NO_FFN` is off.
     pub fn lora_active(&self, ctx: &ForwardContext) -> bool {
-        self.lora.is_some() && !ctx.levers.lora_no_ffn
+        self.holds(Layout::Lora) && !ctx.levers.lora_no_ffn
     }
 
     /// Whether an FP8 overlay is installed.
     pub fn has_fp8(&self) -> bool {
-        self.fp8.is_some()
+        self.holds(Layout::Fp8)
     }
 
     // ---- routing predicates ----
@@ -41,21 +237,17 @@ impl DenseFfnLayer {
     /// `forward_km(m)` is available: a batch-m tier resolved and the layer has NVFP4 gate
     /// weights or an FP8 overlay.
     pub fn can_forward_km(&self, m: usize) -> bool {
-        self.batchm_kernel(m).is_some() && (self.weights.nvfp4.is_some() || self.fp8.is_some())
+        self.batchm_kernel(m).is_some() && (self.holds(Layout::Nvfp4) || self.holds(Layout::Fp8))
     }
 
     /// W4A4 for 2-3 rows (NVFP4 layers, `METRALE_SMALL_BATCH_W4A4`, the W4A4 tier resolved).
     pub fn small_batch_w4a4(&self, ctx: &ForwardContext) -> bool {
-        ctx.levers.small_batch_w4a4
-            && self.weights.nvfp4.is_some()
-            && self.kernels.nvfp4_proj_mx.ok()
+        ctx.levers.small_batch_w4a4 && self.holds(Layout::Nvfp4) && self.kernels.nvfp4_proj_mx.ok()
     }
 
     /// W4A4 for one decode row (NVFP4 layers, `METRALE_SINGLE_ROW_W4A4`, the tier resolved).
     pub fn single_row_w4a4(&self, ctx: &ForwardContext) -> bool {
-        ctx.levers.single_row_w4a4
-            && self.weights.nvfp4.is_some()
-            && self.kernels.nvfp4_proj_mx.ok()
+        ctx.levers.single_row_w4a4 && self.holds(Layout::Nvfp4) && self.kernels.nvfp4_proj_mx.ok()
     }
 
     /// The fixed activation-quantization path serves `m` rows: the W8A8 arm or the W4A4 arm.
@@ -72,7 +264,7 @@ impl DenseFfnLayer {
             .as_deref()
             .is_none_or(|f| f == "w8a8");
         declared
-            && self.w8a8.is_some()
+            && self.holds(Layout::W8a8)
             && self.activation == Activation::Silu
             && self.kernels.quant_fp8_row.ok()
             && self.kernels.w8a8.ok()
@@ -83,7 +275,7 @@ impl DenseFfnLayer {
     /// or A4 (`w4a4`, `a4`, `nvfp4`) is declared, `quantize_act_nvfp4` and `nvfp4_proj_mx`
     /// resolved. NVFP4 activation quantization at every row count.
     pub fn fixed_w4a4_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
-        self.weights.nvfp4.is_some()
+        self.holds(Layout::Nvfp4)
             && self.activation == Activation::Silu
             && ctx
                 .levers
@@ -106,7 +298,7 @@ impl DenseFfnLayer {
         (m == 1 && self.single_row_w4a4(ctx))
             || ((2..=3).contains(&m) && self.small_batch_w4a4(ctx))
             || (declared
-                && self.weights.nvfp4.is_some()
+                && self.holds(Layout::Nvfp4)
                 && self.kernels.nvfp4_proj_mx.ok()
                 && self.kernels.quant_nvfp4.ok())
     }

@@ -25,8 +25,8 @@ impl DenseFfnLayer {
         ctx: &mut ForwardContext,
         x: DevicePtr,
         m: usize,
-        w: &[Bf16Weight; 3],
     ) -> GpuResult<DevicePtr> {
+        let w = need(&self.bf16, Layout::Bf16)?;
         self.gated(ctx, x, m, false, w, Self::bf16_gemv)
     }
 
@@ -108,8 +108,8 @@ impl DenseFfnLayer {
         ctx: &mut ForwardContext,
         x: DevicePtr,
         m: usize,
-        w: &[Bf16Weight; 3],
     ) -> GpuResult<DevicePtr> {
+        let w = need(&self.bf16, Layout::Bf16)?;
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let xb = self.to_bf16(ctx, x, m * h)?;
@@ -129,7 +129,7 @@ impl DenseFfnLayer {
         if let Err(GpuError::MissingKernel { .. }) = blas {
             // No BLAS: the GEMV serves narrow batches, nothing else can.
             if m <= 4 && self.kernels.bf16_gemv.ok() {
-                return self.bf16_gemv_arm(ctx, x, m, w);
+                return self.bf16_gemv_arm(ctx, x, m);
             }
             return Err(missing("cublas", "gemm_bf16"));
         }

@@ -58,7 +58,7 @@ impl DenseFfnLayer {
     /// Whether the NVFP4 prefill runs on `nvfp4_wgmma`: all three projections have `nvfp4_mmq`
     /// tiles and [`dq_wgmma_ok`](Self::dq_wgmma_ok).
     pub(crate) fn nvfp4_wgmma_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
-        self.weights.nvfp4.is_some()
+        self.holds(Layout::Nvfp4)
             && self.weights.nvfp4_mmq.iter().all(Option::is_some)
             && self.dq_wgmma_ok(ctx, self.kernels.nvfp4_wgmma, m)
     }
@@ -71,8 +71,13 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let w = self.weights.nvfp4.unwrap();
-        let tiles = self.weights.nvfp4_mmq.map(Option::unwrap);
+        let w = *need(&self.weights.nvfp4, Layout::Nvfp4)?;
+        let [Some(t0), Some(t1), Some(t2)] = self.weights.nvfp4_mmq else {
+            return Err(GpuError::NotServed(
+                "nvfp4_wgmma: no nvfp4_mmq tiles for every projection".into(),
+            ));
+        };
+        let tiles = [t0, t1, t2];
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let kernel = self.kernels.nvfp4_wgmma;

@@ -82,7 +82,7 @@ impl DenseFfnLayer {
         if self.fp8_w8a8_ok(ctx, m) {
             return self.fp8_w8a8_arm(ctx, x, m);
         }
-        let ov = self.fp8.as_ref().unwrap();
+        let ov = need(&self.fp8, Layout::Fp8)?;
         self.gated(
             ctx,
             x,
@@ -145,7 +145,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let ov = self.fp8.as_ref().unwrap();
+        let ov = need(&self.fp8, Layout::Fp8)?;
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let (q, s) = (ctx.arena.act_codes, ctx.arena.act_scale);
@@ -174,8 +174,10 @@ impl DenseFfnLayer {
         ctx: &mut ForwardContext,
         x: DevicePtr,
     ) -> GpuResult<DevicePtr> {
-        let ov = self.fp8.as_ref().unwrap();
-        let fused = ov.fused.unwrap();
+        let ov = need(&self.fp8, Layout::Fp8)?;
+        let fused = ov
+            .fused
+            .ok_or_else(|| GpuError::NotServed("the fused FP8 gate+up is not installed".into()))?;
         let interp = fused.np / 2;
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
@@ -257,7 +259,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let w = self.w8a8.unwrap();
+        let w = *need(&self.w8a8, Layout::W8a8)?;
         if w[0].k != w[1].k || w[0].kp != w[1].kp {
             return self.gated(ctx, x, m, false, &w, Self::w8a8_project);
         }

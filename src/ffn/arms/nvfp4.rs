@@ -80,6 +80,33 @@ impl DenseFfnLayer {
         self.launch(ctx, nvfp4_args(kw.0, &kw.1, x, m, y, ldy))
     }
 
+    /// `forward_km` of an NVFP4 layer through its batch-m tier.
+    pub(crate) fn nvfp4_batchm_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        let w = *need(&self.weights.nvfp4, Layout::Nvfp4)?;
+        let k = self
+            .batchm_kernel(m)
+            .ok_or_else(|| missing("ffn_nvfp4", "nvfp4_proj_small_m4|8|16"))?;
+        let pw = [(k, w[0]), (k, w[1]), (k, w[2])];
+        self.gated(ctx, x, m, true, &pw, Self::nvfp4_small_m_project)
+    }
+
+    /// The NVFP4 prefill on the mma.sync GEMM.
+    pub(crate) fn nvfp4_prefill_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        let w = *need(&self.weights.nvfp4, Layout::Nvfp4)?;
+        let pw = [(0, w[0]), (1, w[1]), (2, w[2])];
+        self.gated(ctx, x, m, true, &pw, Self::w4a16_prefill_gemm)
+    }
+
     /// NVFP4 decode (m <= 3): fused gate+up GEMV (`w4a16_gemv_dual`, `_batch2|3`), then either
     /// act-mul and the down GEMV (split SiLU: the default, and always with GELU or a LoRA
     /// adapter; `w4a16_gemv_ksplit` when k >= `w4a16_gemv_ksplit_min_k`, a lever off by
@@ -103,7 +130,7 @@ impl DenseFfnLayer {
             ),
             _ => (k.nvfp4_gemv_dual, k.nvfp4_gemv),
         };
-        let w = self.weights.nvfp4.unwrap();
+        let w = *need(&self.weights.nvfp4, Layout::Nvfp4)?;
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let call = dual.call().ptr("x", x).dim("m", m);
@@ -224,7 +251,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let w = self.weights.nvfp4.unwrap();
+        let w = *need(&self.weights.nvfp4, Layout::Nvfp4)?;
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let q = self.quantize_nvfp4(ctx, x, m, h, w[0].kp)?;

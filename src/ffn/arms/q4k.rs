@@ -14,7 +14,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let q = self.weights.q4k.unwrap();
+        let q = *need(&self.weights.q4k, Layout::Q4kMmq)?;
         let k = self.kernels;
         if !k.q4k_gemm.ok() {
             return Err(k.q4k_gemm.missing());
