@@ -237,6 +237,15 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A layout or arm registered at run time (`layout::register`, `ffn::register_arm`) was
+    /// refused.
+    #[error("registering {what}: {reason}")]
+    Register {
+        /// The layout tag or arm name.
+        what: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Why a buffer could not be decoded (`crate::converters`).

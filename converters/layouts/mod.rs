@@ -70,10 +70,17 @@ pub enum Layout {
     Q2g128,
     /// `lora`: a PEFT adapter's A and B in BF16 with its scaling.
     Lora,
+    /// A layout defined outside this crate ([`Layout::custom`]), known to the pack reader, the
+    /// loader and the layer once its spec is registered (`layout::register`).
+    Custom(CustomTag),
 }
 
+/// The tag of a layout defined outside this crate ([`Layout::custom`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CustomTag(&'static str);
+
 impl Layout {
-    /// Every layout, in registry order.
+    /// Every built-in layout, in registry order.
     pub const ALL: [Layout; 9] = [
         Layout::Nvfp4,
         Layout::Nvfp4T,
@@ -97,11 +104,32 @@ impl Layout {
             Layout::Bf16 => "bf16",
             Layout::Q2g128 => "q2g128",
             Layout::Lora => "lora",
+            Layout::Custom(CustomTag(t)) => t,
         }
     }
-    /// The layout of a tag, if it is one.
+    /// The layout of tag `tag` defined outside this crate: what its spec's `layout()` returns,
+    /// and what `layout::register` checks (lowercase `[a-z0-9_]`, no built-in layout's tag).
+    pub const fn custom(tag: &'static str) -> Layout {
+        Layout::Custom(CustomTag(tag))
+    }
+    /// The layout of a tag: a built-in one, or one whose spec is registered
+    /// (`layout::register`).
     pub fn from_tag(s: &str) -> Option<Self> {
-        Layout::ALL.into_iter().find(|l| l.tag() == s)
+        Layout::ALL.into_iter().find(|l| l.tag() == s).or_else(|| {
+            let reg = REGISTERED_TAGS.read().unwrap_or_else(|e| e.into_inner());
+            reg.iter().find(|t| **t == s).map(|t| Layout::custom(t))
+        })
+    }
+}
+
+/// The tags of the layouts registered at run time (`layout::register` adds each with its spec).
+static REGISTERED_TAGS: std::sync::RwLock<Vec<&'static str>> = std::sync::RwLock::new(Vec::new());
+
+/// Record a registered layout's tag, so [`Layout::from_tag`] (and a manifest's options) know it.
+pub(crate) fn register_tag(tag: &'static str) {
+    let mut reg = REGISTERED_TAGS.write().unwrap_or_else(|e| e.into_inner());
+    if !reg.contains(&tag) {
+        reg.push(tag);
     }
 }
 

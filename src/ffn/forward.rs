@@ -98,8 +98,9 @@ impl DenseFfnLayer {
     // ---- arms ----
 
     /// Finish `call` by the kernel table (argument order, row cap, grid) and launch it on the
-    /// context's stream, recording its name in the trace.
-    pub(crate) fn launch(&self, ctx: &mut ForwardContext, call: Call) -> GpuResult<()> {
+    /// context's stream, recording its name in the trace (what a registered layout's arms
+    /// launch through too).
+    pub fn launch(&self, ctx: &mut ForwardContext, call: Call) -> GpuResult<()> {
         let l = call.finish()?;
         ctx.record(l.spec.name);
         l.run(ctx.backend.as_ref(), ctx.stream)
@@ -128,8 +129,11 @@ impl DenseFfnLayer {
     }
 
     /// The gated FFN through one projection function: gate and up into the arena, act-mul in
-    /// place, down into `output`.
-    pub(crate) fn gated<W>(
+    /// place, down into `output` (with `lora`, the installed adapter on each projection).
+    /// `project(layer, ctx, weight, x, m, y, ldy)` writes `y [m, n] = x [m, k] . w^T` with row
+    /// stride `ldy`; the weights are gate, up, down.
+    #[allow(clippy::type_complexity)]
+    pub fn gated<W>(
         &self,
         ctx: &mut ForwardContext,
         x: DevicePtr,

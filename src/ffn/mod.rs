@@ -35,7 +35,7 @@ pub use context::*;
 pub use kernels::*;
 pub use overlays::LayerOverlays;
 pub(crate) use routing::need;
-pub use routing::{ARMS, Arm, Method};
+pub use routing::{ARMS, Arm, Method, register_arms};
 pub use weights::*;
 
 pub use arms::fp8::FP8_W8A8_MIN_ROWS;
@@ -58,6 +58,8 @@ pub struct DenseFfnLayer {
     w8a8: Option<[W8a8Weight; 3]>,
     lora: Option<[Option<LoraWeight>; 3]>,
     q2: Option<[Q2g128Weight; 3]>,
+    /// The overlays of layouts registered at run time, by layout ([`DenseFfnLayer::set_overlay`]).
+    custom: Vec<(Layout, CustomOverlay)>,
     kernels: FfnKernels,
     /// The runtime, and the buffers this layer allocated itself (what its `finalize_*` calls
     /// build: NVFP4-MMQ tiles, Q4_K copies), freed when it is dropped. Installed overlays are
@@ -73,6 +75,10 @@ impl Drop for DenseFfnLayer {
         }
     }
 }
+
+/// The overlay of a layout registered at run time: whatever its binding made (device views,
+/// shapes), shared with the loader's [`LayerOverlays`].
+pub type CustomOverlay = Arc<dyn std::any::Any + Send + Sync>;
 
 /// Output columns (weight rows) per block of the NVFP4 GEMVs (`w4a16_gemv*`, the batch-m
 /// tiers): one m16n8k16 MMA's 16 rows, k split over the block's 8 warps (kernels/ffn_nvfp4.cu
@@ -100,10 +106,35 @@ impl DenseFfnLayer {
             w8a8: None,
             lora: None,
             q2: None,
+            custom: Vec::new(),
             kernels: FfnKernels::resolve(ctx.backend.as_ref()),
             backend: ctx.backend.clone(),
             allocated: Vec::new(),
         }
+    }
+
+    /// Install the overlay of a layout registered at run time (`layout::register`); its arms
+    /// (`register_arms`) read it back with [`DenseFfnLayer::overlay`]. Built-in layouts are
+    /// installed through their own `set_*` methods, which validate their weights; a second
+    /// overlay for the same layout replaces the first.
+    pub fn set_overlay(&mut self, layout: Layout, overlay: CustomOverlay) -> GpuResult<()> {
+        if !matches!(layout, Layout::Custom(_)) {
+            return Err(GpuError::Invalid(format!(
+                "set_overlay: {} is a built-in layout: install it through its set_* method",
+                layout.tag()
+            )));
+        }
+        self.custom.retain(|(l, _)| *l != layout);
+        self.custom.push((layout, overlay));
+        Ok(())
+    }
+
+    /// The overlay of a registered layout, if installed and of type `T`.
+    pub fn overlay<T: 'static>(&self, layout: Layout) -> Option<&T> {
+        self.custom
+            .iter()
+            .find(|(l, _)| *l == layout)
+            .and_then(|(_, o)| o.downcast_ref())
     }
 
     /// The NVFP4-family overlays installed (read-only: install through the `set_*` methods).

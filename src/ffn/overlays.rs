@@ -2,9 +2,10 @@
 //! memory, and their installation into a [`DenseFfnLayer`] through its `set_*` methods.
 
 use super::{
-    Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2g128Weight,
-    Q4kMmqWeights, W8a8Weight,
+    Bf16Weight, CustomOverlay, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight,
+    Q2g128Weight, Q4kMmqWeights, W8a8Weight,
 };
+use crate::converters::layouts::Layout;
 use crate::gpu::{DevicePtr, GpuResult};
 
 /// One layer's overlays, as views into the arena.
@@ -30,6 +31,8 @@ pub struct LayerOverlays {
     pub q2: Option<[Q2g128Weight; 3]>,
     /// The Q4_K MMQ copies (`q4k_mmq` layout): `finalize_q4k_load` then has nothing to build.
     pub q4k: Option<Q4kMmqWeights>,
+    /// The overlays of layouts registered at run time, by layout.
+    pub custom: Vec<(Layout, CustomOverlay)>,
 }
 
 impl LayerOverlays {
@@ -63,6 +66,9 @@ impl LayerOverlays {
         }
         if let Some([g, u, d]) = self.q2 {
             layer.set_q2_weights(g, u, d)?;
+        }
+        for (l, o) in &self.custom {
+            layer.set_overlay(*l, o.clone())?;
         }
         Ok(())
     }

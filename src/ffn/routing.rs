@@ -6,6 +6,7 @@ use super::*;
 use crate::converters::layouts::Layout;
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;
+use std::sync::RwLock;
 
 /// The public forward methods, as the arm table names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,7 +24,7 @@ pub enum Method {
 }
 
 /// What an arm runs: the layer, the context, the input, the rows.
-type Run = fn(&DenseFfnLayer, &mut ForwardContext, DevicePtr, usize) -> GpuResult<DevicePtr>;
+pub type Run = fn(&DenseFfnLayer, &mut ForwardContext, DevicePtr, usize) -> GpuResult<DevicePtr>;
 
 /// One arm: the method it serves, the layout whose overlay it needs, whether it serves `m` rows
 /// now (levers, kernels, rows), and what it runs.
@@ -36,6 +37,44 @@ pub struct Arm {
     pub layout: Layout,
     when: fn(&DenseFfnLayer, &ForwardContext, usize) -> bool,
     run: Run,
+}
+
+impl Arm {
+    /// An arm of a layout registered at run time (`layout::register`): it serves `method` on a
+    /// layer holding `layout`'s overlay when `when` says so, by `run` (which reads the overlay
+    /// with [`DenseFfnLayer::overlay`] and launches through [`DenseFfnLayer::launch`] and
+    /// [`DenseFfnLayer::gated`]). Registered with [`register_arms`].
+    pub const fn new(
+        method: Method,
+        name: &'static str,
+        layout: Layout,
+        when: fn(&DenseFfnLayer, &ForwardContext, usize) -> bool,
+        run: Run,
+    ) -> Arm {
+        arm(method, name, layout, when, run)
+    }
+}
+
+/// The arms registered at run time, tried after [`ARMS`] in the order registered.
+static REGISTERED_ARMS: RwLock<Vec<&'static [Arm]>> = RwLock::new(Vec::new());
+
+/// Register the arms of layouts registered at run time (each arm's layout must be one:
+/// built-in layouts' arms are [`ARMS`]). Registering the same table again does nothing.
+pub fn register_arms(arms: &'static [Arm]) -> crate::Result<()> {
+    if let Some(a) = arms.iter().find(|a| !matches!(a.layout, Layout::Custom(_))) {
+        return Err(crate::Error::Register {
+            what: format!("arm {:?}", a.name),
+            reason: format!(
+                "its layout {} is built in; its arms are ffn::ARMS",
+                a.layout.tag()
+            ),
+        });
+    }
+    let mut reg = REGISTERED_ARMS.write().unwrap_or_else(|e| e.into_inner());
+    if !reg.iter().any(|r| std::ptr::eq(*r, arms)) {
+        reg.push(arms);
+    }
+    Ok(())
 }
 
 const fn arm(
@@ -173,6 +212,7 @@ impl DenseFfnLayer {
             Layout::Bf16 => self.bf16.is_some(),
             Layout::Q2g128 => self.q2.is_some(),
             Layout::Lora => self.lora.is_some(),
+            Layout::Custom(_) => self.custom.iter().any(|(l, _)| *l == layout),
         }
     }
 
@@ -184,8 +224,15 @@ impl DenseFfnLayer {
         method: Method,
         m: usize,
     ) -> Option<&'static Arm> {
-        ARMS.iter()
-            .find(|a| a.method == method && self.holds(a.layout) && (a.when)(self, ctx, m))
+        let serves =
+            |a: &&Arm| a.method == method && self.holds(a.layout) && (a.when)(self, ctx, m);
+        ARMS.iter().find(serves).or_else(|| {
+            if self.custom.is_empty() {
+                return None;
+            }
+            let reg = REGISTERED_ARMS.read().unwrap_or_else(|e| e.into_inner());
+            reg.iter().flat_map(|arms| arms.iter()).find(serves)
+        })
     }
 
     /// Run `method` on `m` rows through the arm that serves it.

@@ -2,7 +2,10 @@
 //! and the pack writer (`Plan`), the reader and `dump` (`Pack::decode_ffn`), the manifest checks
 //! (`pack::check`) and the loader's overlay binding (`loader::overlays`) iterate the registry
 //! instead of matching on layouts. Adding a layout is one file here, one line in [`REGISTRY`],
-//! its codec in `converters/layouts/` and its section in formats.md.
+//! its codec in `converters/layouts/`, its arms in `ffn::ARMS` and its section in formats.md.
+//! A layout defined outside the crate (an engine's own, or a test's) is [`register`]ed at run
+//! time with its arms (`ffn::register_arm`): it converts, loads and forwards like a built-in
+//! one (`tests/toy_layout.rs`).
 
 mod bf16;
 mod fp8;
@@ -14,7 +17,7 @@ mod q2g128;
 mod q4k_mmq;
 mod w8a8;
 
-pub use crate::converters::layouts::{Encoded, Layout, Proj, q4k_mmq::DownFormat};
+pub use crate::converters::layouts::{CustomTag, Encoded, Layout, Proj, q4k_mmq::DownFormat};
 
 use crate::error::{Error, Result};
 use crate::ffn::LayerOverlays;
@@ -24,6 +27,7 @@ use crate::model::lora::Lora;
 use crate::model::{Activation, FfnLayer, FfnWeight, Model};
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::RwLock;
 
 /// One layout: its parts and sizes, its encoder, its decoder and its overlay binding.
 pub trait LayoutSpec: Sync {
@@ -75,10 +79,88 @@ pub static REGISTRY: [&dyn LayoutSpec; 9] = [
     &lora::Lora,
 ];
 
+/// The layouts registered at run time ([`register`]), after the built-in [`REGISTRY`].
+static REGISTERED: RwLock<Vec<&'static dyn LayoutSpec>> = RwLock::new(Vec::new());
+
+/// Register a layout defined outside this crate: `spec` answers for it end to end (parts,
+/// sizes, encode, decode, overlay binding) under the tag of its `layout()`
+/// ([`Layout::custom`]), and its arms are registered with [`crate::ffn::register_arms`]. From
+/// then on packs holding it convert, open, load and forward like those of a built-in layout.
+/// Registering the same spec again does nothing; a tag that a built-in layout or another spec
+/// holds, or one that is not lowercase `[a-z0-9_]`, is refused.
+pub fn register(spec: &'static dyn LayoutSpec) -> Result<Layout> {
+    let layout = spec.layout();
+    let tag = layout.tag();
+    let refuse = |reason: &str| Error::Register {
+        what: format!("layout {tag:?}"),
+        reason: reason.into(),
+    };
+    if !matches!(layout, Layout::Custom(_)) || Layout::ALL.iter().any(|l| l.tag() == tag) {
+        return Err(refuse(
+            "a built-in layout holds that tag (a registered spec's layout() is Layout::custom)",
+        ));
+    }
+    if tag.is_empty()
+        || !tag
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return Err(refuse("a tag is lowercase letters, digits and underscores"));
+    }
+    let mut reg = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    match reg.iter().find(|s| s.layout() == layout) {
+        Some(s) if std::ptr::addr_eq(*s, spec) => return Ok(layout),
+        Some(_) => return Err(refuse("another spec holds that tag")),
+        None => {}
+    }
+    reg.push(spec);
+    crate::converters::layouts::register_tag(tag);
+    Ok(layout)
+}
+
+/// The spec of a [`Layout::custom`] never registered: it stores, decodes and binds nothing
+/// (no file reaches it: [`Layout::from_tag`] knows only registered layouts).
+struct Unregistered;
+
+impl LayoutSpec for Unregistered {
+    fn layout(&self) -> Layout {
+        Layout::custom("unregistered")
+    }
+    fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
+        &[]
+    }
+    fn padded_shape(&self, _: Proj, _: [u64; 2]) -> Option<[u64; 2]> {
+        None
+    }
+    fn part_bytes(&self, _: &str, _: [u64; 2], _: u64) -> Option<u64> {
+        None
+    }
+    fn encode(&self, _: &mut EncodeCx, _: Proj) -> Result<Option<Encoded>> {
+        Err(Error::Register {
+            what: "a layout".into(),
+            reason: "its spec was never registered (layout::register)".into(),
+        })
+    }
+    fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
+        Err(Error::Register {
+            what: format!("layout of {}", b.name),
+            reason: "its spec was never registered (layout::register)".into(),
+        })
+    }
+    fn bind(&self, _: &LayerViews, _: &mut LayerOverlays) {}
+}
+
 impl Layout {
     /// This layout's entry in the registry.
     pub fn spec(self) -> &'static dyn LayoutSpec {
-        REGISTRY[self as usize]
+        if let Some(i) = Layout::ALL.iter().position(|&l| l == self) {
+            return REGISTRY[i];
+        }
+        let reg = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+        reg.iter()
+            .find(|s| s.layout() == self)
+            .copied()
+            .unwrap_or(&Unregistered)
     }
 
     /// Whether a layer of activation `act` takes this layout; `convert` refuses the others

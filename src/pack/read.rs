@@ -1,6 +1,6 @@
 //! `Pack`: an opened, validated pack, and the decoders `dump` and `verify` use.
 
-use crate::converters::layouts::{Layout, Proj};
+use crate::converters::layouts::Proj;
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, Value};
 

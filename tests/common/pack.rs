@@ -55,7 +55,7 @@ pub fn tolerance(l: Layout) -> f64 {
         Layout::Bf16 => 0.004,                                     // 8 bits
         Layout::Q4kMmq => 0.12, // 4-bit with 6-bit scales (int8 down is finer)
         Layout::Q2g128 => 0.75, // 2-bit symmetric, 128 groups
-        Layout::Lora => 0.0,
+        Layout::Lora | Layout::Custom(_) => 0.0,
     }
 }
 
@@ -79,7 +79,7 @@ pub fn reference(
         Layout::W8a8 => layouts::w8a8::encode(x, n, k),
         Layout::Bf16 => layouts::bf16::encode(x, n, k),
         Layout::Q2g128 => layouts::q2g128::encode(x, n, k),
-        Layout::Lora => unreachable!(),
+        Layout::Lora | Layout::Custom(_) => unreachable!(),
     };
     let [np, kp] = e.padded;
     let p = |i: usize| e.parts[i].1.as_slice();
@@ -96,7 +96,7 @@ pub fn reference(
         Layout::W8a8 => layouts::w8a8::decode(p(0), p(1), n, k, kp),
         Layout::Bf16 => layouts::bf16::decode(p(0), n, k, kp),
         Layout::Q2g128 => layouts::q2g128::decode(p(0), n, k, kp),
-        Layout::Lora => unreachable!(),
+        Layout::Lora | Layout::Custom(_) => unreachable!(),
     }
 }
 
