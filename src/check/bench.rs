@@ -22,47 +22,7 @@ pub fn benchmarks(
         ceiling / 1e9
     ));
     let (h, i) = (4096usize, 14336usize);
-    let cfg = FfnConfig {
-        hidden: h,
-        inter: i,
-    };
     let w = DenseWeights::random(rng, h, i);
-    let weight_bytes = |per_elem: f64| per_elem * (3 * h * i) as f64;
-    // Decode (m = 1): effective weight bandwidth of each arm.
-    type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
-    type Env = &'static [(&'static str, &'static str)];
-    let arms: [(&str, Install, f64, Env); 6] = [
-        (
-            "fp8 fused gate+up GEMV chain",
-            |b, l, w| install_fp8(b, l, w, true),
-            1.0 + 4.0 / 16384.0,
-            &[],
-        ),
-        (
-            // Prefill from 33 rows: the W8A8 GEMM (per-group FP8 activations, fp8_wgmma).
-            "fp8 GEMV / W8A8 prefill",
-            |b, l, w| install_fp8(b, l, w, false),
-            1.0 + 4.0 / 16384.0,
-            &[],
-        ),
-        (
-            // The w8a16 contract: bf16 activations, the mma.sync GEMMs.
-            "fp8 w8a16 (mma.sync prefill)",
-            |b, l, w| install_fp8(b, l, w, false),
-            1.0 + 4.0 / 16384.0,
-            &[("METRALE_FP8_W8A8", "0")],
-        ),
-        ("w8a8 (quantize + wgmma GEMM)", install_w8a8, 1.0, &[]),
-        (
-            "w8a8 portable (mma.sync GEMM)",
-            install_w8a8,
-            1.0,
-            &[("METRALE_W8A8_WGMMA", "0")],
-        ),
-        ("bf16 GEMV chain", install_bf16, 2.0, &[]),
-    ];
-    // (arm, m, seconds) of every whole-layer prefill, for the ratios to the BF16 layer.
-    let mut prefill_times: Vec<(&str, usize, f64)> = Vec::new();
     // METRALE_BENCH_ARMS (comma-separated name parts) limits the per-arm sections, for a
     // profiler run over a few kernels.
     let only: Option<Vec<String>> = std::env::var("METRALE_BENCH_ARMS")
@@ -72,175 +32,135 @@ pub fn benchmarks(
         only.as_ref()
             .is_none_or(|o| o.iter().any(|p| name.contains(p)))
     };
-    for (name, install, bpe, env) in arms.into_iter().filter(|a| wanted(a.0)) {
-        let levers = ModelLevers {
-            w8a8_max_rows: 4096,
-            ..levers_with(env)
-        };
-        let mut ctx = ForwardContext::new(b.clone(), cfg, 4096, levers)?;
-        let mut layer = DenseFfnLayer::new(&ctx);
-        install(b.as_ref(), &mut layer, &w)?;
-        let x = b.alloc((4096 * h * 4) as u64)?;
-        upload_f32(b.as_ref(), x.view(0, (h * 4) as u64), &rng.vec(h, 1.0))?;
+    // (arm, m, seconds) of every whole-layer prefill, for the ratios to the BF16 layer.
+    let mut prefill_times: Vec<(&str, usize, f64)> = Vec::new();
+    for arm in BENCH_ARMS.iter().filter(|a| wanted(a.name)) {
+        bench_arm(&b, arm, &w, ceiling, rng, &mut out, &mut prefill_times)?;
+    }
+    prefill_ratios(&prefill_times, &mut out);
+    finalize_costs(&b, &w, &mut out)?;
+    small_shape_decode(&b, rng, &mut out)?;
+    cublas_peer(b.as_ref(), h, i, &mut out)?;
+    Ok(out.0)
+}
+
+type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
+
+/// One benchmarked arm: how its weights are installed, its levers, and what is timed: decode
+/// (with the weight bytes per element its bandwidth figure counts) and the prefill GEMMs.
+struct BenchArm {
+    name: &'static str,
+    install: Install,
+    levers: &'static [(&'static str, &'static str)],
+    /// Weight bytes per element, when the decode chain is timed.
+    decode: Option<f64>,
+    prefill: bool,
+}
+
+const fn bench(
+    name: &'static str,
+    install: Install,
+    levers: &'static [(&'static str, &'static str)],
+    decode: Option<f64>,
+    prefill: bool,
+) -> BenchArm {
+    BenchArm {
+        name,
+        install,
+        levers,
+        decode,
+        prefill,
+    }
+}
+
+/// FP8 (1 byte + a scale per 128x128 block), W8A8, BF16.
+const FP8_BPE: f64 = 1.0 + 4.0 / 16384.0;
+/// NVFP4: 0.5 byte codes + 1/16 byte scales per weight.
+const NVFP4_BPE: f64 = 0.5 + 1.0 / 16.0;
+const Q2_BPE: f64 = Q2G128_BYTES as f64 / Q2G128_ELEMS as f64;
+/// The W8A8 arm serves every prefill row count timed.
+const W8A8_ALL: (&str, &str) = ("METRALE_W8A8_MAX_ROWS", "4096");
+
+/// Every arm `bench-gpu` times, in the order it prints them.
+#[rustfmt::skip]
+static BENCH_ARMS: [BenchArm; 20] = [
+    bench("fp8 fused gate+up GEMV chain", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL], Some(FP8_BPE), false),
+    // Prefill from 33 rows: the W8A8 GEMM (per-group FP8 activations, fp8_wgmma).
+    bench("fp8 GEMV / W8A8 prefill", |b, l, w| install_fp8(b, l, w, false), &[W8A8_ALL], Some(FP8_BPE), true),
+    // The w8a16 contract: bf16 activations, the mma.sync GEMMs.
+    bench("fp8 w8a16 (mma.sync prefill)", |b, l, w| install_fp8(b, l, w, false), &[W8A8_ALL, ("METRALE_FP8_W8A8", "0")], Some(FP8_BPE), true),
+    bench("w8a8 (quantize + wgmma GEMM)", install_w8a8, &[W8A8_ALL], Some(1.0), true),
+    bench("w8a8 portable (mma.sync GEMM)", install_w8a8, &[W8A8_ALL, ("METRALE_W8A8_WGMMA", "0")], Some(1.0), true),
+    bench("bf16 GEMV chain", install_bf16, &[W8A8_ALL], Some(2.0), true),
+    bench("nvfp4 GEMV chain (k-split down)", install_nvfp4, &[("METRALE_W4A16_GEMV_KSPLIT_MIN_K", "8192")], Some(NVFP4_BPE), false),
+    bench("nvfp4 GEMV chain (split SiLU)", install_nvfp4, &[], Some(NVFP4_BPE), false),
+    bench("nvfp4 GEMV chain (SiLU-fused down)", install_nvfp4, &[("METRALE_FFN_SILU_FUSED_DOWN", "1")], Some(NVFP4_BPE), false),
+    bench("nvfp4 W4A4 (single row)", install_nvfp4, &[("METRALE_SINGLE_ROW_W4A4", "1")], Some(NVFP4_BPE), false),
+    bench("nvfp4 base w4a16_gemm", install_nvfp4, &[], None, true),
+    bench("nvfp4 _t GEMMs", install_nvfp4_t, &[], None, true),
+    bench("nvfp4 MMQ (wgmma)", install_nvfp4_mmq, &[], None, true),
+    bench("nvfp4 MMQ (mma.sync)", install_nvfp4_mmq, &[("METRALE_DQ_WGMMA", "0")], None, true),
+    bench("Q4_K MMQ (wgmma, int8 down)", |b, l, w| install_nvfp4_q4k(b, l, w, false), &[("METRALE_Q4K_MMQ", "1")], None, true),
+    bench("Q4_K MMQ (wgmma, Q4_K down)", |b, l, w| install_nvfp4_q4k(b, l, w, true), &[("METRALE_Q4K_MMQ", "1")], None, true),
+    bench("Q4_K MMQ (mma.sync, int8 down)", |b, l, w| install_nvfp4_q4k(b, l, w, false), &[("METRALE_Q4K_MMQ", "1"), ("METRALE_DQ_WGMMA", "0")], None, true),
+    bench("q2 GEMV chain", install_q2, &[], Some(Q2_BPE), false),
+    bench("q2 dequant + BF16 GEMM", install_q2, &[], None, true),
+    bench("q2 MMQ (q8_1)", install_q2, &[("METRALE_Q2G128_MMQ", "1")], None, true),
+];
+
+/// One arm on the llama-8B FFN shape: the m = 1 decode chain (time, weight bandwidth against
+/// the copy ceiling) and the decode sweep, then the whole-layer prefill at every `PREFILL_MS`.
+fn bench_arm(
+    b: &Arc<dyn GpuBackend>,
+    arm: &'static BenchArm,
+    w: &DenseWeights,
+    ceiling: f64,
+    rng: &mut Rand,
+    out: &mut Lines,
+    prefill_times: &mut Vec<(&'static str, usize, f64)>,
+) -> GpuResult<()> {
+    let (h, i, name) = (w.hidden, w.inter, arm.name);
+    let cfg = FfnConfig {
+        hidden: h,
+        inter: i,
+    };
+    let mut ctx = ForwardContext::new(b.clone(), cfg, 4096, levers_with(arm.levers))?;
+    let mut layer = DenseFfnLayer::new(&ctx);
+    (arm.install)(b.as_ref(), &mut layer, w)?;
+    let x = b.alloc((4096 * h * 4) as u64)?;
+    upload_f32(b.as_ref(), x, &rng.vec(4096 * h, 1.0))?;
+    if let Some(bpe) = arm.decode {
         let t = time_median(b.as_ref(), 50, || layer.forward(&mut ctx, x).map(|_| ()))?;
-        let bw = weight_bytes(bpe) / t;
+        let bw = bpe * (3 * h * i) as f64 / t;
         out.push(format!(
             "decode m=1 {name:<30} {:>8.1} us  {:>6.0} GB/s  {:>5.1}% of copy ceiling",
             t * 1e6,
             bw / 1e9,
             100.0 * bw / ceiling
         ));
-        upload_f32(
-            b.as_ref(),
-            x.view(0, (16 * h * 4) as u64),
-            &rng.vec(16 * h, 1.0),
-        )?;
-        decode_sweep(b.as_ref(), &layer, &mut ctx, x, name, t, &mut out)?;
-        if name.starts_with("fp8 GEMV")
-            || name.starts_with("fp8 w8a16")
-            || name.starts_with("w8a8")
-            || name.starts_with("bf16")
-        {
-            for m in PREFILL_MS {
-                upload_f32(
-                    b.as_ref(),
-                    x.view(0, (m * h * 4) as u64),
-                    &rng.vec(m * h, 1.0),
-                )?;
-                let t = time_median(b.as_ref(), 10, || {
-                    layer.forward_prefill(&mut ctx, x, m).map(|_| ())
-                })?;
-                prefill_times.push((name, m, t));
-                let flops = 2.0 * m as f64 * (3 * h * i) as f64;
-                out.push(format!(
-                    "prefill m={m:<5} {name:<30} {:>8.2} ms  {:>6.1} TFLOP/s",
-                    t * 1e3,
-                    flops / t / 1e12
-                ));
-            }
-        }
-        b.free(x);
+        decode_sweep(b.as_ref(), &layer, &mut ctx, x, name, t, out)?;
     }
-    // NVFP4 (0.5 byte codes + 1/16 byte scales per weight): decode chains, prefill GEMMs.
-    // (name, install, levers, prefill?, weight bytes per element for the decode figure)
-    type NvArm = (
-        &'static str,
-        Install,
-        &'static [(&'static str, &'static str)],
-        bool,
-        f64,
-    );
-    let nvfp4_bpe = 0.5 + 1.0 / 16.0;
-    let q2_bpe = Q2G128_BYTES as f64 / Q2G128_ELEMS as f64;
-    let nv_arms: [NvArm; 14] = [
-        (
-            "nvfp4 GEMV chain (k-split down)",
-            install_nvfp4,
-            &[("METRALE_W4A16_GEMV_KSPLIT_MIN_K", "8192")],
-            false,
-            nvfp4_bpe,
-        ),
-        (
-            "nvfp4 GEMV chain (split SiLU)",
-            install_nvfp4,
-            &[],
-            false,
-            nvfp4_bpe,
-        ),
-        (
-            "nvfp4 GEMV chain (SiLU-fused down)",
-            install_nvfp4,
-            &[("METRALE_FFN_SILU_FUSED_DOWN", "1")],
-            false,
-            nvfp4_bpe,
-        ),
-        (
-            "nvfp4 W4A4 (single row)",
-            install_nvfp4,
-            &[("METRALE_SINGLE_ROW_W4A4", "1")],
-            false,
-            nvfp4_bpe,
-        ),
-        ("nvfp4 base w4a16_gemm", install_nvfp4, &[], true, nvfp4_bpe),
-        ("nvfp4 _t GEMMs", install_nvfp4_t, &[], true, nvfp4_bpe),
-        ("nvfp4 MMQ (wgmma)", install_nvfp4_mmq, &[], true, nvfp4_bpe),
-        (
-            "nvfp4 MMQ (mma.sync)",
-            install_nvfp4_mmq,
-            &[("METRALE_DQ_WGMMA", "0")],
-            true,
-            nvfp4_bpe,
-        ),
-        (
-            "Q4_K MMQ (wgmma, int8 down)",
-            |b, l, w| install_nvfp4_q4k(b, l, w, false),
-            &[("METRALE_Q4K_MMQ", "1")],
-            true,
-            nvfp4_bpe,
-        ),
-        (
-            "Q4_K MMQ (wgmma, Q4_K down)",
-            |b, l, w| install_nvfp4_q4k(b, l, w, true),
-            &[("METRALE_Q4K_MMQ", "1")],
-            true,
-            nvfp4_bpe,
-        ),
-        (
-            "Q4_K MMQ (mma.sync, int8 down)",
-            |b, l, w| install_nvfp4_q4k(b, l, w, false),
-            &[("METRALE_Q4K_MMQ", "1"), ("METRALE_DQ_WGMMA", "0")],
-            true,
-            nvfp4_bpe,
-        ),
-        ("q2 GEMV chain", install_q2, &[], false, q2_bpe),
-        ("q2 dequant + BF16 GEMM", install_q2, &[], true, q2_bpe),
-        (
-            "q2 MMQ (q8_1)",
-            install_q2,
-            &[("METRALE_Q2G128_MMQ", "1")],
-            true,
-            q2_bpe,
-        ),
-    ];
-    for (name, install, env, prefill, bpe) in nv_arms.into_iter().filter(|a| wanted(a.0)) {
-        let levers = levers_with(env);
-        let mut ctx = ForwardContext::new(b.clone(), cfg, 4096, levers)?;
-        let mut layer = DenseFfnLayer::new(&ctx);
-        install(b.as_ref(), &mut layer, &w)?;
-        let x = b.alloc((4096 * h * 4) as u64)?;
-        upload_f32(
-            b.as_ref(),
-            x.view(0, (4096 * h * 4) as u64),
-            &rng.vec(4096 * h, 1.0),
-        )?;
-        if !prefill {
-            let t = time_median(b.as_ref(), 50, || layer.forward(&mut ctx, x).map(|_| ()))?;
-            let bw = weight_bytes(bpe) / t;
+    if arm.prefill {
+        for m in PREFILL_MS {
+            let t = time_median(b.as_ref(), 10, || {
+                layer.forward_prefill(&mut ctx, x, m).map(|_| ())
+            })?;
+            prefill_times.push((name, m, t));
+            let flops = 2.0 * m as f64 * (3 * h * i) as f64;
             out.push(format!(
-                "decode m=1 {name:<30} {:>8.1} us  {:>6.0} GB/s  {:>5.1}% of copy ceiling",
-                t * 1e6,
-                bw / 1e9,
-                100.0 * bw / ceiling
+                "prefill m={m:<5} {name:<30} {:>8.2} ms  {:>6.1} TFLOP/s",
+                t * 1e3,
+                flops / t / 1e12
             ));
-            decode_sweep(b.as_ref(), &layer, &mut ctx, x, name, t, &mut out)?;
-        } else {
-            for m in PREFILL_MS {
-                let t = time_median(b.as_ref(), 10, || {
-                    layer.forward_prefill(&mut ctx, x, m).map(|_| ())
-                })?;
-                prefill_times.push((name, m, t));
-                let flops = 2.0 * m as f64 * (3 * h * i) as f64;
-                out.push(format!(
-                    "prefill m={m:<5} {name:<30} {:>8.2} ms  {:>6.1} TFLOP/s",
-                    t * 1e3,
-                    flops / t / 1e12
-                ));
-            }
         }
-        b.free(x);
     }
-    // Each prefill arm against the BF16 layer (cuBLAS) at the same m, measured in this run.
-    for &(name, m, t) in &prefill_times {
+    b.free(x);
+    Ok(())
+}
+
+/// Each prefill arm against the BF16 layer (cuBLAS) at the same m, measured in this run.
+fn prefill_ratios(prefill_times: &[(&str, usize, f64)], out: &mut Lines) {
+    for &(name, m, t) in prefill_times {
         let bf16 = prefill_times
             .iter()
             .find(|(n, bm, _)| n.starts_with("bf16") && *bm == m);
@@ -251,8 +171,16 @@ pub fn benchmarks(
             ));
         }
     }
-    // The start-up cost a pack saves: each finalize's GPU work for one layer.
+}
+
+/// The start-up cost a pack saves: each finalize's GPU work for one layer (median of 5).
+fn finalize_costs(b: &Arc<dyn GpuBackend>, w: &DenseWeights, out: &mut Lines) -> GpuResult<()> {
     type Finalize = fn(&mut DenseFfnLayer, &mut ForwardContext, usize, usize) -> GpuResult<bool>;
+    let (h, i) = (w.hidden, w.inter);
+    let cfg = FfnConfig {
+        hidden: h,
+        inter: i,
+    };
     let finalizes: [(&str, Install, ModelLevers, Finalize); 2] = [
         (
             "finalize_nvfp4_mmq_load (GPU repack of gate, up, down)",
@@ -275,7 +203,7 @@ pub fn benchmarks(
         let mut times = Vec::new();
         for _ in 0..5 {
             let mut layer = DenseFfnLayer::new(&ctx);
-            install(b.as_ref(), &mut layer, &w)?;
+            install(b.as_ref(), &mut layer, w)?;
             b.synchronize(0)?;
             let t0 = Instant::now();
             finalize(&mut layer, &mut ctx, h, i)?;
@@ -290,15 +218,18 @@ pub fn benchmarks(
             i
         ));
     }
-    small_shape_decode(&b, rng, &mut out)?;
-    // cuBLAS BF16 on the same shapes, the peer of the prefill figures.
+    Ok(())
+}
+
+/// cuBLAS BF16 on the same shapes, the peer of the prefill figures.
+fn cublas_peer(b: &dyn GpuBackend, h: usize, i: usize, out: &mut Lines) -> GpuResult<()> {
     let wb = b.alloc((i * h * 2) as u64)?;
     b.fill(wb, 0x3C)?;
     let xb = b.alloc((4096 * h * 2) as u64)?;
     b.fill(xb, 0x3C)?;
     let yb = b.alloc((4096 * i * 4) as u64)?;
     for m in [512usize, 1024, 2048, 4096] {
-        let t = time_median(b.as_ref(), 10, || {
+        let t = time_median(b, 10, || {
             b.gemm_bf16(
                 &GemmBf16 {
                     x: xb,
@@ -319,7 +250,10 @@ pub fn benchmarks(
             2.0 * (m * i * h) as f64 / t / 1e12
         ));
     }
-    Ok(out.0)
+    for p in [wb, xb, yb] {
+        b.free(p);
+    }
+    Ok(())
 }
 
 /// Free the NVFP4 base of a benchmark layer (what its finalize calls built from it, the layer
@@ -409,7 +343,6 @@ fn decode_sweep(
 /// The SmolLM2-135M FFN shape (576 x 1536; one layer's weights fit in L2): latency of one
 /// decode row per arm and the kernel launches it takes.
 fn small_shape_decode(b: &Arc<dyn GpuBackend>, rng: &mut Rand, out: &mut Lines) -> GpuResult<()> {
-    type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
     let (h, i) = (576usize, 1536usize);
     let cfg = FfnConfig {
         hidden: h,
