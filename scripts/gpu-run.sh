@@ -24,10 +24,10 @@ if [ -z "${SKIP_LOAD_BENCH:-}" ]; then
     '$bin' export-segment '$big/pack.mpk.gguf' '$big/segment.safetensors' &&
     python3 scripts/peer_torch_load.py '$big/segment.safetensors'" > "$out/bench-load.txt" 2> "$out/bench-load.err" || rc=1
 fi
-# Which matrix instructions the sm_90a modules' cubins (compiled by the runs above) issue:
+# Which matrix instructions the sm_90a modules' cubins (embedded, or compiled by the runs above) issue:
 # QGMMA/HGMMA/IGMMA is Hopper's wgmma path, HMMA/IMMA the mma.sync path.
 cuobj=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
-for c in "$METRALE_KERNEL_CACHE"/*-sm_90a-*.cubin; do
+for c in kernels/prebuilt/*-sm_90a.cubin "$METRALE_KERNEL_CACHE"/*-sm_90a-*.cubin; do
   [ -f "$c" ] || continue
   echo "$(basename "$c"): $("$cuobj" -sass "$c" | grep -oE '\b(QGMMA|HGMMA|IGMMA|HMMA|IMMA)\.[A-Z0-9.x]+' | sort | uniq -c | tr '\n' ';')"
 done > "$out/sass.txt" 2>&1

@@ -245,6 +245,14 @@ enum Cmd {
 
 fn main() -> std::process::ExitCode {
     atomic::remove_temp_on_signal();
+    // The library's warnings (a kernel compiled with NVRTC at run time, a copy path that fell
+    // back) as one plain line each on stderr.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .with_target(false)
+        .without_time()
+        .init();
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // A closed stdout (`inspect ... | head`) is not an error.

@@ -116,3 +116,72 @@ fn wgmma_modules_are_not_serialized_and_do_not_spill() {
         );
     }
 }
+
+/// The cubins embedded in the binary (`gpu::prebuilt`) are, bit for bit, what NVRTC makes of the
+/// current kernel sources, and the index records those sources: a kernel edited without
+/// rebuilding them fails here. `METRALE_BLESS=1` rewrites `kernels/prebuilt/` (then rebuild).
+#[test]
+fn prebuilt_cubins_are_nvrtc_output_of_the_current_sources() {
+    use metrale_pack::gpu::prebuilt;
+    if cuda::nvrtc_version().is_err() {
+        assert!(
+            std::env::var_os("METRALE_REQUIRE_NVRTC").is_none(),
+            "NVRTC required but libnvrtc could not be loaded (LD_LIBRARY_PATH?)"
+        );
+        eprintln!("SKIPPED: libnvrtc not found; run scripts/test.sh to install it");
+        return;
+    }
+    let include = cuda::cuda_include_dir();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/prebuilt");
+    let bless = std::env::var_os("METRALE_BLESS").is_some();
+    let mut index = String::new();
+    let mut stale = Vec::new();
+    for (module, _) in kernels::MODULES {
+        let target =
+            kernels::module_arch(module, prebuilt::PREBUILT_DEVICE).expect("runs on sm_90");
+        let built = cuda::compile_cubin(module, &target, include.as_deref()).unwrap();
+        let key = prebuilt::source_key(module, &target).unwrap();
+        index.push_str(&format!("{module} {target} {key:016x}\n"));
+        if bless {
+            std::fs::write(dir.join(format!("{module}-{target}.cubin")), &built).unwrap();
+            continue;
+        }
+        match prebuilt::cubin(module, &target) {
+            Ok(embedded) if embedded == built.as_slice() => {}
+            Ok(_) => stale.push(format!("{module}: the embedded cubin differs from NVRTC's")),
+            Err(e) => stale.push(format!("{module}: {e:?}")),
+        }
+    }
+    if bless {
+        std::fs::write(dir.join("index.txt"), &index).unwrap();
+        return;
+    }
+    assert!(
+        stale.is_empty(),
+        "prebuilt kernels out of date (run METRALE_BLESS=1 scripts/test.sh or \
+         METRALE_BLESS=1 cargo test --release --test kernels_compile prebuilt, then rebuild): {stale:?}"
+    );
+    assert_eq!(prebuilt::INDEX, index);
+    assert_eq!(prebuilt::PREBUILT.len(), kernels::MODULES.len());
+    // Aligned as NVRTC's heap output is: the driver reads the ELF image in place.
+    for (m, _, c) in prebuilt::PREBUILT {
+        assert_eq!(c.as_ptr() as usize % 64, 0, "{m}");
+        assert_eq!(&c[..4], b"\x7fELF", "{m}");
+    }
+}
+
+/// A module whose source changed since its cubin was built, or a target none is built for,
+/// goes to NVRTC.
+#[test]
+fn a_changed_source_or_another_target_has_no_prebuilt_cubin() {
+    use metrale_pack::gpu::prebuilt::{self, Missing};
+    assert_eq!(prebuilt::cubin("ffn_act", "sm_80"), Err(Missing::Target));
+    assert_eq!(
+        prebuilt::cubin("no_such_module", "sm_90"),
+        Err(Missing::Target)
+    );
+    // The index names a hash no source has: as a kernel edited after the build.
+    let (m, t, _) = prebuilt::PREBUILT[0];
+    let key = prebuilt::source_key(m, t).unwrap();
+    assert_ne!(prebuilt::source_key(m, "sm_90a"), Some(key));
+}

@@ -210,6 +210,21 @@ impl CudaBackend {
             st.compile_errors.insert(module.into(), e.to_string());
             return Err(e);
         };
+        // Built ahead of time for this target from this source: no NVRTC at all.
+        let why = match super::prebuilt::cubin(module, &arch) {
+            Ok(_) if std::env::var_os("METRALE_NO_PREBUILT").is_some() => {
+                "METRALE_NO_PREBUILT is set".to_string()
+            }
+            Ok(cubin) => match self.load_image(&mut st, module, cubin) {
+                Ok(()) => return Ok(()),
+                Err(e) => format!("its prebuilt {arch} cubin did not load ({e})"),
+            },
+            Err(super::prebuilt::Missing::Target) => format!("no prebuilt cubin for {arch}"),
+            Err(super::prebuilt::Missing::Stale) => {
+                "its source changed since the prebuilt cubin was built".to_string()
+            }
+        };
+        tracing::warn!("kernel module {module}: {why}; compiling it with NVRTC");
         let ver = nvrtc_version()?;
         let opts = compile_options(&arch, self.include.as_deref());
         let key =
@@ -235,8 +250,14 @@ impl CudaBackend {
                 }
             },
         };
+        self.load_image(&mut st, module, &cubin)
+    }
+
+    /// Load a CUBIN image as `module` and index its entry points.
+    fn load_image(&self, st: &mut State, module: &str, cubin: &[u8]) -> GpuResult<()> {
         self.current()?;
-        // SAFETY: `cubin` is a complete CUBIN image produced by NVRTC for this device's arch.
+        // SAFETY: `cubin` is a complete CUBIN image (NVRTC's output, compiled now or ahead of
+        // time for this device's arch); the driver copies it and validates it.
         let m = unsafe { cu::module::load_data(cubin.as_ptr() as *const c_void) }
             .map_err(cuerr("cuModuleLoadData"))?;
         let entries = module_entries(m)?;

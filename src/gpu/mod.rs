@@ -10,6 +10,7 @@ pub mod host;
 pub mod kernels;
 pub mod levers;
 pub mod nccl;
+pub mod prebuilt;
 pub mod reference;
 pub mod sizes;
 pub mod table;
