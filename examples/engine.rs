@@ -9,15 +9,16 @@
 //! against a float64 FFN of the weights the pack holds (decoded from its NVFP4 blobs): the
 //! normwise error must stay under 1% (2.6e-3 measured on the host backend). CI runs it that way.
 
-use metrale_pack::GgmlType;
-use metrale_pack::converters::layouts::Layout;
-use metrale_pack::ffn::Proj;
+// The engine's API, from the crate root; the model generator and the float64 reference below
+// also read the GGUF writer and the pack's blob names.
 use metrale_pack::gguf::Value;
-use metrale_pack::gpu::host::HostBackend;
-use metrale_pack::gpu::{GpuBackend, download_f32, upload_f32};
-use metrale_pack::loader::{EngineOptions, LoadedModel};
-use metrale_pack::model::Model;
-use metrale_pack::pack::{self, ConvertOptions, Pack, blob_name};
+use metrale_pack::gpu::{download_f32, upload_f32};
+use metrale_pack::layout::{Layout, Proj};
+use metrale_pack::pack::blob_name;
+use metrale_pack::{
+    ConvertOptions, CudaBackend, EngineOptions, GgmlType, GpuBackend, HostBackend, LoadedModel,
+    Model, Pack,
+};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -36,7 +37,7 @@ fn main() -> anyhow::Result<()> {
         None => generated_pack(dir.path())?,
     };
     let backend: Arc<dyn GpuBackend> = if args.iter().any(|a| a == "--cuda") {
-        Arc::new(metrale_pack::gpu::cuda::CudaBackend::new(0)?)
+        Arc::new(CudaBackend::new(0)?)
     } else {
         Arc::new(HostBackend::new())
     };
@@ -134,7 +135,7 @@ fn generated_pack(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
     let src = dir.join("ffn.gguf");
     std::fs::write(&src, img)?;
     let out = dir.join("ffn.mpk.gguf");
-    pack::convert(
+    metrale_pack::convert(
         &Model::open(&src)?,
         &ConvertOptions::default(),
         &out,

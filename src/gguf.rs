@@ -124,7 +124,7 @@ pub enum Value {
     LongArray(ValueType, u64),
     /// A string of more than [`MAX_HELD_STRING`] bytes (a pack's manifest of 100k tensors):
     /// validated as UTF-8 like any other, but held as its length only; its bytes are the last
-    /// that many bytes of the KV's `span` ([`GgufFile::string_bytes`]).
+    /// that many bytes of the KV's `span` ([`GgufFile::string_range`]).
     LongString(u64),
     /// A `u64`.
     U64(u64),

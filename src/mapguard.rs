@@ -3,7 +3,7 @@
 //! Reading a mapped page past a file's new end raises SIGBUS, which would kill the process with
 //! no message. Every map this crate makes of an input is registered here. A SIGBUS inside a
 //! registered map is answered by mapping one zero page over the faulting page (the read then
-//! sees zeros) and recording where it happened; [`Guard::changed`] then reports it, and the
+//! sees zeros) and recording where it happened; [`Guard::fault`] then reports it, and the
 //! callers that read a source (`convert`, `verify --source`, `dump`) ask before they finish, so
 //! the result is an error naming the file and the byte range that was lost, never a half-read
 //! output. A SIGBUS anywhere else goes to the action the process had before (the default, or an

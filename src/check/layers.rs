@@ -14,7 +14,7 @@ pub type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> Gpu
 
 /// One arm configuration of the layer checks: its name, how its weights are installed, the
 /// levers (`METRALE_*` pairs) and the activation. One table drives the CUDA-against-host checks
-/// and the host routing matrix ([`routing_matrix`]).
+/// and the host routing matrix (`check::routing::routing_matrix`).
 pub struct LayerArm {
     /// The check's name (`gpu-check --arms` filters on it).
     pub name: &'static str,

@@ -1,5 +1,5 @@
 //! `DenseFfnLayer`: the engine's dense FFN layer with its weight overlays and forward arms, on
-//! any [`GpuBackend`](crate::gpu::GpuBackend). By concern: `context` (dimensions, the scratch
+//! any [`GpuBackend`]. By concern: `context` (dimensions, the scratch
 //! arena, levers), `weights` (one overlay struct per layout), `kernels` (the kernel table),
 //! `install` (the `set_*` validators and load-time finalizers), `routing` (which arm serves `m`
 //! rows), `forward` (the public forward methods), and `arms/` (one file per arm family: BF16, FP8

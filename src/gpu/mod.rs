@@ -1,7 +1,7 @@
 //! The GPU runtime: a backend trait over device memory, copies, streams and kernels looked up
 //! by (module, name), with two implementations: [`cuda::CudaBackend`] (cudarc, dynamic loading,
 //! kernels compiled with NVRTC and cached on disk) and [`host::HostBackend`], which implements
-//! the same kernel names on the CPU with the same numerics contract ([`reference`]), so every
+//! the same kernel names on the CPU with the same numerics contract ([`reference`](mod@reference)), so every
 //! routing decision runs in CI and GPU results are checked against it.
 
 pub mod allreduce;

@@ -1,5 +1,5 @@
 //! The host reference backend: "device" memory in host vectors and every kernel name of
-//! `kernels/*.cu` implemented with the [`reference`](super::reference) numerics, so routing and
+//! `kernels/*.cu` implemented with the [`reference`](mod@super::reference) numerics, so routing and
 //! layer logic run in CI without a GPU. Kernels can be hidden to exercise fall-through paths.
 
 use super::reference::{self, ActRound};
