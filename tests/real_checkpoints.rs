@@ -123,3 +123,23 @@ fn minilm_inspect_and_dump() {
         assert_bits_eq(name, &a.to_f32(), &b.to_f32());
     }
 }
+
+/// A real vocabulary (49,152 tokens, 48,900 merges, 49,152 token types) is validated but not
+/// held: each is a `LongArray` (its bytes stay in the file, copied raw into a pack).
+#[test]
+fn smollm2_vocabulary_is_validated_not_held() {
+    use metrale_pack::gguf::{GgufFile, Value, ValueType};
+    let g = smollm2_gguf();
+    let f = GgufFile::open(&g).unwrap();
+    for key in ["tokenizer.ggml.tokens", "tokenizer.ggml.merges"] {
+        let v = f.get(key).unwrap_or_else(|| panic!("{key}"));
+        assert!(
+            matches!(v, Value::LongArray(ValueType::String, n) if *n > 40_000),
+            "{key}: {v:?}"
+        );
+    }
+    assert!(matches!(
+        f.get("tokenizer.ggml.token_type"),
+        Some(Value::LongArray(ValueType::I32, 49152))
+    ));
+}
