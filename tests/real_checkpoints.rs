@@ -143,3 +143,54 @@ fn smollm2_vocabulary_is_validated_not_held() {
         Some(Value::LongArray(ValueType::I32, 49152))
     ));
 }
+
+/// A safetensors folder converts to a pack that is the whole model: its config, its tokenizer
+/// (the real all-MiniLM-L6-v2's files, written by Hugging Face tokenizers) and its generation
+/// config (written by transformers) ride along as string KVs, which gguf-py reads back byte for
+/// byte; a file the folder lacks is not invented.
+#[test]
+fn a_safetensors_folder_converts_to_a_self_contained_pack() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("model");
+    std::fs::create_dir(&src).unwrap();
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/peft-base");
+    for f in ["config.json", "generation_config.json", "model.safetensors"] {
+        std::fs::copy(base.join(f), src.join(f)).unwrap();
+    }
+    for f in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+    ] {
+        std::fs::copy(minilm_dir().join(f), src.join(f)).unwrap();
+    }
+    let out = dir.path().join("m.mpk.gguf");
+    let st = src.join("model.safetensors");
+    cli(&[
+        "convert",
+        st.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--layouts",
+        "bf16",
+    ]);
+    let got = dir.path().join("kv.bin");
+    for (key, file) in metrale_pack::pack::SOURCE_FILES {
+        let want = src.join(file);
+        if !want.exists() {
+            let g = metrale_pack::gguf::GgufFile::open(&out).unwrap();
+            assert!(g.get(key).is_none(), "{key} without {file}");
+            continue;
+        }
+        python_ref(&[
+            "kv_string",
+            out.to_str().unwrap(),
+            key,
+            got.to_str().unwrap(),
+        ]);
+        assert!(
+            std::fs::read(&got).unwrap() == std::fs::read(&want).unwrap(),
+            "{key} is not {file} byte for byte"
+        );
+    }
+}

@@ -22,7 +22,7 @@ pub use check::{check_header, check_manifest, header_digest, nonzero_padding};
 pub use plan::Plan;
 pub use read::Pack;
 pub use verify::{SourceCheck, verify_against_source};
-pub use write::{Progress, convert};
+pub use write::{Progress, SOURCE_FILES, convert};
 
 use crate::converters::layouts::{Layout, Proj};
 use crate::gguf::GgufFile;

@@ -556,6 +556,30 @@ fn validate_finished(tmp: &Path, out: &Path) -> Result<Manifest> {
     Ok(p.manifest)
 }
 
+/// The files of a safetensors folder a pack carries, as string KVs, so the pack is the whole
+/// model: its config, its quantization config, its tokenizer and its generation defaults
+/// (formats.md, "The pack container", file order).
+pub const SOURCE_FILES: [(&str, &str); 6] = [
+    ("metrale.source.config_json", "config.json"),
+    (
+        "metrale.source.hf_quant_config_json",
+        "hf_quant_config.json",
+    ),
+    ("metrale.source.tokenizer_json", "tokenizer.json"),
+    (
+        "metrale.source.tokenizer_config_json",
+        "tokenizer_config.json",
+    ),
+    (
+        "metrale.source.special_tokens_map_json",
+        "special_tokens_map.json",
+    ),
+    (
+        "metrale.source.generation_config_json",
+        "generation_config.json",
+    ),
+];
+
 /// Copy the source's metadata: GGUF KVs byte for byte (minus `general.alignment` and `split.*`);
 /// for safetensors, the architecture and the config and index files as strings.
 fn copy_metadata<W: Write>(model: &Model, b: &mut KvWriter<W>) -> std::io::Result<()> {
@@ -580,13 +604,7 @@ fn copy_metadata<W: Write>(model: &Model, b: &mut KvWriter<W>) -> std::io::Resul
                 .parent()
                 .unwrap_or(Path::new(""))
                 .to_path_buf();
-            for (key, file) in [
-                ("metrale.source.config_json", "config.json"),
-                (
-                    "metrale.source.hf_quant_config_json",
-                    "hf_quant_config.json",
-                ),
-            ] {
+            for (key, file) in SOURCE_FILES {
                 if let Ok(text) = std::fs::read_to_string(dir.join(file)) {
                     b.add_kv(key, &Value::String(text))?;
                 }

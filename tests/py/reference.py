@@ -149,6 +149,11 @@ def main() -> None:
             "kv": sorted(r.fields.keys()),
         }
         json.dump(out, open(sys.argv[3], "w"))
+    elif cmd == "kv_string":
+        # The bytes of one string KV, as gguf-py reads them.
+        from gguf import GGUFReader
+        f = GGUFReader(sys.argv[2]).fields[sys.argv[3]]
+        open(sys.argv[4], "wb").write(bytes(f.parts[f.data[0]]))
     elif cmd == "gguf_tensor":
         # gguf-py's own reader and dequantizer, in the logical (row-major) shape.
         import gguf
