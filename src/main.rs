@@ -89,7 +89,7 @@ enum Cmd {
         source: Option<PathBuf>,
     },
     /// Check every GPU kernel and layer arm against the host reference on the first CUDA device
-    /// (prints a table; exits non-zero on any failure; says SKIPPED without a GPU).
+    /// (prints a table; exits 1 on any failure; without a GPU says SKIPPED and exits 77).
     GpuCheck {
         /// Only the SmolLM2 shape and small row counts.
         #[arg(long)]
@@ -157,7 +157,7 @@ enum Cmd {
     /// Every arm of the recorded layers, loaded from PACK, on real activations (INPUTS/layerN.npy:
     /// f32 [tokens, hidden] FFN inputs, e.g. from `scripts/quality_kl.py --record`) against the
     /// float64 FFN of SOURCE's weights, beside the same arm on random activations of the same
-    /// row norms (needs a GPU; says SKIPPED without one).
+    /// row norms (needs a GPU; without one says SKIPPED and exits 77).
     CheckActivations {
         pack: PathBuf,
         #[arg(long)]
@@ -261,6 +261,10 @@ fn main() -> std::process::ExitCode {
                 .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
         {
             std::process::ExitCode::SUCCESS
+        }
+        Err(e) if e.downcast_ref::<Skipped>().is_some() => {
+            println!("{e}");
+            std::process::ExitCode::from(EXIT_SKIPPED)
         }
         Err(e) => {
             // One line: the error and its causes. A backtrace only on request (the release
@@ -390,9 +394,7 @@ fn run(cli: Cli) -> Result<()> {
             layers,
             max_rows,
         } => {
-            let Some(b) = cuda_or_skip() else {
-                return Ok(());
-            };
+            let b = cuda_or_skip()?;
             let rows = metrale_pack::check::activations::activation_checks(
                 b,
                 &pack,
@@ -627,17 +629,30 @@ fn peak_rss() -> Option<String> {
     Some(format!("{:.0} MB", kb / 1024.0))
 }
 
-fn cuda_or_skip() -> Option<std::sync::Arc<metrale_pack::gpu::cuda::CudaBackend>> {
+/// The exit status of a command that needs a GPU on a machine without one (automake's and
+/// CTest's "skipped"): scripts tell a skip from a pass (0) and a failure (1).
+pub const EXIT_SKIPPED: u8 = 77;
+
+/// A command skipped for want of a device: `SKIPPED: reason` on stdout, exit [`EXIT_SKIPPED`].
+#[derive(Debug)]
+pub struct Skipped(pub String);
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SKIPPED: {}", self.0)
+    }
+}
+
+impl std::error::Error for Skipped {}
+
+fn cuda_or_skip() -> Result<std::sync::Arc<metrale_pack::gpu::cuda::CudaBackend>> {
     match metrale_pack::gpu::cuda::CudaBackend::new(0) {
         Ok(b) => {
             use metrale_pack::gpu::GpuBackend;
             eprintln!("device: {} ({})", b.name(), b.arch());
-            Some(std::sync::Arc::new(b))
+            Ok(std::sync::Arc::new(b))
         }
-        Err(e) => {
-            println!("SKIPPED: {e}");
-            None
-        }
+        Err(e) => Err(Skipped(e.to_string()).into()),
     }
 }
 
@@ -658,9 +673,7 @@ fn gpu_check(
             "gpu-check --sections: unknown section {bad:?} (known: kernels, layers, load)"
         );
     }
-    let Some(b) = cuda_or_skip() else {
-        return Ok(());
-    };
+    let b = cuda_or_skip()?;
     let want = |s: &str| sections.as_ref().is_none_or(|v| v.iter().any(|x| x == s));
     let keep = |arm: &str| {
         arms.as_ref()
@@ -731,9 +744,7 @@ fn gpu_check(
 }
 
 fn bench_gpu() -> Result<()> {
-    let Some(b) = cuda_or_skip() else {
-        return Ok(());
-    };
+    let b = cuda_or_skip()?;
     let mut rng = metrale_pack::testing::Rand(7);
     let bb = b.clone();
     metrale_pack::check::benchmarks(b, move |n| bb.copy_ceiling(n), &mut rng)?;
@@ -763,9 +774,7 @@ fn bench_load(
     probe: bool,
 ) -> Result<()> {
     let io = parse_io(io)?;
-    let Some(b) = cuda_or_skip() else {
-        return Ok(());
-    };
+    let b = cuda_or_skip()?;
     Ok(metrale_pack::check::bench_load::bench_load(
         &b, path, source, io, sweep, probe,
     )?)
