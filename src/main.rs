@@ -524,12 +524,9 @@ fn verify(path: &Path, source: Option<&Path>) -> Result<()> {
         let c = pack::verify_against_source(&p, &m)?;
         anyhow::ensure!(
             c.mismatched.is_empty(),
-            "{}: {} of {} tensors differ from what {} gives: {}",
+            "{}: {}",
             path.display(),
-            c.mismatched.len(),
-            c.checked,
-            src.display(),
-            c.mismatched.join(", ")
+            c.summary(&src.display().to_string())
         );
         eprintln!(
             "{}: all {} tensors re-derived from {} bit for bit",

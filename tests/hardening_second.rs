@@ -681,3 +681,56 @@ fn long_strings_are_validated_not_held() {
         .to_string();
     assert!(e.contains("tokenizer.chat_template"), "{e}");
 }
+
+/// `verify --source` against another file: one bounded line naming the first tensors that
+/// differ, how many more, and that the source is not the file the pack was converted from
+/// (the manifest records each source's name, size and xxh3-64).
+#[test]
+fn verify_against_another_source_says_so_in_one_short_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = model(dir.path(), "a.gguf", GgmlType::F32);
+    let b = dir.path().join("b.gguf");
+    std::fs::copy(&a, &b).unwrap();
+    for l in 0..2 {
+        for p in ["gate", "up", "down"] {
+            patch(
+                &b,
+                &format!("blk.{l}.ffn_{p}.weight"),
+                0,
+                &0.5f32.to_le_bytes(),
+            );
+        }
+    }
+    let pack = dir.path().join("a.mpk.gguf");
+    let o = run(&["convert", a.to_str().unwrap(), "-o", pack.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = run(&[
+        "verify",
+        pack.to_str().unwrap(),
+        "--source",
+        b.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = err(&o);
+    let line = e
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_else(|| panic!("{e}"));
+    println!("{line}");
+    assert!(line.len() < 1000, "{} bytes: {line}", line.len());
+    assert!(line.contains("tensors differ from what"), "{line}");
+    assert!(line.contains(" more;"), "{line}");
+    assert!(
+        line.contains("the pack was converted from a.gguf")
+            && line.contains("this source is b.gguf"),
+        "{line}"
+    );
+    // Against its own source it passes, and says nothing of identity.
+    let o = run(&[
+        "verify",
+        pack.to_str().unwrap(),
+        "--source",
+        a.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+}

@@ -11,6 +11,51 @@ pub struct SourceCheck {
     pub checked: usize,
     /// Blobs that differ, by name.
     pub mismatched: Vec<String>,
+    /// When some differ and the source's files are not the ones the pack records (name, size,
+    /// xxh3-64): how (hashed only after a mismatch: a passing check reads the source once).
+    pub other_source: Option<String>,
+}
+
+impl SourceCheck {
+    /// One line for a failed check: the count, the first few names and, when the source is not
+    /// the file the pack was converted from, which file it was.
+    pub fn summary(&self, source: &str) -> String {
+        const NAMES: usize = 8;
+        let mut names = self.mismatched[..self.mismatched.len().min(NAMES)].join(", ");
+        if self.mismatched.len() > NAMES {
+            names += &format!(" and {} more", self.mismatched.len() - NAMES);
+        }
+        let mut s = format!(
+            "{} of {} tensors differ from what {source} gives: {names}",
+            self.mismatched.len(),
+            self.checked
+        );
+        if let Some(o) = &self.other_source {
+            s += &format!("; {o}");
+        }
+        s
+    }
+}
+
+/// Whether `source`'s files are those `pack` was converted from (name, size, xxh3-64 as the
+/// manifest records them): `None` when they are, else how they differ.
+pub fn other_source(pack: &Pack, source: &Model) -> Option<String> {
+    let want = &pack.manifest.sources;
+    let got = super::write::source_identity(source);
+    if want.is_empty() || *want == got {
+        return None;
+    }
+    let show = |v: &[SourceInfo]| {
+        v.iter()
+            .map(|s| format!("{} ({} bytes, xxh3 {})", s.name, s.bytes, s.xxh3))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Some(format!(
+        "the pack was converted from {}, and this source is {}",
+        show(want),
+        show(&got)
+    ))
 }
 
 /// Re-derive every tensor of `pack` from `source` with the pack's recorded options and compare
@@ -44,6 +89,9 @@ pub fn verify_against_source(pack: &Pack, source: &Model) -> Result<SourceCheck>
             check.checked,
             pack.manifest.tensors.len()
         ));
+    }
+    if !check.mismatched.is_empty() {
+        check.other_source = other_source(pack, source);
     }
     Ok(check)
 }

@@ -177,7 +177,8 @@ fn write_zeros(w: &mut impl Write, mut n: u64) -> std::io::Result<()> {
 
 /// Source identity: names, sizes and a content hash of every source file (streamed, dropping
 /// each chunk's pages behind it to keep the resident set small).
-fn source_identity(model: &Model) -> Vec<SourceInfo> {
+/// Each source file's name, size and xxh3-64 (what the manifest's `sources` records).
+pub(crate) fn source_identity(model: &Model) -> Vec<SourceInfo> {
     model
         .files
         .iter()
