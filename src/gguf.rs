@@ -325,6 +325,38 @@ pub fn release_pages(map: &Mmap, start: u64, end: u64) {
 }
 
 impl GgufFile {
+    /// A KV's value held whole, long arrays and strings included (read again from its span):
+    /// what `inspect --json` prints. Costs what the value holds (a vocabulary of 2 million
+    /// strings, 2 million `String`s).
+    pub fn whole_value(&self, kv: &Kv) -> Result<Value> {
+        let file = self.path.display().to_string();
+        let buf = self
+            .map
+            .get(kv.span.clone())
+            .ok_or_else(|| Error::Truncated {
+                file: file.clone(),
+                field: kv.key.clone(),
+                offset: kv.span.start as u64,
+                need: kv.span.len() as u64,
+                left: self.map.len().saturating_sub(kv.span.start) as u64,
+            })?;
+        let mut c = Cursor {
+            buf,
+            pos: 0,
+            file: &file,
+            hold: true,
+        };
+        let f = || kv.key.clone();
+        c.string(&f)?;
+        let ty = c.u32(&f)?;
+        let ty = ValueType::from_id(ty).ok_or_else(|| Error::ValueType {
+            file: file.clone(),
+            field: kv.key.clone(),
+            ty,
+        })?;
+        c.value(ty, 0, &f)
+    }
+
     /// Where a string KV's value lies in the map, held ([`Value::String`]) or not
     /// ([`Value::LongString`]): the last bytes of its span. `None` for any other value.
     pub fn string_range(&self, kv: &Kv) -> Option<Range<usize>> {
@@ -449,6 +481,8 @@ struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
     file: &'a str,
+    /// Hold every value whole, long arrays and strings too ([`GgufFile::whole_value`]).
+    hold: bool,
 }
 
 impl<'a> Cursor<'a> {
@@ -509,7 +543,7 @@ impl<'a> Cursor<'a> {
             file: self.file.into(),
             field: field(),
         })?;
-        Ok(if n > MAX_HELD_STRING {
+        Ok(if n > MAX_HELD_STRING && !self.hold {
             Value::LongString(n)
         } else {
             Value::String(s.to_owned())
@@ -573,7 +607,7 @@ impl<'a> Cursor<'a> {
                     ty: et,
                 })?;
                 let n = self.count(et.min_size(), field)?;
-                if n > MAX_HELD_ARRAY {
+                if n > MAX_HELD_ARRAY && !self.hold {
                     for _ in 0..n {
                         self.skip(et, depth + 1, field)?;
                     }
@@ -592,7 +626,12 @@ impl<'a> Cursor<'a> {
 
 /// Parse and validate a GGUF image held in `buf`; `file` names it in errors.
 pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
-    let mut c = Cursor { buf, pos: 0, file };
+    let mut c = Cursor {
+        buf,
+        pos: 0,
+        file,
+        hold: false,
+    };
     let magic = c.take(4, &|| "magic".into()).map_err(|_| Error::BadMagic {
         file: file.into(),
         found: buf[..buf.len().min(4)].to_vec(),

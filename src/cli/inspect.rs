@@ -25,12 +25,16 @@ pub(crate) fn write_fidelity(o: &mut impl Write, f: &[pack::Fidelity]) -> std::i
 
 pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
     let m = Model::open(path)?;
-    let pack_manifest = match &m.files[0] {
+    let pack = match &m.files[0] {
         model::SourceFile::Gguf(g) if pack::is_pack(g) => {
-            Some(Pack::from_gguf(gguf::GgufFile::open(path)?)?.manifest)
+            Some(Pack::from_gguf(gguf::GgufFile::open(path)?)?)
         }
         _ => None,
     };
+    let pack_manifest = pack.as_ref().map(|p| &p.manifest);
+    if json {
+        return inspect_json(&m, pack.as_ref());
+    }
     let metadata: Vec<(String, String)> = match &m.files[0] {
         model::SourceFile::Gguf(g) => g
             .kvs
@@ -47,65 +51,6 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
             v
         }
     };
-    if json {
-        // Streamed: one JSON value per top-level key and one line per tensor, never the whole
-        // document in memory (a file of a million tensors would otherwise take 60x its size).
-        let layers: Vec<serde_json::Value> = m
-            .ffn_layers
-            .iter()
-            .map(|l| {
-                let w = |w: &model::FfnWeight| {
-                    serde_json::json!({"tensor": m.tensors[w.main()].name, "scheme": w.scheme(),
-                        "type": m.tensors[w.main()].dtype.name(), "shape": m.weight_shape(w).ok()})
-                };
-                serde_json::json!({"index": l.index, "gate": w(&l.gate), "up": w(&l.up), "down": w(&l.down)})
-            })
-            .collect();
-        let head: Vec<(&str, serde_json::Value)> = vec![
-            ("format", m.format.name().into()),
-            ("files", m.files.iter().map(|f| f.path().display().to_string()).collect::<Vec<_>>().into()),
-            ("architecture", serde_json::json!(m.architecture)),
-            ("quantization", serde_json::json!(m.quantization)),
-            ("hidden_size", serde_json::json!(m.hidden_size)),
-            ("intermediate_size", serde_json::json!(m.intermediate_size)),
-            ("activation", serde_json::json!(m.activation.map(|a| a.name()))),
-            // A pack's FFN layers are its manifest's (the blobs are not named as source weights).
-            ("ffn_layers", pack_manifest.as_ref().map_or(m.ffn_layers.len(), |pm| pm.model.ffn_layers).into()),
-            ("fidelity", serde_json::json!(pack_manifest.as_ref().map(|pm| &pm.fidelity))),
-            ("ffn", layers.into()),
-            ("moe_layers", serde_json::json!(m.moe_layers)),
-            ("metadata", metadata.into_iter().filter(|(k, _)| k != pack::keys::MANIFEST).map(|(k, v)| (k, serde_json::Value::String(v)))
-                .collect::<serde_json::Map<String, serde_json::Value>>().into()),
-            ("pack", serde_json::json!(pack_manifest.as_ref().map(|pm| serde_json::json!({
-                "format_version": pm.pack_format_version, "converter_version": pm.converter_version,
-                "target_arch": pm.target_arch, "kernel_abi": pm.kernel_abi, "layouts": pm.layouts,
-                "model": pm.model, "segment_offset": pm.segment_offset, "segment_bytes": pm.segment_bytes,
-                "sources": pm.sources, "options": pm.options, "tp": pm.tp,
-            })))),
-        ];
-        let mut o = std::io::BufWriter::new(std::io::stdout().lock());
-        writeln!(o, "{{")?;
-        for (k, v) in head {
-            writeln!(
-                o,
-                "  {}: {},",
-                serde_json::to_string(k)?,
-                serde_json::to_string(&v)?
-            )?;
-        }
-        writeln!(o, "  \"tensors\": [")?;
-        for (i, t) in m.tensors.iter().enumerate() {
-            let sep = if i + 1 < m.tensors.len() { "," } else { "" };
-            let v = serde_json::json!({
-                "name": t.name, "type": t.dtype.name(), "shape": t.shape,
-                "offset": t.offset, "bytes": t.bytes, "file": t.file,
-            });
-            writeln!(o, "    {}{sep}", serde_json::to_string(&v)?)?;
-        }
-        writeln!(o, "  ]\n}}")?;
-        o.flush()?;
-        return Ok(());
-    }
     // Names, keys and values come from the file: each is escaped on its way to the terminal
     // (a newline in a name too), and every line again.
     use super::term::escape as esc;
@@ -240,6 +185,149 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
             t.bytes
         )?;
     }
+    o.flush()?;
+    Ok(())
+}
+
+/// A metadata value as JSON: numbers, booleans, strings whole, arrays element by element
+/// (non-finite floats, which JSON cannot hold, as the strings `NaN`, `inf`, `-inf`).
+fn value_json(v: &gguf::Value) -> serde_json::Value {
+    use gguf::Value as V;
+    let float = |x: f64| {
+        serde_json::Number::from_f64(x).map_or_else(
+            || serde_json::Value::String(format!("{x}")),
+            serde_json::Value::Number,
+        )
+    };
+    match v {
+        V::U8(x) => (*x).into(),
+        V::I8(x) => (*x).into(),
+        V::U16(x) => (*x).into(),
+        V::I16(x) => (*x).into(),
+        V::U32(x) => (*x).into(),
+        V::I32(x) => (*x).into(),
+        V::U64(x) => (*x).into(),
+        V::I64(x) => (*x).into(),
+        V::F32(x) => float(*x as f64),
+        V::F64(x) => float(*x),
+        V::Bool(x) => (*x).into(),
+        V::String(x) => x.as_str().into(),
+        V::Array(_, xs) => xs.iter().map(value_json).collect::<Vec<_>>().into(),
+        // `GgufFile::whole_value` holds every value whole; these never reach here.
+        V::LongArray(..) | V::LongString(_) => serde_json::Value::Null,
+    }
+}
+
+/// `inspect --json`: the model view, every metadata value whole, for a pack its manifest (the
+/// header's fields, the FFN blobs by layer, each tensor's manifest entry), and every tensor.
+/// Streamed: one JSON value per top-level key and per metadata key, one line per tensor, never
+/// the whole document in memory (a file of a million tensors would otherwise take 60x its
+/// size). Its field names are pinned by `tests/inspect_json.rs`.
+fn inspect_json(m: &Model, pack: Option<&Pack>) -> Result<()> {
+    let pm = pack.map(|p| &p.manifest);
+    let ffn: Vec<serde_json::Value> = match pm {
+        // A pack's FFN layers are its manifest's blobs (not named as source weights).
+        Some(pm) => {
+            let mut layers: std::collections::BTreeMap<usize, Vec<serde_json::Value>> =
+                Default::default();
+            for e in &pm.tensors {
+                if let Some(fe) = &e.ffn {
+                    layers.entry(fe.layer).or_default().push(serde_json::json!({
+                        "tensor": e.name, "layout": fe.layout, "proj": fe.proj, "part": fe.part,
+                        "shape": fe.shape, "padded": fe.padded, "bytes": e.bytes,
+                    }));
+                }
+            }
+            layers
+                .into_iter()
+                .map(|(index, blobs)| serde_json::json!({"index": index, "blobs": blobs}))
+                .collect()
+        }
+        None => m
+            .ffn_layers
+            .iter()
+            .map(|l| {
+                let w = |w: &model::FfnWeight| {
+                    serde_json::json!({"tensor": m.tensors[w.main()].name, "scheme": w.scheme(),
+                        "type": m.tensors[w.main()].dtype.name(), "shape": m.weight_shape(w).ok()})
+                };
+                serde_json::json!({"index": l.index, "gate": w(&l.gate), "up": w(&l.up), "down": w(&l.down)})
+            })
+            .collect(),
+    };
+    let head: Vec<(&str, serde_json::Value)> = vec![
+        ("format", m.format.name().into()),
+        ("files", m.files.iter().map(|f| f.path().display().to_string()).collect::<Vec<_>>().into()),
+        ("architecture", serde_json::json!(m.architecture)),
+        ("quantization", serde_json::json!(m.quantization)),
+        ("hidden_size", serde_json::json!(m.hidden_size)),
+        ("intermediate_size", serde_json::json!(m.intermediate_size)),
+        ("activation", serde_json::json!(m.activation.map(|a| a.name()))),
+        ("ffn_layers", pm.map_or(m.ffn_layers.len(), |pm| pm.model.ffn_layers).into()),
+        ("fidelity", serde_json::json!(pm.map(|pm| &pm.fidelity))),
+        ("ffn", ffn.into()),
+        ("moe_layers", serde_json::json!(m.moe_layers)),
+        ("pack", serde_json::json!(pm.map(|pm| serde_json::json!({
+            "format_version": pm.pack_format_version, "converter_version": pm.converter_version,
+            "target_arch": pm.target_arch, "kernel_abi": pm.kernel_abi, "layouts": pm.layouts,
+            "model": pm.model, "segment_offset": pm.segment_offset, "segment_bytes": pm.segment_bytes,
+            "sources": pm.sources, "options": pm.options, "tp": pm.tp,
+        })))),
+    ];
+    let mut o = std::io::BufWriter::new(std::io::stdout().lock());
+    writeln!(o, "{{")?;
+    for (k, v) in head {
+        writeln!(
+            o,
+            "  {}: {},",
+            serde_json::to_string(k)?,
+            serde_json::to_string(&v)?
+        )?;
+    }
+    writeln!(o, "  \"metadata\": {{")?;
+    let mut first = true;
+    let mut item = |o: &mut std::io::BufWriter<_>, k: &str, v: serde_json::Value| -> Result<()> {
+        let sep = if std::mem::take(&mut first) {
+            ""
+        } else {
+            ",\n"
+        };
+        write!(
+            o,
+            "{sep}    {}: {}",
+            serde_json::to_string(k)?,
+            serde_json::to_string(&v)?
+        )?;
+        Ok(())
+    };
+    match &m.files[0] {
+        model::SourceFile::Gguf(g) => {
+            for kv in g.kvs.iter().filter(|kv| kv.key != pack::keys::MANIFEST) {
+                item(&mut o, &kv.key, value_json(&g.whole_value(kv)?))?;
+            }
+        }
+        model::SourceFile::Safetensors(s) => {
+            let mut v: Vec<_> = s.metadata.iter().collect();
+            v.sort();
+            for (k, val) in v {
+                item(&mut o, k, val.as_str().into())?;
+            }
+        }
+    }
+    writeln!(o, "\n  }},\n  \"tensors\": [")?;
+    for (i, t) in m.tensors.iter().enumerate() {
+        let sep = if i + 1 < m.tensors.len() { "," } else { "" };
+        let mut v = serde_json::json!({
+            "name": t.name, "type": t.dtype.name(), "shape": t.shape,
+            "offset": t.offset, "bytes": t.bytes, "file": t.file,
+        });
+        // A pack's tensor with its manifest entry (pads have none).
+        if let Some((p, j)) = pack.and_then(|p| p.index(&t.name).map(|j| (p, j))) {
+            v["entry"] = serde_json::to_value(&p.manifest.tensors[j])?;
+        }
+        writeln!(o, "    {}{sep}", serde_json::to_string(&v)?)?;
+    }
+    writeln!(o, "  ]\n}}")?;
     o.flush()?;
     Ok(())
 }

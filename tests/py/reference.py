@@ -149,6 +149,12 @@ def main() -> None:
             "kv": sorted(r.fields.keys()),
         }
         json.dump(out, open(sys.argv[3], "w"))
+    elif cmd == "kv_json":
+        # Every metadata value as gguf-py reads it (GGUF.* header fields left out).
+        from gguf import GGUFReader
+        r = GGUFReader(sys.argv[2])
+        out = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+        json.dump(out, open(sys.argv[3], "w"))
     elif cmd == "kv_string":
         # The bytes of one string KV, as gguf-py reads them.
         from gguf import GGUFReader
