@@ -60,199 +60,16 @@ pub fn tp_checks(
     rng: &mut Rand,
 ) -> crate::Result<Vec<TpRow>> {
     let gpu = crate::Error::Gpu;
-    let n = backends.len() as u32;
-    let model = Model::open(source)?;
     let one = loader::load(backends[0].as_ref(), single, &LoadOptions::default())?;
-    let m = &one.pack.manifest.model;
-    let (h, inter) = (m.hidden_size as usize, m.intermediate_size as usize);
-    let act = Activation::from_act_name(&m.activation).unwrap_or(Activation::Silu);
-    let fl = model
-        .ffn_layers
-        .iter()
-        .find(|f| f.index == layer)
-        .ok_or_else(|| crate::Error::NotFound {
-            file: source.display().to_string(),
-            tensor: format!("FFN layer {layer}"),
-        })?;
-    let w = DenseWeights {
-        gate: model.decode_weight(&fl.gate)?.0,
-        up: model.decode_weight(&fl.up)?.0,
-        down: model.decode_weight(&fl.down)?.0,
-        hidden: h,
-        inter,
-    };
-    let max_m = ms.iter().copied().max().unwrap_or(1);
-    // Each m is checked on at least CHECK_ROWS rows (calls of m rows), so that a small layer's
-    // error at m = 1 is not the error of one row of `hidden` values.
-    let rows_of = |mm: usize| mm.max(CHECK_ROWS).div_ceil(mm) * mm;
-    let n_rows = ms.iter().map(|&mm| rows_of(mm)).max().unwrap_or(1);
-    let x = rng.vec(n_rows * h, 1.0);
-    let want = ffn_f64(&x, n_rows, &w, act);
-    // Every arm of `arms_of`, and the NVFP4 base with the pack's LoRA adapter installed.
-    let arms = |lp: &LoadedPack| -> crate::Result<Vec<Arm>> {
-        let ov = super::activations::layer_overlays(lp, layer)?;
-        let mut v = arms_of(ov);
-        if ov.nvfp4.is_some() && ov.lora.is_some() {
-            v.push(Arm {
-                name: LORA_ARM,
-                overlays: crate::loader::LayerOverlays {
-                    index: ov.index,
-                    nvfp4: ov.nvfp4,
-                    lora: ov.lora,
-                    ..Default::default()
-                },
-                levers: crate::gpu::ModelLevers::default(),
-                fixed: false,
-            });
-        }
-        Ok(v)
-    };
-    // The LoRA arm's reference: the source weights plus the adapter's delta as the one-GPU
-    // pack stores it (B A times its scaling, from the BF16 parts).
-    let want_lora = {
-        let mut wl = DenseWeights {
-            gate: w.gate.clone(),
-            up: w.up.clone(),
-            down: w.down.clone(),
-            hidden: h,
-            inter,
-        };
-        let mut any = false;
-        for (proj, dst) in [
-            ("gate", &mut wl.gate),
-            ("up", &mut wl.up),
-            ("down", &mut wl.down),
-        ] {
-            if let Ok((d, _)) = one.pack.decode_ffn(&format!("blk.{layer}.ffn_{proj}.lora")) {
-                dst.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
-                any = true;
-            }
-        }
-        any.then(|| ffn_f64(&x, n_rows, &wl, act))
-    };
-    // One arm on one backend: the output of each m, and the median times (forward, reduce).
-    let run = |b: &Arc<dyn GpuBackend>,
-               arm: &Arm,
-               inter: usize,
-               red: Option<(usize, &dyn AllReduce)>|
-     -> GpuResult<ArmRun> {
-        let cfg = FfnConfig { hidden: h, inter };
-        let mut ctx = ForwardContext::new(b.clone(), cfg, max_m, arm.levers.clone())?;
-        let mut l = DenseFfnLayer::new_with_activation(&ctx, act);
-        // An arm this layer refuses (the same on every rank); the fixed path is SiLU's only.
-        if let Err(e) = arm.overlays.install(&mut l) {
-            tracing::info!("{} (intermediate {inter}) not installed: {e}", arm.name);
-            return Ok(None);
-        }
-        if arm.fixed && act != Activation::Silu {
-            return Ok(None);
-        }
-        let mut out = Vec::new();
-        for &mm in ms {
-            let per = super::activations::rows_per_call(arm.name, mm);
-            let hook = |o: DevicePtr, rows: usize| -> GpuResult<()> {
-                match red {
-                    Some((rank, r)) => r.all_reduce(rank, b.as_ref(), o, rows * h),
-                    None => Ok(()),
-                }
-            };
-            // A path this layer refuses at this m (q2g128 prefill on GELU): refused the same
-            // way on every rank, before any all-reduce.
-            let rows = rows_of(mm);
-            let y = match run_rows_with(&mut ctx, &l, arm.fixed, &x[..rows * h], h, per, hook) {
-                Err(crate::gpu::GpuError::NotServed(why)) => {
-                    tracing::info!("{} at m = {mm} (intermediate {inter}): {why}", arm.name);
-                    out.push(None);
-                    continue;
-                }
-                r => r?,
-            };
-            // Timing: one call of mm rows on device-resident input, then the all-reduce alone.
-            let mut times = [Vec::new(), Vec::new()];
-            if iters > 0 && per == mm {
-                let xp = b.alloc((mm * h * 4) as u64)?;
-                upload_f32(b.as_ref(), xp, &x[..mm * h])?;
-                for _ in 0..=iters {
-                    let t0 = Instant::now();
-                    let o = if arm.fixed {
-                        l.forward_fixed(&mut ctx, xp, mm)?
-                    } else if mm == 1 {
-                        l.forward(&mut ctx, xp)?
-                    } else {
-                        l.forward_prefill(&mut ctx, xp, mm)?
-                    };
-                    b.synchronize(0)?;
-                    let t1 = Instant::now();
-                    if let Some((rank, r)) = red {
-                        r.all_reduce(rank, b.as_ref(), o, mm * h)?;
-                        b.synchronize(0)?;
-                    }
-                    times[0].push((t1 - t0).as_secs_f64());
-                    times[1].push(t1.elapsed().as_secs_f64());
-                }
-                b.free(xp);
-                times[0].remove(0);
-                times[1].remove(0);
-            }
-            let med = |v: &mut Vec<f64>| {
-                v.sort_by(f64::total_cmp);
-                v.get(v.len() / 2).copied().unwrap_or(0.0)
-            };
-            out.push(Some((y, [med(&mut times[0]), med(&mut times[1])])));
-        }
-        Ok(Some(out))
-    };
-    let single_arms = arms(&one)?;
+    let cx = TpCx::new(&one, source, layer, ms, iters, rng)?;
+    let single_arms = arms_with_lora(&one, layer)?;
     let mut singles = Vec::new();
     for a in &single_arms {
-        singles.push(run(&backends[0], a, inter, None).map_err(gpu)?);
+        singles.push(cx.run(&backends[0], a, cx.inter, None).map_err(gpu)?);
     }
+    let want_lora = cx.lora_reference(&one);
     backends[0].free(one.arena);
-    // Each rank loads its own pieces, then runs every arm with the others (one thread each).
-    let loaded: Vec<LoadedPack> = backends
-        .iter()
-        .enumerate()
-        .map(|(r, b)| {
-            let o = LoadOptions {
-                rank: Some((r as u32, n)),
-                ..Default::default()
-            };
-            loader::load(b.as_ref(), tp, &o)
-        })
-        .collect::<crate::Result<_>>()?;
-    let rank_arms: Vec<Vec<Arm>> = loaded.iter().map(arms).collect::<crate::Result<_>>()?;
-    let names = |v: &[Arm]| v.iter().map(|a| a.name).collect::<Vec<_>>();
-    if rank_arms.iter().any(|a| names(a) != names(&single_arms)) {
-        return Err(crate::Error::Unsupported {
-            file: tp.display().to_string(),
-            reason: "its ranks do not serve the same arms as the one-GPU pack".into(),
-        });
-    }
-    let results: Vec<GpuResult<Vec<ArmRun>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..backends.len())
-            .map(|r| {
-                let (b, arms, lp) = (&backends[r], &rank_arms[r], &loaded[r]);
-                let run = &run;
-                s.spawn(move || {
-                    arms.iter()
-                        .map(|a| run(b, a, lp.ffn_inter, Some((r, reduce))))
-                        .collect()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a rank's thread panicked"))
-            .collect()
-    });
-    for (b, lp) in backends.iter().zip(&loaded) {
-        b.free(lp.arena);
-    }
-    let mut ranks = results.into_iter();
-    let rank0 = ranks.next().expect("one rank at least").map_err(gpu)?;
-    for r in ranks {
-        r.map_err(gpu)?;
-    }
+    let rank0 = cx.run_ranks(backends, reduce, tp, &single_arms)?;
     let mut rows = Vec::new();
     for ((a, one), tpo) in single_arms.iter().zip(singles).zip(rank0) {
         let (Some(one), Some(tpo)) = (one, tpo) else {
@@ -260,7 +77,7 @@ pub fn tp_checks(
         };
         let want = match (&want_lora, a.name) {
             (Some(wl), LORA_ARM) => wl,
-            _ => &want,
+            _ => &cx.want,
         };
         for ((&mm, o1), ot) in ms.iter().zip(one).zip(tpo) {
             let (Some((y1, t1)), Some((yt, tt))) = (o1, ot) else {
@@ -277,6 +94,276 @@ pub fn tp_checks(
         }
     }
     Ok(rows)
+}
+
+/// Every arm of `arms_of` for `layer` of a loaded pack, and the NVFP4 base with the pack's LoRA
+/// adapter installed.
+fn arms_with_lora(lp: &LoadedPack, layer: usize) -> crate::Result<Vec<Arm>> {
+    let ov = super::activations::layer_overlays(lp, layer)?;
+    let mut v = arms_of(ov);
+    if ov.nvfp4.is_some() && ov.lora.is_some() {
+        v.push(Arm {
+            name: LORA_ARM,
+            overlays: crate::loader::LayerOverlays {
+                index: ov.index,
+                nvfp4: ov.nvfp4,
+                lora: ov.lora,
+                ..Default::default()
+            },
+            levers: crate::gpu::ModelLevers::default(),
+            fixed: false,
+        });
+    }
+    Ok(v)
+}
+
+/// What every arm of one check shares: the layer's shape and activation, the rows of each m,
+/// the input rows and the float64 FFN of the source weights over them.
+struct TpCx<'a> {
+    h: usize,
+    inter: usize,
+    act: Activation,
+    layer: usize,
+    ms: &'a [usize],
+    iters: usize,
+    max_m: usize,
+    x: Vec<f32>,
+    n_rows: usize,
+    w: DenseWeights,
+    want: Vec<f64>,
+}
+
+impl<'a> TpCx<'a> {
+    fn new(
+        one: &LoadedPack,
+        source: &Path,
+        layer: usize,
+        ms: &'a [usize],
+        iters: usize,
+        rng: &mut Rand,
+    ) -> crate::Result<Self> {
+        let model = Model::open(source)?;
+        let m = &one.pack.manifest.model;
+        let (h, inter) = (m.hidden_size as usize, m.intermediate_size as usize);
+        let act = Activation::from_act_name(&m.activation).unwrap_or(Activation::Silu);
+        let fl = model
+            .ffn_layers
+            .iter()
+            .find(|f| f.index == layer)
+            .ok_or_else(|| crate::Error::NotFound {
+                file: source.display().to_string(),
+                tensor: format!("FFN layer {layer}"),
+            })?;
+        let w = DenseWeights {
+            gate: model.decode_weight(&fl.gate)?.0,
+            up: model.decode_weight(&fl.up)?.0,
+            down: model.decode_weight(&fl.down)?.0,
+            hidden: h,
+            inter,
+        };
+        let n_rows = ms.iter().map(|&mm| rows_of(mm)).max().unwrap_or(1);
+        let x = rng.vec(n_rows * h, 1.0);
+        let want = ffn_f64(&x, n_rows, &w, act);
+        Ok(TpCx {
+            h,
+            inter,
+            act,
+            layer,
+            ms,
+            iters,
+            max_m: ms.iter().copied().max().unwrap_or(1),
+            x,
+            n_rows,
+            w,
+            want,
+        })
+    }
+
+    /// The LoRA arm's reference: the source weights plus the adapter's delta as the one-GPU
+    /// pack stores it (B A times its scaling, from the BF16 parts).
+    fn lora_reference(&self, one: &LoadedPack) -> Option<Vec<f64>> {
+        let mut wl = DenseWeights {
+            gate: self.w.gate.clone(),
+            up: self.w.up.clone(),
+            down: self.w.down.clone(),
+            hidden: self.h,
+            inter: self.inter,
+        };
+        let mut any = false;
+        for (proj, dst) in [
+            ("gate", &mut wl.gate),
+            ("up", &mut wl.up),
+            ("down", &mut wl.down),
+        ] {
+            let name = format!("blk.{}.ffn_{proj}.lora", self.layer);
+            if let Ok((d, _)) = one.pack.decode_ffn(&name) {
+                dst.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+                any = true;
+            }
+        }
+        any.then(|| ffn_f64(&self.x, self.n_rows, &wl, self.act))
+    }
+
+    /// Each rank loads its own pieces of `tp`, then runs every arm with the others (one thread
+    /// each): rank 0's runs.
+    fn run_ranks(
+        &self,
+        backends: &[Arc<dyn GpuBackend>],
+        reduce: &dyn AllReduce,
+        tp: &Path,
+        single_arms: &[Arm],
+    ) -> crate::Result<Vec<ArmRun>> {
+        let n = backends.len() as u32;
+        let loaded: Vec<LoadedPack> = backends
+            .iter()
+            .enumerate()
+            .map(|(r, b)| {
+                let o = LoadOptions {
+                    rank: Some((r as u32, n)),
+                    ..Default::default()
+                };
+                loader::load(b.as_ref(), tp, &o)
+            })
+            .collect::<crate::Result<_>>()?;
+        let rank_arms: Vec<Vec<Arm>> = loaded
+            .iter()
+            .map(|lp| arms_with_lora(lp, self.layer))
+            .collect::<crate::Result<_>>()?;
+        let names = |v: &[Arm]| v.iter().map(|a| a.name).collect::<Vec<_>>();
+        if rank_arms.iter().any(|a| names(a) != names(single_arms)) {
+            return Err(crate::Error::Unsupported {
+                file: tp.display().to_string(),
+                reason: "its ranks do not serve the same arms as the one-GPU pack".into(),
+            });
+        }
+        let results: Vec<GpuResult<Vec<ArmRun>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..backends.len())
+                .map(|r| {
+                    let (b, arms, lp) = (&backends[r], &rank_arms[r], &loaded[r]);
+                    s.spawn(move || {
+                        arms.iter()
+                            .map(|a| self.run(b, a, lp.ffn_inter, Some((r, reduce))))
+                            .collect()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a rank's thread panicked"))
+                .collect()
+        });
+        for (b, lp) in backends.iter().zip(&loaded) {
+            b.free(lp.arena);
+        }
+        let mut ranks = results.into_iter();
+        let rank0 = ranks
+            .next()
+            .expect("one rank at least")
+            .map_err(crate::Error::Gpu)?;
+        for r in ranks {
+            r.map_err(crate::Error::Gpu)?;
+        }
+        Ok(rank0)
+    }
+
+    /// One arm on one backend (its layer of intermediate `inter`): the output of each m, and the
+    /// median times (forward, reduce).
+    fn run(
+        &self,
+        b: &Arc<dyn GpuBackend>,
+        arm: &Arm,
+        inter: usize,
+        red: Option<(usize, &dyn AllReduce)>,
+    ) -> GpuResult<ArmRun> {
+        let h = self.h;
+        let cfg = FfnConfig { hidden: h, inter };
+        let mut ctx = ForwardContext::new(b.clone(), cfg, self.max_m, arm.levers.clone())?;
+        let mut l = DenseFfnLayer::new_with_activation(&ctx, self.act);
+        // An arm this layer refuses (the same on every rank); the fixed path is SiLU's only.
+        if let Err(e) = arm.overlays.install(&mut l) {
+            tracing::info!("{} (intermediate {inter}) not installed: {e}", arm.name);
+            return Ok(None);
+        }
+        if arm.fixed && self.act != Activation::Silu {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        for &mm in self.ms {
+            let per = super::activations::rows_per_call(arm.name, mm);
+            let hook = |o: DevicePtr, rows: usize| -> GpuResult<()> {
+                match red {
+                    Some((rank, r)) => r.all_reduce(rank, b.as_ref(), o, rows * h),
+                    None => Ok(()),
+                }
+            };
+            // A path this layer refuses at this m (q2g128 prefill on GELU): refused the same
+            // way on every rank, before any all-reduce.
+            let x = &self.x[..rows_of(mm) * h];
+            let y = match run_rows_with(&mut ctx, &l, arm.fixed, x, h, per, hook) {
+                Err(crate::gpu::GpuError::NotServed(why)) => {
+                    tracing::info!("{} at m = {mm} (intermediate {inter}): {why}", arm.name);
+                    out.push(None);
+                    continue;
+                }
+                r => r?,
+            };
+            let times = if self.iters > 0 && per == mm {
+                self.time(b, &l, &mut ctx, arm.fixed, mm, red)?
+            } else {
+                [0.0, 0.0]
+            };
+            out.push(Some((y, times)));
+        }
+        Ok(Some(out))
+    }
+
+    /// Median seconds of one call of `mm` rows on device-resident input, then of the
+    /// all-reduce alone.
+    fn time(
+        &self,
+        b: &Arc<dyn GpuBackend>,
+        l: &DenseFfnLayer,
+        ctx: &mut ForwardContext,
+        fixed: bool,
+        mm: usize,
+        red: Option<(usize, &dyn AllReduce)>,
+    ) -> GpuResult<[f64; 2]> {
+        let h = self.h;
+        let mut times = [Vec::new(), Vec::new()];
+        let xp = b.alloc((mm * h * 4) as u64)?;
+        upload_f32(b.as_ref(), xp, &self.x[..mm * h])?;
+        for _ in 0..=self.iters {
+            let t0 = Instant::now();
+            let o = if fixed {
+                l.forward_fixed(ctx, xp, mm)?
+            } else if mm == 1 {
+                l.forward(ctx, xp)?
+            } else {
+                l.forward_prefill(ctx, xp, mm)?
+            };
+            b.synchronize(0)?;
+            let t1 = Instant::now();
+            if let Some((rank, r)) = red {
+                r.all_reduce(rank, b.as_ref(), o, mm * h)?;
+                b.synchronize(0)?;
+            }
+            times[0].push((t1 - t0).as_secs_f64());
+            times[1].push(t1.elapsed().as_secs_f64());
+        }
+        b.free(xp);
+        let med = |v: &mut Vec<f64>| {
+            v.remove(0);
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        Ok([med(&mut times[0]), med(&mut times[1])])
+    }
+}
+
+/// Each m is checked on at least `CHECK_ROWS` rows (calls of m rows), so that a small layer's
+/// error at m = 1 is not the error of one row of `hidden` values.
+fn rows_of(mm: usize) -> usize {
+    mm.max(CHECK_ROWS).div_ceil(mm) * mm
 }
 
 /// Print the table.
