@@ -42,42 +42,54 @@ pub fn bench_load(
     if probe {
         super::probe_io::probe(b.as_ref(), path)?;
     }
-    let ready_with = |label: &str, opts: LoadOptions| -> Result<f64> {
-        let t0 = std::time::Instant::now();
-        let lp = loader::load(b.as_ref(), path, &opts)?;
-        let m = &lp.pack.manifest.model;
-        let cfg = FfnConfig {
-            hidden: m.hidden_size as usize,
-            inter: m.intermediate_size as usize,
-        };
-        let ctx = ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default())?;
-        let act = if m.activation == "gelu" {
-            crate::model::Activation::Gelu
-        } else {
-            crate::model::Activation::Silu
-        };
-        let launches = b.launch_count();
-        let mut layers = Vec::new();
-        for o in &lp.layers {
-            let mut l = DenseFfnLayer::new_with_activation(&ctx, act);
-            o.install(&mut l)?;
-            layers.push(l);
+    let bench = LoadBench { b, path, ceiling };
+    let with = |io: IoMode| LoadOptions {
+        io,
+        ..LoadOptions::default()
+    };
+    // The chosen mode, warm (three runs) and cold; then, with auto, each path alone, warm.
+    warm_page_cache(path);
+    let mut warm: Vec<f64> = (0..3)
+        .map(|_| bench.ready("warm", with(io)))
+        .collect::<Result<_>>()?;
+    warm.sort_by(f64::total_cmp);
+    if io == IoMode::Auto {
+        for mode in [IoMode::Register, IoMode::Staged, IoMode::Pageable] {
+            for _ in 0..2 {
+                bench.ready("warm", with(mode))?;
+            }
         }
-        if b.launch_count() != launches {
-            return Err(Error::Unsupported {
-                file: path.display().to_string(),
-                reason: "installing overlays launched kernels".into(),
-            });
-        }
-        let secs = t0.elapsed().as_secs_f64();
-        let gbs = lp.stats.bytes as f64 / lp.stats.copy_seconds;
-        let st = &lp.stats;
+    }
+    if sweep {
+        bench.sweep()?;
+    }
+    bench.cold()?;
+    if let Some(src) = source {
+        bench.source_baseline(src, warm[1])?;
+    }
+    Ok(())
+}
+
+/// One pack's load benchmark: the backend, the pack, the pinned ceiling measured first.
+struct LoadBench<'a> {
+    b: &'a Arc<CudaBackend>,
+    path: &'a Path,
+    ceiling: f64,
+}
+
+impl LoadBench<'_> {
+    /// Load the pack with `opts`, install every layer (no kernel may run), print one line
+    /// labelled `label`: seconds to ready and where they went. Returns the seconds.
+    fn ready(&self, label: &str, opts: LoadOptions) -> Result<f64> {
+        let r = ready_once(self.b, self.path, &opts)?;
+        let (secs, st, ceiling) = (r.secs, &r.stats, self.ceiling);
+        let gbs = st.bytes as f64 / st.copy_seconds;
         println!(
             "{label} {:>8.3} s to ready = {:.1}% of the ceiling ({} layers, {} device tensors; open {:.3} alloc {:.3} residency {:.3} copy {:.3} bind {:.3} install {:.3} s), segment {:.2} GB copied at {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}, {:.0}% resident{}",
             secs,
-            100.0 * lp.stats.bytes as f64 / secs / ceiling,
-            layers.len(),
-            lp.device_tensors().count(),
+            100.0 * st.bytes as f64 / secs / ceiling,
+            r.layers,
+            r.tensors,
             st.open_seconds,
             st.alloc_seconds,
             st.resident_seconds,
@@ -88,43 +100,24 @@ pub fn bench_load(
                 - st.resident_seconds
                 - st.copy_seconds
                 - st.bind_seconds,
-            lp.stats.bytes as f64 / 1e9,
+            st.bytes as f64 / 1e9,
             gbs / 1e9,
             100.0 * gbs / ceiling,
-            lp.stats.mode,
-            if lp.stats.direct { " O_DIRECT" } else { "" },
-            100.0 * lp.stats.resident,
-            lp.stats
-                .fell_back
+            st.mode,
+            if st.direct { " O_DIRECT" } else { "" },
+            100.0 * st.resident,
+            st.fell_back
                 .as_deref()
                 .map(|r| format!(" (fell back: {r})"))
                 .unwrap_or_default()
         );
-        b.free(lp.arena);
-        drop(ctx);
         Ok(secs)
-    };
-    let ready = |label: &str, io: IoMode| {
-        ready_with(
-            label,
-            LoadOptions {
-                io,
-                ..LoadOptions::default()
-            },
-        )
-    };
-    // The chosen mode, warm (three runs) and cold; then, with auto, each path alone, warm.
-    warm_page_cache(path);
-    let mut warm: Vec<f64> = (0..3).map(|_| ready("warm", io)).collect::<Result<_>>()?;
-    warm.sort_by(|a, c| a.partial_cmp(c).unwrap());
-    if io == IoMode::Auto {
-        for mode in [IoMode::Register, IoMode::Staged, IoMode::Pageable] {
-            for _ in 0..2 {
-                ready("warm", mode)?;
-            }
-        }
     }
-    if sweep {
+
+    /// The ring, hybrid and registration parameter sweeps, warm.
+    fn sweep(&self) -> Result<()> {
+        let path = self.path;
+        let ready_with = |label: &str, o: LoadOptions| self.ready(label, o);
         warm_page_cache(path);
         let mib = 1usize << 20;
         // The arena backed piece by piece while the copies run, for each path.
@@ -190,36 +183,48 @@ pub fn bench_load(
                 )?;
             }
         }
+        Ok(())
     }
-    // Cold: the page cache dropped before each run; the ring with O_DIRECT and through the
-    // cache, and registration (which faults the mapping in through the cache); each against the
-    // disk's own rate, an O_DIRECT sequential read of the same segment in the same run.
-    match super::probe_io::odirect_rate(b.as_ref(), path)? {
-        Some(r) => println!(
-            "disk: O_DIRECT sequential read of the segment (16 threads, 8 MiB) {:.2} GB/s",
-            r
-        ),
-        None => println!("disk: O_DIRECT refused on this file system"),
-    }
-    for (mode, direct) in [
-        (IoMode::Staged, Some(true)),
-        (IoMode::Staged, Some(false)),
-        (IoMode::Register, None),
-    ] {
-        if drop_page_cache(path) {
-            ready_with(
-                "cold",
-                LoadOptions {
-                    io: mode,
-                    direct,
-                    ..LoadOptions::default()
-                },
-            )?;
-        } else {
-            println!("cold: could not drop the page cache for {}", path.display());
+
+    /// Cold: the page cache dropped before each run.
+    fn cold(&self) -> Result<()> {
+        let (b, path) = (self.b, self.path);
+        let ready_with = |label: &str, o: LoadOptions| self.ready(label, o);
+        // Cold: the page cache dropped before each run; the ring with O_DIRECT and through the
+        // cache, and registration (which faults the mapping in through the cache); each against the
+        // disk's own rate, an O_DIRECT sequential read of the same segment in the same run.
+        match super::probe_io::odirect_rate(b.as_ref(), path)? {
+            Some(r) => println!(
+                "disk: O_DIRECT sequential read of the segment (16 threads, 8 MiB) {:.2} GB/s",
+                r
+            ),
+            None => println!("disk: O_DIRECT refused on this file system"),
         }
+        for (mode, direct) in [
+            (IoMode::Staged, Some(true)),
+            (IoMode::Staged, Some(false)),
+            (IoMode::Register, None),
+        ] {
+            if drop_page_cache(path) {
+                ready_with(
+                    "cold",
+                    LoadOptions {
+                        io: mode,
+                        direct,
+                        ..LoadOptions::default()
+                    },
+                )?;
+            } else {
+                println!("cold: could not drop the page cache for {}", path.display());
+            }
+        }
+        Ok(())
     }
-    if let Some(src) = source {
+
+    /// The start-up an engine without packs pays: read the source, build the same overlays on
+    /// the CPU, upload each tensor (pageable copies); against the median warm load `warm`.
+    fn source_baseline(&self, src: &Path, warm: f64) -> Result<()> {
+        let (b, path) = (self.b, self.path);
         // The start-up an engine without packs pays: read the source, build the same overlays on
         // the CPU, upload each tensor (pageable copies).
         warm_page_cache(src);
@@ -242,18 +247,23 @@ pub fn bench_load(
             "source baseline {:>8.3} s to ready ({:.2} GB of overlays built on the CPU and uploaded) = {:.1}x the warm pack load",
             base,
             bytes as f64 / 1e9,
-            base / warm[1]
+            base / warm
         );
+        Ok(())
     }
-    Ok(())
 }
 
-/// Load `path` with `opts` and install every layer's overlays: (seconds to ready, the stats).
-fn ready_once(
-    b: &Arc<CudaBackend>,
-    path: &Path,
-    opts: &LoadOptions,
-) -> Result<(f64, loader::LoadStats)> {
+/// One load to ready: seconds, the loader's stats, the layers installed, the device tensors.
+struct Ready {
+    secs: f64,
+    stats: loader::LoadStats,
+    layers: usize,
+    tensors: usize,
+}
+
+/// Load `path` with `opts` and install every layer's overlays (installing may launch no
+/// kernel: a pack holds what start-up would build).
+fn ready_once(b: &Arc<CudaBackend>, path: &Path, opts: &LoadOptions) -> Result<Ready> {
     let t0 = std::time::Instant::now();
     let lp = loader::load(b.as_ref(), path, opts)?;
     let m = &lp.pack.manifest.model;
@@ -264,14 +274,30 @@ fn ready_once(
     let act = crate::model::Activation::from_act_name(&m.activation)
         .unwrap_or(crate::model::Activation::Silu);
     let ctx = ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default())?;
+    let launches = b.launch_count();
+    let mut layers = Vec::new();
     for o in &lp.layers {
         let mut l = DenseFfnLayer::new_with_activation(&ctx, act);
         o.install(&mut l)?;
+        layers.push(l);
+    }
+    if b.launch_count() != launches {
+        return Err(Error::Unsupported {
+            file: path.display().to_string(),
+            reason: "installing overlays launched kernels".into(),
+        });
     }
     let secs = t0.elapsed().as_secs_f64();
-    let stats = lp.stats.clone();
+    let r = Ready {
+        secs,
+        stats: lp.stats.clone(),
+        layers: layers.len(),
+        tensors: lp.device_tensors().count(),
+    };
+    drop(layers);
     b.free(lp.arena);
-    Ok((secs, stats))
+    drop(ctx);
+    Ok(r)
 }
 
 /// `bench-load-tp`: seconds to ready of each rank of the tensor-parallel pack `tp`, every rank
@@ -328,7 +354,7 @@ pub fn bench_load_tp(
                             rank: Some((r as u32, n as u32)),
                             ..base.clone()
                         };
-                        ready_once(b, tp, &o)
+                        ready_once(b, tp, &o).map(|r| (r.secs, r.stats))
                     })
                 })
                 .collect();
@@ -352,7 +378,9 @@ pub fn bench_load_tp(
     warm_page_cache(tp);
     let mut t1 = Vec::new();
     for _ in 0..3 {
-        let (secs, st) = ready_once(&backends[0], one, &LoadOptions::default())?;
+        let Ready {
+            secs, stats: st, ..
+        } = ready_once(&backends[0], one, &LoadOptions::default())?;
         line("TP=1 warm", 0, secs, &st, alone);
         t1.push(secs);
     }
@@ -369,7 +397,9 @@ pub fn bench_load_tp(
         );
     }
     let cold1 = if drop_page_cache(one) {
-        let (secs, st) = ready_once(&backends[0], one, &LoadOptions::default())?;
+        let Ready {
+            secs, stats: st, ..
+        } = ready_once(&backends[0], one, &LoadOptions::default())?;
         line("TP=1 cold", 0, secs, &st, alone);
         Some(secs)
     } else {
