@@ -371,8 +371,13 @@ fn the_ranks_with_a_lora_adapter_sum_to_the_adapted_layer() {
             }
             let err = metrale_pack::testing::rel_err(&sum, &want);
             eprintln!("TP={n} m={m}: {err:.3e} (one GPU {single:.3e})");
+            // The reference rounds the intermediate activation to bf16 from float64, the host
+            // twin from f32: where the two straddle a bf16 rounding boundary one element moves
+            // one bf16 step (2^-8 of it), about 1e-4 of the output on these shapes (seed
+            // 1796186405320768144: TP = 4, m = 1, 8.4e-5; the same on the commit before the
+            // session's changes). 1e-3, as `gpu-check` allows the NVFP4 arms for that flip.
             assert!(
-                err <= 2.0 * single + 1e-6,
+                err <= (2.0 * single + 1e-6).max(1e-3),
                 "TP={n} m={m}: {err:.3e} against the one-GPU {single:.3e}"
             );
         }
