@@ -433,15 +433,14 @@ fn convert_peak(args: &[&str]) -> (std::process::ExitStatus, u64) {
     (o.status, mb << 20)
 }
 
-/// A GGUF of one small FFN layer and `n` one-element F32 tensors.
-fn tiny_tensors(path: &Path, n: usize) {
-    use metrale_pack::gguf_write::build;
+/// A GGUF image of one 64 x 128 llama FFN layer in F32, with `kvs` after the model's and
+/// `more` tensors after the layer's.
+fn ffn_gguf(kvs: &[(&str, Value)], more: &[(&str, Vec<u64>, GgmlType, Vec<u8>)]) -> Vec<u8> {
     let w = |rows: usize, cols: usize| -> Vec<u8> {
         (0..rows * cols)
             .flat_map(|i| (((i * 7919) % 201) as f32 / 2000.0 - 0.05).to_le_bytes())
             .collect()
     };
-    let names: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
     let mut tensors: Vec<(&str, Vec<u64>, GgmlType, Vec<u8>)> = vec![
         (
             "blk.0.ffn_gate.weight",
@@ -462,24 +461,31 @@ fn tiny_tensors(path: &Path, n: usize) {
             w(64, 128),
         ),
     ];
-    tensors.extend(names.iter().map(|s| {
-        (
-            s.as_str(),
-            vec![1],
-            GgmlType::F32,
-            1f32.to_le_bytes().to_vec(),
-        )
-    }));
-    let img = build(
-        32,
-        &[
-            ("general.architecture", Value::String("llama".into())),
-            ("llama.embedding_length", Value::U32(64)),
-            ("llama.feed_forward_length", Value::U32(128)),
-        ],
-        &tensors,
-    );
-    std::fs::write(path, img).unwrap();
+    tensors.extend(more.iter().cloned());
+    let mut all = vec![
+        ("general.architecture", Value::String("llama".into())),
+        ("llama.embedding_length", Value::U32(64)),
+        ("llama.feed_forward_length", Value::U32(128)),
+    ];
+    all.extend(kvs.iter().cloned());
+    metrale_pack::gguf_write::build(32, &all, &tensors)
+}
+
+/// A GGUF of one small FFN layer and `n` one-element F32 tensors.
+fn tiny_tensors(path: &Path, n: usize) {
+    let names: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+    let more: Vec<(&str, Vec<u64>, GgmlType, Vec<u8>)> = names
+        .iter()
+        .map(|s| {
+            (
+                s.as_str(),
+                vec![1],
+                GgmlType::F32,
+                1f32.to_le_bytes().to_vec(),
+            )
+        })
+        .collect();
+    std::fs::write(path, ffn_gguf(&[], &more)).unwrap();
 }
 
 #[test]
@@ -593,36 +599,10 @@ fn long_strings_are_validated_not_held() {
     let n = MAX_HELD_STRING as usize + 4097;
     let text: String = (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect();
     let src = dir.path().join("long.gguf");
-    let w = |rows: usize, cols: usize| vec![0u8; rows * cols * 4];
     let img = |text: &str| {
-        metrale_pack::gguf_write::build(
-            32,
-            &[
-                ("general.architecture", Value::String("llama".into())),
-                ("llama.embedding_length", Value::U32(64)),
-                ("llama.feed_forward_length", Value::U32(128)),
-                ("tokenizer.chat_template", Value::String(text.into())),
-            ],
-            &[
-                (
-                    "blk.0.ffn_gate.weight",
-                    vec![64, 128],
-                    GgmlType::F32,
-                    w(128, 64),
-                ),
-                (
-                    "blk.0.ffn_up.weight",
-                    vec![64, 128],
-                    GgmlType::F32,
-                    w(128, 64),
-                ),
-                (
-                    "blk.0.ffn_down.weight",
-                    vec![128, 64],
-                    GgmlType::F32,
-                    w(64, 128),
-                ),
-            ],
+        ffn_gguf(
+            &[("tokenizer.chat_template", Value::String(text.into()))],
+            &[],
         )
     };
     std::fs::write(&src, img(&text)).unwrap();

@@ -6,14 +6,22 @@
 
 use metrale_pack::gpu::{cuda, kernels};
 
+/// Whether libnvrtc loads; without it a test skips, except in CI (`METRALE_REQUIRE_NVRTC`).
+fn nvrtc() -> bool {
+    if cuda::nvrtc_version().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("METRALE_REQUIRE_NVRTC").is_none(),
+        "NVRTC required but libnvrtc could not be loaded (LD_LIBRARY_PATH?)"
+    );
+    eprintln!("SKIPPED: libnvrtc not found; run scripts/test.sh to install it");
+    false
+}
+
 #[test]
 fn every_module_compiles_for_sm90_with_its_entry_points() {
-    if cuda::nvrtc_version().is_err() {
-        assert!(
-            std::env::var_os("METRALE_REQUIRE_NVRTC").is_none(),
-            "NVRTC required but libnvrtc could not be loaded (LD_LIBRARY_PATH?)"
-        );
-        eprintln!("SKIPPED: libnvrtc not found; run scripts/test.sh to install it");
+    if !nvrtc() {
         return;
     }
     let include = cuda::cuda_include_dir();
@@ -123,12 +131,7 @@ fn wgmma_modules_are_not_serialized_and_do_not_spill() {
 #[test]
 fn prebuilt_cubins_are_nvrtc_output_of_the_current_sources() {
     use metrale_pack::gpu::prebuilt;
-    if cuda::nvrtc_version().is_err() {
-        assert!(
-            std::env::var_os("METRALE_REQUIRE_NVRTC").is_none(),
-            "NVRTC required but libnvrtc could not be loaded (LD_LIBRARY_PATH?)"
-        );
-        eprintln!("SKIPPED: libnvrtc not found; run scripts/test.sh to install it");
+    if !nvrtc() {
         return;
     }
     let include = cuda::cuda_include_dir();

@@ -182,36 +182,18 @@ fn source(dir: &Path) -> std::path::PathBuf {
     src
 }
 
-/// `down(silu(gate x) * up x)` in float64 over the weights the pack holds.
+/// `down(silu(gate x) * up x)` in float64 over the weights the pack holds (the harness's
+/// float64 FFN).
 fn reference(p: &Pack, layer: usize, x: &[f32], m: usize) -> Vec<f64> {
     let w = |proj| p.decode_ffn(&blob_name(layer, proj, TOY, "")).unwrap().0;
-    let (g, u, d) = (w(Proj::Gate), w(Proj::Up), w(Proj::Down));
-    let dot =
-        |w: &[f32], x: &[f32]| -> f64 { w.iter().zip(x).map(|(a, b)| *a as f64 * *b as f64).sum() };
-    let mut y = vec![0f64; m * HIDDEN];
-    for r in 0..m {
-        let xr = &x[r * HIDDEN..(r + 1) * HIDDEN];
-        let a: Vec<f64> = (0..INTER)
-            .map(|j| {
-                let gv = dot(&g[j * HIDDEN..(j + 1) * HIDDEN], xr);
-                gv / (1.0 + (-gv).exp()) * dot(&u[j * HIDDEN..(j + 1) * HIDDEN], xr)
-            })
-            .collect();
-        for o in 0..HIDDEN {
-            let row = &d[o * INTER..(o + 1) * INTER];
-            y[r * HIDDEN + o] = row.iter().zip(&a).map(|(w, v)| *w as f64 * v).sum();
-        }
-    }
-    y
-}
-
-fn rel_err(y: &[f32], want: &[f64]) -> f64 {
-    let (mut num, mut den) = (0f64, 0f64);
-    for (a, b) in y.iter().zip(want) {
-        num += (*a as f64 - b).powi(2);
-        den += b * b;
-    }
-    (num / den.max(1e-300)).sqrt()
+    let weights = metrale_pack::testing::DenseWeights {
+        gate: w(Proj::Gate),
+        up: w(Proj::Up),
+        down: w(Proj::Down),
+        hidden: HIDDEN,
+        inter: INTER,
+    };
+    metrale_pack::testing::ffn_f64(x, m, &weights, metrale_pack::model::Activation::Silu)
 }
 
 #[test]
@@ -284,7 +266,10 @@ fn a_layout_from_the_test_tree_converts_loads_and_forwards() {
             lm.ctx.trace.clear();
             let y = lm.forward(l, input, m).unwrap();
             let y = download_f32(backend.as_ref(), y.view(0, (m * HIDDEN * 4) as u64)).unwrap();
-            let err = rel_err(&y, &reference(&lm.pack.pack, l, &x[..m * HIDDEN], m));
+            let err = metrale_pack::testing::rel_err(
+                &y,
+                &reference(&lm.pack.pack, l, &x[..m * HIDDEN], m),
+            );
             println!("layer {l}, {m} rows: {err:.2e} against the float64 FFN");
             // BF16 weights decoded exactly, f32 activations and sums (6e-8 to 7e-8 measured):
             // 1e-5 against the float64 FFN.
