@@ -656,53 +656,67 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
     // each KV at least 8 (key length) + 4 (type) + 1 byte.
     let n_tensors = c.count(24, &|| "tensor_count".into())?;
     let n_kv = c.count(13, &|| "kv_count".into())?;
-
-    let mut kvs: Vec<Kv> = Vec::with_capacity(n_kv as usize);
-    let mut keys = HashSet::new();
-    for i in 0..n_kv {
-        let start = c.pos;
-        let key = c.string(&|| format!("kv[{i}].key"))?;
-        let fld = |k: &str| -> Box<dyn Fn() -> String> {
-            let k = k.to_string();
-            Box::new(move || k.clone())
-        };
-        let f = fld(&key);
-        let ty = c.u32(&*f)?;
-        let ty = ValueType::from_id(ty).ok_or_else(|| Error::ValueType {
-            file: file.into(),
-            field: key.clone(),
-            ty,
-        })?;
-        let value = c.value(ty, 0, &*f)?;
-        if !keys.insert(key.clone()) {
-            return Err(Error::DuplicateKey {
-                file: file.into(),
-                key,
-            });
-        }
-        kvs.push(Kv {
-            key,
-            value,
-            span: start..c.pos,
-        });
-    }
-
-    let alignment = match kvs.iter().find(|kv| kv.key == "general.alignment") {
-        None => DEFAULT_ALIGNMENT,
-        Some(kv) => match kv.value {
-            Value::U32(a) if a != 0 && a.is_power_of_two() => a as u64,
-            ref v => {
-                return Err(Error::Metadata {
-                    file: file.into(),
-                    key: "general.alignment".into(),
-                    reason: format!("must be a u32 power of two, found {v:?}"),
-                });
-            }
-        },
-    };
-
+    let kvs = c.kvs(n_kv)?;
+    let alignment = alignment_of(&kvs, file)?;
     let mut tensors = Vec::with_capacity(n_tensors as usize);
     for i in 0..n_tensors {
+        tensors.push(c.tensor_info(i, alignment)?);
+    }
+    check_unique_names(&tensors, file)?;
+    let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
+    place_tensors(&mut tensors, data_offset, buf.len() as u64, file)?;
+    check_no_overlap(&tensors, file)?;
+    Ok(Parsed {
+        version,
+        kvs,
+        tensors,
+        alignment,
+        data_offset,
+    })
+}
+
+impl Cursor<'_> {
+    /// `n_kv` key/value pairs, keys unique.
+    fn kvs(&mut self, n_kv: u64) -> Result<Vec<Kv>> {
+        let file = self.file;
+        let c = self;
+        let mut kvs: Vec<Kv> = Vec::with_capacity(n_kv as usize);
+        let mut keys = HashSet::new();
+        for i in 0..n_kv {
+            let start = c.pos;
+            let key = c.string(&|| format!("kv[{i}].key"))?;
+            let fld = |k: &str| -> Box<dyn Fn() -> String> {
+                let k = k.to_string();
+                Box::new(move || k.clone())
+            };
+            let f = fld(&key);
+            let ty = c.u32(&*f)?;
+            let ty = ValueType::from_id(ty).ok_or_else(|| Error::ValueType {
+                file: file.into(),
+                field: key.clone(),
+                ty,
+            })?;
+            let value = c.value(ty, 0, &*f)?;
+            if !keys.insert(key.clone()) {
+                return Err(Error::DuplicateKey {
+                    file: file.into(),
+                    key,
+                });
+            }
+            kvs.push(Kv {
+                key,
+                value,
+                span: start..c.pos,
+            });
+        }
+        Ok(kvs)
+    }
+
+    /// Tensor info `i`: name, dimensions, type, offset (a multiple of `alignment`), its byte
+    /// size checked.
+    fn tensor_info(&mut self, i: u64, alignment: u64) -> Result<TensorInfo> {
+        let file = self.file;
+        let c = self;
         let name = c.string(&|| format!("tensor[{i}].name"))?;
         let terr = |field: &'static str, reason: String| Error::Tensor {
             file: file.into(),
@@ -748,18 +762,37 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
                 format!("{offset} is not a multiple of general.alignment {alignment}"),
             ));
         }
-        tensors.push(TensorInfo {
+        Ok(TensorInfo {
             name,
             ne,
             ty,
             offset,
             file_offset: 0,
             bytes,
-        });
+        })
     }
+}
 
-    // Duplicate names, found by sorting indices rather than by a set of copied names (a file of
-    // a million tensors is mostly names).
+/// `general.alignment`: a u32 power of two, or the default.
+fn alignment_of(kvs: &[Kv], file: &str) -> Result<u64> {
+    Ok(match kvs.iter().find(|kv| kv.key == "general.alignment") {
+        None => DEFAULT_ALIGNMENT,
+        Some(kv) => match kv.value {
+            Value::U32(a) if a != 0 && a.is_power_of_two() => a as u64,
+            ref v => {
+                return Err(Error::Metadata {
+                    file: file.into(),
+                    key: "general.alignment".into(),
+                    reason: format!("must be a u32 power of two, found {v:?}"),
+                });
+            }
+        },
+    })
+}
+
+/// Duplicate names, found by sorting indices rather than by a set of copied names (a file of a
+/// million tensors is mostly names).
+fn check_unique_names(tensors: &[TensorInfo], file: &str) -> Result<()> {
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_unstable_by(|&a, &b| tensors[a].name.cmp(&tensors[b].name));
     if let Some(w) = order
@@ -771,11 +804,12 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
             tensor: tensors[w[0].max(w[1])].name.clone(),
         });
     }
-    drop(order);
+    Ok(())
+}
 
-    let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
-    let len = buf.len() as u64;
-    for t in &mut tensors {
+/// Each tensor's absolute offset, its data inside the file of `len` bytes.
+fn place_tensors(tensors: &mut [TensorInfo], data_offset: u64, len: u64, file: &str) -> Result<()> {
+    for t in tensors.iter_mut() {
         let end = data_offset
             .checked_add(t.offset)
             .and_then(|s| s.checked_add(t.bytes));
@@ -794,6 +828,11 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
             }
         }
     }
+    Ok(())
+}
+
+/// No two tensors' data overlap.
+fn check_no_overlap(tensors: &[TensorInfo], file: &str) -> Result<()> {
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by_key(|&i| (tensors[i].offset, tensors[i].bytes));
     for w in order.windows(2) {
@@ -806,13 +845,7 @@ pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
             });
         }
     }
-    Ok(Parsed {
-        version,
-        kvs,
-        tensors,
-        alignment,
-        data_offset,
-    })
+    Ok(())
 }
 
 /// The shard paths of a split model (`NAME-00001-of-0000N.gguf`), in order, given any one of
