@@ -8,7 +8,6 @@ use half::bf16;
 use metrale_pack::GgmlType;
 use metrale_pack::error::Result;
 use metrale_pack::ffn::{Arm, DenseFfnLayer, ForwardContext, LayerOverlays, Method};
-use metrale_pack::gguf::Value;
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::gpu::{DevicePtr, GpuBackend, GpuResult, download_f32, upload_f32};
 use metrale_pack::layout::{
@@ -17,7 +16,6 @@ use metrale_pack::layout::{
 use metrale_pack::loader::{EngineOptions, LoadedModel};
 use metrale_pack::model::Model;
 use metrale_pack::pack::{self, ConvertOptions, Pack, blob_name};
-use std::path::Path;
 use std::sync::Arc;
 
 const TOY: Layout = Layout::custom("toy_bf16");
@@ -140,48 +138,6 @@ fn register() {
     metrale_pack::ffn::register_arms(&TOY_ARMS).unwrap();
 }
 
-/// A two-layer llama FFN in F32 (hidden 256, intermediate 288: not a multiple of 64).
-fn source(dir: &Path) -> std::path::PathBuf {
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut weights = |n: usize| -> Vec<u8> {
-        (0..n)
-            .flat_map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                ((seed >> 40) as f32 / (1u64 << 24) as f32 * 0.1 - 0.05).to_le_bytes()
-            })
-            .collect()
-    };
-    let names: Vec<String> = (0..2)
-        .flat_map(|l| ["gate", "up", "down"].map(|p| format!("blk.{l}.ffn_{p}.weight")))
-        .collect();
-    let (h, i) = (HIDDEN as u64, INTER as u64);
-    let tensors: Vec<(&str, Vec<u64>, GgmlType, Vec<u8>)> = names
-        .iter()
-        .map(|n| {
-            let ne = if n.contains("down") {
-                vec![i, h]
-            } else {
-                vec![h, i]
-            };
-            (n.as_str(), ne, GgmlType::F32, weights(HIDDEN * INTER))
-        })
-        .collect();
-    let img = metrale_pack::gguf_write::build(
-        32,
-        &[
-            ("general.architecture", Value::String("llama".into())),
-            ("llama.embedding_length", Value::U32(HIDDEN as u32)),
-            ("llama.feed_forward_length", Value::U32(INTER as u32)),
-        ],
-        &tensors,
-    );
-    let src = dir.join("ffn.gguf");
-    std::fs::write(&src, img).unwrap();
-    src
-}
-
 /// `down(silu(gate x) * up x)` in float64 over the weights the pack holds (the harness's
 /// float64 FFN).
 fn reference(p: &Pack, layer: usize, x: &[f32], m: usize) -> Vec<f64> {
@@ -200,7 +156,10 @@ fn reference(p: &Pack, layer: usize, x: &[f32], m: usize) -> Vec<f64> {
 fn a_layout_from_the_test_tree_converts_loads_and_forwards() {
     register();
     let dir = tempfile::tempdir().unwrap();
-    let src = source(dir.path());
+    // A two-layer llama FFN in F32 (intermediate 288: not a multiple of 64).
+    let src = dir.path().join("ffn.gguf");
+    metrale_pack::testing::gen_model::gen_model(&src, HIDDEN, INTER, 2, GgmlType::F32, "llama")
+        .unwrap();
     let out = dir.path().join("toy.mpk.gguf");
     let opts = ConvertOptions {
         layouts: Some(vec![TOY]),

@@ -201,15 +201,16 @@ fn nvfp4_mmq_repack_row(
     .install(&mut l)?;
     let n0 = b.launch_count();
     let did = l.finalize_nvfp4_mmq_load(&mut ctx, fx.hidden, fx.inter, 0)?;
-    push(
-        rows,
-        &format!("load {io}: repack launches with nvfp4_mmq in the pack"),
-        fx.shape(),
-        0,
-        (b.launch_count() - n0) as f64 + f64::from(u8::from(did)),
-        0.0,
-    );
+    let what = format!("load {io}: repack launches with nvfp4_mmq in the pack");
+    nothing_built(rows, &what, fx, b.launch_count() - n0, did);
     Ok(())
+}
+
+/// The row of a finalize call on a layer whose pack holds what it builds: the kernels it
+/// launched plus one if it says it built anything (both must be 0).
+fn nothing_built(rows: &mut Vec<Row>, what: &str, fx: &Fixture, launches: u64, did: bool) {
+    let n = launches as f64 + f64::from(u8::from(did));
+    push(rows, what, fx.shape(), 0, n, 0.0);
 }
 
 /// A pack holding q4k_mmq (and lora): finalize_q4k_load has nothing to build, and the layer
@@ -244,14 +245,8 @@ fn q4k_pack_vs_host(
     overlays(&hlp.layers[fx.li]).install(&mut hl)?;
     let n0 = b.launch_count();
     let did = gl.finalize_q4k_load(&mut gctx, fx.hidden, fx.inter, 0)?;
-    push(
-        rows,
-        &format!("load {io}: build launches with q4k_mmq in the pack"),
-        fx.shape(),
-        0,
-        (b.launch_count() - n0) as f64 + f64::from(u8::from(did)),
-        0.0,
-    );
+    let what = format!("load {io}: build launches with q4k_mmq in the pack");
+    nothing_built(rows, &what, fx, b.launch_count() - n0, did);
     for m in [1usize, 5, 33] {
         let x = rng.vec(m * fx.hidden, 1.0);
         let run = |l: &DenseFfnLayer, c: &mut ForwardContext| -> GpuResult<Vec<f32>> {

@@ -40,8 +40,8 @@ pub struct Arm {
 }
 
 impl Arm {
-    /// An arm of a layout registered at run time (`layout::register`): it serves `method` on a
-    /// layer holding `layout`'s overlay when `when` says so, by `run` (which reads the overlay
+    /// An arm (a row of [`ARMS`], or of a layout registered at run time with `layout::register`):
+    /// it serves `method` on a layer holding `layout`'s overlay when `when` says so, by `run` (which reads the overlay
     /// with [`DenseFfnLayer::overlay`] and launches through [`DenseFfnLayer::launch`] and
     /// [`DenseFfnLayer::gated`]). Registered with [`register_arms`].
     pub const fn new(
@@ -51,7 +51,13 @@ impl Arm {
         when: fn(&DenseFfnLayer, &ForwardContext, usize) -> bool,
         run: Run,
     ) -> Arm {
-        arm(method, name, layout, when, run)
+        Arm {
+            method,
+            name,
+            layout,
+            when,
+            run,
+        }
     }
 }
 
@@ -75,22 +81,6 @@ pub fn register_arms(arms: &'static [Arm]) -> crate::Result<()> {
         reg.push(arms);
     }
     Ok(())
-}
-
-const fn arm(
-    method: Method,
-    name: &'static str,
-    layout: Layout,
-    when: fn(&DenseFfnLayer, &ForwardContext, usize) -> bool,
-    run: Run,
-) -> Arm {
-    Arm {
-        method,
-        name,
-        layout,
-        when,
-        run,
-    }
 }
 
 fn always(_: &DenseFfnLayer, _: &ForwardContext, _: usize) -> bool {
@@ -123,41 +113,41 @@ use Method::{Decode, Fixed, Prefill, Small, Verify};
 #[rustfmt::skip]
 pub static ARMS: [Arm; 30] = [
     // forward: one decode row.
-    arm(Decode, "w8a8", W8a8, |l, c, _| l.fixed_w8a8_ok(c, 1), |l, c, x, m| l.w8a8_arm(c, x, m)),
-    arm(Decode, "q2g128 gemv", Q2g128, always, |l, c, x, m| l.q2_gemv_arm(c, x, m)),
-    arm(Decode, "fp8 fused gate+up", Fp8, |l, c, _| l.gateup_fused_plan(c), |l, c, x, _| l.fp8_fused_decode(c, x)),
-    arm(Decode, "fp8", Fp8, always, |l, c, x, m| l.fp8_arm(c, x, m)),
-    arm(Decode, "bf16 gemv", Bf16, |l, _, _| l.kernels.bf16_gemv.ok(), |l, c, x, m| l.bf16_gemv_arm(c, x, m)),
-    arm(Decode, "bf16 via prefill", Bf16, always, prefill),
-    arm(Decode, "nvfp4 w4a4", Nvfp4, |l, c, _| l.single_row_w4a4(c), verify),
-    arm(Decode, "nvfp4 via prefill", Nvfp4, |_, c, _| c.levers.decode_ffn_via_gemm, prefill),
-    arm(Decode, "nvfp4 gemv", Nvfp4, always, |l, c, x, m| l.nvfp4_gemv_arm(c, x, m)),
+    Arm::new(Decode, "w8a8", W8a8, |l, c, _| l.fixed_w8a8_ok(c, 1), |l, c, x, m| l.w8a8_arm(c, x, m)),
+    Arm::new(Decode, "q2g128 gemv", Q2g128, always, |l, c, x, m| l.q2_gemv_arm(c, x, m)),
+    Arm::new(Decode, "fp8 fused gate+up", Fp8, |l, c, _| l.gateup_fused_plan(c), |l, c, x, _| l.fp8_fused_decode(c, x)),
+    Arm::new(Decode, "fp8", Fp8, always, |l, c, x, m| l.fp8_arm(c, x, m)),
+    Arm::new(Decode, "bf16 gemv", Bf16, |l, _, _| l.kernels.bf16_gemv.ok(), |l, c, x, m| l.bf16_gemv_arm(c, x, m)),
+    Arm::new(Decode, "bf16 via prefill", Bf16, always, prefill),
+    Arm::new(Decode, "nvfp4 w4a4", Nvfp4, |l, c, _| l.single_row_w4a4(c), verify),
+    Arm::new(Decode, "nvfp4 via prefill", Nvfp4, |_, c, _| c.levers.decode_ffn_via_gemm, prefill),
+    Arm::new(Decode, "nvfp4 gemv", Nvfp4, always, |l, c, x, m| l.nvfp4_gemv_arm(c, x, m)),
     // forward_k2, forward_k3.
-    arm(Small, "q2g128 batch-m", Q2g128, always, |l, c, x, m| l.forward_km_q2(c, x, m)),
-    arm(Small, "w8a8 via prefill", W8a8, always, prefill),
-    arm(Small, "fp8 via prefill", Fp8, always, prefill),
-    arm(Small, "bf16 via prefill", Bf16, always, prefill),
-    arm(Small, "nvfp4 w4a4", Nvfp4, |l, c, m| l.small_batch_w4a4(c) && l.can_forward_km(m), verify),
+    Arm::new(Small, "q2g128 batch-m", Q2g128, always, |l, c, x, m| l.forward_km_q2(c, x, m)),
+    Arm::new(Small, "w8a8 via prefill", W8a8, always, prefill),
+    Arm::new(Small, "fp8 via prefill", Fp8, always, prefill),
+    Arm::new(Small, "bf16 via prefill", Bf16, always, prefill),
+    Arm::new(Small, "nvfp4 w4a4", Nvfp4, |l, c, m| l.small_batch_w4a4(c) && l.can_forward_km(m), verify),
     // The batch-4 GEMVs serve 2 and 3 rows (the engine's w4a16_gemv_dual_batch2|3).
-    arm(Small, "nvfp4 gemv", Nvfp4, always, |l, c, x, m| l.nvfp4_gemv_arm(c, x, m)),
+    Arm::new(Small, "nvfp4 gemv", Nvfp4, always, |l, c, x, m| l.nvfp4_gemv_arm(c, x, m)),
     // forward_km.
-    arm(Verify, "fp8 via prefill", Fp8, always, prefill),
-    arm(Verify, "bf16 via prefill", Bf16, always, prefill),
-    arm(Verify, "nvfp4 w4a4", Nvfp4, |l, c, m| l.km_w4a4(c, m), |l, c, x, m| l.w4a4_arm(c, x, m)),
-    arm(Verify, "nvfp4 batch-m", Nvfp4, |l, _, m| l.batchm_kernel(m).is_some(), |l, c, x, m| l.nvfp4_batchm_arm(c, x, m)),
-    arm(Verify, "nvfp4 batch-m refused", Nvfp4, always, |_, _, _, m| Err(batchm_refusal(m))),
+    Arm::new(Verify, "fp8 via prefill", Fp8, always, prefill),
+    Arm::new(Verify, "bf16 via prefill", Bf16, always, prefill),
+    Arm::new(Verify, "nvfp4 w4a4", Nvfp4, |l, c, m| l.km_w4a4(c, m), |l, c, x, m| l.w4a4_arm(c, x, m)),
+    Arm::new(Verify, "nvfp4 batch-m", Nvfp4, |l, _, m| l.batchm_kernel(m).is_some(), |l, c, x, m| l.nvfp4_batchm_arm(c, x, m)),
+    Arm::new(Verify, "nvfp4 batch-m refused", Nvfp4, always, |_, _, _, m| Err(batchm_refusal(m))),
     // forward_prefill.
-    arm(Prefill, "w8a8", W8a8, |l, c, m| m <= c.levers.w8a8_max_rows && l.fixed_w8a8_ok(c, m), |l, c, x, m| l.w8a8_arm(c, x, m)),
-    arm(Prefill, "q2g128", Q2g128, always, |l, c, x, m| l.q2_prefill_arm(c, x, m)),
-    arm(Prefill, "fp8", Fp8, always, |l, c, x, m| l.fp8_arm(c, x, m)),
-    arm(Prefill, "bf16", Bf16, always, |l, c, x, m| l.bf16_prefill_arm(c, x, m)),
-    arm(Prefill, "q4k mmq", Nvfp4, |l, c, _| c.levers.q4k_mmq && l.holds(Layout::Q4kMmq), |l, c, x, m| l.q4k_mmq_arm(c, x, m)),
-    arm(Prefill, "nvfp4 wgmma", Nvfp4, |l, c, m| l.nvfp4_wgmma_ok(c, m), |l, c, x, m| l.nvfp4_wgmma_arm(c, x, m)),
-    arm(Prefill, "nvfp4 gemm", Nvfp4, always, |l, c, x, m| l.nvfp4_prefill_arm(c, x, m)),
-    arm(Prefill, "w8a8 past its rows", W8a8, always, |_, c, _, m| Err(w8a8_rows_refusal(c, m))),
+    Arm::new(Prefill, "w8a8", W8a8, |l, c, m| m <= c.levers.w8a8_max_rows && l.fixed_w8a8_ok(c, m), |l, c, x, m| l.w8a8_arm(c, x, m)),
+    Arm::new(Prefill, "q2g128", Q2g128, always, |l, c, x, m| l.q2_prefill_arm(c, x, m)),
+    Arm::new(Prefill, "fp8", Fp8, always, |l, c, x, m| l.fp8_arm(c, x, m)),
+    Arm::new(Prefill, "bf16", Bf16, always, |l, c, x, m| l.bf16_prefill_arm(c, x, m)),
+    Arm::new(Prefill, "q4k mmq", Nvfp4, |l, c, _| c.levers.q4k_mmq && l.holds(Layout::Q4kMmq), |l, c, x, m| l.q4k_mmq_arm(c, x, m)),
+    Arm::new(Prefill, "nvfp4 wgmma", Nvfp4, |l, c, m| l.nvfp4_wgmma_ok(c, m), |l, c, x, m| l.nvfp4_wgmma_arm(c, x, m)),
+    Arm::new(Prefill, "nvfp4 gemm", Nvfp4, always, |l, c, x, m| l.nvfp4_prefill_arm(c, x, m)),
+    Arm::new(Prefill, "w8a8 past its rows", W8a8, always, |_, c, _, m| Err(w8a8_rows_refusal(c, m))),
     // forward_fixed.
-    arm(Fixed, "w8a8", W8a8, |l, c, m| l.fixed_w8a8_ok(c, m), |l, c, x, m| l.w8a8_arm(c, x, m)),
-    arm(Fixed, "nvfp4 w4a4", Nvfp4, |l, c, m| l.fixed_w4a4_ok(c, m), |l, c, x, m| l.w4a4_arm(c, x, m)),
+    Arm::new(Fixed, "w8a8", W8a8, |l, c, m| l.fixed_w8a8_ok(c, m), |l, c, x, m| l.w8a8_arm(c, x, m)),
+    Arm::new(Fixed, "nvfp4 w4a4", Nvfp4, |l, c, m| l.fixed_w4a4_ok(c, m), |l, c, x, m| l.w4a4_arm(c, x, m)),
 ];
 
 /// `forward_km` of an NVFP4 layer whose batch-m tier is missing, or past its rows.
