@@ -35,26 +35,25 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
     if json {
         return inspect_json(&m, pack.as_ref());
     }
-    let metadata: Vec<(String, String)> = match &m.files[0] {
-        model::SourceFile::Gguf(g) => g
-            .kvs
-            .iter()
-            .map(|kv| (kv.key.clone(), kv.value.summary()))
-            .collect(),
-        model::SourceFile::Safetensors(s) => {
-            let mut v: Vec<_> = s
-                .metadata
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            v.sort();
-            v
-        }
-    };
     // Names, keys and values come from the file: each is escaped on its way to the terminal
     // (a newline in a name too), and every line again.
-    use super::term::escape as esc;
     let mut o = super::term::Escaping::new(std::io::BufWriter::new(std::io::stdout().lock()));
+    write_model(&mut o, &m, pack_manifest)?;
+    if let Some(pm) = pack_manifest {
+        write_pack(&mut o, pm)?;
+    }
+    write_metadata_and_tensors(&mut o, &m)?;
+    o.flush()?;
+    Ok(())
+}
+
+/// The model view: format, files, architecture, sizes, the FFN layers and their weights (a
+/// pack's as its manifest has them).
+fn write_model(
+    o: &mut impl Write,
+    m: &Model,
+    pack_manifest: Option<&pack::Manifest>,
+) -> Result<()> {
     writeln!(o, "format: {}", m.format.name())?;
     for f in &m.files {
         writeln!(o, "file: {}", f.path().display())?;
@@ -120,50 +119,76 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
             m.tensors[l.down.main()].dtype.name()
         )?;
     }
-    if let Some(pm) = &pack_manifest {
+    Ok(())
+}
+
+/// A pack's header fields, sources, tensor-parallel split and fidelity table.
+fn write_pack(o: &mut impl Write, pm: &pack::Manifest) -> Result<()> {
+    use super::term::escape as esc;
+    writeln!(
+        o,
+        "pack: format {} (converter {}), target {} abi {}, layouts {}, {} FFN layers ({} x {}, {}), device segment {} bytes at data+{}",
+        pm.pack_format_version,
+        pm.converter_version,
+        pm.target_arch,
+        pm.kernel_abi,
+        pm.layouts.join(","),
+        pm.model.ffn_layers,
+        pm.model.intermediate_size,
+        pm.model.hidden_size,
+        pm.model.activation,
+        pm.segment_bytes,
+        pm.segment_offset
+    )?;
+    for s in &pm.sources {
         writeln!(
             o,
-            "pack: format {} (converter {}), target {} abi {}, layouts {}, {} FFN layers ({} x {}, {}), device segment {} bytes at data+{}",
-            pm.pack_format_version,
-            pm.converter_version,
-            pm.target_arch,
-            pm.kernel_abi,
-            pm.layouts.join(","),
-            pm.model.ffn_layers,
-            pm.model.intermediate_size,
-            pm.model.hidden_size,
-            pm.model.activation,
-            pm.segment_bytes,
-            pm.segment_offset
+            "  source {} ({} bytes, xxh3 {})",
+            esc(&s.name),
+            s.bytes,
+            s.xxh3
         )?;
-        for s in &pm.sources {
-            writeln!(
-                o,
-                "  source {} ({} bytes, xxh3 {})",
-                esc(&s.name),
-                s.bytes,
-                s.xxh3
-            )?;
-        }
-        if let Some(tp) = &pm.tp {
-            let heads = tp
-                .heads
-                .map(|[h, kv]| format!(", attention split by {h} heads / {kv} KV heads"))
-                .unwrap_or_default();
-            writeln!(
-                o,
-                "  tensor-parallel: {} ranks{heads}; replicated {} bytes, per rank {}",
-                tp.ranks,
-                tp.replicated[1],
-                tp.rank_segments
-                    .iter()
-                    .map(|r| r[1].to_string())
-                    .collect::<Vec<_>>()
-                    .join(" / ")
-            )?;
-        }
-        write_fidelity(&mut o, &pm.fidelity)?;
     }
+    if let Some(tp) = &pm.tp {
+        let heads = tp
+            .heads
+            .map(|[h, kv]| format!(", attention split by {h} heads / {kv} KV heads"))
+            .unwrap_or_default();
+        writeln!(
+            o,
+            "  tensor-parallel: {} ranks{heads}; replicated {} bytes, per rank {}",
+            tp.ranks,
+            tp.replicated[1],
+            tp.rank_segments
+                .iter()
+                .map(|r| r[1].to_string())
+                .collect::<Vec<_>>()
+                .join(" / ")
+        )?;
+    }
+    write_fidelity(o, &pm.fidelity)?;
+    Ok(())
+}
+
+/// The metadata (values summarised) and the tensor table.
+fn write_metadata_and_tensors(o: &mut impl Write, m: &Model) -> Result<()> {
+    use super::term::escape as esc;
+    let metadata: Vec<(String, String)> = match &m.files[0] {
+        model::SourceFile::Gguf(g) => g
+            .kvs
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.summary()))
+            .collect(),
+        model::SourceFile::Safetensors(s) => {
+            let mut v: Vec<_> = s
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            v.sort();
+            v
+        }
+    };
     writeln!(o, "metadata ({} keys):", metadata.len())?;
     for (k, v) in &metadata {
         writeln!(o, "  {} = {}", esc(k), esc(v))?;
@@ -185,7 +210,6 @@ pub(crate) fn inspect(path: &Path, json: bool) -> Result<()> {
             t.bytes
         )?;
     }
-    o.flush()?;
     Ok(())
 }
 
