@@ -191,9 +191,9 @@ pub struct Kv {
 #[derive(Clone, Debug)]
 pub struct TensorInfo {
     /// The tensor's name.
-    pub name: String,
+    pub name: crate::Name,
     /// ggml order: `ne[0]` is the innermost (contiguous) dimension.
-    pub ne: Vec<u64>,
+    pub ne: Dims,
     /// Its ggml type.
     pub ty: GgmlType,
     /// Offset relative to the data section, as stored.
@@ -202,6 +202,37 @@ pub struct TensorInfo {
     pub file_offset: u64,
     /// Bytes of data.
     pub bytes: u64,
+}
+
+/// A tensor's dimensions in ggml order (`ne[0]` innermost), at most [`MAX_DIMS`], held inline
+/// (a `Vec` cost each of 100k one-element tensors a 32-byte heap block). Reads as `&[u64]`.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct Dims {
+    len: u8,
+    ne: [u64; MAX_DIMS as usize],
+}
+
+impl Dims {
+    /// `ne` held inline; `None` for more than [`MAX_DIMS`] dimensions.
+    pub fn new(ne: &[u64]) -> Option<Dims> {
+        let mut d = Dims::default();
+        d.ne.get_mut(..ne.len())?.copy_from_slice(ne);
+        d.len = ne.len() as u8;
+        Some(d)
+    }
+}
+
+impl std::ops::Deref for Dims {
+    type Target = [u64];
+    fn deref(&self) -> &[u64] {
+        &self.ne[..self.len as usize]
+    }
+}
+
+impl std::fmt::Debug for Dims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
 }
 
 impl TensorInfo {
@@ -345,6 +376,8 @@ impl GgufFile {
             pos: 0,
             file: &file,
             hold: true,
+            release: &keep_pages,
+            released: 0,
         };
         let f = || kv.key.clone();
         c.string(&f)?;
@@ -390,7 +423,7 @@ impl GgufFile {
     /// Map and validate `path`.
     pub fn open(path: &Path) -> Result<Self> {
         let (f, map, file, guard) = map_file(path)?;
-        let parsed = parse(&map, &file)?;
+        let parsed = parse_releasing(&map, &file, &|a, b| release_pages(&map, a, b))?;
         // The header is held parsed: its pages need not stay resident (a 2-million-string
         // vocabulary or a pack of 100k tensors makes it megabytes).
         release_pages(&map, 0, parsed.data_offset);
@@ -483,7 +516,17 @@ struct Cursor<'a> {
     file: &'a str,
     /// Hold every value whole, long arrays and strings too ([`GgufFile::whole_value`]).
     hold: bool,
+    /// Drops `buf[start..end]` from the resident set (a mapped file's pages; a no-op for
+    /// memory). Called on what lies behind the cursor, a MiB at a time.
+    release: &'a dyn Fn(u64, u64),
+    /// Where the last release ended.
+    released: usize,
 }
+
+/// Bytes read between releases of the pages behind the cursor.
+const RELEASE_STEP: usize = 1 << 20;
+
+fn keep_pages(_: u64, _: u64) {}
 
 impl<'a> Cursor<'a> {
     fn left(&self) -> u64 {
@@ -499,9 +542,33 @@ impl<'a> Cursor<'a> {
                 left: self.left(),
             });
         }
+        if self.pos - self.released >= RELEASE_STEP {
+            (self.release)(self.released as u64, self.pos as u64);
+            self.released = self.pos;
+        }
         let s = &self.buf[self.pos..self.pos + n as usize];
         self.pos += n as usize;
         Ok(s)
+    }
+    /// Whether `b` (a slice of `buf`) is UTF-8: checked a MiB at a time, each released once
+    /// checked (a 10 MB manifest or vocabulary string is never resident whole).
+    fn utf8(&mut self, b: &[u8]) -> bool {
+        let base = b.as_ptr() as usize - self.buf.as_ptr() as usize;
+        let mut i = 0;
+        while i < b.len() {
+            let end = (i + RELEASE_STEP).min(b.len());
+            match std::str::from_utf8(&b[i..end]) {
+                Ok(_) => i = end,
+                // A character cut by the chunk's end: the next chunk starts at it.
+                Err(e) if e.error_len().is_none() && end < b.len() => i += e.valid_up_to(),
+                Err(_) => return false,
+            }
+            if base + i - self.released >= RELEASE_STEP {
+                (self.release)(self.released as u64, (base + i) as u64);
+                self.released = base + i;
+            }
+        }
+        true
     }
     fn arr<const N: usize>(&mut self, field: &dyn Fn() -> String) -> Result<[u8; N]> {
         Ok(self.take(N as u64, field)?.try_into().unwrap())
@@ -539,13 +606,20 @@ impl<'a> Cursor<'a> {
     fn string_value(&mut self, field: &dyn Fn() -> String) -> Result<Value> {
         let n = self.count(1, field)?;
         let b = self.take(n, field)?;
-        let s = std::str::from_utf8(b).map_err(|_| Error::Utf8 {
-            file: self.file.into(),
-            field: field(),
-        })?;
+        let utf8 = |c: &mut Self| {
+            c.utf8(b).then_some(()).ok_or_else(|| Error::Utf8 {
+                file: c.file.into(),
+                field: field(),
+            })
+        };
         Ok(if n > MAX_HELD_STRING && !self.hold {
+            utf8(self)?;
             Value::LongString(n)
         } else {
+            let s = std::str::from_utf8(b).map_err(|_| Error::Utf8 {
+                file: self.file.into(),
+                field: field(),
+            })?;
             Value::String(s.to_owned())
         })
     }
@@ -555,7 +629,7 @@ impl<'a> Cursor<'a> {
             ValueType::String => {
                 let n = self.count(1, field)?;
                 let b = self.take(n, field)?;
-                if std::str::from_utf8(b).is_err() {
+                if !self.utf8(b) {
                     return Err(Error::Utf8 {
                         file: self.file.into(),
                         field: field(),
@@ -626,11 +700,19 @@ impl<'a> Cursor<'a> {
 
 /// Parse and validate a GGUF image held in `buf`; `file` names it in errors.
 pub fn parse(buf: &[u8], file: &str) -> Result<Parsed> {
+    parse_releasing(buf, file, &keep_pages)
+}
+
+/// [`parse`], calling `release(start, end)` on the bytes read so far a MiB at a time, so a
+/// mapped header of many megabytes is never resident whole.
+fn parse_releasing(buf: &[u8], file: &str, release: &dyn Fn(u64, u64)) -> Result<Parsed> {
     let mut c = Cursor {
         buf,
         pos: 0,
         file,
         hold: false,
+        release,
+        released: 0,
     };
     let magic = c.take(4, &|| "magic".into()).map_err(|_| Error::BadMagic {
         file: file.into(),
@@ -728,14 +810,15 @@ impl Cursor<'_> {
         if n_dims > MAX_DIMS {
             return Err(terr("n_dims", format!("{n_dims} > {MAX_DIMS}")));
         }
-        let mut ne = Vec::with_capacity(n_dims as usize);
+        let mut ne = [0u64; MAX_DIMS as usize];
         for d in 0..n_dims {
             let v = c.u64(&|| format!("tensor {name}: ne[{d}]"))?;
             if v > i64::MAX as u64 {
                 return Err(terr("ne", format!("ne[{d}] = {v} is negative as int64")));
             }
-            ne.push(v);
+            ne[d as usize] = v;
         }
+        let ne = Dims::new(&ne[..n_dims as usize]).expect("n_dims is at most MAX_DIMS");
         let ty_id = c.u32(&|| format!("tensor {name}: type"))?;
         let offset = c.u64(&|| format!("tensor {name}: offset"))?;
         let ty = GgmlType::from_id(ty_id)
@@ -763,7 +846,7 @@ impl Cursor<'_> {
             ));
         }
         Ok(TensorInfo {
-            name,
+            name: name.into(),
             ne,
             ty,
             offset,
@@ -801,7 +884,7 @@ fn check_unique_names(tensors: &[TensorInfo], file: &str) -> Result<()> {
     {
         return Err(Error::DuplicateTensor {
             file: file.into(),
-            tensor: tensors[w[0].max(w[1])].name.clone(),
+            tensor: tensors[w[0].max(w[1])].name.to_string(),
         });
     }
     Ok(())
@@ -818,7 +901,7 @@ fn place_tensors(tensors: &mut [TensorInfo], data_offset: u64, len: u64, file: &
             _ => {
                 return Err(Error::Tensor {
                     file: file.into(),
-                    tensor: t.name.clone(),
+                    tensor: t.name.to_string(),
                     field: "offset",
                     reason: format!(
                         "data [{} + {}, +{} bytes) runs past the end of the file ({len} bytes)",
@@ -840,8 +923,8 @@ fn check_no_overlap(tensors: &[TensorInfo], file: &str) -> Result<()> {
         if a.bytes > 0 && b.bytes > 0 && a.offset + a.bytes > b.offset {
             return Err(Error::Overlap {
                 file: file.into(),
-                a: a.name.clone(),
-                b: b.name.clone(),
+                a: a.name.to_string(),
+                b: b.name.to_string(),
             });
         }
     }

@@ -45,6 +45,7 @@ pub mod manifest;
 #[doc(hidden)]
 pub mod mapguard;
 pub mod model;
+pub mod name;
 #[doc(hidden)]
 pub mod npy;
 pub mod pack;
@@ -61,6 +62,7 @@ pub use gpu::{GpuBackend, GpuResult};
 pub use loader::{EngineOptions, LoadedModel};
 pub use manifest::ConvertOptions;
 pub use model::Model;
+pub use name::Name;
 pub use pack::{Pack, convert};
 #[cfg(feature = "harness")]
 #[doc(hidden)]

@@ -789,7 +789,7 @@ fn export_segment(path: &Path, out: &Path) -> Result<()> {
         .filter(|(_, e)| e.device)
         .map(|(i, e)| {
             Ok((
-                e.name.clone(),
+                e.name.to_string(),
                 TensorView::new(Dtype::U8, vec![p.data(i).len()], p.data(i))?,
             ))
         })

@@ -136,7 +136,7 @@ fn static_type_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'stati
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TensorEntry {
     /// The tensor's name in the pack.
-    pub name: String,
+    pub name: crate::Name,
     /// Present for repacked FFN blobs.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ffn: Option<Box<FfnEntry>>,
@@ -239,8 +239,8 @@ pub struct FfnEntry {
     pub scalars: BTreeMap<String, f32>,
 }
 
-/// The manifest (`metrale.pack.manifest`, JSON).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+/// The manifest (`metrale.pack.manifest`, JSON). Serialized through [`ManifestOut`].
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct Manifest {
     /// The pack format version.
     pub pack_format_version: u32,
@@ -265,6 +265,7 @@ pub struct Manifest {
     /// The device segment's length.
     pub segment_bytes: u64,
     /// Every tensor of the pack, in file order.
+    #[serde(deserialize_with = "tensor_list")]
     pub tensors: Vec<TensorEntry>,
     /// What each layout costs in weight fidelity, per layout and projection (absent in packs
     /// written before it was measured).
@@ -273,6 +274,84 @@ pub struct Manifest {
     /// Present in a tensor-parallel pack (`--tp N`, N > 1).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub tp: Option<TpInfo>,
+}
+
+/// The tensor list, grown by an eighth at a time and fitted at the end: a `Vec` doubling
+/// while 100k entries arrive held up to twice their size (JSON gives no count ahead).
+fn tensor_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<TensorEntry>, D::Error> {
+    struct List;
+    impl<'de> serde::de::Visitor<'de> for List {
+        type Value = Vec<TensorEntry>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of tensor entries")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut v = Vec::new();
+            while let Some(e) = seq.next_element()? {
+                if v.len() == v.capacity() {
+                    v.reserve_exact(v.len() / 8 + 16);
+                }
+                v.push(e);
+            }
+            v.shrink_to_fit();
+            Ok(v)
+        }
+    }
+    d.deserialize_seq(List)
+}
+
+/// A manifest serialized with its tensor list given apart: `head`'s own `tensors` are not
+/// written; `tensors` (any sequence of entries) is, in their place. A converter derives its
+/// entries while they are written instead of holding 100k of them; [`Manifest`]'s own
+/// serialization is this with its own list, so the two cannot differ.
+pub struct ManifestOut<'a, T: Serialize> {
+    /// Every field but the tensor list.
+    pub head: &'a Manifest,
+    /// The tensor list.
+    pub tensors: T,
+}
+
+impl<T: Serialize> Serialize for ManifestOut<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let m = self.head;
+        let mut st = s.serialize_struct("Manifest", 14)?;
+        st.serialize_field("pack_format_version", &m.pack_format_version)?;
+        st.serialize_field("converter_version", &m.converter_version)?;
+        st.serialize_field("target_arch", &m.target_arch)?;
+        st.serialize_field("kernel_abi", &m.kernel_abi)?;
+        st.serialize_field("sources", &m.sources)?;
+        st.serialize_field("source_format", &m.source_format)?;
+        st.serialize_field("options", &m.options)?;
+        st.serialize_field("layouts", &m.layouts)?;
+        st.serialize_field("model", &m.model)?;
+        st.serialize_field("segment_offset", &m.segment_offset)?;
+        st.serialize_field("segment_bytes", &m.segment_bytes)?;
+        st.serialize_field("tensors", &self.tensors)?;
+        if m.fidelity.is_empty() {
+            st.skip_field("fidelity")?;
+        } else {
+            st.serialize_field("fidelity", &m.fidelity)?;
+        }
+        match &m.tp {
+            None => st.skip_field("tp")?,
+            Some(tp) => st.serialize_field("tp", tp)?,
+        }
+        st.end()
+    }
+}
+
+impl Serialize for Manifest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ManifestOut {
+            head: self,
+            tensors: &self.tensors,
+        }
+        .serialize(s)
+    }
 }
 
 /// Whether `name` matches the glob `pattern` (`*`: any run of characters, `?`: one character).

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// The top-level modules from the bottom up: each may use the ones before it, never one after.
 const LAYERS: &[&str] = &[
+    "name",
     "ggml_type",
     "error",
     "mapguard",

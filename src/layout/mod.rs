@@ -279,7 +279,7 @@ impl<'a> EncodeCx<'a> {
                 let t = self.weight(pi).main();
                 return Err(Error::Tensor {
                     file: self.model.file_of(t),
-                    tensor: self.model.tensors[t].name.clone(),
+                    tensor: self.model.tensors[t].name.to_string(),
                     field: "values",
                     reason: format!(
                         "row {}, column {} decodes to {} (a non-finite value or scale in the source); \

@@ -354,7 +354,7 @@ impl Model {
     pub(super) fn qerr(&self, t: usize, reason: String) -> Error {
         Error::Quantized {
             file: self.file_of(t),
-            tensor: self.tensors[t].name.clone(),
+            tensor: self.tensors[t].name.to_string(),
             reason,
         }
     }

@@ -40,7 +40,7 @@ impl Model {
         let n = t.elems() as usize;
         let codec_err = |err| Error::Codec {
             file: self.file_of(i),
-            tensor: t.name.clone(),
+            tensor: t.name.to_string(),
             err,
         };
         let mut out = vec![0f32; n];

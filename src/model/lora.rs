@@ -119,7 +119,7 @@ impl Lora {
         for t in &model.tensors {
             let bad = |reason: String| Error::Quantized {
                 file: adapter_file.clone(),
-                tensor: t.name.clone(),
+                tensor: t.name.to_string(),
                 reason,
             };
             let rest = t.name.strip_prefix("base_model.model.model.layers.");
@@ -215,7 +215,7 @@ impl Lora {
             if t.shape != [shape[0] as u64, shape[1] as u64] {
                 return Err(Error::Quantized {
                     file: self.model.file_of(i),
-                    tensor: t.name.clone(),
+                    tensor: t.name.to_string(),
                     reason: format!(
                         "expected shape {shape:?} (rank {rank}, base [{n}, {k}]), found {:?}",
                         t.shape

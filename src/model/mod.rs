@@ -142,7 +142,7 @@ impl Activation {
 #[derive(Clone, Debug)]
 pub struct Tensor {
     /// The tensor's name in its file.
-    pub name: String,
+    pub name: crate::Name,
     /// Its stored type.
     pub dtype: DType,
     /// Row-major, outermost first.

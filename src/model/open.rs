@@ -119,7 +119,7 @@ impl Model {
         let mut tensors = Vec::with_capacity(files.iter().map(|g| g.tensors.len()).sum());
         for (fi, g) in files.iter_mut().enumerate() {
             for t in std::mem::take(&mut g.tensors) {
-                let mut shape = t.ne;
+                let mut shape = t.ne.to_vec();
                 shape.reverse();
                 tensors.push(Tensor {
                     dtype: DType::Ggml(t.ty),
@@ -180,7 +180,7 @@ impl Model {
             let st = StFile::open(p)?;
             for t in &st.tensors {
                 tensors.push(Tensor {
-                    name: t.name.clone(),
+                    name: t.name.as_str().into(),
                     dtype: DType::St(t.dtype),
                     shape: t.shape.clone(),
                     file: fi,
@@ -260,7 +260,7 @@ impl Model {
             if crate::gguf::element_count(&t.shape).is_none() {
                 return Err(Error::Tensor {
                     file: files[t.file].path().display().to_string(),
-                    tensor: t.name.clone(),
+                    tensor: t.name.to_string(),
                     field: "shape",
                     reason: format!("{:?} overflows int64", t.shape),
                 });
@@ -275,7 +275,7 @@ impl Model {
             let t = &tensors[w[1].max(w[0])];
             return Err(Error::DuplicateTensor {
                 file: files[t.file].path().display().to_string(),
-                tensor: t.name.clone(),
+                tensor: t.name.to_string(),
             });
         }
         let mut m = Model {

@@ -17,21 +17,32 @@ pub(super) enum Item {
     Passthrough { src: usize, device: bool },
     /// Part `part` of layout `layout` of projection `proj` of layer `layer` (of rank `rank`'s
     /// slice in a tensor-parallel pack).
-    Blob {
-        layer: usize,
-        proj: Proj,
-        layout: Layout,
-        part: &'static str,
-        rank: Option<u32>,
-    },
-    /// Rank `entry.tp.rank`'s slice of attention tensor `src`, as `plan` cuts it.
-    Slice {
-        src: usize,
-        plan: Box<tp::SlicePlan>,
-        ty: GgmlType,
-        ne: Vec<u64>,
-        entry: Box<TensorEntry>,
-    },
+    Blob(Box<Blob>),
+    /// A rank's slice of an attention tensor.
+    Slice(Box<Slice>),
+}
+
+// Held once per tensor of the pack: the boxed variants keep 100k passthrough items at 16 bytes
+// each (they took 64).
+const _: () = assert!(std::mem::size_of::<Item>() == 16);
+
+/// Part `part` of layout `layout` of projection `proj` of layer `layer` (of rank `rank`'s
+/// slice in a tensor-parallel pack).
+pub(super) struct Blob {
+    pub layer: usize,
+    pub proj: Proj,
+    pub layout: Layout,
+    pub part: &'static str,
+    pub rank: Option<u32>,
+}
+
+/// Rank `entry.tp.rank`'s slice of attention tensor `src`, as `plan` cuts it.
+pub(super) struct Slice {
+    pub src: usize,
+    pub plan: tp::SlicePlan,
+    pub ty: GgmlType,
+    pub ne: Vec<u64>,
+    pub entry: TensorEntry,
 }
 
 /// The source tensors of every dense FFN layer (weights and their companions), each weight's
@@ -48,7 +59,7 @@ fn checked_ffn_sources(model: &Model, hidden: u64, inter: u64) -> Result<HashSet
             if s != want {
                 return Err(Error::Quantized {
                     file: model.file_of(w.main()),
-                    tensor: model.tensors[w.main()].name.clone(),
+                    tensor: model.tensors[w.main()].name.to_string(),
                     reason: format!("shape {s:?} but hidden/intermediate size say {want:?}"),
                 });
             }
@@ -102,7 +113,7 @@ fn check_source_name(model: &Model, i: usize) -> Result<()> {
     };
     Err(Error::Tensor {
         file: model.file_of(i),
-        tensor: t.name.clone(),
+        tensor: t.name.to_string(),
         field: "name",
         reason,
     })
@@ -135,25 +146,25 @@ fn rank_slices(
             }
         };
         let entry = TensorEntry {
-            name: tp::slice_name(&t.name, r),
+            name: tp::slice_name(&t.name, r).into(),
             source_shape,
             bytes: plan.bytes,
             tp: Some(Box::new(TpSlice {
                 rank: r,
                 rule: rule.name().into(),
-                source: t.name.clone(),
+                source: t.name.to_string(),
                 range: plan.range,
                 pad: 0,
             })),
             ..passthrough(model, i, true)
         };
-        out.push(Item::Slice {
+        out.push(Item::Slice(Box::new(Slice {
             src: i,
-            plan: Box::new(plan),
+            plan,
             ty,
             ne,
-            entry: Box::new(entry),
-        });
+            entry,
+        })));
     }
     Ok(out)
 }
@@ -174,13 +185,13 @@ fn layer_blob_items(
                 continue; // not targeted: served as identity
             }
             for &part in layout.spec().parts(proj, opts.q4k_down) {
-                items.push(Item::Blob {
+                items.push(Item::Blob(Box::new(Blob {
                     layer,
                     proj,
                     layout,
                     part,
                     rank,
-                });
+                })));
             }
         }
     }
@@ -392,27 +403,21 @@ impl<'m> Plan<'m> {
                     m.release(src);
                     i += 1;
                 }
-                Item::Slice {
-                    src, plan, entry, ..
-                } => {
-                    let bytes = tp::slice_tensor(m, *src, plan)?;
-                    sink(&entry.name, &bytes, (**entry).clone())?;
+                Item::Slice(sl) => {
+                    let bytes = tp::slice_tensor(m, sl.src, &sl.plan)?;
+                    sink(&sl.entry.name, &bytes, sl.entry.clone())?;
                     i += 1;
                 }
-                Item::Blob { layer, rank, .. } => {
-                    let (layer, rank) = (*layer, *rank);
+                Item::Blob(b) => {
+                    let (layer, rank) = (b.layer, b.rank);
                     let blobs = self.layer_blobs(layer, rank)?;
                     for (name, bytes, entry) in blobs {
                         match &self.items[i] {
-                            Item::Blob {
-                                layer: l2,
-                                proj,
-                                layout,
-                                part,
-                                rank: r2,
-                            } if *l2 == layer
-                                && *r2 == rank
-                                && name == blob_name_tp(layer, *proj, *layout, part, rank) => {}
+                            Item::Blob(b)
+                                if b.layer == layer
+                                    && b.rank == rank
+                                    && name
+                                        == blob_name_tp(layer, b.proj, b.layout, b.part, rank) => {}
                             _ => unreachable!("producer order differs from plan at {name}"),
                         }
                         sink(&name, &bytes, entry)?;
@@ -439,7 +444,7 @@ impl<'m> Plan<'m> {
         &self,
         layer: usize,
         rank: Option<u32>,
-    ) -> Result<Vec<(String, Vec<u8>, TensorEntry)>> {
+    ) -> Result<Vec<(crate::Name, Vec<u8>, TensorEntry)>> {
         let m = self.model;
         let l = self.layer(layer);
         let mut cx = crate::layout::EncodeCx::new(m, l, &self.opts, self.lora.as_ref());
@@ -484,13 +489,13 @@ impl<'m> Plan<'m> {
                     }
                     .name()
                     .into(),
-                    source: m.tensors[w.main()].name.clone(),
+                    source: m.tensors[w.main()].name.to_string(),
                     range: self.inter_ranges[r as usize],
                     pad: cx.pad(),
                 });
                 for (part, bytes) in enc.parts {
                     let entry = TensorEntry {
-                        name: blob_name_tp(layer, proj, layout, part, rank),
+                        name: blob_name_tp(layer, proj, layout, part, rank).into(),
                         tp: tp.clone().map(Box::new),
                         device: true,
                         ffn: Some(Box::new(FfnEntry {
@@ -711,7 +716,7 @@ fn decoded_rel_err(
     layout: Layout,
     proj: Proj,
     [n, k]: [usize; 2],
-    parts: &[(String, Vec<u8>, TensorEntry)],
+    parts: &[(crate::Name, Vec<u8>, TensorEntry)],
 ) -> Result<f64> {
     let gate_up;
     let source: &[f32] = match proj {

@@ -134,7 +134,7 @@ pub fn companion_plan(
     let name = &model.tensors[t].name;
     let bad = |reason: String| Error::Tensor {
         file: model.file_of(t),
-        tensor: name.clone(),
+        tensor: name.to_string(),
         field: "shape",
         reason,
     };
@@ -338,7 +338,7 @@ pub fn slice_plan(
     let ten = &model.tensors[t];
     let bad = |reason: String| Error::Tensor {
         file: model.file_of(t),
-        tensor: ten.name.clone(),
+        tensor: ten.name.to_string(),
         field: "shape",
         reason,
     };
@@ -397,7 +397,7 @@ pub fn slice_tensor(model: &Model, t: usize, plan: &SlicePlan) -> Result<Vec<u8>
     )
     .ok_or_else(|| Error::Tensor {
         file: model.file_of(t),
-        tensor: model.tensors[t].name.clone(),
+        tensor: model.tensors[t].name.to_string(),
         field: "bytes",
         reason: format!("shorter than its shape {:?} needs", plan.dims),
     })

@@ -18,9 +18,10 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
 /// Convert `model` to a pack at `out` (crash-safe). Returns the manifest written.
 ///
-/// Memory: the source index, the plan (a few words per tensor), the entries written and, at
-/// the end, the header; the tensor table is derived from the plan when the header is built
-/// and never held (formats.md, "The pack container").
+/// Memory: the source index, the plan (16 bytes a tensor), each written tensor's size and
+/// checksum (24 bytes; the entries of FFN blobs and TP slices whole), then the finished pack's
+/// table and manifest while it is validated. The header (tensor table and manifest JSON) is
+/// streamed from the plan and never held (formats.md, "The pack container").
 pub fn convert(
     model: impl Borrow<Model>,
     opts: &ConvertOptions,
@@ -88,7 +89,7 @@ fn write_pack(
         .map(|(name, ne, _)| crate::gguf_write::tensor_info_len(&name, &ne) as u64)
         .sum();
     let mut measured = KvWriter::new(std::io::sink());
-    pack_kvs(model, &pm, reserve, &file, &mut measured)?;
+    pack_kvs(model, &pm, &pm.tensors, reserve, &file, &mut measured)?;
     let raw = (24 + measured.len() + infos).next_multiple_of(PACK_ALIGNMENT);
     let reserve = reserve + (raw.next_multiple_of(PACK_PAGE) - raw) as usize;
     let header_len = raw.next_multiple_of(PACK_PAGE);
@@ -106,7 +107,7 @@ fn write_pack(
     write_zeros(w, header_len as u64).map_err(io)?;
     let mut pos = 0u64; // data-relative
     let mut done = 0u64;
-    let mut entries: Vec<TensorEntry> = Vec::with_capacity(plan.items.len());
+    let mut written = Written::with_capacity(plan.items.len());
     let mut seg_start = None;
     let mut starts = Vec::with_capacity(plan.items.len());
     let mut pad_bytes: Vec<u64> = Vec::new();
@@ -119,10 +120,11 @@ fn write_pack(
             Ok(())
         };
     plan.produce(|name, bytes, mut entry| {
-        if page_before[entries.len()] {
+        let k = written.len();
+        if page_before[k] {
             pad_to_page(w, &mut pos)?;
         }
-        if entries.len() == n_host {
+        if k == n_host {
             seg_start = Some(pos);
         }
         starts.push(pos);
@@ -135,15 +137,20 @@ fn write_pack(
         done += advance(&entry);
         progress(done.min(total), total);
         debug_assert_eq!(name, entry.name);
-        entries.push(entry);
+        written.push(&plan.items[k], entry);
         Ok(())
     })?;
     // The file (and the segment, or the last rank's) ends on a page.
     pad_to_page(w, &mut pos)?;
     let seg = seg_start.map(|s| (s, pos - s)).unwrap_or((pos, 0));
-    let tp = tp_info(plan.tp(), &entries, &starts, seg, pos);
-    let mut man = plan.manifest(entries, seg, tp);
+    let tp = tp_info(plan.tp(), &written, &starts, seg, pos);
+    let mut man = plan.manifest(Vec::new(), seg, tp);
     man.sources = sources;
+    let entries = Entries {
+        model,
+        items: &plan.items,
+        written: &written,
+    };
     // A source that shrank while it was read gave zeros: never name such a pack.
     model.check_intact()?;
     // The real header over the placeholder, same length: the blobs' and the pads' sizes.
@@ -151,10 +158,10 @@ fn write_pack(
         model,
         &plan.items,
         &page_before,
-        Some((&man.tensors, &pad_bytes)),
+        Some((&written, &pad_bytes)),
     );
     write_header(w, (n_rows, header_len), kvs, rows, |kv| {
-        pack_kvs(model, &man, reserve, &file, kv)
+        pack_kvs(model, &man, &entries, reserve, &file, kv)
     })
     .map_err(|e| match e {
         HeaderError::Pack(e) => e,
@@ -211,7 +218,7 @@ fn progress_steps<'a>(model: &'a Model, plan: &Plan) -> impl Fn(&TensorEntry) ->
     let n_pass = plan
         .items
         .iter()
-        .filter(|i| matches!(i, Item::Passthrough { .. } | Item::Slice { .. }))
+        .filter(|i| matches!(i, Item::Passthrough { .. } | Item::Slice(_)))
         .count();
     let blobs_per_layer =
         ((plan.items.len() - n_pass) as u64 / model.ffn_layers.len() as u64).max(1);
@@ -237,7 +244,7 @@ fn progress_steps<'a>(model: &'a Model, plan: &Plan) -> impl Fn(&TensorEntry) ->
 /// for one rank).
 fn tp_info(
     (n, heads): (u32, Option<(u64, u64)>),
-    entries: &[TensorEntry],
+    written: &Written,
     starts: &[u64],
     seg: (u64, u64),
     end: u64,
@@ -246,9 +253,8 @@ fn tp_info(
         return None;
     }
     let first_of = |r: u32| {
-        entries
-            .iter()
-            .position(|e| e.tp.as_ref().is_some_and(|t| t.rank == r))
+        (0..written.len())
+            .position(|k| written.rank(k) == Some(r))
             .map_or(end, |i| starts[i])
     };
     let bounds: Vec<u64> = (0..n).map(first_of).chain([end]).collect();
@@ -265,6 +271,7 @@ fn tp_info(
 fn pack_kvs<W: Write>(
     model: &Model,
     manifest: &Manifest,
+    tensors: &impl serde::Serialize,
     reserve: usize,
     file: &str,
     kv: &mut KvWriter<W>,
@@ -291,7 +298,11 @@ fn pack_kvs<W: Write>(
     let mut encoded = Ok(());
     kv.add_kv_string_sized(keys::MANIFEST, reserve as u64, |w| {
         let mut c = CountingWriter { w, n: 0 };
-        encoded = serde_json::to_writer(&mut c, manifest);
+        let out = ManifestOut {
+            head: manifest,
+            tensors,
+        };
+        encoded = serde_json::to_writer(&mut c, &out);
         if encoded.is_err() {
             return Ok(());
         }
@@ -432,10 +443,10 @@ fn manifest_reserve(model: &Model, plan: &Plan, pm: &Manifest, file: &str) -> Re
     for it in &plan.items {
         n += match it {
             &Item::Passthrough { src, device } => json_len(&passthrough(model, src, device), file)?,
-            Item::Slice { entry, .. } => json_len(&**entry, file)?,
-            Item::Blob { .. } => 700,
+            Item::Slice(sl) => json_len(&sl.entry, file)?,
+            Item::Blob(_) => 700,
         };
-        listed += usize::from(!matches!(it, Item::Blob { .. }));
+        listed += usize::from(!matches!(it, Item::Blob(_)));
     }
     // The commas between the listed entries.
     Ok(n + listed.saturating_sub(1))
@@ -468,7 +479,7 @@ fn table<'a>(
     model: &'a Model,
     items: &'a [Item],
     page_before: &'a [bool],
-    sizes: Option<(&'a [TensorEntry], &'a [u64])>,
+    sizes: Option<(&'a Written, &'a [u64])>,
 ) -> impl Iterator<Item = (Cow<'a, str>, Vec<u64>, GgmlType)> + 'a {
     let pad = move |i: usize| {
         let bytes = sizes.map_or(0, |(_, p)| p[i]);
@@ -493,19 +504,10 @@ fn table<'a>(
                     let (ty, ne) = passthrough_type(model, src);
                     (Cow::Borrowed(model.tensors[src].name.as_str()), ne, ty)
                 }
-                Item::Slice { ty, ne, entry, .. } => {
-                    (Cow::Borrowed(entry.name.as_str()), ne.clone(), *ty)
-                }
-                Item::Blob {
-                    layer,
-                    proj,
-                    layout,
-                    part,
-                    rank,
-                } => {
-                    let name = blob_name_tp(*layer, *proj, *layout, part, *rank);
-                    debug_assert!(sizes.is_none_or(|(e, _)| e[k].name == name));
-                    let bytes = sizes.map_or(0, |(e, _)| e[k].bytes);
+                Item::Slice(sl) => (Cow::Borrowed(sl.entry.name.as_str()), sl.ne.clone(), sl.ty),
+                Item::Blob(b) => {
+                    let name = blob_name_tp(b.layer, b.proj, b.layout, b.part, b.rank);
+                    let bytes = sizes.map_or(0, |(w, _)| w.bytes(k));
                     (Cow::Owned(name), vec![bytes], GgmlType::I8)
                 }
             };
@@ -525,8 +527,8 @@ fn page_starts(model: &Model, items: &[Item]) -> Vec<bool> {
         .map(|it| {
             let (device, bytes, rank) = match it {
                 &Item::Passthrough { src, device } => (device, model.tensors[src].bytes, None),
-                Item::Slice { entry, .. } => (true, entry.bytes, entry.tp.as_ref().map(|t| t.rank)),
-                Item::Blob { rank, .. } => (true, u64::MAX, *rank),
+                Item::Slice(sl) => (true, sl.entry.bytes, sl.entry.tp.as_ref().map(|t| t.rank)),
+                Item::Blob(b) => (true, u64::MAX, b.rank),
             };
             let first_device = device && !std::mem::replace(&mut seen_device, true);
             let new_rank = rank.is_some() && rank != last_rank;
@@ -536,6 +538,77 @@ fn page_starts(model: &Model, items: &[Item]) -> Vec<bool> {
             first_device || new_rank || bytes >= PACK_PAGE
         })
         .collect()
+}
+
+/// What writing each planned item gave: its size and checksum, and its whole entry only where
+/// the plan cannot give it again (FFN blobs and tensor-parallel slices). A passthrough entry is
+/// derived from the source index when the manifest is serialized: 100k of them held took
+/// 14 MB, the pack itself 16.
+struct Written {
+    /// (bytes, xxh3-64) per item, in plan order.
+    sums: Vec<[u64; 2]>,
+    /// The entries of the items that are not passthrough tensors.
+    kept: Vec<Option<Box<TensorEntry>>>,
+}
+
+impl Written {
+    fn with_capacity(n: usize) -> Written {
+        Written {
+            sums: Vec::with_capacity(n),
+            kept: Vec::with_capacity(n),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.sums.len()
+    }
+
+    /// Record the entry written for `item`.
+    fn push(&mut self, item: &Item, entry: TensorEntry) {
+        self.sums.push([entry.bytes, entry.xxh3]);
+        let derivable = matches!(item, Item::Passthrough { .. });
+        self.kept.push((!derivable).then(|| Box::new(entry)));
+    }
+
+    fn bytes(&self, k: usize) -> u64 {
+        self.sums[k][0]
+    }
+
+    /// The rank item `k` is a slice for (`None`: replicated, host or one rank).
+    fn rank(&self, k: usize) -> Option<u32> {
+        self.kept[k].as_ref()?.tp.as_ref().map(|t| t.rank)
+    }
+
+    /// Item `k`'s entry as written.
+    fn entry<'a>(&'a self, model: &Model, item: &Item, k: usize) -> Cow<'a, TensorEntry> {
+        match (item, &self.kept[k]) {
+            (_, Some(e)) => Cow::Borrowed(&**e),
+            (&Item::Passthrough { src, device }, None) => {
+                let mut e = passthrough(model, src, device);
+                [e.bytes, e.xxh3] = self.sums[k];
+                Cow::Owned(e)
+            }
+            _ => unreachable!("Written::push keeps every entry but a passthrough tensor's"),
+        }
+    }
+}
+
+/// The manifest's tensor list, serialized from what was written (never held whole).
+struct Entries<'a> {
+    model: &'a Model,
+    items: &'a [Item],
+    written: &'a Written,
+}
+
+impl serde::Serialize for Entries<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.items.len()))?;
+        for (k, item) in self.items.iter().enumerate() {
+            seq.serialize_element(&*self.written.entry(self.model, item, k))?;
+        }
+        seq.end()
+    }
 }
 
 /// Re-open the finished pack at its temporary path `tmp` as any reader will (header checksum,
