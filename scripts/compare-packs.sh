@@ -11,6 +11,9 @@ smol=$(scripts/fetch-model.sh smollm2)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 all=nvfp4,nvfp4_t,nvfp4_mmq,q4k_mmq,fp8,w8a8,bf16,q2g128
 cases=("$smol|--layouts $all" "$smol|--layouts q4k_mmq --q4k-down q4k")
+# Every source here is quantized: both binaries need the flag (so OLD_BIN is at least the
+# session-13 binary that has it).
+rq=--allow-requantize
 [ -n "$adapter" ] && cases+=("$smol|--layouts nvfp4,lora --lora $adapter")
 for fx in ct-fp8-block-bf16-i384 ct-fp8-channel-f32-i320 modelopt-nvfp4 modelopt-fp8 ct-nvfp4a16-bf16 peft-base; do
   cases+=("tests/fixtures/$fx|--layouts $all")
@@ -18,8 +21,8 @@ done
 fail=0
 for i in "${!cases[@]}"; do
   src=${cases[$i]%%|*}; args=${cases[$i]#*|}
-  "$old" convert "$src" -o "$tmp/old.mpk.gguf" $args > /dev/null 2>&1
-  "$new" convert "$src" -o "$tmp/new.mpk.gguf" $args > /dev/null 2>&1
+  "$old" convert "$src" -o "$tmp/old.mpk.gguf" $args $rq > /dev/null 2>&1
+  "$new" convert "$src" -o "$tmp/new.mpk.gguf" $args $rq > /dev/null 2>&1
   if cmp -s "$tmp/old.mpk.gguf" "$tmp/new.mpk.gguf"; then r=identical; else r=DIFFERENT; fail=1; fi
   echo "$r $(stat -c %s "$tmp/new.mpk.gguf") bytes  $(basename "$src") $args"
 done

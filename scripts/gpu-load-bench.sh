@@ -35,7 +35,7 @@ whole)
 small)
   {
     bash scripts/join-on-device.sh "$PART" /tmp/gpu-parts --join "$w/smollm2.gguf" || rc=1
-    $bin convert "$w/smollm2.gguf" -o "$w/smollm2.mpk.gguf" > /dev/null || rc=1
+    $bin convert "$w/smollm2.gguf" -o "$w/smollm2.mpk.gguf" --allow-requantize > /dev/null || rc=1
     $bin bench-load "$w/smollm2.mpk.gguf" --source "$w/smollm2.gguf" --sweep || rc=1
     $bin gen-model "$w/small.gguf" 1024 4096 6 BF16 llama --whole --vocab 16000 --kv-dim 256 || rc=1
     $bin convert "$w/small.gguf" -o "$w/small.mpk.gguf" --layouts bf16 > /dev/null || rc=1
@@ -70,7 +70,7 @@ peers)
     bash scripts/join-on-device.sh "$PART" /tmp/gpu-parts --join "$w/smollm2.gguf" || rc=1
     $bin gen-model "$w/small.gguf" 1024 4096 6 BF16 llama --whole --vocab 16000 --kv-dim 256 || rc=1
     for m in smollm2 small; do
-      args=""; [ $m = small ] && args="--layouts bf16"
+      args="--allow-requantize"; [ $m = small ] && args="--layouts bf16"
       $bin convert "$w/$m.gguf" -o "$w/$m.mpk.gguf" $args > /dev/null || rc=1
       $bin bench-load "$w/$m.mpk.gguf" --source "$w/$m.gguf" || rc=1
       $bin export-segment "$w/$m.mpk.gguf" "$w/$m.safetensors" || rc=1

@@ -15,7 +15,7 @@ if [ "${STEP:-part}" = part ]; then
 fi
 bash scripts/join-on-device.sh "$PART" /tmp/gpu-parts --join "$w/smollm2.gguf" || exit 1
 python3 -m pip install -q --no-deps --no-index --target "$w/pylib" "$PART"/gguf-*.whl || exit 1
-$bin convert "$w/smollm2.gguf" -o "$w/all.mpk.gguf" --layouts nvfp4,nvfp4_t,nvfp4_mmq,q4k_mmq,fp8,w8a8,bf16,q2g128 \
+$bin convert "$w/smollm2.gguf" -o "$w/all.mpk.gguf" --layouts nvfp4,nvfp4_t,nvfp4_mmq,q4k_mmq,fp8,w8a8,bf16,q2g128 --allow-requantize \
   > "$out/convert.txt" 2>&1 || exit 1
 PYTHONPATH="$w/pylib" python3 scripts/quality_kl.py "$w/smollm2.gguf" "$w/all.mpk.gguf" "$out/quality.json" \
   --record "$w/acts" --arms "$PWD/$bin" > "$out/quality.txt" 2> "$out/quality.err"

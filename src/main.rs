@@ -14,6 +14,8 @@ mod inspect;
 use inspect::{inspect, write_fidelity};
 #[path = "cli/apply.rs"]
 mod apply;
+#[path = "cli/choose.rs"]
+mod choose;
 use apply::ffn_apply;
 #[path = "cli/term.rs"]
 mod term;
@@ -80,6 +82,14 @@ enum Cmd {
         /// With --tp, copy mixture-of-experts layers whole onto every rank instead of refusing.
         #[arg(long)]
         replicate_moe: bool,
+        /// Quantize already-quantized weights (Q4_1, Q8_0, FP8, int4, ...) into another
+        /// quantized layout; without it such a set is refused before anything is written.
+        #[arg(long)]
+        allow_requantize: bool,
+        /// Show each chosen layout's size and error (measured on the first FFN layer), what the
+        /// set serves and the disk it needs; write nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Check a pack: every tensor's checksum; with --source, re-derive every tensor from the
     /// source checkpoint and compare bit for bit.
@@ -315,6 +325,8 @@ fn run(cli: Cli) -> Result<()> {
             tp,
             allow_nonfinite,
             replicate_moe,
+            allow_requantize,
+            dry_run,
         } => convert(
             &src,
             output,
@@ -322,7 +334,14 @@ fn run(cli: Cli) -> Result<()> {
             &q4k_down,
             lora,
             threads,
-            (host_tensors, tp, allow_nonfinite, replicate_moe),
+            Flags {
+                host_tensors,
+                tp,
+                allow_nonfinite,
+                replicate_moe,
+                allow_requantize,
+                dry_run,
+            },
         ),
         Cmd::Verify { pack, source } => verify(&pack, source.as_deref()),
         Cmd::GpuCheck {
@@ -425,6 +444,16 @@ fn parse_layouts(tags: Option<Vec<String>>) -> Result<Option<Vec<Layout>>> {
     .transpose()
 }
 
+/// `convert`'s flags past the layouts (what `ConvertOptions` records, and how to choose).
+struct Flags {
+    host_tensors: Vec<String>,
+    tp: u32,
+    allow_nonfinite: bool,
+    replicate_moe: bool,
+    allow_requantize: bool,
+    dry_run: bool,
+}
+
 fn convert(
     src: &Path,
     output: Option<PathBuf>,
@@ -432,7 +461,14 @@ fn convert(
     q4k_down: &str,
     lora: Option<PathBuf>,
     threads: Option<usize>,
-    (host_tensors, tp, allow_nonfinite, replicate_moe): (Vec<String>, u32, bool, bool),
+    Flags {
+        host_tensors,
+        tp,
+        allow_nonfinite,
+        replicate_moe,
+        allow_requantize,
+        dry_run,
+    }: Flags,
 ) -> Result<()> {
     let layouts = parse_layouts(layouts)?;
     let q4k_down = match q4k_down {
@@ -441,7 +477,7 @@ fn convert(
         other => anyhow::bail!("--q4k-down must be int8 or q4k, not {other:?}"),
     };
     let out = output.unwrap_or_else(|| default_output(src));
-    let opts = ConvertOptions {
+    let mut opts = ConvertOptions {
         layouts,
         q4k_down,
         lora,
@@ -454,6 +490,16 @@ fn convert(
         .num_threads(capped_threads(threads))
         .build()?;
     let model = Model::open(src)?;
+    let settled = choose::settle(&model, &opts);
+    let refusal = settled.refusal.filter(|_| !allow_requantize);
+    opts.layouts = Some(settled.layouts);
+    if dry_run {
+        return choose::dry_run(&model, &opts, &out, refusal.as_deref());
+    }
+    if let Some(why) = refusal {
+        choose::refuse(&model, &opts, &why)?;
+    }
+    choose::warn_unserved(&opts);
     let mut inputs = model.input_paths();
     if let Some(dir) = &opts.lora {
         inputs.extend(["adapter_model.safetensors", "adapter_config.json"].map(|f| dir.join(f)));
@@ -493,6 +539,7 @@ fn convert(
         );
     }
     write_fidelity(&mut std::io::stderr().lock(), &manifest.fidelity)?;
+    choose::warn_far(&mut std::io::stderr().lock(), &manifest.fidelity)?;
     Ok(())
 }
 

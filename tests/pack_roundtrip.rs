@@ -206,11 +206,14 @@ fn smollm2_default_layouts_and_q4k_down() {
     let src = smollm2_gguf();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("d.mpk.gguf");
+    // Q4_1 weights: the default re-quantizes them, so it needs the flag (tests/layout_choice.rs
+    // has the refusal).
     let r = cli(&[
         "convert",
         src.to_str().unwrap(),
         "-o",
         out.to_str().unwrap(),
+        "--allow-requantize",
     ]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let p = Pack::open(&out).unwrap();

@@ -10,6 +10,7 @@
 //! placeholder in place, the file is fsynced and renamed into place.
 
 pub mod check;
+pub mod choice;
 mod plan;
 mod read;
 pub mod tp;

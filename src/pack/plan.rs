@@ -563,6 +563,47 @@ impl<'m> Plan<'m> {
             .collect()
     }
 
+    /// The dry run's figures ([`super::choice::dry_run`]): each layout's blob bytes over the
+    /// whole pack, from the first planned layer (and rank) encoded and scaled by the blobs
+    /// planned, and the bytes carried unchanged. The sampled layer's fidelity is recorded as
+    /// convert records it.
+    pub(super) fn sample_costs(&self) -> Result<(Vec<(Layout, u64)>, u64)> {
+        let carried = self
+            .items
+            .iter()
+            .map(|it| match it {
+                &Item::Passthrough { src, .. } => self.model.tensors[src].bytes,
+                Item::Slice(sl) => sl.entry.bytes,
+                Item::Blob(_) => 0,
+            })
+            .sum();
+        let Some(first) = self.items.iter().find_map(|it| match it {
+            Item::Blob(b) => Some(b),
+            _ => None,
+        }) else {
+            return Ok((Vec::new(), carried));
+        };
+        let sample = self.layer_blobs(first.layer, first.rank)?;
+        let costs = self
+            .layouts
+            .iter()
+            .map(|&layout| {
+                let of = |e: &TensorEntry| e.ffn.as_ref().is_some_and(|f| f.layout == layout.tag());
+                let (n, bytes) = sample
+                    .iter()
+                    .filter(|(_, _, e)| of(e))
+                    .fold((0u64, 0u64), |(n, b), (_, _, e)| (n + 1, b + e.bytes));
+                let planned = self
+                    .items
+                    .iter()
+                    .filter(|it| matches!(it, Item::Blob(b) if b.layout == layout))
+                    .count() as u64;
+                (layout, bytes * planned / n.max(1))
+            })
+            .collect();
+        Ok((costs, carried))
+    }
+
     /// The rank count (1: not tensor-parallel) and the head counts attention was split by.
     pub(super) fn tp(&self) -> (u32, Option<(u64, u64)>) {
         (self.tp, self.heads)

@@ -1,0 +1,270 @@
+//! `convert`'s layout choice: the source's own format kept where a layout carries it, a
+//! re-quantization refused without `--allow-requantize` (with the choices and their measured
+//! cost), the dry run's table, and warnings for layouts far from the source.
+
+use anyhow::Result;
+use metrale_pack::converters::layouts::Layout;
+use metrale_pack::ffn::{ARMS, Method};
+use metrale_pack::model::{Activation, Model};
+use metrale_pack::pack::choice::{self, LayoutCost};
+use metrale_pack::pack::{ConvertOptions, Fidelity};
+use std::io::Write;
+use std::path::Path;
+
+/// A relative error above which `convert` warns (q2g128 measures 43% on SmolLM2).
+pub const WARN_REL_ERR: f64 = 0.10;
+
+/// Every layout a user can name for the dense FFN weights (the LoRA adapter is added by `--lora`).
+const CHOICES: [Layout; 8] = [
+    Layout::Nvfp4,
+    Layout::Nvfp4T,
+    Layout::Nvfp4Mmq,
+    Layout::Q4kMmq,
+    Layout::Fp8,
+    Layout::W8a8,
+    Layout::Bf16,
+    Layout::Q2g128,
+];
+
+/// The layouts `convert` will use for `model`, and why it would stop without
+/// `--allow-requantize` (`None`: nothing re-quantized).
+pub struct Settled {
+    /// The set: as named, [`choice::default_for`] the source, or the target's default.
+    pub layouts: Vec<Layout>,
+    /// The re-quantization a convert without `--allow-requantize` refuses, in words.
+    pub refusal: Option<String>,
+}
+
+/// Settle the layouts for `model`: none named takes [`choice::default_for`]; a set that
+/// re-quantizes a quantized weight (the target's default included, where no set keeps the
+/// source) carries its refusal.
+pub fn settle(model: &Model, opts: &ConvertOptions) -> Settled {
+    let named = opts.layouts.is_some();
+    if !named && let Some(layouts) = choice::default_for(model, opts) {
+        return Settled {
+            layouts,
+            refusal: None,
+        };
+    }
+    let layouts = opts.layouts.clone().unwrap_or_else(|| {
+        metrale_pack::pack::default_layouts(model.activation.unwrap_or(Activation::Silu))
+    });
+    let requant = choice::requantizing(model, &layouts, opts);
+    let refusal = (!requant.is_empty()).then(|| {
+        let what = requant
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} would re-quantize its {} weights",
+                    r.layout.tag(),
+                    r.source
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let default = if named {
+            ""
+        } else {
+            "no layout keeps this source's format and serves every forward: the default "
+        };
+        format!("{default}{what}")
+    });
+    Settled { layouts, refusal }
+}
+
+/// Refuse a re-quantizing set: every choice's cost on the terminal, then one error line.
+pub fn refuse(model: &Model, opts: &ConvertOptions, why: &str) -> Result<()> {
+    let mut all = opts.clone();
+    all.layouts = Some(CHOICES.to_vec());
+    all.lora = None;
+    let (costs, carried) = choice::dry_run(model, &all)?;
+    // The choices go to the terminal as they are (this program's own text); the error stays
+    // one line.
+    write_costs(&mut std::io::stderr().lock(), &costs, carried)?;
+    anyhow::bail!(
+        "{}: {why}; stopped before writing. Choose with --layouts from the table above (each \
+         layout's size and its error measured on layer {} against the source's own weights; \
+         bf16 keeps the weights' values), or pass --allow-requantize",
+        model.path.display(),
+        model.ffn_layers.first().map_or(0, |l| l.index),
+    )
+}
+
+/// The forward kinds a layer holding `set` can run (the NVFP4 overlays, `q4k_mmq` and `lora`
+/// install only beside the `nvfp4` base, as the loader installs them).
+pub fn served(set: &[Layout]) -> Vec<Method> {
+    let with_base = [
+        Layout::Nvfp4T,
+        Layout::Nvfp4Mmq,
+        Layout::Q4kMmq,
+        Layout::Lora,
+    ];
+    let installed =
+        |l: Layout| set.contains(&l) && (!with_base.contains(&l) || set.contains(&Layout::Nvfp4));
+    let mut out: Vec<Method> = Vec::new();
+    for a in ARMS.iter().filter(|a| installed(a.layout)) {
+        if !out.contains(&a.method) {
+            out.push(a.method);
+        }
+    }
+    out
+}
+
+/// Warn when the chosen set serves no decode row (or no forward at all): the pack converts,
+/// and the loader refuses it or a decode falls through.
+pub fn warn_unserved(opts: &ConvertOptions) {
+    let set = opts.layouts.clone().unwrap_or_default();
+    let served = served(&set);
+    if !served.contains(&Method::Decode) {
+        let tags: Vec<&str> = set.iter().map(|l| l.tag()).collect();
+        eprintln!(
+            "warning: layouts {} serve {}: an engine cannot decode from this pack (add nvfp4 or bf16)",
+            tags.join(","),
+            if served.is_empty() {
+                "no forward".to_string()
+            } else {
+                format!(
+                    "only {}",
+                    served
+                        .iter()
+                        .map(|&m| method_name(m))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        );
+    }
+}
+
+fn method_name(m: Method) -> &'static str {
+    match m {
+        Method::Decode => "decode",
+        Method::Small => "2-3 rows",
+        Method::Verify => "verify",
+        Method::Prefill => "prefill",
+        Method::Fixed => "fixed",
+    }
+}
+
+/// `convert --dry-run`: the chosen layouts' cost, what they serve and the disk they need.
+pub fn dry_run(
+    model: &Model,
+    opts: &ConvertOptions,
+    out: &Path,
+    refusal: Option<&str>,
+) -> Result<()> {
+    let (costs, carried) = choice::dry_run(model, opts)?;
+    let mut w = std::io::stdout().lock();
+    write_costs(&mut w, &costs, carried)?;
+    if let Some(why) = refusal {
+        writeln!(w, "convert would stop: {why} (--allow-requantize)")?;
+    }
+    let set: Vec<Layout> = costs.iter().map(|c| c.layout).collect();
+    let served = served(&set);
+    writeln!(
+        w,
+        "serves: {}",
+        if served.is_empty() {
+            "no forward (the loader refuses such a pack)".to_string()
+        } else {
+            served
+                .iter()
+                .map(|&m| method_name(m))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    )?;
+    let total = carried + costs.iter().map(|c| c.bytes).sum::<u64>();
+    let dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    match free_bytes(dir) {
+        Some(free) => writeln!(
+            w,
+            "{}: {:.1} MB free for about {:.1} MB{}",
+            dir.display(),
+            free as f64 / 1e6,
+            total as f64 / 1e6,
+            if free < total { " (not enough)" } else { "" }
+        )?,
+        None => writeln!(w, "{}: free space unknown", dir.display())?,
+    }
+    writeln!(w, "nothing written (--dry-run)")?;
+    if served.is_empty() {
+        anyhow::bail!(
+            "the layouts {} serve no forward; add nvfp4 or bf16",
+            set.iter().map(|l| l.tag()).collect::<Vec<_>>().join(",")
+        );
+    }
+    Ok(())
+}
+
+/// The cost table: a row per layout, then the carried bytes and the total.
+fn write_costs(w: &mut impl Write, costs: &[LayoutCost], carried: u64) -> std::io::Result<()> {
+    writeln!(
+        w,
+        "  {:<10} {:>10}  {:>9} {:>9} {:>9}  source",
+        "layout", "MB", "gate", "up", "down"
+    )?;
+    for c in costs {
+        let err = |p: &str| {
+            c.rel_err
+                .iter()
+                .find(|(q, _)| q == p || (p != "down" && q == "gate_up"))
+                .map_or("-".to_string(), |(_, e)| format!("{:.2}%", e * 100.0))
+        };
+        writeln!(
+            w,
+            "  {:<10} {:>10.1}  {:>9} {:>9} {:>9}  {}",
+            c.layout.tag(),
+            c.bytes as f64 / 1e6,
+            err("gate"),
+            err("up"),
+            err("down"),
+            match (c.requantizes, c.layout) {
+                (true, _) => "re-quantized",
+                (false, Layout::Bf16) => "values kept",
+                (false, _) => "kept",
+            }
+        )?;
+    }
+    writeln!(
+        w,
+        "  other tensors, carried: {:.1} MB; these layouts and those: {:.1} MB",
+        carried as f64 / 1e6,
+        (carried + costs.iter().map(|c| c.bytes).sum::<u64>()) as f64 / 1e6
+    )
+}
+
+/// One warning line per layout and projection whose worst error passes [`WARN_REL_ERR`].
+pub fn warn_far(w: &mut impl Write, fidelity: &[Fidelity]) -> std::io::Result<()> {
+    for f in fidelity.iter().filter(|f| f.worst_rel_err > WARN_REL_ERR) {
+        writeln!(
+            w,
+            "warning: {} {} differs from the source's weights by {:.1}% (relative error, layer {}): \
+             a lossy layout; bf16 or a layout that keeps the source's format is closer",
+            f.layout,
+            f.proj,
+            f.worst_rel_err * 100.0,
+            f.worst_layer
+        )?;
+    }
+    Ok(())
+}
+
+/// Free bytes on the file system holding `dir`.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: FFI: `c` is a NUL-terminated path and `st` a writable statvfs the call fills;
+    // it is read only when the call succeeds.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    st.f_bavail.checked_mul(st.f_frsize)
+}

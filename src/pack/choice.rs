@@ -1,0 +1,144 @@
+//! Layouts for a source: which keep the FFN weights as the source stores them, which set
+//! re-quantizes an already-quantized weight (what `convert` refuses without
+//! `--allow-requantize`, as llama-quantize does), and what each layout of a set costs before
+//! anything is written (`convert --dry-run`): its bytes and its error measured on one layer.
+
+use super::plan::Plan;
+use super::*;
+use crate::GgmlType;
+use crate::error::Result;
+use crate::model::{Activation, DType, FfnWeight, Model};
+
+/// How the FFN weights of a source are stored, as the user knows it (`BF16`, `Q4_1`,
+/// `FP8 block`, `NVFP4 (ModelOpt)`, `int4 (compressed-tensors)`, `AWQ int4`), and whether that
+/// is a quantized format.
+pub fn weight_kind(model: &Model, w: &FfnWeight) -> (String, bool) {
+    match w {
+        FfnWeight::Plain { weight } => match model.tensors[*weight].dtype {
+            DType::Ggml(t) => (t.name().to_string(), t.is_quantized()),
+            DType::St(d) => {
+                let name = format!("{d:?}");
+                let quantized = !matches!(name.as_str(), "F32" | "F16" | "BF16" | "F64");
+                (name, quantized)
+            }
+        },
+        FfnWeight::ModelOptNvfp4 { .. } => ("NVFP4 (ModelOpt)".into(), true),
+        FfnWeight::CtNvfp4 { .. } => ("NVFP4 (compressed-tensors)".into(), true),
+        FfnWeight::Fp8Block { .. } => ("FP8 block".into(), true),
+        FfnWeight::Fp8Channel { .. } => ("FP8 per channel".into(), true),
+        FfnWeight::Fp8Tensor { .. } => ("FP8 per tensor".into(), true),
+        FfnWeight::CtInt { bits, .. } => (format!("int{bits} (compressed-tensors)"), true),
+        FfnWeight::Awq { .. } => ("AWQ int4".into(), true),
+        FfnWeight::Half { of, .. } => weight_kind(model, of),
+    }
+}
+
+/// Whether `layout` stores projection weight `w` as the source has it (its codes and scales
+/// carried, only re-laid), or widens it to a float format (`bf16`; `lora` holds an adapter).
+/// Any other layout quantizes the weight anew.
+pub fn keeps(
+    model: &Model,
+    layout: Layout,
+    w: &FfnWeight,
+    down: bool,
+    opts: &ConvertOptions,
+) -> bool {
+    let w = match w {
+        FfnWeight::Half { of, .. } => of,
+        w => w,
+    };
+    match layout {
+        Layout::Bf16 | Layout::Lora => true,
+        Layout::Nvfp4 | Layout::Nvfp4T | Layout::Nvfp4Mmq => matches!(
+            w,
+            FfnWeight::ModelOptNvfp4 { .. } | FfnWeight::CtNvfp4 { .. }
+        ),
+        Layout::Fp8 => matches!(w, FfnWeight::Fp8Block { .. }),
+        // The down projection as int8 rows (`--q4k-down int8`, the default) is re-quantized.
+        Layout::Q4kMmq => {
+            matches!(w, FfnWeight::Plain { weight }
+                if model.tensors[*weight].dtype == DType::Ggml(GgmlType::Q4_K))
+                && !(down && opts.q4k_down == crate::converters::layouts::q4k_mmq::DownFormat::Int8)
+        }
+        _ => false,
+    }
+}
+
+/// One layout of a set that would quantize an already-quantized source weight again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Requantized {
+    /// The layout.
+    pub layout: Layout,
+    /// The source's storage of the first such weight ([`weight_kind`]).
+    pub source: String,
+}
+
+/// The layouts of `layouts` that re-quantize some quantized FFN weight of `model`.
+pub fn requantizing(model: &Model, layouts: &[Layout], opts: &ConvertOptions) -> Vec<Requantized> {
+    let mut out = Vec::new();
+    for &layout in layouts {
+        let hit = model.ffn_layers.iter().find_map(|l| {
+            [(&l.gate, false), (&l.up, false), (&l.down, true)]
+                .into_iter()
+                .find(|(w, down)| weight_kind(model, w).1 && !keeps(model, layout, w, *down, opts))
+                .map(|(w, _)| weight_kind(model, w).0)
+        });
+        if let Some(source) = hit {
+            out.push(Requantized { layout, source });
+        }
+    }
+    out
+}
+
+/// The layouts `convert` uses when none are named: those that keep the source's quantized
+/// weights and together serve decode and prefill (NVFP4 sources: the NVFP4 set; block FP8:
+/// `fp8`), the target's default for float sources, and `None` for a quantized source no such
+/// set keeps (Q4_0, Q4_1, Q5_x, Q6_K, Q8_0, Q4_K, integer and AWQ checkpoints today: the user
+/// chooses, from the dry run's figures).
+pub fn default_for(model: &Model, opts: &ConvertOptions) -> Option<Vec<Layout>> {
+    let act = model.activation.unwrap_or(Activation::Silu);
+    let base = default_layouts(act);
+    let candidates = [base, vec![Layout::Fp8]];
+    candidates
+        .into_iter()
+        .find(|set| requantizing(model, set, opts).is_empty())
+}
+
+/// What one layout of a set costs (`convert --dry-run`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayoutCost {
+    /// The layout.
+    pub layout: Layout,
+    /// Its blobs over every FFN layer (and rank).
+    pub bytes: u64,
+    /// Per projection, its relative error against the source's weights (decoded), measured
+    /// on the first FFN layer.
+    pub rel_err: Vec<(String, f64)>,
+    /// Whether it re-quantizes a quantized source weight.
+    pub requantizes: bool,
+}
+
+/// The dry run: every layout of `opts.layouts` encoded for the model's first FFN layer (and
+/// first rank), its bytes scaled to every layer, and the bytes carried unchanged
+/// (passthrough tensors). Nothing is written.
+pub fn dry_run(model: &Model, opts: &ConvertOptions) -> Result<(Vec<LayoutCost>, u64)> {
+    let plan = Plan::new(model, opts)?;
+    let (per_layout, carried) = plan.sample_costs()?;
+    let fidelity = plan.fidelity();
+    let layouts: Vec<Layout> = per_layout.iter().map(|(l, _)| *l).collect();
+    let requant = requantizing(model, &layouts, opts);
+    let costs = per_layout
+        .into_iter()
+        .map(|(layout, bytes)| LayoutCost {
+            layout,
+            bytes,
+            rel_err: fidelity
+                .iter()
+                .filter(|f| f.layout == layout.tag())
+                .map(|f| (f.proj.clone(), f.mean_rel_err))
+                .collect(),
+            requantizes: requant.iter().any(|r| r.layout == layout),
+        })
+        .collect();
+    Ok((costs, carried))
+}

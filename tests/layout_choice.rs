@@ -1,0 +1,275 @@
+//! `convert`'s layout choice: the source's own format kept where a layout carries it (block
+//! FP8 -> fp8, NVFP4 -> the NVFP4 set, floats -> the target's default), a re-quantization of an
+//! already-quantized weight refused before anything is written unless `--allow-requantize`
+//! (with every choice's size and measured error), the dry run's figures against a real
+//! convert of the same source, and warnings for far or unserving layouts.
+
+mod common;
+
+use common::pack::*;
+use common::*;
+use metrale_pack::GgmlType;
+use metrale_pack::converters::layouts::Layout;
+use metrale_pack::model::Model;
+use metrale_pack::pack::{ConvertOptions, Pack, choice};
+use std::path::Path;
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+fn convert_args<'a>(src: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    a.extend(extra);
+    a
+}
+
+/// The real SmolLM2 Q4_1 GGUF: no layout keeps Q4_1, so the default stops before writing with
+/// the table of choices; bf16 (values kept) needs no flag; the flag takes the default.
+#[test]
+fn a_q4_1_source_is_not_requantized_without_the_flag() {
+    let src = smollm2_gguf();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.mpk.gguf");
+    let o = cli(&convert_args(&src, &out, &[]));
+    assert_eq!(o.status.code(), Some(1));
+    let e = err(&o);
+    assert!(!out.exists(), "nothing written");
+    assert!(
+        files_in(dir.path()).is_empty(),
+        "no litter: {:?}",
+        files_in(dir.path())
+    );
+    let line = e.lines().find(|l| l.starts_with("error:")).unwrap();
+    assert!(
+        line.contains("Q4_1") && line.contains("--allow-requantize"),
+        "{line}"
+    );
+    assert!(line.contains("nvfp4 would re-quantize"), "{line}");
+    // A row per layout: its size, its error per projection, whether it re-quantizes.
+    for tag in [
+        "nvfp4",
+        "nvfp4_t",
+        "nvfp4_mmq",
+        "q4k_mmq",
+        "fp8",
+        "w8a8",
+        "bf16",
+        "q2g128",
+    ] {
+        let row = e
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(tag))
+            .unwrap_or_else(|| panic!("no row for {tag} in:\n{e}"));
+        let want = if tag == "bf16" {
+            "values kept"
+        } else {
+            "re-quantized"
+        };
+        assert!(row.ends_with(want), "{row}");
+        assert_eq!(row.matches('%').count(), 3, "{row}");
+    }
+
+    // A named set that re-quantizes: refused, naming the layout.
+    let o = cli(&convert_args(&src, &out, &["--layouts", "bf16,q2g128"]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).contains("q2g128 would re-quantize its Q4_1 weights"),
+        "{}",
+        err(&o)
+    );
+    assert!(!out.exists());
+
+    // bf16 keeps the values: no flag, no warning.
+    let o = cli(&convert_args(&src, &out, &["--layouts", "bf16"]));
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(!err(&o).contains("warning"), "{}", err(&o));
+    assert_eq!(Pack::open(&out).unwrap().manifest.layouts, ["bf16"]);
+
+    // The flag: the target's default.
+    let o = cli(&convert_args(&src, &out, &["--allow-requantize"]));
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        Pack::open(&out).unwrap().manifest.layouts,
+        ["nvfp4", "nvfp4_mmq"]
+    );
+}
+
+/// Sources a layout carries convert by default without the flag: block FP8 into fp8, ModelOpt
+/// NVFP4 into the NVFP4 set, floats into the target's default.
+#[test]
+fn the_default_keeps_what_the_source_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::fresh("layout_choice");
+    let f32src = gguf_model(
+        dir.path(),
+        "f.gguf",
+        "llama",
+        256,
+        512,
+        2,
+        GgmlType::F32,
+        &mut rng,
+    );
+    for (src, want) in [
+        (
+            Path::new("tests/fixtures/ct-fp8-block-bf16-i384").to_path_buf(),
+            vec!["fp8"],
+        ),
+        (
+            Path::new("tests/fixtures/modelopt-nvfp4").to_path_buf(),
+            vec!["nvfp4", "nvfp4_mmq"],
+        ),
+        (f32src, vec!["nvfp4", "nvfp4_mmq"]),
+    ] {
+        let out = dir.path().join("d.mpk.gguf");
+        let o = cli(&convert_args(&src, &out, &[]));
+        assert!(o.status.success(), "{}: {}", src.display(), err(&o));
+        assert_eq!(
+            Pack::open(&out).unwrap().manifest.layouts,
+            want,
+            "{}",
+            src.display()
+        );
+        assert!(!err(&o).contains("warning"), "{}", err(&o));
+    }
+}
+
+/// Q4_K: q4k_mmq keeps the codes (with `--q4k-down q4k`) but serves only prefill beside the
+/// NVFP4 base, so the default stops; q4k_mmq alone converts with a warning that no engine can
+/// decode from it; its int8 down re-quantizes.
+#[test]
+fn a_q4_k_source_keeps_its_codes_only_where_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::fresh("layout_choice_q4k");
+    let src = gguf_model(
+        dir.path(),
+        "k.gguf",
+        "llama",
+        256,
+        512,
+        2,
+        GgmlType::Q4_K,
+        &mut rng,
+    );
+    let out = dir.path().join("k.mpk.gguf");
+    let o = cli(&convert_args(&src, &out, &[]));
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(err(&o).contains("Q4_K"), "{}", err(&o));
+    let o = cli(&convert_args(&src, &out, &["--layouts", "q4k_mmq"]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).contains("q4k_mmq would re-quantize its Q4_K"),
+        "{}",
+        err(&o)
+    );
+    let o = cli(&convert_args(
+        &src,
+        &out,
+        &["--layouts", "q4k_mmq", "--q4k-down", "q4k"],
+    ));
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        err(&o).contains("warning: layouts q4k_mmq serve no forward"),
+        "{}",
+        err(&o)
+    );
+}
+
+/// The dry run writes nothing, and its figures are the real convert's: each layout's bytes
+/// are the pack's blobs, its error the manifest's fidelity (one FFN layer: the mean is that
+/// layer's), bit for bit.
+#[test]
+fn the_dry_run_says_what_convert_then_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::fresh("layout_choice_dry");
+    let src = gguf_model(
+        dir.path(),
+        "m.gguf",
+        "llama",
+        256,
+        512,
+        1,
+        GgmlType::F16,
+        &mut rng,
+    );
+    let layouts = [Layout::Nvfp4, Layout::Fp8, Layout::Bf16, Layout::Q2g128];
+    let opts = ConvertOptions {
+        layouts: Some(layouts.to_vec()),
+        ..Default::default()
+    };
+    let model = Model::open(&src).unwrap();
+    let (costs, carried) = choice::dry_run(&model, &opts).unwrap();
+    let out = dir.path().join("m.mpk.gguf");
+    let man = convert(&src, &out, &opts);
+    assert_eq!(costs.len(), layouts.len());
+    for c in &costs {
+        let blobs: u64 = man
+            .tensors
+            .iter()
+            .filter(|t| t.ffn.as_ref().is_some_and(|f| f.layout == c.layout.tag()))
+            .map(|t| t.bytes)
+            .sum();
+        assert_eq!(c.bytes, blobs, "{}", c.layout.tag());
+        for (proj, e) in &c.rel_err {
+            let f = man
+                .fidelity
+                .iter()
+                .find(|f| f.layout == c.layout.tag() && &f.proj == proj)
+                .unwrap();
+            assert_eq!(
+                e.to_bits(),
+                f.mean_rel_err.to_bits(),
+                "{} {proj}",
+                c.layout.tag()
+            );
+        }
+        assert!(!c.requantizes, "an F16 source is not quantized");
+    }
+    let passthrough: u64 = man
+        .tensors
+        .iter()
+        .filter(|t| t.ffn.is_none())
+        .map(|t| t.bytes)
+        .sum();
+    assert_eq!(carried, passthrough);
+
+    // The CLI prints the same figures, and that q2g128 alone would warn; writes nothing.
+    let dry = dir.path().join("dry.mpk.gguf");
+    let o = cli(&convert_args(
+        &src,
+        &dry,
+        &["--layouts", "nvfp4,fp8,bf16,q2g128", "--dry-run"],
+    ));
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(!dry.exists());
+    let s = stdout(&o);
+    for c in &costs {
+        let row = s
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(c.layout.tag()))
+            .unwrap_or_else(|| panic!("{s}"));
+        assert!(
+            row.contains(&format!("{:.1}", c.bytes as f64 / 1e6)),
+            "{row}"
+        );
+    }
+    assert!(s.contains("serves: decode"), "{s}");
+    assert!(s.contains("nothing written"), "{s}");
+
+    // A real convert with q2g128 warns with its figure.
+    let o = cli(&convert_args(&src, &out, &["--layouts", "q2g128,bf16"]));
+    assert!(o.status.success(), "{}", err(&o));
+    let e = err(&o);
+    let w = e
+        .lines()
+        .find(|l| l.starts_with("warning: q2g128"))
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(w.contains('%'), "{w}");
+    assert!(!e.contains("warning: bf16"), "{e}");
+}
