@@ -183,7 +183,7 @@ fn a_q4_k_source_keeps_its_codes_only_where_asked() {
 
 /// The dry run writes nothing, and its figures are the real convert's: each layout's bytes
 /// are the pack's blobs, its error the manifest's fidelity (one FFN layer: the mean is that
-/// layer's), bit for bit.
+/// layer's), to the last bit JSON keeps.
 #[test]
 fn the_dry_run_says_what_convert_then_does() {
     let dir = tempfile::tempdir().unwrap();
@@ -222,11 +222,14 @@ fn the_dry_run_says_what_convert_then_does() {
                 .iter()
                 .find(|f| f.layout == c.layout.tag() && &f.proj == proj)
                 .unwrap();
-            assert_eq!(
-                e.to_bits(),
-                f.mean_rel_err.to_bits(),
-                "{} {proj}",
-                c.layout.tag()
+            // The same computation; the manifest's figure went through JSON, whose parser may
+            // move the last bit.
+            let d = (e - f.mean_rel_err).abs() / f.mean_rel_err;
+            assert!(
+                d <= 4.0 * f64::EPSILON,
+                "{} {proj}: {e} vs {}",
+                c.layout.tag(),
+                f.mean_rel_err
             );
         }
         assert!(!c.requantizes, "an F16 source is not quantized");
