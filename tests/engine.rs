@@ -87,9 +87,8 @@ fn a_layer_frees_what_its_finalize_built() {
     let mut l = DenseFfnLayer::new(&ctx);
     install_nvfp4(b.as_ref(), &mut l, &w).unwrap();
     let base: Vec<_> = l
-        .weights()
-        .nvfp4
-        .iter()
+        .get(metrale_pack::ffn::key::NVFP4)
+        .into_iter()
         .flatten()
         .flat_map(|p| [p.codes(), p.scales()])
         .collect();

@@ -5,7 +5,7 @@ mod common;
 
 use common::ffn::*;
 use metrale_pack::converters::layouts;
-use metrale_pack::ffn::DenseFfnLayer;
+use metrale_pack::ffn::{DenseFfnLayer, key};
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::gpu::reference::ActRound;
 use metrale_pack::gpu::{DevicePtr, ModelLevers, upload_f32};
@@ -68,8 +68,8 @@ fn nvfp4_decode_arm_and_finalize_nvfp4_mmq_load() {
     // copies of what it repacked are freed.
     install_nvfp4_t(c.backend.as_ref(), &mut layer, &w).unwrap();
     let t_copies: Vec<DevicePtr> = layer
-        .weights()
-        .nvfp4_t
+        .get(key::NVFP4_T)
+        .unwrap()
         .iter()
         .map(|t| t.unwrap().codes())
         .collect();
@@ -86,14 +86,14 @@ fn nvfp4_decode_arm_and_finalize_nvfp4_mmq_load() {
                 .parts
                 .remove(0)
                 .1;
-        let got_p = layer.weights().nvfp4_mmq[p].unwrap();
+        let got_p = layer.get(key::NVFP4_MMQ).unwrap()[p].unwrap();
         let mut got = vec![0u8; got_p.bytes as usize];
         c.backend.download(got_p, &mut got).unwrap();
         assert!(
             got == want,
             "projection {p}: repack differs from the converter"
         );
-        assert!(layer.weights().nvfp4_t[p].is_none());
+        assert!(layer.get(key::NVFP4_T).is_none_or(|t| t[p].is_none()));
         assert!(
             c.backend.download(t_copies[p], &mut [0u8; 4]).is_err(),
             "_t copy {p} not freed"
@@ -150,7 +150,13 @@ fn nvfp4_decode_arm_and_finalize_nvfp4_mmq_load() {
             install_fp8(c.backend.as_ref(), &mut l, &w, false).unwrap();
         }
         let did = l.finalize_nvfp4_mmq_load(&mut c, H, I, 0).unwrap();
-        let built: Vec<bool> = l.weights().nvfp4_mmq.iter().map(Option::is_some).collect();
+        let built: Vec<bool> = l
+            .get(key::NVFP4_MMQ)
+            .copied()
+            .unwrap_or_default()
+            .iter()
+            .map(Option::is_some)
+            .collect();
         if what == "down lever" {
             assert!(did && built == [true, true, false], "{what}: {built:?}");
         } else {

@@ -5,7 +5,7 @@ mod common;
 
 use common::ffn::*;
 use metrale_pack::converters::layouts;
-use metrale_pack::ffn::DenseFfnLayer;
+use metrale_pack::ffn::{DenseFfnLayer, key};
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::gpu::reference::ActRound;
 use metrale_pack::gpu::{DevicePtr, ModelLevers};
@@ -304,21 +304,21 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
     let mut c = ctx(HostBackend::new(), mmq.clone());
     let mut l = DenseFfnLayer::new(&c);
     install_nvfp4_t(c.backend.as_ref(), &mut l, &w).unwrap();
-    let t0 = l.weights().nvfp4_t[0].unwrap().codes();
+    let t0 = l.get(key::NVFP4_T).unwrap()[0].unwrap().codes();
     c.trace.clear();
     assert!(l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
     assert_eq!(
         c.trace,
         ["nvfp4_to_q4k", "nvfp4_to_q4k", "nvfp4_to_int8_rows"]
     );
-    assert!(l.weights().nvfp4_t.iter().all(Option::is_none));
+    assert!(l.get(key::NVFP4_T).is_none());
     assert!(
         c.backend.download(t0, &mut [0u8; 4]).is_err(),
         "_t copy not freed"
     );
     // The built bytes are the converter's (and so ggml's reference quantizer's) for the NVFP4
     // values the layer holds.
-    let q = l.weights().q4k.unwrap();
+    let q = *l.get(key::Q4K_MMQ).unwrap();
     let bytes = |p: DevicePtr| {
         let mut v = vec![0u8; p.bytes as usize];
         c.backend.download(p, &mut v).unwrap();
@@ -466,7 +466,7 @@ fn finalize_q4k_load_and_the_q4k_mmq_prefill() {
         let n0 = c.backend.launch_count();
         assert!(!l.finalize_q4k_load(&mut c, H, I, 0).unwrap());
         assert_eq!(c.backend.launch_count(), n0);
-        assert!(l.weights().q4k.is_none());
+        assert!(l.get(key::Q4K_MMQ).is_none());
     }
     // Given copies (a pack) serve the same prefill with no load-time launch.
     let mut c = ctx(HostBackend::new(), mmq);
@@ -525,5 +525,5 @@ fn pack_given_tiles_and_q4k_copies_are_validated_with_checked_sizes() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("this layer is"), "{e}");
-    assert!(l.weights().q4k.is_none());
+    assert!(l.get(key::Q4K_MMQ).is_none());
 }

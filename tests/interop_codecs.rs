@@ -215,10 +215,6 @@ fn iq_gguf_written_with_libgguf_s_quantizers_decodes_as_gguf_py_and_converts() {
     for layouts in ["nvfp4,nvfp4_mmq", "bf16"] {
         let out = dir.path().join("p.mpk.gguf");
         // IQ weights into NVFP4 are re-quantized: the flag says so.
-        common::pack::convert_and_verify(
-            &src,
-            &out,
-            &["--layouts", layouts, "--allow-requantize"],
-        );
+        common::pack::convert_and_verify(&src, &out, &["--layouts", layouts, "--allow-requantize"]);
     }
 }

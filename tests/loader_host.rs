@@ -7,6 +7,7 @@ mod common;
 
 use metrale_pack::check;
 use metrale_pack::converters::layouts::Layout;
+use metrale_pack::ffn::key;
 use metrale_pack::gpu::GpuBackend;
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::loader::{self, IoMode, LoadOptions};
@@ -227,13 +228,13 @@ fn finalize_on_a_pack_with_nvfp4_t_repacks_but_never_frees_the_arena_views() {
     let mut l = DenseFfnLayer::new(&ctx);
     lp.layers[0].install(&mut l).unwrap();
     assert!(
-        l.weights()
-            .nvfp4_t
+        l.get(key::NVFP4_T)
+            .unwrap()
             .iter()
             .all(|t| t.is_some_and(|t| !t.owned()))
     );
     assert!(l.finalize_nvfp4_mmq_load(&mut ctx, 128, 256, 0).unwrap());
-    assert!(l.weights().nvfp4_t.iter().all(Option::is_none));
+    assert!(l.get(key::NVFP4_T).is_none(), "every _t view dropped");
     // Every blob of the arena is still there (the _t views were dropped, not freed).
     for (i, e) in lp.pack.manifest.tensors.iter().enumerate() {
         if let Some(v) = e.ffn.as_ref().and_then(|_| lp.device_view(&e.name)) {

@@ -272,7 +272,7 @@ fn a_pack_with_lora_loads_and_the_layer_adds_the_adapter() {
     .unwrap();
     ctx.tracing = true;
     let mut l = DenseFfnLayer::new(&ctx);
-    assert!(lp.layers[1].lora.is_some());
+    assert!(lp.layers[1].overlays.holds(Layout::Lora));
     lp.layers[1].install(&mut l).unwrap();
     // Reference: the source weights through nvfp4, plus the pack's decoded adapter deltas.
     let model = Model::open(&src).unwrap();
@@ -325,7 +325,11 @@ fn a_pack_with_q4k_mmq_q2g128_and_lora_loads_with_zero_repack_launches() {
     let before = b.launch_count();
     let lp = loader::load(b.as_ref(), &out, &LoadOptions::default()).unwrap();
     let ov = &lp.layers[1];
-    assert!(ov.q4k.is_some() && ov.q2.is_some() && ov.lora.is_some());
+    assert!(
+        [Layout::Q4kMmq, Layout::Q2g128, Layout::Lora]
+            .iter()
+            .all(|&l| ov.overlays.holds(l))
+    );
     let env: HashMap<String, String> = [("METRALE_Q4K_MMQ".to_string(), "1".to_string())].into();
     let levers = ModelLevers::from_map(&env, metrale_pack::gpu::levers::HARDWARE_SM90);
     let cfg = FfnConfig {
@@ -337,14 +341,9 @@ fn a_pack_with_q4k_mmq_q2g128_and_lora_loads_with_zero_repack_launches() {
     // NVFP4 + q4k_mmq + lora in one layer: finalize_q4k_load and finalize_nvfp4_mmq_load have
     // nothing to build; the Q4_K MMQ prefill and the adapter serve it.
     let mut l = DenseFfnLayer::new(&ctx);
-    metrale_pack::loader::LayerOverlays {
-        nvfp4: ov.nvfp4,
-        q4k: ov.q4k,
-        lora: ov.lora,
-        ..Default::default()
-    }
-    .install(&mut l)
-    .unwrap();
+    ov.only(&[Layout::Nvfp4, Layout::Q4kMmq, Layout::Lora])
+        .install(&mut l)
+        .unwrap();
     assert!(!l.finalize_q4k_load(&mut ctx, h, i, 0).unwrap());
     assert_eq!(
         b.launch_count(),
@@ -361,12 +360,7 @@ fn a_pack_with_q4k_mmq_q2g128_and_lora_loads_with_zero_repack_launches() {
     assert!(ctx.trace.contains(&"q4k_wgmma") && ctx.trace.contains(&"lora_b_add"));
     // The q2g128 overlay of the same pack serves decode.
     let mut l2 = DenseFfnLayer::new(&ctx);
-    metrale_pack::loader::LayerOverlays {
-        q2: ov.q2,
-        ..Default::default()
-    }
-    .install(&mut l2)
-    .unwrap();
+    ov.only(&[Layout::Q2g128]).install(&mut l2).unwrap();
     ctx.trace.clear();
     l2.forward(&mut ctx, xp).unwrap();
     assert_eq!(ctx.trace[0], "q2g128_gemv");

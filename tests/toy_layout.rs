@@ -78,7 +78,7 @@ impl LayoutSpec for ToyBf16 {
             })
         });
         if let [Some(g), Some(u), Some(d)] = w {
-            o.custom.push((TOY, Arc::new([g, u, d])));
+            o.overlays.set_any(TOY, Arc::new([g, u, d]));
         }
     }
 }

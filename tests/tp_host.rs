@@ -330,13 +330,8 @@ fn the_ranks_with_a_lora_adapter_sum_to_the_adapted_layer() {
             )
             .unwrap();
             let ov = lp.layers.iter().find(|o| o.index == 1).unwrap();
-            assert!(ov.lora.is_some());
-            let o = loader::LayerOverlays {
-                index: 1,
-                nvfp4: ov.nvfp4,
-                lora: ov.lora,
-                ..Default::default()
-            };
+            assert!(ov.overlays.holds(Layout::Lora));
+            let o = ov.only(&[Layout::Nvfp4, Layout::Lora]);
             let cfg = metrale_pack::ffn::FfnConfig {
                 hidden: 128,
                 inter: lp.ffn_inter,
@@ -468,7 +463,7 @@ fn ranks_and_rank_counts_that_do_not_match_the_pack_are_refused() {
         );
         assert!(lp.stats.bytes < pack.manifest.segment_bytes);
         assert_eq!(lp.ffn_inter, 192, "176 rows padded to a multiple of 32");
-        assert!(lp.layers.iter().all(|l| l.nvfp4.is_some()));
+        assert!(lp.layers.iter().all(|l| l.overlays.holds(Layout::Nvfp4)));
         b.free(lp.arena);
     }
     // A column cut through a quantization block: a Q4_K attention output (256-element

@@ -185,16 +185,16 @@ pub struct Arm {
 
 /// Every arm that the layer's overlays `ov` (from a pack) can serve.
 pub fn arms_of(ov: &LayerOverlays) -> Vec<Arm> {
+    use crate::converters::layouts::Layout::{
+        Bf16, Fp8, Nvfp4, Nvfp4Mmq, Nvfp4T, Q2g128, Q4kMmq, W8a8,
+    };
     let d = ModelLevers::default;
     let q4k = ModelLevers {
         q4k_mmq: true,
         ..ModelLevers::default()
     };
-    let any = |v: &[Option<crate::gpu::DevicePtr>; 3]| v.iter().any(Option::is_some);
-    let base = LayerOverlays {
-        nvfp4: ov.nvfp4,
-        ..Default::default()
-    };
+    let only = |layouts: &[crate::converters::layouts::Layout]| ov.only(layouts);
+    let holds = |l| ov.overlays.holds(l);
     let arm = |name, overlays, levers, fixed| Arm {
         name,
         overlays,
@@ -202,29 +202,18 @@ pub fn arms_of(ov: &LayerOverlays) -> Vec<Arm> {
         fixed,
     };
     let mut out = Vec::new();
-    if ov.bf16.is_some() {
-        let o = LayerOverlays {
-            bf16: ov.bf16,
-            ..Default::default()
-        };
-        out.push(arm("bf16", o, d(), false));
+    if holds(Bf16) {
+        out.push(arm("bf16", only(&[Bf16]), d(), false));
     }
-    if ov.fp8.is_some() {
-        let o = LayerOverlays {
-            fp8: ov.fp8,
-            ..Default::default()
-        };
-        out.push(arm("fp8", o, d(), false));
+    if holds(Fp8) {
+        out.push(arm("fp8", only(&[Fp8]), d(), false));
     }
-    if ov.w8a8.is_some() {
-        let o = LayerOverlays {
-            w8a8: ov.w8a8,
-            ..Default::default()
-        };
-        out.push(arm("w8a8", o.clone(), d(), false));
-        out.push(arm("w8a8 fixed (W8A8)", o, d(), true));
+    if holds(W8a8) {
+        out.push(arm("w8a8", only(&[W8a8]), d(), false));
+        out.push(arm("w8a8 fixed (W8A8)", only(&[W8a8]), d(), true));
     }
-    if ov.nvfp4.is_some() {
+    if holds(Nvfp4) {
+        let base = only(&[Nvfp4]);
         out.push(arm("nvfp4", base.clone(), d(), false));
         let fused_down = ModelLevers {
             ffn_silu_fused_down: true,
@@ -236,35 +225,19 @@ pub fn arms_of(ov: &LayerOverlays) -> Vec<Arm> {
             fused_down,
             false,
         ));
-        out.push(arm("nvfp4 fixed (W4A4)", base.clone(), d(), true));
-        if any(&ov.nvfp4_t.map(|t| t.map(|t| t.codes()))) {
-            let o = LayerOverlays {
-                nvfp4_t: ov.nvfp4_t,
-                ..base.clone()
-            };
-            out.push(arm("nvfp4_t", o, d(), false));
+        out.push(arm("nvfp4 fixed (W4A4)", base, d(), true));
+        if holds(Nvfp4T) {
+            out.push(arm("nvfp4_t", only(&[Nvfp4, Nvfp4T]), d(), false));
         }
-        if any(&ov.nvfp4_mmq) {
-            let o = LayerOverlays {
-                nvfp4_mmq: ov.nvfp4_mmq,
-                ..base.clone()
-            };
-            out.push(arm("nvfp4_mmq", o, d(), false));
+        if holds(Nvfp4Mmq) {
+            out.push(arm("nvfp4_mmq", only(&[Nvfp4, Nvfp4Mmq]), d(), false));
         }
-        if ov.q4k.is_some() {
-            let o = LayerOverlays {
-                q4k: ov.q4k,
-                ..base.clone()
-            };
-            out.push(arm("q4k_mmq", o, q4k, false));
+        if holds(Q4kMmq) {
+            out.push(arm("q4k_mmq", only(&[Nvfp4, Q4kMmq]), q4k, false));
         }
     }
-    if ov.q2.is_some() {
-        let o = LayerOverlays {
-            q2: ov.q2,
-            ..Default::default()
-        };
-        out.push(arm("q2g128", o, d(), false));
+    if holds(Q2g128) {
+        out.push(arm("q2g128", only(&[Q2g128]), d(), false));
     }
     out
 }

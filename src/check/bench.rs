@@ -259,8 +259,7 @@ fn cublas_peer(b: &dyn GpuBackend, h: usize, i: usize, out: &mut Lines) -> GpuRe
 /// Free the NVFP4 base of a benchmark layer (what its finalize calls built from it, the layer
 /// frees when it is dropped).
 fn free_nvfp4_family(b: &dyn GpuBackend, layer: &DenseFfnLayer) {
-    let w = layer.weights();
-    for p in w.nvfp4.iter().flatten() {
+    for p in layer.get(crate::ffn::key::NVFP4).into_iter().flatten() {
         b.free(p.codes);
         b.free(p.scales);
     }

@@ -538,7 +538,9 @@ fn repack_rows(c: &Case, rows: &mut Vec<Row>, rng: &mut Rand) -> GpuResult<()> {
         .parts
         .remove(0)
         .1;
-    let got_p = l.weights().nvfp4_mmq[0]
+    let got_p = l
+        .get(crate::ffn::key::NVFP4_MMQ)
+        .and_then(|t| t[0])
         .ok_or_else(|| GpuError::Invalid("finalize built no gate tiles".into()))?;
     let bytes = |p: DevicePtr| -> GpuResult<Vec<u8>> {
         let mut v = vec![0u8; p.bytes as usize];
@@ -564,9 +566,8 @@ fn repack_rows(c: &Case, rows: &mut Vec<Row>, rng: &mut Rand) -> GpuResult<()> {
         let mut ql = DenseFfnLayer::new(&qctx);
         install_nvfp4(b.as_ref(), &mut ql, &down)?;
         ql.finalize_q4k_load(&mut qctx, k, n, 0)?;
-        let q = ql
-            .weights()
-            .q4k
+        let q = *ql
+            .get(crate::ffn::key::Q4K_MMQ)
             .ok_or_else(|| GpuError::Invalid("finalize_q4k_load built nothing".into()))?;
         let gate_ok = bytes(q.gate)? == layouts::q4k_mmq::encode_q4k(&wd.gate, n, k).parts[0].1;
         let down_ok = match q.down {

@@ -193,12 +193,8 @@ fn nvfp4_mmq_repack_row(
 ) -> crate::Result<()> {
     let mut ctx = ForwardContext::new(b.clone(), fx.config(), 64, ModelLevers::default())?;
     let mut l = fx.new_layer(&ctx);
-    LayerOverlays {
-        nvfp4: ov.nvfp4,
-        nvfp4_mmq: ov.nvfp4_mmq,
-        ..Default::default()
-    }
-    .install(&mut l)?;
+    ov.only(&[Layout::Nvfp4, Layout::Nvfp4Mmq])
+        .install(&mut l)?;
     let n0 = b.launch_count();
     let did = l.finalize_nvfp4_mmq_load(&mut ctx, fx.hidden, fx.inter, 0)?;
     let what = format!("load {io}: repack launches with nvfp4_mmq in the pack");
@@ -230,12 +226,7 @@ fn q4k_pack_vs_host(
     };
     let host: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let hlp = loader::load(host.as_ref(), &fx.pack, &LoadOptions::default())?;
-    let overlays = |o: &LayerOverlays| LayerOverlays {
-        nvfp4: o.nvfp4,
-        q4k: o.q4k,
-        lora: o.lora,
-        ..Default::default()
-    };
+    let overlays = |o: &LayerOverlays| o.only(&[Layout::Nvfp4, Layout::Q4kMmq, Layout::Lora]);
     let mut gctx = ForwardContext::new(b.clone(), fx.config(), 64, levers.clone())?;
     let mut hctx = ForwardContext::new(host.clone(), fx.config(), 64, levers)?;
     (gctx.tracing, hctx.tracing) = (true, true);
@@ -286,46 +277,43 @@ fn startup_arms<'a>(
     ov: &LayerOverlays,
     fx: &'a Fixture,
 ) -> Vec<(&'static str, LayerOverlays, Box<Install<'a>>)> {
-    let only = |f: &dyn Fn(&mut LayerOverlays)| {
-        let mut o = LayerOverlays::default();
-        f(&mut o);
-        o
-    };
+    use Layout::{Bf16, Fp8, Lora, Nvfp4, Nvfp4Mmq, Nvfp4T, Q2g128, W8a8};
+    let only = |layouts: &[Layout]| ov.only(layouts);
     let arms: Vec<(&'static str, LayerOverlays, Box<Install<'a>>)> = vec![
         (
             "q2",
-            only(&|o| o.q2 = ov.q2),
+            only(&[Q2g128]),
             Box::new(|b, l, w, _| install_q2(b, l, w)),
         ),
         (
             "fp8",
-            only(&|o| o.fp8 = ov.fp8),
+            only(&[Fp8]),
             Box::new(|b, l, w, _| install_fp8(b, l, w, true)),
         ),
         (
             "w8a8",
-            only(&|o| o.w8a8 = ov.w8a8),
+            only(&[W8a8]),
             Box::new(|b, l, w, _| install_w8a8(b, l, w)),
         ),
         (
             "bf16",
-            only(&|o| o.bf16 = ov.bf16),
+            only(&[Bf16]),
             Box::new(|b, l, w, _| install_bf16(b, l, w)),
         ),
         (
             "nvfp4",
-            only(&|o| o.nvfp4 = ov.nvfp4),
+            only(&[Nvfp4]),
             Box::new(|b, l, w, _| install_nvfp4(b, l, w)),
         ),
         (
             "nvfp4_t",
-            only(&|o| (o.nvfp4, o.nvfp4_t) = (ov.nvfp4, ov.nvfp4_t)),
+            only(&[Nvfp4, Nvfp4T]),
             Box::new(|b, l, w, _| install_nvfp4_t(b, l, w)),
         ),
         (
             // Start-up: the _t copies, then the GPU repack of finalize_nvfp4_mmq_load.
             "nvfp4_mmq",
-            only(&|o| (o.nvfp4, o.nvfp4_mmq) = (ov.nvfp4, ov.nvfp4_mmq)),
+            only(&[Nvfp4, Nvfp4Mmq]),
             Box::new(|b, l, w, c| {
                 install_nvfp4_t(b, l, w)?;
                 l.finalize_nvfp4_mmq_load(c, w.hidden, w.inter, 0)
@@ -335,7 +323,7 @@ fn startup_arms<'a>(
         (
             // Start-up: the same adapter encoded and installed through set_lora_weights.
             "lora",
-            only(&|o| (o.nvfp4, o.lora) = (ov.nvfp4, ov.lora)),
+            only(&[Nvfp4, Lora]),
             Box::new(|b, l, w, _| {
                 install_nvfp4(b, l, w)?;
                 fx.adapter.install(b, l)

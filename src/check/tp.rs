@@ -101,15 +101,11 @@ pub fn tp_checks(
 fn arms_with_lora(lp: &LoadedPack, layer: usize) -> crate::Result<Vec<Arm>> {
     let ov = super::activations::layer_overlays(lp, layer)?;
     let mut v = arms_of(ov);
-    if ov.nvfp4.is_some() && ov.lora.is_some() {
+    use crate::converters::layouts::Layout::{Lora, Nvfp4};
+    if ov.overlays.holds(Nvfp4) && ov.overlays.holds(Lora) {
         v.push(Arm {
             name: LORA_ARM,
-            overlays: crate::loader::LayerOverlays {
-                index: ov.index,
-                nvfp4: ov.nvfp4,
-                lora: ov.lora,
-                ..Default::default()
-            },
+            overlays: ov.only(&[Nvfp4, Lora]),
             levers: crate::gpu::ModelLevers::default(),
             fixed: false,
         });

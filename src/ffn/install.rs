@@ -15,7 +15,7 @@ impl DenseFfnLayer {
         down: Bf16Weight,
     ) -> GpuResult<()> {
         self.check_projections("set_bf16_weights", [Some(&gate), Some(&up), Some(&down)])?;
-        self.bf16 = Some([gate, up, down]);
+        self.overlays.set(key::BF16, [gate, up, down]);
         Ok(())
     }
 
@@ -27,12 +27,15 @@ impl DenseFfnLayer {
         down: Fp8Weight,
     ) -> GpuResult<()> {
         self.check_projections("set_fp8_weights", [Some(&gate), Some(&up), Some(&down)])?;
-        self.fp8 = Some(Fp8Overlay {
-            gate,
-            up,
-            down,
-            fused: None,
-        });
+        self.overlays.set(
+            key::FP8,
+            Fp8Overlay {
+                gate,
+                up,
+                down,
+                fused: None,
+            },
+        );
         Ok(())
     }
 
@@ -40,7 +43,7 @@ impl DenseFfnLayer {
     /// and up are (gate = rows `[0, inter)`, up = rows `[interp, interp + inter)`).
     pub fn set_fp8_gate_up_fused(&mut self, fused: Fp8Weight) -> GpuResult<()> {
         let interp = round_up(self.inter, 128);
-        let ov = self.fp8.as_mut().ok_or_else(|| {
+        let mut ov = self.get(key::FP8).cloned().ok_or_else(|| {
             GpuError::Order("set_fp8_gate_up_fused: install set_fp8_weights first".into())
         })?;
         debug_assert_eq!(
@@ -65,6 +68,7 @@ impl DenseFfnLayer {
         }
         fused.validate("set_fp8_gate_up_fused")?;
         ov.fused = Some(fused);
+        self.overlays.set(key::FP8, ov);
         Ok(())
     }
 
@@ -91,22 +95,22 @@ impl DenseFfnLayer {
             "set_w8a8_decode_weights",
             [Some(&w[0]), Some(&w[1]), Some(&w[2])],
         )?;
-        self.w8a8 = Some(w);
+        self.overlays.set(key::W8A8, w);
         Ok(())
     }
 
     /// Install the NVFP4 base (`nvfp4` layout: ModelOpt codes and scales, K padded to 64).
     pub fn set_nvfp4_weights(&mut self, w: [Nvfp4Weight; 3]) -> GpuResult<()> {
         self.check_projections("set_nvfp4_weights", [Some(&w[0]), Some(&w[1]), Some(&w[2])])?;
-        self.weights.nvfp4 = Some(w);
+        self.overlays.set(key::NVFP4, w);
         Ok(())
     }
 
     /// The installed NVFP4 base, which the overlays built from it (`_t` copies, MMQ tiles, Q4_K
     /// copies) need first; `what` names the refusing method.
     fn nvfp4_base(&self, what: &str) -> GpuResult<[Nvfp4Weight; 3]> {
-        self.weights
-            .nvfp4
+        self.get(key::NVFP4)
+            .copied()
             .ok_or_else(|| GpuError::Order(format!("{what}: install the nvfp4 base first")))
     }
 
@@ -134,7 +138,7 @@ impl DenseFfnLayer {
                 )));
             }
         }
-        self.weights.nvfp4_mmq = tiles;
+        self.overlays.set_slots(key::NVFP4_MMQ, tiles);
         Ok(())
     }
 
@@ -150,7 +154,7 @@ impl DenseFfnLayer {
             )));
         }
         q.validate("set_q4k_mmq_weights")?;
-        self.weights.q4k = Some(q);
+        self.overlays.set(key::Q4K_MMQ, q);
         Ok(())
     }
 
@@ -163,14 +167,18 @@ impl DenseFfnLayer {
                 x.validate(base, &format!("set_nvfp4_t_weights projection {p}"))?;
             }
         }
-        self.weights.nvfp4_t = t;
+        self.overlays.set_slots(key::NVFP4_T, t);
         Ok(())
     }
 
     /// Drop the `_t` copies of the first `count` projections (gate, up, down), freeing those
     /// the layer allocated; views into a loaded pack are only dropped.
     pub(crate) fn drop_t_copies(&mut self, b: &dyn GpuBackend, count: usize) {
-        for t in self.weights.nvfp4_t.iter_mut().take(count) {
+        let Some(&t) = self.get(key::NVFP4_T) else {
+            return;
+        };
+        let mut left = t;
+        for t in left.iter_mut().take(count) {
             if let Some(t) = t.take()
                 && t.owned
             {
@@ -178,6 +186,7 @@ impl DenseFfnLayer {
                 b.free(t.scales);
             }
         }
+        self.overlays.set_slots(key::NVFP4_T, left);
     }
 
     /// Load-time setup of the NVFP4 MMQ prefill arm: repack gate and up (and down unless
@@ -192,15 +201,15 @@ impl DenseFfnLayer {
         inter: usize,
         stream: StreamId,
     ) -> GpuResult<bool> {
-        if self.fp8.is_some()
-            || self.q2.is_some()
+        if self.holds(Layout::Fp8)
+            || self.holds(Layout::Q2g128)
             || self.activation == Activation::Gelu
             || !self.kernels.nvfp4_repack.ok()
             || ctx.levers.no_ffn_nvfp4_mmq
         {
             return Ok(false);
         }
-        let Some(w) = self.weights.nvfp4 else {
+        let Some(&w) = self.get(key::NVFP4) else {
             return Ok(false);
         };
         if (h, inter) != (self.hidden, self.inter) {
@@ -215,8 +224,9 @@ impl DenseFfnLayer {
             3
         };
         let mut did = false;
+        let mut tiles = self.get(key::NVFP4_MMQ).copied().unwrap_or_default();
         for (p, &x) in w.iter().enumerate().take(count) {
-            if self.weights.nvfp4_mmq[p].is_some() {
+            if tiles[p].is_some() {
                 continue;
             }
             let np = round_up(x.n, 128);
@@ -234,9 +244,10 @@ impl DenseFfnLayer {
             let l = l.finish()?;
             ctx.record(l.spec.name);
             l.run(ctx.backend.as_ref(), stream)?;
-            self.weights.nvfp4_mmq[p] = Some(out);
+            tiles[p] = Some(out);
             did = true;
         }
+        self.overlays.set_slots(key::NVFP4_MMQ, tiles);
         if did {
             ctx.backend.synchronize(stream)?;
             self.drop_t_copies(ctx.backend.as_ref(), count);
@@ -249,7 +260,7 @@ impl DenseFfnLayer {
     /// the layer cannot take the split-SiLU decode path (SiLU, `act_mul_silu` and `w4a16_gemv`
     /// resolved), with those words.
     pub fn set_lora_weights(&mut self, w: [Option<LoraWeight>; 3]) -> GpuResult<()> {
-        if self.fp8.is_some() || self.bf16.is_some() || self.q2.is_some() {
+        if self.holds(Layout::Fp8) || self.holds(Layout::Bf16) || self.holds(Layout::Q2g128) {
             return Err(GpuError::Order(
                 "set_lora_weights: refused while an FP8, BF16 or q2g128 overlay is installed (LoRA applies to the NVFP4 arms only)".into(),
             ));
@@ -262,7 +273,7 @@ impl DenseFfnLayer {
                 "set_lora_weights: refused: the layer cannot take the split-SiLU decode path (needs SiLU, act_mul_silu and w4a16_gemv)".into(),
             ));
         }
-        if self.weights.nvfp4.is_none() {
+        if !self.holds(Layout::Nvfp4) {
             return Err(GpuError::Order(
                 "set_lora_weights: install the NVFP4 base first".into(),
             ));
@@ -271,7 +282,7 @@ impl DenseFfnLayer {
             "set_lora_weights",
             [w[0].as_ref(), w[1].as_ref(), w[2].as_ref()],
         )?;
-        self.lora = Some(w);
+        self.overlays.set(key::LORA, w);
         Ok(())
     }
 
@@ -291,18 +302,18 @@ impl DenseFfnLayer {
         stream: StreamId,
     ) -> GpuResult<bool> {
         let k = self.kernels;
-        if self.q2.is_some()
-            || self.fp8.is_some()
+        if self.holds(Layout::Q2g128)
+            || self.holds(Layout::Fp8)
             || !(k.q4k_encode.ok()
                 && k.q4k_int8_encode.ok()
                 && k.q4k_gemm.ok()
                 && k.quant_q8_1.ok())
             || !ctx.levers.q4k_mmq
-            || self.weights.q4k.is_some()
+            || self.holds(Layout::Q4kMmq)
         {
             return Ok(false);
         }
-        let Some(w) = self.weights.nvfp4 else {
+        let Some(&w) = self.get(key::NVFP4) else {
             return Ok(false);
         };
         if (h, inter) != (self.hidden, self.inter) {
@@ -349,16 +360,19 @@ impl DenseFfnLayer {
         };
         b.synchronize(stream)?;
         self.drop_t_copies(b.as_ref(), 3);
-        self.weights.q4k = Some(Q4kMmqWeights {
-            gate,
-            up,
-            down,
-            hidden: h,
-            inter,
-            kp_gate,
-            kp_down,
-            owned: true,
-        });
+        self.overlays.set(
+            key::Q4K_MMQ,
+            Q4kMmqWeights {
+                gate,
+                up,
+                down,
+                hidden: h,
+                inter,
+                kp_gate,
+                kp_down,
+                owned: true,
+            },
+        );
         Ok(true)
     }
 
@@ -372,7 +386,7 @@ impl DenseFfnLayer {
         down: Q2g128Weight,
     ) -> GpuResult<()> {
         self.check_projections("set_q2_weights", [Some(&gate), Some(&up), Some(&down)])?;
-        self.q2 = Some([gate, up, down]);
+        self.overlays.set(key::Q2G128, [gate, up, down]);
         Ok(())
     }
 }

@@ -1,9 +1,10 @@
 //! `DenseFfnLayer`: the engine's dense FFN layer with its weight overlays and forward arms, on
-//! any [`GpuBackend`]. By concern: `context` (dimensions, the scratch
-//! arena, levers), `weights` (one overlay struct per layout), `kernels` (the kernel table),
-//! `install` (the `set_*` validators and load-time finalizers), `routing` (which arm serves `m`
-//! rows), `forward` (the public forward methods), and `arms/` (one file per arm family: BF16, FP8
-//! and W8A8, NVFP4, q2g128, Q4_K MMQ, LoRA).
+//! any [`GpuBackend`]. By concern: `context` (dimensions, the scratch arena, levers), `weights`
+//! (each layout's weight type), `overlays` (the layer's overlays keyed by layout, one home for
+//! built-in and registered layouts), `kernels` (the kernel table), `install` (the `set_*`
+//! validators and load-time finalizers), `routing` (which arm serves `m` rows), `forward` (the
+//! public forward methods), and `arms/` (one file per arm family: BF16, FP8 and W8A8, NVFP4,
+//! q2g128, Q4_K MMQ, LoRA).
 //!
 //! Activations are f32 row-major `[m, hidden]`; outputs land in the arena's `output`
 //! (`[m, hidden]` f32). Every kernel launched is appended to `ForwardContext::trace`, so tests
@@ -33,8 +34,7 @@ mod arms {
 use crate::converters::layouts::Layout;
 pub use context::*;
 pub use kernels::*;
-pub use overlays::LayerOverlays;
-pub(crate) use routing::need;
+pub use overlays::{CustomOverlay, Key, LayerOverlays, Overlay, Overlays, key};
 pub use routing::{ARMS, Arm, Method, register_arms};
 pub use weights::*;
 
@@ -52,14 +52,9 @@ pub struct DenseFfnLayer {
     pub inter: usize,
     /// SiLU or GELU gating.
     pub activation: Activation,
-    weights: DenseFfnWeights,
-    bf16: Option<[Bf16Weight; 3]>,
-    fp8: Option<Fp8Overlay>,
-    w8a8: Option<[W8a8Weight; 3]>,
-    lora: Option<[Option<LoraWeight>; 3]>,
-    q2: Option<[Q2g128Weight; 3]>,
-    /// The overlays of layouts registered at run time, by layout ([`DenseFfnLayer::set_overlay`]).
-    custom: Vec<(Layout, CustomOverlay)>,
+    /// Every installed layout's overlay, keyed by layout (built-in ones through their `set_*`
+    /// validators, registered ones through [`DenseFfnLayer::set_overlay`]).
+    overlays: Overlays,
     kernels: FfnKernels,
     /// The runtime, and the buffers this layer allocated itself (what its `finalize_*` calls
     /// build: NVFP4-MMQ tiles, Q4_K copies), freed when it is dropped. Installed overlays are
@@ -75,10 +70,6 @@ impl Drop for DenseFfnLayer {
         }
     }
 }
-
-/// The overlay of a layout registered at run time: whatever its binding made (device views,
-/// shapes), shared with the loader's [`LayerOverlays`].
-pub type CustomOverlay = Arc<dyn std::any::Any + Send + Sync>;
 
 /// Output columns (weight rows) per block of the NVFP4 GEMVs (`w4a16_gemv*`, the batch-m
 /// tiers): one m16n8k16 MMA's 16 rows, k split over the block's 8 warps (kernels/ffn_nvfp4.cu
@@ -100,13 +91,7 @@ impl DenseFfnLayer {
             hidden: ctx.config.hidden,
             inter: ctx.config.inter,
             activation,
-            weights: DenseFfnWeights::default(),
-            bf16: None,
-            fp8: None,
-            w8a8: None,
-            lora: None,
-            q2: None,
-            custom: Vec::new(),
+            overlays: Overlays::default(),
             kernels: FfnKernels::resolve(ctx.backend.as_ref()),
             backend: ctx.backend.clone(),
             allocated: Vec::new(),
@@ -124,22 +109,33 @@ impl DenseFfnLayer {
                 layout.tag()
             )));
         }
-        self.custom.retain(|(l, _)| *l != layout);
-        self.custom.push((layout, overlay));
+        self.overlays.set_any(layout, overlay);
         Ok(())
     }
 
-    /// The overlay of a registered layout, if installed and of type `T`.
+    /// The overlay of a layout (registered at run time or built in), if installed and of type
+    /// `T`.
     pub fn overlay<T: 'static>(&self, layout: Layout) -> Option<&T> {
-        self.custom
-            .iter()
-            .find(|(l, _)| *l == layout)
-            .and_then(|(_, o)| o.downcast_ref())
+        self.overlays.any(layout)?.downcast_ref()
     }
 
-    /// The NVFP4-family overlays installed (read-only: install through the `set_*` methods).
-    pub fn weights(&self) -> &DenseFfnWeights {
-        &self.weights
+    /// A built-in layout's overlay, if installed ([`key`]).
+    pub fn get<T: 'static>(&self, key: Key<T>) -> Option<&T> {
+        self.overlays.get(key)
+    }
+
+    /// A built-in layout's overlay, or `NotServed` naming its layout (the arm table checks
+    /// [`DenseFfnLayer::holds`] first, so an arm never meets a missing one).
+    pub(crate) fn need<T: 'static>(&self, key: Key<T>) -> GpuResult<&T> {
+        self.get(key).ok_or_else(|| {
+            GpuError::NotServed(format!("no {} weights installed", key.layout.tag()))
+        })
+    }
+
+    /// Every overlay installed, keyed by layout (read-only: install through the `set_*`
+    /// methods).
+    pub fn overlays(&self) -> &Overlays {
+        &self.overlays
     }
 
     /// The resolved kernels.

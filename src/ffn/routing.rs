@@ -181,29 +181,11 @@ fn none_serves(method: Method) -> GpuError {
     )
 }
 
-/// An installed overlay, or `NotServed` naming its layout (the arm table checks
-/// [`DenseFfnLayer::holds`] first, so an arm never meets a missing one).
-pub(crate) fn need<T>(o: &Option<T>, layout: Layout) -> GpuResult<&T> {
-    o.as_ref()
-        .ok_or_else(|| GpuError::NotServed(format!("no {} weights installed", layout.tag())))
-}
-
 impl DenseFfnLayer {
     /// Whether this layer holds `layout`'s overlay (for `nvfp4_t` and `nvfp4_mmq`: for any
     /// projection). The one place the arms' layouts are read.
     pub fn holds(&self, layout: Layout) -> bool {
-        match layout {
-            Layout::Nvfp4 => self.weights.nvfp4.is_some(),
-            Layout::Nvfp4T => self.weights.nvfp4_t.iter().any(Option::is_some),
-            Layout::Nvfp4Mmq => self.weights.nvfp4_mmq.iter().any(Option::is_some),
-            Layout::Q4kMmq => self.weights.q4k.is_some(),
-            Layout::Fp8 => self.fp8.is_some(),
-            Layout::W8a8 => self.w8a8.is_some(),
-            Layout::Bf16 => self.bf16.is_some(),
-            Layout::Q2g128 => self.q2.is_some(),
-            Layout::Lora => self.lora.is_some(),
-            Layout::Custom(_) => self.custom.iter().any(|(l, _)| *l == layout),
-        }
+        self.overlays.holds(layout)
     }
 
     /// The arm that serves `method` on `m` rows now, if any: the first of [`ARMS`] whose layout
@@ -217,7 +199,11 @@ impl DenseFfnLayer {
         let serves =
             |a: &&Arm| a.method == method && self.holds(a.layout) && (a.when)(self, ctx, m);
         ARMS.iter().find(serves).or_else(|| {
-            if self.custom.is_empty() {
+            if !self
+                .overlays
+                .iter()
+                .any(|(l, _)| matches!(l, Layout::Custom(_)))
+            {
                 return None;
             }
             let reg = REGISTERED_ARMS.read().unwrap_or_else(|e| e.into_inner());
@@ -342,7 +328,7 @@ impl DenseFfnLayer {
 
     /// The fused FP8 gate+up GEMV serves decode: fused weight installed, lever on, kernel resolved.
     pub fn gateup_fused_plan(&self, ctx: &ForwardContext) -> bool {
-        self.fp8.as_ref().is_some_and(|o| o.fused.is_some())
+        self.get(key::FP8).is_some_and(|o| o.fused.is_some())
             && ctx.levers.ffn_gateup_fused
             && self.kernels.fp8_b4.ok()
     }

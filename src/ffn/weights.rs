@@ -378,22 +378,6 @@ impl Q2g128Weight {
 
 pub use crate::converters::layouts::lora::LORA_MAX_RANK;
 
-/// The layer's base weights: NVFP4, possibly absent, with its load-time copies: the transposed
-/// `_t` copies the `w4a16_gemm_t*` prefill reads, and the `nvfp4_mmq` tiles of the MMQ prefill
-/// (built by `finalize_nvfp4_mmq_load`, which frees the `_t` copy of what it repacks, or given
-/// by a pack). Read-only outside the layer (`DenseFfnLayer::weights`).
-#[derive(Clone, Debug, Default)]
-pub struct DenseFfnWeights {
-    /// The NVFP4 base of gate, up and down.
-    pub nvfp4: Option<[Nvfp4Weight; 3]>,
-    /// The `_t` copies per projection.
-    pub nvfp4_t: [Option<Nvfp4TWeight>; 3],
-    /// The `nvfp4_mmq` tiles per projection.
-    pub nvfp4_mmq: [Option<DevicePtr>; 3],
-    /// The Q4_K MMQ copies (`q4k_mmq` layout), built by `finalize_q4k_load` or given by a pack.
-    pub q4k: Option<Q4kMmqWeights>,
-}
-
 /// The down projection of the Q4_K MMQ arm.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Q4kDown {

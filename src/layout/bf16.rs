@@ -51,10 +51,13 @@ impl LayoutSpec for Bf16 {
         if !v.all("") {
             return;
         }
-        o.bf16 = Some([Proj::Gate, Proj::Up, Proj::Down].map(|p| {
-            let (weight, fe) = v.get(p, "").expect("checked");
-            let (n, k, _, kp) = dims(fe);
-            Bf16Weight { weight, n, k, kp }
-        }));
+        o.overlays.set(
+            key::BF16,
+            [Proj::Gate, Proj::Up, Proj::Down].map(|p| {
+                let (weight, fe) = v.get(p, "").expect("checked");
+                let (n, k, _, kp) = dims(fe);
+                Bf16Weight { weight, n, k, kp }
+            }),
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::converters::layouts::{crop, fp8};
-use crate::ffn::Fp8Weight;
+use crate::ffn::{Fp8Overlay, Fp8Weight};
 
 pub struct Fp8;
 
@@ -124,9 +124,14 @@ impl LayoutSpec for Fp8 {
             np,
             kp,
         };
-        o.fp8 = Some((
-            [fused.rows(0, v.inter), fused.rows(interp, v.inter), down],
-            Some(fused),
-        ));
+        o.overlays.set(
+            key::FP8,
+            Fp8Overlay {
+                gate: fused.rows(0, v.inter),
+                up: fused.rows(interp, v.inter),
+                down,
+                fused: Some(fused),
+            },
+        );
     }
 }

@@ -84,7 +84,7 @@ impl LayoutSpec for Lora {
             })
         });
         if lora.iter().any(Option::is_some) {
-            o.lora = Some(lora);
+            o.overlays.set(key::LORA, lora);
         }
     }
 }

@@ -20,7 +20,7 @@ mod w8a8;
 pub use crate::converters::layouts::{CustomTag, Encoded, Layout, Proj, q4k_mmq::DownFormat};
 
 use crate::error::{Error, Result};
-use crate::ffn::LayerOverlays;
+use crate::ffn::{LayerOverlays, key};
 use crate::gpu::DevicePtr;
 use crate::manifest::{ConvertOptions, FfnEntry};
 use crate::model::lora::Lora;

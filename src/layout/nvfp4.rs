@@ -63,18 +63,21 @@ impl LayoutSpec for Nvfp4 {
         if !v.all("codes") || !v.all("scales") {
             return;
         }
-        o.nvfp4 = Some([Proj::Gate, Proj::Up, Proj::Down].map(|p| {
-            let (codes, fe) = v.get(p, "codes").expect("checked");
-            let (scales, _) = v.get(p, "scales").expect("checked");
-            let (n, k, _, kp) = dims(fe);
-            Nvfp4Weight {
-                codes,
-                scales,
-                global_scale: fe.scalars.get("global_scale").copied().unwrap_or(0.0),
-                n,
-                k,
-                kp,
-            }
-        }));
+        o.overlays.set(
+            key::NVFP4,
+            [Proj::Gate, Proj::Up, Proj::Down].map(|p| {
+                let (codes, fe) = v.get(p, "codes").expect("checked");
+                let (scales, _) = v.get(p, "scales").expect("checked");
+                let (n, k, _, kp) = dims(fe);
+                Nvfp4Weight {
+                    codes,
+                    scales,
+                    global_scale: fe.scalars.get("global_scale").copied().unwrap_or(0.0),
+                    n,
+                    k,
+                    kp,
+                }
+            }),
+        );
     }
 }

@@ -36,6 +36,7 @@ impl LayoutSpec for Nvfp4Mmq {
         Ok(decode_base(b, &c, &s))
     }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
-        o.nvfp4_mmq = [Proj::Gate, Proj::Up, Proj::Down].map(|p| v.get(p, "").map(|(t, _)| t));
+        let tiles = [Proj::Gate, Proj::Up, Proj::Down].map(|p| v.get(p, "").map(|(t, _)| t));
+        o.overlays.set_slots(key::NVFP4_MMQ, tiles);
     }
 }

@@ -32,7 +32,7 @@ impl LayoutSpec for Nvfp4T {
         Ok(decode_base(b, &c, &s))
     }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
-        o.nvfp4_t = [Proj::Gate, Proj::Up, Proj::Down].map(|p| {
+        let t = [Proj::Gate, Proj::Up, Proj::Down].map(|p| {
             let (codes, fe) = v.get(p, "codes")?;
             let (scales, _) = v.get(p, "scales")?;
             Some(Nvfp4TWeight {
@@ -42,5 +42,6 @@ impl LayoutSpec for Nvfp4T {
                 owned: false,
             })
         });
+        o.overlays.set_slots(key::NVFP4_T, t);
     }
 }

@@ -38,10 +38,13 @@ impl LayoutSpec for Q2g128 {
         if !v.all("") {
             return;
         }
-        o.q2 = Some([Proj::Gate, Proj::Up, Proj::Down].map(|p| {
-            let (blocks, fe) = v.get(p, "").expect("checked");
-            let (n, k, _, kp) = dims(fe);
-            Q2g128Weight { blocks, n, k, kp }
-        }));
+        o.overlays.set(
+            key::Q2G128,
+            [Proj::Gate, Proj::Up, Proj::Down].map(|p| {
+                let (blocks, fe) = v.get(p, "").expect("checked");
+                let (n, k, _, kp) = dims(fe);
+                Q2g128Weight { blocks, n, k, kp }
+            }),
+        );
     }
 }

@@ -78,15 +78,18 @@ impl LayoutSpec for Q4kMmq {
             (_, _, Some((d, dfe))) => (Q4kDown::Q4k(d), dfe),
             _ => return,
         };
-        o.q4k = Some(Q4kMmqWeights {
-            gate,
-            up,
-            down: down.0,
-            hidden: dims(gfe).1,
-            inter: dims(gfe).0,
-            kp_gate: dims(gfe).3,
-            kp_down: dims(down.1).3,
-            owned: false,
-        });
+        o.overlays.set(
+            key::Q4K_MMQ,
+            Q4kMmqWeights {
+                gate,
+                up,
+                down: down.0,
+                hidden: dims(gfe).1,
+                inter: dims(gfe).0,
+                kp_gate: dims(gfe).3,
+                kp_down: dims(down.1).3,
+                owned: false,
+            },
+        );
     }
 }

@@ -36,17 +36,20 @@ impl LayoutSpec for W8a8 {
         if !v.all("codes") || !v.all("scales") {
             return;
         }
-        o.w8a8 = Some([Proj::Gate, Proj::Up, Proj::Down].map(|p| {
-            let (weight, fe) = v.get(p, "codes").expect("checked");
-            let (scale, _) = v.get(p, "scales").expect("checked");
-            let (n, k, _, kp) = dims(fe);
-            W8a8Weight {
-                weight,
-                scale,
-                n,
-                k,
-                kp,
-            }
-        }));
+        o.overlays.set(
+            key::W8A8,
+            [Proj::Gate, Proj::Up, Proj::Down].map(|p| {
+                let (weight, fe) = v.get(p, "codes").expect("checked");
+                let (scale, _) = v.get(p, "scales").expect("checked");
+                let (n, k, _, kp) = dims(fe);
+                W8a8Weight {
+                    weight,
+                    scale,
+                    n,
+                    k,
+                    kp,
+                }
+            }),
+        );
     }
 }

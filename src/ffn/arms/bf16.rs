@@ -26,7 +26,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let w = need(&self.bf16, Layout::Bf16)?;
+        let w = self.need(key::BF16)?;
         self.gated(ctx, x, m, false, w, Self::bf16_gemv)
     }
 
@@ -109,7 +109,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let w = need(&self.bf16, Layout::Bf16)?;
+        let w = self.need(key::BF16)?;
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let xb = self.to_bf16(ctx, x, m * h)?;

@@ -59,7 +59,9 @@ impl DenseFfnLayer {
     /// tiles and [`dq_wgmma_ok`](Self::dq_wgmma_ok).
     pub(crate) fn nvfp4_wgmma_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
         self.holds(Layout::Nvfp4)
-            && self.weights.nvfp4_mmq.iter().all(Option::is_some)
+            && self
+                .get(key::NVFP4_MMQ)
+                .is_some_and(|t| t.iter().all(Option::is_some))
             && self.dq_wgmma_ok(ctx, self.kernels.nvfp4_wgmma, m)
     }
 
@@ -71,8 +73,8 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let w = *need(&self.weights.nvfp4, Layout::Nvfp4)?;
-        let [Some(t0), Some(t1), Some(t2)] = self.weights.nvfp4_mmq else {
+        let w = *self.need(key::NVFP4)?;
+        let Some(&[Some(t0), Some(t1), Some(t2)]) = self.get(key::NVFP4_MMQ) else {
             return Err(GpuError::NotServed(
                 "nvfp4_wgmma: no nvfp4_mmq tiles for every projection".into(),
             ));

@@ -82,7 +82,7 @@ impl DenseFfnLayer {
         if self.fp8_w8a8_ok(ctx, m) {
             return self.fp8_w8a8_arm(ctx, x, m);
         }
-        let ov = need(&self.fp8, Layout::Fp8)?;
+        let ov = self.need(key::FP8)?;
         self.gated(
             ctx,
             x,
@@ -124,7 +124,7 @@ impl DenseFfnLayer {
     /// three kernels resolved, gate and up on one k).
     pub(crate) fn fp8_w8a8_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
         let k = &self.kernels;
-        let Some(ov) = self.fp8.as_ref() else {
+        let Some(ov) = self.get(key::FP8) else {
             return false;
         };
         ctx.levers.fp8_w8a8
@@ -145,7 +145,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let ov = need(&self.fp8, Layout::Fp8)?;
+        let ov = self.need(key::FP8)?;
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let (q, s) = (ctx.arena.act_codes, ctx.arena.act_scale);
@@ -174,7 +174,7 @@ impl DenseFfnLayer {
         ctx: &mut ForwardContext,
         x: DevicePtr,
     ) -> GpuResult<DevicePtr> {
-        let ov = need(&self.fp8, Layout::Fp8)?;
+        let ov = self.need(key::FP8)?;
         let fused = ov
             .fused
             .ok_or_else(|| GpuError::NotServed("the fused FP8 gate+up is not installed".into()))?;
@@ -259,7 +259,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let w = *need(&self.w8a8, Layout::W8a8)?;
+        let w = *self.need(key::W8A8)?;
         if w[0].k != w[1].k || w[0].kp != w[1].kp {
             return self.gated(ctx, x, m, false, &w, Self::w8a8_project);
         }

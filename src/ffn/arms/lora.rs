@@ -46,7 +46,7 @@ impl DenseFfnLayer {
         if !self.lora_active(ctx) {
             return Ok(());
         }
-        let w = *need(&self.lora, Layout::Lora)?;
+        let w = *self.need(key::LORA)?;
         if let Some(l) = w[0] {
             self.lora_project(ctx, &l, x, m, gate_out, self.inter)?;
         }
@@ -68,7 +68,7 @@ impl DenseFfnLayer {
         if !self.lora_active(ctx) {
             return Ok(());
         }
-        if let Some(l) = need(&self.lora, Layout::Lora)?[2] {
+        if let Some(l) = self.need(key::LORA)?[2] {
             self.lora_project(ctx, &l, act, m, output, self.hidden)?;
         }
         Ok(())

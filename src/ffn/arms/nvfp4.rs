@@ -3,7 +3,7 @@
 use super::super::*;
 
 use crate::gpu::table::{Call, Kernel};
-use crate::gpu::{DevicePtr, GpuError, GpuResult};
+use crate::gpu::{DevicePtr, GpuResult};
 use crate::model::Activation;
 
 impl DenseFfnLayer {
@@ -24,7 +24,7 @@ impl DenseFfnLayer {
         let (p, w) = *pw;
         let kk = &self.kernels;
         let np128 = w.n.div_ceil(128) * 128;
-        if let Some(tiles) = self.weights.nvfp4_mmq[p]
+        if let Some(tiles) = self.get(key::NVFP4_MMQ).and_then(|t| t[p])
             && kk.nvfp4_mmq_gemm.ok()
         {
             let call = kk.nvfp4_mmq_gemm.call().ptr("x", x).dim("m", m);
@@ -35,7 +35,7 @@ impl DenseFfnLayer {
             let call = w.dims(call.dim("np", np128)).dim("ldy", ldy);
             return self.launch(ctx, call);
         }
-        if let Some(t) = self.weights.nvfp4_t[p] {
+        if let Some(t) = self.get(key::NVFP4_T).and_then(|t| t[p]) {
             let lev = &ctx.levers;
             let small = m <= 64 && w.k % 32 == 0 && lev.ffn_small_m;
             let k64 = w.k % 64 == 0;
@@ -87,7 +87,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let w = *need(&self.weights.nvfp4, Layout::Nvfp4)?;
+        let w = *self.need(key::NVFP4)?;
         let k = self
             .batchm_kernel(m)
             .ok_or_else(|| missing("ffn_nvfp4", "nvfp4_proj_small_m4|8|16"))?;
@@ -102,7 +102,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let w = *need(&self.weights.nvfp4, Layout::Nvfp4)?;
+        let w = *self.need(key::NVFP4)?;
         let pw = [(0, w[0]), (1, w[1]), (2, w[2])];
         self.gated(ctx, x, m, true, &pw, Self::w4a16_prefill_gemm)
     }
@@ -130,7 +130,7 @@ impl DenseFfnLayer {
             ),
             _ => (k.nvfp4_gemv_dual, k.nvfp4_gemv),
         };
-        let w = *need(&self.weights.nvfp4, Layout::Nvfp4)?;
+        let w = *self.need(key::NVFP4)?;
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let call = dual.call().ptr("x", x).dim("m", m);
@@ -233,10 +233,7 @@ impl DenseFfnLayer {
         m: usize,
         y: DevicePtr,
     ) -> GpuResult<(DevicePtr, DevicePtr, DevicePtr)> {
-        let w = self
-            .weights
-            .nvfp4
-            .ok_or_else(|| GpuError::NotServed("w4a4_gate_for_check: no NVFP4 weights".into()))?;
+        let w = *self.need(key::NVFP4)?;
         let q = self.quantize_nvfp4(ctx, x, m, self.hidden, w[0].kp)?;
         self.w4a4_project(ctx, q, m, &w[0], y, self.inter)?;
         Ok(q)
@@ -251,7 +248,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let w = *need(&self.weights.nvfp4, Layout::Nvfp4)?;
+        let w = *self.need(key::NVFP4)?;
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let q = self.quantize_nvfp4(ctx, x, m, h, w[0].kp)?;

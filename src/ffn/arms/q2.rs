@@ -39,7 +39,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let w = *need(&self.q2, Layout::Q2g128)?;
+        let w = *self.need(key::Q2G128)?;
         self.gated(ctx, x, m, false, &w, Self::q2_gemv_project)
     }
 
@@ -51,7 +51,7 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, x, m)?;
-        if self.q2.is_none() {
+        if !self.holds(Layout::Q2g128) {
             return Err(GpuError::NotServed(
                 "forward_km_q2: no q2g128 weights".into(),
             ));
@@ -61,7 +61,7 @@ impl DenseFfnLayer {
                 "forward_km_q2: {m} rows, q2g128_gemv_batchm serves 1..=4"
             )));
         }
-        let w = *need(&self.q2, Layout::Q2g128)?;
+        let w = *self.need(key::Q2G128)?;
         self.gated(ctx, x, m, false, &w, Self::q2_gemv_project)
     }
 
@@ -100,7 +100,7 @@ impl DenseFfnLayer {
                 "q2g128 prefill serves SiLU layers only; this layer is GELU".into(),
             ));
         }
-        let w = *need(&self.q2, Layout::Q2g128)?;
+        let w = *self.need(key::Q2G128)?;
         let (h, i) = (self.hidden, self.inter);
         let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let k = &self.kernels;

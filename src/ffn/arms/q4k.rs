@@ -14,7 +14,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
-        let q = *need(&self.weights.q4k, Layout::Q4kMmq)?;
+        let q = *self.need(key::Q4K_MMQ)?;
         let k = self.kernels;
         if !k.q4k_gemm.ok() {
             return Err(k.q4k_gemm.missing());
