@@ -16,6 +16,10 @@ use inspect::{inspect, write_fidelity};
 mod apply;
 #[path = "cli/choose.rs"]
 mod choose;
+#[path = "cli/layouts.rs"]
+mod layouts;
+#[path = "cli/report.rs"]
+mod report;
 use apply::ffn_apply;
 #[path = "cli/term.rs"]
 mod term;
@@ -29,6 +33,9 @@ mod tp;
     about = "Repack LLM checkpoints offline into the layouts GPU kernels read, so engines start with one DMA."
 )]
 struct Cli {
+    /// Print no progress, summary or table: errors and warnings only (and what --json asks).
+    #[arg(short, long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -90,6 +97,9 @@ enum Cmd {
         /// set serves and the disk it needs; write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Print the summary, fidelity and warnings as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// Check a pack: every tensor's checksum; with --source, re-derive every tensor from the
     /// source checkpoint and compare bit for bit.
@@ -97,6 +107,9 @@ enum Cmd {
         pack: PathBuf,
         #[arg(long)]
         source: Option<PathBuf>,
+        /// Print every check's result as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// Check every GPU kernel and layer arm against the host reference on the first CUDA device
     /// (prints a table; exits 1 on any failure; without a GPU says SKIPPED and exits 77).
@@ -238,6 +251,10 @@ enum Cmd {
     /// PyTorch peer of bench-load (`scripts/peer_torch_load.py`).
     #[command(hide = true)]
     ExportSegment { pack: PathBuf, out: PathBuf },
+    /// Every layout a pack can hold: bits per weight, the forward kinds it serves, what it
+    /// needs beside it, its error on a generated layer (measured now) and which source formats
+    /// it keeps as they are.
+    Layouts,
     /// Write one tensor to a .npy file: decoded to f32 in its logical shape, or its stored bytes.
     Dump {
         file: PathBuf,
@@ -253,17 +270,51 @@ enum Cmd {
     },
 }
 
+/// The library's log level: `RUST_LOG`'s global level (`error`, `warn`, `info`, `debug`,
+/// `trace`; per-module filters are not read), warnings by default.
+fn log_level() -> tracing::Level {
+    std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| {
+            v.split(',')
+                .filter(|d| !d.contains('='))
+                .filter_map(|d| d.trim().parse().ok())
+                .next_back()
+        })
+        .unwrap_or(tracing::Level::WARN)
+}
+
 fn main() -> std::process::ExitCode {
     atomic::remove_temp_on_signal();
     // The library's warnings (a kernel compiled with NVRTC at run time, a copy path that fell
     // back) as one plain line each on stderr.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_max_level(tracing::Level::WARN)
+        .with_max_level(log_level())
         .with_target(false)
         .without_time()
         .init();
-    match run(Cli::parse()) {
+    let cli = {
+        use clap::{CommandFactory, FromArgMatches};
+        let long = format!(
+            "{} (commit {}; features: {}; writes pack format {}, kernel ABI {}, target {})",
+            env!("CARGO_PKG_VERSION"),
+            env!("METRALE_GIT_COMMIT"),
+            if cfg!(feature = "harness") {
+                "harness"
+            } else {
+                "none"
+            },
+            pack::PACK_FORMAT_VERSION,
+            pack::KERNEL_ABI_VERSION,
+            pack::TARGET_ARCH,
+        );
+        // Built once per process; clap keeps a &'static str.
+        let long: &'static str = Box::leak(long.into_boxed_str());
+        let m = Cli::command().long_version(long).get_matches();
+        Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit())
+    };
+    match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // A closed stdout (`inspect ... | head`) is not an error.
         Err(e)
@@ -306,6 +357,7 @@ fn default_output(src: &Path) -> PathBuf {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    let quiet = cli.quiet;
     match cli.cmd {
         Cmd::Inspect { file, json } => inspect(&file, json),
         Cmd::Dump {
@@ -327,6 +379,7 @@ fn run(cli: Cli) -> Result<()> {
             replicate_moe,
             allow_requantize,
             dry_run,
+            json,
         } => convert(
             &src,
             output,
@@ -341,9 +394,11 @@ fn run(cli: Cli) -> Result<()> {
                 replicate_moe,
                 allow_requantize,
                 dry_run,
+                json,
+                quiet,
             },
         ),
-        Cmd::Verify { pack, source } => verify(&pack, source.as_deref()),
+        Cmd::Verify { pack, source, json } => verify(&pack, source.as_deref(), json, quiet),
         Cmd::GpuCheck {
             quick,
             load_source,
@@ -383,6 +438,7 @@ fn run(cli: Cli) -> Result<()> {
             probe,
         } => bench_load(&pack, source.as_deref(), &io, sweep, probe),
         Cmd::ExportSegment { pack, out } => export_segment(&pack, &out),
+        Cmd::Layouts => layouts::layouts(&mut std::io::stdout().lock()),
         Cmd::FfnApply {
             pack,
             layer,
@@ -452,6 +508,8 @@ struct Flags {
     replicate_moe: bool,
     allow_requantize: bool,
     dry_run: bool,
+    json: bool,
+    quiet: bool,
 }
 
 fn convert(
@@ -468,6 +526,8 @@ fn convert(
         replicate_moe,
         allow_requantize,
         dry_run,
+        json,
+        quiet,
     }: Flags,
 ) -> Result<()> {
     let layouts = parse_layouts(layouts)?;
@@ -499,13 +559,20 @@ fn convert(
     if let Some(why) = refusal {
         choose::refuse(&model, &opts, &why)?;
     }
-    choose::warn_unserved(&opts);
+    let mut warnings: Vec<String> = choose::unserved_warning(&opts).into_iter().collect();
+    for w in &warnings {
+        eprintln!("{w}");
+    }
     let mut inputs = model.input_paths();
     if let Some(dir) = &opts.lora {
         inputs.extend(["adapter_model.safetensors", "adapter_config.json"].map(|f| dir.join(f)));
     }
     atomic::refuse_inputs(&out, &inputs)?;
-    let bar = indicatif::ProgressBar::new(1);
+    let bar = if quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(1)
+    };
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta}")
             .unwrap(),
@@ -521,6 +588,29 @@ fn convert(
     bar.finish_and_clear();
     let bytes = std::fs::metadata(&out)?.len();
     let secs = t0.elapsed().as_secs_f64();
+    let far = choose::far_warnings(&manifest.fidelity);
+    warnings.extend(far.iter().cloned());
+    if json {
+        let r = report::Converted {
+            output: out.display().to_string(),
+            bytes,
+            tensors: manifest.tensors.len(),
+            ffn_layers: manifest.model.ffn_layers,
+            moe_layers: &manifest.model.moe_layers,
+            layouts: &manifest.layouts,
+            seconds: secs,
+            source_bytes: src_bytes,
+            fidelity: &manifest.fidelity,
+            warnings,
+        };
+        println!("{}", serde_json::to_string(&r)?);
+    }
+    if quiet || json {
+        for w in &far {
+            eprintln!("{w}");
+        }
+        return Ok(());
+    }
     eprintln!(
         "wrote {} ({:.1} MB, {} tensors, {} FFN layers, layouts {}) in {:.2} s: {:.1} MB/s of source, peak RSS {}",
         out.display(),
@@ -539,47 +629,76 @@ fn convert(
         );
     }
     write_fidelity(&mut std::io::stderr().lock(), &manifest.fidelity)?;
-    choose::warn_far(&mut std::io::stderr().lock(), &manifest.fidelity)?;
+    for w in &far {
+        eprintln!("{w}");
+    }
     Ok(())
 }
 
-fn verify(path: &Path, source: Option<&Path>) -> Result<()> {
+fn verify(path: &Path, source: Option<&Path>, json: bool, quiet: bool) -> Result<()> {
     let p = Pack::open(path)?;
-    let bad = p.verify_checksums()?;
-    anyhow::ensure!(
-        bad.is_empty(),
-        "{}: checksum mismatch in {} tensors: {}",
-        path.display(),
-        bad.len(),
-        bad.join(", ")
-    );
-    let pad = metrale_pack::pack_check::nonzero_padding(&p.file)?;
-    anyhow::ensure!(
-        pad.is_empty(),
-        "{}: non-zero padding after {} tensors: {}",
-        path.display(),
-        pad.len(),
-        pad.join(", ")
-    );
-    eprintln!(
-        "{}: {} tensors, checksums ok",
-        path.display(),
-        p.manifest.tensors.len()
-    );
-    if let Some(src) = source {
+    let mut r = report::Verified {
+        pack: path.display().to_string(),
+        tensors: p.manifest.tensors.len(),
+        checksum_mismatches: p.verify_checksums()?,
+        nonzero_padding: metrale_pack::pack_check::nonzero_padding(&p.file)?,
+        source: None,
+        ok: false,
+    };
+    let checksums_ok = r.checksum_mismatches.is_empty() && r.nonzero_padding.is_empty();
+    if !json {
+        anyhow::ensure!(
+            r.checksum_mismatches.is_empty(),
+            "{}: checksum mismatch in {} tensors: {}",
+            path.display(),
+            r.checksum_mismatches.len(),
+            r.checksum_mismatches.join(", ")
+        );
+        anyhow::ensure!(
+            r.nonzero_padding.is_empty(),
+            "{}: non-zero padding after {} tensors: {}",
+            path.display(),
+            r.nonzero_padding.len(),
+            r.nonzero_padding.join(", ")
+        );
+        if !quiet {
+            eprintln!("{}: {} tensors, checksums ok", path.display(), r.tensors);
+        }
+    }
+    // The source is re-derived only from a pack whose own bytes are intact.
+    if let (Some(src), true) = (source, checksums_ok) {
         let m = Model::open(src)?;
         let c = pack::verify_against_source(&p, &m)?;
+        if !json {
+            anyhow::ensure!(
+                c.mismatched.is_empty(),
+                "{}: {}",
+                path.display(),
+                c.summary(&src.display().to_string())
+            );
+            if !quiet {
+                eprintln!(
+                    "{}: all {} tensors re-derived from {} bit for bit",
+                    path.display(),
+                    c.checked,
+                    src.display()
+                );
+            }
+        }
+        r.source = Some(report::SourceReport {
+            file: src.display().to_string(),
+            checked: c.checked,
+            mismatched: c.mismatched,
+            other_source: c.other_source,
+        });
+    }
+    r.ok = checksums_ok && r.source.as_ref().is_none_or(|s| s.mismatched.is_empty());
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
         anyhow::ensure!(
-            c.mismatched.is_empty(),
-            "{}: {}",
-            path.display(),
-            c.summary(&src.display().to_string())
-        );
-        eprintln!(
-            "{}: all {} tensors re-derived from {} bit for bit",
-            path.display(),
-            c.checked,
-            src.display()
+            r.ok,
+            "{}: verification failed (the JSON report lists what)",
+            path.display()
         );
     }
     Ok(())

@@ -276,3 +276,34 @@ fn the_dry_run_says_what_convert_then_does() {
     assert!(w.contains('%'), "{w}");
     assert!(!e.contains("warning: bf16"), "{e}");
 }
+
+/// `metrale-pack layouts`: a row per layout; bits per weight from the layouts' own sizes (BF16
+/// 16, NVFP4 4.5: a 4-bit code and an 8-bit scale per 16); errors measured now, ordered as the
+/// formats' precision.
+#[test]
+fn the_layouts_table_measures_what_it_says() {
+    let o = cli(&["layouts"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let s = stdout(&o);
+    let row = |tag: &str| -> Vec<String> {
+        s.lines()
+            .find(|l| l.split_whitespace().next() == Some(tag))
+            .unwrap_or_else(|| panic!("no {tag} row in:\n{s}"))
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(row("bf16")[1], "16.00");
+    assert_eq!(row("nvfp4")[1], "4.50");
+    let err = |tag: &str| -> f64 {
+        let r = row(tag);
+        let e = r.iter().find(|w| w.ends_with('%')).unwrap();
+        e.trim_end_matches('%').parse().unwrap()
+    };
+    assert!(err("bf16") < err("fp8") && err("fp8") < err("nvfp4") && err("nvfp4") < err("q2g128"));
+    for tag in ["nvfp4_t", "nvfp4_mmq", "q4k_mmq", "w8a8"] {
+        assert!(err(tag) > 0.0, "{tag}");
+    }
+    // The layouts installed beside the NVFP4 base say so.
+    assert!(row("nvfp4_mmq").contains(&"nvfp4".to_string()), "{s}");
+}

@@ -15,7 +15,7 @@ use std::path::Path;
 pub const WARN_REL_ERR: f64 = 0.10;
 
 /// Every layout a user can name for the dense FFN weights (the LoRA adapter is added by `--lora`).
-const CHOICES: [Layout; 8] = [
+pub const CHOICES: [Layout; 8] = [
     Layout::Nvfp4,
     Layout::Nvfp4T,
     Layout::Nvfp4Mmq,
@@ -90,17 +90,19 @@ pub fn refuse(model: &Model, opts: &ConvertOptions, why: &str) -> Result<()> {
     )
 }
 
+/// The layouts installed only beside the `nvfp4` base (`LayerOverlays::install`).
+pub const WITH_BASE: [Layout; 4] = [
+    Layout::Nvfp4T,
+    Layout::Nvfp4Mmq,
+    Layout::Q4kMmq,
+    Layout::Lora,
+];
+
 /// The forward kinds a layer holding `set` can run (the NVFP4 overlays, `q4k_mmq` and `lora`
 /// install only beside the `nvfp4` base, as the loader installs them).
 pub fn served(set: &[Layout]) -> Vec<Method> {
-    let with_base = [
-        Layout::Nvfp4T,
-        Layout::Nvfp4Mmq,
-        Layout::Q4kMmq,
-        Layout::Lora,
-    ];
     let installed =
-        |l: Layout| set.contains(&l) && (!with_base.contains(&l) || set.contains(&Layout::Nvfp4));
+        |l: Layout| set.contains(&l) && (!WITH_BASE.contains(&l) || set.contains(&Layout::Nvfp4));
     let mut out: Vec<Method> = Vec::new();
     for a in ARMS.iter().filter(|a| installed(a.layout)) {
         if !out.contains(&a.method) {
@@ -110,14 +112,14 @@ pub fn served(set: &[Layout]) -> Vec<Method> {
     out
 }
 
-/// Warn when the chosen set serves no decode row (or no forward at all): the pack converts,
-/// and the loader refuses it or a decode falls through.
-pub fn warn_unserved(opts: &ConvertOptions) {
+/// The warning for a set that serves no decode row (or no forward at all): the pack
+/// converts, and the loader refuses it or a decode falls through.
+pub fn unserved_warning(opts: &ConvertOptions) -> Option<String> {
     let set = opts.layouts.clone().unwrap_or_default();
     let served = served(&set);
-    if !served.contains(&Method::Decode) {
+    (!served.contains(&Method::Decode)).then(|| {
         let tags: Vec<&str> = set.iter().map(|l| l.tag()).collect();
-        eprintln!(
+        format!(
             "warning: layouts {} serve {}: an engine cannot decode from this pack (add nvfp4 or bf16)",
             tags.join(","),
             if served.is_empty() {
@@ -132,11 +134,11 @@ pub fn warn_unserved(opts: &ConvertOptions) {
                         .join(", ")
                 )
             }
-        );
-    }
+        )
+    })
 }
 
-fn method_name(m: Method) -> &'static str {
+pub fn method_name(m: Method) -> &'static str {
     match m {
         Method::Decode => "decode",
         Method::Small => "2-3 rows",
@@ -238,19 +240,21 @@ fn write_costs(w: &mut impl Write, costs: &[LayoutCost], carried: u64) -> std::i
 }
 
 /// One warning line per layout and projection whose worst error passes [`WARN_REL_ERR`].
-pub fn warn_far(w: &mut impl Write, fidelity: &[Fidelity]) -> std::io::Result<()> {
-    for f in fidelity.iter().filter(|f| f.worst_rel_err > WARN_REL_ERR) {
-        writeln!(
-            w,
-            "warning: {} {} differs from the source's weights by {:.1}% (relative error, layer {}): \
-             a lossy layout; bf16 or a layout that keeps the source's format is closer",
-            f.layout,
-            f.proj,
-            f.worst_rel_err * 100.0,
-            f.worst_layer
-        )?;
-    }
-    Ok(())
+pub fn far_warnings(fidelity: &[Fidelity]) -> Vec<String> {
+    fidelity
+        .iter()
+        .filter(|f| f.worst_rel_err > WARN_REL_ERR)
+        .map(|f| {
+            format!(
+                "warning: {} {} differs from the source's weights by {:.1}% (relative error, layer {}): \
+                 a lossy layout; bf16 or a layout that keeps the source's format is closer",
+                f.layout,
+                f.proj,
+                f.worst_rel_err * 100.0,
+                f.worst_layer
+            )
+        })
+        .collect()
 }
 
 /// Free bytes on the file system holding `dir`.
