@@ -4,7 +4,25 @@
 # python3; the real checkpoints are fetched by the tests into ~/.cache/metrale-pack.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-py="${METRALE_PYTHON:-python3}"
+# The Python references go into a virtual environment under the cache (not the system's
+# python), unless METRALE_PYTHON names an interpreter; where `python3 -m venv` cannot make one
+# with pip, into python3 as before.
+py="${METRALE_PYTHON:-}"
+if [ -z "$py" ]; then
+  venv="${METRALE_CACHE:-$HOME/.cache/metrale-pack}/venv"
+  if ! "$venv/bin/python" -m pip --version > /dev/null 2>&1; then
+    rm -rf "$venv"
+    python3 -m venv "$venv" > /dev/null 2>&1 || true
+  fi
+  if "$venv/bin/python" -m pip --version > /dev/null 2>&1; then
+    py="$venv/bin/python"
+  else
+    rm -rf "$venv"
+    echo "test.sh: python3 -m venv made no environment with pip; installing into python3" >&2
+    py=python3
+  fi
+fi
+export METRALE_PYTHON="$py"
 "$py" -m pip install -q --disable-pip-version-check gguf==0.19.0 libgguf==0.2.2 numpy
 # NVRTC and the CUDA headers (no GPU needed): every kernel is compiled for sm_90 by the tests.
 cuda="${METRALE_CACHE:-$HOME/.cache/metrale-pack}/cuda13"

@@ -55,9 +55,11 @@ enum Cmd {
     /// layer the chosen layouts. Every tensor the engine uploads lies in one contiguous device
     /// segment in layer order (all but those --host-tensors names).
     ///
-    /// Default layouts (sm_90 engine): nvfp4,nvfp4_mmq for SiLU models (what the engine holds
-    /// after finalize_nvfp4_mmq_load), nvfp4,nvfp4_t for GELU models (that finalize skips them).
+    /// Default layouts: what keeps the source's format (block FP8: fp8; NVFP4: the NVFP4 set);
+    /// for float sources nvfp4,nvfp4_mmq (SiLU) or nvfp4,nvfp4_t (GELU). A set that would
+    /// quantize already-quantized weights again stops before writing unless --allow-requantize.
     Convert {
+        /// The checkpoint: a GGUF file, a safetensors file, or a folder of safetensors shards.
         src: PathBuf,
         /// Output pack (default: SRC with extension .mpk.gguf).
         #[arg(short, long)]
@@ -104,7 +106,9 @@ enum Cmd {
     /// Check a pack: every tensor's checksum; with --source, re-derive every tensor from the
     /// source checkpoint and compare bit for bit.
     Verify {
+        /// The pack.
         pack: PathBuf,
+        /// The checkpoint it was converted from: every tensor re-derived and compared.
         #[arg(long)]
         source: Option<PathBuf>,
         /// Print every check's result as one JSON object on stdout.
@@ -136,9 +140,13 @@ enum Cmd {
     /// --whole also attention, an output head and a real-sized vocabulary.
     #[command(hide = true)]
     GenModel {
+        /// The GGUF to write.
         out: PathBuf,
+        /// Hidden size.
         hidden: usize,
+        /// Intermediate (FFN) size.
         inter: usize,
+        /// FFN layers.
         layers: usize,
         /// F32, F16, BF16, Q8_0 or Q4_K.
         #[arg(value_name = "TYPE")]
@@ -163,7 +171,9 @@ enum Cmd {
     /// and cold, against the pinned host-to-device ceiling measured in the same run; with
     /// --source, the start-up an engine without packs pays (read, build the overlays, upload).
     BenchLoad {
+        /// The pack to load.
         pack: PathBuf,
+        /// Its checkpoint, for the start-up without packs.
         #[arg(long)]
         source: Option<PathBuf>,
         /// auto, register, staged, hybrid or pageable.
@@ -182,9 +192,12 @@ enum Cmd {
     /// float64 FFN of SOURCE's weights, beside the same arm on random activations of the same
     /// row norms (needs a GPU; without one says SKIPPED and exits 77).
     CheckActivations {
+        /// The pack.
         pack: PathBuf,
+        /// The checkpoint it was converted from (the float64 reference's weights).
         #[arg(long)]
         source: PathBuf,
+        /// The recorded FFN inputs (a folder of per-layer .npy files).
         #[arg(long)]
         inputs: PathBuf,
         /// Comma-separated layers (default: every recorded one).
@@ -198,12 +211,15 @@ enum Cmd {
     /// one layer at each m on N GPUs (rank r on GPU r, partial outputs summed by NCCL), against
     /// the float64 FFN and the one-GPU pack's arm; per-call times with the all-reduce on its own.
     TpCheck {
+        /// The checkpoint to convert at --tp N and at --tp 1.
         source: PathBuf,
+        /// Ranks (one GPU each).
         #[arg(long)]
         tp: u32,
         /// Comma-separated layouts (default: the model's defaults).
         #[arg(long, value_delimiter = ',')]
         layouts: Option<Vec<String>>,
+        /// The FFN layer checked.
         #[arg(long, default_value_t = 0)]
         layer: usize,
         /// Rows per call.
@@ -226,7 +242,9 @@ enum Cmd {
     /// against ONE_PACK (the same model at --tp 1) on GPU 0 and the pinned ceiling measured on
     /// every GPU at once.
     BenchLoadTp {
+        /// The tensor-parallel pack.
         tp_pack: PathBuf,
+        /// The same model converted at --tp 1.
         one_pack: PathBuf,
         /// Comma-separated copy modes the ranks load with, each timed in turn: auto, register,
         /// staged, pageable, or hybrid:F (the registered share F of each rank's bytes).
@@ -239,24 +257,41 @@ enum Cmd {
     /// the host backend without one.
     #[command(hide = true)]
     FfnApply {
+        /// The pack.
         pack: PathBuf,
+        /// The FFN layer.
         #[arg(long)]
         layer: usize,
+        /// The arm, as check-activations names it.
         #[arg(long)]
         arm: String,
+        /// The input rows: f32 [rows, hidden] .npy.
         input: PathBuf,
+        /// The output .npy to write.
         output: PathBuf,
     },
     /// Write a pack's device tensors as U8 tensors of one safetensors file: the same bytes, for the
     /// PyTorch peer of bench-load (`scripts/peer_torch_load.py`).
     #[command(hide = true)]
-    ExportSegment { pack: PathBuf, out: PathBuf },
+    ExportSegment {
+        /// The pack.
+        pack: PathBuf,
+        /// The safetensors file to write.
+        out: PathBuf,
+    },
     /// Every layout a pack can hold: bits per weight, the forward kinds it serves, what it
     /// needs beside it, its error on a generated layer (measured now) and which source formats
     /// it keeps as they are.
     Layouts,
+    /// Print a completion script for SHELL on stdout (e.g. `metrale-pack completions bash >
+    /// ~/.local/share/bash-completion/completions/metrale-pack`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Write one tensor to a .npy file: decoded to f32 in its logical shape, or its stored bytes.
     Dump {
+        /// A checkpoint (GGUF or safetensors) or a pack.
         file: PathBuf,
         /// Tensor name. For a quantized FFN weight (ModelOpt/compressed-tensors NVFP4, FP8) name
         /// its main tensor (`...weight` / `...weight_packed`): the scales are applied.
@@ -439,6 +474,12 @@ fn run(cli: Cli) -> Result<()> {
         } => bench_load(&pack, source.as_deref(), &io, sweep, probe),
         Cmd::ExportSegment { pack, out } => export_segment(&pack, &out),
         Cmd::Layouts => layouts::layouts(&mut std::io::stdout().lock()),
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut c = Cli::command();
+            clap_complete::generate(shell, &mut c, "metrale-pack", &mut std::io::stdout());
+            Ok(())
+        }
         Cmd::FfnApply {
             pack,
             layer,
@@ -972,4 +1013,39 @@ fn export_segment(path: &Path, out: &Path) -> Result<()> {
         out.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every command, hidden ones included, says what it does, and every argument what it is.
+    #[test]
+    fn every_command_and_argument_is_described() {
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", c.get_name());
+            if c.get_about().is_none() && path.contains(' ') && c.get_name() != "help" {
+                missing.push(format!("{path}: no about"));
+            }
+            for a in c.get_arguments() {
+                let id = a.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for s in c.get_subcommands() {
+                walk(s, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        let c = Cli::command();
+        for s in c.get_subcommands() {
+            walk(s, "metrale-pack", &mut missing);
+        }
+        assert!(missing.is_empty(), "undescribed: {missing:#?}");
+    }
 }

@@ -178,3 +178,58 @@ fn quiet_prints_nothing_on_success_and_version_names_the_build() {
         metrale_pack::pack::PACK_FORMAT_VERSION
     )));
 }
+
+/// `completions SHELL` prints a script that names every command and flag; bash parses the bash
+/// one.
+#[test]
+fn completions_are_generated_for_each_shell() {
+    for shell in ["bash", "zsh", "fish"] {
+        let o = cli(&["completions", shell]);
+        assert!(o.status.success(), "{shell}: {}", err(&o));
+        let s = String::from_utf8_lossy(&o.stdout).to_string();
+        // fish names a long flag by `-l NAME`, the others by `--NAME`.
+        for word in [
+            "convert",
+            "verify",
+            "layouts",
+            "allow-requantize",
+            "dry-run",
+        ] {
+            assert!(s.contains(word), "{shell}: no {word}");
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("metrale-pack.bash");
+    std::fs::write(&script, cli(&["completions", "bash"]).stdout).unwrap();
+    let st = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .status()
+        .unwrap();
+    assert!(st.success(), "bash -n rejects the script");
+    let o = cli(&["completions", "tcsh"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
+
+/// `METRALE_BACKTRACE=1` adds a backtrace whose frames name their functions (the release build
+/// keeps its symbols).
+#[test]
+fn backtraces_name_functions() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_metrale-pack"))
+        .args(["inspect", "/nonexistent/metrale-pack-probe.gguf"])
+        .env("METRALE_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = err(&o);
+    assert!(e.starts_with("error: "), "{e}");
+    assert!(
+        e.lines().any(|l| l.contains("metrale_pack::run")),
+        "no named frame:\n{e}"
+    );
+    assert!(!e.contains("<unknown>"), "{e}");
+}
