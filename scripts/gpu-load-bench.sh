@@ -28,7 +28,7 @@ whole)
     $bin bench-load "$w/pack.mpk.gguf" --source "$w/src.gguf" --probe --sweep || rc=1
     rm -f "$w/src.gguf"
     $bin export-segment "$w/pack.mpk.gguf" "$w/segment.safetensors" || rc=1
-    python3 scripts/peer_torch_load.py "$w/segment.safetensors" || rc=1
+    python3 scripts/peer_loaders.py safetensors "$w/segment.safetensors" || rc=1
     rm -f "$w/segment.safetensors"
   } > "$out/bench-load-whole.txt" 2> "$out/bench-load-whole.err"
   ;;
@@ -74,7 +74,7 @@ peers)
       $bin convert "$w/$m.gguf" -o "$w/$m.mpk.gguf" $args > /dev/null || rc=1
       $bin bench-load "$w/$m.mpk.gguf" --source "$w/$m.gguf" || rc=1
       $bin export-segment "$w/$m.mpk.gguf" "$w/$m.safetensors" || rc=1
-      python3 scripts/peer_torch_load.py "$w/$m.safetensors" || rc=1
+      python3 scripts/peer_loaders.py safetensors "$w/$m.safetensors" || rc=1
     done
   } > "$out/bench-load-peers.txt" 2> "$out/bench-load-peers.err"
   ;;

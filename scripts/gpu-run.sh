@@ -22,7 +22,7 @@ if [ -z "${SKIP_LOAD_BENCH:-}" ]; then
     '$bin' convert '$big/src.gguf' -o '$big/pack.mpk.gguf' --layouts bf16 &&
     '$bin' bench-load '$big/pack.mpk.gguf' --source '$big/src.gguf' ${LOAD_ARGS:-} &&
     '$bin' export-segment '$big/pack.mpk.gguf' '$big/segment.safetensors' &&
-    python3 scripts/peer_torch_load.py '$big/segment.safetensors'" > "$out/bench-load.txt" 2> "$out/bench-load.err" || rc=1
+    python3 scripts/peer_loaders.py safetensors '$big/segment.safetensors'" > "$out/bench-load.txt" 2> "$out/bench-load.err" || rc=1
 fi
 # Which matrix instructions the sm_90a modules' cubins (embedded, or compiled by the runs above) issue:
 # QGMMA/HGMMA/IGMMA is Hopper's wgmma path, HMMA/IMMA the mma.sync path.

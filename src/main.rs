@@ -271,7 +271,7 @@ enum Cmd {
         output: PathBuf,
     },
     /// Write a pack's device tensors as U8 tensors of one safetensors file: the same bytes, for the
-    /// PyTorch peer of bench-load (`scripts/peer_torch_load.py`).
+    /// peers of bench-load (`scripts/peer_loaders.py`).
     #[command(hide = true)]
     ExportSegment {
         /// The pack.
