@@ -31,7 +31,13 @@ if [ ! -f "$cuda/nvidia/cu13/lib/libnvrtc.so.13" ]; then
 fi
 export LD_LIBRARY_PATH="$cuda/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export METRALE_CUDA_INCLUDE="$cuda/nvidia/cu13/include" METRALE_REQUIRE_NVRTC=1
-cargo test --release --lib --bins --tests
+# The largest single process's peak RSS (a compiler or a test binary), reported at the end.
+"$py" -c '
+import resource, subprocess, sys
+rc = subprocess.call(sys.argv[1:])
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+print(f"test.sh: peak RSS of the largest process of the test run: {peak:.0f} MB", file=sys.stderr)
+sys.exit(rc)' cargo test --release --lib --bins --tests
 # The library an engine links: without the harness feature (check, testing, fuzzing).
 cargo check --release --lib --no-default-features
 # The engine example: one call loads a pack on the host backend, checked against float64.
