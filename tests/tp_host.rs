@@ -595,3 +595,102 @@ fn a_hostile_tp_manifest_with_a_recomputed_checksum_is_refused_by_field() {
         assert!(!o.status.success(), "{field}: verify passed");
     }
 }
+
+/// Split reads (`loader::load_gathered`): at TP = 2 and 4, each rank reads from the file only
+/// its own segment and its part of the replicated range (the parts cover the range once), and
+/// after one all-gather every rank's arena equals what `load` of that rank copies, byte for
+/// byte, with the same overlays. Each rank runs on its own host backend and thread, as ranks on
+/// their own GPUs.
+#[test]
+fn split_reads_fill_every_rank_as_a_whole_load_does() {
+    use metrale_pack::gpu::allreduce::HostGather;
+    let dir = tempfile::tempdir().unwrap();
+    let (src, _) = generated(dir.path()).into_iter().next().unwrap();
+    // 8 heads: 2 and 4 ranks.
+    for n in [2u32, 4] {
+        let p = dir.path().join(format!("split{n}.mpk.gguf"));
+        convert(&src, &p, &opts(&[Layout::Nvfp4, Layout::Bf16], n));
+        let tp = Pack::open(&p).unwrap().manifest.tp.unwrap();
+        let parts = loader::split_parts(tp.replicated[1], n);
+        assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), tp.replicated[1]);
+        assert!(parts.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0));
+        let gather = HostGather::new(n as usize);
+        let arenas: Vec<(Vec<u8>, Vec<u8>, u64, String)> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..n)
+                .map(|r| {
+                    let (p, gather) = (&p, &gather);
+                    sc.spawn(move || {
+                        let o = LoadOptions {
+                            rank: Some((r, n)),
+                            ..Default::default()
+                        };
+                        let bytes = |b: &HostBackend, lp: &loader::LoadedPack| {
+                            let mut v = vec![0u8; lp.stats.bytes as usize];
+                            b.download(lp.arena, &mut v).unwrap();
+                            v
+                        };
+                        let b = HostBackend::new();
+                        let split = loader::load_gathered(&b, p, &o, gather).unwrap();
+                        let got = bytes(&b, &split);
+                        let b1 = HostBackend::new();
+                        let whole = loader::load(&b1, p, &o).unwrap();
+                        assert_eq!(split.pieces, whole.pieces);
+                        let desc = |lp: &loader::LoadedPack| format!("{:?}", lp.layers);
+                        assert_eq!(desc(&split), desc(&whole), "rank {r}: overlays");
+                        (
+                            got,
+                            bytes(&b1, &whole),
+                            split.stats.read_bytes,
+                            desc(&split),
+                        )
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (r, (split, whole, read, _)) in arenas.iter().enumerate() {
+            assert!(split == whole, "TP = {n}, rank {r}: the arenas differ");
+            assert_eq!(
+                *read,
+                parts[r].1 + tp.rank_segments[r][1],
+                "TP = {n}, rank {r} read its part and its segment only"
+            );
+        }
+        let total: u64 = arenas.iter().map(|a| a.2).sum();
+        let segs: u64 = tp.rank_segments.iter().map(|s| s[1]).sum();
+        assert_eq!(total, tp.replicated[1] + segs, "every byte read once");
+    }
+    // Not a tensor-parallel load: refused by name.
+    let (src, _) = generated(dir.path()).into_iter().next().unwrap();
+    let one = dir.path().join("one.mpk.gguf");
+    convert(&src, &one, &opts(&[Layout::Bf16], 1));
+    let e = loader::load_gathered(
+        &HostBackend::new(),
+        &one,
+        &LoadOptions::default(),
+        &HostGather::new(1),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("load_gathered loads one rank"), "{e}");
+}
+
+/// `split_parts`: page-aligned equal parts covering the range once, in rank order, at any
+/// length (empty, shorter than a page, one byte past a page boundary).
+#[test]
+fn split_parts_cover_the_range_once() {
+    for len in [0u64, 1, 4096, 3 * 4096 + 1, 1 << 30] {
+        for n in [1u32, 2, 3, 4, 8] {
+            let parts = loader::split_parts(len, n);
+            assert_eq!(parts.len(), n as usize);
+            let mut at = 0;
+            for &(o, l) in &parts {
+                assert_eq!(o, at, "len {len}, n {n}: {parts:?}");
+                assert!(o % 4096 == 0 || l == 0, "len {len}, n {n}: {parts:?}");
+                at += l;
+            }
+            assert_eq!(at, len, "len {len}, n {n}: {parts:?}");
+        }
+    }
+}

@@ -12,6 +12,7 @@ pub use engine::{EngineOptions, LoadedModel};
 pub use io::{COLD_RESIDENCY, DIRECT_ALIGN, resident_fraction};
 
 use crate::GgmlType;
+use crate::gpu::allreduce::AllGather;
 use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
 use crate::pack::Pack;
 use std::path::Path;
@@ -116,6 +117,11 @@ pub struct LoadStats {
     pub resident_seconds: f64,
     /// Seconds in the copy.
     pub copy_seconds: f64,
+    /// Bytes this process read from the pack (with [`load_gathered`], its part of the
+    /// replicated range and its own segment; otherwise `bytes`).
+    pub read_bytes: u64,
+    /// Seconds in the all-gather of the replicated range ([`load_gathered`]; 0 otherwise).
+    pub gather_seconds: f64,
     /// Seconds to describe the overlays.
     pub bind_seconds: f64,
     /// Seconds from open to the overlays described.
@@ -258,6 +264,43 @@ pub fn load(
     path: &Path,
     opts: &LoadOptions,
 ) -> Result<LoadedPack, crate::Error> {
+    load_inner(b, path, opts, None)
+}
+
+/// The parts of a replicated range of `len` bytes that `n` ranks read, rank `k` part `k`:
+/// `(offset, bytes)` within the range, equal and page-aligned (the last shorter or empty), in
+/// order, together exactly the range.
+pub fn split_parts(len: u64, n: u32) -> Vec<(u64, u64)> {
+    let n = u64::from(n.max(1));
+    let step = len.div_ceil(n).next_multiple_of(4096);
+    (0..n)
+        .map(|k| {
+            let (a, e) = ((k * step).min(len), ((k + 1) * step).min(len));
+            (a, e - a)
+        })
+        .collect()
+}
+
+/// [`load`] of rank `r` of `n` (`opts.rank`) of a tensor-parallel pack, every rank reading from
+/// the file only its own segment and its part of the replicated range ([`split_parts`]); one
+/// all-gather among the ranks (each rank's process or thread calls this at once with the same
+/// `gather`) then fills every rank's replicated range, so each host byte is read once
+/// (formats.md, "Tensor-parallel packs": split reads). The result is the same as `load`'s.
+pub fn load_gathered(
+    b: &dyn GpuBackend,
+    path: &Path,
+    opts: &LoadOptions,
+    gather: &dyn AllGather,
+) -> Result<LoadedPack, crate::Error> {
+    load_inner(b, path, opts, Some(gather))
+}
+
+fn load_inner(
+    b: &dyn GpuBackend,
+    path: &Path,
+    opts: &LoadOptions,
+    gather: Option<&dyn AllGather>,
+) -> Result<LoadedPack, crate::Error> {
     let t0 = Instant::now();
     let pack = Pack::open(path)?;
     let open_seconds = t0.elapsed().as_secs_f64();
@@ -273,6 +316,33 @@ pub fn load(
         pieces.push((off, bytes, len));
         len += bytes;
     }
+    // What this process reads: every piece, or with a gather its own segment and its part of
+    // the replicated range (the first piece).
+    let split = match (gather, opts.rank) {
+        (None, _) => None,
+        (Some(_), Some((r, n))) if pieces.len() == 2 => {
+            Some((r as usize, split_parts(pieces[0].1, n)))
+        }
+        (Some(_), _) => {
+            return Err(crate::Error::Unsupported {
+                file: file.clone(),
+                reason:
+                    "load_gathered loads one rank of a tensor-parallel pack (LoadOptions::rank)"
+                        .into(),
+            });
+        }
+    };
+    let copies: Vec<(u64, u64, u64)> = match &split {
+        None => pieces.clone(),
+        Some((r, parts)) => {
+            let (off, _, at) = pieces[0];
+            let (po, pl) = parts[*r];
+            [(off + po, pl, at + po), pieces[1]]
+                .into_iter()
+                .filter(|p| p.1 > 0)
+                .collect()
+        }
+    };
     let d0 = pack.file.data_offset as usize;
     let slices: Vec<&[u8]> = ranges
         .iter()
@@ -322,7 +392,7 @@ pub fn load(
         let dest = io::Dest::new(arena, &gate);
         // The first piece's mode; any piece's fallback is reported.
         let mut out: Option<io::Copied> = None;
-        for &(off, bytes, at) in &pieces {
+        for &(off, bytes, at) in &copies {
             let range = d0 as u64 + off..d0 as u64 + off + bytes;
             let sub = dest.sub(at, bytes);
             let c = io::copy_segment(b, &pack, path, range, &sub, &streams, resident, opts)?;
@@ -349,6 +419,15 @@ pub fn load(
         }
     };
     let copy_seconds = t1.elapsed().as_secs_f64();
+    let tg = Instant::now();
+    if let (Some(g), Some((r, parts))) = (gather, &split) {
+        let (_, rep, at) = pieces[0];
+        if let Err(e) = g.all_gather(*r, b, arena.view(at, rep), parts) {
+            b.free(arena);
+            return Err(gpu(e));
+        }
+    }
+    let gather_seconds = tg.elapsed().as_secs_f64();
     let t2 = Instant::now();
     let ffn_inter = match (&pack.manifest.tp, opts.rank) {
         (Some(tp), Some((r, _))) => {
@@ -365,6 +444,8 @@ pub fn load(
         alloc_seconds,
         resident_seconds,
         copy_seconds,
+        read_bytes: copies.iter().map(|c| c.1).sum(),
+        gather_seconds,
         bind_seconds: t2.elapsed().as_secs_f64(),
         total_seconds: t0.elapsed().as_secs_f64(),
         mode: copied.mode,
