@@ -316,33 +316,12 @@ fn load_inner(
         pieces.push((off, bytes, len));
         len += bytes;
     }
-    // What this process reads: every piece, or with a gather its own segment and its part of
-    // the replicated range (the first piece).
-    let split = match (gather, opts.rank) {
-        (None, _) => None,
-        (Some(_), Some((r, n))) if pieces.len() == 2 => {
-            Some((r as usize, split_parts(pieces[0].1, n)))
-        }
-        (Some(_), _) => {
-            return Err(crate::Error::Unsupported {
-                file: file.clone(),
-                reason:
-                    "load_gathered loads one rank of a tensor-parallel pack (LoadOptions::rank)"
-                        .into(),
-            });
-        }
-    };
-    let copies: Vec<(u64, u64, u64)> = match &split {
-        None => pieces.clone(),
-        Some((r, parts)) => {
-            let (off, _, at) = pieces[0];
-            let (po, pl) = parts[*r];
-            [(off + po, pl, at + po), pieces[1]]
-                .into_iter()
-                .filter(|p| p.1 > 0)
-                .collect()
-        }
-    };
+    let (split, copies) =
+        reads(&pieces, opts.rank, gather.is_some()).ok_or_else(|| crate::Error::Unsupported {
+            file: file.clone(),
+            reason: "load_gathered loads one rank of a tensor-parallel pack (LoadOptions::rank)"
+                .into(),
+        })?;
     let d0 = pack.file.data_offset as usize;
     let slices: Vec<&[u8]> = ranges
         .iter()
@@ -375,43 +354,14 @@ fn load_inner(
     };
     let resident_seconds = tr.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let gate = io::Gate::new(if progressive { 0 } else { len });
-    let copied = std::thread::scope(|sc| {
-        if progressive {
-            let gate = &gate;
-            sc.spawn(move || {
-                for off in (0..len).step_by(piece as usize) {
-                    let n = piece.min(len - off);
-                    match b.map_range(arena, off, n) {
-                        Ok(()) => gate.open_to(off + n),
-                        Err(e) => return gate.fail(e.to_string()),
-                    }
-                }
-            });
-        }
-        let dest = io::Dest::new(arena, &gate);
-        // The first piece's mode; any piece's fallback is reported.
-        let mut out: Option<io::Copied> = None;
-        for &(off, bytes, at) in &copies {
-            let range = d0 as u64 + off..d0 as u64 + off + bytes;
-            let sub = dest.sub(at, bytes);
-            let c = io::copy_segment(b, &pack, path, range, &sub, &streams, resident, opts)?;
-            match &mut out {
-                None => out = Some(c),
-                Some(o) => {
-                    if o.fell_back.is_none() {
-                        o.fell_back = c.fell_back;
-                    }
-                }
-            }
-        }
-        Ok(out.unwrap_or(io::Copied {
-            mode: opts.io,
-            fell_back: None,
-            direct: false,
-        }))
-    });
-    let copied = match copied {
+    let into = CopyTarget {
+        arena,
+        len,
+        map_piece: progressive.then_some(piece),
+        streams: &streams,
+        resident,
+    };
+    let copied = match copy_into(b, &pack, path, &into, &copies, opts) {
         Ok(c) => c,
         Err(e) => {
             b.free(arena);
@@ -429,14 +379,7 @@ fn load_inner(
     }
     let gather_seconds = tg.elapsed().as_secs_f64();
     let t2 = Instant::now();
-    let ffn_inter = match (&pack.manifest.tp, opts.rank) {
-        (Some(tp), Some((r, _))) => {
-            let [lo, hi] =
-                crate::pack::tp::rank_range(pack.manifest.model.intermediate_size, tp.ranks, r);
-            crate::pack::tp::padded_width(hi - lo) as usize
-        }
-        _ => pack.manifest.model.intermediate_size as usize,
-    };
+    let ffn_inter = rank_inter(&pack, opts.rank);
     let layers = bind::overlays(&pack, arena, &pieces, ffn_inter).map_err(gpu)?;
     let stats = LoadStats {
         bytes: len,
@@ -461,6 +404,100 @@ fn load_inner(
         pieces,
         ffn_inter,
     })
+}
+
+/// A split read (rank index and parts) and the copies one process makes.
+type Reads = (Option<(usize, Vec<(u64, u64)>)>, Vec<(u64, u64, u64)>);
+
+/// A split read and what one process copies from the file, `(offset, bytes, arena offset)`:
+/// every piece, or with a gather (`gathered`) its own segment and its part of the replicated
+/// range (the first piece), with rank `r`'s index and the parts. `None` for a gather without a
+/// rank of a tensor-parallel pack.
+fn reads(pieces: &[(u64, u64, u64)], rank: Option<(u32, u32)>, gathered: bool) -> Option<Reads> {
+    match (gathered, rank) {
+        (false, _) => Some((None, pieces.to_vec())),
+        (true, Some((r, n))) if pieces.len() == 2 => {
+            let parts = split_parts(pieces[0].1, n);
+            let (off, _, at) = pieces[0];
+            let (po, pl) = parts[r as usize];
+            let copies = [(off + po, pl, at + po), pieces[1]]
+                .into_iter()
+                .filter(|p| p.1 > 0)
+                .collect();
+            Some((Some((r as usize, parts)), copies))
+        }
+        (true, _) => None,
+    }
+}
+
+/// Where the copies go: the arena of `len` bytes (backed ahead of the copies in pieces of
+/// `map_piece` bytes, when given), the streams, and the share of the source in the page cache.
+struct CopyTarget<'a> {
+    arena: DevicePtr,
+    len: u64,
+    map_piece: Option<u64>,
+    streams: &'a [StreamId],
+    resident: f64,
+}
+
+/// Copy each of `copies` from the pack into the arena; the first copy's mode, and any copy's
+/// fallback.
+fn copy_into(
+    b: &dyn GpuBackend,
+    pack: &Pack,
+    path: &Path,
+    to: &CopyTarget,
+    copies: &[(u64, u64, u64)],
+    opts: &LoadOptions,
+) -> GpuResult<io::Copied> {
+    let d0 = pack.file.data_offset;
+    let gate = io::Gate::new(if to.map_piece.is_some() { 0 } else { to.len });
+    std::thread::scope(|sc| {
+        if let Some(piece) = to.map_piece {
+            let (gate, arena, len) = (&gate, to.arena, to.len);
+            sc.spawn(move || {
+                for off in (0..len).step_by(piece as usize) {
+                    let n = piece.min(len - off);
+                    match b.map_range(arena, off, n) {
+                        Ok(()) => gate.open_to(off + n),
+                        Err(e) => return gate.fail(e.to_string()),
+                    }
+                }
+            });
+        }
+        let dest = io::Dest::new(to.arena, &gate);
+        let mut out: Option<io::Copied> = None;
+        for &(off, bytes, at) in copies {
+            let range = d0 + off..d0 + off + bytes;
+            let sub = dest.sub(at, bytes);
+            let c = io::copy_segment(b, pack, path, range, &sub, to.streams, to.resident, opts)?;
+            match &mut out {
+                None => out = Some(c),
+                Some(o) => {
+                    if o.fell_back.is_none() {
+                        o.fell_back = c.fell_back;
+                    }
+                }
+            }
+        }
+        Ok(out.unwrap_or(io::Copied {
+            mode: opts.io,
+            fell_back: None,
+            direct: false,
+        }))
+    })
+}
+
+/// The FFN intermediate size a rank's layers have (its padded slice; the model's without TP).
+fn rank_inter(pack: &Pack, rank: Option<(u32, u32)>) -> usize {
+    match (&pack.manifest.tp, rank) {
+        (Some(tp), Some((r, _))) => {
+            let [lo, hi] =
+                crate::pack::tp::rank_range(pack.manifest.model.intermediate_size, tp.ranks, r);
+            crate::pack::tp::padded_width(hi - lo) as usize
+        }
+        _ => pack.manifest.model.intermediate_size as usize,
+    }
 }
 
 /// Where data-relative `[off, off + bytes)` lies in the arena, if a loaded piece holds it.
