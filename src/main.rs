@@ -73,35 +73,8 @@ enum Cmd {
         /// A PEFT LoRA adapter directory for gate/up/down (adds the lora layout; needs nvfp4).
         #[arg(long)]
         lora: Option<PathBuf>,
-        /// Worker threads (default: all cores). The output bytes do not depend on it.
-        #[arg(long)]
-        threads: Option<usize>,
-        /// Comma-separated name patterns (`*`, `?`) of tensors the engine keeps on the host
-        /// (e.g. token_embd.weight): stored before the device segment, not copied by the loader.
-        #[arg(long, value_delimiter = ',')]
-        host_tensors: Vec<String>,
-        /// Tensor-parallel ranks: one segment per rank holding its slice of every FFN layer
-        /// (gate/up by rows, down by columns) and of attention (by heads); 1 = one GPU.
-        #[arg(long, default_value_t = 1)]
-        tp: u32,
-        /// Carry NaN and infinite FFN weights instead of refusing them (only the bf16 layout
-        /// holds them).
-        #[arg(long)]
-        allow_nonfinite: bool,
-        /// With --tp, copy mixture-of-experts layers whole onto every rank instead of refusing.
-        #[arg(long)]
-        replicate_moe: bool,
-        /// Quantize already-quantized weights (Q4_1, Q8_0, FP8, int4, ...) into another
-        /// quantized layout; without it such a set is refused before anything is written.
-        #[arg(long)]
-        allow_requantize: bool,
-        /// Show each chosen layout's size and error (measured on the first FFN layer), what the
-        /// set serves and the disk it needs; write nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Print the summary, fidelity and warnings as one JSON object on stdout.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        flags: Flags,
     },
     /// Check a pack: every tensor's checksum; with --source, re-derive every tensor from the
     /// source checkpoint and compare bit for bit.
@@ -407,32 +380,8 @@ fn run(cli: Cli) -> Result<()> {
             layouts,
             q4k_down,
             lora,
-            threads,
-            host_tensors,
-            tp,
-            allow_nonfinite,
-            replicate_moe,
-            allow_requantize,
-            dry_run,
-            json,
-        } => convert(
-            &src,
-            output,
-            layouts,
-            &q4k_down,
-            lora,
-            threads,
-            Flags {
-                host_tensors,
-                tp,
-                allow_nonfinite,
-                replicate_moe,
-                allow_requantize,
-                dry_run,
-                json,
-                quiet,
-            },
-        ),
+            flags,
+        } => convert(&src, output, layouts, &q4k_down, lora, flags, quiet),
         Cmd::Verify { pack, source, json } => verify(&pack, source.as_deref(), json, quiet),
         Cmd::GpuCheck {
             quick,
@@ -542,15 +491,37 @@ fn parse_layouts(tags: Option<Vec<String>>) -> Result<Option<Vec<Layout>>> {
 }
 
 /// `convert`'s flags past the layouts (what `ConvertOptions` records, and how to choose).
+#[derive(clap::Args)]
 struct Flags {
+    /// Worker threads (default: all cores). The output bytes do not depend on it.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Comma-separated name patterns (`*`, `?`) of tensors the engine keeps on the host
+    /// (e.g. token_embd.weight): stored before the device segment, not copied by the loader.
+    #[arg(long, value_delimiter = ',')]
     host_tensors: Vec<String>,
+    /// Tensor-parallel ranks: one segment per rank holding its slice of every FFN layer
+    /// (gate/up by rows, down by columns) and of attention (by heads); 1 = one GPU.
+    #[arg(long, default_value_t = 1)]
     tp: u32,
+    /// Carry NaN and infinite FFN weights instead of refusing them (only the bf16 layout
+    /// holds them).
+    #[arg(long)]
     allow_nonfinite: bool,
+    /// With --tp, copy mixture-of-experts layers whole onto every rank instead of refusing.
+    #[arg(long)]
     replicate_moe: bool,
+    /// Quantize already-quantized weights (Q4_1, Q8_0, FP8, int4, ...) into another
+    /// quantized layout; without it such a set is refused before anything is written.
+    #[arg(long)]
     allow_requantize: bool,
+    /// Show each chosen layout's size and error (measured on the first FFN layer), what the
+    /// set serves and the disk it needs; write nothing.
+    #[arg(long)]
     dry_run: bool,
+    /// Print the summary, fidelity and warnings as one JSON object on stdout.
+    #[arg(long)]
     json: bool,
-    quiet: bool,
 }
 
 fn convert(
@@ -559,8 +530,8 @@ fn convert(
     layouts: Option<Vec<String>>,
     q4k_down: &str,
     lora: Option<PathBuf>,
-    threads: Option<usize>,
     Flags {
+        threads,
         host_tensors,
         tp,
         allow_nonfinite,
@@ -568,8 +539,8 @@ fn convert(
         allow_requantize,
         dry_run,
         json,
-        quiet,
     }: Flags,
+    quiet: bool,
 ) -> Result<()> {
     let layouts = parse_layouts(layouts)?;
     let q4k_down = match q4k_down {

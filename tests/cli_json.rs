@@ -31,15 +31,11 @@ fn convert_and_verify_json_keep_their_field_names() {
         &mut rng,
     );
     let out = dir.path().join("m.mpk.gguf");
-    let o = cli(&[
-        "convert",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--layouts",
-        "bf16,q2g128",
-        "--json",
-    ]);
+    let o = cli(&convert_args(
+        &src,
+        &out,
+        &["--layouts", "bf16,q2g128", "--json"],
+    ));
     assert!(o.status.success(), "{}", err(&o));
     let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
     assert_eq!(
@@ -141,15 +137,8 @@ fn quiet_prints_nothing_on_success_and_version_names_the_build() {
         &mut rng,
     );
     let out = dir.path().join("m.mpk.gguf");
-    let o = cli(&[
-        "--quiet",
-        "convert",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--layouts",
-        "bf16",
-    ]);
+    // --quiet is global: after the command as well as before it.
+    let o = cli(&convert_args(&src, &out, &["--layouts", "bf16", "--quiet"]));
     assert!(o.status.success(), "{}", err(&o));
     assert!(o.stdout.is_empty() && o.stderr.is_empty(), "{}", err(&o));
     let o = cli(&["verify", out.to_str().unwrap(), "-q"]);

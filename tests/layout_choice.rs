@@ -18,17 +18,6 @@ fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).to_string()
 }
 
-fn convert_args<'a>(src: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut a = vec![
-        "convert",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ];
-    a.extend(extra);
-    a
-}
-
 /// The real SmolLM2 Q4_1 GGUF: no layout keeps Q4_1, so the default stops before writing with
 /// the table of choices; bf16 (values kept) needs no flag; the flag takes the default.
 #[test]

@@ -14,17 +14,14 @@ use std::path::Path;
 /// A relative error above which `convert` warns (q2g128 measures 43% on SmolLM2).
 pub const WARN_REL_ERR: f64 = 0.10;
 
-/// Every layout a user can name for the dense FFN weights (the LoRA adapter is added by `--lora`).
-pub const CHOICES: [Layout; 8] = [
-    Layout::Nvfp4,
-    Layout::Nvfp4T,
-    Layout::Nvfp4Mmq,
-    Layout::Q4kMmq,
-    Layout::Fp8,
-    Layout::W8a8,
-    Layout::Bf16,
-    Layout::Q2g128,
-];
+/// Every layout a user can name for the dense FFN weights: the registry's but the LoRA adapter
+/// (which `--lora` adds).
+pub fn choices() -> Vec<Layout> {
+    Layout::ALL
+        .into_iter()
+        .filter(|&l| l != Layout::Lora)
+        .collect()
+}
 
 /// The layouts `convert` will use for `model`, and why it would stop without
 /// `--allow-requantize` (`None`: nothing re-quantized).
@@ -75,7 +72,7 @@ pub fn settle(model: &Model, opts: &ConvertOptions) -> Settled {
 /// Refuse a re-quantizing set: every choice's cost on the terminal, then one error line.
 pub fn refuse(model: &Model, opts: &ConvertOptions, why: &str) -> Result<()> {
     let mut all = opts.clone();
-    all.layouts = Some(CHOICES.to_vec());
+    all.layouts = Some(choices());
     all.lora = None;
     let (costs, carried) = choice::dry_run(model, &all)?;
     // The choices go to the terminal as they are (this program's own text); the error stays

@@ -3,7 +3,7 @@
 //! forward kinds the arm table gives it, what it needs installed beside it, which source
 //! formats it keeps, and its error on a generated layer of uniform random weights (encoded by the dry run).
 
-use super::choose::{CHOICES, WITH_BASE, method_name};
+use super::choose::{WITH_BASE, choices, method_name};
 use anyhow::Result;
 use metrale_pack::GgmlType;
 use metrale_pack::converters::layouts::{Layout, Proj, q4k_mmq::DownFormat};
@@ -65,7 +65,7 @@ pub fn layouts(w: &mut impl Write) -> Result<()> {
         )?;
         let model = Model::open(&src)?;
         let opts = ConvertOptions {
-            layouts: Some(CHOICES.to_vec()),
+            layouts: Some(choices()),
             ..Default::default()
         };
         Ok(choice::dry_run(&model, &opts)?.0)
@@ -77,7 +77,7 @@ pub fn layouts(w: &mut impl Write) -> Result<()> {
         "{:<10} {:>6}  {:<37} {:<6} {:>7}  keeps",
         "layout", "bits", "serves", "needs", "error"
     )?;
-    for layout in CHOICES {
+    for layout in choices() {
         // Its own arms' forward kinds (the table's rows with this layout). The layouts installed
         // beside the nvfp4 base have no rows of their own: the nvfp4 arms read them when held.
         let mut own: Vec<&str> = Vec::new();

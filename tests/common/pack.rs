@@ -219,6 +219,18 @@ pub fn cli(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// `convert SRC -o OUT EXTRA...` as CLI arguments.
+pub fn convert_args<'a>(src: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    a.extend(extra);
+    a
+}
+
 /// The CLI's stderr, as text.
 pub fn err(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
