@@ -19,20 +19,39 @@ pub trait AllReduce: Sync {
     ) -> GpuResult<()>;
 }
 
-/// The host all-reduce: each rank's values are downloaded, summed in rank order (the same sum on
-/// every rank) and uploaded back.
-pub struct HostSum {
-    partials: Mutex<Vec<Vec<f32>>>,
+/// The host collectives' one mechanism: each rank publishes its value; once every rank has,
+/// each reads them all; no rank publishes again before every rank has read.
+struct Exchange<T> {
+    slots: Mutex<Vec<T>>,
     barrier: Barrier,
 }
+
+impl<T: Clone + Default> Exchange<T> {
+    fn new(n: usize) -> Self {
+        Exchange {
+            slots: Mutex::new(vec![T::default(); n]),
+            barrier: Barrier::new(n),
+        }
+    }
+
+    /// Publish `mine` as rank `rank`'s value, then `read` every rank's (in rank order).
+    fn exchange<R>(&self, rank: usize, mine: T, read: impl FnOnce(&[T]) -> R) -> R {
+        self.slots.lock().unwrap()[rank] = mine;
+        self.barrier.wait();
+        let r = read(&self.slots.lock().unwrap());
+        self.barrier.wait();
+        r
+    }
+}
+
+/// The host all-reduce: each rank's values are downloaded, summed in rank order (the same sum on
+/// every rank) and uploaded back.
+pub struct HostSum(Exchange<Vec<f32>>);
 
 impl HostSum {
     /// For `n` ranks.
     pub fn new(n: usize) -> Self {
-        HostSum {
-            partials: Mutex::new(vec![Vec::new(); n]),
-            barrier: Barrier::new(n),
-        }
+        HostSum(Exchange::new(n))
     }
 }
 
@@ -45,18 +64,13 @@ impl AllReduce for HostSum {
         count: usize,
     ) -> GpuResult<()> {
         let mine = download_f32(b, ptr.view(0, count as u64 * 4))?;
-        self.partials.lock().unwrap()[rank] = mine;
-        self.barrier.wait();
-        let sum = {
-            let p = self.partials.lock().unwrap();
+        let sum = self.0.exchange(rank, mine, |parts| {
             let mut s = vec![0f32; count];
-            for part in p.iter() {
+            for part in parts {
                 s.iter_mut().zip(part).for_each(|(a, b)| *a += b);
             }
             s
-        };
-        // Every rank has read every partial before any rank stores its next one.
-        self.barrier.wait();
+        });
         upload_f32(b, ptr, &sum)
     }
 }
@@ -77,18 +91,12 @@ pub trait AllGather: Sync {
 
 /// The host all-gather: each rank's part is downloaded, published, and uploaded into every other
 /// rank's region.
-pub struct HostGather {
-    parts: Mutex<Vec<Vec<u8>>>,
-    barrier: Barrier,
-}
+pub struct HostGather(Exchange<Vec<u8>>);
 
 impl HostGather {
     /// For `n` ranks.
     pub fn new(n: usize) -> Self {
-        HostGather {
-            parts: Mutex::new(vec![Vec::new(); n]),
-            barrier: Barrier::new(n),
-        }
+        HostGather(Exchange::new(n))
     }
 }
 
@@ -105,10 +113,7 @@ impl AllGather for HostGather {
         })?;
         let mut mine = vec![0u8; len as usize];
         b.download(region.view(at, len), &mut mine)?;
-        self.parts.lock().unwrap()[rank] = mine;
-        self.barrier.wait();
-        let result = (|| {
-            let all = self.parts.lock().unwrap();
+        self.0.exchange(rank, mine, |all| {
             for (k, &(at, len)) in parts.iter().enumerate().filter(|&(k, _)| k != rank) {
                 if all[k].len() as u64 != len {
                     return Err(super::GpuError::Invalid(format!(
@@ -119,9 +124,6 @@ impl AllGather for HostGather {
                 b.upload(region.view(at, len), &all[k])?;
             }
             Ok(())
-        })();
-        // Every rank has read every part before any rank's next gather stores its own.
-        self.barrier.wait();
-        result
+        })
     }
 }
