@@ -32,7 +32,7 @@ fn the_routing_matrix_is_the_recorded_one() {
 /// takes it.
 #[test]
 fn every_arm_serves_some_call_of_the_matrix() {
-    use metrale_pack::ffn::{ARMS, Method};
+    use metrale_pack::ffn::{Method, arms};
     let got = metrale_pack::check::routing::routing_matrix().unwrap();
     let method = |m: &str| match m {
         "forward" => Method::Decode,
@@ -48,10 +48,38 @@ fn every_arm_serves_some_call_of_the_matrix() {
             (method(f[1]), f[3].to_string())
         })
         .collect();
-    let unseen: Vec<String> = ARMS
+    let unseen: Vec<String> = arms()
         .iter()
         .filter(|a| !seen.iter().any(|(m, n)| *m == a.method && n == a.name))
         .map(|a| format!("{:?} {}", a.method, a.name))
         .collect();
     assert_eq!(unseen, ["Decode bf16 via prefill"]);
+}
+
+/// The layouts' arm rows sort into one order per method: no two arms of a method share a rank
+/// (an order the registry's sequence would otherwise decide), and each method's arms come in
+/// rising rank.
+#[test]
+fn no_two_arms_of_a_method_share_a_rank() {
+    use metrale_pack::ffn::arms;
+    let a = arms();
+    assert!(a.len() >= 30, "{} arms", a.len());
+    for (i, x) in a.iter().enumerate() {
+        for y in &a[i + 1..] {
+            assert!(
+                x.method != y.method || x.rank != y.rank,
+                "{:?}: {} and {} share rank {}",
+                x.method,
+                x.name,
+                y.name,
+                x.rank
+            );
+            assert!(
+                (x.method, x.rank) < (y.method, y.rank),
+                "{} before {}",
+                x.name,
+                y.name
+            );
+        }
+    }
 }

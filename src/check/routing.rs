@@ -1,4 +1,4 @@
-//! The routing matrix: which arm of `ffn::ARMS` and which kernels (or which refusal) serve
+//! The routing matrix: which arm of `ffn::arms()` and which kernels (or which refusal) serve
 //! every forward method at every row count, for every arm configuration of the layer checks and for layers that hold several
 //! layouts at once, on the host backend. `tests/routing.rs` holds it against
 //! `tests/fixtures/routing.txt`, so a change to the routing shows as a diff of that file.

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use metrale_pack::converters::layouts::Layout;
-use metrale_pack::ffn::{ARMS, Method};
+use metrale_pack::ffn::{Method, arms, builds_on};
 use metrale_pack::model::{Activation, Model};
 use metrale_pack::pack::choice::{self, LayoutCost};
 use metrale_pack::pack::{ConvertOptions, Fidelity};
@@ -87,21 +87,13 @@ pub fn refuse(model: &Model, opts: &ConvertOptions, why: &str) -> Result<()> {
     )
 }
 
-/// The layouts installed only beside the `nvfp4` base (`LayerOverlays::install`).
-pub const WITH_BASE: [Layout; 4] = [
-    Layout::Nvfp4T,
-    Layout::Nvfp4Mmq,
-    Layout::Q4kMmq,
-    Layout::Lora,
-];
-
-/// The forward kinds a layer holding `set` can run (the NVFP4 overlays, `q4k_mmq` and `lora`
-/// install only beside the `nvfp4` base, as the loader installs them).
+/// The forward kinds a layer holding `set` can run (a layout that builds on another, as
+/// `nvfp4_t`, `nvfp4_mmq`, `q4k_mmq` and `lora` on `nvfp4`, installs only beside it, as the
+/// loader installs them).
 pub fn served(set: &[Layout]) -> Vec<Method> {
-    let installed =
-        |l: Layout| set.contains(&l) && (!WITH_BASE.contains(&l) || set.contains(&Layout::Nvfp4));
+    let installed = |l: Layout| set.contains(&l) && builds_on(l).is_none_or(|b| set.contains(&b));
     let mut out: Vec<Method> = Vec::new();
-    for a in ARMS.iter().filter(|a| installed(a.layout)) {
+    for a in arms().iter().filter(|a| installed(a.layout)) {
         if !out.contains(&a.method) {
             out.push(a.method);
         }

@@ -3,11 +3,11 @@
 //! forward kinds the arm table gives it, what it needs installed beside it, which source
 //! formats it keeps, and its error on a generated layer of uniform random weights (encoded by the dry run).
 
-use super::choose::{WITH_BASE, choices, method_name};
+use super::choose::{choices, method_name};
 use anyhow::Result;
 use metrale_pack::GgmlType;
 use metrale_pack::converters::layouts::{Layout, Proj, q4k_mmq::DownFormat};
-use metrale_pack::ffn::ARMS;
+use metrale_pack::ffn::{arms, builds_on};
 use metrale_pack::model::Model;
 use metrale_pack::pack::ConvertOptions;
 use metrale_pack::pack::choice;
@@ -35,18 +35,6 @@ fn bits_per_weight(layout: Layout) -> Option<f64> {
         }
     }
     Some(bytes as f64 * 8.0 / (3 * HIDDEN * INTER) as f64)
-}
-
-/// What `layout` keeps as the source stores it (the rest it quantizes anew, or for `bf16`
-/// widens).
-fn keeps(layout: Layout) -> &'static str {
-    match layout {
-        Layout::Nvfp4 | Layout::Nvfp4T | Layout::Nvfp4Mmq => "NVFP4 (ModelOpt, compressed-tensors)",
-        Layout::Fp8 => "FP8 block (128x128)",
-        Layout::Q4kMmq => "Q4_K gate/up (down too with --q4k-down q4k)",
-        Layout::Bf16 => "every float source's values (BF16 byte for byte)",
-        _ => "-",
-    }
 }
 
 /// Print the table (errors measured on a generated layer in a temporary folder).
@@ -78,10 +66,11 @@ pub fn layouts(w: &mut impl Write) -> Result<()> {
         "layout", "bits", "serves", "needs", "error"
     )?;
     for layout in choices() {
-        // Its own arms' forward kinds (the table's rows with this layout). The layouts installed
-        // beside the nvfp4 base have no rows of their own: the nvfp4 arms read them when held.
+        // Its own arms' forward kinds (the table's rows with this layout); for the layouts
+        // beside the nvfp4 base, what they serve there (nvfp4_t and nvfp4_mmq have no rows of
+        // their own: the nvfp4 arms read them when held; q4k_mmq's row waits on its lever).
         let mut own: Vec<&str> = Vec::new();
-        for a in ARMS.iter().filter(|a| a.layout == layout) {
+        for a in arms().iter().filter(|a| a.layout == layout) {
             let m = method_name(a.method);
             if !own.contains(&m) {
                 own.push(m);
@@ -94,7 +83,7 @@ pub fn layouts(w: &mut impl Write) -> Result<()> {
             _ => "",
         };
         if !beside.is_empty() {
-            own.push(beside);
+            own = vec![beside];
         }
         let err = measured
             .iter()
@@ -107,13 +96,9 @@ pub fn layouts(w: &mut impl Write) -> Result<()> {
             layout.tag(),
             bits_per_weight(layout).map_or("-".into(), |b| format!("{b:.2}")),
             own.join(","),
-            if WITH_BASE.contains(&layout) {
-                "nvfp4"
-            } else {
-                "-"
-            },
+            builds_on(layout).map_or("-", Layout::tag),
             err,
-            keeps(layout)
+            layout.spec().keeps_what()
         )?;
     }
     writeln!(

@@ -8,7 +8,7 @@ use crate::model::Activation;
 
 impl DenseFfnLayer {
     /// One decode row. Returns `output` holding `[1, hidden]`. The arms it tries, in order, are
-    /// [`ARMS`]' `Decode` rows.
+    /// the `Decode` rows of [`arms`].
     pub fn forward(&self, ctx: &mut ForwardContext, input: DevicePtr) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, input, 1)?;
         self.route(ctx, Method::Decode, input, 1)
@@ -46,7 +46,7 @@ impl DenseFfnLayer {
     }
 
     /// Prefill of `num_tokens` rows. Arm order: declared W8A8 (up to `w8a8_max_rows`), packed
-    /// Q2, FP8, BF16, NVFP4 ([`ARMS`]' `Prefill` rows): the first installed serves the call.
+    /// Q2, FP8, BF16, NVFP4 (the `Prefill` rows of [`arms`]): the first installed serves the call.
     pub fn forward_prefill(
         &self,
         ctx: &mut ForwardContext,

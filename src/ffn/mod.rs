@@ -1,8 +1,8 @@
 //! `DenseFfnLayer`: the engine's dense FFN layer with its weight overlays and forward arms, on
-//! any [`GpuBackend`]. By concern: `context` (dimensions, the scratch arena, levers), `weights`
-//! (each layout's weight type), `overlays` (the layer's overlays keyed by layout, one home for
-//! built-in and registered layouts), `kernels` (the kernel table), `install` (the `set_*`
-//! validators and load-time finalizers), `routing` (which arm serves `m` rows), `forward` (the
+//! any [`GpuBackend`]. By concern: `context` (dimensions, the scratch arena, levers), `layouts`
+//! (each built-in layout's runtime: weight type, key, validators, install, arm rows),
+//! `weights` (the rules every weight type shares), `overlays` (the layer's overlays keyed by layout, one home for
+//! built-in and registered layouts), `kernels` (the kernel table), `routing` (which arm serves `m` rows), `forward` (the
 //! public forward methods), and `arms/` (one file per arm family: BF16, FP8 and W8A8, NVFP4,
 //! q2g128, Q4_K MMQ, LoRA).
 //!
@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 mod context;
 mod forward;
-mod install;
 mod kernels;
+mod layouts;
 mod overlays;
 mod routing;
 mod weights;
@@ -34,9 +34,11 @@ mod arms {
 use crate::converters::layouts::Layout;
 pub use context::*;
 pub use kernels::*;
-pub use overlays::{CustomOverlay, Key, LayerOverlays, Overlay, Overlays, key};
-pub use routing::{ARMS, Arm, Method, register_arms};
-pub use weights::*;
+pub use layouts::*;
+pub use overlays::{CustomOverlay, Key, LayerOverlays, Overlay, Overlays};
+pub use routing::{Arm, Method, arms, register_arms};
+use weights::ProjWeight;
+pub(crate) use weights::fits;
 
 pub use arms::fp8::FP8_W8A8_MIN_ROWS;
 #[cfg(feature = "harness")]
@@ -145,7 +147,11 @@ impl DenseFfnLayer {
 
     /// Each given projection's weight against this layer's shape and against its layout's
     /// rules (`what` names the caller in errors).
-    fn check_projections<W: ProjWeight>(&self, what: &str, w: [Option<&W>; 3]) -> GpuResult<()> {
+    pub(crate) fn check_projections<W: ProjWeight>(
+        &self,
+        what: &str,
+        w: [Option<&W>; 3],
+    ) -> GpuResult<()> {
         for (p, x) in [Proj::Gate, Proj::Up, Proj::Down].into_iter().zip(w) {
             let Some(x) = x else { continue };
             let (n, k) = x.shape();

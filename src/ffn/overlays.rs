@@ -1,14 +1,12 @@
 //! Overlays keyed by layout: one home for every layout's weights on a layer, built-in and
-//! registered alike ([`Overlays`], typed by a [`Key`] per built-in layout), and one layer's
+//! registered alike ([`Overlays`], typed by a [`Key`] per built-in layout, `key`), and one layer's
 //! overlays as the loader binds them from a pack ([`LayerOverlays`]), installed through the
 //! layer's validating `set_*` methods.
 
-use super::{
-    Bf16Weight, DenseFfnLayer, Fp8Overlay, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2g128Weight,
-    Q4kMmqWeights, W8a8Weight,
-};
+use super::DenseFfnLayer;
+use super::layouts::RUNTIMES;
 use crate::converters::layouts::Layout;
-use crate::gpu::{DevicePtr, GpuResult};
+use crate::gpu::GpuResult;
 use std::any::Any;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -42,29 +40,6 @@ impl<T> Key<T> {
             of: PhantomData,
         }
     }
-}
-
-/// The key of each built-in layout's overlay (its weight type beside it in `weights`).
-pub mod key {
-    use super::*;
-    /// `nvfp4`: the NVFP4 base of gate, up and down.
-    pub const NVFP4: Key<[Nvfp4Weight; 3]> = Key::new(Layout::Nvfp4);
-    /// `nvfp4_t`: the transposed copies, per projection (held while any is).
-    pub const NVFP4_T: Key<[Option<Nvfp4TWeight>; 3]> = Key::new(Layout::Nvfp4T);
-    /// `nvfp4_mmq`: the MMQ tiles, per projection (held while any is).
-    pub const NVFP4_MMQ: Key<[Option<DevicePtr>; 3]> = Key::new(Layout::Nvfp4Mmq);
-    /// `q4k_mmq`: the Q4_K MMQ copies.
-    pub const Q4K_MMQ: Key<Q4kMmqWeights> = Key::new(Layout::Q4kMmq);
-    /// `fp8`: gate, up, down and the fused gate+up they may view.
-    pub const FP8: Key<Fp8Overlay> = Key::new(Layout::Fp8);
-    /// `w8a8`: the declared-W8A8 decode weights.
-    pub const W8A8: Key<[W8a8Weight; 3]> = Key::new(Layout::W8a8);
-    /// `bf16`: gate, up, down.
-    pub const BF16: Key<[Bf16Weight; 3]> = Key::new(Layout::Bf16);
-    /// `q2g128`: gate, up, down.
-    pub const Q2G128: Key<[Q2g128Weight; 3]> = Key::new(Layout::Q2g128);
-    /// `lora`: the adapter per projection (any may be absent).
-    pub const LORA: Key<[Option<LoraWeight>; 3]> = Key::new(Layout::Lora);
 }
 
 /// A layer's overlays, keyed by layout: at most one per layout, in the order installed.
@@ -158,39 +133,15 @@ impl LayerOverlays {
     }
 
     /// Install every overlay this layer has into `layer` through the validating `set_*`
-    /// methods: the NVFP4 base, then what builds on it (`nvfp4_t`, `nvfp4_mmq` tiles, `lora`,
-    /// `q4k_mmq`; skipped without the base), then `fp8`, `bf16`, `w8a8`, `q2g128`, then the
+    /// methods: the built-in layouts in their registry's order (the NVFP4 base, then what
+    /// builds on it, skipped without the base, then the layouts that stand alone), then the
     /// layouts registered at run time.
     pub fn install(&self, layer: &mut DenseFfnLayer) -> GpuResult<()> {
         let o = &self.overlays;
-        if let Some(&w) = o.get(key::NVFP4) {
-            layer.set_nvfp4_weights(w)?;
-            if let Some(&t) = o.get(key::NVFP4_T) {
-                layer.set_nvfp4_t_weights(t)?;
+        for r in RUNTIMES {
+            if r.builds_on.is_none_or(|b| o.holds(b)) {
+                (r.install)(o, layer)?;
             }
-            // Tiles from the pack: finalize_nvfp4_mmq_load then has nothing to repack.
-            layer.set_nvfp4_mmq_tiles(o.get(key::NVFP4_MMQ).copied().unwrap_or_default())?;
-            if let Some(&l) = o.get(key::LORA) {
-                layer.set_lora_weights(l)?;
-            }
-            if let Some(&q) = o.get(key::Q4K_MMQ) {
-                layer.set_q4k_mmq_weights(q)?;
-            }
-        }
-        if let Some(f) = o.get(key::FP8) {
-            layer.set_fp8_weights(f.gate, f.up, f.down)?;
-            if let Some(fused) = f.fused {
-                layer.set_fp8_gate_up_fused(fused)?;
-            }
-        }
-        if let Some(&[g, u, d]) = o.get(key::BF16) {
-            layer.set_bf16_weights(g, u, d)?;
-        }
-        if let Some(&w) = o.get(key::W8A8) {
-            layer.set_w8a8_decode_weights(w, layer.hidden, layer.inter)?;
-        }
-        if let Some(&[g, u, d]) = o.get(key::Q2G128) {
-            layer.set_q2_weights(g, u, d)?;
         }
         for (l, ov) in o.iter().filter(|(l, _)| matches!(l, Layout::Custom(_))) {
             layer.set_overlay(l, ov.clone())?;

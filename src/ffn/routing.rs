@@ -1,15 +1,16 @@
-//! Routing: the table of arms ([`ARMS`]) every forward method walks, the layouts a layer
+//! Routing: the table of arms ([`arms`]) every forward method walks, the layouts a layer
 //! holds ([`DenseFfnLayer::holds`]), and the predicates the arms ask (levers, kernels, rows).
 
 use super::*;
 
+use super::layouts::RUNTIMES;
 use crate::converters::layouts::Layout;
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;
-use std::sync::RwLock;
+use std::sync::{LazyLock, RwLock};
 
 /// The public forward methods, as the arm table names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Method {
     /// `forward`: one decode row.
     Decode,
@@ -35,12 +36,14 @@ pub struct Arm {
     pub name: &'static str,
     /// The layout it needs installed.
     pub layout: Layout,
+    /// Its place among its method's built-in arms (lower first; see [`arms`]).
+    pub rank: u16,
     when: fn(&DenseFfnLayer, &ForwardContext, usize) -> bool,
     run: Run,
 }
 
 impl Arm {
-    /// An arm (a row of [`ARMS`], or of a layout registered at run time with `layout::register`):
+    /// An arm (a row of a built-in layout's table ([`arms`]), or of a layout registered at run time with `layout::register`):
     /// it serves `method` on a layer holding `layout`'s overlay when `when` says so, by `run` (which reads the overlay
     /// with [`DenseFfnLayer::overlay`] and launches through [`DenseFfnLayer::launch`] and
     /// [`DenseFfnLayer::gated`]). Registered with [`register_arms`].
@@ -55,23 +58,29 @@ impl Arm {
             method,
             name,
             layout,
+            rank: 0,
             when,
             run,
         }
     }
+
+    /// This arm at `rank` among its method's built-in arms.
+    pub const fn rank(self, rank: u16) -> Arm {
+        Arm { rank, ..self }
+    }
 }
 
-/// The arms registered at run time, tried after [`ARMS`] in the order registered.
+/// The arms registered at run time, tried after the built-in ones ([`arms`]) in the order registered.
 static REGISTERED_ARMS: RwLock<Vec<&'static [Arm]>> = RwLock::new(Vec::new());
 
 /// Register the arms of layouts registered at run time (each arm's layout must be one:
-/// built-in layouts' arms are [`ARMS`]). Registering the same table again does nothing.
+/// built-in layouts' arms are in their runtimes ([`arms`])). Registering the same table again does nothing.
 pub fn register_arms(arms: &'static [Arm]) -> crate::Result<()> {
     if let Some(a) = arms.iter().find(|a| !matches!(a.layout, Layout::Custom(_))) {
         return Err(crate::Error::Register {
             what: format!("arm {:?}", a.name),
             reason: format!(
-                "its layout {} is built in; its arms are ffn::ARMS",
+                "its layout {} is built in; its arms are ffn::arms()",
                 a.layout.tag()
             ),
         });
@@ -83,11 +92,11 @@ pub fn register_arms(arms: &'static [Arm]) -> crate::Result<()> {
     Ok(())
 }
 
-fn always(_: &DenseFfnLayer, _: &ForwardContext, _: usize) -> bool {
+pub(super) fn always(_: &DenseFfnLayer, _: &ForwardContext, _: usize) -> bool {
     true
 }
 
-fn prefill(
+pub(super) fn prefill(
     l: &DenseFfnLayer,
     c: &mut ForwardContext,
     x: DevicePtr,
@@ -96,7 +105,7 @@ fn prefill(
     l.forward_prefill(c, x, m)
 }
 
-fn verify(
+pub(super) fn verify(
     l: &DenseFfnLayer,
     c: &mut ForwardContext,
     x: DevicePtr,
@@ -105,67 +114,18 @@ fn verify(
     l.forward_km(c, x, m)
 }
 
-use Layout::{Bf16, Fp8, Nvfp4, Q2g128, W8a8};
 use Method::{Decode, Fixed, Prefill, Small, Verify};
 
-/// Every arm, in the order a method tries them: the first whose layout is installed and whose
-/// condition holds serves the call. Adding an arm is a line here and its functions in `arms/`.
-#[rustfmt::skip]
-pub static ARMS: [Arm; 30] = [
-    // forward: one decode row.
-    Arm::new(Decode, "w8a8", W8a8, |l, c, _| l.fixed_w8a8_ok(c, 1), |l, c, x, m| l.w8a8_arm(c, x, m)),
-    Arm::new(Decode, "q2g128 gemv", Q2g128, always, |l, c, x, m| l.q2_gemv_arm(c, x, m)),
-    Arm::new(Decode, "fp8 fused gate+up", Fp8, |l, c, _| l.gateup_fused_plan(c), |l, c, x, _| l.fp8_fused_decode(c, x)),
-    Arm::new(Decode, "fp8", Fp8, always, |l, c, x, m| l.fp8_arm(c, x, m)),
-    Arm::new(Decode, "bf16 gemv", Bf16, |l, _, _| l.kernels.bf16_gemv.ok(), |l, c, x, m| l.bf16_gemv_arm(c, x, m)),
-    Arm::new(Decode, "bf16 via prefill", Bf16, always, prefill),
-    Arm::new(Decode, "nvfp4 w4a4", Nvfp4, |l, c, _| l.single_row_w4a4(c), verify),
-    Arm::new(Decode, "nvfp4 via prefill", Nvfp4, |_, c, _| c.levers.decode_ffn_via_gemm, prefill),
-    Arm::new(Decode, "nvfp4 gemv", Nvfp4, always, |l, c, x, m| l.nvfp4_gemv_arm(c, x, m)),
-    // forward_k2, forward_k3.
-    Arm::new(Small, "q2g128 batch-m", Q2g128, always, |l, c, x, m| l.forward_km_q2(c, x, m)),
-    Arm::new(Small, "w8a8 via prefill", W8a8, always, prefill),
-    Arm::new(Small, "fp8 via prefill", Fp8, always, prefill),
-    Arm::new(Small, "bf16 via prefill", Bf16, always, prefill),
-    Arm::new(Small, "nvfp4 w4a4", Nvfp4, |l, c, m| l.small_batch_w4a4(c) && l.can_forward_km(m), verify),
-    // The batch-4 GEMVs serve 2 and 3 rows (the engine's w4a16_gemv_dual_batch2|3).
-    Arm::new(Small, "nvfp4 gemv", Nvfp4, always, |l, c, x, m| l.nvfp4_gemv_arm(c, x, m)),
-    // forward_km.
-    Arm::new(Verify, "fp8 via prefill", Fp8, always, prefill),
-    Arm::new(Verify, "bf16 via prefill", Bf16, always, prefill),
-    Arm::new(Verify, "nvfp4 w4a4", Nvfp4, |l, c, m| l.km_w4a4(c, m), |l, c, x, m| l.w4a4_arm(c, x, m)),
-    Arm::new(Verify, "nvfp4 batch-m", Nvfp4, |l, _, m| l.batchm_kernel(m).is_some(), |l, c, x, m| l.nvfp4_batchm_arm(c, x, m)),
-    Arm::new(Verify, "nvfp4 batch-m refused", Nvfp4, always, |_, _, _, m| Err(batchm_refusal(m))),
-    // forward_prefill.
-    Arm::new(Prefill, "w8a8", W8a8, |l, c, m| m <= c.levers.w8a8_max_rows && l.fixed_w8a8_ok(c, m), |l, c, x, m| l.w8a8_arm(c, x, m)),
-    Arm::new(Prefill, "q2g128", Q2g128, always, |l, c, x, m| l.q2_prefill_arm(c, x, m)),
-    Arm::new(Prefill, "fp8", Fp8, always, |l, c, x, m| l.fp8_arm(c, x, m)),
-    Arm::new(Prefill, "bf16", Bf16, always, |l, c, x, m| l.bf16_prefill_arm(c, x, m)),
-    Arm::new(Prefill, "q4k mmq", Nvfp4, |l, c, _| c.levers.q4k_mmq && l.holds(Layout::Q4kMmq), |l, c, x, m| l.q4k_mmq_arm(c, x, m)),
-    Arm::new(Prefill, "nvfp4 wgmma", Nvfp4, |l, c, m| l.nvfp4_wgmma_ok(c, m), |l, c, x, m| l.nvfp4_wgmma_arm(c, x, m)),
-    Arm::new(Prefill, "nvfp4 gemm", Nvfp4, always, |l, c, x, m| l.nvfp4_prefill_arm(c, x, m)),
-    Arm::new(Prefill, "w8a8 past its rows", W8a8, always, |_, c, _, m| Err(w8a8_rows_refusal(c, m))),
-    // forward_fixed.
-    Arm::new(Fixed, "w8a8", W8a8, |l, c, m| l.fixed_w8a8_ok(c, m), |l, c, x, m| l.w8a8_arm(c, x, m)),
-    Arm::new(Fixed, "nvfp4 w4a4", Nvfp4, |l, c, m| l.fixed_w4a4_ok(c, m), |l, c, x, m| l.w4a4_arm(c, x, m)),
-];
-
-/// `forward_km` of an NVFP4 layer whose batch-m tier is missing, or past its rows.
-fn batchm_refusal(m: usize) -> GpuError {
-    match m {
-        1..=16 => missing("ffn_nvfp4", "nvfp4_proj_small_m4|8|16"),
-        _ => GpuError::NotServed(format!(
-            "forward_km: {m} rows, the batch-m tiers serve 1..=16"
-        )),
-    }
-}
-
-/// A prefill past the W8A8 arm's rows on a layer with nothing else.
-fn w8a8_rows_refusal(c: &ForwardContext, m: usize) -> GpuError {
-    GpuError::NotServed(format!(
-        "forward_prefill: {m} rows exceed the W8A8 arm's {} and no other weights are installed",
-        c.levers.w8a8_max_rows
-    ))
+/// Every built-in arm, in the order a method tries them: the layouts' rows (`layouts/`) sorted
+/// by method, then rank (a stable sort: equal ranks keep the registry's order). The first arm
+/// whose layout is installed and whose condition holds serves the call.
+pub fn arms() -> &'static [&'static Arm] {
+    static SORTED: LazyLock<Vec<&'static Arm>> = LazyLock::new(|| {
+        let mut v: Vec<&'static Arm> = RUNTIMES.iter().flat_map(|r| r.arms.iter()).collect();
+        v.sort_by_key(|a| (a.method, a.rank));
+        v
+    });
+    &SORTED
 }
 
 /// Why no arm served a method.
@@ -188,7 +148,7 @@ impl DenseFfnLayer {
         self.overlays.holds(layout)
     }
 
-    /// The arm that serves `method` on `m` rows now, if any: the first of [`ARMS`] whose layout
+    /// The arm that serves `method` on `m` rows now, if any: the first of [`arms`] (then the registered arms) whose layout
     /// this layer holds and whose condition holds.
     pub fn serving_arm(
         &self,
@@ -198,7 +158,7 @@ impl DenseFfnLayer {
     ) -> Option<&'static Arm> {
         let serves =
             |a: &&Arm| a.method == method && self.holds(a.layout) && (a.when)(self, ctx, m);
-        ARMS.iter().find(serves).or_else(|| {
+        arms().iter().copied().find(serves).or_else(|| {
             if !self
                 .overlays
                 .iter()

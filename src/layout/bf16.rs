@@ -10,6 +10,13 @@ use safetensors::Dtype;
 pub struct Bf16;
 
 impl LayoutSpec for Bf16 {
+    /// Every float source's values are kept (BF16 byte for byte, or widened to it).
+    fn keeps(&self, _: &Model, _: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
+        true
+    }
+    fn keeps_what(&self) -> &'static str {
+        "every float source's values (BF16 byte for byte)"
+    }
     fn layout(&self) -> Layout {
         Layout::Bf16
     }

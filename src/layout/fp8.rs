@@ -49,6 +49,12 @@ impl Fp8 {
 }
 
 impl LayoutSpec for Fp8 {
+    fn keeps(&self, _: &Model, w: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
+        matches!(w, FfnWeight::Fp8Block { .. })
+    }
+    fn keeps_what(&self) -> &'static str {
+        "FP8 block (128x128)"
+    }
     fn layout(&self) -> Layout {
         Layout::Fp8
     }

@@ -7,6 +7,10 @@ use crate::ffn::LoraWeight;
 pub struct Lora;
 
 impl LayoutSpec for Lora {
+    /// It holds an adapter, not the weights: nothing is quantized.
+    fn keeps(&self, _: &Model, _: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
+        true
+    }
     fn layout(&self) -> Layout {
         Layout::Lora
     }

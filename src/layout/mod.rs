@@ -1,8 +1,11 @@
 //! The layout registry: each pack layout implements [`LayoutSpec`] once, in its own file here,
 //! and the pack writer (`Plan`), the reader and `dump` (`Pack::decode_ffn`), the manifest checks
 //! (`pack::check`) and the loader's overlay binding (`loader::overlays`) iterate the registry
-//! instead of matching on layouts. Adding a layout is one file here, one line in [`REGISTRY`],
-//! its codec in `converters/layouts/`, its arms in `ffn::ARMS` and its section in formats.md.
+//! instead of matching on layouts. A built-in layout is three files, one per layer (its codec in
+//! `converters/layouts/`, its spec here, its runtime in `ffn/layouts/`: weight type, key,
+//! validators, install and arm rows), each registered by one name (the `Layout` variant with its
+//! tag, a line in [`REGISTRY`], a name in the runtime registry), and its section in formats.md;
+//! a test below fails when one of the three lacks another.
 //! A layout defined outside the crate (an engine's own, or a test's) is [`register`]ed at run
 //! time with its arms (`ffn::register_arm`): it converts, loads and forwards like a built-in
 //! one (`tests/toy_layout.rs`).
@@ -64,6 +67,23 @@ pub trait LayoutSpec: Sync {
 
     /// Bind one layer's device views into the overlays the loader installs.
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays);
+
+    /// Whether this layout stores source weight `w` (a `down` projection or not) as the source
+    /// has it: its codes and scales carried, only re-laid, or widened to a float format. Any
+    /// other weight it quantizes anew (`pack::choice` warns and refuses on that).
+    fn keeps(&self, _model: &Model, _w: &FfnWeight, _down: bool, _opts: &ConvertOptions) -> bool {
+        false
+    }
+
+    /// What it keeps as the source stores it, in words (`metrale-pack layouts`).
+    fn keeps_what(&self) -> &'static str {
+        "-"
+    }
+
+    /// Why a GELU layer refuses this layout, if it does (`convert` refuses such a request).
+    fn gelu_refusal(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// Every layout, in `Layout` order.
@@ -164,23 +184,11 @@ impl Layout {
     }
 
     /// Whether a layer of activation `act` takes this layout; `convert` refuses the others
-    /// ([`GELU_REFUSED`]).
+    /// ([`LayoutSpec::gelu_refusal`]).
     pub fn serves(self, act: Activation) -> bool {
-        act != Activation::Gelu || GELU_REFUSED.iter().all(|&(l, _)| l != self)
+        act != Activation::Gelu || self.spec().gelu_refusal().is_none()
     }
 }
-
-/// The layouts GELU layers refuse, in the order `convert` checks them, with why.
-pub const GELU_REFUSED: [(Layout, &str); 2] = [
-    (
-        Layout::W8a8,
-        "layout w8a8 is refused for GELU layers (set_w8a8_decode_weights refuses a GELU FFN)",
-    ),
-    (
-        Layout::Nvfp4Mmq,
-        "layout nvfp4_mmq is not built for GELU layers (finalize_nvfp4_mmq_load skips them)",
-    ),
-];
 
 /// The index of a projection's source weight in a layer (`gate`, `up`, `down`); the fused FP8
 /// `gate_up` is described by the gate's.
@@ -496,6 +504,28 @@ mod tests {
         for (i, l) in Layout::ALL.into_iter().enumerate() {
             assert_eq!(REGISTRY[i].layout(), l);
             assert_eq!(l.spec().layout(), l);
+        }
+    }
+
+    /// Each built-in layout has exactly one runtime (`ffn/layouts/`), and each runtime is a
+    /// built-in layout's: a layout registered in one layer and not another fails here.
+    #[test]
+    fn every_built_in_layout_has_one_runtime() {
+        let rt: Vec<Layout> = crate::ffn::RUNTIMES.iter().map(|r| r.layout).collect();
+        for l in Layout::ALL {
+            assert_eq!(rt.iter().filter(|&&x| x == l).count(), 1, "{}", l.tag());
+        }
+        assert_eq!(rt.len(), Layout::ALL.len());
+        // What builds on another installs after it.
+        for (i, r) in crate::ffn::RUNTIMES.iter().enumerate() {
+            if let Some(b) = r.builds_on {
+                assert!(
+                    rt[..i].contains(&b),
+                    "{} installs before {}",
+                    r.layout.tag(),
+                    b.tag()
+                );
+            }
         }
     }
 }

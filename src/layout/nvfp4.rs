@@ -6,6 +6,17 @@ use crate::ffn::Nvfp4Weight;
 
 pub struct Nvfp4;
 
+/// Whether an NVFP4 layout keeps `w`: NVFP4 sources (ModelOpt, compressed-tensors) are carried.
+pub(super) fn keeps_nvfp4(w: &FfnWeight) -> bool {
+    matches!(
+        w,
+        FfnWeight::ModelOptNvfp4 { .. } | FfnWeight::CtNvfp4 { .. }
+    )
+}
+
+/// What the NVFP4 layouts keep.
+pub(super) const KEEPS_NVFP4: &str = "NVFP4 (ModelOpt, compressed-tensors)";
+
 /// Bytes of the `codes` and `scales` parts of `nvfp4` and `nvfp4_t` (the same counts, laid out
 /// differently).
 pub(super) fn codes_scales_bytes(part: &str, [np, kp]: [u64; 2]) -> Option<u64> {
@@ -38,6 +49,12 @@ pub(super) fn decode_base(b: &BlobRead, codes: &[u8], scales: &[u8]) -> Vec<f32>
 }
 
 impl LayoutSpec for Nvfp4 {
+    fn keeps(&self, _: &Model, w: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
+        keeps_nvfp4(w)
+    }
+    fn keeps_what(&self) -> &'static str {
+        KEEPS_NVFP4
+    }
     fn layout(&self) -> Layout {
         Layout::Nvfp4
     }

@@ -1,12 +1,21 @@
 //! `nvfp4_mmq`: the NVFP4 weights as the MMQ prefill's interleaved tiles.
 
-use super::nvfp4::{decode_base, from_base};
+use super::nvfp4::{KEEPS_NVFP4, decode_base, from_base, keeps_nvfp4};
 use super::*;
 use crate::converters::layouts::{nvfp4, nvfp4_mmq};
 
 pub struct Nvfp4Mmq;
 
 impl LayoutSpec for Nvfp4Mmq {
+    fn gelu_refusal(&self) -> Option<&'static str> {
+        Some("layout nvfp4_mmq is not built for GELU layers (finalize_nvfp4_mmq_load skips them)")
+    }
+    fn keeps(&self, _: &Model, w: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
+        keeps_nvfp4(w)
+    }
+    fn keeps_what(&self) -> &'static str {
+        KEEPS_NVFP4
+    }
     fn layout(&self) -> Layout {
         Layout::Nvfp4Mmq
     }

@@ -1,6 +1,6 @@
 //! `nvfp4_t`: the NVFP4 codes and scales transposed for the `_t` prefill GEMM.
 
-use super::nvfp4::{codes_scales_bytes, decode_base, from_base};
+use super::nvfp4::{KEEPS_NVFP4, codes_scales_bytes, decode_base, from_base, keeps_nvfp4};
 use super::*;
 use crate::converters::layouts::{nvfp4, nvfp4_t};
 use crate::ffn::Nvfp4TWeight;
@@ -8,6 +8,12 @@ use crate::ffn::Nvfp4TWeight;
 pub struct Nvfp4T;
 
 impl LayoutSpec for Nvfp4T {
+    fn keeps(&self, _: &Model, w: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
+        keeps_nvfp4(w)
+    }
+    fn keeps_what(&self) -> &'static str {
+        KEEPS_NVFP4
+    }
     fn layout(&self) -> Layout {
         Layout::Nvfp4T
     }

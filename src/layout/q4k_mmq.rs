@@ -11,6 +11,16 @@ use crate::model::DType;
 pub struct Q4kMmq;
 
 impl LayoutSpec for Q4kMmq {
+    /// Q4_K sources are carried; the down projection as int8 rows (`--q4k-down int8`, the
+    /// default) is re-quantized.
+    fn keeps(&self, model: &Model, w: &FfnWeight, down: bool, opts: &ConvertOptions) -> bool {
+        matches!(w, FfnWeight::Plain { weight }
+            if model.tensors[*weight].dtype == DType::Ggml(GgmlType::Q4_K))
+            && !(down && opts.q4k_down == DownFormat::Int8)
+    }
+    fn keeps_what(&self) -> &'static str {
+        "Q4_K gate/up (down too with --q4k-down q4k)"
+    }
     fn layout(&self) -> Layout {
         Layout::Q4kMmq
     }

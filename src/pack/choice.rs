@@ -5,7 +5,6 @@
 
 use super::plan::Plan;
 use super::*;
-use crate::GgmlType;
 use crate::error::Result;
 use crate::model::{Activation, DType, FfnWeight, Model};
 
@@ -47,21 +46,7 @@ pub fn keeps(
         FfnWeight::Half { of, .. } => of,
         w => w,
     };
-    match layout {
-        Layout::Bf16 | Layout::Lora => true,
-        Layout::Nvfp4 | Layout::Nvfp4T | Layout::Nvfp4Mmq => matches!(
-            w,
-            FfnWeight::ModelOptNvfp4 { .. } | FfnWeight::CtNvfp4 { .. }
-        ),
-        Layout::Fp8 => matches!(w, FfnWeight::Fp8Block { .. }),
-        // The down projection as int8 rows (`--q4k-down int8`, the default) is re-quantized.
-        Layout::Q4kMmq => {
-            matches!(w, FfnWeight::Plain { weight }
-                if model.tensors[*weight].dtype == DType::Ggml(GgmlType::Q4_K))
-                && !(down && opts.q4k_down == crate::converters::layouts::q4k_mmq::DownFormat::Int8)
-        }
-        _ => false,
-    }
+    layout.spec().keeps(model, w, down, opts)
 }
 
 /// One layout of a set that would quantize an already-quantized source weight again.

@@ -686,9 +686,10 @@ fn checked_layouts(
     }
     layouts.sort();
     layouts.dedup();
-    if let Some((_, why)) = crate::layout::GELU_REFUSED
+    if let Some(why) = layouts
         .iter()
-        .find(|(l, _)| layouts.contains(l) && !l.serves(activation))
+        .filter(|l| !l.serves(activation))
+        .find_map(|l| l.spec().gelu_refusal())
     {
         return Err(why.to_string());
     }

@@ -1,0 +1,120 @@
+//! `w8a8`: E4M3 with per-row scales for the declared-W8A8 arm (activations quantized per row).
+
+use super::super::*;
+use super::Runtime;
+use super::super::weights::{accessors, projection_weight, refuse};
+
+use crate::gpu::{DevicePtr, GpuError, GpuResult};
+use crate::model::Activation;
+
+use super::super::routing::{always, prefill};
+use Layout::*;
+use Method::*;
+
+/// This layout's overlay key (re-exported in `ffn::key`).
+pub(super) mod keys {
+    use super::*;
+    /// `w8a8`: the declared-W8A8 decode weights.
+    pub const W8A8: Key<[W8a8Weight; 3]> = Key::new(Layout::W8a8);
+}
+
+/// Its entry in the runtime registry.
+pub(super) const RUNTIME: Runtime = Runtime {
+    layout: Layout::W8a8,
+    builds_on: None,
+    install,
+    arms: &ARMS,
+};
+
+/// Install this layer's `w8a8` overlay from the loader's, if it holds one.
+fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {
+    match o.get(key::W8A8) {
+        Some(&w) => l.set_w8a8_decode_weights(w, l.hidden, l.inter),
+        None => Ok(()),
+    }
+}
+
+/// Its rows of the arm table, ranked within each method (`routing::arms`).
+#[rustfmt::skip]
+static ARMS: [Arm; 5] = [
+    Arm::new(Decode, "w8a8", W8a8, |l, c, _| l.fixed_w8a8_ok(c, 1), |l, c, x, m| l.w8a8_arm(c, x, m)).rank(10),
+    Arm::new(Small, "w8a8 via prefill", W8a8, always, prefill).rank(20),
+    Arm::new(Prefill, "w8a8", W8a8, |l, c, m| m <= c.levers.w8a8_max_rows && l.fixed_w8a8_ok(c, m), |l, c, x, m| l.w8a8_arm(c, x, m)).rank(10),
+    Arm::new(Prefill, "w8a8 past its rows", W8a8, always, |_, c, _, m| Err(w8a8_rows_refusal(c, m))).rank(80),
+    Arm::new(Fixed, "w8a8", W8a8, |l, c, m| l.fixed_w8a8_ok(c, m), |l, c, x, m| l.w8a8_arm(c, x, m)).rank(10),
+];
+
+/// A prefill past the W8A8 arm's rows on a layer with nothing else.
+fn w8a8_rows_refusal(c: &ForwardContext, m: usize) -> GpuError {
+    GpuError::NotServed(format!(
+        "forward_prefill: {m} rows exceed the W8A8 arm's {} and no other weights are installed",
+        c.levers.w8a8_max_rows
+    ))
+}
+
+/// Per-row FP8 weight (`w8a8` layout): E4M3 `[n, kp]`, f32 row scales `[n]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct W8a8Weight {
+    pub(crate) weight: DevicePtr,
+    pub(crate) scale: DevicePtr,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) kp: usize,
+}
+projection_weight!(W8a8Weight, "A validated W8A8 weight of `[n, k]` stored as `[n, kp]`." {
+    weight: DevicePtr,
+    scale: DevicePtr,
+    n: usize,
+    k: usize,
+    kp: usize
+});
+
+impl W8a8Weight {
+    /// The `w8a8` layout's rules: kp % 128 (its `K_ALIGN`), buffers that hold `[n, kp]` and
+    /// `[n]` f32.
+    pub(crate) fn validate(&self, what: &str) -> GpuResult<()> {
+        let x = self;
+        if !x
+            .kp
+            .is_multiple_of(crate::converters::layouts::w8a8::K_ALIGN)
+            || x.kp < x.k
+            || !fits(x.weight.bytes, &[x.n, x.kp])
+            || !fits(x.scale.bytes, &[x.n, 4])
+        {
+            return Err(refuse(
+                what,
+                format!("kp {} / buffers do not fit the w8a8 layout", x.kp),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl DenseFfnLayer {
+    /// Install the declared-W8A8 decode weights (`w8a8` layout). Refused for a GELU FFN and for
+    /// shapes other than `[inter, hidden]` (gate, up) and `[hidden, inter]` (down).
+    pub fn set_w8a8_decode_weights(
+        &mut self,
+        w: [W8a8Weight; 3],
+        hidden: usize,
+        inter: usize,
+    ) -> GpuResult<()> {
+        if self.activation == Activation::Gelu {
+            return Err(GpuError::NotServed(
+                "set_w8a8_decode_weights: the W8A8 decode arm refuses a GELU FFN".into(),
+            ));
+        }
+        if (hidden, inter) != (self.hidden, self.inter) {
+            return Err(GpuError::Shape(format!(
+                "set_w8a8_decode_weights: hidden/inter {hidden}/{inter}, layer is {}/{}",
+                self.hidden, self.inter
+            )));
+        }
+        self.check_projections(
+            "set_w8a8_decode_weights",
+            [Some(&w[0]), Some(&w[1]), Some(&w[2])],
+        )?;
+        self.overlays.set(key::W8A8, w);
+        Ok(())
+    }
+}
