@@ -1,4 +1,4 @@
-// The Q4_K MMQ prefill arm and finalize_q4k_load's GPU encoders. Numerics contract and CPU
+// The Q4_K MMQ prefill arm, the q4k_mmq decode GEMVs and finalize_q4k_load's GPU encoders. Numerics contract and CPU
 // twins: converters/q4_k.rs + converters/kquant.rs (the Q4_K encoder, ggml's
 // quantize_row_q4_K_ref), converters/layouts/q4k_mmq.rs (int8 rows), src/gpu/reference.rs
 // (`q4k_mmq_row`, `requant_row_bf16_int8`, `int8_row`).
@@ -302,4 +302,166 @@ extern "C" __global__ void __launch_bounds__(128) q4k_mmq_int8_down_gemm(const u
     }
     mmq_write_y(acc, m0 + wm0, n0 + wn0, lane, m, n, y, ldy,
                 [&](int r, int c, int v) { return __fmul_rn(__fmul_rn((float)v, sa[r]), sw[c]); });
+}
+
+// ---- Decode GEMVs over the q4k_mmq bytes themselves (f32 activations) ----
+//
+// The `q4k_mmq` layout serves decode with no second layout: gate and up (and down with
+// `--q4k-down q4k`) through `q4k_gemv`, the int8 down rows through `int8_rows_gemv`, each
+// reading the pack's bytes as they are. CPU twins: src/gpu/reference.rs `q4k_row`,
+// `int8_rows_row` (f64). M activation rows (m <= M) share each weight load.
+
+// Load 4 consecutive f32 of activation row r at column e (0 beyond k): one 16-byte load when the
+// row is 16-byte aligned and all 4 are in range, else one by one (the same values either way).
+__device__ __forceinline__ float4 x4_at(const float* __restrict__ x, int r, int k, int e) {
+    const float* p = x + (size_t)r * k + e;
+    if ((k & 3) == 0 && e + 4 <= k) return __ldg(reinterpret_cast<const float4*>(p));
+    float4 v;
+    v.x = e < k ? p[0] : 0.f;
+    v.y = e + 1 < k ? p[1] : 0.f;
+    v.z = e + 2 < k ? p[2] : 0.f;
+    v.w = e + 3 < k ? p[3] : 0.f;
+    return v;
+}
+
+// y[r, j] = sum over super-blocks and sub-blocks s of (d * sc_s) * sum_l q * x - (dmin * m_s) *
+// sum_l x. One warp per output row j. Lane t reads code bytes qs[4t .. 4t+4) of each super-block
+// (the warp reads all 128 in one coalesced 128-byte load): their low nibbles are elements
+// l0 .. l0+4 of sub-block 2p and their high nibbles the same of sub-block 2p+1 (p = t / 8,
+// l0 = 4 (t % 8); ggml's Q4_K: sub-block pair p holds qs[32p .. 32p+32)). Q4K_GEMV_U super-blocks'
+// codes and heads are loaded before any is used, so that many loads are in flight per warp.
+// Grid ceil(n / 8), block 256.
+template <int M>
+__device__ __forceinline__ void q4k_gemv_rows(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
+                                              float* __restrict__ y, int n, int k, int kp, int ldy) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (j >= n) return;
+    const int nsb = kp / 256, p = lane >> 3, l0 = 4 * (lane & 7);
+    const unsigned char* row = w + (size_t)j * nsb * MP_Q4K_BYTES;
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = 0.f;
+    constexpr int Q4K_GEMV_U = 8;
+    const uint4 zero = {0u, 0u, 0u, 0u};
+    for (int s0 = 0; s0 < nsb; s0 += Q4K_GEMV_U) {
+        unsigned int qw[Q4K_GEMV_U];
+        uint4 hd[Q4K_GEMV_U];
+#pragma unroll
+        for (int u = 0; u < Q4K_GEMV_U; ++u) {
+            const unsigned char* blk = row + (size_t)(s0 + u) * MP_Q4K_BYTES;
+            const bool in = s0 + u < nsb;
+            qw[u] = in ? __ldg(reinterpret_cast<const unsigned int*>(blk + 16 + 4 * lane)) : 0u;
+            hd[u] = in ? __ldg(reinterpret_cast<const uint4*>(blk)) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < Q4K_GEMV_U; ++u) {
+            const int sb = s0 + u;
+            if (sb >= nsb) break;
+            const float d = __half2float(__ushort_as_half((unsigned short)(hd[u].x & 0xffffu)));
+            const float dmin = __half2float(__ushort_as_half((unsigned short)(hd[u].x >> 16)));
+            int sca, ma, scb, mb;
+            scale_min_k4_head(2 * p, hd[u], &sca, &ma);
+            scale_min_k4_head(2 * p + 1, hd[u], &scb, &mb);
+            const float wa = d * (float)sca, wb = dmin * (float)ma;
+            const float wc = d * (float)scb, wd = dmin * (float)mb;
+            const int ea = sb * 256 + 64 * p + l0;
+            const unsigned int q = qw[u];
+#pragma unroll
+            for (int r = 0; r < M; ++r) {
+                if (r >= m) continue;
+                const float4 xa = x4_at(x, r, k, ea), xb = x4_at(x, r, k, ea + 32);
+                const float dota = (float)(q & 0xFu) * xa.x + (float)((q >> 8) & 0xFu) * xa.y +
+                                   (float)((q >> 16) & 0xFu) * xa.z + (float)((q >> 24) & 0xFu) * xa.w;
+                const float dotb = (float)((q >> 4) & 0xFu) * xb.x + (float)((q >> 12) & 0xFu) * xb.y +
+                                   (float)((q >> 20) & 0xFu) * xb.z + (float)((q >> 28) & 0xFu) * xb.w;
+                const float suma = xa.x + xa.y + xa.z + xa.w, sumb = xb.x + xb.y + xb.z + xb.w;
+                acc[r] += wa * dota - wb * suma + wc * dotb - wd * sumb;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+        float t = acc[r];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (lane == 0 && r < m) y[(size_t)r * ldy + j] = t;
+    }
+}
+
+// Decode, one row.
+extern "C" __global__ void q4k_gemv(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
+                                    float* __restrict__ y, int n, int k, int kp, int ldy) {
+    q4k_gemv_rows<1>(x, m, w, y, n, k, kp, ldy);
+}
+
+// Two to four rows (forward_k2, forward_k3, verify m <= 4).
+extern "C" __global__ void q4k_gemv_batch4(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
+                                           float* __restrict__ y, int n, int k, int kp, int ldy) {
+    q4k_gemv_rows<4>(x, m, w, y, n, k, kp, ldy);
+}
+
+// y[r, j] = sw[j] * sum_e wq[j, e] * x[r, e] over int8 rows `[n, kp]` (the `q4k_mmq` down's
+// default storage) with f32 row scales. One warp per output row; lane t reads 16 code bytes of
+// each 512-column chunk (the warp 512 bytes, coalesced), INT8_GEMV_U chunks loaded before any is
+// used. Grid ceil(n / 8), block 256.
+template <int M>
+__device__ __forceinline__ void int8_rows_gemv_rows(const float* __restrict__ x, int m, const unsigned char* __restrict__ wq,
+                                                    const float* __restrict__ sw, float* __restrict__ y, int n, int k, int kp,
+                                                    int ldy) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (j >= n) return;
+    const unsigned char* row = wq + (size_t)j * kp;
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = 0.f;
+    constexpr int INT8_GEMV_U = 4;
+    const uint4 zero = {0u, 0u, 0u, 0u};
+    for (int c0 = 0; c0 < kp; c0 += 512 * INT8_GEMV_U) {
+        uint4 qv[INT8_GEMV_U];
+#pragma unroll
+        for (int u = 0; u < INT8_GEMV_U; ++u) {
+            const int e = c0 + 512 * u + 16 * lane;
+            qv[u] = e < kp ? __ldg(reinterpret_cast<const uint4*>(row + e)) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < INT8_GEMV_U; ++u) {
+            const int e0 = c0 + 512 * u + 16 * lane;
+            if (e0 >= kp) break;
+            const unsigned int words[4] = {qv[u].x, qv[u].y, qv[u].z, qv[u].w};
+#pragma unroll
+            for (int r = 0; r < M; ++r) {
+                if (r >= m) continue;
+                float part = 0.f;
+#pragma unroll
+                for (int v = 0; v < 4; ++v) {
+                    const float4 xv = x4_at(x, r, k, e0 + 4 * v);
+                    const unsigned int q = words[v];
+                    part += (float)(signed char)(q & 0xFFu) * xv.x + (float)(signed char)((q >> 8) & 0xFFu) * xv.y +
+                            (float)(signed char)((q >> 16) & 0xFFu) * xv.z + (float)(signed char)(q >> 24) * xv.w;
+                }
+                acc[r] += part;
+            }
+        }
+    }
+    const float s = sw[j];
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+        float t = acc[r];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (lane == 0 && r < m) y[(size_t)r * ldy + j] = s * t;
+    }
+}
+
+extern "C" __global__ void int8_rows_gemv(const float* __restrict__ x, int m, const unsigned char* __restrict__ wq,
+                                          const float* __restrict__ sw, float* __restrict__ y, int n, int k, int kp, int ldy) {
+    int8_rows_gemv_rows<1>(x, m, wq, sw, y, n, k, kp, ldy);
+}
+
+extern "C" __global__ void int8_rows_gemv_batch4(const float* __restrict__ x, int m, const unsigned char* __restrict__ wq,
+                                                 const float* __restrict__ sw, float* __restrict__ y, int n, int k, int kp,
+                                                 int ldy) {
+    int8_rows_gemv_rows<4>(x, m, wq, sw, y, n, k, kp, ldy);
 }

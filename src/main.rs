@@ -71,9 +71,10 @@ enum Cmd {
         /// Comma-separated layouts: nvfp4, nvfp4_t, nvfp4_mmq, q4k_mmq, fp8, w8a8, bf16, q2g128, lora.
         #[arg(long, value_delimiter = ',')]
         layouts: Option<Vec<String>>,
-        /// How q4k_mmq stores the down projection: int8 (per-row scales) or q4k.
-        #[arg(long, default_value = "int8")]
-        q4k_down: String,
+        /// How q4k_mmq stores the down projection: int8 (per-row scales) or q4k. Default: q4k
+        /// when every down projection of the source is Q4_K (its bytes kept), else int8.
+        #[arg(long)]
+        q4k_down: Option<String>,
         /// A PEFT LoRA adapter directory for gate/up/down (adds the lora layout; needs nvfp4).
         #[arg(long)]
         lora: Option<PathBuf>,
@@ -369,7 +370,7 @@ fn run(cli: Cli) -> Result<()> {
             q4k_down,
             lora,
             flags,
-        } => convert::convert(&src, output, layouts, &q4k_down, lora, flags, quiet),
+        } => convert::convert(&src, output, layouts, q4k_down.as_deref(), lora, flags, quiet),
         Cmd::Verify { pack, source, json } => verify::verify(&pack, source.as_deref(), json, quiet),
         Cmd::GpuCheck {
             quick,

@@ -1,5 +1,5 @@
 //! CI has no GPU, so it runs these kernel modules' CUDA sources as C++ on the host instead:
-//! `ffn_q8_1`, `ffn_q2g128`, `ffn_q4k_mmq`, `ffn_lora`, the NVFP4 GEMVs (on an m16n8k16 bf16 MMA
+//! `ffn_q8_1`, `ffn_q2g128`, `ffn_q4k_mmq` (its MMQ GEMMs, encoders and decode GEMVs), `ffn_lora`, the NVFP4 GEMVs (on an m16n8k16 bf16 MMA
 //! stand-in) with `w4a16_gemv_ksplit`, the FP8 and BF16 GEMVs, and the emulable part of
 //! `common.cuh`, including the int8 MMQ tile (`tests/cuda_emu_w8a8.rs` runs the W8A8 kernels).
 //! The stand-ins for the CUDA builtins they use are in `tests/cuda_emu/prelude.h`: one IEEE
@@ -334,6 +334,57 @@ fn q4k_and_int8_gemms_and_lora_match_the_references() {
     });
     let err = rel_err(&bf32(buf(&a[5])), &want);
     assert!(err < 2e-6, "lora_b_add: {err}");
+}
+
+/// The q4k_mmq decode GEMVs over f32 activations: Q4_K rows (`q4k_gemv`, its batch-4 form) and
+/// int8 rows with f32 row scales (`int8_rows_gemv`), at a k that is a multiple of 4 (16-byte
+/// activation loads) and one that is not (element loads), each against the f64 twin.
+#[test]
+fn q4k_decode_gemvs_match_the_references() {
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(17);
+    for k in [K, K - 6] {
+        let w = r.vec(N * k, 0.05);
+        let q = layouts::q4k_mmq::encode_q4k(&w, N, k);
+        let (qw, kp) = (q.parts[0].1.clone(), q.padded[1]);
+        let e8 = layouts::q4k_mmq::encode_int8(&w, N, k);
+        let sw = bf32(&e8.parts[1].1);
+        for (name, m) in [
+            ("q4k_gemv", 1usize),
+            ("q4k_gemv_batch4", 4),
+            ("q4k_gemv_batch4", 3),
+            ("int8_rows_gemv", 1),
+            ("int8_rows_gemv_batch4", 2),
+        ] {
+            let x = r.vec(m * k, 1.0);
+            let y0 = A::P(f32b(&vec![f32::NAN; m * N]));
+            let dims = [A::I(N), A::I(k), A::I(kp), A::I(N)];
+            let (mut a, yi): (Vec<A>, usize) = if name.starts_with("q4k") {
+                let head = vec![A::P(f32b(&x)), A::I(m), A::P(qw.clone()), y0];
+                (head.into_iter().chain(dims).collect(), 3)
+            } else {
+                let head = vec![
+                    A::P(f32b(&x)),
+                    A::I(m),
+                    A::P(e8.parts[0].1.clone()),
+                    A::P(e8.parts[1].1.clone()),
+                    y0,
+                ];
+                (head.into_iter().chain(dims).collect(), 4)
+            };
+            launch(exe, name, (N.div_ceil(8), 1), 256, &mut a);
+            let want = rows64(m, N, |i, row| {
+                let xi = &x[i * k..(i + 1) * k];
+                if name.starts_with("q4k") {
+                    reference::q4k_row(xi, &qw, N, k, kp, row)
+                } else {
+                    reference::int8_rows_row(xi, &e8.parts[0].1, &sw, N, k, kp, row)
+                }
+            });
+            let err = rel_err(&bf32(buf(&a[yi])), &want);
+            assert!(err < 2e-6, "{name} k={k} m={m}: {err}");
+        }
+    }
 }
 
 #[test]

@@ -10,7 +10,7 @@ use metrale_pack::GgmlType;
 use metrale_pack::converters::layouts::Layout;
 use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext, Proj};
 use metrale_pack::gpu::host::HostBackend;
-use metrale_pack::gpu::{GpuBackend, ModelLevers};
+use metrale_pack::gpu::{GpuBackend, ModelLevers, download_f32, upload_f32};
 use metrale_pack::loader::{EngineOptions, LoadedModel};
 use metrale_pack::testing::{DenseWeights, Rand, install_nvfp4};
 use std::path::{Path, PathBuf};
@@ -111,17 +111,89 @@ fn a_layer_frees_what_its_finalize_built() {
 #[test]
 fn a_pack_no_forward_can_serve_is_refused_at_load() {
     let dir = tempfile::tempdir().unwrap();
-    let path = pack_with(dir.path(), &[Layout::Q4kMmq]);
+    // The transposed copies alone: they build on an nvfp4 base the pack lacks.
+    let path = pack_with(dir.path(), &[Layout::Nvfp4T]);
     let (h, b) = host();
     let e = LoadedModel::load(&path, b, &EngineOptions::default())
         .err()
-        .expect("a q4k_mmq-only pack is refused")
+        .expect("an nvfp4_t-only pack is refused")
         .to_string();
     assert!(
-        e.contains("layer 0 cannot forward with layouts q4k_mmq"),
+        e.contains("layer 0 cannot forward with layouts nvfp4_t"),
         "{e}"
     );
     assert_eq!(h.live_allocations(), 0, "a refused load frees what it took");
+}
+
+/// A `q4k_mmq` pack on its own serves every forward an engine makes: one row through the
+/// Q4_K decode GEMVs over the pack's bytes, two and three rows through their batch-4 forms,
+/// more through the Q4_K MMQ prefill; each against the float64 FFN of the weights the pack
+/// holds (decoded from it): 1e-5 where activations stay f32 (the GEMVs; measured 5e-8 to 7e-8),
+/// 5e-2 where the prefill rounds them (bf16 or q8_1 into gate and up, int8 rows into down;
+/// measured 2.9e-2). Both down formats.
+#[test]
+fn a_q4k_mmq_pack_alone_decodes_and_prefills() {
+    use metrale_pack::converters::layouts::q4k_mmq::DownFormat;
+    use metrale_pack::model::Activation;
+    use metrale_pack::testing::{ffn_f64, rel_err};
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::fresh("engine-q4k");
+    let src = gguf_model(dir.path(), "m.gguf", "llama", H, I, 2, GgmlType::F16, &mut rng);
+    for (down, gemv_down) in [
+        (DownFormat::Int8, "int8_rows_gemv"),
+        (DownFormat::Q4k, "q4k_gemv"),
+    ] {
+        let out = dir.path().join(format!("q4k-{down:?}.mpk.gguf"));
+        let mut o = opts(&[Layout::Q4kMmq]);
+        o.q4k_down = down;
+        convert(&src, &out, &o);
+        let pack = metrale_pack::pack::Pack::open(&out).unwrap();
+        let (_, b) = host();
+        let eo = EngineOptions {
+            max_tokens: 8,
+            trace: true,
+            ..Default::default()
+        };
+        let mut m = LoadedModel::load(&out, b.clone(), &eo).unwrap();
+        let x = b.alloc((8 * H * 4) as u64).unwrap();
+        let mut r = Rand(41);
+        for layer in [0usize, 1] {
+            let dec = |p| {
+                let name = metrale_pack::pack::blob_name(layer, p, Layout::Q4kMmq, "");
+                pack.decode_ffn(&name).unwrap().0
+            };
+            let w = DenseWeights {
+                gate: dec(Proj::Gate),
+                up: dec(Proj::Up),
+                down: dec(Proj::Down),
+                hidden: H,
+                inter: I,
+            };
+            for rows in [1usize, 2, 3, 8] {
+                let xs = r.vec(rows * H, 1.0);
+                upload_f32(b.as_ref(), x, &xs).unwrap();
+                m.ctx.trace.clear();
+                let y = m.forward(layer, x, rows).unwrap();
+                let got = download_f32(b.as_ref(), y).unwrap();
+                let e = rel_err(&got, &ffn_f64(&xs, rows, &w, Activation::Silu));
+                let (kernels, bound): (&[&str], f64) = match rows {
+                    1 => (&["q4k_gemv"], 1e-5),
+                    2 | 3 => (&["q4k_gemv_batch4"], 1e-5),
+                    _ => (&["q4k_wgmma", "q4k_mmq_gemm"], 5e-2),
+                };
+                assert!(e < bound, "{down:?}, layer {layer}, {rows} rows: {e}");
+                assert!(
+                    kernels.iter().any(|k| m.ctx.trace.contains(k)),
+                    "{down:?} {rows} rows: {:?}",
+                    m.ctx.trace
+                );
+                if rows == 1 {
+                    assert!(m.ctx.trace.contains(&gemv_down), "{:?}", m.ctx.trace);
+                }
+            }
+        }
+        b.free(x);
+    }
 }
 
 #[test]

@@ -129,11 +129,13 @@ fn the_default_keeps_what_the_source_is() {
     }
 }
 
-/// Q4_K: q4k_mmq keeps the codes (with `--q4k-down q4k`) but serves only prefill beside the
-/// NVFP4 base, so the default stops; q4k_mmq alone converts with a warning that no engine can
-/// decode from it; its int8 down re-quantizes.
+/// Q4_K: by default a Q4_K source converts to `q4k_mmq` alone with Q4_K down projections,
+/// which keeps every FFN weight's bytes as the source has them (fidelity 0) and serves every
+/// forward an engine makes (its decode GEMVs read those bytes); asking for int8 down rows
+/// re-quantizes and is refused without the flag.
 #[test]
 fn a_q4_k_source_keeps_its_codes_only_where_asked() {
+    use metrale_pack::gguf::GgufFile;
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng::fresh("layout_choice_q4k");
     let src = gguf_model(
@@ -148,23 +150,41 @@ fn a_q4_k_source_keeps_its_codes_only_where_asked() {
     );
     let out = dir.path().join("k.mpk.gguf");
     let o = cli(&convert_args(&src, &out, &[]));
-    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
-    assert!(err(&o).contains("Q4_K"), "{}", err(&o));
-    let o = cli(&convert_args(&src, &out, &["--layouts", "q4k_mmq"]));
-    assert_eq!(o.status.code(), Some(1));
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(!err(&o).contains("warning"), "{}", err(&o));
+    let p = Pack::open(&out).unwrap();
+    assert_eq!(p.manifest.layouts, ["q4k_mmq"]);
+    let g = GgufFile::open(&src).unwrap();
+    for layer in 0..2 {
+        for (proj, tag) in [
+            (metrale_pack::ffn::Proj::Gate, "gate"),
+            (metrale_pack::ffn::Proj::Up, "up"),
+            (metrale_pack::ffn::Proj::Down, "down"),
+        ] {
+            let name = metrale_pack::pack::blob_name(layer, proj, Layout::Q4kMmq, "");
+            let i = p.index(&name).unwrap_or_else(|| panic!("{name}"));
+            let si = g
+                .tensors
+                .iter()
+                .position(|t| t.name.as_str() == format!("blk.{layer}.ffn_{tag}.weight"))
+                .unwrap();
+            assert!(p.data(i) == g.tensor_data(si), "{name}: not the source's bytes");
+        }
+    }
+    assert_eq!(p.manifest.fidelity.len(), 6, "{:?}", p.manifest.fidelity);
     assert!(
-        err(&o).contains("q4k_mmq would re-quantize its Q4_K"),
-        "{}",
-        err(&o)
+        p.manifest.fidelity.iter().all(|f| f.mean_rel_err == 0.0),
+        "{:?}",
+        p.manifest.fidelity
     );
     let o = cli(&convert_args(
         &src,
         &out,
-        &["--layouts", "q4k_mmq", "--q4k-down", "q4k"],
+        &["--layouts", "q4k_mmq", "--q4k-down", "int8"],
     ));
-    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(o.status.code(), Some(1));
     assert!(
-        err(&o).contains("warning: layouts q4k_mmq serve no forward"),
+        err(&o).contains("q4k_mmq would re-quantize its Q4_K"),
         "{}",
         err(&o)
     );

@@ -78,12 +78,14 @@ const FP8_BPE: f64 = 1.0 + 4.0 / 16384.0;
 /// NVFP4: 0.5 byte codes + 1/16 byte scales per weight.
 const NVFP4_BPE: f64 = 0.5 + 1.0 / 16.0;
 const Q2_BPE: f64 = Q2G128_BYTES as f64 / Q2G128_ELEMS as f64;
+/// Q4_K bytes per element (the int8 down adds its row scales, under 0.1%: not counted).
+const Q4K_BPE: f64 = Q4K_BYTES as f64 / Q4K_ELEMS as f64;
 /// The W8A8 arm serves every prefill row count timed.
 const W8A8_ALL: (&str, &str) = ("METRALE_W8A8_MAX_ROWS", "4096");
 
 /// Every arm `bench-gpu` times, in the order it prints them.
 #[rustfmt::skip]
-static BENCH_ARMS: [BenchArm; 20] = [
+static BENCH_ARMS: [BenchArm; 22] = [
     bench("fp8 fused gate+up GEMV chain", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL], Some(FP8_BPE), false),
     // Prefill from 33 rows: the W8A8 GEMM (per-group FP8 activations, fp8_wgmma).
     bench("fp8 GEMV / W8A8 prefill", |b, l, w| install_fp8(b, l, w, false), &[W8A8_ALL], Some(FP8_BPE), true),
@@ -103,6 +105,8 @@ static BENCH_ARMS: [BenchArm; 20] = [
     bench("Q4_K MMQ (wgmma, int8 down)", |b, l, w| install_nvfp4_q4k(b, l, w, false), &[("METRALE_Q4K_MMQ", "1")], None, true),
     bench("Q4_K MMQ (wgmma, Q4_K down)", |b, l, w| install_nvfp4_q4k(b, l, w, true), &[("METRALE_Q4K_MMQ", "1")], None, true),
     bench("Q4_K MMQ (mma.sync, int8 down)", |b, l, w| install_nvfp4_q4k(b, l, w, false), &[("METRALE_Q4K_MMQ", "1"), ("METRALE_DQ_WGMMA", "0")], None, true),
+    bench("q4k GEMV chain (int8 down)", |b, l, w| install_q4k(b, l, w, false), &[], Some((2.0 * Q4K_BPE + 1.0) / 3.0), false),
+    bench("q4k GEMV chain (Q4_K down)", |b, l, w| install_q4k(b, l, w, true), &[], Some(Q4K_BPE), false),
     bench("q2 GEMV chain", install_q2, &[], Some(Q2_BPE), false),
     bench("q2 dequant + BF16 GEMM", install_q2, &[], None, true),
     bench("q2 MMQ (q8_1)", install_q2, &[("METRALE_Q2G128_MMQ", "1")], None, true),

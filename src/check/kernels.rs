@@ -125,6 +125,7 @@ pub fn kernel_checks(
         bf16_rows(&mut c, &mut rows)?;
         nvfp4_rows(&mut c, &mut rows, rng)?;
         q2g128_rows(&c, &mut rows)?;
+        q4k_gemv_rows(&c, &mut rows)?;
         repack_rows(&c, &mut rows, rng)?;
         for p in [c.xd, c.yd] {
             b.free(p);
@@ -425,6 +426,49 @@ fn w4a4_rows(
             out
         })?;
         c.row(rows, "nvfp4_proj_mx", m, err, 2e-6);
+    }
+    Ok(())
+}
+
+/// The `q4k_mmq` decode GEMVs over f32 activations: Q4_K rows (`q4k_gemv`, its batch-4 form)
+/// and int8 rows with f32 row scales (`int8_rows_gemv`, its batch-4 form), against their f64
+/// twins.
+fn q4k_gemv_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+    let (n, k, b) = (c.n, c.k, c.b.as_ref());
+    let qe = layouts::q4k_mmq::encode_q4k(&c.wf, n, k);
+    let e8 = layouts::q4k_mmq::encode_int8(&c.wf, n, k);
+    let kp = qe.padded[1];
+    let sw = layouts::f32_from(&e8.parts[1].1);
+    let qw = alloc_upload(b, &qe.parts[0].1)?;
+    let (wq, ws) = (alloc_upload(b, &e8.parts[0].1)?, alloc_upload(b, &e8.parts[1].1)?);
+    let kk = c.kk;
+    for kernel in [kk.q4k_gemv, kk.q4k_gemv_m, kk.int8_gemv, kk.int8_gemv_m] {
+        let q4 = kernel.spec.name.starts_with("q4k");
+        for m in within(c.ms, &kernel, usize::MAX) {
+            c.poison_y()?;
+            let call = kernel.call().ptr("x", c.xd).dim("m", m);
+            let call = if q4 {
+                call.ptr("w", qw)
+            } else {
+                call.ptr("wq", wq).ptr("sw", ws)
+            };
+            let call = call.ptr("y", c.yd).dim("n", n).dim("k", k).dim("kp", kp);
+            c.launch(call.dim("ldy", n))?;
+            b.synchronize(0)?;
+            let err = c.err(m, |r| {
+                let mut out = vec![0f32; n];
+                if q4 {
+                    reference::q4k_row(c.xr(r), &qe.parts[0].1, n, k, kp, &mut out);
+                } else {
+                    reference::int8_rows_row(c.xr(r), &e8.parts[0].1, &sw, n, k, kp, &mut out);
+                }
+                out
+            })?;
+            c.row(rows, kernel.spec.name, m, err, 2e-6);
+        }
+    }
+    for p in [qw, wq, ws] {
+        b.free(p);
     }
     Ok(())
 }

@@ -53,7 +53,7 @@ const fn arm(
 }
 
 /// Every arm configuration the layer checks run.
-pub static LAYER_ARMS: [LayerArm; 25] = [
+pub static LAYER_ARMS: [LayerArm; 27] = [
     arm(
         "fp8 fused",
         |b, l, w| install_fp8(b, l, w, true),
@@ -168,6 +168,19 @@ pub static LAYER_ARMS: [LayerArm; 25] = [
         "nvfp4 q4k mmq q4k-down",
         |b, l, w| install_nvfp4_q4k(b, l, w, true),
         &[("METRALE_Q4K_MMQ", "1")],
+        Activation::Silu,
+    ),
+    arm(
+        // q4k_mmq alone: the decode GEMVs over its bytes, the MMQ prefill.
+        "q4k",
+        |b, l, w| install_q4k(b, l, w, false),
+        &[],
+        Activation::Silu,
+    ),
+    arm(
+        "q4k q4k-down",
+        |b, l, w| install_q4k(b, l, w, true),
+        &[],
         Activation::Silu,
     ),
     arm("q2", install_q2, &[], Activation::Silu),

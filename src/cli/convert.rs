@@ -78,7 +78,7 @@ pub(crate) fn convert(
     src: &Path,
     output: Option<PathBuf>,
     layouts: Option<Vec<String>>,
-    q4k_down: &str,
+    q4k_down: Option<&str>,
     lora: Option<PathBuf>,
     Flags {
         threads,
@@ -94,14 +94,16 @@ pub(crate) fn convert(
 ) -> Result<()> {
     let layouts = parse_layouts(layouts)?;
     let q4k_down = match q4k_down {
-        "int8" => DownFormat::Int8,
-        "q4k" => DownFormat::Q4k,
-        other => anyhow::bail!("--q4k-down must be int8 or q4k, not {other:?}"),
+        None => None,
+        Some("int8") => Some(DownFormat::Int8),
+        Some("q4k") => Some(DownFormat::Q4k),
+        Some(other) => anyhow::bail!("--q4k-down must be int8 or q4k, not {other:?}"),
     };
     let out = output.unwrap_or_else(|| default_output(src));
+    let model = Model::open(src)?;
     let mut opts = ConvertOptions {
         layouts,
-        q4k_down,
+        q4k_down: q4k_down.unwrap_or_else(|| pack::choice::default_down(&model)),
         lora,
         host_tensors,
         tp,
@@ -111,7 +113,6 @@ pub(crate) fn convert(
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(capped_threads(threads))
         .build()?;
-    let model = Model::open(src)?;
     let settled = choose::settle(&model, &opts);
     let refusal = settled.refusal.filter(|_| !allow_requantize);
     opts.layouts = Some(settled.layouts);

@@ -384,6 +384,45 @@ pub fn q4k_mmq_row(xq: &[u8], w: &[u8], n: usize, kp: usize, y: &mut [f32]) {
     });
 }
 
+/// One output row of the Q4_K decode GEMV (`q4k_gemv`) over f32 activations (`x` beyond `k`
+/// is 0): `y[j] = sum_superblocks sum_sub (d*sc * sum_l q * x - dmin*m * sum_l x)`, in f64.
+pub fn q4k_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32]) {
+    use crate::converters::kquant::get_scale_min_k4;
+    let nsb = kp / 256;
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
+        let mut acc = 0f64;
+        for sb in 0..nsb {
+            let blk = &w[(j * nsb + sb) * Q4K_BYTES..(j * nsb + sb + 1) * Q4K_BYTES];
+            let (d, dmin) = (f16_at(blk) as f64, f16_at(&blk[2..]) as f64);
+            let sc12: &[u8; 12] = blk[4..16].try_into().unwrap();
+            for sub in 0..8 {
+                let (sc, m) = get_scale_min_k4(sub, sc12);
+                let (mut dot, mut sum) = (0f64, 0f64);
+                for l in 0..32 {
+                    let e = sb * 256 + sub * 32 + l;
+                    let xv = if e < k { x[e] as f64 } else { 0.0 };
+                    let q = (blk[16 + 32 * (sub / 2) + l] >> (4 * (sub % 2))) & 0xF;
+                    dot += q as f64 * xv;
+                    sum += xv;
+                }
+                acc += d * sc as f64 * dot - dmin * m as f64 * sum;
+            }
+        }
+        *out = acc as f32;
+    });
+}
+
+/// One output row of the int8-rows decode GEMV (`int8_rows_gemv`) over f32 activations:
+/// `y[j] = sw[j] * sum_e wq[j, e] * x[e]` (`x` beyond `k` is 0), in f64.
+pub fn int8_rows_row(x: &[f32], wq: &[u8], sw: &[f32], n: usize, k: usize, kp: usize, y: &mut [f32]) {
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
+        let dot: f64 = (0..k)
+            .map(|e| (wq[j * kp + e] as i8) as f64 * x[e] as f64)
+            .sum();
+        *out = (sw[j] as f64 * dot) as f32;
+    });
+}
+
 /// The il8 order of the dequantizing wgmma GEMMs' bf16 activations (formats.md, "The
 /// dequantizing wgmma GEMMs"): within each group of 8 columns, position `p` holds column
 /// `IL8[p]`.

@@ -696,6 +696,15 @@ kernel_table! {
         grid(Per("n", 1), One, 256), cap None, round None;
     q4k_gemm: "ffn_q4k_mmq" "q4k_mmq_gemm" ("xq:p m:i w:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
+    q4k_gemv: "ffn_q4k_mmq" "q4k_gemv" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(1), round None;
+    q4k_gemv_m: "ffn_q4k_mmq" "q4k_gemv_batch4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(4), round None;
+    int8_gemv: "ffn_q4k_mmq" "int8_rows_gemv" ("x:p m:i wq:p sw:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(1), round None;
+    int8_gemv_m: "ffn_q4k_mmq" "int8_rows_gemv_batch4"
+        ("x:p m:i wq:p sw:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(4), round None;
     int8_gemm: "ffn_q4k_mmq" "q4k_mmq_int8_down_gemm"
         ("aq:p sa:p m:i wq:p sw:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;

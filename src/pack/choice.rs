@@ -6,6 +6,7 @@
 use super::plan::Plan;
 use super::*;
 use crate::error::Result;
+use crate::converters::layouts::q4k_mmq::DownFormat;
 use crate::model::{Activation, DType, FfnWeight, Model};
 
 /// How the FFN weights of a source are stored, as the user knows it (`BF16`, `Q4_1`,
@@ -77,16 +78,31 @@ pub fn requantizing(model: &Model, layouts: &[Layout], opts: &ConvertOptions) ->
 
 /// The layouts `convert` uses when none are named: those that keep the source's quantized
 /// weights and together serve decode and prefill (NVFP4 sources: the NVFP4 set; block FP8:
-/// `fp8`), the target's default for float sources, and `None` for a quantized source no such
-/// set keeps (Q4_0, Q4_1, Q5_x, Q6_K, Q8_0, Q4_K, integer and AWQ checkpoints today: the user
-/// chooses, from the dry run's figures).
+/// `fp8`; Q4_K with Q4_K down projections: `q4k_mmq` with [`default_down`]), the target's
+/// default for float sources, and `None` for a quantized source no such set keeps (Q4_0, Q4_1,
+/// Q5_x, Q6_K, Q8_0, Q4_K_M's Q6_K down projections, integer and AWQ checkpoints today: the
+/// user chooses, from the dry run's figures).
 pub fn default_for(model: &Model, opts: &ConvertOptions) -> Option<Vec<Layout>> {
     let act = model.activation.unwrap_or(Activation::Silu);
     let base = default_layouts(act);
-    let candidates = [base, vec![Layout::Fp8]];
+    let candidates = [base, vec![Layout::Fp8], vec![Layout::Q4kMmq]];
     candidates
         .into_iter()
         .find(|set| requantizing(model, set, opts).is_empty())
+}
+
+/// How `q4k_mmq` stores the down projections when the user does not say: as Q4_K where every
+/// FFN down weight of the source is Q4_K (their bytes kept), else as int8 rows.
+pub fn default_down(model: &Model) -> DownFormat {
+    let q4k = |w: &FfnWeight| {
+        matches!(w, FfnWeight::Plain { weight }
+            if model.tensors[*weight].dtype == DType::Ggml(crate::GgmlType::Q4_K))
+    };
+    if !model.ffn_layers.is_empty() && model.ffn_layers.iter().all(|l| q4k(&l.down)) {
+        DownFormat::Q4k
+    } else {
+        DownFormat::Int8
+    }
 }
 
 /// What one layout of a set costs (`convert --dry-run`).

@@ -576,8 +576,18 @@ pub fn install_nvfp4_q4k(
     down_q4k: bool,
 ) -> GpuResult<()> {
     install_nvfp4(b, layer, w)?;
-    let wd = nvfp4_decoded(w);
-    let (h, i) = (w.hidden, w.inter);
+    install_q4k(b, layer, &nvfp4_decoded(w), down_q4k)
+}
+
+/// Install the `q4k_mmq` layout alone (no NVFP4 base), encoded from the values `wd`: gate and
+/// up as Q4_K, down as int8 rows (or Q4_K), as a `q4k_mmq`-only pack holds them.
+pub fn install_q4k(
+    b: &dyn GpuBackend,
+    layer: &mut DenseFfnLayer,
+    wd: &DenseWeights,
+    down_q4k: bool,
+) -> GpuResult<()> {
+    let (h, i) = (wd.hidden, wd.inter);
     let q = |x: &[f32], n: usize, k: usize| layouts::q4k_mmq::encode_q4k(x, n, k);
     let (ge, ue) = (q(&wd.gate, i, h), q(&wd.up, i, h));
     let down = if down_q4k {

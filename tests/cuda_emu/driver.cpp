@@ -62,6 +62,14 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { q2g128_mmq_gemm((cu8)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6)); });
     else if (name == "q4k_mmq_gemm")
         emu_launch(gx, gy, bx, [&] { q4k_mmq_gemm((cu8)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6)); });
+    else if (name == "q4k_gemv")
+        emu_launch(gx, gy, bx, [&] { q4k_gemv((const float*)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
+    else if (name == "q4k_gemv_batch4")
+        emu_launch(gx, gy, bx, [&] { q4k_gemv_batch4((const float*)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
+    else if (name == "int8_rows_gemv")
+        emu_launch(gx, gy, bx, [&] { int8_rows_gemv((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
+    else if (name == "int8_rows_gemv_batch4")
+        emu_launch(gx, gy, bx, [&] { int8_rows_gemv_batch4((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
     else if (name == "nvfp4_to_q4k")
         emu_launch(gx, gy, bx, [&] { nvfp4_to_q4k((cu8)P(0), (cu8)P(1), F(2), I(3), I(4), I(5), I(6), (u8)P(7)); });
     else if (name == "nvfp4_to_int8_rows")

@@ -1,4 +1,5 @@
-//! The Q4_K MMQ prefill arm (`q4k_mmq`) with its int8 or Q4_K down projection.
+//! The `q4k_mmq` arms: the decode GEMVs over its bytes, and the Q4_K MMQ prefill, each with
+//! its int8 or Q4_K down projection.
 
 use super::super::*;
 
@@ -70,6 +71,46 @@ impl DenseFfnLayer {
                 self.mmq_q8_1_launch(ctx, qk, aq, m, dw, h, q.kp_down, out, h)?;
             }
         }
+        self.apply_lora_down(ctx, act, m, out)?;
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+
+    /// The `q4k_mmq` decode (1 to 4 rows): gate and up through `q4k_gemv` over the Q4_K rows
+    /// with f32 activations, LoRA, act-mul, then down through `int8_rows_gemv` (int8 rows) or
+    /// `q4k_gemv` (Q4_K rows); the batch-4 kernels for 2-4 rows.
+    pub(crate) fn q4k_gemv_arm(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+    ) -> GpuResult<DevicePtr> {
+        let q = *self.need(key::Q4K_MMQ)?;
+        let k = self.kernels;
+        let (q4, i8) = if m == 1 {
+            (k.q4k_gemv, k.int8_gemv)
+        } else {
+            (k.q4k_gemv_m, k.int8_gemv_m)
+        };
+        let (h, i) = (self.hidden, self.inter);
+        let (g, u, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
+        let q4k = |w: DevicePtr, x: DevicePtr, n: usize, kk: usize, kp: usize, y: DevicePtr| {
+            let call = q4.call().ptr("x", x).dim("m", m).ptr("w", w).ptr("y", y);
+            call.dim("n", n).dim("k", kk).dim("kp", kp).dim("ldy", n)
+        };
+        self.launch(ctx, q4k(q.gate, x, i, h, q.kp_gate, g))?;
+        self.launch(ctx, q4k(q.up, x, i, h, q.kp_gate, u))?;
+        self.apply_lora_gate_up(ctx, x, m, g, u)?;
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let act = g.view(0, (m * i * 4) as u64);
+        let down = match q.down {
+            Q4kDown::Int8 { codes, scales } => {
+                let call = i8.call().ptr("x", act).dim("m", m).ptr("wq", codes);
+                let call = call.ptr("sw", scales).ptr("y", out).dim("n", h);
+                call.dim("k", i).dim("kp", q.kp_down).dim("ldy", h)
+            }
+            Q4kDown::Q4k(dw) => q4k(dw, act, h, i, q.kp_down, out),
+        };
+        self.launch(ctx, down)?;
         self.apply_lora_down(ctx, act, m, out)?;
         Ok(out.view(0, (m * h * 4) as u64))
     }

@@ -1,5 +1,7 @@
-//! `q4k_mmq`: Q4_K gate and up, int8 or Q4_K down, for the Q4_K MMQ prefill of an NVFP4 layer:
-//! given by a pack, or built at load by `finalize_q4k_load`.
+//! `q4k_mmq`: Q4_K gate and up, int8 or Q4_K down. On its own it serves every forward kind
+//! but the fixed path (decode GEMVs over its bytes, the Q4_K MMQ prefill); beside the `nvfp4`
+//! base (given by a pack, or built at load by `finalize_q4k_load`) it is that layer's prefill
+//! with `METRALE_Q4K_MMQ=1`, and the NVFP4 arms keep decode.
 
 use super::super::*;
 use super::Runtime;
@@ -8,6 +10,7 @@ use super::super::weights::{accessors, refuse};
 use crate::gpu::sizes::*;
 use crate::gpu::{DevicePtr, GpuError, GpuResult, StreamId};
 
+use super::super::routing::{always, prefill};
 use Layout::*;
 use Method::*;
 
@@ -21,7 +24,7 @@ pub(super) mod keys {
 /// Its entry in the runtime registry.
 pub(super) const RUNTIME: Runtime = Runtime {
     layout: Layout::Q4kMmq,
-    builds_on: Some(Layout::Nvfp4),
+    builds_on: None,
     install,
     arms: &ARMS,
 };
@@ -36,8 +39,16 @@ fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {
 
 /// Its rows of the arm table, ranked within each method (`routing::arms`).
 #[rustfmt::skip]
-static ARMS: [Arm; 1] = [
-    Arm::new(Prefill, "q4k mmq", Q4kMmq, |_, c, _| c.levers.q4k_mmq, |l, c, x, m| l.q4k_mmq_arm(c, x, m)).rank(50),
+static ARMS: [Arm; 7] = [
+    // Ranked after the NVFP4 arms that serve always: a layer with the base decodes as before.
+    Arm::new(Decode, "q4k gemv", Q4kMmq, |l, _, _| l.kernels.q4k_gemv.ok() && l.q4k_down_gemv_ok(1), |l, c, x, m| l.q4k_gemv_arm(c, x, m)).rank(100),
+    Arm::new(Decode, "q4k via prefill", Q4kMmq, always, prefill).rank(110),
+    Arm::new(Small, "q4k gemv", Q4kMmq, |l, _, m| l.kernels.q4k_gemv_m.ok() && l.q4k_down_gemv_ok(m), |l, c, x, m| l.q4k_gemv_arm(c, x, m)).rank(70),
+    Arm::new(Small, "q4k via prefill", Q4kMmq, always, prefill).rank(80),
+    Arm::new(Verify, "q4k gemv", Q4kMmq, |l, _, m| m <= 4 && l.kernels.q4k_gemv_m.ok() && l.q4k_down_gemv_ok(m), |l, c, x, m| l.q4k_gemv_arm(c, x, m)).rank(60),
+    Arm::new(Verify, "q4k via prefill", Q4kMmq, always, prefill).rank(70),
+    // Beside the NVFP4 base, with its lever; on its own, always.
+    Arm::new(Prefill, "q4k mmq", Q4kMmq, |l, c, _| c.levers.q4k_mmq || !l.holds(Nvfp4), |l, c, x, m| l.q4k_mmq_arm(c, x, m)).rank(50),
 ];
 
 /// The down projection of the Q4_K MMQ arm.
@@ -135,10 +146,9 @@ impl Q4kMmqWeights {
 
 impl DenseFfnLayer {
     /// Install the `q4k_mmq` copies given by a pack (what `finalize_q4k_load` would build): gate
-    /// and up as Q4_K rows, down as int8 with row scales or as Q4_K. Needs the `nvfp4` base
-    /// first (the arm is an NVFP4-layer prefill); every buffer must hold its rows.
+    /// and up as Q4_K rows, down as int8 with row scales or as Q4_K; every buffer must hold its
+    /// rows. On its own or beside the `nvfp4` base.
     pub fn set_q4k_mmq_weights(&mut self, q: Q4kMmqWeights) -> GpuResult<()> {
-        self.nvfp4_base("set_q4k_mmq_weights")?;
         if (q.hidden, q.inter) != (self.hidden, self.inter) {
             return Err(GpuError::Shape(format!(
                 "set_q4k_mmq_weights: q4k_mmq copies of a {} x {} layer, this layer is {} x {}",
@@ -148,6 +158,19 @@ impl DenseFfnLayer {
         q.validate("set_q4k_mmq_weights")?;
         self.overlays.set(key::Q4K_MMQ, q);
         Ok(())
+    }
+
+    /// Whether the decode GEMV of the installed down projection is resolved for `m` rows
+    /// (`int8_rows_gemv` for int8 rows, `q4k_gemv` for Q4_K; their batch-4 forms past one row).
+    pub(crate) fn q4k_down_gemv_ok(&self, m: usize) -> bool {
+        let k = &self.kernels;
+        match self.get(key::Q4K_MMQ).map(|q| q.down) {
+            Some(Q4kDown::Int8 { .. }) if m == 1 => k.int8_gemv.ok(),
+            Some(Q4kDown::Int8 { .. }) => k.int8_gemv_m.ok(),
+            Some(Q4kDown::Q4k(_)) if m == 1 => k.q4k_gemv.ok(),
+            Some(Q4kDown::Q4k(_)) => k.q4k_gemv_m.ok(),
+            None => false,
+        }
     }
 
     /// Load-time setup of the Q4_K MMQ prefill arm (`METRALE_Q4K_MMQ=1`): builds on the GPU,

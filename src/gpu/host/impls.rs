@@ -106,6 +106,11 @@ const TWINS: &[(&[&str], Twin)] = &[
         &["q4k_mmq_int8_down_gemm", "int8_wgmma"],
         HostBackend::q4k_mmq_int8_down_gemm,
     ),
+    (&["q4k_gemv", "q4k_gemv_batch4"], HostBackend::q4k_gemv),
+    (
+        &["int8_rows_gemv", "int8_rows_gemv_batch4"],
+        HostBackend::int8_rows_gemv,
+    ),
     (&["nvfp4_mmq_repack"], HostBackend::nvfp4_mmq_repack),
     (&["bf16_gemv_batch4"], HostBackend::bf16_gemv_batch4),
 ];
@@ -422,6 +427,31 @@ impl HostBackend {
         let (y, n, kk, kp, ldy) = projection_out(a)?;
         self.write_rows(y, ldy, m, n, |r, row| {
             reference::q2_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, row);
+        })?;
+        Ok(())
+    }
+
+    /// `q4k_gemv`, `q4k_gemv_batch4`.
+    fn q4k_gemv(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (x, m, w) = (
+            self.read_f32(a.ptr("x")?)?,
+            a.dim("m")?,
+            self.read(a.ptr("w")?)?,
+        );
+        let (y, n, kk, kp, ldy) = projection_out(a)?;
+        self.write_rows(y, ldy, m, n, |r, row| {
+            reference::q4k_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, row);
+        })?;
+        Ok(())
+    }
+
+    /// `int8_rows_gemv`, `int8_rows_gemv_batch4`.
+    fn int8_rows_gemv(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (x, m) = (self.read_f32(a.ptr("x")?)?, a.dim("m")?);
+        let (wq, sw) = (self.read(a.ptr("wq")?)?, self.read_f32(a.ptr("sw")?)?);
+        let (y, n, kk, kp, ldy) = projection_out(a)?;
+        self.write_rows(y, ldy, m, n, |r, row| {
+            reference::int8_rows_row(&x[r * kk..(r + 1) * kk], &wq, &sw, n, kk, kp, row);
         })?;
         Ok(())
     }
