@@ -325,143 +325,169 @@ __device__ __forceinline__ float4 x4_at(const float* __restrict__ x, int r, int 
 }
 
 // y[r, j] = sum over super-blocks and sub-blocks s of (d * sc_s) * sum_l q * x - (dmin * m_s) *
-// sum_l x. One warp per output row j. Lane t reads code bytes qs[4t .. 4t+4) of each super-block
-// (the warp reads all 128 in one coalesced 128-byte load): their low nibbles are elements
-// l0 .. l0+4 of sub-block 2p and their high nibbles the same of sub-block 2p+1 (p = t / 8,
-// l0 = 4 (t % 8); ggml's Q4_K: sub-block pair p holds qs[32p .. 32p+32)). Q4K_GEMV_U super-blocks'
-// codes and heads are loaded before any is used, so that many loads are in flight per warp.
-// Grid ceil(n / 8), block 256.
-template <int M>
+// sum_l x. One warp per R consecutive output rows, so that each activation load serves R rows
+// (one row per warp read its activations 7 times per weight byte: the first version ran at
+// 18% of the copy ceiling). Lane t reads code bytes qs[4t .. 4t+4) of each super-block (a
+// row's 128 code bytes in one coalesced load): their low nibbles are elements l0 .. l0+4 of
+// sub-block 2p, their high nibbles the same of sub-block 2p+1 (p = t / 8, l0 = 4 (t % 8);
+// ggml's Q4_K: sub-block pair p holds qs[32p .. 32p+32)). U super-blocks of the R rows are
+// loaded before any is used, so that many loads are in flight per warp.
+// Grid ceil(n / (8 R)), block 256.
+template <int M, int R, int U>
 __device__ __forceinline__ void q4k_gemv_rows(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
                                               float* __restrict__ y, int n, int k, int kp, int ldy) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j = blockIdx.x * (blockDim.x >> 5) + warp;
-    if (j >= n) return;
+    const int j0 = (blockIdx.x * (blockDim.x >> 5) + warp) * R;
+    if (j0 >= n) return;
     const int nsb = kp / 256, p = lane >> 3, l0 = 4 * (lane & 7);
-    const unsigned char* row = w + (size_t)j * nsb * MP_Q4K_BYTES;
-    float acc[M];
+    float acc[R][M];
 #pragma unroll
-    for (int r = 0; r < M; ++r) acc[r] = 0.f;
-    constexpr int Q4K_GEMV_U = 8;
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int r = 0; r < M; ++r) acc[i][r] = 0.f;
     const uint4 zero = {0u, 0u, 0u, 0u};
-    for (int s0 = 0; s0 < nsb; s0 += Q4K_GEMV_U) {
-        unsigned int qw[Q4K_GEMV_U];
-        uint4 hd[Q4K_GEMV_U];
+    for (int s0 = 0; s0 < nsb; s0 += U) {
+        unsigned int qw[U][R];
+        uint4 hd[U][R];
 #pragma unroll
-        for (int u = 0; u < Q4K_GEMV_U; ++u) {
-            const unsigned char* blk = row + (size_t)(s0 + u) * MP_Q4K_BYTES;
-            const bool in = s0 + u < nsb;
-            qw[u] = in ? __ldg(reinterpret_cast<const unsigned int*>(blk + 16 + 4 * lane)) : 0u;
-            hd[u] = in ? __ldg(reinterpret_cast<const uint4*>(blk)) : zero;
-        }
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int u = 0; u < Q4K_GEMV_U; ++u) {
+            for (int i = 0; i < R; ++i) {
+                const bool in = s0 + u < nsb && j0 + i < n;
+                const unsigned char* blk = w + ((size_t)(j0 + i) * nsb + s0 + u) * MP_Q4K_BYTES;
+                qw[u][i] = in ? __ldg(reinterpret_cast<const unsigned int*>(blk + 16 + 4 * lane)) : 0u;
+                hd[u][i] = in ? __ldg(reinterpret_cast<const uint4*>(blk)) : zero;
+            }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
             const int sb = s0 + u;
             if (sb >= nsb) break;
-            const float d = __half2float(__ushort_as_half((unsigned short)(hd[u].x & 0xffffu)));
-            const float dmin = __half2float(__ushort_as_half((unsigned short)(hd[u].x >> 16)));
-            int sca, ma, scb, mb;
-            scale_min_k4_head(2 * p, hd[u], &sca, &ma);
-            scale_min_k4_head(2 * p + 1, hd[u], &scb, &mb);
-            const float wa = d * (float)sca, wb = dmin * (float)ma;
-            const float wc = d * (float)scb, wd = dmin * (float)mb;
             const int ea = sb * 256 + 64 * p + l0;
-            const unsigned int q = qw[u];
+            float4 xa[M], xb[M];
 #pragma unroll
             for (int r = 0; r < M; ++r) {
-                if (r >= m) continue;
-                const float4 xa = x4_at(x, r, k, ea), xb = x4_at(x, r, k, ea + 32);
-                const float dota = (float)(q & 0xFu) * xa.x + (float)((q >> 8) & 0xFu) * xa.y +
-                                   (float)((q >> 16) & 0xFu) * xa.z + (float)((q >> 24) & 0xFu) * xa.w;
-                const float dotb = (float)((q >> 4) & 0xFu) * xb.x + (float)((q >> 12) & 0xFu) * xb.y +
-                                   (float)((q >> 20) & 0xFu) * xb.z + (float)((q >> 28) & 0xFu) * xb.w;
-                const float suma = xa.x + xa.y + xa.z + xa.w, sumb = xb.x + xb.y + xb.z + xb.w;
-                acc[r] += wa * dota - wb * suma + wc * dotb - wd * sumb;
+                xa[r] = r < m ? x4_at(x, r, k, ea) : make_float4(0.f, 0.f, 0.f, 0.f);
+                xb[r] = r < m ? x4_at(x, r, k, ea + 32) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                // A zero head (rows past n) gives zero weights.
+                const float d = __half2float(__ushort_as_half((unsigned short)(hd[u][i].x & 0xffffu)));
+                const float dmin = __half2float(__ushort_as_half((unsigned short)(hd[u][i].x >> 16)));
+                int sca, ma, scb, mb;
+                scale_min_k4_head(2 * p, hd[u][i], &sca, &ma);
+                scale_min_k4_head(2 * p + 1, hd[u][i], &scb, &mb);
+                const float wa = d * (float)sca, wb = dmin * (float)ma;
+                const float wc = d * (float)scb, wd = dmin * (float)mb;
+                const unsigned int q = qw[u][i];
+#pragma unroll
+                for (int r = 0; r < M; ++r) {
+                    const float dota = (float)(q & 0xFu) * xa[r].x + (float)((q >> 8) & 0xFu) * xa[r].y +
+                                       (float)((q >> 16) & 0xFu) * xa[r].z + (float)((q >> 24) & 0xFu) * xa[r].w;
+                    const float dotb = (float)((q >> 4) & 0xFu) * xb[r].x + (float)((q >> 12) & 0xFu) * xb[r].y +
+                                       (float)((q >> 20) & 0xFu) * xb[r].z + (float)((q >> 28) & 0xFu) * xb[r].w;
+                    const float suma = xa[r].x + xa[r].y + xa[r].z + xa[r].w;
+                    const float sumb = xb[r].x + xb[r].y + xb[r].z + xb[r].w;
+                    acc[i][r] += wa * dota - wb * suma + wc * dotb - wd * sumb;
+                }
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < M; ++r) {
-        float t = acc[r];
+    for (int i = 0; i < R; ++i)
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-        if (lane == 0 && r < m) y[(size_t)r * ldy + j] = t;
-    }
+        for (int r = 0; r < M; ++r) {
+            float t = acc[i][r];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+            if (lane == 0 && r < m && j0 + i < n) y[(size_t)r * ldy + j0 + i] = t;
+        }
 }
 
 // Decode, one row.
 extern "C" __global__ void q4k_gemv(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
                                     float* __restrict__ y, int n, int k, int kp, int ldy) {
-    q4k_gemv_rows<1>(x, m, w, y, n, k, kp, ldy);
+    q4k_gemv_rows<1, MP_Q4K_GEMV_ROWS / 8, 2>(x, m, w, y, n, k, kp, ldy);
 }
 
 // Two to four rows (forward_k2, forward_k3, verify m <= 4).
 extern "C" __global__ void q4k_gemv_batch4(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
                                            float* __restrict__ y, int n, int k, int kp, int ldy) {
-    q4k_gemv_rows<4>(x, m, w, y, n, k, kp, ldy);
+    q4k_gemv_rows<4, MP_Q4K_GEMV_M_ROWS / 8, 2>(x, m, w, y, n, k, kp, ldy);
 }
 
 // y[r, j] = sw[j] * sum_e wq[j, e] * x[r, e] over int8 rows `[n, kp]` (the `q4k_mmq` down's
-// default storage) with f32 row scales. One warp per output row; lane t reads 16 code bytes of
-// each 512-column chunk (the warp 512 bytes, coalesced), INT8_GEMV_U chunks loaded before any is
-// used. Grid ceil(n / 8), block 256.
-template <int M>
+// default storage) with f32 row scales. One warp per R consecutive output rows (each activation
+// load serves R rows); lane t reads 16 code bytes of each 512-column chunk (a row's 512 bytes
+// coalesced), U chunks of the R rows loaded before any is used.
+// Grid ceil(n / (8 R)), block 256.
+template <int M, int R, int U>
 __device__ __forceinline__ void int8_rows_gemv_rows(const float* __restrict__ x, int m, const unsigned char* __restrict__ wq,
                                                     const float* __restrict__ sw, float* __restrict__ y, int n, int k, int kp,
                                                     int ldy) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j = blockIdx.x * (blockDim.x >> 5) + warp;
-    if (j >= n) return;
-    const unsigned char* row = wq + (size_t)j * kp;
-    float acc[M];
+    const int j0 = (blockIdx.x * (blockDim.x >> 5) + warp) * R;
+    if (j0 >= n) return;
+    float acc[R][M];
 #pragma unroll
-    for (int r = 0; r < M; ++r) acc[r] = 0.f;
-    constexpr int INT8_GEMV_U = 4;
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int r = 0; r < M; ++r) acc[i][r] = 0.f;
     const uint4 zero = {0u, 0u, 0u, 0u};
-    for (int c0 = 0; c0 < kp; c0 += 512 * INT8_GEMV_U) {
-        uint4 qv[INT8_GEMV_U];
+    for (int c0 = 0; c0 < kp; c0 += 512 * U) {
+        uint4 qv[U][R];
 #pragma unroll
-        for (int u = 0; u < INT8_GEMV_U; ++u) {
-            const int e = c0 + 512 * u + 16 * lane;
-            qv[u] = e < kp ? __ldg(reinterpret_cast<const uint4*>(row + e)) : zero;
-        }
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int u = 0; u < INT8_GEMV_U; ++u) {
+            for (int i = 0; i < R; ++i) {
+                const int e = c0 + 512 * u + 16 * lane;
+                qv[u][i] = e < kp && j0 + i < n ? __ldg(reinterpret_cast<const uint4*>(wq + (size_t)(j0 + i) * kp + e)) : zero;
+            }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
             const int e0 = c0 + 512 * u + 16 * lane;
             if (e0 >= kp) break;
-            const unsigned int words[4] = {qv[u].x, qv[u].y, qv[u].z, qv[u].w};
 #pragma unroll
             for (int r = 0; r < M; ++r) {
                 if (r >= m) continue;
-                float part = 0.f;
+                float4 xv[4];
 #pragma unroll
-                for (int v = 0; v < 4; ++v) {
-                    const float4 xv = x4_at(x, r, k, e0 + 4 * v);
-                    const unsigned int q = words[v];
-                    part += (float)(signed char)(q & 0xFFu) * xv.x + (float)(signed char)((q >> 8) & 0xFFu) * xv.y +
-                            (float)(signed char)((q >> 16) & 0xFFu) * xv.z + (float)(signed char)(q >> 24) * xv.w;
+                for (int v = 0; v < 4; ++v) xv[v] = x4_at(x, r, k, e0 + 4 * v);
+#pragma unroll
+                for (int i = 0; i < R; ++i) {
+                    const unsigned int words[4] = {qv[u][i].x, qv[u][i].y, qv[u][i].z, qv[u][i].w};
+                    float part = 0.f;
+#pragma unroll
+                    for (int v = 0; v < 4; ++v) {
+                        const unsigned int q = words[v];
+                        part += (float)(signed char)(q & 0xFFu) * xv[v].x + (float)(signed char)((q >> 8) & 0xFFu) * xv[v].y +
+                                (float)(signed char)((q >> 16) & 0xFFu) * xv[v].z + (float)(signed char)(q >> 24) * xv[v].w;
+                    }
+                    acc[i][r] += part;
                 }
-                acc[r] += part;
             }
         }
     }
-    const float s = sw[j];
 #pragma unroll
-    for (int r = 0; r < M; ++r) {
-        float t = acc[r];
+    for (int i = 0; i < R; ++i) {
+        const float s = j0 + i < n ? sw[j0 + i] : 0.f;
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-        if (lane == 0 && r < m) y[(size_t)r * ldy + j] = s * t;
+        for (int r = 0; r < M; ++r) {
+            float t = acc[i][r];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+            if (lane == 0 && r < m && j0 + i < n) y[(size_t)r * ldy + j0 + i] = s * t;
+        }
     }
 }
 
 extern "C" __global__ void int8_rows_gemv(const float* __restrict__ x, int m, const unsigned char* __restrict__ wq,
                                           const float* __restrict__ sw, float* __restrict__ y, int n, int k, int kp, int ldy) {
-    int8_rows_gemv_rows<1>(x, m, wq, sw, y, n, k, kp, ldy);
+    int8_rows_gemv_rows<1, MP_INT8_GEMV_ROWS / 8, 2>(x, m, wq, sw, y, n, k, kp, ldy);
 }
 
 extern "C" __global__ void int8_rows_gemv_batch4(const float* __restrict__ x, int m, const unsigned char* __restrict__ wq,
                                                  const float* __restrict__ sw, float* __restrict__ y, int n, int k, int kp,
                                                  int ldy) {
-    int8_rows_gemv_rows<4>(x, m, wq, sw, y, n, k, kp, ldy);
+    int8_rows_gemv_rows<4, MP_INT8_GEMV_ROWS / 8, 2>(x, m, wq, sw, y, n, k, kp, ldy);
 }

@@ -12,7 +12,7 @@ w="${TMPDIR:-/tmp}/metrale-decode"
 mkdir -p "$w"
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 $bin gen-model "$w/l.gguf" 4096 14336 1 BF16 llama > /dev/null
-$bin convert "$w/l.gguf" -o "$w/l.mpk.gguf" --layouts nvfp4,fp8,w8a8,bf16,q2g128 > /dev/null
+$bin convert "$w/l.gguf" -o "$w/l.mpk.gguf" --layouts nvfp4,fp8,w8a8,bf16,q2g128,q4k_mmq > /dev/null
 python3 -c "import numpy as np; np.save('$w/x.npy', np.random.default_rng(1).standard_normal((1, 4096)).astype(np.float32))"
 # ARMS (one per line) limits the arms; default: every decode arm.
 arms="${ARMS:-nvfp4
@@ -20,7 +20,8 @@ nvfp4 fixed (W4A4)
 fp8
 bf16
 w8a8
-q2g128}"
+q2g128
+q4k}"
 while IFS= read -r arm; do
   $bin ffn-apply "$w/l.mpk.gguf" --layer 0 --arm "$arm" "$w/x.npy" "$w/y.npy" 2> /dev/null  # compile and cache
   echo "=== $arm"

@@ -370,7 +370,15 @@ fn run(cli: Cli) -> Result<()> {
             q4k_down,
             lora,
             flags,
-        } => convert::convert(&src, output, layouts, q4k_down.as_deref(), lora, flags, quiet),
+        } => convert::convert(
+            &src,
+            output,
+            layouts,
+            q4k_down.as_deref(),
+            lora,
+            flags,
+            quiet,
+        ),
         Cmd::Verify { pack, source, json } => verify::verify(&pack, source.as_deref(), json, quiet),
         Cmd::GpuCheck {
             quick,

@@ -372,7 +372,13 @@ fn q4k_decode_gemvs_match_the_references() {
                 ];
                 (head.into_iter().chain(dims).collect(), 4)
             };
-            launch(exe, name, (N.div_ceil(8), 1), 256, &mut a);
+            use metrale_pack::gpu::sizes::{INT8_GEMV_ROWS, Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS};
+            let per_block = match name {
+                "q4k_gemv" => Q4K_GEMV_ROWS,
+                "q4k_gemv_batch4" => Q4K_GEMV_M_ROWS,
+                _ => INT8_GEMV_ROWS,
+            };
+            launch(exe, name, (N.div_ceil(per_block), 1), 256, &mut a);
             let want = rows64(m, N, |i, row| {
                 let xi = &x[i * k..(i + 1) * k];
                 if name.starts_with("q4k") {

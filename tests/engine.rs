@@ -138,7 +138,16 @@ fn a_q4k_mmq_pack_alone_decodes_and_prefills() {
     use metrale_pack::testing::{ffn_f64, rel_err};
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng::fresh("engine-q4k");
-    let src = gguf_model(dir.path(), "m.gguf", "llama", H, I, 2, GgmlType::F16, &mut rng);
+    let src = gguf_model(
+        dir.path(),
+        "m.gguf",
+        "llama",
+        H,
+        I,
+        2,
+        GgmlType::F16,
+        &mut rng,
+    );
     for (down, gemv_down) in [
         (DownFormat::Int8, "int8_rows_gemv"),
         (DownFormat::Q4k, "q4k_gemv"),

@@ -239,6 +239,10 @@ pub fn arms_of(ov: &LayerOverlays) -> Vec<Arm> {
     if holds(Q2g128) {
         out.push(arm("q2g128", only(&[Q2g128]), d(), false));
     }
+    if holds(Q4kMmq) {
+        // q4k_mmq on its own: its decode GEMVs and its MMQ prefill.
+        out.push(arm("q4k", only(&[Q4kMmq]), d(), false));
+    }
     out
 }
 

@@ -440,7 +440,10 @@ fn q4k_gemv_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let kp = qe.padded[1];
     let sw = layouts::f32_from(&e8.parts[1].1);
     let qw = alloc_upload(b, &qe.parts[0].1)?;
-    let (wq, ws) = (alloc_upload(b, &e8.parts[0].1)?, alloc_upload(b, &e8.parts[1].1)?);
+    let (wq, ws) = (
+        alloc_upload(b, &e8.parts[0].1)?,
+        alloc_upload(b, &e8.parts[1].1)?,
+    );
     let kk = c.kk;
     for kernel in [kk.q4k_gemv, kk.q4k_gemv_m, kk.int8_gemv, kk.int8_gemv_m] {
         let q4 = kernel.spec.name.starts_with("q4k");

@@ -414,7 +414,15 @@ pub fn q4k_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32]
 
 /// One output row of the int8-rows decode GEMV (`int8_rows_gemv`) over f32 activations:
 /// `y[j] = sw[j] * sum_e wq[j, e] * x[e]` (`x` beyond `k` is 0), in f64.
-pub fn int8_rows_row(x: &[f32], wq: &[u8], sw: &[f32], n: usize, k: usize, kp: usize, y: &mut [f32]) {
+pub fn int8_rows_row(
+    x: &[f32],
+    wq: &[u8],
+    sw: &[f32],
+    n: usize,
+    k: usize,
+    kp: usize,
+    y: &mut [f32],
+) {
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
         let dot: f64 = (0..k)
             .map(|e| (wq[j * kp + e] as i8) as f64 * x[e] as f64)

@@ -41,6 +41,13 @@ pub const NVFP4_GEMV_WARPS_ONE: usize = 16;
 
 /// Weight rows per block of the BF16 decode GEMV (8 warps of 2 rows).
 pub const BF16_GEMV_ROWS: usize = 16;
+/// Weight rows per block of the `q4k_mmq` decode GEMV `q4k_gemv` (8 warps of 4 rows: each
+/// activation load serves 4 rows).
+pub const Q4K_GEMV_ROWS: usize = 32;
+/// Weight rows per block of its batch-4 form `q4k_gemv_batch4` (8 warps of 2 rows).
+pub const Q4K_GEMV_M_ROWS: usize = 16;
+/// Weight rows per block of the int8-rows decode GEMVs `int8_rows_gemv*` (8 warps of 2 rows).
+pub const INT8_GEMV_ROWS: usize = 16;
 /// Weight rows per block of the FP8 decode GEMV `w8a16_gemv_batch4` (8 warps: 4 row groups of
 /// 4 rows, k split in two).
 pub const FP8_GEMV_ROWS: usize = 16;
@@ -134,6 +141,9 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_NVFP4_GEMV_WARPS_ONE", NVFP4_GEMV_WARPS_ONE),
     ("MP_BF16_GEMV_ROWS", BF16_GEMV_ROWS),
     ("MP_FP8_GEMV_ROWS", FP8_GEMV_ROWS),
+    ("MP_Q4K_GEMV_ROWS", Q4K_GEMV_ROWS),
+    ("MP_Q4K_GEMV_M_ROWS", Q4K_GEMV_M_ROWS),
+    ("MP_INT8_GEMV_ROWS", INT8_GEMV_ROWS),
     ("MP_FP8_QUANT_THREADS", FP8_QUANT_THREADS),
     ("MP_W8A8_WGMMA_BM", W8A8_WGMMA_BM),
     ("MP_W8A8_WGMMA_BN", W8A8_WGMMA_BN),

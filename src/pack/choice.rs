@@ -5,8 +5,8 @@
 
 use super::plan::Plan;
 use super::*;
-use crate::error::Result;
 use crate::converters::layouts::q4k_mmq::DownFormat;
+use crate::error::Result;
 use crate::model::{Activation, DType, FfnWeight, Model};
 
 /// How the FFN weights of a source are stored, as the user knows it (`BF16`, `Q4_1`,
