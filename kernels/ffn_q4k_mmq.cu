@@ -324,72 +324,97 @@ __device__ __forceinline__ float4 x4_at(const float* __restrict__ x, int r, int 
     return v;
 }
 
+// Byte b of `w` (0..255) as an exact f32: the byte placed in the mantissa of 2^23 (one PRMT)
+// and 2^23 subtracted (one FADD), in place of a quarter-rate I2F.
+template <int B>
+__device__ __forceinline__ float byte_f32(unsigned int w) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | B)) - 8388608.0f;
+}
+
+// Byte b of `w` read as an int8 offset by 128 (the code XOR 0x80) back to the code as an exact
+// f32: the same PRMT, and 2^23 + 128 subtracted.
+template <int B>
+__device__ __forceinline__ float i8_f32(unsigned int w) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | B)) - 8388736.0f;
+}
+
+// sum over the 4 bytes b of `w` of byte_b * x.{b}: bytes 0..15 (nibbles) or 0..255.
+__device__ __forceinline__ float dot4(unsigned int w, float4 x) {
+    return byte_f32<0>(w) * x.x + byte_f32<1>(w) * x.y + byte_f32<2>(w) * x.z + byte_f32<3>(w) * x.w;
+}
+
+__device__ __forceinline__ float sum4(float4 x) { return (x.x + x.y) + (x.z + x.w); }
+
 // y[r, j] = sum over super-blocks and sub-blocks s of (d * sc_s) * sum_l q * x - (dmin * m_s) *
-// sum_l x. One warp per R consecutive output rows, so that each activation load serves R rows
-// (one row per warp read its activations 7 times per weight byte: the first version ran at
-// 18% of the copy ceiling). Lane t reads code bytes qs[4t .. 4t+4) of each super-block (a
-// row's 128 code bytes in one coalesced load): their low nibbles are elements l0 .. l0+4 of
-// sub-block 2p, their high nibbles the same of sub-block 2p+1 (p = t / 8, l0 = 4 (t % 8);
-// ggml's Q4_K: sub-block pair p holds qs[32p .. 32p+32)). U super-blocks of the R rows are
-// loaded before any is used, so that many loads are in flight per warp.
+// sum_l x. One warp per R consecutive output rows, so that each activation load serves R rows;
+// each lane takes 32 weights of a row per load (a 16-byte load: a warp reads 4 super-blocks'
+// 512 code bytes of a row at once), so that decoding a super-block's head (d, dmin, the 6-bit
+// scales and mins) is paid once per 32 weights, and the codes become f32 by PRMT and FADD. The
+// first version (4 bytes a lane, one row a warp, I2F) issued ~10 instructions per weight and
+// ran at 13% of DRAM bandwidth, compute-bound (Nsight Compute, 2026-12-02).
+// Lane t: super-block s0 + t / 8 of the group of 4, code bytes qs[32p + l0 .. +16) with
+// p = (t % 8) / 2, l0 = 16 (t % 2): their low nibbles are elements l0 .. l0+16 of sub-block 2p,
+// their high nibbles the same of sub-block 2p+1 (ggml's Q4_K: pair p holds qs[32p .. 32p+32)).
 // Grid ceil(n / (8 R)), block 256.
-template <int M, int R, int U>
+template <int M, int R>
 __device__ __forceinline__ void q4k_gemv_rows(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
                                               float* __restrict__ y, int n, int k, int kp, int ldy) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j0 = (blockIdx.x * (blockDim.x >> 5) + warp) * R;
     if (j0 >= n) return;
-    const int nsb = kp / 256, p = lane >> 3, l0 = 4 * (lane & 7);
+    const int nsb = kp / 256, g = lane >> 3, p = (lane & 7) >> 1, l0 = 16 * (lane & 1);
     float acc[R][M];
 #pragma unroll
     for (int i = 0; i < R; ++i)
 #pragma unroll
         for (int r = 0; r < M; ++r) acc[i][r] = 0.f;
     const uint4 zero = {0u, 0u, 0u, 0u};
-    for (int s0 = 0; s0 < nsb; s0 += U) {
-        unsigned int qw[U][R];
-        uint4 hd[U][R];
+    for (int s0 = 0; s0 < nsb; s0 += 4) {
+        const int sb = s0 + g;
+        uint4 qv[R], hd[R];
 #pragma unroll
-        for (int u = 0; u < U; ++u)
+        for (int i = 0; i < R; ++i) {
+            const bool in = sb < nsb && j0 + i < n;
+            const unsigned char* blk = w + ((size_t)(j0 + i) * nsb + sb) * MP_Q4K_BYTES;
+            qv[i] = in ? __ldg(reinterpret_cast<const uint4*>(blk + 16 + 32 * p + l0)) : zero;
+            hd[i] = in ? __ldg(reinterpret_cast<const uint4*>(blk)) : zero;
+        }
+        // d * sc and dmin * m of both sub-blocks, per row (a zero head: zero weights).
+        float wa[R], wb[R], wc[R], wd[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const float d = __half2float(__ushort_as_half((unsigned short)(hd[i].x & 0xffffu)));
+            const float dmin = __half2float(__ushort_as_half((unsigned short)(hd[i].x >> 16)));
+            int sca, ma, scb, mb;
+            scale_min_k4_head(2 * p, hd[i], &sca, &ma);
+            scale_min_k4_head(2 * p + 1, hd[i], &scb, &mb);
+            wa[i] = d * (float)sca;
+            wb[i] = dmin * (float)ma;
+            wc[i] = d * (float)scb;
+            wd[i] = dmin * (float)mb;
+        }
+        const int ea = sb * 256 + 64 * p + l0;
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+            if (r >= m || sb >= nsb) continue;
+            float4 xa[4], xb[4];
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                xa[v] = x4_at(x, r, k, ea + 4 * v);
+                xb[v] = x4_at(x, r, k, ea + 32 + 4 * v);
+            }
+            const float suma = (sum4(xa[0]) + sum4(xa[1])) + (sum4(xa[2]) + sum4(xa[3]));
+            const float sumb = (sum4(xb[0]) + sum4(xb[1])) + (sum4(xb[2]) + sum4(xb[3]));
 #pragma unroll
             for (int i = 0; i < R; ++i) {
-                const bool in = s0 + u < nsb && j0 + i < n;
-                const unsigned char* blk = w + ((size_t)(j0 + i) * nsb + s0 + u) * MP_Q4K_BYTES;
-                qw[u][i] = in ? __ldg(reinterpret_cast<const unsigned int*>(blk + 16 + 4 * lane)) : 0u;
-                hd[u][i] = in ? __ldg(reinterpret_cast<const uint4*>(blk)) : zero;
-            }
+                const unsigned int words[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
+                float dota = 0.f, dotb = 0.f;
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int sb = s0 + u;
-            if (sb >= nsb) break;
-            const int ea = sb * 256 + 64 * p + l0;
-            float4 xa[M], xb[M];
-#pragma unroll
-            for (int r = 0; r < M; ++r) {
-                xa[r] = r < m ? x4_at(x, r, k, ea) : make_float4(0.f, 0.f, 0.f, 0.f);
-                xb[r] = r < m ? x4_at(x, r, k, ea + 32) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-#pragma unroll
-            for (int i = 0; i < R; ++i) {
-                // A zero head (rows past n) gives zero weights.
-                const float d = __half2float(__ushort_as_half((unsigned short)(hd[u][i].x & 0xffffu)));
-                const float dmin = __half2float(__ushort_as_half((unsigned short)(hd[u][i].x >> 16)));
-                int sca, ma, scb, mb;
-                scale_min_k4_head(2 * p, hd[u][i], &sca, &ma);
-                scale_min_k4_head(2 * p + 1, hd[u][i], &scb, &mb);
-                const float wa = d * (float)sca, wb = dmin * (float)ma;
-                const float wc = d * (float)scb, wd = dmin * (float)mb;
-                const unsigned int q = qw[u][i];
-#pragma unroll
-                for (int r = 0; r < M; ++r) {
-                    const float dota = (float)(q & 0xFu) * xa[r].x + (float)((q >> 8) & 0xFu) * xa[r].y +
-                                       (float)((q >> 16) & 0xFu) * xa[r].z + (float)((q >> 24) & 0xFu) * xa[r].w;
-                    const float dotb = (float)((q >> 4) & 0xFu) * xb[r].x + (float)((q >> 12) & 0xFu) * xb[r].y +
-                                       (float)((q >> 20) & 0xFu) * xb[r].z + (float)((q >> 28) & 0xFu) * xb[r].w;
-                    const float suma = xa[r].x + xa[r].y + xa[r].z + xa[r].w;
-                    const float sumb = xb[r].x + xb[r].y + xb[r].z + xb[r].w;
-                    acc[i][r] += wa * dota - wb * suma + wc * dotb - wd * sumb;
+                for (int v = 0; v < 4; ++v) {
+                    dota += dot4(words[v] & 0x0F0F0F0Fu, xa[v]);
+                    dotb += dot4((words[v] >> 4) & 0x0F0F0F0Fu, xb[v]);
                 }
+                acc[i][r] += wa[i] * dota - wb[i] * suma + wc[i] * dotb - wd[i] * sumb;
             }
         }
     }
@@ -407,19 +432,20 @@ __device__ __forceinline__ void q4k_gemv_rows(const float* __restrict__ x, int m
 // Decode, one row.
 extern "C" __global__ void q4k_gemv(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
                                     float* __restrict__ y, int n, int k, int kp, int ldy) {
-    q4k_gemv_rows<1, MP_Q4K_GEMV_ROWS / 8, 2>(x, m, w, y, n, k, kp, ldy);
+    q4k_gemv_rows<1, MP_Q4K_GEMV_ROWS / 8>(x, m, w, y, n, k, kp, ldy);
 }
 
 // Two to four rows (forward_k2, forward_k3, verify m <= 4).
 extern "C" __global__ void q4k_gemv_batch4(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
                                            float* __restrict__ y, int n, int k, int kp, int ldy) {
-    q4k_gemv_rows<4, MP_Q4K_GEMV_M_ROWS / 8, 2>(x, m, w, y, n, k, kp, ldy);
+    q4k_gemv_rows<4, MP_Q4K_GEMV_M_ROWS / 8>(x, m, w, y, n, k, kp, ldy);
 }
 
 // y[r, j] = sw[j] * sum_e wq[j, e] * x[r, e] over int8 rows `[n, kp]` (the `q4k_mmq` down's
 // default storage) with f32 row scales. One warp per R consecutive output rows (each activation
 // load serves R rows); lane t reads 16 code bytes of each 512-column chunk (a row's 512 bytes
-// coalesced), U chunks of the R rows loaded before any is used.
+// coalesced), U chunks of the R rows loaded before any is used; each code becomes f32 by PRMT
+// and FADD (`i8_f32`).
 // Grid ceil(n / (8 R)), block 256.
 template <int M, int R, int U>
 __device__ __forceinline__ void int8_rows_gemv_rows(const float* __restrict__ x, int m, const unsigned char* __restrict__ wq,
@@ -459,9 +485,10 @@ __device__ __forceinline__ void int8_rows_gemv_rows(const float* __restrict__ x,
                     float part = 0.f;
 #pragma unroll
                     for (int v = 0; v < 4; ++v) {
-                        const unsigned int q = words[v];
-                        part += (float)(signed char)(q & 0xFFu) * xv[v].x + (float)(signed char)((q >> 8) & 0xFFu) * xv[v].y +
-                                (float)(signed char)((q >> 16) & 0xFFu) * xv[v].z + (float)(signed char)(q >> 24) * xv[v].w;
+                        // Each code offset by 128 (0..255) in the mantissa of 2^23, less 2^23 + 128.
+                        const unsigned int b = words[v] ^ 0x80808080u;
+                        part += i8_f32<0>(b) * xv[v].x + i8_f32<1>(b) * xv[v].y + i8_f32<2>(b) * xv[v].z +
+                                i8_f32<3>(b) * xv[v].w;
                     }
                     acc[i][r] += part;
                 }
@@ -489,5 +516,5 @@ extern "C" __global__ void int8_rows_gemv(const float* __restrict__ x, int m, co
 extern "C" __global__ void int8_rows_gemv_batch4(const float* __restrict__ x, int m, const unsigned char* __restrict__ wq,
                                                  const float* __restrict__ sw, float* __restrict__ y, int n, int k, int kp,
                                                  int ldy) {
-    int8_rows_gemv_rows<4, MP_INT8_GEMV_ROWS / 8, 2>(x, m, wq, sw, y, n, k, kp, ldy);
+    int8_rows_gemv_rows<4, MP_INT8_GEMV_M_ROWS / 8, 2>(x, m, wq, sw, y, n, k, kp, ldy);
 }

@@ -372,11 +372,12 @@ fn q4k_decode_gemvs_match_the_references() {
                 ];
                 (head.into_iter().chain(dims).collect(), 4)
             };
-            use metrale_pack::gpu::sizes::{INT8_GEMV_ROWS, Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS};
+            use metrale_pack::gpu::sizes::*;
             let per_block = match name {
                 "q4k_gemv" => Q4K_GEMV_ROWS,
                 "q4k_gemv_batch4" => Q4K_GEMV_M_ROWS,
-                _ => INT8_GEMV_ROWS,
+                "int8_rows_gemv" => INT8_GEMV_ROWS,
+                _ => INT8_GEMV_M_ROWS,
             };
             launch(exe, name, (N.div_ceil(per_block), 1), 256, &mut a);
             let want = rows64(m, N, |i, row| {

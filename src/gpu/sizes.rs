@@ -42,12 +42,16 @@ pub const NVFP4_GEMV_WARPS_ONE: usize = 16;
 /// Weight rows per block of the BF16 decode GEMV (8 warps of 2 rows).
 pub const BF16_GEMV_ROWS: usize = 16;
 /// Weight rows per block of the `q4k_mmq` decode GEMV `q4k_gemv` (8 warps of 4 rows: each
-/// activation load serves 4 rows).
+/// activation load serves 4 rows; 2 rows kept 123 registers and ran 16% slower, BENCHMARKS.md).
 pub const Q4K_GEMV_ROWS: usize = 32;
 /// Weight rows per block of its batch-4 form `q4k_gemv_batch4` (8 warps of 2 rows).
 pub const Q4K_GEMV_M_ROWS: usize = 16;
-/// Weight rows per block of the int8-rows decode GEMVs `int8_rows_gemv*` (8 warps of 2 rows).
+/// Weight rows per block of the int8-rows decode GEMV `int8_rows_gemv` (8 warps of 2 rows; one
+/// row a warp doubled the occupancy and ran 39% slower: twice the activation loads per weight
+/// byte, BENCHMARKS.md).
 pub const INT8_GEMV_ROWS: usize = 16;
+/// Weight rows per block of its batch-4 form `int8_rows_gemv_batch4` (8 warps of 2 rows).
+pub const INT8_GEMV_M_ROWS: usize = 16;
 /// Weight rows per block of the FP8 decode GEMV `w8a16_gemv_batch4` (8 warps: 4 row groups of
 /// 4 rows, k split in two).
 pub const FP8_GEMV_ROWS: usize = 16;
@@ -144,6 +148,7 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_Q4K_GEMV_ROWS", Q4K_GEMV_ROWS),
     ("MP_Q4K_GEMV_M_ROWS", Q4K_GEMV_M_ROWS),
     ("MP_INT8_GEMV_ROWS", INT8_GEMV_ROWS),
+    ("MP_INT8_GEMV_M_ROWS", INT8_GEMV_M_ROWS),
     ("MP_FP8_QUANT_THREADS", FP8_QUANT_THREADS),
     ("MP_W8A8_WGMMA_BM", W8A8_WGMMA_BM),
     ("MP_W8A8_WGMMA_BN", W8A8_WGMMA_BN),

@@ -441,9 +441,9 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 
 use crate::gpu::sizes::{
     BF16_GEMV_ROWS, DQ_WGMMA_BM, DQ_WGMMA_BN, DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS,
-    FP8_QUANT_THREADS, INT8_GEMV_ROWS, NVFP4_GEMV_ROWS as COLS, NVFP4_GEMV_WARPS_DUAL,
-    NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS, W8A8_WGMMA_BK, W8A8_WGMMA_BM,
-    W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM,
+    FP8_QUANT_THREADS, INT8_GEMV_M_ROWS, INT8_GEMV_ROWS, NVFP4_GEMV_ROWS as COLS,
+    NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS, W8A8_WGMMA_BK,
+    W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM,
     W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
 };
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
@@ -705,7 +705,7 @@ kernel_table! {
         grid(Per("n", INT8_GEMV_ROWS), One, 256), cap Some(1), round None;
     int8_gemv_m: "ffn_q4k_mmq" "int8_rows_gemv_batch4"
         ("x:p m:i wq:p sw:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", INT8_GEMV_ROWS), One, 256), cap Some(4), round None;
+        grid(Per("n", INT8_GEMV_M_ROWS), One, 256), cap Some(4), round None;
     int8_gemm: "ffn_q4k_mmq" "q4k_mmq_int8_down_gemm"
         ("aq:p sa:p m:i wq:p sw:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
