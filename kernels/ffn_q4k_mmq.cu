@@ -397,24 +397,21 @@ __device__ __forceinline__ void q4k_gemv_rows(const float* __restrict__ x, int m
 #pragma unroll
         for (int r = 0; r < M; ++r) {
             if (r >= m || sb >= nsb) continue;
-            float4 xa[4], xb[4];
+            // Sub-block 2p (low nibbles), then 2p+1 (high nibbles): 16 activations live at once.
 #pragma unroll
-            for (int v = 0; v < 4; ++v) {
-                xa[v] = x4_at(x, r, k, ea + 4 * v);
-                xb[v] = x4_at(x, r, k, ea + 32 + 4 * v);
-            }
-            const float suma = (sum4(xa[0]) + sum4(xa[1])) + (sum4(xa[2]) + sum4(xa[3]));
-            const float sumb = (sum4(xb[0]) + sum4(xb[1])) + (sum4(xb[2]) + sum4(xb[3]));
+            for (int h = 0; h < 2; ++h) {
+                float4 xs[4];
 #pragma unroll
-            for (int i = 0; i < R; ++i) {
-                const unsigned int words[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
-                float dota = 0.f, dotb = 0.f;
+                for (int v = 0; v < 4; ++v) xs[v] = x4_at(x, r, k, ea + 32 * h + 4 * v);
+                const float sum = (sum4(xs[0]) + sum4(xs[1])) + (sum4(xs[2]) + sum4(xs[3]));
 #pragma unroll
-                for (int v = 0; v < 4; ++v) {
-                    dota += dot4(words[v] & 0x0F0F0F0Fu, xa[v]);
-                    dotb += dot4((words[v] >> 4) & 0x0F0F0F0Fu, xb[v]);
+                for (int i = 0; i < R; ++i) {
+                    const unsigned int words[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
+                    float dot = 0.f;
+#pragma unroll
+                    for (int v = 0; v < 4; ++v) dot += dot4((words[v] >> (4 * h)) & 0x0F0F0F0Fu, xs[v]);
+                    acc[i][r] += h == 0 ? wa[i] * dot - wb[i] * sum : wc[i] * dot - wd[i] * sum;
                 }
-                acc[i][r] += wa[i] * dota - wb[i] * suma + wc[i] * dotb - wd[i] * sumb;
             }
         }
     }
@@ -430,7 +427,7 @@ __device__ __forceinline__ void q4k_gemv_rows(const float* __restrict__ x, int m
 }
 
 // Decode, one row.
-extern "C" __global__ void q4k_gemv(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
+extern "C" __global__ void __launch_bounds__(256, 3) q4k_gemv(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
                                     float* __restrict__ y, int n, int k, int kp, int ldy) {
     q4k_gemv_rows<1, MP_Q4K_GEMV_ROWS / 8>(x, m, w, y, n, k, kp, ldy);
 }
