@@ -164,6 +164,10 @@ enum Cmd {
         /// First measure where the time goes: each rate a copy path is built from, alone.
         #[arg(long)]
         probe: bool,
+        /// Print the runs as one JSON object on stdout (each run's line goes to stderr); without
+        /// a GPU, `{"skipped": reason}` and exit 77.
+        #[arg(long)]
+        json: bool,
     },
     /// Every arm of the recorded layers, loaded from PACK, on real activations (INPUTS/layerN.npy:
     /// f32 [tokens, hidden] FFN inputs, e.g. from `scripts/quality_kl.py --record`) against the
@@ -417,7 +421,8 @@ fn run(cli: Cli) -> Result<()> {
             io,
             sweep,
             probe,
-        } => bench_load(&pack, source.as_deref(), &io, sweep, probe),
+            json,
+        } => bench_load(&pack, source.as_deref(), &io, (sweep, probe, json)),
         Cmd::ExportSegment { pack, out } => export_segment(&pack, &out),
         Cmd::Layouts => layouts::layouts(&mut std::io::stdout().lock()),
         Cmd::Completions { shell } => {
@@ -542,13 +547,33 @@ fn pack_blob(m: &Model, i: usize) -> bool {
 /// CTest's "skipped"): scripts tell a skip from a pass (0) and a failure (1).
 pub const EXIT_SKIPPED: u8 = 77;
 
-/// A command skipped for want of a device: `SKIPPED: reason` on stdout, exit [`EXIT_SKIPPED`].
+/// A command skipped for want of a device: `SKIPPED: reason` on stdout (with `json`, the object
+/// `{"skipped": reason}`), exit [`EXIT_SKIPPED`].
 #[derive(Debug)]
-pub struct Skipped(pub String);
+pub struct Skipped {
+    /// Why.
+    pub reason: String,
+    /// Say it as JSON (a command run with `--json`).
+    pub json: bool,
+}
+
+impl Skipped {
+    /// Skipped for `reason`, said in words.
+    pub fn new(reason: impl Into<String>) -> Skipped {
+        Skipped {
+            reason: reason.into(),
+            json: false,
+        }
+    }
+}
 
 impl std::fmt::Display for Skipped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SKIPPED: {}", self.0)
+        if self.json {
+            write!(f, "{}", serde_json::json!({ "skipped": self.reason }))
+        } else {
+            write!(f, "SKIPPED: {}", self.reason)
+        }
     }
 }
 
@@ -561,7 +586,7 @@ fn cuda_or_skip() -> Result<std::sync::Arc<metrale_pack::gpu::cuda::CudaBackend>
             eprintln!("device: {} ({})", b.name(), b.arch());
             Ok(std::sync::Arc::new(b))
         }
-        Err(e) => Err(Skipped(e.to_string()).into()),
+        Err(e) => Err(Skipped::new(e.to_string()).into()),
     }
 }
 
@@ -679,14 +704,22 @@ fn bench_load(
     path: &Path,
     source: Option<&Path>,
     io: &str,
-    sweep: bool,
-    probe: bool,
+    (sweep, probe, json): (bool, bool, bool),
 ) -> Result<()> {
     let io = parse_io(io)?;
-    let b = cuda_or_skip()?;
-    Ok(metrale_pack::check::bench_load::bench_load(
-        &b, path, source, io, sweep, probe,
-    )?)
+    if json && probe {
+        anyhow::bail!("--probe prints its rates as lines: run it without --json");
+    }
+    let b = cuda_or_skip().map_err(|e| match e.downcast::<Skipped>() {
+        Ok(s) => Skipped { json, ..s }.into(),
+        Err(e) => e,
+    })?;
+    let flags = (sweep, probe, json);
+    let report = metrale_pack::check::bench_load::bench_load(&b, path, source, io, flags)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
 }
 
 fn export_segment(path: &Path, out: &Path) -> Result<()> {

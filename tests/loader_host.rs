@@ -579,10 +579,12 @@ fn activation_checks_run_every_arm_on_recorded_inputs() {
     metrale_pack::npy::write_f32(&mut f, &[rows, 128], &x).unwrap();
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let t = activation_checks(b, &p, &src, &acts, &[], 128, &mut Rand(3)).unwrap();
-    // 11 arms (bf16, fp8, w8a8 and its fixed path, nvfp4 with its SiLU-fused down and its fixed
-    // path, nvfp4_t, nvfp4_mmq, q4k_mmq, q2g128), decode and prefill, on the one recorded layer.
-    assert_eq!(t.len(), 22, "{t:#?}");
+    // 12 arms (bf16, fp8, w8a8 and its fixed path, nvfp4 with its SiLU-fused down and its fixed
+    // path, nvfp4_t, nvfp4_mmq, q4k_mmq beside nvfp4, q2g128, q4k_mmq alone), decode and
+    // prefill, on the one recorded layer.
+    assert_eq!(t.len(), 24, "{t:#?}");
     assert!(t.iter().any(|r| r.arm == "nvfp4 silu fused down"));
+    assert!(t.iter().any(|r| r.arm == "q4k" && r.m == 1));
     for row in &t {
         assert_eq!(row.layer, 1);
         assert!(row.real.is_finite() && row.random.is_finite(), "{row:?}");

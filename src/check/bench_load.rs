@@ -9,8 +9,79 @@ use crate::gpu::{GpuBackend, ModelLevers};
 use crate::loader::{self, IoMode, LoadOptions};
 use crate::model::Model;
 use crate::pack::Pack;
+use serde::Serialize;
+use std::cell::RefCell;
 use std::path::Path;
 use std::sync::Arc;
+
+/// What `bench-load --json` prints: every run of the benchmark, in order, with the ceiling
+/// they are measured against. Field names are pinned by a test.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LoadReport {
+    /// The pack loaded.
+    pub pack: String,
+    /// The pinned host-to-device ceiling (1 GiB, 2 streams) measured first, GB/s.
+    pub ceiling_gbs: f64,
+    /// Every load to ready, in the order run.
+    pub runs: Vec<LoadRun>,
+    /// The disk's own rate, an `O_DIRECT` sequential read of the segment, GB/s (`None` when the
+    /// file system refuses `O_DIRECT`).
+    pub disk_odirect_gbs: Option<f64>,
+    /// The start-up without packs (`--source`), if asked for.
+    pub source_baseline: Option<SourceBaseline>,
+}
+
+/// One load of the pack to ready.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoadRun {
+    /// `warm`, `cold` or the sweep's label.
+    pub label: String,
+    /// The copy path (`Staged`, `Register`, `Hybrid`, `Pageable`).
+    pub mode: String,
+    /// Read with `O_DIRECT`.
+    pub direct: bool,
+    /// Seconds from open to every layer installed.
+    pub ready_s: f64,
+    /// The segment's bytes over `ready_s`, as a fraction of the ceiling.
+    pub ready_of_ceiling: f64,
+    /// The device segment's bytes.
+    pub segment_bytes: u64,
+    /// Where the seconds went.
+    pub open_s: f64,
+    /// Allocating the arena.
+    pub alloc_s: f64,
+    /// Making the file's pages resident.
+    pub residency_s: f64,
+    /// The copy.
+    pub copy_s: f64,
+    /// Binding the overlays.
+    pub bind_s: f64,
+    /// Installing every layer (the rest of `ready_s`).
+    pub install_s: f64,
+    /// The copy's rate, GB/s.
+    pub copy_gbs: f64,
+    /// The copy's rate as a fraction of the ceiling.
+    pub copy_of_ceiling: f64,
+    /// The share of the file resident in the page cache before the load.
+    pub resident: f64,
+    /// The FFN layers installed.
+    pub layers: usize,
+    /// The device tensors.
+    pub device_tensors: usize,
+    /// Why the chosen path fell back to another, if it did.
+    pub fell_back: Option<String>,
+}
+
+/// The start-up an engine without packs pays.
+#[derive(Clone, Debug, Serialize)]
+pub struct SourceBaseline {
+    /// Seconds to build the overlays on the CPU from the source and upload them.
+    pub ready_s: f64,
+    /// The bytes uploaded.
+    pub bytes: u64,
+    /// `ready_s` over the median warm pack load.
+    pub x_warm_pack: f64,
+}
 
 /// Drop a file's pages from the page cache (advisory); false when the call fails.
 pub fn drop_page_cache(path: &Path) -> bool {
@@ -26,23 +97,37 @@ pub fn drop_page_cache(path: &Path) -> bool {
 /// then each path alone with `Auto`, then cold), against the pinned host-to-device ceiling
 /// measured in the same run; `sweep` adds the ring, hybrid and registration parameter sweeps;
 /// with `source`, the start-up an engine without packs pays (read, build the overlays, upload).
+/// Returns every run as a [`LoadReport`] (the lines printed as they run: on stdout, or with
+/// `json` on stderr; `probe`'s on stdout).
 pub fn bench_load(
     b: &Arc<CudaBackend>,
     path: &Path,
     source: Option<&Path>,
     io: IoMode,
-    sweep: bool,
-    probe: bool,
-) -> Result<()> {
+    (sweep, probe, json): (bool, bool, bool),
+) -> Result<LoadReport> {
     let ceiling = b.pinned_h2d_ceiling(1 << 30)?;
-    println!(
-        "pinned host-to-device ceiling (1 GiB, 2 streams): {:.1} GB/s",
-        ceiling / 1e9
+    say(
+        json,
+        format_args!(
+            "pinned host-to-device ceiling (1 GiB, 2 streams): {:.1} GB/s",
+            ceiling / 1e9
+        ),
     );
     if probe {
         super::probe_io::probe(b.as_ref(), path)?;
     }
-    let bench = LoadBench { b, path, ceiling };
+    let bench = LoadBench {
+        b,
+        path,
+        ceiling,
+        json,
+        report: RefCell::new(LoadReport {
+            pack: path.display().to_string(),
+            ceiling_gbs: ceiling / 1e9,
+            ..LoadReport::default()
+        }),
+    };
     let with = |io: IoMode| LoadOptions {
         io,
         ..LoadOptions::default()
@@ -67,14 +152,27 @@ pub fn bench_load(
     if let Some(src) = source {
         bench.source_baseline(src, warm[1])?;
     }
-    Ok(())
+    Ok(bench.report.into_inner())
 }
 
-/// One pack's load benchmark: the backend, the pack, the pinned ceiling measured first.
+/// One pack's load benchmark: the backend, the pack, the pinned ceiling measured first, and
+/// the report of what ran.
 struct LoadBench<'a> {
     b: &'a Arc<CudaBackend>,
     path: &'a Path,
     ceiling: f64,
+    json: bool,
+    report: RefCell<LoadReport>,
+}
+
+/// One line of the benchmark's account: on stdout, or on stderr when stdout carries the JSON
+/// report.
+fn say(json: bool, line: std::fmt::Arguments) {
+    if json {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
 }
 
 impl LoadBench<'_> {
@@ -84,32 +182,60 @@ impl LoadBench<'_> {
         let r = ready_once(self.b, self.path, &opts)?;
         let (secs, st, ceiling) = (r.secs, &r.stats, self.ceiling);
         let gbs = st.bytes as f64 / st.copy_seconds;
-        println!(
-            "{label} {:>8.3} s to ready = {:.1}% of the ceiling ({} layers, {} device tensors; open {:.3} alloc {:.3} residency {:.3} copy {:.3} bind {:.3} install {:.3} s), segment {:.2} GB copied at {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}, {:.0}% resident{}",
-            secs,
-            100.0 * st.bytes as f64 / secs / ceiling,
-            r.layers,
-            r.tensors,
-            st.open_seconds,
-            st.alloc_seconds,
-            st.resident_seconds,
-            st.copy_seconds,
-            st.bind_seconds,
-            secs - st.open_seconds
+        self.report.borrow_mut().runs.push(LoadRun {
+            label: label.into(),
+            mode: format!("{:?}", st.mode),
+            direct: st.direct,
+            ready_s: secs,
+            ready_of_ceiling: st.bytes as f64 / secs / ceiling,
+            segment_bytes: st.bytes,
+            open_s: st.open_seconds,
+            alloc_s: st.alloc_seconds,
+            residency_s: st.resident_seconds,
+            copy_s: st.copy_seconds,
+            bind_s: st.bind_seconds,
+            install_s: secs
+                - st.open_seconds
                 - st.alloc_seconds
                 - st.resident_seconds
                 - st.copy_seconds
                 - st.bind_seconds,
-            st.bytes as f64 / 1e9,
-            gbs / 1e9,
-            100.0 * gbs / ceiling,
-            st.mode,
-            if st.direct { " O_DIRECT" } else { "" },
-            100.0 * st.resident,
-            st.fell_back
-                .as_deref()
-                .map(|r| format!(" (fell back: {r})"))
-                .unwrap_or_default()
+            copy_gbs: gbs / 1e9,
+            copy_of_ceiling: gbs / ceiling,
+            resident: st.resident,
+            layers: r.layers,
+            device_tensors: r.tensors,
+            fell_back: st.fell_back.clone(),
+        });
+        say(
+            self.json,
+            format_args!(
+                "{label} {:>8.3} s to ready = {:.1}% of the ceiling ({} layers, {} device tensors; open {:.3} alloc {:.3} residency {:.3} copy {:.3} bind {:.3} install {:.3} s), segment {:.2} GB copied at {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}, {:.0}% resident{}",
+                secs,
+                100.0 * st.bytes as f64 / secs / ceiling,
+                r.layers,
+                r.tensors,
+                st.open_seconds,
+                st.alloc_seconds,
+                st.resident_seconds,
+                st.copy_seconds,
+                st.bind_seconds,
+                secs - st.open_seconds
+                    - st.alloc_seconds
+                    - st.resident_seconds
+                    - st.copy_seconds
+                    - st.bind_seconds,
+                st.bytes as f64 / 1e9,
+                gbs / 1e9,
+                100.0 * gbs / ceiling,
+                st.mode,
+                if st.direct { " O_DIRECT" } else { "" },
+                100.0 * st.resident,
+                st.fell_back
+                    .as_deref()
+                    .map(|r| format!(" (fell back: {r})"))
+                    .unwrap_or_default()
+            ),
         );
         Ok(secs)
     }
@@ -193,12 +319,20 @@ impl LoadBench<'_> {
         // Cold: the page cache dropped before each run; the ring with O_DIRECT and through the
         // cache, and registration (which faults the mapping in through the cache); each against the
         // disk's own rate, an O_DIRECT sequential read of the same segment in the same run.
-        match super::probe_io::odirect_rate(b.as_ref(), path)? {
-            Some(r) => println!(
-                "disk: O_DIRECT sequential read of the segment (16 threads, 8 MiB) {:.2} GB/s",
-                r
+        let rate = super::probe_io::odirect_rate(b.as_ref(), path)?;
+        self.report.borrow_mut().disk_odirect_gbs = rate;
+        match rate {
+            Some(r) => say(
+                self.json,
+                format_args!(
+                    "disk: O_DIRECT sequential read of the segment (16 threads, 8 MiB) {:.2} GB/s",
+                    r
+                ),
             ),
-            None => println!("disk: O_DIRECT refused on this file system"),
+            None => say(
+                self.json,
+                format_args!("disk: O_DIRECT refused on this file system"),
+            ),
         }
         for (mode, direct) in [
             (IoMode::Staged, Some(true)),
@@ -215,7 +349,10 @@ impl LoadBench<'_> {
                     },
                 )?;
             } else {
-                println!("cold: could not drop the page cache for {}", path.display());
+                say(
+                    self.json,
+                    format_args!("cold: could not drop the page cache for {}", path.display()),
+                );
             }
         }
         Ok(())
@@ -243,11 +380,19 @@ impl LoadBench<'_> {
         })?;
         b.synchronize(0)?;
         let base = t0.elapsed().as_secs_f64();
-        println!(
-            "source baseline {:>8.3} s to ready ({:.2} GB of overlays built on the CPU and uploaded) = {:.1}x the warm pack load",
-            base,
-            bytes as f64 / 1e9,
-            base / warm
+        self.report.borrow_mut().source_baseline = Some(SourceBaseline {
+            ready_s: base,
+            bytes,
+            x_warm_pack: base / warm,
+        });
+        say(
+            self.json,
+            format_args!(
+                "source baseline {:>8.3} s to ready ({:.2} GB of overlays built on the CPU and uploaded) = {:.1}x the warm pack load",
+                base,
+                bytes as f64 / 1e9,
+                base / warm
+            ),
         );
         Ok(())
     }
@@ -415,4 +560,89 @@ pub fn bench_load_tp(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `bench-load --json`'s field names, as scripts read them (a renamed field fails here).
+    #[test]
+    fn the_report_keeps_its_field_names() {
+        let run = LoadRun {
+            label: "warm".into(),
+            mode: "Staged".into(),
+            direct: false,
+            ready_s: 0.25,
+            ready_of_ceiling: 0.6,
+            segment_bytes: 1 << 30,
+            open_s: 0.001,
+            alloc_s: 0.002,
+            residency_s: 0.0,
+            copy_s: 0.2,
+            bind_s: 0.001,
+            install_s: 0.046,
+            copy_gbs: 5.4,
+            copy_of_ceiling: 0.1,
+            resident: 1.0,
+            layers: 2,
+            device_tensors: 9,
+            fell_back: None,
+        };
+        let r = LoadReport {
+            pack: "p.mpk.gguf".into(),
+            ceiling_gbs: 55.0,
+            runs: vec![run],
+            disk_odirect_gbs: Some(1.5),
+            source_baseline: Some(SourceBaseline {
+                ready_s: 3.0,
+                bytes: 1 << 30,
+                x_warm_pack: 12.0,
+            }),
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            v.as_object().unwrap().keys().cloned().collect()
+        };
+        let mut top = keys(&v);
+        top.sort();
+        assert_eq!(
+            top,
+            [
+                "ceiling_gbs",
+                "disk_odirect_gbs",
+                "pack",
+                "runs",
+                "source_baseline"
+            ]
+        );
+        let mut run = keys(&v["runs"][0]);
+        run.sort();
+        assert_eq!(
+            run,
+            [
+                "alloc_s",
+                "bind_s",
+                "copy_gbs",
+                "copy_of_ceiling",
+                "copy_s",
+                "device_tensors",
+                "direct",
+                "fell_back",
+                "install_s",
+                "label",
+                "layers",
+                "mode",
+                "open_s",
+                "ready_of_ceiling",
+                "ready_s",
+                "residency_s",
+                "resident",
+                "segment_bytes"
+            ]
+        );
+        let mut base = keys(&v["source_baseline"]);
+        base.sort();
+        assert_eq!(base, ["bytes", "ready_s", "x_warm_pack"]);
+    }
 }

@@ -62,7 +62,7 @@ pub(crate) fn tp_check(
     } else {
         let cuda = match cuda_backends(n) {
             Ok(c) => c,
-            Err(e) => return Err(crate::Skipped(e.to_string()).into()),
+            Err(e) => return Err(crate::Skipped::new(e.to_string()).into()),
         };
         let nccl = metrale_pack::gpu::nccl::Nccl::new(&cuda)?;
         let b = cuda.into_iter().map(|c| c as Arc<dyn GpuBackend>).collect();
@@ -149,7 +149,7 @@ pub(crate) fn bench_load_tp(tp: &Path, one: &Path, modes: &[String]) -> Result<(
         .with_context(|| format!("{}: not a tensor-parallel pack", tp.display()))?;
     let cuda = match cuda_backends(n) {
         Ok(c) => c,
-        Err(e) => return Err(crate::Skipped(e.to_string()).into()),
+        Err(e) => return Err(crate::Skipped::new(e.to_string()).into()),
     };
     metrale_pack::check::bench_load::bench_load_tp(&cuda, tp, one, &modes)?;
     Ok(())
