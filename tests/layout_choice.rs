@@ -316,6 +316,8 @@ fn the_layouts_table_measures_what_it_says() {
     for tag in ["nvfp4_t", "nvfp4_mmq", "q4k_mmq", "w8a8"] {
         assert!(err(tag) > 0.0, "{tag}");
     }
-    // The layouts installed beside the NVFP4 base say so.
+    // The layouts installed beside the NVFP4 base say so; q4k_mmq stands alone and decodes.
     assert!(row("nvfp4_mmq").contains(&"nvfp4".to_string()), "{s}");
+    assert!(row("q4k_mmq")[2].starts_with("decode,"), "{s}");
+    assert!(!row("q4k_mmq").contains(&"nvfp4".to_string()), "{s}");
 }

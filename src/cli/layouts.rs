@@ -66,9 +66,8 @@ pub fn layouts(w: &mut impl Write) -> Result<()> {
         "layout", "bits", "serves", "needs", "error"
     )?;
     for layout in choices() {
-        // Its own arms' forward kinds (the table's rows with this layout); for the layouts
-        // beside the nvfp4 base, what they serve there (nvfp4_t and nvfp4_mmq have no rows of
-        // their own: the nvfp4 arms read them when held; q4k_mmq's row waits on its lever).
+        // Its own arms' forward kinds (the table's rows with this layout); nvfp4_t and
+        // nvfp4_mmq have no rows of their own: the nvfp4 arms read them when held.
         let mut own: Vec<&str> = Vec::new();
         for a in arms().iter().filter(|a| a.layout == layout) {
             let m = method_name(a.method);
@@ -79,7 +78,6 @@ pub fn layouts(w: &mut impl Write) -> Result<()> {
         let beside = match layout {
             Layout::Nvfp4T => "prefill: nvfp4's _t GEMMs",
             Layout::Nvfp4Mmq => "prefill: nvfp4's MMQ GEMMs",
-            Layout::Q4kMmq => "prefill: Q4_K MMQ (METRALE_Q4K_MMQ=1)",
             _ => "",
         };
         if !beside.is_empty() {

@@ -19,7 +19,7 @@ impl LayoutSpec for Q4kMmq {
             && !(down && opts.q4k_down == DownFormat::Int8)
     }
     fn keeps_what(&self) -> &'static str {
-        "Q4_K gate/up (down too with --q4k-down q4k)"
+        "Q4_K gate/up; down too with --q4k-down q4k (the default when every down is Q4_K)"
     }
     fn layout(&self) -> Layout {
         Layout::Q4kMmq
