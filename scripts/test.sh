@@ -42,3 +42,11 @@ sys.exit(rc)' cargo test --release --lib --bins --tests
 cargo check --release --lib --no-default-features
 # The engine example: one call loads a pack on the host backend, checked against float64.
 cargo run --release --example engine
+# The Python package (python/): an abi3 wheel built by maturin (sharing this build's target
+# folder), installed into the environment above, and its tests against the CLI.
+"$py" -m pip install -q --disable-pip-version-check "maturin>=1.8,<2" pytest
+wheels="$(mktemp -d)"
+(cd python && CARGO_TARGET_DIR="$PWD/../target" "$py" -m maturin build --release -q -i "$py" -o "$wheels")
+"$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheels"/metrale_pack-*.whl
+rm -rf "$wheels"
+METRALE_BIN="$PWD/target/release/metrale-pack" "$py" -m pytest -q -p no:cacheprovider python/tests

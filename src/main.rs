@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use metrale_pack::model::{Format, Model};
+use metrale_pack::model::Model;
 use metrale_pack::pack::{self, ConvertOptions, Pack};
 use metrale_pack::{atomic, gguf, model, npy};
 use std::io::Write;
@@ -478,69 +478,32 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn dump(path: &Path, name: &str, out: &Path, raw: bool) -> Result<()> {
-    let m = Model::open(path)?;
-    atomic::refuse_inputs(out, &m.input_paths())?;
-    if let model::SourceFile::Gguf(g) = &m.files[0]
-        && pack::is_pack(g)
-        && !raw
-        && m.tensor(name)
-            .map(|i| m.tensors[i].name.starts_with("blk.") && pack_blob(&m, i))
-            .unwrap_or(true)
-    {
-        let p = Pack::from_gguf(gguf::GgufFile::open(path)?)?;
-        let (values, shape) = p.decode_ffn(name)?;
-        let shape = shape.map(|d| d as usize);
-        atomic::write_atomic(out, |w| -> Result<()> {
-            Ok(npy::write_f32(w, &shape, &values)?)
-        })?;
-        eprintln!(
-            "wrote {name} {shape:?} f32 (decoded layout) to {}",
-            out.display()
-        );
-        return Ok(());
-    }
-    let i = m.tensor(name)?;
-    if raw {
-        let data = m.data(i);
-        atomic::write_atomic(out, |w| -> Result<()> {
-            npy::write_u8(w, &[data.len()], data)?;
-            Ok(m.check_intact()?)
-        })?;
-        eprintln!(
-            "wrote {} stored bytes of {name} to {}",
-            data.len(),
-            out.display()
-        );
-        return Ok(());
-    }
-    // A quantized weight, or a plain FFN weight (checked like one: an integer weight without
-    // its scale is refused rather than dumped as raw codes).
-    let as_weight = m
-        .quantized_weight_named(name)
-        .or_else(|| m.ffn_weight_named(name).cloned());
-    let (values, shape): (Vec<f32>, Vec<usize>) = match as_weight {
-        Some(w) if m.format == Format::Safetensors => {
-            let (v, s) = m.decode_weight(&w)?;
-            (v, s.iter().map(|&d| d as usize).collect())
+    atomic::refuse_inputs(out, &Model::open(path)?.input_paths())?;
+    match pack::dump_tensor(path, name, raw)? {
+        pack::Dumped::Raw(data) => {
+            atomic::write_atomic(out, |w| -> Result<()> {
+                Ok(npy::write_u8(w, &[data.len()], &data)?)
+            })?;
+            eprintln!(
+                "wrote {} stored bytes of {name} to {}",
+                data.len(),
+                out.display()
+            );
         }
-        _ => (
-            m.decode_tensor(i)?,
-            m.tensors[i].shape.iter().map(|&d| d as usize).collect(),
-        ),
-    };
-    m.check_intact()?;
-    atomic::write_atomic(out, |w| -> Result<()> {
-        Ok(npy::write_f32(w, &shape, &values)?)
-    })
-    .with_context(|| format!("writing {}", out.display()))?;
-    eprintln!("wrote {name} {:?} f32 to {}", shape, out.display());
+        pack::Dumped::F32 {
+            values,
+            shape,
+            layout,
+        } => {
+            atomic::write_atomic(out, |w| -> Result<()> {
+                Ok(npy::write_f32(w, &shape, &values)?)
+            })
+            .with_context(|| format!("writing {}", out.display()))?;
+            let how = if layout { " (decoded layout)" } else { "" };
+            eprintln!("wrote {name} {shape:?} f32{how} to {}", out.display());
+        }
+    }
     Ok(())
-}
-
-/// Whether pack tensor `i` is an FFN blob (an I8 tensor named `blk.N.ffn_*.<layout>...`).
-fn pack_blob(m: &Model, i: usize) -> bool {
-    let t = &m.tensors[i];
-    t.dtype == model::DType::Ggml(metrale_pack::GgmlType::I8) && t.name.contains(".ffn_")
 }
 
 /// The exit status of a command that needs a GPU on a machine without one (automake's and

@@ -11,6 +11,7 @@
 
 pub mod check;
 pub mod choice;
+mod dump;
 mod plan;
 mod read;
 pub mod tp;
@@ -20,9 +21,10 @@ mod write;
 pub use crate::manifest::*;
 pub use crate::model::lora::Lora;
 pub use check::{check_header, check_manifest, header_digest, nonzero_padding};
+pub use dump::{Dumped, dump_tensor};
 pub use plan::Plan;
 pub use read::Pack;
-pub use verify::{SourceCheck, verify_against_source};
+pub use verify::{SourceCheck, SourceReport, Verified, verify_against_source, verify_report};
 pub use write::{Progress, SOURCE_FILES, convert};
 
 use crate::converters::layouts::{Layout, Proj};

@@ -95,3 +95,63 @@ pub fn verify_against_source(pack: &Pack, source: &Model) -> Result<SourceCheck>
     }
     Ok(check)
 }
+
+/// Every check of a pack, failed or not: what `verify --json` prints and the Python package's
+/// `Pack.verify` returns (field names pinned by `tests/cli_json.rs`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Verified {
+    /// The pack checked.
+    pub pack: String,
+    /// Its tensors.
+    pub tensors: usize,
+    /// Tensors whose bytes do not hash to the manifest's xxh3-64.
+    pub checksum_mismatches: Vec<String>,
+    /// Tensors followed by non-zero padding.
+    pub nonzero_padding: Vec<String>,
+    /// With a source: every tensor re-derived from it.
+    pub source: Option<SourceReport>,
+    /// Whether every check passed.
+    pub ok: bool,
+}
+
+/// The source part of [`Verified`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SourceReport {
+    /// The source given.
+    pub file: String,
+    /// Tensors re-derived and compared.
+    pub checked: usize,
+    /// Those that differ.
+    pub mismatched: Vec<String>,
+    /// When some differ and the source is not the file the pack records: how.
+    pub other_source: Option<String>,
+}
+
+/// Check the pack `p` (read from `path`): every checksum and padding byte, and with `source`
+/// every tensor re-derived from that checkpoint (only when the pack's own bytes are intact).
+pub fn verify_report(
+    p: &Pack,
+    path: &std::path::Path,
+    source: Option<&std::path::Path>,
+) -> Result<Verified> {
+    let mut r = Verified {
+        pack: path.display().to_string(),
+        tensors: p.manifest.tensors.len(),
+        checksum_mismatches: p.verify_checksums()?,
+        nonzero_padding: nonzero_padding(&p.file)?,
+        source: None,
+        ok: false,
+    };
+    let intact = r.checksum_mismatches.is_empty() && r.nonzero_padding.is_empty();
+    if let (Some(src), true) = (source, intact) {
+        let c = verify_against_source(p, &Model::open(src)?)?;
+        r.source = Some(SourceReport {
+            file: src.display().to_string(),
+            checked: c.checked,
+            mismatched: c.mismatched,
+            other_source: c.other_source,
+        });
+    }
+    r.ok = intact && r.source.as_ref().is_none_or(|s| s.mismatched.is_empty());
+    Ok(r)
+}

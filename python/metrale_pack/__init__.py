@@ -1,0 +1,56 @@
+"""Open, verify and decode metrale-pack packs, and convert checkpoints to them.
+
+    import metrale_pack
+    p = metrale_pack.open("model.mpk.gguf")
+    p.manifest["layouts"]             # the manifest as a dict
+    w = p.tensor("blk.0.ffn_gate.nvfp4")  # f32 numpy array, decoded as `metrale-pack dump` does
+    p.verify()["ok"]                 # every checksum and padding byte
+    metrale_pack.convert("model.gguf", "model.mpk.gguf", layouts=["bf16"])
+"""
+
+import json
+
+import numpy as np
+
+from . import _native
+
+__all__ = ["Pack", "open", "convert"]
+
+
+class Pack:
+    """A pack, opened once: its manifest, tensors and checks."""
+
+    def __init__(self, path):
+        self._p = _native.Pack(str(path))
+        self.path = str(path)
+        self.manifest = json.loads(self._p.manifest_json())
+
+    def tensor_names(self):
+        """Every tensor's name, in file order."""
+        return self._p.tensor_names()
+
+    def tensor(self, name, decode=True):
+        """Tensor `name` as a numpy array: f32 decoded (an FFN blob through its layout, padding
+        removed), or with decode=False its stored bytes as a 1-D uint8 array."""
+        data, shape, dtype = self._p.tensor(name, decode)
+        dt = np.dtype("<f4") if dtype == "f32" else np.uint8
+        return np.frombuffer(data, dtype=dt).reshape(shape)
+
+    def verify(self, source=None):
+        """Every check `metrale-pack verify --json` runs, as a dict (`ok` says whether all
+        passed); with `source`, every tensor re-derived from that checkpoint."""
+        return json.loads(self._p.verify(None if source is None else str(source)))
+
+
+def open(path):
+    """Open the pack at `path`."""
+    return Pack(path)
+
+
+def convert(src, out, layouts=None, q4k_down=None, allow_requantize=False):
+    """Convert the checkpoint `src` into a pack at `out` with `metrale-pack convert`'s choice of
+    layouts (those that keep the source's format unless `layouts` names them; a set that would
+    re-quantize quantized weights is refused unless `allow_requantize`). Returns the manifest."""
+    return json.loads(
+        _native.convert(str(src), str(out), layouts, q4k_down, allow_requantize)
+    )

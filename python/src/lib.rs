@@ -1,0 +1,164 @@
+//! `metrale_pack._native`: the Python package's native part. A pack opened once and read from
+//! its map: the manifest (as JSON), the tensor list, a tensor decoded as `metrale-pack dump`
+//! decodes it (or its stored bytes), `verify` as `verify --json` reports it; and `convert`
+//! with the CLI's layout choice. The wrapper (`metrale_pack/__init__.py`) turns the JSON into
+//! dicts and the bytes into numpy arrays.
+
+use metrale_pack::converters::layouts::{Layout, q4k_mmq::DownFormat};
+use metrale_pack::model::Model;
+use metrale_pack::pack::{self, ConvertOptions, Dumped, choice};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::path::PathBuf;
+
+/// Any library error as a Python `ValueError` with the library's message (it names the file,
+/// tensor and field).
+fn err(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// A pack opened (header parsed and checked, the file mapped).
+#[pyclass(frozen, module = "metrale_pack._native")]
+struct Pack {
+    path: PathBuf,
+    pack: pack::Pack,
+}
+
+#[pymethods]
+impl Pack {
+    #[new]
+    fn new(path: PathBuf) -> PyResult<Self> {
+        let pack = pack::Pack::open(&path).map_err(err)?;
+        Ok(Pack { path, pack })
+    }
+
+    /// The manifest as JSON (the `metrale.pack.manifest` object).
+    fn manifest_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.pack.manifest).map_err(err)
+    }
+
+    /// Every tensor's name, in file order.
+    fn tensor_names(&self) -> Vec<String> {
+        self.pack
+            .manifest
+            .tensors
+            .iter()
+            .map(|e| e.name.to_string())
+            .collect()
+    }
+
+    /// Tensor `name` as `(bytes, shape, dtype)`: decoded to little-endian f32 (`dtype` "f32",
+    /// an FFN blob through its layout, padding removed), or with `decode=False` its stored
+    /// bytes (`dtype` "u8", shape `[len]`).
+    #[pyo3(signature = (name, decode = true))]
+    fn tensor<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        decode: bool,
+    ) -> PyResult<(Bound<'py, PyBytes>, Vec<usize>, &'static str)> {
+        let d = py
+            .allow_threads(|| pack::dump_tensor(&self.path, name, !decode))
+            .map_err(err)?;
+        Ok(match d {
+            Dumped::Raw(b) => (PyBytes::new(py, &b), vec![b.len()], "u8"),
+            Dumped::F32 { values, shape, .. } => {
+                let b: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                (PyBytes::new(py, &b), shape, "f32")
+            }
+        })
+    }
+
+    /// Every check of `verify --json` as JSON: checksums, padding, and with `source` every
+    /// tensor re-derived from that checkpoint.
+    #[pyo3(signature = (source = None))]
+    fn verify(&self, py: Python<'_>, source: Option<PathBuf>) -> PyResult<String> {
+        let r = py
+            .allow_threads(|| pack::verify_report(&self.pack, &self.path, source.as_deref()))
+            .map_err(err)?;
+        serde_json::to_string(&r).map_err(err)
+    }
+}
+
+/// The layouts `convert` uses for `model` (the CLI's choice): as named, else those that keep
+/// the source's format; a set that re-quantizes a quantized weight is refused unless
+/// `allow_requantize`.
+fn settle(model: &Model, opts: &ConvertOptions, allow_requantize: bool) -> PyResult<Vec<Layout>> {
+    let set = match &opts.layouts {
+        Some(set) => set.clone(),
+        None => match choice::default_for(model, opts) {
+            Some(set) => return Ok(set),
+            None => pack::default_layouts(
+                model
+                    .activation
+                    .unwrap_or(metrale_pack::model::Activation::Silu),
+            ),
+        },
+    };
+    let requant = choice::requantizing(model, &set, opts);
+    if !requant.is_empty() && !allow_requantize {
+        let what: Vec<String> = requant
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} would re-quantize its {} weights",
+                    r.layout.tag(),
+                    r.source
+                )
+            })
+            .collect();
+        return Err(err(format!(
+            "{}: {} (name layouts, or pass allow_requantize=True)",
+            model.path.display(),
+            what.join("; ")
+        )));
+    }
+    Ok(set)
+}
+
+/// Convert the checkpoint `src` into a pack at `out`, as `metrale-pack convert` does; returns
+/// the pack's manifest as JSON.
+#[pyfunction]
+#[pyo3(signature = (src, out, layouts = None, q4k_down = None, allow_requantize = false))]
+fn convert(
+    py: Python<'_>,
+    src: PathBuf,
+    out: PathBuf,
+    layouts: Option<Vec<String>>,
+    q4k_down: Option<String>,
+    allow_requantize: bool,
+) -> PyResult<String> {
+    let layouts = layouts
+        .map(|tags| {
+            tags.iter()
+                .map(|t| Layout::from_tag(t).ok_or_else(|| err(format!("unknown layout {t:?}"))))
+                .collect::<PyResult<Vec<Layout>>>()
+        })
+        .transpose()?;
+    let q4k_down = match q4k_down.as_deref() {
+        None => None,
+        Some("int8") => Some(DownFormat::Int8),
+        Some("q4k") => Some(DownFormat::Q4k),
+        Some(o) => return Err(err(format!("q4k_down is int8 or q4k, not {o:?}"))),
+    };
+    let model = Model::open(&src).map_err(err)?;
+    let q4k_down = q4k_down.unwrap_or_else(|| choice::default_down(&model));
+    let mut opts = ConvertOptions {
+        layouts,
+        q4k_down,
+        ..ConvertOptions::default()
+    };
+    opts.layouts = Some(settle(&model, &opts, allow_requantize)?);
+    let m = py
+        .allow_threads(|| pack::convert(model, &opts, &out, &|_, _| {}))
+        .map_err(err)?;
+    serde_json::to_string(&m).map_err(err)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Pack>()?;
+    m.add_function(wrap_pyfunction!(convert, m)?)?;
+    Ok(())
+}

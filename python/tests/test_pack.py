@@ -1,0 +1,120 @@
+"""The Python package against the CLI, on the host (no GPU): every tensor of a pack holding
+every layout decodes bit for bit as `metrale-pack dump` writes it, its stored bytes equal
+`dump --raw`, `verify` equals `verify --json`, `convert` chooses layouts as the CLI does.
+
+METRALE_BIN names the CLI (default: the repository's target/release/metrale-pack)."""
+
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+import metrale_pack
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = os.environ.get("METRALE_BIN", str(ROOT / "target" / "release" / "metrale-pack"))
+ALL = ["nvfp4", "nvfp4_t", "nvfp4_mmq", "q4k_mmq", "fp8", "w8a8", "bf16", "q2g128"]
+
+
+def cli(*args):
+    return subprocess.run([BIN, *map(str, args)], capture_output=True, text=True)
+
+
+def gen(tmp, name, dtype, hidden=256, inter=512, layers=2):
+    src = tmp / name
+    r = cli("gen-model", src, hidden, inter, layers, dtype, "llama")
+    assert r.returncode == 0, r.stderr
+    return src
+
+
+@pytest.fixture(scope="module")
+def every_layout(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pack")
+    src = gen(tmp, "m.gguf", "F16")
+    out = tmp / "m.mpk.gguf"
+    m = metrale_pack.convert(src, out, layouts=ALL)
+    return src, out, m
+
+
+def test_manifest_and_tensor_list(every_layout):
+    src, out, m = every_layout
+    p = metrale_pack.open(out)
+    assert p.manifest["layouts"] == m["layouts"] == ALL
+    names = p.tensor_names()
+    assert names == [t["name"] for t in p.manifest["tensors"]]
+    for layout in ALL:
+        assert any(n.endswith("." + layout) or ("." + layout + ".") in n for n in names), layout
+
+
+def test_every_tensor_decodes_as_the_cli_dumps_it(every_layout, tmp_path):
+    src, out, _ = every_layout
+    p = metrale_pack.open(out)
+    seen = set()
+    for name in p.tensor_names():
+        for decode in (True, False):
+            npy = tmp_path / "t.npy"
+            r = cli("dump", out, name, "-o", npy, *([] if decode else ["--raw"]))
+            if decode and r.returncode != 0:
+                # A part of a multi-part blob decodes under its blob's name (the CLI refuses
+                # nothing else): both refuse alike.
+                with pytest.raises(ValueError):
+                    p.tensor(name)
+                continue
+            assert r.returncode == 0, (name, r.stderr)
+            want = np.load(npy)
+            got = p.tensor(name, decode=decode)
+            assert got.dtype == want.dtype and got.shape == want.shape, name
+            assert got.tobytes() == want.tobytes(), name
+            parts = name.split(".")
+            if decode and len(parts) > 3 and parts[3] in ALL:
+                seen.add(parts[3])
+    assert set(ALL) <= seen, seen
+
+
+def test_verify_equals_the_cli_report(every_layout, tmp_path):
+    src, out, _ = every_layout
+    p = metrale_pack.open(out)
+    for source in (None, src):
+        got = p.verify(source)
+        args = ["verify", out, "--json"] + ([] if source is None else ["--source", source])
+        r = cli(*args)
+        assert r.returncode == 0, r.stderr
+        assert got == json.loads(r.stdout)
+        assert got["ok"]
+    # A changed byte: both report the tensor, ok false.
+    bad = tmp_path / "bad.mpk.gguf"
+    img = bytearray(out.read_bytes())
+    img[-100] ^= 0x40
+    bad.write_bytes(bytes(img))
+    got = metrale_pack.open(bad).verify()
+    r = cli("verify", bad, "--json")
+    assert r.returncode == 1
+    assert got == json.loads(r.stdout) and not got["ok"]
+    assert got["checksum_mismatches"] or got["nonzero_padding"]
+
+
+def test_convert_chooses_and_refuses_as_the_cli(tmp_path):
+    q8 = gen(tmp_path, "q8.gguf", "Q8_0")
+    with pytest.raises(ValueError, match="re-quantize"):
+        metrale_pack.convert(q8, tmp_path / "a.mpk.gguf")
+    assert not (tmp_path / "a.mpk.gguf").exists()
+    r = cli("convert", q8, "-o", tmp_path / "a.mpk.gguf")
+    assert r.returncode == 1 and "re-quantize" in r.stderr
+    m = metrale_pack.convert(q8, tmp_path / "b.mpk.gguf", layouts=["bf16"])
+    assert m["layouts"] == ["bf16"]
+    q4k = gen(tmp_path, "q4k.gguf", "Q4_K")
+    m = metrale_pack.convert(q4k, tmp_path / "c.mpk.gguf")
+    assert m["layouts"] == ["q4k_mmq"] and m["options"]["q4k_down"] == "q4k"
+    r = cli("convert", q4k, "-o", tmp_path / "d.mpk.gguf")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "c.mpk.gguf").read_bytes() == (tmp_path / "d.mpk.gguf").read_bytes()
+
+
+def test_errors_name_the_file(tmp_path):
+    with pytest.raises(ValueError, match="nope.mpk.gguf"):
+        metrale_pack.open(tmp_path / "nope.mpk.gguf")
+    with pytest.raises(ValueError, match="unknown layout"):
+        metrale_pack.convert(tmp_path / "x.gguf", tmp_path / "y.mpk.gguf", layouts=["nvfp5"])
