@@ -14,7 +14,11 @@ import numpy as np
 
 from . import _native
 
-__all__ = ["Pack", "open", "convert"]
+__all__ = ["Pack", "Loaded", "open", "convert", "load"]
+
+# A pack type's numpy dtype; any other type (quantized ggml blocks, FFN blobs) is uint8 bytes.
+_DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "F64": np.dtype("<f8"),
+           "I8": np.int8, "I16": np.dtype("<i2"), "I32": np.dtype("<i4"), "I64": np.dtype("<i8")}
 
 
 class Pack:
@@ -54,3 +58,42 @@ def convert(src, out, layouts=None, q4k_down=None, allow_requantize=False):
     return json.loads(
         _native.convert(str(src), str(out), layouts, q4k_down, allow_requantize)
     )
+
+
+class Loaded:
+    """A pack loaded by the engine loader: every device tensor copied, every layer installed and
+    checked to forward. Freed by `close()` or when the object goes."""
+
+    def __init__(self, native):
+        self._m = native
+
+    def tensor_names(self):
+        """Every device tensor's name, in pack order."""
+        return self._m.tensor_names()
+
+    def tensor(self, name):
+        """Device tensor `name` as a numpy array copied from the device: its stored dtype and
+        shape for F32/F16 and integer tensors, else (BF16, quantized types, FFN blobs) uint8
+        bytes. An FFN blob's layout descriptor (layout, proj, part, shape, padded, scalars) is
+        `layout(name)`."""
+        data, shape, ty, _ = self._m.tensor(name)
+        dt = _DTYPES.get(ty)
+        if dt is None or ty == "I8":
+            return np.frombuffer(data, dtype=np.uint8)
+        return np.frombuffer(data, dtype=dt).reshape(shape)
+
+    def layout(self, name):
+        """An FFN blob's manifest entry (layout, projection, part, shapes, scalars), or None."""
+        ffn = self._m.tensor(name)[3]
+        return None if ffn is None else json.loads(ffn)
+
+    def close(self):
+        """Free the device segment, the layers and the context now."""
+        self._m.close()
+
+
+def load(path, device="cpu", verify_checksums=False):
+    """Load the pack at `path` with the engine loader. `device="cpu"` is the host backend (what
+    CI runs); a GPU load into torch tensors is not built yet."""
+    return Loaded(_native.load(str(path), device, verify_checksums))
+

@@ -1,16 +1,20 @@
 //! `metrale_pack._native`: the Python package's native part. A pack opened once and read from
 //! its map: the manifest (as JSON), the tensor list, a tensor decoded as `metrale-pack dump`
-//! decodes it (or its stored bytes), `verify` as `verify --json` reports it; and `convert`
-//! with the CLI's layout choice. The wrapper (`metrale_pack/__init__.py`) turns the JSON into
+//! decodes it (or its stored bytes), `verify` as `verify --json` reports it; `convert` with the
+//! CLI's layout choice; and `load` through the engine loader onto the host backend. The wrapper (`metrale_pack/__init__.py`) turns the JSON into
 //! dicts and the bytes into numpy arrays.
 
 use metrale_pack::converters::layouts::{Layout, q4k_mmq::DownFormat};
+use metrale_pack::gpu::GpuBackend;
+use metrale_pack::gpu::host::HostBackend;
+use metrale_pack::loader::{EngineOptions, LoadedModel};
 use metrale_pack::model::Model;
 use metrale_pack::pack::{self, ConvertOptions, Dumped, choice};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Any library error as a Python `ValueError` with the library's message (it names the file,
 /// tensor and field).
@@ -156,9 +160,112 @@ fn convert(
     serde_json::to_string(&m).map_err(err)
 }
 
+/// The process's host backend (`load(device="cpu")`): one, so that its live allocations
+/// count every pack loaded on it.
+fn host() -> &'static Arc<HostBackend> {
+    static HOST: OnceLock<Arc<HostBackend>> = OnceLock::new();
+    HOST.get_or_init(|| Arc::new(HostBackend::new()))
+}
+
+/// A device tensor as `Loaded.tensor` returns it: bytes, shape, type, FFN layout descriptor.
+type DeviceTensorOut<'py> = (Bound<'py, PyBytes>, Vec<u64>, String, Option<String>);
+
+/// A pack loaded by the crate's engine loader (`LoadedModel::load`): every device tensor
+/// copied, every layer installed and checked to forward. Freed when the last reference goes
+/// (or at `close`).
+#[pyclass(module = "metrale_pack._native")]
+struct Loaded {
+    model: Mutex<Option<LoadedModel>>,
+}
+
+impl Loaded {
+    fn with<T>(&self, f: impl FnOnce(&LoadedModel) -> PyResult<T>) -> PyResult<T> {
+        let g = self.model.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            Some(m) => f(m),
+            None => Err(err("the loaded pack was closed")),
+        }
+    }
+}
+
+#[pymethods]
+impl Loaded {
+    /// Every device tensor's name, in pack order.
+    fn tensor_names(&self) -> PyResult<Vec<String>> {
+        self.with(|m| {
+            Ok(m.pack
+                .device_tensors()
+                .map(|t| t.name.to_string())
+                .collect())
+        })
+    }
+
+    /// Device tensor `name` as `(bytes, shape, type, ffn)`: its bytes as the device holds them
+    /// (copied back from the host backend), its shape (`[bytes]` for an FFN blob), its type in
+    /// the pack (`F32`, `F16`, `BF16`, a quantized ggml type, or `I8` for an FFN blob) and, for
+    /// an FFN blob, its manifest entry's layout descriptor as JSON (else `None`).
+    fn tensor<'py>(&self, py: Python<'py>, name: &str) -> PyResult<DeviceTensorOut<'py>> {
+        self.with(|m| {
+            let t = m
+                .device_tensor(name)
+                .ok_or_else(|| err(format!("no device tensor {name:?} in the loaded pack")))?;
+            let mut b = vec![0u8; t.ptr.bytes as usize];
+            m.backend().download(t.ptr, &mut b).map_err(err)?;
+            let ffn = match &t.entry.ffn {
+                Some(f) => Some(serde_json::to_string(f).map_err(err)?),
+                None => None,
+            };
+            Ok((
+                PyBytes::new(py, &b),
+                t.shape.clone(),
+                format!("{:?}", t.ty),
+                ffn,
+            ))
+        })
+    }
+
+    /// Free the device segment, the layers and the context now.
+    fn close(&self) {
+        drop(self.model.lock().unwrap_or_else(|e| e.into_inner()).take());
+    }
+}
+
+/// Load the pack at `path` with the crate's engine loader onto `device`: `"cpu"` is the host
+/// backend (CI's; the bytes are copied back to Python); a GPU is not served from Python yet.
+#[pyfunction]
+#[pyo3(signature = (path, device = "cpu", verify_checksums = false))]
+fn load(py: Python<'_>, path: PathBuf, device: &str, verify_checksums: bool) -> PyResult<Loaded> {
+    if device != "cpu" {
+        return Err(err(format!(
+            "device {device:?}: this package loads on the host backend (\"cpu\") only; a GPU load into torch tensors is not built yet"
+        )));
+    }
+    let opts = EngineOptions {
+        verify_checksums,
+        ..EngineOptions::default()
+    };
+    let backend: Arc<dyn GpuBackend> = host().clone();
+    let m = py
+        .allow_threads(|| LoadedModel::load(&path, backend, &opts))
+        .map_err(err)?;
+    Ok(Loaded {
+        model: Mutex::new(Some(m)),
+    })
+}
+
+/// The host backend's live allocations (every buffer of every pack loaded with
+/// `device="cpu"` and not yet freed).
+#[pyfunction]
+fn host_live_allocations() -> usize {
+    host().live_allocations()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Pack>()?;
+    m.add_class::<Loaded>()?;
     m.add_function(wrap_pyfunction!(convert, m)?)?;
+    m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(host_live_allocations, m)?)?;
     Ok(())
 }

@@ -118,3 +118,38 @@ def test_errors_name_the_file(tmp_path):
         metrale_pack.open(tmp_path / "nope.mpk.gguf")
     with pytest.raises(ValueError, match="unknown layout"):
         metrale_pack.convert(tmp_path / "x.gguf", tmp_path / "y.mpk.gguf", layouts=["nvfp5"])
+
+
+def test_load_on_the_host_backend_returns_the_packs_bytes(every_layout):
+    src, out, _ = every_layout
+    p = metrale_pack.open(out)
+    before = metrale_pack._native.host_live_allocations()
+    m = metrale_pack.load(out, verify_checksums=True)
+    names = m.tensor_names()
+    assert names and set(names) <= set(p.tensor_names())
+    for name in names:
+        got = m.tensor(name)
+        assert got.tobytes() == p.tensor(name, decode=False).tobytes(), name
+        ffn = m.layout(name)
+        if ".ffn_" in name and name.split(".")[3:4] and name.split(".")[3] in ALL:
+            assert ffn is not None and ffn["layout"] == name.split(".")[3], name
+    # A passthrough F32 tensor keeps its dtype and shape.
+    norm = m.tensor("blk.0.ffn_norm.weight")
+    assert norm.dtype == np.float32 and norm.shape == (256,)
+    assert metrale_pack._native.host_live_allocations() > before
+    m.close()
+    assert metrale_pack._native.host_live_allocations() == before
+    with pytest.raises(ValueError, match="closed"):
+        m.tensor(names[0])
+
+
+def test_a_hundred_loads_free_what_they_take(every_layout):
+    src, out, _ = every_layout
+    before = metrale_pack._native.host_live_allocations()
+    for _ in range(100):
+        m = metrale_pack.load(out)
+        assert m.tensor_names()
+        del m
+    assert metrale_pack._native.host_live_allocations() == before
+    with pytest.raises(ValueError, match="not built"):
+        metrale_pack.load(out, device="cuda:0")
