@@ -87,13 +87,23 @@ class Loaded:
         ffn = self._m.tensor(name)[3]
         return None if ffn is None else json.loads(ffn)
 
+    def forward(self, layer, x):
+        """Dense FFN layer `layer` on the f32 rows `x` ([rows, hidden], at most `max_rows`),
+        through the arm the routing picks for that many rows; the output as [rows, hidden] f32."""
+        x = np.ascontiguousarray(x, dtype="<f4")
+        if x.ndim != 2:
+            raise ValueError(f"forward: x is {x.shape}, needs [rows, hidden]")
+        y = self._m.forward(layer, x.tobytes(), x.shape[0])
+        return np.frombuffer(y, dtype="<f4").reshape(x.shape)
+
     def close(self):
         """Free the device segment, the layers and the context now."""
         self._m.close()
 
 
-def load(path, device="cpu", verify_checksums=False):
-    """Load the pack at `path` with the engine loader. `device="cpu"` is the host backend (what
-    CI runs); a GPU load into torch tensors is not built yet."""
-    return Loaded(_native.load(str(path), device, verify_checksums))
+def load(path, device="cpu", verify_checksums=False, max_rows=16):
+    """Load the pack at `path` with the engine loader (forward calls of up to `max_rows` rows).
+    `device="cpu"` is the host backend (what CI runs); a GPU load into torch tensors is not
+    built yet."""
+    return Loaded(_native.load(str(path), device, verify_checksums, max_rows))
 

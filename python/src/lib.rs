@@ -224,6 +224,42 @@ impl Loaded {
         })
     }
 
+    /// Dense FFN layer `layer` on `rows` rows of f32 activations (`x`: little-endian
+    /// `[rows, hidden]`), through the arm the routing picks for that many rows (one: decode;
+    /// two, three; more: prefill); the output's bytes, `[rows, hidden]` f32.
+    fn forward<'py>(
+        &self,
+        py: Python<'py>,
+        layer: usize,
+        x: &[u8],
+        rows: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let mut g = self.model.lock().unwrap_or_else(|e| e.into_inner());
+        let m = g
+            .as_mut()
+            .ok_or_else(|| err("the loaded pack was closed"))?;
+        let hidden = m.pack.pack.manifest.model.hidden_size as usize;
+        let want = rows.checked_mul(hidden).and_then(|v| v.checked_mul(4));
+        if rows == 0 || want != Some(x.len()) {
+            return Err(err(format!(
+                "forward: {} bytes are not {rows} rows of {hidden} f32",
+                x.len()
+            )));
+        }
+        let b = m.backend().clone();
+        let xd = b.alloc(x.len() as u64).map_err(err)?;
+        let run = |m: &mut LoadedModel| -> Result<Vec<u8>, metrale_pack::gpu::GpuError> {
+            b.upload(xd, x)?;
+            let y = m.forward(layer, xd, rows)?;
+            let mut out = vec![0u8; x.len()];
+            b.download(y.view(0, x.len() as u64), &mut out)?;
+            Ok(out)
+        };
+        let out = run(m);
+        b.free(xd);
+        Ok(PyBytes::new(py, &out.map_err(err)?))
+    }
+
     /// Free the device segment, the layers and the context now.
     fn close(&self) {
         drop(self.model.lock().unwrap_or_else(|e| e.into_inner()).take());
@@ -233,8 +269,14 @@ impl Loaded {
 /// Load the pack at `path` with the crate's engine loader onto `device`: `"cpu"` is the host
 /// backend (CI's; the bytes are copied back to Python); a GPU is not served from Python yet.
 #[pyfunction]
-#[pyo3(signature = (path, device = "cpu", verify_checksums = false))]
-fn load(py: Python<'_>, path: PathBuf, device: &str, verify_checksums: bool) -> PyResult<Loaded> {
+#[pyo3(signature = (path, device = "cpu", verify_checksums = false, max_rows = 16))]
+fn load(
+    py: Python<'_>,
+    path: PathBuf,
+    device: &str,
+    verify_checksums: bool,
+    max_rows: usize,
+) -> PyResult<Loaded> {
     if device != "cpu" {
         return Err(err(format!(
             "device {device:?}: this package loads on the host backend (\"cpu\") only; a GPU load into torch tensors is not built yet"
@@ -242,6 +284,7 @@ fn load(py: Python<'_>, path: PathBuf, device: &str, verify_checksums: bool) -> 
     }
     let opts = EngineOptions {
         verify_checksums,
+        max_tokens: max_rows.max(1),
         ..EngineOptions::default()
     };
     let backend: Arc<dyn GpuBackend> = host().clone();

@@ -153,3 +153,28 @@ def test_a_hundred_loads_free_what_they_take(every_layout):
     assert metrale_pack._native.host_live_allocations() == before
     with pytest.raises(ValueError, match="not built"):
         metrale_pack.load(out, device="cuda:0")
+
+
+def test_forward_equals_the_cli_arm_bit_for_bit(tmp_path):
+    """The layer's forward from Python equals `metrale-pack ffn-apply` (the Rust host backend,
+    the same arm) bit for bit, and is close to the float64 FFN of the pack's own weights."""
+    src = gen(tmp_path, "f.gguf", "F16")
+    out = tmp_path / "f.mpk.gguf"
+    metrale_pack.convert(src, out, layouts=["bf16"])
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((8, 256)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = cli("ffn-apply", out, "--layer", 1, "--arm", "bf16", tmp_path / "x.npy", tmp_path / "y.npy")
+    assert r.returncode == 0, r.stderr
+    m = metrale_pack.load(out)
+    y = m.forward(1, x)
+    assert y.tobytes() == np.load(tmp_path / "y.npy").tobytes()
+    p = metrale_pack.open(out)
+    g, u, d = (p.tensor(f"blk.1.ffn_{w}.bf16").astype(np.float64) for w in ("gate", "up", "down"))
+    h = x.astype(np.float64) @ g.T
+    ref = ((h / (1 + np.exp(-h))) * (x.astype(np.float64) @ u.T)) @ d.T
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 1e-2
+    one = m.forward(1, x[:1])
+    assert np.linalg.norm(one - ref[:1]) / np.linalg.norm(ref[:1]) < 1e-2
+    with pytest.raises(ValueError, match="rows"):
+        m._m.forward(1, b"\x00" * 12, 1)
