@@ -88,7 +88,7 @@ pub fn refuse(model: &Model, opts: &ConvertOptions, why: &str) -> Result<()> {
 }
 
 /// The forward kinds a layer holding `set` can run (a layout that builds on another, as
-/// `nvfp4_t`, `nvfp4_mmq`, `q4k_mmq` and `lora` on `nvfp4`, installs only beside it, as the
+/// `nvfp4_t`, `nvfp4_mmq` and `lora` on `nvfp4`, installs only beside it, as the
 /// loader installs them).
 pub fn served(set: &[Layout]) -> Vec<Method> {
     let installed = |l: Layout| set.contains(&l) && builds_on(l).is_none_or(|b| set.contains(&b));
