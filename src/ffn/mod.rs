@@ -161,6 +161,17 @@ impl DenseFfnLayer {
         Ok(())
     }
 
+    /// A load-time finalizer's `h`/`inter` against this layer's (`what` names it in the error).
+    pub(crate) fn check_dims(&self, what: &str, h: usize, inter: usize) -> GpuResult<()> {
+        if (h, inter) != (self.hidden, self.inter) {
+            return Err(GpuError::Shape(format!(
+                "{what}: {h}/{inter}, layer is {}/{}",
+                self.hidden, self.inter
+            )));
+        }
+        Ok(())
+    }
+
     fn check_shape(&self, what: &str, p: Proj, n: usize, k: usize) -> GpuResult<()> {
         let want = match p {
             Proj::Gate | Proj::Up => (self.inter, self.hidden),

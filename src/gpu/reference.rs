@@ -359,53 +359,54 @@ pub fn q2_mmq_row(xq: &[u8], w: &[u8], n: usize, kp: usize, y: &mut [f32]) {
 /// One output row of the Q4_K MMQ product over one row of q8_1 activation blocks:
 /// `y[j] = sum_superblocks sum_sub (d*sc * dx * sum_l q * xq - dmin*m * sx)`, in f64.
 pub fn q4k_mmq_row(xq: &[u8], w: &[u8], n: usize, kp: usize, y: &mut [f32]) {
-    use crate::converters::kquant::get_scale_min_k4;
     let nsb = kp / 256;
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
         let mut acc = 0f64;
         for sb in 0..nsb {
             let blk = &w[(j * nsb + sb) * Q4K_BYTES..(j * nsb + sb + 1) * Q4K_BYTES];
-            let (d, dmin) = (f16_at(blk) as f64, f16_at(&blk[2..]) as f64);
-            let sc12: &[u8; 12] = blk[4..16].try_into().unwrap();
-            for sub in 0..8 {
-                let (sc, m) = get_scale_min_k4(sub, sc12);
+            for (sub, dsc, dm, q) in q4k_subblocks(blk) {
                 let xb = &xq[(sb * 8 + sub) * Q8_1_BYTES..(sb * 8 + sub + 1) * Q8_1_BYTES];
                 let dot: i64 = (0..32)
-                    .map(|l| {
-                        let q = (blk[16 + 32 * (sub / 2) + l] >> (4 * (sub % 2))) & 0xF;
-                        q as i64 * (xb[4 + l] as i8) as i64
-                    })
+                    .map(|l| q[l] as i64 * (xb[4 + l] as i8) as i64)
                     .sum();
-                acc += d * sc as f64 * f16_at(xb) as f64 * dot as f64
-                    - dmin * m as f64 * f16_at(&xb[2..]) as f64;
+                acc += dsc * f16_at(xb) as f64 * dot as f64 - dm * f16_at(&xb[2..]) as f64;
             }
         }
         *out = acc as f32;
     });
 }
 
+/// Each sub-block of 32 of one Q4_K super-block `blk`: its index, `d * sc` and `dmin * m` in
+/// f64, and its 32 codes (ggml's Q4_K: sub-block pair p holds `qs[32p .. 32p+32)`, the low
+/// nibbles the even sub-block, the high ones the odd).
+fn q4k_subblocks(blk: &[u8]) -> impl Iterator<Item = (usize, f64, f64, [u8; 32])> + '_ {
+    use crate::converters::kquant::get_scale_min_k4;
+    let (d, dmin) = (f16_at(blk) as f64, f16_at(&blk[2..]) as f64);
+    let sc12: &[u8; 12] = blk[4..16].try_into().unwrap();
+    (0..8).map(move |sub| {
+        let (sc, m) = get_scale_min_k4(sub, sc12);
+        let q = std::array::from_fn(|l| (blk[16 + 32 * (sub / 2) + l] >> (4 * (sub % 2))) & 0xF);
+        (sub, d * sc as f64, dmin * m as f64, q)
+    })
+}
+
 /// One output row of the Q4_K decode GEMV (`q4k_gemv`) over f32 activations (`x` beyond `k`
 /// is 0): `y[j] = sum_superblocks sum_sub (d*sc * sum_l q * x - dmin*m * sum_l x)`, in f64.
 pub fn q4k_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32]) {
-    use crate::converters::kquant::get_scale_min_k4;
     let nsb = kp / 256;
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
         let mut acc = 0f64;
         for sb in 0..nsb {
             let blk = &w[(j * nsb + sb) * Q4K_BYTES..(j * nsb + sb + 1) * Q4K_BYTES];
-            let (d, dmin) = (f16_at(blk) as f64, f16_at(&blk[2..]) as f64);
-            let sc12: &[u8; 12] = blk[4..16].try_into().unwrap();
-            for sub in 0..8 {
-                let (sc, m) = get_scale_min_k4(sub, sc12);
+            for (sub, dsc, dm, q) in q4k_subblocks(blk) {
                 let (mut dot, mut sum) = (0f64, 0f64);
-                for l in 0..32 {
+                for (l, &q) in q.iter().enumerate() {
                     let e = sb * 256 + sub * 32 + l;
                     let xv = if e < k { x[e] as f64 } else { 0.0 };
-                    let q = (blk[16 + 32 * (sub / 2) + l] >> (4 * (sub % 2))) & 0xF;
                     dot += q as f64 * xv;
                     sum += xv;
                 }
-                acc += d * sc as f64 * dot - dmin * m as f64 * sum;
+                acc += dsc * dot - dm * sum;
             }
         }
         *out = acc as f32;

@@ -80,12 +80,7 @@ impl DenseFfnLayer {
         let Some(&w) = self.get(key::NVFP4) else {
             return Ok(false);
         };
-        if (h, inter) != (self.hidden, self.inter) {
-            return Err(GpuError::Shape(format!(
-                "finalize_nvfp4_mmq_load: {h}/{inter}, layer is {}/{}",
-                self.hidden, self.inter
-            )));
-        }
+        self.check_dims("finalize_nvfp4_mmq_load", h, inter)?;
         let count = if ctx.levers.no_ffn_nvfp4_mmq_down {
             2
         } else {

@@ -203,12 +203,7 @@ impl DenseFfnLayer {
         let Some(&w) = self.get(key::NVFP4) else {
             return Ok(false);
         };
-        if (h, inter) != (self.hidden, self.inter) {
-            return Err(GpuError::Shape(format!(
-                "finalize_q4k_load: {h}/{inter}, layer is {}/{}",
-                self.hidden, self.inter
-            )));
-        }
+        self.check_dims("finalize_q4k_load", h, inter)?;
         let (kp_gate, kp_down) = (round_up(h, 256), round_up(inter, 256));
         let b = ctx.backend.clone();
         let encode =

@@ -419,28 +419,25 @@ impl HostBackend {
 
     /// `q2g128_gemv`, `q2g128_gemv_batchm`.
     fn q2g128_gemv(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
-        let (x, m, w) = (
-            self.read_f32(a.ptr("x")?)?,
-            a.dim("m")?,
-            self.read(a.ptr("w")?)?,
-        );
-        let (y, n, kk, kp, ldy) = projection_out(a)?;
-        self.write_rows(y, ldy, m, n, |r, row| {
-            reference::q2_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, row);
-        })?;
-        Ok(())
+        self.blocks_gemv(a, reference::q2_row)
     }
 
     /// `q4k_gemv`, `q4k_gemv_batch4`.
     fn q4k_gemv(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        self.blocks_gemv(a, reference::q4k_row)
+    }
+
+    /// A GEMV over rows of quantized blocks `w` (`x:p m:i w:p y:p n:i k:i kp:i ldy:i`): each of
+    /// the `m` activation rows through the f64 twin `row`.
+    fn blocks_gemv(&self, a: &Args, row: BlocksRow) -> GpuResult<()> {
         let (x, m, w) = (
             self.read_f32(a.ptr("x")?)?,
             a.dim("m")?,
             self.read(a.ptr("w")?)?,
         );
         let (y, n, kk, kp, ldy) = projection_out(a)?;
-        self.write_rows(y, ldy, m, n, |r, row| {
-            reference::q4k_row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, row);
+        self.write_rows(y, ldy, m, n, |r, out| {
+            row(&x[r * kk..(r + 1) * kk], &w, n, kk, kp, out);
         })?;
         Ok(())
     }
@@ -594,6 +591,10 @@ impl HostBackend {
 }
 
 /// A projection kernel's output and shape arguments: `(y, n, k, kp, ldy)`.
+/// An f64 twin of one activation row through rows of quantized blocks: `(x, w, n, k, kp, y)`
+/// (`reference::q2_row`, `reference::q4k_row`).
+type BlocksRow = fn(&[f32], &[u8], usize, usize, usize, &mut [f32]);
+
 fn projection_out(a: &Args) -> GpuResult<(crate::gpu::DevicePtr, usize, usize, usize, usize)> {
     Ok((
         a.ptr("y")?,
