@@ -85,42 +85,6 @@ impl Pack {
     }
 }
 
-/// The layouts `convert` uses for `model` (the CLI's choice): as named, else those that keep
-/// the source's format; a set that re-quantizes a quantized weight is refused unless
-/// `allow_requantize`.
-fn settle(model: &Model, opts: &ConvertOptions, allow_requantize: bool) -> PyResult<Vec<Layout>> {
-    let set = match &opts.layouts {
-        Some(set) => set.clone(),
-        None => match choice::default_for(model, opts) {
-            Some(set) => return Ok(set),
-            None => pack::default_layouts(
-                model
-                    .activation
-                    .unwrap_or(metrale_pack::model::Activation::Silu),
-            ),
-        },
-    };
-    let requant = choice::requantizing(model, &set, opts);
-    if !requant.is_empty() && !allow_requantize {
-        let what: Vec<String> = requant
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} would re-quantize its {} weights",
-                    r.layout.tag(),
-                    r.source
-                )
-            })
-            .collect();
-        return Err(err(format!(
-            "{}: {} (name layouts, or pass allow_requantize=True)",
-            model.path.display(),
-            what.join("; ")
-        )));
-    }
-    Ok(set)
-}
-
 /// Convert the checkpoint `src` into a pack at `out`, as `metrale-pack convert` does; returns
 /// the pack's manifest as JSON.
 #[pyfunction]
@@ -153,7 +117,16 @@ fn convert(
         q4k_down,
         ..ConvertOptions::default()
     };
-    opts.layouts = Some(settle(&model, &opts, allow_requantize)?);
+    // The CLI's choice: as named, else what keeps the source's format; a set that
+    // re-quantizes a quantized weight is refused unless `allow_requantize`.
+    let settled = choice::settle(&model, &opts);
+    if let Some(why) = settled.refusal.filter(|_| !allow_requantize) {
+        return Err(err(format!(
+            "{}: {why} (name layouts, or pass allow_requantize=True)",
+            model.path.display()
+        )));
+    }
+    opts.layouts = Some(settled.layouts);
     let m = py
         .allow_threads(|| pack::convert(model, &opts, &out, &|_, _| {}))
         .map_err(err)?;

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use metrale_pack::converters::layouts::Layout;
 use metrale_pack::ffn::{Method, arms, builds_on};
-use metrale_pack::model::{Activation, Model};
+use metrale_pack::model::Model;
 use metrale_pack::pack::choice::{self, LayoutCost};
 use metrale_pack::pack::{ConvertOptions, Fidelity};
 use std::io::Write;
@@ -21,52 +21,6 @@ pub fn choices() -> Vec<Layout> {
         .into_iter()
         .filter(|&l| l != Layout::Lora)
         .collect()
-}
-
-/// The layouts `convert` will use for `model`, and why it would stop without
-/// `--allow-requantize` (`None`: nothing re-quantized).
-pub struct Settled {
-    /// The set: as named, [`choice::default_for`] the source, or the target's default.
-    pub layouts: Vec<Layout>,
-    /// The re-quantization a convert without `--allow-requantize` refuses, in words.
-    pub refusal: Option<String>,
-}
-
-/// Settle the layouts for `model`: none named takes [`choice::default_for`]; a set that
-/// re-quantizes a quantized weight (the target's default included, where no set keeps the
-/// source) carries its refusal.
-pub fn settle(model: &Model, opts: &ConvertOptions) -> Settled {
-    let named = opts.layouts.is_some();
-    if !named && let Some(layouts) = choice::default_for(model, opts) {
-        return Settled {
-            layouts,
-            refusal: None,
-        };
-    }
-    let layouts = opts.layouts.clone().unwrap_or_else(|| {
-        metrale_pack::pack::default_layouts(model.activation.unwrap_or(Activation::Silu))
-    });
-    let requant = choice::requantizing(model, &layouts, opts);
-    let refusal = (!requant.is_empty()).then(|| {
-        let what = requant
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} would re-quantize its {} weights",
-                    r.layout.tag(),
-                    r.source
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        let default = if named {
-            ""
-        } else {
-            "no layout keeps this source's format and serves every forward: the default "
-        };
-        format!("{default}{what}")
-    });
-    Settled { layouts, refusal }
 }
 
 /// Refuse a re-quantizing set: every choice's cost on the terminal, then one error line.

@@ -113,7 +113,7 @@ pub(crate) fn convert(
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(capped_threads(threads))
         .build()?;
-    let settled = choose::settle(&model, &opts);
+    let settled = pack::choice::settle(&model, &opts);
     let refusal = settled.refusal.filter(|_| !allow_requantize);
     opts.layouts = Some(settled.layouts);
     if dry_run {

@@ -105,6 +105,54 @@ pub fn default_down(model: &Model) -> DownFormat {
     }
 }
 
+/// The layouts `convert` will use for `model`, and why it would stop without
+/// `--allow-requantize` (`None`: nothing re-quantized): what the CLI and the Python package
+/// both decide.
+pub struct Settled {
+    /// The set: as named, [`default_for`] the source, or the target's default.
+    pub layouts: Vec<Layout>,
+    /// The re-quantization a convert without `--allow-requantize` refuses, in words.
+    pub refusal: Option<String>,
+}
+
+/// Settle the layouts for `model`: none named takes [`default_for`]; a set that
+/// re-quantizes a quantized weight (the target's default included, where no set keeps the
+/// source) carries its refusal.
+pub fn settle(model: &Model, opts: &ConvertOptions) -> Settled {
+    let named = opts.layouts.is_some();
+    if !named && let Some(layouts) = default_for(model, opts) {
+        return Settled {
+            layouts,
+            refusal: None,
+        };
+    }
+    let layouts = opts
+        .layouts
+        .clone()
+        .unwrap_or_else(|| default_layouts(model.activation.unwrap_or(Activation::Silu)));
+    let requant = requantizing(model, &layouts, opts);
+    let refusal = (!requant.is_empty()).then(|| {
+        let what = requant
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} would re-quantize its {} weights",
+                    r.layout.tag(),
+                    r.source
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let default = if named {
+            ""
+        } else {
+            "no layout keeps this source's format and serves every forward: the default "
+        };
+        format!("{default}{what}")
+    });
+    Settled { layouts, refusal }
+}
+
 /// What one layout of a set costs (`convert --dry-run`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LayoutCost {
