@@ -207,6 +207,100 @@ fn pieced_registration_and_a_lazily_pinned_ring_copy_every_byte() {
 }
 
 #[test]
+fn the_ring_pins_in_pieces_keeps_its_buffers_and_the_next_load_reuses_them() {
+    use metrale_pack::loader::Staging;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, p) = generated_pack(
+        dir.path(),
+        128,
+        256,
+        2,
+        Some(vec![Layout::Nvfp4, Layout::Fp8, Layout::Bf16]),
+    );
+    let b = HostBackend::new();
+    let check = |lp: &loader::LoadedPack| {
+        for t in lp.device_tensors() {
+            let mut got = vec![0u8; t.ptr.bytes as usize];
+            b.download(t.ptr, &mut got).unwrap();
+            let i = lp.pack.index(t.name).unwrap();
+            assert!(got == lp.pack.data(i), "{} differs", t.name);
+        }
+    };
+    // 12 KiB buffers pinned two at a time (24 KiB pieces), a ring of 7: four pieces.
+    let o = LoadOptions {
+        io: IoMode::Staged,
+        chunk: 12 << 10,
+        ring: 7,
+        ring_piece: 24 << 10,
+        readers: 3,
+        ..Default::default()
+    };
+    let chunk = 12 << 10;
+    let chunks = {
+        let lp = loader::load(&b, &p, &o).unwrap();
+        check(&lp);
+        let r = lp.stats.ring.unwrap();
+        assert_eq!((r.kept, r.pinned), (0, 7), "{r:?}");
+        assert!(r.first_buffer <= r.ring_ready && r.drained <= r.released, "{r:?}");
+        b.free(lp.arena);
+        (lp.stats.bytes as usize).div_ceil(chunk)
+    };
+    assert!(chunks > 7, "the pack must need more chunks than buffers: {chunks}");
+    // The next load takes the 7 kept buffers and pins none; a larger ring pins only the rest.
+    for (ring, pinned) in [(7, 0), (9, 2)] {
+        let lp = loader::load(&b, &p, &LoadOptions { ring, ..o.clone() }).unwrap();
+        check(&lp);
+        let r = lp.stats.ring.unwrap();
+        assert_eq!((r.kept, r.pinned), (7, pinned), "ring {ring}: {r:?}");
+        b.free(lp.arena);
+        // Put the pool back to 7 buffers for the next case: a fresh backend would do the same.
+        if pinned > 0 {
+            break;
+        }
+    }
+    // Fresh staging neither takes nor keeps: the pool still holds the 9 buffers.
+    let fresh = LoadOptions {
+        staging: Staging::Fresh,
+        ..o.clone()
+    };
+    let lp = loader::load(&b, &p, &fresh).unwrap();
+    check(&lp);
+    assert_eq!(lp.stats.ring.map(|r| (r.kept, r.pinned)), Some((0, 7)));
+    b.free(lp.arena);
+    let lp = loader::load(&b, &p, &o).unwrap();
+    assert_eq!(lp.stats.ring.map(|r| (r.kept, r.pinned)), Some((9, 0)));
+    check(&lp);
+    b.free(lp.arena);
+    // Buffers of another size are not taken (the kept ones are released when replaced).
+    let other = LoadOptions {
+        chunk: 16 << 10,
+        ..o.clone()
+    };
+    let lp = loader::load(&b, &p, &other).unwrap();
+    assert_eq!(lp.stats.ring.map(|r| (r.kept, r.pinned)), Some((0, 7)));
+    check(&lp);
+    b.free(lp.arena);
+    // Auto on a small warm segment: registered while no ring buffers are kept, the ring once a
+    // load kept buffers of its size.
+    let auto = |chunk: usize| LoadOptions {
+        io: IoMode::Auto,
+        chunk,
+        readers: loader::STAGED_MIN_READERS,
+        ..o.clone()
+    };
+    let fresh = HostBackend::new();
+    for (backend, chunk, mode) in [
+        (&fresh, 12 << 10, IoMode::Register),
+        (&b, 12 << 10, IoMode::Register),
+        (&b, 16 << 10, IoMode::Staged),
+    ] {
+        let lp = loader::load(backend, &p, &auto(chunk)).unwrap();
+        assert_eq!(lp.stats.mode, mode, "chunk {chunk}");
+        backend.free(lp.arena);
+    }
+}
+
+#[test]
 fn finalize_on_a_pack_with_nvfp4_t_repacks_but_never_frees_the_arena_views() {
     use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
     use metrale_pack::gpu::ModelLevers;

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::cuda::CudaBackend;
 use crate::gpu::{GpuBackend, ModelLevers};
-use crate::loader::{self, IoMode, LoadOptions};
+use crate::loader::{self, IoMode, LoadOptions, Staging};
 use crate::model::Model;
 use crate::pack::Pack;
 use serde::Serialize;
@@ -237,6 +237,31 @@ impl LoadBench<'_> {
                     .unwrap_or_default()
             ),
         );
+        if let Some(t) = st.ring {
+            let ms = |x: f64| x * 1e3;
+            say(
+                self.json,
+                format_args!(
+                    "  ring ({:?}, {} x {} MiB, {} readers): {} buffers kept, {} pinned (first ready at {:.1} ms, all at {:.1}, pinning {:.1} ms); first copy issued at {:.1} ms, last at {:.1}, drained at {:.1}, released at {:.1}; summed over the readers: wait {:.1}, read {:.1}, issue {:.1} ms",
+                    opts.staging,
+                    opts.ring,
+                    opts.chunk >> 20,
+                    opts.readers,
+                    t.kept,
+                    t.pinned,
+                    ms(t.first_buffer),
+                    ms(t.ring_ready),
+                    ms(t.pin),
+                    ms(t.first_issue),
+                    ms(t.last_issue),
+                    ms(t.drained),
+                    ms(t.released),
+                    ms(t.wait),
+                    ms(t.read),
+                    ms(t.issue),
+                ),
+            );
+        }
         Ok(secs)
     }
 
@@ -262,27 +287,31 @@ impl LoadBench<'_> {
                 ready_with(&format!("sweep {io:?} map_piece={piece}MiB"), o.clone())?;
             }
         }
-        for (readers, chunk, ring) in [
-            (16, 2, 16),
-            (16, 2, 8),
-            (16, 4, 16),
-            (16, 4, 32),
-            (16, 8, 16),
-            (16, 8, 32),
-            (16, 16, 16),
-        ] {
+        for staging in [Staging::Fresh, Staging::Kept] {
+            for (chunk, ring) in [(8usize, 16usize), (4, 16), (4, 32), (8, 8), (16, 8), (2, 32)] {
+                let o = LoadOptions {
+                    io: IoMode::Staged,
+                    staging,
+                    chunk: chunk * mib,
+                    ring,
+                    ..LoadOptions::default()
+                };
+                for _ in 0..2 {
+                    ready_with(
+                        &format!("sweep staged {staging:?} chunk={chunk}MiB ring={ring}"),
+                        o.clone(),
+                    )?;
+                }
+            }
+        }
+        for readers in [8usize, 12] {
             let o = LoadOptions {
                 io: IoMode::Staged,
                 readers,
-                chunk: chunk * mib,
-                ring,
                 ..LoadOptions::default()
             };
             for _ in 0..2 {
-                ready_with(
-                    &format!("sweep staged readers={readers} chunk={chunk}MiB ring={ring}"),
-                    o.clone(),
-                )?;
+                ready_with(&format!("sweep staged readers={readers}"), o.clone())?;
             }
         }
         for fraction in [0.25, 0.4, 0.55] {

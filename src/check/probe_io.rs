@@ -40,6 +40,7 @@ pub fn probe(b: &dyn GpuBackend, path: &Path) -> Result<Vec<Probe>> {
         out.push(Probe { what, gbs });
     };
     let big = (1usize << 30).min(seg.len().max(64 * MIB));
+    staging_costs(b, big)?;
     for n in [1usize, 2, 4] {
         put(
             format!("pinned -> device, {} MiB, {n} stream(s)", big / MIB),
@@ -133,6 +134,163 @@ pub fn probe(b: &dyn GpuBackend, path: &Path) -> Result<Vec<Probe>> {
         Err(e) => println!("probe O_DIRECT: cannot open {}: {e}", path.display()),
     }
     Ok(out)
+}
+
+/// What the staging ring's set-up costs, each way it can be pinned (printed in milliseconds for
+/// 64 MiB), and how the copy rate depends on the size of each copy.
+fn staging_costs(b: &dyn GpuBackend, big: usize) -> GpuResult<()> {
+    let ring = 64 * MIB;
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let each: Vec<*mut u8> = (0..32)
+        .map(|_| b.alloc_pinned(2 * MIB))
+        .collect::<GpuResult<_>>()?;
+    let pin_each = ms(t);
+    let t = Instant::now();
+    for &p in &each {
+        // SAFETY: from alloc_pinned, no copy from it.
+        unsafe { b.free_pinned(p) };
+    }
+    let free_each = ms(t);
+    let t = Instant::now();
+    let one = b.alloc_pinned(ring)?;
+    let pin_one = ms(t);
+    let t = Instant::now();
+    // SAFETY: from alloc_pinned, no copy from it.
+    unsafe { b.free_pinned(one) };
+    let free_one = ms(t);
+    println!(
+        "probe staging 64 MiB: alloc_pinned 32 x 2 MiB {pin_each:.2} ms (free {free_each:.2}); 1 x 64 MiB {pin_one:.2} ms (free {free_one:.2})"
+    );
+    for (populate, read_only) in [(true, false), (true, true), (false, false)] {
+        let flags = libc::MAP_PRIVATE
+            | libc::MAP_ANONYMOUS
+            | if populate { libc::MAP_POPULATE } else { 0 };
+        let t = Instant::now();
+        // SAFETY: a fresh anonymous mapping, checked below and unmapped at the end.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ring,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            println!("probe staging: mmap failed");
+            continue;
+        }
+        let mapped = ms(t);
+        let t = Instant::now();
+        // SAFETY: the mapping above, unregistered before it is unmapped.
+        let r = unsafe { b.register_host(p as *const u8, ring, read_only) };
+        let registered = ms(t);
+        let t = Instant::now();
+        if r.is_ok() {
+            // SAFETY: registered above, no copy from it.
+            unsafe { b.unregister_host(p as *const u8) };
+        }
+        // SAFETY: the mapping above, no longer registered.
+        unsafe { libc::munmap(p, ring) };
+        println!(
+            "probe staging 64 MiB: anonymous mmap{} {mapped:.2} ms + register{} {registered:.2} ms ({}); unregister + unmap {:.2} ms",
+            if populate { " MAP_POPULATE" } else { "" },
+            if read_only { " read-only" } else { "" },
+            if r.is_ok() { "ok" } else { "refused" },
+            ms(t)
+        );
+    }
+    for read_only in [false, true] {
+        // A memfd (shared memory, filled by fallocate), mapped shared and registered.
+        let t = Instant::now();
+        // SAFETY: a C string literal; the descriptor is checked and closed below.
+        let fd = unsafe { libc::memfd_create(c"metrale-staging".as_ptr(), 0) };
+        // SAFETY: a descriptor just created.
+        if fd < 0 || unsafe { libc::fallocate(fd, 0, 0, ring as libc::off_t) } != 0 {
+            println!("probe staging: memfd unavailable");
+            if fd >= 0 {
+                // SAFETY: our descriptor.
+                unsafe { libc::close(fd) };
+            }
+            break;
+        }
+        // SAFETY: a shared mapping of the memfd above, unmapped at the end.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ring,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                0,
+            )
+        };
+        // SAFETY: our descriptor; the mapping keeps the memory.
+        unsafe { libc::close(fd) };
+        if p == libc::MAP_FAILED {
+            println!("probe staging: memfd mmap failed");
+            break;
+        }
+        let mapped = ms(t);
+        let t = Instant::now();
+        // SAFETY: the mapping above, unregistered before it is unmapped.
+        let r = unsafe { b.register_host(p as *const u8, ring, read_only) };
+        let registered = ms(t);
+        let t = Instant::now();
+        if r.is_ok() {
+            // SAFETY: registered above, no copy from it.
+            unsafe { b.unregister_host(p as *const u8) };
+        }
+        // SAFETY: the mapping above, no longer registered.
+        unsafe { libc::munmap(p, ring) };
+        println!(
+            "probe staging 64 MiB: memfd fallocate + shared mmap MAP_POPULATE {mapped:.2} ms + register{} {registered:.2} ms ({}); unregister + unmap {:.2} ms",
+            if read_only { " read-only" } else { "" },
+            if r.is_ok() { "ok" } else { "refused" },
+            ms(t)
+        );
+    }
+    let t = Instant::now();
+    let many: Vec<StreamId> = (0..32).map(|_| b.new_stream()).collect::<GpuResult<_>>()?;
+    println!("probe staging: 32 streams created in {:.2} ms", ms(t));
+    let h = b.alloc_pinned(big)?;
+    let d = b.alloc(big as u64)?;
+    let two: Vec<StreamId> = (0..2).map(|_| b.new_stream()).collect::<GpuResult<_>>()?;
+    for (piece, s) in [
+        (MIB, &two),
+        (2 * MIB, &two),
+        (4 * MIB, &two),
+        (8 * MIB, &two),
+        (2 * MIB, &many),
+    ] {
+        let t = Instant::now();
+        for (c, off) in (0..big).step_by(piece).enumerate() {
+            let len = piece.min(big - off);
+            // SAFETY: the pinned buffer outlives the synchronize below.
+            unsafe {
+                b.upload_async(
+                    d.view(off as u64, len as u64),
+                    h.add(off),
+                    len,
+                    s[c % 2],
+                )?
+            };
+        }
+        s.iter().try_for_each(|&st| b.synchronize(st))?;
+        println!(
+            "probe pinned -> device in {} MiB copies, {} MiB, {} streams: {:.1} GB/s",
+            piece / MIB,
+            big / MIB,
+            s.len(),
+            gbs(big, t.elapsed().as_secs_f64())
+        );
+    }
+    b.free(d);
+    // SAFETY: synchronized above.
+    unsafe { b.free_pinned(h) };
+    Ok(())
 }
 
 fn h2d_pinned(b: &dyn GpuBackend, bytes: usize, n: usize) -> GpuResult<f64> {

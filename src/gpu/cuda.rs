@@ -94,6 +94,8 @@ pub struct CudaBackend {
     cache_dir: PathBuf,
     state: Mutex<State>,
     launches: AtomicU64,
+    /// The staging buffers a load gave back, kept for the next load.
+    staging: crate::gpu::staging::StagingPool,
 }
 
 // SAFETY: CUDA driver contexts, modules, functions and cuBLAS handles may be used from any
@@ -102,6 +104,18 @@ pub struct CudaBackend {
 unsafe impl Send for CudaBackend {}
 // SAFETY: as above.
 unsafe impl Sync for CudaBackend {}
+
+impl Drop for CudaBackend {
+    /// Release the kept staging buffers (the context itself stays retained for the process).
+    fn drop(&mut self) {
+        if let Some(bufs) = self.staging.drain() {
+            for piece in bufs.pieces {
+                // SAFETY: pieces a load gave back, with every copy from them synchronized.
+                unsafe { piece.release(self) };
+            }
+        }
+    }
+}
 
 impl CudaBackend {
     /// Open device `ordinal`: load the driver, retain its primary context.
@@ -154,6 +168,7 @@ impl CudaBackend {
                 smem_limit: HashMap::new(),
             }),
             launches: AtomicU64::new(0),
+            staging: Default::default(),
         })
     }
 
@@ -754,6 +769,9 @@ impl GpuBackend for CudaBackend {
             // SAFETY: the caller passes memory from alloc_pinned with no copy in flight.
             let _ = unsafe { cu::free_host(p as *mut c_void) };
         }
+    }
+    fn staging_pool(&self) -> Option<&crate::gpu::staging::StagingPool> {
+        Some(&self.staging)
     }
     fn capture(
         &self,

@@ -13,6 +13,7 @@ pub mod nccl;
 pub mod prebuilt;
 pub mod reference;
 pub mod sizes;
+pub mod staging;
 pub mod table;
 pub mod timing;
 
@@ -226,6 +227,11 @@ pub trait GpuBackend: Send + Sync {
     /// # Safety
     /// `p` came from `alloc_pinned` and no copy from it is in flight.
     unsafe fn free_pinned(&self, p: *mut u8);
+    /// The staging buffers this backend keeps between loads, if it keeps any (the loader's
+    /// ring takes them instead of pinning new memory, and gives them back).
+    fn staging_pool(&self) -> Option<&staging::StagingPool> {
+        None
+    }
     /// Record the launches `f` queues on `stream` (a stream from [`new_stream`](Self::new_stream))
     /// into a graph instead of running them (CUDA stream capture): `f` must launch only on that
     /// stream, without allocating, copying or synchronizing. The default has no graphs.

@@ -2,7 +2,7 @@
 //! of pinned staging buffers filled by reader threads (through the page cache or O_DIRECT), or
 //! both at once.
 
-use super::{IoMode, LoadOptions, STAGED_MIN_READERS};
+use super::{IoMode, LoadOptions, STAGED_MIN_READERS, Staging};
 use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, StreamId};
 use crate::pack::Pack;
 use std::path::Path;
@@ -175,7 +175,43 @@ pub(super) struct Copied {
     pub mode: IoMode,
     pub fell_back: Option<String>,
     pub direct: bool,
+    pub ring: Option<RingTimes>,
 }
+
+/// Where the staging ring's time went, in seconds: the moments are counted from the ring's
+/// start, the sums over every reader thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RingTimes {
+    /// Buffers taken from the backend's pool (kept from an earlier load).
+    pub kept: usize,
+    /// Buffers pinned by this load.
+    pub pinned: usize,
+    /// The first buffer ready (kept, or its piece pinned).
+    pub first_buffer: f64,
+    /// Every buffer of the ring ready.
+    pub ring_ready: f64,
+    /// Spent pinning pieces and creating their streams (on the pinning thread).
+    pub pin: f64,
+    /// The first copy issued.
+    pub first_issue: f64,
+    /// The last copy issued.
+    pub last_issue: f64,
+    /// Every copy complete.
+    pub drained: f64,
+    /// The buffers kept for the next load, or released: the ring's end.
+    pub released: f64,
+    /// Summed over the readers: waiting for a free buffer and for its previous copy.
+    pub wait: f64,
+    /// Summed: reading the file into the buffers.
+    pub read: f64,
+    /// Summed: issuing the copies.
+    pub issue: f64,
+}
+
+/// Staging memory is pinned in pieces of this many bytes (at least one buffer each), on a
+/// helper thread while the readers use the buffers already pinned: the first copy waits for one
+/// piece, not for the whole ring (the default of `LoadOptions::ring_piece`).
+pub const RING_PIECE_BYTES: usize = 16 << 20;
 
 /// Copy the pack's device segment into `arena` by `opts.io` (for `Auto`, by the rule of
 /// [`IoMode::Auto`]); `resident` is the segment's page-cache residency.
@@ -196,6 +232,7 @@ pub(super) fn copy_segment(
     let use_direct = opts.direct.unwrap_or(cold);
     let mut fell_back = None;
     let mut direct = false;
+    let mut ring = None;
     // The ring, with O_DIRECT when chosen (and the file system allows it; else said why).
     let mut staged = |fell_back: &mut Option<String>| -> GpuResult<()> {
         use std::os::unix::fs::OpenOptionsExt;
@@ -217,7 +254,7 @@ pub(super) fn copy_segment(
         } else {
             None
         };
-        let err = copy_staged(
+        let (err, times) = copy_staged(
             b,
             &pack.file.file,
             odirect.as_ref(),
@@ -226,6 +263,7 @@ pub(super) fn copy_segment(
             arena,
             opts,
         )?;
+        ring = Some(times);
         direct = odirect.is_some() && err.is_none();
         if let Some(e) = err {
             tracing::warn!("{file}: {e}; those chunks were read through the page cache");
@@ -274,7 +312,7 @@ pub(super) fn copy_segment(
                     })
                 });
                 let staged_result = if rest.is_empty() {
-                    Ok(None)
+                    Ok((None, RingTimes::default()))
                 } else {
                     copy_staged(
                         b,
@@ -289,13 +327,13 @@ pub(super) fn copy_segment(
                 let r = h.map_or(Ok(()), |h| h.join().expect("registration thread panicked"));
                 r.and(staged_result)
             });
-            reg_result?;
+            ring = Some(reg_result?.1);
             IoMode::Hybrid
         }
         IoMode::Auto
             if cold
                 || (opts.readers >= STAGED_MIN_READERS
-                    && seg.len() as u64 >= opts.auto_register_below) =>
+                    && (seg.len() as u64 >= opts.auto_register_below || kept_ring(b, opts))) =>
         {
             staged(&mut fell_back)?;
             IoMode::Staged
@@ -317,7 +355,15 @@ pub(super) fn copy_segment(
         mode,
         fell_back,
         direct,
+        ring,
     })
+}
+
+/// Whether the backend keeps staging buffers the ring would take (`Staging::Kept`, buffers of
+/// the ring's size): then the ring has no pinning to pay and beats registration at any size.
+fn kept_ring(b: &dyn GpuBackend, opts: &LoadOptions) -> bool {
+    let chunk = opts.chunk.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+    opts.staging == Staging::Kept && b.staging_pool().is_some_and(|p| p.holds(chunk))
 }
 
 fn copy_registered(
@@ -434,9 +480,27 @@ fn copy_registered_pipelined(
     result
 }
 
-/// Staged copy: `ring` pinned buffers, each with its own stream, filled by `readers` threads with
-/// `pread` from the file (no page faults on the mapping, no copy beyond the page cache and the
-/// ring) while the DMA engine drains the buffers filled before.
+/// The free staging buffers (FIFO: the buffer given back longest ago, whose copy is most likely
+/// complete, is taken first), and the pinning thread's state.
+struct FreeBuffers {
+    queue: std::collections::VecDeque<(usize, StreamId)>,
+    /// Buffers that exist (free or in use).
+    total: usize,
+    /// The pinning thread is still adding buffers.
+    growing: bool,
+    /// A reader failed: the others stop.
+    stop: bool,
+    /// Readers waiting for a buffer.
+    waiting: usize,
+    /// Why pinning stopped early, if it did.
+    pin_error: Option<String>,
+}
+
+/// Staged copy: a ring of `opts.ring` pinned buffers of `opts.chunk` bytes, each with its own
+/// stream, filled by `opts.readers` threads with `pread` from the file (no page faults on the
+/// mapping, no copy beyond the page cache and the ring) while the DMA engine drains the buffers
+/// filled before. The buffers are the backend's kept ones ([`Staging::Kept`]) or pinned on a
+/// helper thread in `opts.ring_piece` pieces while the readers already use the first.
 /// With `direct` (the pack opened with O_DIRECT) chunks are read around the page cache; a chunk
 /// whose O_DIRECT read fails is read through the cache instead, and the first such error is
 /// returned beside the result (the load reports it).
@@ -448,30 +512,122 @@ fn copy_staged(
     seg_len: usize,
     arena: &Dest,
     opts: &LoadOptions,
-) -> GpuResult<Option<String>> {
+) -> GpuResult<(Option<String>, RingTimes)> {
+    use crate::gpu::staging::{Buffers, Piece};
     use std::os::unix::fs::FileExt;
-    use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Condvar, Mutex};
+    use std::time::Instant;
+    let t0 = Instant::now();
+    let secs = |t: Instant| (t - t0).as_secs_f64();
     let direct_error: Mutex<Option<String>> = Mutex::new(None);
     // Whole O_DIRECT blocks per buffer.
     let chunk = opts.chunk.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
     let n_chunks = seg_len.div_ceil(chunk);
     let ring = opts.ring.max(1).min(n_chunks.max(1));
-    // Each buffer is allocated by the first reader that takes it, so pinning the ring overlaps
-    // the first reads and copies instead of preceding them.
-    type Slot = Option<(*mut u8, StreamId)>;
-    let bufs: Vec<Mutex<Slot>> = (0..ring).map(|_| Mutex::new(None)).collect();
-    struct Ring<'a>(&'a [Mutex<Slot>]);
-    // SAFETY: each buffer pointer is only touched under its Mutex; the pinned allocations live
-    // until the end of this function, after every thread has joined.
-    unsafe impl Sync for Ring<'_> {}
-    let shared = Ring(&bufs);
+    let pool = match opts.staging {
+        Staging::Kept => b.staging_pool(),
+        Staging::Fresh => None,
+    };
+    let kept = pool.and_then(|p| p.take(chunk)).unwrap_or(Buffers {
+        size: chunk,
+        ..Buffers::default()
+    });
+    let n_kept = kept.slots.len();
+    let to_pin = ring.saturating_sub(n_kept);
+    let free = Mutex::new(FreeBuffers {
+        queue: kept.slots.iter().map(|&(p, s)| (p as usize, s)).collect(),
+        total: n_kept,
+        growing: to_pin > 0,
+        stop: false,
+        waiting: 0,
+        pin_error: None,
+    });
+    let ready = Condvar::new();
     let next = AtomicUsize::new(0);
-    let result = std::thread::scope(|sc| {
+    let (mut first_buffer, mut ring_ready) = (if n_kept > 0 { 0.0 } else { f64::NAN }, 0.0);
+    let nanos = |t: Instant| (t - t0).as_nanos() as u64;
+    let (first_issue, last_issue) = (AtomicU64::new(u64::MAX), AtomicU64::new(0));
+    let (wait, read, issue) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let add = |to: &AtomicU64, t: Instant| -> Instant {
+        let now = Instant::now();
+        to.fetch_add((now - t).as_nanos() as u64, Ordering::Relaxed);
+        now
+    };
+    let (result, grown, pin_secs) = std::thread::scope(|sc| {
+        let (free, ready) = (&free, &ready);
+        // The pinning thread: pieces of RING_PIECE_BYTES, each cut into buffers with streams.
+        let next_c = &next;
+        let pinner = (to_pin > 0).then(|| {
+            sc.spawn(move || {
+                let next = next_c;
+                let t = Instant::now();
+                let per = (opts.ring_piece / chunk).max(1);
+                let mut grown = Buffers {
+                    size: chunk,
+                    ..Buffers::default()
+                };
+                let mut first = None;
+                let mut left = to_pin;
+                let err = loop {
+                    // Done when the ring is full, a reader failed, or every chunk is claimed and
+                    // no reader waits for a buffer (a small segment needs no more).
+                    let f = free.lock().unwrap();
+                    if left == 0
+                        || f.stop
+                        || (next.load(Ordering::Relaxed) >= n_chunks && f.waiting == 0)
+                    {
+                        break None;
+                    }
+                    drop(f);
+                    // The first piece is one buffer, so the first copy waits for the least.
+                    let k = if grown.slots.is_empty() { 1 } else { per.min(left) };
+                    let piece = match Piece::pin(b, k * chunk) {
+                        Ok(p) => p,
+                        Err(e) => break Some(e.to_string()),
+                    };
+                    let base = piece.ptr() as usize;
+                    grown.pieces.push(piece);
+                    let mut new = Vec::with_capacity(k);
+                    for i in 0..k {
+                        match b.new_stream() {
+                            Ok(s) => new.push((base + i * chunk, s)),
+                            Err(_) => break,
+                        }
+                    }
+                    let made = new.len();
+                    grown.slots.extend(new.iter().map(|&(p, s)| (p as *mut u8, s)));
+                    {
+                        let mut f = free.lock().unwrap();
+                        f.queue.extend(new);
+                        f.total += made;
+                    }
+                    ready.notify_all();
+                    first.get_or_insert_with(Instant::now);
+                    if made < k {
+                        break Some("creating a staging buffer's stream failed".into());
+                    }
+                    left -= k;
+                };
+                let mut f = free.lock().unwrap();
+                f.growing = false;
+                f.pin_error = err;
+                drop(f);
+                ready.notify_all();
+                (grown, first, Instant::now(), (Instant::now() - t).as_secs_f64())
+            })
+        });
         let workers: Vec<_> = (0..opts.readers.max(1).min(n_chunks.max(1)))
             .map(|_| {
-                let (shared, next, direct_error) = (&shared, &next, &direct_error);
+                let (next, direct_error) = (&next, &direct_error);
+                let (first_issue, last_issue) = (&first_issue, &last_issue);
+                let (wait, read, issue, add) = (&wait, &read, &issue, &add);
                 sc.spawn(move || -> GpuResult<()> {
+                    let fail = |e: GpuError| {
+                        free.lock().unwrap().stop = true;
+                        ready.notify_all();
+                        Err(e)
+                    };
                     loop {
                         let c = next.fetch_add(1, Ordering::Relaxed);
                         if c >= n_chunks {
@@ -479,15 +635,42 @@ fn copy_staged(
                         }
                         let off = c * chunk;
                         let len = chunk.min(seg_len - off);
-                        let mut guard = shared.0[c % ring].lock().unwrap();
-                        if guard.is_none() {
-                            *guard = Some((b.alloc_pinned(chunk)?, b.new_stream()?));
-                        }
-                        let (buf, stream) = guard.unwrap();
+                        let t = Instant::now();
+                        // A free buffer: wait while every buffer is in use or still unpinned.
+                        let (p, stream) = {
+                            let mut f = free.lock().unwrap();
+                            loop {
+                                if f.stop {
+                                    return Ok(());
+                                }
+                                if let Some(x) = f.queue.pop_front() {
+                                    break x;
+                                }
+                                if f.total == 0 && !f.growing {
+                                    let why = f.pin_error.clone().unwrap_or_default();
+                                    drop(f);
+                                    return fail(GpuError::Invalid(format!(
+                                        "no staging buffer could be pinned: {why}"
+                                    )));
+                                }
+                                f.waiting += 1;
+                                f = ready.wait(f).unwrap();
+                                f.waiting -= 1;
+                            }
+                        };
+                        let buf = p as *mut u8;
+                        let give_back = || {
+                            free.lock().unwrap().queue.push_back((p, stream));
+                            ready.notify_one();
+                        };
                         // The copy that last used this buffer must finish before it is refilled.
-                        b.synchronize(stream)?;
-                        // SAFETY: `buf` holds `chunk` bytes, owned by this thread under the lock,
-                        // with no copy from it in flight (synchronized above).
+                        if let Err(e) = b.synchronize(stream) {
+                            give_back();
+                            return fail(e);
+                        }
+                        let t = add(wait, t);
+                        // SAFETY: `buf` holds `chunk` bytes, owned by this thread until given
+                        // back, with no copy from it in flight (synchronized above).
                         let whole = unsafe { std::slice::from_raw_parts_mut(buf, chunk) };
                         let at = seg_off + off as u64;
                         let direct_ok = match direct {
@@ -502,33 +685,82 @@ fn copy_staged(
                             },
                             None => false,
                         };
-                        if !direct_ok {
-                            file.read_exact_at(&mut whole[..len], at).map_err(|e| {
-                                GpuError::Invalid(format!("reading the pack at {at}: {e}"))
-                            })?;
+                        if !direct_ok && let Err(e) = file.read_exact_at(&mut whole[..len], at) {
+                            give_back();
+                            return fail(GpuError::Invalid(format!(
+                                "reading the pack at {at}: {e}"
+                            )));
                         }
+                        let t = add(read, t);
+                        first_issue.fetch_min(nanos(t), Ordering::Relaxed);
                         // SAFETY: the buffer stays untouched until its stream is synchronized
                         // (by the next user of this buffer, or the final synchronize below).
-                        unsafe {
-                            b.upload_async(arena.view(off as u64, len as u64)?, buf, len, stream)?
-                        };
+                        let r = arena.view(off as u64, len as u64).and_then(|dst| unsafe {
+                            b.upload_async(dst, buf, len, stream)
+                        });
+                        give_back();
+                        if let Err(e) = r {
+                            return fail(e);
+                        }
+                        let t = add(issue, t);
+                        last_issue.fetch_max(nanos(t), Ordering::Relaxed);
                     }
                 })
             })
             .collect();
-        workers
+        let result = workers
             .into_iter()
-            .try_for_each(|w| w.join().expect("reader thread panicked"))
+            .try_for_each(|w| w.join().expect("reader thread panicked"));
+        let (grown, pin_secs) = match pinner {
+            Some(h) => {
+                let (grown, first, done, s) = h.join().expect("pinning thread panicked");
+                if let (Some(f), 0) = (first, n_kept) {
+                    first_buffer = secs(f);
+                }
+                ring_ready = secs(done);
+                (grown, s)
+            }
+            None => (Buffers::default(), 0.0),
+        };
+        (result, grown, pin_secs)
     });
-    let slots: Vec<(*mut u8, StreamId)> = bufs
-        .into_iter()
-        .filter_map(|m| m.into_inner().unwrap())
-        .collect();
-    let synced = slots.iter().try_for_each(|&(_, s)| b.synchronize(s));
-    for &(buf, _) in &slots {
-        // SAFETY: every copy is synchronized above.
-        unsafe { b.free_pinned(buf) };
+    // Every buffer, kept and grown.
+    let mut all = kept;
+    let n_pinned = grown.slots.len();
+    all.pieces.extend(grown.pieces);
+    all.slots.extend(grown.slots);
+    let synced = all.slots.iter().try_for_each(|&(_, s)| b.synchronize(s));
+    let drained = t0.elapsed().as_secs_f64();
+    let release = |bufs: Buffers| {
+        for piece in bufs.pieces {
+            // SAFETY: every copy from the buffers is synchronized above (or the context failed).
+            unsafe { piece.release(b) };
+        }
+    };
+    match pool {
+        Some(p) if synced.is_ok() => {
+            if let Some(old) = p.keep(all) {
+                release(old);
+            }
+        }
+        _ => release(all),
     }
+    let ns = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 * 1e-9;
+    let first = first_issue.load(Ordering::Relaxed);
+    let times = RingTimes {
+        kept: n_kept,
+        pinned: n_pinned,
+        first_buffer: if first_buffer.is_nan() { 0.0 } else { first_buffer },
+        ring_ready,
+        pin: pin_secs,
+        first_issue: if first == u64::MAX { 0.0 } else { first as f64 * 1e-9 },
+        last_issue: ns(&last_issue),
+        drained,
+        released: t0.elapsed().as_secs_f64(),
+        wait: ns(&wait),
+        read: ns(&read),
+        issue: ns(&issue),
+    };
     result.and(synced)?;
-    Ok(direct_error.into_inner().unwrap())
+    Ok((direct_error.into_inner().unwrap(), times))
 }

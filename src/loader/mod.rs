@@ -9,7 +9,7 @@ mod io;
 
 pub use bind::{LayerOverlays, overlays};
 pub use engine::{EngineOptions, LoadedModel};
-pub use io::{COLD_RESIDENCY, DIRECT_ALIGN, resident_fraction};
+pub use io::{COLD_RESIDENCY, DIRECT_ALIGN, RING_PIECE_BYTES, RingTimes, resident_fraction};
 
 use crate::GgmlType;
 use crate::gpu::allreduce::AllGather;
@@ -23,9 +23,10 @@ use std::time::Instant;
 pub enum IoMode {
     /// By the segment and the host: a cold segment (less than half in the page cache) through
     /// the ring with O_DIRECT; a warm segment below [`AUTO_REGISTER_BELOW`] bytes, or any warm
-    /// segment with fewer than [`STAGED_MIN_READERS`] reader threads, registered (the ring's
-    /// start-up costs more than a small copy: BENCHMARKS.md); any other warm segment through
-    /// the ring. A refused registration falls back to the ring, saying why.
+    /// segment with fewer than [`STAGED_MIN_READERS`] reader threads, registered (pinning the
+    /// ring's buffers costs more than a small copy: BENCHMARKS.md), unless the backend keeps
+    /// ring buffers from an earlier load; any other warm segment through the ring. A refused
+    /// registration falls back to the ring, saying why.
     Auto,
     /// Register the mapped segment read-only and copy straight from it.
     Register,
@@ -37,6 +38,16 @@ pub enum IoMode {
     Hybrid,
     /// Plain (pageable) copies from the mapping: the driver stages them itself.
     Pageable,
+}
+
+/// Where the staging ring's pinned memory comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Staging {
+    /// The backend's kept buffers ([`GpuBackend::staging_pool`]): pinned by the first load of a
+    /// process, kept at the end and reused by the next load.
+    Kept,
+    /// Pinned for this load and released at its end.
+    Fresh,
 }
 
 /// `IoMode::Auto` takes the staging ring from this many reader threads up.
@@ -58,6 +69,11 @@ pub struct LoadOptions {
     pub ring: usize,
     /// Reader threads filling the ring (staged mode).
     pub readers: usize,
+    /// Where the ring's pinned memory comes from (staged mode).
+    pub staging: Staging,
+    /// The ring's memory is pinned in pieces of this many bytes, at least one buffer each
+    /// ([`RING_PIECE_BYTES`] by default).
+    pub ring_piece: usize,
     /// Register the mapping in pieces of this many bytes (a multiple of 4096), a helper thread
     /// registering piece i+1 while piece i copies; 0 registers the whole segment at once.
     pub register_chunk: usize,
@@ -86,13 +102,15 @@ impl Default for LoadOptions {
         LoadOptions {
             io: IoMode::Auto,
             streams: 2,
-            // 2 MiB copies from a ring of 32 (64 MiB pinned), one reader per core up to 16: the
+            // 8 MiB copies from a ring of 16 (128 MiB pinned), one reader per core up to 16: the
             // best of the settings swept on the H200 host (BENCHMARKS.md).
-            chunk: 2 << 20,
-            ring: 32,
+            chunk: 8 << 20,
+            ring: 16,
             readers: std::thread::available_parallelism()
                 .map_or(4, |n| n.get())
                 .min(16),
+            staging: Staging::Kept,
+            ring_piece: RING_PIECE_BYTES,
             register_chunk: 0,
             register_threads: 1,
             direct: None,
@@ -134,6 +152,8 @@ pub struct LoadStats {
     pub resident: f64,
     /// The ring read every chunk with O_DIRECT (a cold file).
     pub direct: bool,
+    /// Where the ring's time went, when the copy took the ring.
+    pub ring: Option<RingTimes>,
 }
 
 /// A pack on the device.
@@ -395,6 +415,7 @@ fn load_inner(
         fell_back: copied.fell_back,
         resident,
         direct: copied.direct,
+        ring: copied.ring,
     };
     Ok(LoadedPack {
         pack,
@@ -484,6 +505,7 @@ fn copy_into(
             mode: opts.io,
             fell_back: None,
             direct: false,
+            ring: None,
         }))
     })
 }

@@ -29,6 +29,19 @@ pub struct HostBackend {
     /// or writing an unmapped granule is an error, so tests catch a copy issued before its
     /// range was mapped.
     reserved: Mutex<std::collections::HashMap<u64, Vec<bool>>>,
+    /// The staging buffers a load gave back, as the CUDA backend keeps them.
+    staging: crate::gpu::staging::StagingPool,
+}
+
+impl Drop for HostBackend {
+    fn drop(&mut self) {
+        if let Some(bufs) = self.staging.drain() {
+            for piece in bufs.pieces {
+                // SAFETY: pieces a load gave back; host copies are synchronous.
+                unsafe { piece.release(self) };
+            }
+        }
+    }
 }
 
 /// The host backend's `map_range` granularity.
@@ -68,6 +81,7 @@ impl HostBackend {
             events: Mutex::new(Vec::new()),
             pinned: Mutex::new(std::collections::HashMap::new()),
             reserved: Mutex::new(std::collections::HashMap::new()),
+            staging: Default::default(),
         }
     }
 
@@ -426,6 +440,9 @@ impl GpuBackend for HostBackend {
         Ok(())
     }
     unsafe fn unregister_host(&self, _ptr: *const u8) {}
+    fn staging_pool(&self) -> Option<&crate::gpu::staging::StagingPool> {
+        Some(&self.staging)
+    }
     fn alloc_pinned(&self, bytes: usize) -> GpuResult<*mut u8> {
         // Page-aligned like cuMemHostAlloc's memory (O_DIRECT reads into it need that).
         let layout = std::alloc::Layout::from_size_align(bytes.max(1), 4096)
