@@ -241,11 +241,17 @@ fn the_ring_pins_in_pieces_keeps_its_buffers_and_the_next_load_reuses_them() {
         check(&lp);
         let r = lp.stats.ring.unwrap();
         assert_eq!((r.kept, r.pinned), (0, 7), "{r:?}");
-        assert!(r.first_buffer <= r.ring_ready && r.drained <= r.released, "{r:?}");
+        assert!(
+            r.first_buffer <= r.ring_ready && r.drained <= r.released,
+            "{r:?}"
+        );
         b.free(lp.arena);
         (lp.stats.bytes as usize).div_ceil(chunk)
     };
-    assert!(chunks > 7, "the pack must need more chunks than buffers: {chunks}");
+    assert!(
+        chunks > 7,
+        "the pack must need more chunks than buffers: {chunks}"
+    );
     // The next load takes the 7 kept buffers and pins none; a larger ring pins only the rest.
     for (ring, pinned) in [(7, 0), (9, 2)] {
         let lp = loader::load(&b, &p, &LoadOptions { ring, ..o.clone() }).unwrap();

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _native
 
-__all__ = ["Pack", "Loaded", "open", "convert", "load"]
+__all__ = ["Pack", "Loaded", "DeviceTensor", "open", "convert", "load"]
 
 # A pack type's numpy dtype; any other type (quantized ggml blocks, FFN blobs) is uint8 bytes.
 _DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "F64": np.dtype("<f8"),
@@ -96,14 +96,46 @@ class Loaded:
         y = self._m.forward(layer, x.tobytes(), x.shape[0])
         return np.frombuffer(y, dtype="<f4").reshape(x.shape)
 
+    def dlpack(self, name, raw=False):
+        """Device tensor `name` as an object with `__dlpack__` (no copy): its dtype and shape
+        for float and integer tensors (BF16 included), else, or with `raw`, its bytes as uint8
+        [bytes]. `torch.from_dlpack` takes it on any device, `numpy.from_dlpack` on the host."""
+        return DeviceTensor(self._m, name, raw)
+
+    def torch(self, name, raw=False):
+        """Device tensor `name` as a torch tensor on the load's device, sharing its memory."""
+        import torch
+
+        return torch.from_dlpack(self.dlpack(name, raw))
+
+    def torch_tensors(self, raw=False):
+        """Every device tensor as a torch tensor, by name (no copy)."""
+        return {n: self.torch(n, raw) for n in self.tensor_names()}
+
     def close(self):
-        """Free the device segment, the layers and the context now."""
+        """Let go of the loaded pack: the device segment, the layers and the context are freed
+        now, or when the last tensor exported from it dies."""
         self._m.close()
 
 
+class DeviceTensor:
+    """One device tensor of a loaded pack, for `from_dlpack` (the DLPack protocol). The loaded
+    pack stays alive until every tensor made from it is gone."""
+
+    def __init__(self, native, name, raw=False):
+        self._m, self.name, self._raw = native, name, raw
+
+    def __dlpack__(self, stream=None, **_kwargs):
+        # The load synchronized its copies: the bytes are ready for any stream.
+        return self._m.dlpack(self.name, self._raw)
+
+    def __dlpack_device__(self):
+        return self._m.dlpack_device()
+
+
 def load(path, device="cpu", verify_checksums=False, max_rows=16):
-    """Load the pack at `path` with the engine loader (forward calls of up to `max_rows` rows).
-    `device="cpu"` is the host backend (what CI runs); a GPU load into torch tensors is not
-    built yet."""
+    """Load the pack at `path` with the engine loader (forward calls of up to `max_rows` rows)
+    onto `device`: "cuda" or "cuda:N" (torch's primary context), or "cpu" (the host backend, what
+    CI runs). Device tensors come out through `dlpack`/`torch` without a copy."""
     return Loaded(_native.load(str(path), device, verify_checksums, max_rows))
 

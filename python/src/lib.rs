@@ -1,11 +1,16 @@
 //! `metrale_pack._native`: the Python package's native part. A pack opened once and read from
 //! its map: the manifest (as JSON), the tensor list, a tensor decoded as `metrale-pack dump`
 //! decodes it (or its stored bytes), `verify` as `verify --json` reports it; `convert` with the
-//! CLI's layout choice; and `load` through the engine loader onto the host backend. The wrapper (`metrale_pack/__init__.py`) turns the JSON into
-//! dicts and the bytes into numpy arrays.
+//! CLI's layout choice; and `load` through the engine loader onto a CUDA device or the host
+//! backend, its device tensors exported through DLPack (torch and numpy take them without a
+//! copy). The wrapper (`metrale_pack/__init__.py`) turns the JSON into dicts and the bytes into
+//! numpy arrays.
+
+mod dlpack;
 
 use metrale_pack::converters::layouts::{Layout, q4k_mmq::DownFormat};
 use metrale_pack::gpu::GpuBackend;
+use metrale_pack::gpu::cuda::CudaBackend;
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::loader::{EngineOptions, LoadedModel};
 use metrale_pack::model::Model;
@@ -143,21 +148,44 @@ fn host() -> &'static Arc<HostBackend> {
 /// A device tensor as `Loaded.tensor` returns it: bytes, shape, type, FFN layout descriptor.
 type DeviceTensorOut<'py> = (Bound<'py, PyBytes>, Vec<u64>, String, Option<String>);
 
+/// One CUDA backend per device ordinal for the process (its kernels and kept staging buffers
+/// serve every later load on that device).
+fn cuda(ordinal: usize) -> PyResult<Arc<CudaBackend>> {
+    /// The backends opened, by ordinal.
+    type Opened = Mutex<Vec<(usize, Arc<CudaBackend>)>>;
+    static CUDA: OnceLock<Opened> = OnceLock::new();
+    let mut g = CUDA
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some((_, b)) = g.iter().find(|(o, _)| *o == ordinal) {
+        return Ok(b.clone());
+    }
+    let b = Arc::new(CudaBackend::new(ordinal).map_err(err)?);
+    g.push((ordinal, b.clone()));
+    Ok(b)
+}
+
 /// A pack loaded by the crate's engine loader (`LoadedModel::load`): every device tensor
-/// copied, every layer installed and checked to forward. Freed when the last reference goes
-/// (or at `close`).
+/// copied, every layer installed and checked to forward. The device memory is freed when the
+/// handle is closed (or goes) and every tensor exported from it has died.
 #[pyclass(module = "metrale_pack._native")]
 struct Loaded {
-    model: Mutex<Option<LoadedModel>>,
+    model: Mutex<Option<Arc<Mutex<LoadedModel>>>>,
+    /// The DLPack device: `(1, 0)` for the host backend, `(2, ordinal)` for CUDA.
+    device: (i32, i32),
 }
 
 impl Loaded {
-    fn with<T>(&self, f: impl FnOnce(&LoadedModel) -> PyResult<T>) -> PyResult<T> {
+    fn shared(&self) -> PyResult<Arc<Mutex<LoadedModel>>> {
         let g = self.model.lock().unwrap_or_else(|e| e.into_inner());
-        match g.as_ref() {
-            Some(m) => f(m),
-            None => Err(err("the loaded pack was closed")),
-        }
+        g.clone().ok_or_else(|| err("the loaded pack was closed"))
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&LoadedModel) -> PyResult<T>) -> PyResult<T> {
+        let m = self.shared()?;
+        let g = m.lock().unwrap_or_else(|e| e.into_inner());
+        f(&g)
     }
 }
 
@@ -207,10 +235,9 @@ impl Loaded {
         x: &[u8],
         rows: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let mut g = self.model.lock().unwrap_or_else(|e| e.into_inner());
-        let m = g
-            .as_mut()
-            .ok_or_else(|| err("the loaded pack was closed"))?;
+        let shared = self.shared()?;
+        let mut g = shared.lock().unwrap_or_else(|e| e.into_inner());
+        let m = &mut *g;
         let hidden = m.pack.pack.manifest.model.hidden_size as usize;
         let want = rows.checked_mul(hidden).and_then(|v| v.checked_mul(4));
         if rows == 0 || want != Some(x.len()) {
@@ -233,14 +260,61 @@ impl Loaded {
         Ok(PyBytes::new(py, &out.map_err(err)?))
     }
 
-    /// Free the device segment, the layers and the context now.
+    /// Device tensor `name` as a DLPack capsule, no copy: its dtype and shape for float and
+    /// integer tensors, else (quantized blocks, FFN blobs, F8), or with `raw`, its bytes as
+    /// uint8 `[bytes]`. The capsule holds the loaded pack until the consumer's tensor dies.
+    #[pyo3(signature = (name, raw = false))]
+    fn dlpack(&self, py: Python<'_>, name: &str, raw: bool) -> PyResult<PyObject> {
+        let shared = self.shared()?;
+        let e = {
+            let m = shared.lock().unwrap_or_else(|e| e.into_inner());
+            let t = m
+                .device_tensor(name)
+                .ok_or_else(|| err(format!("no device tensor {name:?} in the loaded pack")))?;
+            let data = if self.device.0 == dlpack::KDL_CPU {
+                host().host_address(t.ptr).map_err(err)?
+            } else {
+                t.ptr.addr as *mut u8
+            };
+            let bytes = t.ptr.bytes;
+            // Typed only for a passthrough tensor whose bytes are the pack type's (an FFN blob,
+            // and a source dtype ggml has no type for, are `I8` in the pack: bytes).
+            let ty = format!("{:?}", t.ty);
+            let typed = dlpack::dtype_of(&ty).filter(|&(_, bits)| {
+                let n = t.shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+                !raw && t.entry.ffn.is_none()
+                    && t.source_type == ty
+                    && n.and_then(|n| n.checked_mul(bits as u64 / 8)) == Some(bytes)
+            });
+            let (dtype, shape) = match typed {
+                Some(d) => (d, t.shape.iter().map(|&d| d as i64).collect()),
+                None => (dlpack::BYTES, vec![bytes as i64]),
+            };
+            dlpack::Export {
+                data,
+                device: self.device,
+                dtype,
+                shape,
+            }
+        };
+        dlpack::capsule(py, e, shared)
+    }
+
+    /// The DLPack device of the tensors: `(1, 0)` host, `(2, ordinal)` CUDA.
+    fn dlpack_device(&self) -> (i32, i32) {
+        self.device
+    }
+
+    /// Let go of the loaded pack: its device memory is freed now, or when the last tensor
+    /// exported from it dies.
     fn close(&self) {
         drop(self.model.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
 }
 
-/// Load the pack at `path` with the crate's engine loader onto `device`: `"cpu"` is the host
-/// backend (CI's; the bytes are copied back to Python); a GPU is not served from Python yet.
+/// Load the pack at `path` with the crate's engine loader onto `device`: `"cuda"` or
+/// `"cuda:N"` a CUDA device (the primary context torch uses too), `"cpu"` the host backend
+/// (CI's).
 #[pyfunction]
 #[pyo3(signature = (path, device = "cpu", verify_checksums = false, max_rows = 16))]
 fn load(
@@ -250,22 +324,34 @@ fn load(
     verify_checksums: bool,
     max_rows: usize,
 ) -> PyResult<Loaded> {
-    if device != "cpu" {
-        return Err(err(format!(
-            "device {device:?}: this package loads on the host backend (\"cpu\") only; a GPU load into torch tensors is not built yet"
-        )));
-    }
+    let (backend, dl): (Arc<dyn GpuBackend>, (i32, i32)) = match device {
+        "cpu" => (host().clone(), (dlpack::KDL_CPU, 0)),
+        d if d == "cuda" || d.starts_with("cuda:") => {
+            let ordinal = match d.strip_prefix("cuda:") {
+                None => 0,
+                Some(n) => n
+                    .parse::<usize>()
+                    .map_err(|_| err(format!("device {d:?}: expected cuda:N")))?,
+            };
+            (cuda(ordinal)?, (dlpack::KDL_CUDA, ordinal as i32))
+        }
+        d => {
+            return Err(err(format!(
+                "device {d:?}: expected \"cpu\", \"cuda\" or \"cuda:N\""
+            )));
+        }
+    };
     let opts = EngineOptions {
         verify_checksums,
         max_tokens: max_rows.max(1),
         ..EngineOptions::default()
     };
-    let backend: Arc<dyn GpuBackend> = host().clone();
     let m = py
         .allow_threads(|| LoadedModel::load(&path, backend, &opts))
         .map_err(err)?;
     Ok(Loaded {
-        model: Mutex::new(Some(m)),
+        model: Mutex::new(Some(Arc::new(Mutex::new(m)))),
+        device: dl,
     })
 }
 

@@ -4,6 +4,8 @@ every layout decodes bit for bit as `metrale-pack dump` writes it, its stored by
 
 METRALE_BIN names the CLI (default: the repository's target/release/metrale-pack)."""
 
+import ctypes
+import gc
 import json
 import os
 import pathlib
@@ -151,8 +153,76 @@ def test_a_hundred_loads_free_what_they_take(every_layout):
         assert m.tensor_names()
         del m
     assert metrale_pack._native.host_live_allocations() == before
-    with pytest.raises(ValueError, match="not built"):
-        metrale_pack.load(out, device="cuda:0")
+    with pytest.raises(ValueError, match="expected"):
+        metrale_pack.load(out, device="tpu:0")
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    """DLPack's DLTensor (dlpack.h), read from a capsule without taking it."""
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.c_void_p), ("byte_offset", ctypes.c_uint64)]
+
+
+def _peek(capsule):
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    t = _DLTensor.from_address(get(capsule, b"dltensor"))
+    return ((t.device.device_type, t.device.device_id), (t.dtype.code, t.dtype.bits, t.dtype.lanes),
+            [t.shape[i] for i in range(t.ndim)], t.strides)
+
+
+# The DLPack dtype (code, bits) of each pack type exported typed; the rest go as uint8 bytes.
+_DL = {"F32": (2, 32), "F16": (2, 16), "BF16": (4, 16), "I8": (0, 8), "I16": (0, 16),
+       "I32": (0, 32)}
+
+
+def test_dlpack_exports_every_device_tensor_without_a_copy_and_holds_the_pack(every_layout):
+    """Every device tensor through DLPack: its bytes equal the pack's (numpy.from_dlpack of the
+    raw export), the typed export carries the tensor's dtype and shape, the exported memory is
+    the device buffer itself (no copy), and the loaded pack lives until the last exported array
+    is gone, even after close()."""
+    _, out, _ = every_layout
+    p = metrale_pack.open(out)
+    before = metrale_pack._native.host_live_allocations()
+    m = metrale_pack.load(out)
+    arrays = {}
+    for name in m.tensor_names():
+        raw = np.from_dlpack(m.dlpack(name, raw=True))
+        assert raw.dtype == np.uint8 and raw.tobytes() == p.tensor(name, decode=False).tobytes()
+        arrays[name] = raw
+        ty = m._m.tensor(name)[2]
+        dev, dtype, shape, strides = _peek(m._m.dlpack(name, False))
+        assert dev == (1, 0) and strides is None
+        if ty in _DL and m.layout(name) is None:
+            assert dtype == (*_DL[ty], 1), (name, ty, dtype)
+            assert shape == list(m._m.tensor(name)[1]), name
+        else:
+            assert dtype == (1, 8, 1) and shape == [raw.size], (name, ty)
+    norm = np.from_dlpack(m.dlpack("blk.0.ffn_norm.weight"))
+    assert norm.dtype == np.float32 and norm.shape == (256,)
+    assert np.array_equal(norm, m.tensor("blk.0.ffn_norm.weight"))
+    # No copy: two exports of one tensor share their memory.
+    again = np.from_dlpack(m.dlpack("blk.0.ffn_norm.weight"))
+    assert np.shares_memory(norm, again)
+    m.close()
+    with pytest.raises(ValueError, match="closed"):
+        np.from_dlpack(m.dlpack("blk.0.ffn_norm.weight"))
+    # Closed, but the arrays still hold it: the bytes are still there.
+    assert metrale_pack._native.host_live_allocations() > before
+    for name, a in arrays.items():
+        assert a.tobytes() == p.tensor(name, decode=False).tobytes(), name
+    del arrays, norm, again, raw, a
+    gc.collect()
+    assert metrale_pack._native.host_live_allocations() == before
 
 
 def test_forward_equals_the_cli_arm_bit_for_bit(tmp_path):

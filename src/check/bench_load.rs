@@ -288,7 +288,14 @@ impl LoadBench<'_> {
             }
         }
         for staging in [Staging::Fresh, Staging::Kept] {
-            for (chunk, ring) in [(8usize, 16usize), (4, 16), (4, 32), (8, 8), (16, 8), (2, 32)] {
+            for (chunk, ring) in [
+                (8usize, 16usize),
+                (4, 16),
+                (4, 32),
+                (8, 8),
+                (16, 8),
+                (2, 32),
+            ] {
                 let o = LoadOptions {
                     io: IoMode::Staged,
                     staging,

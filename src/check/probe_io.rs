@@ -163,9 +163,8 @@ fn staging_costs(b: &dyn GpuBackend, big: usize) -> GpuResult<()> {
         "probe staging 64 MiB: alloc_pinned 32 x 2 MiB {pin_each:.2} ms (free {free_each:.2}); 1 x 64 MiB {pin_one:.2} ms (free {free_one:.2})"
     );
     for (populate, read_only) in [(true, false), (true, true), (false, false)] {
-        let flags = libc::MAP_PRIVATE
-            | libc::MAP_ANONYMOUS
-            | if populate { libc::MAP_POPULATE } else { 0 };
+        let flags =
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if populate { libc::MAP_POPULATE } else { 0 };
         let t = Instant::now();
         // SAFETY: a fresh anonymous mapping, checked below and unmapped at the end.
         let p = unsafe {
@@ -269,14 +268,7 @@ fn staging_costs(b: &dyn GpuBackend, big: usize) -> GpuResult<()> {
         for (c, off) in (0..big).step_by(piece).enumerate() {
             let len = piece.min(big - off);
             // SAFETY: the pinned buffer outlives the synchronize below.
-            unsafe {
-                b.upload_async(
-                    d.view(off as u64, len as u64),
-                    h.add(off),
-                    len,
-                    s[c % 2],
-                )?
-            };
+            unsafe { b.upload_async(d.view(off as u64, len as u64), h.add(off), len, s[c % 2])? };
         }
         s.iter().try_for_each(|&st| b.synchronize(st))?;
         println!(

@@ -540,6 +540,7 @@ mod tests {
     /// bf16's rounding of the scale products and of the result: 3 * 2^-9 of the value, plus that
     /// of the min term where they cancel.
     #[test]
+    #[cfg(feature = "harness")]
     fn q4k_bf16_weights_are_the_q4k_values_rounded() {
         use crate::converters::kquant::get_scale_min_k4;
         let mut r = crate::testing::Rand(5);

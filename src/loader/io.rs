@@ -581,7 +581,11 @@ fn copy_staged(
                     }
                     drop(f);
                     // The first piece is one buffer, so the first copy waits for the least.
-                    let k = if grown.slots.is_empty() { 1 } else { per.min(left) };
+                    let k = if grown.slots.is_empty() {
+                        1
+                    } else {
+                        per.min(left)
+                    };
                     let piece = match Piece::pin(b, k * chunk) {
                         Ok(p) => p,
                         Err(e) => break Some(e.to_string()),
@@ -596,7 +600,9 @@ fn copy_staged(
                         }
                     }
                     let made = new.len();
-                    grown.slots.extend(new.iter().map(|&(p, s)| (p as *mut u8, s)));
+                    grown
+                        .slots
+                        .extend(new.iter().map(|&(p, s)| (p as *mut u8, s)));
                     {
                         let mut f = free.lock().unwrap();
                         f.queue.extend(new);
@@ -614,7 +620,12 @@ fn copy_staged(
                 f.pin_error = err;
                 drop(f);
                 ready.notify_all();
-                (grown, first, Instant::now(), (Instant::now() - t).as_secs_f64())
+                (
+                    grown,
+                    first,
+                    Instant::now(),
+                    (Instant::now() - t).as_secs_f64(),
+                )
             })
         });
         let workers: Vec<_> = (0..opts.readers.max(1).min(n_chunks.max(1)))
@@ -695,9 +706,9 @@ fn copy_staged(
                         first_issue.fetch_min(nanos(t), Ordering::Relaxed);
                         // SAFETY: the buffer stays untouched until its stream is synchronized
                         // (by the next user of this buffer, or the final synchronize below).
-                        let r = arena.view(off as u64, len as u64).and_then(|dst| unsafe {
-                            b.upload_async(dst, buf, len, stream)
-                        });
+                        let r = arena
+                            .view(off as u64, len as u64)
+                            .and_then(|dst| unsafe { b.upload_async(dst, buf, len, stream) });
                         give_back();
                         if let Err(e) = r {
                             return fail(e);
@@ -750,10 +761,18 @@ fn copy_staged(
     let times = RingTimes {
         kept: n_kept,
         pinned: n_pinned,
-        first_buffer: if first_buffer.is_nan() { 0.0 } else { first_buffer },
+        first_buffer: if first_buffer.is_nan() {
+            0.0
+        } else {
+            first_buffer
+        },
         ring_ready,
         pin: pin_secs,
-        first_issue: if first == u64::MAX { 0.0 } else { first as f64 * 1e-9 },
+        first_issue: if first == u64::MAX {
+            0.0
+        } else {
+            first as f64 * 1e-9
+        },
         last_issue: ns(&last_issue),
         drained,
         released: t0.elapsed().as_secs_f64(),

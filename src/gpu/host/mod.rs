@@ -91,6 +91,16 @@ impl HostBackend {
         self.mem.lock().unwrap().len()
     }
 
+    /// Where the bytes of `p` lie in this process's memory: what a zero-copy view of a host
+    /// "device" buffer (a DLPack export) points at. Valid until the allocation is freed.
+    pub fn host_address(&self, p: DevicePtr) -> GpuResult<*mut u8> {
+        let (base, off) = self.locate(p)?;
+        let mut mem = self.mem.lock().unwrap();
+        let v = mem.get_mut(&base).expect("located above");
+        // SAFETY: `off + p.bytes` lies inside the allocation (checked by `locate`).
+        Ok(unsafe { v.as_mut_ptr().add(off) })
+    }
+
     /// The same, with the named kernels missing (`"gemm_bf16"` hides BLAS).
     pub fn without(names: &[&str]) -> Self {
         let mut b = Self::new();

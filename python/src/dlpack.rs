@@ -1,0 +1,170 @@
+//! DLPack export of a loaded pack's device tensors: a `dltensor` capsule per tensor that torch
+//! (`torch.from_dlpack`) and numpy (`numpy.from_dlpack`, host tensors) take without a copy.
+//!
+//! The struct layouts are DLPack's (`dlpack.h`, the v0.8 ABI that `__dlpack__` without a
+//! version request exchanges): `DLManagedTensor { DLTensor dl_tensor; void *manager_ctx;
+//! void (*deleter)(DLManagedTensor *); }` and `DLTensor { void *data; DLDevice device; int32_t
+//! ndim; DLDataType dtype; int64_t *shape; int64_t *strides; uint64_t byte_offset; }`. The
+//! capsule protocol: the producer names the capsule `dltensor`; a consumer that takes it renames
+//! it `used_dltensor` and calls the deleter when its tensor dies; a capsule destroyed while
+//! still named `dltensor` was never taken, and its destructor calls the deleter.
+
+use std::ffi::{CStr, c_void};
+use std::sync::{Arc, Mutex};
+
+/// `DLDeviceType`: host memory.
+pub const KDL_CPU: i32 = 1;
+/// `DLDeviceType`: CUDA device memory.
+pub const KDL_CUDA: i32 = 2;
+
+/// `DLDataTypeCode` values.
+const KDL_INT: u8 = 0;
+const KDL_UINT: u8 = 1;
+const KDL_FLOAT: u8 = 2;
+const KDL_BFLOAT: u8 = 4;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DlDevice {
+    device_type: i32,
+    device_id: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DlDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+
+#[repr(C)]
+struct DlTensor {
+    data: *mut c_void,
+    device: DlDevice,
+    ndim: i32,
+    dtype: DlDataType,
+    shape: *mut i64,
+    strides: *mut i64,
+    byte_offset: u64,
+}
+
+#[repr(C)]
+struct DlManagedTensor {
+    dl_tensor: DlTensor,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
+}
+
+/// What one export owns: the DLPack struct (first, so a pointer to it is a pointer to this),
+/// the shape it points at, and a reference to the loaded pack that keeps the device memory
+/// alive until the consumer's tensor dies.
+#[repr(C)]
+struct Managed<T: Send + 'static> {
+    tensor: DlManagedTensor,
+    shape: Vec<i64>,
+    _owner: Arc<Mutex<T>>,
+}
+
+/// The DLPack dtype of a pack type (by the names `format!("{:?}", GgmlType)` gives), or `None`
+/// for types exported as raw bytes (quantized blocks, FFN blobs, F8).
+pub fn dtype_of(ty: &str) -> Option<(u8, u8)> {
+    Some(match ty {
+        "F32" => (KDL_FLOAT, 32),
+        "F16" => (KDL_FLOAT, 16),
+        "F64" => (KDL_FLOAT, 64),
+        "BF16" => (KDL_BFLOAT, 16),
+        "I8" => (KDL_INT, 8),
+        "I16" => (KDL_INT, 16),
+        "I32" => (KDL_INT, 32),
+        "I64" => (KDL_INT, 64),
+        _ => return None,
+    })
+}
+
+/// One tensor to export: where its bytes are, on which device, its dtype `(code, bits)` and
+/// shape (row-major, contiguous).
+pub struct Export {
+    pub data: *mut u8,
+    pub device: (i32, i32),
+    pub dtype: (u8, u8),
+    pub shape: Vec<i64>,
+}
+
+/// A byte view: `(KDL_UINT, 8)`, shape `[bytes]`.
+pub const BYTES: (u8, u8) = (KDL_UINT, 8);
+
+const NAME: &CStr = c"dltensor";
+
+unsafe extern "C" fn deleter<T: Send + 'static>(m: *mut DlManagedTensor) {
+    if !m.is_null() {
+        // SAFETY: `m` came from `Box::into_raw` of a `Managed<T>` in `capsule` (its first field),
+        // and DLPack calls the deleter once.
+        drop(unsafe { Box::from_raw(m as *mut Managed<T>) });
+    }
+}
+
+unsafe extern "C" fn capsule_destructor<T: Send + 'static>(cap: *mut pyo3::ffi::PyObject) {
+    // SAFETY: called by Python with the capsule being destroyed; a capsule still named
+    // `dltensor` was never taken by a consumer, so its tensor is still ours to delete.
+    unsafe {
+        if pyo3::ffi::PyCapsule_IsValid(cap, NAME.as_ptr()) == 1 {
+            let m = pyo3::ffi::PyCapsule_GetPointer(cap, NAME.as_ptr()) as *mut DlManagedTensor;
+            deleter::<T>(m);
+        } else {
+            // A consumer renamed it (`used_dltensor`): clear any error PyCapsule_IsValid set.
+            pyo3::ffi::PyErr_Clear();
+        }
+    }
+}
+
+/// A `dltensor` capsule for `e`, holding `owner` until the consumer's tensor dies.
+pub fn capsule<T: Send + 'static>(
+    py: pyo3::Python<'_>,
+    e: Export,
+    owner: Arc<Mutex<T>>,
+) -> pyo3::PyResult<pyo3::PyObject> {
+    let mut m = Box::new(Managed {
+        tensor: DlManagedTensor {
+            dl_tensor: DlTensor {
+                data: e.data as *mut c_void,
+                device: DlDevice {
+                    device_type: e.device.0,
+                    device_id: e.device.1,
+                },
+                ndim: e.shape.len() as i32,
+                dtype: DlDataType {
+                    code: e.dtype.0,
+                    bits: e.dtype.1,
+                    lanes: 1,
+                },
+                shape: std::ptr::null_mut(),
+                // Null strides: compact row-major.
+                strides: std::ptr::null_mut(),
+                byte_offset: 0,
+            },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(deleter::<T>),
+        },
+        shape: e.shape,
+        _owner: owner,
+    });
+    m.tensor.dl_tensor.shape = m.shape.as_mut_ptr();
+    let raw = Box::into_raw(m);
+    // SAFETY: `raw` points at a live `Managed<T>` whose first field is the DLManagedTensor; the
+    // capsule's destructor (or the consumer, through the deleter) frees it exactly once.
+    let cap = unsafe {
+        pyo3::ffi::PyCapsule_New(
+            raw as *mut c_void,
+            NAME.as_ptr(),
+            Some(capsule_destructor::<T>),
+        )
+    };
+    if cap.is_null() {
+        // SAFETY: the capsule was not made, so `raw` is still ours alone.
+        unsafe { deleter::<T>(raw as *mut DlManagedTensor) };
+        return Err(pyo3::PyErr::fetch(py));
+    }
+    // SAFETY: a new reference just returned by PyCapsule_New.
+    Ok(unsafe { pyo3::PyObject::from_owned_ptr(py, cap) })
+}
