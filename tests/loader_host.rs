@@ -236,56 +236,48 @@ fn the_ring_pins_in_pieces_keeps_its_buffers_and_the_next_load_reuses_them() {
         ..Default::default()
     };
     let chunk = 12 << 10;
-    let chunks = {
-        let lp = loader::load(&b, &p, &o).unwrap();
+    // How many buffers a load pins depends on timing (the pinning thread stops once every
+    // chunk is claimed and no reader waits), so the checks are bounds, never exact counts.
+    let ring_of = |o: &LoadOptions| {
+        let lp = loader::load(&b, &p, o).unwrap();
         check(&lp);
         let r = lp.stats.ring.unwrap();
-        assert_eq!((r.kept, r.pinned), (0, 7), "{r:?}");
         assert!(
             r.first_buffer <= r.ring_ready && r.drained <= r.released,
             "{r:?}"
         );
+        assert!(r.kept + r.pinned <= o.ring.max(r.kept), "{r:?}");
         b.free(lp.arena);
-        (lp.stats.bytes as usize).div_ceil(chunk)
+        (lp.stats.bytes as usize, r.kept, r.pinned)
     };
+    let (bytes, kept, pinned) = ring_of(&o);
     assert!(
-        chunks > 7,
-        "the pack must need more chunks than buffers: {chunks}"
+        bytes.div_ceil(chunk) > 7,
+        "the pack must need more chunks than buffers"
     );
-    // The next load takes the 7 kept buffers and pins none; a larger ring pins only the rest.
-    for (ring, pinned) in [(7, 0), (9, 2)] {
-        let lp = loader::load(&b, &p, &LoadOptions { ring, ..o.clone() }).unwrap();
-        check(&lp);
-        let r = lp.stats.ring.unwrap();
-        assert_eq!((r.kept, r.pinned), (7, pinned), "ring {ring}: {r:?}");
-        b.free(lp.arena);
-        // Put the pool back to 7 buffers for the next case: a fresh backend would do the same.
-        if pinned > 0 {
-            break;
-        }
+    assert!(kept == 0 && (1..=7).contains(&pinned), "{kept} {pinned}");
+    // The next loads take every kept buffer and pin at most the rest of the ring.
+    let mut pool = pinned;
+    for ring in [7, 9, 9] {
+        let (_, kept, pinned) = ring_of(&LoadOptions { ring, ..o.clone() });
+        assert_eq!(kept, pool, "ring {ring}");
+        assert!(pinned <= ring.saturating_sub(kept), "ring {ring}: {pinned}");
+        pool = kept + pinned;
     }
-    // Fresh staging neither takes nor keeps: the pool still holds the 9 buffers.
+    // Fresh staging neither takes nor keeps: the pool is unchanged.
     let fresh = LoadOptions {
         staging: Staging::Fresh,
         ..o.clone()
     };
-    let lp = loader::load(&b, &p, &fresh).unwrap();
-    check(&lp);
-    assert_eq!(lp.stats.ring.map(|r| (r.kept, r.pinned)), Some((0, 7)));
-    b.free(lp.arena);
-    let lp = loader::load(&b, &p, &o).unwrap();
-    assert_eq!(lp.stats.ring.map(|r| (r.kept, r.pinned)), Some((9, 0)));
-    check(&lp);
-    b.free(lp.arena);
+    let (_, kept, pinned) = ring_of(&fresh);
+    assert!(kept == 0 && pinned >= 1);
+    assert_eq!(ring_of(&o).1, pool);
     // Buffers of another size are not taken (the kept ones are released when replaced).
     let other = LoadOptions {
         chunk: 16 << 10,
         ..o.clone()
     };
-    let lp = loader::load(&b, &p, &other).unwrap();
-    assert_eq!(lp.stats.ring.map(|r| (r.kept, r.pinned)), Some((0, 7)));
-    check(&lp);
-    b.free(lp.arena);
+    assert_eq!(ring_of(&other).1, 0);
     // Auto on a small warm segment: registered while no ring buffers are kept, the ring once a
     // load kept buffers of its size.
     let auto = |chunk: usize| LoadOptions {

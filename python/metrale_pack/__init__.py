@@ -96,6 +96,24 @@ class Loaded:
         y = self._m.forward(layer, x.tobytes(), x.shape[0])
         return np.frombuffer(y, dtype="<f4").reshape(x.shape)
 
+    def forward_into(self, layer, x, out=None):
+        """Dense FFN layer `layer` on `x` (f32 [rows, hidden], contiguous, on the load's
+        device: a torch tensor, or on the host backend a numpy array) into `out` (made like `x`
+        when not given), returned. On CUDA it runs on torch's current stream, reading `x` in
+        place (no copy) and writing `out` there, ordered like any torch operation."""
+        stream = 0
+        if out is None:
+            out = x.new_empty(x.shape) if hasattr(x, "new_empty") else np.empty_like(x)
+        if getattr(x, "is_cuda", False):
+            import torch
+
+            stream = torch.cuda.current_stream(x.device).cuda_stream
+            caps = (x.__dlpack__(stream=stream), out.__dlpack__(stream=stream))
+        else:
+            caps = (x.__dlpack__(), out.__dlpack__())
+        self._m.forward_dlpack(layer, caps[0], caps[1], stream)
+        return out
+
     def dlpack(self, name, raw=False):
         """Device tensor `name` as an object with `__dlpack__` (no copy): its dtype and shape
         for float and integer tensors (BF16 included), else, or with `raw`, its bytes as uint8

@@ -168,3 +168,109 @@ pub fn capsule<T: Send + 'static>(
     // SAFETY: a new reference just returned by PyCapsule_New.
     Ok(unsafe { pyo3::PyObject::from_owned_ptr(py, cap) })
 }
+
+/// A tensor another library exported (a `dltensor` capsule), borrowed for one call: taken from
+/// its capsule (renamed `used_dltensor`) and given back (its deleter called) on drop.
+pub struct Imported {
+    managed: *mut DlManagedTensor,
+    /// Where its first element is.
+    pub data: *mut u8,
+    /// `(device type, id)`.
+    pub device: (i32, i32),
+    /// `(code, bits, lanes)`.
+    pub dtype: (u8, u8, u16),
+    /// Its shape.
+    pub shape: Vec<i64>,
+    /// Whether its elements lie in row-major order with no gaps (strides absent or compact).
+    pub contiguous: bool,
+}
+
+const USED: &CStr = c"used_dltensor";
+
+/// Take the tensor of `capsule` (a `dltensor` capsule from `__dlpack__`).
+pub fn import(capsule: &pyo3::Bound<'_, pyo3::PyAny>) -> pyo3::PyResult<Imported> {
+    let cap = capsule.as_ptr();
+    // SAFETY: `cap` is a live object (borrowed from `capsule`); the checks below hold the
+    // capsule's name and pointer before anything is read through them.
+    unsafe {
+        if pyo3::ffi::PyCapsule_IsValid(cap, NAME.as_ptr()) != 1 {
+            pyo3::ffi::PyErr_Clear();
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "expected an unused DLPack capsule named \"dltensor\" (from __dlpack__())",
+            ));
+        }
+        let m = pyo3::ffi::PyCapsule_GetPointer(cap, NAME.as_ptr()) as *mut DlManagedTensor;
+        if m.is_null() {
+            return Err(pyo3::PyErr::fetch(capsule.py()));
+        }
+        let t = &(*m).dl_tensor;
+        let ndim = t.ndim.max(0) as usize;
+        let shape: Vec<i64> = if ndim == 0 || t.shape.is_null() {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(t.shape, ndim).to_vec()
+        };
+        let contiguous = t.strides.is_null() || {
+            let strides = std::slice::from_raw_parts(t.strides, ndim);
+            let mut want = 1i64;
+            let mut ok = true;
+            for i in (0..ndim).rev() {
+                ok &= shape[i] == 1 || strides[i] == want;
+                want = want.saturating_mul(shape[i]);
+            }
+            ok
+        };
+        let data = (t.data as *mut u8).wrapping_add(t.byte_offset as usize);
+        let imported = Imported {
+            managed: m,
+            data,
+            device: (t.device.device_type, t.device.device_id),
+            dtype: (t.dtype.code, t.dtype.bits, t.dtype.lanes),
+            shape,
+            contiguous,
+        };
+        // Taken: the producer's destructor leaves it to us (our drop calls the deleter).
+        if pyo3::ffi::PyCapsule_SetName(cap, USED.as_ptr()) != 0 {
+            std::mem::forget(imported);
+            return Err(pyo3::PyErr::fetch(capsule.py()));
+        }
+        Ok(imported)
+    }
+}
+
+impl Imported {
+    /// Whether it is a contiguous f32 `[rows, cols]` matrix on `device`; the rows, or why not.
+    pub fn f32_rows(&self, device: (i32, i32), cols: usize, what: &str) -> Result<usize, String> {
+        if self.dtype != (KDL_FLOAT, 32, 1) {
+            return Err(format!(
+                "{what}: dtype (code {}, bits {}, lanes {}) is not float32",
+                self.dtype.0, self.dtype.1, self.dtype.2
+            ));
+        }
+        if self.device != device {
+            return Err(format!(
+                "{what}: on DLPack device {:?}, the pack is loaded on {device:?}",
+                self.device
+            ));
+        }
+        match self.shape[..] {
+            [rows, c] if rows > 0 && c == cols as i64 && self.contiguous => Ok(rows as usize),
+            _ => Err(format!(
+                "{what}: shape {:?}{} is not a contiguous [rows, {cols}]",
+                self.shape,
+                if self.contiguous { "" } else { " (strided)" }
+            )),
+        }
+    }
+}
+
+impl Drop for Imported {
+    fn drop(&mut self) {
+        // SAFETY: the DLManagedTensor taken in `import`, given back once.
+        unsafe {
+            if let Some(d) = (*self.managed).deleter {
+                d(self.managed);
+            }
+        }
+    }
+}

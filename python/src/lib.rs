@@ -300,6 +300,65 @@ impl Loaded {
         dlpack::capsule(py, e, shared)
     }
 
+    /// Dense FFN layer `layer` on the rows of `x` into `out` (each a `dltensor` capsule: f32
+    /// `[rows, hidden]`, contiguous, on the load's device), queued on the CUDA stream `stream`
+    /// (a `CUstream` handle, torch's `cuda_stream`; 0 the legacy default stream) with no copy of
+    /// `x`: the routing's arm for that many rows, then the output copied into `out` on that
+    /// stream. On the host backend the rows are copied in and out.
+    fn forward_dlpack(
+        &self,
+        layer: usize,
+        x: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        stream: u64,
+    ) -> PyResult<()> {
+        let (xi, oi) = (dlpack::import(x)?, dlpack::import(out)?);
+        let shared = self.shared()?;
+        let mut g = shared.lock().unwrap_or_else(|e| e.into_inner());
+        let m = &mut *g;
+        let hidden = m.pack.pack.manifest.model.hidden_size as usize;
+        let rows = xi.f32_rows(self.device, hidden, "x").map_err(err)?;
+        if oi.f32_rows(self.device, hidden, "out").map_err(err)? != rows {
+            return Err(err(format!(
+                "out: {:?} rows, x has {rows}",
+                oi.shape.first()
+            )));
+        }
+        let bytes = (rows * hidden * 4) as u64;
+        let b = m.backend().clone();
+        if self.device.0 == dlpack::KDL_CPU {
+            // SAFETY: the exporter's contiguous f32 [rows, hidden] (checked above), alive until
+            // `xi` is dropped at the end of this call.
+            let xs = unsafe { std::slice::from_raw_parts(xi.data, bytes as usize) };
+            let xd = b.alloc(bytes).map_err(err)?;
+            let run = |m: &mut LoadedModel| -> Result<(), metrale_pack::gpu::GpuError> {
+                b.upload(xd, xs)?;
+                let y = m.forward(layer, xd, rows)?;
+                // SAFETY: `out` is the exporter's contiguous f32 [rows, hidden], as `x`.
+                let os = unsafe { std::slice::from_raw_parts_mut(oi.data, bytes as usize) };
+                b.download(y.view(0, bytes), os)
+            };
+            let r = run(m);
+            b.free(xd);
+            return r.map_err(err);
+        }
+        let s = b.adopt_stream(stream).map_err(err)?;
+        let old = std::mem::replace(&mut m.ctx.stream, s);
+        let xd = metrale_pack::gpu::DevicePtr {
+            addr: xi.data as u64,
+            bytes,
+        };
+        let y = m.forward(layer, xd, rows);
+        m.ctx.stream = old;
+        let od = metrale_pack::gpu::DevicePtr {
+            addr: oi.data as u64,
+            bytes,
+        };
+        // SAFETY: `out` is device memory of `bytes` (checked above), kept alive by the caller
+        // (torch orders its reuse after this stream's work); `y` is the context's output.
+        unsafe { b.copy_device_async(od, y.map_err(err)?.view(0, bytes), s) }.map_err(err)
+    }
+
     /// The DLPack device of the tensors: `(1, 0)` host, `(2, ordinal)` CUDA.
     fn dlpack_device(&self) -> (i32, i32) {
         self.device

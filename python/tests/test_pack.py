@@ -248,3 +248,16 @@ def test_forward_equals_the_cli_arm_bit_for_bit(tmp_path):
     assert np.linalg.norm(one - ref[:1]) / np.linalg.norm(ref[:1]) < 1e-2
     with pytest.raises(ValueError, match="rows"):
         m._m.forward(1, b"\x00" * 12, 1)
+    # Through DLPack (what a torch caller passes): the same bits, written into `out`.
+    out = np.full_like(x, np.nan)
+    assert m.forward_into(1, x, out) is out
+    assert out.tobytes() == y.tobytes()
+    assert m.forward_into(1, x[:1]).tobytes() == one.tobytes()
+    for bad, why in [(x.astype(np.float64), "float32"), (np.ascontiguousarray(x[:, :128]), "256"),
+                     (np.ones((256, 8), np.float32).T, "strided")]:
+        with pytest.raises(ValueError, match=why):
+            m.forward_into(1, bad, np.empty((bad.shape[0], 256), np.float32))
+    with pytest.raises(ValueError, match="rows"):
+        m.forward_into(1, x, np.empty((3, 256), np.float32))
+    with pytest.raises(ValueError, match="dltensor"):
+        m._m.forward_dlpack(1, b"not a capsule", x.__dlpack__(), 0)

@@ -834,6 +834,37 @@ impl GpuBackend for CudaBackend {
             .result()
             .map_err(cuerr("cuGraphLaunch"))
     }
+    fn adopt_stream(&self, raw: u64) -> GpuResult<StreamId> {
+        if raw == 0 {
+            return Ok(0);
+        }
+        let h = raw as usize as cus::CUstream;
+        let mut st = self.state.lock().unwrap();
+        if let Some(i) = st.streams.iter().position(|&s| s == h) {
+            return Ok(i as StreamId + 1);
+        }
+        st.streams.push(h);
+        Ok(st.streams.len() as StreamId)
+    }
+    unsafe fn copy_device_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        stream: StreamId,
+    ) -> GpuResult<()> {
+        if src.bytes > dst.bytes {
+            return Err(GpuError::Invalid(format!(
+                "device copy of {} bytes into {} bytes",
+                src.bytes, dst.bytes
+            )));
+        }
+        let s = self.stream(stream)?;
+        self.current()?;
+        // SAFETY: the caller passes device memory valid until the stream is synchronized.
+        unsafe { cus::cuMemcpyDtoDAsync_v2(dst.addr, src.addr, src.bytes as usize, s) }
+            .result()
+            .map_err(cuerr("cuMemcpyDtoDAsync"))
+    }
     unsafe fn upload_async(
         &self,
         dst: DevicePtr,

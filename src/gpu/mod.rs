@@ -252,6 +252,31 @@ pub trait GpuBackend: Send + Sync {
             self.name()
         )))
     }
+    /// A stream this backend can queue work on for a stream another library made (a
+    /// `CUstream` handle as an integer, torch's `cuda_stream`; 0 the legacy default stream): the
+    /// same id for the same handle. The backend never destroys it. The default (a backend
+    /// without streams of its own) gives a new stream of its own.
+    fn adopt_stream(&self, raw: u64) -> GpuResult<StreamId> {
+        let _ = raw;
+        self.new_stream()
+    }
+    /// Queue a device-to-device copy of `len` bytes on `stream`. The default copies through
+    /// the host (a backend whose device is the host).
+    ///
+    /// # Safety
+    /// `dst` and `src` must be device memory of at least `len` bytes each, not overlapping,
+    /// valid until `stream` is synchronized.
+    unsafe fn copy_device_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        stream: StreamId,
+    ) -> GpuResult<()> {
+        let _ = stream;
+        let mut tmp = vec![0u8; src.bytes as usize];
+        self.download(src, &mut tmp)?;
+        self.upload(dst, &tmp)
+    }
     /// Queue a host-to-device copy on `stream`.
     ///
     /// # Safety
