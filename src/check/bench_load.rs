@@ -165,6 +165,30 @@ struct LoadBench<'a> {
     report: RefCell<LoadReport>,
 }
 
+/// Where a staged load's ring spent its time, as `bench-load` prints it under the load's line.
+fn ring_line(opts: &LoadOptions, t: &loader::RingTimes) -> String {
+    let ms = |x: f64| x * 1e3;
+    format!(
+        "  ring ({:?}, {} x {} MiB, {} readers): {} buffers kept, {} pinned (first ready at {:.1} ms, all at {:.1}, pinning {:.1} ms); first copy issued at {:.1} ms, last at {:.1}, drained at {:.1}, released at {:.1}; summed over the readers: wait {:.1}, read {:.1}, issue {:.1} ms",
+        opts.staging,
+        opts.ring,
+        opts.chunk >> 20,
+        opts.readers,
+        t.kept,
+        t.pinned,
+        ms(t.first_buffer),
+        ms(t.ring_ready),
+        ms(t.pin),
+        ms(t.first_issue),
+        ms(t.last_issue),
+        ms(t.drained),
+        ms(t.released),
+        ms(t.wait),
+        ms(t.read),
+        ms(t.issue),
+    )
+}
+
 /// One line of the benchmark's account: on stdout, or on stderr when stdout carries the JSON
 /// report.
 fn say(json: bool, line: std::fmt::Arguments) {
@@ -238,29 +262,7 @@ impl LoadBench<'_> {
             ),
         );
         if let Some(t) = st.ring {
-            let ms = |x: f64| x * 1e3;
-            say(
-                self.json,
-                format_args!(
-                    "  ring ({:?}, {} x {} MiB, {} readers): {} buffers kept, {} pinned (first ready at {:.1} ms, all at {:.1}, pinning {:.1} ms); first copy issued at {:.1} ms, last at {:.1}, drained at {:.1}, released at {:.1}; summed over the readers: wait {:.1}, read {:.1}, issue {:.1} ms",
-                    opts.staging,
-                    opts.ring,
-                    opts.chunk >> 20,
-                    opts.readers,
-                    t.kept,
-                    t.pinned,
-                    ms(t.first_buffer),
-                    ms(t.ring_ready),
-                    ms(t.pin),
-                    ms(t.first_issue),
-                    ms(t.last_issue),
-                    ms(t.drained),
-                    ms(t.released),
-                    ms(t.wait),
-                    ms(t.read),
-                    ms(t.issue),
-                ),
-            );
+            say(self.json, format_args!("{}", ring_line(&opts, &t)));
         }
         Ok(secs)
     }

@@ -139,7 +139,45 @@ pub fn probe(b: &dyn GpuBackend, path: &Path) -> Result<Vec<Probe>> {
 /// What the staging ring's set-up costs, each way it can be pinned (printed in milliseconds for
 /// 64 MiB), and how the copy rate depends on the size of each copy.
 fn staging_costs(b: &dyn GpuBackend, big: usize) -> GpuResult<()> {
+    alloc_costs(b)?;
     let ring = 64 * MIB;
+    for (populate, read_only) in [(true, false), (true, true), (false, false)] {
+        let populate_flag = if populate { libc::MAP_POPULATE } else { 0 };
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | populate_flag;
+        let what = format!(
+            "anonymous mmap{}",
+            if populate { " MAP_POPULATE" } else { "" }
+        );
+        map_and_register(b, ring, (flags, -1), read_only, &what);
+    }
+    // A memfd (shared memory, filled by fallocate), mapped shared and registered.
+    // SAFETY: a C string literal; the descriptor is checked here and closed below.
+    let fd = unsafe { libc::memfd_create(c"metrale-staging".as_ptr(), 0) };
+    // SAFETY: a descriptor just created.
+    if fd >= 0 && unsafe { libc::fallocate(fd, 0, 0, ring as libc::off_t) } == 0 {
+        for read_only in [false, true] {
+            let flags = libc::MAP_SHARED | libc::MAP_POPULATE;
+            let what = "memfd fallocate + shared mmap MAP_POPULATE";
+            map_and_register(b, ring, (flags, fd), read_only, what);
+        }
+    } else {
+        println!("probe staging: memfd unavailable");
+    }
+    if fd >= 0 {
+        // SAFETY: our descriptor; the mappings of it are gone.
+        unsafe { libc::close(fd) };
+    }
+    let t = Instant::now();
+    let many: Vec<StreamId> = (0..32).map(|_| b.new_stream()).collect::<GpuResult<_>>()?;
+    println!(
+        "probe staging: 32 streams created in {:.2} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    copy_sizes(b, big, &many)
+}
+
+/// `alloc_pinned` of 64 MiB as 32 x 2 MiB and as one block, and freeing each.
+fn alloc_costs(b: &dyn GpuBackend) -> GpuResult<()> {
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
     let each: Vec<*mut u8> = (0..32)
@@ -153,7 +191,7 @@ fn staging_costs(b: &dyn GpuBackend, big: usize) -> GpuResult<()> {
     }
     let free_each = ms(t);
     let t = Instant::now();
-    let one = b.alloc_pinned(ring)?;
+    let one = b.alloc_pinned(64 * MIB)?;
     let pin_one = ms(t);
     let t = Instant::now();
     // SAFETY: from alloc_pinned, no copy from it.
@@ -162,113 +200,81 @@ fn staging_costs(b: &dyn GpuBackend, big: usize) -> GpuResult<()> {
     println!(
         "probe staging 64 MiB: alloc_pinned 32 x 2 MiB {pin_each:.2} ms (free {free_each:.2}); 1 x 64 MiB {pin_one:.2} ms (free {free_one:.2})"
     );
-    for (populate, read_only) in [(true, false), (true, true), (false, false)] {
-        let flags =
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if populate { libc::MAP_POPULATE } else { 0 };
-        let t = Instant::now();
-        // SAFETY: a fresh anonymous mapping, checked below and unmapped at the end.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ring,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            println!("probe staging: mmap failed");
-            continue;
-        }
-        let mapped = ms(t);
-        let t = Instant::now();
-        // SAFETY: the mapping above, unregistered before it is unmapped.
-        let r = unsafe { b.register_host(p as *const u8, ring, read_only) };
-        let registered = ms(t);
-        let t = Instant::now();
-        if r.is_ok() {
-            // SAFETY: registered above, no copy from it.
-            unsafe { b.unregister_host(p as *const u8) };
-        }
-        // SAFETY: the mapping above, no longer registered.
-        unsafe { libc::munmap(p, ring) };
-        println!(
-            "probe staging 64 MiB: anonymous mmap{} {mapped:.2} ms + register{} {registered:.2} ms ({}); unregister + unmap {:.2} ms",
-            if populate { " MAP_POPULATE" } else { "" },
-            if read_only { " read-only" } else { "" },
-            if r.is_ok() { "ok" } else { "refused" },
-            ms(t)
-        );
-    }
-    for read_only in [false, true] {
-        // A memfd (shared memory, filled by fallocate), mapped shared and registered.
-        let t = Instant::now();
-        // SAFETY: a C string literal; the descriptor is checked and closed below.
-        let fd = unsafe { libc::memfd_create(c"metrale-staging".as_ptr(), 0) };
-        // SAFETY: a descriptor just created.
-        if fd < 0 || unsafe { libc::fallocate(fd, 0, 0, ring as libc::off_t) } != 0 {
-            println!("probe staging: memfd unavailable");
-            if fd >= 0 {
-                // SAFETY: our descriptor.
-                unsafe { libc::close(fd) };
-            }
-            break;
-        }
-        // SAFETY: a shared mapping of the memfd above, unmapped at the end.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ring,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd,
-                0,
-            )
-        };
-        // SAFETY: our descriptor; the mapping keeps the memory.
-        unsafe { libc::close(fd) };
-        if p == libc::MAP_FAILED {
-            println!("probe staging: memfd mmap failed");
-            break;
-        }
-        let mapped = ms(t);
-        let t = Instant::now();
-        // SAFETY: the mapping above, unregistered before it is unmapped.
-        let r = unsafe { b.register_host(p as *const u8, ring, read_only) };
-        let registered = ms(t);
-        let t = Instant::now();
-        if r.is_ok() {
-            // SAFETY: registered above, no copy from it.
-            unsafe { b.unregister_host(p as *const u8) };
-        }
-        // SAFETY: the mapping above, no longer registered.
-        unsafe { libc::munmap(p, ring) };
-        println!(
-            "probe staging 64 MiB: memfd fallocate + shared mmap MAP_POPULATE {mapped:.2} ms + register{} {registered:.2} ms ({}); unregister + unmap {:.2} ms",
-            if read_only { " read-only" } else { "" },
-            if r.is_ok() { "ok" } else { "refused" },
-            ms(t)
-        );
-    }
+    Ok(())
+}
+
+/// Map `len` bytes (`flags`, of descriptor `fd` or anonymous with -1), register the mapping
+/// (`read_only` or not), unregister and unmap it; print each step's milliseconds.
+fn map_and_register(
+    b: &dyn GpuBackend,
+    len: usize,
+    (flags, fd): (i32, i32),
+    read_only: bool,
+    what: &str,
+) {
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
-    let many: Vec<StreamId> = (0..32).map(|_| b.new_stream()).collect::<GpuResult<_>>()?;
-    println!("probe staging: 32 streams created in {:.2} ms", ms(t));
+    // SAFETY: a fresh mapping, checked below and unmapped at the end.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        println!("probe staging: {what}: mmap failed");
+        return;
+    }
+    let mapped = ms(t);
+    let t = Instant::now();
+    // SAFETY: the mapping above, unregistered before it is unmapped.
+    let r = unsafe { b.register_host(p as *const u8, len, read_only) };
+    let registered = ms(t);
+    let t = Instant::now();
+    if r.is_ok() {
+        // SAFETY: registered above, no copy from it.
+        unsafe { b.unregister_host(p as *const u8) };
+    }
+    // SAFETY: the mapping above, no longer registered.
+    unsafe { libc::munmap(p, len) };
+    println!(
+        "probe staging {} MiB: {what} {mapped:.2} ms + register{} {registered:.2} ms ({}); unregister + unmap {:.2} ms",
+        len / MIB,
+        if read_only { " read-only" } else { "" },
+        if r.is_ok() { "ok" } else { "refused" },
+        ms(t)
+    );
+}
+
+/// Copies of `big` bytes from pinned memory in pieces of 1 to 8 MiB over 2 streams, and of
+/// 2 MiB over the `many` streams.
+fn copy_sizes(b: &dyn GpuBackend, big: usize, many: &[StreamId]) -> GpuResult<()> {
     let h = b.alloc_pinned(big)?;
     let d = b.alloc(big as u64)?;
     let two: Vec<StreamId> = (0..2).map(|_| b.new_stream()).collect::<GpuResult<_>>()?;
     for (piece, s) in [
-        (MIB, &two),
-        (2 * MIB, &two),
-        (4 * MIB, &two),
-        (8 * MIB, &two),
-        (2 * MIB, &many),
+        (MIB, &two[..]),
+        (2 * MIB, &two[..]),
+        (4 * MIB, &two[..]),
+        (8 * MIB, &two[..]),
+        (2 * MIB, many),
     ] {
         let t = Instant::now();
         for (c, off) in (0..big).step_by(piece).enumerate() {
             let len = piece.min(big - off);
             // SAFETY: the pinned buffer outlives the synchronize below.
-            unsafe { b.upload_async(d.view(off as u64, len as u64), h.add(off), len, s[c % 2])? };
+            unsafe {
+                b.upload_async(
+                    d.view(off as u64, len as u64),
+                    h.add(off),
+                    len,
+                    s[c % s.len()],
+                )?
+            };
         }
         s.iter().try_for_each(|&st| b.synchronize(st))?;
         println!(

@@ -258,8 +258,7 @@ pub(super) fn copy_segment(
             b,
             &pack.file.file,
             odirect.as_ref(),
-            range.start,
-            seg.len(),
+            (range.start, seg.len()),
             arena,
             opts,
         )?;
@@ -318,8 +317,7 @@ pub(super) fn copy_segment(
                         b,
                         &pack.file.file,
                         None,
-                        range.start + split as u64,
-                        rest.len(),
+                        (range.start + split as u64, rest.len()),
                         &arena.sub(split as u64, rest.len() as u64),
                         opts,
                     )
@@ -496,6 +494,260 @@ struct FreeBuffers {
     pin_error: Option<String>,
 }
 
+/// The ring's buffers as the readers and the pinning thread share them.
+struct FreeRing {
+    state: std::sync::Mutex<FreeBuffers>,
+    ready: std::sync::Condvar,
+}
+
+impl FreeRing {
+    /// A ring holding `kept` buffers, with `growing` if a pinning thread will add more.
+    fn new(kept: &[(*mut u8, StreamId)], growing: bool) -> Self {
+        FreeRing {
+            state: std::sync::Mutex::new(FreeBuffers {
+                queue: kept.iter().map(|&(p, s)| (p as usize, s)).collect(),
+                total: kept.len(),
+                growing,
+                stop: false,
+                waiting: 0,
+                pin_error: None,
+            }),
+            ready: std::sync::Condvar::new(),
+        }
+    }
+
+    /// The free buffer given back longest ago, waiting while every buffer is in use or still
+    /// unpinned; `None` once a reader failed; an error when no buffer could be pinned at all.
+    fn take(&self) -> GpuResult<Option<(usize, StreamId)>> {
+        let mut f = self.state.lock().unwrap();
+        loop {
+            if f.stop {
+                return Ok(None);
+            }
+            if let Some(x) = f.queue.pop_front() {
+                return Ok(Some(x));
+            }
+            if f.total == 0 && !f.growing {
+                let why = f.pin_error.clone().unwrap_or_default();
+                return Err(GpuError::Invalid(format!(
+                    "no staging buffer could be pinned: {why}"
+                )));
+            }
+            f.waiting += 1;
+            f = self.ready.wait(f).unwrap();
+            f.waiting -= 1;
+        }
+    }
+
+    fn give_back(&self, buf: (usize, StreamId)) {
+        self.state.lock().unwrap().queue.push_back(buf);
+        self.ready.notify_one();
+    }
+
+    /// New buffers from the pinning thread.
+    fn add(&self, bufs: &[(usize, StreamId)]) {
+        let mut f = self.state.lock().unwrap();
+        f.queue.extend(bufs.iter().copied());
+        f.total += bufs.len();
+        drop(f);
+        self.ready.notify_all();
+    }
+
+    /// A reader failed: every other stops.
+    fn fail(&self) {
+        self.state.lock().unwrap().stop = true;
+        self.ready.notify_all();
+    }
+
+    /// Whether the pinning thread should pin another piece: a reader still runs, and a chunk is
+    /// unclaimed or a reader waits for a buffer (a small segment needs no more).
+    fn wants_more(&self, next: &std::sync::atomic::AtomicUsize, n_chunks: usize) -> bool {
+        let f = self.state.lock().unwrap();
+        !f.stop && (next.load(Ordering::Relaxed) < n_chunks || f.waiting > 0)
+    }
+
+    /// The pinning thread is done (`err`: why it stopped early).
+    fn done_pinning(&self, err: Option<String>) {
+        let mut f = self.state.lock().unwrap();
+        f.growing = false;
+        f.pin_error = err;
+        drop(f);
+        self.ready.notify_all();
+    }
+}
+
+/// What the pinning thread pinned: the buffers, when the first was ready, when it finished,
+/// and the seconds it spent.
+struct Pinned {
+    bufs: crate::gpu::staging::Buffers,
+    first: Option<std::time::Instant>,
+    done: std::time::Instant,
+    secs: f64,
+}
+
+/// Pin `to_pin` buffers of `chunk` bytes, the first alone and then `per` at a time, adding each
+/// piece's buffers to `free` as soon as they exist; stop early once `free` wants no more.
+fn pin_ring(
+    b: &dyn GpuBackend,
+    free: &FreeRing,
+    (to_pin, chunk, per): (usize, usize, usize),
+    next: &std::sync::atomic::AtomicUsize,
+    n_chunks: usize,
+) -> Pinned {
+    use crate::gpu::staging::{Buffers, Piece};
+    let t = std::time::Instant::now();
+    let mut bufs = Buffers {
+        size: chunk,
+        ..Buffers::default()
+    };
+    let mut first = None;
+    let mut left = to_pin;
+    let err = loop {
+        if left == 0 || !free.wants_more(next, n_chunks) {
+            break None;
+        }
+        // The first piece is one buffer, so the first copy waits for the least.
+        let k = if bufs.slots.is_empty() {
+            1
+        } else {
+            per.min(left)
+        };
+        let piece = match Piece::pin(b, k * chunk) {
+            Ok(p) => p,
+            Err(e) => break Some(e.to_string()),
+        };
+        let base = piece.ptr() as usize;
+        bufs.pieces.push(piece);
+        let mut new = Vec::with_capacity(k);
+        for i in 0..k {
+            match b.new_stream() {
+                Ok(s) => new.push((base + i * chunk, s)),
+                Err(_) => break,
+            }
+        }
+        bufs.slots
+            .extend(new.iter().map(|&(p, s)| (p as *mut u8, s)));
+        free.add(&new);
+        first.get_or_insert_with(std::time::Instant::now);
+        if new.len() < k {
+            break Some("creating a staging buffer's stream failed".into());
+        }
+        left -= k;
+    };
+    free.done_pinning(err);
+    Pinned {
+        bufs,
+        first,
+        done: std::time::Instant::now(),
+        secs: t.elapsed().as_secs_f64(),
+    }
+}
+
+/// The readers' shared job: the segment's chunks, claimed in order, and what the readers add up.
+struct ChunkJob<'a> {
+    file: &'a std::fs::File,
+    direct: Option<&'a std::fs::File>,
+    seg_off: u64,
+    seg_len: usize,
+    chunk: usize,
+    n_chunks: usize,
+    arena: &'a Dest<'a>,
+    next: std::sync::atomic::AtomicUsize,
+    t0: std::time::Instant,
+    first_issue: AtomicU64,
+    last_issue: AtomicU64,
+    wait: AtomicU64,
+    read: AtomicU64,
+    issue: AtomicU64,
+    direct_error: std::sync::Mutex<Option<String>>,
+}
+
+impl ChunkJob<'_> {
+    /// Add the time since `t` to `to`; returns now.
+    fn add(to: &AtomicU64, t: std::time::Instant) -> std::time::Instant {
+        let now = std::time::Instant::now();
+        to.fetch_add((now - t).as_nanos() as u64, Ordering::Relaxed);
+        now
+    }
+
+    fn at(&self, t: std::time::Instant) -> u64 {
+        (t - self.t0).as_nanos() as u64
+    }
+
+    /// One reader: claim chunks until none is left, each into a free buffer and copied from it.
+    fn run(&self, b: &dyn GpuBackend, free: &FreeRing) -> GpuResult<()> {
+        loop {
+            let c = self.next.fetch_add(1, Ordering::Relaxed);
+            if c >= self.n_chunks {
+                return Ok(());
+            }
+            let t = std::time::Instant::now();
+            let buf = match free.take() {
+                Ok(Some(buf)) => buf,
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    free.fail();
+                    return Err(e);
+                }
+            };
+            let r = self.one(b, c, buf, t);
+            free.give_back(buf);
+            if r.is_err() {
+                free.fail();
+                return r;
+            }
+        }
+    }
+
+    /// Chunk `c` into buffer `buf` (taken at `t`): wait for the buffer's previous copy, read,
+    /// issue the copy on the buffer's stream.
+    fn one(
+        &self,
+        b: &dyn GpuBackend,
+        c: usize,
+        (p, stream): (usize, StreamId),
+        t: std::time::Instant,
+    ) -> GpuResult<()> {
+        use std::os::unix::fs::FileExt;
+        let off = c * self.chunk;
+        let len = self.chunk.min(self.seg_len - off);
+        // The copy that last used this buffer must finish before it is refilled.
+        b.synchronize(stream)?;
+        let t = Self::add(&self.wait, t);
+        // SAFETY: the buffer holds `chunk` bytes, owned by this reader until given back, with
+        // no copy from it in flight (synchronized above).
+        let whole = unsafe { std::slice::from_raw_parts_mut(p as *mut u8, self.chunk) };
+        let at = self.seg_off + off as u64;
+        let direct_ok = match self.direct {
+            Some(f) => match read_direct(f, whole, at, len) {
+                Ok(()) => true,
+                Err(e) => {
+                    self.direct_error
+                        .lock()
+                        .unwrap()
+                        .get_or_insert_with(|| format!("O_DIRECT read at {at}: {e}"));
+                    false
+                }
+            },
+            None => false,
+        };
+        if !direct_ok {
+            self.file
+                .read_exact_at(&mut whole[..len], at)
+                .map_err(|e| GpuError::Invalid(format!("reading the pack at {at}: {e}")))?;
+        }
+        let t = Self::add(&self.read, t);
+        self.first_issue.fetch_min(self.at(t), Ordering::Relaxed);
+        let dst = self.arena.view(off as u64, len as u64)?;
+        // SAFETY: the buffer stays untouched until its stream is synchronized (by the next user
+        // of this buffer, or the ring's final synchronize).
+        unsafe { b.upload_async(dst, p as *const u8, len, stream)? };
+        let t = Self::add(&self.issue, t);
+        self.last_issue.fetch_max(self.at(t), Ordering::Relaxed);
+        Ok(())
+    }
+}
+
 /// Staged copy: a ring of `opts.ring` pinned buffers of `opts.chunk` bytes, each with its own
 /// stream, filled by `opts.readers` threads with `pread` from the file (no page faults on the
 /// mapping, no copy beyond the page cache and the ring) while the DMA engine drains the buffers
@@ -508,19 +760,12 @@ fn copy_staged(
     b: &dyn GpuBackend,
     file: &std::fs::File,
     direct: Option<&std::fs::File>,
-    seg_off: u64,
-    seg_len: usize,
+    (seg_off, seg_len): (u64, usize),
     arena: &Dest,
     opts: &LoadOptions,
 ) -> GpuResult<(Option<String>, RingTimes)> {
-    use crate::gpu::staging::{Buffers, Piece};
-    use std::os::unix::fs::FileExt;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Condvar, Mutex};
-    use std::time::Instant;
-    let t0 = Instant::now();
-    let secs = |t: Instant| (t - t0).as_secs_f64();
-    let direct_error: Mutex<Option<String>> = Mutex::new(None);
+    use crate::gpu::staging::Buffers;
+    let t0 = std::time::Instant::now();
     // Whole O_DIRECT blocks per buffer.
     let chunk = opts.chunk.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
     let n_chunks = seg_len.div_ceil(chunk);
@@ -535,214 +780,92 @@ fn copy_staged(
     });
     let n_kept = kept.slots.len();
     let to_pin = ring.saturating_sub(n_kept);
-    let free = Mutex::new(FreeBuffers {
-        queue: kept.slots.iter().map(|&(p, s)| (p as usize, s)).collect(),
-        total: n_kept,
-        growing: to_pin > 0,
-        stop: false,
-        waiting: 0,
-        pin_error: None,
-    });
-    let ready = Condvar::new();
-    let next = AtomicUsize::new(0);
-    let (mut first_buffer, mut ring_ready) = (if n_kept > 0 { 0.0 } else { f64::NAN }, 0.0);
-    let nanos = |t: Instant| (t - t0).as_nanos() as u64;
-    let (first_issue, last_issue) = (AtomicU64::new(u64::MAX), AtomicU64::new(0));
-    let (wait, read, issue) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
-    let add = |to: &AtomicU64, t: Instant| -> Instant {
-        let now = Instant::now();
-        to.fetch_add((now - t).as_nanos() as u64, Ordering::Relaxed);
-        now
+    let free = FreeRing::new(&kept.slots, to_pin > 0);
+    let job = ChunkJob {
+        file,
+        direct,
+        seg_off,
+        seg_len,
+        chunk,
+        n_chunks,
+        arena,
+        next: Default::default(),
+        t0,
+        first_issue: AtomicU64::new(u64::MAX),
+        last_issue: AtomicU64::new(0),
+        wait: AtomicU64::new(0),
+        read: AtomicU64::new(0),
+        issue: AtomicU64::new(0),
+        direct_error: Default::default(),
     };
-    let (result, grown, pin_secs) = std::thread::scope(|sc| {
-        let (free, ready) = (&free, &ready);
-        // The pinning thread: pieces of RING_PIECE_BYTES, each cut into buffers with streams.
-        let next_c = &next;
+    let per = (opts.ring_piece / chunk).max(1);
+    let (result, pinned) = std::thread::scope(|sc| {
+        let (free, job) = (&free, &job);
         let pinner = (to_pin > 0).then(|| {
-            sc.spawn(move || {
-                let next = next_c;
-                let t = Instant::now();
-                let per = (opts.ring_piece / chunk).max(1);
-                let mut grown = Buffers {
-                    size: chunk,
-                    ..Buffers::default()
-                };
-                let mut first = None;
-                let mut left = to_pin;
-                let err = loop {
-                    // Done when the ring is full, a reader failed, or every chunk is claimed and
-                    // no reader waits for a buffer (a small segment needs no more).
-                    let f = free.lock().unwrap();
-                    if left == 0
-                        || f.stop
-                        || (next.load(Ordering::Relaxed) >= n_chunks && f.waiting == 0)
-                    {
-                        break None;
-                    }
-                    drop(f);
-                    // The first piece is one buffer, so the first copy waits for the least.
-                    let k = if grown.slots.is_empty() {
-                        1
-                    } else {
-                        per.min(left)
-                    };
-                    let piece = match Piece::pin(b, k * chunk) {
-                        Ok(p) => p,
-                        Err(e) => break Some(e.to_string()),
-                    };
-                    let base = piece.ptr() as usize;
-                    grown.pieces.push(piece);
-                    let mut new = Vec::with_capacity(k);
-                    for i in 0..k {
-                        match b.new_stream() {
-                            Ok(s) => new.push((base + i * chunk, s)),
-                            Err(_) => break,
-                        }
-                    }
-                    let made = new.len();
-                    grown
-                        .slots
-                        .extend(new.iter().map(|&(p, s)| (p as *mut u8, s)));
-                    {
-                        let mut f = free.lock().unwrap();
-                        f.queue.extend(new);
-                        f.total += made;
-                    }
-                    ready.notify_all();
-                    first.get_or_insert_with(Instant::now);
-                    if made < k {
-                        break Some("creating a staging buffer's stream failed".into());
-                    }
-                    left -= k;
-                };
-                let mut f = free.lock().unwrap();
-                f.growing = false;
-                f.pin_error = err;
-                drop(f);
-                ready.notify_all();
-                (
-                    grown,
-                    first,
-                    Instant::now(),
-                    (Instant::now() - t).as_secs_f64(),
-                )
-            })
+            sc.spawn(move || pin_ring(b, free, (to_pin, chunk, per), &job.next, n_chunks))
         });
-        let workers: Vec<_> = (0..opts.readers.max(1).min(n_chunks.max(1)))
-            .map(|_| {
-                let (next, direct_error) = (&next, &direct_error);
-                let (first_issue, last_issue) = (&first_issue, &last_issue);
-                let (wait, read, issue, add) = (&wait, &read, &issue, &add);
-                sc.spawn(move || -> GpuResult<()> {
-                    let fail = |e: GpuError| {
-                        free.lock().unwrap().stop = true;
-                        ready.notify_all();
-                        Err(e)
-                    };
-                    loop {
-                        let c = next.fetch_add(1, Ordering::Relaxed);
-                        if c >= n_chunks {
-                            return Ok(());
-                        }
-                        let off = c * chunk;
-                        let len = chunk.min(seg_len - off);
-                        let t = Instant::now();
-                        // A free buffer: wait while every buffer is in use or still unpinned.
-                        let (p, stream) = {
-                            let mut f = free.lock().unwrap();
-                            loop {
-                                if f.stop {
-                                    return Ok(());
-                                }
-                                if let Some(x) = f.queue.pop_front() {
-                                    break x;
-                                }
-                                if f.total == 0 && !f.growing {
-                                    let why = f.pin_error.clone().unwrap_or_default();
-                                    drop(f);
-                                    return fail(GpuError::Invalid(format!(
-                                        "no staging buffer could be pinned: {why}"
-                                    )));
-                                }
-                                f.waiting += 1;
-                                f = ready.wait(f).unwrap();
-                                f.waiting -= 1;
-                            }
-                        };
-                        let buf = p as *mut u8;
-                        let give_back = || {
-                            free.lock().unwrap().queue.push_back((p, stream));
-                            ready.notify_one();
-                        };
-                        // The copy that last used this buffer must finish before it is refilled.
-                        if let Err(e) = b.synchronize(stream) {
-                            give_back();
-                            return fail(e);
-                        }
-                        let t = add(wait, t);
-                        // SAFETY: `buf` holds `chunk` bytes, owned by this thread until given
-                        // back, with no copy from it in flight (synchronized above).
-                        let whole = unsafe { std::slice::from_raw_parts_mut(buf, chunk) };
-                        let at = seg_off + off as u64;
-                        let direct_ok = match direct {
-                            Some(f) => match read_direct(f, whole, at, len) {
-                                Ok(()) => true,
-                                Err(e) => {
-                                    direct_error.lock().unwrap().get_or_insert_with(|| {
-                                        format!("O_DIRECT read at {at}: {e}")
-                                    });
-                                    false
-                                }
-                            },
-                            None => false,
-                        };
-                        if !direct_ok && let Err(e) = file.read_exact_at(&mut whole[..len], at) {
-                            give_back();
-                            return fail(GpuError::Invalid(format!(
-                                "reading the pack at {at}: {e}"
-                            )));
-                        }
-                        let t = add(read, t);
-                        first_issue.fetch_min(nanos(t), Ordering::Relaxed);
-                        // SAFETY: the buffer stays untouched until its stream is synchronized
-                        // (by the next user of this buffer, or the final synchronize below).
-                        let r = arena
-                            .view(off as u64, len as u64)
-                            .and_then(|dst| unsafe { b.upload_async(dst, buf, len, stream) });
-                        give_back();
-                        if let Err(e) = r {
-                            return fail(e);
-                        }
-                        let t = add(issue, t);
-                        last_issue.fetch_max(nanos(t), Ordering::Relaxed);
-                    }
-                })
-            })
+        let readers: Vec<_> = (0..opts.readers.max(1).min(n_chunks.max(1)))
+            .map(|_| sc.spawn(move || job.run(b, free)))
             .collect();
-        let result = workers
+        let result = readers
             .into_iter()
-            .try_for_each(|w| w.join().expect("reader thread panicked"));
-        let (grown, pin_secs) = match pinner {
-            Some(h) => {
-                let (grown, first, done, s) = h.join().expect("pinning thread panicked");
-                if let (Some(f), 0) = (first, n_kept) {
-                    first_buffer = secs(f);
-                }
-                ring_ready = secs(done);
-                (grown, s)
-            }
-            None => (Buffers::default(), 0.0),
-        };
-        (result, grown, pin_secs)
+            .try_for_each(|r| r.join().expect("reader thread panicked"));
+        (
+            result,
+            pinner.map(|h| h.join().expect("pinning thread panicked")),
+        )
     });
-    // Every buffer, kept and grown.
-    let mut all = kept;
+    let secs = |t: std::time::Instant| (t - t0).as_secs_f64();
+    let (grown, first_buffer, ring_ready, pin) = match pinned {
+        Some(p) => {
+            let first = match (p.first, n_kept) {
+                (Some(f), 0) => secs(f),
+                _ => 0.0,
+            };
+            (p.bufs, first, secs(p.done), p.secs)
+        }
+        None => (Buffers::default(), 0.0, 0.0, 0.0),
+    };
     let n_pinned = grown.slots.len();
+    let (synced, drained) = finish_ring(b, pool, kept, grown);
+    let ns = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 * 1e-9;
+    let first_issue = job.first_issue.load(Ordering::Relaxed);
+    let times = RingTimes {
+        kept: n_kept,
+        pinned: n_pinned,
+        first_buffer,
+        ring_ready,
+        pin,
+        first_issue: if first_issue == u64::MAX {
+            0.0
+        } else {
+            first_issue as f64 * 1e-9
+        },
+        last_issue: ns(&job.last_issue),
+        drained: secs(drained),
+        released: t0.elapsed().as_secs_f64(),
+        wait: ns(&job.wait),
+        read: ns(&job.read),
+        issue: ns(&job.issue),
+    };
+    result.and(synced)?;
+    Ok((job.direct_error.into_inner().unwrap(), times))
+}
+
+/// The ring's end: synchronize every buffer's stream, then keep the buffers (kept and grown)
+/// in `pool` for the next load, or release them. Returns the synchronize's result and when it
+/// finished.
+fn finish_ring(
+    b: &dyn GpuBackend,
+    pool: Option<&crate::gpu::staging::StagingPool>,
+    mut all: crate::gpu::staging::Buffers,
+    grown: crate::gpu::staging::Buffers,
+) -> (GpuResult<()>, std::time::Instant) {
     all.pieces.extend(grown.pieces);
     all.slots.extend(grown.slots);
     let synced = all.slots.iter().try_for_each(|&(_, s)| b.synchronize(s));
-    let drained = t0.elapsed().as_secs_f64();
-    let release = |bufs: Buffers| {
+    let drained = std::time::Instant::now();
+    let release = |bufs: crate::gpu::staging::Buffers| {
         for piece in bufs.pieces {
             // SAFETY: every copy from the buffers is synchronized above (or the context failed).
             unsafe { piece.release(b) };
@@ -756,30 +879,5 @@ fn copy_staged(
         }
         _ => release(all),
     }
-    let ns = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 * 1e-9;
-    let first = first_issue.load(Ordering::Relaxed);
-    let times = RingTimes {
-        kept: n_kept,
-        pinned: n_pinned,
-        first_buffer: if first_buffer.is_nan() {
-            0.0
-        } else {
-            first_buffer
-        },
-        ring_ready,
-        pin: pin_secs,
-        first_issue: if first == u64::MAX {
-            0.0
-        } else {
-            first as f64 * 1e-9
-        },
-        last_issue: ns(&last_issue),
-        drained,
-        released: t0.elapsed().as_secs_f64(),
-        wait: ns(&wait),
-        read: ns(&read),
-        issue: ns(&issue),
-    };
-    result.and(synced)?;
-    Ok((direct_error.into_inner().unwrap(), times))
+    (synced, drained)
 }
