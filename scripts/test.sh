@@ -49,4 +49,7 @@ wheels="$(mktemp -d)"
 (cd python && CARGO_TARGET_DIR="$PWD/../target" "$py" -m maturin build --release -q -i "$py" -o "$wheels")
 "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheels"/metrale_pack-*.whl
 rm -rf "$wheels"
-METRALE_BIN="$PWD/target/release/metrale-pack" "$py" -m pytest -q -p no:cacheprovider python/tests
+# The C ABI (capi/): libmetrale_pack_c, which python/tests/test_capi.py drives from a C program.
+(cd capi && CARGO_TARGET_DIR="$PWD/../target" cargo build --release -q)
+METRALE_BIN="$PWD/target/release/metrale-pack" METRALE_CAPI_LIB="$PWD/target/release" \
+  "$py" -m pytest -q -p no:cacheprovider python/tests

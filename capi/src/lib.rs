@@ -1,0 +1,394 @@
+//! `libmetrale_pack_c`: the C ABI of the crate's loader (`include/metrale_pack.h` is its
+//! contract). Each entry point catches panics (none may unwind into C), records why it failed
+//! in a thread-local string (`mp_last_error`), and touches a model only through the pointer
+//! `mp_load` returned.
+
+use metrale_pack::gpu::cuda::CudaBackend;
+use metrale_pack::gpu::host::HostBackend;
+use metrale_pack::gpu::{DevicePtr, GpuBackend};
+use metrale_pack::loader::{EngineOptions, LoadedModel};
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// DLPack's device types, as the header's `MP_DEVICE_*`.
+const DEVICE_CPU: i32 = 1;
+const DEVICE_CUDA: i32 = 2;
+/// The header's `MP_MAX_DIMS`.
+const MAX_DIMS: usize = 8;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(msg: impl std::fmt::Display) {
+    let s = CString::new(msg.to_string().replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = s);
+}
+
+/// Run `f`, turning an error or a panic into `fail` with the reason recorded.
+fn guard<T>(fail: T, f: impl FnOnce() -> Result<T, String>) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            set_error(e);
+            fail
+        }
+        Err(_) => {
+            set_error("internal error (a panic in metrale-pack)");
+            fail
+        }
+    }
+}
+
+/// The process's host backend (`"cpu"`).
+fn host() -> &'static Arc<HostBackend> {
+    static HOST: OnceLock<Arc<HostBackend>> = OnceLock::new();
+    HOST.get_or_init(|| Arc::new(HostBackend::new()))
+}
+
+/// One CUDA backend per ordinal for the process (its kernels and kept staging buffers serve
+/// every later load on that device).
+fn cuda(ordinal: usize) -> Result<Arc<CudaBackend>, String> {
+    /// The backends opened, by ordinal.
+    type Opened = Mutex<Vec<(usize, Arc<CudaBackend>)>>;
+    static CUDA: OnceLock<Opened> = OnceLock::new();
+    let mut g = CUDA
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some((_, b)) = g.iter().find(|(o, _)| *o == ordinal) {
+        return Ok(b.clone());
+    }
+    let b = Arc::new(CudaBackend::new(ordinal).map_err(|e| e.to_string())?);
+    g.push((ordinal, b.clone()));
+    Ok(b)
+}
+
+/// A device tensor as `mp_tensor` reports it, its strings owned here.
+struct Tensor {
+    name: CString,
+    ty: CString,
+    source_type: CString,
+    ffn_json: Option<CString>,
+    data: u64,
+    bytes: u64,
+    shape: Vec<u64>,
+}
+
+/// What `mp_load` returns.
+pub struct Model {
+    m: LoadedModel,
+    device: (i32, i32),
+    tensors: Vec<Tensor>,
+}
+
+/// The header's `mp_tensor`.
+#[repr(C)]
+pub struct MpTensor {
+    name: *const c_char,
+    ty: *const c_char,
+    source_type: *const c_char,
+    ffn_json: *const c_char,
+    data: u64,
+    bytes: u64,
+    ndim: i32,
+    shape: [u64; MAX_DIMS],
+}
+
+fn cstr(s: &str) -> CString {
+    CString::new(s.replace('\0', " ")).unwrap_or_default()
+}
+
+/// A C string argument, or why not.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string valid for the call.
+unsafe fn arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, String> {
+    if p.is_null() {
+        return Err(format!("{what} is NULL"));
+    }
+    // SAFETY: per this function's contract.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| format!("{what} is not UTF-8"))
+}
+
+fn load(path: &str, device: &str, verify: bool, max_rows: usize) -> Result<Model, String> {
+    let (backend, dl): (Arc<dyn GpuBackend>, (i32, i32)) = match device {
+        "cpu" => (host().clone(), (DEVICE_CPU, 0)),
+        d if d == "cuda" || d.starts_with("cuda:") => {
+            let ordinal = match d.strip_prefix("cuda:") {
+                None => 0,
+                Some(n) => n
+                    .parse::<usize>()
+                    .map_err(|_| format!("device {d:?}: expected cuda:N"))?,
+            };
+            (cuda(ordinal)?, (DEVICE_CUDA, ordinal as i32))
+        }
+        d => {
+            return Err(format!(
+                "device {d:?}: expected \"cpu\", \"cuda\" or \"cuda:N\""
+            ));
+        }
+    };
+    let opts = EngineOptions {
+        verify_checksums: verify,
+        max_tokens: max_rows.max(1),
+        ..EngineOptions::default()
+    };
+    let m =
+        LoadedModel::load(std::path::Path::new(path), backend, &opts).map_err(|e| e.to_string())?;
+    let mut tensors = Vec::new();
+    for t in m.pack.device_tensors() {
+        let data = if dl.0 == DEVICE_CPU {
+            host().host_address(t.ptr).map_err(|e| e.to_string())? as u64
+        } else {
+            t.ptr.addr
+        };
+        let ffn_json = match &t.entry.ffn {
+            Some(f) => Some(cstr(&serde_json::to_string(f).map_err(|e| e.to_string())?)),
+            None => None,
+        };
+        if t.shape.len() > MAX_DIMS {
+            return Err(format!(
+                "{}: {} dimensions, at most {MAX_DIMS}",
+                t.name,
+                t.shape.len()
+            ));
+        }
+        tensors.push(Tensor {
+            name: cstr(t.name),
+            ty: cstr(&format!("{:?}", t.ty)),
+            source_type: cstr(t.source_type),
+            ffn_json,
+            data,
+            bytes: t.ptr.bytes,
+            shape: t.shape.clone(),
+        });
+    }
+    Ok(Model {
+        m,
+        device: dl,
+        tensors,
+    })
+}
+
+/// # Safety
+/// Per the header: NUL-terminated strings or NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_load(
+    path: *const c_char,
+    device: *const c_char,
+    verify_checksums: i32,
+    max_rows: usize,
+) -> *mut Model {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: the caller passes NUL-terminated strings (or NULL, refused).
+        let (path, device) = unsafe { (arg(path, "path")?, arg(device, "device")?) };
+        let m = load(path, device, verify_checksums != 0, max_rows)?;
+        set_error("");
+        Ok(Box::into_raw(Box::new(m)))
+    })
+}
+
+/// # Safety
+/// `model` is NULL or from `mp_load`, not freed before, and not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_free(model: *mut Model) {
+    if !model.is_null() {
+        guard((), || {
+            // SAFETY: per this function's contract: ours, freed once.
+            drop(unsafe { Box::from_raw(model) });
+            Ok(())
+        })
+    }
+}
+
+/// The model behind a pointer, or why not.
+///
+/// # Safety
+/// `model` is NULL or a live model from `mp_load`.
+unsafe fn model_ref<'a>(model: *const Model) -> Result<&'a Model, String> {
+    // SAFETY: per this function's contract.
+    unsafe { model.as_ref() }.ok_or_else(|| "model is NULL".to_string())
+}
+
+/// # Safety
+/// `model` is NULL or a live model from `mp_load`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// # Safety
+/// `model` is NULL or a live model from `mp_load`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_device_type(model: *const Model) -> i32 {
+    // SAFETY: per this function's contract.
+    guard(-1, || Ok(unsafe { model_ref(model) }?.device.0))
+}
+
+/// # Safety
+/// `model` is NULL or a live model from `mp_load`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_device_id(model: *const Model) -> i32 {
+    // SAFETY: per this function's contract.
+    guard(-1, || Ok(unsafe { model_ref(model) }?.device.1))
+}
+
+/// # Safety
+/// `model` is NULL or a live model from `mp_load`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_hidden_size(model: *const Model) -> usize {
+    guard(0, || {
+        // SAFETY: per this function's contract.
+        let m = unsafe { model_ref(model) }?;
+        Ok(m.m.pack.pack.manifest.model.hidden_size as usize)
+    })
+}
+
+/// # Safety
+/// `model` is NULL or a live model from `mp_load`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_tensor_count(model: *const Model) -> usize {
+    // SAFETY: per this function's contract.
+    guard(0, || Ok(unsafe { model_ref(model) }?.tensors.len()))
+}
+
+/// # Safety
+/// `model` is NULL or a live model from `mp_load`; `out` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_tensor_at(
+    model: *const Model,
+    index: usize,
+    out: *mut MpTensor,
+) -> i32 {
+    guard(-1, || {
+        // SAFETY: per this function's contract.
+        let m = unsafe { model_ref(model) }?;
+        let t = m
+            .tensors
+            .get(index)
+            .ok_or_else(|| format!("tensor {index} of {}", m.tensors.len()))?;
+        if out.is_null() {
+            return Err("out is NULL".into());
+        }
+        let mut shape = [0u64; MAX_DIMS];
+        shape[..t.shape.len()].copy_from_slice(&t.shape);
+        // SAFETY: `out` is writable (the caller's promise), checked non-NULL.
+        unsafe {
+            out.write(MpTensor {
+                name: t.name.as_ptr(),
+                ty: t.ty.as_ptr(),
+                source_type: t.source_type.as_ptr(),
+                ffn_json: t.ffn_json.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+                data: t.data,
+                bytes: t.bytes,
+                ndim: t.shape.len() as i32,
+                shape,
+            })
+        };
+        Ok(0)
+    })
+}
+
+/// # Safety
+/// `model` is NULL or a live model from `mp_load`; `name` NULL or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_tensor_index(model: *const Model, name: *const c_char) -> i64 {
+    guard(-1, || {
+        // SAFETY: per this function's contract.
+        let (m, name) = unsafe { (model_ref(model)?, arg(name, "name")?) };
+        Ok(m.tensors
+            .iter()
+            .position(|t| t.name.as_bytes() == name.as_bytes())
+            .map_or(-1, |i| i as i64))
+    })
+}
+
+/// The model behind a mutable pointer, or why not.
+///
+/// # Safety
+/// `model` is NULL or a live model from `mp_load`, used by this thread alone.
+unsafe fn model_mut<'a>(model: *mut Model) -> Result<&'a mut Model, String> {
+    // SAFETY: per this function's contract.
+    unsafe { model.as_mut() }.ok_or_else(|| "model is NULL".to_string())
+}
+
+/// # Safety
+/// `model` a live model used by this thread alone; `x` and `y` `rows * hidden` f32 each, in
+/// host memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_forward(
+    model: *mut Model,
+    layer: usize,
+    x: *const f32,
+    y: *mut f32,
+    rows: usize,
+) -> i32 {
+    guard(-1, || {
+        // SAFETY: per this function's contract.
+        let m = &mut unsafe { model_mut(model) }?.m;
+        let hidden = m.pack.pack.manifest.model.hidden_size as usize;
+        let n = rows.checked_mul(hidden).ok_or("rows * hidden overflows")?;
+        if rows == 0 || x.is_null() || y.is_null() {
+            return Err("forward: rows is 0 or x or y is NULL".into());
+        }
+        // SAFETY: `x` holds `rows * hidden` f32 (the caller's promise), checked non-NULL.
+        let xs = unsafe { std::slice::from_raw_parts(x as *const u8, n * 4) };
+        let b = m.backend().clone();
+        let xd = b.alloc((n * 4) as u64).map_err(|e| e.to_string())?;
+        let run = |m: &mut LoadedModel| -> Result<(), metrale_pack::gpu::GpuError> {
+            b.upload(xd, xs)?;
+            let out = m.forward(layer, xd, rows)?;
+            // SAFETY: `y` holds `rows * hidden` f32 (the caller's promise), checked non-NULL.
+            let ys = unsafe { std::slice::from_raw_parts_mut(y as *mut u8, n * 4) };
+            b.download(out.view(0, (n * 4) as u64), ys)
+        };
+        let r = run(m);
+        b.free(xd);
+        r.map(|()| 0).map_err(|e| e.to_string())
+    })
+}
+
+/// # Safety
+/// `model` a live CUDA model used by this thread alone; `x` and `y` device addresses of
+/// `rows * hidden` f32 each; `stream` a CUstream of the model's device (or 0).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_forward_device(
+    model: *mut Model,
+    layer: usize,
+    x: u64,
+    y: u64,
+    rows: usize,
+    stream: u64,
+) -> i32 {
+    guard(-1, || {
+        // SAFETY: per this function's contract.
+        let model = unsafe { model_mut(model) }?;
+        if model.device.0 != DEVICE_CUDA {
+            return Err("mp_forward_device: the model is not on a CUDA device (mp_forward)".into());
+        }
+        let m = &mut model.m;
+        let hidden = m.pack.pack.manifest.model.hidden_size as usize;
+        let bytes = rows
+            .checked_mul(hidden)
+            .and_then(|n| n.checked_mul(4))
+            .ok_or("rows * hidden overflows")? as u64;
+        if rows == 0 || x == 0 || y == 0 {
+            return Err("forward: rows is 0 or x or y is 0".into());
+        }
+        let b = m.backend().clone();
+        let s = b.adopt_stream(stream).map_err(|e| e.to_string())?;
+        let old = std::mem::replace(&mut m.ctx.stream, s);
+        let out = m.forward(layer, DevicePtr { addr: x, bytes }, rows);
+        m.ctx.stream = old;
+        let out = out.map_err(|e| e.to_string())?;
+        // SAFETY: `y` is device memory of `bytes` (the caller's promise); `out` the context's.
+        unsafe { b.copy_device_async(DevicePtr { addr: y, bytes }, out.view(0, bytes), s) }
+            .map(|()| 0)
+            .map_err(|e| e.to_string())
+    })
+}
