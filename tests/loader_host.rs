@@ -132,16 +132,29 @@ fn the_real_smollm2_pack_loads_and_computes_what_start_up_builds() {
     }
 }
 
+/// A generated 2-layer pack (128 x 256) in the `nvfp4`, `fp8` and `bf16` layouts.
+fn three_layout_pack(dir: &std::path::Path) -> std::path::PathBuf {
+    let layouts = vec![Layout::Nvfp4, Layout::Fp8, Layout::Bf16];
+    generated_pack(dir, 128, 256, 2, Some(layouts)).1
+}
+
+/// Every tensor of the pack is on the device, byte for byte (`what` names the case).
+fn every_tensor_arrived(b: &HostBackend, lp: &loader::LoadedPack, what: &str) {
+    let mut checked = 0;
+    for t in lp.device_tensors() {
+        let mut got = vec![0u8; t.ptr.bytes as usize];
+        b.download(t.ptr, &mut got).unwrap();
+        let i = lp.pack.index(t.name).unwrap();
+        assert!(got == lp.pack.data(i), "{what}: {} differs", t.name);
+        checked += 1;
+    }
+    assert_eq!(checked, lp.pack.manifest.tensors.len(), "{what}");
+}
+
 #[test]
 fn pieced_registration_and_a_lazily_pinned_ring_copy_every_byte() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, p) = generated_pack(
-        dir.path(),
-        128,
-        256,
-        2,
-        Some(vec![Layout::Nvfp4, Layout::Fp8, Layout::Bf16]),
-    );
+    let p = three_layout_pack(dir.path());
     let b = HostBackend::new();
     for o in [
         // Pieces of 16 KiB registered on the helper thread, copies of 12 KiB within them.
@@ -193,15 +206,7 @@ fn pieced_registration_and_a_lazily_pinned_ring_copy_every_byte() {
     }]) {
         let lp = loader::load(&b, &p, &o).unwrap();
         assert_eq!(lp.stats.mode, o.io);
-        let mut checked = 0;
-        for t in lp.device_tensors() {
-            let mut got = vec![0u8; t.ptr.bytes as usize];
-            b.download(t.ptr, &mut got).unwrap();
-            let i = lp.pack.index(t.name).unwrap();
-            assert!(got == lp.pack.data(i), "{:?}: {} differs", o.io, t.name);
-            checked += 1;
-        }
-        assert_eq!(checked, lp.pack.manifest.tensors.len());
+        every_tensor_arrived(&b, &lp, &format!("{:?}", o.io));
         b.free(lp.arena);
     }
 }
@@ -210,22 +215,9 @@ fn pieced_registration_and_a_lazily_pinned_ring_copy_every_byte() {
 fn the_ring_pins_in_pieces_keeps_its_buffers_and_the_next_load_reuses_them() {
     use metrale_pack::loader::Staging;
     let dir = tempfile::tempdir().unwrap();
-    let (_, p) = generated_pack(
-        dir.path(),
-        128,
-        256,
-        2,
-        Some(vec![Layout::Nvfp4, Layout::Fp8, Layout::Bf16]),
-    );
+    let p = three_layout_pack(dir.path());
     let b = HostBackend::new();
-    let check = |lp: &loader::LoadedPack| {
-        for t in lp.device_tensors() {
-            let mut got = vec![0u8; t.ptr.bytes as usize];
-            b.download(t.ptr, &mut got).unwrap();
-            let i = lp.pack.index(t.name).unwrap();
-            assert!(got == lp.pack.data(i), "{} differs", t.name);
-        }
-    };
+    let check = |lp: &loader::LoadedPack| every_tensor_arrived(&b, lp, "ring");
     // 12 KiB buffers pinned two at a time (24 KiB pieces), a ring of 7: four pieces.
     let o = LoadOptions {
         io: IoMode::Staged,

@@ -3,14 +3,12 @@
 //! in a thread-local string (`mp_last_error`), and touches a model only through the pointer
 //! `mp_load` returned.
 
-use metrale_pack::gpu::cuda::CudaBackend;
 use metrale_pack::gpu::host::HostBackend;
-use metrale_pack::gpu::{DevicePtr, GpuBackend};
+use metrale_pack::gpu::{Device, DevicePtr};
 use metrale_pack::loader::{EngineOptions, LoadedModel};
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex, OnceLock};
 
 /// DLPack's device types, as the header's `MP_DEVICE_*`.
 const DEVICE_CPU: i32 = 1;
@@ -40,30 +38,6 @@ fn guard<T>(fail: T, f: impl FnOnce() -> Result<T, String>) -> T {
             fail
         }
     }
-}
-
-/// The process's host backend (`"cpu"`).
-fn host() -> &'static Arc<HostBackend> {
-    static HOST: OnceLock<Arc<HostBackend>> = OnceLock::new();
-    HOST.get_or_init(|| Arc::new(HostBackend::new()))
-}
-
-/// One CUDA backend per ordinal for the process (its kernels and kept staging buffers serve
-/// every later load on that device).
-fn cuda(ordinal: usize) -> Result<Arc<CudaBackend>, String> {
-    /// The backends opened, by ordinal.
-    type Opened = Mutex<Vec<(usize, Arc<CudaBackend>)>>;
-    static CUDA: OnceLock<Opened> = OnceLock::new();
-    let mut g = CUDA
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some((_, b)) = g.iter().find(|(o, _)| *o == ordinal) {
-        return Ok(b.clone());
-    }
-    let b = Arc::new(CudaBackend::new(ordinal).map_err(|e| e.to_string())?);
-    g.push((ordinal, b.clone()));
-    Ok(b)
 }
 
 /// A device tensor as `mp_tensor` reports it, its strings owned here.
@@ -116,23 +90,11 @@ unsafe fn arg<'a>(p: *const c_char, what: &str) -> Result<&'a str, String> {
 }
 
 fn load(path: &str, device: &str, verify: bool, max_rows: usize) -> Result<Model, String> {
-    let (backend, dl): (Arc<dyn GpuBackend>, (i32, i32)) = match device {
-        "cpu" => (host().clone(), (DEVICE_CPU, 0)),
-        d if d == "cuda" || d.starts_with("cuda:") => {
-            let ordinal = match d.strip_prefix("cuda:") {
-                None => 0,
-                Some(n) => n
-                    .parse::<usize>()
-                    .map_err(|_| format!("device {d:?}: expected cuda:N"))?,
-            };
-            (cuda(ordinal)?, (DEVICE_CUDA, ordinal as i32))
-        }
-        d => {
-            return Err(format!(
-                "device {d:?}: expected \"cpu\", \"cuda\" or \"cuda:N\""
-            ));
-        }
-    };
+    let device = Device::parse(device)?;
+    let (backend, dl) = (
+        device.backend().map_err(|e| e.to_string())?,
+        device.dlpack(),
+    );
     let opts = EngineOptions {
         verify_checksums: verify,
         max_tokens: max_rows.max(1),
@@ -143,7 +105,9 @@ fn load(path: &str, device: &str, verify: bool, max_rows: usize) -> Result<Model
     let mut tensors = Vec::new();
     for t in m.pack.device_tensors() {
         let data = if dl.0 == DEVICE_CPU {
-            host().host_address(t.ptr).map_err(|e| e.to_string())? as u64
+            HostBackend::shared()
+                .host_address(t.ptr)
+                .map_err(|e| e.to_string())? as u64
         } else {
             t.ptr.addr
         };

@@ -12,10 +12,8 @@
 use std::ffi::{CStr, c_void};
 use std::sync::{Arc, Mutex};
 
-/// `DLDeviceType`: host memory.
+/// `DLDeviceType`: host memory (CUDA device memory is 2; `Device::dlpack` gives both).
 pub const KDL_CPU: i32 = 1;
-/// `DLDeviceType`: CUDA device memory.
-pub const KDL_CUDA: i32 = 2;
 
 /// `DLDataTypeCode` values.
 const KDL_INT: u8 = 0;

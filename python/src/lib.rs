@@ -9,9 +9,8 @@
 mod dlpack;
 
 use metrale_pack::converters::layouts::{Layout, q4k_mmq::DownFormat};
-use metrale_pack::gpu::GpuBackend;
-use metrale_pack::gpu::cuda::CudaBackend;
 use metrale_pack::gpu::host::HostBackend;
+use metrale_pack::gpu::Device;
 use metrale_pack::loader::{EngineOptions, LoadedModel};
 use metrale_pack::model::Model;
 use metrale_pack::pack::{self, ConvertOptions, Dumped, choice};
@@ -19,7 +18,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// Any library error as a Python `ValueError` with the library's message (it names the file,
 /// tensor and field).
@@ -138,33 +137,14 @@ fn convert(
     serde_json::to_string(&m).map_err(err)
 }
 
-/// The process's host backend (`load(device="cpu")`): one, so that its live allocations
-/// count every pack loaded on it.
+/// The process's shared host backend (`load(device="cpu")`): its live allocations count every
+/// pack loaded on it.
 fn host() -> &'static Arc<HostBackend> {
-    static HOST: OnceLock<Arc<HostBackend>> = OnceLock::new();
-    HOST.get_or_init(|| Arc::new(HostBackend::new()))
+    HostBackend::shared()
 }
 
 /// A device tensor as `Loaded.tensor` returns it: bytes, shape, type, FFN layout descriptor.
 type DeviceTensorOut<'py> = (Bound<'py, PyBytes>, Vec<u64>, String, Option<String>);
-
-/// One CUDA backend per device ordinal for the process (its kernels and kept staging buffers
-/// serve every later load on that device).
-fn cuda(ordinal: usize) -> PyResult<Arc<CudaBackend>> {
-    /// The backends opened, by ordinal.
-    type Opened = Mutex<Vec<(usize, Arc<CudaBackend>)>>;
-    static CUDA: OnceLock<Opened> = OnceLock::new();
-    let mut g = CUDA
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some((_, b)) = g.iter().find(|(o, _)| *o == ordinal) {
-        return Ok(b.clone());
-    }
-    let b = Arc::new(CudaBackend::new(ordinal).map_err(err)?);
-    g.push((ordinal, b.clone()));
-    Ok(b)
-}
 
 /// A pack loaded by the crate's engine loader (`LoadedModel::load`): every device tensor
 /// copied, every layer installed and checked to forward. The device memory is freed when the
@@ -383,23 +363,8 @@ fn load(
     verify_checksums: bool,
     max_rows: usize,
 ) -> PyResult<Loaded> {
-    let (backend, dl): (Arc<dyn GpuBackend>, (i32, i32)) = match device {
-        "cpu" => (host().clone(), (dlpack::KDL_CPU, 0)),
-        d if d == "cuda" || d.starts_with("cuda:") => {
-            let ordinal = match d.strip_prefix("cuda:") {
-                None => 0,
-                Some(n) => n
-                    .parse::<usize>()
-                    .map_err(|_| err(format!("device {d:?}: expected cuda:N")))?,
-            };
-            (cuda(ordinal)?, (dlpack::KDL_CUDA, ordinal as i32))
-        }
-        d => {
-            return Err(err(format!(
-                "device {d:?}: expected \"cpu\", \"cuda\" or \"cuda:N\""
-            )));
-        }
-    };
+    let device = Device::parse(device).map_err(err)?;
+    let (backend, dl) = (device.backend().map_err(err)?, device.dlpack());
     let opts = EngineOptions {
         verify_checksums,
         max_tokens: max_rows.max(1),

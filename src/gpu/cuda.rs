@@ -10,8 +10,8 @@ use cudarc::driver::{result as cu, sys as cus};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Every kernel of a loaded module, by name (driver 12.4+: `cuModuleEnumerateFunctions`).
 mod compile;
@@ -118,6 +118,24 @@ impl Drop for CudaBackend {
 }
 
 impl CudaBackend {
+    /// The process's shared backend of device `ordinal` (opened on first use): its kernels and
+    /// kept staging buffers serve every later load on that device.
+    pub fn shared(ordinal: usize) -> GpuResult<Arc<CudaBackend>> {
+        /// The backends opened, by ordinal.
+        type Opened = Mutex<Vec<(usize, Arc<CudaBackend>)>>;
+        static OPENED: std::sync::OnceLock<Opened> = std::sync::OnceLock::new();
+        let mut g = OPENED
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some((_, b)) = g.iter().find(|(o, _)| *o == ordinal) {
+            return Ok(b.clone());
+        }
+        let b = Arc::new(CudaBackend::new(ordinal)?);
+        g.push((ordinal, b.clone()));
+        Ok(b)
+    }
+
     /// Open device `ordinal`: load the driver, retain its primary context.
     pub fn new(ordinal: usize) -> GpuResult<Self> {
         let nodev = |e: cu::DriverError| GpuError::NoDevice(format!("{e:?}"));

@@ -291,6 +291,48 @@ pub trait GpuBackend: Send + Sync {
     ) -> GpuResult<()>;
 }
 
+/// A device as a loader's caller names it: `"cpu"` (the host backend) or `"cuda"` /
+/// `"cuda:N"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    /// The process's shared host backend.
+    Host,
+    /// CUDA device N.
+    Cuda(usize),
+}
+
+impl Device {
+    /// Parse `"cpu"`, `"cuda"` or `"cuda:N"`.
+    pub fn parse(s: &str) -> Result<Device, String> {
+        match s {
+            "cpu" => Ok(Device::Host),
+            "cuda" => Ok(Device::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| format!("device {s:?}: expected \"cpu\", \"cuda\" or \"cuda:N\"")),
+        }
+    }
+
+    /// DLPack's `(device type, id)`: `(1, 0)` host, `(2, N)` CUDA.
+    pub fn dlpack(self) -> (i32, i32) {
+        match self {
+            Device::Host => (1, 0),
+            Device::Cuda(n) => (2, n as i32),
+        }
+    }
+
+    /// The process's shared backend of this device ([`host::HostBackend::shared`],
+    /// [`cuda::CudaBackend::shared`]).
+    pub fn backend(self) -> GpuResult<std::sync::Arc<dyn GpuBackend>> {
+        Ok(match self {
+            Device::Host => host::HostBackend::shared().clone(),
+            Device::Cuda(n) => cuda::CudaBackend::shared(n)?,
+        })
+    }
+}
+
 /// Upload a slice of f32 values.
 pub fn upload_f32(b: &dyn GpuBackend, dst: DevicePtr, v: &[f32]) -> GpuResult<()> {
     b.upload(

@@ -85,6 +85,13 @@ impl HostBackend {
         }
     }
 
+    /// The process's shared host backend (what a loader's `"cpu"` device names: the Python
+    /// package and the C ABI load onto it, so its live allocations count all their packs).
+    pub fn shared() -> &'static std::sync::Arc<HostBackend> {
+        static HOST: std::sync::OnceLock<std::sync::Arc<HostBackend>> = std::sync::OnceLock::new();
+        HOST.get_or_init(|| std::sync::Arc::new(HostBackend::new()))
+    }
+
     /// How many device allocations are live (allocated and not yet freed): what a test of
     /// `Drop` counts.
     pub fn live_allocations(&self) -> usize {
