@@ -51,12 +51,13 @@ def open(path):
     return Pack(path)
 
 
-def convert(src, out, layouts=None, q4k_down=None, allow_requantize=False):
+def convert(src, out, layouts=None, q4k_down=None, allow_requantize=False, progress=None):
     """Convert the checkpoint `src` into a pack at `out` with `metrale-pack convert`'s choice of
     layouts (those that keep the source's format unless `layouts` names them; a set that would
-    re-quantize quantized weights is refused unless `allow_requantize`). Returns the manifest."""
+    re-quantize quantized weights is refused unless `allow_requantize`). `progress(done, total)`
+    is called with source bytes as the convert goes. Returns the manifest."""
     return json.loads(
-        _native.convert(str(src), str(out), layouts, q4k_down, allow_requantize)
+        _native.convert(str(src), str(out), layouts, q4k_down, allow_requantize, progress)
     )
 
 

@@ -9,8 +9,8 @@
 mod dlpack;
 
 use metrale_pack::converters::layouts::{Layout, q4k_mmq::DownFormat};
-use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::gpu::Device;
+use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::loader::{EngineOptions, LoadedModel};
 use metrale_pack::model::Model;
 use metrale_pack::pack::{self, ConvertOptions, Dumped, choice};
@@ -90,9 +90,11 @@ impl Pack {
 }
 
 /// Convert the checkpoint `src` into a pack at `out`, as `metrale-pack convert` does; returns
-/// the pack's manifest as JSON.
+/// the pack's manifest as JSON. `progress(done, total)` (source bytes) is called as the
+/// convert goes, from its worker threads; an exception it raises is raised once the convert
+/// ends (the pack is written).
 #[pyfunction]
-#[pyo3(signature = (src, out, layouts = None, q4k_down = None, allow_requantize = false))]
+#[pyo3(signature = (src, out, layouts = None, q4k_down = None, allow_requantize = false, progress = None))]
 fn convert(
     py: Python<'_>,
     src: PathBuf,
@@ -100,6 +102,7 @@ fn convert(
     layouts: Option<Vec<String>>,
     q4k_down: Option<String>,
     allow_requantize: bool,
+    progress: Option<PyObject>,
 ) -> PyResult<String> {
     let layouts = layouts
         .map(|tags| {
@@ -131,9 +134,22 @@ fn convert(
         )));
     }
     opts.layouts = Some(settled.layouts);
+    let failed: Mutex<Option<PyErr>> = Mutex::new(None);
+    let report = |done: u64, total: u64| {
+        if let Some(cb) = &progress {
+            Python::with_gil(|py| {
+                if let Err(e) = cb.call1(py, (done, total)) {
+                    failed.lock().unwrap().get_or_insert(e);
+                }
+            });
+        }
+    };
     let m = py
-        .allow_threads(|| pack::convert(model, &opts, &out, &|_, _| {}))
+        .allow_threads(|| pack::convert(model, &opts, &out, &report))
         .map_err(err)?;
+    if let Some(e) = failed.into_inner().unwrap() {
+        return Err(e);
+    }
     serde_json::to_string(&m).map_err(err)
 }
 

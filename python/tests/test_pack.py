@@ -98,6 +98,22 @@ def test_verify_equals_the_cli_report(every_layout, tmp_path):
     assert got["checksum_mismatches"] or got["nonzero_padding"]
 
 
+def test_convert_reports_progress_and_raises_what_the_callback_raises(tmp_path):
+    src = gen(tmp_path, "p.gguf", "F16")
+    seen = []
+    metrale_pack.convert(src, tmp_path / "p.mpk.gguf", layouts=["bf16"],
+                         progress=lambda done, total: seen.append((done, total)))
+    assert seen and all(0 <= d <= t for d, t in seen)
+    assert seen[-1][0] == seen[-1][1] > 0
+    assert len({t for _, t in seen}) == 1
+
+    def boom(done, total):
+        raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        metrale_pack.convert(src, tmp_path / "q.mpk.gguf", layouts=["bf16"], progress=boom)
+
+
 def test_convert_chooses_and_refuses_as_the_cli(tmp_path):
     q8 = gen(tmp_path, "q8.gguf", "Q8_0")
     with pytest.raises(ValueError, match="re-quantize"):
