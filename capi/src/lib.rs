@@ -179,10 +179,9 @@ unsafe fn model_ref<'a>(model: *const Model) -> Result<&'a Model, String> {
     unsafe { model.as_ref() }.ok_or_else(|| "model is NULL".to_string())
 }
 
-/// # Safety
-/// `model` is NULL or a live model from `mp_load`.
+/// Why the last call on this thread failed; the string lives until the thread's next call.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mp_last_error() -> *const c_char {
+pub extern "C" fn mp_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 

@@ -260,11 +260,11 @@ pub trait GpuBackend: Send + Sync {
         let _ = raw;
         self.new_stream()
     }
-    /// Queue a device-to-device copy of `len` bytes on `stream`. The default copies through
+    /// Queue a copy of `src` (all its bytes) into `dst` on `stream`. The default copies through
     /// the host (a backend whose device is the host).
     ///
     /// # Safety
-    /// `dst` and `src` must be device memory of at least `len` bytes each, not overlapping,
+    /// `src` and `dst` must be device memory, `dst` at least as long as `src`, not overlapping,
     /// valid until `stream` is synchronized.
     unsafe fn copy_device_async(
         &self,
