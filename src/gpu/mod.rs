@@ -357,3 +357,37 @@ pub fn alloc_upload(b: &dyn GpuBackend, bytes: &[u8]) -> GpuResult<DevicePtr> {
     b.upload(p, bytes)?;
     Ok(p)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_parse_from_what_callers_write() {
+        assert_eq!(Device::parse("cpu"), Ok(Device::Host));
+        assert_eq!(Device::parse("cuda"), Ok(Device::Cuda(0)));
+        assert_eq!(Device::parse("cuda:3"), Ok(Device::Cuda(3)));
+        assert_eq!(Device::Cuda(3).dlpack(), (2, 3));
+        assert_eq!(Device::Host.dlpack(), (1, 0));
+        for bad in ["cuda:", "cuda:x", "cuda:-1", "tpu", "CPU", ""] {
+            let e = Device::parse(bad).unwrap_err();
+            assert!(e.contains("expected"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_default_device_copy_moves_every_byte_and_refuses_a_short_destination() {
+        let b = host::HostBackend::new();
+        let src = alloc_upload(&b, &(0..=255u8).collect::<Vec<_>>()).unwrap();
+        let dst = b.alloc(256).unwrap();
+        let s = b.adopt_stream(12345).unwrap();
+        // SAFETY: both are this backend's allocations of 256 bytes; host copies are synchronous.
+        unsafe { b.copy_device_async(dst, src, s) }.unwrap();
+        let mut got = vec![0u8; 256];
+        b.download(dst, &mut got).unwrap();
+        assert_eq!(got, (0..=255u8).collect::<Vec<_>>());
+        let short = b.alloc(16).unwrap();
+        // SAFETY: as above; the copy is refused before any byte moves.
+        assert!(unsafe { b.copy_device_async(short, src, s) }.is_err());
+    }
+}
