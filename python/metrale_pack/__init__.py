@@ -109,7 +109,9 @@ class Loaded:
             import torch
 
             stream = torch.cuda.current_stream(x.device).cuda_stream
-            caps = (x.__dlpack__(stream=stream), out.__dlpack__(stream=stream))
+            # DLPack names the legacy default stream 1 (0 is ambiguous there).
+            dl = stream if stream != 0 else 1
+            caps = (x.__dlpack__(stream=dl), out.__dlpack__(stream=dl))
         else:
             caps = (x.__dlpack__(), out.__dlpack__())
         self._m.forward_dlpack(layer, caps[0], caps[1], stream)
