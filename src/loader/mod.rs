@@ -4,12 +4,15 @@
 //! or both), describe the overlays (`bind`). No repack, no quantization, no per-tensor copy.
 
 mod bind;
+mod dest;
 mod engine;
 mod io;
+mod ring;
 
 pub use bind::{LayerOverlays, overlays};
 pub use engine::{EngineOptions, LoadedModel};
-pub use io::{COLD_RESIDENCY, DIRECT_ALIGN, RING_PIECE_BYTES, RingTimes, resident_fraction};
+pub use io::{COLD_RESIDENCY, resident_fraction};
+pub use ring::{DIRECT_ALIGN, RING_PIECE_BYTES, RingTimes};
 
 use crate::GgmlType;
 use crate::gpu::allreduce::AllGather;
@@ -472,7 +475,7 @@ fn copy_into(
     opts: &LoadOptions,
 ) -> GpuResult<io::Copied> {
     let d0 = pack.file.data_offset;
-    let gate = io::Gate::new(if to.map_piece.is_some() { 0 } else { to.len });
+    let gate = dest::Gate::new(if to.map_piece.is_some() { 0 } else { to.len });
     std::thread::scope(|sc| {
         if let Some(piece) = to.map_piece {
             let (gate, arena, len) = (&gate, to.arena, to.len);
@@ -486,7 +489,7 @@ fn copy_into(
                 }
             });
         }
-        let dest = io::Dest::new(to.arena, &gate);
+        let dest = dest::Dest::new(to.arena, &gate);
         let mut out: Option<io::Copied> = None;
         for &(off, bytes, at) in copies {
             let range = d0 + off..d0 + off + bytes;
