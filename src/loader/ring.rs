@@ -151,11 +151,13 @@ impl FreeRing {
         self.ready.notify_all();
     }
 
-    /// Whether the pinning thread should pin another piece: a reader still runs, and a chunk is
-    /// unclaimed or a reader waits for a buffer (a small segment needs no more).
+    /// Whether the pinning thread should pin another piece: no reader failed, and there is no
+    /// buffer yet, a chunk is unclaimed, or a reader waits for a buffer (a small segment needs
+    /// no more). With no buffer it always pins one: readers that claimed every chunk but have
+    /// not yet asked for a buffer still need one.
     fn wants_more(&self, next: &std::sync::atomic::AtomicUsize, n_chunks: usize) -> bool {
         let f = self.state.lock().unwrap();
-        !f.stop && (next.load(Ordering::Relaxed) < n_chunks || f.waiting > 0)
+        !f.stop && (f.total == 0 || next.load(Ordering::Relaxed) < n_chunks || f.waiting > 0)
     }
 
     /// The pinning thread is done (`err`: why it stopped early).
