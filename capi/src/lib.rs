@@ -295,24 +295,24 @@ pub unsafe extern "C" fn mp_forward(
         // SAFETY: per this function's contract.
         let m = &mut unsafe { model_mut(model) }?.m;
         let hidden = m.pack.pack.manifest.model.hidden_size as usize;
-        let n = rows.checked_mul(hidden).ok_or("rows * hidden overflows")?;
+        let n = rows
+            .checked_mul(hidden)
+            .and_then(|n| n.checked_mul(4))
+            .ok_or("rows * hidden overflows")?;
         if rows == 0 || x.is_null() || y.is_null() {
             return Err("forward: rows is 0 or x or y is NULL".into());
         }
-        // SAFETY: `x` holds `rows * hidden` f32 (the caller's promise), checked non-NULL.
-        let xs = unsafe { std::slice::from_raw_parts(x as *const u8, n * 4) };
-        let b = m.backend().clone();
-        let xd = b.alloc((n * 4) as u64).map_err(|e| e.to_string())?;
-        let run = |m: &mut LoadedModel| -> Result<(), metrale_pack::gpu::GpuError> {
-            b.upload(xd, xs)?;
-            let out = m.forward(layer, xd, rows)?;
-            // SAFETY: `y` holds `rows * hidden` f32 (the caller's promise), checked non-NULL.
-            let ys = unsafe { std::slice::from_raw_parts_mut(y as *mut u8, n * 4) };
-            b.download(out.view(0, (n * 4) as u64), ys)
+        // SAFETY: `x` and `y` hold `rows * hidden` f32 (`n` bytes) each (the caller's promise),
+        // checked non-NULL.
+        let (xs, ys) = unsafe {
+            (
+                std::slice::from_raw_parts(x as *const u8, n),
+                std::slice::from_raw_parts_mut(y as *mut u8, n),
+            )
         };
-        let r = run(m);
-        b.free(xd);
-        r.map(|()| 0).map_err(|e| e.to_string())
+        m.forward_host(layer, xs, ys, rows)
+            .map(|()| 0)
+            .map_err(|e| e.to_string())
     })
 }
 
@@ -343,14 +343,8 @@ pub unsafe extern "C" fn mp_forward_device(
         if rows == 0 || x == 0 || y == 0 {
             return Err("forward: rows is 0 or x or y is 0".into());
         }
-        let b = m.backend().clone();
-        let s = b.adopt_stream(stream).map_err(|e| e.to_string())?;
-        let old = std::mem::replace(&mut m.ctx.stream, s);
-        let out = m.forward(layer, DevicePtr { addr: x, bytes }, rows);
-        m.ctx.stream = old;
-        let out = out.map_err(|e| e.to_string())?;
-        // SAFETY: `y` is device memory of `bytes` (the caller's promise); `out` the context's.
-        unsafe { b.copy_device_async(DevicePtr { addr: y, bytes }, out.view(0, bytes), s) }
+        let (x, y) = (DevicePtr { addr: x, bytes }, DevicePtr { addr: y, bytes });
+        m.forward_device(layer, x, y, rows, stream)
             .map(|()| 0)
             .map_err(|e| e.to_string())
     })

@@ -233,27 +233,9 @@ impl Loaded {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let shared = self.shared()?;
         let mut g = shared.lock().unwrap_or_else(|e| e.into_inner());
-        let m = &mut *g;
-        let hidden = m.pack.pack.manifest.model.hidden_size as usize;
-        let want = rows.checked_mul(hidden).and_then(|v| v.checked_mul(4));
-        if rows == 0 || want != Some(x.len()) {
-            return Err(err(format!(
-                "forward: {} bytes are not {rows} rows of {hidden} f32",
-                x.len()
-            )));
-        }
-        let b = m.backend().clone();
-        let xd = b.alloc(x.len() as u64).map_err(err)?;
-        let run = |m: &mut LoadedModel| -> Result<Vec<u8>, metrale_pack::gpu::GpuError> {
-            b.upload(xd, x)?;
-            let y = m.forward(layer, xd, rows)?;
-            let mut out = vec![0u8; x.len()];
-            b.download(y.view(0, x.len() as u64), &mut out)?;
-            Ok(out)
-        };
-        let out = run(m);
-        b.free(xd);
-        Ok(PyBytes::new(py, &out.map_err(err)?))
+        let mut out = vec![0u8; x.len()];
+        g.forward_host(layer, x, &mut out, rows).map_err(err)?;
+        Ok(PyBytes::new(py, &out))
     }
 
     /// Device tensor `name` as a DLPack capsule, no copy: its dtype and shape for float and
@@ -320,39 +302,26 @@ impl Loaded {
                 oi.shape.first()
             )));
         }
-        let bytes = (rows * hidden * 4) as u64;
-        let b = m.backend().clone();
+        let bytes = rows * hidden * 4;
         if self.device.0 == dlpack::KDL_CPU {
-            // SAFETY: the exporter's contiguous f32 [rows, hidden] (checked above), alive until
-            // `xi` is dropped at the end of this call.
-            let xs = unsafe { std::slice::from_raw_parts(xi.data, bytes as usize) };
-            let xd = b.alloc(bytes).map_err(err)?;
-            let run = |m: &mut LoadedModel| -> Result<(), metrale_pack::gpu::GpuError> {
-                b.upload(xd, xs)?;
-                let y = m.forward(layer, xd, rows)?;
-                // SAFETY: `out` is the exporter's contiguous f32 [rows, hidden], as `x`.
-                let os = unsafe { std::slice::from_raw_parts_mut(oi.data, bytes as usize) };
-                b.download(y.view(0, bytes), os)
+            // SAFETY: the exporters' contiguous f32 [rows, hidden] each (checked above), alive
+            // until `xi` and `oi` are dropped at the end of this call.
+            let (xs, os) = unsafe {
+                (
+                    std::slice::from_raw_parts(xi.data, bytes),
+                    std::slice::from_raw_parts_mut(oi.data, bytes),
+                )
             };
-            let r = run(m);
-            b.free(xd);
-            return r.map_err(err);
+            return m.forward_host(layer, xs, os, rows).map_err(err);
         }
-        let s = b.adopt_stream(stream).map_err(err)?;
-        let old = std::mem::replace(&mut m.ctx.stream, s);
-        let xd = metrale_pack::gpu::DevicePtr {
-            addr: xi.data as u64,
-            bytes,
+        let dev = |p: *mut u8| metrale_pack::gpu::DevicePtr {
+            addr: p as u64,
+            bytes: bytes as u64,
         };
-        let y = m.forward(layer, xd, rows);
-        m.ctx.stream = old;
-        let od = metrale_pack::gpu::DevicePtr {
-            addr: oi.data as u64,
-            bytes,
-        };
-        // SAFETY: `out` is device memory of `bytes` (checked above), kept alive by the caller
-        // (torch orders its reuse after this stream's work); `y` is the context's output.
-        unsafe { b.copy_device_async(od, y.map_err(err)?.view(0, bytes), s) }.map_err(err)
+        // `out` is device memory of `bytes` (checked above), kept alive by the caller (torch
+        // orders its reuse after this stream's work).
+        m.forward_device(layer, dev(xi.data), dev(oi.data), rows, stream)
+            .map_err(err)
     }
 
     /// The DLPack device of the tensors: `(1, 0)` host, `(2, ordinal)` CUDA.

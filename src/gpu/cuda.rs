@@ -108,12 +108,8 @@ unsafe impl Sync for CudaBackend {}
 impl Drop for CudaBackend {
     /// Release the kept staging buffers (the context itself stays retained for the process).
     fn drop(&mut self) {
-        if let Some(bufs) = self.staging.drain() {
-            for piece in bufs.pieces {
-                // SAFETY: pieces a load gave back, with every copy from them synchronized.
-                unsafe { piece.release(self) };
-            }
-        }
+        // SAFETY: the buffers loads gave back, with every copy from them synchronized.
+        unsafe { self.staging.release_all(self) };
     }
 }
 

@@ -4,7 +4,7 @@
 //! Pinning fresh memory is the slow part of a first load: on the H200 host (gVisor) populating
 //! anonymous memory costs about 0.3 ms a MiB and `cuMemHostAlloc` about 0.4 ms a MiB, where
 //! registering populated memory read-only costs 0.04 ms a MiB (BENCHMARKS.md, "The staging
-//! ring's set-up"). A [`Piece`] is therefore an anonymous mapping populated by the kernel and
+//! ring in pieces, kept between loads"). A [`Piece`] is therefore an anonymous mapping populated by the kernel and
 //! registered read-only (the device only reads staging memory), with `alloc_pinned` as the
 //! fallback where registration is refused.
 
@@ -108,6 +108,19 @@ pub struct Buffers {
 // SAFETY: owned pinned memory and stream ids; one owner at a time.
 unsafe impl Send for Buffers {}
 
+impl Buffers {
+    /// Unpin and free every piece.
+    ///
+    /// # Safety
+    /// No copy from the buffers may be in flight; `b` is the backend that pinned them.
+    pub unsafe fn release(self, b: &dyn GpuBackend) {
+        for piece in self.pieces {
+            // SAFETY: per this function's contract.
+            unsafe { piece.release(b) };
+        }
+    }
+}
+
 /// The staging buffers a backend keeps between loads: a later load takes them instead of
 /// pinning new memory; released with the backend.
 #[derive(Debug, Default)]
@@ -133,8 +146,14 @@ impl StagingPool {
         self.0.lock().unwrap().replace(bufs)
     }
 
-    /// Everything kept, to release.
-    pub fn drain(&self) -> Option<Buffers> {
-        self.0.lock().unwrap().take()
+    /// Release everything kept (a backend's drop).
+    ///
+    /// # Safety
+    /// No copy from the kept buffers may be in flight; `b` is the backend that pinned them.
+    pub unsafe fn release_all(&self, b: &dyn GpuBackend) {
+        if let Some(bufs) = self.0.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            // SAFETY: per this function's contract.
+            unsafe { bufs.release(b) };
+        }
     }
 }

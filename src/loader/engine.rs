@@ -199,6 +199,56 @@ impl LoadedModel {
         }
     }
 
+    /// [`forward`](Self::forward) on f32 rows in host memory (little-endian bytes, `[rows,
+    /// hidden]`): copied in, run, the output copied into `y` (as long as `x`).
+    pub fn forward_host(
+        &mut self,
+        layer: usize,
+        x: &[u8],
+        y: &mut [u8],
+        rows: usize,
+    ) -> GpuResult<()> {
+        let hidden = self.pack.pack.manifest.model.hidden_size as usize;
+        let want = rows.checked_mul(hidden).and_then(|v| v.checked_mul(4));
+        if rows == 0 || want != Some(x.len()) || y.len() != x.len() {
+            return Err(GpuError::Invalid(format!(
+                "forward: {} input and {} output bytes are not {rows} rows of {hidden} f32",
+                x.len(),
+                y.len()
+            )));
+        }
+        let b = self.backend.clone();
+        let xd = b.alloc(x.len() as u64)?;
+        let r = b.upload(xd, x).and_then(|()| {
+            let out = self.forward(layer, xd, rows)?;
+            b.download(out.view(0, x.len() as u64), y)
+        });
+        b.free(xd);
+        r
+    }
+
+    /// [`forward`](Self::forward) from device rows `x` into device rows `y` (f32 `[rows,
+    /// hidden]` each, `y` at least as long as `x`), queued on the stream another library made
+    /// (`raw_stream`, a `CUstream` handle; 0 the legacy default stream) with no copy of `x`;
+    /// the model's own stream is restored after.
+    pub fn forward_device(
+        &mut self,
+        layer: usize,
+        x: DevicePtr,
+        y: DevicePtr,
+        rows: usize,
+        raw_stream: u64,
+    ) -> GpuResult<()> {
+        let s = self.backend.adopt_stream(raw_stream)?;
+        let old = std::mem::replace(&mut self.ctx.stream, s);
+        let out = self.forward(layer, x, rows);
+        self.ctx.stream = old;
+        let out = out?;
+        // SAFETY: `y` is device memory at least as long as `x` (the caller's contract); `out`
+        // is the context's output of `x.bytes`, both ordered on `s`.
+        unsafe { self.backend.copy_device_async(y, out.view(0, x.bytes), s) }
+    }
+
     /// The device tensor `name` (see [`LoadedPack::device_tensor`]).
     pub fn device_tensor(&self, name: &str) -> Option<DeviceTensor<'_>> {
         self.pack.device_tensor(name)

@@ -459,12 +459,8 @@ fn finish_ring(
     all.slots.extend(grown.slots);
     let synced = all.slots.iter().try_for_each(|&(_, s)| b.synchronize(s));
     let drained = std::time::Instant::now();
-    let release = |bufs: crate::gpu::staging::Buffers| {
-        for piece in bufs.pieces {
-            // SAFETY: every copy from the buffers is synchronized above (or the context failed).
-            unsafe { piece.release(b) };
-        }
-    };
+    // SAFETY: every copy from the buffers is synchronized above (or the context failed).
+    let release = |bufs: crate::gpu::staging::Buffers| unsafe { bufs.release(b) };
     match pool {
         Some(p) if synced.is_ok() => {
             if let Some(old) = p.keep(all) {

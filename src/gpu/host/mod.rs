@@ -35,12 +35,8 @@ pub struct HostBackend {
 
 impl Drop for HostBackend {
     fn drop(&mut self) {
-        if let Some(bufs) = self.staging.drain() {
-            for piece in bufs.pieces {
-                // SAFETY: pieces a load gave back; host copies are synchronous.
-                unsafe { piece.release(self) };
-            }
-        }
+        // SAFETY: the buffers loads gave back, host copies are synchronous.
+        unsafe { self.staging.release_all(self) };
     }
 }
 
