@@ -35,6 +35,48 @@ __device__ __forceinline__ unsigned int bf16x2_mul(unsigned int a, unsigned int 
 }
 #endif
 
+// A 16-byte read-only weight load that does not allocate in L1 (PTX
+// ld.global.nc.L1::no_allocate): a decode GEMV reads each weight once per call, and the
+// activations every block re-reads stay in L1. tests/cuda_emu/prelude.h has the host stand-in.
+#ifndef METRALE_CUDA_EMU
+__device__ __forceinline__ uint4 ldg_stream(const void* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+#endif
+
+// The sums acc[r][q] (r < m activation rows, q < R weight rows) of every thread of a block of
+// W warps, reduced and stored as y[r, j0 + q] (j0 + q < n): a shuffle tree in each warp, then the
+// W warp sums added in warp order. Every thread of the block must call it.
+template <int M, int R, int W>
+__device__ __forceinline__ void block_sum_rows(float (&acc)[M][R], int m, float* __restrict__ y, int j0, int n, int ldy) {
+    __shared__ float red[W][M][R];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+        if (r >= m) break;
+#pragma unroll
+        for (int q = 0; q < R; ++q) {
+            float v = acc[r][q];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) red[warp][r][q] = v;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < M * R; i += blockDim.x) {
+        const int r = i / R, q = i % R;
+        if (r >= m || j0 + q >= n) continue;
+        float t = 0.f;
+#pragma unroll
+        for (int e = 0; e < W; ++e) t += red[e][r][q];
+        y[(size_t)r * ldy + j0 + q] = t;
+    }
+}
+
 // The 16 E2M1 (FP4) values by code: bit 3 is the sign (NVIDIA's NVFP4 format: E2M1 with an E4M3 scale per 16 values; formats.md, "nvfp4").
 __constant__ float E2M1_VALUES[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
                                       -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};

@@ -1,51 +1,49 @@
 // BF16 weight x f32 activation GEMV for decode (the `bf16` pack layout: [n, kp] row-major).
 // y[r, j] = sum_{i < k} bf16(w[j, i]) * x[r, i]; m <= 4; k % 8 == 0. Prefill uses cuBLAS.
-// Contract and CPU twin: src/gpu/reference.rs `bf16_row`. Grid ceil(n / MP_BF16_GEMV_ROWS),
-// block 256.
+// Contract and CPU twin: src/gpu/reference.rs `bf16_row`.
 
-#include <cuda_bf16.h>
+#include "common.cuh"
 
 // ---- host-emulated: begin (tests/cuda_emu.rs compiles this module as C++) ----
 
-// Rows per warp: each x load (two float4 per 8 weights) serves BF16_R rows, so the f32
-// activations do not outweigh the weight stream in L1 (one row per warp read 2 bytes of x per
-// byte of weight). Each lane keeps BF16_STEPS 16-byte loads per row in flight.
-#define BF16_R (MP_BF16_GEMV_ROWS / 8)
-#define BF16_STEPS 4
-
-extern "C" __global__ void bf16_gemv_batch4(const float* __restrict__ x, int m, const __nv_bfloat16* __restrict__ w,
-                                            float* __restrict__ y, int n, int k, int kp, int ldy) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j0 = (blockIdx.x * (blockDim.x >> 5) + warp) * BF16_R;
-    if (j0 >= n) return;
-    float acc[4][BF16_R];
+// A block of 8 warps computes R weight rows j0 = R blockIdx.x ..: its 256 threads split k in
+// 16-byte chunks (8 weights; thread t takes chunks t, t + 256, ...), U chunks of each row in
+// flight per thread, each activation load serving the R rows (so the f32 activations, 2 bytes
+// per weight byte, add 2 / R to the weight stream, from L1/L2). block_sum_rows adds the threads'
+// partial sums. Many small blocks (n / R) keep every SM streaming to the end of the call.
+template <int R, int U>
+__device__ __forceinline__ void gemv_bf16(const float* __restrict__ x, int m, const __nv_bfloat16* __restrict__ w,
+                                          float* __restrict__ y, int n, int k, int kp, int ldy) {
+    constexpr int T = 256, M = 4;
+    const int j0 = blockIdx.x * R, chunks = k >> 3;
+    float acc[M][R];
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < M; ++r)
 #pragma unroll
-        for (int q = 0; q < BF16_R; ++q) acc[r][q] = 0.f;
-    const __nv_bfloat16* wr[BF16_R];
+        for (int q = 0; q < R; ++q) acc[r][q] = 0.f;
+    const __nv_bfloat16* wr[R];
 #pragma unroll
-    for (int q = 0; q < BF16_R; ++q) wr[q] = w + (size_t)min(j0 + q, n - 1) * kp;  // rows past n: never stored
-    for (int k0 = lane * 8; k0 < k; k0 += 256 * BF16_STEPS) {
-        uint4 v[BF16_STEPS][BF16_R];
+    for (int q = 0; q < R; ++q) wr[q] = w + (size_t)min(j0 + q, n - 1) * kp;  // rows past n: never stored
+    for (int c0 = threadIdx.x; c0 < chunks; c0 += T * U) {
+        uint4 v[U][R];
 #pragma unroll
-        for (int s = 0; s < BF16_STEPS; ++s)
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-            for (int q = 0; q < BF16_R; ++q)
-                v[s][q] = k0 + 256 * s < k ? __ldg(reinterpret_cast<const uint4*>(wr[q] + k0 + 256 * s)) : make_uint4(0, 0, 0, 0);
+            for (int q = 0; q < R; ++q)
+                v[u][q] = c0 + T * u < chunks ? ldg_stream(wr[q] + 8 * (c0 + T * u)) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-        for (int s = 0; s < BF16_STEPS; ++s) {
-            const int kk = k0 + 256 * s;
-            if (kk >= k) break;
+        for (int u = 0; u < U; ++u) {
+            const int c = c0 + T * u;
+            if (c >= chunks) break;
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
+            for (int r = 0; r < M; ++r) {
                 if (r >= m) break;
-                const float4* xr = reinterpret_cast<const float4*>(x + (size_t)r * k + kk);
+                const float4* xr = reinterpret_cast<const float4*>(x + (size_t)r * k + 8 * c);
                 const float4 a = __ldg(xr), b = __ldg(xr + 1);
                 const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-                for (int q = 0; q < BF16_R; ++q) {
-                    const unsigned int words[4] = {v[s][q].x, v[s][q].y, v[s][q].z, v[s][q].w};
+                for (int q = 0; q < R; ++q) {
+                    const unsigned int words[4] = {v[u][q].x, v[u][q].y, v[u][q].z, v[u][q].w};
                     float t = 0.f;
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
@@ -57,15 +55,25 @@ extern "C" __global__ void bf16_gemv_batch4(const float* __restrict__ x, int m, 
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-#pragma unroll
-        for (int q = 0; q < BF16_R; ++q) {
-            float v = acc[r][q];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0 && r < m && j0 + q < n) y[(size_t)r * ldy + j0 + q] = v;
-        }
+    block_sum_rows<M, R, T / 32>(acc, m, y, j0, n, ldy);
 }
+
+// m <= 4. Grid ceil(n / MP_BF16_GEMV_ROWS), block 256.
+extern "C" __global__ void bf16_gemv_batch4(const float* x, int m, const __nv_bfloat16* w, float* y, int n, int k, int kp,
+                                            int ldy) {
+    gemv_bf16<MP_BF16_GEMV_ROWS, 2>(x, m, w, y, n, k, kp, ldy);
+}
+
+// Measurement variants (bench-gpu's decode-kernel section): R rows per block, U chunks in
+// flight. Grid ceil(n / R), block 256.
+#define BF16_GEMV_VARIANT(NAME, R, U)                                                                     \
+    extern "C" __global__ void NAME(const float* x, int m, const __nv_bfloat16* w, float* y, int n, int k, \
+                                    int kp, int ldy) {                                                     \
+        gemv_bf16<R, U>(x, m, w, y, n, k, kp, ldy);                                                        \
+    }
+BF16_GEMV_VARIANT(bf16_gemv_r4u2, 4, 2)
+BF16_GEMV_VARIANT(bf16_gemv_r4u4, 4, 4)
+BF16_GEMV_VARIANT(bf16_gemv_r8u1, 8, 1)
+BF16_GEMV_VARIANT(bf16_gemv_r16u1, 16, 1)
 
 // ---- host-emulated: end ----

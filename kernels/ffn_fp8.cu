@@ -92,6 +92,66 @@ extern "C" __global__ void w8a16_gemv_batch16(const float* x, int m, const unsig
     gemv_fp8<16, 2, 1>(x, m, w, s, y, n, k, kp, ldy);
 }
 
+// The block-split form (decode-roofline issue): a block of 8 warps computes R weight rows
+// j0 = R blockIdx.x .. (R divides 128: one scale band); its 256 threads split k in 16-byte
+// chunks (16 weights; thread t takes chunks t, t + 256, ...), U chunks of each row in flight
+// per thread, each activation load serving the R rows. m <= 4.
+template <int R, int U>
+__device__ __forceinline__ void gemv_fp8_split(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
+                                               const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp,
+                                               int ldy) {
+    constexpr int T = 256, M = 4;
+    static_assert(128 % R == 0, "R rows lie in one 128-row scale band");
+    const int j0 = blockIdx.x * R, chunks = k >> 4;
+    float acc[M][R];
+#pragma unroll
+    for (int r = 0; r < M; ++r)
+#pragma unroll
+        for (int q = 0; q < R; ++q) acc[r][q] = 0.f;
+    // Rows j0.. < np (the layout pads rows to 128): rows past n read padding, never stored.
+    const unsigned char* wr = w + (size_t)j0 * kp;
+    const float* sr = s + (size_t)(j0 >> 7) * (kp >> 7);
+    for (int c0 = threadIdx.x; c0 < chunks; c0 += T * U) {
+        uint4 v[U][R];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int q = 0; q < R; ++q)
+                v[u][q] = c0 + T * u < chunks ? ldg_stream(wr + (size_t)q * kp + 16 * (c0 + T * u)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = c0 + T * u;
+            if (c >= chunks) break;
+            const float sc = __ldg(sr + (c >> 3));
+#pragma unroll
+            for (int r = 0; r < M; ++r) {
+                if (r >= m) break;
+                float xv[16];
+                load_f32s(x + (size_t)r * k + 16 * c, xv);
+#pragma unroll
+                for (int q = 0; q < R; ++q) {
+                    const unsigned int words[4] = {v[u][q].x, v[u][q].y, v[u][q].z, v[u][q].w};
+                    float p = 0.f;
+#pragma unroll
+                    for (int i = 0; i < 16; ++i) p += e4m3_to_f32(words[i >> 2] >> (8 * (i & 3))) * xv[i];
+                    acc[r][q] += p * sc;
+                }
+            }
+        }
+    }
+    block_sum_rows<M, R, T / 32>(acc, m, y, j0, n, ldy);
+}
+
+// Measurement variants (bench-gpu's decode-kernel section). m <= 4; grid ceil(n / R), block 256.
+#define FP8_GEMV_VARIANT(NAME, R, U)                                                                          \
+    extern "C" __global__ void NAME(const float* x, int m, const unsigned char* w, const float* s, float* y, int n, \
+                                    int k, int kp, int ldy) {                                                  \
+        gemv_fp8_split<R, U>(x, m, w, s, y, n, k, kp, ldy);                                                    \
+    }
+FP8_GEMV_VARIANT(w8a16_gemv_r8u1, 8, 1)
+FP8_GEMV_VARIANT(w8a16_gemv_r8u2, 8, 2)
+FP8_GEMV_VARIANT(w8a16_gemv_r16u1, 16, 1)
+
 // ---- host-emulated: end ----
 
 // ---- Tensor-core GEMM: bf16 mma.sync m16n8k16, tile BM x 128 x 32, 4 warps ----

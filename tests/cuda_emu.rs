@@ -414,6 +414,8 @@ fn nvfp4_gemvs_including_the_k_split_match_the_reference() {
     // The tensor-core GEMVs at 3 rows and the 16-row tier (two MMA column tiles) at 11.
     for (name, grid, m) in [
         ("w4a16_gemv", n.div_ceil(rows), 3),
+        ("w4a16_gemv_u2", n.div_ceil(rows), 1),
+        ("w4a16_gemv_u4", n.div_ceil(rows), 4),
         ("nvfp4_proj_small_m16", n.div_ceil(rows), 11),
         ("w4a16_gemv_ksplit", n.div_ceil(4), 3),
     ] {
@@ -515,15 +517,21 @@ fn fp8_and_bf16_gemvs_match_the_reference() {
     let e = layouts::fp8::encode(&w, n, k);
     let (codes, scales, kp) = (e.parts[0].1.clone(), e.parts[1].1.clone(), e.padded[1]);
     let sf = bf32(&scales);
-    for (name, m) in [("w8a16_gemv_batch4", 3usize), ("w8a16_gemv_batch16", 13)] {
+    for (name, m, rows) in [
+        (
+            "w8a16_gemv_batch4",
+            3usize,
+            metrale_pack::gpu::sizes::FP8_GEMV_ROWS,
+        ),
+        ("w8a16_gemv_batch16", 13, 16),
+        ("w8a16_gemv_r8u1", 1, 8),
+        ("w8a16_gemv_r8u2", 4, 8),
+        ("w8a16_gemv_r16u1", 2, 16),
+    ] {
         let s = spec("ffn_fp8", name).unwrap();
         let want = rows64(m, n, |i, row| {
             reference::fp8_block_row(&x[i * k..(i + 1) * k], &codes, &sf, n, k, kp, s.round, row)
         });
-        let rows = match name {
-            "w8a16_gemv_batch4" => metrale_pack::gpu::sizes::FP8_GEMV_ROWS,
-            _ => 16,
-        };
         let mut a = [
             A::P(f32b(&x[..m * k])),
             A::I(m),
@@ -541,29 +549,61 @@ fn fp8_and_bf16_gemvs_match_the_reference() {
     }
     let e = layouts::bf16::encode(&w, n, k);
     let (wb, kp) = (e.parts[0].1.clone(), e.padded[1]);
-    let s = spec("ffn_bf16", "bf16_gemv_batch4").unwrap();
-    let m = 4;
-    let want = rows64(m, n, |i, row| {
-        reference::bf16_row(&x[i * k..(i + 1) * k], &wb, n, k, kp, s.round, row)
-    });
+    for (name, m, rows) in [
+        (
+            "bf16_gemv_batch4",
+            4usize,
+            metrale_pack::gpu::sizes::BF16_GEMV_ROWS,
+        ),
+        ("bf16_gemv_r4u2", 1, 4),
+        ("bf16_gemv_r4u4", 3, 4),
+        ("bf16_gemv_r8u1", 2, 8),
+        ("bf16_gemv_r16u1", 1, 16),
+    ] {
+        let s = spec("ffn_bf16", name).unwrap();
+        let want = rows64(m, n, |i, row| {
+            reference::bf16_row(&x[i * k..(i + 1) * k], &wb, n, k, kp, s.round, row)
+        });
+        let mut a = [
+            A::P(f32b(&x[..m * k])),
+            A::I(m),
+            A::P(wb.clone()),
+            A::P(f32b(&vec![f32::NAN; m * n])),
+            A::I(n),
+            A::I(k),
+            A::I(kp),
+            A::I(n),
+        ];
+        launch(exe, name, (n.div_ceil(rows), 1), s.grid.threads, &mut a);
+        let err = rel_err(&bf32(buf(&a[3])), &want);
+        assert!(err < 2e-6, "{name}: {err}");
+    }
+}
+
+#[test]
+fn stream_probe_reads_every_word_of_its_blocks() {
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(29);
+    // 1000 words in blocks of 300: a partial last block, and more words per block than one
+    // pass of 256 threads x PROBE_U loads covers only in the first block's second pass.
+    let (count, per) = (1000usize, 300usize);
+    let words: Vec<u8> = r
+        .vec(count * 4, 1.0)
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let blocks = count.div_ceil(per);
     let mut a = [
-        A::P(f32b(&x[..m * k])),
-        A::I(m),
-        A::P(wb.clone()),
-        A::P(f32b(&vec![f32::NAN; m * n])),
-        A::I(n),
-        A::I(k),
-        A::I(kp),
-        A::I(n),
+        A::P(words.clone()),
+        A::I(count),
+        A::I(per),
+        A::P(vec![0xAB; blocks * 4]),
     ];
-    let rows = metrale_pack::gpu::sizes::BF16_GEMV_ROWS;
-    launch(
-        exe,
-        "bf16_gemv_batch4",
-        (n.div_ceil(rows), 1),
-        s.grid.threads,
-        &mut a,
-    );
-    let err = rel_err(&bf32(buf(&a[3])), &want);
-    assert!(err < 2e-6, "bf16_gemv_batch4: {err}");
+    launch(exe, "stream_probe", (blocks, 1), 256, &mut a);
+    let want: Vec<u8> = reference::stream_probe(&words, per)
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert_eq!(buf(&a[3]), &want[..]);
+    assert_eq!(want.len(), blocks * 4);
 }

@@ -1,5 +1,6 @@
 //! `bench-gpu`: decode bandwidth and prefill TFLOP/s per arm against the copy ceiling and cuBLAS measured in the same run.
 
+use super::bench_decode::{self, BACK_TO_BACK, DECODE_MS, per_call, probe_parts, probe_time};
 use super::*;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::sizes::*;
@@ -32,10 +33,20 @@ pub fn benchmarks(
         only.as_ref()
             .is_none_or(|o| o.iter().any(|p| name.contains(p)))
     };
+    // The peer of the decode figures, first: the cuBLAS BF16 layer at m = 1..16.
+    let peer = bench_decode::cublas_layer(&b, &w, rng, &mut out.0)?;
+    if wanted("decode kernel") {
+        bench_decode::decode_kernels(b.as_ref(), ceiling, rng, &mut out.0)?;
+    }
     // (arm, m, seconds) of every whole-layer prefill, for the ratios to the BF16 layer.
     let mut prefill_times: Vec<(&str, usize, f64)> = Vec::new();
     for arm in BENCH_ARMS.iter().filter(|a| wanted(a.name)) {
-        bench_arm(&b, arm, &w, ceiling, rng, &mut out, &mut prefill_times)?;
+        let times = Times {
+            prefill: &mut prefill_times,
+            peer: &peer,
+            ceiling,
+        };
+        bench_arm(&b, arm, &w, rng, &mut out, times)?;
     }
     prefill_ratios(&prefill_times, &mut out);
     finalize_costs(&b, &w, &mut out)?;
@@ -112,17 +123,28 @@ static BENCH_ARMS: [BenchArm; 22] = [
     bench("q2 MMQ (q8_1)", install_q2, &[("METRALE_Q2G128_MMQ", "1")], None, true),
 ];
 
+/// What an arm's figures are set against, and where its prefill times go.
+struct Times<'a> {
+    /// (arm, m, seconds) of every whole-layer prefill.
+    prefill: &'a mut Vec<(&'static str, usize, f64)>,
+    /// The cuBLAS BF16 layer's (m, seconds per call back to back).
+    peer: &'a [(usize, f64)],
+    /// The device copy ceiling (bytes read + written per second).
+    ceiling: f64,
+}
+
 /// One arm on the llama-8B FFN shape: the m = 1 decode chain (time, weight bandwidth against
-/// the copy ceiling) and the decode sweep, then the whole-layer prefill at every `PREFILL_MS`.
+/// the copy ceiling and its streaming probe) and the decode sweep, then the whole-layer prefill
+/// at every `PREFILL_MS`.
 fn bench_arm(
     b: &Arc<dyn GpuBackend>,
     arm: &'static BenchArm,
     w: &DenseWeights,
-    ceiling: f64,
     rng: &mut Rand,
     out: &mut Lines,
-    prefill_times: &mut Vec<(&'static str, usize, f64)>,
+    times: Times,
 ) -> GpuResult<()> {
+    let (ceiling, prefill_times) = (times.ceiling, times.prefill);
     let (h, i, name) = (w.hidden, w.inter, arm.name);
     let cfg = FfnConfig {
         hidden: h,
@@ -142,7 +164,26 @@ fn bench_arm(
             bw / 1e9,
             100.0 * bw / ceiling
         ));
-        decode_sweep(b.as_ref(), &layer, &mut ctx, x, name, t, out)?;
+        let bytes = bpe * (3 * h * i) as f64;
+        let t1 = per_call(b.as_ref(), || layer.forward(&mut ctx, x).map(|_| ()))?;
+        let probe = match probe_parts(name, h, i) {
+            Some(parts) => {
+                let tp = probe_time(b.as_ref(), &parts)?;
+                format!(
+                    "; its streaming probe {:.1} us ({:.1}% of copy ceiling): the arm at {:.1}% of its probe",
+                    tp * 1e6,
+                    100.0 * bytes / tp / ceiling,
+                    100.0 * tp / t1
+                )
+            }
+            None => String::new(),
+        };
+        out.push(format!(
+            "decode m=1 {name:<30} {:>8.1} us {BACK_TO_BACK} calls back to back {:>5.1}% of copy ceiling{probe}",
+            t1 * 1e6,
+            100.0 * bytes / t1 / ceiling
+        ));
+        decode_sweep(b.as_ref(), &layer, &mut ctx, x, name, t1, times.peer, out)?;
     }
     if arm.prefill {
         for m in PREFILL_MS {
@@ -270,7 +311,8 @@ fn free_nvfp4_family(b: &dyn GpuBackend, layer: &DenseFfnLayer) {
 }
 
 /// The m = 1 decode chain captured once as a CUDA graph on a new stream, then replayed: the
-/// median seconds per replay (host wall clock, synchronized) and the replay's output.
+/// median seconds per replay ([`BACK_TO_BACK`] replays queued, then synchronized) and the
+/// replay's output.
 fn graph_decode(
     b: &dyn GpuBackend,
     layer: &DenseFfnLayer,
@@ -286,7 +328,8 @@ fn graph_decode(
     });
     ctx.stream = 0;
     let g = g?;
-    let t = time_median(b, 200, || b.replay(g, s))?;
+    // Replays queued back to back, as an engine's graph of many layers runs them.
+    let t = per_call(b, || b.replay(g, s))?;
     Ok((t, download_f32(b, y)?))
 }
 
@@ -321,8 +364,10 @@ fn decode_call(
     .map(|_| ())
 }
 
-/// Decode at m = 2, 3, 4, 8, 16 rows: time per call and its ratio to the m = 1 time `t1`
-/// (the weights are read once per call, so time should grow far slower than m).
+/// Decode at m = 1..16 rows, back to back: time per call, its ratio to the m = 1 time `t1`
+/// (the weights are read once per call, so time should grow far slower than m) and to the
+/// cuBLAS BF16 layer's at the same m (`peer`).
+#[allow(clippy::too_many_arguments)]
 fn decode_sweep(
     b: &dyn GpuBackend,
     layer: &DenseFfnLayer,
@@ -330,12 +375,17 @@ fn decode_sweep(
     x: crate::gpu::DevicePtr,
     name: &str,
     t1: f64,
+    peer: &[(usize, f64)],
     out: &mut Lines,
 ) -> GpuResult<()> {
-    for m in [2usize, 3, 4, 8, 16] {
-        let t = time_median(b, 50, || decode_call(layer, ctx, x, m))?;
+    for m in DECODE_MS {
+        let t = per_call(b, || decode_call(layer, ctx, x, m))?;
+        let vs = match peer.iter().find(|(pm, _)| *pm == m) {
+            Some((_, tp)) => format!("  {:>5.2}x faster than the cuBLAS BF16 layer", tp / t),
+            None => String::new(),
+        };
         out.push(format!(
-            "decode m={m:<2} {name:<30} {:>8.1} us  {:>5.2}x the m=1 time",
+            "decode m={m:<2} {name:<30} {:>8.1} us  {:>5.2}x the m=1 time{vs}",
             t * 1e6,
             t / t1
         ));
@@ -392,7 +442,7 @@ fn small_shape_decode(b: &Arc<dyn GpuBackend>, rng: &mut Rand, out: &mut Lines) 
         let plain = download_f32(b.as_ref(), layer.forward(&mut ctx, x)?)?;
         match graph_decode(b.as_ref(), &layer, &mut ctx, x) {
             Ok((t, replayed)) => out.push(format!(
-                "decode m=1 smollm2 576x1536 {name:<24} {:>7.1} us  the same {launches} launches as one CUDA graph; output bits {} the launched chain's",
+                "decode m=1 smollm2 576x1536 {name:<24} {:>7.1} us  the same {launches} launches as one CUDA graph, {BACK_TO_BACK} replays back to back; output bits {} the launched chain's",
                 t * 1e6,
                 if same_bits(&replayed, &plain) { "equal" } else { "DIFFER from" }
             )),

@@ -139,7 +139,16 @@ fn fp8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k) = (c.n, c.k);
     let (w, codes, scales) = upload_fp8(c.b.as_ref(), &c.wf, n, k)?;
     let kk = c.kk;
-    for kernel in [kk.fp8_b4, kk.fp8_b16, kk.fp8_m16, kk.fp8_pipe, kk.fp8_base] {
+    for kernel in [
+        kk.fp8_b4,
+        kk.fp8_b16,
+        kk.fp8_m16,
+        kk.fp8_pipe,
+        kk.fp8_base,
+        kk.fp8_r8u1,
+        kk.fp8_r8u2,
+        kk.fp8_r16u1,
+    ] {
         let limit = if kernel.spec.row_cap.is_some() {
             FP8_CHUNKED_MAX_M
         } else {
@@ -261,13 +270,22 @@ fn bf16_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         reference::bf16_row(xr, &be.parts[0].1, n, k, bw.kp, round, &mut out);
         out
     };
-    let gemv = c.kk.bf16_gemv;
-    let gemv_ms = within(c.ms, &gemv, usize::MAX);
+    let kk = c.kk;
+    let gemvs = [
+        kk.bf16_gemv,
+        kk.bf16_gemv_r4u2,
+        kk.bf16_gemv_r4u4,
+        kk.bf16_gemv_r8u1,
+        kk.bf16_gemv_r16u1,
+    ];
     for &m in c.ms {
         let (xd, yd) = (c.xd, c.yd);
-        if gemv_ms.contains(&m) {
+        for gemv in gemvs {
+            if !within(c.ms, &gemv, usize::MAX).contains(&m) {
+                continue;
+            }
             c.poison_y()?;
-            c.layer.bf16_gemv(&mut c.ctx, &bw, xd, m, yd, n)?;
+            c.layer.bf16_gemv_by(&mut c.ctx, gemv, &bw, xd, m, yd, n)?;
             b.synchronize(0)?;
             let err = c.err(m, |r| bf16_ref(r, gemv.spec.round))?;
             c.row(rows, gemv.spec.name, m, err, 2e-6);
@@ -318,6 +336,8 @@ fn nvfp4_rows(c: &mut Case, rows: &mut Vec<Row>, rng: &mut Rand) -> GpuResult<()
     let kk = c.kk;
     let over_nvfp4 = [
         kk.nvfp4_gemv,
+        kk.nvfp4_gemv_u2,
+        kk.nvfp4_gemv_u4,
         kk.nvfp4_gemv_ksplit,
         kk.nvfp4_gemv_b2,
         kk.nvfp4_gemv_b3,

@@ -5,6 +5,7 @@
 
 pub mod activations;
 mod bench;
+mod bench_decode;
 pub mod bench_load;
 mod kernels;
 mod layers;

@@ -16,6 +16,7 @@ pub const MODULES: &[(&str, &str)] = &[
         "ffn_w8a8_wgmma",
         include_str!("../../kernels/ffn_w8a8_wgmma.cu"),
     ),
+    ("probe", include_str!("../../kernels/probe.cu")),
 ];
 
 /// Modules written for one architecture's own instructions (`wgmma`, `setmaxnreg`): the

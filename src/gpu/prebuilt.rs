@@ -73,6 +73,11 @@ pub const PREBUILT: &[(&str, &str, &[u8])] = &[
         "sm_90a",
         embed!("../../kernels/prebuilt/ffn_w8a8_wgmma-sm_90a.cubin"),
     ),
+    (
+        "probe",
+        "sm_90",
+        embed!("../../kernels/prebuilt/probe-sm_90.cubin"),
+    ),
 ];
 
 /// `module target xxh3-64-of-the-source` per line: what each cubin was built from.

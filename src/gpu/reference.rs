@@ -175,6 +175,19 @@ pub fn nvfp4_row(
     });
 }
 
+/// `stream_probe`'s output: per block of `per` 16-byte words of `words`, the XOR of its
+/// little-endian 32-bit lanes.
+pub fn stream_probe(words: &[u8], per: usize) -> Vec<u32> {
+    words
+        .chunks(16 * per.max(1))
+        .map(|b| {
+            b.chunks_exact(4).fold(0u32, |a, w| {
+                a ^ u32::from_le_bytes([w[0], w[1], w[2], w[3]])
+            })
+        })
+        .collect()
+}
+
 /// One output row of a BF16 weight product: `y[j] = sum_i bf16(w[j][i]) * a(x[i])`.
 pub fn bf16_row(
     x: &[f32],

@@ -40,7 +40,7 @@ pub const NVFP4_GEMV_WARPS_DUAL: usize = 8;
 pub const NVFP4_GEMV_WARPS_ONE: usize = 16;
 
 /// Weight rows per block of the BF16 decode GEMV (8 warps of 2 rows).
-pub const BF16_GEMV_ROWS: usize = 16;
+pub const BF16_GEMV_ROWS: usize = 8;
 /// Weight rows per block of the `q4k_mmq` decode GEMV `q4k_gemv` (8 warps of 4 rows: each
 /// activation load serves 4 rows; 2 rows kept 123 registers and ran 16% slower, BENCHMARKS.md).
 pub const Q4K_GEMV_ROWS: usize = 32;

@@ -520,6 +520,11 @@ const DQ_WGMMA_TMAPS: &[TmapRule] = &[TmapRule {
 const FP8_QUANT_SPLIT_ROWS: usize = 16;
 /// Columns per block when it does (one per thread): every block also reads the whole row once
 /// for its amax.
+/// `stream_probe`'s blocks: one per `per` 16-byte words of `count`.
+fn probe_blocks(a: &Args) -> GpuResult<usize> {
+    Ok(a.dim("count")?.div_ceil(a.dim("per")?.max(1)))
+}
+
 const FP8_QUANT_SPLIT_COLS: usize = FP8_QUANT_THREADS;
 
 /// Column blocks per row of `quantize_act_fp8_row`: `kp / 1024` for a few rows, else one (each
@@ -633,6 +638,22 @@ kernel_table! {
         cap Some(W8A8_WGMMA_SMALL_BM), round None;
     bf16_gemv: "ffn_bf16" "bf16_gemv_batch4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", BF16_GEMV_ROWS), One, 256), cap Some(4), round None;
+    bf16_gemv_r4u2: "ffn_bf16" "bf16_gemv_r4u2" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 4), One, 256), cap Some(4), round None;
+    bf16_gemv_r4u4: "ffn_bf16" "bf16_gemv_r4u4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 4), One, 256), cap Some(4), round None;
+    bf16_gemv_r8u1: "ffn_bf16" "bf16_gemv_r8u1" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(4), round None;
+    bf16_gemv_r16u1: "ffn_bf16" "bf16_gemv_r16u1" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 16), One, 256), cap Some(4), round None;
+    fp8_r8u1: "ffn_fp8" "w8a16_gemv_r8u1" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(4), round None;
+    fp8_r8u2: "ffn_fp8" "w8a16_gemv_r8u2" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(4), round None;
+    fp8_r16u1: "ffn_fp8" "w8a16_gemv_r16u1" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 16), One, 256), cap Some(4), round None;
+    stream_probe: "probe" "stream_probe" ("p:p count:i per:i sink:p")
+        grid(Rule(probe_blocks), One, 256), cap None, round None;
     nvfp4_gemv_dual: "ffn_nvfp4" "w4a16_gemv_dual"
         ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
         grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(4), round Bf16;
@@ -652,6 +673,16 @@ kernel_table! {
     nvfp4_gemv_dual_b3: "ffn_nvfp4" "w4a16_gemv_dual_batch3"
         ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
         grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(3), round Bf16;
+    nvfp4_gemv_u2: "ffn_nvfp4" "w4a16_gemv_u2" ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16;
+    nvfp4_gemv_u4: "ffn_nvfp4" "w4a16_gemv_u4" ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16;
+    nvfp4_gemv_dual_u2: "ffn_nvfp4" "w4a16_gemv_dual_u2"
+        ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(4), round Bf16;
+    nvfp4_gemv_dual_u4: "ffn_nvfp4" "w4a16_gemv_dual_u4"
+        ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
+        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(4), round Bf16;
     nvfp4_silu_down: "ffn_nvfp4" "w4a16_gemv_silu_down"
         ("gate:p up:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i ldx:i")
         grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16;

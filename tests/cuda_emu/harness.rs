@@ -73,6 +73,7 @@ pub fn emulator() -> Option<&'static Path> {
             "ffn_bf16",
             "ffn_w8a8",
             "ffn_w8a8_wgmma",
+            "probe",
         ] {
             let src = raw(m);
             let b = src

@@ -208,6 +208,12 @@ static inline float __bfloat162float(__nv_bfloat16 b) {
 static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
     return __nv_bfloat162{__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
 }
+// common.cuh's ldg_stream: a plain 16-byte load.
+static inline uint4 ldg_stream(const void* p) {
+    uint4 v;
+    std::memcpy(&v, p, 16);
+    return v;
+}
 // common.cuh's bf16x2_mul: each half's product rounded to nearest even.
 static inline unsigned bf16x2_mul(unsigned a, unsigned b) {
     const float lo = emu_bf16_half(a, 0) * emu_bf16_half(b, 0), hi = emu_bf16_half(a, 1) * emu_bf16_half(b, 1);

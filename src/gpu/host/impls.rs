@@ -30,6 +30,9 @@ const TWINS: &[(&[&str], Twin)] = &[
         &[
             "w8a16_gemv_batch4",
             "w8a16_gemv_batch16",
+            "w8a16_gemv_r8u1",
+            "w8a16_gemv_r8u2",
+            "w8a16_gemv_r16u1",
             "w8a16_gemm_m16",
             "w8a16_gemm_pipelined",
             "w8a16_gemm",
@@ -53,6 +56,8 @@ const TWINS: &[(&[&str], Twin)] = &[
     (
         &[
             "w4a16_gemv",
+            "w4a16_gemv_u2",
+            "w4a16_gemv_u4",
             "w4a16_gemv_ksplit",
             "w4a16_gemv_batch2",
             "w4a16_gemv_batch3",
@@ -66,6 +71,8 @@ const TWINS: &[(&[&str], Twin)] = &[
     (
         &[
             "w4a16_gemv_dual",
+            "w4a16_gemv_dual_u2",
+            "w4a16_gemv_dual_u4",
             "w4a16_gemv_dual_batch2",
             "w4a16_gemv_dual_batch3",
         ],
@@ -112,7 +119,17 @@ const TWINS: &[(&[&str], Twin)] = &[
         HostBackend::int8_rows_gemv,
     ),
     (&["nvfp4_mmq_repack"], HostBackend::nvfp4_mmq_repack),
-    (&["bf16_gemv_batch4"], HostBackend::bf16_gemv_batch4),
+    (
+        &[
+            "bf16_gemv_batch4",
+            "bf16_gemv_r4u2",
+            "bf16_gemv_r4u4",
+            "bf16_gemv_r8u1",
+            "bf16_gemv_r16u1",
+        ],
+        HostBackend::bf16_gemv_batch4,
+    ),
+    (&["stream_probe"], HostBackend::stream_probe),
 ];
 
 impl HostBackend {
@@ -575,6 +592,18 @@ impl HostBackend {
         }
         self.write(a.ptr("out")?, 0, &e.parts[0].1)?;
         Ok(())
+    }
+
+    /// `stream_probe`.
+    fn stream_probe(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (count, per) = (a.dim("count")?, a.dim("per")?);
+        let p = self.read(a.ptr("p")?)?;
+        let words = p.get(..count * 16).ok_or_else(|| {
+            GpuError::Invalid(format!("stream_probe: {count} words past the buffer"))
+        })?;
+        let sink = reference::stream_probe(words, per);
+        let bytes: Vec<u8> = sink.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.write(a.ptr("sink")?, 0, &bytes)
     }
 
     /// `bf16_gemv_batch4`.

@@ -1,0 +1,304 @@
+//! `bench-gpu`'s decode ceilings (the decode-roofline issue): the streaming probe of each decode
+//! arm's weight bytes at its kernels' grids, the decode GEMV kernels alone against the probe of
+//! their own grid, and the cuBLAS BF16 layer at m = 1..16, the peer a user would pick instead.
+
+use super::time_median;
+use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+use crate::gpu::sizes::*;
+use crate::gpu::table::{Kernel, Kernels};
+use crate::gpu::{DevicePtr, GpuBackend, GpuResult, ModelLevers, upload_f32};
+use crate::testing::*;
+use std::sync::Arc;
+
+/// Calls per timed sample of the back-to-back figures: the host's launch and synchronization
+/// (5-10 us) spread over many calls, as when an engine runs layer after layer.
+pub(super) const BACK_TO_BACK: usize = 20;
+
+/// Median seconds per call of `f` run [`BACK_TO_BACK`] times in a row (11 samples).
+pub(super) fn per_call(b: &dyn GpuBackend, mut f: impl FnMut() -> GpuResult<()>) -> GpuResult<f64> {
+    let t = time_median(b, 11, || {
+        for _ in 0..BACK_TO_BACK {
+            f()?;
+        }
+        Ok(())
+    })?;
+    Ok(t / BACK_TO_BACK as f64)
+}
+
+/// One `stream_probe` launch per part `(bytes, blocks)`: block `b` of a part reads the part's
+/// `b`-th slice, as a decode kernel's block reads its rows. Parts lie one after another in
+/// `scratch` (so no two parts share bytes in L2).
+fn probe_launches(
+    b: &dyn GpuBackend,
+    k: &Kernel,
+    scratch: DevicePtr,
+    sink: DevicePtr,
+    parts: &[(u64, usize)],
+) -> GpuResult<()> {
+    let mut at = 0u64;
+    for &(bytes, blocks) in parts {
+        let count = (bytes / 16) as usize;
+        let call = k.call().ptr("p", scratch.view(at, bytes));
+        let call = call.dim("count", count).dim("per", count.div_ceil(blocks));
+        call.ptr("sink", sink).finish()?.run(b, 0)?;
+        at += bytes.next_multiple_of(256);
+    }
+    Ok(())
+}
+
+/// The bytes a probe over `parts` needs.
+fn probe_bytes(parts: &[(u64, usize)]) -> u64 {
+    parts.iter().map(|(b, _)| b.next_multiple_of(256)).sum()
+}
+
+/// A projection's weight bytes `(bytes, blocks)` for `n` rows of `row_bytes` at `rows` rows per
+/// block.
+fn part(n: usize, row_bytes: usize, rows: usize) -> (u64, usize) {
+    ((n * row_bytes) as u64, n.div_ceil(rows))
+}
+
+/// The m = 1 decode chain's weight reads of the `bench-gpu` arm `name` at hidden `h`,
+/// intermediate `i`: one part per kernel launch, with its grid's blocks. None for the arms
+/// whose decode quantizes the activations first (W8A8, W4A4: a persistent wgmma grid or a
+/// different kernel per projection).
+pub(super) fn probe_parts(name: &str, h: usize, i: usize) -> Option<Vec<(u64, usize)>> {
+    let nv = |n: usize, k: usize| n * (k / 2 + k / 16); // codes + E4M3 scales per row
+    let q2 = |k: usize| k / Q2G128_ELEMS * Q2G128_BYTES;
+    let q4k = |k: usize| k / Q4K_ELEMS * Q4K_BYTES;
+    Some(match name {
+        n if n.starts_with("bf16 GEMV") => vec![
+            part(i, 2 * h, BF16_GEMV_ROWS),
+            part(i, 2 * h, BF16_GEMV_ROWS),
+            part(h, 2 * i, BF16_GEMV_ROWS),
+        ],
+        n if n.starts_with("fp8 fused") => {
+            vec![part(2 * i, h, FP8_GEMV_ROWS), part(h, i, FP8_GEMV_ROWS)]
+        }
+        n if n.starts_with("fp8") => vec![
+            part(i, h, FP8_GEMV_ROWS),
+            part(i, h, FP8_GEMV_ROWS),
+            part(h, i, FP8_GEMV_ROWS),
+        ],
+        // The dual gate+up GEMV (2 x n / 16 blocks), then the down GEMV; codes and scales of
+        // a block's rows are one slice.
+        n if n.starts_with("nvfp4 GEMV") => vec![
+            ((2 * nv(i, h)) as u64, 2 * i.div_ceil(NVFP4_GEMV_ROWS)),
+            (nv(h, i) as u64, h.div_ceil(NVFP4_GEMV_ROWS)),
+        ],
+        n if n.starts_with("q2 GEMV") => {
+            vec![part(i, q2(h), 8), part(i, q2(h), 8), part(h, q2(i), 8)]
+        }
+        n if n.starts_with("q4k GEMV chain (Q4_K down)") => vec![
+            part(i, q4k(h), Q4K_GEMV_ROWS),
+            part(i, q4k(h), Q4K_GEMV_ROWS),
+            part(h, q4k(i), Q4K_GEMV_ROWS),
+        ],
+        n if n.starts_with("q4k GEMV chain (int8 down)") => vec![
+            part(i, q4k(h), Q4K_GEMV_ROWS),
+            part(i, q4k(h), Q4K_GEMV_ROWS),
+            part(h, i, INT8_GEMV_ROWS),
+        ],
+        _ => return None,
+    })
+}
+
+/// Seconds per back-to-back call of the probe over `parts`.
+pub(super) fn probe_time(b: &dyn GpuBackend, parts: &[(u64, usize)]) -> GpuResult<f64> {
+    let k = Kernels::resolve(b).stream_probe;
+    let scratch = b.alloc(probe_bytes(parts))?;
+    b.fill(scratch, 0x5A)?;
+    let blocks = parts.iter().map(|p| p.1).max().unwrap_or(1);
+    let sink = b.alloc((blocks * 4) as u64)?;
+    let t = per_call(b, || probe_launches(b, &k, scratch, sink, parts));
+    b.free(scratch);
+    b.free(sink);
+    t
+}
+
+/// The decode GEMV kernels alone on the llama-8B gate (14336 x 4096) and down (4096 x 14336)
+/// shapes, m = 1 and 4, each against the streaming probe of its own grid.
+pub(super) fn decode_kernels(
+    b: &dyn GpuBackend,
+    ceiling: f64,
+    rng: &mut Rand,
+    out: &mut Vec<String>,
+) -> GpuResult<()> {
+    let ks = Kernels::resolve(b);
+    // (kernel, rows per block, weight bytes per element)
+    let kernels: [(Kernel, usize, usize); 9] = [
+        (ks.bf16_gemv, BF16_GEMV_ROWS, 2),
+        (ks.bf16_gemv_r4u2, 4, 2),
+        (ks.bf16_gemv_r4u4, 4, 2),
+        (ks.bf16_gemv_r8u1, 8, 2),
+        (ks.bf16_gemv_r16u1, 16, 2),
+        (ks.fp8_b4, FP8_GEMV_ROWS, 1),
+        (ks.fp8_r8u1, 8, 1),
+        (ks.fp8_r8u2, 8, 1),
+        (ks.fp8_r16u1, 16, 1),
+    ];
+    let x = b.alloc((4 * 14336 * 4) as u64)?;
+    upload_f32(b, x, &rng.vec(4 * 14336, 1.0))?;
+    let w = b.alloc(14336 * 4096 * 2)?;
+    b.fill(w, 0x3C)?;
+    let s = b.alloc(14336 / 128 * 4096 / 128 * 4)?;
+    b.fill(s, 0x3C)?;
+    let y = b.alloc((4 * 14336 * 4) as u64)?;
+    for (shape, n, k) in [
+        ("gate 14336x4096", 14336usize, 4096usize),
+        ("down 4096x14336", 4096, 14336),
+    ] {
+        for &(kernel, rows, bpe) in &kernels {
+            if !kernel.ok() {
+                continue;
+            }
+            let bytes = (n * k * bpe) as f64;
+            let probe = probe_time(b, &[part(n, k * bpe, rows)])?;
+            for m in [1usize, 4] {
+                let call = || {
+                    let c = kernel.call().ptr("x", x).dim("m", m).ptr("w", w);
+                    let c = if bpe == 1 { c.ptr("s", s) } else { c };
+                    let c = c.ptr("y", y).dim("n", n).dim("k", k).dim("kp", k);
+                    c.dim("ldy", n).finish()?.run(b, 0)
+                };
+                let t = per_call(b, call)?;
+                out.push(format!(
+                    "decode kernel {:<20} {shape} m={m} {:>7.1} us {:>6.0} GB/s {:>5.1}% of copy ceiling {:>5.1}% of its probe ({rows} rows/block: {:.1} us)",
+                    kernel.spec.name,
+                    t * 1e6,
+                    bytes / t / 1e9,
+                    100.0 * bytes / t / ceiling,
+                    100.0 * probe / t,
+                    probe * 1e6
+                ));
+            }
+        }
+    }
+    for p in [x, w, s, y] {
+        b.free(p);
+    }
+    nvfp4_kernels(b, &ks, ceiling, rng, out)
+}
+
+/// The NVFP4 decode GEMVs alone: the dual gate+up GEMV on the gate shape (two projections), the
+/// one-projection GEMV on both shapes, m = 1 and 4, against the probe of their grids.
+fn nvfp4_kernels(
+    b: &dyn GpuBackend,
+    ks: &Kernels,
+    ceiling: f64,
+    rng: &mut Rand,
+    out: &mut Vec<String>,
+) -> GpuResult<()> {
+    let (nmax, kmax) = (14336usize, 14336usize);
+    let x = b.alloc((4 * kmax * 4) as u64)?;
+    upload_f32(b, x, &rng.vec(4 * kmax, 1.0))?;
+    let mut bufs = Vec::new();
+    for _ in 0..2 {
+        let (c, s) = (
+            b.alloc((nmax * 4096 / 2) as u64)?,
+            b.alloc((nmax * 4096 / 16) as u64)?,
+        );
+        b.fill(c, 0x5A)?;
+        b.fill(s, 0x38)?; // E4M3 1.0
+        bufs.push((c, s));
+    }
+    let y = b.alloc((2 * 4 * nmax * 4) as u64)?;
+    let y2 = y.view((4 * nmax * 4) as u64, (4 * nmax * 4) as u64);
+    let row_bytes = |k: usize| k / 2 + k / 16;
+    let cases = [
+        (ks.nvfp4_gemv_dual, true, 14336usize, 4096usize),
+        (ks.nvfp4_gemv_dual_u2, true, 14336, 4096),
+        (ks.nvfp4_gemv_dual_u4, true, 14336, 4096),
+        (ks.nvfp4_gemv, false, 14336, 4096),
+        (ks.nvfp4_gemv_u2, false, 14336, 4096),
+        (ks.nvfp4_gemv_u4, false, 14336, 4096),
+        (ks.nvfp4_gemv, false, 4096, 14336),
+        (ks.nvfp4_gemv_u2, false, 4096, 14336),
+        (ks.nvfp4_gemv_u4, false, 4096, 14336),
+    ];
+    for (kernel, dual, n, k) in cases {
+        if !kernel.ok() {
+            continue;
+        }
+        let projections = if dual { 2 } else { 1 };
+        let bytes = (projections * n * row_bytes(k)) as f64;
+        let parts = [(bytes as u64, projections * n.div_ceil(NVFP4_GEMV_ROWS))];
+        let probe = probe_time(b, &parts)?;
+        for m in [1usize, 4] {
+            let call = || {
+                let c = kernel.call().ptr("x", x).dim("m", m);
+                let c = if dual {
+                    let c = c.ptr("cg", bufs[0].0).ptr("sg", bufs[0].1).float("gg", 1.0);
+                    let c = c.ptr("yg", y).ptr("cu", bufs[1].0).ptr("su", bufs[1].1);
+                    c.float("gu", 1.0).ptr("yu", y2)
+                } else {
+                    let c = c.ptr("codes", bufs[0].0).ptr("scales", bufs[0].1);
+                    c.float("g", 1.0).ptr("y", y)
+                };
+                let c = c.dim("n", n).dim("k", k).dim("kp", k).dim("ldy", n);
+                c.finish()?.run(b, 0)
+            };
+            let t = per_call(b, call)?;
+            out.push(format!(
+                "decode kernel {:<20} {n}x{k} m={m} {:>7.1} us {:>6.0} GB/s {:>5.1}% of copy ceiling {:>5.1}% of its probe ({:.1} us)",
+                kernel.spec.name,
+                t * 1e6,
+                bytes / t / 1e9,
+                100.0 * bytes / t / ceiling,
+                100.0 * probe / t,
+                probe * 1e6
+            ));
+        }
+    }
+    b.free(x);
+    b.free(y);
+    for (c, s) in bufs {
+        b.free(c);
+        b.free(s);
+    }
+    Ok(())
+}
+
+/// The BF16 layer on cuBLAS (activations to bf16, the gate and up GEMMs, SiLU * up, to bf16,
+/// the down GEMM) at m = 1..16, back to back: `(m, seconds per call)`.
+pub(super) fn cublas_layer(
+    b: &Arc<dyn GpuBackend>,
+    w: &DenseWeights,
+    rng: &mut Rand,
+    out: &mut Vec<String>,
+) -> GpuResult<Vec<(usize, f64)>> {
+    let (h, i) = (w.hidden, w.inter);
+    let cfg = FfnConfig {
+        hidden: h,
+        inter: i,
+    };
+    let mut ctx = ForwardContext::new(b.clone(), cfg, 16, ModelLevers::default())?;
+    let mut layer = DenseFfnLayer::new(&ctx);
+    install_bf16(b.as_ref(), &mut layer, w)?;
+    let x = b.alloc((16 * h * 4) as u64)?;
+    upload_f32(b.as_ref(), x, &rng.vec(16 * h, 1.0))?;
+    let mut times = Vec::new();
+    ctx.tracing = true;
+    let _ = layer.bf16_prefill_arm(&mut ctx, x, 1);
+    ctx.tracing = false;
+    if !ctx.trace.contains(&"cublas_gemm_bf16") {
+        out.push("cuBLAS BF16 layer: cuBLAS not loaded; no peer figures".into());
+        b.free(x);
+        return Ok(times);
+    }
+    for m in DECODE_MS {
+        let t = per_call(b.as_ref(), || {
+            layer.bf16_prefill_arm(&mut ctx, x, m).map(|_| ())
+        })?;
+        out.push(format!(
+            "decode m={m:<2} {:<30} {:>8.1} us back to back",
+            "cuBLAS BF16 layer (peer)",
+            t * 1e6
+        ));
+        times.push((m, t));
+    }
+    b.free(x);
+    Ok(times)
+}
+
+/// The decode row counts of the sweeps and the peer.
+pub(super) const DECODE_MS: [usize; 7] = [1, 2, 3, 4, 8, 12, 16];
