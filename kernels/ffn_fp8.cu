@@ -96,11 +96,11 @@ extern "C" __global__ void w8a16_gemv_batch16(const float* x, int m, const unsig
 // j0 = R blockIdx.x .. (R divides 128: one scale band); its 256 threads split k in 16-byte
 // chunks (16 weights; thread t takes chunks t, t + 256, ...), U chunks of each row in flight
 // per thread, each activation load serving the R rows. m <= 4.
-template <int R, int U>
+template <int M, int R, int U>
 __device__ __forceinline__ void gemv_fp8_split(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
                                                const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp,
                                                int ldy) {
-    constexpr int T = 256, M = 4;
+    constexpr int T = 256;
     static_assert(128 % R == 0, "R rows lie in one 128-row scale band");
     const int j0 = blockIdx.x * R, chunks = k >> 4;
     float acc[M][R];
@@ -142,15 +142,18 @@ __device__ __forceinline__ void gemv_fp8_split(const float* __restrict__ x, int 
     block_sum_rows<M, R, T / 32>(acc, m, y, j0, n, ldy);
 }
 
-// Measurement variants (bench-gpu's decode-kernel section). m <= 4; grid ceil(n / R), block 256.
-#define FP8_GEMV_VARIANT(NAME, R, U)                                                                          \
+// Measurement variants (bench-gpu's decode-kernel section): m <= M; grid ceil(n / R), block 256.
+#define FP8_GEMV_VARIANT(NAME, M, R, U)                                                                       \
     extern "C" __global__ void NAME(const float* x, int m, const unsigned char* w, const float* s, float* y, int n, \
                                     int k, int kp, int ldy) {                                                  \
-        gemv_fp8_split<R, U>(x, m, w, s, y, n, k, kp, ldy);                                                    \
+        gemv_fp8_split<M, R, U>(x, m, w, s, y, n, k, kp, ldy);                                                 \
     }
-FP8_GEMV_VARIANT(w8a16_gemv_r8u1, 8, 1)
-FP8_GEMV_VARIANT(w8a16_gemv_r8u2, 8, 2)
-FP8_GEMV_VARIANT(w8a16_gemv_r16u1, 16, 1)
+FP8_GEMV_VARIANT(w8a16_gemv_r8u1, 4, 8, 1)
+FP8_GEMV_VARIANT(w8a16_gemv_r8u2, 4, 8, 2)
+FP8_GEMV_VARIANT(w8a16_gemv_r16u1, 4, 16, 1)
+FP8_GEMV_VARIANT(w8a16_gemv_m1_r8u4, 1, 8, 4)
+FP8_GEMV_VARIANT(w8a16_gemv_m1_r16u1, 1, 16, 1)
+FP8_GEMV_VARIANT(w8a16_gemv_m1_r16u2, 1, 16, 2)
 
 // ---- host-emulated: end ----
 

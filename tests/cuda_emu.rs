@@ -527,6 +527,9 @@ fn fp8_and_bf16_gemvs_match_the_reference() {
         ("w8a16_gemv_r8u1", 1, 8),
         ("w8a16_gemv_r8u2", 4, 8),
         ("w8a16_gemv_r16u1", 2, 16),
+        ("w8a16_gemv_m1_r8u4", 1, 8),
+        ("w8a16_gemv_m1_r16u1", 1, 16),
+        ("w8a16_gemv_m1_r16u2", 1, 16),
     ] {
         let s = spec("ffn_fp8", name).unwrap();
         let want = rows64(m, n, |i, row| {
@@ -559,6 +562,10 @@ fn fp8_and_bf16_gemvs_match_the_reference() {
         ("bf16_gemv_r4u4", 3, 4),
         ("bf16_gemv_r8u1", 2, 8),
         ("bf16_gemv_r16u1", 1, 16),
+        ("bf16_gemv_m1_r4u4", 1, 4),
+        ("bf16_gemv_m1_r8u2", 1, 8),
+        ("bf16_gemv_m1_r8u4", 1, 8),
+        ("bf16_gemv_m1_r16u2", 1, 16),
     ] {
         let s = spec("ffn_bf16", name).unwrap();
         let want = rows64(m, n, |i, row| {

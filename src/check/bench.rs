@@ -34,9 +34,9 @@ pub fn benchmarks(
             .is_none_or(|o| o.iter().any(|p| name.contains(p)))
     };
     // The peer of the decode figures, first: the cuBLAS BF16 layer at m = 1..16.
-    let peer = bench_decode::cublas_layer(&b, &w, rng, &mut out.0)?;
+    let peer = bench_decode::cublas_layer(&b, &w, rng, &mut out)?;
     if wanted("decode kernel") {
-        bench_decode::decode_kernels(b.as_ref(), ceiling, rng, &mut out.0)?;
+        bench_decode::decode_kernels(b.as_ref(), ceiling, rng, &mut out)?;
     }
     // (arm, m, seconds) of every whole-layer prefill, for the ratios to the BF16 layer.
     let mut prefill_times: Vec<(&str, usize, f64)> = Vec::new();
@@ -96,8 +96,10 @@ const W8A8_ALL: (&str, &str) = ("METRALE_W8A8_MAX_ROWS", "4096");
 
 /// Every arm `bench-gpu` times, in the order it prints them.
 #[rustfmt::skip]
-static BENCH_ARMS: [BenchArm; 22] = [
+static BENCH_ARMS: [BenchArm; 23] = [
     bench("fp8 fused gate+up GEMV chain", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL], Some(FP8_BPE), false),
+    // 5..=32 rows through the batch-16 GEMV (lever ffn_batch16).
+    bench("fp8 fused gate+up, batch-16 GEMV", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL, ("METRALE_FFN_BATCH16", "1")], Some(FP8_BPE), false),
     // Prefill from 33 rows: the W8A8 GEMM (per-group FP8 activations, fp8_wgmma).
     bench("fp8 GEMV / W8A8 prefill", |b, l, w| install_fp8(b, l, w, false), &[W8A8_ALL], Some(FP8_BPE), true),
     // The w8a16 contract: bf16 activations, the mma.sync GEMMs.

@@ -2,7 +2,7 @@
 //! arm's weight bytes at its kernels' grids, the decode GEMV kernels alone against the probe of
 //! their own grid, and the cuBLAS BF16 layer at m = 1..16, the peer a user would pick instead.
 
-use super::time_median;
+use super::{Lines, time_median};
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::sizes::*;
 use crate::gpu::table::{Kernel, Kernels};
@@ -121,20 +121,27 @@ pub(super) fn decode_kernels(
     b: &dyn GpuBackend,
     ceiling: f64,
     rng: &mut Rand,
-    out: &mut Vec<String>,
+    out: &mut Lines,
 ) -> GpuResult<()> {
     let ks = Kernels::resolve(b);
     // (kernel, rows per block, weight bytes per element)
-    let kernels: [(Kernel, usize, usize); 9] = [
+    let kernels: [(Kernel, usize, usize); 16] = [
         (ks.bf16_gemv, BF16_GEMV_ROWS, 2),
         (ks.bf16_gemv_r4u2, 4, 2),
         (ks.bf16_gemv_r4u4, 4, 2),
         (ks.bf16_gemv_r8u1, 8, 2),
         (ks.bf16_gemv_r16u1, 16, 2),
+        (ks.bf16_gemv_m1_r4u4, 4, 2),
+        (ks.bf16_gemv_m1_r8u2, 8, 2),
+        (ks.bf16_gemv_m1_r8u4, 8, 2),
+        (ks.bf16_gemv_m1_r16u2, 16, 2),
         (ks.fp8_b4, FP8_GEMV_ROWS, 1),
         (ks.fp8_r8u1, 8, 1),
         (ks.fp8_r8u2, 8, 1),
         (ks.fp8_r16u1, 16, 1),
+        (ks.fp8_m1_r8u4, 8, 1),
+        (ks.fp8_m1_r16u1, 16, 1),
+        (ks.fp8_m1_r16u2, 16, 1),
     ];
     let x = b.alloc((4 * 14336 * 4) as u64)?;
     upload_f32(b, x, &rng.vec(4 * 14336, 1.0))?;
@@ -154,6 +161,9 @@ pub(super) fn decode_kernels(
             let bytes = (n * k * bpe) as f64;
             let probe = probe_time(b, &[part(n, k * bpe, rows)])?;
             for m in [1usize, 4] {
+                if m > kernel.spec.row_cap.unwrap_or(usize::MAX) {
+                    continue;
+                }
                 let call = || {
                     let c = kernel.call().ptr("x", x).dim("m", m).ptr("w", w);
                     let c = if bpe == 1 { c.ptr("s", s) } else { c };
@@ -186,7 +196,7 @@ fn nvfp4_kernels(
     ks: &Kernels,
     ceiling: f64,
     rng: &mut Rand,
-    out: &mut Vec<String>,
+    out: &mut Lines,
 ) -> GpuResult<()> {
     let (nmax, kmax) = (14336usize, 14336usize);
     let x = b.alloc((4 * kmax * 4) as u64)?;
@@ -264,7 +274,7 @@ pub(super) fn cublas_layer(
     b: &Arc<dyn GpuBackend>,
     w: &DenseWeights,
     rng: &mut Rand,
-    out: &mut Vec<String>,
+    out: &mut Lines,
 ) -> GpuResult<Vec<(usize, f64)>> {
     let (h, i) = (w.hidden, w.inter);
     let cfg = FfnConfig {

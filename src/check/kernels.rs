@@ -148,6 +148,9 @@ fn fp8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         kk.fp8_r8u1,
         kk.fp8_r8u2,
         kk.fp8_r16u1,
+        kk.fp8_m1_r8u4,
+        kk.fp8_m1_r16u1,
+        kk.fp8_m1_r16u2,
     ] {
         let limit = if kernel.spec.row_cap.is_some() {
             FP8_CHUNKED_MAX_M
@@ -277,6 +280,10 @@ fn bf16_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         kk.bf16_gemv_r4u4,
         kk.bf16_gemv_r8u1,
         kk.bf16_gemv_r16u1,
+        kk.bf16_gemv_m1_r4u4,
+        kk.bf16_gemv_m1_r8u2,
+        kk.bf16_gemv_m1_r8u4,
+        kk.bf16_gemv_m1_r16u2,
     ];
     for &m in c.ms {
         let (xd, yd) = (c.xd, c.yd);

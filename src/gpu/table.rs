@@ -646,12 +646,26 @@ kernel_table! {
         grid(Per("n", 8), One, 256), cap Some(4), round None;
     bf16_gemv_r16u1: "ffn_bf16" "bf16_gemv_r16u1" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 16), One, 256), cap Some(4), round None;
+    bf16_gemv_m1_r4u4: "ffn_bf16" "bf16_gemv_m1_r4u4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 4), One, 256), cap Some(1), round None;
+    bf16_gemv_m1_r8u2: "ffn_bf16" "bf16_gemv_m1_r8u2" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(1), round None;
+    bf16_gemv_m1_r8u4: "ffn_bf16" "bf16_gemv_m1_r8u4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(1), round None;
+    bf16_gemv_m1_r16u2: "ffn_bf16" "bf16_gemv_m1_r16u2" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 16), One, 256), cap Some(1), round None;
     fp8_r8u1: "ffn_fp8" "w8a16_gemv_r8u1" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 8), One, 256), cap Some(4), round None;
     fp8_r8u2: "ffn_fp8" "w8a16_gemv_r8u2" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 8), One, 256), cap Some(4), round None;
     fp8_r16u1: "ffn_fp8" "w8a16_gemv_r16u1" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 16), One, 256), cap Some(4), round None;
+    fp8_m1_r8u4: "ffn_fp8" "w8a16_gemv_m1_r8u4" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 8), One, 256), cap Some(1), round None;
+    fp8_m1_r16u1: "ffn_fp8" "w8a16_gemv_m1_r16u1" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 16), One, 256), cap Some(1), round None;
+    fp8_m1_r16u2: "ffn_fp8" "w8a16_gemv_m1_r16u2" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", 16), One, 256), cap Some(1), round None;
     stream_probe: "probe" "stream_probe" ("p:p count:i per:i sink:p")
         grid(Rule(probe_blocks), One, 256), cap None, round None;
     nvfp4_gemv_dual: "ffn_nvfp4" "w4a16_gemv_dual"

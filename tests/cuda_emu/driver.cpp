@@ -96,11 +96,18 @@ int main(int argc, char** argv) {
     EMU_BF16_VARIANT(bf16_gemv_r4u4)
     EMU_BF16_VARIANT(bf16_gemv_r8u1)
     EMU_BF16_VARIANT(bf16_gemv_r16u1)
+    EMU_BF16_VARIANT(bf16_gemv_m1_r4u4)
+    EMU_BF16_VARIANT(bf16_gemv_m1_r8u2)
+    EMU_BF16_VARIANT(bf16_gemv_m1_r8u4)
+    EMU_BF16_VARIANT(bf16_gemv_m1_r16u2)
 #define EMU_FP8_VARIANT(V) \
     else if (name == #V) emu_launch(gx, gy, bx, [&] { V((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
     EMU_FP8_VARIANT(w8a16_gemv_r8u1)
     EMU_FP8_VARIANT(w8a16_gemv_r8u2)
     EMU_FP8_VARIANT(w8a16_gemv_r16u1)
+    EMU_FP8_VARIANT(w8a16_gemv_m1_r8u4)
+    EMU_FP8_VARIANT(w8a16_gemv_m1_r16u1)
+    EMU_FP8_VARIANT(w8a16_gemv_m1_r16u2)
     else if (name == "stream_probe")
         emu_launch(gx, gy, bx, [&] { stream_probe((const uint4*)P(0), I(1), I(2), (unsigned int*)P(3)); });
     else if (name == "w8a8_gemm")
