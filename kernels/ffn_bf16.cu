@@ -11,6 +11,9 @@
 // flight per thread, each activation load serving the R rows (so the f32 activations, 2 bytes
 // per weight byte, add 2 / R to the weight stream, from L1/L2). block_sum_rows adds the threads'
 // partial sums. Many small blocks (n / R) keep every SM streaming to the end of the call.
+// R = 8, U = 1 measured best on the H200 of R in {4, 8, 16}, U in {1, 2, 4} (BENCHMARKS.md,
+// "Decode GEMVs against their streaming probe"): 92-93% of the copy ceiling at m = 1, where
+// 16 rows at a warp each (the previous form) ran 37.5-43.8 us a projection, 63-73%.
 template <int M, int R, int U>
 __device__ __forceinline__ void gemv_bf16(const float* __restrict__ x, int m, const __nv_bfloat16* __restrict__ w,
                                           float* __restrict__ y, int n, int k, int kp, int ldy) {
@@ -61,23 +64,7 @@ __device__ __forceinline__ void gemv_bf16(const float* __restrict__ x, int m, co
 // m <= 4. Grid ceil(n / MP_BF16_GEMV_ROWS), block 256.
 extern "C" __global__ void bf16_gemv_batch4(const float* x, int m, const __nv_bfloat16* w, float* y, int n, int k, int kp,
                                             int ldy) {
-    gemv_bf16<4, MP_BF16_GEMV_ROWS, 2>(x, m, w, y, n, k, kp, ldy);
+    gemv_bf16<4, MP_BF16_GEMV_ROWS, 1>(x, m, w, y, n, k, kp, ldy);
 }
-
-// Measurement variants (bench-gpu's decode-kernel section): M activation rows at most (M = 1: m
-// = 1 only), R rows per block, U chunks in flight. Grid ceil(n / R), block 256.
-#define BF16_GEMV_VARIANT(NAME, M, R, U)                                                                  \
-    extern "C" __global__ void NAME(const float* x, int m, const __nv_bfloat16* w, float* y, int n, int k, \
-                                    int kp, int ldy) {                                                     \
-        gemv_bf16<M, R, U>(x, m, w, y, n, k, kp, ldy);                                                     \
-    }
-BF16_GEMV_VARIANT(bf16_gemv_r4u2, 4, 4, 2)
-BF16_GEMV_VARIANT(bf16_gemv_r4u4, 4, 4, 4)
-BF16_GEMV_VARIANT(bf16_gemv_r8u1, 4, 8, 1)
-BF16_GEMV_VARIANT(bf16_gemv_r16u1, 4, 16, 1)
-BF16_GEMV_VARIANT(bf16_gemv_m1_r4u4, 1, 4, 4)
-BF16_GEMV_VARIANT(bf16_gemv_m1_r8u2, 1, 8, 2)
-BF16_GEMV_VARIANT(bf16_gemv_m1_r8u4, 1, 8, 4)
-BF16_GEMV_VARIANT(bf16_gemv_m1_r16u2, 1, 16, 2)
 
 // ---- host-emulated: end ----

@@ -16,7 +16,30 @@
 // band (R divides 128). A block's 8 warps form 8 / KS row groups; the KS warps of a group take
 // the k steps ks, ks + KS, ... and their sums are added in warp order through shared memory
 // (KS = 2 gives the down projection, n = 4096 at llama-8B, 256 blocks instead of 128).
-template <int M, int R, int KS>
+// Four E4M3 bytes of w as f32 times 2^-8, exactly, in byte order (v[i] from byte i): each byte's
+// exponent and mantissa bits moved into an IEEE half's (a half's exponent bias, 15, is the
+// E4M3 bias, 7, plus 8, and both formats' subnormals have the exponent field 0, so the half is
+// the E4M3 value times 2^-8 for every finite code), then the two halves of a pair widened.
+// Five integer operations and four conversions for four values, where e4m3_to_f32 takes three
+// per value. The NaN codes 0x7f and 0xff, which no encoder of this project writes, read as
+// +-480 here (formats.md, "fp8"). CVT = true: e4m3_to_f32 per byte (the previous decode,
+// kept for bench-gpu's comparison).
+template <bool CVT>
+__device__ __forceinline__ void e4m3x4_f32_2m8(unsigned int w, float (&v)[4]) {
+    if (CVT) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = e4m3_to_f32(w >> (8 * i)) * 0x1p-8f;
+        return;
+    }
+    const unsigned int even = ((w << 7) & 0x3f803f80u) | ((w << 8) & 0x80008000u);  // bytes 0, 2
+    const unsigned int odd = ((w >> 1) & 0x3f803f80u) | (w & 0x80008000u);          // bytes 1, 3
+    v[0] = __half2float(__ushort_as_half((unsigned short)(even & 0xffffu)));
+    v[2] = __half2float(__ushort_as_half((unsigned short)(even >> 16)));
+    v[1] = __half2float(__ushort_as_half((unsigned short)(odd & 0xffffu)));
+    v[3] = __half2float(__ushort_as_half((unsigned short)(odd >> 16)));
+}
+
+template <int M, int R, int KS, bool CVT = false>
 __device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
                                          const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp, int ldy) {
     constexpr int W = 8, G = W / KS;  // warps per block, row groups per block
@@ -36,7 +59,7 @@ __device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, con
         uint4 v[R];
 #pragma unroll
         for (int q = 0; q < R; ++q) v[q] = __ldg(reinterpret_cast<const uint4*>(w + (size_t)(j0 + q) * kp + kk));
-        const float sc = __ldg(sr + (kk >> 7));
+        const float sc256 = __ldg(sr + (kk >> 7)) * 256.0f;
 #pragma unroll
         for (int r = 0; r < M; ++r) {
             if (r < m) {
@@ -47,8 +70,13 @@ __device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, con
                     const unsigned int words[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
                     float p = 0.f;
 #pragma unroll
-                    for (int i = 0; i < 16; ++i) p += e4m3_to_f32(words[i >> 2] >> (8 * (i & 3))) * xv[i];
-                    acc[r][q] += p * sc;
+                    for (int i = 0; i < 4; ++i) {
+                        float wv[4];
+                        e4m3x4_f32_2m8<CVT>(words[i], wv);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) p += wv[e] * xv[4 * i + e];
+                    }
+                    acc[r][q] += p * sc256;  // the decode's 2^-8 back (exact)
                 }
             }
         }
@@ -86,74 +114,17 @@ extern "C" __global__ void w8a16_gemv_batch4(const float* x, int m, const unsign
     gemv_fp8<4, 4, 2>(x, m, w, s, y, n, k, kp, ldy);
 }
 
+// The same with the previous per-byte decode (bench-gpu's decode-kernel comparison).
+extern "C" __global__ void w8a16_gemv_batch4_cvt(const float* x, int m, const unsigned char* w, const float* s, float* y,
+                                                 int n, int k, int kp, int ldy) {
+    gemv_fp8<4, 4, 2, true>(x, m, w, s, y, n, k, kp, ldy);
+}
+
 // m <= 16. Grid ceil(n / 16), block 256 (8 warps x 2 rows).
 extern "C" __global__ void w8a16_gemv_batch16(const float* x, int m, const unsigned char* w, const float* s, float* y,
                                               int n, int k, int kp, int ldy) {
     gemv_fp8<16, 2, 1>(x, m, w, s, y, n, k, kp, ldy);
 }
-
-// The block-split form (decode-roofline issue): a block of 8 warps computes R weight rows
-// j0 = R blockIdx.x .. (R divides 128: one scale band); its 256 threads split k in 16-byte
-// chunks (16 weights; thread t takes chunks t, t + 256, ...), U chunks of each row in flight
-// per thread, each activation load serving the R rows. m <= 4.
-template <int M, int R, int U>
-__device__ __forceinline__ void gemv_fp8_split(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
-                                               const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp,
-                                               int ldy) {
-    constexpr int T = 256;
-    static_assert(128 % R == 0, "R rows lie in one 128-row scale band");
-    const int j0 = blockIdx.x * R, chunks = k >> 4;
-    float acc[M][R];
-#pragma unroll
-    for (int r = 0; r < M; ++r)
-#pragma unroll
-        for (int q = 0; q < R; ++q) acc[r][q] = 0.f;
-    // Rows j0.. < np (the layout pads rows to 128): rows past n read padding, never stored.
-    const unsigned char* wr = w + (size_t)j0 * kp;
-    const float* sr = s + (size_t)(j0 >> 7) * (kp >> 7);
-    for (int c0 = threadIdx.x; c0 < chunks; c0 += T * U) {
-        uint4 v[U][R];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int q = 0; q < R; ++q)
-                v[u][q] = c0 + T * u < chunks ? ldg_stream(wr + (size_t)q * kp + 16 * (c0 + T * u)) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int c = c0 + T * u;
-            if (c >= chunks) break;
-            const float sc = __ldg(sr + (c >> 3));
-#pragma unroll
-            for (int r = 0; r < M; ++r) {
-                if (r >= m) break;
-                float xv[16];
-                load_f32s(x + (size_t)r * k + 16 * c, xv);
-#pragma unroll
-                for (int q = 0; q < R; ++q) {
-                    const unsigned int words[4] = {v[u][q].x, v[u][q].y, v[u][q].z, v[u][q].w};
-                    float p = 0.f;
-#pragma unroll
-                    for (int i = 0; i < 16; ++i) p += e4m3_to_f32(words[i >> 2] >> (8 * (i & 3))) * xv[i];
-                    acc[r][q] += p * sc;
-                }
-            }
-        }
-    }
-    block_sum_rows<M, R, T / 32>(acc, m, y, j0, n, ldy);
-}
-
-// Measurement variants (bench-gpu's decode-kernel section): m <= M; grid ceil(n / R), block 256.
-#define FP8_GEMV_VARIANT(NAME, M, R, U)                                                                       \
-    extern "C" __global__ void NAME(const float* x, int m, const unsigned char* w, const float* s, float* y, int n, \
-                                    int k, int kp, int ldy) {                                                  \
-        gemv_fp8_split<M, R, U>(x, m, w, s, y, n, k, kp, ldy);                                                 \
-    }
-FP8_GEMV_VARIANT(w8a16_gemv_r8u1, 4, 8, 1)
-FP8_GEMV_VARIANT(w8a16_gemv_r8u2, 4, 8, 2)
-FP8_GEMV_VARIANT(w8a16_gemv_r16u1, 4, 16, 1)
-FP8_GEMV_VARIANT(w8a16_gemv_m1_r8u4, 1, 8, 4)
-FP8_GEMV_VARIANT(w8a16_gemv_m1_r16u1, 1, 16, 1)
-FP8_GEMV_VARIANT(w8a16_gemv_m1_r16u2, 1, 16, 2)
 
 // ---- host-emulated: end ----
 

@@ -202,9 +202,7 @@ __device__ __forceinline__ void nvg_mma_chunk(const NvgChunk& c, const float* __
 }
 
 // y[r, j] = g * sum_i w[j, i] * bf16(x[r, i]) for rows j of block blockIdx.x, r < m <= 8 NT.
-// U = 1: one chunk loaded ahead of the one being multiplied; U > 1: U chunks loaded at once,
-// then multiplied (U chunks of 36 bytes per lane in flight).
-template <int NT, int W, bool SILU = false, int U = 1>
+template <int NT, int W, bool SILU = false>
 __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, const unsigned char* __restrict__ codes,
                                            const unsigned char* __restrict__ scales, float g, float* __restrict__ y,
                                            int n, int k, int kp, int ldy, const float* __restrict__ u = nullptr,
@@ -223,22 +221,14 @@ __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, c
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+    // One chunk in flight ahead of the one being multiplied (2 or 4 chunks loaded at once ran no
+    // faster on the H200: the GEMV is bound by its decode instructions; BENCHMARKS.md).
     int k0 = warp * NVG_CHUNK + t4 * 32;
-    if (U == 1) {
-        NvgChunk cur = nvg_load(ca, cb, sa, sb, k0, k);
-        for (; k0 - t4 * 32 < k; k0 += W * NVG_CHUNK) {
-            const NvgChunk nxt = nvg_load(ca, cb, sa, sb, k0 + W * NVG_CHUNK, k);
-            nvg_mma_chunk<NT, SILU>(cur, x, u, ldx, m, k0, k, gq, acc);
-            cur = nxt;
-        }
-    } else {
-        for (; k0 - t4 * 32 < k; k0 += U * W * NVG_CHUNK) {
-            NvgChunk c[U];
-#pragma unroll
-            for (int v = 0; v < U; ++v) c[v] = nvg_load(ca, cb, sa, sb, k0 + v * W * NVG_CHUNK, k);
-#pragma unroll
-            for (int v = 0; v < U; ++v) nvg_mma_chunk<NT, SILU>(c[v], x, u, ldx, m, k0 + v * W * NVG_CHUNK, k, gq, acc);
-        }
+    NvgChunk cur = nvg_load(ca, cb, sa, sb, k0, k);
+    for (; k0 - t4 * 32 < k; k0 += W * NVG_CHUNK) {
+        const NvgChunk nxt = nvg_load(ca, cb, sa, sb, k0 + W * NVG_CHUNK, k);
+        nvg_mma_chunk<NT, SILU>(cur, x, u, ldx, m, k0, k, gq, acc);
+        cur = nxt;
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -328,24 +318,6 @@ NVFP4_GEMV_DUAL(w4a16_gemv_dual_batch3, 3)
 NVFP4_GEMV(nvfp4_proj_small_m4, 4)
 NVFP4_GEMV(nvfp4_proj_small_m8, 8)
 NVFP4_GEMV(nvfp4_proj_small_m16, 16)
-
-// Measurement variants (bench-gpu's decode-kernel section): U chunks in flight per lane.
-#define NVFP4_GEMV_U(NAME, U)                                                                                       \
-    extern "C" __global__ void NAME(const float* x, int m, const unsigned char* codes, const unsigned char* scales,  \
-                                    float g, float* y, int n, int k, int kp, int ldy) {                              \
-        gemv_nvfp4<1, NVG_WARPS_ONE, false, U>(x, m, codes, scales, g, y, n, k, kp, ldy);                             \
-    }
-#define NVFP4_GEMV_DUAL_U(NAME, U)                                                                                   \
-    extern "C" __global__ void NAME(const float* x, int m, const unsigned char* cg, const unsigned char* sg, float gg, \
-                                    float* yg, const unsigned char* cu, const unsigned char* su, float gu, float* yu, \
-                                    int n, int k, int kp, int ldy) {                                                 \
-        if (blockIdx.y == 0) gemv_nvfp4<1, NVG_WARPS_DUAL, false, U>(x, m, cg, sg, gg, yg, n, k, kp, ldy);            \
-        else gemv_nvfp4<1, NVG_WARPS_DUAL, false, U>(x, m, cu, su, gu, yu, n, k, kp, ldy);                           \
-    }
-NVFP4_GEMV_U(w4a16_gemv_u2, 2)
-NVFP4_GEMV_U(w4a16_gemv_u4, 4)
-NVFP4_GEMV_DUAL_U(w4a16_gemv_dual_u2, 2)
-NVFP4_GEMV_DUAL_U(w4a16_gemv_dual_u4, 4)
 
 // The SiLU-fused down GEMV, m <= 4: y = W_down (silu(gate) * up), gate and up [m, k] at row
 // stride ldx. Grid ceil(n / NVG_ROWS), block 32 NVG_WARPS_ONE.

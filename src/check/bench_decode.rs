@@ -125,23 +125,10 @@ pub(super) fn decode_kernels(
 ) -> GpuResult<()> {
     let ks = Kernels::resolve(b);
     // (kernel, rows per block, weight bytes per element)
-    let kernels: [(Kernel, usize, usize); 16] = [
+    let kernels: [(Kernel, usize, usize); 3] = [
         (ks.bf16_gemv, BF16_GEMV_ROWS, 2),
-        (ks.bf16_gemv_r4u2, 4, 2),
-        (ks.bf16_gemv_r4u4, 4, 2),
-        (ks.bf16_gemv_r8u1, 8, 2),
-        (ks.bf16_gemv_r16u1, 16, 2),
-        (ks.bf16_gemv_m1_r4u4, 4, 2),
-        (ks.bf16_gemv_m1_r8u2, 8, 2),
-        (ks.bf16_gemv_m1_r8u4, 8, 2),
-        (ks.bf16_gemv_m1_r16u2, 16, 2),
         (ks.fp8_b4, FP8_GEMV_ROWS, 1),
-        (ks.fp8_r8u1, 8, 1),
-        (ks.fp8_r8u2, 8, 1),
-        (ks.fp8_r16u1, 16, 1),
-        (ks.fp8_m1_r8u4, 8, 1),
-        (ks.fp8_m1_r16u1, 16, 1),
-        (ks.fp8_m1_r16u2, 16, 1),
+        (ks.fp8_b4_cvt, FP8_GEMV_ROWS, 1),
     ];
     let x = b.alloc((4 * 14336 * 4) as u64)?;
     upload_f32(b, x, &rng.vec(4 * 14336, 1.0))?;
@@ -216,14 +203,8 @@ fn nvfp4_kernels(
     let row_bytes = |k: usize| k / 2 + k / 16;
     let cases = [
         (ks.nvfp4_gemv_dual, true, 14336usize, 4096usize),
-        (ks.nvfp4_gemv_dual_u2, true, 14336, 4096),
-        (ks.nvfp4_gemv_dual_u4, true, 14336, 4096),
         (ks.nvfp4_gemv, false, 14336, 4096),
-        (ks.nvfp4_gemv_u2, false, 14336, 4096),
-        (ks.nvfp4_gemv_u4, false, 14336, 4096),
         (ks.nvfp4_gemv, false, 4096, 14336),
-        (ks.nvfp4_gemv_u2, false, 4096, 14336),
-        (ks.nvfp4_gemv_u4, false, 4096, 14336),
     ];
     for (kernel, dual, n, k) in cases {
         if !kernel.ok() {

@@ -145,12 +145,7 @@ fn fp8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         kk.fp8_m16,
         kk.fp8_pipe,
         kk.fp8_base,
-        kk.fp8_r8u1,
-        kk.fp8_r8u2,
-        kk.fp8_r16u1,
-        kk.fp8_m1_r8u4,
-        kk.fp8_m1_r16u1,
-        kk.fp8_m1_r16u2,
+        kk.fp8_b4_cvt,
     ] {
         let limit = if kernel.spec.row_cap.is_some() {
             FP8_CHUNKED_MAX_M
@@ -273,26 +268,13 @@ fn bf16_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         reference::bf16_row(xr, &be.parts[0].1, n, k, bw.kp, round, &mut out);
         out
     };
-    let kk = c.kk;
-    let gemvs = [
-        kk.bf16_gemv,
-        kk.bf16_gemv_r4u2,
-        kk.bf16_gemv_r4u4,
-        kk.bf16_gemv_r8u1,
-        kk.bf16_gemv_r16u1,
-        kk.bf16_gemv_m1_r4u4,
-        kk.bf16_gemv_m1_r8u2,
-        kk.bf16_gemv_m1_r8u4,
-        kk.bf16_gemv_m1_r16u2,
-    ];
+    let gemv = c.kk.bf16_gemv;
+    let gemv_ms = within(c.ms, &gemv, usize::MAX);
     for &m in c.ms {
         let (xd, yd) = (c.xd, c.yd);
-        for gemv in gemvs {
-            if !within(c.ms, &gemv, usize::MAX).contains(&m) {
-                continue;
-            }
+        if gemv_ms.contains(&m) {
             c.poison_y()?;
-            c.layer.bf16_gemv_by(&mut c.ctx, gemv, &bw, xd, m, yd, n)?;
+            c.layer.bf16_gemv(&mut c.ctx, &bw, xd, m, yd, n)?;
             b.synchronize(0)?;
             let err = c.err(m, |r| bf16_ref(r, gemv.spec.round))?;
             c.row(rows, gemv.spec.name, m, err, 2e-6);
@@ -343,8 +325,6 @@ fn nvfp4_rows(c: &mut Case, rows: &mut Vec<Row>, rng: &mut Rand) -> GpuResult<()
     let kk = c.kk;
     let over_nvfp4 = [
         kk.nvfp4_gemv,
-        kk.nvfp4_gemv_u2,
-        kk.nvfp4_gemv_u4,
         kk.nvfp4_gemv_ksplit,
         kk.nvfp4_gemv_b2,
         kk.nvfp4_gemv_b3,

@@ -595,6 +595,8 @@ kernel_table! {
         grid(Per("count", 256), One, 256), cap None, round None;
     fp8_b4: "ffn_fp8" "w8a16_gemv_batch4" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", FP8_GEMV_ROWS), One, 256), cap Some(4), round None;
+    fp8_b4_cvt: "ffn_fp8" "w8a16_gemv_batch4_cvt" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", FP8_GEMV_ROWS), One, 256), cap Some(4), round None;
     fp8_b16: "ffn_fp8" "w8a16_gemv_batch16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 16), One, 256), cap Some(16), round None;
     fp8_m16: "ffn_fp8" "w8a16_gemm_m16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
@@ -638,34 +640,6 @@ kernel_table! {
         cap Some(W8A8_WGMMA_SMALL_BM), round None;
     bf16_gemv: "ffn_bf16" "bf16_gemv_batch4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", BF16_GEMV_ROWS), One, 256), cap Some(4), round None;
-    bf16_gemv_r4u2: "ffn_bf16" "bf16_gemv_r4u2" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 4), One, 256), cap Some(4), round None;
-    bf16_gemv_r4u4: "ffn_bf16" "bf16_gemv_r4u4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 4), One, 256), cap Some(4), round None;
-    bf16_gemv_r8u1: "ffn_bf16" "bf16_gemv_r8u1" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 8), One, 256), cap Some(4), round None;
-    bf16_gemv_r16u1: "ffn_bf16" "bf16_gemv_r16u1" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 16), One, 256), cap Some(4), round None;
-    bf16_gemv_m1_r4u4: "ffn_bf16" "bf16_gemv_m1_r4u4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 4), One, 256), cap Some(1), round None;
-    bf16_gemv_m1_r8u2: "ffn_bf16" "bf16_gemv_m1_r8u2" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 8), One, 256), cap Some(1), round None;
-    bf16_gemv_m1_r8u4: "ffn_bf16" "bf16_gemv_m1_r8u4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 8), One, 256), cap Some(1), round None;
-    bf16_gemv_m1_r16u2: "ffn_bf16" "bf16_gemv_m1_r16u2" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 16), One, 256), cap Some(1), round None;
-    fp8_r8u1: "ffn_fp8" "w8a16_gemv_r8u1" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 8), One, 256), cap Some(4), round None;
-    fp8_r8u2: "ffn_fp8" "w8a16_gemv_r8u2" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 8), One, 256), cap Some(4), round None;
-    fp8_r16u1: "ffn_fp8" "w8a16_gemv_r16u1" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 16), One, 256), cap Some(4), round None;
-    fp8_m1_r8u4: "ffn_fp8" "w8a16_gemv_m1_r8u4" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 8), One, 256), cap Some(1), round None;
-    fp8_m1_r16u1: "ffn_fp8" "w8a16_gemv_m1_r16u1" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 16), One, 256), cap Some(1), round None;
-    fp8_m1_r16u2: "ffn_fp8" "w8a16_gemv_m1_r16u2" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 16), One, 256), cap Some(1), round None;
     stream_probe: "probe" "stream_probe" ("p:p count:i per:i sink:p")
         grid(Rule(probe_blocks), One, 256), cap None, round None;
     nvfp4_gemv_dual: "ffn_nvfp4" "w4a16_gemv_dual"
@@ -687,16 +661,6 @@ kernel_table! {
     nvfp4_gemv_dual_b3: "ffn_nvfp4" "w4a16_gemv_dual_batch3"
         ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
         grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(3), round Bf16;
-    nvfp4_gemv_u2: "ffn_nvfp4" "w4a16_gemv_u2" ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16;
-    nvfp4_gemv_u4: "ffn_nvfp4" "w4a16_gemv_u4" ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16;
-    nvfp4_gemv_dual_u2: "ffn_nvfp4" "w4a16_gemv_dual_u2"
-        ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(4), round Bf16;
-    nvfp4_gemv_dual_u4: "ffn_nvfp4" "w4a16_gemv_dual_u4"
-        ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(4), round Bf16;
     nvfp4_silu_down: "ffn_nvfp4" "w4a16_gemv_silu_down"
         ("gate:p up:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i ldx:i")
         grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16;

@@ -80,34 +80,15 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { q4k_mmq_int8_down_gemm((cu8)P(0), (const float*)P(1), I(2), (cu8)P(3), (const float*)P(4), (float*)P(5), I(6), I(7), I(8)); });
     else if (name == "w4a16_gemv")
         emu_launch(gx, gy, bx, [&] { w4a16_gemv((const float*)P(0), I(1), (cu8)P(2), (cu8)P(3), F(4), (float*)P(5), I(6), I(7), I(8), I(9)); });
-    else if (name == "w4a16_gemv_u2")
-        emu_launch(gx, gy, bx, [&] { w4a16_gemv_u2((const float*)P(0), I(1), (cu8)P(2), (cu8)P(3), F(4), (float*)P(5), I(6), I(7), I(8), I(9)); });
-    else if (name == "w4a16_gemv_u4")
-        emu_launch(gx, gy, bx, [&] { w4a16_gemv_u4((const float*)P(0), I(1), (cu8)P(2), (cu8)P(3), F(4), (float*)P(5), I(6), I(7), I(8), I(9)); });
+
     else if (name == "w8a16_gemv_batch4")
         emu_launch(gx, gy, bx, [&] { w8a16_gemv_batch4((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
     else if (name == "w8a16_gemv_batch16")
         emu_launch(gx, gy, bx, [&] { w8a16_gemv_batch16((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
     else if (name == "bf16_gemv_batch4")
         emu_launch(gx, gy, bx, [&] { bf16_gemv_batch4((const float*)P(0), I(1), (const __nv_bfloat16*)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
-#define EMU_BF16_VARIANT(V) \
-    else if (name == #V) emu_launch(gx, gy, bx, [&] { V((const float*)P(0), I(1), (const __nv_bfloat16*)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
-    EMU_BF16_VARIANT(bf16_gemv_r4u2)
-    EMU_BF16_VARIANT(bf16_gemv_r4u4)
-    EMU_BF16_VARIANT(bf16_gemv_r8u1)
-    EMU_BF16_VARIANT(bf16_gemv_r16u1)
-    EMU_BF16_VARIANT(bf16_gemv_m1_r4u4)
-    EMU_BF16_VARIANT(bf16_gemv_m1_r8u2)
-    EMU_BF16_VARIANT(bf16_gemv_m1_r8u4)
-    EMU_BF16_VARIANT(bf16_gemv_m1_r16u2)
-#define EMU_FP8_VARIANT(V) \
-    else if (name == #V) emu_launch(gx, gy, bx, [&] { V((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
-    EMU_FP8_VARIANT(w8a16_gemv_r8u1)
-    EMU_FP8_VARIANT(w8a16_gemv_r8u2)
-    EMU_FP8_VARIANT(w8a16_gemv_r16u1)
-    EMU_FP8_VARIANT(w8a16_gemv_m1_r8u4)
-    EMU_FP8_VARIANT(w8a16_gemv_m1_r16u1)
-    EMU_FP8_VARIANT(w8a16_gemv_m1_r16u2)
+    else if (name == "w8a16_gemv_batch4_cvt")
+        emu_launch(gx, gy, bx, [&] { w8a16_gemv_batch4_cvt((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
     else if (name == "stream_probe")
         emu_launch(gx, gy, bx, [&] { stream_probe((const uint4*)P(0), I(1), I(2), (unsigned int*)P(3)); });
     else if (name == "w8a8_gemm")

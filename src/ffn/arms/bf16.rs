@@ -15,22 +15,7 @@ impl DenseFfnLayer {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        self.bf16_gemv_by(ctx, self.kernels.bf16_gemv, w, x, m, y, ldy)
-    }
-
-    /// [`Self::bf16_gemv`] through `kernel` (one of the table's BF16 GEMVs).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn bf16_gemv_by(
-        &self,
-        ctx: &mut ForwardContext,
-        kernel: Kernel,
-        w: &Bf16Weight,
-        x: DevicePtr,
-        m: usize,
-        y: DevicePtr,
-        ldy: usize,
-    ) -> GpuResult<()> {
-        let call = kernel.call().ptr("x", x).dim("m", m);
+        let call = self.kernels.bf16_gemv.call().ptr("x", x).dim("m", m);
         let call = call.ptr("w", w.weight).ptr("y", y);
         self.launch(ctx, w.dims(call).dim("ldy", ldy))
     }

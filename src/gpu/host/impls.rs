@@ -29,13 +29,8 @@ const TWINS: &[(&[&str], Twin)] = &[
     (
         &[
             "w8a16_gemv_batch4",
+            "w8a16_gemv_batch4_cvt",
             "w8a16_gemv_batch16",
-            "w8a16_gemv_r8u1",
-            "w8a16_gemv_r8u2",
-            "w8a16_gemv_r16u1",
-            "w8a16_gemv_m1_r8u4",
-            "w8a16_gemv_m1_r16u1",
-            "w8a16_gemv_m1_r16u2",
             "w8a16_gemm_m16",
             "w8a16_gemm_pipelined",
             "w8a16_gemm",
@@ -59,8 +54,6 @@ const TWINS: &[(&[&str], Twin)] = &[
     (
         &[
             "w4a16_gemv",
-            "w4a16_gemv_u2",
-            "w4a16_gemv_u4",
             "w4a16_gemv_ksplit",
             "w4a16_gemv_batch2",
             "w4a16_gemv_batch3",
@@ -74,8 +67,6 @@ const TWINS: &[(&[&str], Twin)] = &[
     (
         &[
             "w4a16_gemv_dual",
-            "w4a16_gemv_dual_u2",
-            "w4a16_gemv_dual_u4",
             "w4a16_gemv_dual_batch2",
             "w4a16_gemv_dual_batch3",
         ],
@@ -122,20 +113,7 @@ const TWINS: &[(&[&str], Twin)] = &[
         HostBackend::int8_rows_gemv,
     ),
     (&["nvfp4_mmq_repack"], HostBackend::nvfp4_mmq_repack),
-    (
-        &[
-            "bf16_gemv_batch4",
-            "bf16_gemv_r4u2",
-            "bf16_gemv_r4u4",
-            "bf16_gemv_r8u1",
-            "bf16_gemv_r16u1",
-            "bf16_gemv_m1_r4u4",
-            "bf16_gemv_m1_r8u2",
-            "bf16_gemv_m1_r8u4",
-            "bf16_gemv_m1_r16u2",
-        ],
-        HostBackend::bf16_gemv_batch4,
-    ),
+    (&["bf16_gemv_batch4"], HostBackend::bf16_gemv_batch4),
     (&["stream_probe"], HostBackend::stream_probe),
 ];
 
