@@ -17,8 +17,10 @@ bash scripts/join-on-device.sh "$PART" /tmp/gpu-parts --join "$w/smollm2.gguf" |
 python3 -m pip install -q --no-deps --no-index --target "$w/pylib" "$PART"/gguf-*.whl || exit 1
 $bin convert "$w/smollm2.gguf" -o "$w/all.mpk.gguf" --layouts nvfp4,nvfp4_t,nvfp4_mmq,q4k_mmq,fp8,w8a8,bf16,q2g128 --allow-requantize \
   > "$out/convert.txt" 2>&1 || exit 1
-PYTHONPATH="$w/pylib" python3 scripts/quality_kl.py "$w/smollm2.gguf" "$w/all.mpk.gguf" "$out/quality.json" \
-  --record "$w/acts" --arms "$PWD/$bin" > "$out/quality.txt" 2> "$out/quality.err"
+# The metrale_pack wheel, unpacked into .gpu-bin/py here (scripts/gpu-python.sh's note), runs
+# the CUDA arms (--arms).
+PYTHONPATH="$w/pylib:$PWD/.gpu-bin/py" python3 scripts/quality_kl.py "$w/smollm2.gguf" "$w/all.mpk.gguf" "$out/quality.json" \
+  --record "$w/acts" --arms > "$out/quality.txt" 2> "$out/quality.err"
 rc=$?
 grep -v "it/s\]" "$out/quality.txt"; tail -3 "$out/quality.err" | cut -c1-300
 # Every arm of every layer on the recorded real activations, against the float64 FFN.

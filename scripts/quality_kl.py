@@ -7,10 +7,11 @@ and the perplexity of both.
 
 The activation-quantizing arms (W4A4 on the nvfp4 weights, W8A8 on the w8a8 weights) are
 emulated in PyTorch from formats.md's rules (per-row NVFP4 / per-row FP8 activations before each
-FFN projection); with --arms, the CUDA arms themselves then replace every layer's FFN output
-(`metrale-pack ffn-apply`).
+FFN projection); with --arms, the CUDA arms themselves then replace every layer's FFN output:
+the pack loaded once onto the GPU by the `metrale_pack` package (python/; its wheel on
+PYTHONPATH), each layer run through the arm by `Loaded.forward(layer, x, arm=...)`.
 
-    python3 scripts/quality_kl.py SMOLLM2.gguf PACK.mpk.gguf OUT.json [--record DIR] [--arms METRALE_PACK_BIN]
+    python3 scripts/quality_kl.py SMOLLM2.gguf PACK.mpk.gguf OUT.json [--record DIR] [--arms]
 """
 import json
 import math
@@ -162,25 +163,21 @@ def main():
         name = layout if act is None else {"nvfp4": "nvfp4 + NVFP4 activations (W4A4, emulated)", "w8a8": "w8a8 + FP8 activations (W8A8, emulated)"}[layout]
         rows.append({"variant": name, "tokens": int(ids.shape[1]), "ppl": ppl(logp), "kl": kl, "top1": top1})
         print(f"{name:<48} KL {kl:.5f}  top-1 {100 * top1:.2f}%  ppl {rows[-1]['ppl']:.4f} (source {rows[0]['ppl']:.4f})")
-    # With --arms BIN: the activation-quantizing CUDA arms themselves, each layer's FFN output
-    # replaced by the arm's (`BIN ffn-apply`, the layer loaded from the pack, the fixed path).
+    # With --arms: the activation-quantizing CUDA arms themselves, each layer's FFN output
+    # replaced by the arm's (the pack loaded once by the metrale_pack package, the fixed path).
     if "--arms" in sys.argv:
-        import subprocess
-        import tempfile
-        binary = sys.argv[sys.argv.index("--arms") + 1]
-        tmp = tempfile.mkdtemp()
+        import metrale_pack
+        loaded = metrale_pack.load(pack_path, device="cuda:0")
         for arm, label in [("nvfp4 fixed (W4A4)", "W4A4 (CUDA arm, nvfp4 weights)"),
                            ("w8a8 fixed (W8A8)", "W8A8 (CUDA arm, w8a8 weights)")]:
-            if not any(l == arm.split()[0] for l in man["layouts"]):
+            if arm not in loaded.arms(0):
                 continue
 
             def arm_forward(i, arm=arm):
                 def f(x):
-                    inp, outp = os.path.join(tmp, f"in{i}.npy"), os.path.join(tmp, f"out{i}.npy")
-                    np.save(inp, np.ascontiguousarray(x[0].detach().float().cpu().numpy()))
-                    subprocess.run([binary, "ffn-apply", pack_path, "--layer", str(i), "--arm", arm, inp, outp],
-                                   check=True, capture_output=True)
-                    return torch.from_numpy(np.load(outp)).to(x.device, x.dtype)[None]
+                    rows = np.ascontiguousarray(x[0].detach().float().cpu().numpy())
+                    y = loaded.forward(i, rows, arm=arm)
+                    return torch.from_numpy(y.copy()).to(x.device, x.dtype)[None]
                 return f
             for i, m in enumerate(mlps):
                 m.forward = arm_forward(i)

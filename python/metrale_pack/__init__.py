@@ -88,14 +88,23 @@ class Loaded:
         ffn = self._m.tensor(name)[3]
         return None if ffn is None else json.loads(ffn)
 
-    def forward(self, layer, x):
-        """Dense FFN layer `layer` on the f32 rows `x` ([rows, hidden], at most `max_rows`),
-        through the arm the routing picks for that many rows; the output as [rows, hidden] f32."""
+    def forward(self, layer, x, arm=None):
+        """Dense FFN layer `layer` on the f32 rows `x` ([rows, hidden]), through the arm the
+        routing picks for that many rows (at most `max_rows`), or with `arm` through that arm
+        (a name of `arms(layer)`, any number of rows: what `metrale-pack ffn-apply --arm` runs);
+        the output as [rows, hidden] f32."""
         x = np.ascontiguousarray(x, dtype="<f4")
         if x.ndim != 2:
             raise ValueError(f"forward: x is {x.shape}, needs [rows, hidden]")
-        y = self._m.forward(layer, x.tobytes(), x.shape[0])
+        if arm is None:
+            y = self._m.forward(layer, x.tobytes(), x.shape[0])
+        else:
+            y = self._m.forward_arm(layer, arm, x.tobytes(), x.shape[0])
         return np.frombuffer(y, dtype="<f4").reshape(x.shape)
+
+    def arms(self, layer):
+        """The names of the arms layer `layer` can run (`bf16`, `nvfp4 fixed (W4A4)`, ...)."""
+        return list(self._m.arms(layer))
 
     def forward_into(self, layer, x, out=None):
         """Dense FFN layer `layer` on `x` (f32 [rows, hidden], contiguous, on the load's

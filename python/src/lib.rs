@@ -238,6 +238,41 @@ impl Loaded {
         Ok(PyBytes::new(py, &out))
     }
 
+    /// Dense FFN layer `layer` through the named arm (see `arms`) on `rows` rows of f32
+    /// activations (`x`: little-endian `[rows, hidden]`); the output's bytes.
+    fn forward_arm<'py>(
+        &self,
+        py: Python<'py>,
+        layer: usize,
+        arm: &str,
+        x: &[u8],
+        rows: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let shared = self.shared()?;
+        let g = shared.lock().unwrap_or_else(|e| e.into_inner());
+        let hidden = g.pack.pack.manifest.model.hidden_size as usize;
+        if rows == 0 || rows.checked_mul(hidden).and_then(|v| v.checked_mul(4)) != Some(x.len()) {
+            return Err(err(format!(
+                "forward: {} input bytes are not {rows} rows of {hidden} f32",
+                x.len()
+            )));
+        }
+        let xf: Vec<f32> = x
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let y = g.forward_arm(layer, arm, &xf).map_err(err)?;
+        let out: Vec<u8> = y.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// The names of the arms layer `layer` can run (empty for a layer the pack lacks).
+    fn arms(&self, layer: usize) -> PyResult<Vec<&'static str>> {
+        let shared = self.shared()?;
+        let g = shared.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(g.arm_names(layer).unwrap_or_default())
+    }
+
     /// Device tensor `name` as a DLPack capsule, no copy: its dtype and shape for float and
     /// integer tensors, else (quantized blocks, FFN blobs, F8), or with `raw`, its bytes as
     /// uint8 `[bytes]`. The capsule holds the loaded pack until the consumer's tensor dies.

@@ -277,3 +277,27 @@ def test_forward_equals_the_cli_arm_bit_for_bit(tmp_path):
         m.forward_into(1, x, np.empty((3, 256), np.float32))
     with pytest.raises(ValueError, match="dltensor"):
         m._m.forward_dlpack(1, b"not a capsule", x.__dlpack__(), 0)
+
+
+def test_forward_by_arm_equals_the_cli_for_every_arm(every_layout, tmp_path):
+    """`forward(layer, x, arm=...)` equals `metrale-pack ffn-apply --arm` (the Rust host
+    backend) bit for bit for every arm a pack holding every layout offers, on 5 rows (prefill)
+    and on one (decode); an arm the layer lacks is refused, naming the arms it has."""
+    _, out, _ = every_layout
+    m = metrale_pack.load(out)
+    arms = m.arms(1)
+    assert {"bf16", "fp8", "w8a8 fixed (W8A8)", "nvfp4", "nvfp4 fixed (W4A4)", "q2g128", "q4k"} <= set(arms), arms
+    assert m.arms(99) == []
+    rng = np.random.default_rng(11)
+    for rows in (5, 1):
+        x = rng.standard_normal((rows, 256)).astype(np.float32)
+        np.save(tmp_path / "x.npy", x)
+        for arm in arms:
+            r = cli("ffn-apply", out, "--layer", 1, "--arm", arm, tmp_path / "x.npy", tmp_path / "y.npy")
+            assert r.returncode == 0, (arm, r.stderr)
+            y = m.forward(1, x, arm=arm)
+            assert y.tobytes() == np.load(tmp_path / "y.npy").tobytes(), (arm, rows)
+    with pytest.raises(ValueError, match="no arm .*its arms: bf16"):
+        m.forward(1, x, arm="nope")
+    with pytest.raises(ValueError, match="rows"):
+        m._m.forward_arm(1, "bf16", b"\x00" * 12, 1)

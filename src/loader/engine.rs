@@ -249,6 +249,21 @@ impl LoadedModel {
         unsafe { self.backend.copy_device_async(y, out.view(0, x.bytes), s) }
     }
 
+    /// The names of the arms layer `layer` can run (`bf16`, `nvfp4 fixed (W4A4)`, ...: the
+    /// overlays the pack holds for it), or None for a layer the pack lacks.
+    pub fn arm_names(&self, layer: usize) -> Option<Vec<&'static str>> {
+        let ov = super::arms::layer_overlays(&self.pack, layer).ok()?;
+        Some(super::arms::arm_names(ov))
+    }
+
+    /// Layer `layer` through the named arm (one of [`arm_names`](Self::arm_names)) on host rows
+    /// `x` (f32 `[rows, hidden]`): the output rows. The arm's layer and context are built for
+    /// the call and freed after it (a quality run comparing arms; an engine runs `forward`).
+    pub fn forward_arm(&self, layer: usize, arm: &str, x: &[f32]) -> Result<Vec<f32>> {
+        let _ = self.backend.synchronize(self.ctx.stream);
+        super::arms::run_arm(&self.backend, &self.pack, layer, arm, x)
+    }
+
     /// The device tensor `name` (see [`LoadedPack::device_tensor`]).
     pub fn device_tensor(&self, name: &str) -> Option<DeviceTensor<'_>> {
         self.pack.device_tensor(name)

@@ -3,6 +3,7 @@
 //! pack, map it, copy the segment (`io`: a registered read-only mapping, a pinned staging ring,
 //! or both), describe the overlays (`bind`). No repack, no quantization, no per-tensor copy.
 
+pub mod arms;
 mod bind;
 mod dest;
 mod engine;
