@@ -53,7 +53,7 @@ const fn arm(
 }
 
 /// Every arm configuration the layer checks run.
-pub static LAYER_ARMS: [LayerArm; 27] = [
+pub static LAYER_ARMS: [LayerArm; 28] = [
     arm(
         "fp8 fused",
         |b, l, w| install_fp8(b, l, w, true),
@@ -71,6 +71,13 @@ pub static LAYER_ARMS: [LayerArm; 27] = [
         "fp8 w8a16",
         |b, l, w| install_fp8(b, l, w, false),
         &[("METRALE_FP8_W8A8", "0")],
+        Activation::Silu,
+    ),
+    arm(
+        // W8A8 (per-group FP8 activations) from 5 rows instead of 33: verify and small batches.
+        "fp8 w8a8 from 5 rows",
+        |b, l, w| install_fp8(b, l, w, true),
+        &[("METRALE_FP8_W8A8_MIN_ROWS", "5")],
         Activation::Silu,
     ),
     arm(
@@ -352,11 +359,7 @@ fn tolerance(arm: &str, method: &str, m: usize, levers: &ModelLevers) -> f64 {
     } else if w4a4 {
         // NVFP4 activations: a last-bit difference can move one E2M1 code.
         2e-2
-    } else if arm.starts_with("fp8")
-        && levers.fp8_w8a8
-        && m >= crate::ffn::FP8_W8A8_MIN_ROWS
-        && method == "prefill"
-    {
+    } else if arm.starts_with("fp8") && levers.fp8_w8a8 && m >= levers.fp8_w8a8_min_rows {
         // The FP8 arm's W8A8 prefill: FP8 activations per 128-column group, as W8A8 below (a
         // last-bit difference can move an FP8 code).
         2e-2

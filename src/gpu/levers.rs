@@ -26,10 +26,13 @@ pub struct ModelLevers {
     /// m) through the sm_90a `w8a8_wgmma` GEMM where the device built it.
     pub w8a8_wgmma: bool,
     /// `METRALE_FP8_W8A8` over HARDWARE.toml `fp8_w8a8`: the FP8 (block-scaled weight) arm's
-    /// prefill from `FP8_W8A8_MIN_ROWS` rows on, with per-group FP8 activations, through the
+    /// projections from `fp8_w8a8_min_rows` rows on, with per-group FP8 activations, through the
     /// sm_90a `fp8_wgmma` GEMM where the device built it (formats.md, "FP8 weights with FP8
     /// activations").
     pub fp8_w8a8: bool,
+    /// `METRALE_FP8_W8A8_MIN_ROWS` over HARDWARE.toml `fp8_w8a8_min_rows` (default
+    /// `FP8_W8A8_MIN_ROWS`, 33): the fewest rows `fp8_w8a8` serves.
+    pub fp8_w8a8_min_rows: usize,
     /// `METRALE_DQ_WGMMA` over HARDWARE.toml `dq_wgmma`: the NVFP4 MMQ and Q4_K prefills through
     /// the sm_90a dequantizing wgmma GEMMs (`nvfp4_wgmma`, `q4k_wgmma`, and `int8_wgmma` for the
     /// Q4_K arm's int8 down) where the device built them.
@@ -113,6 +116,11 @@ impl ModelLevers {
             w8a8_decode_gemv: flag_or("METRALE_W8A8_DECODE_GEMV", "w8a8_decode_gemv", false),
             w8a8_wgmma: flag_or("METRALE_W8A8_WGMMA", "w8a8_wgmma", false),
             fp8_w8a8: flag_or("METRALE_FP8_W8A8", "fp8_w8a8", false),
+            fp8_w8a8_min_rows: num_or(
+                "METRALE_FP8_W8A8_MIN_ROWS",
+                "fp8_w8a8_min_rows",
+                crate::ffn::FP8_W8A8_MIN_ROWS,
+            ),
             dq_wgmma: flag_or("METRALE_DQ_WGMMA", "dq_wgmma", false),
             dq_wgmma_min_rows: num_or("METRALE_DQ_WGMMA_MIN_ROWS", "dq_wgmma_min_rows", 1),
             ffn_gateup_fused: flag_or("METRALE_FFN_GATEUP_FUSED", "ffn_gateup_fused", true),
@@ -192,6 +200,7 @@ mod tests {
             ("METRALE_FP8_W8A8", "0"),
             ("METRALE_DQ_WGMMA", "0"),
             ("METRALE_DQ_WGMMA_MIN_ROWS", "65"),
+            ("METRALE_FP8_W8A8_MIN_ROWS", "5"),
         ]
         .into_iter()
         .map(|(a, b)| (a.into(), b.into()))
@@ -201,6 +210,7 @@ mod tests {
         assert_eq!(l.w8a8_max_rows, 8);
         assert!(l.w8a8_decode_gemv && !l.w8a8_wgmma && !l.fp8_w8a8 && !l.dq_wgmma);
         assert_eq!(l.dq_wgmma_min_rows, 65);
+        assert_eq!(l.fp8_w8a8_min_rows, 5);
         let hw_on = ModelLevers::from_map(&HashMap::new(), "ffn_m16_tc = true # comment");
         assert!(hw_on.ffn_m16_tc);
     }

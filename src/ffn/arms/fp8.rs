@@ -5,8 +5,8 @@ use super::super::*;
 use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GpuResult, ModelLevers};
 
-/// Rows from which the FP8 arm's prefill runs W8A8 (lever `fp8_w8a8`): above the decode GEMVs'
-/// and the m16 GEMM's caps (32).
+/// The default of the lever `fp8_w8a8_min_rows`, the rows from which the FP8 arm runs W8A8
+/// (lever `fp8_w8a8`): above the decode GEMVs' and the m16 GEMM's caps (32).
 pub const FP8_W8A8_MIN_ROWS: usize = 33;
 
 impl DenseFfnLayer {
@@ -120,15 +120,15 @@ impl DenseFfnLayer {
         self.launch(ctx, call.ptr("q", q).ptr("sx", s))
     }
 
-    /// The FP8 arm's prefill runs W8A8 (lever `fp8_w8a8`, from [`FP8_W8A8_MIN_ROWS`] rows, the
-    /// three kernels resolved, gate and up on one k).
+    /// The FP8 arm runs W8A8 (lever `fp8_w8a8`, from `fp8_w8a8_min_rows` rows, the three
+    /// kernels resolved, gate and up on one k).
     pub(crate) fn fp8_w8a8_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
         let k = &self.kernels;
         let Some(ov) = self.get(key::FP8) else {
             return false;
         };
         ctx.levers.fp8_w8a8
-            && m >= FP8_W8A8_MIN_ROWS
+            && m >= ctx.levers.fp8_w8a8_min_rows
             && k.quant_fp8_g128.ok()
             && k.quant_fp8_act_g128.ok()
             && k.fp8_wgmma.ok()
