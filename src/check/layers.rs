@@ -74,22 +74,29 @@ pub static LAYER_ARMS: [LayerArm; 28] = [
         Activation::Silu,
     ),
     arm(
-        // W8A8 (per-group FP8 activations) from 5 rows instead of 33: verify and small batches.
-        "fp8 w8a8 from 5 rows",
+        // W8A8 (per-group FP8 activations) from 33 rows, the default before 2026-12-02: 5..32
+        // rows on the w8a16 GEMMs.
+        "fp8 w8a8 from 33 rows",
         |b, l, w| install_fp8(b, l, w, true),
-        &[("METRALE_FP8_W8A8_MIN_ROWS", "5")],
+        &[("METRALE_FP8_W8A8_MIN_ROWS", "33")],
         Activation::Silu,
     ),
     arm(
         "fp8 m16_tc",
         |b, l, w| install_fp8(b, l, w, false),
-        &[("METRALE_FFN_M16_TC", "1")],
+        &[
+            ("METRALE_FFN_M16_TC", "1"),
+            ("METRALE_FP8_W8A8_MIN_ROWS", "33"),
+        ],
         Activation::Silu,
     ),
     arm(
         "fp8 batch16",
         |b, l, w| install_fp8(b, l, w, false),
-        &[("METRALE_FFN_BATCH16", "1")],
+        &[
+            ("METRALE_FFN_BATCH16", "1"),
+            ("METRALE_FP8_W8A8_MIN_ROWS", "33"),
+        ],
         Activation::Silu,
     ),
     arm(

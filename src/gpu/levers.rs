@@ -191,6 +191,14 @@ mod tests {
             d.fp8_w8a8,
             "kernels/sm_90/HARDWARE.toml turns the FP8 W8A8 prefill on"
         );
+        assert_eq!(
+            d.fp8_w8a8_min_rows, 5,
+            "HARDWARE.toml: FP8 W8A8 from 5 rows"
+        );
+        assert_eq!(
+            ModelLevers::from_map(&HashMap::new(), "").fp8_w8a8_min_rows,
+            crate::ffn::FP8_W8A8_MIN_ROWS
+        );
         let env: HashMap<String, String> = [
             ("METRALE_FFN_M16_TC", "1"),
             ("METRALE_FFN_SMALLM", "0"),
