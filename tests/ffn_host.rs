@@ -23,8 +23,16 @@ fn fp8_routing_and_outputs() {
     for (lev, fused) in [
         (levers(&[]), true),
         (levers(&[]), false),
-        (levers(&[("METRALE_FFN_M16_TC", "1")]), false),
-        (levers(&[("METRALE_FFN_BATCH16", "1")]), false),
+        // W8A8 from 33 rows (the default before 2026-12-02): 5..32 rows on the w8a16 kernels.
+        (levers(&[("METRALE_FP8_W8A8_MIN_ROWS", "33")]), false),
+        (
+            levers(&[("METRALE_FFN_M16_TC", "1"), ("METRALE_FP8_W8A8_MIN_ROWS", "33")]),
+            false,
+        ),
+        (
+            levers(&[("METRALE_FFN_BATCH16", "1"), ("METRALE_FP8_W8A8_MIN_ROWS", "33")]),
+            false,
+        ),
         (levers(&[("METRALE_FP8_W8A8", "0")]), false),
     ] {
         let mut c = ctx(HostBackend::new(), lev.clone());
@@ -45,7 +53,7 @@ fn fp8_routing_and_outputs() {
             let y = run(&mut c, &layer, method, x, m).unwrap();
             let e = rel_err(&y, &ffn_f64(&xs, m, &reference_w, Activation::Silu));
             let t = &c.trace;
-            if lev.fp8_w8a8 && m >= 33 {
+            if lev.fp8_w8a8 && m >= lev.fp8_w8a8_min_rows {
                 // The W8A8 prefill: x per 128-column group for gate and up, the SiLU product
                 // quantized from gate and up (no act-mul), three block-scaled FP8 GEMMs. FP8
                 // activations (3 mantissa bits) bound the error near 2^-4 per value, averaged.
