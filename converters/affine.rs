@@ -12,9 +12,11 @@
 //!
 //! `s * q` is exact in f32 (an 11-bit significand times an integer below 2^8), so `s * q + b`
 //! rounds once, as `d * q + m` does; for Q4_0 and Q8_0 both terms are multiples of `d` whose sum
-//! `d * (q - z)` is itself exact, so there is no rounding at all, as in the source. `-8 d` and
-//! `-128 d` are exact halves unless they overflow (|d| above 8188 or 511.75): such a block, or
-//! one whose scale or minimum is not finite, is refused, naming row and group.
+//! `d * (q - z)` is itself exact, so there is no rounding at all, as in the source. One
+//! difference: where `q` is the zero point, `s * q + b` is +0 and the source's `d * 0` is -0 for
+//! a negative `d` (equal as numbers; a product or a sum with it is the same but for a zero's
+//! sign). `-8 d` and `-128 d` are exact halves unless they overflow (|d| above 8188 or 511.75):
+//! such a block, or one whose scale or minimum is not finite, is refused, naming row and group.
 
 use super::f16;
 use crate::GgmlType;
@@ -109,7 +111,9 @@ impl AffineGroups {
             rows,
             cols,
         };
-        let want = rows.checked_mul(groups).and_then(|g| g.checked_mul(block_bytes));
+        let want = rows
+            .checked_mul(groups)
+            .and_then(|g| g.checked_mul(block_bytes));
         if !cols.is_multiple_of(GGML_GROUP) || want != Some(raw.len()) {
             return Err(shape());
         }
@@ -134,8 +138,11 @@ impl AffineGroups {
                 });
             }
             let zero_offset = |zero: u32| {
-                exact_half(-(zero as f32) * d)
-                    .ok_or(AffineError::OffsetOverflow { row, group, zero })
+                exact_half(-(zero as f32) * d).ok_or(AffineError::OffsetOverflow {
+                    row,
+                    group,
+                    zero,
+                })
             };
             let offset = match ty {
                 GgmlType::Q4_1 => {
@@ -159,11 +166,7 @@ impl AffineGroups {
                 GgmlType::Q4_0 | GgmlType::Q4_1 => {
                     let qs = &b[block_bytes - 16..];
                     let q = |j: usize| {
-                        if j < 16 {
-                            qs[j] & 0xF
-                        } else {
-                            qs[j - 16] >> 4
-                        }
+                        if j < 16 { qs[j] & 0xF } else { qs[j - 16] >> 4 }
                     };
                     out.codes
                         .extend((0..16).map(|i| q(2 * i) | (q(2 * i + 1) << 4)));
@@ -239,7 +242,11 @@ mod tests {
         );
         let nan = q4_0_block(f32::NAN, [0; 32]);
         let e = AffineGroups::from_ggml(GgmlType::Q4_0, &nan, 1, 32).unwrap_err();
-        assert!(e.to_string().contains("row 0, block 0: its d is not finite"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("row 0, block 0: its d is not finite"),
+            "{e}"
+        );
         let e = AffineGroups::from_ggml(GgmlType::Q4_0, &raw, 2, 64).unwrap_err();
         assert!(matches!(e, AffineError::Shape { .. }), "{e}");
         let e = AffineGroups::from_ggml(GgmlType::Q4_K, &raw, 1, 64).unwrap_err();

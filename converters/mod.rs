@@ -11,6 +11,7 @@
 //! (same float32 operation order, no fused multiply-add); the Q8_0, Q4_K and Q2_K encoders are
 //! byte-identical to ggml's `quantize_row_*_ref` (tested against PyPI `libgguf` 0.2.2).
 
+pub mod affine;
 pub mod awq;
 pub mod bf16;
 pub mod ct_int;

@@ -26,11 +26,17 @@ fn fp8_routing_and_outputs() {
         // W8A8 from 33 rows (the default before 2026-12-02): 5..32 rows on the w8a16 kernels.
         (levers(&[("METRALE_FP8_W8A8_MIN_ROWS", "33")]), false),
         (
-            levers(&[("METRALE_FFN_M16_TC", "1"), ("METRALE_FP8_W8A8_MIN_ROWS", "33")]),
+            levers(&[
+                ("METRALE_FFN_M16_TC", "1"),
+                ("METRALE_FP8_W8A8_MIN_ROWS", "33"),
+            ]),
             false,
         ),
         (
-            levers(&[("METRALE_FFN_BATCH16", "1"), ("METRALE_FP8_W8A8_MIN_ROWS", "33")]),
+            levers(&[
+                ("METRALE_FFN_BATCH16", "1"),
+                ("METRALE_FP8_W8A8_MIN_ROWS", "33"),
+            ]),
             false,
         ),
         (levers(&[("METRALE_FP8_W8A8", "0")]), false),
