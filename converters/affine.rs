@@ -184,7 +184,11 @@ impl AffineGroups {
         match self.bits {
             4 => {
                 let byte = self.codes[(r * self.cols + c) / 2];
-                (if c.is_multiple_of(2) { byte & 0xF } else { byte >> 4 }) as u32
+                (if c.is_multiple_of(2) {
+                    byte & 0xF
+                } else {
+                    byte >> 4
+                }) as u32
             }
             _ => self.codes[r * self.cols + c] as u32,
         }

@@ -13,12 +13,16 @@ use metrale_pack::converters::affine::{AffineError, AffineGroups};
 /// A random finite half as the block's `d` (or `m`): a random exponent across the half range
 /// up to `max`, random sign and significand; some blocks zero.
 fn random_scale(rng: &mut Rng, max: f32) -> [u8; 2] {
-    let v = if rng.next_u64() % 17 == 0 {
+    let v = if rng.next_u64().is_multiple_of(17) {
         0.0
     } else {
         let e = (rng.next_u64() % 40) as i32 - 24; // 2^-24 (the least subnormal) .. 2^15
         let m = 1.0 + rng.uniform();
-        let s = if rng.next_u64() % 2 == 0 { 1.0 } else { -1.0 };
+        let s = if rng.next_u64().is_multiple_of(2) {
+            1.0
+        } else {
+            -1.0
+        };
         (s * m * 2f32.powi(e)).clamp(-max, max)
     };
     half::f16::from_f32(v).to_bits().to_le_bytes()
