@@ -89,6 +89,41 @@ fn exact_half(v: f32) -> Option<u16> {
     (f16::to_f32(h) == v && v.is_finite()).then_some(h)
 }
 
+/// The offset `b` of one source block (at `row`, `group`), or why the block cannot be carried.
+fn block_offset(ty: GgmlType, b: &[u8], row: usize, group: usize) -> Result<u16, AffineError> {
+    let finite = |at: usize, field: &'static str| {
+        let bits = u16::from_le_bytes([b[at], b[at + 1]]);
+        if f16::to_f32(bits).is_finite() {
+            Ok(bits)
+        } else {
+            Err(AffineError::NonFinite { row, group, field })
+        }
+    };
+    let d = f16::to_f32(finite(0, "d")?);
+    let zero_offset = |zero: u32| {
+        exact_half(-(zero as f32) * d).ok_or(AffineError::OffsetOverflow { row, group, zero })
+    };
+    match ty {
+        GgmlType::Q4_1 => finite(2, "m"),
+        GgmlType::Q4_0 => zero_offset(8),
+        _ => zero_offset(128),
+    }
+}
+
+/// Append one source block's 32 codes in row order: 4-bit pairs (value `2i` low) from ggml's
+/// nibbles (value j in the low nibble of `qs[j]`, j + 16 in its high), or Q8_0's signed
+/// bytes plus 128.
+fn push_codes(ty: GgmlType, b: &[u8], codes: &mut Vec<u8>) {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+            let qs = &b[b.len() - 16..];
+            let q = |j: usize| if j < 16 { qs[j] & 0xF } else { qs[j - 16] >> 4 };
+            codes.extend((0..16).map(|i| q(2 * i) | (q(2 * i + 1) << 4)));
+        }
+        _ => codes.extend(b[2..].iter().map(|&q| (q as i8 as i32 + 128) as u8)),
+    }
+}
+
 impl AffineGroups {
     /// `rows` rows of `cols` values of GGUF type `ty` (Q4_0, Q4_1, Q8_0) at `raw` as groups of
     /// [`GGML_GROUP`], every weight decoding as the source's.
@@ -129,52 +164,9 @@ impl AffineGroups {
         for (i, b) in raw.chunks_exact(block_bytes).enumerate() {
             let (row, group) = (i / groups, i % groups);
             let d_bits = u16::from_le_bytes([b[0], b[1]]);
-            let d = f16::to_f32(d_bits);
-            if !d.is_finite() {
-                return Err(AffineError::NonFinite {
-                    row,
-                    group,
-                    field: "d",
-                });
-            }
-            let zero_offset = |zero: u32| {
-                exact_half(-(zero as f32) * d).ok_or(AffineError::OffsetOverflow {
-                    row,
-                    group,
-                    zero,
-                })
-            };
-            let offset = match ty {
-                GgmlType::Q4_1 => {
-                    let m_bits = u16::from_le_bytes([b[2], b[3]]);
-                    if !f16::to_f32(m_bits).is_finite() {
-                        return Err(AffineError::NonFinite {
-                            row,
-                            group,
-                            field: "m",
-                        });
-                    }
-                    m_bits
-                }
-                GgmlType::Q4_0 => zero_offset(8)?,
-                _ => zero_offset(128)?,
-            };
+            out.offsets.push(block_offset(ty, b, row, group)?);
             out.scales.push(d_bits);
-            out.offsets.push(offset);
-            match ty {
-                // ggml's nibble order: value j in the low nibble of qs[j], j + 16 in its high.
-                GgmlType::Q4_0 | GgmlType::Q4_1 => {
-                    let qs = &b[block_bytes - 16..];
-                    let q = |j: usize| {
-                        if j < 16 { qs[j] & 0xF } else { qs[j - 16] >> 4 }
-                    };
-                    out.codes
-                        .extend((0..16).map(|i| q(2 * i) | (q(2 * i + 1) << 4)));
-                }
-                _ => out
-                    .codes
-                    .extend(b[2..].iter().map(|&q| (q as i8 as i32 + 128) as u8)),
-            }
+            push_codes(ty, b, &mut out.codes);
         }
         Ok(out)
     }

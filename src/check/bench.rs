@@ -146,7 +146,6 @@ fn bench_arm(
     out: &mut Lines,
     times: Times,
 ) -> GpuResult<()> {
-    let (ceiling, prefill_times) = (times.ceiling, times.prefill);
     let (h, i, name) = (w.hidden, w.inter, arm.name);
     let cfg = FfnConfig {
         hidden: h,
@@ -158,41 +157,15 @@ fn bench_arm(
     let x = b.alloc((4096 * h * 4) as u64)?;
     upload_f32(b.as_ref(), x, &rng.vec(4096 * h, 1.0))?;
     if let Some(bpe) = arm.decode {
-        let t = time_median(b.as_ref(), 50, || layer.forward(&mut ctx, x).map(|_| ()))?;
-        let bw = bpe * (3 * h * i) as f64 / t;
-        out.push(format!(
-            "decode m=1 {name:<30} {:>8.1} us  {:>6.0} GB/s  {:>5.1}% of copy ceiling",
-            t * 1e6,
-            bw / 1e9,
-            100.0 * bw / ceiling
-        ));
         let bytes = bpe * (3 * h * i) as f64;
-        let t1 = per_call(b.as_ref(), || layer.forward(&mut ctx, x).map(|_| ()))?;
-        let probe = match probe_parts(name, h, i) {
-            Some(parts) => {
-                let tp = probe_time(b.as_ref(), &parts)?;
-                format!(
-                    "; its streaming probe {:.1} us ({:.1}% of copy ceiling): the arm at {:.1}% of its probe",
-                    tp * 1e6,
-                    100.0 * bytes / tp / ceiling,
-                    100.0 * tp / t1
-                )
-            }
-            None => String::new(),
-        };
-        out.push(format!(
-            "decode m=1 {name:<30} {:>8.1} us {BACK_TO_BACK} calls back to back {:>5.1}% of copy ceiling{probe}",
-            t1 * 1e6,
-            100.0 * bytes / t1 / ceiling
-        ));
-        decode_sweep(b.as_ref(), &layer, &mut ctx, x, name, t1, times.peer, out)?;
+        decode_figures(b.as_ref(), &layer, &mut ctx, x, (name, bytes), &times, out)?;
     }
     if arm.prefill {
         for m in PREFILL_MS {
             let t = time_median(b.as_ref(), 10, || {
                 layer.forward_prefill(&mut ctx, x, m).map(|_| ())
             })?;
-            prefill_times.push((name, m, t));
+            times.prefill.push((name, m, t));
             let flops = 2.0 * m as f64 * (3 * h * i) as f64;
             out.push(format!(
                 "prefill m={m:<5} {name:<30} {:>8.2} ms  {:>6.1} TFLOP/s",
@@ -203,6 +176,48 @@ fn bench_arm(
     }
     b.free(x);
     Ok(())
+}
+
+/// An arm's decode figures on the llama-8B shape: m = 1 as one synchronized call and back to
+/// back (weight `bytes` per call against the copy ceiling and the arm's streaming probe), then
+/// the sweep over m against the cuBLAS layer.
+fn decode_figures(
+    b: &dyn GpuBackend,
+    layer: &DenseFfnLayer,
+    ctx: &mut ForwardContext,
+    x: crate::gpu::DevicePtr,
+    (name, bytes): (&'static str, f64),
+    times: &Times,
+    out: &mut Lines,
+) -> GpuResult<()> {
+    let ceiling = times.ceiling;
+    let t = time_median(b, 50, || layer.forward(ctx, x).map(|_| ()))?;
+    out.push(format!(
+        "decode m=1 {name:<30} {:>8.1} us  {:>6.0} GB/s  {:>5.1}% of copy ceiling",
+        t * 1e6,
+        bytes / t / 1e9,
+        100.0 * bytes / t / ceiling
+    ));
+    let t1 = per_call(b, || layer.forward(ctx, x).map(|_| ()))?;
+    let (h, i) = (layer.hidden, layer.inter);
+    let probe = match probe_parts(name, h, i) {
+        Some(parts) => {
+            let tp = probe_time(b, &parts)?;
+            format!(
+                "; its streaming probe {:.1} us ({:.1}% of copy ceiling): the arm at {:.1}% of its probe",
+                tp * 1e6,
+                100.0 * bytes / tp / ceiling,
+                100.0 * tp / t1
+            )
+        }
+        None => String::new(),
+    };
+    out.push(format!(
+        "decode m=1 {name:<30} {:>8.1} us {BACK_TO_BACK} calls back to back {:>5.1}% of copy ceiling{probe}",
+        t1 * 1e6,
+        100.0 * bytes / t1 / ceiling
+    ));
+    decode_sweep(b, layer, ctx, x, name, t1, times.peer, out)
 }
 
 /// Each prefill arm against the BF16 layer (cuBLAS) at the same m, measured in this run.

@@ -158,15 +158,8 @@ pub(super) fn decode_kernels(
                     c.dim("ldy", n).finish()?.run(b, 0)
                 };
                 let t = per_call(b, call)?;
-                out.push(format!(
-                    "decode kernel {:<20} {shape} m={m} {:>7.1} us {:>6.0} GB/s {:>5.1}% of copy ceiling {:>5.1}% of its probe ({rows} rows/block: {:.1} us)",
-                    kernel.spec.name,
-                    t * 1e6,
-                    bytes / t / 1e9,
-                    100.0 * bytes / t / ceiling,
-                    100.0 * probe / t,
-                    probe * 1e6
-                ));
+                let what = format!("{shape} m={m}");
+                out.push(kernel_line(&kernel, &what, (t, bytes, probe), ceiling));
             }
         }
     }
@@ -174,6 +167,25 @@ pub(super) fn decode_kernels(
         b.free(p);
     }
     nvfp4_kernels(b, &ks, ceiling, rng, out)
+}
+
+/// One decode kernel's line: `(seconds, weight bytes, its probe's seconds)` against the copy
+/// ceiling and the probe of its grid.
+fn kernel_line(
+    kernel: &Kernel,
+    what: &str,
+    (t, bytes, probe): (f64, f64, f64),
+    ceiling: f64,
+) -> String {
+    format!(
+        "decode kernel {:<20} {what} {:>7.1} us {:>6.0} GB/s {:>5.1}% of copy ceiling {:>5.1}% of its probe ({:.1} us)",
+        kernel.spec.name,
+        t * 1e6,
+        bytes / t / 1e9,
+        100.0 * bytes / t / ceiling,
+        100.0 * probe / t,
+        probe * 1e6
+    )
 }
 
 /// The NVFP4 decode GEMVs alone: the dual gate+up GEMV on the gate shape (two projections), the
@@ -188,16 +200,8 @@ fn nvfp4_kernels(
     let (nmax, kmax) = (14336usize, 14336usize);
     let x = b.alloc((4 * kmax * 4) as u64)?;
     upload_f32(b, x, &rng.vec(4 * kmax, 1.0))?;
-    let mut bufs = Vec::new();
-    for _ in 0..2 {
-        let (c, s) = (
-            b.alloc((nmax * 4096 / 2) as u64)?,
-            b.alloc((nmax * 4096 / 16) as u64)?,
-        );
-        b.fill(c, 0x5A)?;
-        b.fill(s, 0x38)?; // E4M3 1.0
-        bufs.push((c, s));
-    }
+    // Codes and E4M3 scales (1.0) of two projections of 14336 x 4096 (or 4096 x 14336).
+    let bufs = [nvfp4_weight(b, nmax * 4096)?, nvfp4_weight(b, nmax * 4096)?];
     let y = b.alloc((2 * 4 * nmax * 4) as u64)?;
     let y2 = y.view((4 * nmax * 4) as u64, (4 * nmax * 4) as u64);
     let row_bytes = |k: usize| k / 2 + k / 16;
@@ -229,15 +233,8 @@ fn nvfp4_kernels(
                 c.finish()?.run(b, 0)
             };
             let t = per_call(b, call)?;
-            out.push(format!(
-                "decode kernel {:<20} {n}x{k} m={m} {:>7.1} us {:>6.0} GB/s {:>5.1}% of copy ceiling {:>5.1}% of its probe ({:.1} us)",
-                kernel.spec.name,
-                t * 1e6,
-                bytes / t / 1e9,
-                100.0 * bytes / t / ceiling,
-                100.0 * probe / t,
-                probe * 1e6
-            ));
+            let what = format!("{n}x{k} m={m}");
+            out.push(kernel_line(&kernel, &what, (t, bytes, probe), ceiling));
         }
     }
     b.free(x);
@@ -247,6 +244,14 @@ fn nvfp4_kernels(
         b.free(s);
     }
     Ok(())
+}
+
+/// Device codes and scales of `elems` NVFP4 weights (codes 0x5A, scales E4M3 1.0).
+fn nvfp4_weight(b: &dyn GpuBackend, elems: usize) -> GpuResult<(DevicePtr, DevicePtr)> {
+    let (c, s) = (b.alloc((elems / 2) as u64)?, b.alloc((elems / 16) as u64)?);
+    b.fill(c, 0x5A)?;
+    b.fill(s, 0x38)?;
+    Ok((c, s))
 }
 
 /// The BF16 layer on cuBLAS (activations to bf16, the gate and up GEMMs, SiLU * up, to bf16,

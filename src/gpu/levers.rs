@@ -6,6 +6,11 @@ use std::collections::HashMap;
 /// The sm_90 defaults, compiled in.
 pub const HARDWARE_SM90: &str = include_str!("../../kernels/sm_90/HARDWARE.toml");
 
+/// Where no hardware file or environment says otherwise, the rows from which the FP8 arm runs
+/// W8A8 (lever `fp8_w8a8`, `fp8_w8a8_min_rows`): above the decode GEMVs' and the m16 GEMM's
+/// caps (32).
+pub const FP8_W8A8_MIN_ROWS: usize = 33;
+
 /// Every lever the dense FFN consults.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelLevers {
@@ -119,7 +124,7 @@ impl ModelLevers {
             fp8_w8a8_min_rows: num_or(
                 "METRALE_FP8_W8A8_MIN_ROWS",
                 "fp8_w8a8_min_rows",
-                crate::ffn::FP8_W8A8_MIN_ROWS,
+                FP8_W8A8_MIN_ROWS,
             ),
             dq_wgmma: flag_or("METRALE_DQ_WGMMA", "dq_wgmma", false),
             dq_wgmma_min_rows: num_or("METRALE_DQ_WGMMA_MIN_ROWS", "dq_wgmma_min_rows", 1),
@@ -197,7 +202,7 @@ mod tests {
         );
         assert_eq!(
             ModelLevers::from_map(&HashMap::new(), "").fp8_w8a8_min_rows,
-            crate::ffn::FP8_W8A8_MIN_ROWS
+            FP8_W8A8_MIN_ROWS
         );
         let env: HashMap<String, String> = [
             ("METRALE_FFN_M16_TC", "1"),

@@ -5,9 +5,7 @@ use super::super::*;
 use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GpuResult, ModelLevers};
 
-/// The default of the lever `fp8_w8a8_min_rows`, the rows from which the FP8 arm runs W8A8
-/// (lever `fp8_w8a8`): above the decode GEMVs' and the m16 GEMM's caps (32).
-pub const FP8_W8A8_MIN_ROWS: usize = 33;
+pub use crate::gpu::levers::FP8_W8A8_MIN_ROWS;
 
 impl DenseFfnLayer {
     /// The FP8 projection kernel for `m` rows: the first that resolved of batch-4 GEMV (m <= 4),
