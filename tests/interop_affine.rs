@@ -45,16 +45,7 @@ fn q4_0_q4_1_q8_0_carried_as_groups_decode_as_gguf_py_bit_for_bit() {
                 b[2..4].copy_from_slice(&random_scale(&mut rng, 65504.0));
             }
         }
-        let inp = dir.path().join(format!("{ty}.raw.npy"));
-        let out = dir.path().join(format!("{ty}.out.npy"));
-        write_npy_u8(&inp, &raw);
-        python_ref(&[
-            "dequant",
-            ty.name(),
-            inp.to_str().unwrap(),
-            out.to_str().unwrap(),
-        ]);
-        let theirs = read_npy(&out).to_f32();
+        let theirs = gguf_py_dequant(ty, &raw, dir.path());
         let a = AffineGroups::from_ggml(ty, &raw, rows, cols).unwrap();
         assert_eq!(a.codes.len(), rows * cols * a.bits as usize / 8);
         // Bit for bit, but for the sign of a zero weight: `s * q + b` sums to +0 where

@@ -44,16 +44,7 @@ fn decoders_match_gguf_py_bit_for_bit_on_random_bytes() {
         let elems = (blocks * ty.block_elems()).max(4096) as usize;
         let nbytes = ty.row_bytes(elems as u64).unwrap() as usize;
         let raw = rng.bytes(nbytes);
-        let inp = dir.path().join(format!("{ty}.raw.npy"));
-        let out = dir.path().join(format!("{ty}.out.npy"));
-        write_npy_u8(&inp, &raw);
-        python_ref(&[
-            "dequant",
-            ty.name(),
-            inp.to_str().unwrap(),
-            out.to_str().unwrap(),
-        ]);
-        let theirs = read_npy(&out).to_f32();
+        let theirs = gguf_py_dequant(ty, &raw, dir.path());
         let mut ours = vec![0f32; elems];
         converters::decode_ggml(ty, &raw, &mut ours).unwrap();
         assert_bits_eq(ty.name(), &ours, &theirs);

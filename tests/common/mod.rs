@@ -75,6 +75,21 @@ pub fn python_ref(args: &[&str]) {
     );
 }
 
+/// gguf-py 0.19.0's `gguf.quants.dequantize` of the raw blocks `raw` of type `ty`, through
+/// files in `dir`: the values as f32.
+pub fn gguf_py_dequant(ty: metrale_pack::GgmlType, raw: &[u8], dir: &Path) -> Vec<f32> {
+    let inp = dir.join(format!("{ty}.raw.npy"));
+    let out = dir.join(format!("{ty}.out.npy"));
+    write_npy_u8(&inp, raw);
+    python_ref(&[
+        "dequant",
+        ty.name(),
+        inp.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    read_npy(&out).to_f32()
+}
+
 pub fn python() -> String {
     std::env::var("METRALE_PYTHON").unwrap_or_else(|_| "python3".into())
 }
