@@ -5,7 +5,7 @@
 
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::{GpuBackend, GpuResult};
-pub use crate::loader::arms::{Arm, arms_of, layer_overlays, rows_per_call, run_rows_with};
+use crate::loader::arms::{Arm, arms_of, rows_per_call, run_rows_with};
 use crate::loader::{self, LoadOptions};
 use crate::model::{Activation, Model};
 use crate::testing::*;

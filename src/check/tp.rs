@@ -3,11 +3,11 @@
 //! over the ranks by an [`AllReduce`] (NCCL on GPUs, [`HostSum`] on the host), against the
 //! float64 FFN of the source weights and next to the same arm of the one-GPU pack.
 
-use super::activations::{Arm, arms_of, run_rows_with};
 use super::same_bits;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 pub use crate::gpu::allreduce::{AllReduce, HostSum};
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, upload_f32};
+use crate::loader::arms::{Arm, arms_of, layer_overlays, rows_per_call, run_rows_with};
 use crate::loader::{self, LoadOptions, LoadedPack};
 use crate::model::{Activation, Model};
 use crate::testing::*;
@@ -99,7 +99,7 @@ pub fn tp_checks(
 /// Every arm of `arms_of` for `layer` of a loaded pack, and the NVFP4 base with the pack's LoRA
 /// adapter installed.
 fn arms_with_lora(lp: &LoadedPack, layer: usize) -> crate::Result<Vec<Arm>> {
-    let ov = super::activations::layer_overlays(lp, layer)?;
+    let ov = layer_overlays(lp, layer)?;
     let mut v = arms_of(ov);
     use crate::converters::layouts::Layout::{Lora, Nvfp4};
     if ov.overlays.holds(Nvfp4) && ov.overlays.holds(Lora) {
@@ -285,7 +285,7 @@ impl<'a> TpCx<'a> {
         }
         let mut out = Vec::new();
         for &mm in self.ms {
-            let per = super::activations::rows_per_call(arm.name, mm);
+            let per = rows_per_call(arm.name, mm);
             let hook = |o: DevicePtr, rows: usize| -> GpuResult<()> {
                 match red {
                     Some((rank, r)) => r.all_reduce(rank, b.as_ref(), o, rows * h),
@@ -416,7 +416,7 @@ pub fn fixed_invariance(
         inter: lp.ffn_inter,
     };
     let mut out = Vec::new();
-    let ov = super::activations::layer_overlays(&lp, layer)?;
+    let ov = layer_overlays(&lp, layer)?;
     for arm in arms_of(ov).into_iter().filter(|a| a.fixed) {
         let mut ctx = ForwardContext::new(b.clone(), cfg, rows, arm.levers.clone()).map_err(gpu)?;
         let mut l = DenseFfnLayer::new_with_activation(&ctx, act);
