@@ -7,7 +7,9 @@ use super::same_bits;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 pub use crate::gpu::allreduce::{AllReduce, HostSum};
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, upload_f32};
-use crate::loader::arms::{Arm, arms_of, layer_overlays, rows_per_call, run_rows_with};
+use crate::loader::arms::{
+    Arm, arms_of, forward_rows, layer_overlays, rows_per_call, run_rows_with,
+};
 use crate::loader::{self, LoadOptions, LoadedPack};
 use crate::model::{Activation, Model};
 use crate::testing::*;
@@ -330,13 +332,7 @@ impl<'a> TpCx<'a> {
         upload_f32(b.as_ref(), xp, &self.x[..mm * h])?;
         for _ in 0..=self.iters {
             let t0 = Instant::now();
-            let o = if fixed {
-                l.forward_fixed(ctx, xp, mm)?
-            } else if mm == 1 {
-                l.forward(ctx, xp)?
-            } else {
-                l.forward_prefill(ctx, xp, mm)?
-            };
+            let o = forward_rows(ctx, l, fixed, xp, mm)?;
             b.synchronize(0)?;
             let t1 = Instant::now();
             if let Some((rank, r)) = red {

@@ -106,6 +106,24 @@ pub fn rows_per_call(arm: &str, rows: usize) -> usize {
     }
 }
 
+/// `m` device rows at `x` through `layer`: the fixed path, the decode forward for one row,
+/// else the prefill forward (how an arm of [`arms_of`] runs).
+pub fn forward_rows(
+    ctx: &mut ForwardContext,
+    layer: &DenseFfnLayer,
+    fixed: bool,
+    x: crate::gpu::DevicePtr,
+    m: usize,
+) -> GpuResult<crate::gpu::DevicePtr> {
+    if fixed {
+        layer.forward_fixed(ctx, x, m)
+    } else if m == 1 {
+        layer.forward(ctx, x)
+    } else {
+        layer.forward_prefill(ctx, x, m)
+    }
+}
+
 /// `layer` on the rows of `x` (`[rows, h]`), `per` rows per call: the fixed path, the decode
 /// forward for single rows, else the prefill forward. The output rows, f32. `after(output,
 /// rows)` runs on each call's output before it is downloaded (the tensor-parallel check's
@@ -126,13 +144,7 @@ pub fn run_rows_with(
     for r0 in (0..total).step_by(per) {
         let n = per.min(total - r0);
         upload_f32(be.as_ref(), xp, &x[r0 * h..(r0 + n) * h])?;
-        let o = if fixed {
-            layer.forward_fixed(ctx, xp, n)?
-        } else if n == 1 {
-            layer.forward(ctx, xp)?
-        } else {
-            layer.forward_prefill(ctx, xp, n)?
-        };
+        let o = forward_rows(ctx, layer, fixed, xp, n)?;
         be.synchronize(0)?;
         after(o, n)?;
         y.extend(download_f32(be.as_ref(), o.view(0, (n * h * 4) as u64))?);
