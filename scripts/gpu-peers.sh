@@ -29,11 +29,11 @@ peers() {
 echo "== page cache"
 cat "$w/pack.mpk.gguf" > /dev/null
 # LOAD_ARGS (say "--probe --sweep") adds to the page-cache run; its lines are kept too.
-timeout 300 "$bin" bench-load "$w/pack.mpk.gguf" ${LOAD_ARGS:-} 2>&1 | grep -E "ceiling|^warm|^  ring|^probe|^sweep" || rc=1
+timeout 300 "$bin" bench-load "$w/pack.mpk.gguf" ${LOAD_ARGS:-} 2>&1 | grep -E "^device|ceiling|^warm|^  ring|^probe|^sweep" || rc=1
 peers "$w/segment.safetensors"
 echo "== tmpfs ($shm)"
 cp "$w/pack.mpk.gguf" "$shm/" && rm -f "$w/pack.mpk.gguf"
-timeout 150 "$bin" bench-load "$shm/pack.mpk.gguf" 2>&1 | grep -E "ceiling|^warm|^  ring" || rc=1
+timeout 150 "$bin" bench-load "$shm/pack.mpk.gguf" 2>&1 | grep -E "^device|ceiling|^warm|^  ring" || rc=1
 rm -f "$shm/pack.mpk.gguf"
 cp "$w/segment.safetensors" "$shm/" && rm -f "$w/segment.safetensors"
 peers "$shm/segment.safetensors"

@@ -543,10 +543,29 @@ impl std::fmt::Display for Skipped {
 impl std::error::Error for Skipped {}
 
 fn cuda_or_skip() -> Result<std::sync::Arc<metrale_pack::gpu::cuda::CudaBackend>> {
+    let t = std::time::Instant::now();
     match metrale_pack::gpu::cuda::CudaBackend::new(0) {
         Ok(b) => {
-            use metrale_pack::gpu::GpuBackend;
-            eprintln!("device: {} ({})", b.name(), b.arch());
+            use metrale_pack::gpu::{GpuBackend, staging};
+            let prepinned = b
+                .staging_pool()
+                .is_some_and(|p| p.holds(staging::PREPIN_BUFFER_BYTES));
+            let o = b.open_times();
+            eprintln!(
+                "device: {} ({}), opened in {:.3} s (driver {:.3}, staging populated {:.3} beside it, waited {:.3}, registered {:.3}), staging ring {}",
+                b.name(),
+                b.arch(),
+                t.elapsed().as_secs_f64(),
+                o.driver,
+                o.populate,
+                o.waited,
+                o.register,
+                if prepinned {
+                    "pinned while the driver started"
+                } else {
+                    "not pinned (METRALE_PREPIN=0 or refused)"
+                }
+            );
             Ok(std::sync::Arc::new(b))
         }
         Err(e) => Err(Skipped::new(e.to_string()).into()),

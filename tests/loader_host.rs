@@ -705,3 +705,49 @@ fn activation_checks_run_every_arm_on_recorded_inputs() {
     assert!(e.contains("no such arm"), "{e}");
     assert!(apply_arm(b, &p, 7, "nvfp4", &x).is_err());
 }
+
+#[test]
+fn buffers_pinned_before_the_first_load_are_its_whole_ring() {
+    use metrale_pack::gpu::staging::Populated;
+    // What a CUDA backend does when it opens: memory populated beforehand, registered and cut
+    // into the default ring's buffers, kept in the pool; the first load pins nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let p = three_layout_pack(dir.path());
+    let b = HostBackend::new();
+    let (chunk, ring) = (12usize << 10, 5usize);
+    let mem = Populated::new(ring * chunk).unwrap();
+    b.staging_pool()
+        .unwrap()
+        .keep_populated(&b, mem, chunk)
+        .unwrap();
+    let o = LoadOptions {
+        io: IoMode::Staged,
+        chunk,
+        ring,
+        readers: 3,
+        ..Default::default()
+    };
+    let lp = loader::load(&b, &p, &o).unwrap();
+    every_tensor_arrived(&b, &lp, "pre-pinned ring");
+    let r = lp.stats.ring.unwrap();
+    assert!(
+        lp.stats.bytes as usize > ring * chunk,
+        "the pack must need more chunks than buffers"
+    );
+    assert_eq!((r.kept, r.pinned), (ring, 0), "{r:?}");
+    b.free(lp.arena);
+    // Auto on this small warm segment takes the kept ring rather than registering.
+    let lp = loader::load(
+        &b,
+        &p,
+        &LoadOptions {
+            io: IoMode::Auto,
+            readers: loader::STAGED_MIN_READERS,
+            ..o
+        },
+    )
+    .unwrap();
+    assert_eq!(lp.stats.mode, IoMode::Staged);
+    assert_eq!(lp.stats.ring.unwrap().kept, ring);
+    b.free(lp.arena);
+}

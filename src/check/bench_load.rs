@@ -297,6 +297,7 @@ impl LoadBench<'_> {
                 (8, 8),
                 (16, 8),
                 (2, 32),
+                (8, 32),
             ] {
                 let o = LoadOptions {
                     io: IoMode::Staged,
@@ -313,7 +314,7 @@ impl LoadBench<'_> {
                 }
             }
         }
-        for readers in [8usize, 12] {
+        for readers in [8usize, 10, 12, 14] {
             let o = LoadOptions {
                 io: IoMode::Staged,
                 readers,

@@ -96,6 +96,21 @@ pub struct CudaBackend {
     launches: AtomicU64,
     /// The staging buffers a load gave back, kept for the next load.
     staging: crate::gpu::staging::StagingPool,
+    /// Where `new` spent its time.
+    open: Mutex<OpenTimes>,
+}
+
+/// Where opening a [`CudaBackend`] spent its time, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct OpenTimes {
+    /// Loading the driver, retaining the primary context, the device queries.
+    pub driver: f64,
+    /// Populating the staging memory (on a helper thread, beside `driver`).
+    pub populate: f64,
+    /// Waiting for that thread after the driver was ready.
+    pub waited: f64,
+    /// Registering the staging memory and creating its streams.
+    pub register: f64,
 }
 
 // SAFETY: CUDA driver contexts, modules, functions and cuBLAS handles may be used from any
@@ -141,6 +156,15 @@ impl CudaBackend {
                 "libcuda could not be loaded (no NVIDIA driver)".into(),
             ));
         }
+        // The staging buffers' memory is populated while the driver starts (neither waits for
+        // the other); it is registered below, once the context exists.
+        let t0 = std::time::Instant::now();
+        let prepin = super::staging::prepin_bytes().map(|n| {
+            std::thread::spawn(move || {
+                let t = std::time::Instant::now();
+                (super::staging::Populated::new(n), t.elapsed().as_secs_f64())
+            })
+        });
         cu::init().map_err(nodev)?;
         let dev = cu::device::get(ordinal as i32).map_err(nodev)?;
         // SAFETY: `dev` is a valid device handle from the driver.
@@ -160,7 +184,7 @@ impl CudaBackend {
                 PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into()))
                     .join(".cache/metrale-pack/kernels")
             });
-        Ok(CudaBackend {
+        let b = CudaBackend {
             ctx,
             device: dev,
             name,
@@ -183,7 +207,33 @@ impl CudaBackend {
             }),
             launches: AtomicU64::new(0),
             staging: Default::default(),
-        })
+            open: Mutex::new(OpenTimes::default()),
+        };
+        let driver = t0.elapsed().as_secs_f64();
+        let joined = prepin.and_then(|h| h.join().ok());
+        let waited = t0.elapsed().as_secs_f64() - driver;
+        let populate = joined.as_ref().map_or(0.0, |j| j.1);
+        if let Some(mem) = joined.and_then(|j| j.0) {
+            // A refusal leaves the pool empty: the first load pins its own ring.
+            if let Err(e) = b
+                .staging
+                .keep_populated(&b, mem, super::staging::PREPIN_BUFFER_BYTES)
+            {
+                tracing::info!("staging buffers not pinned ahead of the first load: {e}");
+            }
+        }
+        *b.open.lock().unwrap() = OpenTimes {
+            driver,
+            populate,
+            waited,
+            register: t0.elapsed().as_secs_f64() - driver - waited,
+        };
+        Ok(b)
+    }
+
+    /// Where opening the backend spent its time.
+    pub fn open_times(&self) -> OpenTimes {
+        *self.open.lock().unwrap()
     }
 
     /// Pinned device memory on this device, for `cuMemCreate` and its granularity.

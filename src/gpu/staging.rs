@@ -27,32 +27,8 @@ impl Piece {
     /// Pin `len` bytes (page-aligned): a populated anonymous mapping registered read-only, or
     /// `alloc_pinned` memory where the mapping or the registration is refused.
     pub fn pin(b: &dyn GpuBackend, len: usize) -> GpuResult<Piece> {
-        // SAFETY: a fresh private anonymous mapping; the result is checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if p != libc::MAP_FAILED {
-            // SAFETY: the mapping just made, unregistered (in `release`) before it is unmapped.
-            match unsafe { b.register_host(p as *const u8, len, true) } {
-                Ok(()) => {
-                    return Ok(Piece {
-                        ptr: p as *mut u8,
-                        len,
-                        mapped: true,
-                    });
-                }
-                // SAFETY: the mapping just made, registered with nothing.
-                Err(_) => unsafe {
-                    libc::munmap(p, len);
-                },
-            }
+        if let Some(Ok(piece)) = Populated::new(len).map(|m| m.register(b)) {
+            return Ok(piece);
         }
         Ok(Piece {
             ptr: b.alloc_pinned(len)?,
@@ -91,6 +67,109 @@ impl Piece {
             // SAFETY: from alloc_pinned; no copy in flight.
             unsafe { b.free_pinned(self.ptr) };
         }
+    }
+}
+
+/// Anonymous memory populated by the kernel and not yet registered: the slow half of pinning
+/// (about 0.3 ms a MiB on the H200 host), which needs no CUDA context, so it can run on a
+/// helper thread while the driver starts ([`prepin_bytes`]).
+#[derive(Debug)]
+pub struct Populated {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: an owned private mapping that nothing else references until it is registered.
+unsafe impl Send for Populated {}
+
+impl Populated {
+    /// A private anonymous mapping of `len` bytes populated by the kernel (`MAP_POPULATE`);
+    /// `None` where the mapping is refused.
+    pub fn new(len: usize) -> Option<Populated> {
+        // SAFETY: a fresh private anonymous mapping; the result is checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then_some(Populated {
+            ptr: p as *mut u8,
+            len,
+        })
+    }
+
+    /// Register the memory read-only with `b` (the device only reads staging memory): a
+    /// [`Piece`]. A refused registration unmaps it and is returned.
+    pub fn register(self, b: &dyn GpuBackend) -> GpuResult<Piece> {
+        let (ptr, len) = (self.ptr, self.len);
+        std::mem::forget(self);
+        // SAFETY: the mapping made in `new`, unregistered (in `Piece::release`) before it is
+        // unmapped.
+        match unsafe { b.register_host(ptr, len, true) } {
+            Ok(()) => Ok(Piece {
+                ptr,
+                len,
+                mapped: true,
+            }),
+            Err(e) => {
+                // SAFETY: the mapping made in `new`, registered with nothing.
+                unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Populated {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, never registered (`register` forgets `self`).
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// Staging buffers a backend pins when it opens, before any load asks: [`PREPIN_BUFFERS`] of
+/// [`PREPIN_BUFFER_BYTES`] (the loader's default ring, so its first load takes them as kept
+/// buffers). The memory is populated on a helper thread while the driver initializes and
+/// registered once the context exists.
+pub const PREPIN_BUFFER_BYTES: usize = 8 << 20;
+/// See [`PREPIN_BUFFER_BYTES`].
+pub const PREPIN_BUFFERS: usize = 16;
+
+/// The bytes a backend pins when it opens: [`PREPIN_BUFFERS`] x [`PREPIN_BUFFER_BYTES`], or
+/// none when the environment sets `METRALE_PREPIN=0` (a process that will not load a pack).
+pub fn prepin_bytes() -> Option<usize> {
+    match std::env::var("METRALE_PREPIN") {
+        Ok(v) if v.trim() == "0" => None,
+        _ => Some(PREPIN_BUFFERS * PREPIN_BUFFER_BYTES),
+    }
+}
+
+impl Buffers {
+    /// `piece` cut into buffers of `size` bytes, each with a new stream of `b`.
+    pub fn cut(b: &dyn GpuBackend, piece: Piece, size: usize) -> GpuResult<Buffers> {
+        let mut bufs = Buffers {
+            size,
+            ..Buffers::default()
+        };
+        let base = piece.ptr();
+        let n = piece.len() / size.max(1);
+        bufs.pieces.push(piece);
+        for i in 0..n {
+            match b.new_stream() {
+                Ok(s) => bufs.slots.push((base.wrapping_add(i * size), s)),
+                Err(e) => {
+                    // SAFETY: no copy from the buffers was ever issued.
+                    unsafe { bufs.release(b) };
+                    return Err(e);
+                }
+            }
+        }
+        Ok(bufs)
     }
 }
 
@@ -139,6 +218,18 @@ impl StagingPool {
     /// Whether buffers of `size` bytes are kept.
     pub fn holds(&self, size: usize) -> bool {
         matches!(self.0.lock().unwrap().as_ref(), Some(k) if k.size == size && !k.slots.is_empty())
+    }
+
+    /// Register `mem` with `b` and keep it, cut into buffers of `size` bytes, for the next
+    /// load (what a backend pins when it opens: [`PREPIN_BUFFERS`]). On an error nothing is
+    /// kept and the memory is freed.
+    pub fn keep_populated(&self, b: &dyn GpuBackend, mem: Populated, size: usize) -> GpuResult<()> {
+        let bufs = Buffers::cut(b, mem.register(b)?, size)?;
+        if let Some(old) = self.keep(bufs) {
+            // SAFETY: `old` was kept by a finished load, whose copies were all synchronized.
+            unsafe { old.release(b) };
+        }
+        Ok(())
     }
 
     /// Keep `bufs` for the next load; returns what was kept before (the caller releases it).

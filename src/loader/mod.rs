@@ -107,9 +107,10 @@ impl Default for LoadOptions {
             io: IoMode::Auto,
             streams: 2,
             // 8 MiB copies from a ring of 16 (128 MiB pinned), one reader per core up to 16: the
-            // best of the settings swept on the H200 host (BENCHMARKS.md).
-            chunk: 8 << 20,
-            ring: 16,
+            // best of the settings swept on the H200 host (BENCHMARKS.md). The ring a CUDA
+            // backend pins when it opens has this shape, so the first load takes it as kept.
+            chunk: crate::gpu::staging::PREPIN_BUFFER_BYTES,
+            ring: crate::gpu::staging::PREPIN_BUFFERS,
             readers: std::thread::available_parallelism()
                 .map_or(4, |n| n.get())
                 .min(16),
