@@ -168,6 +168,10 @@ enum Cmd {
         /// a GPU, `{"skipped": reason}` and exit 77.
         #[arg(long)]
         json: bool,
+        /// Sleep this many milliseconds before each timed load (a load after idle, against
+        /// loads back to back).
+        #[arg(long, default_value_t = 0)]
+        pause_ms: u64,
     },
     /// Every arm of the recorded layers, loaded from PACK, on real activations (INPUTS/layerN.npy:
     /// f32 [tokens, hidden] FFN inputs, e.g. from `scripts/quality_kl.py --record`) against the
@@ -422,7 +426,18 @@ fn run(cli: Cli) -> Result<()> {
             sweep,
             probe,
             json,
-        } => bench_load(&pack, source.as_deref(), &io, (sweep, probe, json)),
+            pause_ms,
+        } => bench_load(
+            &pack,
+            source.as_deref(),
+            &io,
+            metrale_pack::check::bench_load::BenchFlags {
+                sweep,
+                probe,
+                json,
+                pause: std::time::Duration::from_millis(pause_ms),
+            },
+        ),
         Cmd::ExportSegment { pack, out } => export_segment(&pack, &out),
         Cmd::Layouts => layouts::layouts(&mut std::io::stdout().lock()),
         Cmd::Completions { shell } => {
@@ -686,17 +701,17 @@ fn bench_load(
     path: &Path,
     source: Option<&Path>,
     io: &str,
-    (sweep, probe, json): (bool, bool, bool),
+    flags: metrale_pack::check::bench_load::BenchFlags,
 ) -> Result<()> {
     let io = parse_io(io)?;
-    if json && probe {
+    let json = flags.json;
+    if json && flags.probe {
         anyhow::bail!("--probe prints its rates as lines: run it without --json");
     }
     let b = cuda_or_skip().map_err(|e| match e.downcast::<Skipped>() {
         Ok(s) => Skipped { json, ..s }.into(),
         Err(e) => e,
     })?;
-    let flags = (sweep, probe, json);
     let report = metrale_pack::check::bench_load::bench_load(&b, path, source, io, flags)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -93,6 +93,19 @@ pub fn drop_page_cache(path: &Path) -> bool {
     unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) == 0 }
 }
 
+/// What `bench-load` runs beside its warm and cold loads, and how it prints.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BenchFlags {
+    /// The ring, hybrid and registration parameter sweeps.
+    pub sweep: bool,
+    /// The rate probes first.
+    pub probe: bool,
+    /// The report as JSON on stdout (the lines on stderr).
+    pub json: bool,
+    /// Slept before each timed load.
+    pub pause: std::time::Duration,
+}
+
 /// `bench-load`: seconds to ready for the pack at `path` loaded with `io` (warm three times,
 /// then each path alone with `Auto`, then cold), against the pinned host-to-device ceiling
 /// measured in the same run; `sweep` adds the ring, hybrid and registration parameter sweeps;
@@ -104,8 +117,14 @@ pub fn bench_load(
     path: &Path,
     source: Option<&Path>,
     io: IoMode,
-    (sweep, probe, json): (bool, bool, bool),
+    flags: BenchFlags,
 ) -> Result<LoadReport> {
+    let BenchFlags {
+        sweep,
+        probe,
+        json,
+        pause,
+    } = flags;
     let ceiling = b.pinned_h2d_ceiling(1 << 30)?;
     say(
         json,
@@ -122,6 +141,7 @@ pub fn bench_load(
         path,
         ceiling,
         json,
+        pause,
         report: RefCell::new(LoadReport {
             pack: path.display().to_string(),
             ceiling_gbs: ceiling / 1e9,
@@ -162,6 +182,8 @@ struct LoadBench<'a> {
     path: &'a Path,
     ceiling: f64,
     json: bool,
+    /// Slept before each load.
+    pause: std::time::Duration,
     report: RefCell<LoadReport>,
 }
 
@@ -203,6 +225,7 @@ impl LoadBench<'_> {
     /// Load the pack with `opts`, install every layer (no kernel may run), print one line
     /// labelled `label`: seconds to ready and where they went. Returns the seconds.
     fn ready(&self, label: &str, opts: LoadOptions) -> Result<f64> {
+        std::thread::sleep(self.pause);
         let r = ready_once(self.b, self.path, &opts)?;
         let (secs, st, ceiling) = (r.secs, &r.stats, self.ceiling);
         let gbs = st.bytes as f64 / st.copy_seconds;
