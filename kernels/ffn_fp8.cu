@@ -126,6 +126,156 @@ extern "C" __global__ void w8a16_gemv_batch16(const float* x, int m, const unsig
     gemv_fp8<16, 2, 1>(x, m, w, s, y, n, k, kp, ldy);
 }
 
+// ---- The FP8 decode GEMVs on the bf16 tensor-core MMA (decode-roofline issue, second round) ----
+// The FFMA GEMVs above spend a conversion per weight (E4M3 -> f32), and the conversion pipe
+// limits them. Here a block owns 16 weight rows (one m16n8k16 A) and its W warps split k in
+// 128-value chunks, one scale block each (warp w takes chunks w, w + W, ...). In a chunk, lane
+// (g = lane / 4, t = lane % 4) loads the 32 code bytes at k0 = 128 c + 32 t of rows g and g + 8
+// (two 16-byte loads each) and turns each 32-bit word q (bytes b0..b3 at k0 + 4q ..) into two
+// bf16 pairs, (b0, b2) and (b1, b3), each exactly its E4M3 value (e4m3x4_bf16x2). They are A:
+// (row g, k slots 2t, 2t+1) = (b0, b2), (row g, slots 2t+8, 2t+9) = (b1, b3), the same for row
+// g + 8; B holds the same k of activation rows g (and g + 8 for NT = 2) rounded to bf16. Lanes of
+// one t share k0, so A and B pair the same k. One MMA per word and row pair; the chunk's f32 sum
+// times the block's f32 scale is added to the total, and the W warps' totals are added in warp
+// order through shared memory. Contract (formats.md, "fp8"): activations rounded to bf16
+// (`round Bf16`, the CPU twin `reference::fp8_block_row`), f32 accumulation.
+#define F8G_ROWS MP_FP8_MMA_GEMV_ROWS
+#define F8G_CHUNK 128
+
+// The four E4M3 bytes of w as two bf16 pairs, exactly: even = (b0, b2), odd = (b1, b3) (low half
+// first). Each byte's 7 magnitude bits go to a bf16's exponent low bits and mantissa top bits,
+// its sign to the sign: the bf16 is the E4M3 value times 2^-120 for every code (both formats'
+// subnormals have exponent field 0; the E4M3 bias 7 is bf16's 127 less 120), and one bf16
+// multiply by 2^120 (0x7b80) restores it exactly (the smallest code, 2^-9, is a normal bf16).
+// The NaN codes 0x7f and 0xff, which no encoder of this project writes, read as +-480, as in
+// e4m3x4_f32_2m8. Five integer operations and two bf16 multiplies for four values.
+__device__ __forceinline__ void e4m3x4_bf16x2(unsigned int w, unsigned int& even, unsigned int& odd) {
+    const unsigned int two120 = 0x7b807b80u;
+    even = bf16x2_mul(((w << 4) & 0x07f007f0u) | ((w << 8) & 0x80008000u), two120);
+    odd = bf16x2_mul(((w >> 4) & 0x07f007f0u) | (w & 0x80008000u), two120);
+}
+
+// One lane's chunk: 32 code bytes of rows g and g + 8 at k0, and the chunk's block scale.
+struct F8gChunk {
+    uint4 a0, a1, b0, b1;
+    float s;
+};
+
+// Chunk c of rows ra and rb (zero, and no load, past k: a chunk that starts below k lies inside
+// kp, which is a multiple of 128).
+__device__ __forceinline__ F8gChunk f8g_load(const unsigned char* __restrict__ ra, const unsigned char* __restrict__ rb,
+                                             const float* __restrict__ sr, int c, int t, int k) {
+    F8gChunk ch;
+    if (c * F8G_CHUNK < k) {
+        const int k0 = c * F8G_CHUNK + 32 * t;
+        ch.a0 = ldg_stream(ra + k0);
+        ch.a1 = ldg_stream(ra + k0 + 16);
+        ch.b0 = ldg_stream(rb + k0);
+        ch.b1 = ldg_stream(rb + k0 + 16);
+        ch.s = __ldg(sr + c);
+    } else {
+        ch.a0 = make_uint4(0, 0, 0, 0);
+        ch.a1 = ch.a0;
+        ch.b0 = ch.a0;
+        ch.b1 = ch.a0;
+        ch.s = 0.f;
+    }
+    return ch;
+}
+
+// acc[nt] += s * (the chunk's MMA sum) for activation rows g + 8 nt (zero where r >= m or the
+// word lies past k: k % 16 == 0, so a word of 4 values is wholly inside or outside).
+template <int NT>
+__device__ __forceinline__ void f8g_mma_chunk(const F8gChunk& ch, const float* __restrict__ x, int m, int k, int k0, int g,
+                                              float (&acc)[NT][4]) {
+    const unsigned int wa[8] = {ch.a0.x, ch.a0.y, ch.a0.z, ch.a0.w, ch.a1.x, ch.a1.y, ch.a1.z, ch.a1.w};
+    const unsigned int wb[8] = {ch.b0.x, ch.b0.y, ch.b0.z, ch.b0.w, ch.b1.x, ch.b1.y, ch.b1.z, ch.b1.w};
+    float part[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[nt][e] = 0.f;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+        unsigned int a[4];
+        e4m3x4_bf16x2(wa[q], a[0], a[2]);
+        e4m3x4_bf16x2(wb[q], a[1], a[3]);
+        const int kk = k0 + 4 * q;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int r = g + 8 * nt;
+            unsigned int b[2] = {0u, 0u};
+            if (r < m && kk < k) {
+                const float4 v = __ldg(reinterpret_cast<const float4*>(x + (size_t)r * k + kk));
+                b[0] = pack2_bf16(v.x, v.z);
+                b[1] = pack2_bf16(v.y, v.w);
+            }
+            mma_m16n8k16_bf16(part[nt], a, b);
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] += part[nt][e] * ch.s;
+}
+
+// y[r, j] = sum_kb s[j / 128, kb] * sum_{i in kb} e4m3(w[j, i]) * bf16(x[r, i]) for the 16 rows
+// of block blockIdx.x, r < m <= 8 NT. Rows past n (< np: the layout pads rows to 128) are read,
+// never stored.
+template <int NT, int W>
+__device__ __forceinline__ void gemv_fp8_mma(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
+                                             const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp,
+                                             int ldy) {
+    __shared__ float red[W][NT][32][4];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int j0 = blockIdx.x * F8G_ROWS;
+    const unsigned char* ra = w + (size_t)(j0 + g) * kp;
+    const unsigned char* rb = w + (size_t)(j0 + g + 8) * kp;
+    const float* sr = s + (size_t)(j0 >> 7) * (kp >> 7);
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+    // One chunk in flight ahead of the one being multiplied.
+    int c = warp;
+    F8gChunk cur = f8g_load(ra, rb, sr, c, t, k);
+    for (; c * F8G_CHUNK < k; c += W) {
+        const F8gChunk nxt = f8g_load(ra, rb, sr, c + W, t, k);
+        f8g_mma_chunk<NT>(cur, x, m, k, c * F8G_CHUNK + 32 * t, g, acc);
+        cur = nxt;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) red[warp][nt][lane][e] = acc[nt][e];
+    __syncthreads();
+    // C fragment element e of lane l: weight row g + 8 (e / 2), activation row 2 t + e % 2.
+    for (int i = threadIdx.x; i < NT * 32 * 4; i += blockDim.x) {
+        const int nt = i / 128, l = (i / 4) % 32, e = i % 4;
+        float sum = 0.f;
+#pragma unroll
+        for (int v = 0; v < W; ++v) sum += red[v][nt][l][e];
+        const int row = j0 + (l >> 2) + 8 * (e >> 1), col = nt * 8 + 2 * (l & 3) + (e & 1);
+        if (row < n && col < m) y[(size_t)col * ldy + row] = sum;
+    }
+}
+
+static_assert(MP_FP8_MMA_GEMV_ROWS == 16, "one m16n8k16 A per block");
+static_assert(128 % MP_FP8_MMA_GEMV_ROWS == 0, "a block's rows lie in one 128-row scale band");
+// m <= 8 and m <= 16, W = MP_FP8_MMA_GEMV_WARPS warps (many rows: gate and up, the fused
+// gate+up) or MP_FP8_MMA_GEMV_WARPS_FEW (few rows: the down projection). Grid
+// ceil(n / MP_FP8_MMA_GEMV_ROWS), block 32 W.
+#define FP8_MMA_GEMV(NAME, NT, W)                                                                                   \
+    extern "C" __global__ void NAME(const float* x, int m, const unsigned char* w, const float* s, float* y, int n, \
+                                    int k, int kp, int ldy) {                                                      \
+        gemv_fp8_mma<NT, W>(x, m, w, s, y, n, k, kp, ldy);                                                         \
+    }
+FP8_MMA_GEMV(w8a16_gemv_mma, 1, MP_FP8_MMA_GEMV_WARPS)
+FP8_MMA_GEMV(w8a16_gemv_mma_m16, 2, MP_FP8_MMA_GEMV_WARPS)
+FP8_MMA_GEMV(w8a16_gemv_mma_few, 1, MP_FP8_MMA_GEMV_WARPS_FEW)
+FP8_MMA_GEMV(w8a16_gemv_mma_few_m16, 2, MP_FP8_MMA_GEMV_WARPS_FEW)
+
 // ---- host-emulated: end ----
 
 // ---- Tensor-core GEMM: bf16 mma.sync m16n8k16, tile BM x 128 x 32, 4 warps ----

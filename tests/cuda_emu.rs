@@ -503,6 +503,71 @@ fn nvfp4_gemvs_including_the_k_split_match_the_reference() {
 }
 
 #[test]
+fn fp8_tensor_core_gemvs_match_the_reference() {
+    use metrale_pack::gpu::sizes::FP8_MMA_GEMV_ROWS;
+    use metrale_pack::gpu::table::spec;
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(29);
+    // Rows that leave a partial block and cut a 128-row scale band; k a multiple of 128 and k
+    // ending 16 values into a 32-value lane span (a chunk partly past k). Weights spanning the
+    // E4M3 subnormals (|w| / block max below 2^-6) and the top of the range.
+    for (n, k) in [(150usize, 2176usize), (37, 2160)] {
+        let mut w = r.vec(n * k, 0.05);
+        for (i, v) in w.iter_mut().enumerate() {
+            if i % 7 == 0 {
+                *v *= 1e-5;
+            }
+        }
+        let x = r.vec(16 * k, 1.0);
+        let e = layouts::fp8::encode(&w, n, k);
+        let (codes, scales, kp) = (e.parts[0].1.clone(), e.parts[1].1.clone(), e.padded[1]);
+        let sf = bf32(&scales);
+        for (name, m) in [
+            ("w8a16_gemv_mma", 1usize),
+            ("w8a16_gemv_mma", 8),
+            ("w8a16_gemv_mma_m16", 13),
+            ("w8a16_gemv_mma_few", 3),
+            ("w8a16_gemv_mma_few_m16", 16),
+        ] {
+            let s = spec("ffn_fp8", name).unwrap();
+            assert_eq!(s.round, reference::ActRound::Bf16, "{name}");
+            let want = rows64(m, n, |i, row| {
+                reference::fp8_block_row(
+                    &x[i * k..(i + 1) * k],
+                    &codes,
+                    &sf,
+                    n,
+                    k,
+                    kp,
+                    s.round,
+                    row,
+                )
+            });
+            let mut a = [
+                A::P(f32b(&x[..m * k])),
+                A::I(m),
+                A::P(codes.clone()),
+                A::P(scales.clone()),
+                A::P(f32b(&vec![f32::NAN; m * n])),
+                A::I(n),
+                A::I(k),
+                A::I(kp),
+                A::I(n),
+            ];
+            launch(
+                exe,
+                name,
+                (n.div_ceil(FP8_MMA_GEMV_ROWS), 1),
+                s.grid.threads,
+                &mut a,
+            );
+            let err = rel_err(&bf32(buf(&a[4])), &want);
+            assert!(err < 2e-6, "{name} n={n} k={k} m={m}: {err}");
+        }
+    }
+}
+
+#[test]
 fn fp8_and_bf16_gemvs_match_the_reference() {
     use metrale_pack::gpu::table::spec;
     let Some(exe) = emulator() else { return };

@@ -23,10 +23,25 @@ fn fp8_routing_and_outputs() {
     for (lev, fused) in [
         (levers(&[]), true),
         (levers(&[]), false),
-        // W8A8 from 33 rows (the default before 2026-12-02): 5..32 rows on the w8a16 kernels.
-        (levers(&[("METRALE_FP8_W8A8_MIN_ROWS", "33")]), false),
+        // The f32 FFMA GEMVs for 1..4 rows and W8A8 from 5 (the defaults before session 17).
         (
             levers(&[
+                ("METRALE_FP8_GEMV_MMA", "0"),
+                ("METRALE_FP8_W8A8_MIN_ROWS", "5"),
+            ]),
+            true,
+        ),
+        // W8A8 from 33 rows (the default before 2026-12-02): 5..32 rows on the w8a16 kernels.
+        (
+            levers(&[
+                ("METRALE_FP8_GEMV_MMA", "0"),
+                ("METRALE_FP8_W8A8_MIN_ROWS", "33"),
+            ]),
+            false,
+        ),
+        (
+            levers(&[
+                ("METRALE_FP8_GEMV_MMA", "0"),
                 ("METRALE_FFN_M16_TC", "1"),
                 ("METRALE_FP8_W8A8_MIN_ROWS", "33"),
             ]),
@@ -34,6 +49,7 @@ fn fp8_routing_and_outputs() {
         ),
         (
             levers(&[
+                ("METRALE_FP8_GEMV_MMA", "0"),
                 ("METRALE_FFN_BATCH16", "1"),
                 ("METRALE_FP8_W8A8_MIN_ROWS", "33"),
             ]),
@@ -81,7 +97,22 @@ fn fp8_routing_and_outputs() {
             assert!(e < 1e-2, "{method} m={m}: rel err {e}");
             let proj = t.len() - 1; // one act-mul
             assert_eq!(count(t, "act_mul_silu"), 1, "{t:?}");
+            // The tensor-core GEMVs: 8 or 16 activation rows, few-row blocks at this layer's size.
+            let mma = |name: &str| name.starts_with("w8a16_gemv_mma_few");
             match m {
+                1 if fused && lev.fp8_gemv_mma => assert_eq!(
+                    t,
+                    &["w8a16_gemv_mma_few", "act_mul_silu", "w8a16_gemv_mma_few"]
+                ),
+                1..=16 if lev.fp8_gemv_mma => {
+                    let want = if m <= 8 {
+                        "w8a16_gemv_mma_few"
+                    } else {
+                        "w8a16_gemv_mma_few_m16"
+                    };
+                    assert_eq!(count(t, want), proj, "{t:?}");
+                    assert_eq!(t.iter().filter(|k| mma(k)).count(), proj, "{t:?}");
+                }
                 1 if fused => assert_eq!(
                     t,
                     &["w8a16_gemv_batch4", "act_mul_silu", "w8a16_gemv_batch4"]
@@ -112,7 +143,11 @@ fn fp8_falls_through_missing_kernels_and_names_the_last() {
     let mut r = Rand(12);
     let w = DenseWeights::random(&mut r, H, I);
     let mut c = ctx(
-        HostBackend::without(&["w8a16_gemv_batch4", "w8a16_gemm_pipelined"]),
+        HostBackend::without(&[
+            "w8a16_gemv_mma_few",
+            "w8a16_gemv_batch4",
+            "w8a16_gemm_pipelined",
+        ]),
         levers(&[]),
     );
     let mut layer = DenseFfnLayer::new(&c);
@@ -122,7 +157,12 @@ fn fp8_falls_through_missing_kernels_and_names_the_last() {
     run(&mut c, &layer, "k2", x, 2).unwrap();
     assert_eq!(count(&c.trace, "w8a16_gemm"), 3, "{:?}", c.trace);
     let mut c = ctx(
-        HostBackend::without(&["w8a16_gemv_batch4", "w8a16_gemm_pipelined", "w8a16_gemm"]),
+        HostBackend::without(&[
+            "w8a16_gemv_mma_few",
+            "w8a16_gemv_batch4",
+            "w8a16_gemm_pipelined",
+            "w8a16_gemm",
+        ]),
         levers(&[]),
     );
     let mut layer = DenseFfnLayer::new(&c);

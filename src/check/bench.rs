@@ -98,8 +98,8 @@ const W8A8_ALL: (&str, &str) = ("METRALE_W8A8_MAX_ROWS", "4096");
 #[rustfmt::skip]
 static BENCH_ARMS: [BenchArm; 23] = [
     bench("fp8 fused gate+up GEMV chain", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL], Some(FP8_BPE), false),
-    // W8A8 from 33 rows, as before 2026-12-02 (lever fp8_w8a8_min_rows): 5..32 rows on the w8a16 GEMM.
-    bench("fp8 fused gate+up, W8A8 from 33 rows", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL, ("METRALE_FP8_W8A8_MIN_ROWS", "33")], Some(FP8_BPE), false),
+    // The decode default before session 17: the f32 FFMA GEMVs for 1..4 rows, W8A8 from 5.
+    bench("fp8 fused gate+up, FFMA GEMVs", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL, ("METRALE_FP8_GEMV_MMA", "0"), ("METRALE_FP8_W8A8_MIN_ROWS", "5")], Some(FP8_BPE), false),
     // Prefill from fp8_w8a8_min_rows rows: the W8A8 GEMM (per-group FP8 activations, fp8_wgmma).
     bench("fp8 GEMV / W8A8 prefill", |b, l, w| install_fp8(b, l, w, false), &[W8A8_ALL], Some(FP8_BPE), true),
     // The w8a16 contract: bf16 activations, the mma.sync GEMMs.

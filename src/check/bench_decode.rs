@@ -125,18 +125,22 @@ pub(super) fn decode_kernels(
 ) -> GpuResult<()> {
     let ks = Kernels::resolve(b);
     // (kernel, rows per block, weight bytes per element)
-    let kernels: [(Kernel, usize, usize); 3] = [
+    let kernels: [(Kernel, usize, usize); 7] = [
         (ks.bf16_gemv, BF16_GEMV_ROWS, 2),
         (ks.fp8_b4, FP8_GEMV_ROWS, 1),
         (ks.fp8_b4_cvt, FP8_GEMV_ROWS, 1),
+        (ks.fp8_mma, FP8_MMA_GEMV_ROWS, 1),
+        (ks.fp8_mma_m16, FP8_MMA_GEMV_ROWS, 1),
+        (ks.fp8_mma_few, FP8_MMA_GEMV_ROWS, 1),
+        (ks.fp8_mma_few_m16, FP8_MMA_GEMV_ROWS, 1),
     ];
-    let x = b.alloc((4 * 14336 * 4) as u64)?;
-    upload_f32(b, x, &rng.vec(4 * 14336, 1.0))?;
+    let x = b.alloc((16 * 14336 * 4) as u64)?;
+    upload_f32(b, x, &rng.vec(16 * 14336, 1.0))?;
     let w = b.alloc(14336 * 4096 * 2)?;
     b.fill(w, 0x3C)?;
     let s = b.alloc(14336 / 128 * 4096 / 128 * 4)?;
     b.fill(s, 0x3C)?;
-    let y = b.alloc((4 * 14336 * 4) as u64)?;
+    let y = b.alloc((16 * 14336 * 4) as u64)?;
     for (shape, n, k) in [
         ("gate 14336x4096", 14336usize, 4096usize),
         ("down 4096x14336", 4096, 14336),
@@ -147,7 +151,7 @@ pub(super) fn decode_kernels(
             }
             let bytes = (n * k * bpe) as f64;
             let probe = probe_time(b, &[part(n, k * bpe, rows)])?;
-            for m in [1usize, 4] {
+            for m in [1usize, 4, 8, 16] {
                 if m > kernel.spec.row_cap.unwrap_or(usize::MAX) {
                     continue;
                 }

@@ -141,6 +141,10 @@ fn fp8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let kk = c.kk;
     for kernel in [
         kk.fp8_b4,
+        kk.fp8_mma,
+        kk.fp8_mma_m16,
+        kk.fp8_mma_few,
+        kk.fp8_mma_few_m16,
         kk.fp8_b16,
         kk.fp8_m16,
         kk.fp8_pipe,

@@ -53,7 +53,7 @@ const fn arm(
 }
 
 /// Every arm configuration the layer checks run.
-pub static LAYER_ARMS: [LayerArm; 28] = [
+pub static LAYER_ARMS: [LayerArm; 29] = [
     arm(
         "fp8 fused",
         |b, l, w| install_fp8(b, l, w, true),
@@ -64,6 +64,14 @@ pub static LAYER_ARMS: [LayerArm; 28] = [
         "fp8",
         |b, l, w| install_fp8(b, l, w, false),
         &[],
+        Activation::Silu,
+    ),
+    arm(
+        // The f32 FFMA GEMVs (f32 activations) for m <= 4, the decode default before
+        // 2026-12-02 (session 17), fused gate+up.
+        "fp8 ffma gemv",
+        |b, l, w| install_fp8(b, l, w, true),
+        &[("METRALE_FP8_GEMV_MMA", "0")],
         Activation::Silu,
     ),
     arm(
@@ -377,7 +385,12 @@ fn tolerance(arm: &str, method: &str, m: usize, levers: &ModelLevers) -> f64 {
         2e-2
     } else if arm.starts_with("w8a8") {
         5e-3
-    } else if arm.starts_with("bf16") || m > tc_rows || nv {
+    } else if arm.starts_with("bf16")
+        || m > tc_rows
+        || nv
+        || (arm.starts_with("fp8") && levers.fp8_gemv_mma && m <= 16)
+    {
+        // bf16-rounded activations (the FP8 tensor-core GEMVs among them).
         1e-3
     } else {
         1e-4
