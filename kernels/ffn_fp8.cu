@@ -126,9 +126,9 @@ extern "C" __global__ void w8a16_gemv_batch16(const float* x, int m, const unsig
     gemv_fp8<16, 2, 1>(x, m, w, s, y, n, k, kp, ldy);
 }
 
-// ---- The FP8 decode GEMVs on the bf16 tensor-core MMA (decode-roofline issue, second round) ----
-// The FFMA GEMVs above spend a conversion per weight (E4M3 -> f32), and the conversion pipe
-// limits them. Here a block owns 16 weight rows (one m16n8k16 A) and its W warps split k in
+// ---- The FP8 decode GEMV on the bf16 tensor-core MMA (decode-roofline issue, second round) ----
+// The FFMA GEMVs above spend a conversion per weight (E4M3 -> f32) and one FFMA per weight and
+// activation row, so their time grows with m (2.4x the m = 1 time at m = 4 on the H200). Here a block owns 16 weight rows (one m16n8k16 A) and its W warps split k in
 // 128-value chunks, one scale block each (warp w takes chunks w, w + W, ...). In a chunk, lane
 // (g = lane / 4, t = lane % 4) loads the 32 code bytes at k0 = 128 c + 32 t of rows g and g + 8
 // (two 16-byte loads each) and turns each 32-bit word q (bytes b0..b3 at k0 + 4q ..) into two
@@ -263,18 +263,13 @@ __device__ __forceinline__ void gemv_fp8_mma(const float* __restrict__ x, int m,
 
 static_assert(MP_FP8_MMA_GEMV_ROWS == 16, "one m16n8k16 A per block");
 static_assert(128 % MP_FP8_MMA_GEMV_ROWS == 0, "a block's rows lie in one 128-row scale band");
-// m <= 8 and m <= 16, W = MP_FP8_MMA_GEMV_WARPS warps (many rows: gate and up, the fused
-// gate+up) or MP_FP8_MMA_GEMV_WARPS_FEW (few rows: the down projection). Grid
-// ceil(n / MP_FP8_MMA_GEMV_ROWS), block 32 W.
-#define FP8_MMA_GEMV(NAME, NT, W)                                                                                   \
-    extern "C" __global__ void NAME(const float* x, int m, const unsigned char* w, const float* s, float* y, int n, \
-                                    int k, int kp, int ldy) {                                                      \
-        gemv_fp8_mma<NT, W>(x, m, w, s, y, n, k, kp, ldy);                                                         \
-    }
-FP8_MMA_GEMV(w8a16_gemv_mma, 1, MP_FP8_MMA_GEMV_WARPS)
-FP8_MMA_GEMV(w8a16_gemv_mma_m16, 2, MP_FP8_MMA_GEMV_WARPS)
-FP8_MMA_GEMV(w8a16_gemv_mma_few, 1, MP_FP8_MMA_GEMV_WARPS_FEW)
-FP8_MMA_GEMV(w8a16_gemv_mma_few_m16, 2, MP_FP8_MMA_GEMV_WARPS_FEW)
+// m <= 8. Grid ceil(n / MP_FP8_MMA_GEMV_ROWS), block 32 MP_FP8_MMA_GEMV_WARPS. (Forms with 16
+// activation rows and with 16 warps for the down projection measured slower on the H200 at every
+// m they could serve: BENCHMARKS.md, session 17.)
+extern "C" __global__ void w8a16_gemv_mma(const float* x, int m, const unsigned char* w, const float* s, float* y, int n,
+                                          int k, int kp, int ldy) {
+    gemv_fp8_mma<1, MP_FP8_MMA_GEMV_WARPS>(x, m, w, s, y, n, k, kp, ldy);
+}
 
 // ---- host-emulated: end ----
 

@@ -23,6 +23,14 @@ fn fp8_routing_and_outputs() {
     for (lev, fused) in [
         (levers(&[]), true),
         (levers(&[]), false),
+        // The tensor-core GEMV from one row to 8, W8A8 from 9.
+        (
+            levers(&[
+                ("METRALE_FP8_GEMV_MMA_MIN_ROWS", "1"),
+                ("METRALE_FP8_W8A8_MIN_ROWS", "9"),
+            ]),
+            true,
+        ),
         // The f32 FFMA GEMVs for 1..4 rows and W8A8 from 5 (the defaults before session 17).
         (
             levers(&[
@@ -97,22 +105,10 @@ fn fp8_routing_and_outputs() {
             assert!(e < 1e-2, "{method} m={m}: rel err {e}");
             let proj = t.len() - 1; // one act-mul
             assert_eq!(count(t, "act_mul_silu"), 1, "{t:?}");
-            // The tensor-core GEMVs: 8 or 16 activation rows, few-row blocks at this layer's size.
-            let mma = |name: &str| name.starts_with("w8a16_gemv_mma_few");
+            // The tensor-core GEMV from fp8_gemv_mma_min_rows rows up to its 8.
+            let mma = lev.fp8_gemv_mma && (lev.fp8_gemv_mma_min_rows..=8).contains(&m);
             match m {
-                1 if fused && lev.fp8_gemv_mma => assert_eq!(
-                    t,
-                    &["w8a16_gemv_mma_few", "act_mul_silu", "w8a16_gemv_mma_few"]
-                ),
-                1..=16 if lev.fp8_gemv_mma => {
-                    let want = if m <= 8 {
-                        "w8a16_gemv_mma_few"
-                    } else {
-                        "w8a16_gemv_mma_few_m16"
-                    };
-                    assert_eq!(count(t, want), proj, "{t:?}");
-                    assert_eq!(t.iter().filter(|k| mma(k)).count(), proj, "{t:?}");
-                }
+                _ if mma => assert_eq!(count(t, "w8a16_gemv_mma"), proj, "{t:?}"),
                 1 if fused => assert_eq!(
                     t,
                     &["w8a16_gemv_batch4", "act_mul_silu", "w8a16_gemv_batch4"]
@@ -144,7 +140,7 @@ fn fp8_falls_through_missing_kernels_and_names_the_last() {
     let w = DenseWeights::random(&mut r, H, I);
     let mut c = ctx(
         HostBackend::without(&[
-            "w8a16_gemv_mma_few",
+            "w8a16_gemv_mma",
             "w8a16_gemv_batch4",
             "w8a16_gemm_pipelined",
         ]),
@@ -158,7 +154,7 @@ fn fp8_falls_through_missing_kernels_and_names_the_last() {
     assert_eq!(count(&c.trace, "w8a16_gemm"), 3, "{:?}", c.trace);
     let mut c = ctx(
         HostBackend::without(&[
-            "w8a16_gemv_mma_few",
+            "w8a16_gemv_mma",
             "w8a16_gemv_batch4",
             "w8a16_gemm_pipelined",
             "w8a16_gemm",

@@ -96,10 +96,12 @@ const W8A8_ALL: (&str, &str) = ("METRALE_W8A8_MAX_ROWS", "4096");
 
 /// Every arm `bench-gpu` times, in the order it prints them.
 #[rustfmt::skip]
-static BENCH_ARMS: [BenchArm; 23] = [
+static BENCH_ARMS: [BenchArm; 24] = [
     bench("fp8 fused gate+up GEMV chain", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL], Some(FP8_BPE), false),
-    // The decode default before session 17: the f32 FFMA GEMVs for 1..4 rows, W8A8 from 5.
-    bench("fp8 fused gate+up, FFMA GEMVs", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL, ("METRALE_FP8_GEMV_MMA", "0"), ("METRALE_FP8_W8A8_MIN_ROWS", "5")], Some(FP8_BPE), false),
+    // The decode default before session 17: the f32 FFMA GEMV for 1..4 rows.
+    bench("fp8 fused gate+up, FFMA GEMVs", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL, ("METRALE_FP8_GEMV_MMA", "0")], Some(FP8_BPE), false),
+    // The tensor-core GEMV from one row (1..8 rows; W8A8 from 9).
+    bench("fp8 fused gate+up, tensor-core GEMV from 1 row", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL, ("METRALE_FP8_GEMV_MMA_MIN_ROWS", "1"), ("METRALE_FP8_W8A8_MIN_ROWS", "9")], Some(FP8_BPE), false),
     // Prefill from fp8_w8a8_min_rows rows: the W8A8 GEMM (per-group FP8 activations, fp8_wgmma).
     bench("fp8 GEMV / W8A8 prefill", |b, l, w| install_fp8(b, l, w, false), &[W8A8_ALL], Some(FP8_BPE), true),
     // The w8a16 contract: bf16 activations, the mma.sync GEMMs.

@@ -125,14 +125,11 @@ pub(super) fn decode_kernels(
 ) -> GpuResult<()> {
     let ks = Kernels::resolve(b);
     // (kernel, rows per block, weight bytes per element)
-    let kernels: [(Kernel, usize, usize); 7] = [
+    let kernels: [(Kernel, usize, usize); 4] = [
         (ks.bf16_gemv, BF16_GEMV_ROWS, 2),
         (ks.fp8_b4, FP8_GEMV_ROWS, 1),
         (ks.fp8_b4_cvt, FP8_GEMV_ROWS, 1),
         (ks.fp8_mma, FP8_MMA_GEMV_ROWS, 1),
-        (ks.fp8_mma_m16, FP8_MMA_GEMV_ROWS, 1),
-        (ks.fp8_mma_few, FP8_MMA_GEMV_ROWS, 1),
-        (ks.fp8_mma_few_m16, FP8_MMA_GEMV_ROWS, 1),
     ];
     let x = b.alloc((16 * 14336 * 4) as u64)?;
     upload_f32(b, x, &rng.vec(16 * 14336, 1.0))?;
@@ -151,7 +148,7 @@ pub(super) fn decode_kernels(
             }
             let bytes = (n * k * bpe) as f64;
             let probe = probe_time(b, &[part(n, k * bpe, rows)])?;
-            for m in [1usize, 4, 8, 16] {
+            for m in [1usize, 2, 4] {
                 if m > kernel.spec.row_cap.unwrap_or(usize::MAX) {
                     continue;
                 }

@@ -142,9 +142,6 @@ fn fp8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     for kernel in [
         kk.fp8_b4,
         kk.fp8_mma,
-        kk.fp8_mma_m16,
-        kk.fp8_mma_few,
-        kk.fp8_mma_few_m16,
         kk.fp8_b16,
         kk.fp8_m16,
         kk.fp8_pipe,

@@ -53,7 +53,7 @@ const fn arm(
 }
 
 /// Every arm configuration the layer checks run.
-pub static LAYER_ARMS: [LayerArm; 29] = [
+pub static LAYER_ARMS: [LayerArm; 30] = [
     arm(
         "fp8 fused",
         |b, l, w| install_fp8(b, l, w, true),
@@ -67,11 +67,21 @@ pub static LAYER_ARMS: [LayerArm; 29] = [
         Activation::Silu,
     ),
     arm(
-        // The f32 FFMA GEMVs (f32 activations) for m <= 4, the decode default before
-        // 2026-12-02 (session 17), fused gate+up.
+        // The f32 FFMA GEMV (f32 activations) for m <= 4, fused gate+up: the default for 2..4
+        // rows before 2026-12-02 (session 17).
         "fp8 ffma gemv",
         |b, l, w| install_fp8(b, l, w, true),
         &[("METRALE_FP8_GEMV_MMA", "0")],
+        Activation::Silu,
+    ),
+    arm(
+        // The tensor-core GEMV (bf16 activations) from one row to its 8, fused gate+up.
+        "fp8 mma gemv",
+        |b, l, w| install_fp8(b, l, w, true),
+        &[
+            ("METRALE_FP8_GEMV_MMA_MIN_ROWS", "1"),
+            ("METRALE_FP8_W8A8_MIN_ROWS", "9"),
+        ],
         Activation::Silu,
     ),
     arm(
@@ -388,7 +398,9 @@ fn tolerance(arm: &str, method: &str, m: usize, levers: &ModelLevers) -> f64 {
     } else if arm.starts_with("bf16")
         || m > tc_rows
         || nv
-        || (arm.starts_with("fp8") && levers.fp8_gemv_mma && m <= 16)
+        || (arm.starts_with("fp8")
+            && levers.fp8_gemv_mma
+            && (levers.fp8_gemv_mma_min_rows..=8).contains(&m))
     {
         // bf16-rounded activations (the FP8 tensor-core GEMVs among them).
         1e-3

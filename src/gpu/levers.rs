@@ -45,10 +45,12 @@ pub struct ModelLevers {
     /// `METRALE_DQ_WGMMA_MIN_ROWS` over HARDWARE.toml `dq_wgmma_min_rows`: the fewest rows they
     /// serve.
     pub dq_wgmma_min_rows: usize,
-    /// The FP8 projections of m <= 16 rows on the bf16 tensor-core GEMVs `w8a16_gemv_mma*`
-    /// (bf16-rounded activations) instead of the f32 FFMA GEMVs: `METRALE_FP8_GEMV_MMA` over
-    /// HARDWARE.toml `fp8_gemv_mma`.
+    /// The FP8 projections of `fp8_gemv_mma_min_rows` to 8 rows on the bf16 tensor-core GEMV
+    /// `w8a16_gemv_mma` (bf16-rounded activations) instead of the f32 FFMA GEMVs:
+    /// `METRALE_FP8_GEMV_MMA` over HARDWARE.toml `fp8_gemv_mma`.
     pub fp8_gemv_mma: bool,
+    /// `METRALE_FP8_GEMV_MMA_MIN_ROWS` over HARDWARE.toml `fp8_gemv_mma_min_rows` (default 1).
+    pub fp8_gemv_mma_min_rows: usize,
     /// `METRALE_FFN_GATEUP_FUSED` over HARDWARE.toml `ffn_gateup_fused`.
     pub ffn_gateup_fused: bool,
     /// `METRALE_Q4K_MMQ=1` (old name `METRALE_FFN_MMQ`): build the `q4k_mmq` arm at load.
@@ -133,6 +135,11 @@ impl ModelLevers {
             dq_wgmma: flag_or("METRALE_DQ_WGMMA", "dq_wgmma", false),
             dq_wgmma_min_rows: num_or("METRALE_DQ_WGMMA_MIN_ROWS", "dq_wgmma_min_rows", 1),
             fp8_gemv_mma: flag_or("METRALE_FP8_GEMV_MMA", "fp8_gemv_mma", false),
+            fp8_gemv_mma_min_rows: num_or(
+                "METRALE_FP8_GEMV_MMA_MIN_ROWS",
+                "fp8_gemv_mma_min_rows",
+                1,
+            ),
             ffn_gateup_fused: flag_or("METRALE_FFN_GATEUP_FUSED", "ffn_gateup_fused", true),
             q4k_mmq: flag("METRALE_Q4K_MMQ") || flag("METRALE_FFN_MMQ"),
             q4k_mmq_down_q4k: flag("METRALE_Q4K_MMQ_DOWN_Q4K") || flag("METRALE_FFN_MMQ_DOWN_Q4K"),
@@ -202,12 +209,12 @@ mod tests {
             "kernels/sm_90/HARDWARE.toml turns the FP8 W8A8 prefill on"
         );
         assert_eq!(
-            d.fp8_w8a8_min_rows, 17,
-            "HARDWARE.toml: FP8 W8A8 from 17 rows"
+            d.fp8_w8a8_min_rows, 5,
+            "HARDWARE.toml: FP8 W8A8 from 5 rows"
         );
         assert!(
-            d.fp8_gemv_mma,
-            "HARDWARE.toml: the FP8 tensor-core GEMVs for 1..16 rows"
+            d.fp8_gemv_mma && d.fp8_gemv_mma_min_rows == 2,
+            "HARDWARE.toml: the FP8 tensor-core GEMV from 2 rows"
         );
         assert!(!ModelLevers::from_map(&HashMap::new(), "").fp8_gemv_mma);
         assert_eq!(

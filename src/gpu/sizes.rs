@@ -58,13 +58,8 @@ pub const FP8_GEMV_ROWS: usize = 16;
 /// Weight rows per block of the FP8 tensor-core decode GEMVs `w8a16_gemv_mma*`: the 16 rows of
 /// one m16n8k16 MMA's A.
 pub const FP8_MMA_GEMV_ROWS: usize = 16;
-/// Warps per block (splitting k) of `w8a16_gemv_mma` and `_m16`, for many rows (gate and up).
+/// Warps per block of `w8a16_gemv_mma` (splitting k).
 pub const FP8_MMA_GEMV_WARPS: usize = 8;
-/// Warps per block of `w8a16_gemv_mma_few` and `_few_m16`, for few rows (the down projection:
-/// n / 16 = 256 blocks at hidden 4096).
-pub const FP8_MMA_GEMV_WARPS_FEW: usize = 16;
-/// Below this many blocks (`n / FP8_MMA_GEMV_ROWS`) a projection takes the `_few` GEMVs.
-pub const FP8_MMA_GEMV_FEW_BLOCKS: usize = 512;
 
 /// Output rows (activation rows) per block of the sm_90a W8A8 prefill GEMM `w8a8_wgmma`: two
 /// consumer warpgroups of one `wgmma` m64 each.
@@ -157,7 +152,6 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_FP8_GEMV_ROWS", FP8_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_ROWS", FP8_MMA_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_WARPS", FP8_MMA_GEMV_WARPS),
-    ("MP_FP8_MMA_GEMV_WARPS_FEW", FP8_MMA_GEMV_WARPS_FEW),
     ("MP_Q4K_GEMV_ROWS", Q4K_GEMV_ROWS),
     ("MP_Q4K_GEMV_M_ROWS", Q4K_GEMV_M_ROWS),
     ("MP_INT8_GEMV_ROWS", INT8_GEMV_ROWS),

@@ -441,11 +441,10 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 
 use crate::gpu::sizes::{
     BF16_GEMV_ROWS, DQ_WGMMA_BM, DQ_WGMMA_BN, DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS,
-    FP8_MMA_GEMV_ROWS, FP8_MMA_GEMV_WARPS, FP8_MMA_GEMV_WARPS_FEW, FP8_QUANT_THREADS,
-    INT8_GEMV_M_ROWS, INT8_GEMV_ROWS, NVFP4_GEMV_ROWS as COLS, NVFP4_GEMV_WARPS_DUAL,
-    NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS, W8A8_WGMMA_BK, W8A8_WGMMA_BM,
-    W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM,
-    W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
+    FP8_MMA_GEMV_ROWS, FP8_MMA_GEMV_WARPS, FP8_QUANT_THREADS, INT8_GEMV_M_ROWS, INT8_GEMV_ROWS,
+    NVFP4_GEMV_ROWS as COLS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS,
+    Q4K_GEMV_ROWS, W8A8_WGMMA_BK, W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM,
+    W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM, W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
 };
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
 const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
@@ -600,12 +599,6 @@ kernel_table! {
         grid(Per("n", FP8_GEMV_ROWS), One, 256), cap Some(4), round None;
     fp8_mma: "ffn_fp8" "w8a16_gemv_mma" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", FP8_MMA_GEMV_ROWS), One, 32 * FP8_MMA_GEMV_WARPS), cap Some(8), round Bf16;
-    fp8_mma_m16: "ffn_fp8" "w8a16_gemv_mma_m16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", FP8_MMA_GEMV_ROWS), One, 32 * FP8_MMA_GEMV_WARPS), cap Some(16), round Bf16;
-    fp8_mma_few: "ffn_fp8" "w8a16_gemv_mma_few" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", FP8_MMA_GEMV_ROWS), One, 32 * FP8_MMA_GEMV_WARPS_FEW), cap Some(8), round Bf16;
-    fp8_mma_few_m16: "ffn_fp8" "w8a16_gemv_mma_few_m16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", FP8_MMA_GEMV_ROWS), One, 32 * FP8_MMA_GEMV_WARPS_FEW), cap Some(16), round Bf16;
     fp8_b16: "ffn_fp8" "w8a16_gemv_batch16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 16), One, 256), cap Some(16), round None;
     fp8_m16: "ffn_fp8" "w8a16_gemm_m16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")

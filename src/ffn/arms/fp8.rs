@@ -8,28 +8,16 @@ use crate::gpu::{DevicePtr, GpuResult, ModelLevers};
 pub use crate::gpu::levers::FP8_W8A8_MIN_ROWS;
 
 impl DenseFfnLayer {
-    /// The FP8 projection kernel for `m` rows of an `n`-row projection: the first that resolved
-    /// of the tensor-core GEMVs (m <= 16 with `fp8_gemv_mma`; 8 or 16 activation rows, 8 or 16
-    /// warps by the projection's blocks), batch-4 GEMV (m <= 4), tensor-core m16 (5..=32 with
-    /// `ffn_m16_tc`), batch-16 GEMV (5..=32 with `METRALE_FFN_BATCH16`), the pipelined
-    /// tensor-core GEMM, the base GEMM.
-    pub(crate) fn fp8_kernel_for(
-        &self,
-        lev: &ModelLevers,
-        m: usize,
-        n: usize,
-    ) -> GpuResult<Kernel> {
-        use crate::gpu::sizes::{FP8_MMA_GEMV_FEW_BLOCKS, FP8_MMA_GEMV_ROWS};
+    /// The FP8 projection kernel for `m` rows: the first that resolved of the tensor-core GEMV
+    /// (`fp8_gemv_mma_min_rows..=8` rows with `fp8_gemv_mma`), batch-4 GEMV (m <= 4),
+    /// tensor-core m16 (5..=32 with `ffn_m16_tc`), batch-16 GEMV (5..=32 with
+    /// `METRALE_FFN_BATCH16`), the pipelined tensor-core GEMM, the base GEMM.
+    pub(crate) fn fp8_kernel_for(&self, lev: &ModelLevers, m: usize) -> GpuResult<Kernel> {
         let k = &self.kernels;
-        let few = n.div_ceil(FP8_MMA_GEMV_ROWS) < FP8_MMA_GEMV_FEW_BLOCKS;
-        let mma = match (few, m <= 8) {
-            (false, true) => k.fp8_mma,
-            (false, false) => k.fp8_mma_m16,
-            (true, true) => k.fp8_mma_few,
-            (true, false) => k.fp8_mma_few_m16,
-        };
-        Ok(if m <= 16 && lev.fp8_gemv_mma && mma.ok() {
-            mma
+        let cap = k.fp8_mma.spec.row_cap.unwrap_or(0);
+        let mma = lev.fp8_gemv_mma && (lev.fp8_gemv_mma_min_rows..=cap).contains(&m);
+        Ok(if mma && k.fp8_mma.ok() {
+            k.fp8_mma
         } else if m <= 4 && k.fp8_b4.ok() {
             k.fp8_b4
         } else if (5..=32).contains(&m) && lev.ffn_m16_tc && k.fp8_m16.ok() {
@@ -55,7 +43,7 @@ impl DenseFfnLayer {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        let kernel = self.fp8_kernel_for(&ctx.levers, m, w.n)?;
+        let kernel = self.fp8_kernel_for(&ctx.levers, m)?;
         self.fp8_launch(ctx, kernel, w, x, m, y, ldy)
     }
 

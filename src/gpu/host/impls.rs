@@ -31,9 +31,6 @@ const TWINS: &[(&[&str], Twin)] = &[
             "w8a16_gemv_batch4",
             "w8a16_gemv_batch4_cvt",
             "w8a16_gemv_mma",
-            "w8a16_gemv_mma_m16",
-            "w8a16_gemv_mma_few",
-            "w8a16_gemv_mma_few_m16",
             "w8a16_gemv_batch16",
             "w8a16_gemm_m16",
             "w8a16_gemm_pipelined",
@@ -211,7 +208,7 @@ impl HostBackend {
         Ok(())
     }
 
-    /// `w8a16_gemv_batch4`, `w8a16_gemv_mma*`, `w8a16_gemv_batch16`, `w8a16_gemm_m16`, `w8a16_gemm_pipelined`, `w8a16_gemm`.
+    /// `w8a16_gemv_batch4`, `w8a16_gemv_mma`, `w8a16_gemv_batch16`, `w8a16_gemm_m16`, `w8a16_gemm_pipelined`, `w8a16_gemm`.
     fn w8a16_gemv_batch4(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let round = spec.round;
         let (x, m) = (self.read_f32(a.ptr("x")?)?, a.dim("m")?);
