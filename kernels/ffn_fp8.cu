@@ -184,10 +184,47 @@ __device__ __forceinline__ F8gChunk f8g_load(const unsigned char* __restrict__ r
 }
 
 // acc[nt] += s * (the chunk's MMA sum) for activation rows g + 8 nt (zero where r >= m or the
-// word lies past k: k % 16 == 0, so a word of 4 values is wholly inside or outside).
-template <int NT>
+// word lies past k: k % 16 == 0, so a word of 4 values is wholly inside or outside). ILP (the
+// bench-only `_ilp` form): every B fragment of the chunk loaded before the first MMA, and the
+// MMAs alternate between two accumulators (two dependency chains of 4 instead of one of 8).
+template <int NT, bool ILP = false>
 __device__ __forceinline__ void f8g_mma_chunk(const F8gChunk& ch, const float* __restrict__ x, int m, int k, int k0, int g,
                                               float (&acc)[NT][4]) {
+    if (ILP) {
+        const unsigned int wa[8] = {ch.a0.x, ch.a0.y, ch.a0.z, ch.a0.w, ch.a1.x, ch.a1.y, ch.a1.z, ch.a1.w};
+        const unsigned int wb[8] = {ch.b0.x, ch.b0.y, ch.b0.z, ch.b0.w, ch.b1.x, ch.b1.y, ch.b1.z, ch.b1.w};
+        unsigned int bx[8][NT][2];
+#pragma unroll
+        for (int q = 0; q < 8; ++q)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const int r = g + 8 * nt, kk = k0 + 4 * q;
+                float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (r < m && kk < k) v = __ldg(reinterpret_cast<const float4*>(x + (size_t)r * k + kk));
+                bx[q][nt][0] = pack2_bf16(v.x, v.z);
+                bx[q][nt][1] = pack2_bf16(v.y, v.w);
+            }
+        float part[2][NT][4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) part[h][nt][e] = 0.f;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+            unsigned int a[4];
+            e4m3x4_bf16x2(wa[q], a[0], a[2]);
+            e4m3x4_bf16x2(wb[q], a[1], a[3]);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma_m16n8k16_bf16(part[q & 1][nt], a, bx[q][nt]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[nt][e] += (part[0][nt][e] + part[1][nt][e]) * ch.s;
+        return;
+    }
     const unsigned int wa[8] = {ch.a0.x, ch.a0.y, ch.a0.z, ch.a0.w, ch.a1.x, ch.a1.y, ch.a1.z, ch.a1.w};
     const unsigned int wb[8] = {ch.b0.x, ch.b0.y, ch.b0.z, ch.b0.w, ch.b1.x, ch.b1.y, ch.b1.z, ch.b1.w};
     float part[NT][4];
@@ -222,7 +259,7 @@ __device__ __forceinline__ void f8g_mma_chunk(const F8gChunk& ch, const float* _
 // y[r, j] = sum_kb s[j / 128, kb] * sum_{i in kb} e4m3(w[j, i]) * bf16(x[r, i]) for the 16 rows
 // of block blockIdx.x, r < m <= 8 NT. Rows past n (< np: the layout pads rows to 128) are read,
 // never stored.
-template <int NT, int W>
+template <int NT, int W, bool ILP = false>
 __device__ __forceinline__ void gemv_fp8_mma(const float* __restrict__ x, int m, const unsigned char* __restrict__ w,
                                              const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp,
                                              int ldy) {
@@ -242,7 +279,7 @@ __device__ __forceinline__ void gemv_fp8_mma(const float* __restrict__ x, int m,
     F8gChunk cur = f8g_load(ra, rb, sr, c, t, k);
     for (; c * F8G_CHUNK < k; c += W) {
         const F8gChunk nxt = f8g_load(ra, rb, sr, c + W, t, k);
-        f8g_mma_chunk<NT>(cur, x, m, k, c * F8G_CHUNK + 32 * t, g, acc);
+        f8g_mma_chunk<NT, ILP>(cur, x, m, k, c * F8G_CHUNK + 32 * t, g, acc);
         cur = nxt;
     }
 #pragma unroll
@@ -269,6 +306,13 @@ static_assert(128 % MP_FP8_MMA_GEMV_ROWS == 0, "a block's rows lie in one 128-ro
 extern "C" __global__ void w8a16_gemv_mma(const float* x, int m, const unsigned char* w, const float* s, float* y, int n,
                                           int k, int kp, int ldy) {
     gemv_fp8_mma<1, MP_FP8_MMA_GEMV_WARPS>(x, m, w, s, y, n, k, kp, ldy);
+}
+
+// The same with the chunk's activation loads ahead of its MMAs and two accumulators (bench-gpu's
+// comparison of what limits this GEMV; the layer never routes to it).
+extern "C" __global__ void w8a16_gemv_mma_ilp(const float* x, int m, const unsigned char* w, const float* s, float* y,
+                                              int n, int k, int kp, int ldy) {
+    gemv_fp8_mma<1, MP_FP8_MMA_GEMV_WARPS, true>(x, m, w, s, y, n, k, kp, ldy);
 }
 
 // ---- host-emulated: end ----

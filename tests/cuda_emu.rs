@@ -526,6 +526,8 @@ fn fp8_tensor_core_gemvs_match_the_reference() {
             ("w8a16_gemv_mma", 1usize),
             ("w8a16_gemv_mma", 3),
             ("w8a16_gemv_mma", 8),
+            ("w8a16_gemv_mma_ilp", 1),
+            ("w8a16_gemv_mma_ilp", 5),
         ] {
             let s = spec("ffn_fp8", name).unwrap();
             assert_eq!(s.round, reference::ActRound::Bf16, "{name}");

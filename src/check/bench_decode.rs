@@ -125,11 +125,12 @@ pub(super) fn decode_kernels(
 ) -> GpuResult<()> {
     let ks = Kernels::resolve(b);
     // (kernel, rows per block, weight bytes per element)
-    let kernels: [(Kernel, usize, usize); 4] = [
+    let kernels: [(Kernel, usize, usize); 5] = [
         (ks.bf16_gemv, BF16_GEMV_ROWS, 2),
         (ks.fp8_b4, FP8_GEMV_ROWS, 1),
         (ks.fp8_b4_cvt, FP8_GEMV_ROWS, 1),
         (ks.fp8_mma, FP8_MMA_GEMV_ROWS, 1),
+        (ks.fp8_mma_ilp, FP8_MMA_GEMV_ROWS, 1),
     ];
     let x = b.alloc((16 * 14336 * 4) as u64)?;
     upload_f32(b, x, &rng.vec(16 * 14336, 1.0))?;

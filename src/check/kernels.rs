@@ -142,6 +142,7 @@ fn fp8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     for kernel in [
         kk.fp8_b4,
         kk.fp8_mma,
+        kk.fp8_mma_ilp,
         kk.fp8_b16,
         kk.fp8_m16,
         kk.fp8_pipe,

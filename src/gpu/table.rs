@@ -599,6 +599,8 @@ kernel_table! {
         grid(Per("n", FP8_GEMV_ROWS), One, 256), cap Some(4), round None;
     fp8_mma: "ffn_fp8" "w8a16_gemv_mma" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", FP8_MMA_GEMV_ROWS), One, 32 * FP8_MMA_GEMV_WARPS), cap Some(8), round Bf16;
+    fp8_mma_ilp: "ffn_fp8" "w8a16_gemv_mma_ilp" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
+        grid(Per("n", FP8_MMA_GEMV_ROWS), One, 32 * FP8_MMA_GEMV_WARPS), cap Some(8), round Bf16;
     fp8_b16: "ffn_fp8" "w8a16_gemv_batch16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 16), One, 256), cap Some(16), round None;
     fp8_m16: "ffn_fp8" "w8a16_gemm_m16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")

@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { w8a16_gemv_batch4((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
     else if (name == "w8a16_gemv_mma")
         emu_launch(gx, gy, bx, [&] { w8a16_gemv_mma((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
+    else if (name == "w8a16_gemv_mma_ilp")
+        emu_launch(gx, gy, bx, [&] { w8a16_gemv_mma_ilp((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
     else if (name == "w8a16_gemv_batch16")
         emu_launch(gx, gy, bx, [&] { w8a16_gemv_batch16((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
     else if (name == "bf16_gemv_batch4")

@@ -31,6 +31,7 @@ const TWINS: &[(&[&str], Twin)] = &[
             "w8a16_gemv_batch4",
             "w8a16_gemv_batch4_cvt",
             "w8a16_gemv_mma",
+            "w8a16_gemv_mma_ilp",
             "w8a16_gemv_batch16",
             "w8a16_gemm_m16",
             "w8a16_gemm_pipelined",
