@@ -172,6 +172,10 @@ enum Cmd {
         /// loads back to back).
         #[arg(long, default_value_t = 0)]
         pause_ms: u64,
+        /// Read the staging ring's first chunks whole, as later ones (default: growing from
+        /// chunk / readers, so the first copy starts sooner).
+        #[arg(long)]
+        no_ramp: bool,
     },
     /// Every arm of the recorded layers, loaded from PACK, on real activations (INPUTS/layerN.npy:
     /// f32 [tokens, hidden] FFN inputs, e.g. from `scripts/quality_kl.py --record`) against the
@@ -427,6 +431,7 @@ fn run(cli: Cli) -> Result<()> {
             probe,
             json,
             pause_ms,
+            no_ramp,
         } => bench_load(
             &pack,
             source.as_deref(),
@@ -436,6 +441,7 @@ fn run(cli: Cli) -> Result<()> {
                 probe,
                 json,
                 pause: std::time::Duration::from_millis(pause_ms),
+                ramp: !no_ramp,
             },
         ),
         Cmd::ExportSegment { pack, out } => export_segment(&pack, &out),

@@ -751,3 +751,33 @@ fn buffers_pinned_before_the_first_load_are_its_whole_ring() {
     assert_eq!(lp.stats.ring.unwrap().kept, ring);
     b.free(lp.arena);
 }
+
+#[test]
+fn ramped_and_whole_first_chunks_copy_every_byte_and_the_side_job_sees_the_pack() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = three_layout_pack(dir.path());
+    let b = HostBackend::new();
+    for ramp in [true, false] {
+        let o = LoadOptions {
+            io: IoMode::Staged,
+            staging: loader::Staging::Fresh,
+            chunk: 64 << 10,
+            ring: 4,
+            readers: 5,
+            ramp,
+            ..Default::default()
+        };
+        let (lp, seen) = loader::load_beside(&b, &p, &o, |pack, inter| {
+            (pack.manifest.model.hidden_size, inter)
+        })
+        .unwrap();
+        assert!(
+            lp.stats.bytes > 5 * (64 << 10),
+            "the ramp must be shorter than the pack"
+        );
+        every_tensor_arrived(&b, &lp, if ramp { "ramped ring" } else { "whole chunks" });
+        assert_eq!(seen, (128, lp.ffn_inter), "ramp {ramp}");
+        assert_eq!(lp.ffn_inter, 256);
+        b.free(lp.arena);
+    }
+}

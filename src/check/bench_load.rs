@@ -104,6 +104,9 @@ pub struct BenchFlags {
     pub json: bool,
     /// Slept before each timed load.
     pub pause: std::time::Duration,
+    /// The ring's first chunks grow (`LoadOptions::ramp`, the default); off, every chunk is
+    /// whole.
+    pub ramp: bool,
 }
 
 /// `bench-load`: seconds to ready for the pack at `path` loaded with `io` (warm three times,
@@ -124,6 +127,7 @@ pub fn bench_load(
         probe,
         json,
         pause,
+        ramp,
     } = flags;
     let ceiling = b.pinned_h2d_ceiling(1 << 30)?;
     say(
@@ -150,6 +154,7 @@ pub fn bench_load(
     };
     let with = |io: IoMode| LoadOptions {
         io,
+        ramp,
         ..LoadOptions::default()
     };
     // The chosen mode, warm (three runs) and cold; then, with auto, each path alone, warm.
@@ -191,11 +196,12 @@ struct LoadBench<'a> {
 fn ring_line(opts: &LoadOptions, t: &loader::RingTimes) -> String {
     let ms = |x: f64| x * 1e3;
     format!(
-        "  ring ({:?}, {} x {} MiB, {} readers): {} buffers kept, {} pinned (first ready at {:.1} ms, all at {:.1}, pinning {:.1} ms); first copy issued at {:.1} ms, last at {:.1}, drained at {:.1}, released at {:.1}; summed over the readers: wait {:.1}, read {:.1}, issue {:.1} ms",
+        "  ring ({:?}, {} x {} MiB, {} readers{}): {} buffers kept, {} pinned (first ready at {:.1} ms, all at {:.1}, pinning {:.1} ms); first copy issued at {:.1} ms, last at {:.1}, drained at {:.1}, released at {:.1}; summed over the readers: wait {:.1}, read {:.1}, issue {:.1} ms",
         opts.staging,
         opts.ring,
         opts.chunk >> 20,
         opts.readers,
+        if opts.ramp { ", ramp" } else { "" },
         t.kept,
         t.pinned,
         ms(t.first_buffer),
@@ -337,6 +343,14 @@ impl LoadBench<'_> {
                 }
             }
         }
+        let o = LoadOptions {
+            io: IoMode::Staged,
+            ramp: false,
+            ..LoadOptions::default()
+        };
+        for _ in 0..2 {
+            ready_with("sweep staged whole first chunks (no ramp)", o.clone())?;
+        }
         for readers in [8usize, 10, 12, 14] {
             let o = LoadOptions {
                 io: IoMode::Staged,
@@ -472,15 +486,23 @@ struct Ready {
 /// kernel: a pack holds what start-up would build).
 fn ready_once(b: &Arc<CudaBackend>, path: &Path, opts: &LoadOptions) -> Result<Ready> {
     let t0 = std::time::Instant::now();
-    let lp = loader::load(b.as_ref(), path, opts)?;
-    let m = &lp.pack.manifest.model;
-    let cfg = FfnConfig {
-        hidden: m.hidden_size as usize,
-        inter: lp.ffn_inter,
+    // As `LoadedModel::load` does: the forward context allocated while the segment copies.
+    let (lp, ctx) = loader::load_beside(b.as_ref(), path, opts, |p, inter| {
+        let cfg = FfnConfig {
+            hidden: p.manifest.model.hidden_size as usize,
+            inter,
+        };
+        ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default())
+    })?;
+    let ctx = match ctx {
+        Ok(c) => c,
+        Err(e) => {
+            b.free(lp.arena);
+            return Err(e.into());
+        }
     };
-    let act = crate::model::Activation::from_act_name(&m.activation)
+    let act = crate::model::Activation::from_act_name(&lp.pack.manifest.model.activation)
         .unwrap_or(crate::model::Activation::Silu);
-    let ctx = ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default())?;
     let launches = b.launch_count();
     let mut layers = Vec::new();
     for o in &lp.layers {

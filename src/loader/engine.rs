@@ -2,7 +2,7 @@
 //! the device segment, the forward context and every installed layer, and gives them back to
 //! the backend when dropped.
 
-use super::{DeviceTensor, LoadOptions, LoadedPack, load};
+use super::{DeviceTensor, LoadOptions, LoadedPack, load_beside};
 use crate::error::{Error, Result};
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, ModelLevers};
@@ -65,28 +65,33 @@ impl LoadedModel {
             file: file.clone(),
             reason: format!("{what}: {e}"),
         };
-        let pack = load(backend.as_ref(), path, &opts.load)?;
+        // The forward context (its scratch arena) is allocated while the segment copies.
+        let (pack, ctx) = load_beside(backend.as_ref(), path, &opts.load, |p, inter| {
+            let cfg = FfnConfig {
+                hidden: p.manifest.model.hidden_size as usize,
+                inter,
+            };
+            ForwardContext::new(backend.clone(), cfg, opts.max_tokens, opts.levers.clone())
+        })?;
         // From here the segment is owned: a failure below frees it with the half-built model.
         let m = &pack.pack.manifest.model;
-        let cfg = FfnConfig {
-            hidden: m.hidden_size as usize,
-            inter: pack.ffn_inter,
-        };
-        let act = Activation::from_act_name(&m.activation).ok_or_else(|| Error::Unsupported {
-            file: file.clone(),
-            reason: format!(
-                "activation {:?} (the layer runs silu and gelu)",
-                m.activation
-            ),
+        let act = Activation::from_act_name(&m.activation).ok_or_else(|| {
+            backend.free(pack.arena);
+            Error::Unsupported {
+                file: file.clone(),
+                reason: format!(
+                    "activation {:?} (the layer runs silu and gelu)",
+                    m.activation
+                ),
+            }
         })?;
-        let ctx =
-            match ForwardContext::new(backend.clone(), cfg, opts.max_tokens, opts.levers.clone()) {
-                Ok(c) => c,
-                Err(e) => {
-                    backend.free(pack.arena);
-                    return Err(gpu("allocating the forward context", e));
-                }
-            };
+        let ctx = match ctx {
+            Ok(c) => c,
+            Err(e) => {
+                backend.free(pack.arena);
+                return Err(gpu("allocating the forward context", e));
+            }
+        };
         let mut model = LoadedModel {
             pack,
             ctx,

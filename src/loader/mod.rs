@@ -73,6 +73,9 @@ pub struct LoadOptions {
     pub ring: usize,
     /// Reader threads filling the ring (staged mode).
     pub readers: usize,
+    /// The ring's first chunks grow from `chunk / readers` to `chunk` (one step per reader),
+    /// so the first copy waits for a small read instead of a whole chunk (staged mode).
+    pub ramp: bool,
     /// Where the ring's pinned memory comes from (staged mode).
     pub staging: Staging,
     /// The ring's memory is pinned in pieces of this many bytes, at least one buffer each
@@ -114,6 +117,7 @@ impl Default for LoadOptions {
             readers: std::thread::available_parallelism()
                 .map_or(4, |n| n.get())
                 .min(16),
+            ramp: true,
             staging: Staging::Kept,
             ring_piece: RING_PIECE_BYTES,
             register_chunk: 0,
@@ -326,18 +330,93 @@ fn load_inner(
     opts: &LoadOptions,
     gather: Option<&dyn AllGather>,
 ) -> Result<LoadedPack, crate::Error> {
+    Ok(load_with(b, path, opts, gather, |_, _| ())?.0)
+}
+
+/// [`load`], with `side` run on its own thread while the segment is copied: it gets the opened
+/// pack and this rank's FFN intermediate size, and its result comes back beside the load's.
+/// An engine builds what does not depend on the weights there (its forward context: the
+/// scratch arena's first allocation costs milliseconds, a small pack's whole copy costs a few),
+/// so the copy hides it. `side` runs to its end even when the copy fails.
+pub fn load_beside<R: Send>(
+    b: &dyn GpuBackend,
+    path: &Path,
+    opts: &LoadOptions,
+    side: impl FnOnce(&Pack, usize) -> R + Send,
+) -> Result<(LoadedPack, R), crate::Error> {
+    load_with(b, path, opts, None, side)
+}
+
+fn load_with<R: Send>(
+    b: &dyn GpuBackend,
+    path: &Path,
+    opts: &LoadOptions,
+    gather: Option<&dyn AllGather>,
+    side: impl FnOnce(&Pack, usize) -> R + Send,
+) -> Result<(LoadedPack, R), crate::Error> {
     let t0 = Instant::now();
     let pack = Pack::open(path)?;
     let open_seconds = t0.elapsed().as_secs_f64();
-    let file = path.display().to_string();
-    let gpu = |e: GpuError| crate::Error::Unsupported {
-        file: file.clone(),
-        reason: format!("loading to the GPU: {e}"),
-    };
     let ranges = rank_pieces(&pack, opts.rank)?;
+    let ffn_inter = rank_inter(&pack, opts.rank);
+    let (copied, r) = std::thread::scope(|s| {
+        let pack = &pack;
+        let h = s.spawn(move || side(pack, ffn_inter));
+        let copied = copy_segment(b, pack, path, opts, gather, &ranges);
+        (copied, h.join().expect("the load's side job panicked"))
+    });
+    let (arena, pieces, mut stats) = copied?;
+    let t2 = Instant::now();
+    let layers = match bind::overlays(&pack, arena, &pieces, ffn_inter) {
+        Ok(l) => l,
+        Err(e) => {
+            b.free(arena);
+            return Err(gpu_error(path)(e));
+        }
+    };
+    stats.open_seconds = open_seconds;
+    stats.bind_seconds = t2.elapsed().as_secs_f64();
+    stats.total_seconds = t0.elapsed().as_secs_f64();
+    let lp = LoadedPack {
+        pack,
+        arena,
+        layers,
+        stats,
+        pieces,
+        ffn_inter,
+    };
+    Ok((lp, r))
+}
+
+/// A runtime error of loading `path`, as the crate's error naming the file.
+fn gpu_error(path: &Path) -> impl Fn(GpuError) -> crate::Error + '_ {
+    move |e| crate::Error::Unsupported {
+        file: path.display().to_string(),
+        reason: format!("loading to the GPU: {e}"),
+    }
+}
+
+/// The arena, its pieces `(offset, bytes, arena offset)` and the load's figures.
+type Copied = (DevicePtr, Vec<(u64, u64, u64)>, LoadStats);
+
+/// Allocate the arena and copy `ranges` of the opened `pack` into it (and all-gather the
+/// replicated range with `gather`): the arena, the pieces `(offset, bytes, arena offset)`, and
+/// the load's figures so far (open, bind and total are the caller's). The arena is freed on
+/// an error.
+fn copy_segment(
+    b: &dyn GpuBackend,
+    pack: &Pack,
+    path: &Path,
+    opts: &LoadOptions,
+    gather: Option<&dyn AllGather>,
+    ranges: &[(u64, u64)],
+) -> Result<Copied, crate::Error> {
+    let t0 = Instant::now();
+    let file = path.display().to_string();
+    let gpu = gpu_error(path);
     let mut pieces = Vec::with_capacity(ranges.len());
     let mut len = 0u64;
-    for &(off, bytes) in &ranges {
+    for &(off, bytes) in ranges {
         pieces.push((off, bytes, len));
         len += bytes;
     }
@@ -361,12 +440,18 @@ fn load_inner(
     } else {
         b.alloc(len)
     }
-    .map_err(gpu)?;
-    let streams: Vec<StreamId> = (0..opts.streams.max(1))
+    .map_err(&gpu)?;
+    let streams = match (0..opts.streams.max(1))
         .map(|_| b.new_stream())
-        .collect::<GpuResult<_>>()
-        .map_err(gpu)?;
-    let alloc_seconds = t0.elapsed().as_secs_f64() - open_seconds;
+        .collect::<GpuResult<Vec<StreamId>>>()
+    {
+        Ok(s) => s,
+        Err(e) => {
+            b.free(arena);
+            return Err(gpu(e));
+        }
+    };
+    let alloc_seconds = t0.elapsed().as_secs_f64();
     let tr = Instant::now();
     let resident = if len == 0 {
         1.0
@@ -386,7 +471,7 @@ fn load_inner(
         streams: &streams,
         resident,
     };
-    let copied = match copy_into(b, &pack, path, &into, &copies, opts) {
+    let copied = match copy_into(b, pack, path, &into, &copies, opts) {
         Ok(c) => c,
         Err(e) => {
             b.free(arena);
@@ -403,33 +488,23 @@ fn load_inner(
         }
     }
     let gather_seconds = tg.elapsed().as_secs_f64();
-    let t2 = Instant::now();
-    let ffn_inter = rank_inter(&pack, opts.rank);
-    let layers = bind::overlays(&pack, arena, &pieces, ffn_inter).map_err(gpu)?;
     let stats = LoadStats {
         bytes: len,
-        open_seconds,
+        open_seconds: 0.0,
         alloc_seconds,
         resident_seconds,
         copy_seconds,
         read_bytes: copies.iter().map(|c| c.1).sum(),
         gather_seconds,
-        bind_seconds: t2.elapsed().as_secs_f64(),
-        total_seconds: t0.elapsed().as_secs_f64(),
+        bind_seconds: 0.0,
+        total_seconds: 0.0,
         mode: copied.mode,
         fell_back: copied.fell_back,
         resident,
         direct: copied.direct,
         ring: copied.ring,
     };
-    Ok(LoadedPack {
-        pack,
-        arena,
-        layers,
-        stats,
-        pieces,
-        ffn_inter,
-    })
+    Ok((arena, pieces, stats))
 }
 
 /// A split read (rank index and parts) and the copies one process makes.

@@ -237,12 +237,43 @@ fn pin_ring(
     }
 }
 
+/// The chunks a segment of `seg_len` bytes is read in, `(offset, bytes)` in order: `chunk`
+/// bytes each, or with `ramp` the first `readers` growing by `chunk / readers` (rounded up to
+/// whole [`DIRECT_ALIGN`] blocks) from one step to `chunk`. The readers start together, so
+/// the first copy is issued after the smallest read, not after a whole chunk's, and the DMA
+/// engine drains the small chunks while the larger ones are read (BENCHMARKS.md, "The ring's
+/// first chunks").
+pub(super) fn chunk_plan(
+    seg_len: usize,
+    chunk: usize,
+    readers: usize,
+    ramp: bool,
+) -> Vec<(usize, usize)> {
+    let chunk = chunk.max(1);
+    let steps = if ramp { readers.max(1) } else { 1 };
+    let mut plan = Vec::with_capacity(seg_len / chunk + steps);
+    let mut off = 0;
+    while off < seg_len {
+        let i = plan.len();
+        let want = if i < steps {
+            (chunk * (i + 1) / steps).div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN
+        } else {
+            chunk
+        };
+        let len = want.clamp(1, chunk).min(seg_len - off);
+        plan.push((off, len));
+        off += len;
+    }
+    plan
+}
+
 /// The readers' shared job: the segment's chunks, claimed in order, and what the readers add up.
 struct ChunkJob<'a> {
     file: &'a std::fs::File,
     direct: Option<&'a std::fs::File>,
     seg_off: u64,
-    seg_len: usize,
+    /// The chunks, `(offset in the segment, bytes)` ([`chunk_plan`]).
+    plan: Vec<(usize, usize)>,
     chunk: usize,
     n_chunks: usize,
     arena: &'a Dest<'a>,
@@ -303,8 +334,7 @@ impl ChunkJob<'_> {
         t: std::time::Instant,
     ) -> GpuResult<()> {
         use std::os::unix::fs::FileExt;
-        let off = c * self.chunk;
-        let len = self.chunk.min(self.seg_len - off);
+        let (off, len) = self.plan[c];
         // The copy that last used this buffer must finish before it is refilled.
         b.synchronize(stream)?;
         let t = Self::add(&self.wait, t);
@@ -362,7 +392,8 @@ pub(super) fn copy_staged(
     let t0 = std::time::Instant::now();
     // Whole O_DIRECT blocks per buffer.
     let chunk = opts.chunk.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
-    let n_chunks = seg_len.div_ceil(chunk);
+    let plan = chunk_plan(seg_len, chunk, opts.readers.max(1), opts.ramp);
+    let n_chunks = plan.len();
     let ring = opts.ring.max(1).min(n_chunks.max(1));
     let pool = match opts.staging {
         Staging::Kept => b.staging_pool(),
@@ -379,7 +410,7 @@ pub(super) fn copy_staged(
         file,
         direct,
         seg_off,
-        seg_len,
+        plan,
         chunk,
         n_chunks,
         arena,
@@ -470,4 +501,44 @@ fn finish_ring(
         _ => release(all),
     }
     (synced, drained)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan covers the segment once, in order, in whole O_DIRECT blocks but the last, no
+    /// chunk above `chunk`; with the ramp the first chunks grow one step per reader.
+    #[test]
+    fn chunk_plans_cover_the_segment_and_ramp_up() {
+        let chunk = 8 << 20;
+        for (len, readers, ramp) in [
+            (350_000_000usize, 16usize, true),
+            (350_000_000, 16, false),
+            (5 << 20, 16, true),
+            (1, 4, true),
+            (0, 4, true),
+            ((8 << 20) * 40 + 12345, 3, true),
+        ] {
+            let plan = chunk_plan(len, chunk, readers, ramp);
+            let mut at = 0;
+            for (i, &(off, n)) in plan.iter().enumerate() {
+                assert_eq!(off, at, "chunk {i} of {len}");
+                assert!(n > 0 && n <= chunk, "chunk {i} of {len}: {n} bytes");
+                if i + 1 < plan.len() {
+                    assert_eq!(n % DIRECT_ALIGN, 0, "chunk {i} of {len}: {n} bytes");
+                }
+                at += n;
+            }
+            assert_eq!(at, len);
+            if ramp && len > chunk * readers {
+                let step = (chunk / readers).div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+                assert_eq!(plan[0].1, step);
+                assert!(plan.windows(2).take(readers - 1).all(|w| w[1].1 > w[0].1));
+                assert!(plan[readers..plan.len() - 1].iter().all(|c| c.1 == chunk));
+            } else if !ramp {
+                assert!(plan[..plan.len() - 1].iter().all(|c| c.1 == chunk));
+            }
+        }
+    }
 }
