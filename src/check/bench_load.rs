@@ -492,7 +492,10 @@ fn ready_once(b: &Arc<CudaBackend>, path: &Path, opts: &LoadOptions) -> Result<R
             hidden: p.manifest.model.hidden_size as usize,
             inter,
         };
-        ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default())
+        let ctx = ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default())?;
+        // The first layer resolves every kernel (loads the modules): done here, the copy hides it.
+        drop(DenseFfnLayer::new(&ctx));
+        Ok::<_, crate::gpu::GpuError>(ctx)
     })?;
     let ctx = match ctx {
         Ok(c) => c,

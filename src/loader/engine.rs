@@ -71,7 +71,11 @@ impl LoadedModel {
                 hidden: p.manifest.model.hidden_size as usize,
                 inter,
             };
-            ForwardContext::new(backend.clone(), cfg, opts.max_tokens, opts.levers.clone())
+            let ctx = ForwardContext::new(backend.clone(), cfg, opts.max_tokens, opts.levers.clone())?;
+            // The first layer resolves every kernel (loads the modules): done here, the copy
+            // hides it.
+            drop(DenseFfnLayer::new(&ctx));
+            Ok::<_, GpuError>(ctx)
         })?;
         // From here the segment is owned: a failure below frees it with the half-built model.
         let m = &pack.pack.manifest.model;
