@@ -126,7 +126,7 @@ enum Cmd {
         inter: usize,
         /// FFN layers.
         layers: usize,
-        /// F32, F16, BF16, Q8_0 or Q4_K.
+        /// F32, F16, BF16, Q8_0, Q4_0, Q4_1 or Q4_K.
         #[arg(value_name = "TYPE")]
         ty: String,
         /// llama (SiLU) or gemma (GELU).

@@ -6,7 +6,9 @@ mod common;
 
 use common::*;
 use metrale_pack::GgmlType;
-use metrale_pack::converters::{self, BlockEncode, q2_k::Q2K, q4_k::Q4K, q8_0::Q8_0};
+use metrale_pack::converters::{
+    self, BlockEncode, q2_k::Q2K, q4_0::Q4_0, q4_1::Q4_1, q4_k::Q4K, q8_0::Q8_0,
+};
 
 const DECODED: &[GgmlType] = &[
     GgmlType::F16,
@@ -80,6 +82,13 @@ fn check_encoder<F: BlockEncode>(ty: GgmlType, rng: &mut Rng, rows: usize, cols:
 fn q8_0_encoder_is_byte_identical_to_ggml_reference() {
     let mut rng = Rng::fresh("q8_0");
     check_encoder::<Q8_0>(GgmlType::Q8_0, &mut rng, 64, 4096);
+}
+
+#[test]
+fn q4_0_and_q4_1_encoders_are_byte_identical_to_ggml_reference() {
+    let mut rng = Rng::fresh("q4_0");
+    check_encoder::<Q4_0>(GgmlType::Q4_0, &mut rng, 64, 4096);
+    check_encoder::<Q4_1>(GgmlType::Q4_1, &mut rng, 64, 4096);
 }
 
 #[test]

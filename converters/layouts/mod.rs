@@ -3,6 +3,7 @@
 //! source already is the target, its stored bytes) into named parts, and decodes them back.
 //! Every function is pure and deterministic at any thread count.
 
+pub mod affine;
 pub mod bf16;
 pub mod fp8;
 pub mod lora;
@@ -70,6 +71,8 @@ pub enum Layout {
     Q2g128,
     /// `lora`: a PEFT adapter's A and B in BF16 with its scaling.
     Lora,
+    /// `affine`: integer codes (4 or 8 bits) with a half scale and offset per group.
+    Affine,
     /// A layout defined outside this crate ([`Layout::custom`]), known to the pack reader, the
     /// loader and the layer once its spec is registered (`layout::register`).
     Custom(CustomTag),
@@ -81,7 +84,7 @@ pub struct CustomTag(&'static str);
 
 impl Layout {
     /// Every built-in layout, in registry order.
-    pub const ALL: [Layout; 9] = [
+    pub const ALL: [Layout; 10] = [
         Layout::Nvfp4,
         Layout::Nvfp4T,
         Layout::Nvfp4Mmq,
@@ -91,6 +94,7 @@ impl Layout {
         Layout::Bf16,
         Layout::Q2g128,
         Layout::Lora,
+        Layout::Affine,
     ];
     /// The tag in tensor names, the manifest and `--layouts`.
     pub fn tag(self) -> &'static str {
@@ -104,6 +108,7 @@ impl Layout {
             Layout::Bf16 => "bf16",
             Layout::Q2g128 => "q2g128",
             Layout::Lora => "lora",
+            Layout::Affine => "affine",
             Layout::Custom(CustomTag(t)) => t,
         }
     }

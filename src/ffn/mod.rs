@@ -22,6 +22,7 @@ mod overlays;
 mod routing;
 mod weights;
 mod arms {
+    mod affine;
     mod bf16;
     mod dq_wgmma;
     pub(crate) mod fp8;

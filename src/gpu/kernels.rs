@@ -11,6 +11,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("ffn_lora", include_str!("../../kernels/ffn_lora.cu")),
     ("ffn_q8_1", include_str!("../../kernels/ffn_q8_1.cu")),
     ("ffn_q2g128", include_str!("../../kernels/ffn_q2g128.cu")),
+    ("ffn_affine", include_str!("../../kernels/ffn_affine.cu")),
     ("ffn_q4k_mmq", include_str!("../../kernels/ffn_q4k_mmq.cu")),
     (
         "ffn_w8a8_wgmma",

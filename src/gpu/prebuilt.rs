@@ -64,6 +64,11 @@ pub const PREBUILT: &[(&str, &str, &[u8])] = &[
         embed!("../../kernels/prebuilt/ffn_q2g128-sm_90.cubin"),
     ),
     (
+        "ffn_affine",
+        "sm_90",
+        embed!("../../kernels/prebuilt/ffn_affine-sm_90.cubin"),
+    ),
+    (
         "ffn_q4k_mmq",
         "sm_90",
         embed!("../../kernels/prebuilt/ffn_q4k_mmq-sm_90.cubin"),

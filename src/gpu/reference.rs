@@ -307,6 +307,50 @@ pub fn q2_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32])
     });
 }
 
+/// One `affine` weight `w[j, c]`: `fmaf(s, q, b)` of its code and its group's half scale and
+/// offset (the product is exact, so this is `s * q + b` rounded once, the codec's decode).
+fn affine_weight(codes: &[u8], sb: &[u8], bits: u32, kp: usize, j: usize, c: usize) -> f32 {
+    let q = match bits {
+        4 => (codes[(j * kp + c) / 2] >> (4 * (c % 2))) & 0xF,
+        _ => codes[j * kp + c],
+    };
+    let g = 4 * (j * (kp / AFFINE_GROUP) + c / AFFINE_GROUP);
+    f16_at(&sb[g..]).mul_add(q as f32, f16_at(&sb[g + 2..]))
+}
+
+/// One output row of an `affine` product (`affine4_gemv`, `affine8_gemv` and their batch-4
+/// forms): `y[j] = sum_{c < k} w[j, c] * x[c]` in f64, each weight as [`affine_weight`].
+#[allow(clippy::too_many_arguments)]
+pub fn affine_row(
+    x: &[f32],
+    codes: &[u8],
+    sb: &[u8],
+    bits: u32,
+    n: usize,
+    k: usize,
+    kp: usize,
+    y: &mut [f32],
+) {
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
+        let acc: f64 = (0..k)
+            .map(|c| affine_weight(codes, sb, bits, kp, j, c) as f64 * x[c] as f64)
+            .sum();
+        *out = acc as f32;
+    });
+}
+
+/// `affine_dequant_bf16`: BF16 bytes `[n, kp]`, each `bf16_rn(fmaf(s, q, b))`.
+pub fn affine_dequant_bf16(codes: &[u8], sb: &[u8], n: usize, kp: usize, bits: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n * kp * 2);
+    for j in 0..n {
+        for c in 0..kp {
+            let w = affine_weight(codes, sb, bits, kp, j, c);
+            out.extend_from_slice(&bf16::from_f32(w).to_le_bytes());
+        }
+    }
+    out
+}
+
 /// `q2g128_dequant_bf16`: BF16 bytes `[n, kp]`, each `bf16_rn(d * (q - 2))`.
 pub fn q2_dequant_bf16(w: &[u8], n: usize, kp: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n * kp * 2);

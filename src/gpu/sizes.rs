@@ -24,6 +24,14 @@ pub const Q2G128_ELEMS: usize = Q2g128::BLOCK_ELEMS;
 pub const Q2G128_BYTES: usize = block_bytes::<Q2g128>();
 const _: () = assert!(Q2G128_BYTES == 2 + Q2G128_ELEMS / 4);
 
+/// Values per group of the `affine` layout (its half scale and offset; GGUF's 32-value blocks).
+pub const AFFINE_GROUP: usize = crate::converters::affine::GGML_GROUP;
+/// Weight rows per block of the `affine` decode GEMVs (8 warps split k, each activation load
+/// serving the rows, as the BF16 GEMV's).
+pub const AFFINE_GEMV_ROWS: usize = 8;
+// A 16-byte code chunk (32 values at 4 bits, 16 at 8) lies in one group.
+const _: () = assert!(AFFINE_GROUP % 32 == 0);
+
 /// Rows, k values and bytes of one `nvfp4_mmq` tile.
 pub const NVFP4_MMQ_TILE_N: usize = nvfp4_mmq::TILE_N;
 /// k values per `nvfp4_mmq` tile.
@@ -149,6 +157,8 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_NVFP4_GEMV_WARPS_DUAL", NVFP4_GEMV_WARPS_DUAL),
     ("MP_NVFP4_GEMV_WARPS_ONE", NVFP4_GEMV_WARPS_ONE),
     ("MP_BF16_GEMV_ROWS", BF16_GEMV_ROWS),
+    ("MP_AFFINE_GROUP", AFFINE_GROUP),
+    ("MP_AFFINE_GEMV_ROWS", AFFINE_GEMV_ROWS),
     ("MP_FP8_GEMV_ROWS", FP8_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_ROWS", FP8_MMA_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_WARPS", FP8_MMA_GEMV_WARPS),

@@ -10,6 +10,7 @@
 //! time with its arms (`ffn::register_arm`): it converts, loads and forwards like a built-in
 //! one (`tests/toy_layout.rs`).
 
+mod affine;
 mod bf16;
 mod fp8;
 mod lora;
@@ -53,6 +54,29 @@ pub trait LayoutSpec: Sync {
     /// an unknown part or an overflow.
     fn part_bytes(&self, part: &str, padded: [u64; 2], rank: u64) -> Option<u64>;
 
+    /// The byte size of `part` for padded shape `[np, kp]` given the blob's recorded scalars
+    /// (`affine`'s `bits` and `group` size its parts); by default [`LayoutSpec::part_bytes`]
+    /// with the LoRA `rank` (0 without one).
+    fn part_bytes_with(
+        &self,
+        part: &str,
+        padded: [u64; 2],
+        scalars: &BTreeMap<String, f32>,
+    ) -> Option<u64> {
+        let rank = scalars.get("rank").map_or(0, |&r| r as u64);
+        self.part_bytes(part, padded, rank)
+    }
+
+    /// Whether a blob's scalars (named by [`LayoutSpec::scalar_names`], finite, checked before)
+    /// are ones this layout stores for padded shape `padded`; the error says what is wrong.
+    fn check_scalars(
+        &self,
+        _scalars: &BTreeMap<String, f32>,
+        _padded: [u64; 2],
+    ) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
     /// The scalars recorded per blob (manifest `scalars`).
     fn scalar_names(&self) -> &'static [&'static str] {
         &[]
@@ -87,7 +111,7 @@ pub trait LayoutSpec: Sync {
 }
 
 /// Every layout, in `Layout` order.
-pub static REGISTRY: [&dyn LayoutSpec; 9] = [
+pub static REGISTRY: [&dyn LayoutSpec; 10] = [
     &nvfp4::Nvfp4,
     &nvfp4_t::Nvfp4T,
     &nvfp4_mmq::Nvfp4Mmq,
@@ -97,6 +121,7 @@ pub static REGISTRY: [&dyn LayoutSpec; 9] = [
     &bf16::Bf16,
     &q2g128::Q2g128,
     &lora::Lora,
+    &affine::Affine,
 ];
 
 /// The layouts registered at run time ([`register`]), after the built-in [`REGISTRY`].

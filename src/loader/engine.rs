@@ -71,7 +71,8 @@ impl LoadedModel {
                 hidden: p.manifest.model.hidden_size as usize,
                 inter,
             };
-            let ctx = ForwardContext::new(backend.clone(), cfg, opts.max_tokens, opts.levers.clone())?;
+            let ctx =
+                ForwardContext::new(backend.clone(), cfg, opts.max_tokens, opts.levers.clone())?;
             // The first layer resolves every kernel (loads the modules): done here, the copy
             // hides it.
             drop(DenseFfnLayer::new(&ctx));

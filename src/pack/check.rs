@@ -281,8 +281,13 @@ fn check_blob_sizes(
             ),
         ));
     }
-    let lora_rank = check_scalars(name, fe, layout, bad)?;
-    let want = layout.spec().part_bytes(&fe.part, fe.padded, lora_rank);
+    check_scalars(name, fe, layout, bad)?;
+    if let Err(why) = layout.spec().check_scalars(&fe.scalars, fe.padded) {
+        return Err(bad(name, "ffn.scalars", why));
+    }
+    let want = layout
+        .spec()
+        .part_bytes_with(&fe.part, fe.padded, &fe.scalars);
     if want != Some(bytes) {
         return Err(bad(
             name,

@@ -1,6 +1,6 @@
 //! Generate a llama-shaped GGUF of random weights, streamed to disk, for benchmarks and GPU runs
 //! that need models larger than the real ones (`metrale-pack gen-model OUT.gguf HIDDEN INTER
-//! LAYERS TYPE [ARCH] [--whole --vocab V --kv-dim D]`; TYPE: F32, F16, BF16, Q8_0, Q4_K; ARCH:
+//! LAYERS TYPE [ARCH] [--whole --vocab V --kv-dim D]`; TYPE: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K; ARCH:
 //! llama (SiLU) or gemma (GELU)). By default: an F16 token embedding, and per layer an F32
 //! `ffn_norm` and the FFN in TYPE. A whole model adds what an engine uploads besides the FFN:
 //! per layer `attn_norm` and `attn_q`, `attn_k`, `attn_v`, `attn_output` (in TYPE, k and v of
@@ -8,7 +8,7 @@
 //! bytes.
 
 use crate::GgmlType;
-use crate::converters::{bf16, encode_to_vec, f16, q4_k::Q4K, q8_0::Q8_0};
+use crate::converters::{bf16, encode_to_vec, f16, q4_0::Q4_0, q4_1::Q4_1, q4_k::Q4K, q8_0::Q8_0};
 use crate::gguf::Value;
 use crate::gguf_write::{BodyWriter, GgufBuilder};
 use rayon::prelude::*;
@@ -54,10 +54,16 @@ pub fn gen_model_with(
     };
     if !matches!(
         ty,
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0 | GgmlType::Q4_K
+        GgmlType::F32
+            | GgmlType::F16
+            | GgmlType::BF16
+            | GgmlType::Q8_0
+            | GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q4_K
     ) {
         return Err(bad(format!(
-            "gen-model writes F32, F16, BF16, Q8_0 or Q4_K, not {ty}"
+            "gen-model writes F32, F16, BF16, Q8_0, Q4_0, Q4_1 or Q4_K, not {ty}"
         )));
     }
     if ty.row_bytes(hidden as u64).is_none() || ty.row_bytes(inter as u64).is_none() {
@@ -134,6 +140,8 @@ pub fn gen_model_with(
             GgmlType::F16 => f16::encode(x),
             GgmlType::BF16 => bf16::encode(x),
             GgmlType::Q8_0 => encode_to_vec::<Q8_0>(x),
+            GgmlType::Q4_0 => encode_to_vec::<Q4_0>(x),
+            GgmlType::Q4_1 => encode_to_vec::<Q4_1>(x),
             _ => encode_to_vec::<Q4K>(x),
         }
     };

@@ -55,6 +55,7 @@ pub fn tolerance(l: Layout) -> f64 {
         Layout::Bf16 => 0.004,                                     // 8 bits
         Layout::Q4kMmq => 0.12, // 4-bit with 6-bit scales (int8 down is finer)
         Layout::Q2g128 => 0.75, // 2-bit symmetric, 128 groups
+        Layout::Affine => 0.01, // from floats: ggml's Q8_0, groups of 32
         Layout::Lora | Layout::Custom(_) => 0.0,
     }
 }
@@ -79,6 +80,7 @@ pub fn reference(
         Layout::W8a8 => layouts::w8a8::encode(x, n, k),
         Layout::Bf16 => layouts::bf16::encode(x, n, k),
         Layout::Q2g128 => layouts::q2g128::encode(x, n, k),
+        Layout::Affine => layouts::affine::encode(x, n, k).unwrap(),
         Layout::Lora | Layout::Custom(_) => unreachable!(),
     };
     let [np, kp] = e.padded;
@@ -96,6 +98,7 @@ pub fn reference(
         Layout::W8a8 => layouts::w8a8::decode(p(0), p(1), n, k, kp),
         Layout::Bf16 => layouts::bf16::decode(p(0), n, k, kp),
         Layout::Q2g128 => layouts::q2g128::decode(p(0), n, k, kp),
+        Layout::Affine => layouts::affine::decode(p(0), p(1), (8, 32), [n, k], kp),
         Layout::Lora | Layout::Custom(_) => unreachable!(),
     }
 }

@@ -39,7 +39,7 @@ macro_rules! registry {
 // The NVFP4 base first, then what builds on it (lora before fp8, bf16 and q2g128, which its
 // validator refuses), then the layouts that stand alone.
 registry!(
-    nvfp4, nvfp4_t, nvfp4_mmq, lora, q4k_mmq, fp8, bf16, w8a8, q2g128
+    nvfp4, nvfp4_t, nvfp4_mmq, lora, q4k_mmq, fp8, bf16, w8a8, q2g128, affine
 );
 
 /// The layout `layout` is installed beside (the `nvfp4` base for `nvfp4_t`, `nvfp4_mmq`,

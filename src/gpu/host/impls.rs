@@ -95,6 +95,16 @@ const TWINS: &[(&[&str], Twin)] = &[
         HostBackend::q2g128_gemv,
     ),
     (&["q2g128_dequant_bf16"], HostBackend::q2g128_dequant_bf16),
+    (
+        &[
+            "affine4_gemv",
+            "affine4_gemv_batch4",
+            "affine8_gemv",
+            "affine8_gemv_batch4",
+        ],
+        HostBackend::affine_gemv,
+    ),
+    (&["affine_dequant_bf16"], HostBackend::affine_dequant_bf16),
     (&["quantize_act_q8_1"], HostBackend::quantize_act_q8_1),
     (
         &["q2g128_mmq_gemm", "q4k_mmq_gemm"],
@@ -454,6 +464,31 @@ impl HostBackend {
         self.write_rows(y, ldy, m, n, |r, row| {
             reference::int8_rows_row(&x[r * kk..(r + 1) * kk], &wq, &sw, n, kk, kp, row);
         })?;
+        Ok(())
+    }
+
+    /// `affine4_gemv`, `affine8_gemv` and their batch-4 forms (the bits from the name).
+    fn affine_gemv(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let bits = if spec.name.starts_with("affine4") {
+            4
+        } else {
+            8
+        };
+        let (x, m) = (self.read_f32(a.ptr("x")?)?, a.dim("m")?);
+        let (codes, sb) = (self.read(a.ptr("codes")?)?, self.read(a.ptr("sb")?)?);
+        let (y, n, kk, kp, ldy) = projection_out(a)?;
+        self.write_rows(y, ldy, m, n, |r, row| {
+            reference::affine_row(&x[r * kk..(r + 1) * kk], &codes, &sb, bits, n, kk, kp, row);
+        })?;
+        Ok(())
+    }
+
+    /// `affine_dequant_bf16`.
+    fn affine_dequant_bf16(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (codes, sb) = (self.read(a.ptr("codes")?)?, self.read(a.ptr("sb")?)?);
+        let (n, kp, bits) = (a.dim("n")?, a.dim("kp")?, a.dim("bits")?);
+        let out = reference::affine_dequant_bf16(&codes, &sb, n, kp, bits as u32);
+        self.write(a.ptr("out")?, 0, &out)?;
         Ok(())
     }
 
