@@ -1,6 +1,6 @@
 //! CI has no GPU, so it runs these kernel modules' CUDA sources as C++ on the host instead:
 //! `ffn_q8_1`, `ffn_q2g128`, `ffn_q4k_mmq` (its MMQ GEMMs, encoders and decode GEMVs), `ffn_lora`, the NVFP4 GEMVs (on an m16n8k16 bf16 MMA
-//! stand-in) with `w4a16_gemv_ksplit`, the FP8 and BF16 GEMVs, and the emulable part of
+//! stand-in) with `w4a16_gemv_ksplit`, the FP8, BF16 and affine GEMVs, and the emulable part of
 //! `common.cuh`, including the int8 MMQ tile (`tests/cuda_emu_w8a8.rs` runs the W8A8 kernels).
 //! The stand-ins for the CUDA builtins they use are in `tests/cuda_emu/prelude.h`: one IEEE
 //! operation each, `-ffp-contract=off`, m16n8k32 int8 and m16n8k16 bf16 MMAs with the PTX
@@ -648,6 +648,65 @@ fn fp8_and_bf16_gemvs_match_the_reference() {
         launch(exe, name, (n.div_ceil(rows), 1), s.grid.threads, &mut a);
         let err = rel_err(&bf32(buf(&a[3])), &want);
         assert!(err < 2e-6, "{name}: {err}");
+    }
+}
+
+#[test]
+fn affine_gemvs_and_dequant_match_the_references() {
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(29);
+    // k = 2200: a partial 32-value group, padding to 2304, rows past the last block of 8.
+    let (n, k) = (150usize, 2200usize);
+    let w = r.vec(n * k, 0.05);
+    let x = r.vec(4 * k, 1.0);
+    for four in [true, false] {
+        let e = metrale_pack::testing::affine_encoded(&w, n, k, four);
+        let (codes, sb, kp) = (e.parts[0].1.clone(), e.parts[1].1.clone(), e.padded[1]);
+        let bits = if four { 4 } else { 8 };
+        for (name, m) in [
+            (if four { "affine4_gemv" } else { "affine8_gemv" }, 1usize),
+            (
+                if four {
+                    "affine4_gemv_batch4"
+                } else {
+                    "affine8_gemv_batch4"
+                },
+                3,
+            ),
+        ] {
+            let want = rows64(m, n, |i, row| {
+                reference::affine_row(&x[i * k..(i + 1) * k], &codes, &sb, bits, n, k, kp, row)
+            });
+            let mut a = [
+                A::P(f32b(&x[..m * k])),
+                A::I(m),
+                A::P(codes.clone()),
+                A::P(sb.clone()),
+                A::P(f32b(&vec![f32::NAN; m * n])),
+                A::I(n),
+                A::I(k),
+                A::I(kp),
+                A::I(n),
+            ];
+            let rows = metrale_pack::gpu::sizes::AFFINE_GEMV_ROWS;
+            launch(exe, name, (n.div_ceil(rows), 1), 256, &mut a);
+            let err = rel_err(&bf32(buf(&a[4])), &want);
+            assert!(err < 2e-6, "{name}: {err}");
+        }
+        let mut a = [
+            A::P(codes.clone()),
+            A::P(sb.clone()),
+            A::I(n),
+            A::I(kp),
+            A::I(bits as usize),
+            A::P(vec![0xA5; n * kp * 2]),
+        ];
+        let threads = n * kp * bits as usize / 8;
+        launch(exe, "affine_dequant_bf16", (threads.div_ceil(256), 1), 256, &mut a);
+        assert!(
+            buf(&a[5]) == reference::affine_dequant_bf16(&codes, &sb, n, kp, bits),
+            "{bits}-bit dequant bytes"
+        );
     }
 }
 

@@ -527,3 +527,61 @@ fn pack_given_tiles_and_q4k_copies_are_validated_with_checked_sizes() {
     assert!(e.contains("this layer is"), "{e}");
     assert!(l.get(key::Q4K_MMQ).is_none());
 }
+
+#[test]
+fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_weights() {
+    let mut r = Rand(83);
+    let w = DenseWeights::random(&mut r, H, I);
+    for (four, act) in [(false, Activation::Silu), (true, Activation::Gelu)] {
+        let (g1, gm) = if four {
+            ("affine4_gemv", "affine4_gemv_batch4")
+        } else {
+            ("affine8_gemv", "affine8_gemv_batch4")
+        };
+        let wq = affine_decoded(&w, four, false);
+        let wb = affine_decoded(&w, four, true);
+        let mut c = ctx(HostBackend::new(), levers(&[]));
+        let mut l = DenseFfnLayer::new_with_activation(&c, act);
+        install_affine(c.backend.as_ref(), &mut l, &w, four).unwrap();
+        let am = if act == Activation::Gelu {
+            "act_mul_gelu"
+        } else {
+            "act_mul_silu"
+        };
+        for (method, m, k) in [("forward", 1, g1), ("k2", 2, gm), ("k3", 3, gm)] {
+            let (x, xs) = input(&c, &mut r, m);
+            let y = run(&mut c, &l, method, x, m).unwrap();
+            assert_eq!(c.trace, [k, k, am, k], "{method}");
+            let e = rel_err(&y, &ffn_f64(&xs, m, &wq, act));
+            assert!(e < 1e-5, "{four} {method}: {e}");
+        }
+        // Prefill: each projection dequantized to BF16, then the BF16 GEMM.
+        let dq = [
+            "affine_dequant_bf16",
+            "f32_to_bf16",
+            "cublas_gemm_bf16",
+            "affine_dequant_bf16",
+            "f32_to_bf16",
+            "cublas_gemm_bf16",
+            am,
+            "affine_dequant_bf16",
+            "f32_to_bf16",
+            "cublas_gemm_bf16",
+        ];
+        let (x, _) = input(&c, &mut r, 4);
+        run(&mut c, &l, "prefill", x, 4).unwrap();
+        assert_eq!(c.trace, [gm, gm, am, gm], "a 4-row prefill stays on the GEMVs");
+        for m in [5usize, 6, 33] {
+            let (x, xs) = input(&c, &mut r, m);
+            let y = run(&mut c, &l, "prefill", x, m).unwrap();
+            assert_eq!(c.trace, dq, "m={m}");
+            let e = rel_err(&y, &ffn_f64(&xs, m, &wb, act));
+            assert!(e < 1e-2, "{four} prefill m={m}: {e}");
+        }
+        // The carried weights are close to the f32 ones (8 bits: ~0.4%; 4 bits: ~5%).
+        let (x, xs) = input(&c, &mut r, 1);
+        let y = run(&mut c, &l, "forward", x, 1).unwrap();
+        let e = rel_err(&y, &ffn_f64(&xs, 1, &w, act));
+        assert!(e < if four { 0.15 } else { 0.02 }, "{four}: {e} against f32");
+    }
+}

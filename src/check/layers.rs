@@ -53,7 +53,7 @@ const fn arm(
 }
 
 /// Every arm configuration the layer checks run.
-pub static LAYER_ARMS: [LayerArm; 30] = [
+pub static LAYER_ARMS: [LayerArm; 32] = [
     arm(
         "fp8 fused",
         |b, l, w| install_fp8(b, l, w, true),
@@ -217,6 +217,20 @@ pub static LAYER_ARMS: [LayerArm; 30] = [
     ),
     arm("q2", install_q2, &[], Activation::Silu),
     arm(
+        // 8-bit codes (a Q8_0 or float source).
+        "affine q8",
+        |b, l, w| install_affine(b, l, w, false),
+        &[],
+        Activation::Silu,
+    ),
+    arm(
+        // 4-bit codes with offsets (a Q4_1 source), GELU.
+        "affine q4 gelu",
+        |b, l, w| install_affine(b, l, w, true),
+        &[],
+        Activation::Gelu,
+    ),
+    arm(
         "q2 mmq",
         install_q2,
         &[("METRALE_Q2G128_MMQ", "1")],
@@ -379,7 +393,8 @@ fn tolerance(arm: &str, method: &str, m: usize, levers: &ModelLevers) -> f64 {
     if (q2_prefill && arm.ends_with("mmq")) || q4k_prefill {
         // q8_1 activations: a last-bit difference can move one code.
         5e-3
-    } else if q2_prefill {
+    } else if q2_prefill || (arm.starts_with("affine") && method == "prefill") {
+        // Weights and activations rounded to BF16 for the BF16 GEMM.
         1e-3
     } else if w4a4 {
         // NVFP4 activations: a last-bit difference can move one E2M1 code.

@@ -25,7 +25,7 @@ pub struct Arm {
 /// Every arm that the layer's overlays `ov` (from a pack) can serve.
 pub fn arms_of(ov: &LayerOverlays) -> Vec<Arm> {
     use crate::converters::layouts::Layout::{
-        Bf16, Fp8, Nvfp4, Nvfp4Mmq, Nvfp4T, Q2g128, Q4kMmq, W8a8,
+        Affine, Bf16, Fp8, Nvfp4, Nvfp4Mmq, Nvfp4T, Q2g128, Q4kMmq, W8a8,
     };
     let d = ModelLevers::default;
     let q4k = ModelLevers {
@@ -77,6 +77,9 @@ pub fn arms_of(ov: &LayerOverlays) -> Vec<Arm> {
     }
     if holds(Q2g128) {
         out.push(arm("q2g128", only(&[Q2g128]), d(), false));
+    }
+    if holds(Affine) {
+        out.push(arm("affine", only(&[Affine]), d(), false));
     }
     if holds(Q4kMmq) {
         // q4k_mmq on its own: its decode GEMVs and its MMQ prefill.

@@ -7,7 +7,7 @@ pub mod gen_model;
 
 use crate::converters::layouts::{self, Encoded};
 use crate::ffn::{
-    Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2g128Weight,
+    AffineWeight, Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2g128Weight,
     Q4kDown, Q4kMmqWeights, W8a8Weight,
 };
 use crate::gpu::reference::ActRound;
@@ -530,6 +530,61 @@ impl LoraAdapter {
         }
         layer.set_lora_weights(w)
     }
+}
+
+/// The `affine` layout's encoding of f32 `[n, k]`: 8-bit through ggml's Q8_0 rule (what
+/// `convert` does for a float source), or with `four` 4-bit through ggml's Q4_1 rule (as a
+/// Q4_1 GGUF carries it).
+pub fn affine_encoded(x: &[f32], n: usize, k: usize, four: bool) -> Encoded {
+    if !four {
+        return layouts::affine::encode(x, n, k).expect("finite test weights");
+    }
+    let k32 = k.div_ceil(32) * 32;
+    let raw = crate::converters::encode_to_vec::<crate::converters::q4_1::Q4_1>(&layouts::pad(
+        x, n, k, n, k32,
+    ));
+    layouts::affine::carry(crate::GgmlType::Q4_1, &raw, n, k32).expect("finite test weights")
+}
+
+/// Install the `affine` overlay encoded from the f32 weights ([`affine_encoded`]).
+pub fn install_affine(
+    b: &dyn GpuBackend,
+    layer: &mut DenseFfnLayer,
+    w: &DenseWeights,
+    four: bool,
+) -> GpuResult<()> {
+    let (h, i) = (w.hidden, w.inter);
+    let up = |x: &[f32], n: usize, k: usize| -> GpuResult<AffineWeight> {
+        let e = affine_encoded(x, n, k, four);
+        AffineWeight::new(
+            alloc_upload(b, &e.parts[0].1)?,
+            alloc_upload(b, &e.parts[1].1)?,
+            n,
+            k,
+            e.padded[1],
+            e.scalars[0].1 as u32,
+            e.scalars[1].1 as usize,
+        )
+    };
+    let (g, u, d) = (up(&w.gate, i, h)?, up(&w.up, i, h)?, up(&w.down, h, i)?);
+    layer.set_affine_weights(g, u, d)
+}
+
+/// The weights as the `affine` layout holds them ([`affine_encoded`]); with `bf16`, each value
+/// then rounded to BF16 (what `affine_dequant_bf16` feeds the BF16 GEMM).
+pub fn affine_decoded(w: &DenseWeights, four: bool, bf16: bool) -> DenseWeights {
+    decoded(w, |x, n, k| {
+        let e = affine_encoded(x, n, k, four);
+        let bits = e.scalars[0].1 as u32;
+        let v = layouts::affine::decode(&e.parts[0].1, &e.parts[1].1, (bits, 32), [n, k], e.padded[1]);
+        if bf16 {
+            v.iter()
+                .map(|&a| crate::converters::bf16::to_f32(crate::converters::bf16::from_f32(a)))
+                .collect()
+        } else {
+            v
+        }
+    })
 }
 
 /// Install the packed q2g128 overlay (`q2g128` layout) encoded from the f32 weights.

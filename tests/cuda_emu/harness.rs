@@ -71,6 +71,7 @@ pub fn emulator() -> Option<&'static Path> {
             "ffn_nvfp4",
             "ffn_fp8",
             "ffn_bf16",
+            "ffn_affine",
             "ffn_w8a8",
             "ffn_w8a8_wgmma",
             "probe",

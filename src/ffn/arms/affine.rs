@@ -4,6 +4,9 @@ use super::super::*;
 
 use crate::gpu::{DevicePtr, GpuResult};
 
+/// The most rows the affine GEMVs take (their batch-4 forms); a prefill of more dequantizes.
+pub const AFFINE_GEMV_MAX_ROWS: usize = 4;
+
 impl DenseFfnLayer {
     /// One affine projection through `affine{4,8}_gemv` (m = 1) or its batch-4 form (m <= 4).
     pub(crate) fn affine_gemv_project(
@@ -73,7 +76,9 @@ impl DenseFfnLayer {
         self.bf16_gemm_any(ctx, x, xb, &bw, m, y, ldy)
     }
 
-    /// Affine prefill: each projection dequantized to BF16 and multiplied by the BF16 GEMM.
+    /// Affine prefill: up to [`AFFINE_GEMV_MAX_ROWS`] rows on the GEMVs (each weight read once
+    /// for every row), more with each projection dequantized to BF16 and multiplied by the BF16
+    /// GEMM.
     pub(crate) fn affine_prefill_arm(
         &self,
         ctx: &mut ForwardContext,
@@ -82,6 +87,9 @@ impl DenseFfnLayer {
     ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, x, m)?;
         let w = *self.need(key::AFFINE)?;
+        if m <= AFFINE_GEMV_MAX_ROWS {
+            return self.gated(ctx, x, m, false, &w, Self::affine_gemv_project);
+        }
         self.gated(ctx, x, m, false, &w, Self::affine_prefill_project)
     }
 }

@@ -39,9 +39,9 @@ fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {
 /// Its rows of the arm table, ranked within each method (`routing::arms`).
 #[rustfmt::skip]
 static ARMS: [Arm; 3] = [
-    Arm::new(Decode, "affine gemv", Affine, always, |l, c, x, m| l.affine_gemv_arm(c, x, m)).rank(20),
-    Arm::new(Small, "affine batch-4", Affine, |_, _, m| m <= 4, |l, c, x, m| l.affine_gemv_arm(c, x, m)).rank(10),
-    Arm::new(Prefill, "affine via bf16", Affine, always, |l, c, x, m| l.affine_prefill_arm(c, x, m)).rank(20),
+    Arm::new(Decode, "affine gemv", Affine, always, |l, c, x, m| l.affine_gemv_arm(c, x, m)).rank(25),
+    Arm::new(Small, "affine batch-4", Affine, |_, _, m| m <= 4, |l, c, x, m| l.affine_gemv_arm(c, x, m)).rank(15),
+    Arm::new(Prefill, "affine", Affine, always, |l, c, x, m| l.affine_prefill_arm(c, x, m)).rank(25),
 ];
 
 /// Affine integer weight (`affine` layout): codes `[n, kp]` at `bits` (4: two a byte; 8), and
