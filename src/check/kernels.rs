@@ -125,6 +125,7 @@ pub fn kernel_checks(
         bf16_rows(&mut c, &mut rows)?;
         nvfp4_rows(&mut c, &mut rows, rng)?;
         q2g128_rows(&c, &mut rows)?;
+        affine_rows(&c, &mut rows)?;
         q4k_gemv_rows(&c, &mut rows)?;
         repack_rows(&c, &mut rows, rng)?;
         for p in [c.xd, c.yd] {
@@ -550,6 +551,55 @@ fn q2g128_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     }
     b.free(xq);
     b.free(qw);
+    Ok(())
+}
+
+/// affine: the 4- and 8-bit GEMVs against the f64 product of the carried weights, and the
+/// BF16 dequantization bit for bit.
+fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+    let (n, k, b) = (c.n, c.k, c.b.as_ref());
+    for (four, kernels) in [
+        (true, [c.kk.affine4_gemv, c.kk.affine4_gemv_m]),
+        (false, [c.kk.affine8_gemv, c.kk.affine8_gemv_m]),
+    ] {
+        let e = crate::testing::affine_encoded(&c.wf, n, k, four);
+        let (codes, sb, kp) = (&e.parts[0].1, &e.parts[1].1, e.padded[1]);
+        let bits = if four { 4 } else { 8 };
+        let (cd, sd) = (alloc_upload(b, codes)?, alloc_upload(b, sb)?);
+        let want = |r: usize| {
+            let mut out = vec![0f32; n];
+            reference::affine_row(c.xr(r), codes, sb, bits, n, k, kp, &mut out);
+            out
+        };
+        for kernel in kernels {
+            for m in within(c.ms, &kernel, usize::MAX) {
+                c.poison_y()?;
+                let call = kernel.call().ptr("x", c.xd).dim("m", m).ptr("codes", cd);
+                let call = call.ptr("sb", sd).ptr("y", c.yd).dim("n", n).dim("k", k);
+                c.launch(call.dim("kp", kp).dim("ldy", n))?;
+                b.synchronize(0)?;
+                let err = c.err(m, want)?;
+                c.row(rows, kernel.spec.name, m, err, 2e-6);
+            }
+        }
+        let dq = b.alloc((n * kp * 2) as u64)?;
+        let call = c.kk.affine_dequant.call().ptr("codes", cd).ptr("sb", sd);
+        let call = call.dim("n", n).dim("kp", kp).dim("bits", bits as usize);
+        c.launch(call.ptr("out", dq))?;
+        b.synchronize(0)?;
+        let mut got = vec![0u8; n * kp * 2];
+        b.download(dq, &mut got)?;
+        let same = got == reference::affine_dequant_bf16(codes, sb, n, kp, bits);
+        let what = if four {
+            "affine_dequant_bf16 4-bit (bytes)"
+        } else {
+            "affine_dequant_bf16 8-bit (bytes)"
+        };
+        c.bits(rows, what, 0, same);
+        for p in [dq, cd, sd] {
+            b.free(p);
+        }
+    }
     Ok(())
 }
 

@@ -194,7 +194,29 @@ pub fn check_layouts(src: &Path, pack_path: &Path, layers: &[usize], q4k_down: D
                     Proj::Up => 1,
                     _ => 2,
                 };
-                let r = if carried {
+                // GGUF Q4_0/Q4_1/Q8_0 carried by `affine`: the source values, but for a zero's
+                // sign (formats.md).
+                let unsigned = |v: &[f32]| -> Vec<f32> {
+                    v.iter().map(|&a| if a == 0.0 { 0.0 } else { a }).collect()
+                };
+                let w = [&l.gate, &l.up, &l.down][pi];
+                let carried_int = layout == Layout::Affine
+                    && matches!(
+                        m.tensors[w.main()].dtype,
+                        metrale_pack::model::DType::Ggml(
+                            metrale_pack::GgmlType::Q4_0
+                                | metrale_pack::GgmlType::Q4_1
+                                | metrale_pack::GgmlType::Q8_0
+                        )
+                    );
+                let (y, r) = if carried_int {
+                    (unsigned(&y), unsigned(x))
+                } else {
+                    (y, Vec::new())
+                };
+                let r = if carried_int {
+                    r
+                } else if carried {
                     match (&carried_x[pi], layout) {
                         (Some(c), Layout::Nvfp4 | Layout::Nvfp4T | Layout::Nvfp4Mmq) => c.clone(),
                         _ => x.clone(),

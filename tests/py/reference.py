@@ -356,6 +356,12 @@ def decode_layout(fe, part):
         qs = b[:, :, 2:]
         q = np.stack([(qs >> (2 * s)) & 3 for s in range(4)], axis=2).reshape(n, kp // 128, 128)
         w = (d * (q.astype(np.float64) - 2)).reshape(n, kp)
+    elif layout == "affine":
+        bits, group = int(fe["scalars"]["bits"]), int(fe["scalars"]["group"])
+        c = part("codes")
+        q = np.stack([c & 15, c >> 4], axis=-1).reshape(n, kp) if bits == 4 else c.reshape(n, kp)
+        sb = part("scales").view(np.float16).astype(np.float64).reshape(n, kp // group, 2)
+        w = np.repeat(sb[:, :, 0], group, axis=1) * q + np.repeat(sb[:, :, 1], group, axis=1)
     else:
         raise SystemExit(f"no decoder for {layout}")
     return w[:n, :k]
