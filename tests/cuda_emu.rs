@@ -702,7 +702,13 @@ fn affine_gemvs_and_dequant_match_the_references() {
             A::P(vec![0xA5; n * kp * 2]),
         ];
         let threads = n * kp * bits as usize / 8;
-        launch(exe, "affine_dequant_bf16", (threads.div_ceil(256), 1), 256, &mut a);
+        launch(
+            exe,
+            "affine_dequant_bf16",
+            (threads.div_ceil(256), 1),
+            256,
+            &mut a,
+        );
         assert!(
             buf(&a[5]) == reference::affine_dequant_bf16(&codes, &sb, n, kp, bits),
             "{bits}-bit dequant bytes"

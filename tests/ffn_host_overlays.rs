@@ -570,7 +570,11 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
         ];
         let (x, _) = input(&c, &mut r, 4);
         run(&mut c, &l, "prefill", x, 4).unwrap();
-        assert_eq!(c.trace, [gm, gm, am, gm], "a 4-row prefill stays on the GEMVs");
+        assert_eq!(
+            c.trace,
+            [gm, gm, am, gm],
+            "a 4-row prefill stays on the GEMVs"
+        );
         for m in [5usize, 6, 33] {
             let (x, xs) = input(&c, &mut r, m);
             let y = run(&mut c, &l, "prefill", x, m).unwrap();
@@ -582,6 +586,9 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
         let (x, xs) = input(&c, &mut r, 1);
         let y = run(&mut c, &l, "forward", x, 1).unwrap();
         let e = rel_err(&y, &ffn_f64(&xs, 1, &w, act));
-        assert!(e < if four { 0.15 } else { 0.02 }, "{four}: {e} against f32");
+        assert!(
+            e < if four { 0.15 } else { 0.02 },
+            "{four}: {e} against f32"
+        );
     }
 }

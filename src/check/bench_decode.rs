@@ -85,6 +85,15 @@ pub(super) fn probe_parts(name: &str, h: usize, i: usize) -> Option<Vec<(u64, us
             ((2 * nv(i, h)) as u64, 2 * i.div_ceil(NVFP4_GEMV_ROWS)),
             (nv(h, i) as u64, h.div_ceil(NVFP4_GEMV_ROWS)),
         ],
+        n if n.starts_with("affine") => {
+            let bits = if n.contains("4-bit") { 4 } else { 8 };
+            let row = |k: usize| k * bits / 8 + k / AFFINE_GROUP * 4;
+            vec![
+                part(i, row(h), AFFINE_GEMV_ROWS),
+                part(i, row(h), AFFINE_GEMV_ROWS),
+                part(h, row(i), AFFINE_GEMV_ROWS),
+            ]
+        }
         n if n.starts_with("q2 GEMV") => {
             vec![part(i, q2(h), 8), part(i, q2(h), 8), part(h, q2(i), 8)]
         }
@@ -168,7 +177,56 @@ pub(super) fn decode_kernels(
     for p in [x, w, s, y] {
         b.free(p);
     }
+    affine_kernels(b, &ks, ceiling, rng, out)?;
     nvfp4_kernels(b, &ks, ceiling, rng, out)
+}
+
+/// The `affine` GEMVs (4- and 8-bit codes, a half scale and offset per 32 values) on both
+/// shapes at m = 1, 2 and 4, against the probe of their grids over the same bytes.
+fn affine_kernels(
+    b: &dyn GpuBackend,
+    ks: &Kernels,
+    ceiling: f64,
+    rng: &mut Rand,
+    out: &mut Lines,
+) -> GpuResult<()> {
+    let x = b.alloc((4 * 14336 * 4) as u64)?;
+    upload_f32(b, x, &rng.vec(4 * 14336, 1.0))?;
+    let codes = b.alloc(14336 * 4096)?;
+    b.fill(codes, 0x5A)?;
+    let sb = b.alloc((14336 * 4096 / AFFINE_GROUP * 4) as u64)?;
+    b.fill(sb, 0x3C)?;
+    let y = b.alloc((4 * 14336 * 4) as u64)?;
+    for (shape, n, k) in [
+        ("gate 14336x4096", 14336usize, 4096usize),
+        ("down 4096x14336", 4096, 14336),
+    ] {
+        for (bits, one, many) in [
+            (4usize, ks.affine4_gemv, ks.affine4_gemv_m),
+            (8, ks.affine8_gemv, ks.affine8_gemv_m),
+        ] {
+            let row = k * bits / 8 + k / AFFINE_GROUP * 4;
+            let probe = probe_time(b, &[part(n, row, AFFINE_GEMV_ROWS)])?;
+            for (kernel, m) in [(one, 1usize), (many, 2), (many, 4)] {
+                if !kernel.ok() {
+                    continue;
+                }
+                let call = || {
+                    let c = kernel.call().ptr("x", x).dim("m", m).ptr("codes", codes);
+                    let c = c.ptr("sb", sb).ptr("y", y).dim("n", n).dim("k", k);
+                    c.dim("kp", k).dim("ldy", n).finish()?.run(b, 0)
+                };
+                let t = per_call(b, call)?;
+                let what = format!("{shape} m={m}");
+                let bytes = (n * row) as f64;
+                out.push(kernel_line(&kernel, &what, (t, bytes, probe), ceiling));
+            }
+        }
+    }
+    for p in [x, codes, sb, y] {
+        b.free(p);
+    }
+    Ok(())
 }
 
 /// One decode kernel's line: `(seconds, weight bytes, its probe's seconds)` against the copy

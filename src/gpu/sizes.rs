@@ -30,7 +30,7 @@ pub const AFFINE_GROUP: usize = crate::converters::affine::GGML_GROUP;
 /// serving the rows, as the BF16 GEMV's).
 pub const AFFINE_GEMV_ROWS: usize = 8;
 // A 16-byte code chunk (32 values at 4 bits, 16 at 8) lies in one group.
-const _: () = assert!(AFFINE_GROUP % 32 == 0);
+const _: () = assert!(AFFINE_GROUP.is_multiple_of(32));
 
 /// Rows, k values and bytes of one `nvfp4_mmq` tile.
 pub const NVFP4_MMQ_TILE_N: usize = nvfp4_mmq::TILE_N;

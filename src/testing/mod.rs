@@ -7,8 +7,8 @@ pub mod gen_model;
 
 use crate::converters::layouts::{self, Encoded};
 use crate::ffn::{
-    AffineWeight, Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight, Q2g128Weight,
-    Q4kDown, Q4kMmqWeights, W8a8Weight,
+    AffineWeight, Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight,
+    Q2g128Weight, Q4kDown, Q4kMmqWeights, W8a8Weight,
 };
 use crate::gpu::reference::ActRound;
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, alloc_upload};
@@ -576,7 +576,13 @@ pub fn affine_decoded(w: &DenseWeights, four: bool, bf16: bool) -> DenseWeights 
     decoded(w, |x, n, k| {
         let e = affine_encoded(x, n, k, four);
         let bits = e.scalars[0].1 as u32;
-        let v = layouts::affine::decode(&e.parts[0].1, &e.parts[1].1, (bits, 32), [n, k], e.padded[1]);
+        let v = layouts::affine::decode(
+            &e.parts[0].1,
+            &e.parts[1].1,
+            (bits, 32),
+            [n, k],
+            e.padded[1],
+        );
         if bf16 {
             v.iter()
                 .map(|&a| crate::converters::bf16::to_f32(crate::converters::bf16::from_f32(a)))
