@@ -18,25 +18,45 @@ fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).to_string()
 }
 
-/// The real SmolLM2 Q4_1 GGUF: no layout keeps Q4_1, so the default stops before writing with
-/// the table of choices; bf16 (values kept) needs no flag; the flag takes the default.
+/// The real SmolLM2 Q4_1 GGUF: `affine` keeps Q4_1, so the default carries it with no flag; a
+/// Q2_K source no layout keeps stops before writing with the table of choices; a named set
+/// that re-quantizes is refused; bf16 (values kept) needs no flag; the flag takes the default.
 #[test]
-fn a_q4_1_source_is_not_requantized_without_the_flag() {
+fn a_quantized_source_is_kept_or_not_requantized_without_the_flag() {
     let src = smollm2_gguf();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("s.mpk.gguf");
     let o = cli(&convert_args(&src, &out, &[]));
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(!err(&o).contains("warning"), "{}", err(&o));
+    assert_eq!(Pack::open(&out).unwrap().manifest.layouts, ["affine"]);
+    std::fs::remove_file(&out).unwrap();
+
+    let mut rng = Rng::fresh("layout_choice_q2k");
+    let q2k = gguf_model(
+        dir.path(),
+        "q2k.gguf",
+        "llama",
+        256,
+        512,
+        2,
+        GgmlType::Q2_K,
+        &mut rng,
+    );
+    let q2out = dir.path().join("q2k.mpk.gguf");
+    let o = cli(&convert_args(&q2k, &q2out, &[]));
     assert_eq!(o.status.code(), Some(1));
     let e = err(&o);
-    assert!(!out.exists(), "nothing written");
-    assert!(
-        files_in(dir.path()).is_empty(),
+    assert!(!q2out.exists(), "nothing written");
+    assert_eq!(
+        files_in(dir.path()),
+        ["q2k.gguf"],
         "no litter: {:?}",
         files_in(dir.path())
     );
     let line = e.lines().find(|l| l.starts_with("error:")).unwrap();
     assert!(
-        line.contains("Q4_1") && line.contains("--allow-requantize"),
+        line.contains("Q2_K") && line.contains("--allow-requantize"),
         "{line}"
     );
     assert!(line.contains("nvfp4 would re-quantize"), "{line}");
@@ -50,6 +70,7 @@ fn a_q4_1_source_is_not_requantized_without_the_flag() {
         "w8a8",
         "bf16",
         "q2g128",
+        "affine",
     ] {
         let row = e
             .lines()
@@ -63,6 +84,13 @@ fn a_q4_1_source_is_not_requantized_without_the_flag() {
         assert!(row.ends_with(want), "{row}");
         assert_eq!(row.matches('%').count(), 3, "{row}");
     }
+    // The flag: the target's default.
+    let o = cli(&convert_args(&q2k, &q2out, &["--allow-requantize"]));
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        Pack::open(&q2out).unwrap().manifest.layouts,
+        ["nvfp4", "nvfp4_mmq"]
+    );
 
     // A named set that re-quantizes: refused, naming the layout.
     let o = cli(&convert_args(&src, &out, &["--layouts", "bf16,q2g128"]));
@@ -79,14 +107,6 @@ fn a_q4_1_source_is_not_requantized_without_the_flag() {
     assert!(o.status.success(), "{}", err(&o));
     assert!(!err(&o).contains("warning"), "{}", err(&o));
     assert_eq!(Pack::open(&out).unwrap().manifest.layouts, ["bf16"]);
-
-    // The flag: the target's default.
-    let o = cli(&convert_args(&src, &out, &["--allow-requantize"]));
-    assert!(o.status.success(), "{}", err(&o));
-    assert_eq!(
-        Pack::open(&out).unwrap().manifest.layouts,
-        ["nvfp4", "nvfp4_mmq"]
-    );
 }
 
 /// Sources a layout carries convert by default without the flag: block FP8 into fp8, ModelOpt

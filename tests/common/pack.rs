@@ -331,6 +331,9 @@ pub fn gguf_model(
                 GgmlType::Q4_K => metrale_pack::converters::encode_to_vec::<
                     metrale_pack::converters::q4_k::Q4K,
                 >(&x),
+                GgmlType::Q2_K => metrale_pack::converters::encode_to_vec::<
+                    metrale_pack::converters::q2_k::Q2K,
+                >(&x),
                 _ => unreachable!(),
             };
             ts.push((
