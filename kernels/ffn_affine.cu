@@ -15,16 +15,19 @@ __device__ __forceinline__ float affine_code_f32(unsigned int q) {
 }
 
 // y[r, j] = sum_{i < k} w[j, i] * x[r, i], w[j, i] = fmaf(s, q, b) (the product s * q is exact,
-// so this is the codec's decode bit for bit). A block of 8 warps computes R weight rows
-// j0 = R blockIdx.x ..: its 256 threads split kp in 16-byte code chunks (128 / BITS values,
-// thread t takes chunks t, t + 256, ...), each activation load serving the R rows, as the BF16
-// GEMV does; block_sum_rows adds the threads' partial sums. A chunk lies in one group (16 and
-// 32 values divide the group of 32), so its s and b are one 4-byte load per row.
-template <int M, int R, int BITS>
+// so this is the codec's decode bit for bit). A block of T threads computes R weight rows
+// j0 = R blockIdx.x ..: its threads split kp in 16-byte code chunks (128 / BITS values, thread
+// t takes chunks t, t + T, ...), each activation load serving the R rows, as the BF16 GEMV
+// does; block_sum_rows adds the threads' partial sums. A chunk lies in one group (16 and 32
+// values divide the group of 32), so its s and b are one 4-byte load per row. T = 128 at 4
+// bits (a 4096-value row is 128 chunks), 256 at 8; R = MP_AFFINE_GEMV_ROWS (4): at 8 rows and
+// 256 threads the 4-bit GEMV held 128 registers (187 in its batch-4 form), two blocks (one) an
+// SM, and ran at 31% of the copy ceiling (6% at m = 4), each block's long decode after its one
+// load round overlapping little (BENCHMARKS.md, "The affine layout").
+template <int M, int R, int BITS, int T>
 __device__ __forceinline__ void gemv_affine(const float* __restrict__ x, int m, const unsigned char* __restrict__ codes,
                                             const unsigned char* __restrict__ sb, float* __restrict__ y, int n, int k,
                                             int kp, int ldy) {
-    constexpr int T = 256;
     constexpr int PER = 128 / BITS;  // values per 16-byte chunk
     constexpr int VPW = 32 / BITS;   // values per 32-bit word
     constexpr unsigned int MASK = (1u << BITS) - 1u;
@@ -92,48 +95,60 @@ __device__ __forceinline__ void gemv_affine(const float* __restrict__ x, int m, 
     block_sum_rows<M, R, T / 32>(acc, m, y, j0, n, ldy);
 }
 
-// Decode, one row; 4-bit codes. Grid ceil(n / MP_AFFINE_GEMV_ROWS), block 256.
+// Decode, one row; 4-bit codes. Grid ceil(n / MP_AFFINE_GEMV_ROWS), block MP_AFFINE4_THREADS.
 extern "C" __global__ void affine4_gemv(const float* x, int m, const unsigned char* codes, const unsigned char* sb,
                                         float* y, int n, int k, int kp, int ldy) {
-    gemv_affine<1, MP_AFFINE_GEMV_ROWS, 4>(x, m, codes, sb, y, n, k, kp, ldy);
+    gemv_affine<1, MP_AFFINE_GEMV_ROWS, 4, MP_AFFINE4_THREADS>(x, m, codes, sb, y, n, k, kp, ldy);
 }
 
 // m <= 4; 4-bit codes.
 extern "C" __global__ void affine4_gemv_batch4(const float* x, int m, const unsigned char* codes,
                                                const unsigned char* sb, float* y, int n, int k, int kp, int ldy) {
-    gemv_affine<4, MP_AFFINE_GEMV_ROWS, 4>(x, m, codes, sb, y, n, k, kp, ldy);
+    gemv_affine<4, MP_AFFINE_GEMV_ROWS, 4, MP_AFFINE4_THREADS>(x, m, codes, sb, y, n, k, kp, ldy);
 }
 
-// Decode, one row; 8-bit codes.
+// Decode, one row; 8-bit codes. Block MP_AFFINE8_THREADS.
 extern "C" __global__ void affine8_gemv(const float* x, int m, const unsigned char* codes, const unsigned char* sb,
                                         float* y, int n, int k, int kp, int ldy) {
-    gemv_affine<1, MP_AFFINE_GEMV_ROWS, 8>(x, m, codes, sb, y, n, k, kp, ldy);
+    gemv_affine<1, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE8_THREADS>(x, m, codes, sb, y, n, k, kp, ldy);
 }
 
 // m <= 4; 8-bit codes.
 extern "C" __global__ void affine8_gemv_batch4(const float* x, int m, const unsigned char* codes,
                                                const unsigned char* sb, float* y, int n, int k, int kp, int ldy) {
-    gemv_affine<4, MP_AFFINE_GEMV_ROWS, 8>(x, m, codes, sb, y, n, k, kp, ldy);
+    gemv_affine<4, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE8_THREADS>(x, m, codes, sb, y, n, k, kp, ldy);
 }
 
 // BF16 `[n, kp]`, each bf16_rn(fmaf(s, q, b)): the prefill's weights for the BF16 GEMM. One
-// thread per code byte (two values at 4 bits, one at 8). Grid ceil(n * kp * bits / 8 / 256).
+// thread per 16-byte code chunk (32 values at 4 bits, 16 at 8; one group's s and b), written
+// as 16-byte stores: one byte a thread and two-byte stores ran at a fifth of the copy ceiling.
+// Grid ceil(n * kp * bits / 8 / 16 / 256), block 256.
 extern "C" __global__ void affine_dequant_bf16(const unsigned char* __restrict__ codes,
                                                const unsigned char* __restrict__ sb, int n, int kp, int bits,
                                                __nv_bfloat16* __restrict__ out) {
     const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long bytes = (long long)n * kp * bits / 8;
-    if (id >= bytes) return;
-    const int per = 8 / bits;
-    const long long i = id * per;  // the first value: row * kp + column
-    const long long row = i / kp;
-    const int col = (int)(i % kp);
-    const unsigned char* g = sb + 4 * (row * (kp / MP_AFFINE_GROUP) + col / MP_AFFINE_GROUP);
-    const float s = f16_at(g), b = f16_at(g + 2);
-    const unsigned int byte = codes[id];
-    for (int e = 0; e < per; ++e) {
-        const unsigned int q = bits == 4 ? (byte >> (4 * e)) & 0xFu : byte;
-        out[i + e] = __float2bfloat16_rn(fmaf(s, affine_code_f32(q), b));
+    const long long chunks = (long long)n * kp * bits / 128;
+    if (id >= chunks) return;
+    const int per = 128 / bits;               // values per chunk
+    const long long i0 = id * per;            // its first value: row * kp + column
+    const long long g = i0 / MP_AFFINE_GROUP;  // its group (row-major over [n, kp / group])
+    const unsigned int pair = __ldg(reinterpret_cast<const unsigned int*>(sb) + g);
+    const float s = __half2float(__ushort_as_half((unsigned short)(pair & 0xffffu)));
+    const float b = __half2float(__ushort_as_half((unsigned short)(pair >> 16)));
+    const uint4 c = __ldg(reinterpret_cast<const uint4*>(codes) + id);
+    const unsigned int words[4] = {c.x, c.y, c.z, c.w};
+    uint4* o = reinterpret_cast<uint4*>(out + i0);
+    for (int q = 0; q < per / 8; ++q) {  // 8 values (one 16-byte store) at a time
+        unsigned int packed[4];
+        for (int e = 0; e < 4; ++e) {
+            const int v = 8 * q + 2 * e;  // values v and v + 1 of the chunk
+            const int vpw = 32 / bits;
+            const unsigned int mask = (1u << bits) - 1u;
+            const unsigned int q0 = (words[v / vpw] >> (bits * (v % vpw))) & mask;
+            const unsigned int q1 = (words[(v + 1) / vpw] >> (bits * ((v + 1) % vpw))) & mask;
+            packed[e] = pack2_bf16(fmaf(s, affine_code_f32(q0), b), fmaf(s, affine_code_f32(q1), b));
+        }
+        o[q] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     }
 }
 

@@ -689,7 +689,11 @@ fn affine_gemvs_and_dequant_match_the_references() {
                 A::I(n),
             ];
             let rows = metrale_pack::gpu::sizes::AFFINE_GEMV_ROWS;
-            launch(exe, name, (n.div_ceil(rows), 1), 256, &mut a);
+            let threads = metrale_pack::gpu::table::spec("ffn_affine", name)
+                .unwrap()
+                .grid
+                .threads;
+            launch(exe, name, (n.div_ceil(rows), 1), threads, &mut a);
             let err = rel_err(&bf32(buf(&a[4])), &want);
             assert!(err < 2e-6, "{name}: {err}");
         }

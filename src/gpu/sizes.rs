@@ -26,9 +26,13 @@ const _: () = assert!(Q2G128_BYTES == 2 + Q2G128_ELEMS / 4);
 
 /// Values per group of the `affine` layout (its half scale and offset; GGUF's 32-value blocks).
 pub const AFFINE_GROUP: usize = crate::converters::affine::GGML_GROUP;
-/// Weight rows per block of the `affine` decode GEMVs (8 warps split k, each activation load
-/// serving the rows, as the BF16 GEMV's).
-pub const AFFINE_GEMV_ROWS: usize = 8;
+/// Weight rows per block of the `affine` decode GEMVs (the block's threads split k, each
+/// activation load serving the rows, as the BF16 GEMV's).
+pub const AFFINE_GEMV_ROWS: usize = 4;
+/// Threads per block of the 4-bit `affine` GEMVs (a 4096-value row is 128 16-byte chunks).
+pub const AFFINE4_THREADS: usize = 128;
+/// Threads per block of the 8-bit `affine` GEMVs.
+pub const AFFINE8_THREADS: usize = 256;
 // A 16-byte code chunk (32 values at 4 bits, 16 at 8) lies in one group.
 const _: () = assert!(AFFINE_GROUP.is_multiple_of(32));
 
@@ -159,6 +163,8 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_BF16_GEMV_ROWS", BF16_GEMV_ROWS),
     ("MP_AFFINE_GROUP", AFFINE_GROUP),
     ("MP_AFFINE_GEMV_ROWS", AFFINE_GEMV_ROWS),
+    ("MP_AFFINE4_THREADS", AFFINE4_THREADS),
+    ("MP_AFFINE8_THREADS", AFFINE8_THREADS),
     ("MP_FP8_GEMV_ROWS", FP8_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_ROWS", FP8_MMA_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_WARPS", FP8_MMA_GEMV_WARPS),

@@ -440,12 +440,12 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 }
 
 use crate::gpu::sizes::{
-    AFFINE_GEMV_ROWS, BF16_GEMV_ROWS, DQ_WGMMA_BM, DQ_WGMMA_BN, DQ_WGMMA_SMEM, DQ_WGMMA_THREADS,
-    FP8_GEMV_ROWS, FP8_MMA_GEMV_ROWS, FP8_MMA_GEMV_WARPS, FP8_QUANT_THREADS, INT8_GEMV_M_ROWS,
-    INT8_GEMV_ROWS, NVFP4_GEMV_ROWS as COLS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE,
-    Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS, W8A8_WGMMA_BK, W8A8_WGMMA_BM, W8A8_WGMMA_BN,
-    W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM, W8A8_WGMMA_SMEM,
-    W8A8_WGMMA_THREADS,
+    AFFINE_GEMV_ROWS, AFFINE4_THREADS, AFFINE8_THREADS, BF16_GEMV_ROWS, DQ_WGMMA_BM, DQ_WGMMA_BN,
+    DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS, FP8_MMA_GEMV_ROWS, FP8_MMA_GEMV_WARPS,
+    FP8_QUANT_THREADS, INT8_GEMV_M_ROWS, INT8_GEMV_ROWS, NVFP4_GEMV_ROWS as COLS,
+    NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS, W8A8_WGMMA_BK,
+    W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM,
+    W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
 };
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
 const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
@@ -698,19 +698,19 @@ kernel_table! {
             .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;
     affine4_gemv: "ffn_affine" "affine4_gemv"
         ("x:p m:i codes:p sb:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", AFFINE_GEMV_ROWS), One, 256), cap Some(1), round None;
+        grid(Per("n", AFFINE_GEMV_ROWS), One, AFFINE4_THREADS), cap Some(1), round None;
     affine4_gemv_m: "ffn_affine" "affine4_gemv_batch4"
         ("x:p m:i codes:p sb:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", AFFINE_GEMV_ROWS), One, 256), cap Some(4), round None;
+        grid(Per("n", AFFINE_GEMV_ROWS), One, AFFINE4_THREADS), cap Some(4), round None;
     affine8_gemv: "ffn_affine" "affine8_gemv"
         ("x:p m:i codes:p sb:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", AFFINE_GEMV_ROWS), One, 256), cap Some(1), round None;
+        grid(Per("n", AFFINE_GEMV_ROWS), One, AFFINE8_THREADS), cap Some(1), round None;
     affine8_gemv_m: "ffn_affine" "affine8_gemv_batch4"
         ("x:p m:i codes:p sb:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", AFFINE_GEMV_ROWS), One, 256), cap Some(4), round None;
+        grid(Per("n", AFFINE_GEMV_ROWS), One, AFFINE8_THREADS), cap Some(4), round None;
     affine_dequant: "ffn_affine" "affine_dequant_bf16" ("codes:p sb:p n:i kp:i bits:i out:p")
-        // One thread per code byte: n * kp * bits / 8 threads.
-        grid(Rule(|a| Ok(blocks_of(a, &["n", "kp", "bits"], 1)? / 8)
+        // One thread per 16-byte code chunk: n * kp * bits / 128 threads.
+        grid(Rule(|a| Ok(blocks_of(a, &["n", "kp", "bits"], 1)? / 128)
             .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;
     q2_mmq: "ffn_q2g128" "q2g128_mmq_gemm" ("xq:p m:i w:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
