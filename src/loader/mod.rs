@@ -396,6 +396,39 @@ fn gpu_error(path: &Path) -> impl Fn(GpuError) -> crate::Error + '_ {
     }
 }
 
+/// The arena of `len` bytes: allocated whole, or (with `opts.map_piece`, rounded up to the
+/// device's granularity, below `len`) reserved and backed piece by piece ahead of the copies;
+/// returns it and that piece size.
+fn alloc_arena(
+    b: &dyn GpuBackend,
+    len: u64,
+    opts: &LoadOptions,
+) -> GpuResult<(DevicePtr, Option<u64>)> {
+    let granule = b.map_granularity().max(1);
+    let piece = (opts.map_piece as u64).div_ceil(granule) * granule;
+    if piece > 0 && piece < len {
+        Ok((b.reserve(len)?, Some(piece)))
+    } else {
+        Ok((b.alloc(len)?, None))
+    }
+}
+
+/// The share of the `ranges` of `pack` (`len` bytes together) in the page cache.
+fn resident_share(pack: &Pack, ranges: &[(u64, u64)], len: u64) -> f64 {
+    if len == 0 {
+        return 1.0;
+    }
+    let d0 = pack.file.data_offset as usize;
+    ranges
+        .iter()
+        .map(|&(o, n)| {
+            let p = &pack.file.map[d0 + o as usize..d0 + (o + n) as usize];
+            io::resident_fraction(p) * p.len() as f64
+        })
+        .sum::<f64>()
+        / len as f64
+}
+
 /// The arena, its pieces `(offset, bytes, arena offset)` and the load's figures.
 type Copied = (DevicePtr, Vec<(u64, u64, u64)>, LoadStats);
 
@@ -426,21 +459,7 @@ fn copy_segment(
             reason: "load_gathered loads one rank of a tensor-parallel pack (LoadOptions::rank)"
                 .into(),
         })?;
-    let d0 = pack.file.data_offset as usize;
-    let slices: Vec<&[u8]> = ranges
-        .iter()
-        .map(|&(o, b)| &pack.file.map[d0 + o as usize..d0 + (o + b) as usize])
-        .collect();
-    // The arena: allocated whole, or reserved and backed piece by piece ahead of the copies.
-    let granule = b.map_granularity().max(1);
-    let piece = (opts.map_piece as u64).div_ceil(granule) * granule;
-    let progressive = piece > 0 && piece < len;
-    let arena = if progressive {
-        b.reserve(len)
-    } else {
-        b.alloc(len)
-    }
-    .map_err(&gpu)?;
+    let (arena, map_piece) = alloc_arena(b, len, opts).map_err(&gpu)?;
     let streams = match (0..opts.streams.max(1))
         .map(|_| b.new_stream())
         .collect::<GpuResult<Vec<StreamId>>>()
@@ -453,21 +472,13 @@ fn copy_segment(
     };
     let alloc_seconds = t0.elapsed().as_secs_f64();
     let tr = Instant::now();
-    let resident = if len == 0 {
-        1.0
-    } else {
-        slices
-            .iter()
-            .map(|p| io::resident_fraction(p) * p.len() as f64)
-            .sum::<f64>()
-            / len as f64
-    };
+    let resident = resident_share(pack, ranges, len);
     let resident_seconds = tr.elapsed().as_secs_f64();
     let t1 = Instant::now();
     let into = CopyTarget {
         arena,
         len,
-        map_piece: progressive.then_some(piece),
+        map_piece,
         streams: &streams,
         resident,
     };
