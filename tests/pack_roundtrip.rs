@@ -206,18 +206,21 @@ fn smollm2_default_layouts_and_q4k_down() {
     let src = smollm2_gguf();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("d.mpk.gguf");
-    // Q4_1 weights: the default re-quantizes them, so it needs the flag (tests/layout_choice.rs
-    // has the refusal).
-    let r = cli(&[
-        "convert",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--allow-requantize",
-    ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let p = Pack::open(&out).unwrap();
-    assert_eq!(p.manifest.layouts, vec!["nvfp4", "nvfp4_mmq"]);
+    // Q4_1 weights: the default carries them in `affine`, no flag needed; with the flag too.
+    for flags in [&[][..], &["--allow-requantize"][..]] {
+        let mut args = vec![
+            "convert",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(flags);
+        let r = cli(&args);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let p = Pack::open(&out).unwrap();
+        assert_eq!(p.manifest.layouts, vec!["affine"]);
+    }
+    check_layouts(&src, &out, &[0, 29], DownFormat::Int8);
     let out2 = dir.path().join("q.mpk.gguf");
     let man = convert(
         &src,

@@ -43,10 +43,11 @@ impl LayoutSpec for Affine {
     fn padded_shape(&self, _: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
         Some([n, ru(k, affine::K_ALIGN)?])
     }
-    /// At 4 bits in groups of 32 (the sizes `metrale-pack layouts` lists); a pack's blobs are
-    /// checked by [`LayoutSpec::part_bytes_with`] at their own bits and group.
+    /// At 8 bits in groups of 32, what a float source becomes (the size `metrale-pack layouts`
+    /// lists beside the error it measures on a float layer); a pack's blobs are checked by
+    /// [`LayoutSpec::part_bytes_with`] at their own bits and group (4-bit: 5 bits a weight).
     fn part_bytes(&self, part: &str, padded: [u64; 2], _: u64) -> Option<u64> {
-        let s = BTreeMap::from([("bits".into(), 4.0), ("group".into(), GGML_GROUP as f32)]);
+        let s = BTreeMap::from([("bits".into(), 8.0), ("group".into(), GGML_GROUP as f32)]);
         self.part_bytes_with(part, padded, &s)
     }
     fn part_bytes_with(
