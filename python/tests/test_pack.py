@@ -18,7 +18,7 @@ import metrale_pack
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = os.environ.get("METRALE_BIN", str(ROOT / "target" / "release" / "metrale-pack"))
-ALL = ["nvfp4", "nvfp4_t", "nvfp4_mmq", "q4k_mmq", "fp8", "w8a8", "bf16", "q2g128"]
+ALL = ["nvfp4", "nvfp4_t", "nvfp4_mmq", "q4k_mmq", "fp8", "w8a8", "bf16", "q2g128", "affine"]
 
 
 def cli(*args):
@@ -116,13 +116,20 @@ def test_convert_reports_progress_and_raises_what_the_callback_raises(tmp_path):
 
 def test_convert_chooses_and_refuses_as_the_cli(tmp_path):
     q8 = gen(tmp_path, "q8.gguf", "Q8_0")
+    # A named set that re-quantizes the Q8_0 weights is refused, by both.
     with pytest.raises(ValueError, match="re-quantize"):
-        metrale_pack.convert(q8, tmp_path / "a.mpk.gguf")
+        metrale_pack.convert(q8, tmp_path / "a.mpk.gguf", layouts=["nvfp4"])
     assert not (tmp_path / "a.mpk.gguf").exists()
-    r = cli("convert", q8, "-o", tmp_path / "a.mpk.gguf")
+    r = cli("convert", q8, "-o", tmp_path / "a.mpk.gguf", "--layouts", "nvfp4")
     assert r.returncode == 1 and "re-quantize" in r.stderr
     m = metrale_pack.convert(q8, tmp_path / "b.mpk.gguf", layouts=["bf16"])
     assert m["layouts"] == ["bf16"]
+    # The default carries Q8_0 in `affine`, the same bytes by both.
+    m = metrale_pack.convert(q8, tmp_path / "e.mpk.gguf")
+    assert m["layouts"] == ["affine"]
+    r = cli("convert", q8, "-o", tmp_path / "f.mpk.gguf")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "e.mpk.gguf").read_bytes() == (tmp_path / "f.mpk.gguf").read_bytes()
     q4k = gen(tmp_path, "q4k.gguf", "Q4_K")
     m = metrale_pack.convert(q4k, tmp_path / "c.mpk.gguf")
     assert m["layouts"] == ["q4k_mmq"] and m["options"]["q4k_down"] == "q4k"
