@@ -4,7 +4,7 @@
 
 use super::{
     DevicePtr, EventId, GemmBf16, GpuBackend, GpuError, GpuResult, GraphId, KArg, KernelHandle,
-    LaunchCfg, StreamId, kernels,
+    LaunchCfg, StreamId,
 };
 use cudarc::driver::{result as cu, sys as cus};
 use std::collections::HashMap;
@@ -13,40 +13,13 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Every kernel of a loaded module, by name (driver 12.4+: `cuModuleEnumerateFunctions`).
+mod ceilings;
 mod compile;
+mod modules;
 mod tmap;
 pub use compile::{
     compile_cubin, compile_options, compile_with_log, cuda_include_dir, nvrtc_version,
 };
-
-fn module_entries(m: cus::CUmodule) -> GpuResult<HashMap<String, cus::CUfunction>> {
-    let mut n: std::ffi::c_uint = 0;
-    // SAFETY: FFI; `m` is a loaded module and `n` a live local the call writes.
-    unsafe { cus::cuModuleGetFunctionCount(&mut n, m) }
-        .result()
-        .map_err(cuerr("cuModuleGetFunctionCount"))?;
-    let mut fs: Vec<cus::CUfunction> = vec![std::ptr::null_mut(); n as usize];
-    // SAFETY: FFI; `fs` has room for the `n` handles the call writes.
-    unsafe { cus::cuModuleEnumerateFunctions(fs.as_mut_ptr(), n, m) }
-        .result()
-        .map_err(cuerr("cuModuleEnumerateFunctions"))?;
-    let mut out = HashMap::new();
-    for f in fs {
-        let mut name: *const std::ffi::c_char = std::ptr::null();
-        // SAFETY: FFI; `f` is a function of the loaded module; the driver owns the returned
-        // NUL-terminated name for the module's lifetime, and it is copied at once.
-        unsafe { cus::cuFuncGetName(&mut name, f) }
-            .result()
-            .map_err(cuerr("cuFuncGetName"))?;
-        // SAFETY: as above: a valid NUL-terminated string from the driver.
-        let name = unsafe { std::ffi::CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned();
-        out.insert(name, f);
-    }
-    Ok(out)
-}
 
 /// The error of a failed driver or cuBLAS call `call`, with what the library said.
 fn cuerr<E: std::fmt::Debug>(call: &str) -> impl Fn(E) -> GpuError + '_ {
@@ -262,89 +235,6 @@ impl CudaBackend {
         unsafe { cu::ctx::set_current(self.ctx) }.map_err(cuerr("cuCtxSetCurrent"))
     }
 
-    /// Compile (or load from the disk cache) and load a module.
-    pub fn load_module(&self, module: &str) -> GpuResult<()> {
-        let mut st = self.state.lock().unwrap();
-        if st.modules.contains_key(module) {
-            return match st.compile_errors.get(module) {
-                Some(e) => Err(GpuError::Compile {
-                    module: module.into(),
-                    arch: self.arch.clone(),
-                    log: e.clone(),
-                }),
-                None => Ok(()),
-            };
-        }
-        let src = kernels::source(module)
-            .ok_or_else(|| GpuError::Invalid(format!("no kernel module {module}")))?;
-        let Some(arch) = kernels::module_arch(module, &self.arch) else {
-            let e = GpuError::Compile {
-                module: module.into(),
-                arch: self.arch.clone(),
-                log: "written for another architecture's instructions; its arms use the \
-                      portable kernels"
-                    .into(),
-            };
-            st.modules.insert(module.into(), None);
-            st.compile_errors.insert(module.into(), e.to_string());
-            return Err(e);
-        };
-        // Built ahead of time for this target from this source: no NVRTC at all.
-        let why = match super::prebuilt::cubin(module, &arch) {
-            Ok(_) if std::env::var_os("METRALE_NO_PREBUILT").is_some() => {
-                "METRALE_NO_PREBUILT is set".to_string()
-            }
-            Ok(cubin) => match self.load_image(&mut st, module, cubin) {
-                Ok(()) => return Ok(()),
-                Err(e) => format!("its prebuilt {arch} cubin did not load ({e})"),
-            },
-            Err(super::prebuilt::Missing::Target) => format!("no prebuilt cubin for {arch}"),
-            Err(super::prebuilt::Missing::Stale) => {
-                "its source changed since the prebuilt cubin was built".to_string()
-            }
-        };
-        tracing::warn!("kernel module {module}: {why}; compiling it with NVRTC");
-        let ver = nvrtc_version()?;
-        let opts = compile_options(&arch, self.include.as_deref());
-        let key =
-            xxhash_rust::xxh3::xxh3_64(format!("{src}\0{opts:?}\0{arch}\0{ver:?}").as_bytes());
-        let path = self
-            .cache_dir
-            .join(format!("{module}-{arch}-{key:016x}.cubin"));
-        let cubin = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(_) => match compile_cubin(module, &arch, self.include.as_deref()) {
-                Ok(b) => {
-                    let _ = std::fs::create_dir_all(&self.cache_dir);
-                    let tmp = crate::atomic::temp_path(&path);
-                    if std::fs::write(&tmp, &b).is_ok() {
-                        let _ = std::fs::rename(&tmp, &path);
-                    }
-                    b
-                }
-                Err(e) => {
-                    st.modules.insert(module.into(), None);
-                    st.compile_errors.insert(module.into(), e.to_string());
-                    return Err(e);
-                }
-            },
-        };
-        self.load_image(&mut st, module, &cubin)
-    }
-
-    /// Load a CUBIN image as `module` and index its entry points.
-    fn load_image(&self, st: &mut State, module: &str, cubin: &[u8]) -> GpuResult<()> {
-        self.current()?;
-        // SAFETY: `cubin` is a complete CUBIN image (NVRTC's output, compiled now or ahead of
-        // time for this device's arch); the driver copies it and validates it.
-        let m = unsafe { cu::module::load_data(cubin.as_ptr() as *const c_void) }
-            .map_err(cuerr("cuModuleLoadData"))?;
-        let entries = module_entries(m)?;
-        st.entries.insert(module.into(), entries);
-        st.modules.insert(module.into(), Some(m));
-        Ok(())
-    }
-
     fn event(&self, e: EventId) -> GpuResult<cus::CUevent> {
         self.state
             .lock()
@@ -366,36 +256,6 @@ impl CudaBackend {
             .get(s as usize - 1)
             .copied()
             .ok_or_else(|| GpuError::Invalid(format!("no stream {s}")))
-    }
-
-    /// The pinned host-to-device ceiling: bytes per second of `reps` copies of `bytes` from
-    /// pinned memory, spread over two streams (median of 5 runs).
-    pub fn pinned_h2d_ceiling(&self, bytes: usize) -> GpuResult<f64> {
-        let h = self.alloc_pinned(bytes)?;
-        let d = self.alloc(bytes as u64)?;
-        let s = [self.new_stream()?, self.new_stream()?];
-        let half = bytes / 2;
-        let t = super::timing::time_median(self, 5, || {
-            for (i, st) in s.iter().enumerate() {
-                // SAFETY: `h` is pinned and outlives the synchronize below.
-                unsafe {
-                    self.upload_async(
-                        d.view((i * half) as u64, half as u64),
-                        h.add(i * half),
-                        half,
-                        *st,
-                    )?
-                };
-            }
-            for st in s {
-                self.synchronize(st)?;
-            }
-            Ok(())
-        });
-        self.free(d);
-        // SAFETY: no copy in flight after the synchronizes.
-        unsafe { self.free_pinned(h) };
-        Ok(bytes as f64 / t?)
     }
 
     fn cublas(&self) -> GpuResult<cudarc::cublas::sys::cublasHandle_t> {
@@ -447,22 +307,6 @@ impl CudaBackend {
         .map_err(cuerr("cuFuncSetAttribute"))?;
         st.smem_limit.insert(k.0 as usize, smem);
         Ok(())
-    }
-
-    /// The device-to-device copy ceiling: bytes read plus written per second, median of 10
-    /// copies of `bytes` between two device buffers.
-    pub fn copy_ceiling(&self, bytes: u64) -> GpuResult<f64> {
-        let a = self.alloc(bytes)?;
-        let b = self.alloc(bytes)?;
-        self.fill(a, 0x3C)?;
-        let t = super::timing::time_median(self, 10, || {
-            // SAFETY: both ranges are live allocations of `bytes`.
-            unsafe { cu::memcpy_dtod_async(b.addr, a.addr, bytes as usize, std::ptr::null_mut()) }
-                .map_err(cuerr("cuMemcpyDtoDAsync"))
-        });
-        self.free(a);
-        self.free(b);
-        Ok(2.0 * bytes as f64 / t?)
     }
 }
 
