@@ -124,6 +124,15 @@ fn push_codes(ty: GgmlType, b: &[u8], codes: &mut Vec<u8>) {
     }
 }
 
+/// The code of value `c` in a row of codes at `bits` (4: two a byte, value `2i` in the low
+/// nibble; 8: one a byte).
+pub fn code_at(row: &[u8], c: usize, bits: u32) -> u32 {
+    match bits {
+        4 => u32::from((row[c / 2] >> (4 * (c % 2))) & 0xF),
+        _ => u32::from(row[c]),
+    }
+}
+
 impl AffineGroups {
     /// `rows` rows of `cols` values of GGUF type `ty` (Q4_0, Q4_1, Q8_0) at `raw` as groups of
     /// [`GGML_GROUP`], every weight decoding as the source's.
@@ -173,17 +182,8 @@ impl AffineGroups {
 
     /// The code of value `c` of row `r`.
     fn code(&self, r: usize, c: usize) -> u32 {
-        match self.bits {
-            4 => {
-                let byte = self.codes[(r * self.cols + c) / 2];
-                (if c.is_multiple_of(2) {
-                    byte & 0xF
-                } else {
-                    byte >> 4
-                }) as u32
-            }
-            _ => self.codes[r * self.cols + c] as u32,
-        }
+        let row = self.cols * self.bits as usize / 8;
+        code_at(&self.codes[r * row..(r + 1) * row], c, self.bits)
     }
 
     /// Every weight, f32 `[rows, cols]`: `s * q + b` (one product, then one sum; no fused

@@ -10,7 +10,7 @@
 
 use super::{Encoded, round_up};
 use crate::GgmlType;
-use crate::converters::affine::{AffineError, AffineGroups, GGML_GROUP};
+use crate::converters::affine::{AffineError, AffineGroups, GGML_GROUP, code_at};
 use crate::converters::f16;
 
 /// K alignment: a multiple of every group this layout stores and of the kernels' 128-value
@@ -31,6 +31,11 @@ pub fn codes_bytes(n: u64, kp: u64, bits: u32) -> Option<u64> {
     n.checked_mul(kp)?
         .checked_mul(u64::from(bits))
         .map(|b| b / 8)
+}
+
+/// Bytes of one row of `kp` values at `bits` in groups of `group`: its codes and scale pairs.
+pub fn row_bytes(kp: usize, bits: u32, group: usize) -> usize {
+    kp * bits as usize / 8 + kp / group * PAIR_BYTES
 }
 
 /// Bytes of the `scales` part of `[n, kp]` in groups of `group`.
@@ -82,14 +87,6 @@ pub fn encode(x: &[f32], n: usize, k: usize) -> Result<Encoded, AffineError> {
     carry(GgmlType::Q8_0, &raw, n, k32)
 }
 
-/// The code of value `c` in a row of codes at `bits`.
-fn code(row: &[u8], c: usize, bits: u32) -> u32 {
-    match bits {
-        4 => u32::from((row[c / 2] >> (4 * (c % 2))) & 0xF),
-        _ => u32::from(row[c]),
-    }
-}
-
 /// Decode to f32 `[n, k]`: `s * q + b`, one product then one sum, as the codec decodes.
 pub fn decode(
     codes: &[u8],
@@ -106,7 +103,7 @@ pub fn decode(
             let at = (r * g_row + c / group) * PAIR_BYTES;
             let s = f16::to_f32(u16::from_le_bytes([scales[at], scales[at + 1]]));
             let b = f16::to_f32(u16::from_le_bytes([scales[at + 2], scales[at + 3]]));
-            out.push(s * code(codes, c, bits) as f32 + b);
+            out.push(s * code_at(codes, c, bits) as f32 + b);
         }
     }
     out

@@ -3,6 +3,7 @@
 //! their own grid, and the cuBLAS BF16 layer at m = 1..16, the peer a user would pick instead.
 
 use super::{Lines, time_median};
+use crate::converters::layouts::affine;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::sizes::*;
 use crate::gpu::table::{Kernel, Kernels};
@@ -87,7 +88,7 @@ pub(super) fn probe_parts(name: &str, h: usize, i: usize) -> Option<Vec<(u64, us
         ],
         n if n.starts_with("affine") => {
             let bits = if n.contains("4-bit") { 4 } else { 8 };
-            let row = |k: usize| k * bits / 8 + k / AFFINE_GROUP * 4;
+            let row = |k: usize| affine::row_bytes(k, bits, AFFINE_GROUP);
             vec![
                 part(i, row(h), AFFINE_GEMV_ROWS),
                 part(i, row(h), AFFINE_GEMV_ROWS),
@@ -205,7 +206,7 @@ fn affine_kernels(
             (4usize, ks.affine4_gemv, ks.affine4_gemv_m),
             (8, ks.affine8_gemv, ks.affine8_gemv_m),
         ] {
-            let row = k * bits / 8 + k / AFFINE_GROUP * 4;
+            let row = affine::row_bytes(k, bits as u32, AFFINE_GROUP);
             let probe = probe_time(b, &[part(n, row, AFFINE_GEMV_ROWS)])?;
             for (kernel, m) in [(one, 1usize), (many, 2), (many, 4)] {
                 if !kernel.ok() {

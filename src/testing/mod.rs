@@ -583,14 +583,17 @@ pub fn affine_decoded(w: &DenseWeights, four: bool, bf16: bool) -> DenseWeights 
             [n, k],
             e.padded[1],
         );
-        if bf16 {
-            v.iter()
-                .map(|&a| crate::converters::bf16::to_f32(crate::converters::bf16::from_f32(a)))
-                .collect()
-        } else {
-            v
-        }
+        if bf16 { bf16_rounded(v) } else { v }
     })
+}
+
+/// Each value rounded to BF16 (nearest even) and back: what a dequantize-to-BF16 kernel feeds
+/// the BF16 GEMM.
+fn bf16_rounded(v: Vec<f32>) -> Vec<f32> {
+    use crate::converters::bf16;
+    v.into_iter()
+        .map(|a| bf16::to_f32(bf16::from_f32(a)))
+        .collect()
 }
 
 /// Install the packed q2g128 overlay (`q2g128` layout) encoded from the f32 weights.
@@ -618,13 +621,7 @@ pub fn q2_decoded(w: &DenseWeights, bf16: bool) -> DenseWeights {
     decoded(w, |x, n, k| {
         let e = layouts::q2g128::encode(x, n, k);
         let v = layouts::q2g128::decode(&e.parts[0].1, n, k, e.padded[1]);
-        if bf16 {
-            v.iter()
-                .map(|&a| crate::converters::bf16::to_f32(crate::converters::bf16::from_f32(a)))
-                .collect()
-        } else {
-            v
-        }
+        if bf16 { bf16_rounded(v) } else { v }
     })
 }
 

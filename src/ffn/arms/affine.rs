@@ -4,9 +4,6 @@ use super::super::*;
 
 use crate::gpu::{DevicePtr, GpuResult};
 
-/// The most rows the affine GEMVs take (their batch-4 forms); a prefill of more dequantizes.
-pub const AFFINE_GEMV_MAX_ROWS: usize = 4;
-
 impl DenseFfnLayer {
     /// One affine projection through `affine{4,8}_gemv` (m = 1) or its batch-4 form (m <= 4).
     pub(crate) fn affine_gemv_project(
@@ -85,11 +82,11 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
     ) -> GpuResult<DevicePtr> {
+        if m <= AFFINE_GEMV_MAX_ROWS {
+            return self.affine_gemv_arm(ctx, x, m);
+        }
         self.check_rows(ctx, x, m)?;
         let w = *self.need(key::AFFINE)?;
-        if m <= AFFINE_GEMV_MAX_ROWS {
-            return self.gated(ctx, x, m, false, &w, Self::affine_gemv_project);
-        }
         self.gated(ctx, x, m, false, &w, Self::affine_prefill_project)
     }
 }

@@ -36,11 +36,14 @@ fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {
     }
 }
 
+/// The most rows the affine GEMVs take (their batch-4 forms); a prefill of more dequantizes.
+pub const AFFINE_GEMV_MAX_ROWS: usize = 4;
+
 /// Its rows of the arm table, ranked within each method (`routing::arms`).
 #[rustfmt::skip]
 static ARMS: [Arm; 3] = [
     Arm::new(Decode, "affine gemv", Affine, always, |l, c, x, m| l.affine_gemv_arm(c, x, m)).rank(25),
-    Arm::new(Small, "affine batch-4", Affine, |_, _, m| m <= 4, |l, c, x, m| l.affine_gemv_arm(c, x, m)).rank(15),
+    Arm::new(Small, "affine batch-4", Affine, |_, _, m| m <= AFFINE_GEMV_MAX_ROWS, |l, c, x, m| l.affine_gemv_arm(c, x, m)).rank(15),
     Arm::new(Prefill, "affine", Affine, always, |l, c, x, m| l.affine_prefill_arm(c, x, m)).rank(25),
 ];
 
@@ -76,8 +79,7 @@ impl AffineWeight {
             .is_some_and(|b| b <= w.codes.bytes)
             && affine::scales_bytes(w.n as u64, w.kp as u64, w.group as u64)
                 .is_some_and(|b| b <= w.scales.bytes);
-        if !affine::valid(w.bits, w.group, w.kp) || w.group != AFFINE_GROUP || w.kp < w.k || !fits_all
-        {
+        if !affine::valid(w.bits, w.group, w.kp) || w.kp < w.k || !fits_all {
             return Err(refuse(
                 what,
                 format!(
