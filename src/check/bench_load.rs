@@ -3,7 +3,7 @@
 
 use super::probe_io::warm_page_cache;
 use crate::error::{Error, Result};
-use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+use crate::ffn::DenseFfnLayer;
 use crate::gpu::cuda::CudaBackend;
 use crate::gpu::{GpuBackend, ModelLevers};
 use crate::loader::{self, IoMode, LoadOptions, Staging};
@@ -487,15 +487,9 @@ struct Ready {
 fn ready_once(b: &Arc<CudaBackend>, path: &Path, opts: &LoadOptions) -> Result<Ready> {
     let t0 = std::time::Instant::now();
     // As `LoadedModel::load` does: the forward context allocated while the segment copies.
+    let dynb: Arc<dyn crate::gpu::GpuBackend> = b.clone();
     let (lp, ctx) = loader::load_beside(b.as_ref(), path, opts, |p, inter| {
-        let cfg = FfnConfig {
-            hidden: p.manifest.model.hidden_size as usize,
-            inter,
-        };
-        let ctx = ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default())?;
-        // The first layer resolves every kernel (loads the modules): done here, the copy hides it.
-        drop(DenseFfnLayer::new(&ctx));
-        Ok::<_, crate::gpu::GpuError>(ctx)
+        loader::forward_context(&dynb, p, inter, 1, ModelLevers::default())
     })?;
     let ctx = match ctx {
         Ok(c) => c,

@@ -10,6 +10,26 @@ use crate::model::Activation;
 use std::path::Path;
 use std::sync::Arc;
 
+/// The forward context for the layers of the opened pack `p` (this rank's FFN intermediate
+/// size `inter`), with every kernel resolved (the modules loaded): what `load_beside`'s side job
+/// builds while the segment copies.
+pub fn forward_context(
+    backend: &Arc<dyn GpuBackend>,
+    p: &crate::pack::Pack,
+    inter: usize,
+    max_tokens: usize,
+    levers: ModelLevers,
+) -> GpuResult<ForwardContext> {
+    let cfg = FfnConfig {
+        hidden: p.manifest.model.hidden_size as usize,
+        inter,
+    };
+    let ctx = ForwardContext::new(backend.clone(), cfg, max_tokens, levers)?;
+    // The first layer resolves every kernel.
+    drop(DenseFfnLayer::new(&ctx));
+    Ok(ctx)
+}
+
 /// How [`LoadedModel::load`] loads.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
@@ -67,16 +87,7 @@ impl LoadedModel {
         };
         // The forward context (its scratch arena) is allocated while the segment copies.
         let (pack, ctx) = load_beside(backend.as_ref(), path, &opts.load, |p, inter| {
-            let cfg = FfnConfig {
-                hidden: p.manifest.model.hidden_size as usize,
-                inter,
-            };
-            let ctx =
-                ForwardContext::new(backend.clone(), cfg, opts.max_tokens, opts.levers.clone())?;
-            // The first layer resolves every kernel (loads the modules): done here, the copy
-            // hides it.
-            drop(DenseFfnLayer::new(&ctx));
-            Ok::<_, GpuError>(ctx)
+            forward_context(&backend, p, inter, opts.max_tokens, opts.levers.clone())
         })?;
         // From here the segment is owned: a failure below frees it with the half-built model.
         let m = &pack.pack.manifest.model;

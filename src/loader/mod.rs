@@ -11,7 +11,7 @@ mod io;
 mod ring;
 
 pub use bind::{LayerOverlays, overlays};
-pub use engine::{EngineOptions, LoadedModel};
+pub use engine::{EngineOptions, LoadedModel, forward_context};
 pub use io::{COLD_RESIDENCY, resident_fraction};
 pub use ring::{DIRECT_ALIGN, RING_PIECE_BYTES, RingTimes};
 
