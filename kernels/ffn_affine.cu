@@ -1,8 +1,9 @@
 // Affine integer groups (`affine` pack layout, formats.md "Affine integer groups"): codes
 // `[n, kp]` row-major (4-bit pairs, value 2i in the low nibble, or bytes), and per group of
 // MP_AFFINE_GROUP values of a row a half scale s and a half offset b (4 bytes, s first);
-// w = s * q + b. kp % 128 == 0. Contract and CPU twins: src/gpu/reference.rs `affine_row`,
-// `affine_dequant_bf16`.
+// w = s * q + b. kp % 128 == 0. The decode GEMVs multiply the codes by activations quantized to
+// int8 per group (`affine_quantize_act`, formats.md "The affine decode GEMVs"). Contract and CPU
+// twins: src/gpu/reference.rs `affine_quantize_act_row`, `affine_q8_row`, `affine_dequant_bf16`.
 
 #include "common.cuh"
 
@@ -14,27 +15,76 @@ __device__ __forceinline__ float affine_code_f32(unsigned int q) {
     return __uint_as_float(0x4B000000u | q) - 8388608.f;
 }
 
-// y[r, j] = sum_{i < k} w[j, i] * x[r, i], w[j, i] = fmaf(s, q, b) (the product s * q is exact,
-// so this is the codec's decode bit for bit). A block of T threads computes R weight rows
-// j0 = R blockIdx.x ..: its threads split kp in 16-byte code chunks (128 / BITS values, thread
-// t takes chunks t, t + T, ...), each activation load serving the R rows, as the BF16 GEMV
-// does; block_sum_rows adds the threads' partial sums. A chunk lies in one group (16 and 32
-// values divide the group of 32), so its s and b are one 4-byte load per row. T = 128 at 4
-// bits (a 4096-value row is 128 chunks), 256 at 8; R = MP_AFFINE_GEMV_ROWS (4): at 8 rows and
-// 256 threads the 4-bit GEMV held 128 registers (187 in its batch-4 form), two blocks (one) an
-// SM, and ran at 31% of the copy ceiling (6% at m = 4), each block's long decode after its one
-// load round overlapping little (BENCHMARKS.md, "The affine layout").
-template <int M, int R, int BITS, int T>
-__device__ __forceinline__ void gemv_affine(const float* __restrict__ x, int m, const unsigned char* __restrict__ codes,
-                                            const unsigned char* __restrict__ sb, float* __restrict__ y, int n, int k,
-                                            int kp, int ldy) {
-    constexpr int PER = 128 / BITS;  // values per 16-byte chunk
-    constexpr int VPW = 32 / BITS;   // values per 32-bit word
-    constexpr unsigned int MASK = (1u << BITS) - 1u;
-    const int j0 = blockIdx.x * R, chunks = kp / PER;
-    const size_t row_bytes = (size_t)kp * BITS / 8, row_groups = (size_t)kp / MP_AFFINE_GROUP;
-    // Whole chunks of x are read with 16-byte loads when every row starts 16-byte aligned.
-    const bool vec = (k & 3) == 0;
+// The byte of value l (< 32) of a group in the quantized activations: for 4-bit codes each
+// 8-value word of the group holds its even values in bytes 0-3 and its odd ones in 4-7, the
+// order in which `word & 0x0F0F0F0F` and `(word >> 4) & 0x0F0F0F0F` hold the codes; for 8-bit
+// codes the value order.
+__device__ __forceinline__ int affine_act_pos(int l, int bits) {
+    return bits == 4 ? (l & ~7) | ((l & 1) << 2) | ((l & 7) >> 1) : l;
+}
+
+// Activations for the affine GEMVs: v = x (act 0), silu(x) * u (1) or gelu(x) * u (2) at row
+// stride ld, f32 [m, k], to int8 codes xq [m, kp] (positions affine_act_pos) and per group of 32
+// xs [m, kp / 32] = (d, sum, the integer sum of the codes as int bits, 0): d = amax / 127,
+// q = roundf(v * (1 / d)) with the f32 d, sum = the f32 sum of the group's v, both sums in the
+// butterfly order (xor 16, 8, 4, 2, 1); values past k are 0. One warp per group.
+// Grid (ceil(kp / 32 / 8), m), block 256.
+extern "C" __global__ void affine_quantize_act(const float* __restrict__ x, const float* __restrict__ u, int act, int m,
+                                               int k, int ld, int kp, int bits, signed char* __restrict__ xq,
+                                               float* __restrict__ xs) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = blockIdx.x * (blockDim.x >> 5) + warp, r = blockIdx.y;
+    if (g >= kp / 32 || r >= m) return;
+    const int c = g * 32 + lane;
+    float v = 0.f;
+    if (c < k) {
+        const float a = x[(size_t)r * ld + c];
+        v = act == 0 ? a : act == 1 ? act_silu_mul(a, u[(size_t)r * ld + c]) : act_gelu_mul(a, u[(size_t)r * ld + c]);
+    }
+    float amax = fabsf(v), sum = v;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+    }
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.f ? __fdiv_rn(1.0f, d) : 0.f;
+    const int q = (int)roundf(__fmul_rn(v, id));
+    xq[(size_t)r * kp + 32 * g + affine_act_pos(lane, bits)] = (signed char)q;
+    int qsum = q;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) qsum += __shfl_xor_sync(0xffffffffu, qsum, o);
+    if (lane == 0) {
+        float* o = xs + 4 * ((size_t)r * (kp / 32) + g);
+        o[0] = d;
+        o[1] = sum;
+        o[2] = __int_as_float(qsum);
+        o[3] = 0.f;
+    }
+}
+
+// y[r, j] = sum over groups of s * (d * dot) + (b + Z s) * sum, per activation row r < m and
+// weight row j: dot = sum (q - Z) xq, the exact integer product of the group's codes q centred
+// on Z = 2^(BITS - 1) and its activation codes (4 bytes a dp4a: 8-bit codes as the signed bytes
+// q ^ 0x80, 4-bit ones as they are with Z times the codes' sum taken off), s and b the group's,
+// d and sum the activations'. Centring halves the activation rounding's share (the weights'
+// spread about Z, not about 0, multiplies it). A warp computes R weight rows (a block W warps): each
+// lane takes whole groups (16 code bytes at 4 bits, 32 at 8; lane l groups l, l + 32, ...), U
+// groups' code loads in flight before their math, and the warp's partial sums meet in a
+// shuffle tree. Per 4-bit weight about one instruction (two nibble masks and a dp4a per 8
+// values, the group's float work per 32), where the f32-activation GEMV spent five and ran at
+// 34-39% of the copy ceiling, bound by instruction issue (BENCHMARKS.md, "The affine layout").
+template <int M, int R, int BITS, int W>
+__device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ xq, const float* __restrict__ xs, int m,
+                                               const unsigned char* __restrict__ codes, const unsigned char* __restrict__ sb,
+                                               float* __restrict__ y, int n, int kp, int ldy) {
+    constexpr int CH = BITS / 4;  // 16-byte code chunks per group
+    constexpr int U = BITS == 4 ? 4 : 2;  // groups a lane loads before it multiplies
+    const int lane = threadIdx.x & 31;
+    const int j0 = (blockIdx.x * W + (threadIdx.x >> 5)) * R;
+    if (j0 >= n) return;  // a whole warp: nothing below waits on the block
+    const int groups = kp / 32;
+    const size_t row_bytes = (size_t)kp * BITS / 8;
     float acc[M][R];
 #pragma unroll
     for (int r = 0; r < M; ++r)
@@ -43,80 +93,140 @@ __device__ __forceinline__ void gemv_affine(const float* __restrict__ x, int m, 
     int rows[R];
 #pragma unroll
     for (int q = 0; q < R; ++q) rows[q] = min(j0 + q, n - 1);  // rows past n: never stored
-    for (int c = threadIdx.x; c < chunks; c += T) {
-        uint4 v[R];
-        unsigned int p[R];
+    for (int g0 = lane; g0 < groups; g0 += 32 * U) {
+        uint4 v[U][R][CH];
+        unsigned int p[U][R];
 #pragma unroll
-        for (int q = 0; q < R; ++q) {
-            v[q] = ldg_stream(codes + rows[q] * row_bytes + 16 * (size_t)c);
-            p[q] = __ldg(reinterpret_cast<const unsigned int*>(sb + 4 * (rows[q] * row_groups + (size_t)c * PER / MP_AFFINE_GROUP)));
+        for (int e = 0; e < U; ++e) {
+            const int g = min(g0 + 32 * e, groups - 1);  // past the end: loaded, not used
+#pragma unroll
+            for (int q = 0; q < R; ++q) {
+#pragma unroll
+                for (int h = 0; h < CH; ++h) v[e][q][h] = ldg_stream(codes + rows[q] * row_bytes + (size_t)g * 16 * CH + 16 * h);
+                p[e][q] = __ldg(reinterpret_cast<const unsigned int*>(sb) + (size_t)rows[q] * groups + g);
+            }
         }
-        const int i0 = PER * c;
-        const bool whole = vec && i0 + PER <= k;
 #pragma unroll
-        for (int wd = 0; wd < 4; ++wd) {
-            const int iw = i0 + VPW * wd;
-            float xv[M][VPW];
+        for (int e = 0; e < U; ++e) {
+            const int g = g0 + 32 * e;
+            if (g >= groups) break;
+            // The codes as signed bytes for dp4a: 8 words a group.
+            int cw[R][8];
+            float s[R], b[R];
+#pragma unroll
+            for (int q = 0; q < R; ++q) {
+#pragma unroll
+                for (int h = 0; h < CH; ++h) {
+                    const unsigned int w[4] = {v[e][q][h].x, v[e][q][h].y, v[e][q][h].z, v[e][q][h].w};
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        if (BITS == 4) {
+                            cw[q][2 * i] = (int)(w[i] & 0x0F0F0F0Fu);
+                            cw[q][2 * i + 1] = (int)((w[i] >> 4) & 0x0F0F0F0Fu);
+                        } else {
+                            cw[q][4 * h + i] = (int)(w[i] ^ 0x80808080u);
+                        }
+                    }
+                }
+                s[q] = __half2float(__ushort_as_half((unsigned short)(p[e][q] & 0xffffu)));
+                b[q] = fmaf((float)(1 << (BITS - 1)), s[q], __half2float(__ushort_as_half((unsigned short)(p[e][q] >> 16))));
+            }
 #pragma unroll
             for (int r = 0; r < M; ++r) {
                 if (r >= m) break;
-                const float* xr = x + (size_t)r * k + iw;
-                if (whole) {
+                const int4* a4 = reinterpret_cast<const int4*>(xq + (size_t)r * kp + 32 * (size_t)g);
+                const int4 a0 = __ldg(a4), a1 = __ldg(a4 + 1);
+                const int a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+                const float4 ds = __ldg(reinterpret_cast<const float4*>(xs) + (size_t)r * groups + g);
+                const int zsum = BITS == 4 ? 8 * __float_as_int(ds.z) : 0;
 #pragma unroll
-                    for (int e = 0; e < VPW; e += 4) {
-                        const float4 a = __ldg(reinterpret_cast<const float4*>(xr + e));
-                        xv[r][e] = a.x;
-                        xv[r][e + 1] = a.y;
-                        xv[r][e + 2] = a.z;
-                        xv[r][e + 3] = a.w;
-                    }
-                } else {
+                for (int q = 0; q < R; ++q) {
+                    int dot = -zsum;
 #pragma unroll
-                    for (int e = 0; e < VPW; ++e) xv[r][e] = iw + e < k ? xr[e] : 0.f;
-                }
-            }
-#pragma unroll
-            for (int q = 0; q < R; ++q) {
-                const unsigned int word = wd == 0 ? v[q].x : wd == 1 ? v[q].y : wd == 2 ? v[q].z : v[q].w;
-                const float s = __half2float(__ushort_as_half((unsigned short)(p[q] & 0xffffu)));
-                const float b = __half2float(__ushort_as_half((unsigned short)(p[q] >> 16)));
-#pragma unroll
-                for (int e = 0; e < VPW; ++e) {
-                    const float w = fmaf(s, affine_code_f32((word >> (BITS * e)) & MASK), b);
-#pragma unroll
-                    for (int r = 0; r < M; ++r) {
-                        if (r >= m) break;
-                        acc[r][q] = fmaf(w, xv[r][e], acc[r][q]);
-                    }
+                    for (int i = 0; i < 8; ++i) dot = __dp4a(cw[q][i], a[i], dot);
+                    acc[r][q] = fmaf(s[q], ds.x * (float)dot, acc[r][q]);
+                    acc[r][q] = fmaf(b[q], ds.y, acc[r][q]);
                 }
             }
         }
     }
-    block_sum_rows<M, R, T / 32>(acc, m, y, j0, n, ldy);
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+        if (r >= m) break;
+#pragma unroll
+        for (int q = 0; q < R; ++q) {
+            float t = acc[r][q];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+            if (lane == 0 && j0 + q < n) y[(size_t)r * ldy + j0 + q] = t;
+        }
+    }
 }
 
-// Decode, one row; 4-bit codes. Grid ceil(n / MP_AFFINE_GEMV_ROWS), block MP_AFFINE4_THREADS.
-extern "C" __global__ void affine4_gemv(const float* x, int m, const unsigned char* codes, const unsigned char* sb,
-                                        float* y, int n, int k, int kp, int ldy) {
-    gemv_affine<1, MP_AFFINE_GEMV_ROWS, 4, MP_AFFINE4_THREADS>(x, m, codes, sb, y, n, k, kp, ldy);
+// Decode, one activation row; 4-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
+// in one launch) (cu, su) into yu. Grid (ceil(n / (MP_AFFINE_GEMV_ROWS * MP_AFFINE_GEMV_WARPS)),
+// projs), block 32 * MP_AFFINE_GEMV_WARPS.
+extern "C" __global__ void affine4_gemv(const signed char* xq, const float* xs, int m, const unsigned char* cg,
+                                       const unsigned char* sg, float* yg, const unsigned char* cu,
+                                       const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
+    const bool up = blockIdx.y == 1;
+    gemv_affine_q8<1, MP_AFFINE_GEMV_ROWS, 4, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
+                                                                     n, kp, ldy);
 }
 
-// m <= 4; 4-bit codes.
-extern "C" __global__ void affine4_gemv_batch4(const float* x, int m, const unsigned char* codes,
-                                               const unsigned char* sb, float* y, int n, int k, int kp, int ldy) {
-    gemv_affine<4, MP_AFFINE_GEMV_ROWS, 4, MP_AFFINE4_THREADS>(x, m, codes, sb, y, n, k, kp, ldy);
+// m <= 4; 4-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
+// in one launch) (cu, su) into yu. Grid (ceil(n / (MP_AFFINE_GEMV_ROWS * MP_AFFINE_GEMV_WARPS)),
+// projs), block 32 * MP_AFFINE_GEMV_WARPS.
+extern "C" __global__ void affine4_gemv_batch4(const signed char* xq, const float* xs, int m, const unsigned char* cg,
+                                              const unsigned char* sg, float* yg, const unsigned char* cu,
+                                              const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
+    const bool up = blockIdx.y == 1;
+    gemv_affine_q8<4, MP_AFFINE_GEMV_ROWS, 4, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
+                                                                     n, kp, ldy);
 }
 
-// Decode, one row; 8-bit codes. Block MP_AFFINE8_THREADS.
-extern "C" __global__ void affine8_gemv(const float* x, int m, const unsigned char* codes, const unsigned char* sb,
-                                        float* y, int n, int k, int kp, int ldy) {
-    gemv_affine<1, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE8_THREADS>(x, m, codes, sb, y, n, k, kp, ldy);
+// m <= 16; 4-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
+// in one launch) (cu, su) into yu. Grid (ceil(n / (MP_AFFINE_GEMV_ROWS * MP_AFFINE_GEMV_WARPS)),
+// projs), block 32 * MP_AFFINE_GEMV_WARPS.
+extern "C" __global__ void affine4_gemv_batch16(const signed char* xq, const float* xs, int m, const unsigned char* cg,
+                                               const unsigned char* sg, float* yg, const unsigned char* cu,
+                                               const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
+    const bool up = blockIdx.y == 1;
+    gemv_affine_q8<16, MP_AFFINE_GEMV_ROWS, 4, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
+                                                                     n, kp, ldy);
 }
 
-// m <= 4; 8-bit codes.
-extern "C" __global__ void affine8_gemv_batch4(const float* x, int m, const unsigned char* codes,
-                                               const unsigned char* sb, float* y, int n, int k, int kp, int ldy) {
-    gemv_affine<4, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE8_THREADS>(x, m, codes, sb, y, n, k, kp, ldy);
+// Decode, one activation row; 8-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
+// in one launch) (cu, su) into yu. Grid (ceil(n / (MP_AFFINE_GEMV_ROWS * MP_AFFINE_GEMV_WARPS)),
+// projs), block 32 * MP_AFFINE_GEMV_WARPS.
+extern "C" __global__ void affine8_gemv(const signed char* xq, const float* xs, int m, const unsigned char* cg,
+                                       const unsigned char* sg, float* yg, const unsigned char* cu,
+                                       const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
+    const bool up = blockIdx.y == 1;
+    gemv_affine_q8<1, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
+                                                                     n, kp, ldy);
+}
+
+// m <= 4; 8-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
+// in one launch) (cu, su) into yu. Grid (ceil(n / (MP_AFFINE_GEMV_ROWS * MP_AFFINE_GEMV_WARPS)),
+// projs), block 32 * MP_AFFINE_GEMV_WARPS.
+extern "C" __global__ void affine8_gemv_batch4(const signed char* xq, const float* xs, int m, const unsigned char* cg,
+                                              const unsigned char* sg, float* yg, const unsigned char* cu,
+                                              const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
+    const bool up = blockIdx.y == 1;
+    gemv_affine_q8<4, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
+                                                                     n, kp, ldy);
+}
+
+// m <= 16; 8-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
+// in one launch) (cu, su) into yu. Grid (ceil(n / (MP_AFFINE_GEMV_ROWS * MP_AFFINE_GEMV_WARPS)),
+// projs), block 32 * MP_AFFINE_GEMV_WARPS.
+extern "C" __global__ void affine8_gemv_batch16(const signed char* xq, const float* xs, int m, const unsigned char* cg,
+                                               const unsigned char* sg, float* yg, const unsigned char* cu,
+                                               const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
+    const bool up = blockIdx.y == 1;
+    gemv_affine_q8<16, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
+                                                                     n, kp, ldy);
 }
 
 // BF16 `[n, kp]`, each bf16_rn(fmaf(s, q, b)): the prefill's weights for the BF16 GEMM. One

@@ -658,44 +658,103 @@ fn affine_gemvs_and_dequant_match_the_references() {
     // k = 2200: a partial 32-value group, padding to 2304, rows past the last block of 8.
     let (n, k) = (150usize, 2200usize);
     let w = r.vec(n * k, 0.05);
-    let x = r.vec(4 * k, 1.0);
+    let (g, u) = (r.vec(5 * k, 2.0), r.vec(5 * k, 1.0));
     for four in [true, false] {
         let e = metrale_pack::testing::affine_encoded(&w, n, k, four);
         let (codes, sb, kp) = (e.parts[0].1.clone(), e.parts[1].1.clone(), e.padded[1]);
         let bits = if four { 4 } else { 8 };
-        for (name, m) in [
-            (if four { "affine4_gemv" } else { "affine8_gemv" }, 1usize),
-            (
-                if four {
-                    "affine4_gemv_batch4"
-                } else {
-                    "affine8_gemv_batch4"
-                },
-                3,
-            ),
-        ] {
-            let want = rows64(m, n, |i, row| {
-                reference::affine_row(&x[i * k..(i + 1) * k], &codes, &sb, bits, n, k, kp, row)
-            });
+        let groups = kp / 32;
+        // The quantizer: plain (act 0) and with SiLU / GELU of g times u fused (act 1, 2),
+        // against the twin on the same products (the emulator's expf is the host's, as the
+        // twin's).
+        for (act, m) in [(0usize, 5usize), (1, 3), (2, 2)] {
             let mut a = [
-                A::P(f32b(&x[..m * k])),
+                A::P(f32b(&g[..m * k])),
+                A::P(f32b(&u[..m * k])),
+                A::I(act),
+                A::I(m),
+                A::I(k),
+                A::I(k),
+                A::I(kp),
+                A::I(bits as usize),
+                A::P(vec![0xA5; m * kp]),
+                A::P(vec![0xA5; m * groups * 16]),
+            ];
+            launch(
+                exe,
+                "affine_quantize_act",
+                (groups.div_ceil(8), m),
+                256,
+                &mut a,
+            );
+            let xs = bf32(buf(&a[9]));
+            for i in 0..m {
+                let v: Vec<f32> = (0..k)
+                    .map(|c| match act {
+                        0 => g[i * k + c],
+                        1 => reference::silu_mul(g[i * k + c], u[i * k + c]),
+                        _ => reference::gelu_mul(g[i * k + c], u[i * k + c]),
+                    })
+                    .collect();
+                let (q, d) = reference::affine_quantize_act_row(&v, kp, bits);
+                assert!(
+                    buf(&a[8])[i * kp..(i + 1) * kp] == q[..],
+                    "act {act} codes row {i}"
+                );
+                let got = &xs[i * groups * 4..(i + 1) * groups * 4];
+                assert!(
+                    got.iter().zip(&d).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "act {act} scales row {i}"
+                );
+            }
+        }
+        // The GEMVs over the twin's activations of up to 16 rows.
+        let quantized: Vec<_> = (0..16)
+            .map(|i| reference::affine_quantize_act_row(&g[(i % 5) * k..(i % 5 + 1) * k], kp, bits))
+            .collect();
+        let xq: Vec<u8> = quantized.iter().flat_map(|(q, _)| q.clone()).collect();
+        let xs: Vec<f32> = quantized.iter().flat_map(|(_, d)| d.clone()).collect();
+        // A second projection (gate and up in one launch: blockIdx.y 1) of other weights.
+        let e2 = metrale_pack::testing::affine_encoded(&r.vec(n * k, 0.05), n, k, four);
+        let (codes2, sb2) = (e2.parts[0].1.clone(), e2.parts[1].1.clone());
+        for (suffix, m, projs) in [("", 1usize, 1usize), ("_batch4", 3, 2), ("_batch16", 11, 2)] {
+            let name = format!("affine{bits}_gemv{suffix}");
+            let want = |c: &[u8], s: &[u8]| {
+                rows64(m, n, |i, row| {
+                    let (q, d) = &quantized[i];
+                    reference::affine_q8_row(q, d, c, s, bits, n, kp, row)
+                })
+            };
+            let mut a = [
+                A::P(xq[..m * kp].to_vec()),
+                A::P(f32b(&xs[..m * groups * 4])),
                 A::I(m),
                 A::P(codes.clone()),
                 A::P(sb.clone()),
                 A::P(f32b(&vec![f32::NAN; m * n])),
+                A::P(codes2.clone()),
+                A::P(sb2.clone()),
+                A::P(f32b(&vec![f32::NAN; m * n])),
+                A::I(projs),
                 A::I(n),
-                A::I(k),
                 A::I(kp),
                 A::I(n),
             ];
-            let rows = metrale_pack::gpu::sizes::AFFINE_GEMV_ROWS;
-            let threads = metrale_pack::gpu::table::spec("ffn_affine", name)
-                .unwrap()
-                .grid
-                .threads;
-            launch(exe, name, (n.div_ceil(rows), 1), threads, &mut a);
-            let err = rel_err(&bf32(buf(&a[4])), &want);
+            let spec = metrale_pack::gpu::table::spec("ffn_affine", &name).unwrap();
+            let rows = metrale_pack::gpu::sizes::AFFINE_GEMV_BLOCK_ROWS;
+            launch(
+                exe,
+                &name,
+                (n.div_ceil(rows), projs),
+                spec.grid.threads,
+                &mut a,
+            );
+            let err = rel_err(&bf32(buf(&a[5])), &want(&codes, &sb));
             assert!(err < 2e-6, "{name}: {err}");
+            if projs == 2 {
+                let err = rel_err(&bf32(buf(&a[8])), &want(&codes2, &sb2));
+                assert!(err < 2e-6, "{name} second projection: {err}");
+            }
         }
         let mut a = [
             A::P(codes.clone()),

@@ -362,7 +362,9 @@ fn every_kernel_name_exists_in_the_cuda_sources() {
 #[test]
 fn gpu_check_harness_runs_on_the_host_backend() {
     // The device check compares CUDA against the host; run against itself it must report zero
-    // error everywhere and pass (guards the harness, not the kernels).
+    // error everywhere and pass (guards the harness, not the kernels), but for the rows that
+    // measure a kernel contract's own error against full precision (the affine GEMVs' int8
+    // activations), which must pass.
     use metrale_pack::check;
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let mut r = Rand(5);
@@ -370,7 +372,8 @@ fn gpu_check_harness_runs_on_the_host_backend() {
     rows.extend(check::layer_checks(b, &[(256, 384)], &[1, 2, 3, 17], &mut r).unwrap());
     assert!(rows.len() > 40);
     for row in &rows {
-        assert!(row.pass && row.err < 1e-6, "{row:?}");
+        let own = row.check.ends_with("vs unquantized activations");
+        assert!(row.pass && (own || row.err < 1e-6), "{row:?}");
     }
 }
 

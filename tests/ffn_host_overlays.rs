@@ -533,11 +533,20 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
     let mut r = Rand(83);
     let w = DenseWeights::random(&mut r, H, I);
     for (four, act) in [(false, Activation::Silu), (true, Activation::Gelu)] {
-        let (g1, gm) = if four {
-            ("affine4_gemv", "affine4_gemv_batch4")
+        let (g1, gm, g16) = if four {
+            (
+                "affine4_gemv",
+                "affine4_gemv_batch4",
+                "affine4_gemv_batch16",
+            )
         } else {
-            ("affine8_gemv", "affine8_gemv_batch4")
+            (
+                "affine8_gemv",
+                "affine8_gemv_batch4",
+                "affine8_gemv_batch16",
+            )
         };
+        let aq = "affine_quantize_act";
         let wq = affine_decoded(&w, four, false);
         let wb = affine_decoded(&w, four, true);
         let mut c = ctx(HostBackend::new(), levers(&[]));
@@ -548,12 +557,15 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
         } else {
             "act_mul_silu"
         };
+        // The GEMVs multiply activations quantized to int8 per 32 values (the act-mul fused
+        // into the down input's quantization): about 0.5% from the f64 FFN of the carried
+        // weights at full precision.
         for (method, m, k) in [("forward", 1, g1), ("k2", 2, gm), ("k3", 3, gm)] {
             let (x, xs) = input(&c, &mut r, m);
             let y = run(&mut c, &l, method, x, m).unwrap();
-            assert_eq!(c.trace, [k, k, am, k], "{method}");
+            assert_eq!(c.trace, [aq, k, aq, k], "{method}");
             let e = rel_err(&y, &ffn_f64(&xs, m, &wq, act));
-            assert!(e < 1e-5, "{four} {method}: {e}");
+            assert!(e < 2e-2, "{four} {method}: {e}");
         }
         // Prefill: each projection dequantized to BF16, then the BF16 GEMM.
         let dq = [
@@ -568,14 +580,18 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
             "f32_to_bf16",
             "cublas_gemm_bf16",
         ];
-        let (x, _) = input(&c, &mut r, 4);
-        run(&mut c, &l, "prefill", x, 4).unwrap();
-        assert_eq!(
-            c.trace,
-            [gm, gm, am, gm],
-            "a 4-row prefill stays on the GEMVs"
-        );
-        for m in [5usize, 6, 33] {
+        for (m, k) in [(4, gm), (5, g16), (16, g16)] {
+            let (x, xs) = input(&c, &mut r, m);
+            let y = run(&mut c, &l, "prefill", x, m).unwrap();
+            assert_eq!(
+                c.trace,
+                [aq, k, aq, k],
+                "a {m}-row prefill stays on the GEMVs"
+            );
+            let e = rel_err(&y, &ffn_f64(&xs, m, &wq, act));
+            assert!(e < 2e-2, "{four} prefill m={m}: {e}");
+        }
+        for m in [17usize, 33] {
             let (x, xs) = input(&c, &mut r, m);
             let y = run(&mut c, &l, "prefill", x, m).unwrap();
             assert_eq!(c.trace, dq, "m={m}");

@@ -90,9 +90,9 @@ pub(super) fn probe_parts(name: &str, h: usize, i: usize) -> Option<Vec<(u64, us
             let bits = if n.contains("4-bit") { 4 } else { 8 };
             let row = |k: usize| affine::row_bytes(k, bits, AFFINE_GROUP);
             vec![
-                part(i, row(h), AFFINE_GEMV_ROWS),
-                part(i, row(h), AFFINE_GEMV_ROWS),
-                part(h, row(i), AFFINE_GEMV_ROWS),
+                part(i, row(h), AFFINE_GEMV_BLOCK_ROWS),
+                part(i, row(h), AFFINE_GEMV_BLOCK_ROWS),
+                part(h, row(i), AFFINE_GEMV_BLOCK_ROWS),
             ]
         }
         n if n.starts_with("q2 GEMV") => {
@@ -183,7 +183,8 @@ pub(super) fn decode_kernels(
 }
 
 /// The `affine` GEMVs (4- and 8-bit codes, a half scale and offset per 32 values) on both
-/// shapes at m = 1, 2 and 4, against the probe of their grids over the same bytes.
+/// shapes at m = 1, 2, 4, 8 and 16 over activations quantized once beforehand, against the
+/// probe of their grids over the same bytes; and the activation quantizer alone.
 fn affine_kernels(
     b: &dyn GpuBackend,
     ks: &Kernels,
@@ -191,40 +192,75 @@ fn affine_kernels(
     rng: &mut Rand,
     out: &mut Lines,
 ) -> GpuResult<()> {
-    let x = b.alloc((4 * 14336 * 4) as u64)?;
-    upload_f32(b, x, &rng.vec(4 * 14336, 1.0))?;
+    const M: usize = AFFINE_GEMV_MAX_ROWS;
+    let x = b.alloc((M * 14336 * 4) as u64)?;
+    upload_f32(b, x, &rng.vec(M * 14336, 1.0))?;
+    let (xq, xs) = (
+        b.alloc((M * 14336) as u64)?,
+        b.alloc((M * 14336 / 2) as u64)?,
+    );
     let codes = b.alloc(14336 * 4096)?;
     b.fill(codes, 0x5A)?;
     let sb = b.alloc((14336 * 4096 / AFFINE_GROUP * 4) as u64)?;
     b.fill(sb, 0x3C)?;
-    let y = b.alloc((4 * 14336 * 4) as u64)?;
+    let y = b.alloc((M * 14336 * 4) as u64)?;
     for (shape, n, k) in [
         ("gate 14336x4096", 14336usize, 4096usize),
         ("down 4096x14336", 4096, 14336),
     ] {
-        for (bits, one, many) in [
-            (4usize, ks.affine4_gemv, ks.affine4_gemv_m),
-            (8, ks.affine8_gemv, ks.affine8_gemv_m),
+        for (bits, kernels) in [
+            (
+                4usize,
+                [ks.affine4_gemv, ks.affine4_gemv_m, ks.affine4_gemv_m16],
+            ),
+            (8, [ks.affine8_gemv, ks.affine8_gemv_m, ks.affine8_gemv_m16]),
         ] {
+            let quant = |m: usize| {
+                let c = ks.affine_quant.call().ptr("x", x).ptr("u", x).dim("act", 0);
+                let c = c.dim("m", m).dim("k", k).dim("ld", k).dim("kp", k);
+                c.dim("bits", bits)
+                    .ptr("xq", xq)
+                    .ptr("xs", xs)
+                    .finish()?
+                    .run(b, 0)
+            };
+            quant(M)?;
             let row = affine::row_bytes(k, bits as u32, AFFINE_GROUP);
-            let probe = probe_time(b, &[part(n, row, AFFINE_GEMV_ROWS)])?;
-            for (kernel, m) in [(one, 1usize), (many, 2), (many, 4)] {
+            let probe = probe_time(b, &[part(n, row, AFFINE_GEMV_BLOCK_ROWS)])?;
+            for m in [1usize, 2, 4, 8, 16] {
+                let kernel = kernels[match m {
+                    1 => 0,
+                    2..=4 => 1,
+                    _ => 2,
+                }];
                 if !kernel.ok() {
                     continue;
                 }
-                let call = || {
-                    let c = kernel.call().ptr("x", x).dim("m", m).ptr("codes", codes);
-                    let c = c.ptr("sb", sb).ptr("y", y).dim("n", n).dim("k", k);
-                    c.dim("kp", k).dim("ldy", n).finish()?.run(b, 0)
-                };
-                let t = per_call(b, call)?;
-                let what = format!("{shape} m={m}");
-                let bytes = (n * row) as f64;
-                out.push(kernel_line(&kernel, &what, (t, bytes, probe), ceiling));
+                // One projection, and (gate shape) gate and up in one launch over the same
+                // codes read twice.
+                for projs in [1usize, 2].into_iter().take(if n == 14336 { 2 } else { 1 }) {
+                    let call = || {
+                        let c = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", m);
+                        let c = c.ptr("cg", codes).ptr("sg", sb).ptr("yg", y);
+                        let c = c.ptr("cu", codes).ptr("su", sb).ptr("yu", y);
+                        let c = c.dim("projs", projs).dim("n", n).dim("kp", k);
+                        c.dim("ldy", n).finish()?.run(b, 0)
+                    };
+                    let t = per_call(b, call)?;
+                    let what = format!("{shape} m={m} x{projs}");
+                    let bytes = (projs * n * row) as f64;
+                    let probe = probe * projs as f64;
+                    out.push(kernel_line(&kernel, &what, (t, bytes, probe), ceiling));
+                }
             }
+            let t = per_call(b, || quant(1))?;
+            out.push(format!(
+                "decode kernel affine_quantize_act k={k} {bits}-bit m=1 {:>7.1} us",
+                t * 1e6
+            ));
         }
     }
-    for p in [x, codes, sb, y] {
+    for p in [x, xq, xs, codes, sb, y] {
         b.free(p);
     }
     Ok(())

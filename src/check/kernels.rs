@@ -554,32 +554,101 @@ fn q2g128_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     Ok(())
 }
 
-/// affine: the 4- and 8-bit GEMVs against the f64 product of the carried weights, and the
-/// BF16 dequantization bit for bit.
+/// affine: the activation quantizer bit for bit against its twin; the 4- and 8-bit GEMVs
+/// against the f64 product of the carried weights and those activations, and (the activation
+/// quantization's own error, 1e-2) against the f64 product with the unquantized ones; the BF16
+/// dequantization bit for bit.
 fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     for (four, kernels) in [
-        (true, [c.kk.affine4_gemv, c.kk.affine4_gemv_m]),
-        (false, [c.kk.affine8_gemv, c.kk.affine8_gemv_m]),
+        (
+            true,
+            [
+                c.kk.affine4_gemv,
+                c.kk.affine4_gemv_m,
+                c.kk.affine4_gemv_m16,
+            ],
+        ),
+        (
+            false,
+            [
+                c.kk.affine8_gemv,
+                c.kk.affine8_gemv_m,
+                c.kk.affine8_gemv_m16,
+            ],
+        ),
     ] {
         let e = crate::testing::affine_encoded(&c.wf, n, k, four);
         let (codes, sb, kp) = (&e.parts[0].1, &e.parts[1].1, e.padded[1]);
         let bits = if four { 4 } else { 8 };
         let (cd, sd) = (alloc_upload(b, codes)?, alloc_upload(b, sb)?);
-        let want = |r: usize| {
-            let mut out = vec![0f32; n];
-            reference::affine_row(c.xr(r), codes, sb, bits, n, k, kp, &mut out);
-            out
-        };
-        for kernel in kernels {
+        let groups = kp / AFFINE_GROUP;
+        let (xq, xs) = (
+            b.alloc((c.mmax * kp) as u64)?,
+            b.alloc((c.mmax * groups * 16) as u64)?,
+        );
+        let wdec =
+            crate::converters::layouts::affine::decode(codes, sb, (bits, AFFINE_GROUP), [n, k], kp);
+        let quantized: Vec<_> = (0..c.mmax)
+            .into_par_iter()
+            .map(|r| reference::affine_quantize_act_row(c.xr(r), kp, bits))
+            .collect();
+        for (ki, kernel) in kernels.into_iter().enumerate() {
             for m in within(c.ms, &kernel, usize::MAX) {
+                let call =
+                    c.kk.affine_quant
+                        .call()
+                        .ptr("x", c.xd)
+                        .ptr("u", c.xd)
+                        .dim("act", 0);
+                let call = call.dim("m", m).dim("k", k).dim("ld", k).dim("kp", kp);
+                c.launch(call.dim("bits", bits as usize).ptr("xq", xq).ptr("xs", xs))?;
                 c.poison_y()?;
-                let call = kernel.call().ptr("x", c.xd).dim("m", m).ptr("codes", cd);
-                let call = call.ptr("sb", sd).ptr("y", c.yd).dim("n", n).dim("k", k);
+                let call = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", m);
+                let call = call
+                    .ptr("cg", cd)
+                    .ptr("sg", sd)
+                    .ptr("yg", c.yd)
+                    .ptr("cu", cd);
+                let call = call
+                    .ptr("su", sd)
+                    .ptr("yu", c.yd)
+                    .dim("projs", 1)
+                    .dim("n", n);
                 c.launch(call.dim("kp", kp).dim("ldy", n))?;
                 b.synchronize(0)?;
-                let err = c.err(m, want)?;
+                if ki == 0 || m > 1 {
+                    let mut gq = vec![0u8; m * kp];
+                    b.download(xq.view(0, gq.len() as u64), &mut gq)?;
+                    let gs = download_f32(b, xs.view(0, (m * groups * 16) as u64))?;
+                    let same = (0..m).all(|r| {
+                        let (q, d) = &quantized[r];
+                        gq[r * kp..(r + 1) * kp] == q[..]
+                            && gs[r * groups * 4..(r + 1) * groups * 4]
+                                .iter()
+                                .zip(d)
+                                .all(|(a, b)| a.to_bits() == b.to_bits())
+                    });
+                    let what = format!("affine_quantize_act {bits}-bit (bits)");
+                    c.bits(rows, &what, m, same);
+                }
+                let err = c.err(m, |r| {
+                    let mut out = vec![0f32; n];
+                    let (q, d) = &quantized[r];
+                    reference::affine_q8_row(q, d, codes, sb, bits, n, kp, &mut out);
+                    out
+                })?;
                 c.row(rows, kernel.spec.name, m, err, 2e-6);
+                let err = c.err(m, |r| {
+                    (0..n)
+                        .map(|j| {
+                            let row = wdec[j * k..(j + 1) * k].iter().zip(c.xr(r));
+                            row.map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32
+                        })
+                        .collect()
+                })?;
+                let what = format!("{} vs unquantized activations", kernel.spec.name);
+                c.row(rows, &what, m, err, 1e-2);
             }
         }
         let dq = b.alloc((n * kp * 2) as u64)?;
@@ -596,7 +665,7 @@ fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             "affine_dequant_bf16 8-bit (bytes)"
         };
         c.bits(rows, what, 0, same);
-        for p in [dq, cd, sd] {
+        for p in [dq, cd, sd, xq, xs] {
             b.free(p);
         }
     }

@@ -33,7 +33,9 @@ pub struct Arena {
     pub q2_dequant_scratch: DevicePtr,
     /// FP8 activation codes `[max_tokens, kp_max]` and their row scales `[max_tokens]` (W8A8).
     pub act_codes: DevicePtr,
-    /// Activation scales (f32) of the quantizing arms: per row, or per row and 128-column group.
+    /// Activation scales (f32) of the quantizing arms: per row, or per row and 128-column group;
+    /// for the affine GEMVs' codes (in `act_codes`) 4 per 32-column group of up to
+    /// [`AFFINE_GEMV_MAX_ROWS`] rows.
     pub act_scale: DevicePtr,
     /// BF16 activations `[max_tokens, max(hidden, inter)]` for the cuBLAS arm.
     pub act_bf16: DevicePtr,
@@ -131,7 +133,9 @@ impl ForwardContext {
             )?,
             act_codes: b.alloc(t * kmax)?,
             // Per row (W8A8) or per 128-column group (the FP8 arm's W8A8 prefill).
-            act_scale: b.alloc(t * (kmax / 128) * 4)?,
+            act_scale: b.alloc(
+                (t * (kmax / 128) * 4).max(t.min(AFFINE_GEMV_MAX_ROWS as u64) * (kmax / 32) * 16),
+            )?,
             act_bf16: b.alloc(t * h.max(i) * 2)?,
         };
         // Zeroed once, so that no read of the arena ever sees bytes nothing wrote: cuBLAS's

@@ -318,23 +318,85 @@ fn affine_weight(codes: &[u8], sb: &[u8], bits: u32, kp: usize, j: usize, c: usi
     f16_at(&sb[g..]).mul_add(q as f32, f16_at(&sb[g + 2..]))
 }
 
-/// One output row of an `affine` product (`affine4_gemv`, `affine8_gemv` and their batch-4
-/// forms): `y[j] = sum_{c < k} w[j, c] * x[c]` in f64, each weight as [`affine_weight`].
+/// The byte of value `l` (< 32) of a group in the affine GEMVs' quantized activations: at 4
+/// bits each 8-value word holds its even values in bytes 0-3 and its odd ones in 4-7 (where the
+/// nibble masks put the codes), at 8 bits the value order (`affine_act_pos` in
+/// kernels/ffn_affine.cu).
+pub fn affine_act_pos(l: usize, bits: u32) -> usize {
+    if bits == 4 {
+        (l & !7) | ((l & 1) << 2) | ((l & 7) >> 1)
+    } else {
+        l
+    }
+}
+
+/// `affine_quantize_act` for one row of values `v` (already activated): int8 codes `[kp]` at
+/// [`affine_act_pos`] and per group of 32 `(d, sum, codes' sum as i32 bits, 0)`:
+/// `d = amax / 127`, `q = roundf(v * (1/d))` with the f32 `d`, `sum` the f32 sum of the group in
+/// the kernel's butterfly order; values past `v.len()` are 0. Bit-identical to the kernel.
+pub fn affine_quantize_act_row(v: &[f32], kp: usize, bits: u32) -> (Vec<u8>, Vec<f32>) {
+    let mut q = vec![0u8; kp];
+    let mut ds = Vec::with_capacity(kp / 8);
+    for g in 0..kp / 32 {
+        let vals: Vec<f32> = (0..32)
+            .map(|l| v.get(g * 32 + l).copied().unwrap_or(0.0))
+            .collect();
+        let mut s = vals.clone();
+        for o in [16usize, 8, 4, 2, 1] {
+            let prev = s.clone();
+            for l in 0..32 {
+                s[l] = prev[l] + prev[l ^ o];
+            }
+        }
+        let amax = vals.iter().fold(0f32, |m, a| m.max(a.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let mut qsum = 0i32;
+        for (l, &xv) in vals.iter().enumerate() {
+            let c = (xv * id).round() as i32;
+            q[g * 32 + affine_act_pos(l, bits)] = c as i8 as u8;
+            qsum += c;
+        }
+        ds.extend_from_slice(&[d, s[0], f32::from_bits(qsum as u32), 0.0]);
+    }
+    (q, ds)
+}
+
+/// One activation row's output of an `affine` decode GEMV (`affine{4,8}_gemv` and their batch
+/// forms) over its quantized activations (`xq`, `xs` of [`affine_quantize_act_row`]):
+/// `y[j] = sum_g s * (d * dot) + (b + z s) * sum` in f64, `dot` the integer product of the
+/// group's codes centred on `z = 2^(bits - 1)` and its activation codes (the kernel's terms).
 #[allow(clippy::too_many_arguments)]
-pub fn affine_row(
-    x: &[f32],
+pub fn affine_q8_row(
+    xq: &[u8],
+    xs: &[f32],
     codes: &[u8],
     sb: &[u8],
     bits: u32,
     n: usize,
-    k: usize,
     kp: usize,
     y: &mut [f32],
 ) {
+    let groups = kp / AFFINE_GROUP;
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
-        let acc: f64 = (0..k)
-            .map(|c| affine_weight(codes, sb, bits, kp, j, c) as f64 * x[c] as f64)
-            .sum();
+        let mut acc = 0f64;
+        for g in 0..groups {
+            let o = 4 * (j * groups + g);
+            let z = 1i64 << (bits - 1);
+            let s = f16_at(&sb[o..]) as f64;
+            let b = f16_at(&sb[o + 2..]) as f64 + z as f64 * s;
+            let dot: i64 = (0..AFFINE_GROUP)
+                .map(|l| {
+                    let c = g * AFFINE_GROUP + l;
+                    let q = match bits {
+                        4 => (codes[(j * kp + c) / 2] >> (4 * (c % 2))) & 0xF,
+                        _ => codes[j * kp + c],
+                    };
+                    (q as i64 - z) * (xq[g * AFFINE_GROUP + affine_act_pos(l, bits)] as i8) as i64
+                })
+                .sum();
+            acc += s * (xs[4 * g] as f64 * dot as f64) + b * xs[4 * g + 1] as f64;
+        }
         *out = acc as f32;
     });
 }

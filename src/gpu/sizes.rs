@@ -26,13 +26,16 @@ const _: () = assert!(Q2G128_BYTES == 2 + Q2G128_ELEMS / 4);
 
 /// Values per group of the `affine` layout (its half scale and offset; GGUF's 32-value blocks).
 pub const AFFINE_GROUP: usize = crate::converters::affine::GGML_GROUP;
-/// Weight rows per block of the `affine` decode GEMVs (the block's threads split k, each
-/// activation load serving the rows, as the BF16 GEMV's).
-pub const AFFINE_GEMV_ROWS: usize = 4;
-/// Threads per block of the 4-bit `affine` GEMVs (a 4096-value row is 128 16-byte chunks).
-pub const AFFINE4_THREADS: usize = 128;
-/// Threads per block of the 8-bit `affine` GEMVs.
-pub const AFFINE8_THREADS: usize = 256;
+/// Weight rows per warp of the `affine` decode GEMVs (each lane takes whole groups of k, the
+/// rows sharing each activation load).
+pub const AFFINE_GEMV_ROWS: usize = 2;
+/// Warps per block of the `affine` decode GEMVs.
+pub const AFFINE_GEMV_WARPS: usize = 4;
+/// Weight rows per block of the `affine` decode GEMVs.
+pub const AFFINE_GEMV_BLOCK_ROWS: usize = AFFINE_GEMV_ROWS * AFFINE_GEMV_WARPS;
+/// The most activation rows the `affine` decode GEMVs take (their batch-16 forms); a prefill of
+/// more dequantizes to BF16.
+pub const AFFINE_GEMV_MAX_ROWS: usize = 16;
 // A 16-byte code chunk (32 values at 4 bits, 16 at 8) lies in one group.
 const _: () = assert!(AFFINE_GROUP.is_multiple_of(32));
 
@@ -163,8 +166,7 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_BF16_GEMV_ROWS", BF16_GEMV_ROWS),
     ("MP_AFFINE_GROUP", AFFINE_GROUP),
     ("MP_AFFINE_GEMV_ROWS", AFFINE_GEMV_ROWS),
-    ("MP_AFFINE4_THREADS", AFFINE4_THREADS),
-    ("MP_AFFINE8_THREADS", AFFINE8_THREADS),
+    ("MP_AFFINE_GEMV_WARPS", AFFINE_GEMV_WARPS),
     ("MP_FP8_GEMV_ROWS", FP8_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_ROWS", FP8_MMA_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_WARPS", FP8_MMA_GEMV_WARPS),

@@ -166,6 +166,7 @@ using std::max;
 using std::min;
 
 struct uint2 { unsigned x, y; };
+struct int4 { int x, y, z, w; };
 struct uint4 { unsigned x, y, z, w; };
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 struct float4 { float x, y, z, w; };

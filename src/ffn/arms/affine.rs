@@ -1,38 +1,65 @@
-//! The affine (`affine`) arms: the decode GEMVs (one to four rows) and the prefill through BF16.
+//! The affine (`affine`) arms: the decode GEMVs (one to sixteen rows, over activations
+//! quantized to int8 per group) and the prefill through BF16.
 
 use super::super::*;
 
 use crate::gpu::{DevicePtr, GpuResult};
 
 impl DenseFfnLayer {
-    /// One affine projection through `affine{4,8}_gemv` (m = 1) or its batch-4 form (m <= 4).
-    pub(crate) fn affine_gemv_project(
+    /// The affine GEMVs' activations: `x`'s `m` rows (or with `act` 1 or 2, SiLU or GELU of `x`
+    /// times `u`), `k` values at row stride `ld`, quantized for `w` (`affine_quantize_act`)
+    /// into the context's `act_codes` and `act_scale`.
+    #[allow(clippy::too_many_arguments)]
+    fn affine_quantize(
         &self,
         ctx: &mut ForwardContext,
         w: &AffineWeight,
         x: DevicePtr,
+        u: DevicePtr,
+        act: usize,
         m: usize,
-        y: DevicePtr,
+        ld: usize,
+    ) -> GpuResult<()> {
+        let call = self.kernels.affine_quant.call().ptr("x", x).ptr("u", u);
+        let call = call.dim("act", act).dim("m", m).dim("k", w.k).dim("ld", ld);
+        let call = call.dim("kp", w.kp).dim("bits", w.bits as usize);
+        let (xq, xs) = (ctx.arena.act_codes, ctx.arena.act_scale);
+        self.launch(ctx, call.ptr("xq", xq).ptr("xs", xs))
+    }
+
+    /// One affine projection (`w` into `y`), or two over the same activations in one launch
+    /// (gate and up, `also`), of the activations [`Self::affine_quantize`] left, through
+    /// `affine{4,8}_gemv` (m = 1) or its batch-4 or batch-16 form; outputs at row stride `ldy`.
+    fn affine_gemv(
+        &self,
+        ctx: &mut ForwardContext,
+        (w, y): (&AffineWeight, DevicePtr),
+        also: Option<(&AffineWeight, DevicePtr)>,
+        m: usize,
         ldy: usize,
     ) -> GpuResult<()> {
         let k = &self.kernels;
         let kernel = match (w.bits, m) {
             (4, 1) => k.affine4_gemv,
-            (4, _) => k.affine4_gemv_m,
+            (4, 2..=4) => k.affine4_gemv_m,
+            (4, _) => k.affine4_gemv_m16,
             (_, 1) => k.affine8_gemv,
-            _ => k.affine8_gemv_m,
+            (_, 2..=4) => k.affine8_gemv_m,
+            _ => k.affine8_gemv_m16,
         };
-        let call = kernel
-            .call()
-            .ptr("x", x)
-            .dim("m", m)
-            .ptr("codes", w.codes)
-            .ptr("sb", w.scales)
-            .ptr("y", y);
-        self.launch(ctx, w.dims(call).dim("ldy", ldy))
+        let (u, yu) = also.unwrap_or((w, y));
+        let (xq, xs) = (ctx.arena.act_codes, ctx.arena.act_scale);
+        let call = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", m);
+        let call = call.ptr("cg", w.codes).ptr("sg", w.scales).ptr("yg", y);
+        let call = call.ptr("cu", u.codes).ptr("su", u.scales).ptr("yu", yu);
+        let call = call.dim("projs", 1 + also.is_some() as usize).dim("n", w.n);
+        self.launch(ctx, call.dim("kp", w.kp).dim("ldy", ldy))
     }
 
-    /// Affine decode (and 2-4 rows): gate and up GEMVs, act-mul, down GEMV.
+    /// Affine decode (and up to [`AFFINE_GEMV_MAX_ROWS`] rows): the input quantized once for
+    /// gate and up and their GEMVs in one launch (two, with the input quantized again, if up's
+    /// codes are of other bits), the act-mul fused into the down input's quantization, the down
+    /// GEMV.
     pub(crate) fn affine_gemv_arm(
         &self,
         ctx: &mut ForwardContext,
@@ -40,8 +67,24 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         self.check_rows(ctx, x, m)?;
-        let w = *self.need(key::AFFINE)?;
-        self.gated(ctx, x, m, false, &w, Self::affine_gemv_project)
+        let [g, u, d] = *self.need(key::AFFINE)?;
+        let (h, i) = (self.hidden, self.inter);
+        let (go, uo, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
+        self.affine_quantize(ctx, &g, x, x, 0, m, h)?;
+        if u.bits == g.bits {
+            self.affine_gemv(ctx, (&g, go), Some((&u, uo)), m, i)?;
+        } else {
+            self.affine_gemv(ctx, (&g, go), None, m, i)?;
+            self.affine_quantize(ctx, &u, x, x, 0, m, h)?;
+            self.affine_gemv(ctx, (&u, uo), None, m, i)?;
+        }
+        let act = match self.activation {
+            Activation::Silu => 1,
+            Activation::Gelu => 2,
+        };
+        self.affine_quantize(ctx, &d, go, uo, act, m, i)?;
+        self.affine_gemv(ctx, (&d, out), None, m, h)?;
+        Ok(out.view(0, (m * h * 4) as u64))
     }
 
     /// One affine projection for prefill: dequantized to BF16 `[n, kp]` into the context's

@@ -3,7 +3,7 @@
 
 use super::super::*;
 use super::Runtime;
-use super::super::weights::{accessors, projection_weight, refuse, shape_args};
+use super::super::weights::{accessors, projection_weight, refuse};
 
 use crate::converters::layouts::affine;
 use crate::gpu::sizes::AFFINE_GROUP;
@@ -36,14 +36,13 @@ fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {
     }
 }
 
-/// The most rows the affine GEMVs take (their batch-4 forms); a prefill of more dequantizes.
-pub const AFFINE_GEMV_MAX_ROWS: usize = 4;
+pub use crate::gpu::sizes::AFFINE_GEMV_MAX_ROWS;
 
 /// Its rows of the arm table, ranked within each method (`routing::arms`).
 #[rustfmt::skip]
 static ARMS: [Arm; 3] = [
     Arm::new(Decode, "affine gemv", Affine, always, |l, c, x, m| l.affine_gemv_arm(c, x, m)).rank(25),
-    Arm::new(Small, "affine batch-4", Affine, |_, _, m| m <= AFFINE_GEMV_MAX_ROWS, |l, c, x, m| l.affine_gemv_arm(c, x, m)).rank(15),
+    Arm::new(Small, "affine batch", Affine, |_, _, m| m <= AFFINE_GEMV_MAX_ROWS, |l, c, x, m| l.affine_gemv_arm(c, x, m)).rank(15),
     Arm::new(Prefill, "affine", Affine, always, |l, c, x, m| l.affine_prefill_arm(c, x, m)).rank(25),
 ];
 
@@ -99,11 +98,9 @@ impl AffineWeight {
     }
 }
 
-shape_args!(AffineWeight);
-
 impl DenseFfnLayer {
-    /// Install the affine integer overlay (`affine` layout). Its arms: decode and 2-4 rows
-    /// through the affine GEMVs, prefill dequantized to BF16 (one projection at a time into the
+    /// Install the affine integer overlay (`affine` layout). Its arms: decode and up to
+    /// [`AFFINE_GEMV_MAX_ROWS`] rows through the affine GEMVs, prefill dequantized to BF16 (one projection at a time into the
     /// context's scratch) and multiplied by the BF16 GEMM.
     pub fn set_affine_weights(
         &mut self,

@@ -99,11 +99,14 @@ const TWINS: &[(&[&str], Twin)] = &[
         &[
             "affine4_gemv",
             "affine4_gemv_batch4",
+            "affine4_gemv_batch16",
             "affine8_gemv",
             "affine8_gemv_batch4",
+            "affine8_gemv_batch16",
         ],
         HostBackend::affine_gemv,
     ),
+    (&["affine_quantize_act"], HostBackend::affine_quantize_act),
     (&["affine_dequant_bf16"], HostBackend::affine_dequant_bf16),
     (&["quantize_act_q8_1"], HostBackend::quantize_act_q8_1),
     (
@@ -467,19 +470,70 @@ impl HostBackend {
         Ok(())
     }
 
-    /// `affine4_gemv`, `affine8_gemv` and their batch-4 forms (the bits from the name).
+    /// `affine4_gemv`, `affine8_gemv` and their batch forms (the bits from the name), over the
+    /// activations `affine_quantize_act` wrote: one projection, or with `projs` 2 two.
     fn affine_gemv(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let bits = if spec.name.starts_with("affine4") {
             4
         } else {
             8
         };
-        let (x, m) = (self.read_f32(a.ptr("x")?)?, a.dim("m")?);
-        let (codes, sb) = (self.read(a.ptr("codes")?)?, self.read(a.ptr("sb")?)?);
-        let (y, n, kk, kp, ldy) = projection_out(a)?;
-        self.write_rows(y, ldy, m, n, |r, row| {
-            reference::affine_row(&x[r * kk..(r + 1) * kk], &codes, &sb, bits, n, kk, kp, row);
-        })?;
+        let (xq, xs, m) = (
+            self.read(a.ptr("xq")?)?,
+            self.read_f32(a.ptr("xs")?)?,
+            a.dim("m")?,
+        );
+        let (n, kp, ldy) = (a.dim("n")?, a.dim("kp")?, a.dim("ldy")?);
+        let groups = kp / AFFINE_GROUP;
+        if xq.len() < m * kp || xs.len() < m * groups * 4 {
+            return Err(GpuError::Invalid(format!(
+                "{}: activations of {} bytes / {} floats for {m} rows of kp {kp}",
+                spec.name,
+                xq.len(),
+                xs.len()
+            )));
+        }
+        let projections = [("cg", "sg", "yg"), ("cu", "su", "yu")];
+        for (c, s, y) in projections.into_iter().take(a.dim("projs")?.min(2)) {
+            let (codes, sb) = (self.read(a.ptr(c)?)?, self.read(a.ptr(s)?)?);
+            self.write_rows(a.ptr(y)?, ldy, m, n, |r, row| {
+                let q = &xq[r * kp..(r + 1) * kp];
+                let d = &xs[r * groups * 4..(r + 1) * groups * 4];
+                reference::affine_q8_row(q, d, &codes, &sb, bits, n, kp, row);
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `affine_quantize_act`: `x`, or `act(x, u)` (1 SiLU, 2 GELU), rows at stride `ld`.
+    fn affine_quantize_act(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (act, m, kk, ld) = (a.dim("act")?, a.dim("m")?, a.dim("k")?, a.dim("ld")?);
+        let (kp, bits) = (a.dim("kp")?, a.dim("bits")? as u32);
+        let x = self.read_f32(a.ptr("x")?)?;
+        let u = if act == 0 {
+            Vec::new()
+        } else {
+            self.read_f32(a.ptr("u")?)?
+        };
+        let (xq, xs) = (a.ptr("xq")?, a.ptr("xs")?);
+        for r in 0..m {
+            let row = |v: &[f32]| v.get(r * ld..r * ld + kk).map(<[f32]>::to_vec);
+            let v = match act {
+                0 => row(&x),
+                _ => row(&x).zip(row(&u)).map(|(g, u)| {
+                    let f = if act == 1 {
+                        reference::silu_mul
+                    } else {
+                        reference::gelu_mul
+                    };
+                    g.iter().zip(&u).map(|(&a, &b)| f(a, b)).collect()
+                }),
+            }
+            .ok_or_else(|| GpuError::Invalid("affine_quantize_act: a row past its input".into()))?;
+            let (q, d) = reference::affine_quantize_act_row(&v, kp, bits);
+            self.write(xq, r * kp, &q)?;
+            self.write_f32(xs, r * (kp / AFFINE_GROUP) * 4, &d)?;
+        }
         Ok(())
     }
 
