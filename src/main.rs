@@ -176,6 +176,10 @@ enum Cmd {
         /// chunk / readers, so the first copy starts sooner).
         #[arg(long)]
         no_ramp: bool,
+        /// Build the forward context (and load the kernel modules) after the copy instead of
+        /// beside it.
+        #[arg(long)]
+        side_after: bool,
     },
     /// Every arm of the recorded layers, loaded from PACK, on real activations (INPUTS/layerN.npy:
     /// f32 [tokens, hidden] FFN inputs, e.g. from `scripts/quality_kl.py --record`) against the
@@ -432,6 +436,7 @@ fn run(cli: Cli) -> Result<()> {
             json,
             pause_ms,
             no_ramp,
+            side_after,
         } => bench_load(
             &pack,
             source.as_deref(),
@@ -442,6 +447,7 @@ fn run(cli: Cli) -> Result<()> {
                 json,
                 pause: std::time::Duration::from_millis(pause_ms),
                 ramp: !no_ramp,
+                side_after,
             },
         ),
         Cmd::ExportSegment { pack, out } => export_segment(&pack, &out),

@@ -717,7 +717,12 @@ fn affine_gemvs_and_dequant_match_the_references() {
         // A second projection (gate and up in one launch: blockIdx.y 1) of other weights.
         let e2 = metrale_pack::testing::affine_encoded(&r.vec(n * k, 0.05), n, k, four);
         let (codes2, sb2) = (e2.parts[0].1.clone(), e2.parts[1].1.clone());
-        for (suffix, m, projs) in [("", 1usize, 1usize), ("_batch4", 3, 2), ("_batch16", 11, 2)] {
+        for (suffix, m, projs) in [
+            ("", 1usize, 1usize),
+            ("_batch4", 3, 2),
+            ("_batch16", 3, 1),
+            ("_batch16", 11, 2),
+        ] {
             let name = format!("affine{bits}_gemv{suffix}");
             let want = |c: &[u8], s: &[u8]| {
                 rows64(m, n, |i, row| {
@@ -741,7 +746,11 @@ fn affine_gemvs_and_dequant_match_the_references() {
                 A::I(n),
             ];
             let spec = metrale_pack::gpu::table::spec("ffn_affine", &name).unwrap();
-            let rows = metrale_pack::gpu::sizes::AFFINE_GEMV_BLOCK_ROWS;
+            let rows = if suffix == "_batch16" {
+                metrale_pack::gpu::sizes::AFFINE_MMA_ROWS
+            } else {
+                metrale_pack::gpu::sizes::AFFINE_GEMV_BLOCK_ROWS
+            };
             launch(
                 exe,
                 &name,
@@ -764,7 +773,7 @@ fn affine_gemvs_and_dequant_match_the_references() {
             A::I(bits as usize),
             A::P(vec![0xA5; n * kp * 2]),
         ];
-        let threads = n * kp * bits as usize / 8;
+        let threads = n * kp / 8;
         launch(
             exe,
             "affine_dequant_bf16",

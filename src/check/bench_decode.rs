@@ -183,8 +183,9 @@ pub(super) fn decode_kernels(
 }
 
 /// The `affine` GEMVs (4- and 8-bit codes, a half scale and offset per 32 values) on both
-/// shapes at m = 1, 2, 4, 8 and 16 over activations quantized once beforehand, against the
-/// probe of their grids over the same bytes; and the activation quantizer alone.
+/// shapes at m = 1, 2, 4, 8 and 16 (the batch-4 and batch-16 forms both at 2 and 4) over activations quantized once beforehand, against the
+/// probe of their grids over the same bytes; the activation quantizer and the prefill's BF16
+/// dequantization alone.
 fn affine_kernels(
     b: &dyn GpuBackend,
     ks: &Kernels,
@@ -204,6 +205,7 @@ fn affine_kernels(
     let sb = b.alloc((14336 * 4096 / AFFINE_GROUP * 4) as u64)?;
     b.fill(sb, 0x3C)?;
     let y = b.alloc((M * 14336 * 4) as u64)?;
+    let dq = b.alloc(14336 * 4096 * 2)?;
     for (shape, n, k) in [
         ("gate 14336x4096", 14336usize, 4096usize),
         ("down 4096x14336", 4096, 14336),
@@ -227,12 +229,9 @@ fn affine_kernels(
             quant(M)?;
             let row = affine::row_bytes(k, bits as u32, AFFINE_GROUP);
             let probe = probe_time(b, &[part(n, row, AFFINE_GEMV_BLOCK_ROWS)])?;
-            for m in [1usize, 2, 4, 8, 16] {
-                let kernel = kernels[match m {
-                    1 => 0,
-                    2..=4 => 1,
-                    _ => 2,
-                }];
+            // The batch-4 and the tensor-core batch-16 forms both at 2 and 4 rows.
+            for (form, m) in [(0, 1usize), (1, 2), (2, 2), (1, 4), (2, 4), (2, 8), (2, 16)] {
+                let kernel = kernels[form];
                 if !kernel.ok() {
                     continue;
                 }
@@ -258,9 +257,23 @@ fn affine_kernels(
                 "decode kernel affine_quantize_act k={k} {bits}-bit m=1 {:>7.1} us",
                 t * 1e6
             ));
+            // The prefill's dequantization of this projection to BF16, alone.
+            let call = || {
+                let c = ks.affine_dequant.call().ptr("codes", codes).ptr("sb", sb);
+                let c = c.dim("n", n).dim("kp", k).dim("bits", bits);
+                c.ptr("out", dq).finish()?.run(b, 0)
+            };
+            let t = per_call(b, call)?;
+            let bytes = (n * row + n * k * 2) as f64; // read + written
+            out.push(format!(
+                "prefill kernel affine_dequant_bf16 {shape} {bits}-bit {:>7.1} us {:>6.0} GB/s read+written {:>5.1}% of copy ceiling",
+                t * 1e6,
+                bytes / t / 1e9,
+                100.0 * bytes / t / ceiling
+            ));
         }
     }
-    for p in [x, xq, xs, codes, sb, y] {
+    for p in [x, xq, xs, codes, sb, y, dq] {
         b.free(p);
     }
     Ok(())

@@ -107,6 +107,9 @@ pub struct BenchFlags {
     /// The ring's first chunks grow (`LoadOptions::ramp`, the default); off, every chunk is
     /// whole.
     pub ramp: bool,
+    /// The side job (forward context, kernel modules) after the copy
+    /// (`LoadOptions::side_after_copy`).
+    pub side_after: bool,
 }
 
 /// `bench-load`: seconds to ready for the pack at `path` loaded with `io` (warm three times,
@@ -128,6 +131,7 @@ pub fn bench_load(
         json,
         pause,
         ramp,
+        side_after,
     } = flags;
     let ceiling = b.pinned_h2d_ceiling(1 << 30)?;
     say(
@@ -155,6 +159,7 @@ pub fn bench_load(
     let with = |io: IoMode| LoadOptions {
         io,
         ramp,
+        side_after_copy: side_after,
         ..LoadOptions::default()
     };
     // The chosen mode, warm (three runs) and cold; then, with auto, each path alone, warm.

@@ -440,12 +440,12 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 }
 
 use crate::gpu::sizes::{
-    AFFINE_GEMV_BLOCK_ROWS, AFFINE_GEMV_WARPS, BF16_GEMV_ROWS, DQ_WGMMA_BM, DQ_WGMMA_BN,
-    DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS, FP8_MMA_GEMV_ROWS, FP8_MMA_GEMV_WARPS,
-    FP8_QUANT_THREADS, INT8_GEMV_M_ROWS, INT8_GEMV_ROWS, NVFP4_GEMV_ROWS as COLS,
-    NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS, W8A8_WGMMA_BK,
-    W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM,
-    W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
+    AFFINE_GEMV_BLOCK_ROWS, AFFINE_GEMV_WARPS, AFFINE_MMA_ROWS, AFFINE_MMA_WARPS, BF16_GEMV_ROWS,
+    DQ_WGMMA_BM, DQ_WGMMA_BN, DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS, FP8_MMA_GEMV_ROWS,
+    FP8_MMA_GEMV_WARPS, FP8_QUANT_THREADS, INT8_GEMV_M_ROWS, INT8_GEMV_ROWS,
+    NVFP4_GEMV_ROWS as COLS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS,
+    Q4K_GEMV_ROWS, W8A8_WGMMA_BK, W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM,
+    W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM, W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
 };
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
 const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
@@ -704,7 +704,7 @@ kernel_table! {
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(4), round None;
     affine4_gemv_m16: "ffn_affine" "affine4_gemv_batch16"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
-        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(16), round None;
+        grid(Per("n", AFFINE_MMA_ROWS), Per("projs", 1), 32 * AFFINE_MMA_WARPS), cap Some(16), round None;
     affine8_gemv: "ffn_affine" "affine8_gemv"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(1), round None;
@@ -713,14 +713,14 @@ kernel_table! {
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(4), round None;
     affine8_gemv_m16: "ffn_affine" "affine8_gemv_batch16"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
-        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(16), round None;
+        grid(Per("n", AFFINE_MMA_ROWS), Per("projs", 1), 32 * AFFINE_MMA_WARPS), cap Some(16), round None;
     affine_quant: "ffn_affine" "affine_quantize_act"
         ("x:p u:p act:i m:i k:i ld:i kp:i bits:i xq:p xs:p")
         // One warp per group of 32, 8 warps per block.
         grid(Rule(|a| Ok((a.dim("kp")? / 32).div_ceil(8))), Per("m", 1), 256), cap None, round None;
     affine_dequant: "ffn_affine" "affine_dequant_bf16" ("codes:p sb:p n:i kp:i bits:i out:p")
-        // One thread per 16-byte code chunk: n * kp * bits / 128 threads.
-        grid(Rule(|a| Ok(blocks_of(a, &["n", "kp", "bits"], 1)? / 128)
+        // One thread per 8 values (one 16-byte store): n * kp / 8 threads.
+        grid(Rule(|a| Ok(blocks_of(a, &["n", "kp"], 1)? / 8)
             .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;
     q2_mmq: "ffn_q2g128" "q2g128_mmq_gemm" ("xq:p m:i w:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;

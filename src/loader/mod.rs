@@ -76,6 +76,9 @@ pub struct LoadOptions {
     /// The ring's first chunks grow from `chunk / readers` to `chunk` (one step per reader),
     /// so the first copy waits for a small read instead of a whole chunk (staged mode).
     pub ramp: bool,
+    /// [`load_beside`]'s side job runs after the segment's copy instead of beside it (an
+    /// experiment: the side job's driver calls and thread against the readers').
+    pub side_after_copy: bool,
     /// Where the ring's pinned memory comes from (staged mode).
     pub staging: Staging,
     /// The ring's memory is pinned in pieces of this many bytes, at least one buffer each
@@ -118,6 +121,7 @@ impl Default for LoadOptions {
                 .map_or(4, |n| n.get())
                 .min(16),
             ramp: true,
+            side_after_copy: false,
             staging: Staging::Kept,
             ring_piece: RING_PIECE_BYTES,
             register_chunk: 0,
@@ -359,12 +363,17 @@ fn load_with<R: Send>(
     let open_seconds = t0.elapsed().as_secs_f64();
     let ranges = rank_pieces(&pack, opts.rank)?;
     let ffn_inter = rank_inter(&pack, opts.rank);
-    let (copied, r) = std::thread::scope(|s| {
-        let pack = &pack;
-        let h = s.spawn(move || side(pack, ffn_inter));
-        let copied = copy_segment(b, pack, path, opts, gather, &ranges);
-        (copied, h.join().expect("the load's side job panicked"))
-    });
+    let (copied, r) = if opts.side_after_copy {
+        let copied = copy_segment(b, &pack, path, opts, gather, &ranges);
+        (copied, side(&pack, ffn_inter))
+    } else {
+        std::thread::scope(|s| {
+            let pack = &pack;
+            let h = s.spawn(move || side(pack, ffn_inter));
+            let copied = copy_segment(b, pack, path, opts, gather, &ranges);
+            (copied, h.join().expect("the load's side job panicked"))
+        })
+    };
     let (arena, pieces, mut stats) = copied?;
     let t2 = Instant::now();
     let layers = match bind::overlays(&pack, arena, &pieces, ffn_inter) {
