@@ -346,4 +346,59 @@ extern "C" __global__ void affine_dequant_bf16(const unsigned char* __restrict__
     reinterpret_cast<uint4*>(out)[id] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
 }
 
+// GGUF Q4_0 / Q4_1 / Q8_0 blocks (ggml type ty 2 / 3 / 8) of [n, k] (k % 32 == 0), as a GGUF
+// holds them, to the affine layout's codes [n, kp] and scale pairs [n, kp / 32]: the converter's
+// bytes (converters/affine.rs `AffineGroups::from_ggml`, layouts/affine.rs `from_groups`), so an
+// engine that loads the GGUF itself builds the same overlay. Groups past k get codes 0 and
+// s = b = 0. A block the converter refuses (its d, or Q4_1's m, not finite; -z d not an exact
+// half, z = 8 for Q4_0 and 128 for Q8_0) sets *bad to 1 and gets s = b = 0. One thread per
+// group. Grid ceil(n * kp / 32 / 256), block 256.
+extern "C" __global__ void affine_from_ggml(const unsigned char* __restrict__ raw, int ty, int n, int k, int kp,
+                                            unsigned char* __restrict__ codes, unsigned char* __restrict__ sb,
+                                            unsigned int* __restrict__ bad) {
+    const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int gk = k / 32, gp = kp / 32, bits = ty == 8 ? 8 : 4;
+    if (id >= (long long)n * gp) return;
+    const long long r = id / gp;
+    const int g = (int)(id % gp);
+    unsigned char* out = codes + r * ((long long)kp * bits / 8) + (long long)g * 4 * bits;
+    unsigned int pair = 0;
+    if (g < gk) {
+        const int bb = ty == 2 ? 18 : ty == 3 ? 20 : 34;  // block bytes (ggml-common.h)
+        const unsigned char* b = raw + (r * gk + g) * bb;
+        const unsigned int d = b[0] | (b[1] << 8);
+        const bool finite_d = (d & 0x7C00u) != 0x7C00u;
+        unsigned int off = 0;
+        bool ok = finite_d;
+        if (ty == 3) {
+            off = b[2] | (b[3] << 8);
+            ok = ok && (off & 0x7C00u) != 0x7C00u;
+        } else if (finite_d) {
+            const float v = -(float)(ty == 2 ? 8 : 128) * __half2float(__ushort_as_half((unsigned short)d));
+            const __half h = __float2half_rn(v);
+            ok = __half2float(h) == v && fabsf(v) <= 65504.f;
+            off = __half_as_ushort(h);
+        }
+        if (ok) {
+            pair = d | (off << 16);
+        } else {
+            atomicOr(bad, 1u);
+        }
+        if (bits == 4) {
+            const unsigned char* qs = b + bb - 16;  // value j low in qs[j], j + 16 high
+            for (int i = 0; i < 16; ++i) {
+                const int j0 = 2 * i, j1 = 2 * i + 1;
+                const unsigned int q0 = j0 < 16 ? qs[j0] & 0xFu : qs[j0 - 16] >> 4;
+                const unsigned int q1 = j1 < 16 ? qs[j1] & 0xFu : qs[j1 - 16] >> 4;
+                out[i] = (unsigned char)(q0 | (q1 << 4));
+            }
+        } else {
+            for (int i = 0; i < 32; ++i) out[i] = (unsigned char)((int)(signed char)b[2 + i] + 128);
+        }
+    } else {
+        for (int i = 0; i < 4 * bits; ++i) out[i] = 0;
+    }
+    reinterpret_cast<unsigned int*>(sb)[id] = pair;
+}
+
 // ---- host-emulated: end ----

@@ -789,6 +789,63 @@ fn affine_gemvs_and_dequant_match_the_references() {
 }
 
 #[test]
+fn affine_from_ggml_writes_the_converters_bytes() {
+    use metrale_pack::GgmlType;
+    use metrale_pack::converters::{encode_to_vec, q4_0::Q4_0, q4_1::Q4_1, q8_0::Q8_0};
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(31);
+    // k = 2208: 69 groups of 32, padded to 2304 (three groups of zeros a row).
+    let (n, k) = (37usize, 2208usize);
+    let kp = 2304;
+    let x = r.vec(n * k, 0.3);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        let mut raw = match ty {
+            GgmlType::Q4_0 => encode_to_vec::<Q4_0>(&x),
+            GgmlType::Q4_1 => encode_to_vec::<Q4_1>(&x),
+            _ => encode_to_vec::<Q8_0>(&x),
+        };
+        let want = metrale_pack::converters::layouts::affine::carry(ty, &raw, n, k).unwrap();
+        for broken in [false, true] {
+            if broken {
+                // Row 5, block 7: a d whose -z d is not a half (Q4_0, Q8_0) or not finite (Q4_1).
+                let bb = ty.block_bytes() as usize;
+                let at = (5 * (k / 32) + 7) * bb;
+                let d = if ty == GgmlType::Q4_1 {
+                    f32::INFINITY
+                } else {
+                    9000.0
+                };
+                raw[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+            }
+            let bits = if ty == GgmlType::Q8_0 { 8 } else { 4 };
+            let mut a = [
+                A::P(raw.clone()),
+                A::I(ty as usize),
+                A::I(n),
+                A::I(k),
+                A::I(kp),
+                A::P(vec![0xA5; n * kp * bits / 8]),
+                A::P(vec![0xA5; n * kp / 32 * 4]),
+                A::P(vec![0; 4]),
+            ];
+            launch(
+                exe,
+                "affine_from_ggml",
+                ((n * kp / 32).div_ceil(256), 1),
+                256,
+                &mut a,
+            );
+            let flag = buf(&a[7]) != [0u8; 4];
+            assert_eq!(flag, broken, "{ty:?} flag");
+            if !broken {
+                assert!(buf(&a[5]) == want.parts[0].1, "{ty:?} codes");
+                assert!(buf(&a[6]) == want.parts[1].1, "{ty:?} scale pairs");
+            }
+        }
+    }
+}
+
+#[test]
 fn stream_probe_reads_every_word_of_its_blocks() {
     let Some(exe) = emulator() else { return };
     let mut r = Rand(29);

@@ -608,3 +608,105 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
         );
     }
 }
+
+#[test]
+fn finalize_affine_load_builds_the_converters_bytes_from_gguf_blocks_and_refuses_bad_ones() {
+    use metrale_pack::GgmlType;
+    use metrale_pack::converters::{encode_to_vec, q4_0::Q4_0, q4_1::Q4_1, q8_0::Q8_0};
+    use metrale_pack::ffn::GgufBlocks;
+    let mut r = Rand(89);
+    let w = DenseWeights::random(&mut r, H, I);
+    let mut c = ctx(HostBackend::new(), levers(&[]));
+    // Gate Q4_0, up Q4_1, down Q8_0: every carried type, K padded from 192 / 320 to 256 / 384.
+    let raw = |ty: GgmlType, x: &[f32]| match ty {
+        GgmlType::Q4_0 => encode_to_vec::<Q4_0>(x),
+        GgmlType::Q4_1 => encode_to_vec::<Q4_1>(x),
+        _ => encode_to_vec::<Q8_0>(x),
+    };
+    let tys = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+    let shapes = [(I, H), (I, H), (H, I)];
+    let xs = [&w.gate, &w.up, &w.down];
+    let raws: Vec<Vec<u8>> = (0..3).map(|p| raw(tys[p], xs[p])).collect();
+    let backend = c.backend.clone();
+    let up = |bytes: &[u8]| {
+        let p = backend.alloc(bytes.len() as u64).unwrap();
+        backend.upload(p, bytes).unwrap();
+        p
+    };
+    let blocks: Vec<GgufBlocks> = (0..3)
+        .map(|p| GgufBlocks {
+            raw: up(&raws[p]),
+            ty: tys[p],
+            n: shapes[p].0,
+            k: shapes[p].1,
+        })
+        .collect();
+    let blocks = [blocks[0], blocks[1], blocks[2]];
+    let mut l = DenseFfnLayer::new(&c);
+    l.finalize_affine_load(&mut c, blocks, 0).unwrap();
+    assert_eq!(c.trace, ["affine_from_ggml"; 3]);
+    let got = *l.get(key::AFFINE).unwrap();
+    for p in 0..3 {
+        let (n, k) = shapes[p];
+        let e = layouts::affine::carry(tys[p], &raws[p], n, k).unwrap();
+        let mut codes = vec![0u8; e.parts[0].1.len()];
+        c.backend
+            .download(got[p].codes().view(0, codes.len() as u64), &mut codes)
+            .unwrap();
+        let mut sb = vec![0u8; e.parts[1].1.len()];
+        c.backend
+            .download(got[p].scales().view(0, sb.len() as u64), &mut sb)
+            .unwrap();
+        assert!(
+            codes == e.parts[0].1 && sb == e.parts[1].1,
+            "projection {p}"
+        );
+    }
+    // A Q4_0 block whose -8 d overflows a half, a type the layout does not carry, and blocks
+    // too short for the shape are refused naming the projection; the layer keeps no overlay.
+    let mut bad = raws[0].clone();
+    bad[0..2].copy_from_slice(&half::f16::from_f32(9000.0).to_le_bytes());
+    for (blocks, want) in [
+        (
+            [
+                GgufBlocks {
+                    raw: up(&bad),
+                    ..blocks[0]
+                },
+                blocks[1],
+                blocks[2],
+            ],
+            "gate",
+        ),
+        (
+            [
+                blocks[0],
+                GgufBlocks {
+                    ty: GgmlType::Q5_0,
+                    ..blocks[1]
+                },
+                blocks[2],
+            ],
+            "up",
+        ),
+        (
+            [
+                blocks[0],
+                blocks[1],
+                GgufBlocks {
+                    k: 2 * I,
+                    ..blocks[2]
+                },
+            ],
+            "down",
+        ),
+    ] {
+        let mut l = DenseFfnLayer::new(&c);
+        let e = l
+            .finalize_affine_load(&mut c, blocks, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+        assert!(l.get(key::AFFINE).is_none(), "{e}");
+    }
+}

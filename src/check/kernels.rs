@@ -669,6 +669,54 @@ fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             b.free(p);
         }
     }
+    affine_from_ggml_rows(c, rows)
+}
+
+/// `affine_from_ggml` (the GPU carry of GGUF Q4_0 / Q4_1 / Q8_0 blocks) against the converter,
+/// bytes and refusal flag.
+fn affine_from_ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+    use crate::GgmlType;
+    use crate::converters::{encode_to_vec, q4_0::Q4_0, q4_1::Q4_1, q8_0::Q8_0};
+    let (n, k, b) = (c.n, c.k, c.b.as_ref());
+    if !k.is_multiple_of(AFFINE_GROUP) {
+        return Ok(());
+    }
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        let raw = match ty {
+            GgmlType::Q4_0 => encode_to_vec::<Q4_0>(&c.wf),
+            GgmlType::Q4_1 => encode_to_vec::<Q4_1>(&c.wf),
+            _ => encode_to_vec::<Q8_0>(&c.wf),
+        };
+        let Ok(want) = crate::converters::layouts::affine::carry(ty, &raw, n, k) else {
+            continue;
+        };
+        let (codes, sb) = (&want.parts[0].1, &want.parts[1].1);
+        let kp = want.padded[1];
+        let rd = alloc_upload(b, &raw)?;
+        let (cd, sd, bad) = (
+            b.alloc(codes.len() as u64)?,
+            b.alloc(sb.len() as u64)?,
+            b.alloc(4)?,
+        );
+        b.fill(bad, 0)?;
+        let call =
+            c.kk.affine_from_ggml
+                .call()
+                .ptr("raw", rd)
+                .dim("ty", ty as usize);
+        let call = call.dim("n", n).dim("k", k).dim("kp", kp).ptr("codes", cd);
+        c.launch(call.ptr("sb", sd).ptr("bad", bad))?;
+        b.synchronize(0)?;
+        let (mut gc, mut gs, mut flag) = (vec![0u8; codes.len()], vec![0u8; sb.len()], [1u8; 4]);
+        b.download(cd, &mut gc)?;
+        b.download(sd, &mut gs)?;
+        b.download(bad, &mut flag)?;
+        let what = format!("affine_from_ggml {} (bytes = converter)", ty.name());
+        c.bits(rows, &what, 0, gc == *codes && gs == *sb && flag == [0; 4]);
+        for p in [rd, cd, sd, bad] {
+            b.free(p);
+        }
+    }
     Ok(())
 }
 

@@ -714,6 +714,11 @@ kernel_table! {
     affine8_gemv_m16: "ffn_affine" "affine8_gemv_batch16"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
         grid(Per("n", AFFINE_MMA_ROWS), Per("projs", 1), 32 * AFFINE_MMA_WARPS), cap Some(16), round None;
+    affine_from_ggml: "ffn_affine" "affine_from_ggml"
+        ("raw:p ty:i n:i k:i kp:i codes:p sb:p bad:p")
+        // One thread per group of 32: n * kp / 32 threads.
+        grid(Rule(|a| Ok(blocks_of(a, &["n", "kp"], 1)? / 32)
+            .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;
     affine_quant: "ffn_affine" "affine_quantize_act"
         ("x:p u:p act:i m:i k:i ld:i kp:i bits:i xq:p xs:p")
         // One warp per group of 32, 8 warps per block.

@@ -98,7 +98,99 @@ impl AffineWeight {
     }
 }
 
+/// One projection's GGUF Q4_0, Q4_1 or Q8_0 blocks `[n, k / 32]` on the device, as the GGUF
+/// holds them (the input of [`DenseFfnLayer::finalize_affine_load`]).
+#[derive(Clone, Copy, Debug)]
+pub struct GgufBlocks {
+    /// The blocks.
+    pub raw: DevicePtr,
+    /// Their type: Q4_0, Q4_1 or Q8_0.
+    pub ty: crate::GgmlType,
+    /// Rows (outputs).
+    pub n: usize,
+    /// Values per row (a multiple of 32).
+    pub k: usize,
+}
+
 impl DenseFfnLayer {
+    /// Build the `affine` overlay on the GPU from the GGUF blocks of gate, up and down
+    /// (`affine_from_ggml`): the bytes `convert` writes for them (tested bit for bit against
+    /// the converter), so an engine that loads the GGUF itself serves the same arms with the
+    /// same weights. Allocates the codes and scale pairs (freed with the layer), synchronizes
+    /// `stream`, and installs them. Refuses, naming the projection, a type other than Q4_0,
+    /// Q4_1 or Q8_0, a shape that does not fit the blocks, or a block the converter would
+    /// refuse (a scale or minimum not finite, an offset -z d that is not an exact half).
+    pub fn finalize_affine_load(
+        &mut self,
+        ctx: &mut ForwardContext,
+        blocks: [GgufBlocks; 3],
+        stream: crate::gpu::StreamId,
+    ) -> GpuResult<()> {
+        use crate::GgmlType::{Q4_0, Q4_1, Q8_0};
+        let b = ctx.backend.clone();
+        let k = self.kernels;
+        let bad = b.alloc(4)?;
+        let mut out = Vec::with_capacity(3);
+        let mut built = || -> GpuResult<()> {
+            for (name, x) in ["gate", "up", "down"].into_iter().zip(blocks) {
+                let what = format!("finalize_affine_load: {name}");
+                let bits = match x.ty {
+                    Q4_0 | Q4_1 => 4u32,
+                    Q8_0 => 8,
+                    other => {
+                        return Err(refuse(&what, format!("{} is not Q4_0, Q4_1 or Q8_0", other.name())));
+                    }
+                };
+                let kp = x.k.div_ceil(affine::K_ALIGN) * affine::K_ALIGN;
+                let need = (x.n as u64)
+                    .checked_mul((x.k / AFFINE_GROUP) as u64)
+                    .and_then(|v| v.checked_mul(x.ty.block_bytes()));
+                let sizes = (
+                    affine::codes_bytes(x.n as u64, kp as u64, bits),
+                    affine::scales_bytes(x.n as u64, kp as u64, AFFINE_GROUP as u64),
+                );
+                let (Some(need), (Some(cb), Some(sbb))) = (need, sizes) else {
+                    return Err(refuse(&what, format!("[{}, {}] overflows", x.n, x.k)));
+                };
+                if !x.k.is_multiple_of(AFFINE_GROUP) || need > x.raw.bytes {
+                    return Err(refuse(
+                        &what,
+                        format!(
+                            "{} bytes are not [{}, {}] of {} (k % 32, {need} bytes)",
+                            x.raw.bytes,
+                            x.n,
+                            x.k,
+                            x.ty.name()
+                        ),
+                    ));
+                }
+                let (codes, scales) = (b.alloc(cb)?, b.alloc(sbb)?);
+                self.allocated.extend([codes, scales]);
+                b.fill(bad, 0)?;
+                let call = k.affine_from_ggml.call().ptr("raw", x.raw).dim("ty", x.ty as usize);
+                let call = call.dim("n", x.n).dim("k", x.k).dim("kp", kp).ptr("codes", codes);
+                let l = call.ptr("sb", scales).ptr("bad", bad).finish()?;
+                ctx.record(l.spec.name);
+                l.run(b.as_ref(), stream)?;
+                b.synchronize(stream)?;
+                let mut flag = [0u8; 4];
+                b.download(bad, &mut flag)?;
+                if flag != [0; 4] {
+                    return Err(refuse(
+                        &what,
+                        "a block's scale or minimum is not finite, or its offset -z d is not an exact half (convert names the row and block)".into(),
+                    ));
+                }
+                out.push(AffineWeight::new(codes, scales, x.n, x.k, kp, bits, AFFINE_GROUP)?);
+            }
+            Ok(())
+        };
+        let r = built();
+        b.free(bad);
+        r?;
+        self.set_affine_weights(out[0], out[1], out[2])
+    }
+
     /// Install the affine integer overlay (`affine` layout). Its arms: decode and up to
     /// [`AFFINE_GEMV_MAX_ROWS`] rows through the affine GEMVs, prefill dequantized to BF16 (one projection at a time into the
     /// context's scratch) and multiplied by the BF16 GEMM.

@@ -107,6 +107,7 @@ const TWINS: &[(&[&str], Twin)] = &[
         HostBackend::affine_gemv,
     ),
     (&["affine_quantize_act"], HostBackend::affine_quantize_act),
+    (&["affine_from_ggml"], HostBackend::affine_from_ggml),
     (&["affine_dequant_bf16"], HostBackend::affine_dequant_bf16),
     (&["quantize_act_q8_1"], HostBackend::quantize_act_q8_1),
     (
@@ -503,6 +504,33 @@ impl HostBackend {
             })?;
         }
         Ok(())
+    }
+
+    /// `affine_from_ggml`: the converter's carry of the GGUF blocks; a block it refuses sets
+    /// `bad` (the outputs then undefined, as the caller must refuse them).
+    fn affine_from_ggml(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (ty, n, kk, kp) = (a.dim("ty")?, a.dim("n")?, a.dim("k")?, a.dim("kp")?);
+        let ty = crate::GgmlType::from_id(ty as u32)
+            .ok_or_else(|| GpuError::Invalid(format!("affine_from_ggml: ggml type {ty}")))?;
+        let bytes = n * kk / 32 * ty.block_bytes() as usize;
+        let raw = self.read(a.ptr("raw")?)?;
+        let raw = raw.get(..bytes).ok_or_else(|| {
+            GpuError::Invalid(format!(
+                "affine_from_ggml: {} bytes, not {bytes}",
+                raw.len()
+            ))
+        })?;
+        match crate::converters::layouts::affine::carry(ty, raw, n, kk) {
+            Ok(e) if e.padded[1] == kp => {
+                self.write(a.ptr("codes")?, 0, &e.parts[0].1)?;
+                self.write(a.ptr("sb")?, 0, &e.parts[1].1)
+            }
+            Ok(e) => Err(GpuError::Invalid(format!(
+                "affine_from_ggml: kp {kp}, the layout's {}",
+                e.padded[1]
+            ))),
+            Err(_) => self.write(a.ptr("bad")?, 0, &1u32.to_le_bytes()),
+        }
     }
 
     /// `affine_quantize_act`: `x`, or `act(x, u)` (1 SiLU, 2 GELU), rows at stride `ld`.
