@@ -364,7 +364,7 @@ extern "C" __global__ void affine_from_ggml(const unsigned char* __restrict__ ra
     unsigned char* out = codes + r * ((long long)kp * bits / 8) + (long long)g * 4 * bits;
     unsigned int pair = 0;
     if (g < gk) {
-        const int bb = ty == 2 ? 18 : ty == 3 ? 20 : 34;  // block bytes (ggml-common.h)
+        const int bb = ty == 2 ? MP_Q4_0_BYTES : ty == 3 ? MP_Q4_1_BYTES : MP_Q8_0_BYTES;
         const unsigned char* b = raw + (r * gk + g) * bb;
         const unsigned int d = b[0] | (b[1] << 8);
         const bool finite_d = (d & 0x7C00u) != 0x7C00u;

@@ -4,7 +4,10 @@
 //! 34 or 4608 itself.
 
 use crate::converters::layouts::nvfp4_mmq;
-use crate::converters::{BlockFormat, block_bytes, q2g128::Q2g128, q4_k::Q4K, q8_1::Q8_1};
+use crate::converters::{
+    BlockFormat, block_bytes, q2g128::Q2g128, q4_0::Q4_0, q4_1::Q4_1, q4_k::Q4K, q8_0::Q8_0,
+    q8_1::Q8_1,
+};
 
 /// Values per q8_1 activation block (ggml's `QK8_1`).
 pub const Q8_1_ELEMS: usize = Q8_1::BLOCK_ELEMS;
@@ -26,6 +29,16 @@ const _: () = assert!(Q2G128_BYTES == 2 + Q2G128_ELEMS / 4);
 
 /// Values per group of the `affine` layout (its half scale and offset; GGUF's 32-value blocks).
 pub const AFFINE_GROUP: usize = crate::converters::affine::GGML_GROUP;
+/// Bytes of the GGUF blocks `affine_from_ggml` carries (ggml-common.h): Q4_0 `f16 d, qs[16]`,
+/// Q4_1 `f16 d, f16 m, qs[16]`, Q8_0 `f16 d, i8 qs[32]`.
+pub const Q4_0_BYTES: usize = block_bytes::<Q4_0>();
+/// See [`Q4_0_BYTES`].
+pub const Q4_1_BYTES: usize = block_bytes::<Q4_1>();
+/// See [`Q4_0_BYTES`].
+pub const Q8_0_BYTES: usize = block_bytes::<Q8_0>();
+const _: () = assert!(Q4_0_BYTES == 2 + AFFINE_GROUP / 2);
+const _: () = assert!(Q4_1_BYTES == 2 + 2 + AFFINE_GROUP / 2);
+const _: () = assert!(Q8_0_BYTES == 2 + AFFINE_GROUP);
 /// Weight rows per warp of the `affine` decode GEMVs (each lane takes whole groups of k, the
 /// rows sharing each activation load).
 pub const AFFINE_GEMV_ROWS: usize = 2;
@@ -169,6 +182,9 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_NVFP4_GEMV_WARPS_DUAL", NVFP4_GEMV_WARPS_DUAL),
     ("MP_NVFP4_GEMV_WARPS_ONE", NVFP4_GEMV_WARPS_ONE),
     ("MP_BF16_GEMV_ROWS", BF16_GEMV_ROWS),
+    ("MP_Q4_0_BYTES", Q4_0_BYTES),
+    ("MP_Q4_1_BYTES", Q4_1_BYTES),
+    ("MP_Q8_0_BYTES", Q8_0_BYTES),
     ("MP_AFFINE_GROUP", AFFINE_GROUP),
     ("MP_AFFINE_GEMV_ROWS", AFFINE_GEMV_ROWS),
     ("MP_AFFINE_GEMV_WARPS", AFFINE_GEMV_WARPS),
