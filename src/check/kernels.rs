@@ -16,6 +16,7 @@ use crate::testing::*;
 use rayon::prelude::*;
 use std::sync::Arc;
 
+mod affine;
 mod dq_wgmma;
 mod fp8_w8a8;
 
@@ -125,7 +126,7 @@ pub fn kernel_checks(
         bf16_rows(&mut c, &mut rows)?;
         nvfp4_rows(&mut c, &mut rows, rng)?;
         q2g128_rows(&c, &mut rows)?;
-        affine_rows(&c, &mut rows)?;
+        affine::affine_rows(&c, &mut rows)?;
         q4k_gemv_rows(&c, &mut rows)?;
         repack_rows(&c, &mut rows, rng)?;
         for p in [c.xd, c.yd] {
@@ -551,172 +552,6 @@ fn q2g128_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     }
     b.free(xq);
     b.free(qw);
-    Ok(())
-}
-
-/// affine: the activation quantizer bit for bit against its twin; the 4- and 8-bit GEMVs
-/// against the f64 product of the carried weights and those activations, and (the activation
-/// quantization's own error, 1e-2) against the f64 product with the unquantized ones; the BF16
-/// dequantization bit for bit.
-fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
-    let (n, k, b) = (c.n, c.k, c.b.as_ref());
-    for (four, kernels) in [
-        (
-            true,
-            [
-                c.kk.affine4_gemv,
-                c.kk.affine4_gemv_m,
-                c.kk.affine4_gemv_m16,
-            ],
-        ),
-        (
-            false,
-            [
-                c.kk.affine8_gemv,
-                c.kk.affine8_gemv_m,
-                c.kk.affine8_gemv_m16,
-            ],
-        ),
-    ] {
-        let e = crate::testing::affine_encoded(&c.wf, n, k, four);
-        let (codes, sb, kp) = (&e.parts[0].1, &e.parts[1].1, e.padded[1]);
-        let bits = if four { 4 } else { 8 };
-        let (cd, sd) = (alloc_upload(b, codes)?, alloc_upload(b, sb)?);
-        let groups = kp / AFFINE_GROUP;
-        let (xq, xs) = (
-            b.alloc((c.mmax * kp) as u64)?,
-            b.alloc((c.mmax * groups * 16) as u64)?,
-        );
-        let wdec =
-            crate::converters::layouts::affine::decode(codes, sb, (bits, AFFINE_GROUP), [n, k], kp);
-        let quantized: Vec<_> = (0..c.mmax)
-            .into_par_iter()
-            .map(|r| reference::affine_quantize_act_row(c.xr(r), kp, bits))
-            .collect();
-        for (ki, kernel) in kernels.into_iter().enumerate() {
-            for m in within(c.ms, &kernel, usize::MAX) {
-                let call =
-                    c.kk.affine_quant
-                        .call()
-                        .ptr("x", c.xd)
-                        .ptr("u", c.xd)
-                        .dim("act", 0);
-                let call = call.dim("m", m).dim("k", k).dim("ld", k).dim("kp", kp);
-                c.launch(call.dim("bits", bits as usize).ptr("xq", xq).ptr("xs", xs))?;
-                c.poison_y()?;
-                let call = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", m);
-                let call = call
-                    .ptr("cg", cd)
-                    .ptr("sg", sd)
-                    .ptr("yg", c.yd)
-                    .ptr("cu", cd);
-                let call = call
-                    .ptr("su", sd)
-                    .ptr("yu", c.yd)
-                    .dim("projs", 1)
-                    .dim("n", n);
-                c.launch(call.dim("kp", kp).dim("ldy", n))?;
-                b.synchronize(0)?;
-                if ki == 0 || m > 1 {
-                    let mut gq = vec![0u8; m * kp];
-                    b.download(xq.view(0, gq.len() as u64), &mut gq)?;
-                    let gs = download_f32(b, xs.view(0, (m * groups * 16) as u64))?;
-                    let same = (0..m).all(|r| {
-                        let (q, d) = &quantized[r];
-                        gq[r * kp..(r + 1) * kp] == q[..]
-                            && gs[r * groups * 4..(r + 1) * groups * 4]
-                                .iter()
-                                .zip(d)
-                                .all(|(a, b)| a.to_bits() == b.to_bits())
-                    });
-                    let what = format!("affine_quantize_act {bits}-bit (bits)");
-                    c.bits(rows, &what, m, same);
-                }
-                let err = c.err(m, |r| {
-                    let mut out = vec![0f32; n];
-                    let (q, d) = &quantized[r];
-                    reference::affine_q8_row(q, d, codes, sb, bits, n, kp, &mut out);
-                    out
-                })?;
-                c.row(rows, kernel.spec.name, m, err, 2e-6);
-                let err = c.err(m, |r| {
-                    (0..n)
-                        .map(|j| {
-                            let row = wdec[j * k..(j + 1) * k].iter().zip(c.xr(r));
-                            row.map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32
-                        })
-                        .collect()
-                })?;
-                let what = format!("{} vs unquantized activations", kernel.spec.name);
-                c.row(rows, &what, m, err, 1e-2);
-            }
-        }
-        let dq = b.alloc((n * kp * 2) as u64)?;
-        let call = c.kk.affine_dequant.call().ptr("codes", cd).ptr("sb", sd);
-        let call = call.dim("n", n).dim("kp", kp).dim("bits", bits as usize);
-        c.launch(call.ptr("out", dq))?;
-        b.synchronize(0)?;
-        let mut got = vec![0u8; n * kp * 2];
-        b.download(dq, &mut got)?;
-        let same = got == reference::affine_dequant_bf16(codes, sb, n, kp, bits);
-        let what = if four {
-            "affine_dequant_bf16 4-bit (bytes)"
-        } else {
-            "affine_dequant_bf16 8-bit (bytes)"
-        };
-        c.bits(rows, what, 0, same);
-        for p in [dq, cd, sd, xq, xs] {
-            b.free(p);
-        }
-    }
-    affine_from_ggml_rows(c, rows)
-}
-
-/// `affine_from_ggml` (the GPU carry of GGUF Q4_0 / Q4_1 / Q8_0 blocks) against the converter,
-/// bytes and refusal flag.
-fn affine_from_ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
-    use crate::GgmlType;
-    use crate::converters::{encode_to_vec, q4_0::Q4_0, q4_1::Q4_1, q8_0::Q8_0};
-    let (n, k, b) = (c.n, c.k, c.b.as_ref());
-    if !k.is_multiple_of(AFFINE_GROUP) {
-        return Ok(());
-    }
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        let raw = match ty {
-            GgmlType::Q4_0 => encode_to_vec::<Q4_0>(&c.wf),
-            GgmlType::Q4_1 => encode_to_vec::<Q4_1>(&c.wf),
-            _ => encode_to_vec::<Q8_0>(&c.wf),
-        };
-        let Ok(want) = crate::converters::layouts::affine::carry(ty, &raw, n, k) else {
-            continue;
-        };
-        let (codes, sb) = (&want.parts[0].1, &want.parts[1].1);
-        let kp = want.padded[1];
-        let rd = alloc_upload(b, &raw)?;
-        let (cd, sd, bad) = (
-            b.alloc(codes.len() as u64)?,
-            b.alloc(sb.len() as u64)?,
-            b.alloc(4)?,
-        );
-        b.fill(bad, 0)?;
-        let call =
-            c.kk.affine_from_ggml
-                .call()
-                .ptr("raw", rd)
-                .dim("ty", ty as usize);
-        let call = call.dim("n", n).dim("k", k).dim("kp", kp).ptr("codes", cd);
-        c.launch(call.ptr("sb", sd).ptr("bad", bad))?;
-        b.synchronize(0)?;
-        let (mut gc, mut gs, mut flag) = (vec![0u8; codes.len()], vec![0u8; sb.len()], [1u8; 4]);
-        b.download(cd, &mut gc)?;
-        b.download(sd, &mut gs)?;
-        b.download(bad, &mut flag)?;
-        let what = format!("affine_from_ggml {} (bytes = converter)", ty.name());
-        c.bits(rows, &what, 0, gc == *codes && gs == *sb && flag == [0; 4]);
-        for p in [rd, cd, sd, bad] {
-            b.free(p);
-        }
-    }
     Ok(())
 }
 

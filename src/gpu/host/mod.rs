@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod impls;
+mod impls_affine;
 
 /// The CPU implementation of the runtime.
 pub struct HostBackend {

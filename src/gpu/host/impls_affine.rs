@@ -1,0 +1,112 @@
+//! The host twins of the `affine` kernels (`kernels/ffn_affine.cu`).
+
+use super::super::reference;
+use super::super::table::{Args, KernelSpec};
+use super::super::{GpuError, GpuResult};
+use super::HostBackend;
+use crate::gpu::sizes::*;
+
+impl HostBackend {
+    /// `affine4_gemv`, `affine8_gemv` and their batch forms (the bits from the name), over the
+    /// activations `affine_quantize_act` wrote: one projection, or with `projs` 2 two.
+    pub(super) fn affine_gemv(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let bits = if spec.name.starts_with("affine4") {
+            4
+        } else {
+            8
+        };
+        let (xq, xs, m) = (
+            self.read(a.ptr("xq")?)?,
+            self.read_f32(a.ptr("xs")?)?,
+            a.dim("m")?,
+        );
+        let (n, kp, ldy) = (a.dim("n")?, a.dim("kp")?, a.dim("ldy")?);
+        let groups = kp / AFFINE_GROUP;
+        if xq.len() < m * kp || xs.len() < m * groups * 4 {
+            return Err(GpuError::Invalid(format!(
+                "{}: activations of {} bytes / {} floats for {m} rows of kp {kp}",
+                spec.name,
+                xq.len(),
+                xs.len()
+            )));
+        }
+        let projections = [("cg", "sg", "yg"), ("cu", "su", "yu")];
+        for (c, s, y) in projections.into_iter().take(a.dim("projs")?.min(2)) {
+            let (codes, sb) = (self.read(a.ptr(c)?)?, self.read(a.ptr(s)?)?);
+            self.write_rows(a.ptr(y)?, ldy, m, n, |r, row| {
+                let q = &xq[r * kp..(r + 1) * kp];
+                let d = &xs[r * groups * 4..(r + 1) * groups * 4];
+                reference::affine_q8_row(q, d, &codes, &sb, bits, n, kp, row);
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `affine_from_ggml`: the converter's carry of the GGUF blocks; a block it refuses sets
+    /// `bad` (the outputs then undefined, as the caller must refuse them).
+    pub(super) fn affine_from_ggml(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (ty, n, kk, kp) = (a.dim("ty")?, a.dim("n")?, a.dim("k")?, a.dim("kp")?);
+        let ty = crate::GgmlType::from_id(ty as u32)
+            .ok_or_else(|| GpuError::Invalid(format!("affine_from_ggml: ggml type {ty}")))?;
+        let bytes = n * kk / 32 * ty.block_bytes() as usize;
+        let raw = self.read(a.ptr("raw")?)?;
+        let raw = raw.get(..bytes).ok_or_else(|| {
+            GpuError::Invalid(format!(
+                "affine_from_ggml: {} bytes, not {bytes}",
+                raw.len()
+            ))
+        })?;
+        match crate::converters::layouts::affine::carry(ty, raw, n, kk) {
+            Ok(e) if e.padded[1] == kp => {
+                self.write(a.ptr("codes")?, 0, &e.parts[0].1)?;
+                self.write(a.ptr("sb")?, 0, &e.parts[1].1)
+            }
+            Ok(e) => Err(GpuError::Invalid(format!(
+                "affine_from_ggml: kp {kp}, the layout's {}",
+                e.padded[1]
+            ))),
+            Err(_) => self.write(a.ptr("bad")?, 0, &1u32.to_le_bytes()),
+        }
+    }
+
+    /// `affine_quantize_act`: `x`, or `act(x, u)` (1 SiLU, 2 GELU), rows at stride `ld`.
+    pub(super) fn affine_quantize_act(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (act, m, kk, ld) = (a.dim("act")?, a.dim("m")?, a.dim("k")?, a.dim("ld")?);
+        let (kp, bits) = (a.dim("kp")?, a.dim("bits")? as u32);
+        let x = self.read_f32(a.ptr("x")?)?;
+        let u = if act == 0 {
+            Vec::new()
+        } else {
+            self.read_f32(a.ptr("u")?)?
+        };
+        let (xq, xs) = (a.ptr("xq")?, a.ptr("xs")?);
+        for r in 0..m {
+            let row = |v: &[f32]| v.get(r * ld..r * ld + kk).map(<[f32]>::to_vec);
+            let v = match act {
+                0 => row(&x),
+                _ => row(&x).zip(row(&u)).map(|(g, u)| {
+                    let f = if act == 1 {
+                        reference::silu_mul
+                    } else {
+                        reference::gelu_mul
+                    };
+                    g.iter().zip(&u).map(|(&a, &b)| f(a, b)).collect()
+                }),
+            }
+            .ok_or_else(|| GpuError::Invalid("affine_quantize_act: a row past its input".into()))?;
+            let (q, d) = reference::affine_quantize_act_row(&v, kp, bits);
+            self.write(xq, r * kp, &q)?;
+            self.write_f32(xs, r * (kp / AFFINE_GROUP) * 4, &d)?;
+        }
+        Ok(())
+    }
+
+    /// `affine_dequant_bf16`.
+    pub(super) fn affine_dequant_bf16(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (codes, sb) = (self.read(a.ptr("codes")?)?, self.read(a.ptr("sb")?)?);
+        let (n, kp, bits) = (a.dim("n")?, a.dim("kp")?, a.dim("bits")?);
+        let out = reference::affine_dequant_bf16(&codes, &sb, n, kp, bits as u32);
+        self.write(a.ptr("out")?, 0, &out)?;
+        Ok(())
+    }
+}
