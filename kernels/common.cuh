@@ -103,6 +103,20 @@ __device__ __forceinline__ float act_gelu_mul(float g, float u) {
     return 0.5f * g * (1.0f + tanhf(0.7978846f * (g + 0.044715f * g * g * g))) * u;
 }
 
+// Over the 32 lanes of a warp, each holding one value v of a group: the largest |v| and the f32
+// sum of the values, both in the butterfly order xor 16, 8, 4, 2, 1 (every lane gets both). The
+// int8 activation quantizers' group statistics (quantize_act_q8_1, affine_quantize_act; the CPU
+// twin is src/gpu/reference.rs `warp_group_q8`).
+__device__ __forceinline__ void warp_amax_sum(float v, float& amax, float& sum) {
+    amax = fabsf(v);
+    sum = v;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+    }
+}
+
 // The maximum of v >= 0 over every thread of the block (blockDim.x a multiple of 32, at most
 // 1024). Every thread of the block must call it; all receive the result. Exact (max is exact).
 __device__ __forceinline__ float block_amax(float v) {

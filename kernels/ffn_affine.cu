@@ -41,12 +41,8 @@ extern "C" __global__ void affine_quantize_act(const float* __restrict__ x, cons
         const float a = x[(size_t)r * ld + c];
         v = act == 0 ? a : act == 1 ? act_silu_mul(a, u[(size_t)r * ld + c]) : act_gelu_mul(a, u[(size_t)r * ld + c]);
     }
-    float amax = fabsf(v), sum = v;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
-    }
+    float amax, sum;
+    warp_amax_sum(v, amax, sum);
     const float d = __fdiv_rn(amax, 127.0f);
     const float id = d != 0.f ? __fdiv_rn(1.0f, d) : 0.f;
     const int q = (int)roundf(__fmul_rn(v, id));

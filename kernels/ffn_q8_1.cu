@@ -4,7 +4,7 @@
 // butterfly (xor 16, 8, 4, 2, 1) whose order the CPU twin reproduces
 // (src/gpu/reference.rs `quantize_row_q8_1_act`): bit-identical.
 
-#include <cuda_fp16.h>
+#include "common.cuh"
 
 // x f32 [m, k] -> out [m, kp/32] blocks (x beyond k is 0). One warp per block.
 // Grid (ceil(kp / 32 / 8), m), block 256.
@@ -15,12 +15,8 @@ extern "C" __global__ void quantize_act_q8_1(const float* __restrict__ x, int m,
     if (b >= kp / 32 || r >= m) return;
     const int e = b * 32 + lane;
     const float v = e < k ? x[(size_t)r * k + e] : 0.f;
-    float amax = fabsf(v), sum = v;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
-    }
+    float amax, sum;
+    warp_amax_sum(v, amax, sum);
     const float d = __fdiv_rn(amax, 127.0f);
     const float id = d != 0.f ? __fdiv_rn(1.0f, d) : 0.f;
     unsigned char* blk = out + ((size_t)r * (kp / 32) + b) * MP_Q8_1_BYTES;

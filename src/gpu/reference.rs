@@ -338,26 +338,14 @@ pub fn affine_quantize_act_row(v: &[f32], kp: usize, bits: u32) -> (Vec<u8>, Vec
     let mut q = vec![0u8; kp];
     let mut ds = Vec::with_capacity(kp / 8);
     for g in 0..kp / 32 {
-        let vals: Vec<f32> = (0..32)
-            .map(|l| v.get(g * 32 + l).copied().unwrap_or(0.0))
-            .collect();
-        let mut s = vals.clone();
-        for o in [16usize, 8, 4, 2, 1] {
-            let prev = s.clone();
-            for l in 0..32 {
-                s[l] = prev[l] + prev[l ^ o];
-            }
-        }
-        let amax = vals.iter().fold(0f32, |m, a| m.max(a.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let (vals, d, id, sum) = warp_group_q8(v, g);
         let mut qsum = 0i32;
         for (l, &xv) in vals.iter().enumerate() {
             let c = (xv * id).round() as i32;
             q[g * 32 + affine_act_pos(l, bits)] = c as i8 as u8;
             qsum += c;
         }
-        ds.extend_from_slice(&[d, s[0], f32::from_bits(qsum as u32), 0.0]);
+        ds.extend_from_slice(&[d, sum, f32::from_bits(qsum as u32), 0.0]);
     }
     (q, ds)
 }
@@ -426,27 +414,35 @@ pub fn q2_dequant_bf16(w: &[u8], n: usize, kp: usize) -> Vec<u8> {
     out
 }
 
+/// Group `g` of 32 values of `x` (past its end 0) as the int8 activation quantizers see it (one
+/// warp a group, common.cuh's `warp_amax_sum`): the values, `d = amax / 127`, `1 / d` (0 when d
+/// is), and their f32 sum in the butterfly order xor 16, 8, 4, 2, 1.
+fn warp_group_q8(x: &[f32], g: usize) -> (Vec<f32>, f32, f32, f32) {
+    let v: Vec<f32> = (0..32)
+        .map(|l| x.get(g * 32 + l).copied().unwrap_or(0.0))
+        .collect();
+    let mut s = v.clone();
+    for o in [16usize, 8, 4, 2, 1] {
+        let prev = s.clone();
+        for l in 0..32 {
+            s[l] = prev[l] + prev[l ^ o];
+        }
+    }
+    let amax = v.iter().fold(0f32, |m, a| m.max(a.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    (v, d, id, s[0])
+}
+
 /// `quantize_act_q8_1` for one row: `kp/32` blocks of `f16 d, f16 s, i8 qs[32]`; `d =
 /// amax/127`, `q = roundf(x * (1/d))` with the f32 `d`, `s` = the sum of the unquantized values
 /// in the kernel's butterfly order (after each step every lane holds the same value).
 pub fn quantize_row_q8_1_act(x: &[f32], kp: usize) -> Vec<u8> {
     let mut out = vec![0u8; kp / Q8_1_ELEMS * Q8_1_BYTES];
     for (b, blk) in out.chunks_exact_mut(Q8_1_BYTES).enumerate() {
-        let v: Vec<f32> = (0..32)
-            .map(|l| x.get(b * 32 + l).copied().unwrap_or(0.0))
-            .collect();
-        let mut s = v.clone();
-        for o in [16usize, 8, 4, 2, 1] {
-            let prev = s.clone();
-            for l in 0..32 {
-                s[l] = prev[l] + prev[l ^ o];
-            }
-        }
-        let amax = v.iter().fold(0f32, |m, a| m.max(a.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let (v, d, id, sum) = warp_group_q8(x, b);
         blk[0..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
-        blk[2..4].copy_from_slice(&half::f16::from_f32(s[0]).to_le_bytes());
+        blk[2..4].copy_from_slice(&half::f16::from_f32(sum).to_le_bytes());
         for (l, &xv) in v.iter().enumerate() {
             blk[4 + l] = ((xv * id).round() as i32) as i8 as u8;
         }
