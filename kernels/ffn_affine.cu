@@ -159,97 +159,6 @@ __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ x
     }
 }
 
-// The batch form (m <= 16) on the int8 tensor cores: y = the same sums as gemv_affine_q8, each
-// group's integer products for 16 weight rows and 8 activation rows one mma.sync m16n8k32 (A the
-// codes, B the activation codes: common.cuh's fragment layout). The k order inside a group is the
-// activation codes' (affine_act_pos), so at 4 bits lane t's A register for k 4t..4t+3 is the
-// nibble mask of code word t / 2 (low nibbles for even t, high for odd) and for k 16 + 4t.. of
-// word 2 + t / 2; at 8 bits the words t and 4 + t as signed bytes. A block owns
-// MP_AFFINE_MMA_ROWS (16) weight rows and its MP_AFFINE_MMA_WARPS warps split the groups (warp w
-// takes w, w + W, ...), U of them loaded before their math; the warps' sums meet in shared
-// memory, added in warp order. Per group and output the float work is gemv_affine_q8's.
-template <int BITS, int W>
-__device__ __forceinline__ void gemv_affine_mma(const signed char* __restrict__ xq, const float* __restrict__ xs, int m,
-                                                const unsigned char* __restrict__ codes,
-                                                const unsigned char* __restrict__ sb, float* __restrict__ y, int n,
-                                                int kp, int ldy) {
-    constexpr int U = 4;  // groups a warp loads before it multiplies
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int j0 = blockIdx.x * 16;
-    const int groups = kp / 32, tiles = (m + 7) / 8;
-    const size_t row_bytes = (size_t)kp * BITS / 8;
-    const int rows[2] = {min(j0 + g, n - 1), min(j0 + g + 8, n - 1)};
-    float acc[2][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
-    for (int g0 = warp; g0 < groups; g0 += W * U) {
-        unsigned int w[U][2][2];  // [group][row g, g + 8][k 0-15, 16-31]
-        unsigned int p[U][2];
-#pragma unroll
-        for (int e = 0; e < U; ++e) {
-            const int gi = min(g0 + W * e, groups - 1);  // past the end: loaded, not used
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const unsigned int* c = reinterpret_cast<const unsigned int*>(codes + rows[h] * row_bytes) + (size_t)gi * BITS;
-                w[e][h][0] = __ldg(c + (BITS == 4 ? t >> 1 : t));
-                w[e][h][1] = __ldg(c + (BITS == 4 ? 2 + (t >> 1) : 4 + t));
-                p[e][h] = __ldg(reinterpret_cast<const unsigned int*>(sb) + (size_t)rows[h] * groups + gi);
-            }
-        }
-#pragma unroll
-        for (int e = 0; e < U; ++e) {
-            const int gi = g0 + W * e;
-            if (gi >= groups) break;
-            unsigned int a[4];  // rows g / g + 8 at k 4t.. (a[0], a[1]) and 16 + 4t.. (a[2], a[3])
-            float s[2], b[2];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                for (int half = 0; half < 2; ++half)
-                    a[h + 2 * half] = BITS == 4 ? (w[e][h][half] >> (4 * (t & 1))) & 0x0F0F0F0Fu : w[e][h][half] ^ 0x80808080u;
-                s[h] = __half2float(__ushort_as_half((unsigned short)(p[e][h] & 0xffffu)));
-                b[h] = fmaf((float)(1 << (BITS - 1)), s[h], __half2float(__ushort_as_half((unsigned short)(p[e][h] >> 16))));
-            }
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-                if (nt >= tiles) break;
-                const unsigned int* px = reinterpret_cast<const unsigned int*>(xq + (size_t)min(nt * 8 + g, m - 1) * kp) + (size_t)gi * 8;
-                const unsigned int bf[2] = {__ldg(px + t), __ldg(px + 4 + t)};
-                int c[4] = {0, 0, 0, 0};
-                mma_m16n8k32_s8(c, a, bf);
-#pragma unroll
-                for (int col = 0; col < 2; ++col) {
-                    const int r = min(nt * 8 + 2 * t + col, m - 1);
-                    const float4 ds = __ldg(reinterpret_cast<const float4*>(xs) + (size_t)r * groups + gi);
-                    const int zsum = BITS == 4 ? 8 * __float_as_int(ds.z) : 0;
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        float& o = acc[nt][2 * h + col];
-                        o = fmaf(s[h], ds.x * (float)(c[2 * h + col] - zsum), o);
-                        o = fmaf(b[h], ds.y, o);
-                    }
-                }
-            }
-        }
-    }
-    __shared__ float red[W][2][4][32];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) red[warp][nt][e][lane] = acc[nt][e];
-    __syncthreads();
-    for (int i = threadIdx.x; i < 2 * 4 * 32; i += blockDim.x) {
-        const int nt = i / 128, e = (i / 32) % 4, l = i % 32;
-        const int row = j0 + (l >> 2) + 8 * (e >> 1), col = nt * 8 + 2 * (l & 3) + (e & 1);
-        if (row >= n || col >= m) continue;
-        float v = 0.f;
-        for (int q = 0; q < W; ++q) v += red[q][nt][e][l];
-        y[(size_t)col * ldy + row] = v;
-    }
-}
-
 // Decode, one activation row; 4-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
 // in one launch) (cu, su) into yu. Grid (ceil(n / (MP_AFFINE_GEMV_ROWS * MP_AFFINE_GEMV_WARPS)),
 // projs), block 32 * MP_AFFINE_GEMV_WARPS.
@@ -272,13 +181,15 @@ extern "C" __global__ void affine4_gemv_batch4(const signed char* xq, const floa
                                                                      n, kp, ldy);
 }
 
-// m <= 16 on the int8 tensor cores (gemv_affine_mma); 4-bit codes; blockIdx.y 0 the projection
-// (cg, sg) into yg, 1 (cu, su) into yu. Grid (ceil(n / 16), projs), block 32 * MP_AFFINE_MMA_WARPS.
+// m <= 16; 4-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
+// in one launch) (cu, su) into yu. Grid (ceil(n / (MP_AFFINE_GEMV_ROWS * MP_AFFINE_GEMV_WARPS)),
+// projs), block 32 * MP_AFFINE_GEMV_WARPS.
 extern "C" __global__ void affine4_gemv_batch16(const signed char* xq, const float* xs, int m, const unsigned char* cg,
                                                const unsigned char* sg, float* yg, const unsigned char* cu,
                                                const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
     const bool up = blockIdx.y == 1;
-    gemv_affine_mma<4, MP_AFFINE_MMA_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg, n, kp, ldy);
+    gemv_affine_q8<16, MP_AFFINE_GEMV_ROWS, 4, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
+                                                                      n, kp, ldy);
 }
 
 // Decode, one activation row; 8-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
@@ -303,13 +214,15 @@ extern "C" __global__ void affine8_gemv_batch4(const signed char* xq, const floa
                                                                      n, kp, ldy);
 }
 
-// m <= 16 on the int8 tensor cores (gemv_affine_mma); 8-bit codes; blockIdx.y 0 the projection
-// (cg, sg) into yg, 1 (cu, su) into yu. Grid (ceil(n / 16), projs), block 32 * MP_AFFINE_MMA_WARPS.
+// m <= 16; 8-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
+// in one launch) (cu, su) into yu. Grid (ceil(n / (MP_AFFINE_GEMV_ROWS * MP_AFFINE_GEMV_WARPS)),
+// projs), block 32 * MP_AFFINE_GEMV_WARPS.
 extern "C" __global__ void affine8_gemv_batch16(const signed char* xq, const float* xs, int m, const unsigned char* cg,
                                                const unsigned char* sg, float* yg, const unsigned char* cu,
                                                const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
     const bool up = blockIdx.y == 1;
-    gemv_affine_mma<8, MP_AFFINE_MMA_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg, n, kp, ldy);
+    gemv_affine_q8<16, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
+                                                                      n, kp, ldy);
 }
 
 // BF16 `[n, kp]`, each bf16_rn(fmaf(s, q, b)): the prefill's weights for the BF16 GEMM. One

@@ -746,11 +746,7 @@ fn affine_gemvs_and_dequant_match_the_references() {
                 A::I(n),
             ];
             let spec = metrale_pack::gpu::table::spec("ffn_affine", &name).unwrap();
-            let rows = if suffix == "_batch16" {
-                metrale_pack::gpu::sizes::AFFINE_MMA_ROWS
-            } else {
-                metrale_pack::gpu::sizes::AFFINE_GEMV_BLOCK_ROWS
-            };
+            let rows = metrale_pack::gpu::sizes::AFFINE_GEMV_BLOCK_ROWS;
             launch(
                 exe,
                 &name,

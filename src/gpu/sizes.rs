@@ -46,11 +46,6 @@ pub const AFFINE_GEMV_ROWS: usize = 2;
 pub const AFFINE_GEMV_WARPS: usize = 4;
 /// Weight rows per block of the `affine` decode GEMVs.
 pub const AFFINE_GEMV_BLOCK_ROWS: usize = AFFINE_GEMV_ROWS * AFFINE_GEMV_WARPS;
-/// Weight rows per block of the `affine` batch GEMVs on the int8 tensor cores (one
-/// m16n8k32 MMA's rows).
-pub const AFFINE_MMA_ROWS: usize = 16;
-/// Warps per block of the `affine` batch GEMVs on the int8 tensor cores (they split k).
-pub const AFFINE_MMA_WARPS: usize = 8;
 /// The most activation rows the `affine` decode GEMVs take (their batch-16 forms); a prefill of
 /// more dequantizes to BF16.
 pub const AFFINE_GEMV_MAX_ROWS: usize = 16;
@@ -188,7 +183,6 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_AFFINE_GROUP", AFFINE_GROUP),
     ("MP_AFFINE_GEMV_ROWS", AFFINE_GEMV_ROWS),
     ("MP_AFFINE_GEMV_WARPS", AFFINE_GEMV_WARPS),
-    ("MP_AFFINE_MMA_WARPS", AFFINE_MMA_WARPS),
     ("MP_FP8_GEMV_ROWS", FP8_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_ROWS", FP8_MMA_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_WARPS", FP8_MMA_GEMV_WARPS),

@@ -440,12 +440,12 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 }
 
 use crate::gpu::sizes::{
-    AFFINE_GEMV_BLOCK_ROWS, AFFINE_GEMV_WARPS, AFFINE_MMA_ROWS, AFFINE_MMA_WARPS, BF16_GEMV_ROWS,
-    DQ_WGMMA_BM, DQ_WGMMA_BN, DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS, FP8_MMA_GEMV_ROWS,
-    FP8_MMA_GEMV_WARPS, FP8_QUANT_THREADS, INT8_GEMV_M_ROWS, INT8_GEMV_ROWS,
-    NVFP4_GEMV_ROWS as COLS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS,
-    Q4K_GEMV_ROWS, W8A8_WGMMA_BK, W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM,
-    W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM, W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
+    AFFINE_GEMV_BLOCK_ROWS, AFFINE_GEMV_WARPS, BF16_GEMV_ROWS, DQ_WGMMA_BM, DQ_WGMMA_BN,
+    DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS, FP8_MMA_GEMV_ROWS, FP8_MMA_GEMV_WARPS,
+    FP8_QUANT_THREADS, INT8_GEMV_M_ROWS, INT8_GEMV_ROWS, NVFP4_GEMV_ROWS as COLS,
+    NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS, W8A8_WGMMA_BK,
+    W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM,
+    W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
 };
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
 const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
@@ -704,7 +704,7 @@ kernel_table! {
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(4), round None;
     affine4_gemv_m16: "ffn_affine" "affine4_gemv_batch16"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
-        grid(Per("n", AFFINE_MMA_ROWS), Per("projs", 1), 32 * AFFINE_MMA_WARPS), cap Some(16), round None;
+        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(16), round None;
     affine8_gemv: "ffn_affine" "affine8_gemv"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(1), round None;
@@ -713,7 +713,7 @@ kernel_table! {
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(4), round None;
     affine8_gemv_m16: "ffn_affine" "affine8_gemv_batch16"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
-        grid(Per("n", AFFINE_MMA_ROWS), Per("projs", 1), 32 * AFFINE_MMA_WARPS), cap Some(16), round None;
+        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(16), round None;
     affine_from_ggml: "ffn_affine" "affine_from_ggml"
         ("raw:p ty:i n:i k:i kp:i codes:p sb:p bad:p")
         // One thread per group of 32: n * kp / 32 threads.
