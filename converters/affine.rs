@@ -133,6 +133,16 @@ pub fn code_at(row: &[u8], c: usize, bits: u32) -> u32 {
     }
 }
 
+/// The code width at which GGUF type `ty` is carried (Q4_0 and Q4_1: 4 bits, Q8_0: 8), or `None`
+/// for a type this codec does not carry.
+pub fn carried_bits(ty: GgmlType) -> Option<u32> {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 => Some(4),
+        GgmlType::Q8_0 => Some(8),
+        _ => None,
+    }
+}
+
 impl AffineGroups {
     /// `rows` rows of `cols` values of GGUF type `ty` (Q4_0, Q4_1, Q8_0) at `raw` as groups of
     /// [`GGML_GROUP`], every weight decoding as the source's.
@@ -142,12 +152,8 @@ impl AffineGroups {
         rows: usize,
         cols: usize,
     ) -> Result<AffineGroups, AffineError> {
-        let (bits, block_bytes) = match ty {
-            GgmlType::Q4_0 => (4, 18),
-            GgmlType::Q4_1 => (4, 20),
-            GgmlType::Q8_0 => (8, 34),
-            other => return Err(AffineError::Type(other.name().to_string())),
-        };
+        let bits = carried_bits(ty).ok_or_else(|| AffineError::Type(ty.name().to_string()))?;
+        let block_bytes = ty.block_bytes() as usize;
         let groups = cols / GGML_GROUP;
         let shape = || AffineError::Shape {
             ty: ty.name().to_string(),

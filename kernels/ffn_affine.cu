@@ -2,7 +2,8 @@
 // `[n, kp]` row-major (4-bit pairs, value 2i in the low nibble, or bytes), and per group of
 // MP_AFFINE_GROUP values of a row a half scale s and a half offset b (4 bytes, s first);
 // w = s * q + b. kp % 128 == 0. The decode GEMVs multiply the codes by activations quantized to
-// int8 per group (`affine_quantize_act`, formats.md "The affine decode GEMVs"). Contract and CPU
+// int8 per group (`affine_quantize_act`, formats.md "The affine GEMVs, dequantization and GPU
+// carry"). Contract and CPU
 // twins: src/gpu/reference.rs `affine_quantize_act_row`, `affine_q8_row`, `affine_dequant_bf16`.
 
 #include "common.cuh"
@@ -63,8 +64,9 @@ extern "C" __global__ void affine_quantize_act(const float* __restrict__ x, cons
 // weight row j: dot = sum (q - Z) xq, the exact integer product of the group's codes q centred
 // on Z = 2^(BITS - 1) and its activation codes (4 bytes a dp4a: 8-bit codes as the signed bytes
 // q ^ 0x80, 4-bit ones as they are with Z times the codes' sum taken off), s and b the group's,
-// d and sum the activations'. Centring halves the activation rounding's share (the weights'
-// spread about Z, not about 0, multiplies it). A warp computes R weight rows (a block W warps): each
+// d and sum the activations'. Centring shrinks the activation rounding's share (the weights'
+// spread about Z, not about 0, multiplies it: for codes spread evenly over 0..15 its RMS falls
+// by about 1.9x). A warp computes R weight rows (a block W warps): each
 // lane takes whole groups (16 code bytes at 4 bits, 32 at 8; lane l groups l, l + 32, ...), U
 // groups' code loads in flight before their math, and the warp's partial sums meet in a
 // shuffle tree. Per 4-bit weight about one instruction (two nibble masks and a dp4a per 8

@@ -787,7 +787,7 @@ fn affine_gemvs_and_dequant_match_the_references() {
 #[test]
 fn affine_from_ggml_writes_the_converters_bytes() {
     use metrale_pack::GgmlType;
-    use metrale_pack::converters::{encode_to_vec, q4_0::Q4_0, q4_1::Q4_1, q8_0::Q8_0};
+    use metrale_pack::testing::gen_model::encode_as;
     let Some(exe) = emulator() else { return };
     let mut r = Rand(31);
     // k = 2208: 69 groups of 32, padded to 2304 (three groups of zeros a row).
@@ -795,11 +795,7 @@ fn affine_from_ggml_writes_the_converters_bytes() {
     let kp = 2304;
     let x = r.vec(n * k, 0.3);
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        let mut raw = match ty {
-            GgmlType::Q4_0 => encode_to_vec::<Q4_0>(&x),
-            GgmlType::Q4_1 => encode_to_vec::<Q4_1>(&x),
-            _ => encode_to_vec::<Q8_0>(&x),
-        };
+        let mut raw = encode_as(ty, &x).unwrap();
         let want = metrale_pack::converters::layouts::affine::carry(ty, &raw, n, k).unwrap();
         for broken in [false, true] {
             if broken {

@@ -612,21 +612,16 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
 #[test]
 fn finalize_affine_load_builds_the_converters_bytes_from_gguf_blocks_and_refuses_bad_ones() {
     use metrale_pack::GgmlType;
-    use metrale_pack::converters::{encode_to_vec, q4_0::Q4_0, q4_1::Q4_1, q8_0::Q8_0};
     use metrale_pack::ffn::GgufBlocks;
+    use metrale_pack::testing::gen_model::encode_as;
     let mut r = Rand(89);
     let w = DenseWeights::random(&mut r, H, I);
     let mut c = ctx(HostBackend::new(), levers(&[]));
     // Gate Q4_0, up Q4_1, down Q8_0: every carried type, K padded from 192 / 320 to 256 / 384.
-    let raw = |ty: GgmlType, x: &[f32]| match ty {
-        GgmlType::Q4_0 => encode_to_vec::<Q4_0>(x),
-        GgmlType::Q4_1 => encode_to_vec::<Q4_1>(x),
-        _ => encode_to_vec::<Q8_0>(x),
-    };
     let tys = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
     let shapes = [(I, H), (I, H), (H, I)];
     let xs = [&w.gate, &w.up, &w.down];
-    let raws: Vec<Vec<u8>> = (0..3).map(|p| raw(tys[p], xs[p])).collect();
+    let raws: Vec<Vec<u8>> = (0..3).map(|p| encode_as(tys[p], xs[p]).unwrap()).collect();
     let backend = c.backend.clone();
     let up = |bytes: &[u8]| {
         let p = backend.alloc(bytes.len() as u64).unwrap();

@@ -183,9 +183,9 @@ pub(super) fn decode_kernels(
 }
 
 /// The `affine` GEMVs (4- and 8-bit codes, a half scale and offset per 32 values) on both
-/// shapes at m = 1, 2, 4, 8 and 16 (the batch-4 and batch-16 forms both at 2 and 4) over activations quantized once beforehand, against the
-/// probe of their grids over the same bytes; the activation quantizer and the prefill's BF16
-/// dequantization alone.
+/// shapes at m = 1, 2, 4, 8 and 16 (the batch-4 and batch-16 forms both at 2 and 4) over
+/// activations quantized once beforehand, against the probe of their grids over the same bytes;
+/// the activation quantizer and the prefill's BF16 dequantization alone.
 fn affine_kernels(
     b: &dyn GpuBackend,
     ks: &Kernels,
@@ -204,6 +204,9 @@ fn affine_kernels(
     b.fill(codes, 0x5A)?;
     let sb = b.alloc((14336 * 4096 / AFFINE_GROUP * 4) as u64)?;
     b.fill(sb, 0x3C)?;
+    let (codes2, sb2) = (b.alloc(codes.bytes)?, b.alloc(sb.bytes)?);
+    b.fill(codes2, 0x5A)?;
+    b.fill(sb2, 0x3C)?;
     let y = b.alloc((M * 14336 * 4) as u64)?;
     let dq = b.alloc(14336 * 4096 * 2)?;
     for (shape, n, k) in [
@@ -229,19 +232,19 @@ fn affine_kernels(
             quant(M)?;
             let row = affine::row_bytes(k, bits as u32, AFFINE_GROUP);
             let probe = probe_time(b, &[part(n, row, AFFINE_GEMV_BLOCK_ROWS)])?;
-            // The batch-4 and the tensor-core batch-16 forms both at 2 and 4 rows.
+            // The batch-4 and batch-16 forms both at 2 and 4 rows.
             for (form, m) in [(0, 1usize), (1, 2), (2, 2), (1, 4), (2, 4), (2, 8), (2, 16)] {
                 let kernel = kernels[form];
                 if !kernel.ok() {
                     continue;
                 }
-                // One projection, and (gate shape) gate and up in one launch over the same
-                // codes read twice.
+                // One projection, and (gate shape) gate and up in one launch, up's codes and
+                // scale pairs a second buffer (the same buffer twice would be read from L2).
                 for projs in [1usize, 2].into_iter().take(if n == 14336 { 2 } else { 1 }) {
                     let call = || {
                         let c = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", m);
                         let c = c.ptr("cg", codes).ptr("sg", sb).ptr("yg", y);
-                        let c = c.ptr("cu", codes).ptr("su", sb).ptr("yu", y);
+                        let c = c.ptr("cu", codes2).ptr("su", sb2).ptr("yu", y);
                         let c = c.dim("projs", projs).dim("n", n).dim("kp", k);
                         c.dim("ldy", n).finish()?.run(b, 0)
                     };
@@ -273,7 +276,7 @@ fn affine_kernels(
             ));
         }
     }
-    for p in [x, xq, xs, codes, sb, y, dq] {
+    for p in [x, xq, xs, codes, sb, codes2, sb2, y, dq] {
         b.free(p);
     }
     Ok(())

@@ -4,6 +4,7 @@
 //! and rounded once, so the reference is at least as accurate as any kernel; quantization steps
 //! that a kernel performs (activations to BF16 or FP8) are reproduced bit for bit.
 
+use crate::converters::affine::code_at;
 use crate::converters::bf16;
 use crate::converters::fp8::{e4m3_to_f32, f32_to_e4m3};
 use crate::gpu::sizes::*;
@@ -310,10 +311,8 @@ pub fn q2_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32])
 /// One `affine` weight `w[j, c]`: `fmaf(s, q, b)` of its code and its group's half scale and
 /// offset (the product is exact, so this is `s * q + b` rounded once, the codec's decode).
 fn affine_weight(codes: &[u8], sb: &[u8], bits: u32, kp: usize, j: usize, c: usize) -> f32 {
-    let q = match bits {
-        4 => (codes[(j * kp + c) / 2] >> (4 * (c % 2))) & 0xF,
-        _ => codes[j * kp + c],
-    };
+    let row = kp * bits as usize / 8;
+    let q = code_at(&codes[j * row..(j + 1) * row], c, bits);
     let g = 4 * (j * (kp / AFFINE_GROUP) + c / AFFINE_GROUP);
     f16_at(&sb[g..]).mul_add(q as f32, f16_at(&sb[g + 2..]))
 }
@@ -365,21 +364,21 @@ pub fn affine_q8_row(
     kp: usize,
     y: &mut [f32],
 ) {
-    let groups = kp / AFFINE_GROUP;
+    let (groups, row, z) = (
+        kp / AFFINE_GROUP,
+        kp * bits as usize / 8,
+        1i64 << (bits - 1),
+    );
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
+        let codes = &codes[j * row..(j + 1) * row];
         let mut acc = 0f64;
         for g in 0..groups {
             let o = 4 * (j * groups + g);
-            let z = 1i64 << (bits - 1);
             let s = f16_at(&sb[o..]) as f64;
             let b = f16_at(&sb[o + 2..]) as f64 + z as f64 * s;
             let dot: i64 = (0..AFFINE_GROUP)
                 .map(|l| {
-                    let c = g * AFFINE_GROUP + l;
-                    let q = match bits {
-                        4 => (codes[(j * kp + c) / 2] >> (4 * (c % 2))) & 0xF,
-                        _ => codes[j * kp + c],
-                    };
+                    let q = code_at(codes, g * AFFINE_GROUP + l, bits);
                     (q as i64 - z) * (xq[g * AFFINE_GROUP + affine_act_pos(l, bits)] as i8) as i64
                 })
                 .sum();

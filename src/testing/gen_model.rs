@@ -52,16 +52,7 @@ pub fn gen_model_with(
         file: out.display().to_string(),
         reason,
     };
-    if !matches!(
-        ty,
-        GgmlType::F32
-            | GgmlType::F16
-            | GgmlType::BF16
-            | GgmlType::Q8_0
-            | GgmlType::Q4_0
-            | GgmlType::Q4_1
-            | GgmlType::Q4_K
-    ) {
+    if encode_as(ty, &[]).is_none() {
         return Err(bad(format!(
             "gen-model writes F32, F16, BF16, Q8_0, Q4_0, Q4_1 or Q4_K, not {ty}"
         )));
@@ -134,17 +125,7 @@ pub fn gen_model_with(
     for (name, ne, t, _) in &plan {
         b.add_tensor(name, ne, *t);
     }
-    let enc = |t: GgmlType, x: &[f32]| -> Vec<u8> {
-        match t {
-            GgmlType::F32 => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            GgmlType::F16 => f16::encode(x),
-            GgmlType::BF16 => bf16::encode(x),
-            GgmlType::Q8_0 => encode_to_vec::<Q8_0>(x),
-            GgmlType::Q4_0 => encode_to_vec::<Q4_0>(x),
-            GgmlType::Q4_1 => encode_to_vec::<Q4_1>(x),
-            _ => encode_to_vec::<Q4K>(x),
-        }
-    };
+    let enc = |t: GgmlType, x: &[f32]| encode_as(t, x).expect("a type gen-model writes");
     let io = |err: std::io::Error| crate::Error::Write {
         file: out.display().to_string(),
         step: "write",
@@ -177,5 +158,21 @@ pub fn gen_model_with(
                 .map_err(io)?;
         }
         Ok(())
+    })
+}
+
+/// `x` (a whole number of `t`'s blocks) as GGUF type `t`'s bytes, by this crate's encoders (the
+/// quantized ones byte-identical to ggml's reference quantizers): the types gen-model writes
+/// (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K); `None` for any other.
+pub fn encode_as(t: GgmlType, x: &[f32]) -> Option<Vec<u8>> {
+    Some(match t {
+        GgmlType::F32 => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        GgmlType::F16 => f16::encode(x),
+        GgmlType::BF16 => bf16::encode(x),
+        GgmlType::Q8_0 => encode_to_vec::<Q8_0>(x),
+        GgmlType::Q4_0 => encode_to_vec::<Q4_0>(x),
+        GgmlType::Q4_1 => encode_to_vec::<Q4_1>(x),
+        GgmlType::Q4_K => encode_to_vec::<Q4K>(x),
+        _ => return None,
     })
 }

@@ -80,17 +80,12 @@ pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
 /// bytes and refusal flag.
 fn affine_from_ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     use crate::GgmlType;
-    use crate::converters::{encode_to_vec, q4_0::Q4_0, q4_1::Q4_1, q8_0::Q8_0};
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     if !k.is_multiple_of(AFFINE_GROUP) {
         return Ok(());
     }
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        let raw = match ty {
-            GgmlType::Q4_0 => encode_to_vec::<Q4_0>(&c.wf),
-            GgmlType::Q4_1 => encode_to_vec::<Q4_1>(&c.wf),
-            _ => encode_to_vec::<Q8_0>(&c.wf),
-        };
+        let raw = crate::testing::gen_model::encode_as(ty, &c.wf).expect("a carried type");
         let Ok(want) = crate::converters::layouts::affine::carry(ty, &raw, n, k) else {
             continue;
         };

@@ -5,6 +5,7 @@ use super::super::*;
 use super::Runtime;
 use super::super::weights::{accessors, projection_weight, refuse};
 
+use crate::converters::affine::carried_bits;
 use crate::converters::layouts::affine;
 use crate::gpu::sizes::AFFINE_GROUP;
 use crate::gpu::{DevicePtr, GpuResult};
@@ -126,68 +127,69 @@ impl DenseFfnLayer {
         blocks: [GgufBlocks; 3],
         stream: crate::gpu::StreamId,
     ) -> GpuResult<()> {
-        use crate::GgmlType::{Q4_0, Q4_1, Q8_0};
+        const NAMES: [&str; 3] = ["gate", "up", "down"];
+        let what = |p: usize| format!("finalize_affine_load: {}", NAMES[p]);
+        // Every projection's shape first, so nothing is allocated for a call that is refused.
+        let mut plans = Vec::with_capacity(3);
+        for (p, x) in blocks.iter().enumerate() {
+            let bits = carried_bits(x.ty).ok_or_else(|| {
+                refuse(&what(p), format!("{} is not Q4_0, Q4_1 or Q8_0", x.ty.name()))
+            })?;
+            let kp = crate::converters::layouts::round_up(x.k, affine::K_ALIGN);
+            let need = (x.n as u64)
+                .checked_mul((x.k / AFFINE_GROUP) as u64)
+                .and_then(|v| v.checked_mul(x.ty.block_bytes()));
+            let sizes = (
+                affine::codes_bytes(x.n as u64, kp as u64, bits),
+                affine::scales_bytes(x.n as u64, kp as u64, AFFINE_GROUP as u64),
+            );
+            let (Some(need), (Some(cb), Some(sbb))) = (need, sizes) else {
+                return Err(refuse(&what(p), format!("[{}, {}] overflows", x.n, x.k)));
+            };
+            if !x.k.is_multiple_of(AFFINE_GROUP) || need > x.raw.bytes {
+                return Err(refuse(
+                    &what(p),
+                    format!(
+                        "{} bytes are not [{}, {}] of {} (k % 32, {need} bytes)",
+                        x.raw.bytes,
+                        x.n,
+                        x.k,
+                        x.ty.name()
+                    ),
+                ));
+            }
+            plans.push((bits, kp, cb, sbb));
+        }
+        // Then the three carries on `stream`, each with its own refusal flag, and one wait.
         let b = ctx.backend.clone();
         let k = self.kernels;
-        let bad = b.alloc(4)?;
+        let bad = b.alloc(12)?;
         let mut out = Vec::with_capacity(3);
-        let mut built = || -> GpuResult<()> {
-            for (name, x) in ["gate", "up", "down"].into_iter().zip(blocks) {
-                let what = format!("finalize_affine_load: {name}");
-                let bits = match x.ty {
-                    Q4_0 | Q4_1 => 4u32,
-                    Q8_0 => 8,
-                    other => {
-                        return Err(refuse(&what, format!("{} is not Q4_0, Q4_1 or Q8_0", other.name())));
-                    }
-                };
-                let kp = x.k.div_ceil(affine::K_ALIGN) * affine::K_ALIGN;
-                let need = (x.n as u64)
-                    .checked_mul((x.k / AFFINE_GROUP) as u64)
-                    .and_then(|v| v.checked_mul(x.ty.block_bytes()));
-                let sizes = (
-                    affine::codes_bytes(x.n as u64, kp as u64, bits),
-                    affine::scales_bytes(x.n as u64, kp as u64, AFFINE_GROUP as u64),
-                );
-                let (Some(need), (Some(cb), Some(sbb))) = (need, sizes) else {
-                    return Err(refuse(&what, format!("[{}, {}] overflows", x.n, x.k)));
-                };
-                if !x.k.is_multiple_of(AFFINE_GROUP) || need > x.raw.bytes {
-                    return Err(refuse(
-                        &what,
-                        format!(
-                            "{} bytes are not [{}, {}] of {} (k % 32, {need} bytes)",
-                            x.raw.bytes,
-                            x.n,
-                            x.k,
-                            x.ty.name()
-                        ),
-                    ));
-                }
+        let mut carry_all = || -> GpuResult<[u8; 12]> {
+            b.fill(bad, 0)?;
+            for (p, (x, &(bits, kp, cb, sbb))) in blocks.iter().zip(&plans).enumerate() {
                 let (codes, scales) = (b.alloc(cb)?, b.alloc(sbb)?);
                 self.allocated.extend([codes, scales]);
-                b.fill(bad, 0)?;
                 let call = k.affine_from_ggml.call().ptr("raw", x.raw).dim("ty", x.ty as usize);
                 let call = call.dim("n", x.n).dim("k", x.k).dim("kp", kp).ptr("codes", codes);
-                let l = call.ptr("sb", scales).ptr("bad", bad).finish()?;
+                let l = call.ptr("sb", scales).ptr("bad", bad.view(4 * p as u64, 4)).finish()?;
                 ctx.record(l.spec.name);
                 l.run(b.as_ref(), stream)?;
-                b.synchronize(stream)?;
-                let mut flag = [0u8; 4];
-                b.download(bad, &mut flag)?;
-                if flag != [0; 4] {
-                    return Err(refuse(
-                        &what,
-                        "a block's scale or minimum is not finite, or its offset -z d is not an exact half (convert names the row and block)".into(),
-                    ));
-                }
                 out.push(AffineWeight::new(codes, scales, x.n, x.k, kp, bits, AFFINE_GROUP)?);
             }
-            Ok(())
+            b.synchronize(stream)?;
+            let mut flags = [0u8; 12];
+            b.download(bad, &mut flags)?;
+            Ok(flags)
         };
-        let r = built();
+        let flags = carry_all();
         b.free(bad);
-        r?;
+        if let Some(p) = flags?.chunks_exact(4).position(|f| f != [0; 4]) {
+            return Err(refuse(
+                &what(p),
+                "a block's scale or minimum is not finite, or its offset -z d is not an exact half (convert names the row and block)".into(),
+            ));
+        }
         self.set_affine_weights(out[0], out[1], out[2])
     }
 
