@@ -18,6 +18,33 @@ fn code(row: &[u8], j: usize) -> i16 {
     ((word >> (4 * NIBBLE_OF[j % 8])) & 0xF) as i16
 }
 
+/// The codes `[n, k]` (output rows) and zero points `[n, groups]` of a weight, unsigned
+/// 4-bit values: `qweight` is `[k, n/8]` words, `qzeros` `[groups, n/8]`.
+pub fn codes(
+    qweight: &[u8],
+    qzeros: &[u8],
+    n: usize,
+    k: usize,
+    groups: usize,
+) -> (Vec<u8>, Vec<u32>) {
+    let rw = n / 8 * 4;
+    let mut q = vec![0u8; n * k];
+    for i in 0..k {
+        let row = &qweight[i * rw..(i + 1) * rw];
+        for j in 0..n {
+            q[j * k + i] = code(row, j) as u8;
+        }
+    }
+    let mut z = vec![0u32; n * groups];
+    for g in 0..groups {
+        let row = &qzeros[g * rw..(g + 1) * rw];
+        for j in 0..n {
+            z[j * groups + g] = code(row, j) as u32;
+        }
+    }
+    (q, z)
+}
+
 /// Decode to `[n, k]` (output rows): `qweight` is `[k, n/8]` words, `qzeros` `[groups, n/8]`,
 /// `scales` `[groups, n]`.
 pub fn decode(qweight: &[u8], qzeros: &[u8], scales: &[f32], n: usize, k: usize, out: &mut [f32]) {

@@ -1,7 +1,8 @@
 // Affine integer groups (`affine` pack layout, formats.md "Affine integer groups"): codes
-// `[n, kp]` row-major (4-bit pairs, value 2i in the low nibble, or bytes), and per group of
-// MP_AFFINE_GROUP values of a row a half scale s and a half offset b (4 bytes, s first);
-// w = s * q + b. kp % 128 == 0. The decode GEMVs multiply the codes by activations quantized to
+// `[n, kp]` row-major (4-bit pairs, value 2i in the low nibble, or bytes), and per group of a
+// row (32 << gshift values, or the whole row: gshift 31) a pair in one of three forms: 0, half
+// s and half b, w = s * q + b (GGUF); 1, half s and the zero point z as a half, w = s * (q - z);
+// 2, the same as two f32s (8 bytes). kp % 128 == 0. The decode GEMVs multiply the codes by activations quantized to
 // int8 per group (`affine_quantize_act`, formats.md "The affine GEMVs, dequantization and GPU
 // carry"). Contract and CPU
 // twins: src/gpu/reference.rs `affine_quantize_act_row`, `affine_q8_row`, `affine_dequant_bf16`.
@@ -9,6 +10,22 @@
 #include "common.cuh"
 
 // ---- host-emulated: begin (tests/cuda_emu.rs compiles this module as C++) ----
+
+// Pairs per row of kp / 32 groups of 32 at gshift (31: one pair a row).
+__device__ __forceinline__ int affine_pairs_per_row(int groups32, int gshift) {
+    return gshift >= 31 ? 1 : groups32 >> gshift;
+}
+
+// Pair i of sb in `form` as (s, t): t the offset b (form 0) or the zero point z (1, 2).
+__device__ __forceinline__ float2 affine_pair(const unsigned char* __restrict__ sb, long long i, int form) {
+    if (form == 2) {
+        const uint2 w = __ldg(reinterpret_cast<const uint2*>(sb) + i);
+        return make_float2(__uint_as_float(w.x), __uint_as_float(w.y));
+    }
+    const unsigned int w = __ldg(reinterpret_cast<const unsigned int*>(sb) + i);
+    return make_float2(__half2float(__ushort_as_half((unsigned short)(w & 0xffffu))),
+                       __half2float(__ushort_as_half((unsigned short)(w >> 16))));
+}
 
 // The f32 value of an integer code q < 2^23 without a conversion instruction: 2^23 + q has q in
 // its low mantissa bits, and subtracting 2^23 is exact.
@@ -60,8 +77,9 @@ extern "C" __global__ void affine_quantize_act(const float* __restrict__ x, cons
     }
 }
 
-// y[r, j] = sum over groups of s * (d * dot) + (b + Z s) * sum, per activation row r < m and
-// weight row j: dot = sum (q - Z) xq, the exact integer product of the group's codes q centred
+// y[r, j] = sum over groups of 32 of s * (d * dot) + (b + Z s) * sum, per activation row r < m
+// and weight row j, s and b of the group's pair (b = -(s z) in f32 for the zero forms):
+// dot = sum (q - Z) xq, the exact integer product of the group's codes q centred
 // on Z = 2^(BITS - 1) and its activation codes (4 bytes a dp4a: 8-bit codes as the signed bytes
 // q ^ 0x80, 4-bit ones as they are with Z times the codes' sum taken off), s and b the group's,
 // d and sum the activations'. Centring shrinks the activation rounding's share (the weights'
@@ -75,13 +93,14 @@ extern "C" __global__ void affine_quantize_act(const float* __restrict__ x, cons
 template <int M, int R, int BITS, int W>
 __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ xq, const float* __restrict__ xs, int m,
                                                const unsigned char* __restrict__ codes, const unsigned char* __restrict__ sb,
-                                               float* __restrict__ y, int n, int kp, int ldy) {
+                                               float* __restrict__ y, int n, int kp, int form, int gshift, int ldy) {
     constexpr int CH = BITS / 4;  // 16-byte code chunks per group
     constexpr int U = BITS == 4 ? 4 : 2;  // groups a lane loads before it multiplies
     const int lane = threadIdx.x & 31;
     const int j0 = (blockIdx.x * W + (threadIdx.x >> 5)) * R;
     if (j0 >= n) return;  // a whole warp: nothing below waits on the block
     const int groups = kp / 32;
+    const int prow = affine_pairs_per_row(groups, gshift);
     const size_t row_bytes = (size_t)kp * BITS / 8;
     float acc[M][R];
 #pragma unroll
@@ -93,7 +112,7 @@ __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ x
     for (int q = 0; q < R; ++q) rows[q] = min(j0 + q, n - 1);  // rows past n: never stored
     for (int g0 = lane; g0 < groups; g0 += 32 * U) {
         uint4 v[U][R][CH];
-        unsigned int p[U][R];
+        float2 p[U][R];
 #pragma unroll
         for (int e = 0; e < U; ++e) {
             const int g = min(g0 + 32 * e, groups - 1);  // past the end: loaded, not used
@@ -101,7 +120,7 @@ __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ x
             for (int q = 0; q < R; ++q) {
 #pragma unroll
                 for (int h = 0; h < CH; ++h) v[e][q][h] = ldg_stream(codes + rows[q] * row_bytes + (size_t)g * 16 * CH + 16 * h);
-                p[e][q] = __ldg(reinterpret_cast<const unsigned int*>(sb) + (size_t)rows[q] * groups + g);
+                p[e][q] = affine_pair(sb, (long long)rows[q] * prow + (g >> gshift), form);
             }
         }
 #pragma unroll
@@ -126,8 +145,9 @@ __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ x
                         }
                     }
                 }
-                s[q] = __half2float(__ushort_as_half((unsigned short)(p[e][q] & 0xffffu)));
-                b[q] = fmaf((float)(1 << (BITS - 1)), s[q], __half2float(__ushort_as_half((unsigned short)(p[e][q] >> 16))));
+                s[q] = p[e][q].x;
+                const float off = form == 0 ? p[e][q].y : -(s[q] * p[e][q].y);
+                b[q] = fmaf((float)(1 << (BITS - 1)), s[q], off);
             }
 #pragma unroll
             for (int r = 0; r < M; ++r) {
@@ -166,10 +186,11 @@ __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ x
 // projs), block 32 * MP_AFFINE_GEMV_WARPS.
 extern "C" __global__ void affine4_gemv(const signed char* xq, const float* xs, int m, const unsigned char* cg,
                                        const unsigned char* sg, float* yg, const unsigned char* cu,
-                                       const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
+                                       const unsigned char* su, float* yu, int projs, int n, int kp, int form, int gshift,
+                                       int ldy) {
     const bool up = blockIdx.y == 1;
     gemv_affine_q8<1, MP_AFFINE_GEMV_ROWS, 4, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
-                                                                     n, kp, ldy);
+                                                                     n, kp, form, gshift, ldy);
 }
 
 // m <= 4; 4-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
@@ -177,10 +198,11 @@ extern "C" __global__ void affine4_gemv(const signed char* xq, const float* xs, 
 // projs), block 32 * MP_AFFINE_GEMV_WARPS.
 extern "C" __global__ void affine4_gemv_batch4(const signed char* xq, const float* xs, int m, const unsigned char* cg,
                                               const unsigned char* sg, float* yg, const unsigned char* cu,
-                                              const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
+                                              const unsigned char* su, float* yu, int projs, int n, int kp, int form, int gshift,
+                                       int ldy) {
     const bool up = blockIdx.y == 1;
     gemv_affine_q8<4, MP_AFFINE_GEMV_ROWS, 4, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
-                                                                     n, kp, ldy);
+                                                                     n, kp, form, gshift, ldy);
 }
 
 // m <= 16; 4-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
@@ -188,10 +210,11 @@ extern "C" __global__ void affine4_gemv_batch4(const signed char* xq, const floa
 // projs), block 32 * MP_AFFINE_GEMV_WARPS.
 extern "C" __global__ void affine4_gemv_batch16(const signed char* xq, const float* xs, int m, const unsigned char* cg,
                                                const unsigned char* sg, float* yg, const unsigned char* cu,
-                                               const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
+                                               const unsigned char* su, float* yu, int projs, int n, int kp, int form, int gshift,
+                                       int ldy) {
     const bool up = blockIdx.y == 1;
     gemv_affine_q8<16, MP_AFFINE_GEMV_ROWS, 4, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
-                                                                      n, kp, ldy);
+                                                                      n, kp, form, gshift, ldy);
 }
 
 // Decode, one activation row; 8-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
@@ -199,10 +222,11 @@ extern "C" __global__ void affine4_gemv_batch16(const signed char* xq, const flo
 // projs), block 32 * MP_AFFINE_GEMV_WARPS.
 extern "C" __global__ void affine8_gemv(const signed char* xq, const float* xs, int m, const unsigned char* cg,
                                        const unsigned char* sg, float* yg, const unsigned char* cu,
-                                       const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
+                                       const unsigned char* su, float* yu, int projs, int n, int kp, int form, int gshift,
+                                       int ldy) {
     const bool up = blockIdx.y == 1;
     gemv_affine_q8<1, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
-                                                                     n, kp, ldy);
+                                                                     n, kp, form, gshift, ldy);
 }
 
 // m <= 4; 8-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
@@ -210,10 +234,11 @@ extern "C" __global__ void affine8_gemv(const signed char* xq, const float* xs, 
 // projs), block 32 * MP_AFFINE_GEMV_WARPS.
 extern "C" __global__ void affine8_gemv_batch4(const signed char* xq, const float* xs, int m, const unsigned char* cg,
                                               const unsigned char* sg, float* yg, const unsigned char* cu,
-                                              const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
+                                              const unsigned char* su, float* yu, int projs, int n, int kp, int form, int gshift,
+                                       int ldy) {
     const bool up = blockIdx.y == 1;
     gemv_affine_q8<4, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
-                                                                     n, kp, ldy);
+                                                                     n, kp, form, gshift, ldy);
 }
 
 // m <= 16; 8-bit codes; blockIdx.y 0 the projection (cg, sg) into yg, 1 (gate and up
@@ -221,25 +246,25 @@ extern "C" __global__ void affine8_gemv_batch4(const signed char* xq, const floa
 // projs), block 32 * MP_AFFINE_GEMV_WARPS.
 extern "C" __global__ void affine8_gemv_batch16(const signed char* xq, const float* xs, int m, const unsigned char* cg,
                                                const unsigned char* sg, float* yg, const unsigned char* cu,
-                                               const unsigned char* su, float* yu, int projs, int n, int kp, int ldy) {
+                                               const unsigned char* su, float* yu, int projs, int n, int kp, int form, int gshift,
+                                       int ldy) {
     const bool up = blockIdx.y == 1;
     gemv_affine_q8<16, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
-                                                                      n, kp, ldy);
+                                                                      n, kp, form, gshift, ldy);
 }
 
-// BF16 `[n, kp]`, each bf16_rn(fmaf(s, q, b)): the prefill's weights for the BF16 GEMM. One
-// thread per 8 values (one 16-byte store; 4 code bytes at 4 bits, 8 at 8; its group's s and b),
-// so a warp's loads and stores are each one contiguous run. Grid ceil(n * kp / 8 / 256), block
-// 256.
+// BF16 `[n, kp]`, each bf16_rn(w) of w = fmaf(s, q, b) (form 0) or s * (q - z) (forms 1, 2):
+// the prefill's weights for the BF16 GEMM. One thread per 8 values (one 16-byte store; 4 code
+// bytes at 4 bits, 8 at 8; its group's pair), so a warp's loads and stores are each one
+// contiguous run. Grid ceil(n * kp / 8 / 256), block 256.
 extern "C" __global__ void affine_dequant_bf16(const unsigned char* __restrict__ codes,
-                                               const unsigned char* __restrict__ sb, int n, int kp, int bits,
-                                               __nv_bfloat16* __restrict__ out) {
+                                               const unsigned char* __restrict__ sb, int n, int kp, int bits, int form,
+                                               int gshift, __nv_bfloat16* __restrict__ out) {
     const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (id >= (long long)n * kp / 8) return;
-    const long long g = id * 8 / MP_AFFINE_GROUP;  // its group (row-major over [n, kp / group])
-    const unsigned int pair = __ldg(reinterpret_cast<const unsigned int*>(sb) + g);
-    const float s = __half2float(__ushort_as_half((unsigned short)(pair & 0xffffu)));
-    const float b = __half2float(__ushort_as_half((unsigned short)(pair >> 16)));
+    const long long r = id * 8 / kp;
+    const int g32 = (int)((id * 8 - r * kp) / 32);
+    const float2 st = affine_pair(sb, r * affine_pairs_per_row(kp / 32, gshift) + (g32 >> gshift), form);
     unsigned int q[8];
     if (bits == 4) {
         const unsigned int w = __ldg(reinterpret_cast<const unsigned int*>(codes) + id);
@@ -250,10 +275,13 @@ extern "C" __global__ void affine_dequant_bf16(const unsigned char* __restrict__
 #pragma unroll
         for (int e = 0; e < 8; ++e) q[e] = ((e < 4 ? w.x : w.y) >> (8 * (e & 3))) & 0xFFu;
     }
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+        v[e] = form == 0 ? fmaf(st.x, affine_code_f32(q[e]), st.y) : __fmul_rn(st.x, affine_code_f32(q[e]) - st.y);
     unsigned int packed[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-        packed[e] = pack2_bf16(fmaf(s, affine_code_f32(q[2 * e]), b), fmaf(s, affine_code_f32(q[2 * e + 1]), b));
+    for (int e = 0; e < 4; ++e) packed[e] = pack2_bf16(v[2 * e], v[2 * e + 1]);
     reinterpret_cast<uint4*>(out)[id] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
 }
 

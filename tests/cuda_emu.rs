@@ -655,14 +655,24 @@ fn fp8_and_bf16_gemvs_match_the_reference() {
 fn affine_gemvs_and_dequant_match_the_references() {
     let Some(exe) = emulator() else { return };
     let mut r = Rand(29);
-    // k = 2200: a partial 32-value group, padding to 2304, rows past the last block of 8.
-    let (n, k) = (150usize, 2200usize);
-    let w = r.vec(n * k, 0.05);
-    let (g, u) = (r.vec(5 * k, 2.0), r.vec(5 * k, 1.0));
-    for four in [true, false] {
-        let e = metrale_pack::testing::affine_encoded(&w, n, k, four);
+    use metrale_pack::testing::{AffineKind, affine_encoded, affine_scheme};
+    for kind in AffineKind::ALL {
+        // k = 2200: a partial 32-value group, padding to 2304 (one group a row: the zero
+        // point pads it); int4 in groups of 128: k = 2176, 17 groups, 68 of 32. Rows past the
+        // last block of 8.
+        let k = if kind == AffineKind::Int4G128 {
+            2176
+        } else {
+            2200usize
+        };
+        let n = 150usize;
+        let w = r.vec(n * k, 0.05);
+        let (g, u) = (r.vec(5 * k, 2.0), r.vec(5 * k, 1.0));
+        let e = affine_encoded(&w, n, k, kind);
         let (codes, sb, kp) = (e.parts[0].1.clone(), e.parts[1].1.clone(), e.padded[1]);
-        let bits = if four { 4 } else { 8 };
+        let sc = affine_scheme(&e);
+        let bits = sc.bits;
+        let (form, gshift) = (sc.form as usize, sc.group_shift(kp) as usize);
         let groups = kp / 32;
         // The quantizer: plain (act 0) and with SiLU / GELU of g times u fused (act 1, 2),
         // against the twin on the same products (the emulator's expf is the host's, as the
@@ -715,7 +725,7 @@ fn affine_gemvs_and_dequant_match_the_references() {
         let xq: Vec<u8> = quantized.iter().flat_map(|(q, _)| q.clone()).collect();
         let xs: Vec<f32> = quantized.iter().flat_map(|(_, d)| d.clone()).collect();
         // A second projection (gate and up in one launch: blockIdx.y 1) of other weights.
-        let e2 = metrale_pack::testing::affine_encoded(&r.vec(n * k, 0.05), n, k, four);
+        let e2 = affine_encoded(&r.vec(n * k, 0.05), n, k, kind);
         let (codes2, sb2) = (e2.parts[0].1.clone(), e2.parts[1].1.clone());
         for (suffix, m, projs) in [
             ("", 1usize, 1usize),
@@ -727,7 +737,7 @@ fn affine_gemvs_and_dequant_match_the_references() {
             let want = |c: &[u8], s: &[u8]| {
                 rows64(m, n, |i, row| {
                     let (q, d) = &quantized[i];
-                    reference::affine_q8_row(q, d, c, s, bits, n, kp, row)
+                    reference::affine_q8_row(q, d, c, s, sc, n, kp, row)
                 })
             };
             let mut a = [
@@ -743,6 +753,8 @@ fn affine_gemvs_and_dequant_match_the_references() {
                 A::I(projs),
                 A::I(n),
                 A::I(kp),
+                A::I(form),
+                A::I(gshift),
                 A::I(n),
             ];
             let spec = metrale_pack::gpu::table::spec("ffn_affine", &name).unwrap();
@@ -755,10 +767,10 @@ fn affine_gemvs_and_dequant_match_the_references() {
                 &mut a,
             );
             let err = rel_err(&bf32(buf(&a[5])), &want(&codes, &sb));
-            assert!(err < 2e-6, "{name}: {err}");
+            assert!(err < 2e-6, "{name} {kind:?}: {err}");
             if projs == 2 {
                 let err = rel_err(&bf32(buf(&a[8])), &want(&codes2, &sb2));
-                assert!(err < 2e-6, "{name} second projection: {err}");
+                assert!(err < 2e-6, "{name} {kind:?} second projection: {err}");
             }
         }
         let mut a = [
@@ -767,6 +779,8 @@ fn affine_gemvs_and_dequant_match_the_references() {
             A::I(n),
             A::I(kp),
             A::I(bits as usize),
+            A::I(form),
+            A::I(gshift),
             A::P(vec![0xA5; n * kp * 2]),
         ];
         let threads = n * kp / 8;
@@ -778,8 +792,8 @@ fn affine_gemvs_and_dequant_match_the_references() {
             &mut a,
         );
         assert!(
-            buf(&a[5]) == reference::affine_dequant_bf16(&codes, &sb, n, kp, bits),
-            "{bits}-bit dequant bytes"
+            buf(&a[7]) == reference::affine_dequant_bf16(&codes, &sb, sc, n, kp),
+            "{kind:?} dequant bytes"
         );
     }
 }

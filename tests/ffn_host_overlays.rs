@@ -532,7 +532,13 @@ fn pack_given_tiles_and_q4k_copies_are_validated_with_checked_sizes() {
 fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_weights() {
     let mut r = Rand(83);
     let w = DenseWeights::random(&mut r, H, I);
-    for (four, act) in [(false, Activation::Silu), (true, Activation::Gelu)] {
+    for (kind, act) in [
+        (AffineKind::Q8_0, Activation::Silu),
+        (AffineKind::Q4_1, Activation::Gelu),
+        (AffineKind::Int4G128, Activation::Silu),
+        (AffineKind::Int8Channel, Activation::Gelu),
+    ] {
+        let four = matches!(kind, AffineKind::Q4_1 | AffineKind::Int4G128);
         let (g1, gm, g16) = if four {
             (
                 "affine4_gemv",
@@ -547,11 +553,11 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
             )
         };
         let aq = "affine_quantize_act";
-        let wq = affine_decoded(&w, four, false);
-        let wb = affine_decoded(&w, four, true);
+        let wq = affine_decoded(&w, kind, false);
+        let wb = affine_decoded(&w, kind, true);
         let mut c = ctx(HostBackend::new(), levers(&[]));
         let mut l = DenseFfnLayer::new_with_activation(&c, act);
-        install_affine(c.backend.as_ref(), &mut l, &w, four).unwrap();
+        install_affine(c.backend.as_ref(), &mut l, &w, kind).unwrap();
         let am = if act == Activation::Gelu {
             "act_mul_gelu"
         } else {
@@ -565,7 +571,7 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
             let y = run(&mut c, &l, method, x, m).unwrap();
             assert_eq!(c.trace, [aq, k, aq, k], "{method}");
             let e = rel_err(&y, &ffn_f64(&xs, m, &wq, act));
-            assert!(e < 2e-2, "{four} {method}: {e}");
+            assert!(e < 2e-2, "{kind:?} {method}: {e}");
         }
         // Prefill: each projection dequantized to BF16, then the BF16 GEMM.
         let dq = [
@@ -589,14 +595,14 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
                 "a {m}-row prefill stays on the GEMVs"
             );
             let e = rel_err(&y, &ffn_f64(&xs, m, &wq, act));
-            assert!(e < 2e-2, "{four} prefill m={m}: {e}");
+            assert!(e < 2e-2, "{kind:?} prefill m={m}: {e}");
         }
         for m in [17usize, 33] {
             let (x, xs) = input(&c, &mut r, m);
             let y = run(&mut c, &l, "prefill", x, m).unwrap();
             assert_eq!(c.trace, dq, "m={m}");
             let e = rel_err(&y, &ffn_f64(&xs, m, &wb, act));
-            assert!(e < 1e-2, "{four} prefill m={m}: {e}");
+            assert!(e < 1e-2, "{kind:?} prefill m={m}: {e}");
         }
         // The carried weights are close to the f32 ones (8 bits: ~0.4%; 4 bits: ~5%).
         let (x, xs) = input(&c, &mut r, 1);

@@ -658,3 +658,115 @@ fn quantized_attention_splits_with_its_scales_and_each_rank_decodes_its_rows_or_
         .to_string();
     assert!(e.contains("packed integer attention"), "{e}");
 }
+
+/// The fixtures whose FFN weights are integer codes (AutoAWQ, compressed-tensors int).
+fn integer_fixtures() -> Vec<PathBuf> {
+    quantized_fixtures()
+        .into_iter()
+        .filter(|d| {
+            let m = Model::open(d).unwrap();
+            m.ffn_layers
+                .iter()
+                .all(|l| matches!(l.gate, FfnWeight::Awq { .. } | FfnWeight::CtInt { .. }))
+        })
+        .collect()
+}
+
+#[test]
+fn integer_checkpoints_convert_to_affine_by_default_and_decode_as_their_library() {
+    use metrale_pack::converters::affine::Form;
+    let tmp = tempfile::tempdir().unwrap();
+    let dirs = integer_fixtures();
+    let names: Vec<String> = dirs
+        .iter()
+        .map(|d| d.file_name().unwrap().to_string_lossy().to_string())
+        .collect();
+    assert!(dirs.len() >= 10, "integer fixtures: {names:?}");
+    let mut forms = std::collections::BTreeSet::new();
+    for (dir, name) in dirs.iter().zip(&names) {
+        let e = expected(dir);
+        let m = Model::open(dir).unwrap();
+        let settled = pack::choice::settle(&m, &ConvertOptions::default());
+        assert_eq!(settled.layouts, [Layout::Affine], "{name}");
+        assert!(settled.refusal.is_none(), "{name}");
+        let out = tmp.path().join("a.mpk.gguf");
+        let opts = ConvertOptions {
+            layouts: Some(settled.layouts),
+            ..Default::default()
+        };
+        pack::convert(&m, &opts, &out, &|_, _| {}).unwrap_or_else(|err| panic!("{name}: {err:#}"));
+        let p = Pack::open(&out).unwrap();
+        let mut checked = 0;
+        for (proj, hf) in [
+            ("gate", "gate_proj"),
+            ("up", "up_proj"),
+            ("down", "down_proj"),
+        ] {
+            let blob = format!("blk.0.ffn_{proj}.affine");
+            let (v, shape) = p.decode_ffn(&blob).unwrap();
+            let w = &e["weights"][format!("model.layers.0.mlp.{hf}.weight")];
+            let want: Vec<u64> = w["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .collect();
+            assert_eq!(shape.to_vec(), want, "{name} {proj}");
+            // The library's own f32 dequantization, bit for bit, and its native dtype's.
+            assert_eq!(
+                sha_f32(&v),
+                w["sha256_f32"].as_str().unwrap(),
+                "{name} {proj}: f32"
+            );
+            assert_eq!(
+                sha_lib(&v, w["lib_dtype"].as_str().unwrap()),
+                w["sha256_lib"].as_str().unwrap(),
+                "{name} {proj}: the library's dtype"
+            );
+            let i = p.index(&format!("{blob}.codes")).unwrap();
+            let fe = p.manifest.tensors[i].ffn.as_ref().unwrap();
+            forms.insert(fe.scalars["form"] as u32);
+            assert_ne!(fe.scalars["form"], Form::Offset as u32 as f32, "{name}");
+            checked += 1;
+        }
+        assert_eq!(checked, 3, "{name}");
+        let c = pack::verify_against_source(&p, &m).unwrap();
+        assert!(c.mismatched.is_empty(), "{name}: {:?}", c.mismatched);
+    }
+    // Both zero forms occur: F16 (AWQ) scales as halves, F32 ones as f32.
+    assert_eq!(forms.into_iter().collect::<Vec<_>>(), [1, 2]);
+}
+
+#[test]
+fn integer_groups_split_across_ranks() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Per-channel int8 (one group a row): intermediate 384 splits into 192 a rank at any cut.
+    let m = Model::open(&fixtures().join("ct-int8-w8a8-bf16")).unwrap();
+    let opts = ConvertOptions {
+        layouts: Some(vec![Layout::Affine]),
+        tp: 2,
+        ..Default::default()
+    };
+    let out = tmp.path().join("tp.mpk.gguf");
+    pack::convert(&m, &opts, &out, &|_, _| {}).unwrap();
+    let p = Pack::open(&out).unwrap();
+    let c = pack::verify_against_source(&p, &m).unwrap();
+    assert!(c.mismatched.is_empty(), "{:?}", c.mismatched);
+    let full = m.decode_weight(&m.ffn_layers[0].down).unwrap().0;
+    for r in 0..2usize {
+        let (v, [n, k]) = p
+            .decode_ffn(&format!("blk.0.ffn_down.tp{r}.affine"))
+            .unwrap();
+        assert_eq!([n, k], [256, 192]);
+        for row in 0..256 {
+            let want = &full[row * 384 + 192 * r..row * 384 + 192 * (r + 1)];
+            assert!(
+                v[row * 192..(row + 1) * 192]
+                    .iter()
+                    .zip(want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "rank {r} row {row}"
+            );
+        }
+    }
+}

@@ -1,29 +1,95 @@
-//! `affine`: affine integer groups (`converters/affine.rs`, `w = s * q + b` per group) for the
-//! affine arms. Parts `codes` (row-major `[n, kp]` codes: 4-bit pairs, value `2i` in the low
-//! nibble, or bytes) and `scales` (per group of each row, the half `s` then the half `b`:
-//! `[n, kp / group]` pairs of 4 bytes); K zero-padded to [`K_ALIGN`] with zero codes, scales and
-//! offsets, so padded values decode to +0. Scalars `bits` (4 or 8) and `group` (32).
+//! `affine`: affine integer groups (`converters/affine.rs`) for the affine arms. Parts `codes`
+//! (row-major `[n, kp]` codes: 4-bit pairs, value `2i` in the low nibble, or bytes) and `scales`
+//! (per group of each row its pair in the blob's form: the half `s` then the half `b` or `z`,
+//! 4 bytes, or the f32 `s` then the f32 `z`, 8 bytes: `[n, kp / group]` pairs); K zero-padded to
+//! [`K_ALIGN`]. Scalars `bits` (4 or 8), `group` (32 times a power of two dividing `kp`, or `kp`:
+//! one group a row) and `form` (0 offset, 1 zero, 2 zero f32; a blob without it is form 0).
 //!
-//! GGUF Q4_0, Q4_1 and Q8_0 sources are carried: every weight decodes as gguf-py decodes the
-//! source (`AffineGroups::from_ggml`). Any other source is quantized with ggml's Q8_0 reference
-//! rule (`converters/q8_0.rs`) and carried from that.
+//! GGUF Q4_0, Q4_1 and Q8_0 sources are carried in the offset form (`AffineGroups::from_ggml`),
+//! AutoAWQ and compressed-tensors integer weights in a zero form (`AffineGroups::from_int`):
+//! every weight decodes as the source library decodes it. Any other source is quantized with
+//! ggml's Q8_0 reference rule (`converters/q8_0.rs`) and carried from that.
 
 use super::{Encoded, round_up};
 use crate::GgmlType;
-use crate::converters::affine::{AffineError, AffineGroups, GGML_GROUP, code_at};
+use crate::converters::affine::{AffineError, AffineGroups, Form, GGML_GROUP, code_at};
 use crate::converters::f16;
 
 /// K alignment: a multiple of every group this layout stores and of the kernels' 128-value
 /// chunks.
 pub const K_ALIGN: usize = 128;
 
-/// Bytes per group in the `scales` part (half `s`, half `b`).
-pub const PAIR_BYTES: usize = 4;
+/// Bytes per group in the `scales` part of the half forms (the f32 form's are
+/// [`Form::pair_bytes`]).
+pub const PAIR_BYTES: usize = Form::Offset.pair_bytes();
 
-/// Bits, group and the padded K of an `affine` blob are valid: 4 or 8 bits, a group of
-/// [`GGML_GROUP`] (the only one stored so far) dividing `kp`.
-pub fn valid(bits: u32, group: usize, kp: usize) -> bool {
-    matches!(bits, 4 | 8) && group == GGML_GROUP && kp.is_multiple_of(K_ALIGN)
+/// A blob's code width, group and form (its scalars).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scheme {
+    /// Bits per code: 4 or 8.
+    pub bits: u32,
+    /// Values per group.
+    pub group: usize,
+    /// What a group's pair holds.
+    pub form: Form,
+}
+
+impl Scheme {
+    /// GGUF's: groups of 32 in the offset form.
+    pub const fn ggml(bits: u32) -> Scheme {
+        Scheme {
+            bits,
+            group: GGML_GROUP,
+            form: Form::Offset,
+        }
+    }
+
+    /// The scheme valid for rows padded to `kp`: 4 or 8 bits, `kp % K_ALIGN == 0`, a group of
+    /// 32 times a power of two dividing `kp`, or `kp` itself.
+    pub fn valid(&self, kp: usize) -> bool {
+        matches!(self.bits, 4 | 8)
+            && kp.is_multiple_of(K_ALIGN)
+            && self.group.is_multiple_of(GGML_GROUP)
+            && crate::converters::affine::group_carried(self.group, kp)
+    }
+
+    /// How far the kernels shift a 32-value group's index right for its pair's: log2 of the
+    /// group over 32, or 31 (every index to pair 0) for a group that is the whole row.
+    pub fn group_shift(&self, kp: usize) -> u32 {
+        let per = self.group / GGML_GROUP;
+        if self.group == kp && !per.is_power_of_two() {
+            31
+        } else {
+            per.trailing_zeros()
+        }
+    }
+
+    /// The scheme of a kernel's arguments (`bits`, `form`, `gshift`; [`Scheme::group_shift`]
+    /// inverted), if they name one.
+    pub fn from_args(bits: u32, form: u32, gshift: u32, kp: usize) -> Option<Scheme> {
+        let group = match gshift {
+            31 => kp,
+            0..=25 => GGML_GROUP << gshift,
+            _ => return None,
+        };
+        let sc = Scheme {
+            bits,
+            group,
+            form: Form::from_number(form)?,
+        };
+        sc.valid(kp).then_some(sc)
+    }
+
+    /// Bytes of one row of `kp` values: its codes and pairs.
+    pub fn row_bytes(&self, kp: usize) -> usize {
+        kp * self.bits as usize / 8 + kp / self.group * self.form.pair_bytes()
+    }
+
+    /// Bytes of the `scales` part of `[n, kp]`.
+    pub fn scales_bytes(&self, n: u64, kp: u64) -> Option<u64> {
+        n.checked_mul(kp.checked_div(self.group as u64)?)?
+            .checked_mul(self.form.pair_bytes() as u64)
+    }
 }
 
 /// Bytes of the `codes` part of `[n, kp]` at `bits`.
@@ -33,40 +99,69 @@ pub fn codes_bytes(n: u64, kp: u64, bits: u32) -> Option<u64> {
         .map(|b| b / 8)
 }
 
-/// Bytes of one row of `kp` values at `bits` in groups of `group`: its codes and scale pairs.
-pub fn row_bytes(kp: usize, bits: u32, group: usize) -> usize {
-    kp * bits as usize / 8 + kp / group * PAIR_BYTES
+/// The group a blob of rows padded to `kp` stores for `a`: its own where it divides `kp`, else
+/// (one group a row of `cols` values) `kp`.
+fn stored_group(a: &AffineGroups, kp: usize) -> usize {
+    let own = Scheme {
+        bits: a.bits,
+        group: a.group,
+        form: a.form,
+    };
+    if kp.is_multiple_of(a.group) && own.valid(kp) {
+        a.group
+    } else {
+        kp
+    }
 }
 
-/// Bytes of the `scales` part of `[n, kp]` in groups of `group`.
-pub fn scales_bytes(n: u64, kp: u64, group: u64) -> Option<u64> {
-    n.checked_mul(kp.checked_div(group)?)?
-        .checked_mul(PAIR_BYTES as u64)
+/// A group's pair bytes in `form`: halves (exact: the codec keeps half values in the half
+/// forms) or f32s.
+fn pair(form: Form, s: f32, t: f32) -> Vec<u8> {
+    match form {
+        Form::ZeroF32 => [s.to_le_bytes(), t.to_le_bytes()].concat(),
+        _ => [
+            f16::from_f32(s).to_le_bytes(),
+            f16::from_f32(t).to_le_bytes(),
+        ]
+        .concat(),
+    }
 }
 
-/// The parts of `a` (`[n, k]`), K padded to `kp`.
+/// The parts of `a` (`[n, k]`), K padded to `kp`: padded groups get codes 0 and a zero pair; a
+/// row that is one group gets its zero point as the padded codes (all pad decodes to 0).
 pub fn from_groups(a: &AffineGroups) -> Encoded {
-    let (n, k, bits, group) = (a.rows, a.cols, a.bits as usize, a.group);
+    let (n, k, bits) = (a.rows, a.cols, a.bits as usize);
     let kp = round_up(k, K_ALIGN);
+    let group = stored_group(a, kp);
     let (row_in, row_out) = (k * bits / 8, kp * bits / 8);
+    let (g_in, g_out) = (k / a.group, kp / group);
     let mut codes = vec![0u8; n * row_out];
     for r in 0..n {
-        codes[r * row_out..r * row_out + row_in]
-            .copy_from_slice(&a.codes[r * row_in..(r + 1) * row_in]);
+        let out = &mut codes[r * row_out..(r + 1) * row_out];
+        if group != a.group {
+            // One group a row: the pad is the zero point.
+            let z = a.terms[r] as u8;
+            let fill = if bits == 4 { z | (z << 4) } else { z };
+            out[row_in..].fill(fill);
+        }
+        out[..row_in].copy_from_slice(&a.codes[r * row_in..(r + 1) * row_in]);
     }
-    let (g_in, g_out) = (k / group, kp / group);
-    let mut scales = vec![0u8; n * g_out * PAIR_BYTES];
+    let pb = a.form.pair_bytes();
+    let mut scales = vec![0u8; n * g_out * pb];
     for r in 0..n {
         for g in 0..g_in {
-            let at = (r * g_out + g) * PAIR_BYTES;
-            scales[at..at + 2].copy_from_slice(&a.scales[r * g_in + g].to_le_bytes());
-            scales[at + 2..at + 4].copy_from_slice(&a.offsets[r * g_in + g].to_le_bytes());
+            let (at, i) = ((r * g_out + g) * pb, r * g_in + g);
+            scales[at..at + pb].copy_from_slice(&pair(a.form, a.scales[i], a.terms[i]));
         }
     }
     Encoded {
         parts: vec![("codes", codes), ("scales", scales)],
         padded: [n, kp],
-        scalars: vec![("bits", bits as f32), ("group", group as f32)],
+        scalars: vec![
+            ("bits", bits as f32),
+            ("group", group as f32),
+            ("form", a.form as u32 as f32),
+        ],
     }
 }
 
@@ -87,23 +182,29 @@ pub fn encode(x: &[f32], n: usize, k: usize) -> Result<Encoded, AffineError> {
     carry(GgmlType::Q8_0, &raw, n, k32)
 }
 
-/// Decode to f32 `[n, k]`: `s * q + b`, one product then one sum, as the codec decodes.
-pub fn decode(
-    codes: &[u8],
-    scales: &[u8],
-    (bits, group): (u32, usize),
-    [n, k]: [usize; 2],
-    kp: usize,
-) -> Vec<f32> {
-    let (row, g_row) = (kp * bits as usize / 8, kp / group);
+/// A group's `(s, t)` from its pair at byte `at` of `scales` in `form`.
+pub fn pair_at(scales: &[u8], at: usize, form: Form) -> (f32, f32) {
+    let f = |i: usize| f32::from_le_bytes([scales[i], scales[i + 1], scales[i + 2], scales[i + 3]]);
+    let h = |i: usize| f16::to_f32(u16::from_le_bytes([scales[i], scales[i + 1]]));
+    match form {
+        Form::ZeroF32 => (f(at), f(at + 4)),
+        _ => (h(at), h(at + 2)),
+    }
+}
+
+/// Decode to f32 `[n, k]` ([`Form::weight`]), as the codec decodes.
+pub fn decode(codes: &[u8], scales: &[u8], sc: Scheme, [n, k]: [usize; 2], kp: usize) -> Vec<f32> {
+    let (row, g_row, pb) = (
+        kp * sc.bits as usize / 8,
+        kp / sc.group,
+        sc.form.pair_bytes(),
+    );
     let mut out = Vec::with_capacity(n * k);
     for r in 0..n {
         let codes = &codes[r * row..(r + 1) * row];
         for c in 0..k {
-            let at = (r * g_row + c / group) * PAIR_BYTES;
-            let s = f16::to_f32(u16::from_le_bytes([scales[at], scales[at + 1]]));
-            let b = f16::to_f32(u16::from_le_bytes([scales[at + 2], scales[at + 3]]));
-            out.push(s * code_at(codes, c, bits) as f32 + b);
+            let (s, t) = pair_at(scales, (r * g_row + c / sc.group) * pb, sc.form);
+            out.push(sc.form.weight(s, t, code_at(codes, c, sc.bits)));
         }
     }
     out

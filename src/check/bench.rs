@@ -93,6 +93,10 @@ const Q2_BPE: f64 = Q2G128_BYTES as f64 / Q2G128_ELEMS as f64;
 const AFFINE4_BPE: f64 = 0.5 + 4.0 / AFFINE_GROUP as f64;
 /// `affine`: 8-bit codes and a 4-byte scale pair per 32 values.
 const AFFINE8_BPE: f64 = 1.0 + 4.0 / AFFINE_GROUP as f64;
+/// `affine` int4 g128: 4-bit codes and a 4-byte pair (half scale, half zero point) per 128.
+const AFFINE4_G128_BPE: f64 = 0.5 + 4.0 / 128.0;
+/// `affine` int8 per channel: 8-bit codes and one 8-byte pair a row (under 0.1%: not counted).
+const AFFINE8_CHANNEL_BPE: f64 = 1.0;
 /// Q4_K bytes per element (the int8 down adds its row scales, under 0.1%: not counted).
 const Q4K_BPE: f64 = Q4K_BYTES as f64 / Q4K_ELEMS as f64;
 /// The W8A8 arm serves every prefill row count timed.
@@ -100,7 +104,7 @@ const W8A8_ALL: (&str, &str) = ("METRALE_W8A8_MAX_ROWS", "4096");
 
 /// Every arm `bench-gpu` times, in the order it prints them.
 #[rustfmt::skip]
-static BENCH_ARMS: [BenchArm; 26] = [
+static BENCH_ARMS: [BenchArm; 28] = [
     bench("fp8 fused gate+up GEMV chain", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL], Some(FP8_BPE), false),
     // The decode default before session 17: the f32 FFMA GEMV for 1..4 rows.
     bench("fp8 fused gate+up, FFMA GEMVs", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL, ("METRALE_FP8_GEMV_MMA", "0")], Some(FP8_BPE), false),
@@ -127,8 +131,10 @@ static BENCH_ARMS: [BenchArm; 26] = [
     bench("q4k GEMV chain (int8 down)", |b, l, w| install_q4k(b, l, w, false), &[], Some((2.0 * Q4K_BPE + 1.0) / 3.0), false),
     bench("q4k GEMV chain (Q4_K down)", |b, l, w| install_q4k(b, l, w, true), &[], Some(Q4K_BPE), false),
     // Integer weights carried from the source: GEMVs to 4 rows, BF16 dequantization then the BF16 GEMM.
-    bench("affine 4-bit (Q4_1) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, true), &[], Some(AFFINE4_BPE), true),
-    bench("affine 8-bit (Q8_0) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, false), &[], Some(AFFINE8_BPE), true),
+    bench("affine 4-bit (Q4_1) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Q4_1), &[], Some(AFFINE4_BPE), true),
+    bench("affine 4-bit g128 (int4, half zero points) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Int4G128), &[], Some(AFFINE4_G128_BPE), true),
+    bench("affine 8-bit (Q8_0) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Q8_0), &[], Some(AFFINE8_BPE), true),
+    bench("affine 8-bit per channel (int8, f32 zero points) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Int8Channel), &[], Some(AFFINE8_CHANNEL_BPE), true),
     bench("q2 GEMV chain", install_q2, &[], Some(Q2_BPE), false),
     bench("q2 dequant + BF16 GEMM", install_q2, &[], None, true),
     bench("q2 MMQ (q8_1)", install_q2, &[("METRALE_Q2G128_MMQ", "1")], None, true),
@@ -449,7 +455,11 @@ fn small_shape_decode(b: &Arc<dyn GpuBackend>, rng: &mut Rand, out: &mut Lines) 
             &[("METRALE_SINGLE_ROW_W4A4", "1")],
         ),
         ("q2", install_q2, &[]),
-        ("affine 4-bit", |b, l, w| install_affine(b, l, w, true), &[]),
+        (
+            "affine 4-bit",
+            |b, l, w| install_affine(b, l, w, AffineKind::Q4_1),
+            &[],
+        ),
     ];
     for (name, install, env) in arms {
         let levers = levers_with(env);

@@ -3,7 +3,8 @@
 //! their own grid, and the cuBLAS BF16 layer at m = 1..16, the peer a user would pick instead.
 
 use super::{Lines, time_median};
-use crate::converters::layouts::affine;
+use crate::converters::affine::Form;
+use crate::converters::layouts::affine::Scheme;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::sizes::*;
 use crate::gpu::table::{Kernel, Kernels};
@@ -52,6 +53,28 @@ fn probe_bytes(parts: &[(u64, usize)]) -> u64 {
     parts.iter().map(|(b, _)| b.next_multiple_of(256)).sum()
 }
 
+/// The `affine` scheme a bench arm or kernel line named `name` times, for rows of `k`: 4 or 8
+/// bits; groups of 128 with half zero points ("g128"), one group a row with f32 ones ("per
+/// channel"), else GGUF's groups of 32 with offsets.
+pub(super) fn affine_bench_scheme(name: &str, k: usize) -> Scheme {
+    let bits = if name.contains("4-bit") { 4 } else { 8 };
+    if name.contains("g128") {
+        Scheme {
+            bits,
+            group: 128,
+            form: Form::Zero,
+        }
+    } else if name.contains("per channel") {
+        Scheme {
+            bits,
+            group: k,
+            form: Form::ZeroF32,
+        }
+    } else {
+        Scheme::ggml(bits)
+    }
+}
+
 /// A projection's weight bytes `(bytes, blocks)` for `n` rows of `row_bytes` at `rows` rows per
 /// block.
 fn part(n: usize, row_bytes: usize, rows: usize) -> (u64, usize) {
@@ -87,8 +110,7 @@ pub(super) fn probe_parts(name: &str, h: usize, i: usize) -> Option<Vec<(u64, us
             (nv(h, i) as u64, h.div_ceil(NVFP4_GEMV_ROWS)),
         ],
         n if n.starts_with("affine") => {
-            let bits = if n.contains("4-bit") { 4 } else { 8 };
-            let row = |k: usize| affine::row_bytes(k, bits, AFFINE_GROUP);
+            let row = |k: usize| affine_bench_scheme(n, k).row_bytes(k);
             vec![
                 part(i, row(h), AFFINE_GEMV_BLOCK_ROWS),
                 part(i, row(h), AFFINE_GEMV_BLOCK_ROWS),
@@ -213,13 +235,15 @@ fn affine_kernels(
         ("gate 14336x4096", 14336usize, 4096usize),
         ("down 4096x14336", 4096, 14336),
     ] {
-        for (bits, kernels) in [
-            (
-                4usize,
-                [ks.affine4_gemv, ks.affine4_gemv_m, ks.affine4_gemv_m16],
-            ),
-            (8, [ks.affine8_gemv, ks.affine8_gemv_m, ks.affine8_gemv_m16]),
-        ] {
+        for scheme in ["4-bit", "4-bit g128", "8-bit", "8-bit per channel"] {
+            let sc = affine_bench_scheme(scheme, k);
+            let bits = sc.bits as usize;
+            let kernels = if bits == 4 {
+                [ks.affine4_gemv, ks.affine4_gemv_m, ks.affine4_gemv_m16]
+            } else {
+                [ks.affine8_gemv, ks.affine8_gemv_m, ks.affine8_gemv_m16]
+            };
+            let (form_n, gshift) = (sc.form as usize, sc.group_shift(k) as usize);
             let quant = |m: usize| {
                 let c = ks.affine_quant.call().ptr("x", x).ptr("u", x).dim("act", 0);
                 let c = c.dim("m", m).dim("k", k).dim("ld", k).dim("kp", k);
@@ -230,11 +254,11 @@ fn affine_kernels(
                     .run(b, 0)
             };
             quant(M)?;
-            let row = affine::row_bytes(k, bits as u32, AFFINE_GROUP);
+            let row = sc.row_bytes(k);
             let probe = probe_time(b, &[part(n, row, AFFINE_GEMV_BLOCK_ROWS)])?;
             // The batch-4 and batch-16 forms both at 2 and 4 rows.
-            for (form, m) in [(0, 1usize), (1, 2), (2, 2), (1, 4), (2, 4), (2, 8), (2, 16)] {
-                let kernel = kernels[form];
+            for (variant, m) in [(0, 1usize), (1, 2), (2, 2), (1, 4), (2, 4), (2, 8), (2, 16)] {
+                let kernel = kernels[variant];
                 if !kernel.ok() {
                     continue;
                 }
@@ -246,10 +270,11 @@ fn affine_kernels(
                         let c = c.ptr("cg", codes).ptr("sg", sb).ptr("yg", y);
                         let c = c.ptr("cu", codes2).ptr("su", sb2).ptr("yu", y);
                         let c = c.dim("projs", projs).dim("n", n).dim("kp", k);
+                        let c = c.dim("form", form_n).dim("gshift", gshift);
                         c.dim("ldy", n).finish()?.run(b, 0)
                     };
                     let t = per_call(b, call)?;
-                    let what = format!("{shape} m={m} x{projs}");
+                    let what = format!("{shape} {scheme} m={m} x{projs}");
                     let bytes = (projs * n * row) as f64;
                     let probe = probe * projs as f64;
                     out.push(kernel_line(&kernel, &what, (t, bytes, probe), ceiling));
@@ -257,19 +282,20 @@ fn affine_kernels(
             }
             let t = per_call(b, || quant(1))?;
             out.push(format!(
-                "decode kernel affine_quantize_act k={k} {bits}-bit m=1 {:>7.1} us",
+                "decode kernel affine_quantize_act k={k} {scheme} m=1 {:>7.1} us",
                 t * 1e6
             ));
             // The prefill's dequantization of this projection to BF16, alone.
             let call = || {
                 let c = ks.affine_dequant.call().ptr("codes", codes).ptr("sb", sb);
                 let c = c.dim("n", n).dim("kp", k).dim("bits", bits);
+                let c = c.dim("form", form_n).dim("gshift", gshift);
                 c.ptr("out", dq).finish()?.run(b, 0)
             };
             let t = per_call(b, call)?;
             let bytes = (n * row + n * k * 2) as f64; // read + written
             out.push(format!(
-                "prefill kernel affine_dequant_bf16 {shape} {bits}-bit {:>7.1} us {:>6.0} GB/s read+written {:>5.1}% of copy ceiling",
+                "prefill kernel affine_dequant_bf16 {shape} {scheme} {:>7.1} us {:>6.0} GB/s read+written {:>5.1}% of copy ceiling",
                 t * 1e6,
                 bytes / t / 1e9,
                 100.0 * bytes / t / ceiling

@@ -53,7 +53,7 @@ const fn arm(
 }
 
 /// Every arm configuration the layer checks run.
-pub static LAYER_ARMS: [LayerArm; 32] = [
+pub static LAYER_ARMS: [LayerArm; 34] = [
     arm(
         "fp8 fused",
         |b, l, w| install_fp8(b, l, w, true),
@@ -219,16 +219,32 @@ pub static LAYER_ARMS: [LayerArm; 32] = [
     arm(
         // 8-bit codes (a Q8_0 or float source).
         "affine q8",
-        |b, l, w| install_affine(b, l, w, false),
+        |b, l, w| install_affine(b, l, w, AffineKind::Q8_0),
         &[],
         Activation::Silu,
     ),
     arm(
         // 4-bit codes with offsets (a Q4_1 source), GELU.
         "affine q4 gelu",
-        |b, l, w| install_affine(b, l, w, true),
+        |b, l, w| install_affine(b, l, w, AffineKind::Q4_1),
         &[],
         Activation::Gelu,
+    ),
+    arm(
+        // 4-bit codes in groups of 128 with zero points and half scales (an AWQ or
+        // compressed-tensors int4 source).
+        "affine int4 g128",
+        |b, l, w| install_affine(b, l, w, AffineKind::Int4G128),
+        &[],
+        Activation::Silu,
+    ),
+    arm(
+        // 8-bit codes, one group a row, f32 scale and zero point (compressed-tensors int8 per
+        // channel in f32).
+        "affine int8 channel",
+        |b, l, w| install_affine(b, l, w, AffineKind::Int8Channel),
+        &[],
+        Activation::Silu,
     ),
     arm(
         "q2 mmq",

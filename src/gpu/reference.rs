@@ -4,9 +4,10 @@
 //! and rounded once, so the reference is at least as accurate as any kernel; quantization steps
 //! that a kernel performs (activations to BF16 or FP8) are reproduced bit for bit.
 
-use crate::converters::affine::code_at;
+use crate::converters::affine::{Form, code_at};
 use crate::converters::bf16;
 use crate::converters::fp8::{e4m3_to_f32, f32_to_e4m3};
+use crate::converters::layouts::affine::{Scheme, pair_at};
 use crate::gpu::sizes::*;
 use rayon::prelude::*;
 use std::sync::LazyLock;
@@ -308,13 +309,19 @@ pub fn q2_row(x: &[f32], w: &[u8], n: usize, k: usize, kp: usize, y: &mut [f32])
     });
 }
 
-/// One `affine` weight `w[j, c]`: `fmaf(s, q, b)` of its code and its group's half scale and
-/// offset (the product is exact, so this is `s * q + b` rounded once, the codec's decode).
-fn affine_weight(codes: &[u8], sb: &[u8], bits: u32, kp: usize, j: usize, c: usize) -> f32 {
-    let row = kp * bits as usize / 8;
-    let q = code_at(&codes[j * row..(j + 1) * row], c, bits);
-    let g = 4 * (j * (kp / AFFINE_GROUP) + c / AFFINE_GROUP);
-    f16_at(&sb[g..]).mul_add(q as f32, f16_at(&sb[g + 2..]))
+/// The `(s, t)` pair of value `c` of row `j` of an `affine` blob (t the offset or zero point).
+fn affine_pair(sb: &[u8], sc: Scheme, kp: usize, j: usize, c: usize) -> (f32, f32) {
+    let i = j * (kp / sc.group) + c / sc.group;
+    pair_at(sb, i * sc.form.pair_bytes(), sc.form)
+}
+
+/// One `affine` weight `w[j, c]` as the codec decodes it (`Form::weight`: `s * q + b`, whose
+/// product is exact, so the kernel's `fmaf` gives the same bits; or `s * (q - z)`).
+fn affine_weight(codes: &[u8], sb: &[u8], sc: Scheme, kp: usize, j: usize, c: usize) -> f32 {
+    let row = kp * sc.bits as usize / 8;
+    let q = code_at(&codes[j * row..(j + 1) * row], c, sc.bits);
+    let (s, t) = affine_pair(sb, sc, kp, j, c);
+    sc.form.weight(s, t, q)
 }
 
 /// The byte of value `l` (< 32) of a group in the affine GEMVs' quantized activations: at 4
@@ -351,19 +358,22 @@ pub fn affine_quantize_act_row(v: &[f32], kp: usize, bits: u32) -> (Vec<u8>, Vec
 
 /// One activation row's output of an `affine` decode GEMV (`affine{4,8}_gemv` and their batch
 /// forms) over its quantized activations (`xq`, `xs` of [`affine_quantize_act_row`]):
-/// `y[j] = sum_g s * (d * dot) + (b + z s) * sum` in f64, `dot` the integer product of the
-/// group's codes centred on `z = 2^(bits - 1)` and its activation codes (the kernel's terms).
+/// `y[j] = sum_g s * (d * dot) + (b + z s) * sum` over groups of 32 in f64, `dot` the integer
+/// product of the group's codes centred on `z = 2^(bits - 1)` and its activation codes, `s`
+/// and `b` its weight group's (`b = -(s z)` rounded to f32 in the zero forms: the kernel's
+/// terms).
 #[allow(clippy::too_many_arguments)]
 pub fn affine_q8_row(
     xq: &[u8],
     xs: &[f32],
     codes: &[u8],
     sb: &[u8],
-    bits: u32,
+    sc: Scheme,
     n: usize,
     kp: usize,
     y: &mut [f32],
 ) {
+    let bits = sc.bits;
     let (groups, row, z) = (
         kp / AFFINE_GROUP,
         kp * bits as usize / 8,
@@ -373,9 +383,9 @@ pub fn affine_q8_row(
         let codes = &codes[j * row..(j + 1) * row];
         let mut acc = 0f64;
         for g in 0..groups {
-            let o = 4 * (j * groups + g);
-            let s = f16_at(&sb[o..]) as f64;
-            let b = f16_at(&sb[o + 2..]) as f64 + z as f64 * s;
+            let (s, t) = affine_pair(sb, sc, kp, j, g * AFFINE_GROUP);
+            let off = if sc.form == Form::Offset { t } else { -(s * t) };
+            let (s, b) = (s as f64, off as f64 + z as f64 * s as f64);
             let dot: i64 = (0..AFFINE_GROUP)
                 .map(|l| {
                     let q = code_at(codes, g * AFFINE_GROUP + l, bits);
@@ -388,12 +398,12 @@ pub fn affine_q8_row(
     });
 }
 
-/// `affine_dequant_bf16`: BF16 bytes `[n, kp]`, each `bf16_rn(fmaf(s, q, b))`.
-pub fn affine_dequant_bf16(codes: &[u8], sb: &[u8], n: usize, kp: usize, bits: u32) -> Vec<u8> {
+/// `affine_dequant_bf16`: BF16 bytes `[n, kp]`, each weight (`affine_weight`) rounded to BF16.
+pub fn affine_dequant_bf16(codes: &[u8], sb: &[u8], sc: Scheme, n: usize, kp: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n * kp * 2);
     for j in 0..n {
         for c in 0..kp {
-            let w = affine_weight(codes, sb, bits, kp, j, c);
+            let w = affine_weight(codes, sb, sc, kp, j, c);
             out.extend_from_slice(&bf16::from_f32(w).to_le_bytes());
         }
     }

@@ -697,22 +697,22 @@ kernel_table! {
         grid(Rule(|a| Ok(blocks_of(a, &["n", "kp"], 1)? / 128 * 32)
             .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;
     affine4_gemv: "ffn_affine" "affine4_gemv"
-        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
+        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(1), round None;
     affine4_gemv_m: "ffn_affine" "affine4_gemv_batch4"
-        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
+        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(4), round None;
     affine4_gemv_m16: "ffn_affine" "affine4_gemv_batch16"
-        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
+        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(16), round None;
     affine8_gemv: "ffn_affine" "affine8_gemv"
-        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
+        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(1), round None;
     affine8_gemv_m: "ffn_affine" "affine8_gemv_batch4"
-        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
+        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(4), round None;
     affine8_gemv_m16: "ffn_affine" "affine8_gemv_batch16"
-        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i ldy:i")
+        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(16), round None;
     affine_from_ggml: "ffn_affine" "affine_from_ggml"
         ("raw:p ty:i n:i k:i kp:i codes:p sb:p bad:p")
@@ -723,7 +723,7 @@ kernel_table! {
         ("x:p u:p act:i m:i k:i ld:i kp:i bits:i xq:p xs:p")
         // One warp per group of 32, 8 warps per block.
         grid(Rule(|a| Ok((a.dim("kp")? / 32).div_ceil(8))), Per("m", 1), 256), cap None, round None;
-    affine_dequant: "ffn_affine" "affine_dequant_bf16" ("codes:p sb:p n:i kp:i bits:i out:p")
+    affine_dequant: "ffn_affine" "affine_dequant_bf16" ("codes:p sb:p n:i kp:i bits:i form:i gshift:i out:p")
         // One thread per 8 values (one 16-byte store): n * kp / 8 threads.
         grid(Rule(|a| Ok(blocks_of(a, &["n", "kp"], 1)? / 8)
             .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;

@@ -1,10 +1,11 @@
-//! `affine`: integer codes (4 or 8 bits) with a half scale and offset per group of 32, carrying
-//! GGUF Q4_0, Q4_1 and Q8_0 sources exactly (`converters/affine.rs`), for the affine arms.
+//! `affine`: integer codes (4 or 8 bits) with a scale and an offset or zero point per group,
+//! carrying GGUF Q4_0, Q4_1 and Q8_0, AutoAWQ and compressed-tensors integer sources exactly
+//! (`converters/affine.rs`), for the affine arms.
 
 use super::*;
 use crate::GgmlType;
-use crate::converters::affine::GGML_GROUP;
-use crate::converters::layouts::affine;
+use crate::converters::affine::{AffineGroups, Form, GGML_GROUP};
+use crate::converters::layouts::affine::{self, Scheme};
 use crate::ffn::AffineWeight;
 use crate::model::DType;
 
@@ -13,14 +14,56 @@ pub struct Affine;
 /// The GGUF types this layout carries (the others are quantized to Q8_0 first).
 const CARRIED: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
 
-/// A blob's `bits` and `group` scalars, if both are whole numbers.
-fn bits_group(s: &BTreeMap<String, f32>) -> Option<(u32, u64)> {
+/// A blob's scheme from its scalars `bits`, `group` and `form` (whole numbers; a blob without
+/// `form`, written before the zero forms, is in the offset form).
+fn scheme(s: &BTreeMap<String, f32>) -> Option<Scheme> {
     let whole = |k: &str| {
         s.get(k)
-            .filter(|v| v.fract() == 0.0 && **v >= 1.0 && **v <= 65536.0)
+            .filter(|v| v.fract() == 0.0 && **v >= 0.0 && **v <= 1048576.0)
             .map(|&v| v as u64)
     };
-    Some((u32::try_from(whole("bits")?).ok()?, whole("group")?))
+    Some(Scheme {
+        bits: u32::try_from(whole("bits")?).ok()?,
+        group: usize::try_from(whole("group")?).ok()?,
+        form: match s.get("form") {
+            None => Form::Offset,
+            Some(_) => Form::from_number(u32::try_from(whole("form")?).ok()?)?,
+        },
+    })
+}
+
+/// Source weight `pi` of the layer as integer groups (`None`: no integer weight), cut to the
+/// rank's slice in a TP pack. A down projection's slice that splits a group is refused, naming
+/// the tensor, the slice and the group (vLLM likewise refuses a TP size whose slices split
+/// the checkpoint's groups): carrying it would mean re-quantizing.
+fn int_source(cx: &EncodeCx, pi: usize) -> Result<Option<AffineGroups>> {
+    let Some(full) = cx.model.int_groups(cx.weight(pi))? else {
+        return Ok(None);
+    };
+    let pad = cx.pad() as usize;
+    let group = full.group;
+    match cx.cut(pi) {
+        None => Ok(Some(full)),
+        Some((false, [lo, hi])) => Ok(Some(
+            full.rows_range(lo as usize, (hi - lo) as usize).pad_rows(pad),
+        )),
+        Some((true, [lo, hi])) => full
+            .cols_range(lo as usize, hi as usize)
+            .and_then(|g| g.pad_cols(pad))
+            .map(Some)
+            .ok_or_else(|| {
+                let t = cx.weight(pi).main();
+                Error::Tensor {
+                    file: cx.model.file_of(t),
+                    tensor: cx.model.tensors[t].name.to_string(),
+                    field: "values",
+                    reason: format!(
+                        "the tensor-parallel slice of columns [{lo}, {hi}) (padded by {pad}) splits its groups of {group}: \
+                         carried integer groups need slices of whole groups (choose a TP size that divides the groups, or name a re-quantizing layout with --allow-requantize)"
+                    ),
+                }
+            }),
+    }
 }
 
 impl LayoutSpec for Affine {
@@ -28,17 +71,18 @@ impl LayoutSpec for Affine {
         Layout::Affine
     }
     fn keeps(&self, model: &Model, w: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
-        matches!(w, FfnWeight::Plain { weight }
-            if matches!(model.tensors[*weight].dtype, DType::Ggml(t) if CARRIED.contains(&t)))
+        let ggml = matches!(w, FfnWeight::Plain { weight }
+            if matches!(model.tensors[*weight].dtype, DType::Ggml(t) if CARRIED.contains(&t)));
+        ggml || model.int_carried(w)
     }
     fn keeps_what(&self) -> &'static str {
-        "GGUF Q4_0, Q4_1 and Q8_0 (codes, scales and offsets as stored; others quantized to Q8_0)"
+        "GGUF Q4_0, Q4_1 and Q8_0, AutoAWQ and compressed-tensors int1-8 (codes, scales, offsets and zero points as stored; others quantized to Q8_0)"
     }
     fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
         &["codes", "scales"]
     }
     fn scalar_names(&self) -> &'static [&'static str] {
-        &["bits", "group"]
+        &["bits", "group", "form"]
     }
     fn padded_shape(&self, _: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
         Some([n, ru(k, affine::K_ALIGN)?])
@@ -47,7 +91,11 @@ impl LayoutSpec for Affine {
     /// lists beside the error it measures on a float layer); a pack's blobs are checked by
     /// [`LayoutSpec::part_bytes_with`] at their own bits and group (4-bit: 5 bits a weight).
     fn part_bytes(&self, part: &str, padded: [u64; 2], _: u64) -> Option<u64> {
-        let s = BTreeMap::from([("bits".into(), 8.0), ("group".into(), GGML_GROUP as f32)]);
+        let s = BTreeMap::from([
+            ("bits".into(), 8.0),
+            ("group".into(), GGML_GROUP as f32),
+            ("form".into(), 0.0),
+        ]);
         self.part_bytes_with(part, padded, &s)
     }
     fn part_bytes_with(
@@ -56,13 +104,10 @@ impl LayoutSpec for Affine {
         [np, kp]: [u64; 2],
         s: &BTreeMap<String, f32>,
     ) -> Option<u64> {
-        let (bits, group) = bits_group(s)?;
-        if !affine::valid(bits, group as usize, kp as usize) {
-            return None;
-        }
+        let sc = scheme(s).filter(|sc| sc.valid(kp as usize))?;
         match part {
-            "codes" => affine::codes_bytes(np, kp, bits),
-            "scales" => affine::scales_bytes(np, kp, group),
+            "codes" => affine::codes_bytes(np, kp, sc.bits),
+            "scales" => sc.scales_bytes(np, kp),
             _ => None,
         }
     }
@@ -71,12 +116,13 @@ impl LayoutSpec for Affine {
         s: &BTreeMap<String, f32>,
         [_, kp]: [u64; 2],
     ) -> std::result::Result<(), String> {
-        match bits_group(s) {
-            Some((bits, group)) if affine::valid(bits, group as usize, kp as usize) => Ok(()),
+        match scheme(s) {
+            Some(sc) if sc.valid(kp as usize) => Ok(()),
             _ => Err(format!(
-                "bits {:?} and group {:?}: affine stores 4 or 8 bits in groups of {GGML_GROUP}",
+                "bits {:?}, group {:?} and form {:?}: affine stores 4 or 8 bits in groups of 32 times a power of two dividing the padded row (or the whole row), form 0, 1 or 2",
                 s.get("bits"),
-                s.get("group")
+                s.get("group"),
+                s.get("form")
             )),
         }
     }
@@ -93,6 +139,11 @@ impl LayoutSpec for Affine {
             }
             _ => None,
         };
+        if carried.is_none()
+            && let Some(groups) = int_source(cx, pi)?
+        {
+            return Ok(Some(affine::from_groups(&groups)));
+        }
         let enc = match carried {
             Some((ty, raw)) => affine::carry(ty, &raw, n, k),
             None => affine::encode(&cx.dense(pi)?, n, k),
@@ -105,16 +156,16 @@ impl LayoutSpec for Affine {
         })
     }
     fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
-        let (bits, group) = bits_group(b.scalars).ok_or_else(|| Error::Tensor {
+        let sc = scheme(b.scalars).ok_or_else(|| Error::Tensor {
             file: b.file.into(),
             tensor: b.name.into(),
             field: "ffn.scalars",
-            reason: "affine needs whole bits and group".into(),
+            reason: "affine needs whole bits, group and form".into(),
         })?;
         Ok(affine::decode(
             b.part("codes")?,
             b.part("scales")?,
-            (bits, group as usize),
+            sc,
             b.shape,
             b.padded[1],
         ))
@@ -129,15 +180,14 @@ impl LayoutSpec for Affine {
                 let (codes, fe) = v.get(p, "codes").expect("checked");
                 let (scales, _) = v.get(p, "scales").expect("checked");
                 let (n, k, _, kp) = dims(fe);
-                let (bits, group) = bits_group(&fe.scalars).expect("checked when the pack opened");
+                let sc = scheme(&fe.scalars).expect("checked when the pack opened");
                 AffineWeight {
                     codes,
                     scales,
                     n,
                     k,
                     kp,
-                    bits,
-                    group: group as usize,
+                    scheme: sc,
                 }
             }),
         );

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 mod classify;
 mod decode;
+mod int_groups;
 pub mod lora;
 mod open;
 

@@ -98,7 +98,9 @@ pub fn reference(
         Layout::W8a8 => layouts::w8a8::decode(p(0), p(1), n, k, kp),
         Layout::Bf16 => layouts::bf16::decode(p(0), n, k, kp),
         Layout::Q2g128 => layouts::q2g128::decode(p(0), n, k, kp),
-        Layout::Affine => layouts::affine::decode(p(0), p(1), (8, 32), [n, k], kp),
+        Layout::Affine => {
+            layouts::affine::decode(p(0), p(1), layouts::affine::Scheme::ggml(8), [n, k], kp)
+        }
         Layout::Lora | Layout::Custom(_) => unreachable!(),
     }
 }

@@ -90,23 +90,23 @@ int main(int argc, char** argv) {
     else if (name == "w8a16_gemv_batch16")
         emu_launch(gx, gy, bx, [&] { w8a16_gemv_batch16((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
     else if (name == "affine4_gemv")
-        emu_launch(gx, gy, bx, [&] { affine4_gemv((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12)); });
+        emu_launch(gx, gy, bx, [&] { affine4_gemv((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12), I(13), I(14)); });
     else if (name == "affine4_gemv_batch4")
-        emu_launch(gx, gy, bx, [&] { affine4_gemv_batch4((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12)); });
+        emu_launch(gx, gy, bx, [&] { affine4_gemv_batch4((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12), I(13), I(14)); });
     else if (name == "affine4_gemv_batch16")
-        emu_launch(gx, gy, bx, [&] { affine4_gemv_batch16((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12)); });
+        emu_launch(gx, gy, bx, [&] { affine4_gemv_batch16((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12), I(13), I(14)); });
     else if (name == "affine8_gemv")
-        emu_launch(gx, gy, bx, [&] { affine8_gemv((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12)); });
+        emu_launch(gx, gy, bx, [&] { affine8_gemv((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12), I(13), I(14)); });
     else if (name == "affine8_gemv_batch4")
-        emu_launch(gx, gy, bx, [&] { affine8_gemv_batch4((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12)); });
+        emu_launch(gx, gy, bx, [&] { affine8_gemv_batch4((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12), I(13), I(14)); });
     else if (name == "affine8_gemv_batch16")
-        emu_launch(gx, gy, bx, [&] { affine8_gemv_batch16((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12)); });
+        emu_launch(gx, gy, bx, [&] { affine8_gemv_batch16((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12), I(13), I(14)); });
     else if (name == "affine_from_ggml")
         emu_launch(gx, gy, bx, [&] { affine_from_ggml((cu8)P(0), I(1), I(2), I(3), I(4), (u8)P(5), (u8)P(6), (unsigned*)P(7)); });
     else if (name == "affine_quantize_act")
         emu_launch(gx, gy, bx, [&] { affine_quantize_act((const float*)P(0), (const float*)P(1), I(2), I(3), I(4), I(5), I(6), I(7), (signed char*)P(8), (float*)P(9)); });
     else if (name == "affine_dequant_bf16")
-        emu_launch(gx, gy, bx, [&] { affine_dequant_bf16((cu8)P(0), (cu8)P(1), I(2), I(3), I(4), (__nv_bfloat16*)P(5)); });
+        emu_launch(gx, gy, bx, [&] { affine_dequant_bf16((cu8)P(0), (cu8)P(1), I(2), I(3), I(4), I(5), I(6), (__nv_bfloat16*)P(7)); });
     else if (name == "bf16_gemv_batch4")
         emu_launch(gx, gy, bx, [&] { bf16_gemv_batch4((const float*)P(0), I(1), (const __nv_bfloat16*)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
     else if (name == "w8a16_gemv_batch4_cvt")

@@ -358,10 +358,13 @@ def decode_layout(fe, part):
         w = (d * (q.astype(np.float64) - 2)).reshape(n, kp)
     elif layout == "affine":
         bits, group = int(fe["scalars"]["bits"]), int(fe["scalars"]["group"])
+        form = int(fe["scalars"].get("form", 0))  # 0: s q + b; 1 (halves), 2 (f32): s (q - z)
         c = part("codes")
         q = np.stack([c & 15, c >> 4], axis=-1).reshape(n, kp) if bits == 4 else c.reshape(n, kp)
-        sb = part("scales").view(np.float16).astype(np.float64).reshape(n, kp // group, 2)
-        w = np.repeat(sb[:, :, 0], group, axis=1) * q + np.repeat(sb[:, :, 1], group, axis=1)
+        dt = np.float32 if form == 2 else np.float16
+        sb = part("scales").view(dt).astype(np.float64).reshape(n, kp // group, 2)
+        s, t = (np.repeat(sb[:, :, i], group, axis=1) for i in (0, 1))
+        w = s * q + t if form == 0 else s * (q - t)
     else:
         raise SystemExit(f"no decoder for {layout}")
     return w[:n, :k]

@@ -3,50 +3,48 @@
 
 use super::*;
 
-/// affine: the activation quantizer bit for bit against its twin; the 4- and 8-bit GEMVs
-/// against the f64 product of the carried weights and those activations, and (the activation
-/// quantization's own error, 1e-2) against the f64 product with the unquantized ones; the BF16
-/// dequantization bit for bit.
+/// affine, for every test source kind (GGUF's offset form in groups of 32, int4 groups of 128
+/// with half scales, int8 per channel with f32 scales): the activation quantizer bit for bit
+/// against its twin; the GEMVs against the f64 product of the carried weights and those
+/// activations, and (the activation quantization's own error, 1e-2) against the f64 product
+/// with the unquantized ones; the BF16 dequantization bit for bit.
 pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+    use crate::testing::{AffineKind, affine_encoded, affine_scheme};
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
-    for (four, kernels) in [
-        (
-            true,
+    for kind in AffineKind::ALL {
+        let e = affine_encoded(&c.wf, n, k, kind);
+        let (codes, sb, kp) = (&e.parts[0].1, &e.parts[1].1, e.padded[1]);
+        let sc = affine_scheme(&e);
+        let kernels = if sc.bits == 4 {
             [
                 c.kk.affine4_gemv,
                 c.kk.affine4_gemv_m,
                 c.kk.affine4_gemv_m16,
-            ],
-        ),
-        (
-            false,
+            ]
+        } else {
             [
                 c.kk.affine8_gemv,
                 c.kk.affine8_gemv_m,
                 c.kk.affine8_gemv_m16,
-            ],
-        ),
-    ] {
-        let e = crate::testing::affine_encoded(&c.wf, n, k, four);
-        let (codes, sb, kp) = (&e.parts[0].1, &e.parts[1].1, e.padded[1]);
-        let bits = if four { 4 } else { 8 };
+            ]
+        };
         let (cd, sd) = (alloc_upload(b, codes)?, alloc_upload(b, sb)?);
         let groups = kp / AFFINE_GROUP;
         let (xq, xs) = (
             b.alloc((c.mmax * kp) as u64)?,
             b.alloc((c.mmax * groups * 16) as u64)?,
         );
-        let wdec =
-            crate::converters::layouts::affine::decode(codes, sb, (bits, AFFINE_GROUP), [n, k], kp);
+        let wdec = crate::converters::layouts::affine::decode(codes, sb, sc, [n, k], kp);
         let quantized: Vec<_> = (0..c.mmax)
             .into_par_iter()
-            .map(|r| reference::affine_quantize_act_row(c.xr(r), kp, bits))
+            .map(|r| reference::affine_quantize_act_row(c.xr(r), kp, sc.bits))
             .collect();
         let enc = Carried {
             codes,
             sb,
             kp,
-            bits,
+            sc,
+            kind: kind.name(),
             wdec: &wdec,
             quantized: &quantized,
         };
@@ -57,18 +55,16 @@ pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         }
         let dq = b.alloc((n * kp * 2) as u64)?;
         let call = c.kk.affine_dequant.call().ptr("codes", cd).ptr("sb", sd);
-        let call = call.dim("n", n).dim("kp", kp).dim("bits", bits as usize);
+        let call = call.dim("n", n).dim("kp", kp).dim("bits", sc.bits as usize);
+        let call = call.dim("form", sc.form as usize);
+        let call = call.dim("gshift", sc.group_shift(kp) as usize);
         c.launch(call.ptr("out", dq))?;
         b.synchronize(0)?;
         let mut got = vec![0u8; n * kp * 2];
         b.download(dq, &mut got)?;
-        let same = got == reference::affine_dequant_bf16(codes, sb, n, kp, bits);
-        let what = if four {
-            "affine_dequant_bf16 4-bit (bytes)"
-        } else {
-            "affine_dequant_bf16 8-bit (bytes)"
-        };
-        c.bits(rows, what, 0, same);
+        let same = got == reference::affine_dequant_bf16(codes, sb, sc, n, kp);
+        let what = format!("affine_dequant_bf16 {} (bytes)", kind.name());
+        c.bits(rows, &what, 0, same);
         for p in [dq, cd, sd, xq, xs] {
             b.free(p);
         }
@@ -125,7 +121,8 @@ struct Carried<'a> {
     codes: &'a [u8],
     sb: &'a [u8],
     kp: usize,
-    bits: u32,
+    sc: crate::converters::layouts::affine::Scheme,
+    kind: &'static str,
     wdec: &'a [f32],
     quantized: &'a [(Vec<u8>, Vec<f32>)],
 }
@@ -143,7 +140,7 @@ fn gemv_rows(
     check_quantizer: bool,
 ) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
-    let (kp, bits, groups) = (e.kp, e.bits, e.kp / AFFINE_GROUP);
+    let (kp, bits, groups) = (e.kp, e.sc.bits, e.kp / AFFINE_GROUP);
     let call =
         c.kk.affine_quant
             .call()
@@ -164,6 +161,8 @@ fn gemv_rows(
         .ptr("yu", c.yd)
         .dim("projs", 1)
         .dim("n", n);
+    let call = call.dim("form", e.sc.form as usize);
+    let call = call.dim("gshift", e.sc.group_shift(kp) as usize);
     c.launch(call.dim("kp", kp).dim("ldy", n))?;
     b.synchronize(0)?;
     if check_quantizer {
@@ -184,10 +183,16 @@ fn gemv_rows(
     let err = c.err(m, |r| {
         let mut out = vec![0f32; n];
         let (q, d) = &e.quantized[r];
-        reference::affine_q8_row(q, d, e.codes, e.sb, bits, n, kp, &mut out);
+        reference::affine_q8_row(q, d, e.codes, e.sb, e.sc, n, kp, &mut out);
         out
     })?;
-    c.row(rows, kernel.spec.name, m, err, 2e-6);
+    c.row(
+        rows,
+        &format!("{} {}", kernel.spec.name, e.kind),
+        m,
+        err,
+        2e-6,
+    );
     let err = c.err(m, |r| {
         (0..n)
             .map(|j| {
@@ -196,7 +201,7 @@ fn gemv_rows(
             })
             .collect()
     })?;
-    let what = format!("{} vs unquantized activations", kernel.spec.name);
+    let what = format!("{} {} vs unquantized activations", kernel.spec.name, e.kind);
     c.row(rows, &what, m, err, 1e-2);
     Ok(())
 }

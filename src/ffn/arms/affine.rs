@@ -22,7 +22,7 @@ impl DenseFfnLayer {
     ) -> GpuResult<()> {
         let call = self.kernels.affine_quant.call().ptr("x", x).ptr("u", u);
         let call = call.dim("act", act).dim("m", m).dim("k", w.k).dim("ld", ld);
-        let call = call.dim("kp", w.kp).dim("bits", w.bits as usize);
+        let call = call.dim("kp", w.kp).dim("bits", w.scheme.bits as usize);
         let (xq, xs) = (ctx.arena.act_codes, ctx.arena.act_scale);
         self.launch(ctx, call.ptr("xq", xq).ptr("xs", xs))
     }
@@ -39,7 +39,7 @@ impl DenseFfnLayer {
         ldy: usize,
     ) -> GpuResult<()> {
         let k = &self.kernels;
-        let kernel = match (w.bits, m) {
+        let kernel = match (w.scheme.bits, m) {
             (4, 1) => k.affine4_gemv,
             (4, 2..=4) => k.affine4_gemv_m,
             (4, _) => k.affine4_gemv_m16,
@@ -53,12 +53,14 @@ impl DenseFfnLayer {
         let call = call.ptr("cg", w.codes).ptr("sg", w.scales).ptr("yg", y);
         let call = call.ptr("cu", u.codes).ptr("su", u.scales).ptr("yu", yu);
         let call = call.dim("projs", 1 + also.is_some() as usize).dim("n", w.n);
+        let call = call.dim("form", w.scheme.form as usize);
+        let call = call.dim("gshift", w.scheme.group_shift(w.kp) as usize);
         self.launch(ctx, call.dim("kp", w.kp).dim("ldy", ldy))
     }
 
     /// Affine decode (and up to [`AFFINE_GEMV_MAX_ROWS`] rows): the input quantized once for
-    /// gate and up and their GEMVs in one launch (two, with the input quantized again, if up's
-    /// codes are of other bits), the act-mul fused into the down input's quantization, the down
+    /// gate and up and their GEMVs in one launch (two, if up's scheme is not gate's, with the
+    /// input quantized again for other bits), the act-mul fused into the down input's quantization, the down
     /// GEMV.
     pub(crate) fn affine_gemv_arm(
         &self,
@@ -71,11 +73,13 @@ impl DenseFfnLayer {
         let (h, i) = (self.hidden, self.inter);
         let (go, uo, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         self.affine_quantize(ctx, &g, x, x, 0, m, h)?;
-        if u.bits == g.bits {
+        if u.scheme == g.scheme && u.kp == g.kp {
             self.affine_gemv(ctx, (&g, go), Some((&u, uo)), m, i)?;
         } else {
             self.affine_gemv(ctx, (&g, go), None, m, i)?;
-            self.affine_quantize(ctx, &u, x, x, 0, m, h)?;
+            if u.scheme.bits != g.scheme.bits {
+                self.affine_quantize(ctx, &u, x, x, 0, m, h)?;
+            }
             self.affine_gemv(ctx, (&u, uo), None, m, i)?;
         }
         let act = match self.activation {
@@ -105,7 +109,9 @@ impl DenseFfnLayer {
             .view(0, (w.n * w.kp * 2) as u64);
         let call = self.kernels.affine_dequant.call().ptr("codes", w.codes);
         let call = call.ptr("sb", w.scales).dim("n", w.n).dim("kp", w.kp);
-        self.launch(ctx, call.dim("bits", w.bits as usize).ptr("out", dq))?;
+        let call = call.dim("form", w.scheme.form as usize);
+        let call = call.dim("gshift", w.scheme.group_shift(w.kp) as usize);
+        self.launch(ctx, call.dim("bits", w.scheme.bits as usize).ptr("out", dq))?;
         let bw = Bf16Weight {
             weight: dq,
             n: w.n,

@@ -1,12 +1,12 @@
-//! `affine`: integer codes (4 or 8 bits) with a half scale and offset per group of 32, and the
-//! affine arms (decode GEMVs; prefill dequantized to BF16 for the BF16 GEMM).
+//! `affine`: integer codes (4 or 8 bits) with a scale and an offset or zero point per group,
+//! and the affine arms (decode GEMVs; prefill dequantized to BF16 for the BF16 GEMM).
 
 use super::super::*;
 use super::Runtime;
 use super::super::weights::{accessors, projection_weight, refuse};
 
 use crate::converters::affine::carried_bits;
-use crate::converters::layouts::affine;
+use crate::converters::layouts::affine::{self, Scheme};
 use crate::gpu::sizes::AFFINE_GROUP;
 use crate::gpu::{DevicePtr, GpuResult};
 
@@ -48,8 +48,8 @@ static ARMS: [Arm; 3] = [
 ];
 
 /// Affine integer weight (`affine` layout): codes `[n, kp]` at `bits` (4: two a byte; 8), and
-/// per group of [`AFFINE_GROUP`] values the half scale then the half offset (`sb`, 4 bytes a
-/// group).
+/// per group of `group` values its pair in `form` (`scales`: the half scale then the half
+/// offset or zero point, 4 bytes, or the f32 scale then the f32 zero point, 8 bytes).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AffineWeight {
     pub(crate) codes: DevicePtr,
@@ -57,8 +57,7 @@ pub struct AffineWeight {
     pub(crate) n: usize,
     pub(crate) k: usize,
     pub(crate) kp: usize,
-    pub(crate) bits: u32,
-    pub(crate) group: usize,
+    pub(crate) scheme: Scheme,
 }
 projection_weight!(AffineWeight, "A validated affine weight of `[n, k]` stored as `[n, kp]`." {
     codes: DevicePtr,
@@ -66,26 +65,28 @@ projection_weight!(AffineWeight, "A validated affine weight of `[n, k]` stored a
     n: usize,
     k: usize,
     kp: usize,
-    bits: u32,
-    group: usize
+    scheme: Scheme
 });
 
 impl AffineWeight {
-    /// The `affine` layout's rules: 4 or 8 bits, groups of [`AFFINE_GROUP`], kp % 128, buffers
-    /// that hold the codes and the scale pairs.
+    /// The `affine` layout's rules: 4 or 8 bits, groups of 32 times a power of two dividing
+    /// kp (or kp), kp % 128, buffers that hold the codes and the scale pairs.
     pub(crate) fn validate(&self, what: &str) -> GpuResult<()> {
         let w = self;
-        let fits_all = affine::codes_bytes(w.n as u64, w.kp as u64, w.bits)
+        let fits_all = affine::codes_bytes(w.n as u64, w.kp as u64, w.scheme.bits)
             .is_some_and(|b| b <= w.codes.bytes)
-            && affine::scales_bytes(w.n as u64, w.kp as u64, w.group as u64)
+            && w
+                .scheme
+                .scales_bytes(w.n as u64, w.kp as u64)
                 .is_some_and(|b| b <= w.scales.bytes);
-        if !affine::valid(w.bits, w.group, w.kp) || w.kp < w.k || !fits_all {
+        if !w.scheme.valid(w.kp) || w.kp < w.k || !fits_all {
             return Err(refuse(
                 what,
                 format!(
-                    "bits {} / group {} / kp {} / {} and {} bytes do not fit the affine layout of [{}, {}] (4 or 8 bits, groups of {AFFINE_GROUP}, kp % {})",
-                    w.bits,
-                    w.group,
+                    "bits {} / group {} / form {:?} / kp {} / {} and {} bytes do not fit the affine layout of [{}, {}] (4 or 8 bits, groups of 32 x 2^j dividing kp or kp itself, kp % {})",
+                    w.scheme.bits,
+                    w.scheme.group,
+                    w.scheme.form,
                     w.kp,
                     w.codes.bytes,
                     w.scales.bytes,
@@ -141,7 +142,7 @@ impl DenseFfnLayer {
                 .and_then(|v| v.checked_mul(x.ty.block_bytes()));
             let sizes = (
                 affine::codes_bytes(x.n as u64, kp as u64, bits),
-                affine::scales_bytes(x.n as u64, kp as u64, AFFINE_GROUP as u64),
+                Scheme::ggml(bits).scales_bytes(x.n as u64, kp as u64),
             );
             let (Some(need), (Some(cb), Some(sbb))) = (need, sizes) else {
                 return Err(refuse(&what(p), format!("[{}, {}] overflows", x.n, x.k)));
@@ -175,7 +176,7 @@ impl DenseFfnLayer {
                 let l = call.ptr("sb", scales).ptr("bad", bad.view(4 * p as u64, 4)).finish()?;
                 ctx.record(l.spec.name);
                 l.run(b.as_ref(), stream)?;
-                out.push(AffineWeight::new(codes, scales, x.n, x.k, kp, bits, AFFINE_GROUP)?);
+                out.push(AffineWeight::new(codes, scales, x.n, x.k, kp, Scheme::ggml(bits))?);
             }
             b.synchronize(stream)?;
             let mut flags = [0u8; 12];

@@ -4,7 +4,18 @@ use super::super::reference;
 use super::super::table::{Args, KernelSpec};
 use super::super::{GpuError, GpuResult};
 use super::HostBackend;
+use crate::converters::layouts::affine::Scheme;
 use crate::gpu::sizes::*;
+
+/// The scheme a kernel's `bits`, `form`, `gshift` and `kp` arguments name.
+fn scheme(name: &str, bits: u32, a: &Args) -> GpuResult<Scheme> {
+    let (form, gshift, kp) = (a.dim("form")?, a.dim("gshift")?, a.dim("kp")?);
+    Scheme::from_args(bits, form as u32, gshift as u32, kp).ok_or_else(|| {
+        GpuError::Invalid(format!(
+            "{name}: bits {bits}, form {form}, gshift {gshift}, kp {kp} name no affine scheme"
+        ))
+    })
+}
 
 impl HostBackend {
     /// `affine4_gemv`, `affine8_gemv` and their batch forms (the bits from the name), over the
@@ -21,6 +32,7 @@ impl HostBackend {
             a.dim("m")?,
         );
         let (n, kp, ldy) = (a.dim("n")?, a.dim("kp")?, a.dim("ldy")?);
+        let sc = scheme(spec.name, bits, a)?;
         let groups = kp / AFFINE_GROUP;
         if xq.len() < m * kp || xs.len() < m * groups * 4 {
             return Err(GpuError::Invalid(format!(
@@ -36,7 +48,7 @@ impl HostBackend {
             self.write_rows(a.ptr(y)?, ldy, m, n, |r, row| {
                 let q = &xq[r * kp..(r + 1) * kp];
                 let d = &xs[r * groups * 4..(r + 1) * groups * 4];
-                reference::affine_q8_row(q, d, &codes, &sb, bits, n, kp, row);
+                reference::affine_q8_row(q, d, &codes, &sb, sc, n, kp, row);
             })?;
         }
         Ok(())
@@ -105,7 +117,8 @@ impl HostBackend {
     pub(super) fn affine_dequant_bf16(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (codes, sb) = (self.read(a.ptr("codes")?)?, self.read(a.ptr("sb")?)?);
         let (n, kp, bits) = (a.dim("n")?, a.dim("kp")?, a.dim("bits")?);
-        let out = reference::affine_dequant_bf16(&codes, &sb, n, kp, bits as u32);
+        let sc = scheme("affine_dequant_bf16", bits as u32, a)?;
+        let out = reference::affine_dequant_bf16(&codes, &sb, sc, n, kp);
         self.write(a.ptr("out")?, 0, &out)?;
         Ok(())
     }

@@ -1,0 +1,127 @@
+//! Integer checkpoints' weights in their own terms (codes, scales, zero points), for the
+//! `affine` layout to carry without re-quantizing: AutoAWQ GEMM and compressed-tensors
+//! `int-quantized` / `pack-quantized` (`converters::awq`, `converters::ct_int`).
+
+use super::*;
+use crate::converters::affine::{AffineGroups, IntSource, group_carried};
+use crate::converters::{awq, ct_int};
+
+impl Model {
+    /// The source's bits per code and values per group of integer weight `w` of `[n, k]`, if
+    /// it is one (AutoAWQ or compressed-tensors integer; one scale for the tensor or a row:
+    /// the whole row is the group).
+    fn int_scheme(&self, w: &FfnWeight, [n, k]: [u64; 2]) -> Option<(u32, u64)> {
+        match *w {
+            FfnWeight::Awq { scales, .. } => {
+                let groups = self.tensors[scales].shape.first().copied()?;
+                Some((4, k.checked_div(groups)?))
+            }
+            FfnWeight::CtInt { bits, .. } => {
+                let groups = self.ct_int_groups(w, n, k).ok()?.max(1);
+                Some((bits, k.checked_div(groups)?))
+            }
+            FfnWeight::Half { ref of, .. } => self.int_scheme(of, self.weight_shape(of).ok()?),
+            _ => None,
+        }
+    }
+
+    /// Whether `w` is an integer weight the `affine` layout carries: AutoAWQ, or
+    /// compressed-tensors codes of 1 to 8 bits, in groups of 32 times a power of two dividing
+    /// the row, or one group a row or tensor.
+    pub fn int_carried(&self, w: &FfnWeight) -> bool {
+        let Ok(shape) = self.weight_shape(w) else {
+            return false;
+        };
+        self.int_scheme(w, shape).is_some_and(|(bits, group)| {
+            (1..=8).contains(&bits) && group_carried(group as usize, shape[1] as usize)
+        })
+    }
+
+    /// Integer weight `w` as affine integer groups, every weight `s * (q - z)` as its library
+    /// decodes it (`None` for a weight that is not an integer one). Refuses, naming the tensor,
+    /// what [`AffineGroups::from_int`] refuses.
+    pub fn int_groups(&self, w: &FfnWeight) -> Result<Option<AffineGroups>> {
+        let Ok(shape) = self.weight_shape(w) else {
+            return Ok(None);
+        };
+        let Some((bits, group)) = self.int_scheme(w, shape) else {
+            return Ok(None);
+        };
+        let (n, k, group) = (shape[0] as usize, shape[1] as usize, group as usize);
+        let groups = k / group.max(1);
+        let (codes, scales, zeros) = match *w {
+            FfnWeight::Half { ref of, half } => {
+                let Some(full) = self.int_groups(of)? else {
+                    return Ok(None);
+                };
+                return Ok(Some(full.rows_range(half as usize * n, n)));
+            }
+            FfnWeight::Awq {
+                qweight,
+                qzeros,
+                scales,
+            } => {
+                let s = self.floats(scales, "scales")?;
+                let (c, z) = awq::codes(self.data(qweight), self.data(qzeros), n, k, groups);
+                // AWQ's scales are [groups, n]: the rows' scales are columns.
+                let s = (0..n * groups).map(|i| s[(i % groups) * n + i / groups]);
+                (c, s.collect(), z)
+            }
+            FfnWeight::CtInt {
+                weight,
+                scale,
+                zero_point,
+                shape: packed,
+                bits,
+            } => {
+                let half = 1i32 << (bits - 1);
+                let lift = |q: i8| (q as i32 + half) as u32;
+                let codes: Vec<u8> = match packed {
+                    None => self
+                        .data(weight)
+                        .iter()
+                        .map(|&b| lift(b as i8) as u8)
+                        .collect(),
+                    Some(_) => {
+                        let words = self.tensors[weight].shape[1] as usize;
+                        let q = ct_int::unpack_rows(self.data(weight), n, words, k, bits);
+                        q.into_iter().map(|q| lift(q) as u8).collect()
+                    }
+                };
+                let stored = self.ct_int_groups(w, n as u64, k as u64)? as usize;
+                let mut s = self.floats(scale, "weight_scale")?;
+                let mut z: Vec<u32> = match zero_point {
+                    None => vec![half as u32; s.len()],
+                    Some(zt) if self.tensors[zt].dtype == DType::St(Dtype::I8) => {
+                        self.data(zt).iter().map(|&b| lift(b as i8)).collect()
+                    }
+                    Some(zt) => {
+                        let words_n = self.tensors[zt].shape[0] as usize;
+                        let zs =
+                            ct_int::unpack_cols(self.data(zt), words_n, stored.max(1), n, bits);
+                        zs.into_iter().map(lift).collect()
+                    }
+                };
+                if stored == 0 {
+                    // One scale (and zero point) for the tensor: each row's.
+                    s = vec![s[0]; n];
+                    z = vec![z[0]; n];
+                }
+                (codes, s, z)
+            }
+            _ => return Ok(None),
+        };
+        let src = IntSource {
+            bits,
+            group,
+            rows: n,
+            cols: k,
+            codes: &codes,
+            scales: &scales,
+            zeros: &zeros,
+        };
+        AffineGroups::from_int(&src)
+            .map(Some)
+            .map_err(|e| self.qerr(w.main(), format!("as affine integer groups: {e}")))
+    }
+}
