@@ -116,7 +116,7 @@ fn q4_0_and_q8_0_sources_are_carried_and_floats_quantized_to_q8_0_groups() {
 }
 
 #[test]
-fn affine_bits_or_group_the_layout_does_not_store_are_refused_naming_the_field() {
+fn affine_bits_group_or_form_the_layout_does_not_store_are_refused_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("q.gguf");
     metrale_pack::testing::gen_model::gen_model(&src, 128, 256, 1, GgmlType::Q4_0, "llama")
@@ -124,14 +124,25 @@ fn affine_bits_or_group_the_layout_does_not_store_are_refused_naming_the_field()
     let out = dir.path().join("q.mpk.gguf");
     convert_and_verify(&src, &out, &["--layouts", "affine"]);
     let img = std::fs::read(&out).unwrap();
-    for (from, to) in [
-        (&br#""bits":4.0"#[..], &br#""bits":5.0"#[..]),
-        (&br#""group":32.0"#[..], &br#""group":64.0"#[..]),
+    for (from, to, field) in [
+        (&br#""bits":4.0"#[..], &br#""bits":5.0"#[..], "ffn.scalars"),
+        (
+            &br#""group":32.0"#[..],
+            &br#""group":48.0"#[..],
+            "ffn.scalars",
+        ),
+        (&br#""form":0.0"#[..], &br#""form":3.0"#[..], "ffn.scalars"),
+        // A group the layout stores, but not the one the blob's scales part was written for.
+        (
+            &br#""group":32.0"#[..],
+            &br#""group":64.0"#[..],
+            "differ from",
+        ),
     ] {
         let bad = edited_manifest(&img, from, to);
         let p = dir.path().join("bad.mpk.gguf");
         std::fs::write(&p, bad).unwrap();
         let e = Pack::open(&p).err().expect("refused").to_string();
-        assert!(e.contains("ffn.scalars") && e.contains("affine"), "{e}");
+        assert!(e.contains(field) && e.contains("affine"), "{e}");
     }
 }

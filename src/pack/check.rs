@@ -103,6 +103,9 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
     let (layouts, indices) = check_model(m, data_len, &meta)?;
     let ranks = check_tp(file, m, &meta, &bad)?;
     let mut seen = HashSet::new();
+    // A blob's parts share its scalars (the codes of one scheme read with another's scales
+    // would decode wrongly): the first part's, per layer, layout, projection and rank.
+    let mut scalars = std::collections::HashMap::new();
     for (e, t) in m.tensors.iter().zip(&file.tensors) {
         let Some(fe) = &e.ffn else {
             check_passthrough(e, &bad)?;
@@ -110,6 +113,22 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
         };
         let key = check_blob_identity(e, fe, m, &layouts, &indices, &bad)?;
         check_blob_sizes(e, fe, t.bytes, &key, m, &meta, &bad)?;
+        let (layer, layout, proj, _, rank) = &key;
+        let first = scalars
+            .entry((*layer, *layout, *proj, *rank))
+            .or_insert(&fe.scalars);
+        if *first != &fe.scalars {
+            return Err(bad(
+                &e.name,
+                "ffn.scalars",
+                format!(
+                    "{:?} differ from {:?}, the scalars of another part of this {} blob",
+                    fe.scalars,
+                    first,
+                    layout.tag()
+                ),
+            ));
+        }
         if !seen.insert(key) {
             return Err(Error::DuplicateTensor {
                 file: f.clone(),
