@@ -70,6 +70,37 @@ def act_fp8(x):
     return (q * sc).reshape(shape).to(x.dtype)
 
 
+def act_int8_groups(x):
+    """The affine decode arm's activations (formats.md, `affine_quantize_act`): per group of 32
+    values of a row, d = amax / 127 in f32, q = roundf(x * (1 / d)) (ties away from zero),
+    dequantized d * q; values past k are 0."""
+    shape = x.shape
+    k = shape[-1]
+    kp = (k + 31) // 32 * 32
+    r = torch.nn.functional.pad(x.reshape(-1, k).float(), (0, kp - k)).reshape(-1, kp // 32, 32)
+    d = r.abs().amax(dim=2, keepdim=True) / 127.0
+    inv = torch.where(d > 0, 1.0 / torch.where(d > 0, d, torch.ones_like(d)), torch.zeros_like(d))
+    v = r * inv
+    q = torch.sign(v) * torch.floor(v.abs() + 0.5)
+    return (q * d).reshape(-1, kp)[:, :k].reshape(shape).to(x.dtype)
+
+
+def affine_centred(fe, part):
+    """An `affine` blob's weights without their group offsets: s * (q - 2^(bits - 1)), the part
+    the decode GEMVs multiply by the int8 activations (the offsets meet the exact sum of the
+    activations: formats.md, "The affine GEMVs")."""
+    n, k = fe["shape"]
+    kp = fe["padded"][1]
+    bits, group = int(fe["scalars"]["bits"]), int(fe["scalars"]["group"])
+    form = int(fe["scalars"].get("form", 0))
+    c = part("codes")
+    q = np.stack([c & 15, c >> 4], axis=-1).reshape(n, kp) if bits == 4 else c.reshape(n, kp)
+    dt = np.float32 if form == 2 else np.float16
+    sb = part("scales").view(dt).astype(np.float64).reshape(n, kp // group, 2)
+    s = np.repeat(sb[:, :, 0], group, axis=1)
+    return (s * (q.astype(np.float64) - 2 ** (bits - 1)))[:n, :k]
+
+
 def main():
     from gguf import GGUFReader
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -142,6 +173,8 @@ def main():
             m.down_proj.weight.data.copy_(dn)
 
     variants = [(l, None) for l in man["layouts"] if l != "lora"]
+    if "affine" in man["layouts"]:
+        variants.append(("affine", act_int8_groups))
     if "nvfp4" in man["layouts"]:
         variants.append(("nvfp4", act_nvfp4))
     if "w8a8" in man["layouts"]:
@@ -149,7 +182,20 @@ def main():
     for layout, act in variants:
         install(layout)
         hooks = []
-        if act is not None:
+        if act is not None and layout == "affine":
+            # y = W x + W_c (x_q - x): the offsets times the exact activations, the centred
+            # weights times the quantized ones.
+            for i, m in enumerate(mlps):
+                for proj, lin in (("gate", m.gate_proj), ("up", m.up_proj), ("down", m.down_proj)):
+                    name = f"blk.{i}.ffn_{proj}.affine"
+                    wc = torch.from_numpy(affine_centred(ents[("affine", i, proj)],
+                                                         lambda p, name=name: blob[f"{name}.{p}"])).float().to(dev)
+
+                    def correct(mod, inp, out, wc=wc):
+                        x = inp[0]
+                        return out + (act_int8_groups(x) - x) @ wc.T
+                    hooks.append(lin.register_forward_hook(correct))
+        elif act is not None:
             for m in mlps:
                 for lin in (m.gate_proj, m.up_proj, m.down_proj):
                     hooks.append(lin.register_forward_pre_hook(lambda mod, inp, act=act: (act(inp[0]),)))
@@ -160,7 +206,8 @@ def main():
         p = base.exp()
         kl = (p * (base - logp)).sum(dim=-1).mean().item()
         top1 = (base.argmax(-1) == logp.argmax(-1)).double().mean().item()
-        name = layout if act is None else {"nvfp4": "nvfp4 + NVFP4 activations (W4A4, emulated)", "w8a8": "w8a8 + FP8 activations (W8A8, emulated)"}[layout]
+        name = layout if act is None else {"nvfp4": "nvfp4 + NVFP4 activations (W4A4, emulated)", "w8a8": "w8a8 + FP8 activations (W8A8, emulated)",
+                                           "affine": "affine decode GEMVs: int8 activations per 32 (emulated)"}[layout]
         rows.append({"variant": name, "tokens": int(ids.shape[1]), "ppl": ppl(logp), "kl": kl, "top1": top1})
         print(f"{name:<48} KL {kl:.5f}  top-1 {100 * top1:.2f}%  ppl {rows[-1]['ppl']:.4f} (source {rows[0]['ppl']:.4f})")
     # With --arms: the activation-quantizing CUDA arms themselves, each layer's FFN output
