@@ -85,7 +85,7 @@ extern "C" __global__ void affine_quantize_act(const float* __restrict__ x, cons
 // d and sum the activations'. Centring shrinks the activation rounding's share (the weights'
 // spread about Z, not about 0, multiplies it: for codes spread evenly over 0..15 its RMS falls
 // by about 1.9x). A warp computes R weight rows (a block W warps): each
-// lane takes whole groups (16 code bytes at 4 bits, 32 at 8; lane l groups l, l + 32, ...), U
+// lane takes whole groups (16 code bytes at 4 bits, 32 at 8; lane l groups l, l + 32, ...), U = 2
 // groups' code loads in flight before their math, and the warp's partial sums meet in a
 // shuffle tree. Per 4-bit weight about one instruction (two nibble masks and a dp4a per 8
 // values, the group's float work per 32), where the f32-activation GEMV spent five and ran at
@@ -95,7 +95,7 @@ __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ x
                                                const unsigned char* __restrict__ codes, const unsigned char* __restrict__ sb,
                                                float* __restrict__ y, int n, int kp, int form, int gshift, int ldy) {
     constexpr int CH = BITS / 4;  // 16-byte code chunks per group
-    constexpr int U = BITS == 4 ? 4 : 2;  // groups a lane loads before it multiplies
+    constexpr int U = 2;  // groups a lane loads before it multiplies (4 and 8 at 4 bits measured slower)
     const int lane = threadIdx.x & 31;
     const int j0 = (blockIdx.x * W + (threadIdx.x >> 5)) * R;
     if (j0 >= n) return;  // a whole warp: nothing below waits on the block
