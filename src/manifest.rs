@@ -10,7 +10,8 @@ use std::path::PathBuf;
 /// Conversion options.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ConvertOptions {
-    /// Layouts to build for every FFN layer; `None` = the defaults for the model's activation.
+    /// Layouts to build for every FFN layer; `None` = the set that keeps the source's quantized
+    /// weights (`pack::choice::default_for`), else the defaults for the model's activation.
     pub layouts: Option<Vec<Layout>>,
     /// How `q4k_mmq` stores the down projection.
     pub q4k_down: DownFormat,

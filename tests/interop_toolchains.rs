@@ -689,13 +689,12 @@ fn integer_checkpoints_convert_to_affine_by_default_and_decode_as_their_library(
         let settled = pack::choice::settle(&m, &ConvertOptions::default());
         assert_eq!(settled.layouts, [Layout::Affine], "{name}");
         assert!(settled.refusal.is_none(), "{name}");
+        // The library's default options choose the same set as the command line.
         let out = tmp.path().join("a.mpk.gguf");
-        let opts = ConvertOptions {
-            layouts: Some(settled.layouts),
-            ..Default::default()
-        };
-        pack::convert(&m, &opts, &out, &|_, _| {}).unwrap_or_else(|err| panic!("{name}: {err:#}"));
+        pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {})
+            .unwrap_or_else(|err| panic!("{name}: {err:#}"));
         let p = Pack::open(&out).unwrap();
+        assert_eq!(p.manifest.layouts, ["affine"], "{name}");
         let mut checked = 0;
         for (proj, hf) in [
             ("gate", "gate_proj"),
