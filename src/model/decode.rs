@@ -152,29 +152,8 @@ impl Model {
                 fp8_block::decode(self.data(weight), &s, n, k, &mut out);
                 out
             }
-            FfnWeight::CtInt {
-                weight,
-                scale,
-                zero_point,
-                shape: packed,
-                bits,
-            } => {
-                let groups = self.ct_int_groups(w, n as u64, k as u64)? as usize;
-                let codes: Vec<i8> = match packed {
-                    None => self.data(weight).iter().map(|&b| b as i8).collect(),
-                    Some(_) => {
-                        let words = self.tensors[weight].shape[1] as usize;
-                        ct_int::unpack_rows(self.data(weight), n, words, k, bits)
-                    }
-                };
-                let zeros: Option<Vec<i8>> = zero_point.map(|z| {
-                    if self.tensors[z].dtype == DType::St(Dtype::I8) {
-                        self.data(z).iter().map(|&b| b as i8).collect()
-                    } else {
-                        let words_n = self.tensors[z].shape[0] as usize;
-                        ct_int::unpack_cols(self.data(z), words_n, groups, n, bits)
-                    }
-                });
+            FfnWeight::CtInt { scale, .. } => {
+                let (codes, zeros, _) = self.ct_int_codes(w, n, k)?;
                 let s = self.floats(scale, "weight_scale")?;
                 let mut out = vec![0f32; len];
                 ct_int::decode(&codes, &s, zeros.as_deref(), n, k, &mut out);

@@ -7,6 +7,44 @@ use crate::converters::affine::{AffineGroups, IntSource, group_carried};
 use crate::converters::{awq, ct_int};
 
 impl Model {
+    /// The signed codes `[n, k]` of compressed-tensors integer weight `w`, its signed zero points
+    /// (asymmetric schemes: as stored, `[n, G]` or the scale's shape) and its scale groups per
+    /// row ([`Model::ct_int_groups`]: 0 for one scale for the tensor).
+    pub(super) fn ct_int_codes(
+        &self,
+        w: &FfnWeight,
+        n: usize,
+        k: usize,
+    ) -> Result<(Vec<i8>, Option<Vec<i8>>, usize)> {
+        let FfnWeight::CtInt {
+            weight,
+            zero_point,
+            shape: packed,
+            bits,
+            ..
+        } = *w
+        else {
+            unreachable!("ct_int_codes of a compressed-tensors integer weight");
+        };
+        let groups = self.ct_int_groups(w, n as u64, k as u64)? as usize;
+        let codes: Vec<i8> = match packed {
+            None => self.data(weight).iter().map(|&b| b as i8).collect(),
+            Some(_) => {
+                let words = self.tensors[weight].shape[1] as usize;
+                ct_int::unpack_rows(self.data(weight), n, words, k, bits)
+            }
+        };
+        let zeros = zero_point.map(|z| {
+            if self.tensors[z].dtype == DType::St(Dtype::I8) {
+                self.data(z).iter().map(|&b| b as i8).collect()
+            } else {
+                let words_n = self.tensors[z].shape[0] as usize;
+                ct_int::unpack_cols(self.data(z), words_n, groups.max(1), n, bits)
+            }
+        });
+        Ok((codes, zeros, groups))
+    }
+
     /// The source's bits per code and values per group of integer weight `w` of `[n, k]`, if
     /// it is one (AutoAWQ or compressed-tensors integer; one scale for the tensor or a row:
     /// the whole row is the group).
@@ -67,40 +105,15 @@ impl Model {
                 let s = (0..n * groups).map(|i| s[(i % groups) * n + i / groups]);
                 (c, s.collect(), z)
             }
-            FfnWeight::CtInt {
-                weight,
-                scale,
-                zero_point,
-                shape: packed,
-                bits,
-            } => {
+            FfnWeight::CtInt { scale, bits, .. } => {
                 let half = 1i32 << (bits - 1);
                 let lift = |q: i8| (q as i32 + half) as u32;
-                let codes: Vec<u8> = match packed {
-                    None => self
-                        .data(weight)
-                        .iter()
-                        .map(|&b| lift(b as i8) as u8)
-                        .collect(),
-                    Some(_) => {
-                        let words = self.tensors[weight].shape[1] as usize;
-                        let q = ct_int::unpack_rows(self.data(weight), n, words, k, bits);
-                        q.into_iter().map(|q| lift(q) as u8).collect()
-                    }
-                };
-                let stored = self.ct_int_groups(w, n as u64, k as u64)? as usize;
+                let (q, zeros, stored) = self.ct_int_codes(w, n, k)?;
+                let codes: Vec<u8> = q.into_iter().map(|q| lift(q) as u8).collect();
                 let mut s = self.floats(scale, "weight_scale")?;
-                let mut z: Vec<u32> = match zero_point {
+                let mut z: Vec<u32> = match zeros {
                     None => vec![half as u32; s.len()],
-                    Some(zt) if self.tensors[zt].dtype == DType::St(Dtype::I8) => {
-                        self.data(zt).iter().map(|&b| lift(b as i8)).collect()
-                    }
-                    Some(zt) => {
-                        let words_n = self.tensors[zt].shape[0] as usize;
-                        let zs =
-                            ct_int::unpack_cols(self.data(zt), words_n, stored.max(1), n, bits);
-                        zs.into_iter().map(lift).collect()
-                    }
+                    Some(z) => z.into_iter().map(lift).collect(),
                 };
                 if stored == 0 {
                     // One scale (and zero point) for the tensor: each row's.
