@@ -253,6 +253,58 @@ pub struct IntSource<'a> {
     pub zeros: &'a [u32],
 }
 
+impl IntSource<'_> {
+    /// The source fits the layout: a group size it stores, slices that fit the shape, finite
+    /// scales, codes and zero points below `2^bits` (naming row and group).
+    pub fn check(&self) -> Result<(), AffineError> {
+        let (rows, cols, group, bits) = (self.rows, self.cols, self.group, self.bits);
+        if !(1..=8).contains(&bits) || group == 0 || !group_carried(group, cols) {
+            return Err(AffineError::Group { group, cols });
+        }
+        let groups = cols / group;
+        let fits = |len: usize, per: usize| rows.checked_mul(per) == Some(len);
+        if !fits(self.codes.len(), cols)
+            || !fits(self.scales.len(), groups)
+            || !fits(self.zeros.len(), groups)
+        {
+            let (ty, bytes) = (format!("int{bits}"), self.codes.len());
+            return Err(AffineError::Shape {
+                ty,
+                bytes,
+                rows,
+                cols,
+            });
+        }
+        let code = |row, group, field, value| AffineError::Code {
+            row,
+            group,
+            field,
+            value,
+            bits,
+        };
+        let limit = 1u32 << bits;
+        for (i, (&s, &z)) in self.scales.iter().zip(self.zeros).enumerate() {
+            let (row, group) = (i / groups, i % groups);
+            if !s.is_finite() {
+                let field = "scale";
+                return Err(AffineError::NonFinite { row, group, field });
+            }
+            if z >= limit {
+                return Err(code(row, group, "zero point", z));
+            }
+        }
+        match self.codes.iter().position(|&q| u32::from(q) >= limit) {
+            Some(i) => Err(code(
+                i / cols,
+                i % cols / group,
+                "code",
+                self.codes[i].into(),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
 impl AffineGroups {
     /// `rows` rows of `cols` values of GGUF type `ty` (Q4_0, Q4_1, Q8_0) at `raw` as groups of
     /// [`GGML_GROUP`], every weight decoding as the source's.
@@ -300,60 +352,11 @@ impl AffineGroups {
 
     /// An integer checkpoint's weight ([`IntSource`]) in a zero form, every weight
     /// `s * (q - z)` as the source defines it: codes of up to 4 bits stored at 4, others at 8;
-    /// [`Form::Zero`] where every scale is a half, else [`Form::ZeroF32`]. Refuses a group size
-    /// the layout does not store, a scale that is not finite, a code or zero point not below
-    /// `2^bits` (naming row and group), or slices that do not fit the shape.
+    /// [`Form::Zero`] where every scale is a half, else [`Form::ZeroF32`]. Refuses what
+    /// [`IntSource::check`] refuses.
     pub fn from_int(src: &IntSource) -> Result<AffineGroups, AffineError> {
+        src.check()?;
         let (rows, cols, group) = (src.rows, src.cols, src.group);
-        if !(1..=8).contains(&src.bits) || group == 0 || !group_carried(group, cols) {
-            return Err(AffineError::Group { group, cols });
-        }
-        let groups = cols / group;
-        let fits = |len: usize, per: usize| rows.checked_mul(per) == Some(len);
-        if !fits(src.codes.len(), cols)
-            || !fits(src.scales.len(), groups)
-            || !fits(src.zeros.len(), groups)
-        {
-            return Err(AffineError::Shape {
-                ty: format!("int{}", src.bits),
-                bytes: src.codes.len(),
-                rows,
-                cols,
-            });
-        }
-        let limit = 1u32 << src.bits;
-        let at = |i: usize| (i / groups, i % groups);
-        for (i, (&s, &z)) in src.scales.iter().zip(src.zeros).enumerate() {
-            let (row, group) = at(i);
-            if !s.is_finite() {
-                return Err(AffineError::NonFinite {
-                    row,
-                    group,
-                    field: "scale",
-                });
-            }
-            if z >= limit {
-                let (field, value, bits) = ("zero point", z, src.bits);
-                return Err(AffineError::Code {
-                    row,
-                    group,
-                    field,
-                    value,
-                    bits,
-                });
-            }
-        }
-        if let Some(i) = src.codes.iter().position(|&q| u32::from(q) >= limit) {
-            let (row, c) = (i / cols, i % cols);
-            let (field, value, bits) = ("code", u32::from(src.codes[i]), src.bits);
-            return Err(AffineError::Code {
-                row,
-                group: c / group,
-                field,
-                value,
-                bits,
-            });
-        }
         let bits = stored_bits(src.bits);
         if bits == 4 && !cols.is_multiple_of(2) {
             return Err(AffineError::Group { group, cols });

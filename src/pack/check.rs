@@ -9,7 +9,7 @@ use crate::converters::layouts::{Layout, Proj};
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, Value};
 use crate::pack::{FfnEntry, Manifest, TensorEntry, keys};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use xxhash_rust::xxh3::Xxh3;
 
 /// xxh3-64 of the header `[0, data_offset)` with the checksum's own 8 value bytes read as zeros.
@@ -103,9 +103,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
     let (layouts, indices) = check_model(m, data_len, &meta)?;
     let ranks = check_tp(file, m, &meta, &bad)?;
     let mut seen = HashSet::new();
-    // A blob's parts share its scalars (the codes of one scheme read with another's scales
-    // would decode wrongly): the first part's, per layer, layout, projection and rank.
-    let mut scalars = std::collections::HashMap::new();
+    let mut scalars = BlobScalars::new();
     for (e, t) in m.tensors.iter().zip(&file.tensors) {
         let Some(fe) = &e.ffn else {
             check_passthrough(e, &bad)?;
@@ -113,22 +111,7 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
         };
         let key = check_blob_identity(e, fe, m, &layouts, &indices, &bad)?;
         check_blob_sizes(e, fe, t.bytes, &key, m, &meta, &bad)?;
-        let (layer, layout, proj, _, rank) = &key;
-        let first = scalars
-            .entry((*layer, *layout, *proj, *rank))
-            .or_insert(&fe.scalars);
-        if *first != &fe.scalars {
-            return Err(bad(
-                &e.name,
-                "ffn.scalars",
-                format!(
-                    "{:?} differ from {:?}, the scalars of another part of this {} blob",
-                    fe.scalars,
-                    first,
-                    layout.tag()
-                ),
-            ));
-        }
+        check_same_scalars(&mut scalars, &key, e, fe, &bad)?;
         if !seen.insert(key) {
             return Err(Error::DuplicateTensor {
                 file: f.clone(),
@@ -137,6 +120,35 @@ pub fn check_manifest(file: &GgufFile, m: &Manifest) -> Result<()> {
         }
     }
     check_complete(m, &layouts, &indices, &ranks, &seen, &f)
+}
+
+/// The first part's scalars of each blob (layer, layout, projection, rank).
+type BlobScalars<'a> = HashMap<(usize, Layout, Proj, Option<u32>), &'a BTreeMap<String, f32>>;
+
+/// A blob's parts share its scalars (the codes of one scheme read with another's scales would
+/// decode wrongly): `fe`'s equal the first part's.
+fn check_same_scalars<'a>(
+    seen: &mut BlobScalars<'a>,
+    &(layer, layout, proj, _, rank): &BlobKey,
+    e: &TensorEntry,
+    fe: &'a FfnEntry,
+    bad: Bad,
+) -> Result<()> {
+    let first = *seen
+        .entry((layer, layout, proj, rank))
+        .or_insert(&fe.scalars);
+    if first != &fe.scalars {
+        return Err(bad(
+            &e.name,
+            "ffn.scalars",
+            format!(
+                "{:?} differ from {first:?}, the scalars of another part of this {} blob",
+                fe.scalars,
+                layout.tag()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The segment inside the data section, the layouts known, the activation, the layer indices
