@@ -677,12 +677,10 @@ fn checked_layouts(
             model.expert_tensors(l, 2).join(", ")
         ));
     }
-    // None named: the set that keeps the source's quantized weights, as `convert` on the
-    // command line and the Python package choose it (`choice::default_for`), else the target's
-    // default for the activation.
-    let mut layouts = opts.layouts.clone().unwrap_or_else(|| {
-        super::choice::default_for(model, opts).unwrap_or_else(|| default_layouts(activation))
-    });
+    let mut layouts = opts
+        .layouts
+        .clone()
+        .unwrap_or_else(|| default_layouts(activation));
     if opts.lora.is_some() && !layouts.contains(&Layout::Lora) {
         layouts.push(Layout::Lora);
     }

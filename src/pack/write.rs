@@ -28,6 +28,20 @@ pub fn convert(
     out: &Path,
     progress: Progress,
 ) -> Result<Manifest> {
+    // None named: the set that keeps the source's quantized weights, as `convert` on the command
+    // line and the Python package choose it (`choice::default_for`), else the target's default.
+    let resolved;
+    let opts = match opts.layouts {
+        None => {
+            let layouts = super::choice::default_for(model.borrow(), opts);
+            resolved = ConvertOptions {
+                layouts,
+                ..opts.clone()
+            };
+            &resolved
+        }
+        Some(_) => opts,
+    };
     let mut validated = None;
     crate::atomic::write_atomic_checked(
         out,
