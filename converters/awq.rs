@@ -45,6 +45,25 @@ pub fn codes(
     (q, z)
 }
 
+/// Pack 4-bit codes `[n, k]` (output rows) and zero points `[n, groups]` as AutoAWQ stores
+/// them: `qweight [k, n/8]` and `qzeros [groups, n/8]` words, little-endian bytes (the inverse
+/// of [`codes`]; test sources and `gpu-check` rows).
+pub fn pack(q: &[u8], z: &[u32], n: usize, k: usize, groups: usize) -> (Vec<u8>, Vec<u8>) {
+    let word = |get: &dyn Fn(usize) -> u32, row_words: usize, w: usize| {
+        (0..8).fold(0u32, |acc, o| {
+            acc | (get(8 * (w % row_words) + o) & 0xF) << (4 * NIBBLE_OF[o])
+        })
+    };
+    let rw = n / 8;
+    let qweight = (0..k * rw)
+        .flat_map(|w| word(&|j| u32::from(q[j * k + w / rw]), rw, w).to_le_bytes())
+        .collect();
+    let qzeros = (0..groups * rw)
+        .flat_map(|w| word(&|j| z[j * groups + w / rw], rw, w).to_le_bytes())
+        .collect();
+    (qweight, qzeros)
+}
+
 /// Decode to `[n, k]` (output rows): `qweight` is `[k, n/8]` words, `qzeros` `[groups, n/8]`,
 /// `scales` `[groups, n]`.
 pub fn decode(qweight: &[u8], qzeros: &[u8], scales: &[f32], n: usize, k: usize, out: &mut [f32]) {
@@ -81,5 +100,10 @@ mod tests {
         let mut out = vec![0f32; 8];
         decode(&row, &zeros, &[1.0; 8], 8, 1, &mut out);
         assert_eq!(out, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        // pack inverts codes.
+        let q: Vec<u8> = (0..16 * 64).map(|i| (i * 7 % 16) as u8).collect();
+        let z: Vec<u32> = (0..16 * 2).map(|i| (i % 16) as u32).collect();
+        let (qw, qz) = pack(&q, &z, 16, 64, 2);
+        assert_eq!(codes(&qw, &qz, 16, 64, 2), (q, z));
     }
 }

@@ -340,4 +340,44 @@ extern "C" __global__ void affine_from_ggml(const unsigned char* __restrict__ ra
     reinterpret_cast<unsigned int*>(sb)[id] = pair;
 }
 
+// AutoAWQ GEMM int4 (qweight [k, n / 8] and qzeros [k / group, n / 8] int32 words, column
+// 8c + o of a word at bits 4 * ((o >> 1) + 4 * (o & 1)); F16 scales [k / group, n]) of [n, k] to
+// the affine layout's zero form 1: codes [n, kp] and per stored group of sgroup values the pair
+// (half s, half z), the converter's bytes (converters/affine.rs `AffineGroups::from_int`,
+// layouts/affine.rs `from_groups`). sgroup is group where it divides kp, else kp (one group a
+// row: the codes past k are the row's zero point); other codes past k are 0 and their pairs 0.
+// A scale that is not finite sets *bad (the converter refuses it). One thread per 32 values of
+// a row. Grid ceil(n * kp / 32 / 256), block 256.
+extern "C" __global__ void affine_from_awq(const unsigned int* __restrict__ qweight,
+                                           const unsigned int* __restrict__ qzeros,
+                                           const unsigned short* __restrict__ scales, int n, int k, int kp,
+                                           int group, int sgroup, unsigned char* __restrict__ codes,
+                                           unsigned char* __restrict__ sb, unsigned int* __restrict__ bad) {
+    const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= (long long)n * (kp / 32)) return;
+    const int j = (int)(id / (kp / 32)), c0 = (int)(id % (kp / 32)) * 32;
+    const int words = n / 8, shift = 4 * (((j % 8) >> 1) + 4 * (j % 2));
+    const unsigned int zrow = (qzeros[j / 8] >> shift) & 0xFu;  // group 0's zero point
+    const bool per_row = sgroup != group;
+    unsigned char* out = codes + (long long)j * (kp / 2) + c0 / 2;
+    for (int e = 0; e < 32; e += 2) {
+        unsigned int q[2];
+        for (int h = 0; h < 2; ++h) {
+            const int c = c0 + e + h;
+            q[h] = c < k ? (qweight[(long long)c * words + j / 8] >> shift) & 0xFu : per_row ? zrow : 0u;
+        }
+        out[e / 2] = (unsigned char)(q[0] | (q[1] << 4));
+    }
+    if (c0 % sgroup != 0) return;
+    unsigned int pair = 0;
+    if (c0 < k) {
+        const int g = c0 / group;
+        const unsigned int s = scales[(long long)g * n + j];
+        const unsigned int z = (qzeros[(long long)g * words + j / 8] >> shift) & 0xFu;
+        if ((s & 0x7C00u) == 0x7C00u) atomicOr(bad, 1u);
+        pair = s | ((unsigned int)__half_as_ushort(__float2half_rn((float)z)) << 16);
+    }
+    reinterpret_cast<unsigned int*>(sb)[(long long)j * (kp / sgroup) + c0 / sgroup] = pair;
+}
+
 // ---- host-emulated: end ----

@@ -852,6 +852,52 @@ fn affine_from_ggml_writes_the_converters_bytes() {
 }
 
 #[test]
+fn affine_from_awq_writes_the_converters_bytes() {
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(37);
+    // Groups of 128 in rows of 2176 (17 groups, no padding), and one group a row of 200 values
+    // (padded to 256 with the row's zero point).
+    for (n, k, group) in [(24usize, 2176usize, 128usize), (16, 200, 200)] {
+        let x = r.vec(n * k, 0.3);
+        let ([qw, qz, mut sc], g) = metrale_pack::testing::awq_tensors(&x, n, k, group);
+        let want = metrale_pack::converters::layouts::affine::from_groups(&g);
+        let kp = want.padded[1];
+        let sgroup = metrale_pack::testing::affine_scheme(&want).group;
+        for broken in [false, true] {
+            if broken {
+                // Group 0 of row 3: an infinite scale.
+                sc[6..8].copy_from_slice(&half::f16::INFINITY.to_le_bytes());
+            }
+            let mut a = [
+                A::P(qw.clone()),
+                A::P(qz.clone()),
+                A::P(sc.clone()),
+                A::I(n),
+                A::I(k),
+                A::I(kp),
+                A::I(group),
+                A::I(sgroup),
+                A::P(vec![0xA5; n * kp / 2]),
+                A::P(vec![0xA5; want.parts[1].1.len()]),
+                A::P(vec![0; 4]),
+            ];
+            launch(
+                exe,
+                "affine_from_awq",
+                ((n * kp / 32).div_ceil(256), 1),
+                256,
+                &mut a,
+            );
+            assert_eq!(buf(&a[10]) != [0u8; 4], broken, "[{n}, {k}] flag");
+            if !broken {
+                assert!(buf(&a[8]) == want.parts[0].1, "[{n}, {k}] codes");
+                assert!(buf(&a[9]) == want.parts[1].1, "[{n}, {k}] scale pairs");
+            }
+        }
+    }
+}
+
+#[test]
 fn stream_probe_reads_every_word_of_its_blocks() {
     let Some(exe) = emulator() else { return };
     let mut r = Rand(29);

@@ -711,3 +711,95 @@ fn finalize_affine_load_builds_the_converters_bytes_from_gguf_blocks_and_refuses
         assert!(l.get(key::AFFINE).is_none(), "{e}");
     }
 }
+
+#[test]
+fn finalize_affine_awq_load_builds_the_converters_bytes_from_autoawq_tensors() {
+    use metrale_pack::ffn::{AwqTensors, FfnConfig, ForwardContext};
+    use metrale_pack::gpu::GpuBackend;
+    use metrale_pack::model::{FfnWeight, Model};
+    // The tensors AutoAWQ 0.2.9 wrote (groups of 64), uploaded as they are.
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/awq-gemm-g64-f16");
+    let m = Model::open(&dir).unwrap();
+    let b = std::sync::Arc::new(HostBackend::new());
+    let cfg = FfnConfig {
+        hidden: 256,
+        inter: 384,
+    };
+    let mut c = ForwardContext::new(b.clone(), cfg, 16, levers(&[])).unwrap();
+    c.tracing = true;
+    let up = |bytes: &[u8]| {
+        let p = b.alloc(bytes.len() as u64).unwrap();
+        b.upload(p, bytes).unwrap();
+        p
+    };
+    let l0 = &m.ffn_layers[0];
+    let ws = [&l0.gate, &l0.up, &l0.down];
+    let tensors: Vec<AwqTensors> = ws
+        .iter()
+        .map(|w| {
+            let FfnWeight::Awq {
+                qweight,
+                qzeros,
+                scales,
+            } = **w
+            else {
+                panic!("{w:?}")
+            };
+            let [n, k] = m.weight_shape(w).unwrap().map(|d| d as usize);
+            let groups = m.tensors[scales].shape[0] as usize;
+            AwqTensors {
+                qweight: up(m.data(qweight)),
+                qzeros: up(m.data(qzeros)),
+                scales: up(m.data(scales)),
+                n,
+                k,
+                group: k / groups,
+            }
+        })
+        .collect();
+    let tensors = [tensors[0], tensors[1], tensors[2]];
+    let mut l = DenseFfnLayer::new(&c);
+    l.finalize_affine_awq_load(&mut c, tensors, 0).unwrap();
+    assert_eq!(c.trace, ["affine_from_awq"; 3]);
+    let got = *l.get(key::AFFINE).unwrap();
+    for (p, w) in ws.iter().enumerate() {
+        let e = layouts::affine::from_groups(&m.int_groups(w).unwrap().unwrap());
+        let (mut codes, mut sb) = (vec![0u8; e.parts[0].1.len()], vec![0u8; e.parts[1].1.len()]);
+        b.download(got[p].codes().view(0, codes.len() as u64), &mut codes)
+            .unwrap();
+        b.download(got[p].scales().view(0, sb.len() as u64), &mut sb)
+            .unwrap();
+        assert!(
+            codes == e.parts[0].1 && sb == e.parts[1].1,
+            "projection {p}"
+        );
+    }
+    // A group the layout does not store, and an infinite scale, are refused by projection.
+    let odd = AwqTensors {
+        group: 48,
+        ..tensors[0]
+    };
+    let e = l
+        .finalize_affine_awq_load(&mut c, [odd, tensors[1], tensors[2]], 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("finalize_affine_awq_load: gate") && e.contains("groups of 48"),
+        "{e}"
+    );
+    let FfnWeight::Awq { scales, .. } = l0.down else {
+        unreachable!()
+    };
+    let mut bad = m.data(scales).to_vec();
+    bad[0..2].copy_from_slice(&half::f16::INFINITY.to_le_bytes());
+    let broken = AwqTensors {
+        scales: up(&bad),
+        ..tensors[2]
+    };
+    let e = l
+        .finalize_affine_awq_load(&mut c, [tensors[0], tensors[1], broken], 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("down") && e.contains("not finite"), "{e}");
+}

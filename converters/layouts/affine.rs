@@ -99,16 +99,11 @@ pub fn codes_bytes(n: u64, kp: u64, bits: u32) -> Option<u64> {
         .map(|b| b / 8)
 }
 
-/// The group a blob of rows padded to `kp` stores for `a`: its own where it divides `kp`, else
-/// (one group a row of `cols` values) `kp`.
-fn stored_group(a: &AffineGroups, kp: usize) -> usize {
-    let own = Scheme {
-        bits: a.bits,
-        group: a.group,
-        form: a.form,
-    };
-    if kp.is_multiple_of(a.group) && own.valid(kp) {
-        a.group
+/// The group a blob of rows padded to `kp` stores for a source in groups of
+/// `own.group`: its own where it divides `kp`, else (one group a row) `kp`.
+pub fn stored_group(own: Scheme, kp: usize) -> usize {
+    if kp.is_multiple_of(own.group) && own.valid(kp) {
+        own.group
     } else {
         kp
     }
@@ -132,7 +127,12 @@ fn pair(form: Form, s: f32, t: f32) -> Vec<u8> {
 pub fn from_groups(a: &AffineGroups) -> Encoded {
     let (n, k, bits) = (a.rows, a.cols, a.bits as usize);
     let kp = round_up(k, K_ALIGN);
-    let group = stored_group(a, kp);
+    let own = Scheme {
+        bits: a.bits,
+        group: a.group,
+        form: a.form,
+    };
+    let group = stored_group(own, kp);
     let (row_in, row_out) = (k * bits / 8, kp * bits / 8);
     let (g_in, g_out) = (k / a.group, kp / group);
     let mut codes = vec![0u8; n * row_out];

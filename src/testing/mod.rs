@@ -612,6 +612,23 @@ pub fn int_groups_rtn(
     AffineGroups::from_int(&src).expect("finite test weights")
 }
 
+/// f32 `[n, k]` (n % 8 == 0) as an AutoAWQ GEMM checkpoint holds it: round-to-nearest 4-bit
+/// groups of `group` ([`int_groups_rtn`], half scales) packed as `qweight`, `qzeros` and F16
+/// `scales [k / group, n]` bytes, with the groups themselves (what `convert` carries).
+pub fn awq_tensors(x: &[f32], n: usize, k: usize, group: usize) -> ([Vec<u8>; 3], AffineGroups) {
+    let g = int_groups_rtn(x, n, k, 4, group, true);
+    let groups = k / group;
+    let q: Vec<u8> = (0..n * k)
+        .map(|i| crate::converters::affine::code_at(&g.codes[i / k * k / 2..], i % k, 4) as u8)
+        .collect();
+    let z: Vec<u32> = g.terms.iter().map(|&t| t as u32).collect();
+    let (qweight, qzeros) = crate::converters::awq::pack(&q, &z, n, k, groups);
+    let scales = (0..groups * n)
+        .flat_map(|i| half::f16::from_f32(g.scales[(i % n) * groups + i / n]).to_le_bytes())
+        .collect();
+    ([qweight, qzeros, scales], g)
+}
+
 /// The `affine` layout's encoding of f32 `[n, k]` as `kind`.
 pub fn affine_encoded(x: &[f32], n: usize, k: usize, kind: AffineKind) -> Encoded {
     let k32 = k.div_ceil(32) * 32;

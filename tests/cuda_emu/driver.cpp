@@ -103,6 +103,8 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { affine8_gemv_batch16((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12), I(13), I(14)); });
     else if (name == "affine_from_ggml")
         emu_launch(gx, gy, bx, [&] { affine_from_ggml((cu8)P(0), I(1), I(2), I(3), I(4), (u8)P(5), (u8)P(6), (unsigned*)P(7)); });
+    else if (name == "affine_from_awq")
+        emu_launch(gx, gy, bx, [&] { affine_from_awq((const unsigned int*)P(0), (const unsigned int*)P(1), (const unsigned short*)P(2), I(3), I(4), I(5), I(6), I(7), (unsigned char*)P(8), (unsigned char*)P(9), (unsigned int*)P(10)); });
     else if (name == "affine_quantize_act")
         emu_launch(gx, gy, bx, [&] { affine_quantize_act((const float*)P(0), (const float*)P(1), I(2), I(3), I(4), I(5), I(6), I(7), (signed char*)P(8), (float*)P(9)); });
     else if (name == "affine_dequant_bf16")

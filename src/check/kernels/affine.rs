@@ -69,7 +69,69 @@ pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             b.free(p);
         }
     }
-    affine_from_ggml_rows(c, rows)
+    affine_from_ggml_rows(c, rows)?;
+    affine_from_awq_rows(c, rows)
+}
+
+/// `affine_from_awq` (the GPU carry of AutoAWQ's tensors) against the converter, bytes and
+/// refusal flag (one scale made infinite).
+fn affine_from_awq_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+    let (n, k, b) = (c.n, c.k, c.b.as_ref());
+    if !n.is_multiple_of(8) || !k.is_multiple_of(2) {
+        return Ok(());
+    }
+    let group = if k.is_multiple_of(128) { 128 } else { k };
+    let ([qw, qz, mut sc], g) = crate::testing::awq_tensors(&c.wf, n, k, group);
+    let want = crate::converters::layouts::affine::from_groups(&g);
+    let (codes, sb, kp) = (&want.parts[0].1, &want.parts[1].1, want.padded[1]);
+    let sgroup = crate::testing::affine_scheme(&want).group;
+    for broken in [false, true] {
+        if broken {
+            sc[2..4].copy_from_slice(&half::f16::INFINITY.to_le_bytes());
+        }
+        let (dw, dz, ds) = (
+            alloc_upload(b, &qw)?,
+            alloc_upload(b, &qz)?,
+            alloc_upload(b, &sc)?,
+        );
+        let (cd, sd, bad) = (
+            b.alloc(codes.len() as u64)?,
+            b.alloc(sb.len() as u64)?,
+            b.alloc(4)?,
+        );
+        b.fill(bad, 0)?;
+        let call =
+            c.kk.affine_from_awq
+                .call()
+                .ptr("qweight", dw)
+                .ptr("qzeros", dz);
+        let call = call.ptr("scales", ds).dim("n", n).dim("k", k).dim("kp", kp);
+        let call = call
+            .dim("group", group)
+            .dim("sgroup", sgroup)
+            .ptr("codes", cd);
+        c.launch(call.ptr("sb", sd).ptr("bad", bad))?;
+        b.synchronize(0)?;
+        let (mut gc, mut gs, mut flag) = (vec![0u8; codes.len()], vec![0u8; sb.len()], [1u8; 4]);
+        b.download(cd, &mut gc)?;
+        b.download(sd, &mut gs)?;
+        b.download(bad, &mut flag)?;
+        let ok = if broken {
+            flag != [0; 4]
+        } else {
+            gc == *codes && gs == *sb && flag == [0; 4]
+        };
+        let what = if broken {
+            "affine_from_awq (an infinite scale flagged)"
+        } else {
+            "affine_from_awq (bytes = converter)"
+        };
+        c.bits(rows, what, 0, ok);
+        for p in [dw, dz, ds, cd, sd, bad] {
+            b.free(p);
+        }
+    }
+    Ok(())
 }
 
 /// `affine_from_ggml` (the GPU carry of GGUF Q4_0 / Q4_1 / Q8_0 blocks) against the converter,

@@ -5,12 +5,15 @@ use super::super::*;
 use super::Runtime;
 use super::super::weights::{accessors, projection_weight, refuse};
 
-use crate::converters::affine::carried_bits;
+use crate::converters::affine::{Form, carried_bits};
 use crate::converters::layouts::affine::{self, Scheme};
 use crate::gpu::sizes::AFFINE_GROUP;
 use crate::gpu::{DevicePtr, GpuResult};
 
 use super::super::routing::always;
+
+/// The projections' names in refusals, in the order the `finalize_*` calls take them.
+const PROJ_NAMES: [&str; 3] = ["gate", "up", "down"];
 use Layout::*;
 use Method::*;
 
@@ -114,6 +117,35 @@ pub struct GgufBlocks {
     pub k: usize,
 }
 
+/// One projection's AutoAWQ GEMM tensors on the device, as the checkpoint holds them (the input
+/// of [`DenseFfnLayer::finalize_affine_awq_load`]): I32 `qweight [k, n / 8]`, I32
+/// `qzeros [k / group, n / 8]`, F16 `scales [k / group, n]`.
+#[derive(Clone, Copy, Debug)]
+pub struct AwqTensors {
+    /// `qweight`.
+    pub qweight: DevicePtr,
+    /// `qzeros`.
+    pub qzeros: DevicePtr,
+    /// `scales`.
+    pub scales: DevicePtr,
+    /// Rows (outputs, a multiple of 8).
+    pub n: usize,
+    /// Values per row.
+    pub k: usize,
+    /// Values per group (`k / group` groups).
+    pub group: usize,
+}
+
+/// What one projection's GPU carry writes: its shape, padded K and scheme, and the launch that
+/// fills its codes and scale pairs (given them and its refusal flag).
+struct Carry<'a> {
+    n: usize,
+    k: usize,
+    kp: usize,
+    scheme: Scheme,
+    call: Box<dyn Fn(DevicePtr, DevicePtr, DevicePtr) -> crate::gpu::table::Call + 'a>,
+}
+
 impl DenseFfnLayer {
     /// Build the `affine` overlay on the GPU from the GGUF blocks of gate, up and down
     /// (`affine_from_ggml`): the bytes `convert` writes for them (tested bit for bit against
@@ -128,30 +160,22 @@ impl DenseFfnLayer {
         blocks: [GgufBlocks; 3],
         stream: crate::gpu::StreamId,
     ) -> GpuResult<()> {
-        const NAMES: [&str; 3] = ["gate", "up", "down"];
-        let what = |p: usize| format!("finalize_affine_load: {}", NAMES[p]);
+        let what = |p: usize| format!("finalize_affine_load: {}", PROJ_NAMES[p]);
+        let k = self.kernels;
         // Every projection's shape first, so nothing is allocated for a call that is refused.
         let mut plans = Vec::with_capacity(3);
         for (p, x) in blocks.iter().enumerate() {
             let bits = carried_bits(x.ty).ok_or_else(|| {
                 refuse(&what(p), format!("{} is not Q4_0, Q4_1 or Q8_0", x.ty.name()))
             })?;
-            let kp = crate::converters::layouts::round_up(x.k, affine::K_ALIGN);
             let need = (x.n as u64)
                 .checked_mul((x.k / AFFINE_GROUP) as u64)
                 .and_then(|v| v.checked_mul(x.ty.block_bytes()));
-            let sizes = (
-                affine::codes_bytes(x.n as u64, kp as u64, bits),
-                Scheme::ggml(bits).scales_bytes(x.n as u64, kp as u64),
-            );
-            let (Some(need), (Some(cb), Some(sbb))) = (need, sizes) else {
-                return Err(refuse(&what(p), format!("[{}, {}] overflows", x.n, x.k)));
-            };
-            if !x.k.is_multiple_of(AFFINE_GROUP) || need > x.raw.bytes {
+            if !x.k.is_multiple_of(AFFINE_GROUP) || need.is_none_or(|need| need > x.raw.bytes) {
                 return Err(refuse(
                     &what(p),
                     format!(
-                        "{} bytes are not [{}, {}] of {} (k % 32, {need} bytes)",
+                        "{} bytes are not [{}, {}] of {} (k % 32)",
                         x.raw.bytes,
                         x.n,
                         x.k,
@@ -159,24 +183,118 @@ impl DenseFfnLayer {
                     ),
                 ));
             }
-            plans.push((bits, kp, cb, sbb));
+            let kp = crate::converters::layouts::round_up(x.k, affine::K_ALIGN);
+            let x = *x;
+            plans.push(Carry {
+                n: x.n,
+                k: x.k,
+                kp,
+                scheme: Scheme::ggml(bits),
+                call: Box::new(move |codes, sb, bad| {
+                    let call = k.affine_from_ggml.call().ptr("raw", x.raw).dim("ty", x.ty as usize);
+                    let call = call.dim("n", x.n).dim("k", x.k).dim("kp", kp).ptr("codes", codes);
+                    call.ptr("sb", sb).ptr("bad", bad)
+                }),
+            });
         }
-        // Then the three carries on `stream`, each with its own refusal flag, and one wait.
-        let b = ctx.backend.clone();
+        let refusal = "a block's scale or minimum is not finite, or its offset -z d is not an exact half (convert names the row and block)";
+        self.carry_affine(ctx, plans, stream, &what, refusal)
+    }
+
+    /// Build the `affine` overlay on the GPU from the AutoAWQ GEMM tensors of gate, up and down
+    /// (`affine_from_awq`): the bytes `convert` writes for them (the zero form with half scales,
+    /// tested bit for bit against the converter), so an engine that loads the AWQ checkpoint
+    /// itself serves the same arms with the same weights. Allocates, synchronizes `stream` and
+    /// installs as [`Self::finalize_affine_load`] does. Refuses, naming the projection, a shape
+    /// the tensors do not hold, a group the layout does not store (32 x 2^j dividing k, or k),
+    /// or a scale that is not finite.
+    pub fn finalize_affine_awq_load(
+        &mut self,
+        ctx: &mut ForwardContext,
+        tensors: [AwqTensors; 3],
+        stream: crate::gpu::StreamId,
+    ) -> GpuResult<()> {
+        let what = |p: usize| format!("finalize_affine_awq_load: {}", PROJ_NAMES[p]);
         let k = self.kernels;
+        let mut plans = Vec::with_capacity(3);
+        for (p, x) in tensors.iter().enumerate() {
+            let groups = x.k.checked_div(x.group).unwrap_or(0);
+            let words = (x.n / 8) as u64 * 4;
+            let fits = |b: u64, rows: usize| (rows as u64).checked_mul(words).is_some_and(|w| w <= b);
+            let scales_fit = (groups as u64)
+                .checked_mul(x.n as u64 * 2)
+                .is_some_and(|b| b <= x.scales.bytes);
+            if !x.n.is_multiple_of(8)
+                || !crate::converters::affine::group_carried(x.group, x.k)
+                || !fits(x.qweight.bytes, x.k)
+                || !fits(x.qzeros.bytes, groups)
+                || !scales_fit
+            {
+                return Err(refuse(
+                    &what(p),
+                    format!(
+                        "qweight / qzeros / scales of {} / {} / {} bytes are not AWQ's [{}, {}] in groups of {} (n % 8; groups of 32 x 2^j dividing k, or k)",
+                        x.qweight.bytes, x.qzeros.bytes, x.scales.bytes, x.n, x.k, x.group
+                    ),
+                ));
+            }
+            let kp = crate::converters::layouts::round_up(x.k, affine::K_ALIGN);
+            let own = Scheme {
+                bits: 4,
+                group: x.group,
+                form: Form::Zero,
+            };
+            let scheme = Scheme {
+                group: affine::stored_group(own, kp),
+                ..own
+            };
+            let x = *x;
+            plans.push(Carry {
+                n: x.n,
+                k: x.k,
+                kp,
+                scheme,
+                call: Box::new(move |codes, sb, bad| {
+                    let call = k.affine_from_awq.call().ptr("qweight", x.qweight);
+                    let call = call.ptr("qzeros", x.qzeros).ptr("scales", x.scales);
+                    let call = call.dim("n", x.n).dim("k", x.k).dim("kp", kp);
+                    let call = call.dim("group", x.group).dim("sgroup", scheme.group);
+                    call.ptr("codes", codes).ptr("sb", sb).ptr("bad", bad)
+                }),
+            });
+        }
+        self.carry_affine(ctx, plans, stream, &what, "a scale is not finite")
+    }
+
+    /// The GPU carries of gate, up and down on `stream`, each with its refusal flag, one wait,
+    /// then the overlay installed; a flagged projection is refused by name with `refusal`.
+    fn carry_affine(
+        &mut self,
+        ctx: &mut ForwardContext,
+        plans: Vec<Carry>,
+        stream: crate::gpu::StreamId,
+        what: &dyn Fn(usize) -> String,
+        refusal: &str,
+    ) -> GpuResult<()> {
+        let b = ctx.backend.clone();
         let bad = b.alloc(12)?;
         let mut out = Vec::with_capacity(3);
         let mut carry_all = || -> GpuResult<[u8; 12]> {
             b.fill(bad, 0)?;
-            for (p, (x, &(bits, kp, cb, sbb))) in blocks.iter().zip(&plans).enumerate() {
+            for (p, c) in plans.iter().enumerate() {
+                let sizes = (
+                    affine::codes_bytes(c.n as u64, c.kp as u64, c.scheme.bits),
+                    c.scheme.scales_bytes(c.n as u64, c.kp as u64),
+                );
+                let (Some(cb), Some(sbb)) = sizes else {
+                    return Err(refuse(&what(p), format!("[{}, {}] overflows", c.n, c.k)));
+                };
                 let (codes, scales) = (b.alloc(cb)?, b.alloc(sbb)?);
                 self.allocated.extend([codes, scales]);
-                let call = k.affine_from_ggml.call().ptr("raw", x.raw).dim("ty", x.ty as usize);
-                let call = call.dim("n", x.n).dim("k", x.k).dim("kp", kp).ptr("codes", codes);
-                let l = call.ptr("sb", scales).ptr("bad", bad.view(4 * p as u64, 4)).finish()?;
+                let l = (c.call)(codes, scales, bad.view(4 * p as u64, 4)).finish()?;
                 ctx.record(l.spec.name);
                 l.run(b.as_ref(), stream)?;
-                out.push(AffineWeight::new(codes, scales, x.n, x.k, kp, Scheme::ggml(bits))?);
+                out.push(AffineWeight::new(codes, scales, c.n, c.k, c.kp, c.scheme)?);
             }
             b.synchronize(stream)?;
             let mut flags = [0u8; 12];
@@ -186,10 +304,7 @@ impl DenseFfnLayer {
         let flags = carry_all();
         b.free(bad);
         if let Some(p) = flags?.chunks_exact(4).position(|f| f != [0; 4]) {
-            return Err(refuse(
-                &what(p),
-                "a block's scale or minimum is not finite, or its offset -z d is not an exact half (convert names the row and block)".into(),
-            ));
+            return Err(refuse(&what(p), refusal.into()));
         }
         self.set_affine_weights(out[0], out[1], out[2])
     }

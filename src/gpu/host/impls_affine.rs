@@ -81,6 +81,58 @@ impl HostBackend {
         }
     }
 
+    /// `affine_from_awq`: the converter's carry of the AutoAWQ tensors; a weight it refuses
+    /// sets `bad` (the outputs then undefined, as the caller must refuse them).
+    pub(super) fn affine_from_awq(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        use crate::converters::affine::{AffineGroups, IntSource};
+        let (n, kk, kp, group) = (a.dim("n")?, a.dim("k")?, a.dim("kp")?, a.dim("group")?);
+        let groups = kk / group.max(1);
+        let (qw, qz, sc) = (
+            self.read(a.ptr("qweight")?)?,
+            self.read(a.ptr("qzeros")?)?,
+            self.read(a.ptr("scales")?)?,
+        );
+        let words = n / 8 * 4;
+        if qw.len() < kk * words || qz.len() < groups * words || sc.len() < groups * n * 2 {
+            return Err(GpuError::Invalid(format!(
+                "affine_from_awq: {} / {} / {} bytes for [{n}, {kk}] in groups of {group}",
+                qw.len(),
+                qz.len(),
+                sc.len()
+            )));
+        }
+        let (codes, zeros) = crate::converters::awq::codes(&qw, &qz, n, kk, groups);
+        let h = |i: usize| {
+            crate::converters::f16::to_f32(u16::from_le_bytes([sc[2 * i], sc[2 * i + 1]]))
+        };
+        let scales: Vec<f32> = (0..n * groups)
+            .map(|i| h((i % groups) * n + i / groups))
+            .collect();
+        let src = IntSource {
+            bits: 4,
+            group,
+            rows: n,
+            cols: kk,
+            codes: &codes,
+            scales: &scales,
+            zeros: &zeros,
+        };
+        match AffineGroups::from_int(&src) {
+            Ok(g) => {
+                let e = crate::converters::layouts::affine::from_groups(&g);
+                if e.padded[1] != kp {
+                    return Err(GpuError::Invalid(format!(
+                        "affine_from_awq: kp {kp}, the layout's {}",
+                        e.padded[1]
+                    )));
+                }
+                self.write(a.ptr("codes")?, 0, &e.parts[0].1)?;
+                self.write(a.ptr("sb")?, 0, &e.parts[1].1)
+            }
+            Err(_) => self.write(a.ptr("bad")?, 0, &1u32.to_le_bytes()),
+        }
+    }
+
     /// `affine_quantize_act`: `x`, or `act(x, u)` (1 SiLU, 2 GELU), rows at stride `ld`.
     pub(super) fn affine_quantize_act(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (act, m, kk, ld) = (a.dim("act")?, a.dim("m")?, a.dim("k")?, a.dim("ld")?);
