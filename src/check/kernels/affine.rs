@@ -94,32 +94,17 @@ fn affine_from_awq_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             alloc_upload(b, &qz)?,
             alloc_upload(b, &sc)?,
         );
-        let (cd, sd, bad) = (
-            b.alloc(codes.len() as u64)?,
-            b.alloc(sb.len() as u64)?,
-            b.alloc(4)?,
-        );
-        b.fill(bad, 0)?;
-        let call =
-            c.kk.affine_from_awq
-                .call()
-                .ptr("qweight", dw)
-                .ptr("qzeros", dz);
-        let call = call.ptr("scales", ds).dim("n", n).dim("k", k).dim("kp", kp);
-        let call = call
-            .dim("group", group)
-            .dim("sgroup", sgroup)
-            .ptr("codes", cd);
-        c.launch(call.ptr("sb", sd).ptr("bad", bad))?;
-        b.synchronize(0)?;
-        let (mut gc, mut gs, mut flag) = (vec![0u8; codes.len()], vec![0u8; sb.len()], [1u8; 4]);
-        b.download(cd, &mut gc)?;
-        b.download(sd, &mut gs)?;
-        b.download(bad, &mut flag)?;
+        let (gc, gs, flagged) = run_carry(c, (codes.len(), sb.len()), |cd, sd, bad| {
+            let call = c.kk.affine_from_awq.call().ptr("qweight", dw);
+            let call = call.ptr("qzeros", dz).ptr("scales", ds);
+            let call = call.dim("n", n).dim("k", k).dim("kp", kp);
+            let call = call.dim("group", group).dim("sgroup", sgroup);
+            call.ptr("codes", cd).ptr("sb", sd).ptr("bad", bad)
+        })?;
         let ok = if broken {
-            flag != [0; 4]
+            flagged
         } else {
-            gc == *codes && gs == *sb && flag == [0; 4]
+            gc == *codes && gs == *sb && !flagged
         };
         let what = if broken {
             "affine_from_awq (an infinite scale flagged)"
@@ -127,7 +112,7 @@ fn affine_from_awq_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             "affine_from_awq (bytes = converter)"
         };
         c.bits(rows, what, 0, ok);
-        for p in [dw, dz, ds, cd, sd, bad] {
+        for p in [dw, dz, ds] {
             b.free(p);
         }
     }
@@ -150,31 +135,39 @@ fn affine_from_ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         let (codes, sb) = (&want.parts[0].1, &want.parts[1].1);
         let kp = want.padded[1];
         let rd = alloc_upload(b, &raw)?;
-        let (cd, sd, bad) = (
-            b.alloc(codes.len() as u64)?,
-            b.alloc(sb.len() as u64)?,
-            b.alloc(4)?,
-        );
-        b.fill(bad, 0)?;
-        let call =
-            c.kk.affine_from_ggml
-                .call()
-                .ptr("raw", rd)
-                .dim("ty", ty as usize);
-        let call = call.dim("n", n).dim("k", k).dim("kp", kp).ptr("codes", cd);
-        c.launch(call.ptr("sb", sd).ptr("bad", bad))?;
-        b.synchronize(0)?;
-        let (mut gc, mut gs, mut flag) = (vec![0u8; codes.len()], vec![0u8; sb.len()], [1u8; 4]);
-        b.download(cd, &mut gc)?;
-        b.download(sd, &mut gs)?;
-        b.download(bad, &mut flag)?;
+        let (gc, gs, flagged) = run_carry(c, (codes.len(), sb.len()), |cd, sd, bad| {
+            let call = c.kk.affine_from_ggml.call().ptr("raw", rd);
+            let call = call.dim("ty", ty as usize).dim("n", n).dim("k", k);
+            let call = call.dim("kp", kp).ptr("codes", cd);
+            call.ptr("sb", sd).ptr("bad", bad)
+        })?;
         let what = format!("affine_from_ggml {} (bytes = converter)", ty.name());
-        c.bits(rows, &what, 0, gc == *codes && gs == *sb && flag == [0; 4]);
-        for p in [rd, cd, sd, bad] {
-            b.free(p);
-        }
+        c.bits(rows, &what, 0, gc == *codes && gs == *sb && !flagged);
+        b.free(rd);
     }
     Ok(())
+}
+
+/// One GPU carry (`call`, given its codes, scale pairs and refusal flag buffers of
+/// `(codes, pairs)` bytes, the flag zeroed): the codes and pairs it wrote and whether it flagged.
+fn run_carry(
+    c: &Case,
+    (codes, pairs): (usize, usize),
+    call: impl FnOnce(DevicePtr, DevicePtr, DevicePtr) -> crate::gpu::table::Call,
+) -> GpuResult<(Vec<u8>, Vec<u8>, bool)> {
+    let b = c.b.as_ref();
+    let (cd, sd, bad) = (b.alloc(codes as u64)?, b.alloc(pairs as u64)?, b.alloc(4)?);
+    b.fill(bad, 0)?;
+    c.launch(call(cd, sd, bad))?;
+    b.synchronize(0)?;
+    let (mut gc, mut gs, mut flag) = (vec![0u8; codes], vec![0u8; pairs], [1u8; 4]);
+    b.download(cd, &mut gc)?;
+    b.download(sd, &mut gs)?;
+    b.download(bad, &mut flag)?;
+    for p in [cd, sd, bad] {
+        b.free(p);
+    }
+    Ok((gc, gs, flag != [0; 4]))
 }
 
 /// One affine encoding's bytes and what its checks compare against: the decoded weights
