@@ -146,3 +146,31 @@ fn affine_bits_group_or_form_the_layout_does_not_store_are_refused_naming_the_fi
         assert!(e.contains(field) && e.contains("affine"), "{e}");
     }
 }
+
+#[test]
+fn an_affine_pack_written_before_the_form_scalar_opens_in_the_offset_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("q.gguf");
+    metrale_pack::testing::gen_model::gen_model(&src, 128, 256, 1, GgmlType::Q4_1, "llama")
+        .unwrap();
+    let out = dir.path().join("q.mpk.gguf");
+    convert_and_verify(&src, &out, &["--layouts", "affine"]);
+    // The manifest as packs of sessions 18-19 wrote it: no `form` in any blob's scalars (the
+    // key blanked to whitespace, so the header keeps its length).
+    let mut img = std::fs::read(&out).unwrap();
+    for _ in 0..6 {
+        img = edited_manifest(&img, br#""form":0.0,"#, b"           ");
+    }
+    assert!(!img.windows(6).any(|w| w == br#""form""#));
+    let old = dir.path().join("old.mpk.gguf");
+    std::fs::write(&old, &img).unwrap();
+    let (new, old) = (Pack::open(&out).unwrap(), Pack::open(&old).unwrap());
+    for proj in ["gate", "up", "down"] {
+        let name = format!("blk.0.ffn_{proj}.affine");
+        let (a, b) = (
+            new.decode_ffn(&name).unwrap(),
+            old.decode_ffn(&name).unwrap(),
+        );
+        assert!(a == b, "{proj}");
+    }
+}

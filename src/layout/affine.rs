@@ -82,7 +82,11 @@ impl LayoutSpec for Affine {
         &["codes", "scales"]
     }
     fn scalar_names(&self) -> &'static [&'static str] {
-        &["bits", "group", "form"]
+        &["bits", "group"]
+    }
+    /// `form`, since 2026-12-03: a blob without it (written before) is in the offset form.
+    fn optional_scalars(&self) -> &'static [&'static str] {
+        &["form"]
     }
     fn padded_shape(&self, _: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
         Some([n, ru(k, affine::K_ALIGN)?])

@@ -82,6 +82,12 @@ pub trait LayoutSpec: Sync {
         &[]
     }
 
+    /// Scalars a blob may lack (added after packs without them were written; the layout reads
+    /// their absence as the value those packs meant).
+    fn optional_scalars(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Encode projection `proj` of the layer `cx` holds; `None` when the layout stores nothing
     /// for it (LoRA on a projection the adapter does not target).
     fn encode(&self, cx: &mut EncodeCx, proj: Proj) -> Result<Option<Encoded>>;

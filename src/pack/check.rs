@@ -343,16 +343,21 @@ fn check_blob_sizes(
     Ok(())
 }
 
-/// A blob's scalars: exactly its layout's names, finite and non-negative (LoRA's `scaling` may
-/// be negative); returns the LoRA rank (0 for other layouts).
+/// A blob's scalars: every one of its layout's names, no other but its optional ones, finite
+/// and non-negative (LoRA's `scaling` may be negative); returns the LoRA rank (0 for other
+/// layouts).
 fn check_scalars(name: &str, fe: &FfnEntry, layout: Layout, bad: Bad) -> Result<u64> {
-    let names = layout.spec().scalar_names();
-    if fe.scalars.len() != names.len() || !names.iter().all(|s| fe.scalars.contains_key(*s)) {
+    let (names, optional) = (
+        layout.spec().scalar_names(),
+        layout.spec().optional_scalars(),
+    );
+    let known = |k: &str| names.contains(&k) || optional.contains(&k);
+    if !names.iter().all(|s| fe.scalars.contains_key(*s)) || !fe.scalars.keys().all(|k| known(k)) {
         return Err(bad(
             name,
             "ffn.scalars",
             format!(
-                "{:?}, {} records {names:?}",
+                "{:?}, {} records {names:?} (and may record {optional:?})",
                 fe.scalars.keys().collect::<Vec<_>>(),
                 layout.tag()
             ),
