@@ -7,6 +7,8 @@
 //! `g = k / G`. AutoAWQ computes that in F16 (one rounding); the f32 decode here is exact
 //! (a 4-bit difference times an F16 scale), so rounding it to F16 gives the library's bits.
 
+use super::affine::{AffineError, AffineGroups, IntSource};
+
 /// The nibble that holds column offset `o` of a word: the inverse of AWQ's packing order.
 pub const NIBBLE_OF: [usize; 8] = [0, 4, 1, 5, 2, 6, 3, 7];
 
@@ -43,6 +45,33 @@ pub fn codes(
         }
     }
     (q, z)
+}
+
+/// The weight `[n, k]` as affine integer groups of `group` values (`AffineGroups::from_int`:
+/// `s * (q - z)`, AutoAWQ's decode before its F16 rounding), from `qweight [k, n/8]` and
+/// `qzeros [k/group, n/8]` words and the `scales [k/group, n]` as f32.
+pub fn to_groups(
+    qweight: &[u8],
+    qzeros: &[u8],
+    scales: &[f32],
+    [n, k]: [usize; 2],
+    group: usize,
+) -> Result<AffineGroups, AffineError> {
+    let groups = k.checked_div(group).unwrap_or(0);
+    let (codes, zeros) = self::codes(qweight, qzeros, n, k, groups);
+    // The scales are [groups, n]: a row's are a column.
+    let scales: Vec<f32> = (0..n * groups)
+        .map(|i| scales[(i % groups) * n + i / groups])
+        .collect();
+    AffineGroups::from_int(&IntSource {
+        bits: 4,
+        group,
+        rows: n,
+        cols: k,
+        codes: &codes,
+        scales: &scales,
+        zeros: &zeros,
+    })
 }
 
 /// Pack 4-bit codes `[n, k]` (output rows) and zero points `[n, groups]` as AutoAWQ stores

@@ -19,10 +19,6 @@ use crate::converters::f16;
 /// chunks.
 pub const K_ALIGN: usize = 128;
 
-/// Bytes per group in the `scales` part of the half forms (the f32 form's are
-/// [`Form::pair_bytes`]).
-pub const PAIR_BYTES: usize = Form::Offset.pair_bytes();
-
 /// A blob's code width, group and form (its scalars).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Scheme {
@@ -100,13 +96,10 @@ pub fn codes_bytes(n: u64, kp: u64, bits: u32) -> Option<u64> {
 }
 
 /// The group a blob of rows padded to `kp` stores for a source in groups of
-/// `own.group`: its own where it divides `kp`, else (one group a row) `kp`.
+/// `own.group`: its own where the layout stores it at `kp` (dividing it), else (one group a
+/// row) `kp`.
 pub fn stored_group(own: Scheme, kp: usize) -> usize {
-    if kp.is_multiple_of(own.group) && own.valid(kp) {
-        own.group
-    } else {
-        kp
-    }
+    if own.valid(kp) { own.group } else { kp }
 }
 
 /// A group's pair bytes in `form`: halves (exact: the codec keeps half values in the half

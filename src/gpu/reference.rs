@@ -315,15 +315,6 @@ fn affine_pair(sb: &[u8], sc: Scheme, kp: usize, j: usize, c: usize) -> (f32, f3
     pair_at(sb, i * sc.form.pair_bytes(), sc.form)
 }
 
-/// One `affine` weight `w[j, c]` as the codec decodes it (`Form::weight`: `s * q + b`, whose
-/// product is exact, so the kernel's `fmaf` gives the same bits; or `s * (q - z)`).
-fn affine_weight(codes: &[u8], sb: &[u8], sc: Scheme, kp: usize, j: usize, c: usize) -> f32 {
-    let row = kp * sc.bits as usize / 8;
-    let q = code_at(&codes[j * row..(j + 1) * row], c, sc.bits);
-    let (s, t) = affine_pair(sb, sc, kp, j, c);
-    sc.form.weight(s, t, q)
-}
-
 /// The byte of value `l` (< 32) of a group in the affine GEMVs' quantized activations: at 4
 /// bits each 8-value word holds its even values in bytes 0-3 and its odd ones in 4-7 (where the
 /// nibble masks put the codes), at 8 bits the value order (`affine_act_pos` in
@@ -398,16 +389,14 @@ pub fn affine_q8_row(
     });
 }
 
-/// `affine_dequant_bf16`: BF16 bytes `[n, kp]`, each weight (`affine_weight`) rounded to BF16.
+/// `affine_dequant_bf16`: BF16 bytes `[n, kp]`, each weight as the layout decodes it
+/// (`layouts::affine::decode` of the padded rows: `s * q + b`, whose product is exact, so the
+/// kernel's `fmaf` gives the same bits, or `s * (q - z)`) rounded to BF16.
 pub fn affine_dequant_bf16(codes: &[u8], sb: &[u8], sc: Scheme, n: usize, kp: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(n * kp * 2);
-    for j in 0..n {
-        for c in 0..kp {
-            let w = affine_weight(codes, sb, sc, kp, j, c);
-            out.extend_from_slice(&bf16::from_f32(w).to_le_bytes());
-        }
-    }
-    out
+    crate::converters::layouts::affine::decode(codes, sb, sc, [n, kp], kp)
+        .into_iter()
+        .flat_map(|w| bf16::from_f32(w).to_le_bytes())
+        .collect()
 }
 
 /// `q2g128_dequant_bf16`: BF16 bytes `[n, kp]`, each `bf16_rn(d * (q - 2))`.

@@ -82,12 +82,11 @@ impl Model {
         let Ok(shape) = self.weight_shape(w) else {
             return Ok(None);
         };
-        let Some((bits, group)) = self.int_scheme(w, shape) else {
+        let Some((_, group)) = self.int_scheme(w, shape) else {
             return Ok(None);
         };
         let (n, k, group) = (shape[0] as usize, shape[1] as usize, group as usize);
-        let groups = k / group.max(1);
-        let (codes, scales, zeros) = match *w {
+        let groups = match *w {
             FfnWeight::Half { ref of, half } => {
                 let Some(full) = self.int_groups(of)? else {
                     return Ok(None);
@@ -100,10 +99,8 @@ impl Model {
                 scales,
             } => {
                 let s = self.floats(scales, "scales")?;
-                let (c, z) = awq::codes(self.data(qweight), self.data(qzeros), n, k, groups);
-                // AWQ's scales are [groups, n]: the rows' scales are columns.
-                let s = (0..n * groups).map(|i| s[(i % groups) * n + i / groups]);
-                (c, s.collect(), z)
+                let (qw, qz) = (self.data(qweight), self.data(qzeros));
+                awq::to_groups(qw, qz, &s, [n, k], group)
             }
             FfnWeight::CtInt { scale, bits, .. } => {
                 let half = 1i32 << (bits - 1);
@@ -120,20 +117,19 @@ impl Model {
                     s = vec![s[0]; n];
                     z = vec![z[0]; n];
                 }
-                (codes, s, z)
+                AffineGroups::from_int(&IntSource {
+                    bits,
+                    group,
+                    rows: n,
+                    cols: k,
+                    codes: &codes,
+                    scales: &s,
+                    zeros: &z,
+                })
             }
             _ => return Ok(None),
         };
-        let src = IntSource {
-            bits,
-            group,
-            rows: n,
-            cols: k,
-            codes: &codes,
-            scales: &scales,
-            zeros: &zeros,
-        };
-        AffineGroups::from_int(&src)
+        groups
             .map(Some)
             .map_err(|e| self.qerr(w.main(), format!("as affine integer groups: {e}")))
     }

@@ -84,7 +84,6 @@ impl HostBackend {
     /// `affine_from_awq`: the converter's carry of the AutoAWQ tensors; a weight it refuses
     /// sets `bad` (the outputs then undefined, as the caller must refuse them).
     pub(super) fn affine_from_awq(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
-        use crate::converters::affine::{AffineGroups, IntSource};
         let (n, kk, kp, group) = (a.dim("n")?, a.dim("k")?, a.dim("kp")?, a.dim("group")?);
         let groups = kk / group.max(1);
         let (qw, qz, sc) = (
@@ -101,23 +100,11 @@ impl HostBackend {
                 sc.len()
             )));
         }
-        let (codes, zeros) = crate::converters::awq::codes(&qw, &qz, n, kk, groups);
-        let h = |i: usize| {
-            crate::converters::f16::to_f32(u16::from_le_bytes([sc[2 * i], sc[2 * i + 1]]))
-        };
-        let scales: Vec<f32> = (0..n * groups)
-            .map(|i| h((i % groups) * n + i / groups))
+        let scales: Vec<f32> = sc[..groups * n * 2]
+            .chunks_exact(2)
+            .map(|h| crate::converters::f16::to_f32(u16::from_le_bytes([h[0], h[1]])))
             .collect();
-        let src = IntSource {
-            bits: 4,
-            group,
-            rows: n,
-            cols: kk,
-            codes: &codes,
-            scales: &scales,
-            zeros: &zeros,
-        };
-        match AffineGroups::from_int(&src) {
+        match crate::converters::awq::to_groups(&qw, &qz, &scales, [n, kk], group) {
             Ok(g) => {
                 let e = crate::converters::layouts::affine::from_groups(&g);
                 if e.padded[1] != kp {
