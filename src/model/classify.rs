@@ -182,6 +182,21 @@ impl Model {
                 scales,
             });
         }
+        if let (Some(qweight), Some(qzeros), Some(scales), Some(bits)) = (
+            idx("qweight"),
+            idx("qzeros"),
+            idx("scales"),
+            self.quant.gptq_bits,
+        ) {
+            return Some(FfnWeight::Gptq {
+                qweight,
+                qzeros,
+                scales,
+                g_idx: idx("g_idx"),
+                bias: idx("bias"),
+                bits,
+            });
+        }
         let weight = idx("weight")?;
         let dt = self.tensors[weight].dtype;
         if let (DType::St(Dtype::I8), Some(scale)) = (dt, idx("weight_scale")) {
@@ -250,7 +265,7 @@ impl Model {
                         .to_string()
                 } else if matches!(suffix, ".qweight" | ".qzeros" | ".scales" | ".g_idx") {
                     format!(
-                        "legacy qweight/qzeros/scales packing is read for AutoAWQ's GEMM layout (quant_method \"awq\") only; this checkpoint declares quant_method {:?} (GPTQ's packing is not read yet: re-save it as compressed-tensors with llm-compressor, or dequantize it)",
+                        "legacy qweight/qzeros/scales packing is read for AutoAWQ's GEMM layout (quant_method \"awq\") and GPTQ's (quant_method \"gptq\", in config.json's quantization_config or quantize_config.json); this checkpoint declares quant_method {:?}",
                         self.quant.method.as_deref().unwrap_or("(none)")
                     )
                 } else {
@@ -460,6 +475,7 @@ impl Model {
                 qzeros,
                 scales,
             } => self.awq_shape(qweight, qzeros, scales)?,
+            FfnWeight::Gptq { .. } => self.gptq_shape(w)?,
             FfnWeight::Half { ref of, .. } => {
                 let [n2, k] = self.weight_shape(of)?;
                 if n2 % 2 != 0 {
@@ -550,6 +566,71 @@ impl Model {
             ));
         }
         self.expect(qzeros, Dtype::I32, &[groups, w8], "AWQ qzeros")?;
+        Ok([n, k])
+    }
+
+    /// The `[n, k]` of a GPTQ weight, its tensors checked against each other: `g_idx` a group
+    /// below G for each input channel, the bias all zeros (AutoGPTQ writes one for every
+    /// layer; a model with biases is not what the FFN computes).
+    fn gptq_shape(&self, w: &FfnWeight) -> Result<[u64; 2]> {
+        let FfnWeight::Gptq {
+            qweight,
+            qzeros,
+            scales,
+            g_idx,
+            bias,
+            bits,
+        } = *w
+        else {
+            unreachable!("gptq_shape of a GPTQ weight");
+        };
+        let per = 32 / bits as u64;
+        let [kw, n] = self.two_d(qweight)?;
+        self.expect(qweight, Dtype::I32, &[kw, n], "GPTQ qweight")?;
+        let k = kw * per;
+        let [groups, sn] = self.two_d(scales)?;
+        self.expect(scales, Dtype::F16, &[groups, sn], "GPTQ scales")?;
+        if sn != n || groups == 0 || groups > k || !n.is_multiple_of(per) {
+            return Err(self.qerr(
+                scales,
+                format!(
+                    "scales [{groups}, {sn}] do not fit qweight [{kw}, {n}] at {bits} bits (n columns, 1 to k groups, n a multiple of {per})"
+                ),
+            ));
+        }
+        self.expect(qzeros, Dtype::I32, &[groups, n / per], "GPTQ qzeros")?;
+        if let Some(g) = g_idx {
+            self.expect(g, Dtype::I32, &[k], "GPTQ g_idx")?;
+            let bad = self.data(g).chunks_exact(4).enumerate().find(|(_, b)| {
+                let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                v < 0 || v as u64 >= groups
+            });
+            if let Some((i, _)) = bad {
+                return Err(self.qerr(
+                    g,
+                    format!(
+                        "input channel {i}: its group is outside the {groups} groups of the scales"
+                    ),
+                ));
+            }
+        } else if !k.is_multiple_of(groups) {
+            return Err(self.qerr(
+                scales,
+                format!("{groups} groups do not divide k = {k} and there is no g_idx to say which channel is in which"),
+            ));
+        }
+        if let Some(b) = bias {
+            let v = self.floats(b, "bias")?;
+            if v.len() as u64 != n || v.iter().any(|&x| x != 0.0) {
+                return Err(self.qerr(
+                    b,
+                    format!(
+                        "a GPTQ bias of {} values that are not all zero: the FFN has no bias term",
+                        v.len()
+                    ),
+                ));
+            }
+        }
         Ok([n, k])
     }
 

@@ -108,6 +108,31 @@ impl Model {
                 converters::awq::decode(self.data(qweight), self.data(qzeros), &s, n, k, &mut out);
                 out
             }
+            FfnWeight::Gptq {
+                qweight,
+                qzeros,
+                scales,
+                bits,
+                ..
+            } => {
+                let s = self.floats(scales, "scales")?;
+                let g_idx = self.gptq_g_idx(w, k, s.len() / n.max(1));
+                let mut out = vec![0f32; len];
+                converters::gptq::decode(
+                    self.data(qweight),
+                    self.data(qzeros),
+                    &s,
+                    &g_idx,
+                    bits,
+                    [n, k],
+                    &mut out,
+                )
+                .map_err(|e| {
+                    let z = converters::gptq::GptqError::Zero(e);
+                    self.qerr(qzeros, z.to_string())
+                })?;
+                out
+            }
             FfnWeight::Half { ref of, half } => {
                 let (mut full, _) = self.decode_weight(of)?;
                 let at = half as usize * len;

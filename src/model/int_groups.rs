@@ -1,10 +1,11 @@
 //! Integer checkpoints' weights in their own terms (codes, scales, zero points), for the
-//! `affine` layout to carry without re-quantizing: AutoAWQ GEMM and compressed-tensors
-//! `int-quantized` / `pack-quantized` (`converters::awq`, `converters::ct_int`).
+//! `affine` layout to carry without re-quantizing: AutoAWQ GEMM, GPTQ and compressed-tensors
+//! `int-quantized` / `pack-quantized` (`converters::awq`, `converters::gptq`,
+//! `converters::ct_int`).
 
 use super::*;
 use crate::converters::affine::{AffineGroups, IntSource, group_carried};
-use crate::converters::{awq, ct_int};
+use crate::converters::{awq, ct_int, gptq};
 
 impl Model {
     /// The signed codes `[n, k]` of compressed-tensors integer weight `w`, its signed zero points
@@ -45,6 +46,48 @@ impl Model {
         Ok((codes, zeros, groups))
     }
 
+    /// Each input channel's group of GPTQ weight `w` of `k` channels in `groups` groups: its
+    /// `g_idx`, or `i / (k / groups)` without one (the shape check made both valid).
+    pub(super) fn gptq_g_idx(&self, w: &FfnWeight, k: usize, groups: usize) -> Vec<i32> {
+        match *w {
+            FfnWeight::Gptq { g_idx: Some(g), .. } => self
+                .data(g)
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            _ => {
+                let group = k / groups.max(1);
+                (0..k).map(|i| (i / group.max(1)) as i32).collect()
+            }
+        }
+    }
+
+    /// Whether GPTQ weight `w` of `[n, k]` has its channels in group order (no act-order), and
+    /// its groups then: `Some(k / G)` if so.
+    fn gptq_group(&self, w: &FfnWeight, [n, k]: [u64; 2]) -> Option<u64> {
+        let FfnWeight::Gptq { scales, .. } = *w else {
+            return None;
+        };
+        let groups = self.tensors[scales].shape.first().copied()?;
+        let group = k.checked_div(groups)?;
+        let g_idx = self.gptq_g_idx(w, k as usize, groups as usize);
+        (n > 0 && group * groups == k && gptq::ordered(&g_idx, group as usize)).then_some(group)
+    }
+
+    /// Whether `w` is a GPTQ weight with act-order (`desc_act`): channels whose groups are not
+    /// contiguous, which the `affine` layout does not carry (it would have to permute the
+    /// activations).
+    pub fn gptq_act_order(&self, w: &FfnWeight) -> bool {
+        let w = match w {
+            FfnWeight::Half { of, .. } => of,
+            w => w,
+        };
+        matches!(w, FfnWeight::Gptq { .. })
+            && self
+                .weight_shape(w)
+                .is_ok_and(|shape| self.gptq_group(w, shape).is_none())
+    }
+
     /// The source's bits per code and values per group of integer weight `w` of `[n, k]`, if
     /// it is one (AutoAWQ or compressed-tensors integer; one scale for the tensor or a row:
     /// the whole row is the group).
@@ -58,13 +101,14 @@ impl Model {
                 let groups = self.ct_int_groups(w, n, k).ok()?.max(1);
                 Some((bits, k.checked_div(groups)?))
             }
+            FfnWeight::Gptq { bits, .. } => Some((bits, self.gptq_group(w, [n, k])?)),
             FfnWeight::Half { ref of, .. } => self.int_scheme(of, self.weight_shape(of).ok()?),
             _ => None,
         }
     }
 
-    /// Whether `w` is an integer weight the `affine` layout carries: AutoAWQ, or
-    /// compressed-tensors codes of 1 to 8 bits, in groups of 32 times a power of two dividing
+    /// Whether `w` is an integer weight the `affine` layout carries: AutoAWQ, GPTQ without
+    /// act-order, or compressed-tensors codes of 1 to 8 bits, in groups of 32 times a power of two dividing
     /// the row, or one group a row or tensor.
     pub fn int_carried(&self, w: &FfnWeight) -> bool {
         let Ok(shape) = self.weight_shape(w) else {
@@ -101,6 +145,19 @@ impl Model {
                 let s = self.floats(scales, "scales")?;
                 let (qw, qz) = (self.data(qweight), self.data(qzeros));
                 awq::to_groups(qw, qz, &s, [n, k], group)
+            }
+            FfnWeight::Gptq {
+                qweight,
+                qzeros,
+                scales,
+                bits,
+                ..
+            } => {
+                let s = self.floats(scales, "scales")?;
+                let (qw, qz) = (self.data(qweight), self.data(qzeros));
+                return gptq::to_groups(qw, qz, &s, bits, [n, k], group)
+                    .map(Some)
+                    .map_err(|e| self.qerr(w.main(), format!("as affine integer groups: {e}")));
             }
             FfnWeight::CtInt { scale, bits, .. } => {
                 let half = 1i32 << (bits - 1);

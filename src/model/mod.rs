@@ -239,6 +239,23 @@ pub enum FfnWeight {
         /// The group scales.
         scales: usize,
     },
+    /// GPTQ's own packing (`quant_method: gptq`, v1 zero points): I32 `qweight
+    /// [k * bits / 32, n]`, I32 `qzeros [G, n * bits / 32]`, F16 `scales [G, n]`, I32 `g_idx
+    /// [k]` and AutoGPTQ's all-zero `bias` (`converters::gptq`).
+    Gptq {
+        /// The packed codes.
+        qweight: usize,
+        /// The packed zero points, each stored minus one.
+        qzeros: usize,
+        /// The group scales.
+        scales: usize,
+        /// Each input channel's group (absent: `i / group`).
+        g_idx: Option<usize>,
+        /// AutoGPTQ's bias (all zeros for a model without biases; others are refused).
+        bias: Option<usize>,
+        /// Bits per code: 2, 4 or 8.
+        bits: u32,
+    },
     /// One half of a fused gate+up weight (Phi-3's `gate_up_proj` / GGUF `ffn_up` of `2 * I`
     /// rows): rows `half * I .. (half + 1) * I` of `of` (0: the gate, 1: the up projection).
     Half {
@@ -259,7 +276,7 @@ impl FfnWeight {
             | FfnWeight::Fp8Channel { weight, .. }
             | FfnWeight::Fp8Tensor { weight, .. }
             | FfnWeight::CtInt { weight, .. } => weight,
-            FfnWeight::Awq { qweight, .. } => qweight,
+            FfnWeight::Awq { qweight, .. } | FfnWeight::Gptq { qweight, .. } => qweight,
             FfnWeight::CtNvfp4 { packed, .. } => packed,
             FfnWeight::Half { ref of, .. } => of.main(),
         }
@@ -302,6 +319,17 @@ impl FfnWeight {
                 qzeros,
                 scales,
             } => vec![qweight, qzeros, scales],
+            FfnWeight::Gptq {
+                qweight,
+                qzeros,
+                scales,
+                g_idx,
+                bias,
+                ..
+            } => [Some(qweight), Some(qzeros), Some(scales), g_idx, bias]
+                .into_iter()
+                .flatten()
+                .collect(),
         }
     }
     /// A short name of the storage scheme.
@@ -318,6 +346,9 @@ impl FfnWeight {
             FfnWeight::CtInt { .. } => "compressed-tensors-int",
             FfnWeight::Half { of, .. } => of.scheme(),
             FfnWeight::Awq { .. } => "awq-gemm-int4",
+            FfnWeight::Gptq { bits: 2, .. } => "gptq-int2",
+            FfnWeight::Gptq { bits: 4, .. } => "gptq-int4",
+            FfnWeight::Gptq { .. } => "gptq-int8",
         }
     }
 }
@@ -354,6 +385,8 @@ pub struct QuantDecl {
     pub fp8: Vec<Fp8Kind>,
     /// The integer weight widths declared (compressed-tensors `type: int` groups).
     pub int_bits: Vec<u32>,
+    /// GPTQ's code width (`quant_method: gptq`, `bits`: 2, 4 or 8).
+    pub gptq_bits: Option<u32>,
 }
 
 impl QuantDecl {
@@ -399,6 +432,9 @@ impl QuantDecl {
                         format!("{bits:?}: AWQ GEMM packing holds 4-bit codes"),
                     ));
                 }
+            }
+            if d.method.as_deref() == Some("gptq") {
+                d.gptq_bits = Some(gptq_bits(qc, &bad)?);
             }
             if d.method.as_deref() == Some("fp8") {
                 let wbs = qc.get("weight_block_size");
@@ -484,6 +520,38 @@ impl QuantDecl {
         d.int_bits.dedup();
         Ok(d)
     }
+}
+
+/// The code width of a GPTQ declaration, refusing what `converters::gptq` does not read: 3-bit
+/// codes (they straddle words), the v2 zero points (`checkpoint_format: gptq_v2`) and Marlin's
+/// repacked tiles, each naming its field.
+fn gptq_bits(qc: &serde_json::Value, bad: &dyn Fn(String, String) -> Error) -> Result<u32> {
+    let bits = qc.get("bits").and_then(|v| v.as_u64());
+    let Some(bits) = bits
+        .and_then(|b| u32::try_from(b).ok())
+        .filter(|b| crate::converters::gptq::BITS.contains(b))
+    else {
+        return Err(bad(
+            "quantization_config.bits".into(),
+            format!("{bits:?}: GPTQ codes of 2, 4 or 8 bits are read (3-bit codes straddle words)"),
+        ));
+    };
+    let format = qc.get("checkpoint_format").and_then(|v| v.as_str());
+    if format.is_some_and(|f| f != "gptq") {
+        return Err(bad(
+            "quantization_config.checkpoint_format".into(),
+            format!(
+                "{format:?}: only GPTQ's \"gptq\" (v1) zero points are read; re-save in that format"
+            ),
+        ));
+    }
+    if qc.get("is_marlin_format").and_then(|v| v.as_bool()) == Some(true) {
+        return Err(bad(
+            "quantization_config.is_marlin_format".into(),
+            "Marlin's repacked tiles are not read (the \"gptq\" packing is)".into(),
+        ));
+    }
+    Ok(bits)
 }
 
 /// The three projections of one dense FFN layer.
@@ -590,6 +658,7 @@ impl Model {
             let dir = self.files[0].path().parent().unwrap_or(Path::new(""));
             for side in [
                 "config.json",
+                "quantize_config.json",
                 "hf_quant_config.json",
                 "model.safetensors.index.json",
             ] {

@@ -17,20 +17,39 @@ impl Model {
                     return Self::open(&path.join(cand));
                 }
             }
-            let mut ggufs: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(|err| Error::Io {
-                    file: file.clone(),
-                    err,
-                })?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
-                .collect();
-            ggufs.sort();
-            return match ggufs.first() {
+            let with = |ext: &str| -> Result<Vec<PathBuf>> {
+                let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+                    .map_err(|err| Error::Io {
+                        file: file.clone(),
+                        err,
+                    })?
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|e| e == ext))
+                    .collect();
+                v.sort();
+                Ok(v)
+            };
+            // One safetensors file of another name (AutoGPTQ's `gptq_model-4bit-128g.safetensors`)
+            // is the model; several without an index are ambiguous.
+            let st = with("safetensors")?;
+            match st.len() {
+                0 => {}
+                1 => return Self::open(&st[0]),
+                _ => {
+                    return Err(Error::Unsupported {
+                        file,
+                        reason: format!(
+                            "directory holds {} .safetensors files and no model.safetensors.index.json saying which tensors each holds: name one file",
+                            st.len()
+                        ),
+                    });
+                }
+            }
+            return match with("gguf")?.first() {
                 Some(g) => Self::open(g),
                 None => Err(Error::Unsupported {
                     file,
-                    reason: "directory holds no model.safetensors(.index.json) and no .gguf".into(),
+                    reason: "directory holds no model.safetensors(.index.json), no other .safetensors and no .gguf".into(),
                 }),
             };
         }
@@ -216,11 +235,25 @@ impl Model {
                     .and_then(|a| a.as_str())
                     .map(str::to_string)
             });
-        let quant = QuantDecl::parse(
-            &cfg_path.display().to_string(),
-            get("quantization_config"),
-            hf_algo.as_deref(),
-        )?;
+        // GPTQ checkpoints written before transformers read them keep the declaration in
+        // `quantize_config.json` (AutoGPTQ writes it beside config.json's copy).
+        let gptq_path = dir.join("quantize_config.json");
+        let gptq_cfg = (get("quantization_config").is_none() && gptq_path.exists())
+            .then(|| safetensors_file::read_json(&gptq_path))
+            .transpose()?
+            .map(|mut q| {
+                if q.get("quant_method").is_none()
+                    && let Some(o) = q.as_object_mut()
+                {
+                    o.insert("quant_method".into(), "gptq".into());
+                }
+                q
+            });
+        let (qc_file, qc) = match &gptq_cfg {
+            Some(q) => (&gptq_path, Some(q)),
+            None => (&cfg_path, get("quantization_config")),
+        };
+        let quant = QuantDecl::parse(&qc_file.display().to_string(), qc, hf_algo.as_deref())?;
         let heads = get("num_attention_heads")
             .and_then(|v| v.as_u64())
             .map(|h| {

@@ -29,6 +29,14 @@ pub fn weight_kind(model: &Model, w: &FfnWeight) -> (String, bool) {
         FfnWeight::Fp8Tensor { .. } => ("FP8 per tensor".into(), true),
         FfnWeight::CtInt { bits, .. } => (format!("int{bits} (compressed-tensors)"), true),
         FfnWeight::Awq { .. } => ("AWQ int4".into(), true),
+        FfnWeight::Gptq { bits, .. } => {
+            let order = if model.gptq_act_order(w) {
+                " with act-order (g_idx: groups not contiguous)"
+            } else {
+                ""
+            };
+            (format!("GPTQ int{bits}{order}"), true)
+        }
         FfnWeight::Half { of, .. } => weight_kind(model, of),
     }
 }

@@ -13,6 +13,8 @@ library itself, with the library's own decompression as the reference:
   model loaded back from disk.
 - NVIDIA ModelOpt: `mtq.quantize(model, NVFP4_DEFAULT_CFG, forward_loop)` and
   `export_hf_checkpoint`; the reference is ModelOpt's own NVFP4 dequantization of each weight.
+- AutoAWQ 0.2.9 (GEMM packing) and AutoGPTQ 0.7.1 (`ONLY=awq`, `ONLY=gptq`; see their
+  sections for the environment each needs): the reference is the library's own dequantization.
 - PEFT: LoRA adapters on gate/up/down of the bf16 base (default scaling, rslora, rank_pattern,
   alpha_pattern, some projections only, DoRA, lora_bias, attention targets); the reference is
   PEFT's own `get_delta_weight` per module.
@@ -41,7 +43,7 @@ def versions():
     import importlib.metadata as md
 
     out = {"torch": torch.__version__}
-    for p in ["compressed-tensors", "nvidia-modelopt", "peft", "transformers", "safetensors", "autoawq"]:
+    for p in ["compressed-tensors", "nvidia-modelopt", "peft", "transformers", "safetensors", "autoawq", "auto-gptq"]:
         try:
             out[p] = md.version(p)
         except md.PackageNotFoundError:
@@ -372,6 +374,78 @@ def awq_write(name, group=128, inter=384, seed=5):
 
 
 # --------------------------------------------------------------------------------------------
+# GPTQ's own packing (AutoGPTQ 0.7.1: `quant_method: gptq`, the v1 zero points), written by the
+# library's whole flow: `AutoGPTQForCausalLM.from_pretrained`, `quantize` (the GPTQ algorithm
+# on random calibration tokens) and `save_quantized`. AutoGPTQ 0.7.1 needs transformers 4.x and
+# asks for CUDA; nothing in its quantization needs a GPU, so its device constant, the
+# `is_available` check at load and the timing `synchronize` are pointed at the CPU (run with
+# PYTHONPATH holding transformers 4.40 and peft 0.10; `datasets`, which it imports and this
+# never calls, may be a stand-in). The reference is the library's own `QuantLinear.forward`
+# (the class AutoGPTQ picks for the scheme) on the identity: its F16 weights, and with F32
+# scales the exact ones.
+
+
+def gptq_reference(d, bits, group, desc_act):
+    from safetensors import safe_open
+    from auto_gptq.utils.import_utils import dynamically_import_QuantLinear
+
+    ql_cls = dynamically_import_QuantLinear(use_triton=False, desc_act=desc_act, group_size=group, bits=bits,
+                                            disable_exllama=True, disable_exllamav2=True)
+    f = safe_open(os.path.join(d, [x for x in os.listdir(d) if x.endswith(".safetensors")][0]), "pt")
+    out = {}
+    for key in sorted(f.keys()):
+        if not key.endswith(".qweight"):
+            continue
+        base = key[: -len(".qweight")]
+        t = {s: f.get_tensor(f"{base}.{s}") for s in ["qweight", "qzeros", "scales", "g_idx"]}
+        bias = f.get_tensor(f"{base}.bias")
+        assert not bias.any(), base  # llama has no biases: AutoGPTQ writes zeros
+        k, n = t["g_idx"].shape[0], t["scales"].shape[1]
+        weights = {}
+        for dt in [torch.float16, torch.float32]:
+            ql = ql_cls(bits=bits, group_size=group if group > 0 else k, infeatures=k, outfeatures=n, bias=False)
+            ql.qweight, ql.qzeros, ql.g_idx = t["qweight"], t["qzeros"], t["g_idx"]
+            ql.scales = t["scales"].to(dt)
+            with torch.no_grad():
+                weights[dt] = ql(torch.eye(k, dtype=dt)).t().contiguous()  # [n, k]
+        lib, exact = weights[torch.float16], weights[torch.float32]
+        assert torch.equal(exact.half(), lib), base
+        out[base + ".weight"] = {"shape": [n, k], "lib_dtype": "float16", "sha256_lib": digest(lib.view(torch.int16)),
+                                 "sha256_f32": f32_digest(exact), "amax": float(lib.float().abs().max())}
+    return out
+
+
+def gptq_write(name, bits=4, group=128, desc_act=False, sym=True, inter=384, seed=7):
+    import tempfile
+
+    import auto_gptq.modeling._base as gbase
+    from auto_gptq import AutoGPTQForCausalLM, BaseQuantizeConfig
+
+    gbase.CUDA_0 = torch.device("cpu")
+    torch.cuda.synchronize = lambda *a, **k: None
+    d = fresh(name)
+    with tempfile.TemporaryDirectory() as src:
+        llama(inter, 1, torch.float16, seed).save_pretrained(src, safe_serialization=True)
+        avail = torch.cuda.is_available
+        torch.cuda.is_available = lambda: True
+        try:
+            qc = BaseQuantizeConfig(bits=bits, group_size=group, desc_act=desc_act, sym=sym)
+            model = AutoGPTQForCausalLM.from_pretrained(src, qc, torch_dtype=torch.float16)
+        finally:
+            torch.cuda.is_available = avail
+        g = torch.Generator().manual_seed(seed)
+        examples = [{"input_ids": torch.randint(0, VOCAB, (1, 64), generator=g),
+                     "attention_mask": torch.ones(1, 64, dtype=torch.long)} for _ in range(8)]
+        model.quantize(examples)
+        model.save_quantized(d, use_safetensors=True)
+    exp = {"library": "auto-gptq 0.7.1 (quantize, save_quantized; QuantLinear.forward)",
+           "scheme": f"gptq-{bits}bit-g{group}-{'desc' if desc_act else 'nodesc'}-{'sym' if sym else 'asym'}",
+           "model_dtype": "float16", "intermediate_size": inter, "hidden_size": HIDDEN, "layers": 1,
+           "weights": gptq_reference(d, bits, group, desc_act)}
+    write_expected(d, exp)
+
+
+# --------------------------------------------------------------------------------------------
 # NVIDIA ModelOpt
 
 
@@ -492,6 +566,11 @@ def main():
     if "awq" in which:
         awq_write("awq-gemm-g128-f16")
         awq_write("awq-gemm-g64-f16", group=64, seed=6)
+    if "gptq" in which:
+        gptq_write("gptq-4bit-g128-desc-sym-f16", desc_act=True)
+        gptq_write("gptq-4bit-g128-sym-f16", seed=8)
+        gptq_write("gptq-4bit-g64-asym-f16", group=64, sym=False, seed=9)
+        gptq_write("gptq-8bit-channel-asym-f16", bits=8, group=-1, sym=False, seed=10)
     if "arch" in which:
         arch_write("phi3-bf16", "phi3")
         arch_write("qwen2moe-mixed-bf16", "qwen2moe")

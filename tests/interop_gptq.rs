@@ -1,0 +1,329 @@
+//! GPTQ's own packing, on checkpoints AutoGPTQ 0.7.1 wrote (`tests/py/make_fixtures.py`,
+//! `ONLY=gptq`): act-order read exactly and kept by no layout but the float ones, the
+//! declarations and tensors this reader refuses, and a tensor-parallel cut of carried groups.
+//! The fixtures' bit-exact decode and their default `affine` convert are in
+//! `interop_toolchains.rs`, beside the other toolchains'.
+
+use metrale_pack::converters::layouts::Layout;
+use metrale_pack::model::Model;
+use metrale_pack::pack::{self, ConvertOptions, Pack};
+use safetensors::Dtype;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+type Tensors = Vec<(String, Dtype, Vec<usize>, Vec<u8>)>;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_metrale-pack"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A copy of fixture `name` in `dir` under AutoGPTQ's file name, its tensors, `config.json`
+/// and `quantize_config.json` edited.
+fn edited(
+    dir: &Path,
+    name: &str,
+    edit: impl FnOnce(&mut Tensors),
+    cfg: impl FnOnce(&mut Value, &mut Value),
+) -> PathBuf {
+    let src = fixture(name);
+    let out = dir.join(name);
+    std::fs::create_dir_all(&out).unwrap();
+    let file = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut ts: Tensors = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    edit(&mut ts);
+    let views: Vec<_> = ts
+        .iter()
+        .map(|(n, d, s, b)| {
+            let v = safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap();
+            (n.clone(), v)
+        })
+        .collect();
+    let dest = out.join(file.file_name().unwrap());
+    safetensors::serialize_to_file(views, None, &dest).unwrap();
+    let read = |f: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(src.join(f)).unwrap()).unwrap()
+    };
+    let (mut c, mut q) = (read("config.json"), read("quantize_config.json"));
+    cfg(&mut c, &mut q);
+    std::fs::write(out.join("config.json"), c.to_string()).unwrap();
+    std::fs::write(out.join("quantize_config.json"), q.to_string()).unwrap();
+    out
+}
+
+fn tensor<'a>(ts: &'a mut Tensors, name: &str) -> &'a mut Vec<u8> {
+    &mut ts.iter_mut().find(|t| t.0 == name).unwrap().3
+}
+
+fn open_err(dir: &Path) -> String {
+    match Model::open(dir) {
+        Ok(_) => panic!("{} opened", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn gptq_act_order_is_read_exactly_and_no_layout_claims_to_keep_it() {
+    // AutoGPTQ's desc_act: each input channel's group follows the Hessian's order (g_idx), so
+    // no group is contiguous. The weights decode as the library's (interop_toolchains.rs);
+    // `affine` keeps contiguous groups only, so the default stops before writing, saying why.
+    let dir = fixture("gptq-4bit-g128-desc-sym-f16");
+    let m = Model::open(&dir).unwrap();
+    let l = &m.ffn_layers[0];
+    assert!(
+        [&l.gate, &l.up, &l.down]
+            .iter()
+            .all(|w| m.gptq_act_order(w))
+    );
+    let settled = pack::choice::settle(&m, &ConvertOptions::default());
+    let why = settled.refusal.expect("no default keeps act-order");
+    assert!(
+        why.contains("GPTQ int4 with act-order") && why.contains("g_idx"),
+        "{why}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("p.mpk.gguf");
+    let o = cli(&[
+        "convert",
+        dir.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("act-order"), "{err}");
+    assert!(!out.exists());
+    // The same checkpoint without act-order carries exactly (interop_toolchains.rs).
+    let plain = Model::open(&fixture("gptq-4bit-g128-sym-f16")).unwrap();
+    assert!(!plain.gptq_act_order(&plain.ffn_layers[0].gate));
+}
+
+#[test]
+fn the_declaration_is_read_from_quantize_config_json_when_config_json_has_none() {
+    // Checkpoints quantized before transformers read GPTQ keep it there only.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = edited(
+        tmp.path(),
+        "gptq-4bit-g64-asym-f16",
+        |_| {},
+        |c, q| {
+            c.as_object_mut().unwrap().remove("quantization_config");
+            q.as_object_mut().unwrap().remove("quant_method");
+        },
+    );
+    let m = Model::open(&d).unwrap();
+    assert_eq!(m.ffn_layers[0].down.scheme(), "gptq-int4");
+    let settled = pack::choice::settle(&m, &ConvertOptions::default());
+    assert_eq!(settled.layouts, [Layout::Affine]);
+}
+
+#[test]
+fn gptq_declarations_and_tensors_that_do_not_fit_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = "gptq-4bit-g64-asym-f16";
+    let mut n = 0;
+    let mut case = |edit: &dyn Fn(&mut Tensors), cfg: &dyn Fn(&mut Value)| {
+        n += 1;
+        let d = edited(&tmp.path().join(n.to_string()), base, edit, |c, _| cfg(c));
+        open_err(&d)
+    };
+    let qc =
+        |f: &'static str, v: Value| move |c: &mut Value| c["quantization_config"][f] = v.clone();
+    // 3-bit codes straddle words; v2 zero points and Marlin tiles are other packings.
+    let e = case(&|_| {}, &qc("bits", 3.into()));
+    assert!(
+        e.contains("quantization_config.bits") && e.contains("3"),
+        "{e}"
+    );
+    let e = case(&|_| {}, &qc("checkpoint_format", "gptq_v2".into()));
+    assert!(
+        e.contains("checkpoint_format") && e.contains("gptq_v2"),
+        "{e}"
+    );
+    let e = case(&|_| {}, &qc("is_marlin_format", true.into()));
+    assert!(e.contains("is_marlin_format"), "{e}");
+    // A bias that is not zero: the FFN has none.
+    let gate = "model.layers.0.mlp.gate_proj";
+    let e = case(
+        &|ts| tensor(ts, &format!("{gate}.bias"))[..2].copy_from_slice(&[0, 0x3C]),
+        &|_| {},
+    );
+    assert!(
+        e.contains(&format!("{gate}.bias")) && e.contains("not all zero"),
+        "{e}"
+    );
+    // A g_idx naming a group past the scales'.
+    let e = case(
+        &|ts| tensor(ts, &format!("{gate}.g_idx"))[..4].copy_from_slice(&9i32.to_le_bytes()),
+        &|_| {},
+    );
+    assert!(
+        e.contains(&format!("{gate}.g_idx")) && e.contains("input channel 0"),
+        "{e}"
+    );
+    // Scales of another shape than the codes'.
+    let e = case(
+        &|ts| {
+            let t = ts
+                .iter_mut()
+                .find(|t| t.0 == format!("{gate}.scales"))
+                .unwrap();
+            t.2 = vec![2, t.2[1] * 2];
+        },
+        &|_| {},
+    );
+    assert!(
+        e.contains(&format!("{gate}.scales")) && e.contains("do not fit"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_zero_point_stored_as_all_ones_is_refused_naming_row_and_group() {
+    // v1 stores z - 1; a zero point of 0 becomes -1 (all ones), which AutoGPTQ's packing ORs
+    // into the word's other fields and its two decoders read differently.
+    let tmp = tempfile::tempdir().unwrap();
+    let down = "model.layers.0.mlp.down_proj";
+    let d = edited(
+        tmp.path(),
+        "gptq-4bit-g64-asym-f16",
+        |ts| tensor(ts, &format!("{down}.qzeros"))[4..8].copy_from_slice(&[0xF0, 0, 0, 0]),
+        |_, _| {},
+    );
+    let m = Model::open(&d).unwrap();
+    let e = m
+        .decode_weight(&m.ffn_layers[0].down)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("{down}.qzeros")) && e.contains("row 9, group 0"),
+        "{e}"
+    );
+    let out = tmp.path().join("p.mpk.gguf");
+    let e = pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("row 9, group 0") && !out.exists(), "{e}");
+}
+
+#[test]
+fn carried_gptq_groups_split_across_ranks_at_group_boundaries() {
+    // Intermediate 384 in groups of 64: each rank's 192 down columns are three whole groups.
+    // A TP pack splits packed integer attention weights only as compressed-tensors stores
+    // them, so the fixture's attention is refused by name, and then replaced by F16 weights.
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = ConvertOptions {
+        layouts: Some(vec![Layout::Affine]),
+        tp: 2,
+        ..Default::default()
+    };
+    let m = Model::open(&fixture("gptq-4bit-g64-asym-f16")).unwrap();
+    let out = tmp.path().join("tp.mpk.gguf");
+    let e = pack::convert(&m, &opts, &out, &|_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("self_attn") && e.contains("g_idx") && !out.exists(),
+        "{e}"
+    );
+    let d = edited(
+        tmp.path(),
+        "gptq-4bit-g64-asym-f16",
+        |ts| {
+            ts.retain(|t| !t.0.contains(".self_attn."));
+            for (p, n) in [("q", 256), ("k", 128), ("v", 128), ("o", 256)] {
+                let name = format!("model.layers.0.self_attn.{p}_proj.weight");
+                ts.push((name, Dtype::F16, vec![n, 256], vec![0x20; n * 256 * 2]));
+            }
+        },
+        |_, _| {},
+    );
+    let m = Model::open(&d).unwrap();
+    pack::convert(&m, &opts, &out, &|_, _| {}).unwrap();
+    let p = Pack::open(&out).unwrap();
+    let c = pack::verify_against_source(&p, &m).unwrap();
+    assert!(c.mismatched.is_empty(), "{:?}", c.mismatched);
+    let full = m.decode_weight(&m.ffn_layers[0].down).unwrap().0;
+    for r in 0..2usize {
+        let (v, [n, k]) = p
+            .decode_ffn(&format!("blk.0.ffn_down.tp{r}.affine"))
+            .unwrap();
+        assert_eq!([n, k], [256, 192]);
+        let same = (0..256).all(|row| {
+            let want = &full[row * 384 + 192 * r..row * 384 + 192 * (r + 1)];
+            v[row * 192..(row + 1) * 192]
+                .iter()
+                .zip(want)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        });
+        assert!(same, "rank {r}");
+    }
+}
+
+#[test]
+fn a_directory_of_several_safetensors_without_an_index_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = edited(tmp.path(), "gptq-4bit-g64-asym-f16", |_| {}, |_, _| {});
+    std::fs::write(d.join("extra.safetensors"), b"").unwrap();
+    let e = open_err(&d);
+    assert!(
+        e.contains("2 .safetensors files") && e.contains("index"),
+        "{e}"
+    );
+}
+
+#[test]
+fn carried_gptq_packs_compute_the_source_ffn_on_the_host_backend() {
+    // The packs' affine arms (decode row by row, prefill over all rows) against the float64
+    // FFN of the weights as AutoGPTQ decodes them: 4-bit groups of 64 with zero points (F16
+    // scales: the half zero form) and 8-bit per channel. The error is the int8 activations'.
+    use metrale_pack::check::activations::activation_checks;
+    use metrale_pack::gpu::{GpuBackend, host::HostBackend};
+    use metrale_pack::testing::Rand;
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let acts = tmp.path().join("acts");
+    std::fs::create_dir_all(&acts).unwrap();
+    let rows = 24;
+    let x = Rand(5).vec(rows * 256, 1.0);
+    let mut f = std::fs::File::create(acts.join("layer0.npy")).unwrap();
+    metrale_pack::npy::write_f32(&mut f, &[rows, 256], &x).unwrap();
+    for name in ["gptq-4bit-g64-asym-f16", "gptq-8bit-channel-asym-f16"] {
+        let src = fixture(name);
+        let out = tmp.path().join(format!("{name}.mpk.gguf"));
+        pack::convert(
+            Model::open(&src).unwrap(),
+            &ConvertOptions::default(),
+            &out,
+            &|_, _| {},
+        )
+        .unwrap();
+        let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+        let t = activation_checks(b, &out, &src, &acts, &[], rows, &mut Rand(3)).unwrap();
+        assert_eq!(t.len(), 2, "{name}: {t:#?}");
+        assert!(t.iter().any(|r| r.m == 1) && t.iter().any(|r| r.m == rows));
+        for r in &t {
+            assert_eq!(r.arm, "affine", "{name}");
+            // int8 activations in groups of 32: about 0.4% of each row's value.
+            assert!(r.real < 0.02 && r.random < 0.02, "{name}: {r:?}");
+        }
+    }
+}
