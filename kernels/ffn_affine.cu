@@ -380,4 +380,59 @@ extern "C" __global__ void affine_from_awq(const unsigned int* __restrict__ qwei
     reinterpret_cast<unsigned int*>(sb)[(long long)j * (kp / sgroup) + c0 / sgroup] = pair;
 }
 
+// GPTQ int2 / int4 / int8 in group order (qweight [k / per, n] and qzeros [k / group, n / per]
+// int32 words, per = 32 / bits values a word, value i of a column at bits bits * (i % per); the
+// v1 zero point is the field plus one; F16 scales [k / group, n]; g_idx [k] or null) of [n, k]
+// to the affine layout's zero form 1 at sbits (4 for 2 and 4 bits, else 8): codes [n, kp] and
+// per stored group of sgroup values the pair (half s, half z), the converter's bytes
+// (converters/gptq.rs `to_groups`, layouts/affine.rs `from_groups`). sgroup as in
+// affine_from_awq. *bad gets 1 for a scale that is not finite, 2 for a zero point field of all
+// ones, 4 for a g_idx entry other than c / group (act-order): the converter refuses each. One
+// thread per 32 values of a row. Grid ceil(n * kp / 32 / 256), block 256.
+extern "C" __global__ void affine_from_gptq(const unsigned int* __restrict__ qweight,
+                                            const unsigned int* __restrict__ qzeros,
+                                            const unsigned short* __restrict__ scales,
+                                            const int* __restrict__ g_idx, int bits, int n, int k, int kp,
+                                            int group, int sgroup, unsigned char* __restrict__ codes,
+                                            unsigned char* __restrict__ sb, unsigned int* __restrict__ bad) {
+    const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= (long long)n * (kp / 32)) return;
+    const int j = (int)(id / (kp / 32)), c0 = (int)(id % (kp / 32)) * 32;
+    const int per = 32 / bits, zwords = n / per, sbits = bits <= 4 ? 4 : 8;
+    const unsigned int mask = (1u << bits) - 1u;
+    const int zshift = bits * (j % per);
+    const unsigned int zrow = ((qzeros[j / per] >> zshift) & mask) + 1u;  // group 0's zero point
+    const bool per_row = sgroup != group;
+    unsigned char* out = codes + (long long)j * (kp * sbits / 8) + c0 * sbits / 8;
+    for (int e = 0; e < 32; e += 2) {
+        unsigned int q[2];
+        for (int h = 0; h < 2; ++h) {
+            const int c = c0 + e + h;
+            if (c < k) {
+                q[h] = (qweight[(long long)(c / per) * n + j] >> (bits * (c % per))) & mask;
+                if (g_idx != nullptr && g_idx[c] != c / group) atomicOr(bad, 4u);
+            } else {
+                q[h] = per_row ? zrow : 0u;
+            }
+        }
+        if (sbits == 4) {
+            out[e / 2] = (unsigned char)(q[0] | (q[1] << 4));
+        } else {
+            out[e] = (unsigned char)q[0];
+            out[e + 1] = (unsigned char)q[1];
+        }
+    }
+    if (c0 % sgroup != 0) return;
+    unsigned int pair = 0;
+    if (c0 < k) {
+        const int g = c0 / group;
+        const unsigned int s = scales[(long long)g * n + j];
+        const unsigned int zf = (qzeros[(long long)g * zwords + j / per] >> zshift) & mask;
+        if ((s & 0x7C00u) == 0x7C00u) atomicOr(bad, 1u);
+        if (zf == mask) atomicOr(bad, 2u);
+        pair = s | ((unsigned int)__half_as_ushort(__float2half_rn((float)(zf + 1u))) << 16);
+    }
+    reinterpret_cast<unsigned int*>(sb)[(long long)j * (kp / sgroup) + c0 / sgroup] = pair;
+}
+
 // ---- host-emulated: end ----

@@ -327,3 +327,115 @@ fn carried_gptq_packs_compute_the_source_ffn_on_the_host_backend() {
         }
     }
 }
+
+#[test]
+fn finalize_affine_gptq_load_builds_the_converters_bytes_from_autogptq_tensors() {
+    // The tensors AutoGPTQ wrote, uploaded as they are (g_idx included), at 4 bits in groups of
+    // 64 and at 8 bits per channel: the overlay equals what convert writes, byte for byte.
+    use metrale_pack::converters::layouts;
+    use metrale_pack::ffn::{DenseFfnLayer, FfnConfig, ForwardContext, GptqTensors, key};
+    use metrale_pack::gpu::{GpuBackend, host::HostBackend};
+    use metrale_pack::model::FfnWeight;
+    for name in ["gptq-4bit-g64-asym-f16", "gptq-8bit-channel-asym-f16"] {
+        let m = Model::open(&fixture(name)).unwrap();
+        let b = std::sync::Arc::new(HostBackend::new());
+        let cfg = FfnConfig {
+            hidden: 256,
+            inter: 384,
+        };
+        let lev = metrale_pack::gpu::levers::ModelLevers::from_map(
+            &Default::default(),
+            metrale_pack::gpu::levers::HARDWARE_SM90,
+        );
+        let mut c = ForwardContext::new(b.clone(), cfg, 16, lev).unwrap();
+        c.tracing = true;
+        let up = |bytes: &[u8]| {
+            let p = b.alloc(bytes.len() as u64).unwrap();
+            b.upload(p, bytes).unwrap();
+            p
+        };
+        let l0 = &m.ffn_layers[0];
+        let ws = [&l0.gate, &l0.up, &l0.down];
+        let t: Vec<GptqTensors> = ws
+            .iter()
+            .map(|w| {
+                let FfnWeight::Gptq {
+                    qweight,
+                    qzeros,
+                    scales,
+                    g_idx,
+                    bits,
+                    ..
+                } = **w
+                else {
+                    panic!("{w:?}")
+                };
+                let [n, k] = m.weight_shape(w).unwrap().map(|d| d as usize);
+                GptqTensors {
+                    qweight: up(m.data(qweight)),
+                    qzeros: up(m.data(qzeros)),
+                    scales: up(m.data(scales)),
+                    g_idx: g_idx.map(|g| up(m.data(g))),
+                    bits,
+                    n,
+                    k,
+                    group: k / m.tensors[scales].shape[0] as usize,
+                }
+            })
+            .collect();
+        let t = [t[0], t[1], t[2]];
+        let mut l = DenseFfnLayer::new(&c);
+        l.finalize_affine_gptq_load(&mut c, t, 0).unwrap();
+        assert_eq!(c.trace, ["affine_from_gptq"; 3], "{name}");
+        let got = *l.get(key::AFFINE).unwrap();
+        for (p, w) in ws.iter().enumerate() {
+            let e = layouts::affine::from_groups(&m.int_groups(w).unwrap().unwrap());
+            let mut codes = vec![0u8; e.parts[0].1.len()];
+            let mut sb = vec![0u8; e.parts[1].1.len()];
+            let len = |v: &Vec<u8>| v.len() as u64;
+            b.download(got[p].codes().view(0, len(&codes)), &mut codes)
+                .unwrap();
+            b.download(got[p].scales().view(0, len(&sb)), &mut sb)
+                .unwrap();
+            assert!(codes == e.parts[0].1 && sb == e.parts[1].1, "{name} {p}");
+        }
+        // An act-order g_idx, a width GPTQ's packing here does not hold, and a zero point stored
+        // as all ones are refused by projection.
+        let mut order: Vec<u8> = m
+            .data(match l0.down {
+                FfnWeight::Gptq { g_idx, .. } => g_idx.unwrap(),
+                _ => unreachable!(),
+            })
+            .to_vec();
+        order[..4].copy_from_slice(&1i32.to_le_bytes());
+        let shuffled = GptqTensors {
+            g_idx: Some(up(&order)),
+            ..t[2]
+        };
+        let e = l
+            .finalize_affine_gptq_load(&mut c, [t[0], t[1], shuffled], 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("down") && e.contains("act-order"), "{name}: {e}");
+        let three = GptqTensors { bits: 3, ..t[0] };
+        let e = l
+            .finalize_affine_gptq_load(&mut c, [three, t[1], t[2]], 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gate") && e.contains("3 bits"), "{name}: {e}");
+        let FfnWeight::Gptq { qzeros, bits, .. } = l0.up else {
+            unreachable!()
+        };
+        let mut z = m.data(qzeros).to_vec();
+        z[0] |= ((1u16 << bits) - 1) as u8;
+        let ones = GptqTensors {
+            qzeros: up(&z),
+            ..t[1]
+        };
+        let e = l
+            .finalize_affine_gptq_load(&mut c, [t[0], ones, t[2]], 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("up") && e.contains("all ones"), "{name}: {e}");
+    }
+}

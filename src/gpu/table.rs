@@ -724,6 +724,11 @@ kernel_table! {
         // One thread per 32 values of a row: n * kp / 32 threads.
         grid(Rule(|a| Ok(blocks_of(a, &["n", "kp"], 1)? / 32)
             .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;
+    affine_from_gptq: "ffn_affine" "affine_from_gptq"
+        ("qweight:p qzeros:p scales:p g_idx:p bits:i n:i k:i kp:i group:i sgroup:i codes:p sb:p bad:p")
+        // One thread per 32 values of a row: n * kp / 32 threads.
+        grid(Rule(|a| Ok(blocks_of(a, &["n", "kp"], 1)? / 32)
+            .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;
     affine_quant: "ffn_affine" "affine_quantize_act"
         ("x:p u:p act:i m:i k:i ld:i kp:i bits:i xq:p xs:p")
         // One warp per group of 32, 8 warps per block.

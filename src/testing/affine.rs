@@ -100,6 +100,33 @@ pub fn awq_tensors(x: &[f32], n: usize, k: usize, group: usize) -> ([Vec<u8>; 3]
     ([qweight, qzeros, scales], g)
 }
 
+/// f32 `[n, k]` (n a multiple of 32 / bits) as a GPTQ checkpoint holds it in group order:
+/// round-to-nearest groups of `group` at `bits` (2, 4 or 8; [`int_groups_rtn`], half scales)
+/// packed as `qweight`, `qzeros` (v1: each zero point minus one) and F16 `scales
+/// [k / group, n]` bytes, with the groups themselves (what `convert` carries). Panics on a
+/// zero point of 0, which v1 cannot store (random test weights have none).
+pub fn gptq_tensors(
+    x: &[f32],
+    n: usize,
+    k: usize,
+    bits: u32,
+    group: usize,
+) -> ([Vec<u8>; 3], AffineGroups) {
+    let g = int_groups_rtn(x, n, k, bits, group, true);
+    let groups = k / group;
+    let row = k * g.bits as usize / 8;
+    let q: Vec<u8> = (0..n * k)
+        .map(|i| crate::converters::affine::code_at(&g.codes[i / k * row..], i % k, g.bits) as u8)
+        .collect();
+    let z: Vec<u32> = g.terms.iter().map(|&t| t as u32).collect();
+    assert!(z.iter().all(|&z| z > 0), "a zero point of 0");
+    let (qweight, qzeros) = crate::converters::gptq::pack(&q, &z, bits, [n, k], groups);
+    let scales = (0..groups * n)
+        .flat_map(|i| half::f16::from_f32(g.scales[(i % n) * groups + i / n]).to_le_bytes())
+        .collect();
+    ([qweight, qzeros, scales], g)
+}
+
 /// The `affine` layout's encoding of f32 `[n, k]` as `kind`.
 pub fn affine_encoded(x: &[f32], n: usize, k: usize, kind: AffineKind) -> Encoded {
     let k32 = k.div_ceil(32) * 32;

@@ -70,7 +70,71 @@ pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         }
     }
     affine_from_ggml_rows(c, rows)?;
-    affine_from_awq_rows(c, rows)
+    affine_from_awq_rows(c, rows)?;
+    affine_from_gptq_rows(c, rows)
+}
+
+/// `affine_from_gptq` (the GPU carry of GPTQ's tensors) against the converter: bytes at 2, 4
+/// and 8 bits with an ordered `g_idx`, and at 4 bits each refusal flagged (an infinite scale,
+/// a zero point field of all ones, a `g_idx` out of group order as act-order has it).
+fn affine_from_gptq_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+    let (n, k, b) = (c.n, c.k, c.b.as_ref());
+    if !n.is_multiple_of(16) || !k.is_multiple_of(16) {
+        return Ok(());
+    }
+    let group = if k.is_multiple_of(128) { 128 } else { k };
+    let ordered: Vec<u8> = (0..k)
+        .flat_map(|i| ((i / group) as i32).to_le_bytes())
+        .collect();
+    for bits in crate::converters::gptq::BITS {
+        let ([qw, qz, sc], g) = crate::testing::gptq_tensors(&c.wf, n, k, bits, group);
+        let want = crate::converters::layouts::affine::from_groups(&g);
+        let (codes, sb, kp) = (&want.parts[0].1, &want.parts[1].1, want.padded[1]);
+        let sgroup = crate::testing::affine_scheme(&want).group;
+        let cases: &[&str] = if bits == 4 {
+            &[
+                "bytes = converter",
+                "infinite scale",
+                "zero all ones",
+                "g_idx out of group order",
+            ]
+        } else {
+            &["bytes = converter"]
+        };
+        for &case in cases {
+            let (mut sc, mut qz, mut gi) = (sc.clone(), qz.clone(), ordered.clone());
+            match case {
+                "infinite scale" => sc[2..4].copy_from_slice(&half::f16::INFINITY.to_le_bytes()),
+                "zero all ones" => qz[0] |= 0x0F,
+                "g_idx out of group order" => gi[..4].copy_from_slice(&1i32.to_le_bytes()),
+                _ => {}
+            }
+            let (dw, dz) = (alloc_upload(b, &qw)?, alloc_upload(b, &qz)?);
+            let (ds, dg) = (alloc_upload(b, &sc)?, alloc_upload(b, &gi)?);
+            let (gc, gs, flagged) = run_carry(c, (codes.len(), sb.len()), |cd, sd, bad| {
+                let call = c.kk.affine_from_gptq.call().ptr("qweight", dw);
+                let call = call.ptr("qzeros", dz).ptr("scales", ds).ptr("g_idx", dg);
+                let call = call.dim("bits", bits as usize).dim("n", n).dim("k", k);
+                let call = call.dim("kp", kp).dim("group", group).dim("sgroup", sgroup);
+                call.ptr("codes", cd).ptr("sb", sd).ptr("bad", bad)
+            })?;
+            let ok = if case == "bytes = converter" {
+                gc == *codes && gs == *sb && !flagged
+            } else {
+                flagged
+            };
+            c.bits(
+                rows,
+                &format!("affine_from_gptq {bits}-bit ({case})"),
+                0,
+                ok,
+            );
+            for p in [dw, dz, ds, dg] {
+                b.free(p);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `affine_from_awq` (the GPU carry of AutoAWQ's tensors) against the converter, bytes and

@@ -136,6 +136,30 @@ pub struct AwqTensors {
     pub group: usize,
 }
 
+/// One projection's GPTQ tensors on the device, as the checkpoint holds them (the input of
+/// [`DenseFfnLayer::finalize_affine_gptq_load`]): I32 `qweight [k * bits / 32, n]`, I32
+/// `qzeros [k / group, n * bits / 32]` (v1 zero points), F16 `scales [k / group, n]`, and the
+/// I32 `g_idx [k]` if the checkpoint has one (checked to be in group order).
+#[derive(Clone, Copy, Debug)]
+pub struct GptqTensors {
+    /// `qweight`.
+    pub qweight: DevicePtr,
+    /// `qzeros`.
+    pub qzeros: DevicePtr,
+    /// `scales`.
+    pub scales: DevicePtr,
+    /// `g_idx`, or `None`.
+    pub g_idx: Option<DevicePtr>,
+    /// Bits per code: 2, 4 or 8.
+    pub bits: u32,
+    /// Rows (outputs, a multiple of 32 / bits).
+    pub n: usize,
+    /// Values per row (a multiple of 32 / bits).
+    pub k: usize,
+    /// Values per group (`k / group` groups; `k` for GPTQ's `group_size: -1`).
+    pub group: usize,
+}
+
 /// What one projection's GPU carry writes: its shape, padded K and scheme, and the launch that
 /// fills its codes and scale pairs (given them and its refusal flag).
 struct Carry<'a> {
@@ -264,6 +288,75 @@ impl DenseFfnLayer {
             });
         }
         self.carry_affine(ctx, plans, stream, &what, "a scale is not finite")
+    }
+
+    /// Build the `affine` overlay on the GPU from the GPTQ tensors of gate, up and down
+    /// (`affine_from_gptq`): the bytes `convert` writes for them (the zero form with half
+    /// scales; tested bit for bit against the converter), as
+    /// [`Self::finalize_affine_awq_load`] does for AutoAWQ. Refuses, naming the projection, a
+    /// width other than 2, 4 or 8 bits, a shape the tensors do not hold, a group the layout does
+    /// not store, a scale that is not finite, a zero point stored as all ones, or a `g_idx`
+    /// out of group order (act-order, which the layout does not carry).
+    pub fn finalize_affine_gptq_load(
+        &mut self,
+        ctx: &mut ForwardContext,
+        tensors: [GptqTensors; 3],
+        stream: crate::gpu::StreamId,
+    ) -> GpuResult<()> {
+        let what = |p: usize| format!("finalize_affine_gptq_load: {}", PROJ_NAMES[p]);
+        let k = self.kernels;
+        let mut plans = Vec::with_capacity(3);
+        for (p, x) in tensors.iter().enumerate() {
+            let per = 32 / x.bits.max(1) as usize;
+            let groups = x.k.checked_div(x.group).unwrap_or(0) as u64;
+            let words = |rows: u64, cols: usize| rows.checked_mul(cols as u64 * 4);
+            let holds = |b: Option<u64>, ptr: DevicePtr| b.is_some_and(|b| b <= ptr.bytes);
+            let fits = crate::converters::gptq::BITS.contains(&x.bits)
+                && x.n.is_multiple_of(per)
+                && x.k.is_multiple_of(per)
+                && crate::converters::affine::group_carried(x.group, x.k)
+                && holds(words((x.k / per) as u64, x.n), x.qweight)
+                && holds(words(groups, x.n / per), x.qzeros)
+                && holds(groups.checked_mul(x.n as u64 * 2), x.scales)
+                && x.g_idx.is_none_or(|g| holds(Some(x.k as u64 * 4), g));
+            if !fits {
+                return Err(refuse(
+                    &what(p),
+                    format!(
+                        "qweight / qzeros / scales of {} / {} / {} bytes are not GPTQ's [{}, {}] at {} bits in groups of {} (2, 4 or 8 bits; n and k multiples of 32 / bits; groups of 32 x 2^j dividing k, or k)",
+                        x.qweight.bytes, x.qzeros.bytes, x.scales.bytes, x.n, x.k, x.bits, x.group
+                    ),
+                ));
+            }
+            let kp = crate::converters::layouts::round_up(x.k, affine::K_ALIGN);
+            let own = Scheme {
+                bits: if x.bits <= 4 { 4 } else { 8 },
+                group: x.group,
+                form: Form::Zero,
+            };
+            let scheme = Scheme {
+                group: affine::stored_group(own, kp),
+                ..own
+            };
+            let x = *x;
+            plans.push(Carry {
+                n: x.n,
+                k: x.k,
+                kp,
+                scheme,
+                call: Box::new(move |codes, sb, bad| {
+                    let call = k.affine_from_gptq.call().ptr("qweight", x.qweight);
+                    let call = call.ptr("qzeros", x.qzeros).ptr("scales", x.scales);
+                    let call = call.ptr("g_idx", x.g_idx.unwrap_or(DevicePtr::NULL));
+                    let call = call.dim("bits", x.bits as usize).dim("n", x.n).dim("k", x.k);
+                    let call = call.dim("kp", kp).dim("group", x.group);
+                    let call = call.dim("sgroup", scheme.group).ptr("codes", codes);
+                    call.ptr("sb", sb).ptr("bad", bad)
+                }),
+            });
+        }
+        let refusal = "a scale is not finite, a zero point is stored as all ones, or g_idx is out of group order (act-order); convert names which";
+        self.carry_affine(ctx, plans, stream, &what, refusal)
     }
 
     /// The GPU carries of gate, up and down on `stream`, each with its refusal flag, one wait,

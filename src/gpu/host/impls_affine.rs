@@ -120,6 +120,67 @@ impl HostBackend {
         }
     }
 
+    /// `affine_from_gptq`: the converter's carry of the GPTQ tensors (group order); what it
+    /// refuses sets `bad` as the kernel does (1 a scale not finite, 2 a zero point field of all
+    /// ones, 4 a `g_idx` out of group order), the outputs then undefined.
+    pub(super) fn affine_from_gptq(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        use crate::converters::{affine::AffineError, gptq};
+        let (n, kk, kp, group) = (a.dim("n")?, a.dim("k")?, a.dim("kp")?, a.dim("group")?);
+        let bits = a.dim("bits")? as u32;
+        let groups = kk / group.max(1);
+        let per = 32 / bits.max(1) as usize;
+        let (qw, qz, sc) = (
+            self.read(a.ptr("qweight")?)?,
+            self.read(a.ptr("qzeros")?)?,
+            self.read(a.ptr("scales")?)?,
+        );
+        let ok = gptq::BITS.contains(&bits)
+            && qw.len() >= kk / per * n * 4
+            && qz.len() >= groups * (n / per) * 4
+            && sc.len() >= groups * n * 2;
+        if !ok {
+            return Err(GpuError::Invalid(format!(
+                "affine_from_gptq: {} / {} / {} bytes for [{n}, {kk}] at {bits} bits in groups of {group}",
+                qw.len(),
+                qz.len(),
+                sc.len()
+            )));
+        }
+        let mut flag = 0u32;
+        let g_idx = a.ptr("g_idx")?;
+        if !g_idx.is_null() {
+            let g: Vec<i32> = self.read(g_idx)?[..kk * 4]
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            if !gptq::ordered(&g, group) {
+                flag |= 4;
+            }
+        }
+        let scales: Vec<f32> = sc[..groups * n * 2]
+            .chunks_exact(2)
+            .map(|h| crate::converters::f16::to_f32(u16::from_le_bytes([h[0], h[1]])))
+            .collect();
+        match gptq::to_groups(&qw, &qz, &scales, bits, [n, kk], group) {
+            Ok(g) if flag == 0 => {
+                let e = crate::converters::layouts::affine::from_groups(&g);
+                if e.padded[1] != kp {
+                    return Err(GpuError::Invalid(format!(
+                        "affine_from_gptq: kp {kp}, the layout's {}",
+                        e.padded[1]
+                    )));
+                }
+                self.write(a.ptr("codes")?, 0, &e.parts[0].1)?;
+                return self.write(a.ptr("sb")?, 0, &e.parts[1].1);
+            }
+            Ok(_) => {}
+            Err(gptq::GptqError::Zero(_)) => flag |= 2,
+            Err(gptq::GptqError::Affine(AffineError::NonFinite { .. })) => flag |= 1,
+            Err(e) => return Err(GpuError::Invalid(format!("affine_from_gptq: {e}"))),
+        }
+        self.write(a.ptr("bad")?, 0, &flag.to_le_bytes())
+    }
+
     /// `affine_quantize_act`: `x`, or `act(x, u)` (1 SiLU, 2 GELU), rows at stride `ld`.
     pub(super) fn affine_quantize_act(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (act, m, kk, ld) = (a.dim("act")?, a.dim("m")?, a.dim("k")?, a.dim("ld")?);
