@@ -93,6 +93,9 @@ pub struct AffineGroups {
     /// Each group's second number, `[rows, cols / group]`: the offset `b` ([`Form::Offset`]) or
     /// the zero point `z` (the zero forms).
     pub terms: Vec<f32>,
+    /// The source column of each stored column (`None`: the same), where the source's groups
+    /// are not contiguous (GPTQ's act-order) and the columns were sorted by group.
+    pub perm: Option<Vec<u32>>,
 }
 
 /// Why a source block cannot be carried exactly.
@@ -112,6 +115,16 @@ pub enum AffineError {
         rows: usize,
         /// Values per row asked for.
         cols: usize,
+    },
+    /// Groups of a column map that do not each hold `group` columns.
+    #[error(
+        "the group indices do not put {group} input channels in every group (channel {column} is where another group's should be)"
+    )]
+    Permuted {
+        /// The first column out of place once sorted.
+        column: usize,
+        /// Columns a group must hold.
+        group: usize,
     },
     /// A block's scale or minimum is NaN or infinite.
     #[error("row {row}, block {group}: its {field} is not finite")]
@@ -338,6 +351,7 @@ impl AffineGroups {
             codes: Vec::with_capacity(rows * cols * bits as usize / 8),
             scales: Vec::with_capacity(rows * groups),
             terms: Vec::with_capacity(rows * groups),
+            perm: None,
         };
         for (i, b) in raw.chunks_exact(block_bytes).enumerate() {
             let (row, group) = (i / groups, i % groups);
@@ -379,6 +393,7 @@ impl AffineGroups {
             codes,
             scales: src.scales.to_vec(),
             terms: src.zeros.iter().map(|&z| z as f32).collect(),
+            perm: None,
         })
     }
 
@@ -390,6 +405,7 @@ impl AffineGroups {
             codes: self.codes[start * row..(start + count) * row].to_vec(),
             scales: self.scales[start * groups..(start + count) * groups].to_vec(),
             terms: self.terms[start * groups..(start + count) * groups].to_vec(),
+            perm: self.perm.clone(),
             ..*self
         }
     }
@@ -411,6 +427,9 @@ impl AffineGroups {
     pub fn pad_cols(self, extra: usize) -> Option<AffineGroups> {
         if extra == 0 {
             return Some(self);
+        }
+        if self.perm.is_some() {
+            return None;
         }
         let per_row = self.group == self.cols;
         let cols = self.cols + extra;
@@ -460,7 +479,8 @@ impl AffineGroups {
         let per_row = self.group == self.cols;
         let aligned = lo.is_multiple_of(self.group) && hi.is_multiple_of(self.group);
         let split_byte = self.bits == 4 && !(lo.is_multiple_of(2) && hi.is_multiple_of(2));
-        if lo >= hi || hi > self.cols || split_byte || !(per_row || aligned) {
+        if lo >= hi || hi > self.cols || split_byte || !(per_row || aligned) || self.perm.is_some()
+        {
             return None;
         }
         let (bpv, groups) = (self.bits as usize, self.cols / self.group);
@@ -476,6 +496,7 @@ impl AffineGroups {
             codes: Vec::with_capacity(self.rows * (hi - lo) * bpv / 8),
             scales: Vec::with_capacity(self.rows * (g_hi - g_lo)),
             terms: Vec::with_capacity(self.rows * (g_hi - g_lo)),
+            perm: None,
             ..*self
         };
         for r in 0..self.rows {
@@ -495,18 +516,58 @@ impl AffineGroups {
         code_at(&self.codes[r * row..(r + 1) * row], c, self.bits)
     }
 
-    /// Every weight, f32 `[rows, cols]` ([`Form::weight`]).
+    /// Every weight, f32 `[rows, cols]` in the source's column order ([`Form::weight`]).
     pub fn decode(&self) -> Vec<f32> {
         let groups = self.cols / self.group;
-        let mut out = Vec::with_capacity(self.rows * self.cols);
+        let mut out = vec![0f32; self.rows * self.cols];
         for r in 0..self.rows {
             for c in 0..self.cols {
                 let g = r * groups + c / self.group;
                 let q = self.code(r, c);
-                out.push(self.form.weight(self.scales[g], self.terms[g], q));
+                let at = self.perm.as_ref().map_or(c, |p| p[c] as usize);
+                out[r * self.cols + at] = self.form.weight(self.scales[g], self.terms[g], q);
             }
         }
         out
+    }
+
+    /// The integer source with its columns sorted by group where `group_of` (each column's
+    /// group) is not in order (GPTQ's act-order): every group must hold `src.group` columns.
+    /// The stored columns are then contiguous groups and [`AffineGroups::perm`] says where each
+    /// came from; the stable sort keeps a group's columns in source order.
+    pub fn from_int_grouped(
+        src: &IntSource,
+        group_of: &[u32],
+    ) -> Result<AffineGroups, AffineError> {
+        let (rows, cols, group) = (src.rows, src.cols, src.group);
+        if group_of.len() != cols || group == 0 || !cols.is_multiple_of(group) {
+            return Err(AffineError::Group { group, cols });
+        }
+        if group_of
+            .iter()
+            .enumerate()
+            .all(|(c, &g)| g as usize == c / group)
+        {
+            return AffineGroups::from_int(src);
+        }
+        let mut perm: Vec<u32> = (0..cols as u32).collect();
+        perm.sort_by_key(|&c| group_of[c as usize]);
+        // Sorted, column c belongs to group c / group exactly when each group has `group`.
+        if let Some(c) = (0..cols).find(|&c| group_of[perm[c] as usize] as usize != c / group) {
+            return Err(AffineError::Permuted {
+                column: perm[c] as usize,
+                group,
+            });
+        }
+        let codes: Vec<u8> = (0..rows * cols)
+            .map(|i| src.codes[i / cols * cols + perm[i % cols] as usize])
+            .collect();
+        let mut out = AffineGroups::from_int(&IntSource {
+            codes: &codes,
+            ..*src
+        })?;
+        out.perm = Some(perm);
+        Ok(out)
     }
 }
 

@@ -12,7 +12,9 @@
 //!   fields, and its two decoders then disagree (`qlinear_cuda_old` masks after the +1,
 //!   `qlinear_cuda` before): such a field is refused, naming row and group.
 //! - Without act-order (`desc_act: false`) `g_idx[i] = i / group`; with it the groups follow
-//!   the Hessian's order and `g_idx` is any map with `group` channels a group.
+//!   the Hessian's order and `g_idx` is any map with `group` channels a group. [`to_groups`]
+//!   then sorts the channels by group (stably) so that groups are contiguous and records the
+//!   permutation (`AffineGroups::perm`): the kernels gather the activations through it.
 //! - The library computes `w` in F16 (one rounding); every `s * (q - z)` with `|q - z| < 2^8`
 //!   and an F16 scale is exact in f32, so [`decode`] gives its f32 decode bit for bit.
 
@@ -91,12 +93,14 @@ pub fn codes(
 }
 
 /// The weight `[n, k]` as affine integer groups of `group` values (`k` for one group a row),
-/// from the packed tensors and the `scales [k / group, n]` as f32; the caller has checked that
-/// `g_idx` is [`ordered`].
+/// from the packed tensors, the `scales [k / group, n]` as f32 and each input channel's group
+/// `g_idx` (checked below the groups): in group order as stored, with act-order the columns
+/// sorted by group ([`AffineGroups::from_int_grouped`]; every group must hold `group`).
 pub fn to_groups(
     qweight: &[u8],
     qzeros: &[u8],
     scales: &[f32],
+    g_idx: &[i32],
     bits: u32,
     [n, k]: [usize; 2],
     group: usize,
@@ -106,7 +110,7 @@ pub fn to_groups(
     let scales: Vec<f32> = (0..n * groups)
         .map(|i| scales[(i % groups) * n + i / groups])
         .collect();
-    Ok(AffineGroups::from_int(&IntSource {
+    let src = IntSource {
         bits,
         group,
         rows: n,
@@ -114,7 +118,9 @@ pub fn to_groups(
         codes: &codes,
         scales: &scales,
         zeros: &zeros,
-    })?)
+    };
+    let group_of: Vec<u32> = g_idx.iter().map(|&g| g as u32).collect();
+    Ok(AffineGroups::from_int_grouped(&src, &group_of)?)
 }
 
 /// Why a GPTQ weight is not carried as affine groups.

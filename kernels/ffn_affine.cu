@@ -45,19 +45,21 @@ __device__ __forceinline__ int affine_act_pos(int l, int bits) {
 // stride ld, f32 [m, k], to int8 codes xq [m, kp] (positions affine_act_pos) and per group of 32
 // xs [m, kp / 32] = (d, sum, the integer sum of the codes as int bits, 0): d = amax / 127,
 // q = roundf(v * (1 / d)) with the f32 d, sum = the f32 sum of the group's v, both sums in the
-// butterfly order (xor 16, 8, 4, 2, 1); values past k are 0. One warp per group.
-// Grid (ceil(kp / 32 / 8), m), block 256.
+// butterfly order (xor 16, 8, 4, 2, 1); values past k are 0. With perm (u32 [kp], else null:
+// the weight's columns sorted by group, act-order) value c is the input's column perm[c] (a
+// column past k reads 0). One warp per group. Grid (ceil(kp / 32 / 8), m), block 256.
 extern "C" __global__ void affine_quantize_act(const float* __restrict__ x, const float* __restrict__ u, int act, int m,
                                                int k, int ld, int kp, int bits, signed char* __restrict__ xq,
-                                               float* __restrict__ xs) {
+                                               float* __restrict__ xs, const unsigned int* __restrict__ perm) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = blockIdx.x * (blockDim.x >> 5) + warp, r = blockIdx.y;
     if (g >= kp / 32 || r >= m) return;
     const int c = g * 32 + lane;
+    const unsigned int src = perm != nullptr && c < k ? perm[c] : (unsigned int)c;
     float v = 0.f;
-    if (c < k) {
-        const float a = x[(size_t)r * ld + c];
-        v = act == 0 ? a : act == 1 ? act_silu_mul(a, u[(size_t)r * ld + c]) : act_gelu_mul(a, u[(size_t)r * ld + c]);
+    if (c < k && src < (unsigned int)k) {
+        const float a = x[(size_t)r * ld + src];
+        v = act == 0 ? a : act == 1 ? act_silu_mul(a, u[(size_t)r * ld + src]) : act_gelu_mul(a, u[(size_t)r * ld + src]);
     }
     float amax, sum;
     warp_amax_sum(v, amax, sum);
@@ -256,10 +258,13 @@ extern "C" __global__ void affine8_gemv_batch16(const signed char* xq, const flo
 // BF16 `[n, kp]`, each bf16_rn(w) of w = fmaf(s, q, b) (form 0) or s * (q - z) (forms 1, 2):
 // the prefill's weights for the BF16 GEMM. One thread per 8 values (one 16-byte store; 4 code
 // bytes at 4 bits, 8 at 8; its group's pair), so a warp's loads and stores are each one
-// contiguous run. Grid ceil(n * kp / 8 / 256), block 256.
+// contiguous run. With perm (u32 [kp], else null: the columns stored sorted by group) value c
+// of a row goes to column perm[c] (one 2-byte store each; an entry past kp is dropped), so the
+// GEMM sees the source's column order. Grid ceil(n * kp / 8 / 256), block 256.
 extern "C" __global__ void affine_dequant_bf16(const unsigned char* __restrict__ codes,
                                                const unsigned char* __restrict__ sb, int n, int kp, int bits, int form,
-                                               int gshift, __nv_bfloat16* __restrict__ out) {
+                                               int gshift, __nv_bfloat16* __restrict__ out,
+                                               const unsigned int* __restrict__ perm) {
     const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (id >= (long long)n * kp / 8) return;
     const long long r = id * 8 / kp;
@@ -279,6 +284,15 @@ extern "C" __global__ void affine_dequant_bf16(const unsigned char* __restrict__
 #pragma unroll
     for (int e = 0; e < 8; ++e)
         v[e] = form == 0 ? fmaf(st.x, affine_code_f32(q[e]), st.y) : __fmul_rn(st.x, affine_code_f32(q[e]) - st.y);
+    if (perm != nullptr) {
+        const long long c0 = id * 8 - r * kp;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const unsigned int to = perm[c0 + e];
+            if (to < (unsigned int)kp) out[r * kp + to] = __float2bfloat16_rn(v[e]);
+        }
+        return;
+    }
     unsigned int packed[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) packed[e] = pack2_bf16(v[2 * e], v[2 * e + 1]);

@@ -660,7 +660,7 @@ fn affine_gemvs_and_dequant_match_the_references() {
         // k = 2200: a partial 32-value group, padding to 2304 (one group a row: the zero
         // point pads it); int4 in groups of 128: k = 2176, 17 groups, 68 of 32. Rows past the
         // last block of 8.
-        let k = if kind == AffineKind::Int4G128 {
+        let k = if matches!(kind, AffineKind::Int4G128 | AffineKind::Int4G128Perm) {
             2176
         } else {
             2200usize
@@ -674,6 +674,17 @@ fn affine_gemvs_and_dequant_match_the_references() {
         let bits = sc.bits;
         let (form, gshift) = (sc.form as usize, sc.group_shift(kp) as usize);
         let groups = kp / 32;
+        // Act-order: the quantizer gathers each value from its source column, the
+        // dequantization scatters it back.
+        let perm = metrale_pack::testing::affine_perm(&e);
+        let perm_arg = || {
+            A::P(
+                perm.iter()
+                    .flatten()
+                    .flat_map(|p| p.to_le_bytes())
+                    .collect(),
+            )
+        };
         // The quantizer: plain (act 0) and with SiLU / GELU of g times u fused (act 1, 2),
         // against the twin on the same products (the emulator's expf is the host's, as the
         // twin's).
@@ -689,6 +700,7 @@ fn affine_gemvs_and_dequant_match_the_references() {
                 A::I(bits as usize),
                 A::P(vec![0xA5; m * kp]),
                 A::P(vec![0xA5; m * groups * 16]),
+                perm_arg(),
             ];
             launch(
                 exe,
@@ -706,6 +718,10 @@ fn affine_gemvs_and_dequant_match_the_references() {
                         _ => reference::gelu_mul(g[i * k + c], u[i * k + c]),
                     })
                     .collect();
+                let v = match &perm {
+                    Some(p) => (0..k).map(|c| v[p[c] as usize]).collect(),
+                    None => v,
+                };
                 let (q, d) = reference::affine_quantize_act_row(&v, kp, bits);
                 assert!(
                     buf(&a[8])[i * kp..(i + 1) * kp] == q[..],
@@ -782,6 +798,7 @@ fn affine_gemvs_and_dequant_match_the_references() {
             A::I(form),
             A::I(gshift),
             A::P(vec![0xA5; n * kp * 2]),
+            perm_arg(),
         ];
         let threads = n * kp / 8;
         launch(
@@ -791,10 +808,11 @@ fn affine_gemvs_and_dequant_match_the_references() {
             256,
             &mut a,
         );
-        assert!(
-            buf(&a[7]) == reference::affine_dequant_bf16(&codes, &sb, sc, n, kp),
-            "{kind:?} dequant bytes"
-        );
+        let want = match &perm {
+            Some(p) => reference::affine_dequant_bf16_perm(&codes, &sb, sc, n, kp, p),
+            None => reference::affine_dequant_bf16(&codes, &sb, sc, n, kp),
+        };
+        assert!(buf(&a[7]) == want, "{kind:?} dequant bytes");
     }
 }
 

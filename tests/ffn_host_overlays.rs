@@ -537,8 +537,10 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
         (AffineKind::Q4_1, Activation::Gelu),
         (AffineKind::Int4G128, Activation::Silu),
         (AffineKind::Int8Channel, Activation::Gelu),
+        // Act-order: gate and up share one permutation (one quantization), down its own.
+        (AffineKind::Int4G128Perm, Activation::Silu),
     ] {
-        let four = matches!(kind, AffineKind::Q4_1 | AffineKind::Int4G128);
+        let four = !matches!(kind, AffineKind::Q8_0 | AffineKind::Int8Channel);
         let (g1, gm, g16) = if four {
             (
                 "affine4_gemv",

@@ -1,6 +1,7 @@
 //! GPTQ's own packing, on checkpoints AutoGPTQ 0.7.1 wrote (`tests/py/make_fixtures.py`,
-//! `ONLY=gptq`): act-order read exactly and kept by no layout but the float ones, the
-//! declarations and tensors this reader refuses, and a tensor-parallel cut of carried groups.
+//! `ONLY=gptq`): act-order carried with its columns sorted by group, the declarations and
+//! tensors this reader refuses, a tensor-parallel cut of carried groups, the packs' arms on the
+//! host backend and the GPU carry's bytes.
 //! The fixtures' bit-exact decode and their default `affine` convert are in
 //! `interop_toolchains.rs`, beside the other toolchains'.
 
@@ -10,7 +11,6 @@ use metrale_pack::pack::{self, ConvertOptions, Pack};
 use safetensors::Dtype;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 type Tensors = Vec<(String, Dtype, Vec<usize>, Vec<u8>)>;
 
@@ -18,13 +18,6 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
-}
-
-fn cli(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_metrale-pack"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 /// A copy of fixture `name` in `dir` under AutoGPTQ's file name, its tensors, `config.json`
@@ -70,6 +63,23 @@ fn edited(
     out
 }
 
+/// Fixture `name` with its quantized attention replaced by F16 weights (a TP pack splits
+/// packed integer attention only as compressed-tensors stores it).
+fn f16_attention(dir: &Path, name: &str) -> PathBuf {
+    edited(
+        dir,
+        name,
+        |ts| {
+            ts.retain(|t| !t.0.contains(".self_attn."));
+            for (p, n) in [("q", 256), ("k", 128), ("v", 128), ("o", 256)] {
+                let name = format!("model.layers.0.self_attn.{p}_proj.weight");
+                ts.push((name, Dtype::F16, vec![n, 256], vec![0x20; n * 256 * 2]));
+            }
+        },
+        |_, _| {},
+    )
+}
+
 fn tensor<'a>(ts: &'a mut Tensors, name: &str) -> &'a mut Vec<u8> {
     &mut ts.iter_mut().find(|t| t.0 == name).unwrap().3
 }
@@ -82,10 +92,11 @@ fn open_err(dir: &Path) -> String {
 }
 
 #[test]
-fn gptq_act_order_is_read_exactly_and_no_layout_claims_to_keep_it() {
+fn act_order_is_carried_with_its_columns_sorted_by_group() {
     // AutoGPTQ's desc_act: each input channel's group follows the Hessian's order (g_idx), so
-    // no group is contiguous. The weights decode as the library's (interop_toolchains.rs);
-    // `affine` keeps contiguous groups only, so the default stops before writing, saying why.
+    // no group is contiguous. `affine` stores the columns sorted by group with the permutation
+    // (the decode bit for bit against the library: interop_toolchains.rs); gate and up share
+    // one order (one Hessian), which up's `perm` scalar 2 records.
     let dir = fixture("gptq-4bit-g128-desc-sym-f16");
     let m = Model::open(&dir).unwrap();
     let l = &m.ffn_layers[0];
@@ -94,26 +105,72 @@ fn gptq_act_order_is_read_exactly_and_no_layout_claims_to_keep_it() {
             .iter()
             .all(|w| m.gptq_act_order(w))
     );
+    assert!(m.same_column_order(&l.gate, &l.up));
+    assert!(!m.same_column_order(&l.gate, &l.down));
     let settled = pack::choice::settle(&m, &ConvertOptions::default());
-    let why = settled.refusal.expect("no default keeps act-order");
-    assert!(
-        why.contains("GPTQ int4 with act-order") && why.contains("g_idx"),
-        "{why}"
-    );
+    assert_eq!(settled.layouts, [Layout::Affine]);
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("p.mpk.gguf");
-    let o = cli(&[
-        "convert",
-        dir.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("act-order"), "{err}");
-    assert!(!out.exists());
-    // The same checkpoint without act-order carries exactly (interop_toolchains.rs).
+    pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {}).unwrap();
+    let p = Pack::open(&out).unwrap();
+    for (proj, want) in [("gate", 1.0), ("up", 2.0), ("down", 1.0)] {
+        let i = p.index(&format!("blk.0.ffn_{proj}.affine.codes")).unwrap();
+        let fe = p.manifest.tensors[i].ffn.as_ref().unwrap();
+        assert_eq!(fe.scalars.get("perm"), Some(&want), "{proj}");
+    }
+    // Without act-order, no permutation.
     let plain = Model::open(&fixture("gptq-4bit-g128-sym-f16")).unwrap();
     assert!(!plain.gptq_act_order(&plain.ffn_layers[0].gate));
+    let out2 = tmp.path().join("q.mpk.gguf");
+    pack::convert(&plain, &ConvertOptions::default(), &out2, &|_, _| {}).unwrap();
+    let q = Pack::open(&out2).unwrap();
+    let i = q.index("blk.0.ffn_gate.affine.codes").unwrap();
+    assert!(
+        !q.manifest.tensors[i]
+            .ffn
+            .as_ref()
+            .unwrap()
+            .scalars
+            .contains_key("perm")
+    );
+    // A tensor-parallel slice of sorted columns is refused by name, before writing.
+    let tp = ConvertOptions {
+        layouts: Some(vec![Layout::Affine]),
+        tp: 2,
+        ..Default::default()
+    };
+    let m = Model::open(&f16_attention(tmp.path(), "gptq-4bit-g128-desc-sym-f16")).unwrap();
+    let out3 = tmp.path().join("tp.mpk.gguf");
+    let e = pack::convert(&m, &tp, &out3, &|_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("act-order") && !out3.exists(), "{e}");
+}
+
+#[test]
+fn a_permutation_that_is_not_one_is_refused_when_the_blob_decodes() {
+    // The pack's permutation is data: a repeated column is named, never decoded silently.
+    let m = Model::open(&fixture("gptq-4bit-g128-desc-sym-f16")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("p.mpk.gguf");
+    pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {}).unwrap();
+    let p = Pack::open(&out).unwrap();
+    let i = p.index("blk.0.ffn_down.affine.scales").unwrap();
+    let t = &p.file.tensors[i];
+    let (off, len) = (p.file.data_offset + t.offset, t.bytes);
+    drop(p);
+    let mut bytes = std::fs::read(&out).unwrap();
+    // The permutation's last two entries (of kp = 384) made equal.
+    let last = (off + len) as usize;
+    let prev: [u8; 4] = bytes[last - 8..last - 4].try_into().unwrap();
+    bytes[last - 4..last].copy_from_slice(&prev);
+    std::fs::write(&out, &bytes).unwrap();
+    let p = Pack::open(&out).unwrap();
+    let e = p
+        .decode_ffn("blk.0.ffn_down.affine")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a permutation"), "{e}");
 }
 
 #[test]
@@ -244,19 +301,7 @@ fn carried_gptq_groups_split_across_ranks_at_group_boundaries() {
         e.contains("self_attn") && e.contains("g_idx") && !out.exists(),
         "{e}"
     );
-    let d = edited(
-        tmp.path(),
-        "gptq-4bit-g64-asym-f16",
-        |ts| {
-            ts.retain(|t| !t.0.contains(".self_attn."));
-            for (p, n) in [("q", 256), ("k", 128), ("v", 128), ("o", 256)] {
-                let name = format!("model.layers.0.self_attn.{p}_proj.weight");
-                ts.push((name, Dtype::F16, vec![n, 256], vec![0x20; n * 256 * 2]));
-            }
-        },
-        |_, _| {},
-    );
-    let m = Model::open(&d).unwrap();
+    let m = Model::open(&f16_attention(tmp.path(), "gptq-4bit-g64-asym-f16")).unwrap();
     pack::convert(&m, &opts, &out, &|_, _| {}).unwrap();
     let p = Pack::open(&out).unwrap();
     let c = pack::verify_against_source(&p, &m).unwrap();
@@ -294,7 +339,8 @@ fn a_directory_of_several_safetensors_without_an_index_is_refused() {
 fn carried_gptq_packs_compute_the_source_ffn_on_the_host_backend() {
     // The packs' affine arms (decode row by row, prefill over all rows) against the float64
     // FFN of the weights as AutoGPTQ decodes them: 4-bit groups of 64 with zero points (F16
-    // scales: the half zero form) and 8-bit per channel. The error is the int8 activations'.
+    // scales: the half zero form), 8-bit per channel, and 4-bit act-order (the activations
+    // gathered, the prefill's weights scattered back). The error is the int8 activations'.
     use metrale_pack::check::activations::activation_checks;
     use metrale_pack::gpu::{GpuBackend, host::HostBackend};
     use metrale_pack::testing::Rand;
@@ -306,7 +352,11 @@ fn carried_gptq_packs_compute_the_source_ffn_on_the_host_backend() {
     let x = Rand(5).vec(rows * 256, 1.0);
     let mut f = std::fs::File::create(acts.join("layer0.npy")).unwrap();
     metrale_pack::npy::write_f32(&mut f, &[rows, 256], &x).unwrap();
-    for name in ["gptq-4bit-g64-asym-f16", "gptq-8bit-channel-asym-f16"] {
+    for name in [
+        "gptq-4bit-g64-asym-f16",
+        "gptq-8bit-channel-asym-f16",
+        "gptq-4bit-g128-desc-sym-f16",
+    ] {
         let src = fixture(name);
         let out = tmp.path().join(format!("{name}.mpk.gguf"));
         pack::convert(

@@ -197,10 +197,7 @@ fn every_fixture_converts_with_the_default_layouts_and_bf16_and_verifies() {
     let tmp = tempfile::tempdir().unwrap();
     for dir in quantized_fixtures() {
         let m = Model::open(&dir).unwrap();
-        // GPTQ with act-order has no default (tests/interop_gptq.rs); bf16 keeps its values.
-        let defaults = !m.gptq_act_order(&m.ffn_layers[0].gate);
-        let sets = [None, Some(vec![Layout::Bf16])];
-        for layouts in sets.into_iter().skip(usize::from(!defaults)) {
+        for layouts in [None, Some(vec![Layout::Bf16])] {
             let out = tmp.path().join("p.mpk.gguf");
             let opts = ConvertOptions {
                 layouts,
@@ -667,8 +664,8 @@ fn quantized_attention_splits_with_its_scales_and_each_rank_decodes_its_rows_or_
     assert!(e.contains("packed integer attention"), "{e}");
 }
 
-/// The fixtures whose FFN weights are integer codes in contiguous groups (AutoAWQ, GPTQ
-/// without act-order, compressed-tensors int).
+/// The fixtures whose FFN weights are integer codes (AutoAWQ, GPTQ with and without
+/// act-order, compressed-tensors int).
 fn integer_fixtures() -> Vec<PathBuf> {
     quantized_fixtures()
         .into_iter()
@@ -678,7 +675,7 @@ fn integer_fixtures() -> Vec<PathBuf> {
                 matches!(
                     l.gate,
                     FfnWeight::Awq { .. } | FfnWeight::CtInt { .. } | FfnWeight::Gptq { .. }
-                ) && !m.gptq_act_order(&l.gate)
+                )
             })
         })
         .collect()
@@ -693,7 +690,7 @@ fn integer_checkpoints_convert_to_affine_by_default_and_decode_as_their_library(
         .iter()
         .map(|d| d.file_name().unwrap().to_string_lossy().to_string())
         .collect();
-    assert!(dirs.len() >= 13, "integer fixtures: {names:?}");
+    assert!(dirs.len() >= 14, "integer fixtures: {names:?}");
     let mut forms = std::collections::BTreeSet::new();
     for (dir, name) in dirs.iter().zip(&names) {
         let e = expected(dir);

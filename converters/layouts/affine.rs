@@ -3,7 +3,9 @@
 //! (per group of each row its pair in the blob's form: the half `s` then the half `b` or `z`,
 //! 4 bytes, or the f32 `s` then the f32 `z`, 8 bytes: `[n, kp / group]` pairs); K zero-padded to
 //! [`K_ALIGN`]. Scalars `bits` (4 or 8), `group` (32 times a power of two dividing `kp`, or `kp`:
-//! one group a row) and `form` (0 offset, 1 zero, 2 zero f32; a blob without it is form 0).
+//! one group a row), `form` (0 offset, 1 zero, 2 zero f32; a blob without it is form 0) and
+//! `perm` (1: the columns are stored sorted by group and `scales` ends with the permutation,
+//! [`perm_bytes`]; absent: in source order).
 //!
 //! GGUF Q4_0, Q4_1 and Q8_0 sources are carried in the offset form (`AffineGroups::from_ggml`),
 //! AutoAWQ and compressed-tensors integer weights in a zero form (`AffineGroups::from_int`):
@@ -147,15 +149,48 @@ pub fn from_groups(a: &AffineGroups) -> Encoded {
             scales[at..at + pb].copy_from_slice(&pair(a.form, a.scales[i], a.terms[i]));
         }
     }
+    let mut scalars = vec![
+        ("bits", bits as f32),
+        ("group", group as f32),
+        ("form", a.form as u32 as f32),
+    ];
+    if let Some(perm) = &a.perm {
+        // The padding columns stay where they are.
+        let full = perm.iter().copied().chain(k as u32..kp as u32);
+        scales.extend(full.flat_map(u32::to_le_bytes));
+        scalars.push(("perm", 1.0));
+    }
     Encoded {
         parts: vec![("codes", codes), ("scales", scales)],
         padded: [n, kp],
-        scalars: vec![
-            ("bits", bits as f32),
-            ("group", group as f32),
-            ("form", a.form as u32 as f32),
-        ],
+        scalars,
     }
+}
+
+/// Bytes of the column permutation a blob of rows padded to `kp` appends to its `scales`
+/// part when its scalar `perm` is 1: `kp` little-endian u32, the source column of each stored
+/// column (the padding's its own).
+pub fn perm_bytes(kp: u64) -> Option<u64> {
+    kp.checked_mul(4)
+}
+
+/// The column permutation after the `pairs` bytes of a `scales` part.
+pub fn perm_of(scales: &[u8], pairs: usize, kp: usize) -> Vec<u32> {
+    scales[pairs..pairs + 4 * kp]
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// `[n, k]` values in stored column order put in the source's: `out[r, perm[c]] = v[r, c]`.
+pub fn unpermute(v: &[f32], [n, k]: [usize; 2], perm: &[u32]) -> Vec<f32> {
+    let mut out = vec![0f32; n * k];
+    for r in 0..n {
+        for c in 0..k {
+            out[r * k + perm[c] as usize] = v[r * k + c];
+        }
+    }
+    out
 }
 
 /// Carry `[n, k]` of GGUF type `ty` (Q4_0, Q4_1 or Q8_0) stored at `raw`.

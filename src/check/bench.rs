@@ -104,7 +104,7 @@ const W8A8_ALL: (&str, &str) = ("METRALE_W8A8_MAX_ROWS", "4096");
 
 /// Every arm `bench-gpu` times, in the order it prints them.
 #[rustfmt::skip]
-static BENCH_ARMS: [BenchArm; 28] = [
+static BENCH_ARMS: [BenchArm; 29] = [
     bench("fp8 fused gate+up GEMV chain", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL], Some(FP8_BPE), false),
     // The decode default before session 17: the f32 FFMA GEMV for 1..4 rows.
     bench("fp8 fused gate+up, FFMA GEMVs", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL, ("METRALE_FP8_GEMV_MMA", "0")], Some(FP8_BPE), false),
@@ -133,6 +133,7 @@ static BENCH_ARMS: [BenchArm; 28] = [
     // Integer weights carried from the source: GEMVs to 4 rows, BF16 dequantization then the BF16 GEMM.
     bench("affine 4-bit (Q4_1) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Q4_1), &[], Some(AFFINE4_BPE), true),
     bench("affine 4-bit g128 (int4, half zero points) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Int4G128), &[], Some(AFFINE4_G128_BPE), true),
+    bench("affine 4-bit g128 act-order (GPTQ desc_act: activations gathered) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Int4G128Perm), &[], Some(AFFINE4_G128_BPE), true),
     bench("affine 8-bit (Q8_0) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Q8_0), &[], Some(AFFINE8_BPE), true),
     bench("affine 8-bit per channel (int8, f32 zero points) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Int8Channel), &[], Some(AFFINE8_CHANNEL_BPE), true),
     bench("q2 GEMV chain", install_q2, &[], Some(Q2_BPE), false),

@@ -250,6 +250,7 @@ fn affine_kernels(
                 c.dim("bits", bits)
                     .ptr("xq", xq)
                     .ptr("xs", xs)
+                    .ptr("perm", DevicePtr::NULL)
                     .finish()?
                     .run(b, 0)
             };
@@ -290,6 +291,7 @@ fn affine_kernels(
                 let c = ks.affine_dequant.call().ptr("codes", codes).ptr("sb", sb);
                 let c = c.dim("n", n).dim("kp", k).dim("bits", bits);
                 let c = c.dim("form", form_n).dim("gshift", gshift);
+                let c = c.ptr("perm", DevicePtr::NULL);
                 c.ptr("out", dq).finish()?.run(b, 0)
             };
             let t = per_call(b, call)?;

@@ -53,7 +53,7 @@ const fn arm(
 }
 
 /// Every arm configuration the layer checks run.
-pub static LAYER_ARMS: [LayerArm; 34] = [
+pub static LAYER_ARMS: [LayerArm; 35] = [
     arm(
         "fp8 fused",
         |b, l, w| install_fp8(b, l, w, true),
@@ -243,6 +243,14 @@ pub static LAYER_ARMS: [LayerArm; 34] = [
         // channel in f32).
         "affine int8 channel",
         |b, l, w| install_affine(b, l, w, AffineKind::Int8Channel),
+        &[],
+        Activation::Silu,
+    ),
+    arm(
+        // 4-bit groups of 128 with act-order (GPTQ desc_act): columns sorted by group, the
+        // activations gathered, the prefill's BF16 weights scattered back.
+        "affine int4 g128 act-order",
+        |b, l, w| install_affine(b, l, w, AffineKind::Int4G128Perm),
         &[],
         Activation::Silu,
     ),

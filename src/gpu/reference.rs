@@ -399,6 +399,27 @@ pub fn affine_dequant_bf16(codes: &[u8], sb: &[u8], sc: Scheme, n: usize, kp: us
         .collect()
 }
 
+/// [`affine_dequant_bf16`] with the columns of each row put back in the source's order:
+/// stored value `c` to column `perm[c]` (`perm` of `kp`, a permutation: act-order weights).
+pub fn affine_dequant_bf16_perm(
+    codes: &[u8],
+    sb: &[u8],
+    sc: Scheme,
+    n: usize,
+    kp: usize,
+    perm: &[u32],
+) -> Vec<u8> {
+    let stored = affine_dequant_bf16(codes, sb, sc, n, kp);
+    let mut out = vec![0u8; stored.len()];
+    for r in 0..n {
+        for (c, &to) in perm.iter().enumerate().filter(|(_, t)| (**t as usize) < kp) {
+            let (from, to) = (2 * (r * kp + c), 2 * (r * kp + to as usize));
+            out[to..to + 2].copy_from_slice(&stored[from..from + 2]);
+        }
+    }
+    out
+}
+
 /// `q2g128_dequant_bf16`: BF16 bytes `[n, kp]`, each `bf16_rn(d * (q - 2))`.
 pub fn q2_dequant_bf16(w: &[u8], n: usize, kp: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n * kp * 2);

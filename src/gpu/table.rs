@@ -730,10 +730,10 @@ kernel_table! {
         grid(Rule(|a| Ok(blocks_of(a, &["n", "kp"], 1)? / 32)
             .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;
     affine_quant: "ffn_affine" "affine_quantize_act"
-        ("x:p u:p act:i m:i k:i ld:i kp:i bits:i xq:p xs:p")
+        ("x:p u:p act:i m:i k:i ld:i kp:i bits:i xq:p xs:p perm:p")
         // One warp per group of 32, 8 warps per block.
         grid(Rule(|a| Ok((a.dim("kp")? / 32).div_ceil(8))), Per("m", 1), 256), cap None, round None;
-    affine_dequant: "ffn_affine" "affine_dequant_bf16" ("codes:p sb:p n:i kp:i bits:i form:i gshift:i out:p")
+    affine_dequant: "ffn_affine" "affine_dequant_bf16" ("codes:p sb:p n:i kp:i bits:i form:i gshift:i out:p perm:p")
         // One thread per 8 values (one 16-byte store): n * kp / 8 threads.
         grid(Rule(|a| Ok(blocks_of(a, &["n", "kp"], 1)? / 8)
             .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;

@@ -7,6 +7,7 @@ use crate::GgmlType;
 use crate::converters::affine::{AffineGroups, Form, GGML_GROUP};
 use crate::converters::layouts::affine::{self, Scheme};
 use crate::ffn::AffineWeight;
+use crate::gpu::DevicePtr;
 use crate::model::DType;
 
 pub struct Affine;
@@ -32,6 +33,18 @@ fn scheme(s: &BTreeMap<String, f32>) -> Option<Scheme> {
     })
 }
 
+/// A blob's `perm` scalar: 0 (or absent) for columns in source order, 1 for columns sorted by
+/// group with the permutation after the pairs, 2 for the same on an up projection whose
+/// permutation the converter found equal to its gate's (the install shares gate's, so one
+/// quantization of the input serves both); `None` for another value.
+fn permuted(s: &BTreeMap<String, f32>) -> Option<u32> {
+    match s.get("perm") {
+        None => Some(0),
+        Some(&v) if v == 0.0 || v == 1.0 || v == 2.0 => Some(v as u32),
+        Some(_) => None,
+    }
+}
+
 /// Source weight `pi` of the layer as integer groups (`None`: no integer weight), cut to the
 /// rank's slice in a TP pack. A down projection's slice that splits a group is refused, naming
 /// the tensor, the slice and the group (vLLM likewise refuses a TP size whose slices split
@@ -42,6 +55,15 @@ fn int_source(cx: &EncodeCx, pi: usize) -> Result<Option<AffineGroups>> {
     };
     let pad = cx.pad() as usize;
     let group = full.group;
+    if full.perm.is_some() && cx.cut(pi).is_some() {
+        let t = cx.weight(pi).main();
+        return Err(Error::Tensor {
+            file: cx.model.file_of(t),
+            tensor: cx.model.tensors[t].name.to_string(),
+            field: "values",
+            reason: "act-order groups (g_idx) are carried with their columns sorted by group; a tensor-parallel slice of them is not built yet (convert without --tp, or name a re-quantizing layout with --allow-requantize)".into(),
+        });
+    }
     match cx.cut(pi) {
         None => Ok(Some(full)),
         Some((false, [lo, hi])) => Ok(Some(
@@ -76,7 +98,7 @@ impl LayoutSpec for Affine {
         ggml || model.int_carried(w)
     }
     fn keeps_what(&self) -> &'static str {
-        "GGUF Q4_0, Q4_1 and Q8_0, AutoAWQ and compressed-tensors int1-8 (codes, scales, offsets and zero points as stored; others quantized to Q8_0)"
+        "GGUF Q4_0, Q4_1 and Q8_0, AutoAWQ, GPTQ and compressed-tensors int1-8 (codes, scales, offsets and zero points as stored, act-order columns sorted by group; others quantized to Q8_0)"
     }
     fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
         &["codes", "scales"]
@@ -84,9 +106,10 @@ impl LayoutSpec for Affine {
     fn scalar_names(&self) -> &'static [&'static str] {
         &["bits", "group"]
     }
-    /// `form`, since 2026-12-03: a blob without it (written before) is in the offset form.
+    /// `form`, since 2026-12-03: a blob without it (written before) is in the offset form;
+    /// `perm` (act-order columns), only where it is 1.
     fn optional_scalars(&self) -> &'static [&'static str] {
-        &["form"]
+        &["form", "perm"]
     }
     fn padded_shape(&self, _: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
         Some([n, ru(k, affine::K_ALIGN)?])
@@ -109,9 +132,14 @@ impl LayoutSpec for Affine {
         s: &BTreeMap<String, f32>,
     ) -> Option<u64> {
         let sc = scheme(s).filter(|sc| sc.valid(kp as usize))?;
+        let perm = if permuted(s)? > 0 {
+            affine::perm_bytes(kp)?
+        } else {
+            0
+        };
         match part {
             "codes" => affine::codes_bytes(np, kp, sc.bits),
-            "scales" => sc.scales_bytes(np, kp),
+            "scales" => sc.scales_bytes(np, kp)?.checked_add(perm),
             _ => None,
         }
     }
@@ -120,13 +148,14 @@ impl LayoutSpec for Affine {
         s: &BTreeMap<String, f32>,
         [_, kp]: [u64; 2],
     ) -> std::result::Result<(), String> {
-        match scheme(s) {
-            Some(sc) if sc.valid(kp as usize) => Ok(()),
+        match (scheme(s), permuted(s)) {
+            (Some(sc), Some(_)) if sc.valid(kp as usize) => Ok(()),
             _ => Err(format!(
-                "bits {:?}, group {:?} and form {:?}: affine stores 4 or 8 bits in groups of 32 times a power of two dividing the padded row (or the whole row), form 0, 1 or 2",
+                "bits {:?}, group {:?}, form {:?} and perm {:?}: affine stores 4 or 8 bits in groups of 32 times a power of two dividing the padded row (or the whole row), form 0, 1 or 2, perm 0 or 1",
                 s.get("bits"),
                 s.get("group"),
-                s.get("form")
+                s.get("form"),
+                s.get("perm")
             )),
         }
     }
@@ -146,7 +175,14 @@ impl LayoutSpec for Affine {
         if carried.is_none()
             && let Some(groups) = int_source(cx, pi)?
         {
-            return Ok(Some(affine::from_groups(&groups)));
+            let mut e = affine::from_groups(&groups);
+            // Up sorted as gate is: say so, so the install shares one permutation.
+            let gate = cx.weight(source_index(Proj::Gate));
+            if proj == Proj::Up && groups.perm.is_some() && cx.model.same_column_order(gate, w) {
+                e.scalars.retain(|(s, _)| *s != "perm");
+                e.scalars.push(("perm", 2.0));
+            }
+            return Ok(Some(e));
         }
         let enc = match carried {
             Some((ty, raw)) => affine::carry(ty, &raw, n, k),
@@ -166,34 +202,65 @@ impl LayoutSpec for Affine {
             field: "ffn.scalars",
             reason: "affine needs whole bits, group and form".into(),
         })?;
-        Ok(affine::decode(
-            b.part("codes")?,
-            b.part("scales")?,
-            sc,
-            b.shape,
-            b.padded[1],
-        ))
+        let (scales, kp) = (b.part("scales")?, b.padded[1]);
+        let v = affine::decode(b.part("codes")?, scales, sc, b.shape, kp);
+        if permuted(b.scalars).unwrap_or(0) == 0 {
+            return Ok(v);
+        }
+        let pairs = sc.scales_bytes(b.padded[0] as u64, kp as u64).unwrap_or(0) as usize;
+        let perm = affine::perm_of(scales, pairs, kp);
+        // The columns past k map to themselves, so the first k hold a permutation of 0..k.
+        let mut seen = vec![false; b.shape[1]];
+        let ok = perm[..b.shape[1]].iter().all(|&p| {
+            let fresh = seen.get(p as usize).is_some_and(|s| !s);
+            if fresh {
+                seen[p as usize] = true;
+            }
+            fresh
+        });
+        if !ok {
+            return Err(Error::Tensor {
+                file: b.file.into(),
+                tensor: b.name.into(),
+                field: "scales",
+                reason: "the column permutation is not a permutation of the row's columns".into(),
+            });
+        }
+        Ok(affine::unpermute(&v, b.shape, &perm))
     }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
         if !v.all("codes") || !v.all("scales") {
             return;
         }
-        o.overlays.set(
-            key::AFFINE,
-            [Proj::Gate, Proj::Up, Proj::Down].map(|p| {
-                let (codes, fe) = v.get(p, "codes").expect("checked");
-                let (scales, _) = v.get(p, "scales").expect("checked");
-                let (n, k, _, kp) = dims(fe);
-                let sc = scheme(&fe.scalars).expect("checked when the pack opened");
+        let mut w = [Proj::Gate, Proj::Up, Proj::Down].map(|p| {
+            let (codes, fe) = v.get(p, "codes").expect("checked");
+            let (scales, _) = v.get(p, "scales").expect("checked");
+            let (n, k, np, kp) = dims(fe);
+            let sc = scheme(&fe.scalars).expect("checked when the pack opened");
+            let pairs = sc.scales_bytes(np as u64, kp as u64).expect("checked");
+            let perm = if permuted(&fe.scalars).unwrap_or(0) > 0 {
+                scales.view(pairs, 4 * kp as u64)
+            } else {
+                DevicePtr::NULL
+            };
+            let shared = permuted(&fe.scalars) == Some(2);
+            (
                 AffineWeight {
                     codes,
-                    scales,
+                    scales: scales.view(0, pairs),
                     n,
                     k,
                     kp,
                     scheme: sc,
-                }
-            }),
-        );
+                    perm,
+                },
+                shared,
+            )
+        });
+        // Up's permutation equal to gate's: gate's buffer, so the arm sees one.
+        if w[1].1 && !w[0].0.perm.is_null() && w[0].0.kp == w[1].0.kp {
+            w[1].0.perm = w[0].0.perm;
+        }
+        o.overlays.set(key::AFFINE, w.map(|(a, _)| a));
     }
 }

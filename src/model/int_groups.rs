@@ -62,8 +62,8 @@ impl Model {
         }
     }
 
-    /// Whether GPTQ weight `w` of `[n, k]` has its channels in group order (no act-order), and
-    /// its groups then: `Some(k / G)` if so.
+    /// The values per group of GPTQ weight `w` of `[n, k]`: `k / G`, where the groups divide
+    /// the row and each holds that many channels (in order, or with act-order anywhere).
     fn gptq_group(&self, w: &FfnWeight, [n, k]: [u64; 2]) -> Option<u64> {
         let FfnWeight::Gptq { scales, .. } = *w else {
             return None;
@@ -71,21 +71,40 @@ impl Model {
         let groups = self.tensors[scales].shape.first().copied()?;
         let group = k.checked_div(groups)?;
         let g_idx = self.gptq_g_idx(w, k as usize, groups as usize);
-        (n > 0 && group * groups == k && gptq::ordered(&g_idx, group as usize)).then_some(group)
+        let mut count = vec![0u64; groups as usize];
+        for &g in &g_idx {
+            count[g as usize] += 1;
+        }
+        (n > 0 && group * groups == k && count.iter().all(|&c| c == group)).then_some(group)
+    }
+
+    /// Whether GPTQ weights `a` and `b` have the same channel order: the same `g_idx` (gate and
+    /// up, quantized from one input's Hessian), so their sorted columns are the same.
+    pub fn same_column_order(&self, a: &FfnWeight, b: &FfnWeight) -> bool {
+        match (a, b) {
+            (FfnWeight::Gptq { g_idx: Some(x), .. }, FfnWeight::Gptq { g_idx: Some(y), .. }) => {
+                self.data(*x) == self.data(*y)
+            }
+            _ => false,
+        }
     }
 
     /// Whether `w` is a GPTQ weight with act-order (`desc_act`): channels whose groups are not
-    /// contiguous, which the `affine` layout does not carry (it would have to permute the
-    /// activations).
+    /// contiguous (the `affine` layout sorts them and gathers the activations).
     pub fn gptq_act_order(&self, w: &FfnWeight) -> bool {
         let w = match w {
             FfnWeight::Half { of, .. } => of,
             w => w,
         };
-        matches!(w, FfnWeight::Gptq { .. })
-            && self
-                .weight_shape(w)
-                .is_ok_and(|shape| self.gptq_group(w, shape).is_none())
+        let FfnWeight::Gptq { scales, .. } = *w else {
+            return false;
+        };
+        let Ok([_, k]) = self.weight_shape(w) else {
+            return false;
+        };
+        let groups = self.tensors[scales].shape[0] as usize;
+        let g_idx = self.gptq_g_idx(w, k as usize, groups);
+        !gptq::ordered(&g_idx, k as usize / groups.max(1))
     }
 
     /// The source's bits per code and values per group of integer weight `w` of `[n, k]`, if
@@ -155,7 +174,8 @@ impl Model {
             } => {
                 let s = self.floats(scales, "scales")?;
                 let (qw, qz) = (self.data(qweight), self.data(qzeros));
-                return gptq::to_groups(qw, qz, &s, bits, [n, k], group)
+                let g_idx = self.gptq_g_idx(w, k, k / group);
+                return gptq::to_groups(qw, qz, &s, &g_idx, bits, [n, k], group)
                     .map(Some)
                     .map_err(|e| self.qerr(w.main(), format!("as affine integer groups: {e}")));
             }

@@ -17,15 +17,19 @@ pub enum AffineKind {
     /// 8-bit asymmetric, one group a row, f32 scales: the f32 zero form (a compressed-tensors
     /// per-channel int8 checkpoint saved in f32).
     Int8Channel,
+    /// [`AffineKind::Int4G128`] with act-order: each group's columns scattered over the row
+    /// ([`act_order`]), stored sorted by group with the permutation (GPTQ's `desc_act`).
+    Int4G128Perm,
 }
 
 impl AffineKind {
     /// Every kind.
-    pub const ALL: [AffineKind; 4] = [
+    pub const ALL: [AffineKind; 5] = [
         AffineKind::Q8_0,
         AffineKind::Q4_1,
         AffineKind::Int4G128,
         AffineKind::Int8Channel,
+        AffineKind::Int4G128Perm,
     ];
 
     /// Its name in check rows and bench lines.
@@ -35,8 +39,17 @@ impl AffineKind {
             AffineKind::Q4_1 => "q4 g32",
             AffineKind::Int4G128 => "int4 g128 zero",
             AffineKind::Int8Channel => "int8 channel zero f32",
+            AffineKind::Int4G128Perm => "int4 g128 act-order",
         }
     }
+}
+
+/// A test act-order: the source column of each stored column, a fixed shuffle of `0..k` (the
+/// columns sorted by a multiplicative hash).
+pub fn act_order(k: usize) -> Vec<u32> {
+    let mut p: Vec<u32> = (0..k as u32).collect();
+    p.sort_by_key(|&c| (c.wrapping_mul(2_654_435_761), c));
+    p
 }
 
 /// Round-to-nearest asymmetric integer groups of f32 `[n, k]` at `bits` in groups of `group`:
@@ -145,7 +158,26 @@ pub fn affine_encoded(x: &[f32], n: usize, k: usize, kind: AffineKind) -> Encode
         AffineKind::Int8Channel => {
             layouts::affine::from_groups(&int_groups_rtn(x, n, k, 8, k, false))
         }
+        AffineKind::Int4G128Perm => {
+            let group = if k.is_multiple_of(128) { 128 } else { k };
+            let perm = act_order(k);
+            let sorted: Vec<f32> = (0..n * k)
+                .map(|i| x[i / k * k + perm[i % k] as usize])
+                .collect();
+            let mut g = int_groups_rtn(&sorted, n, k, 4, group, true);
+            g.perm = Some(perm);
+            layouts::affine::from_groups(&g)
+        }
     }
+}
+
+/// An encoded `affine` blob's column permutation (its `perm` scalar 1), `[kp]`.
+pub fn affine_perm(e: &Encoded) -> Option<Vec<u32>> {
+    e.scalars.iter().find(|(s, v)| *s == "perm" && *v == 1.0)?;
+    let sc = affine_scheme(e);
+    let [n, kp] = e.padded;
+    let pairs = sc.scales_bytes(n as u64, kp as u64)? as usize;
+    Some(layouts::affine::perm_of(&e.parts[1].1, pairs, kp))
 }
 
 /// An encoded `affine` blob's scheme (its scalars `bits`, `group`, `form`).
@@ -174,16 +206,22 @@ pub fn install_affine(
     let up = |x: &[f32], n: usize, k: usize| -> GpuResult<AffineWeight> {
         let e = affine_encoded(x, n, k, kind);
         let sc = affine_scheme(&e);
-        AffineWeight::new(
-            alloc_upload(b, &e.parts[0].1)?,
-            alloc_upload(b, &e.parts[1].1)?,
-            n,
-            k,
-            e.padded[1],
-            sc,
-        )
+        let kp = e.padded[1];
+        let pairs = sc.scales_bytes(n as u64, kp as u64).expect("small") as usize;
+        let scales = alloc_upload(b, &e.parts[1].1)?;
+        let perm = match affine_perm(&e) {
+            Some(_) => scales.view(pairs as u64, 4 * kp as u64),
+            None => DevicePtr::NULL,
+        };
+        let codes = alloc_upload(b, &e.parts[0].1)?;
+        AffineWeight::new(codes, scales.view(0, pairs as u64), n, k, kp, sc, perm)
     };
-    let (g, u, d) = (up(&w.gate, i, h)?, up(&w.up, i, h)?, up(&w.down, h, i)?);
+    let (g, mut u, d) = (up(&w.gate, i, h)?, up(&w.up, i, h)?, up(&w.down, h, i)?);
+    if !g.perm.is_null() {
+        // The same act-order for gate and up (both of k = hidden): one buffer, as a pack's
+        // install shares it.
+        u.perm = g.perm;
+    }
     layer.set_affine_weights(g, u, d)
 }
 
@@ -199,6 +237,10 @@ pub fn affine_decoded(w: &DenseWeights, kind: AffineKind, bf16: bool) -> DenseWe
             [n, k],
             e.padded[1],
         );
+        let v = match affine_perm(&e) {
+            Some(p) => layouts::affine::unpermute(&v, [n, k], &p),
+            None => v,
+        };
         if bf16 { bf16_rounded(v) } else { v }
     })
 }

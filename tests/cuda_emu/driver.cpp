@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
         }
     }
     std::fclose(in);
-    auto P = [&](int i) { return (void*)a[i].buf.data(); };
+    // An empty buffer is a null pointer (an optional argument left out).
+    auto P = [&](int i) { return a[i].buf.empty() ? nullptr : (void*)a[i].buf.data(); };
     auto I = [&](int i) { return (int)a[i].i; };
     auto F = [&](int i) { return a[i].f; };
     auto T = [&](int i) { return MpTmap{a[i].buf.data(), a[i].row_bytes, a[i].rows, a[i].box_rows, a[i].box_bytes}; };
@@ -108,9 +109,9 @@ int main(int argc, char** argv) {
     else if (name == "affine_from_gptq")
         emu_launch(gx, gy, bx, [&] { affine_from_gptq((const unsigned int*)P(0), (const unsigned int*)P(1), (const unsigned short*)P(2), (const int*)P(3), I(4), I(5), I(6), I(7), I(8), I(9), (unsigned char*)P(10), (unsigned char*)P(11), (unsigned int*)P(12)); });
     else if (name == "affine_quantize_act")
-        emu_launch(gx, gy, bx, [&] { affine_quantize_act((const float*)P(0), (const float*)P(1), I(2), I(3), I(4), I(5), I(6), I(7), (signed char*)P(8), (float*)P(9)); });
+        emu_launch(gx, gy, bx, [&] { affine_quantize_act((const float*)P(0), (const float*)P(1), I(2), I(3), I(4), I(5), I(6), I(7), (signed char*)P(8), (float*)P(9), (const unsigned int*)P(10)); });
     else if (name == "affine_dequant_bf16")
-        emu_launch(gx, gy, bx, [&] { affine_dequant_bf16((cu8)P(0), (cu8)P(1), I(2), I(3), I(4), I(5), I(6), (__nv_bfloat16*)P(7)); });
+        emu_launch(gx, gy, bx, [&] { affine_dequant_bf16((cu8)P(0), (cu8)P(1), I(2), I(3), I(4), I(5), I(6), (__nv_bfloat16*)P(7), (const unsigned int*)P(8)); });
     else if (name == "bf16_gemv_batch4")
         emu_launch(gx, gy, bx, [&] { bf16_gemv_batch4((const float*)P(0), I(1), (const __nv_bfloat16*)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
     else if (name == "w8a16_gemv_batch4_cvt")

@@ -35,10 +35,25 @@ pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             b.alloc((c.mmax * groups * 16) as u64)?,
         );
         let wdec = crate::converters::layouts::affine::decode(codes, sb, sc, [n, k], kp);
-        let quantized: Vec<_> = (0..c.mmax)
-            .into_par_iter()
-            .map(|r| reference::affine_quantize_act_row(c.xr(r), kp, sc.bits))
+        // Act-order: the activations gathered through the permutation (stored column order).
+        let perm = crate::testing::affine_perm(&e);
+        let xg: Vec<Vec<f32>> = (0..c.mmax)
+            .map(|r| match &perm {
+                Some(p) => (0..k).map(|i| c.xr(r)[p[i] as usize]).collect(),
+                None => c.xr(r).to_vec(),
+            })
             .collect();
+        let quantized: Vec<_> = xg
+            .par_iter()
+            .map(|x| reference::affine_quantize_act_row(x, kp, sc.bits))
+            .collect();
+        let pd = match &perm {
+            Some(p) => alloc_upload(
+                b,
+                &p.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
+            )?,
+            None => DevicePtr::NULL,
+        };
         let enc = Carried {
             codes,
             sb,
@@ -47,6 +62,8 @@ pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             kind: kind.name(),
             wdec: &wdec,
             quantized: &quantized,
+            xg: &xg,
+            perm: pd,
         };
         for (ki, kernel) in kernels.into_iter().enumerate() {
             for m in within(c.ms, &kernel, usize::MAX) {
@@ -57,16 +74,24 @@ pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         let call = c.kk.affine_dequant.call().ptr("codes", cd).ptr("sb", sd);
         let call = call.dim("n", n).dim("kp", kp).dim("bits", sc.bits as usize);
         let call = call.dim("form", sc.form as usize);
-        let call = call.dim("gshift", sc.group_shift(kp) as usize);
+        let call = call
+            .dim("gshift", sc.group_shift(kp) as usize)
+            .ptr("perm", pd);
         c.launch(call.ptr("out", dq))?;
         b.synchronize(0)?;
         let mut got = vec![0u8; n * kp * 2];
         b.download(dq, &mut got)?;
-        let same = got == reference::affine_dequant_bf16(codes, sb, sc, n, kp);
+        let want = match &perm {
+            Some(p) => reference::affine_dequant_bf16_perm(codes, sb, sc, n, kp, p),
+            None => reference::affine_dequant_bf16(codes, sb, sc, n, kp),
+        };
         let what = format!("affine_dequant_bf16 {} (bytes)", kind.name());
-        c.bits(rows, &what, 0, same);
+        c.bits(rows, &what, 0, got == want);
         for p in [dq, cd, sd, xq, xs] {
             b.free(p);
+        }
+        if !pd.is_null() {
+            b.free(pd);
         }
     }
     affine_from_ggml_rows(c, rows)?;
@@ -244,6 +269,10 @@ struct Carried<'a> {
     kind: &'static str,
     wdec: &'a [f32],
     quantized: &'a [(Vec<u8>, Vec<f32>)],
+    /// Each activation row in stored column order (gathered through `perm`).
+    xg: &'a [Vec<f32>],
+    /// The column permutation on the device, or null.
+    perm: DevicePtr,
 }
 
 /// One GEMV `kernel` at `m` rows over the device-quantized activations: the quantizer's bits
@@ -267,7 +296,8 @@ fn gemv_rows(
             .ptr("u", c.xd)
             .dim("act", 0);
     let call = call.dim("m", m).dim("k", k).dim("ld", k).dim("kp", kp);
-    c.launch(call.dim("bits", bits as usize).ptr("xq", xq).ptr("xs", xs))?;
+    let call = call.dim("bits", bits as usize).ptr("perm", e.perm);
+    c.launch(call.ptr("xq", xq).ptr("xs", xs))?;
     c.poison_y()?;
     let call = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", m);
     let call = call
@@ -296,7 +326,8 @@ fn gemv_rows(
                     .zip(d)
                     .all(|(a, b)| a.to_bits() == b.to_bits())
         });
-        let what = format!("affine_quantize_act {bits}-bit (bits)");
+        let gather = if e.perm.is_null() { "" } else { ", gathered" };
+        let what = format!("affine_quantize_act {bits}-bit (bits{gather})");
         c.bits(rows, &what, m, same);
     }
     let err = c.err(m, |r| {
@@ -315,7 +346,7 @@ fn gemv_rows(
     let err = c.err(m, |r| {
         (0..n)
             .map(|j| {
-                let row = e.wdec[j * k..(j + 1) * k].iter().zip(c.xr(r));
+                let row = e.wdec[j * k..(j + 1) * k].iter().zip(&e.xg[r]);
                 row.map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32
             })
             .collect()

@@ -7,8 +7,9 @@ use crate::gpu::{DevicePtr, GpuResult};
 
 impl DenseFfnLayer {
     /// The affine GEMVs' activations: `x`'s `m` rows (or with `act` 1 or 2, SiLU or GELU of `x`
-    /// times `u`), `k` values at row stride `ld`, quantized for `w` (`affine_quantize_act`)
-    /// into the context's `act_codes` and `act_scale`.
+    /// times `u`), `k` values at row stride `ld`, quantized for `w` (`affine_quantize_act`,
+    /// gathered through `w`'s column permutation if it has one) into the context's
+    /// `act_codes` and `act_scale`.
     #[allow(clippy::too_many_arguments)]
     fn affine_quantize(
         &self,
@@ -24,7 +25,7 @@ impl DenseFfnLayer {
         let call = call.dim("act", act).dim("m", m).dim("k", w.k).dim("ld", ld);
         let call = call.dim("kp", w.kp).dim("bits", w.scheme.bits as usize);
         let (xq, xs) = (ctx.arena.act_codes, ctx.arena.act_scale);
-        self.launch(ctx, call.ptr("xq", xq).ptr("xs", xs))
+        self.launch(ctx, call.ptr("xq", xq).ptr("xs", xs).ptr("perm", w.perm))
     }
 
     /// One affine projection (`w` into `y`), or two over the same activations in one launch
@@ -73,11 +74,14 @@ impl DenseFfnLayer {
         let (h, i) = (self.hidden, self.inter);
         let (go, uo, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         self.affine_quantize(ctx, &g, x, x, 0, m, h)?;
-        if u.scheme == g.scheme && u.kp == g.kp {
+        // Act-order weights gather their activations: gate's serve up only through the same
+        // permutation (the install shares one buffer where the converter found them equal).
+        let same_perm = u.perm == g.perm;
+        if u.scheme == g.scheme && u.kp == g.kp && same_perm {
             self.affine_gemv(ctx, (&g, go), Some((&u, uo)), m, i)?;
         } else {
             self.affine_gemv(ctx, (&g, go), None, m, i)?;
-            if u.scheme.bits != g.scheme.bits {
+            if u.scheme.bits != g.scheme.bits || !same_perm {
                 self.affine_quantize(ctx, &u, x, x, 0, m, h)?;
             }
             self.affine_gemv(ctx, (&u, uo), None, m, i)?;
@@ -111,7 +115,8 @@ impl DenseFfnLayer {
         let call = call.ptr("sb", w.scales).dim("n", w.n).dim("kp", w.kp);
         let call = call.dim("form", w.scheme.form as usize);
         let call = call.dim("gshift", w.scheme.group_shift(w.kp) as usize);
-        self.launch(ctx, call.dim("bits", w.scheme.bits as usize).ptr("out", dq))?;
+        let call = call.dim("bits", w.scheme.bits as usize).ptr("perm", w.perm);
+        self.launch(ctx, call.ptr("out", dq))?;
         let bw = Bf16Weight {
             weight: dq,
             n: w.n,

@@ -61,14 +61,17 @@ pub struct AffineWeight {
     pub(crate) k: usize,
     pub(crate) kp: usize,
     pub(crate) scheme: Scheme,
+    /// The source column of each stored column, u32 `[kp]` (act-order groups sorted), or null.
+    pub(crate) perm: DevicePtr,
 }
-projection_weight!(AffineWeight, "A validated affine weight of `[n, k]` stored as `[n, kp]`." {
+projection_weight!(AffineWeight, "A validated affine weight of `[n, k]` stored as `[n, kp]`, its columns in source order or, with `perm` (u32 `[kp]`, else null), sorted by group." {
     codes: DevicePtr,
     scales: DevicePtr,
     n: usize,
     k: usize,
     kp: usize,
-    scheme: Scheme
+    scheme: Scheme,
+    perm: DevicePtr
 });
 
 impl AffineWeight {
@@ -82,7 +85,8 @@ impl AffineWeight {
                 .scheme
                 .scales_bytes(w.n as u64, w.kp as u64)
                 .is_some_and(|b| b <= w.scales.bytes);
-        if !w.scheme.valid(w.kp) || w.kp < w.k || !fits_all {
+        let perm_fits = w.perm.is_null() || w.perm.bytes >= 4 * w.kp as u64;
+        if !w.scheme.valid(w.kp) || w.kp < w.k || !fits_all || !perm_fits {
             return Err(refuse(
                 what,
                 format!(
@@ -387,7 +391,8 @@ impl DenseFfnLayer {
                 let l = (c.call)(codes, scales, bad.view(4 * p as u64, 4)).finish()?;
                 ctx.record(l.spec.name);
                 l.run(b.as_ref(), stream)?;
-                out.push(AffineWeight::new(codes, scales, c.n, c.k, c.kp, c.scheme)?);
+                let perm = DevicePtr::NULL;
+                out.push(AffineWeight::new(codes, scales, c.n, c.k, c.kp, c.scheme, perm)?);
             }
             b.synchronize(stream)?;
             let mut flags = [0u8; 12];

@@ -161,7 +161,8 @@ impl HostBackend {
             .chunks_exact(2)
             .map(|h| crate::converters::f16::to_f32(u16::from_le_bytes([h[0], h[1]])))
             .collect();
-        match gptq::to_groups(&qw, &qz, &scales, bits, [n, kk], group) {
+        let in_order: Vec<i32> = (0..kk).map(|i| (i / group.max(1)) as i32).collect();
+        match gptq::to_groups(&qw, &qz, &scales, &in_order, bits, [n, kk], group) {
             Ok(g) if flag == 0 => {
                 let e = crate::converters::layouts::affine::from_groups(&g);
                 if e.padded[1] != kp {
@@ -192,6 +193,7 @@ impl HostBackend {
             self.read_f32(a.ptr("u")?)?
         };
         let (xq, xs) = (a.ptr("xq")?, a.ptr("xs")?);
+        let perm = self.perm(a, kk)?;
         for r in 0..m {
             let row = |v: &[f32]| v.get(r * ld..r * ld + kk).map(<[f32]>::to_vec);
             let v = match act {
@@ -206,6 +208,13 @@ impl HostBackend {
                 }),
             }
             .ok_or_else(|| GpuError::Invalid("affine_quantize_act: a row past its input".into()))?;
+            let v = match &perm {
+                // Value c is column perm[c] (one past k reads 0).
+                Some(p) => (0..kk)
+                    .map(|c| v.get(p[c] as usize).copied().unwrap_or(0.0))
+                    .collect(),
+                None => v,
+            };
             let (q, d) = reference::affine_quantize_act_row(&v, kp, bits);
             self.write(xq, r * kp, &q)?;
             self.write_f32(xs, r * (kp / AFFINE_GROUP) * 4, &d)?;
@@ -218,8 +227,27 @@ impl HostBackend {
         let (codes, sb) = (self.read(a.ptr("codes")?)?, self.read(a.ptr("sb")?)?);
         let (n, kp, bits) = (a.dim("n")?, a.dim("kp")?, a.dim("bits")?);
         let sc = scheme("affine_dequant_bf16", bits as u32, a)?;
-        let out = reference::affine_dequant_bf16(&codes, &sb, sc, n, kp);
-        self.write(a.ptr("out")?, 0, &out)?;
-        Ok(())
+        let out = match self.perm(a, kp)? {
+            Some(perm) => reference::affine_dequant_bf16_perm(&codes, &sb, sc, n, kp, &perm),
+            None => reference::affine_dequant_bf16(&codes, &sb, sc, n, kp),
+        };
+        self.write(a.ptr("out")?, 0, &out)
+    }
+
+    /// The `perm` argument's first `count` u32 (`None` for null).
+    fn perm(&self, a: &Args, count: usize) -> GpuResult<Option<Vec<u32>>> {
+        let p = a.ptr("perm")?;
+        if p.is_null() {
+            return Ok(None);
+        }
+        let b = self.read(p)?;
+        let v = b
+            .get(..4 * count)
+            .ok_or_else(|| GpuError::Invalid(format!("perm: {} bytes for {count}", b.len())))?;
+        Ok(Some(
+            v.chunks_exact(4)
+                .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .collect(),
+        ))
     }
 }
