@@ -258,9 +258,11 @@ extern "C" __global__ void affine8_gemv_batch16(const signed char* xq, const flo
 // BF16 `[n, kp]`, each bf16_rn(w) of w = fmaf(s, q, b) (form 0) or s * (q - z) (forms 1, 2):
 // the prefill's weights for the BF16 GEMM. One thread per 8 values (one 16-byte store; 4 code
 // bytes at 4 bits, 8 at 8; its group's pair), so a warp's loads and stores are each one
-// contiguous run. With perm (u32 [kp], else null: the columns stored sorted by group) value c
-// of a row goes to column perm[c] (one 2-byte store each; an entry past kp is dropped), so the
-// GEMM sees the source's column order. Grid ceil(n * kp / 8 / 256), block 256.
+// contiguous run. With perm (u32 [2 kp], else null: the columns stored sorted by group; the
+// permutation, then its inverse inv) the thread's 8 values are source columns, column c read
+// from stored column inv[c] (within the row's codes, so the reads stay in L1; an entry past kp
+// gives 0) and stored in order, so the GEMM sees the source's column order.
+// Grid ceil(n * kp / 8 / 256), block 256.
 extern "C" __global__ void affine_dequant_bf16(const unsigned char* __restrict__ codes,
                                                const unsigned char* __restrict__ sb, int n, int kp, int bits, int form,
                                                int gshift, __nv_bfloat16* __restrict__ out,
@@ -285,13 +287,19 @@ extern "C" __global__ void affine_dequant_bf16(const unsigned char* __restrict__
     for (int e = 0; e < 8; ++e)
         v[e] = form == 0 ? fmaf(st.x, affine_code_f32(q[e]), st.y) : __fmul_rn(st.x, affine_code_f32(q[e]) - st.y);
     if (perm != nullptr) {
-        const long long c0 = id * 8 - r * kp;
+        const unsigned int* inv = perm + kp;
+        const int c0 = (int)(id * 8 - r * kp), prow = affine_pairs_per_row(kp / 32, gshift);
+        const unsigned char* row = codes + r * (long long)kp * bits / 8;
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            const unsigned int to = perm[c0 + e];
-            if (to < (unsigned int)kp) out[r * kp + to] = __float2bfloat16_rn(v[e]);
+            const unsigned int sc = inv[c0 + e];
+            v[e] = 0.f;
+            if (sc < (unsigned int)kp) {
+                const unsigned int q = bits == 4 ? (row[sc >> 1] >> (4 * (sc & 1))) & 0xFu : row[sc];
+                const float2 p = affine_pair(sb, r * prow + ((int)(sc >> 5) >> gshift), form);
+                v[e] = form == 0 ? fmaf(p.x, affine_code_f32(q), p.y) : __fmul_rn(p.x, affine_code_f32(q) - p.y);
+            }
         }
-        return;
     }
     unsigned int packed[4];
 #pragma unroll

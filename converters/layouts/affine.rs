@@ -155,9 +155,13 @@ pub fn from_groups(a: &AffineGroups) -> Encoded {
         ("form", a.form as u32 as f32),
     ];
     if let Some(perm) = &a.perm {
-        // The padding columns stay where they are.
-        let full = perm.iter().copied().chain(k as u32..kp as u32);
-        scales.extend(full.flat_map(u32::to_le_bytes));
+        // The padding columns stay where they are; then the inverse.
+        let full: Vec<u32> = perm.iter().copied().chain(k as u32..kp as u32).collect();
+        let mut inv = vec![0u32; kp];
+        for (c, &p) in full.iter().enumerate() {
+            inv[p as usize] = c as u32;
+        }
+        scales.extend(full.iter().chain(&inv).flat_map(|v| v.to_le_bytes()));
         scalars.push(("perm", 1.0));
     }
     Encoded {
@@ -168,18 +172,36 @@ pub fn from_groups(a: &AffineGroups) -> Encoded {
 }
 
 /// Bytes of the column permutation a blob of rows padded to `kp` appends to its `scales`
-/// part when its scalar `perm` is 1: `kp` little-endian u32, the source column of each stored
-/// column (the padding's its own).
+/// part when its scalar `perm` is not 0: `kp` little-endian u32, the source column of each
+/// stored column (the padding's its own), then `kp` more, its inverse (the stored column of
+/// each source column: the prefill's dequantization reads through it).
 pub fn perm_bytes(kp: u64) -> Option<u64> {
-    kp.checked_mul(4)
+    kp.checked_mul(8)
 }
 
-/// The column permutation after the `pairs` bytes of a `scales` part.
+/// The column permutation and its inverse after the `pairs` bytes of a `scales` part, `2 kp`
+/// entries.
 pub fn perm_of(scales: &[u8], pairs: usize, kp: usize) -> Vec<u32> {
-    scales[pairs..pairs + 4 * kp]
+    scales[pairs..pairs + 8 * kp]
         .chunks_exact(4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect()
+}
+
+/// Whether `perm_inv` (`2 kp` entries) is a permutation of `0..kp` whose first `k` entries
+/// permute `0..k` (the padding its own), followed by its inverse.
+pub fn perm_valid(perm_inv: &[u32], k: usize, kp: usize) -> bool {
+    let (perm, inv) = perm_inv.split_at(kp);
+    perm.len() == kp
+        && inv.len() == kp
+        && perm.iter().enumerate().all(|(c, &p)| {
+            let inside = if c < k {
+                (p as usize) < k
+            } else {
+                p as usize == c
+            };
+            inside && inv[p as usize] as usize == c
+        })
 }
 
 /// `[n, k]` values in stored column order put in the source's: `out[r, perm[c]] = v[r, c]`.

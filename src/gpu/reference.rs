@@ -400,7 +400,8 @@ pub fn affine_dequant_bf16(codes: &[u8], sb: &[u8], sc: Scheme, n: usize, kp: us
 }
 
 /// [`affine_dequant_bf16`] with the columns of each row put back in the source's order:
-/// stored value `c` to column `perm[c]` (`perm` of `kp`, a permutation: act-order weights).
+/// stored value `c` to column `perm[c]` (the first `kp` entries of `perm`, a permutation:
+/// act-order weights; the kernel reads the same through the inverse that follows them).
 pub fn affine_dequant_bf16_perm(
     codes: &[u8],
     sb: &[u8],
@@ -412,7 +413,11 @@ pub fn affine_dequant_bf16_perm(
     let stored = affine_dequant_bf16(codes, sb, sc, n, kp);
     let mut out = vec![0u8; stored.len()];
     for r in 0..n {
-        for (c, &to) in perm.iter().enumerate().filter(|(_, t)| (**t as usize) < kp) {
+        for (c, &to) in perm[..kp]
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| (**t as usize) < kp)
+        {
             let (from, to) = (2 * (r * kp + c), 2 * (r * kp + to as usize));
             out[to..to + 2].copy_from_slice(&stored[from..from + 2]);
         }

@@ -209,21 +209,12 @@ impl LayoutSpec for Affine {
         }
         let pairs = sc.scales_bytes(b.padded[0] as u64, kp as u64).unwrap_or(0) as usize;
         let perm = affine::perm_of(scales, pairs, kp);
-        // The columns past k map to themselves, so the first k hold a permutation of 0..k.
-        let mut seen = vec![false; b.shape[1]];
-        let ok = perm[..b.shape[1]].iter().all(|&p| {
-            let fresh = seen.get(p as usize).is_some_and(|s| !s);
-            if fresh {
-                seen[p as usize] = true;
-            }
-            fresh
-        });
-        if !ok {
+        if !affine::perm_valid(&perm, b.shape[1], kp) {
             return Err(Error::Tensor {
                 file: b.file.into(),
                 tensor: b.name.into(),
                 field: "scales",
-                reason: "the column permutation is not a permutation of the row's columns".into(),
+                reason: "the column permutation is not a permutation of the row's columns followed by its inverse".into(),
             });
         }
         Ok(affine::unpermute(&v, b.shape, &perm))
@@ -239,7 +230,7 @@ impl LayoutSpec for Affine {
             let sc = scheme(&fe.scalars).expect("checked when the pack opened");
             let pairs = sc.scales_bytes(np as u64, kp as u64).expect("checked");
             let perm = if permuted(&fe.scalars).unwrap_or(0) > 0 {
-                scales.view(pairs, 4 * kp as u64)
+                scales.view(pairs, 8 * kp as u64)
             } else {
                 DevicePtr::NULL
             };

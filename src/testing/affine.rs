@@ -171,7 +171,8 @@ pub fn affine_encoded(x: &[f32], n: usize, k: usize, kind: AffineKind) -> Encode
     }
 }
 
-/// An encoded `affine` blob's column permutation (its `perm` scalar 1), `[kp]`.
+/// An encoded `affine` blob's column permutation and its inverse (its `perm` scalar 1),
+/// `[2 kp]`.
 pub fn affine_perm(e: &Encoded) -> Option<Vec<u32>> {
     e.scalars.iter().find(|(s, v)| *s == "perm" && *v == 1.0)?;
     let sc = affine_scheme(e);
@@ -210,7 +211,7 @@ pub fn install_affine(
         let pairs = sc.scales_bytes(n as u64, kp as u64).expect("small") as usize;
         let scales = alloc_upload(b, &e.parts[1].1)?;
         let perm = match affine_perm(&e) {
-            Some(_) => scales.view(pairs as u64, 4 * kp as u64),
+            Some(_) => scales.view(pairs as u64, 8 * kp as u64),
             None => DevicePtr::NULL,
         };
         let codes = alloc_upload(b, &e.parts[0].1)?;

@@ -61,10 +61,11 @@ pub struct AffineWeight {
     pub(crate) k: usize,
     pub(crate) kp: usize,
     pub(crate) scheme: Scheme,
-    /// The source column of each stored column, u32 `[kp]` (act-order groups sorted), or null.
+    /// The source column of each stored column, u32 `[kp]` (act-order groups sorted), then its
+    /// inverse, `[kp]` more; or null.
     pub(crate) perm: DevicePtr,
 }
-projection_weight!(AffineWeight, "A validated affine weight of `[n, k]` stored as `[n, kp]`, its columns in source order or, with `perm` (u32 `[kp]`, else null), sorted by group." {
+projection_weight!(AffineWeight, "A validated affine weight of `[n, k]` stored as `[n, kp]`, its columns in source order or, with `perm` (u32 `[2 kp]`: the permutation and its inverse; else null), sorted by group." {
     codes: DevicePtr,
     scales: DevicePtr,
     n: usize,
@@ -85,18 +86,19 @@ impl AffineWeight {
                 .scheme
                 .scales_bytes(w.n as u64, w.kp as u64)
                 .is_some_and(|b| b <= w.scales.bytes);
-        let perm_fits = w.perm.is_null() || w.perm.bytes >= 4 * w.kp as u64;
+        let perm_fits = w.perm.is_null() || w.perm.bytes >= 8 * w.kp as u64;
         if !w.scheme.valid(w.kp) || w.kp < w.k || !fits_all || !perm_fits {
             return Err(refuse(
                 what,
                 format!(
-                    "bits {} / group {} / form {:?} / kp {} / {} and {} bytes do not fit the affine layout of [{}, {}] (4 or 8 bits, groups of 32 x 2^j dividing kp or kp itself, kp % {})",
+                    "bits {} / group {} / form {:?} / kp {} / {}, {} and {} (permutation) bytes do not fit the affine layout of [{}, {}] (4 or 8 bits, groups of 32 x 2^j dividing kp or kp itself, kp % {}, a permutation of 8 kp bytes or none)",
                     w.scheme.bits,
                     w.scheme.group,
                     w.scheme.form,
                     w.kp,
                     w.codes.bytes,
                     w.scales.bytes,
+                    w.perm.bytes,
                     w.n,
                     w.k,
                     affine::K_ALIGN
