@@ -307,6 +307,19 @@ extern "C" __global__ void affine_dequant_bf16(const unsigned char* __restrict__
     reinterpret_cast<uint4*>(out)[id] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
 }
 
+// The prefill's activations for act-order weights: x f32 [m, k] to y bf16 [m, k] in the
+// weights' stored column order, y[r, c] = bf16_rn(x[r, perm[c]]) (perm u32 [kp], its first k a
+// permutation of 0..k; an entry past k gives 0), so the BF16 GEMM multiplies the weights as
+// stored. One thread per value. Grid ceil(m * k / 256), block 256.
+extern "C" __global__ void affine_gather_bf16(const float* __restrict__ x, const unsigned int* __restrict__ perm,
+                                              int m, int k, __nv_bfloat16* __restrict__ y) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)m * k) return;
+    const long long r = i / k;
+    const unsigned int src = perm[i - r * k];
+    y[i] = __float2bfloat16_rn(src < (unsigned int)k ? x[r * k + src] : 0.f);
+}
+
 // GGUF Q4_0 / Q4_1 / Q8_0 blocks (ggml type ty 2 / 3 / 8) of [n, k] (k % 32 == 0), as a GGUF
 // holds them, to the affine layout's codes [n, kp] and scale pairs [n, kp / 32]: the converter's
 // bytes (converters/affine.rs `AffineGroups::from_ggml`, layouts/affine.rs `from_groups`), so an

@@ -1,7 +1,8 @@
 //! The GPU carries of checkpoint tensors into the `affine` layout on the C++ emulator
 //! (`tests/cuda_emu/harness.rs`): `affine_from_gptq` writes the converter's bytes from GPTQ's
 //! packed tensors at 2, 4 and 8 bits (groups of 128, and one group a row with padding), and
-//! flags what the converter refuses.
+//! flags what the converter refuses; `affine_gather_bf16` puts act-order activations in the
+//! stored column order as its twin does.
 
 #[path = "cuda_emu/harness.rs"]
 mod harness;
@@ -59,4 +60,28 @@ fn affine_from_gptq_writes_the_converters_bytes() {
             }
         }
     }
+}
+
+#[test]
+fn affine_gather_bf16_matches_its_twin() {
+    let Some(exe) = emulator() else { return };
+    let (m, k) = (5usize, 2200usize);
+    let x = Rand(43).vec(m * k, 1.0);
+    let perm = metrale_pack::testing::act_order(k);
+    let mut a = [
+        A::P(x.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        A::P(perm.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        A::I(m),
+        A::I(k),
+        A::P(vec![0xA5; m * k * 2]),
+    ];
+    launch(
+        exe,
+        "affine_gather_bf16",
+        ((m * k).div_ceil(256), 1),
+        256,
+        &mut a,
+    );
+    let want = metrale_pack::gpu::reference::affine_gather_bf16(&x, &perm, m, k);
+    assert!(buf(&a[4]) == want);
 }

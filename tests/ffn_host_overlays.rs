@@ -599,6 +599,13 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
             let e = rel_err(&y, &ffn_f64(&xs, m, &wq, act));
             assert!(e < 2e-2, "{kind:?} prefill m={m}: {e}");
         }
+        // Act-order: the weights as stored, the activations gathered into their order.
+        let to_b = if kind == AffineKind::Int4G128Perm {
+            "affine_gather_bf16"
+        } else {
+            "f32_to_bf16"
+        };
+        let dq = dq.map(|k| if k == "f32_to_bf16" { to_b } else { k });
         for m in [17usize, 33] {
             let (x, xs) = input(&c, &mut r, m);
             let y = run(&mut c, &l, "prefill", x, m).unwrap();

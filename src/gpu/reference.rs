@@ -399,6 +399,18 @@ pub fn affine_dequant_bf16(codes: &[u8], sb: &[u8], sc: Scheme, n: usize, kp: us
         .collect()
 }
 
+/// `affine_gather_bf16`: BF16 bytes of `x [m, k]` in the stored column order,
+/// `bf16(x[r, perm[c]])` (0 for an entry past k).
+pub fn affine_gather_bf16(x: &[f32], perm: &[u32], m: usize, k: usize) -> Vec<u8> {
+    (0..m * k)
+        .flat_map(|i| {
+            let src = perm[i % k] as usize;
+            let v = if src < k { x[i / k * k + src] } else { 0.0 };
+            bf16::from_f32(v).to_le_bytes()
+        })
+        .collect()
+}
+
 /// [`affine_dequant_bf16`] with the columns of each row put back in the source's order:
 /// stored value `c` to column `perm[c]` (the first `kp` entries of `perm`, a permutation:
 /// act-order weights; the kernel reads the same through the inverse that follows them).

@@ -90,7 +90,24 @@ pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         for p in [dq, cd, sd, xq, xs] {
             b.free(p);
         }
-        if !pd.is_null() {
+        if let Some(p) = &perm {
+            // The prefill's activations gathered into the stored order, bit for bit.
+            let m = c.mmax;
+            let y = b.alloc((m * k * 2) as u64)?;
+            let call = c.kk.affine_gather.call().ptr("x", c.xd).ptr("perm", pd);
+            c.launch(call.dim("m", m).dim("k", k).ptr("y", y))?;
+            b.synchronize(0)?;
+            let mut got = vec![0u8; m * k * 2];
+            b.download(y, &mut got)?;
+            let xs: Vec<f32> = (0..m).flat_map(|r| c.xr(r).to_vec()).collect();
+            let same = got == reference::affine_gather_bf16(&xs, p, m, k);
+            c.bits(
+                rows,
+                &format!("affine_gather_bf16 {} (bytes)", kind.name()),
+                m,
+                same,
+            );
+            b.free(y);
             b.free(pd);
         }
     }

@@ -3,7 +3,7 @@
 
 use super::super::*;
 
-use crate::gpu::{DevicePtr, GpuResult};
+use crate::gpu::{DevicePtr, GemmBf16, GpuError, GpuResult};
 
 impl DenseFfnLayer {
     /// The affine GEMVs' activations: `x`'s `m` rows (or with `act` 1 or 2, SiLU or GELU of `x`
@@ -97,7 +97,9 @@ impl DenseFfnLayer {
 
     /// One affine projection for prefill: dequantized to BF16 `[n, kp]` into the context's
     /// scratch (`affine_dequant_bf16`, each weight rounded to nearest even), then the BF16 GEMM
-    /// on the activations rounded to BF16.
+    /// on the activations rounded to BF16. Act-order weights stay in their stored column order
+    /// and the activations are gathered into it (`affine_gather_bf16`); without cuBLAS, the
+    /// dequantization reads them back into the source's order for the BF16 GEMV.
     fn affine_prefill_project(
         &self,
         ctx: &mut ForwardContext,
@@ -107,24 +109,71 @@ impl DenseFfnLayer {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
+        let gathered = !w.perm.is_null();
+        let bw = self.affine_dequant(ctx, w, !gathered)?;
+        if gathered {
+            let xb = ctx.arena.act_bf16.view(0, (m * w.k * 2) as u64);
+            let call = self
+                .kernels
+                .affine_gather
+                .call()
+                .ptr("x", x)
+                .ptr("perm", w.perm);
+            self.launch(ctx, call.dim("m", m).dim("k", w.k).ptr("y", xb))?;
+            let gemm = GemmBf16 {
+                x: xb,
+                w: bw.weight,
+                y,
+                m,
+                n: w.n,
+                k: w.k,
+                kw: w.kp,
+            };
+            match ctx.backend.gemm_bf16(&gemm, ctx.stream) {
+                Ok(()) => {
+                    ctx.record("cublas_gemm_bf16");
+                    return Ok(());
+                }
+                Err(GpuError::MissingKernel { .. }) => {
+                    self.affine_dequant(ctx, w, true)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let xb = self.to_bf16(ctx, x, m * w.k)?;
+        self.bf16_gemm_any(ctx, x, xb, &bw, m, y, ldy)
+    }
+
+    /// `w` dequantized to BF16 `[n, kp]` in the context's scratch: in the source's column order
+    /// (`source_order`, reading act-order columns through the inverse permutation) or as
+    /// stored.
+    fn affine_dequant(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &AffineWeight,
+        source_order: bool,
+    ) -> GpuResult<Bf16Weight> {
         let dq = ctx
             .arena
             .q2_dequant_scratch
             .view(0, (w.n * w.kp * 2) as u64);
+        let perm = if source_order {
+            w.perm
+        } else {
+            DevicePtr::NULL
+        };
         let call = self.kernels.affine_dequant.call().ptr("codes", w.codes);
         let call = call.ptr("sb", w.scales).dim("n", w.n).dim("kp", w.kp);
         let call = call.dim("form", w.scheme.form as usize);
         let call = call.dim("gshift", w.scheme.group_shift(w.kp) as usize);
-        let call = call.dim("bits", w.scheme.bits as usize).ptr("perm", w.perm);
+        let call = call.dim("bits", w.scheme.bits as usize).ptr("perm", perm);
         self.launch(ctx, call.ptr("out", dq))?;
-        let bw = Bf16Weight {
+        Ok(Bf16Weight {
             weight: dq,
             n: w.n,
             k: w.k,
             kp: w.kp,
-        };
-        let xb = self.to_bf16(ctx, x, m * w.k)?;
-        self.bf16_gemm_any(ctx, x, xb, &bw, m, y, ldy)
+        })
     }
 
     /// Affine prefill: up to [`AFFINE_GEMV_MAX_ROWS`] rows on the GEMVs (each weight read once

@@ -110,6 +110,7 @@ const TWINS: &[(&[&str], Twin)] = &[
     (&["affine_from_ggml"], HostBackend::affine_from_ggml),
     (&["affine_from_awq"], HostBackend::affine_from_awq),
     (&["affine_from_gptq"], HostBackend::affine_from_gptq),
+    (&["affine_gather_bf16"], HostBackend::affine_gather_bf16),
     (&["affine_dequant_bf16"], HostBackend::affine_dequant_bf16),
     (&["quantize_act_q8_1"], HostBackend::quantize_act_q8_1),
     (

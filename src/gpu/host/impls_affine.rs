@@ -234,6 +234,20 @@ impl HostBackend {
         self.write(a.ptr("out")?, 0, &out)
     }
 
+    /// `affine_gather_bf16`: `x [m, k]` in the stored column order `perm`, rounded to BF16.
+    pub(super) fn affine_gather_bf16(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (m, kk) = (a.dim("m")?, a.dim("k")?);
+        let x = self.read_f32(a.ptr("x")?)?;
+        let perm = self
+            .perm(a, kk)?
+            .ok_or_else(|| GpuError::Invalid("affine_gather_bf16: no perm".into()))?;
+        let x = x
+            .get(..m * kk)
+            .ok_or_else(|| GpuError::Invalid("affine_gather_bf16: x past its buffer".into()))?;
+        let out = reference::affine_gather_bf16(x, &perm, m, kk);
+        self.write(a.ptr("y")?, 0, &out)
+    }
+
     /// The `perm` argument's first `count` u32 (`None` for null).
     fn perm(&self, a: &Args, count: usize) -> GpuResult<Option<Vec<u32>>> {
         let p = a.ptr("perm")?;
