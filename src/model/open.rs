@@ -12,46 +12,7 @@ impl Model {
     pub fn open(path: &Path) -> Result<Model> {
         let file = path.display().to_string();
         if path.is_dir() {
-            for cand in ["model.safetensors.index.json", "model.safetensors"] {
-                if path.join(cand).exists() {
-                    return Self::open(&path.join(cand));
-                }
-            }
-            let with = |ext: &str| -> Result<Vec<PathBuf>> {
-                let mut v: Vec<PathBuf> = std::fs::read_dir(path)
-                    .map_err(|err| Error::Io {
-                        file: file.clone(),
-                        err,
-                    })?
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.extension().is_some_and(|e| e == ext))
-                    .collect();
-                v.sort();
-                Ok(v)
-            };
-            // One safetensors file of another name (AutoGPTQ's `gptq_model-4bit-128g.safetensors`)
-            // is the model; several without an index are ambiguous.
-            let st = with("safetensors")?;
-            match st.len() {
-                0 => {}
-                1 => return Self::open(&st[0]),
-                _ => {
-                    return Err(Error::Unsupported {
-                        file,
-                        reason: format!(
-                            "directory holds {} .safetensors files and no model.safetensors.index.json saying which tensors each holds: name one file",
-                            st.len()
-                        ),
-                    });
-                }
-            }
-            return match with("gguf")?.first() {
-                Some(g) => Self::open(g),
-                None => Err(Error::Unsupported {
-                    file,
-                    reason: "directory holds no model.safetensors(.index.json), no other .safetensors and no .gguf".into(),
-                }),
-            };
+            return Self::open(&Self::model_in(path)?);
         }
         gguf::require_regular(path)?;
         let mut head = [0u8; 4];
@@ -84,6 +45,49 @@ impl Model {
                     .into(),
             })
         }
+    }
+
+    /// The file a model directory is opened through: its `model.safetensors.index.json` or
+    /// `model.safetensors`, else its one `.safetensors` file of another name (AutoGPTQ's
+    /// `gptq_model-4bit-128g.safetensors`; several without an index are ambiguous), else its
+    /// first `.gguf` (a split model's first shard).
+    fn model_in(path: &Path) -> Result<PathBuf> {
+        let file = path.display().to_string();
+        for cand in ["model.safetensors.index.json", "model.safetensors"] {
+            if path.join(cand).exists() {
+                return Ok(path.join(cand));
+            }
+        }
+        let with = |ext: &str| -> Result<Vec<PathBuf>> {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|err| Error::Io {
+                    file: file.clone(),
+                    err,
+                })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == ext))
+                .collect();
+            v.sort();
+            Ok(v)
+        };
+        let st = with("safetensors")?;
+        match st.len() {
+            0 => {}
+            1 => return Ok(st[0].clone()),
+            _ => {
+                return Err(Error::Unsupported {
+                    file,
+                    reason: format!(
+                        "directory holds {} .safetensors files and no model.safetensors.index.json saying which tensors each holds: name one file",
+                        st.len()
+                    ),
+                });
+            }
+        }
+        with("gguf")?.first().cloned().ok_or_else(|| Error::Unsupported {
+            file,
+            reason: "directory holds no model.safetensors(.index.json), no other .safetensors and no .gguf".into(),
+        })
     }
 
     pub(super) fn open_gguf(path: &Path) -> Result<Model> {
@@ -225,35 +229,7 @@ impl Model {
             .or_else(|| get("hidden_activation"))
             .and_then(|v| v.as_str())
             .and_then(Activation::from_act_name);
-        let hf_quant = dir.join("hf_quant_config.json");
-        let hf_algo = hf_quant
-            .exists()
-            .then(|| safetensors_file::read_json(&hf_quant))
-            .transpose()?
-            .and_then(|v| {
-                v.pointer("/quantization/quant_algo")
-                    .and_then(|a| a.as_str())
-                    .map(str::to_string)
-            });
-        // GPTQ checkpoints written before transformers read them keep the declaration in
-        // `quantize_config.json` (AutoGPTQ writes it beside config.json's copy).
-        let gptq_path = dir.join("quantize_config.json");
-        let gptq_cfg = (get("quantization_config").is_none() && gptq_path.exists())
-            .then(|| safetensors_file::read_json(&gptq_path))
-            .transpose()?
-            .map(|mut q| {
-                if q.get("quant_method").is_none()
-                    && let Some(o) = q.as_object_mut()
-                {
-                    o.insert("quant_method".into(), "gptq".into());
-                }
-                q
-            });
-        let (qc_file, qc) = match &gptq_cfg {
-            Some(q) => (&gptq_path, Some(q)),
-            None => (&cfg_path, get("quantization_config")),
-        };
-        let quant = QuantDecl::parse(&qc_file.display().to_string(), qc, hf_algo.as_deref())?;
+        let quant = Self::quant_decl(&dir, &cfg_path, get("quantization_config"))?;
         let heads = get("num_attention_heads")
             .and_then(|v| v.as_u64())
             .map(|h| {
@@ -273,6 +249,43 @@ impl Model {
         )?;
         m.heads = heads;
         Ok(m)
+    }
+
+    /// The quantization a safetensors checkpoint in `dir` declares: config.json's
+    /// `quantization_config` (`qc`), or AutoGPTQ's `quantize_config.json` where config.json has
+    /// none (its `quant_method` then `gptq`), with ModelOpt's `hf_quant_config.json` algorithm.
+    fn quant_decl(
+        dir: &Path,
+        cfg_path: &Path,
+        qc: Option<&serde_json::Value>,
+    ) -> Result<QuantDecl> {
+        let hf_quant = dir.join("hf_quant_config.json");
+        let hf_algo = hf_quant
+            .exists()
+            .then(|| safetensors_file::read_json(&hf_quant))
+            .transpose()?
+            .and_then(|v| {
+                v.pointer("/quantization/quant_algo")
+                    .and_then(|a| a.as_str())
+                    .map(str::to_string)
+            });
+        let gptq_path = dir.join("quantize_config.json");
+        let gptq_cfg = (qc.is_none() && gptq_path.exists())
+            .then(|| safetensors_file::read_json(&gptq_path))
+            .transpose()?
+            .map(|mut q| {
+                if q.get("quant_method").is_none()
+                    && let Some(o) = q.as_object_mut()
+                {
+                    o.insert("quant_method".into(), "gptq".into());
+                }
+                q
+            });
+        let (file, qc) = match &gptq_cfg {
+            Some(q) => (gptq_path.as_path(), Some(q)),
+            None => (cfg_path, qc),
+        };
+        QuantDecl::parse(&file.display().to_string(), qc, hf_algo.as_deref())
     }
 
     #[allow(clippy::too_many_arguments)]

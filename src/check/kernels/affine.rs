@@ -70,50 +70,69 @@ pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
                 gemv_rows(c, rows, &enc, (cd, sd, xq, xs), kernel, m, ki == 0 || m > 1)?;
             }
         }
-        let dq = b.alloc((n * kp * 2) as u64)?;
-        let call = c.kk.affine_dequant.call().ptr("codes", cd).ptr("sb", sd);
-        let call = call.dim("n", n).dim("kp", kp).dim("bits", sc.bits as usize);
-        let call = call.dim("form", sc.form as usize);
-        let call = call
-            .dim("gshift", sc.group_shift(kp) as usize)
-            .ptr("perm", pd);
-        c.launch(call.ptr("out", dq))?;
-        b.synchronize(0)?;
-        let mut got = vec![0u8; n * kp * 2];
-        b.download(dq, &mut got)?;
-        let want = match &perm {
-            Some(p) => reference::affine_dequant_bf16_perm(codes, sb, sc, n, kp, p),
-            None => reference::affine_dequant_bf16(codes, sb, sc, n, kp),
-        };
-        let what = format!("affine_dequant_bf16 {} (bytes)", kind.name());
-        c.bits(rows, &what, 0, got == want);
-        for p in [dq, cd, sd, xq, xs] {
+        dequant_row(c, rows, &enc, (cd, sd), perm.as_deref())?;
+        for p in [cd, sd, xq, xs] {
             b.free(p);
         }
         if let Some(p) = &perm {
-            // The prefill's activations gathered into the stored order, bit for bit.
-            let m = c.mmax;
-            let y = b.alloc((m * k * 2) as u64)?;
-            let call = c.kk.affine_gather.call().ptr("x", c.xd).ptr("perm", pd);
-            c.launch(call.dim("m", m).dim("k", k).ptr("y", y))?;
-            b.synchronize(0)?;
-            let mut got = vec![0u8; m * k * 2];
-            b.download(y, &mut got)?;
-            let xs: Vec<f32> = (0..m).flat_map(|r| c.xr(r).to_vec()).collect();
-            let same = got == reference::affine_gather_bf16(&xs, p, m, k);
-            c.bits(
-                rows,
-                &format!("affine_gather_bf16 {} (bytes)", kind.name()),
-                m,
-                same,
-            );
-            b.free(y);
+            gather_row(c, rows, kind.name(), (p, pd))?;
             b.free(pd);
         }
     }
     affine_from_ggml_rows(c, rows)?;
     affine_from_awq_rows(c, rows)?;
     affine_from_gptq_rows(c, rows)
+}
+
+/// `affine_dequant_bf16` of one encoding, bit for bit against its twin (act-order: into the
+/// source's column order through the inverse permutation).
+fn dequant_row(
+    c: &Case,
+    rows: &mut Vec<Row>,
+    e: &Carried,
+    (cd, sd): (DevicePtr, DevicePtr),
+    perm: Option<&[u32]>,
+) -> GpuResult<()> {
+    let (n, kp, sc, b) = (c.n, e.kp, e.sc, c.b.as_ref());
+    let dq = b.alloc((n * kp * 2) as u64)?;
+    let call = c.kk.affine_dequant.call().ptr("codes", cd).ptr("sb", sd);
+    let call = call.dim("n", n).dim("kp", kp).dim("bits", sc.bits as usize);
+    let call = call.dim("form", sc.form as usize);
+    let call = call.dim("gshift", sc.group_shift(kp) as usize);
+    c.launch(call.ptr("perm", e.perm).ptr("out", dq))?;
+    b.synchronize(0)?;
+    let mut got = vec![0u8; n * kp * 2];
+    b.download(dq, &mut got)?;
+    b.free(dq);
+    let want = match perm {
+        Some(p) => reference::affine_dequant_bf16_perm(e.codes, e.sb, sc, n, kp, p),
+        None => reference::affine_dequant_bf16(e.codes, e.sb, sc, n, kp),
+    };
+    let what = format!("affine_dequant_bf16 {} (bytes)", e.kind);
+    c.bits(rows, &what, 0, got == want);
+    Ok(())
+}
+
+/// `affine_gather_bf16`: the prefill's activations in the stored column order of act-order
+/// weights (`perm` on the host and the device), bit for bit against its twin.
+fn gather_row(
+    c: &Case,
+    rows: &mut Vec<Row>,
+    kind: &str,
+    (perm, pd): (&[u32], DevicePtr),
+) -> GpuResult<()> {
+    let (m, k, b) = (c.mmax, c.k, c.b.as_ref());
+    let y = b.alloc((m * k * 2) as u64)?;
+    let call = c.kk.affine_gather.call().ptr("x", c.xd).ptr("perm", pd);
+    c.launch(call.dim("m", m).dim("k", k).ptr("y", y))?;
+    b.synchronize(0)?;
+    let mut got = vec![0u8; m * k * 2];
+    b.download(y, &mut got)?;
+    b.free(y);
+    let xs: Vec<f32> = (0..m).flat_map(|r| c.xr(r).to_vec()).collect();
+    let same = got == reference::affine_gather_bf16(&xs, perm, m, k);
+    c.bits(rows, &format!("affine_gather_bf16 {kind} (bytes)"), m, same);
+    Ok(())
 }
 
 /// `affine_from_gptq` (the GPU carry of GPTQ's tensors) against the converter: bytes at 2, 4
