@@ -310,14 +310,28 @@ extern "C" __global__ void affine_dequant_bf16(const unsigned char* __restrict__
 // The prefill's activations for act-order weights: x f32 [m, k] to y bf16 [m, k] in the
 // weights' stored column order, y[r, c] = bf16_rn(x[r, perm[c]]) (perm u32 [kp], its first k a
 // permutation of 0..k; an entry past k gives 0), so the BF16 GEMM multiplies the weights as
-// stored. One thread per value. Grid ceil(m * k / 256), block 256.
+// stored. One block per row: the row is staged in shared memory as BF16 (coalesced reads) when
+// k <= MP_AFFINE_GATHER_SMEM, then each thread writes its values in order (coalesced writes),
+// reading the staged row at perm[c]; a longer row is read from global memory at perm[c].
+// Grid (m), block 256.
 extern "C" __global__ void affine_gather_bf16(const float* __restrict__ x, const unsigned int* __restrict__ perm,
                                               int m, int k, __nv_bfloat16* __restrict__ y) {
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (long long)m * k) return;
-    const long long r = i / k;
-    const unsigned int src = perm[i - r * k];
-    y[i] = __float2bfloat16_rn(src < (unsigned int)k ? x[r * k + src] : 0.f);
+    __shared__ __nv_bfloat16 row[MP_AFFINE_GATHER_SMEM];
+    const int r = blockIdx.x;
+    if (r >= m) return;
+    const float* xr = x + (long long)r * k;
+    __nv_bfloat16* yr = y + (long long)r * k;
+    const bool staged = k <= MP_AFFINE_GATHER_SMEM;
+    if (staged) {
+        for (int c = threadIdx.x; c < k; c += blockDim.x) row[c] = __float2bfloat16_rn(xr[c]);
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < k; c += blockDim.x) {
+        const unsigned int src = perm[c];
+        __nv_bfloat16 v = __float2bfloat16_rn(0.f);
+        if (src < (unsigned int)k) v = staged ? row[src] : __float2bfloat16_rn(xr[src]);
+        yr[c] = v;
+    }
 }
 
 // GGUF Q4_0 / Q4_1 / Q8_0 blocks (ggml type ty 2 / 3 / 8) of [n, k] (k % 32 == 0), as a GGUF

@@ -65,25 +65,22 @@ fn affine_from_gptq_writes_the_converters_bytes() {
 #[test]
 fn affine_gather_bf16_matches_its_twin() {
     let Some(exe) = emulator() else { return };
-    let (m, k) = (5usize, 2200usize);
-    let x = Rand(43).vec(m * k, 1.0);
-    let perm = metrale_pack::testing::act_order(k);
-    let mut a = [
-        A::P(x.iter().flat_map(|v| v.to_le_bytes()).collect()),
-        A::P(perm.iter().flat_map(|v| v.to_le_bytes()).collect()),
-        A::I(m),
-        A::I(k),
-        A::P(vec![0xA5; m * k * 2]),
-    ];
-    launch(
-        exe,
-        "affine_gather_bf16",
-        ((m * k).div_ceil(256), 1),
-        256,
-        &mut a,
-    );
-    let want = metrale_pack::gpu::reference::affine_gather_bf16(&x, &perm, m, k);
-    assert!(buf(&a[4]) == want);
+    // A row staged in shared memory, and one longer than the stage (read from global memory).
+    let long = metrale_pack::gpu::sizes::AFFINE_GATHER_SMEM + 96;
+    for (m, k) in [(5usize, 2200usize), (2, long)] {
+        let x = Rand(43).vec(m * k, 1.0);
+        let perm = metrale_pack::testing::act_order(k);
+        let mut a = [
+            A::P(x.iter().flat_map(|v| v.to_le_bytes()).collect()),
+            A::P(perm.iter().flat_map(|v| v.to_le_bytes()).collect()),
+            A::I(m),
+            A::I(k),
+            A::P(vec![0xA5; m * k * 2]),
+        ];
+        launch(exe, "affine_gather_bf16", (m, 1), 256, &mut a);
+        let want = metrale_pack::gpu::reference::affine_gather_bf16(&x, &perm, m, k);
+        assert!(buf(&a[4]) == want, "k = {k}");
+    }
 }
 
 #[test]

@@ -49,6 +49,9 @@ pub const AFFINE_GEMV_BLOCK_ROWS: usize = AFFINE_GEMV_ROWS * AFFINE_GEMV_WARPS;
 /// The most activation rows the `affine` decode GEMVs take (their batch-16 forms); a prefill of
 /// more dequantizes to BF16.
 pub const AFFINE_GEMV_MAX_ROWS: usize = 16;
+/// The longest row `affine_gather_bf16` stages in shared memory (BF16 values: 32 KB); longer
+/// rows are read from global memory.
+pub const AFFINE_GATHER_SMEM: usize = 16384;
 // A 16-byte code chunk (32 values at 4 bits, 16 at 8) lies in one group.
 const _: () = assert!(AFFINE_GROUP.is_multiple_of(32));
 
@@ -183,6 +186,7 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_AFFINE_GROUP", AFFINE_GROUP),
     ("MP_AFFINE_GEMV_ROWS", AFFINE_GEMV_ROWS),
     ("MP_AFFINE_GEMV_WARPS", AFFINE_GEMV_WARPS),
+    ("MP_AFFINE_GATHER_SMEM", AFFINE_GATHER_SMEM),
     ("MP_FP8_GEMV_ROWS", FP8_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_ROWS", FP8_MMA_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_WARPS", FP8_MMA_GEMV_WARPS),

@@ -738,8 +738,8 @@ kernel_table! {
         grid(Rule(|a| Ok(blocks_of(a, &["n", "kp"], 1)? / 8)
             .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;
     affine_gather: "ffn_affine" "affine_gather_bf16" ("x:p perm:p m:i k:i y:p")
-        // One thread per value: m * k threads.
-        grid(Rule(|a| Ok(blocks_of(a, &["m", "k"], 1)?.div_ceil(256))), One, 256), cap None, round None;
+        // One block per row.
+        grid(Per("m", 1), One, 256), cap None, round None;
     q2_mmq: "ffn_q2g128" "q2g128_mmq_gemm" ("xq:p m:i w:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
     quant_q8_1: "ffn_q8_1" "quantize_act_q8_1" ("x:p m:i k:i kp:i out:p")
