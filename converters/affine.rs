@@ -242,6 +242,14 @@ pub fn carried_bits(ty: GgmlType) -> Option<u32> {
     }
 }
 
+/// Per-group values stored `[groups, n]` (a checkpoint's scales, AutoAWQ's and GPTQ's: one
+/// row a group) as `[n, groups]` (one row an output, as [`IntSource`] takes them).
+pub fn by_output(v: &[f32], n: usize, groups: usize) -> Vec<f32> {
+    (0..n * groups)
+        .map(|i| v[(i % groups) * n + i / groups])
+        .collect()
+}
+
 /// The stored code width of a source with `bits`-bit codes (1 to 8): 4 up to 4 bits, else 8.
 pub fn stored_bits(bits: u32) -> u32 {
     if bits <= 4 { 4 } else { 8 }

@@ -59,10 +59,7 @@ pub fn to_groups(
 ) -> Result<AffineGroups, AffineError> {
     let groups = k.checked_div(group).unwrap_or(0);
     let (codes, zeros) = self::codes(qweight, qzeros, n, k, groups);
-    // The scales are [groups, n]: a row's are a column.
-    let scales: Vec<f32> = (0..n * groups)
-        .map(|i| scales[(i % groups) * n + i / groups])
-        .collect();
+    let scales = super::affine::by_output(scales, n, groups);
     AffineGroups::from_int(&IntSource {
         bits: 4,
         group,

@@ -107,9 +107,7 @@ pub fn to_groups(
 ) -> Result<AffineGroups, GptqError> {
     let groups = k.checked_div(group).unwrap_or(0);
     let (codes, zeros) = self::codes(qweight, qzeros, bits, [n, k], groups)?;
-    let scales: Vec<f32> = (0..n * groups)
-        .map(|i| scales[(i % groups) * n + i / groups])
-        .collect();
+    let scales = super::affine::by_output(scales, n, groups);
     let src = IntSource {
         bits,
         group,

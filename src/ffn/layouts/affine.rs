@@ -166,6 +166,22 @@ pub struct GptqTensors {
     pub group: usize,
 }
 
+/// The padded K and the stored scheme of a checkpoint's zero-form carry at `bits` (4 or 8) in
+/// groups of `group` over `k` values: the source's group where it divides kp, else kp.
+fn zero_form(bits: u32, group: usize, k: usize) -> (usize, Scheme) {
+    let kp = crate::converters::layouts::round_up(k, affine::K_ALIGN);
+    let own = Scheme {
+        bits,
+        group,
+        form: Form::Zero,
+    };
+    let scheme = Scheme {
+        group: affine::stored_group(own, kp),
+        ..own
+    };
+    (kp, scheme)
+}
+
 /// What one projection's GPU carry writes: its shape, padded K and scheme, and the launch that
 /// fills its codes and scale pairs (given them and its refusal flag).
 struct Carry<'a> {
@@ -268,16 +284,7 @@ impl DenseFfnLayer {
                     ),
                 ));
             }
-            let kp = crate::converters::layouts::round_up(x.k, affine::K_ALIGN);
-            let own = Scheme {
-                bits: 4,
-                group: x.group,
-                form: Form::Zero,
-            };
-            let scheme = Scheme {
-                group: affine::stored_group(own, kp),
-                ..own
-            };
+            let (kp, scheme) = zero_form(4, x.group, x.k);
             let x = *x;
             plans.push(Carry {
                 n: x.n,
@@ -334,16 +341,7 @@ impl DenseFfnLayer {
                     ),
                 ));
             }
-            let kp = crate::converters::layouts::round_up(x.k, affine::K_ALIGN);
-            let own = Scheme {
-                bits: if x.bits <= 4 { 4 } else { 8 },
-                group: x.group,
-                form: Form::Zero,
-            };
-            let scheme = Scheme {
-                group: affine::stored_group(own, kp),
-                ..own
-            };
+            let (kp, scheme) = zero_form(crate::converters::affine::stored_bits(x.bits), x.group, x.k);
             let x = *x;
             plans.push(Carry {
                 n: x.n,
