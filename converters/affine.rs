@@ -383,13 +383,18 @@ impl AffineGroups {
         if bits == 4 && !cols.is_multiple_of(2) {
             return Err(AffineError::Group { group, cols });
         }
+        // Narrower codes move to the middle of the stored width, code and zero point alike
+        // (`s * (q - z)` unchanged): the decode GEMVs centre on 2^(stored - 1), and the
+        // activation rounding they see grows with |q - centre| (2-bit codes at 0..3 would
+        // carry it about 6 times over).
+        let shift = (1u8 << (bits - 1)) - (1u8 << (src.bits - 1));
         let codes = match bits {
             4 => src
                 .codes
                 .chunks_exact(2)
-                .map(|p| p[0] | (p[1] << 4))
+                .map(|p| (p[0] + shift) | ((p[1] + shift) << 4))
                 .collect(),
-            _ => src.codes.to_vec(),
+            _ => src.codes.iter().map(|&q| q + shift).collect(),
         };
         let halves = src.scales.iter().all(|&s| exact_half(s).is_some());
         Ok(AffineGroups {
@@ -400,7 +405,11 @@ impl AffineGroups {
             form: if halves { Form::Zero } else { Form::ZeroF32 },
             codes,
             scales: src.scales.to_vec(),
-            terms: src.zeros.iter().map(|&z| z as f32).collect(),
+            terms: src
+                .zeros
+                .iter()
+                .map(|&z| (z + u32::from(shift)) as f32)
+                .collect(),
             perm: None,
         })
     }
@@ -587,6 +596,33 @@ mod tests {
         let mut b = f16::from_f32(d).to_le_bytes().to_vec();
         b.extend((0..16).map(|j| codes[j] | (codes[j + 16] << 4)));
         b
+    }
+
+    #[test]
+    fn narrow_codes_move_to_the_middle_of_the_stored_width_with_their_zero_points() {
+        // 2-bit codes 0..3 with zero point 2 are stored as 6..9 with zero point 8 (3-bit: +4;
+        // 5-bit at 8 bits: +112); every weight s * (q - z) is the same.
+        for (bits, shift) in [(2u32, 6u32), (3, 4), (4, 0), (5, 112), (8, 0)] {
+            let top = (1u8 << bits) - 1;
+            let codes: Vec<u8> = (0..64).map(|i| (i as u8 * 7) % (top + 1)).collect();
+            let z = u32::from(top / 2 + 1);
+            let src = IntSource {
+                bits,
+                group: 32,
+                rows: 1,
+                cols: 64,
+                codes: &codes,
+                scales: &[0.5, 0.25],
+                zeros: &[z, z],
+            };
+            let a = AffineGroups::from_int(&src).unwrap();
+            assert_eq!(a.terms, [(z + shift) as f32; 2], "{bits}");
+            let want: Vec<f32> = (0..64)
+                .map(|i| [0.5, 0.25][i / 32] * (codes[i] as f32 - z as f32))
+                .collect();
+            assert_eq!(a.decode(), want, "{bits}");
+            assert_eq!(a.code(0, 1), u32::from(codes[1]) + shift, "{bits}");
+        }
     }
 
     #[test]

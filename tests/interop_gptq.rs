@@ -339,8 +339,8 @@ fn a_directory_of_several_safetensors_without_an_index_is_refused() {
 fn carried_gptq_packs_compute_the_source_ffn_on_the_host_backend() {
     // The packs' affine arms (decode row by row, prefill over all rows) against the float64
     // FFN of the weights as AutoGPTQ decodes them: 4-bit groups of 64 with zero points (F16
-    // scales: the half zero form), 8-bit per channel, and 4-bit act-order (the activations
-    // gathered, the prefill's weights scattered back). The error is the int8 activations'.
+    // scales: the half zero form), 8-bit per channel, 4-bit act-order (the activations
+    // gathered) and 2-bit codes (stored at 4). The error is the int8 activations'.
     use metrale_pack::check::activations::activation_checks;
     use metrale_pack::gpu::{GpuBackend, host::HostBackend};
     use metrale_pack::testing::Rand;
@@ -356,6 +356,7 @@ fn carried_gptq_packs_compute_the_source_ffn_on_the_host_backend() {
         "gptq-4bit-g64-asym-f16",
         "gptq-8bit-channel-asym-f16",
         "gptq-4bit-g128-desc-sym-f16",
+        "gptq-2bit-g64-sym-f16",
     ] {
         let src = fixture(name);
         let out = tmp.path().join(format!("{name}.mpk.gguf"));

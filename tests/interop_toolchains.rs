@@ -66,7 +66,7 @@ fn quantized_fixtures() -> Vec<PathBuf> {
         })
         .collect();
     v.sort();
-    assert!(v.len() >= 29, "fixtures missing: {v:?}");
+    assert!(v.len() >= 30, "fixtures missing: {v:?}");
     v
 }
 
@@ -99,6 +99,7 @@ fn every_fixture_is_recognised_with_its_scheme_and_shapes() {
             }
             "w3a16" => "compressed-tensors-int",
             "awq-gemm-g128" | "awq-gemm-g64" => "awq-gemm-int4",
+            s if s.starts_with("gptq-2bit") => "gptq-int2",
             s if s.starts_with("gptq-4bit") => "gptq-int4",
             s if s.starts_with("gptq-8bit") => "gptq-int8",
             s => panic!("{s}"),
@@ -690,7 +691,7 @@ fn integer_checkpoints_convert_to_affine_by_default_and_decode_as_their_library(
         .iter()
         .map(|d| d.file_name().unwrap().to_string_lossy().to_string())
         .collect();
-    assert!(dirs.len() >= 14, "integer fixtures: {names:?}");
+    assert!(dirs.len() >= 15, "integer fixtures: {names:?}");
     let mut forms = std::collections::BTreeSet::new();
     for (dir, name) in dirs.iter().zip(&names) {
         let e = expected(dir);

@@ -571,6 +571,7 @@ def main():
         gptq_write("gptq-4bit-g128-sym-f16", seed=8)
         gptq_write("gptq-4bit-g64-asym-f16", group=64, sym=False, seed=9)
         gptq_write("gptq-8bit-channel-asym-f16", bits=8, group=-1, sym=False, seed=10)
+        gptq_write("gptq-2bit-g64-sym-f16", bits=2, group=64, seed=11)
     if "arch" in which:
         arch_write("phi3-bf16", "phi3")
         arch_write("qwen2moe-mixed-bf16", "qwen2moe")

@@ -135,8 +135,8 @@ fn gather_row(
     Ok(())
 }
 
-/// `affine_from_gptq` (the GPU carry of GPTQ's tensors) against the converter: bytes at 2, 4
-/// and 8 bits with an ordered `g_idx`, and at 4 bits each refusal flagged (an infinite scale,
+/// `affine_from_gptq` (the GPU carry of GPTQ's tensors) against the converter: bytes at 4 and 8
+/// bits with an ordered `g_idx`, and at 4 bits each refusal flagged (an infinite scale,
 /// a zero point field of all ones, a `g_idx` out of group order as act-order has it).
 fn affine_from_gptq_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
@@ -147,7 +147,7 @@ fn affine_from_gptq_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let ordered: Vec<u8> = (0..k)
         .flat_map(|i| ((i / group) as i32).to_le_bytes())
         .collect();
-    for bits in crate::converters::gptq::BITS {
+    for bits in [4, 8] {
         let ([qw, qz, sc], g) = crate::testing::gptq_tensors(&c.wf, n, k, bits, group);
         let want = crate::converters::layouts::affine::from_groups(&g);
         let (codes, sb, kp) = (&want.parts[0].1, &want.parts[1].1, want.padded[1]);

@@ -156,7 +156,7 @@ pub struct GptqTensors {
     pub scales: DevicePtr,
     /// `g_idx`, or `None`.
     pub g_idx: Option<DevicePtr>,
-    /// Bits per code: 2, 4 or 8.
+    /// Bits per code: 4 or 8 (2-bit checkpoints go through `convert`).
     pub bits: u32,
     /// Rows (outputs, a multiple of 32 / bits).
     pub n: usize,
@@ -307,7 +307,7 @@ impl DenseFfnLayer {
     /// (`affine_from_gptq`): the bytes `convert` writes for them (the zero form with half
     /// scales; tested bit for bit against the converter), as
     /// [`Self::finalize_affine_awq_load`] does for AutoAWQ. Refuses, naming the projection, a
-    /// width other than 2, 4 or 8 bits, a shape the tensors do not hold, a group the layout does
+    /// width other than 4 or 8 bits (`convert` carries 2-bit codes), a shape the tensors do not hold, a group the layout does
     /// not store, a scale that is not finite, a zero point stored as all ones, or a `g_idx`
     /// out of group order (act-order, which the layout does not carry).
     pub fn finalize_affine_gptq_load(
@@ -324,7 +324,9 @@ impl DenseFfnLayer {
             let groups = x.k.checked_div(x.group).unwrap_or(0) as u64;
             let words = |rows: u64, cols: usize| rows.checked_mul(cols as u64 * 4);
             let holds = |b: Option<u64>, ptr: DevicePtr| b.is_some_and(|b| b <= ptr.bytes);
-            let fits = crate::converters::gptq::BITS.contains(&x.bits)
+            // 2-bit codes are moved to the middle of 4 bits by `convert` (AffineGroups::from_int);
+            // this carry writes them as stored, so it takes 4 and 8 bits only.
+            let fits = matches!(x.bits, 4 | 8)
                 && x.n.is_multiple_of(per)
                 && x.k.is_multiple_of(per)
                 && crate::converters::affine::group_carried(x.group, x.k)
@@ -336,7 +338,7 @@ impl DenseFfnLayer {
                 return Err(refuse(
                     &what(p),
                     format!(
-                        "qweight / qzeros / scales of {} / {} / {} bytes are not GPTQ's [{}, {}] at {} bits in groups of {} (2, 4 or 8 bits; n and k multiples of 32 / bits; groups of 32 x 2^j dividing k, or k)",
+                        "qweight / qzeros / scales of {} / {} / {} bytes are not GPTQ's [{}, {}] at {} bits in groups of {} (4 or 8 bits; n and k multiples of 32 / bits; groups of 32 x 2^j dividing k, or k)",
                         x.qweight.bytes, x.qzeros.bytes, x.scales.bytes, x.n, x.k, x.bits, x.group
                     ),
                 ));
