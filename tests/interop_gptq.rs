@@ -493,3 +493,23 @@ fn finalize_affine_gptq_load_builds_the_converters_bytes_from_autogptq_tensors()
         assert!(e.contains("up") && e.contains("all ones"), "{name}: {e}");
     }
 }
+
+#[test]
+fn the_test_encoder_packs_what_the_reader_carries_at_every_width() {
+    // `testing::gptq_tensors` (the GPU carry's check rows) packs the source's own codes; the
+    // reader's groups of them equal the encoder's, 2-bit codes moved to the middle of 4 bits.
+    use metrale_pack::converters::{f16, gptq};
+    let (n, k, group) = (32usize, 256usize, 128usize);
+    let x = metrale_pack::testing::Rand(47).vec(n * k, 1.0);
+    let in_order: Vec<i32> = (0..k).map(|i| (i / group) as i32).collect();
+    for bits in gptq::BITS {
+        let ([qw, qz, sc], g) = metrale_pack::testing::gptq_tensors(&x, n, k, bits, group);
+        let scales: Vec<f32> = sc
+            .chunks_exact(2)
+            .map(|h| f16::to_f32(u16::from_le_bytes([h[0], h[1]])))
+            .collect();
+        let read = gptq::to_groups(&qw, &qz, &scales, &in_order, bits, [n, k], group).unwrap();
+        assert!(read.codes == g.codes && read.terms == g.terms, "{bits}");
+        assert_eq!(read.decode(), g.decode(), "{bits}");
+    }
+}

@@ -52,18 +52,19 @@ pub fn act_order(k: usize) -> Vec<u32> {
     p
 }
 
+/// A source's integer weight in its own terms, as a checkpoint stores it: codes `[n, k]` and
+/// zero points `[n, groups]` below `2^bits`, scales `[n, groups]`.
+struct RtnSource {
+    codes: Vec<u8>,
+    scales: Vec<f32>,
+    zeros: Vec<u32>,
+}
+
 /// Round-to-nearest asymmetric integer groups of f32 `[n, k]` at `bits` in groups of `group`:
 /// per group `s = (max - min) / (2^bits - 1)` (a half with `half`), `z = round(-min / s)` and
 /// `q = round(x / s) + z`, both clamped to the codes (a test encoder: the sources' own
 /// quantizers, GPTQ's and AWQ's, search their scales; the carried form is the same).
-pub fn int_groups_rtn(
-    x: &[f32],
-    n: usize,
-    k: usize,
-    bits: u32,
-    group: usize,
-    half: bool,
-) -> AffineGroups {
+fn rtn_source(x: &[f32], n: usize, k: usize, bits: u32, group: usize, half: bool) -> RtnSource {
     let top = ((1u32 << bits) - 1) as f32;
     let (mut codes, mut scales, mut zeros) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..n {
@@ -84,40 +85,65 @@ pub fn int_groups_rtn(
             zeros.push(z as u32);
         }
     }
-    let src = IntSource {
-        bits,
-        group,
-        rows: n,
-        cols: k,
-        codes: &codes,
-        scales: &scales,
-        zeros: &zeros,
-    };
-    AffineGroups::from_int(&src).expect("finite test weights")
+    RtnSource {
+        codes,
+        scales,
+        zeros,
+    }
+}
+
+impl RtnSource {
+    /// The groups `convert` carries from it ([`AffineGroups::from_int`]).
+    fn groups(&self, bits: u32, group: usize, [n, k]: [usize; 2]) -> AffineGroups {
+        let src = IntSource {
+            bits,
+            group,
+            rows: n,
+            cols: k,
+            codes: &self.codes,
+            scales: &self.scales,
+            zeros: &self.zeros,
+        };
+        AffineGroups::from_int(&src).expect("finite test weights")
+    }
+
+    /// The scales as a checkpoint stores them: F16 bytes `[groups, n]` (one row a group).
+    fn f16_by_group(&self, n: usize, groups: usize) -> Vec<u8> {
+        (0..groups * n)
+            .flat_map(|i| half::f16::from_f32(self.scales[(i % n) * groups + i / n]).to_le_bytes())
+            .collect()
+    }
+}
+
+/// [`rtn_source`]'s groups as `convert` carries them.
+pub fn int_groups_rtn(
+    x: &[f32],
+    n: usize,
+    k: usize,
+    bits: u32,
+    group: usize,
+    half: bool,
+) -> AffineGroups {
+    rtn_source(x, n, k, bits, group, half).groups(bits, group, [n, k])
 }
 
 /// f32 `[n, k]` (n % 8 == 0) as an AutoAWQ GEMM checkpoint holds it: round-to-nearest 4-bit
 /// groups of `group` ([`int_groups_rtn`], half scales) packed as `qweight`, `qzeros` and F16
 /// `scales [k / group, n]` bytes, with the groups themselves (what `convert` carries).
 pub fn awq_tensors(x: &[f32], n: usize, k: usize, group: usize) -> ([Vec<u8>; 3], AffineGroups) {
-    let g = int_groups_rtn(x, n, k, 4, group, true);
+    let src = rtn_source(x, n, k, 4, group, true);
     let groups = k / group;
-    let q: Vec<u8> = (0..n * k)
-        .map(|i| crate::converters::affine::code_at(&g.codes[i / k * k / 2..], i % k, 4) as u8)
-        .collect();
-    let z: Vec<u32> = g.terms.iter().map(|&t| t as u32).collect();
-    let (qweight, qzeros) = crate::converters::awq::pack(&q, &z, n, k, groups);
-    let scales = (0..groups * n)
-        .flat_map(|i| half::f16::from_f32(g.scales[(i % n) * groups + i / n]).to_le_bytes())
-        .collect();
-    ([qweight, qzeros, scales], g)
+    let (qweight, qzeros) = crate::converters::awq::pack(&src.codes, &src.zeros, n, k, groups);
+    let scales = src.f16_by_group(n, groups);
+    ([qweight, qzeros, scales], src.groups(4, group, [n, k]))
 }
 
 /// f32 `[n, k]` (n a multiple of 32 / bits) as a GPTQ checkpoint holds it in group order:
 /// round-to-nearest groups of `group` at `bits` (2, 4 or 8; [`int_groups_rtn`], half scales)
 /// packed as `qweight`, `qzeros` (v1: each zero point minus one) and F16 `scales
-/// [k / group, n]` bytes, with the groups themselves (what `convert` carries). Panics on a
-/// zero point of 0, which v1 cannot store (random test weights have none).
+/// [k / group, n]` bytes, with the groups themselves (what `convert` carries: 2-bit codes moved
+/// to the middle of 4 bits). Panics on a zero point of 0, which v1 cannot store (random test
+/// weights have none).
 pub fn gptq_tensors(
     x: &[f32],
     n: usize,
@@ -125,19 +151,13 @@ pub fn gptq_tensors(
     bits: u32,
     group: usize,
 ) -> ([Vec<u8>; 3], AffineGroups) {
-    let g = int_groups_rtn(x, n, k, bits, group, true);
+    let src = rtn_source(x, n, k, bits, group, true);
     let groups = k / group;
-    let row = k * g.bits as usize / 8;
-    let q: Vec<u8> = (0..n * k)
-        .map(|i| crate::converters::affine::code_at(&g.codes[i / k * row..], i % k, g.bits) as u8)
-        .collect();
-    let z: Vec<u32> = g.terms.iter().map(|&t| t as u32).collect();
-    assert!(z.iter().all(|&z| z > 0), "a zero point of 0");
-    let (qweight, qzeros) = crate::converters::gptq::pack(&q, &z, bits, [n, k], groups);
-    let scales = (0..groups * n)
-        .flat_map(|i| half::f16::from_f32(g.scales[(i % n) * groups + i / n]).to_le_bytes())
-        .collect();
-    ([qweight, qzeros, scales], g)
+    assert!(src.zeros.iter().all(|&z| z > 0), "a zero point of 0");
+    let (qweight, qzeros) =
+        crate::converters::gptq::pack(&src.codes, &src.zeros, bits, [n, k], groups);
+    let scales = src.f16_by_group(n, groups);
+    ([qweight, qzeros, scales], src.groups(bits, group, [n, k]))
 }
 
 /// The `affine` layout's encoding of f32 `[n, k]` as `kind`.
