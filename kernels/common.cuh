@@ -48,6 +48,29 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {
 }
 #endif
 
+// Programmatic dependent launch (PTX griddepcontrol, sm_90; CUDA programming guide,
+// "Programmatic Dependent Launch and Synchronization"). A kernel marked `dependent` in
+// src/gpu/table.rs is launched with programmatic stream serialization, so it may start while
+// the kernel before it in the stream still runs; it calls pdl_trigger() at entry (its own
+// dependents may then launch once every block of it has started) and pdl_wait() before its
+// first read of anything an earlier launch wrote and before its first write. Reads of the
+// weights (written at load, long before) may come first: a decode GEMV issues its first loads,
+// then waits, so its DRAM traffic starts under the previous kernel's tail. Without the launch
+// attribute (the legacy order, or a device below sm_90) both are no-ops. The host stand-ins
+// (tests/cuda_emu/prelude.h) do nothing: the emulator runs launches in order.
+#ifndef METRALE_CUDA_EMU
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+#endif
+
 // The sums acc[r][q] (r < m activation rows, q < R weight rows) of every thread of a block of
 // W warps, reduced and stored as y[r, j0 + q] (j0 + q < n): a shuffle tree in each warp, then the
 // W warp sums added in warp order. Every thread of the block must call it.

@@ -15,6 +15,8 @@ __device__ __forceinline__ int il8_pos(int c) { return (c & ~7) | ((c & 3) << 1)
 template <bool SILU, bool IL8, class T>
 __device__ __forceinline__ void act_mul_at(const float* __restrict__ g, const float* __restrict__ u, T* __restrict__ out, int rows, int cols,
                                            int gs, int us, int os) {
+    pdl_trigger();
+    pdl_wait();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y;
     if (c >= cols || r >= rows) return;

@@ -51,6 +51,8 @@ __device__ __forceinline__ int affine_act_pos(int l, int bits) {
 extern "C" __global__ void affine_quantize_act(const float* __restrict__ x, const float* __restrict__ u, int act, int m,
                                                int k, int ld, int kp, int bits, signed char* __restrict__ xq,
                                                float* __restrict__ xs, const unsigned int* __restrict__ perm) {
+    pdl_trigger();
+    pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = blockIdx.x * (blockDim.x >> 5) + warp, r = blockIdx.y;
     if (g >= kp / 32 || r >= m) return;
@@ -98,6 +100,7 @@ __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ x
                                                float* __restrict__ y, int n, int kp, int form, int gshift, int ldy) {
     constexpr int CH = BITS / 4;  // 16-byte code chunks per group
     constexpr int U = 2;  // groups a lane loads before it multiplies (4 and 8 at 4 bits measured slower)
+    pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int j0 = (blockIdx.x * W + (threadIdx.x >> 5)) * R;
     if (j0 >= n) return;  // a whole warp: nothing below waits on the block
@@ -125,6 +128,9 @@ __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ x
                 p[e][q] = affine_pair(sb, (long long)rows[q] * prow + (g >> gshift), form);
             }
         }
+        // The activations are the previous launch's output: wait for it once, the first
+        // groups' weight loads already in flight (common.cuh, pdl_wait).
+        if (g0 == lane) pdl_wait();
 #pragma unroll
         for (int e = 0; e < U; ++e) {
             const int g = g0 + 32 * e;
@@ -170,6 +176,7 @@ __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ x
             }
         }
     }
+    pdl_wait();  // a lane with no groups (kp < 32 * lane) stores nothing, but waits alike
 #pragma unroll
     for (int r = 0; r < M; ++r) {
         if (r >= m) break;
@@ -307,29 +314,41 @@ extern "C" __global__ void affine_dequant_bf16(const unsigned char* __restrict__
     reinterpret_cast<uint4*>(out)[id] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
 }
 
-// The prefill's activations for act-order weights: x f32 [m, k] to y bf16 [m, k] in the
-// weights' stored column order, y[r, c] = bf16_rn(x[r, perm[c]]) (perm u32 [kp], its first k a
-// permutation of 0..k; an entry past k gives 0), so the BF16 GEMM multiplies the weights as
-// stored. One block per row: the row is staged in shared memory as BF16 (coalesced reads) when
-// k <= MP_AFFINE_GATHER_SMEM, then each thread writes its values in order (coalesced writes),
-// reading the staged row at perm[c]; a longer row is read from global memory at perm[c].
-// Grid (m), block 256.
-extern "C" __global__ void affine_gather_bf16(const float* __restrict__ x, const unsigned int* __restrict__ perm,
-                                              int m, int k, __nv_bfloat16* __restrict__ y) {
+// The prefill's BF16 activations: y[r, c] = bf16_rn(v[r, src]) for r < m, c < k, where v is x
+// (act 0), silu(x) * u (1) or gelu(x) * u (2) (common.cuh's products), x and u f32 at row stride
+// ld, and src = perm[c] (perm u32 [kp], its first k a permutation of 0..k: the weights' columns
+// stored sorted by group, act-order; an entry past k gives 0) or c without perm. So one launch
+// gives gate and up their input and the down projection its act-mul, already rounded and in the
+// weights' stored column order. With perm, the row's values are staged in shared memory as BF16
+// (coalesced reads) when k <= MP_AFFINE_GATHER_SMEM, then each thread writes its values in order
+// (coalesced writes) reading the stage at perm[c]; a longer row is read from global memory at
+// perm[c]. Grid (m), block 256.
+__device__ __forceinline__ float affine_act_value(const float* __restrict__ x, const float* __restrict__ u, int act,
+                                                  long long i) {
+    return act == 0 ? x[i] : act == 1 ? act_silu_mul(x[i], u[i]) : act_gelu_mul(x[i], u[i]);
+}
+
+extern "C" __global__ void affine_gather_bf16(const float* __restrict__ x, const float* __restrict__ u, int act,
+                                              const unsigned int* __restrict__ perm, int m, int k, int ld,
+                                              __nv_bfloat16* __restrict__ y) {
     __shared__ __nv_bfloat16 row[MP_AFFINE_GATHER_SMEM];
     const int r = blockIdx.x;
     if (r >= m) return;
-    const float* xr = x + (long long)r * k;
+    const long long r0 = (long long)r * ld;
     __nv_bfloat16* yr = y + (long long)r * k;
+    if (perm == nullptr) {
+        for (int c = threadIdx.x; c < k; c += blockDim.x) yr[c] = __float2bfloat16_rn(affine_act_value(x, u, act, r0 + c));
+        return;
+    }
     const bool staged = k <= MP_AFFINE_GATHER_SMEM;
     if (staged) {
-        for (int c = threadIdx.x; c < k; c += blockDim.x) row[c] = __float2bfloat16_rn(xr[c]);
+        for (int c = threadIdx.x; c < k; c += blockDim.x) row[c] = __float2bfloat16_rn(affine_act_value(x, u, act, r0 + c));
         __syncthreads();
     }
     for (int c = threadIdx.x; c < k; c += blockDim.x) {
         const unsigned int src = perm[c];
         __nv_bfloat16 v = __float2bfloat16_rn(0.f);
-        if (src < (unsigned int)k) v = staged ? row[src] : __float2bfloat16_rn(xr[src]);
+        if (src < (unsigned int)k) v = staged ? row[src] : __float2bfloat16_rn(affine_act_value(x, u, act, r0 + src));
         yr[c] = v;
     }
 }

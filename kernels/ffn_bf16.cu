@@ -18,6 +18,7 @@ template <int M, int R, int U>
 __device__ __forceinline__ void gemv_bf16(const float* __restrict__ x, int m, const __nv_bfloat16* __restrict__ w,
                                           float* __restrict__ y, int n, int k, int kp, int ldy) {
     constexpr int T = 256;
+    pdl_trigger();
     const int j0 = blockIdx.x * R, chunks = k >> 3;
     float acc[M][R];
 #pragma unroll
@@ -34,6 +35,8 @@ __device__ __forceinline__ void gemv_bf16(const float* __restrict__ x, int m, co
 #pragma unroll
             for (int q = 0; q < R; ++q)
                 v[u][q] = c0 + T * u < chunks ? ldg_stream(wr[q] + 8 * (c0 + T * u)) : make_uint4(0, 0, 0, 0);
+        // x is the previous launch's output: wait once, the first weight loads in flight.
+        if (c0 == (int)threadIdx.x) pdl_wait();
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int c = c0 + T * u;
@@ -58,6 +61,7 @@ __device__ __forceinline__ void gemv_bf16(const float* __restrict__ x, int m, co
             }
         }
     }
+    pdl_wait();  // a thread with no chunks (k < 8 * threadIdx.x) still takes part in the store
     block_sum_rows<M, R, T / 32>(acc, m, y, j0, n, ldy);
 }
 

@@ -44,6 +44,7 @@ __device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, con
                                          const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp, int ldy) {
     constexpr int W = 8, G = W / KS;  // warps per block, row groups per block
     __shared__ float red[KS > 1 ? W : 1][M][R];
+    pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = warp % KS;
     const int j0 = (blockIdx.x * G + warp / KS) * R;
     if (KS == 1 && j0 >= n) return;
@@ -60,6 +61,7 @@ __device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, con
 #pragma unroll
         for (int q = 0; q < R; ++q) v[q] = __ldg(reinterpret_cast<const uint4*>(w + (size_t)(j0 + q) * kp + kk));
         const float sc256 = __ldg(sr + (kk >> 7)) * 256.0f;
+        if (kk == (ks * 32 + lane) * 16) pdl_wait();  // x: the previous launch's (common.cuh)
 #pragma unroll
         for (int r = 0; r < M; ++r) {
             if (r < m) {
@@ -81,6 +83,7 @@ __device__ __forceinline__ void gemv_fp8(const float* __restrict__ x, int m, con
             }
         }
     }
+    pdl_wait();  // a lane with no chunks stores alike
 #pragma unroll
     for (int r = 0; r < M; ++r)
 #pragma unroll
@@ -264,6 +267,7 @@ __device__ __forceinline__ void gemv_fp8_mma(const float* __restrict__ x, int m,
                                              const float* __restrict__ s, float* __restrict__ y, int n, int k, int kp,
                                              int ldy) {
     __shared__ float red[W][NT][32][4];
+    pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int j0 = blockIdx.x * F8G_ROWS;
     const unsigned char* ra = w + (size_t)(j0 + g) * kp;
@@ -277,6 +281,7 @@ __device__ __forceinline__ void gemv_fp8_mma(const float* __restrict__ x, int m,
     // One chunk in flight ahead of the one being multiplied.
     int c = warp;
     F8gChunk cur = f8g_load(ra, rb, sr, c, t, k);
+    pdl_wait();  // x: the previous launch's, read from here on (common.cuh)
     for (; c * F8G_CHUNK < k; c += W) {
         const F8gChunk nxt = f8g_load(ra, rb, sr, c + W, t, k);
         f8g_mma_chunk<NT, ILP>(cur, x, m, k, c * F8G_CHUNK + 32 * t, g, acc);

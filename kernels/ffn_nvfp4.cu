@@ -209,6 +209,7 @@ __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, c
                                            int ldx = 0) {
     if (!SILU) ldx = k;
     __shared__ float red[W][NT][32][4];
+    pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t4 = lane & 3;
     const int j0 = blockIdx.x * NVG_ROWS;
     const int ra = min(j0 + gq, n - 1), rb = min(j0 + gq + 8, n - 1);
@@ -225,6 +226,7 @@ __device__ __forceinline__ void gemv_nvfp4(const float* __restrict__ x, int m, c
     // faster on the H200: the GEMV is bound by its decode instructions; BENCHMARKS.md).
     int k0 = warp * NVG_CHUNK + t4 * 32;
     NvgChunk cur = nvg_load(ca, cb, sa, sb, k0, k);
+    pdl_wait();  // x (and u): the previous launch's, read from here on (common.cuh)
     for (; k0 - t4 * 32 < k; k0 += W * NVG_CHUNK) {
         const NvgChunk nxt = nvg_load(ca, cb, sa, sb, k0 + W * NVG_CHUNK, k);
         nvg_mma_chunk<NT, SILU>(cur, x, u, ldx, m, k0, k, gq, acc);

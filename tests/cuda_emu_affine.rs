@@ -65,21 +65,49 @@ fn affine_from_gptq_writes_the_converters_bytes() {
 #[test]
 fn affine_gather_bf16_matches_its_twin() {
     let Some(exe) = emulator() else { return };
-    // A row staged in shared memory, and one longer than the stage (read from global memory).
+    // A row staged in shared memory, and one longer than the stage (read from global memory);
+    // the input and each act-mul, through the permutation and in order; rows at a stride past k.
     let long = metrale_pack::gpu::sizes::AFFINE_GATHER_SMEM + 96;
     for (m, k) in [(5usize, 2200usize), (2, long)] {
-        let x = Rand(43).vec(m * k, 1.0);
+        let ld = k + 8;
+        let x = Rand(43).vec(m * ld, 1.0);
+        let u = Rand(44).vec(m * ld, 1.0);
         let perm = metrale_pack::testing::act_order(k);
-        let mut a = [
-            A::P(x.iter().flat_map(|v| v.to_le_bytes()).collect()),
-            A::P(perm.iter().flat_map(|v| v.to_le_bytes()).collect()),
-            A::I(m),
-            A::I(k),
-            A::P(vec![0xA5; m * k * 2]),
-        ];
-        launch(exe, "affine_gather_bf16", (m, 1), 256, &mut a);
-        let want = metrale_pack::gpu::reference::affine_gather_bf16(&x, &perm, m, k);
-        assert!(buf(&a[4]) == want, "k = {k}");
+        for (act, gathered) in [(0usize, true), (1, true), (2, true), (1, false), (0, false)] {
+            let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|v| v.to_le_bytes()).collect() };
+            // An empty buffer is the null pointer (no permutation).
+            let pb: Vec<u8> = if gathered {
+                perm.iter().flat_map(|v| v.to_le_bytes()).collect()
+            } else {
+                Vec::new()
+            };
+            let mut a = [
+                A::P(bytes(&x)),
+                A::P(bytes(&u)),
+                A::I(act),
+                A::P(pb),
+                A::I(m),
+                A::I(k),
+                A::I(ld),
+                A::P(vec![0xA5; m * k * 2]),
+            ];
+            launch(exe, "affine_gather_bf16", (m, 1), 256, &mut a);
+            let v: Vec<f32> = (0..m)
+                .flat_map(|r| {
+                    metrale_pack::gpu::reference::affine_act_row(&x, &u, act, r, k, ld).unwrap()
+                })
+                .collect();
+            let want = metrale_pack::gpu::reference::affine_gather_bf16(
+                &v,
+                gathered.then_some(&perm[..]),
+                m,
+                k,
+            );
+            assert!(
+                buf(&a[7]) == want,
+                "k = {k}, act {act}, gathered {gathered}"
+            );
+        }
     }
 }
 

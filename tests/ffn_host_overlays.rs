@@ -560,11 +560,6 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
         let mut c = ctx(HostBackend::new(), levers(&[]));
         let mut l = DenseFfnLayer::new_with_activation(&c, act);
         install_affine(c.backend.as_ref(), &mut l, &w, kind).unwrap();
-        let am = if act == Activation::Gelu {
-            "act_mul_gelu"
-        } else {
-            "act_mul_silu"
-        };
         // The GEMVs multiply activations quantized to int8 per 32 values (the act-mul fused
         // into the down input's quantization): about 0.5% from the f64 FFN of the carried
         // weights at full precision.
@@ -575,17 +570,18 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
             let e = rel_err(&y, &ffn_f64(&xs, m, &wq, act));
             assert!(e < 2e-2, "{kind:?} {method}: {e}");
         }
-        // Prefill: each projection dequantized to BF16, then the BF16 GEMM.
+        // Prefill: the input rounded to BF16 once for gate and up (gathered into the stored
+        // column order for act-order: gate and up share the permutation), each projection
+        // dequantized to BF16 as stored, then the BF16 GEMM; the act-mul fused into the down
+        // input's rounding (and gathering).
         let dq = [
+            "affine_gather_bf16",
             "affine_dequant_bf16",
-            "f32_to_bf16",
             "cublas_gemm_bf16",
             "affine_dequant_bf16",
-            "f32_to_bf16",
             "cublas_gemm_bf16",
-            am,
+            "affine_gather_bf16",
             "affine_dequant_bf16",
-            "f32_to_bf16",
             "cublas_gemm_bf16",
         ];
         for (m, k) in [(4, gm), (5, g16), (16, g16)] {
@@ -599,13 +595,6 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
             let e = rel_err(&y, &ffn_f64(&xs, m, &wq, act));
             assert!(e < 2e-2, "{kind:?} prefill m={m}: {e}");
         }
-        // Act-order: the weights as stored, the activations gathered into their order.
-        let to_b = if kind == AffineKind::Int4G128Perm {
-            "affine_gather_bf16"
-        } else {
-            "f32_to_bf16"
-        };
-        let dq = dq.map(|k| if k == "f32_to_bf16" { to_b } else { k });
         for m in [17usize, 33] {
             let (x, xs) = input(&c, &mut r, m);
             let y = run(&mut c, &l, "prefill", x, m).unwrap();

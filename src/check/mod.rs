@@ -152,10 +152,22 @@ impl Lines {
 
 /// Print the table and return whether every row passed.
 pub fn print_table(rows: &[Row]) -> bool {
+    print_header();
+    print_rows(rows);
+    print_summary(rows)
+}
+
+/// The table's header line.
+pub fn print_header() {
     println!(
         "{:<44} {:>11} {:>5} {:>10} {:>8} {:>5}",
         "check", "shape", "m", "rel err", "tol", "ok"
     );
+}
+
+/// One line per row, flushed (a run cut short keeps the rows printed so far).
+pub fn print_rows(rows: &[Row]) {
+    use std::io::Write;
     for r in rows {
         println!(
             "{:<44} {:>11} {:>5} {:>10.2e} {:>8.0e} {:>5}",
@@ -167,6 +179,11 @@ pub fn print_table(rows: &[Row]) -> bool {
             if r.pass { "PASS" } else { "FAIL" }
         );
     }
+    let _ = std::io::stdout().flush();
+}
+
+/// `N passed, M failed`; whether none failed.
+pub fn print_summary(rows: &[Row]) -> bool {
     let failed = rows.iter().filter(|r| !r.pass).count();
     println!("{} passed, {} failed", rows.len() - failed, failed);
     failed == 0

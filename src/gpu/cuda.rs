@@ -15,11 +15,13 @@ use std::sync::{Arc, Mutex};
 
 mod ceilings;
 mod compile;
+mod launch;
 mod modules;
 mod tmap;
 pub use compile::{
     compile_cubin, compile_options, compile_with_log, cuda_include_dir, nvrtc_version,
 };
+pub use launch::pdl_enabled;
 
 /// The error of a failed driver or cuBLAS call `call`, with what the library said.
 fn cuerr<E: std::fmt::Debug>(call: &str) -> impl Fn(E) -> GpuError + '_ {
@@ -63,6 +65,9 @@ pub struct CudaBackend {
     arch: String,
     /// Multiprocessors (a persistent kernel's most blocks).
     sms: usize,
+    /// Launch the kernel table's `dependent` kernels as programmatic dependents (sm_90 and up,
+    /// unless `METRALE_PDL=0`): [`pdl_enabled`].
+    pdl: bool,
     include: Option<String>,
     cache_dir: PathBuf,
     state: Mutex<State>,
@@ -163,6 +168,7 @@ impl CudaBackend {
             name,
             arch: format!("sm_{maj}{min}"),
             sms: usize::try_from(sms).unwrap_or(1).max(1),
+            pdl: pdl_enabled(maj, std::env::var("METRALE_PDL").ok().as_deref()),
             include: cuda_include_dir(),
             cache_dir,
             state: Mutex::new(State {
@@ -487,52 +493,7 @@ impl GpuBackend for CudaBackend {
         stream: StreamId,
         args: &[KArg],
     ) -> GpuResult<()> {
-        let f = {
-            let st = self.state.lock().unwrap();
-            *st.functions
-                .get((k.0 as usize).wrapping_sub(1))
-                .ok_or_else(|| GpuError::Invalid(format!("bad kernel handle {}", k.0)))?
-        };
-        let s = self.stream(stream)?;
-        self.current()?;
-        self.raise_smem_limit(k, f, cfg.smem)?;
-        // Scalars and pointers as u64 slots; tensor maps encoded into their own 64-byte aligned
-        // slots (a kernel takes them by value).
-        let mut vals: Vec<u64> = Vec::with_capacity(args.len());
-        let mut maps: Vec<cus::CUtensorMap> = Vec::new();
-        for a in args {
-            vals.push(match *a {
-                KArg::Ptr(p) => p.addr,
-                KArg::I32(v) => v as u32 as u64,
-                KArg::F32(v) => v.to_bits() as u64,
-                KArg::Dim(v) => i32::try_from(v).map_err(|_| {
-                    GpuError::Invalid(format!("kernel argument {v} does not fit an int"))
-                })? as u32 as u64,
-                KArg::Tmap(t) => {
-                    maps.push(tmap::encode_tmap(&t)?);
-                    0
-                }
-            });
-        }
-        let mut next_map = maps.iter_mut();
-        let mut params: Vec<*mut c_void> = args
-            .iter()
-            .zip(vals.iter_mut())
-            .map(|(a, v)| match a {
-                KArg::Tmap(_) => next_map.next().map_or(std::ptr::null_mut(), |m| {
-                    m as *mut cus::CUtensorMap as *mut c_void
-                }),
-                _ => v as *mut u64 as *mut c_void,
-            })
-            .collect();
-        self.launches.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: `f` is a loaded function; each parameter points at a u64 whose low bytes hold
-        // the little-endian i32/f32/pointer the kernel signature expects (x86-64 and CUDA are both
-        // little-endian), or at an encoded tensor map, alive until the launch call returns (the
-        // driver copies them).
-        unsafe { cu::launch_kernel(f, cfg.grid, cfg.block, cfg.smem, s, &mut params) }
-            .map_err(cuerr("cuLaunchKernel"))?;
-        Ok(())
+        self.launch_kernel(k, cfg, stream, args)
     }
     fn gemm_bf16(&self, gm: &GemmBf16, stream: StreamId) -> GpuResult<()> {
         let GemmBf16 {

@@ -231,6 +231,111 @@ pub fn signatures(module: &str) -> Vec<(String, Vec<(String, ParamKind)>)> {
     out
 }
 
+/// Whether entry point `entry` of `module` calls `pdl_wait()` (kernels/common.cuh), directly or
+/// through the functions and `#define`d kernels of its source that it names: a text search over
+/// the bodies, each found by its head at brace depth 0 (strings skipped), keyed by the name
+/// before the head's last parenthesised list and, for a `#define`, by the macro's name.
+#[cfg(test)]
+pub(crate) fn calls_pdl_wait(module: &str, entry: &str) -> bool {
+    let Some(src) = source(module) else {
+        return false;
+    };
+    let text: String = src
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .map(|l| l.trim_end().trim_end_matches('\\'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let bodies = function_bodies(&text);
+    let named = |body: &str, name: &str| {
+        body.match_indices(name).any(|(i, _)| {
+            let before = body[..i].chars().next_back();
+            let after = body[i + name.len()..].trim_start().chars().next();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                && matches!(after, Some('(' | '<'))
+        })
+    };
+    // The entry's own body, else the body of the macro that instantiates it (`MACRO(entry, ..)`).
+    let start = bodies.iter().position(|(n, _)| n == entry).or_else(|| {
+        bodies.iter().position(|(n, _)| {
+            text.contains(&format!("{n}({entry},")) || text.contains(&format!("{n}({entry})"))
+        })
+    });
+    let mut seen = vec![false; bodies.len()];
+    let mut todo: Vec<usize> = start.into_iter().collect();
+    while let Some(i) = todo.pop() {
+        if std::mem::replace(&mut seen[i], true) {
+            continue;
+        }
+        let body = &bodies[i].1;
+        if named(body, "pdl_wait") {
+            return true;
+        }
+        todo.extend((0..bodies.len()).filter(|&j| !seen[j] && named(body, &bodies[j].0)));
+    }
+    false
+}
+
+/// `(name, body)` of every brace block at depth 0 of `text` whose head (the text since the
+/// previous block or `;` at depth 0) holds a parenthesised list; a `#define` head also keys the
+/// body by the macro's name.
+#[cfg(test)]
+fn function_bodies(text: &str) -> Vec<(String, String)> {
+    let ident_before = |s: &str| -> String {
+        s.trim_end()
+            .chars()
+            .rev()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect()
+    };
+    let mut out = Vec::new();
+    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+    let (mut head_start, mut body_start) = (0usize, 0usize);
+    for (i, c) in text.char_indices() {
+        if in_str {
+            (in_str, esc) = match (esc, c) {
+                (true, _) => (true, false),
+                (false, '\\') => (true, true),
+                (false, '"') => (false, false),
+                _ => (true, false),
+            };
+            continue;
+        }
+        match c {
+            '"' => in_str = true,
+            '{' => {
+                if depth == 0 {
+                    body_start = i;
+                }
+                depth += 1;
+            }
+            '}' if depth > 0 => {
+                depth -= 1;
+                if depth == 0 {
+                    let head = &text[head_start..body_start];
+                    let body = text[body_start..=i].to_string();
+                    if let Some(p) = head.rfind('(') {
+                        // The name before the last list (after `__launch_bounds__(..)` too).
+                        out.push((ident_before(&head[..p]), body.clone()));
+                    }
+                    if let Some(d) = head.rfind("#define ") {
+                        let m = &head[d + 8..];
+                        let name = m.split(['(', ' ']).next().unwrap_or("").to_string();
+                        out.push((name, body));
+                    }
+                    head_start = i + 1;
+                }
+            }
+            ';' if depth == 0 => head_start = i + 1,
+            _ => {}
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -113,6 +113,9 @@ pub struct LaunchCfg {
     pub block: (u32, u32, u32),
     /// Dynamic shared memory in bytes.
     pub smem: u32,
+    /// A programmatic dependent launch (the kernel table's `dependent`): the backend may start
+    /// it before the stream's previous kernel ends; the kernel waits where it must.
+    pub dependent: bool,
 }
 
 impl LaunchCfg {
@@ -122,6 +125,7 @@ impl LaunchCfg {
             grid: (gx as u32, gy as u32, 1),
             block: (block as u32, 1, 1),
             smem: 0,
+            dependent: false,
         }
     }
 }

@@ -399,16 +399,39 @@ pub fn affine_dequant_bf16(codes: &[u8], sb: &[u8], sc: Scheme, n: usize, kp: us
         .collect()
 }
 
-/// `affine_gather_bf16`: BF16 bytes of `x [m, k]` in the stored column order,
-/// `bf16(x[r, perm[c]])` (0 for an entry past k).
-pub fn affine_gather_bf16(x: &[f32], perm: &[u32], m: usize, k: usize) -> Vec<u8> {
+/// `affine_gather_bf16`: BF16 bytes of the `m` rows of `v [m, k]` (each row the values the
+/// kernel forms: `x`, or SiLU/GELU of `x` times `u`, `affine_gather_values`), in the stored
+/// column order `bf16(v[r, perm[c]])` (0 for an entry past k), or as they are without `perm`.
+pub fn affine_gather_bf16(v: &[f32], perm: Option<&[u32]>, m: usize, k: usize) -> Vec<u8> {
     (0..m * k)
         .flat_map(|i| {
-            let src = perm[i % k] as usize;
-            let v = if src < k { x[i / k * k + src] } else { 0.0 };
+            let src = perm.map_or(i % k, |p| p[i % k] as usize);
+            let v = if src < k { v[i / k * k + src] } else { 0.0 };
             bf16::from_f32(v).to_le_bytes()
         })
         .collect()
+}
+
+/// The values `affine_gather_bf16` (and `affine_quantize_act`) form from row `r` of `x` and `u`
+/// (`k` values at row stride `ld`): `x` (act 0), `silu_mul(x, u)` (1) or `gelu_mul(x, u)` (2);
+/// `None` if the row lies past either buffer.
+pub fn affine_act_row(
+    x: &[f32],
+    u: &[f32],
+    act: usize,
+    r: usize,
+    k: usize,
+    ld: usize,
+) -> Option<Vec<f32>> {
+    let row = |v: &[f32]| v.get(r * ld..r * ld + k).map(<[f32]>::to_vec);
+    match act {
+        0 => row(x),
+        _ => {
+            let f = if act == 1 { silu_mul } else { gelu_mul };
+            let (g, u) = (row(x)?, row(u)?);
+            Some(g.iter().zip(&u).map(|(&a, &b)| f(a, b)).collect())
+        }
+    }
 }
 
 /// [`affine_dequant_bf16`] with the columns of each row put back in the source's order:

@@ -78,6 +78,10 @@ pub struct KernelSpec {
     pub round: ActRound,
     /// Its tensor-map parameters' rules (one per `t` parameter).
     pub tmaps: &'static [TmapRule],
+    /// Launched as a programmatic dependent of the launch before it in the stream (it may start
+    /// while that one runs): its source calls `pdl_wait()` before it reads anything an earlier
+    /// launch wrote or writes anything (kernels/common.cuh; tested against the source).
+    pub dependent: bool,
     /// `params` parsed once (every launch looks its arguments up in it).
     parsed: std::sync::OnceLock<Vec<(&'static str, ParamKind)>>,
 }
@@ -245,6 +249,7 @@ impl<'a> Args<'a> {
             )));
         }
         let mut cfg = LaunchCfg::grid(x, y, g.threads);
+        cfg.dependent = self.spec.dependent;
         cfg.smem = u32::try_from(g.smem).map_err(|_| {
             GpuError::Invalid(format!(
                 "{}: {} bytes of shared memory",
@@ -541,7 +546,7 @@ fn fp8_quant_column_blocks(a: &Args) -> GpuResult<usize> {
 macro_rules! kernel_table {
     ($($field:ident: $module:literal $name:literal ($params:literal)
         grid($x:expr, $y:expr, $t:expr $(, smem $smem:expr)? $(, persistent $pers:literal)?),
-        cap $cap:expr, round $round:ident $(, tmaps $tmaps:expr)?;)*) => {
+        cap $cap:expr, round $round:ident $(, tmaps $tmaps:expr)? $(, dependent $dep:literal)?;)*) => {
         /// Every kernel, in one table.
         pub static KERNELS: [KernelSpec; [$(stringify!($field)),*].len()] = [$(KernelSpec {
             field: stringify!($field),
@@ -559,6 +564,7 @@ macro_rules! kernel_table {
             round: ActRound::$round,
             // The rules given, else none (the array's first element).
             tmaps: [$($tmaps,)? &[] as &[TmapRule]][0],
+            dependent: false $(|| $dep)?,
             parsed: std::sync::OnceLock::new(),
         },)*];
 
@@ -583,27 +589,27 @@ macro_rules! kernel_table {
 
 kernel_table! {
     act_silu: "ffn_act" "act_mul_silu" ("g:p u:p out:p rows:i cols:i gs:i us:i os:i")
-        grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None;
+        grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None, dependent true;
     act_gelu: "ffn_act" "act_mul_gelu" ("g:p u:p out:p rows:i cols:i gs:i us:i os:i")
-        grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None;
+        grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None, dependent true;
     act_silu_il8: "ffn_act" "act_mul_silu_il8" ("g:p u:p out:p rows:i cols:i gs:i us:i os:i")
-        grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None;
+        grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None, dependent true;
     act_gelu_il8: "ffn_act" "act_mul_gelu_il8" ("g:p u:p out:p rows:i cols:i gs:i us:i os:i")
-        grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None;
+        grid(Per("cols", 256), Per("rows", 1), 256), cap None, round None, dependent true;
     to_bf16: "ffn_act" "f32_to_bf16" ("x:p y:p count:i")
         grid(Per("count", 256), One, 256), cap None, round None;
     to_bf16_il8: "ffn_act" "f32_to_bf16_il8" ("x:p y:p count:i")
         grid(Per("count", 256), One, 256), cap None, round None;
     fp8_b4: "ffn_fp8" "w8a16_gemv_batch4" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", FP8_GEMV_ROWS), One, 256), cap Some(4), round None;
+        grid(Per("n", FP8_GEMV_ROWS), One, 256), cap Some(4), round None, dependent true;
     fp8_b4_cvt: "ffn_fp8" "w8a16_gemv_batch4_cvt" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", FP8_GEMV_ROWS), One, 256), cap Some(4), round None;
+        grid(Per("n", FP8_GEMV_ROWS), One, 256), cap Some(4), round None, dependent true;
     fp8_mma: "ffn_fp8" "w8a16_gemv_mma" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", FP8_MMA_GEMV_ROWS), One, 32 * FP8_MMA_GEMV_WARPS), cap Some(8), round Bf16;
+        grid(Per("n", FP8_MMA_GEMV_ROWS), One, 32 * FP8_MMA_GEMV_WARPS), cap Some(8), round Bf16, dependent true;
     fp8_mma_ilp: "ffn_fp8" "w8a16_gemv_mma_ilp" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", FP8_MMA_GEMV_ROWS), One, 32 * FP8_MMA_GEMV_WARPS), cap Some(8), round Bf16;
+        grid(Per("n", FP8_MMA_GEMV_ROWS), One, 32 * FP8_MMA_GEMV_WARPS), cap Some(8), round Bf16, dependent true;
     fp8_b16: "ffn_fp8" "w8a16_gemv_batch16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", 16), One, 256), cap Some(16), round None;
+        grid(Per("n", 16), One, 256), cap Some(16), round None, dependent true;
     fp8_m16: "ffn_fp8" "w8a16_gemm_m16" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 128), One, 128), cap Some(16), round Bf16;
     fp8_pipe: "ffn_fp8" "w8a16_gemm_pipelined" ("x:p m:i w:p s:p y:p n:i k:i kp:i ldy:i")
@@ -644,31 +650,31 @@ kernel_table! {
         grid(One, Per("n", W8A8_WGMMA_SMALL_BN), 128, smem W8A8_WGMMA_SMALL_SMEM),
         cap Some(W8A8_WGMMA_SMALL_BM), round None;
     bf16_gemv: "ffn_bf16" "bf16_gemv_batch4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", BF16_GEMV_ROWS), One, 256), cap Some(4), round None;
+        grid(Per("n", BF16_GEMV_ROWS), One, 256), cap Some(4), round None, dependent true;
     stream_probe: "probe" "stream_probe" ("p:p count:i per:i sink:p")
         grid(Rule(probe_blocks), One, 256), cap None, round None;
     nvfp4_gemv_dual: "ffn_nvfp4" "w4a16_gemv_dual"
         ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(4), round Bf16;
+        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(4), round Bf16, dependent true;
     nvfp4_gemv: "ffn_nvfp4" "w4a16_gemv" ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16;
+        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16, dependent true;
     nvfp4_gemm: "ffn_nvfp4" "w4a16_gemm" ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round Bf16;
     nvfp4_gemv_b2: "ffn_nvfp4" "w4a16_gemv_batch2"
         ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, ONE_T), cap Some(2), round Bf16;
+        grid(Per("n", COLS), One, ONE_T), cap Some(2), round Bf16, dependent true;
     nvfp4_gemv_b3: "ffn_nvfp4" "w4a16_gemv_batch3"
         ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, ONE_T), cap Some(3), round Bf16;
+        grid(Per("n", COLS), One, ONE_T), cap Some(3), round Bf16, dependent true;
     nvfp4_gemv_dual_b2: "ffn_nvfp4" "w4a16_gemv_dual_batch2"
         ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(2), round Bf16;
+        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(2), round Bf16, dependent true;
     nvfp4_gemv_dual_b3: "ffn_nvfp4" "w4a16_gemv_dual_batch3"
         ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(3), round Bf16;
+        grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(3), round Bf16, dependent true;
     nvfp4_silu_down: "ffn_nvfp4" "w4a16_gemv_silu_down"
         ("gate:p up:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i ldx:i")
-        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16;
+        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16, dependent true;
     nvfp4_gemv_ksplit: "ffn_nvfp4" "w4a16_gemv_ksplit"
         ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
         grid(Per("n", 4), One, 256), cap Some(4), round None;
@@ -698,22 +704,22 @@ kernel_table! {
             .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;
     affine4_gemv: "ffn_affine" "affine4_gemv"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
-        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(1), round None;
+        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(1), round None, dependent true;
     affine4_gemv_m: "ffn_affine" "affine4_gemv_batch4"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
-        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(4), round None;
+        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(4), round None, dependent true;
     affine4_gemv_m16: "ffn_affine" "affine4_gemv_batch16"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
-        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(16), round None;
+        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(16), round None, dependent true;
     affine8_gemv: "ffn_affine" "affine8_gemv"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
-        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(1), round None;
+        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(1), round None, dependent true;
     affine8_gemv_m: "ffn_affine" "affine8_gemv_batch4"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
-        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(4), round None;
+        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(4), round None, dependent true;
     affine8_gemv_m16: "ffn_affine" "affine8_gemv_batch16"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
-        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(16), round None;
+        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(16), round None, dependent true;
     affine_from_ggml: "ffn_affine" "affine_from_ggml"
         ("raw:p ty:i n:i k:i kp:i codes:p sb:p bad:p")
         // One thread per group of 32: n * kp / 32 threads.
@@ -732,12 +738,12 @@ kernel_table! {
     affine_quant: "ffn_affine" "affine_quantize_act"
         ("x:p u:p act:i m:i k:i ld:i kp:i bits:i xq:p xs:p perm:p")
         // One warp per group of 32, 8 warps per block.
-        grid(Rule(|a| Ok((a.dim("kp")? / 32).div_ceil(8))), Per("m", 1), 256), cap None, round None;
+        grid(Rule(|a| Ok((a.dim("kp")? / 32).div_ceil(8))), Per("m", 1), 256), cap None, round None, dependent true;
     affine_dequant: "ffn_affine" "affine_dequant_bf16" ("codes:p sb:p n:i kp:i bits:i form:i gshift:i out:p perm:p")
         // One thread per 8 values (one 16-byte store): n * kp / 8 threads.
         grid(Rule(|a| Ok(blocks_of(a, &["n", "kp"], 1)? / 8)
             .map(|t: usize| t.div_ceil(256))), One, 256), cap None, round None;
-    affine_gather: "ffn_affine" "affine_gather_bf16" ("x:p perm:p m:i k:i y:p")
+    affine_gather: "ffn_affine" "affine_gather_bf16" ("x:p u:p act:i perm:p m:i k:i ld:i y:p")
         // One block per row.
         grid(Per("m", 1), One, 256), cap None, round None;
     q2_mmq: "ffn_q2g128" "q2g128_mmq_gemm" ("xq:p m:i w:p y:p n:i kp:i ldy:i")
@@ -775,13 +781,13 @@ kernel_table! {
         grid(Per("n", 256), Per("m", 1), 256), cap None, round None;
     nvfp4_small_m4: "ffn_nvfp4" "nvfp4_proj_small_m4"
         ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16;
+        grid(Per("n", COLS), One, ONE_T), cap Some(4), round Bf16, dependent true;
     nvfp4_small_m8: "ffn_nvfp4" "nvfp4_proj_small_m8"
         ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, ONE_T), cap Some(8), round Bf16;
+        grid(Per("n", COLS), One, ONE_T), cap Some(8), round Bf16, dependent true;
     nvfp4_small_m16: "ffn_nvfp4" "nvfp4_proj_small_m16"
         ("x:p m:i codes:p scales:p g:f y:p n:i k:i kp:i ldy:i")
-        grid(Per("n", COLS), One, ONE_T), cap Some(16), round Bf16;
+        grid(Per("n", COLS), One, ONE_T), cap Some(16), round Bf16, dependent true;
     nvfp4_proj_mx: "ffn_nvfp4" "nvfp4_proj_mx"
         ("qc:p qs:p qg:p m:i codes:p scales:p gw:f y:p n:i kp:i ldy:i")
         grid(Per("n", 32), Per("m", 4), 256), cap None, round None;

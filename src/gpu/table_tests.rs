@@ -15,6 +15,21 @@ fn every_description_matches_its_parsed_cu_signature() {
     }
 }
 
+/// A kernel launched as a programmatic dependent must wait for the launch before it
+/// (`pdl_wait()` in its source): without the wait it would read that launch's output early.
+/// And a kernel that waits is launched so (else the wait buys nothing).
+#[test]
+fn dependent_kernels_are_those_that_wait() {
+    let mut marked = 0;
+    for s in &KERNELS {
+        let waits = super::super::kernels::calls_pdl_wait(s.module, s.name);
+        assert_eq!(s.dependent, waits, "{}::{} dependent", s.module, s.name);
+        marked += usize::from(s.dependent);
+    }
+    // The decode chains' kernels (act, BF16, FP8, NVFP4 and affine GEMVs, affine quantizer).
+    assert!(marked >= 27, "{marked} dependent kernels");
+}
+
 #[test]
 fn every_entry_point_is_in_the_table_once() {
     for (m, _) in super::super::kernels::MODULES {

@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     else if (name == "affine_from_gptq")
         emu_launch(gx, gy, bx, [&] { affine_from_gptq((const unsigned int*)P(0), (const unsigned int*)P(1), (const unsigned short*)P(2), (const int*)P(3), I(4), I(5), I(6), I(7), I(8), I(9), (unsigned char*)P(10), (unsigned char*)P(11), (unsigned int*)P(12)); });
     else if (name == "affine_gather_bf16")
-        emu_launch(gx, gy, bx, [&] { affine_gather_bf16((const float*)P(0), (const unsigned int*)P(1), I(2), I(3), (__nv_bfloat16*)P(4)); });
+        emu_launch(gx, gy, bx, [&] { affine_gather_bf16((const float*)P(0), (const float*)P(1), I(2), (const unsigned int*)P(3), I(4), I(5), I(6), (__nv_bfloat16*)P(7)); });
     else if (name == "affine_quantize_act")
         emu_launch(gx, gy, bx, [&] { affine_quantize_act((const float*)P(0), (const float*)P(1), I(2), I(3), I(4), I(5), I(6), I(7), (signed char*)P(8), (float*)P(9), (const unsigned int*)P(10)); });
     else if (name == "affine_dequant_bf16")

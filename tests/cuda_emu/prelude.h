@@ -210,6 +210,9 @@ static inline float __bfloat162float(__nv_bfloat16 b) {
 static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
     return __nv_bfloat162{__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
 }
+// common.cuh's programmatic-dependent-launch hooks: the emulator runs launches in order.
+static inline void pdl_trigger() {}
+static inline void pdl_wait() {}
 // common.cuh's ldg_stream: a plain 16-byte load.
 static inline uint4 ldg_stream(const void* p) {
     uint4 v;

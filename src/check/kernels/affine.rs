@@ -113,8 +113,11 @@ fn dequant_row(
     Ok(())
 }
 
-/// `affine_gather_bf16`: the prefill's activations in the stored column order of act-order
-/// weights (`perm` on the host and the device), bit for bit against its twin.
+/// `affine_gather_bf16`: the prefill's BF16 activations against its twin: the input bit for bit,
+/// and the SiLU and GELU act-muls (`u` the input again) within one BF16 step (2^-7 relative:
+/// the device's `expf` and `tanhf` may differ from the host's by an ulp of f32, which can move
+/// the rounding to BF16 by one step), in the stored column order of act-order weights (`perm` on
+/// the host and the device) and in order.
 fn gather_row(
     c: &Case,
     rows: &mut Vec<Row>,
@@ -123,16 +126,49 @@ fn gather_row(
 ) -> GpuResult<()> {
     let (m, k, b) = (c.mmax, c.k, c.b.as_ref());
     let y = b.alloc((m * k * 2) as u64)?;
-    let call = c.kk.affine_gather.call().ptr("x", c.xd).ptr("perm", pd);
-    c.launch(call.dim("m", m).dim("k", k).ptr("y", y))?;
-    b.synchronize(0)?;
-    let mut got = vec![0u8; m * k * 2];
-    b.download(y, &mut got)?;
-    b.free(y);
     let xs: Vec<f32> = (0..m).flat_map(|r| c.xr(r).to_vec()).collect();
-    let same = got == reference::affine_gather_bf16(&xs, perm, m, k);
-    c.bits(rows, &format!("affine_gather_bf16 {kind} (bytes)"), m, same);
+    for (act, gathered) in [(0usize, true), (1, true), (2, false), (1, false)] {
+        let pp = if gathered { pd } else { DevicePtr::NULL };
+        let call = c.kk.affine_gather.call().ptr("x", c.xd).ptr("u", c.xd);
+        let call = call.dim("act", act).ptr("perm", pp).dim("m", m);
+        c.launch(call.dim("k", k).dim("ld", k).ptr("y", y))?;
+        b.synchronize(0)?;
+        let mut got = vec![0u8; m * k * 2];
+        b.download(y, &mut got)?;
+        let v: Vec<f32> = (0..m)
+            .flat_map(|r| reference::affine_act_row(&xs, &xs, act, r, k, k).unwrap_or_default())
+            .collect();
+        let want = reference::affine_gather_bf16(&v, gathered.then_some(perm), m, k);
+        let order = if gathered { "gathered" } else { "in order" };
+        if act == 0 {
+            let what = format!("affine_gather_bf16 {kind} act 0 {order} (bytes)");
+            c.bits(rows, &what, m, got == want);
+        } else {
+            let what = format!("affine_gather_bf16 {kind} act {act} {order} (one BF16 step)");
+            c.row(rows, &what, m, bf16_step_err(&got, &want), 1.0 / 128.0);
+        }
+    }
+    b.free(y);
     Ok(())
+}
+
+/// The largest `|a - b| / |b|` over two BF16 byte arrays (0 where they are equal; infinite
+/// where only `b` is 0 or either is NaN).
+fn bf16_step_err(a: &[u8], b: &[u8]) -> f64 {
+    let v = |s: &[u8], i: usize| {
+        f32::from_bits((u16::from_le_bytes([s[2 * i], s[2 * i + 1]]) as u32) << 16) as f64
+    };
+    (0..b.len() / 2)
+        .map(|i| {
+            let (x, y) = (v(a, i), v(b, i));
+            let e = (x - y).abs() / y.abs();
+            match (x == y, e.is_nan()) {
+                (true, _) => 0.0,
+                (false, true) => f64::INFINITY,
+                (false, false) => e,
+            }
+        })
+        .fold(0.0, f64::max)
 }
 
 /// `affine_from_gptq` (the GPU carry of GPTQ's tensors) against the converter: bytes at 4 and 8

@@ -95,11 +95,9 @@ impl DenseFfnLayer {
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
-    /// One affine projection for prefill: dequantized to BF16 `[n, kp]` into the context's
-    /// scratch (`affine_dequant_bf16`, each weight rounded to nearest even), then the BF16 GEMM
-    /// on the activations rounded to BF16. Act-order weights stay in their stored column order
-    /// and the activations are gathered into it (`affine_gather_bf16`); without cuBLAS, the
-    /// dequantization reads them back into the source's order for the BF16 GEMV.
+    /// One affine projection for prefill without cuBLAS: dequantized to BF16 `[n, kp]` in the
+    /// source's column order (act-order columns read back through the inverse permutation),
+    /// then the BF16 GEMV on the activations rounded to BF16.
     fn affine_prefill_project(
         &self,
         ctx: &mut ForwardContext,
@@ -109,39 +107,85 @@ impl DenseFfnLayer {
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
-        let gathered = !w.perm.is_null();
-        let bw = self.affine_dequant(ctx, w, !gathered)?;
-        if gathered {
-            let xb = ctx.arena.act_bf16.view(0, (m * w.k * 2) as u64);
-            let call = self
-                .kernels
-                .affine_gather
-                .call()
-                .ptr("x", x)
-                .ptr("perm", w.perm);
-            self.launch(ctx, call.dim("m", m).dim("k", w.k).ptr("y", xb))?;
-            let gemm = GemmBf16 {
-                x: xb,
-                w: bw.weight,
-                y,
-                m,
-                n: w.n,
-                k: w.k,
-                kw: w.kp,
-            };
-            match ctx.backend.gemm_bf16(&gemm, ctx.stream) {
-                Ok(()) => {
-                    ctx.record("cublas_gemm_bf16");
-                    return Ok(());
-                }
-                Err(GpuError::MissingKernel { .. }) => {
-                    self.affine_dequant(ctx, w, true)?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let bw = self.affine_dequant(ctx, w, true)?;
         let xb = self.to_bf16(ctx, x, m * w.k)?;
         self.bf16_gemm_any(ctx, x, xb, &bw, m, y, ldy)
+    }
+
+    /// The prefill's BF16 activations for `w` in the arena (`affine_gather_bf16`): `x`'s `m`
+    /// rows of `w.k` values at row stride `ld` (with `act` 1 or 2, SiLU or GELU of `x` times
+    /// `u`), rounded, in `w`'s stored column order where it has a permutation.
+    #[allow(clippy::too_many_arguments)]
+    fn affine_bf16_input(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &AffineWeight,
+        (x, u): (DevicePtr, DevicePtr),
+        act: usize,
+        m: usize,
+        ld: usize,
+    ) -> GpuResult<DevicePtr> {
+        let xb = ctx.arena.act_bf16.view(0, (m * w.k * 2) as u64);
+        let call = self.kernels.affine_gather.call().ptr("x", x).ptr("u", u);
+        let call = call.dim("act", act).ptr("perm", w.perm).dim("m", m);
+        self.launch(ctx, call.dim("k", w.k).dim("ld", ld).ptr("y", xb))?;
+        Ok(xb)
+    }
+
+    /// `y [m, w.n] = xb . w^T` on cuBLAS, `w` dequantized to BF16 as stored (act-order columns
+    /// in their stored order, which `xb` follows).
+    fn affine_gemm(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &AffineWeight,
+        xb: DevicePtr,
+        m: usize,
+        y: DevicePtr,
+    ) -> GpuResult<()> {
+        let bw = self.affine_dequant(ctx, w, false)?;
+        let gemm = GemmBf16 {
+            x: xb,
+            w: bw.weight,
+            y,
+            m,
+            n: w.n,
+            k: w.k,
+            kw: w.kp,
+        };
+        ctx.backend.gemm_bf16(&gemm, ctx.stream)?;
+        ctx.record("cublas_gemm_bf16");
+        Ok(())
+    }
+
+    /// Affine prefill on cuBLAS: the input rounded to BF16 once for gate and up (gathered into
+    /// their stored column order when they share a permutation, as act-order checkpoints'
+    /// gate and up do), each projection dequantized to BF16 and multiplied, and the act-mul
+    /// fused into the down input's rounding (and gathering): no f32 act-mul pass, no second
+    /// conversion of the input.
+    fn affine_prefill_cublas(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        [g, u, d]: &[AffineWeight; 3],
+    ) -> GpuResult<DevicePtr> {
+        let (h, i) = (self.hidden, self.inter);
+        let (go, uo, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
+        let xb = self.affine_bf16_input(ctx, g, (x, x), 0, m, h)?;
+        self.affine_gemm(ctx, g, xb, m, go)?;
+        let xb = if u.perm == g.perm && u.k == g.k {
+            xb
+        } else {
+            self.affine_bf16_input(ctx, u, (x, x), 0, m, h)?
+        };
+        self.affine_gemm(ctx, u, xb, m, uo)?;
+        let act = match self.activation {
+            Activation::Silu => 1,
+            Activation::Gelu => 2,
+        };
+        let ab = self.affine_bf16_input(ctx, d, (go, uo), act, m, i)?;
+        self.affine_gemm(ctx, d, ab, m, out)?;
+        Ok(out.view(0, (m * h * 4) as u64))
     }
 
     /// `w` dequantized to BF16 `[n, kp]` in the context's scratch: in the source's column order
@@ -178,7 +222,7 @@ impl DenseFfnLayer {
 
     /// Affine prefill: up to [`AFFINE_GEMV_MAX_ROWS`] rows on the GEMVs (each weight read once
     /// for every row), more with each projection dequantized to BF16 and multiplied by the BF16
-    /// GEMM.
+    /// GEMM (cuBLAS; without it, the BF16 GEMV over the weights in the source's order).
     pub(crate) fn affine_prefill_arm(
         &self,
         ctx: &mut ForwardContext,
@@ -190,6 +234,11 @@ impl DenseFfnLayer {
         }
         self.check_rows(ctx, x, m)?;
         let w = *self.need(key::AFFINE)?;
-        self.gated(ctx, x, m, false, &w, Self::affine_prefill_project)
+        match self.affine_prefill_cublas(ctx, x, m, &w) {
+            Err(GpuError::MissingKernel { .. }) => {
+                self.gated(ctx, x, m, false, &w, Self::affine_prefill_project)
+            }
+            r => r,
+        }
     }
 }

@@ -186,28 +186,13 @@ impl HostBackend {
     pub(super) fn affine_quantize_act(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (act, m, kk, ld) = (a.dim("act")?, a.dim("m")?, a.dim("k")?, a.dim("ld")?);
         let (kp, bits) = (a.dim("kp")?, a.dim("bits")? as u32);
-        let x = self.read_f32(a.ptr("x")?)?;
-        let u = if act == 0 {
-            Vec::new()
-        } else {
-            self.read_f32(a.ptr("u")?)?
-        };
+        let (x, u) = self.act_inputs(a, act)?;
         let (xq, xs) = (a.ptr("xq")?, a.ptr("xs")?);
         let perm = self.perm(a, kk)?;
         for r in 0..m {
-            let row = |v: &[f32]| v.get(r * ld..r * ld + kk).map(<[f32]>::to_vec);
-            let v = match act {
-                0 => row(&x),
-                _ => row(&x).zip(row(&u)).map(|(g, u)| {
-                    let f = if act == 1 {
-                        reference::silu_mul
-                    } else {
-                        reference::gelu_mul
-                    };
-                    g.iter().zip(&u).map(|(&a, &b)| f(a, b)).collect()
-                }),
-            }
-            .ok_or_else(|| GpuError::Invalid("affine_quantize_act: a row past its input".into()))?;
+            let v = reference::affine_act_row(&x, &u, act, r, kk, ld).ok_or_else(|| {
+                GpuError::Invalid("affine_quantize_act: a row past its input".into())
+            })?;
             let v = match &perm {
                 // Value c is column perm[c] (one past k reads 0).
                 Some(p) => (0..kk)
@@ -234,18 +219,33 @@ impl HostBackend {
         self.write(a.ptr("out")?, 0, &out)
     }
 
-    /// `affine_gather_bf16`: `x [m, k]` in the stored column order `perm`, rounded to BF16.
+    /// `affine_gather_bf16`: the values of `x` (or the act-mul of `x` and `u`) rounded to BF16,
+    /// in the stored column order `perm` where there is one.
     pub(super) fn affine_gather_bf16(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
-        let (m, kk) = (a.dim("m")?, a.dim("k")?);
-        let x = self.read_f32(a.ptr("x")?)?;
-        let perm = self
-            .perm(a, kk)?
-            .ok_or_else(|| GpuError::Invalid("affine_gather_bf16: no perm".into()))?;
-        let x = x
-            .get(..m * kk)
-            .ok_or_else(|| GpuError::Invalid("affine_gather_bf16: x past its buffer".into()))?;
-        let out = reference::affine_gather_bf16(x, &perm, m, kk);
+        let (act, m, kk, ld) = (a.dim("act")?, a.dim("m")?, a.dim("k")?, a.dim("ld")?);
+        let (x, u) = self.act_inputs(a, act)?;
+        let perm = self.perm(a, kk)?;
+        let mut v = Vec::with_capacity(m * kk);
+        for r in 0..m {
+            v.extend(
+                reference::affine_act_row(&x, &u, act, r, kk, ld).ok_or_else(|| {
+                    GpuError::Invalid("affine_gather_bf16: a row past its input".into())
+                })?,
+            );
+        }
+        let out = reference::affine_gather_bf16(&v, perm.as_deref(), m, kk);
         self.write(a.ptr("y")?, 0, &out)
+    }
+
+    /// The `x` argument's f32 values, and `u`'s where `act` (1 SiLU, 2 GELU) reads it.
+    fn act_inputs(&self, a: &Args, act: usize) -> GpuResult<(Vec<f32>, Vec<f32>)> {
+        let x = self.read_f32(a.ptr("x")?)?;
+        let u = if act == 0 {
+            Vec::new()
+        } else {
+            self.read_f32(a.ptr("u")?)?
+        };
+        Ok((x, u))
     }
 
     /// The `perm` argument's first `count` u32 (`None` for null).
