@@ -41,6 +41,28 @@ __device__ __forceinline__ int affine_act_pos(int l, int bits) {
     return bits == 4 ? (l & ~7) | ((l & 1) << 2) | ((l & 7) >> 1) : l;
 }
 
+// One group of 32 activations, value v in lane `lane` of a warp (every lane calls it): its int8
+// codes into q[affine_act_pos(lane, bits)] and (d, sum, the codes' integer sum as int bits, 0)
+// into o[0..4], as affine_quantize_act states them.
+__device__ __forceinline__ void affine_quantize_group(float v, int lane, int bits, signed char* __restrict__ q32,
+                                                      float* __restrict__ o) {
+    float amax, sum;
+    warp_amax_sum(v, amax, sum);
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.f ? __fdiv_rn(1.0f, d) : 0.f;
+    const int q = (int)roundf(__fmul_rn(v, id));
+    q32[affine_act_pos(lane, bits)] = (signed char)q;
+    int qsum = q;
+#pragma unroll
+    for (int o2 = 16; o2 > 0; o2 >>= 1) qsum += __shfl_xor_sync(0xffffffffu, qsum, o2);
+    if (lane == 0) {
+        o[0] = d;
+        o[1] = sum;
+        o[2] = __int_as_float(qsum);
+        o[3] = 0.f;
+    }
+}
+
 // Activations for the affine GEMVs: v = x (act 0), silu(x) * u (1) or gelu(x) * u (2) at row
 // stride ld, f32 [m, k], to int8 codes xq [m, kp] (positions affine_act_pos) and per group of 32
 // xs [m, kp / 32] = (d, sum, the integer sum of the codes as int bits, 0): d = amax / 127,
@@ -63,22 +85,7 @@ extern "C" __global__ void affine_quantize_act(const float* __restrict__ x, cons
         const float a = x[(size_t)r * ld + src];
         v = act == 0 ? a : act == 1 ? act_silu_mul(a, u[(size_t)r * ld + src]) : act_gelu_mul(a, u[(size_t)r * ld + src]);
     }
-    float amax, sum;
-    warp_amax_sum(v, amax, sum);
-    const float d = __fdiv_rn(amax, 127.0f);
-    const float id = d != 0.f ? __fdiv_rn(1.0f, d) : 0.f;
-    const int q = (int)roundf(__fmul_rn(v, id));
-    xq[(size_t)r * kp + 32 * g + affine_act_pos(lane, bits)] = (signed char)q;
-    int qsum = q;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) qsum += __shfl_xor_sync(0xffffffffu, qsum, o);
-    if (lane == 0) {
-        float* o = xs + 4 * ((size_t)r * (kp / 32) + g);
-        o[0] = d;
-        o[1] = sum;
-        o[2] = __int_as_float(qsum);
-        o[3] = 0.f;
-    }
+    affine_quantize_group(v, lane, bits, xq + (size_t)r * kp + 32 * g, xs + 4 * ((size_t)r * (kp / 32) + g));
 }
 
 // y[r, j] = sum over groups of 32 of s * (d * dot) + (b + Z s) * sum, per activation row r < m
@@ -94,16 +101,22 @@ extern "C" __global__ void affine_quantize_act(const float* __restrict__ x, cons
 // shuffle tree. Per 4-bit weight about one instruction (two nibble masks and a dp4a per 8
 // values, the group's float work per 32), where the f32-activation GEMV spent five and ran at
 // 34-39% of the copy ceiling, bound by instruction issue (BENCHMARKS.md, "The affine layout").
-template <int M, int R, int BITS, int W>
+// KS > 1 (the `_ks` forms, one projection of long rows: the down projection's 4096 rows give
+// the one-warp form only 2048 warps): the block's W warps split k KS ways (warp w takes the
+// groups of slice w % KS: lane l groups 32 (w % KS) + l, then every 32 KS), W / KS row sets of R
+// rows each, the KS partial sums added in slice order through shared memory.
+template <int M, int R, int BITS, int W, int KS = 1>
 __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ xq, const float* __restrict__ xs, int m,
                                                const unsigned char* __restrict__ codes, const unsigned char* __restrict__ sb,
                                                float* __restrict__ y, int n, int kp, int form, int gshift, int ldy) {
     constexpr int CH = BITS / 4;  // 16-byte code chunks per group
     constexpr int U = 2;  // groups a lane loads before it multiplies (4 and 8 at 4 bits measured slower)
+    static_assert(W % KS == 0, "whole row sets per block");
+    __shared__ float red[KS > 1 ? W : 1][M][R];
     pdl_trigger();
-    const int lane = threadIdx.x & 31;
-    const int j0 = (blockIdx.x * W + (threadIdx.x >> 5)) * R;
-    if (j0 >= n) return;  // a whole warp: nothing below waits on the block
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = warp % KS;
+    const int j0 = (blockIdx.x * (W / KS) + warp / KS) * R;
+    if (KS == 1 && j0 >= n) return;  // a whole warp: nothing below waits on the block
     const int groups = kp / 32;
     const int prow = affine_pairs_per_row(groups, gshift);
     const size_t row_bytes = (size_t)kp * BITS / 8;
@@ -115,12 +128,13 @@ __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ x
     int rows[R];
 #pragma unroll
     for (int q = 0; q < R; ++q) rows[q] = min(j0 + q, n - 1);  // rows past n: never stored
-    for (int g0 = lane; g0 < groups; g0 += 32 * U) {
+    const int first = 32 * ks + lane;
+    for (int g0 = first; g0 < groups; g0 += 32 * U * KS) {
         uint4 v[U][R][CH];
         float2 p[U][R];
 #pragma unroll
         for (int e = 0; e < U; ++e) {
-            const int g = min(g0 + 32 * e, groups - 1);  // past the end: loaded, not used
+            const int g = min(g0 + 32 * KS * e, groups - 1);  // past the end: loaded, not used
 #pragma unroll
             for (int q = 0; q < R; ++q) {
 #pragma unroll
@@ -130,10 +144,10 @@ __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ x
         }
         // The activations are the previous launch's output: wait for it once, the first
         // groups' weight loads already in flight (common.cuh, pdl_wait).
-        if (g0 == lane) pdl_wait();
+        if (g0 == first) pdl_wait();
 #pragma unroll
         for (int e = 0; e < U; ++e) {
-            const int g = g0 + 32 * e;
+            const int g = g0 + 32 * KS * e;
             if (g >= groups) break;
             // The codes as signed bytes for dp4a: 8 words a group.
             int cw[R][8];
@@ -185,7 +199,23 @@ __device__ __forceinline__ void gemv_affine_q8(const signed char* __restrict__ x
             float t = acc[r][q];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-            if (lane == 0 && j0 + q < n) y[(size_t)r * ldy + j0 + q] = t;
+            if (KS == 1) {
+                if (lane == 0 && j0 + q < n) y[(size_t)r * ldy + j0 + q] = t;
+            } else if (lane == 0) {
+                red[warp][r][q] = t;
+            }
+        }
+    }
+    if (KS > 1) {
+        __syncthreads();
+        constexpr int SETS = W / KS;
+        for (int i = threadIdx.x; i < SETS * M * R; i += blockDim.x) {
+            const int set = i / (M * R), r = (i / R) % M, q = i % R;
+            const int j = (blockIdx.x * SETS + set) * R + q;
+            float t = 0.f;
+#pragma unroll
+            for (int e = 0; e < KS; ++e) t += red[set * KS + e][r][q];
+            if (r < m && j < n) y[(size_t)r * ldy + j] = t;
         }
     }
 }
@@ -260,6 +290,90 @@ extern "C" __global__ void affine8_gemv_batch16(const signed char* xq, const flo
     const bool up = blockIdx.y == 1;
     gemv_affine_q8<16, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg, up ? yu : yg,
                                                                       n, kp, form, gshift, ldy);
+}
+
+// Decode, one activation row, one projection (cg, sg) into yg (cu, su, yu and projs unused: the
+// shared signature), k split MP_AFFINE_GEMV_KS ways across a block's warps; 4-bit / 8-bit codes.
+// Grid ceil(n / (MP_AFFINE_GEMV_ROWS * MP_AFFINE_GEMV_WARPS / MP_AFFINE_GEMV_KS)), block
+// 32 * MP_AFFINE_GEMV_WARPS.
+extern "C" __global__ void affine4_gemv_ks(const signed char* xq, const float* xs, int m, const unsigned char* cg,
+                                          const unsigned char* sg, float* yg, const unsigned char* cu,
+                                          const unsigned char* su, float* yu, int projs, int n, int kp, int form, int gshift,
+                                          int ldy) {
+    gemv_affine_q8<1, MP_AFFINE_GEMV_ROWS, 4, MP_AFFINE_GEMV_WARPS, MP_AFFINE_GEMV_KS>(xq, xs, m, cg, sg, yg, n, kp, form,
+                                                                                        gshift, ldy);
+}
+
+extern "C" __global__ void affine8_gemv_ks(const signed char* xq, const float* xs, int m, const unsigned char* cg,
+                                          const unsigned char* sg, float* yg, const unsigned char* cu,
+                                          const unsigned char* su, float* yu, int projs, int n, int kp, int form, int gshift,
+                                          int ldy) {
+    gemv_affine_q8<1, MP_AFFINE_GEMV_ROWS, 8, MP_AFFINE_GEMV_WARPS, MP_AFFINE_GEMV_KS>(xq, xs, m, cg, sg, yg, n, kp, form,
+                                                                                        gshift, ldy);
+}
+
+// The gate and up GEMVs of one activation row (blockIdx.y 0 gate (cg, sg) into yg, 1 up (cu, su)
+// into yu, as affine{4,8}_gemv with projs 2) with the down projection's input quantization
+// fused: the block that completes a group of 32 outputs of both (the last of the blocks that
+// store its rows to arrive at the group's counter cnt[g]) forms v = silu(yg) * yu (act 1) or
+// gelu(yg) * yu (act 2) of the group and quantizes it as affine_quantize_act does (the same
+// affine_quantize_group, so the same bits) into dq [kpd] and ds [kpd / 32 x 4] for bitsd-bit
+// weights, then sets the counter back to 0 for the next call (the counters are zero before the
+// first). The block of the last group also writes the groups past n (to kpd) as zeros. No
+// launch and no grid-wide wait between the projections and the down input; n, the
+// intermediate size, is the down projection's k. Arrival: each warp's stores of y (lane 0's),
+// its __threadfence, __syncthreads, one atomicAdd by thread 0 (the CUDA programming guide's
+// "memory fence functions" example). Behind the lever `affine_fused_act` (off): measured slower
+// than the separate quantizer on the H200 (BENCHMARKS.md, session 22). Grid (ceil(n / (MP_AFFINE_GEMV_ROWS *
+// MP_AFFINE_GEMV_WARPS)), 2), block 32 * MP_AFFINE_GEMV_WARPS.
+template <int BITS>
+__device__ __forceinline__ void gemv_affine_act(const signed char* xq, const float* xs, int m, const unsigned char* cg,
+                                                const unsigned char* sg, float* yg, const unsigned char* cu,
+                                                const unsigned char* su, float* yu, int n, int kp, int form, int gshift,
+                                                int act, signed char* dq, float* ds, int kpd, int bitsd,
+                                                unsigned int* cnt) {
+    constexpr int ROWS = MP_AFFINE_GEMV_ROWS * MP_AFFINE_GEMV_WARPS;
+    static_assert(32 % ROWS == 0, "a block's rows lie in one group of 32");
+    const bool up = blockIdx.y == 1;
+    gemv_affine_q8<1, MP_AFFINE_GEMV_ROWS, BITS, MP_AFFINE_GEMV_WARPS>(xq, xs, m, up ? cu : cg, up ? su : sg,
+                                                                      up ? yu : yg, n, kp, form, gshift, n);
+    const int j0 = blockIdx.x * ROWS, g = j0 / 32;
+    if (j0 >= n) return;  // the whole block
+    __shared__ bool last;
+    if ((threadIdx.x & 31) == 0) __threadfence();  // the stores of y (lane 0's), before the arrival
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned int blocks = 2u * (unsigned int)((min(32, n - 32 * g) + ROWS - 1) / ROWS);
+        last = atomicAdd(cnt + g, 1u) == blocks - 1;
+    }
+    __syncthreads();
+    if (!last || threadIdx.x >= 32) return;
+    __threadfence();
+    pdl_wait();  // (already passed in the GEMV; before this block's first write to dq and ds)
+    const int lane = threadIdx.x, c = 32 * g + lane;
+    float v = 0.f;
+    if (c < n) {
+        const float a = __ldcg(yg + c), b = __ldcg(yu + c);
+        v = act == 1 ? act_silu_mul(a, b) : act_gelu_mul(a, b);
+    }
+    affine_quantize_group(v, lane, bitsd, dq + 32 * g, ds + 4 * g);
+    if (lane == 0) cnt[g] = 0u;
+    if (32 * (g + 1) >= n)  // the last group: the padding groups to kpd
+        for (int p = g + 1; p < kpd / 32; ++p) affine_quantize_group(0.f, lane, bitsd, dq + 32 * p, ds + 4 * p);
+}
+
+extern "C" __global__ void affine4_gemv_act(const signed char* xq, const float* xs, int m, const unsigned char* cg,
+                                           const unsigned char* sg, float* yg, const unsigned char* cu,
+                                           const unsigned char* su, float* yu, int n, int kp, int form, int gshift,
+                                           int act, signed char* dq, float* ds, int kpd, int bitsd, unsigned int* cnt) {
+    gemv_affine_act<4>(xq, xs, m, cg, sg, yg, cu, su, yu, n, kp, form, gshift, act, dq, ds, kpd, bitsd, cnt);
+}
+
+extern "C" __global__ void affine8_gemv_act(const signed char* xq, const float* xs, int m, const unsigned char* cg,
+                                           const unsigned char* sg, float* yg, const unsigned char* cu,
+                                           const unsigned char* su, float* yu, int n, int kp, int form, int gshift,
+                                           int act, signed char* dq, float* ds, int kpd, int bitsd, unsigned int* cnt) {
+    gemv_affine_act<8>(xq, xs, m, cg, sg, yg, cu, su, yu, n, kp, form, gshift, act, dq, ds, kpd, bitsd, cnt);
 }
 
 // BF16 `[n, kp]`, each bf16_rn(w) of w = fmaf(s, q, b) (form 0) or s * (q - z) (forms 1, 2):

@@ -208,6 +208,7 @@ fn affine_gemvs_and_dequant_match_the_references() {
             ("_batch4", 3, 2),
             ("_batch16", 3, 1),
             ("_batch16", 11, 2),
+            ("_ks", 1, 1),
         ] {
             let name = format!("affine{bits}_gemv{suffix}");
             let want = |c: &[u8], s: &[u8]| {
@@ -234,7 +235,13 @@ fn affine_gemvs_and_dequant_match_the_references() {
                 A::I(n),
             ];
             let spec = metrale_pack::gpu::table::spec("ffn_affine", &name).unwrap();
-            let rows = metrale_pack::gpu::sizes::AFFINE_GEMV_BLOCK_ROWS;
+            use metrale_pack::gpu::sizes::{AFFINE_GEMV_BLOCK_ROWS, AFFINE_GEMV_KS_BLOCK_ROWS};
+            // The `_ks` form splits k across a block's warps: fewer rows a block.
+            let rows = if suffix == "_ks" {
+                AFFINE_GEMV_KS_BLOCK_ROWS
+            } else {
+                AFFINE_GEMV_BLOCK_ROWS
+            };
             launch(
                 exe,
                 &name,
@@ -372,5 +379,77 @@ fn affine_from_awq_writes_the_converters_bytes() {
                 assert!(buf(&a[9]) == want.parts[1].1, "[{n}, {k}] scale pairs");
             }
         }
+    }
+}
+
+/// The gate and up GEMVs with the down input's quantization fused (`affine{4,8}_gemv_act`):
+/// both outputs within 2e-6 of the twin over the same activation codes, the down input's codes
+/// and scales bit for bit those `affine_quantize_act` gives the act-mul of the kernel's own
+/// outputs (its last group partial, the groups past n to the padded k zero), and the arrival
+/// counters back at zero.
+#[test]
+fn affine_gemv_act_fuses_the_down_inputs_quantization() {
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(47);
+    use metrale_pack::testing::{AffineKind, affine_encoded, affine_scheme};
+    // n = 150: a last group of 22 rows (blocks of 8: three of gate and three of up), padded to
+    // kpd = 256 for 4-bit down weights and 160 for 8-bit.
+    let (n, k) = (150usize, 2176usize);
+    for (kind, act, bitsd, kpd) in [
+        (AffineKind::Int4G128, 1usize, 4u32, 256usize),
+        (AffineKind::Q8_0, 2, 8, 160),
+    ] {
+        let eg = affine_encoded(&r.vec(n * k, 0.05), n, k, kind);
+        let eu = affine_encoded(&r.vec(n * k, 0.05), n, k, kind);
+        let sc = affine_scheme(&eg);
+        let kp = eg.padded[1];
+        let (form, gshift) = (sc.form as usize, sc.group_shift(kp) as usize);
+        let x = r.vec(k, 1.0);
+        let (xq, xs) = reference::affine_quantize_act_row(&x, kp, sc.bits);
+        let name = format!("affine{}_gemv_act", sc.bits);
+        let mut a = [
+            A::P(xq.clone()),
+            A::P(f32b(&xs)),
+            A::I(1),
+            A::P(eg.parts[0].1.clone()),
+            A::P(eg.parts[1].1.clone()),
+            A::P(f32b(&vec![f32::NAN; n])),
+            A::P(eu.parts[0].1.clone()),
+            A::P(eu.parts[1].1.clone()),
+            A::P(f32b(&vec![f32::NAN; n])),
+            A::I(n),
+            A::I(kp),
+            A::I(form),
+            A::I(gshift),
+            A::I(act),
+            A::P(vec![0xA5; kpd]),
+            A::P(vec![0xA5; kpd / 32 * 16]),
+            A::I(kpd),
+            A::I(bitsd as usize),
+            A::P(vec![0; kpd / 32 * 4]),
+        ];
+        let rows = metrale_pack::gpu::sizes::AFFINE_GEMV_BLOCK_ROWS;
+        launch(exe, &name, (n.div_ceil(rows), 2), 128, &mut a);
+        let (yg, yu) = (bf32(buf(&a[5])), bf32(buf(&a[8])));
+        for (y, e) in [(&yg, &eg), (&yu, &eu)] {
+            let mut want = vec![0f32; n];
+            reference::affine_q8_row(&xq, &xs, &e.parts[0].1, &e.parts[1].1, sc, n, kp, &mut want);
+            let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+            assert!(rel_err(y, &want) < 2e-6, "{name}: {}", rel_err(y, &want));
+        }
+        let v = reference::affine_act_row(&yg, &yu, act, 0, n, n).unwrap();
+        let (q, d) = reference::affine_quantize_act_row(&v, kpd, bitsd);
+        assert!(buf(&a[14]) == q, "{name}: down input codes");
+        assert!(
+            bf32(buf(&a[15]))
+                .iter()
+                .zip(&d)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name}: scales"
+        );
+        assert!(
+            buf(&a[18]).iter().all(|&b| b == 0),
+            "{name}: counters reset"
+        );
     }
 }

@@ -541,15 +541,19 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
         (AffineKind::Int4G128Perm, Activation::Silu),
     ] {
         let four = !matches!(kind, AffineKind::Q8_0 | AffineKind::Int8Channel);
-        let (g1, gm, g16) = if four {
+        let (g1, ga, d1, gm, g16) = if four {
             (
                 "affine4_gemv",
+                "affine4_gemv_act",
+                "affine4_gemv_ks",
                 "affine4_gemv_batch4",
                 "affine4_gemv_batch16",
             )
         } else {
             (
                 "affine8_gemv",
+                "affine8_gemv_act",
+                "affine8_gemv_ks",
                 "affine8_gemv_batch4",
                 "affine8_gemv_batch16",
             )
@@ -563,13 +567,28 @@ fn affine_decode_small_batches_and_prefill_compute_the_f64_ffn_of_the_carried_we
         // The GEMVs multiply activations quantized to int8 per 32 values (the act-mul fused
         // into the down input's quantization): about 0.5% from the f64 FFN of the carried
         // weights at full precision.
-        for (method, m, k) in [("forward", 1, g1), ("k2", 2, gm), ("k3", 3, gm)] {
+        // One row: gate and up in one launch, down on the k-split form; with the lever
+        // `affine_fused_act` the down input's quantization inside the gate and up launch (not
+        // for an act-order down, whose quantizer gathers).
+        let fused: &[&str] = if kind == AffineKind::Int4G128Perm {
+            &[aq, g1, aq, d1]
+        } else {
+            &[aq, ga, d1]
+        };
+        for (method, m, want, lever) in [
+            ("forward", 1, &[aq, g1, aq, d1][..], false),
+            ("forward", 1, fused, true),
+            ("k2", 2, &[aq, gm, aq, gm][..], true),
+            ("k3", 3, &[aq, gm, aq, gm][..], false),
+        ] {
+            c.levers.affine_fused_act = lever;
             let (x, xs) = input(&c, &mut r, m);
             let y = run(&mut c, &l, method, x, m).unwrap();
-            assert_eq!(c.trace, [aq, k, aq, k], "{method}");
+            assert_eq!(c.trace, want, "{method} fused {lever}");
             let e = rel_err(&y, &ffn_f64(&xs, m, &wq, act));
             assert!(e < 2e-2, "{kind:?} {method}: {e}");
         }
+        c.levers.affine_fused_act = false;
         // Prefill: the input rounded to BF16 once for gate and up (gathered into the stored
         // column order for act-order: gate and up share the permutation), each projection
         // dequantized to BF16 as stored, then the BF16 GEMM; the act-mul fused into the down

@@ -104,7 +104,7 @@ const W8A8_ALL: (&str, &str) = ("METRALE_W8A8_MAX_ROWS", "4096");
 
 /// Every arm `bench-gpu` times, in the order it prints them.
 #[rustfmt::skip]
-static BENCH_ARMS: [BenchArm; 29] = [
+static BENCH_ARMS: [BenchArm; 31] = [
     bench("fp8 fused gate+up GEMV chain", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL], Some(FP8_BPE), false),
     // The decode default before session 17: the f32 FFMA GEMV for 1..4 rows.
     bench("fp8 fused gate+up, FFMA GEMVs", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL, ("METRALE_FP8_GEMV_MMA", "0")], Some(FP8_BPE), false),
@@ -136,6 +136,9 @@ static BENCH_ARMS: [BenchArm; 29] = [
     bench("affine 4-bit g128 act-order (GPTQ desc_act: activations gathered) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Int4G128Perm), &[], Some(AFFINE4_G128_BPE), true),
     bench("affine 8-bit (Q8_0) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Q8_0), &[], Some(AFFINE8_BPE), true),
     bench("affine 8-bit per channel (int8, f32 zero points) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Int8Channel), &[], Some(AFFINE8_CHANNEL_BPE), true),
+    // The down input's quantization inside the gate and up launch (one row).
+    bench("affine 4-bit g128 (int4, half zero points), fused down input", |b, l, w| install_affine(b, l, w, AffineKind::Int4G128), &[("METRALE_AFFINE_FUSED_ACT", "1")], Some(AFFINE4_G128_BPE), false),
+    bench("affine 8-bit per channel (int8, f32 zero points), fused down input", |b, l, w| install_affine(b, l, w, AffineKind::Int8Channel), &[("METRALE_AFFINE_FUSED_ACT", "1")], Some(AFFINE8_CHANNEL_BPE), false),
     bench("q2 GEMV chain", install_q2, &[], Some(Q2_BPE), false),
     bench("q2 dequant + BF16 GEMM", install_q2, &[], None, true),
     bench("q2 MMQ (q8_1)", install_q2, &[("METRALE_Q2G128_MMQ", "1")], None, true),

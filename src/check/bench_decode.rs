@@ -114,7 +114,8 @@ pub(super) fn probe_parts(name: &str, h: usize, i: usize) -> Option<Vec<(u64, us
             vec![
                 part(i, row(h), AFFINE_GEMV_BLOCK_ROWS),
                 part(i, row(h), AFFINE_GEMV_BLOCK_ROWS),
-                part(h, row(i), AFFINE_GEMV_BLOCK_ROWS),
+                // The down projection on the k-split form (m = 1, one projection).
+                part(h, row(i), AFFINE_GEMV_KS_BLOCK_ROWS),
             ]
         }
         n if n.starts_with("q2 GEMV") => {
@@ -239,9 +240,19 @@ fn affine_kernels(
             let sc = affine_bench_scheme(scheme, k);
             let bits = sc.bits as usize;
             let kernels = if bits == 4 {
-                [ks.affine4_gemv, ks.affine4_gemv_m, ks.affine4_gemv_m16]
+                [
+                    ks.affine4_gemv,
+                    ks.affine4_gemv_m,
+                    ks.affine4_gemv_m16,
+                    ks.affine4_gemv_ks,
+                ]
             } else {
-                [ks.affine8_gemv, ks.affine8_gemv_m, ks.affine8_gemv_m16]
+                [
+                    ks.affine8_gemv,
+                    ks.affine8_gemv_m,
+                    ks.affine8_gemv_m16,
+                    ks.affine8_gemv_ks,
+                ]
             };
             let (form_n, gshift) = (sc.form as usize, sc.group_shift(k) as usize);
             let quant = |m: usize| {
@@ -257,15 +268,30 @@ fn affine_kernels(
             quant(M)?;
             let row = sc.row_bytes(k);
             let probe = probe_time(b, &[part(n, row, AFFINE_GEMV_BLOCK_ROWS)])?;
-            // The batch-4 and batch-16 forms both at 2 and 4 rows.
-            for (variant, m) in [(0, 1usize), (1, 2), (2, 2), (1, 4), (2, 4), (2, 8), (2, 16)] {
+            let probe_ks = probe_time(b, &[part(n, row, AFFINE_GEMV_KS_BLOCK_ROWS)])?;
+            // The batch-4 and batch-16 forms both at 2 and 4 rows; the k-split form (one
+            // projection) at 1.
+            let variants = [
+                (0, 1usize),
+                (3, 1),
+                (1, 2),
+                (2, 2),
+                (1, 4),
+                (2, 4),
+                (2, 8),
+                (2, 16),
+            ];
+            for (variant, m) in variants {
                 let kernel = kernels[variant];
                 if !kernel.ok() {
                     continue;
                 }
-                // One projection, and (gate shape) gate and up in one launch, up's codes and
-                // scale pairs a second buffer (the same buffer twice would be read from L2).
-                for projs in [1usize, 2].into_iter().take(if n == 14336 { 2 } else { 1 }) {
+                let probe = if variant == 3 { probe_ks } else { probe };
+                // One projection, and (gate shape, not the k-split form) gate and up in one
+                // launch, up's codes and scale pairs a second buffer (the same buffer twice
+                // would be read from L2).
+                let both = n == 14336 && variant != 3;
+                for projs in [1usize, 2].into_iter().take(if both { 2 } else { 1 }) {
                     let call = || {
                         let c = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", m);
                         let c = c.ptr("cg", codes).ptr("sg", sb).ptr("yg", y);

@@ -39,11 +39,29 @@ pub struct Arena {
     pub act_scale: DevicePtr,
     /// BF16 activations `[max_tokens, max(hidden, inter)]` for the cuBLAS arm.
     pub act_bf16: DevicePtr,
+    /// The affine decode's down input quantized inside the gate and up GEMVs
+    /// (`affine{4,8}_gemv_act`), one row: codes `[kmax]`, then scales `[kmax / 32 x 4]` f32,
+    /// then the arrival counters `[kmax / 32]` u32 (zero between calls): [`Arena::act_down_parts`].
+    pub act_down: DevicePtr,
 }
 
 impl Arena {
+    /// The codes, scales and counters of [`Arena::act_down`] for a padded k of `kp` (at most
+    /// the arena's).
+    pub fn act_down_parts(&self, kp: usize) -> (DevicePtr, DevicePtr, DevicePtr) {
+        // Per group of 32 values of k: 32 code bytes, 16 of scales, 4 of counter.
+        let kmax = self.act_down.bytes as usize / ACT_DOWN_GROUP_BYTES * AFFINE_GROUP;
+        let (codes, scales) = (kmax as u64, (kmax / AFFINE_GROUP * 16) as u64);
+        (
+            self.act_down.view(0, kp as u64),
+            self.act_down.view(codes, (kp / AFFINE_GROUP * 16) as u64),
+            self.act_down
+                .view(codes + scales, (kp / AFFINE_GROUP * 4) as u64),
+        )
+    }
+
     /// Every buffer of the arena.
-    pub fn all(&self) -> [DevicePtr; 10] {
+    pub fn all(&self) -> [DevicePtr; 11] {
         [
             self.output,
             self.gate_out,
@@ -55,9 +73,14 @@ impl Arena {
             self.act_codes,
             self.act_scale,
             self.act_bf16,
+            self.act_down,
         ]
     }
 }
+
+/// Bytes of [`Arena::act_down`] per group of 32 values of k: the codes, the scales (4 f32), the
+/// counter (u32).
+const ACT_DOWN_GROUP_BYTES: usize = AFFINE_GROUP + 16 + 4;
 
 /// What a forward call needs besides the layer: backend, dimensions, scratch, levers.
 pub struct ForwardContext {
@@ -137,6 +160,7 @@ impl ForwardContext {
                 (t * (kmax / 128) * 4).max(t.min(AFFINE_GEMV_MAX_ROWS as u64) * (kmax / 32) * 16),
             )?,
             act_bf16: b.alloc(t * h.max(i) * 2)?,
+            act_down: b.alloc(kmax / AFFINE_GROUP as u64 * ACT_DOWN_GROUP_BYTES as u64)?,
         };
         // Zeroed once, so that no read of the arena ever sees bytes nothing wrote: cuBLAS's
         // Hopper GEMMs store their output with the bulk tensor copy, which compute-sanitizer's

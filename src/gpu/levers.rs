@@ -82,6 +82,10 @@ pub struct ModelLevers {
     /// HARDWARE.toml `w4a16_gemv_ksplit_min_k` (`METRALE_W4A16_GEMV_KSPLIT_MIN_K`): the down
     /// GEMV splits k over a block's warps from this k up; 0 = never.
     pub w4a16_gemv_ksplit_min_k: usize,
+    /// `METRALE_AFFINE_FUSED_ACT=1` over HARDWARE.toml `affine_fused_act` (off): the affine
+    /// decode of one row quantizes the down input inside the gate and up launch
+    /// (`affine{4,8}_gemv_act`) instead of in `affine_quantize_act` after it.
+    pub affine_fused_act: bool,
 }
 
 fn parse_hardware(text: &str) -> HashMap<String, String> {
@@ -157,6 +161,7 @@ impl ModelLevers {
                 "w4a16_gemv_ksplit_min_k",
                 0,
             ),
+            affine_fused_act: flag_or("METRALE_AFFINE_FUSED_ACT", "affine_fused_act", false),
         }
     }
 }

@@ -46,6 +46,13 @@ pub const AFFINE_GEMV_ROWS: usize = 2;
 pub const AFFINE_GEMV_WARPS: usize = 4;
 /// Weight rows per block of the `affine` decode GEMVs.
 pub const AFFINE_GEMV_BLOCK_ROWS: usize = AFFINE_GEMV_ROWS * AFFINE_GEMV_WARPS;
+/// The k slices of the `affine` GEMVs' `_ks` forms (one projection, one activation row): a
+/// block's warps split k this many ways, so a projection of few rows (the down projection) runs
+/// this many times the warps.
+pub const AFFINE_GEMV_KS: usize = 4;
+/// Weight rows per block of the `_ks` forms.
+pub const AFFINE_GEMV_KS_BLOCK_ROWS: usize = AFFINE_GEMV_BLOCK_ROWS / AFFINE_GEMV_KS;
+const _: () = assert!(AFFINE_GEMV_WARPS.is_multiple_of(AFFINE_GEMV_KS));
 /// The most activation rows the `affine` decode GEMVs take (their batch-16 forms); a prefill of
 /// more dequantizes to BF16.
 pub const AFFINE_GEMV_MAX_ROWS: usize = 16;
@@ -186,6 +193,7 @@ pub const SHARED: &[(&str, usize)] = &[
     ("MP_AFFINE_GROUP", AFFINE_GROUP),
     ("MP_AFFINE_GEMV_ROWS", AFFINE_GEMV_ROWS),
     ("MP_AFFINE_GEMV_WARPS", AFFINE_GEMV_WARPS),
+    ("MP_AFFINE_GEMV_KS", AFFINE_GEMV_KS),
     ("MP_AFFINE_GATHER_SMEM", AFFINE_GATHER_SMEM),
     ("MP_FP8_GEMV_ROWS", FP8_GEMV_ROWS),
     ("MP_FP8_MMA_GEMV_ROWS", FP8_MMA_GEMV_ROWS),

@@ -445,12 +445,12 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 }
 
 use crate::gpu::sizes::{
-    AFFINE_GEMV_BLOCK_ROWS, AFFINE_GEMV_WARPS, BF16_GEMV_ROWS, DQ_WGMMA_BM, DQ_WGMMA_BN,
-    DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS, FP8_MMA_GEMV_ROWS, FP8_MMA_GEMV_WARPS,
-    FP8_QUANT_THREADS, INT8_GEMV_M_ROWS, INT8_GEMV_ROWS, NVFP4_GEMV_ROWS as COLS,
-    NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS, W8A8_WGMMA_BK,
-    W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM,
-    W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
+    AFFINE_GEMV_BLOCK_ROWS, AFFINE_GEMV_KS_BLOCK_ROWS, AFFINE_GEMV_WARPS, BF16_GEMV_ROWS,
+    DQ_WGMMA_BM, DQ_WGMMA_BN, DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS, FP8_MMA_GEMV_ROWS,
+    FP8_MMA_GEMV_WARPS, FP8_QUANT_THREADS, INT8_GEMV_M_ROWS, INT8_GEMV_ROWS,
+    NVFP4_GEMV_ROWS as COLS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS,
+    Q4K_GEMV_ROWS, W8A8_WGMMA_BK, W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM,
+    W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM, W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
 };
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
 const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
@@ -711,6 +711,18 @@ kernel_table! {
     affine4_gemv_m16: "ffn_affine" "affine4_gemv_batch16"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(16), round None, dependent true;
+    affine4_gemv_ks: "ffn_affine" "affine4_gemv_ks"
+        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
+        grid(Per("n", AFFINE_GEMV_KS_BLOCK_ROWS), One, 32 * AFFINE_GEMV_WARPS), cap Some(1), round None, dependent true;
+    affine8_gemv_ks: "ffn_affine" "affine8_gemv_ks"
+        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
+        grid(Per("n", AFFINE_GEMV_KS_BLOCK_ROWS), One, 32 * AFFINE_GEMV_WARPS), cap Some(1), round None, dependent true;
+    affine4_gemv_act: "ffn_affine" "affine4_gemv_act"
+        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p n:i kp:i form:i gshift:i act:i dq:p ds:p kpd:i bitsd:i cnt:p")
+        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Fixed(2), 32 * AFFINE_GEMV_WARPS), cap Some(1), round None, dependent true;
+    affine8_gemv_act: "ffn_affine" "affine8_gemv_act"
+        ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p n:i kp:i form:i gshift:i act:i dq:p ds:p kpd:i bitsd:i cnt:p")
+        grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Fixed(2), 32 * AFFINE_GEMV_WARPS), cap Some(1), round None, dependent true;
     affine8_gemv: "ffn_affine" "affine8_gemv"
         ("xq:p xs:p m:i cg:p sg:p yg:p cu:p su:p yu:p projs:i n:i kp:i form:i gshift:i ldy:i")
         grid(Per("n", AFFINE_GEMV_BLOCK_ROWS), Per("projs", 1), 32 * AFFINE_GEMV_WARPS), cap Some(1), round None, dependent true;

@@ -90,6 +90,14 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { w8a16_gemv_mma_ilp((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
     else if (name == "w8a16_gemv_batch16")
         emu_launch(gx, gy, bx, [&] { w8a16_gemv_batch16((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
+    else if (name == "affine4_gemv_ks")
+        emu_launch(gx, gy, bx, [&] { affine4_gemv_ks((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12), I(13), I(14)); });
+    else if (name == "affine8_gemv_ks")
+        emu_launch(gx, gy, bx, [&] { affine8_gemv_ks((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12), I(13), I(14)); });
+    else if (name == "affine4_gemv_act")
+        emu_launch(gx, gy, bx, [&] { affine4_gemv_act((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12), I(13), (signed char*)P(14), (float*)P(15), I(16), I(17), (unsigned*)P(18)); });
+    else if (name == "affine8_gemv_act")
+        emu_launch(gx, gy, bx, [&] { affine8_gemv_act((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12), I(13), (signed char*)P(14), (float*)P(15), I(16), I(17), (unsigned*)P(18)); });
     else if (name == "affine4_gemv")
         emu_launch(gx, gy, bx, [&] { affine4_gemv((const signed char*)P(0), (const float*)P(1), I(2), (cu8)P(3), (cu8)P(4), (float*)P(5), (cu8)P(6), (cu8)P(7), (float*)P(8), I(9), I(10), I(11), I(12), I(13), I(14)); });
     else if (name == "affine4_gemv_batch4")

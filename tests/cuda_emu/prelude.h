@@ -159,6 +159,10 @@ static inline int __float_as_int(float f) {
 template <class T>
 static inline T __ldg(const T* p) { return *p; }
 static inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+template <class T>
+static inline T __ldcg(const T* p) { return *p; }
 static inline int __dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; ++i) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
     return c;

@@ -20,12 +20,14 @@ pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
                 c.kk.affine4_gemv,
                 c.kk.affine4_gemv_m,
                 c.kk.affine4_gemv_m16,
+                c.kk.affine4_gemv_ks,
             ]
         } else {
             [
                 c.kk.affine8_gemv,
                 c.kk.affine8_gemv_m,
                 c.kk.affine8_gemv_m16,
+                c.kk.affine8_gemv_ks,
             ]
         };
         let (cd, sd) = (alloc_upload(b, codes)?, alloc_upload(b, sb)?);
@@ -69,6 +71,9 @@ pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             for m in within(c.ms, &kernel, usize::MAX) {
                 gemv_rows(c, rows, &enc, (cd, sd, xq, xs), kernel, m, ki == 0 || m > 1)?;
             }
+        }
+        if perm.is_none() {
+            gemv_act_row(c, rows, &enc, (cd, sd, xq, xs))?;
         }
         dequant_row(c, rows, &enc, (cd, sd), perm.as_deref())?;
         for p in [cd, sd, xq, xs] {
@@ -329,6 +334,105 @@ fn run_carry(
         b.free(p);
     }
     Ok((gc, gs, flag != [0; 4]))
+}
+
+/// `affine{4,8}_gemv_act` at one row, gate and up both this encoding: gate's output against the
+/// f64 twin over the same activation codes (2e-6), up's equal to gate's, and the fused down input
+/// (SiLU, for 4-bit weights; padded k the output count rounded up to 256) bit for bit what the
+/// device's `affine_quantize_act` gives the act-mul of the kernel's own outputs; twice, the
+/// second call after the counters were set back (the same bits again, the counters zero).
+fn gemv_act_row(
+    c: &Case,
+    rows: &mut Vec<Row>,
+    e: &Carried,
+    (cd, sd, xq, xs): (DevicePtr, DevicePtr, DevicePtr, DevicePtr),
+) -> GpuResult<()> {
+    let (n, k, b) = (c.n, c.k, c.b.as_ref());
+    let (kp, bits) = (e.kp, e.sc.bits);
+    let kpd = n.div_ceil(256) * 256;
+    let kernel = if bits == 4 {
+        c.kk.affine4_gemv_act
+    } else {
+        c.kk.affine8_gemv_act
+    };
+    let call = c.kk.affine_quant.call().ptr("x", c.xd).ptr("u", c.xd);
+    let call = call.dim("act", 0).dim("m", 1).dim("k", k).dim("ld", k);
+    let call = call.dim("kp", kp).dim("bits", bits as usize);
+    c.launch(
+        call.ptr("xq", xq)
+            .ptr("xs", xs)
+            .ptr("perm", DevicePtr::NULL),
+    )?;
+    let yu = b.alloc((n * 4) as u64)?;
+    let (rq, rs) = (
+        b.alloc(kpd as u64)?,
+        b.alloc((kpd / AFFINE_GROUP * 16) as u64)?,
+    );
+    let (dq, ds, cnt) = (
+        b.alloc(kpd as u64)?,
+        b.alloc((kpd / AFFINE_GROUP * 16) as u64)?,
+        b.alloc((kpd / AFFINE_GROUP * 4) as u64)?,
+    );
+    b.fill(cnt, 0)?;
+    let mut same = true;
+    for _ in 0..2 {
+        c.poison_y()?;
+        b.fill(dq, 0xA5)?;
+        let call = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", 1);
+        let call = call.ptr("cg", cd).ptr("sg", sd).ptr("yg", c.yd);
+        let call = call.ptr("cu", cd).ptr("su", sd).ptr("yu", yu);
+        let call = call
+            .dim("n", n)
+            .dim("kp", kp)
+            .dim("form", e.sc.form as usize);
+        let call = call
+            .dim("gshift", e.sc.group_shift(kp) as usize)
+            .dim("act", 1);
+        let call = call.ptr("dq", dq).ptr("ds", ds).dim("kpd", kpd);
+        c.launch(call.dim("bitsd", 4).ptr("cnt", cnt))?;
+        b.synchronize(0)?;
+        // The separate quantizer over the kernel's own outputs, on the device (whose expf is
+        // the fused kernel's).
+        let call =
+            c.kk.affine_quant
+                .call()
+                .ptr("x", c.yd)
+                .ptr("u", yu)
+                .dim("act", 1);
+        let call = call.dim("m", 1).dim("k", n).dim("ld", n).dim("kp", kpd);
+        let call = call.dim("bits", 4).ptr("perm", DevicePtr::NULL);
+        c.launch(call.ptr("xq", rq).ptr("xs", rs))?;
+        b.synchronize(0)?;
+        let yg = download_f32(b, c.yd.view(0, (n * 4) as u64))?;
+        let yu_h = download_f32(b, yu)?;
+        let (mut got, mut q) = (vec![0u8; kpd], vec![0u8; kpd]);
+        b.download(dq, &mut got)?;
+        b.download(rq, &mut q)?;
+        let (gs, d) = (download_f32(b, ds)?, download_f32(b, rs)?);
+        let mut counters = vec![0u8; kpd / AFFINE_GROUP * 4];
+        b.download(cnt, &mut counters)?;
+        same &= got == q
+            && gs.iter().zip(&d).all(|(a, b)| a.to_bits() == b.to_bits())
+            && counters.iter().all(|&x| x == 0)
+            && yg
+                .iter()
+                .zip(&yu_h)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+    }
+    let err = c.err(1, |_| {
+        let mut out = vec![0f32; n];
+        let (q, d) = &e.quantized[0];
+        reference::affine_q8_row(q, d, e.codes, e.sb, e.sc, n, kp, &mut out);
+        out
+    })?;
+    let name = kernel.spec.name;
+    c.row(rows, &format!("{name} {}", e.kind), 1, err, 2e-6);
+    let what = format!("{name} {} down input (bits, twice)", e.kind);
+    c.bits(rows, &what, 1, same);
+    for p in [yu, rq, rs, dq, ds, cnt] {
+        b.free(p);
+    }
+    Ok(())
 }
 
 /// One affine encoding's bytes and what its checks compare against: the decoded weights

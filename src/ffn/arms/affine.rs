@@ -39,8 +39,26 @@ impl DenseFfnLayer {
         m: usize,
         ldy: usize,
     ) -> GpuResult<()> {
+        let acts = (ctx.arena.act_codes, ctx.arena.act_scale);
+        self.affine_gemv_of(ctx, acts, (w, y), also, m, ldy)
+    }
+
+    /// [`Self::affine_gemv`] over the activation codes and scales `(xq, xs)`.
+    fn affine_gemv_of(
+        &self,
+        ctx: &mut ForwardContext,
+        (xq, xs): (DevicePtr, DevicePtr),
+        (w, y): (&AffineWeight, DevicePtr),
+        also: Option<(&AffineWeight, DevicePtr)>,
+        m: usize,
+        ldy: usize,
+    ) -> GpuResult<()> {
         let k = &self.kernels;
+        // One projection of one row: k split across a block's warps (the down projection's few
+        // rows give the one-warp form too few warps to keep the memory busy).
         let kernel = match (w.scheme.bits, m) {
+            (4, 1) if also.is_none() => k.affine4_gemv_ks,
+            (_, 1) if also.is_none() => k.affine8_gemv_ks,
             (4, 1) => k.affine4_gemv,
             (4, 2..=4) => k.affine4_gemv_m,
             (4, _) => k.affine4_gemv_m16,
@@ -49,7 +67,6 @@ impl DenseFfnLayer {
             _ => k.affine8_gemv_m16,
         };
         let (u, yu) = also.unwrap_or((w, y));
-        let (xq, xs) = (ctx.arena.act_codes, ctx.arena.act_scale);
         let call = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", m);
         let call = call.ptr("cg", w.codes).ptr("sg", w.scales).ptr("yg", y);
         let call = call.ptr("cu", u.codes).ptr("su", u.scales).ptr("yu", yu);
@@ -59,10 +76,45 @@ impl DenseFfnLayer {
         self.launch(ctx, call.dim("kp", w.kp).dim("ldy", ldy))
     }
 
+    /// Gate and up of one row in one launch (`affine{4,8}_gemv_act`) into the arena's gate and
+    /// up outputs, with the act-mul (`act` 1 SiLU, 2 GELU) quantized for `d` inside it: the
+    /// down input's codes and scales (in the arena's `act_down`).
+    fn affine_gate_up_act(
+        &self,
+        ctx: &mut ForwardContext,
+        [g, u, d]: [&AffineWeight; 3],
+        act: usize,
+    ) -> GpuResult<(DevicePtr, DevicePtr)> {
+        let (go, uo) = (ctx.arena.gate_out, ctx.arena.up_out);
+        let (dq, ds, cnt) = ctx.arena.act_down_parts(d.kp);
+        let k = &self.kernels;
+        let kernel = if g.scheme.bits == 4 {
+            k.affine4_gemv_act
+        } else {
+            k.affine8_gemv_act
+        };
+        let (xq, xs) = (ctx.arena.act_codes, ctx.arena.act_scale);
+        let call = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", 1);
+        let call = call.ptr("cg", g.codes).ptr("sg", g.scales).ptr("yg", go);
+        let call = call.ptr("cu", u.codes).ptr("su", u.scales).ptr("yu", uo);
+        let call = call.dim("n", g.n).dim("kp", g.kp);
+        let call = call.dim("form", g.scheme.form as usize);
+        let call = call.dim("gshift", g.scheme.group_shift(g.kp) as usize);
+        let call = call
+            .dim("act", act)
+            .ptr("dq", dq)
+            .ptr("ds", ds)
+            .dim("kpd", d.kp);
+        let call = call.dim("bitsd", d.scheme.bits as usize).ptr("cnt", cnt);
+        self.launch(ctx, call)?;
+        Ok((dq, ds))
+    }
+
     /// Affine decode (and up to [`AFFINE_GEMV_MAX_ROWS`] rows): the input quantized once for
     /// gate and up and their GEMVs in one launch (two, if up's scheme is not gate's, with the
-    /// input quantized again for other bits), the act-mul fused into the down input's quantization, the down
-    /// GEMV.
+    /// input quantized again for other bits), the act-mul fused into the down input's
+    /// quantization (with the lever `affine_fused_act`, for one row and a down projection
+    /// without act-order, inside the gate and up launch), the down GEMV.
     pub(crate) fn affine_gemv_arm(
         &self,
         ctx: &mut ForwardContext,
@@ -77,7 +129,18 @@ impl DenseFfnLayer {
         // Act-order weights gather their activations: gate's serve up only through the same
         // permutation (the install shares one buffer where the converter found them equal).
         let same_perm = u.perm == g.perm;
-        if u.scheme == g.scheme && u.kp == g.kp && same_perm {
+        let act = match self.activation {
+            Activation::Silu => 1,
+            Activation::Gelu => 2,
+        };
+        let dual = u.scheme == g.scheme && u.kp == g.kp && same_perm;
+        if m == 1 && dual && d.perm.is_null() && d.k == i && ctx.levers.affine_fused_act {
+            // One row: the down input quantized inside the gate and up launch.
+            let (dq, ds) = self.affine_gate_up_act(ctx, [&g, &u, &d], act)?;
+            self.affine_gemv_of(ctx, (dq, ds), (&d, out), None, m, h)?;
+            return Ok(out.view(0, (m * h * 4) as u64));
+        }
+        if dual {
             self.affine_gemv(ctx, (&g, go), Some((&u, uo)), m, i)?;
         } else {
             self.affine_gemv(ctx, (&g, go), None, m, i)?;
@@ -86,10 +149,6 @@ impl DenseFfnLayer {
             }
             self.affine_gemv(ctx, (&u, uo), None, m, i)?;
         }
-        let act = match self.activation {
-            Activation::Silu => 1,
-            Activation::Gelu => 2,
-        };
         self.affine_quantize(ctx, &d, go, uo, act, m, i)?;
         self.affine_gemv(ctx, (&d, out), None, m, h)?;
         Ok(out.view(0, (m * h * 4) as u64))

@@ -31,7 +31,10 @@ impl HostBackend {
             self.read_f32(a.ptr("xs")?)?,
             a.dim("m")?,
         );
-        let (n, kp, ldy) = (a.dim("n")?, a.dim("kp")?, a.dim("ldy")?);
+        let (n, kp) = (a.dim("n")?, a.dim("kp")?);
+        // The `_act` forms: gate and up, unstrided; the `_ks` forms one projection.
+        let fused = spec.name.ends_with("_act");
+        let ldy = if fused { n } else { a.dim("ldy")? };
         let sc = scheme(spec.name, bits, a)?;
         let groups = kp / AFFINE_GROUP;
         if xq.len() < m * kp || xs.len() < m * groups * 4 {
@@ -43,7 +46,13 @@ impl HostBackend {
             )));
         }
         let projections = [("cg", "sg", "yg"), ("cu", "su", "yu")];
-        for (c, s, y) in projections.into_iter().take(a.dim("projs")?.min(2)) {
+        // The `_ks` forms take one projection whatever `projs` says (their grid has no y).
+        let projs = match (fused, spec.name.ends_with("_ks")) {
+            (true, _) => 2,
+            (_, true) => 1,
+            _ => a.dim("projs")?.min(2),
+        };
+        for (c, s, y) in projections.into_iter().take(projs) {
             let (codes, sb) = (self.read(a.ptr(c)?)?, self.read(a.ptr(s)?)?);
             self.write_rows(a.ptr(y)?, ldy, m, n, |r, row| {
                 let q = &xq[r * kp..(r + 1) * kp];
@@ -52,6 +61,27 @@ impl HostBackend {
             })?;
         }
         Ok(())
+    }
+
+    /// `affine4_gemv_act`, `affine8_gemv_act`: the gate and up GEMVs, then the down input's
+    /// quantization of their act-mul (`affine_quantize_act` over `yg` and `yu`, one row of `n`)
+    /// into `dq` and `ds` for `bitsd`-bit weights of padded k `kpd`. The counters are the
+    /// kernel's own (left as they were: zero).
+    pub(super) fn affine_gemv_act(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        self.affine_gemv(spec, a)?;
+        let (n, act, kpd) = (a.dim("n")?, a.dim("act")?, a.dim("kpd")?);
+        let (yg, yu) = (self.read_f32(a.ptr("yg")?)?, self.read_f32(a.ptr("yu")?)?);
+        if !(1..=2).contains(&act) || kpd < n {
+            return Err(GpuError::Invalid(format!(
+                "{}: act {act}, kpd {kpd} for n {n}",
+                spec.name
+            )));
+        }
+        let v = reference::affine_act_row(&yg, &yu, act, 0, n, n)
+            .ok_or_else(|| GpuError::Invalid(format!("{}: yg or yu short", spec.name)))?;
+        let (q, d) = reference::affine_quantize_act_row(&v, kpd, a.dim("bitsd")? as u32);
+        self.write(a.ptr("dq")?, 0, &q)?;
+        self.write_f32(a.ptr("ds")?, 0, &d)
     }
 
     /// `affine_from_ggml`: the converter's carry of the GGUF blocks; a block it refuses sets
