@@ -267,46 +267,15 @@ fn affine_kernels(
             };
             quant(M)?;
             let row = sc.row_bytes(k);
-            let probe = probe_time(b, &[part(n, row, AFFINE_GEMV_BLOCK_ROWS)])?;
-            let probe_ks = probe_time(b, &[part(n, row, AFFINE_GEMV_KS_BLOCK_ROWS)])?;
-            // The batch-4 and batch-16 forms both at 2 and 4 rows; the k-split form (one
-            // projection) at 1.
-            let variants = [
-                (0, 1usize),
-                (3, 1),
-                (1, 2),
-                (2, 2),
-                (1, 4),
-                (2, 4),
-                (2, 8),
-                (2, 16),
-            ];
-            for (variant, m) in variants {
-                let kernel = kernels[variant];
-                if !kernel.ok() {
-                    continue;
-                }
-                let probe = if variant == 3 { probe_ks } else { probe };
-                // One projection, and (gate shape, not the k-split form) gate and up in one
-                // launch, up's codes and scale pairs a second buffer (the same buffer twice
-                // would be read from L2).
-                let both = n == 14336 && variant != 3;
-                for projs in [1usize, 2].into_iter().take(if both { 2 } else { 1 }) {
-                    let call = || {
-                        let c = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", m);
-                        let c = c.ptr("cg", codes).ptr("sg", sb).ptr("yg", y);
-                        let c = c.ptr("cu", codes2).ptr("su", sb2).ptr("yu", y);
-                        let c = c.dim("projs", projs).dim("n", n).dim("kp", k);
-                        let c = c.dim("form", form_n).dim("gshift", gshift);
-                        c.dim("ldy", n).finish()?.run(b, 0)
-                    };
-                    let t = per_call(b, call)?;
-                    let what = format!("{shape} {scheme} m={m} x{projs}");
-                    let bytes = (projs * n * row) as f64;
-                    let probe = probe * projs as f64;
-                    out.push(kernel_line(&kernel, &what, (t, bytes, probe), ceiling));
-                }
-            }
+            let bufs = AffineBufs {
+                xq,
+                xs,
+                codes: [codes, codes2],
+                sb: [sb, sb2],
+                y,
+            };
+            let what = (shape, scheme, n, k);
+            affine_gemv_lines(b, kernels, &bufs, what, sc, ceiling, out)?;
             let t = per_call(b, || quant(1))?;
             out.push(format!(
                 "decode kernel affine_quantize_act k={k} {scheme} m=1 {:>7.1} us",
@@ -332,6 +301,80 @@ fn affine_kernels(
     }
     for p in [x, xq, xs, codes, sb, codes2, sb2, y, dq] {
         b.free(p);
+    }
+    Ok(())
+}
+
+/// The affine bench's device buffers: activation codes and records, two projections' codes
+/// and scale pairs, the output.
+struct AffineBufs {
+    xq: DevicePtr,
+    xs: DevicePtr,
+    codes: [DevicePtr; 2],
+    sb: [DevicePtr; 2],
+    y: DevicePtr,
+}
+
+/// One scheme's GEMV lines on one shape `(shape, scheme, n, k)`: `kernels` (the one-row,
+/// batch-4, batch-16 and k-split forms) at their row counts, one projection and (gate shape)
+/// two, each against the probe of its grid.
+fn affine_gemv_lines(
+    b: &dyn GpuBackend,
+    kernels: [Kernel; 4],
+    bufs: &AffineBufs,
+    (shape, scheme, n, k): (&str, &str, usize, usize),
+    sc: Scheme,
+    ceiling: f64,
+    out: &mut Lines,
+) -> GpuResult<()> {
+    let AffineBufs {
+        xq,
+        xs,
+        codes: [codes, codes2],
+        sb: [sb, sb2],
+        y,
+    } = *bufs;
+    let (form_n, gshift) = (sc.form as usize, sc.group_shift(k) as usize);
+    let row = sc.row_bytes(k);
+    let probe = probe_time(b, &[part(n, row, AFFINE_GEMV_BLOCK_ROWS)])?;
+    let probe_ks = probe_time(b, &[part(n, row, AFFINE_GEMV_KS_BLOCK_ROWS)])?;
+    // The batch-4 and batch-16 forms both at 2 and 4 rows; the k-split form (one
+    // projection) at 1.
+    let variants = [
+        (0, 1usize),
+        (3, 1),
+        (1, 2),
+        (2, 2),
+        (1, 4),
+        (2, 4),
+        (2, 8),
+        (2, 16),
+    ];
+    for (variant, m) in variants {
+        let kernel = kernels[variant];
+        if !kernel.ok() {
+            continue;
+        }
+        let probe = if variant == 3 { probe_ks } else { probe };
+        // One projection, and (gate shape, not the k-split form) gate and up in one
+        // launch, up's codes and scale pairs a second buffer (the same buffer twice
+        // would be read from L2).
+        let both = n == 14336 && variant != 3;
+        for projs in [1usize, 2].into_iter().take(if both { 2 } else { 1 }) {
+            let call = || {
+                let c = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", m);
+                let c = c.ptr("cg", codes).ptr("sg", sb).ptr("yg", y);
+                let c = c.ptr("cu", codes2).ptr("su", sb2).ptr("yu", y);
+                let c = c.dim("projs", projs).dim("n", n).dim("kp", k);
+                let c = c.dim("form", form_n).dim("gshift", gshift);
+                c.dim("ldy", n).finish()?.run(b, 0)
+            };
+            let t = per_call(b, call)?;
+            let what = format!("{shape} {scheme} m={m} x{projs}");
+            let bytes = (projs * n * row) as f64;
+            let probe = probe * projs as f64;
+            out.push(kernel_line(&kernel, &what, (t, bytes, probe), ceiling));
+        }
     }
     Ok(())
 }

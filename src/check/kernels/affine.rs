@@ -355,19 +355,8 @@ fn gemv_act_row(
     } else {
         c.kk.affine8_gemv_act
     };
-    let call = c.kk.affine_quant.call().ptr("x", c.xd).ptr("u", c.xd);
-    let call = call.dim("act", 0).dim("m", 1).dim("k", k).dim("ld", k);
-    let call = call.dim("kp", kp).dim("bits", bits as usize);
-    c.launch(
-        call.ptr("xq", xq)
-            .ptr("xs", xs)
-            .ptr("perm", DevicePtr::NULL),
-    )?;
+    quantize(c, (c.xd, c.xd, 0), (k, k, kp, bits as usize), (xq, xs))?;
     let yu = b.alloc((n * 4) as u64)?;
-    let (rq, rs) = (
-        b.alloc(kpd as u64)?,
-        b.alloc((kpd / AFFINE_GROUP * 16) as u64)?,
-    );
     let (dq, ds, cnt) = (
         b.alloc(kpd as u64)?,
         b.alloc((kpd / AFFINE_GROUP * 16) as u64)?,
@@ -381,43 +370,12 @@ fn gemv_act_row(
         let call = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", 1);
         let call = call.ptr("cg", cd).ptr("sg", sd).ptr("yg", c.yd);
         let call = call.ptr("cu", cd).ptr("su", sd).ptr("yu", yu);
-        let call = call
-            .dim("n", n)
-            .dim("kp", kp)
-            .dim("form", e.sc.form as usize);
-        let call = call
-            .dim("gshift", e.sc.group_shift(kp) as usize)
-            .dim("act", 1);
-        let call = call.ptr("dq", dq).ptr("ds", ds).dim("kpd", kpd);
-        c.launch(call.dim("bitsd", 4).ptr("cnt", cnt))?;
-        b.synchronize(0)?;
-        // The separate quantizer over the kernel's own outputs, on the device (whose expf is
-        // the fused kernel's).
-        let call =
-            c.kk.affine_quant
-                .call()
-                .ptr("x", c.yd)
-                .ptr("u", yu)
-                .dim("act", 1);
-        let call = call.dim("m", 1).dim("k", n).dim("ld", n).dim("kp", kpd);
-        let call = call.dim("bits", 4).ptr("perm", DevicePtr::NULL);
-        c.launch(call.ptr("xq", rq).ptr("xs", rs))?;
-        b.synchronize(0)?;
-        let yg = download_f32(b, c.yd.view(0, (n * 4) as u64))?;
-        let yu_h = download_f32(b, yu)?;
-        let (mut got, mut q) = (vec![0u8; kpd], vec![0u8; kpd]);
-        b.download(dq, &mut got)?;
-        b.download(rq, &mut q)?;
-        let (gs, d) = (download_f32(b, ds)?, download_f32(b, rs)?);
-        let mut counters = vec![0u8; kpd / AFFINE_GROUP * 4];
-        b.download(cnt, &mut counters)?;
-        same &= got == q
-            && gs.iter().zip(&d).all(|(a, b)| a.to_bits() == b.to_bits())
-            && counters.iter().all(|&x| x == 0)
-            && yg
-                .iter()
-                .zip(&yu_h)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
+        let call = call.dim("n", n).dim("kp", kp);
+        let call = call.dim("form", e.sc.form as usize);
+        let call = call.dim("gshift", e.sc.group_shift(kp) as usize);
+        let call = call.dim("act", 1).ptr("dq", dq).ptr("ds", ds);
+        c.launch(call.dim("kpd", kpd).dim("bitsd", 4).ptr("cnt", cnt))?;
+        same &= fused_input_same(c, yu, (dq, ds, cnt), kpd)?;
     }
     let err = c.err(1, |_| {
         let mut out = vec![0f32; n];
@@ -429,10 +387,55 @@ fn gemv_act_row(
     c.row(rows, &format!("{name} {}", e.kind), 1, err, 2e-6);
     let what = format!("{name} {} down input (bits, twice)", e.kind);
     c.bits(rows, &what, 1, same);
-    for p in [yu, rq, rs, dq, ds, cnt] {
+    for p in [yu, dq, ds, cnt] {
         b.free(p);
     }
     Ok(())
+}
+
+/// `affine_quantize_act` of one row: `(x, u, act)` its values, `(k, ld, kp, bits)` its shape,
+/// into `(xq, xs)`.
+fn quantize(
+    c: &Case,
+    (x, u, act): (DevicePtr, DevicePtr, usize),
+    (k, ld, kp, bits): (usize, usize, usize, usize),
+    (xq, xs): (DevicePtr, DevicePtr),
+) -> GpuResult<()> {
+    let call = c.kk.affine_quant.call().ptr("x", x).ptr("u", u);
+    let call = call.dim("act", act).dim("m", 1).dim("k", k).dim("ld", ld);
+    let call = call
+        .dim("kp", kp)
+        .dim("bits", bits)
+        .ptr("perm", DevicePtr::NULL);
+    c.launch(call.ptr("xq", xq).ptr("xs", xs))
+}
+
+/// Whether the fused down input `(dq, ds)` (4-bit, padded k `kpd`) equals, bit for bit, what
+/// the device's `affine_quantize_act` gives the SiLU act-mul of the kernel's own gate (`c.yd`)
+/// and up (`yu`) outputs (the device's `expf` is the fused kernel's), gate's and up's outputs
+/// are equal (the same weights), and the arrival counters `cnt` are back at zero.
+fn fused_input_same(
+    c: &Case,
+    yu: DevicePtr,
+    (dq, ds, cnt): (DevicePtr, DevicePtr, DevicePtr),
+    kpd: usize,
+) -> GpuResult<bool> {
+    let (n, b) = (c.n, c.b.as_ref());
+    let (rq, rs) = (b.alloc(kpd as u64)?, b.alloc(ds.bytes)?);
+    quantize(c, (c.yd, yu, 1), (n, n, kpd, 4), (rq, rs))?;
+    b.synchronize(0)?;
+    let yg = download_f32(b, c.yd.view(0, (n * 4) as u64))?;
+    let yu = download_f32(b, yu)?;
+    let (mut got, mut q) = (vec![0u8; kpd], vec![0u8; kpd]);
+    b.download(dq, &mut got)?;
+    b.download(rq, &mut q)?;
+    let (gs, d) = (download_f32(b, ds)?, download_f32(b, rs)?);
+    let mut counters = vec![0u8; cnt.bytes as usize];
+    b.download(cnt, &mut counters)?;
+    b.free(rq);
+    b.free(rs);
+    let bits = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    Ok(got == q && bits(&gs, &d) && counters.iter().all(|&x| x == 0) && bits(&yg, &yu))
 }
 
 /// One affine encoding's bytes and what its checks compare against: the decoded weights
