@@ -56,6 +56,16 @@ pub fn source(module: &str) -> Option<String> {
     })
 }
 
+/// `src` without its `//` comments and macro continuation backslashes, its lines joined by
+/// `sep`.
+fn logical_text(src: &str, sep: &str) -> String {
+    src.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .map(|l| l.trim_end().trim_end_matches('\\'))
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
 /// The text that opens every kernel definition.
 const DEFINITION: &str = "extern \"C\" __global__ void ";
 
@@ -138,12 +148,7 @@ pub fn signatures(module: &str) -> Vec<(String, Vec<(String, ParamKind)>)> {
         return Vec::new();
     };
     // One logical text: macro continuations joined, comments dropped.
-    let text: String = src
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .map(|l| l.trim_end().trim_end_matches('\\'))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let text = logical_text(&src, " ");
     let kinds = |params: &str| -> Vec<(String, ParamKind)> {
         params
             .split(',')
@@ -240,12 +245,7 @@ pub(crate) fn calls_pdl_wait(module: &str, entry: &str) -> bool {
     let Some(src) = source(module) else {
         return false;
     };
-    let text: String = src
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .map(|l| l.trim_end().trim_end_matches('\\'))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let text = logical_text(&src, "\n");
     let bodies = function_bodies(&text);
     let named = |body: &str, name: &str| {
         body.match_indices(name).any(|(i, _)| {
