@@ -672,6 +672,7 @@ fn activation_checks_run_every_arm_on_recorded_inputs() {
     assert!(t.iter().any(|r| r.arm == "q4k" && r.m == 1));
     for row in &t {
         assert_eq!(row.layer, 1);
+        assert_eq!(row.refused, None, "{row:?}");
         assert!(row.real.is_finite() && row.random.is_finite(), "{row:?}");
         let bound = match row.arm.as_str() {
             "bf16" => 0.01,

@@ -26,6 +26,9 @@ pub struct ActRow {
     pub real: f64,
     /// The same on random activations with the real rows' norms.
     pub random: f64,
+    /// Why the layer refused this arm's overlays (e.g. W8A8 on a GELU model): the row then has
+    /// no errors (NaN) and `m` 0. A refusal is a row of the table, never a silent gap.
+    pub refused: Option<String>,
 }
 
 /// The float64 FFN of `rows` rows, in parallel over chunks of rows.
@@ -118,8 +121,16 @@ pub fn activation_checks(
         {
             let mut ctx = ForwardContext::new(b.clone(), cfg, rows.max(1), levers).map_err(gpu)?;
             let mut layer = DenseFfnLayer::new_with_activation(&ctx, act);
-            if overlays.install(&mut layer).is_err() {
-                continue; // an arm this layer refuses (e.g. w8a8 on GELU)
+            if let Err(e) = overlays.install(&mut layer) {
+                out.push(ActRow {
+                    arm: arm.into(),
+                    layer: l,
+                    m: 0,
+                    real: f64::NAN,
+                    random: f64::NAN,
+                    refused: Some(e.to_string()),
+                });
+                continue;
             }
             // Decode (one row per call) on the first rows, then prefill calls over all.
             let decode_rows = rows.min(32);
@@ -144,6 +155,7 @@ pub fn activation_checks(
                     m: m.min(count),
                     real: real_err,
                     random: random_err,
+                    refused: None,
                 });
             }
         }
@@ -159,6 +171,10 @@ pub fn print_activation_table(rows: &[ActRow]) {
         "arm", "layer", "m", "real rel err", "random rel err", "ratio"
     );
     for r in rows {
+        if let Some(why) = &r.refused {
+            println!("{:<22} {:>5}   refused: {why}", r.arm, r.layer);
+            continue;
+        }
         println!(
             "{:<22} {:>5} {:>6} {:>14.3e} {:>14.3e} {:>7.2}",
             r.arm,
