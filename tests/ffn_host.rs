@@ -2,7 +2,8 @@
 //! which row counts under which levers and missing kernels), the refusals, and outputs against
 //! a float64 reference of the whole FFN on the weights the arm really holds. This file: the FP8,
 //! W8A8 and BF16 arms, the kernel table and the check harness; tests/ffn_host_nvfp4.rs: the
-//! NVFP4 arms; tests/ffn_host_overlays.rs: LoRA, q2g128 and Q4_K MMQ.
+//! NVFP4 arms; tests/ffn_host_overlays.rs: LoRA, q2g128 and Q4_K MMQ; tests/ffn_host_affine.rs:
+//! the affine arms.
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The kernel table's tests: descriptions against the parsed `.cu` signatures, grids and
 //! tensor maps from rules, and named-argument calls.
 use super::*;
+use crate::gpu::Tmap;
 
 #[test]
 fn every_description_matches_its_parsed_cu_signature() {
