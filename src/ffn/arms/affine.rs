@@ -6,6 +6,14 @@ use super::super::*;
 use crate::gpu::{DevicePtr, GemmBf16, GpuError, GpuResult};
 
 impl DenseFfnLayer {
+    /// The affine kernels' `act` argument for this layer's act-mul: 1 SiLU, 2 GELU.
+    fn affine_act(&self) -> usize {
+        match self.activation {
+            Activation::Silu => 1,
+            Activation::Gelu => 2,
+        }
+    }
+
     /// The affine GEMVs' activations: `x`'s `m` rows (or with `act` 1 or 2, SiLU or GELU of `x`
     /// times `u`), `k` values at row stride `ld`, quantized for `w` (`affine_quantize_act`,
     /// gathered through `w`'s column permutation if it has one) into the context's
@@ -129,10 +137,7 @@ impl DenseFfnLayer {
         // Act-order weights gather their activations: gate's serve up only through the same
         // permutation (the install shares one buffer where the converter found them equal).
         let same_perm = u.perm == g.perm;
-        let act = match self.activation {
-            Activation::Silu => 1,
-            Activation::Gelu => 2,
-        };
+        let act = self.affine_act();
         let dual = u.scheme == g.scheme && u.kp == g.kp && same_perm;
         if m == 1 && dual && d.perm.is_null() && d.k == i && ctx.levers.affine_fused_act {
             // One row: the down input quantized inside the gate and up launch.
@@ -174,7 +179,6 @@ impl DenseFfnLayer {
     /// The prefill's BF16 activations for `w` in the arena (`affine_gather_bf16`): `x`'s `m`
     /// rows of `w.k` values at row stride `ld` (with `act` 1 or 2, SiLU or GELU of `x` times
     /// `u`), rounded, in `w`'s stored column order where it has a permutation.
-    #[allow(clippy::too_many_arguments)]
     fn affine_bf16_input(
         &self,
         ctx: &mut ForwardContext,
@@ -238,10 +242,7 @@ impl DenseFfnLayer {
             self.affine_bf16_input(ctx, u, (x, x), 0, m, h)?
         };
         self.affine_gemm(ctx, u, xb, m, uo)?;
-        let act = match self.activation {
-            Activation::Silu => 1,
-            Activation::Gelu => 2,
-        };
+        let act = self.affine_act();
         let ab = self.affine_bf16_input(ctx, d, (go, uo), act, m, i)?;
         self.affine_gemm(ctx, d, ab, m, out)?;
         Ok(out.view(0, (m * h * 4) as u64))
