@@ -1,5 +1,6 @@
-//! Programmatic dependent launches (sm_90): the kernel table's `dependent` kernels start while
-//! the stream's previous kernel ends (kernels/common.cuh, `pdl_wait`).
+//! Kernel launches: the arguments as the driver takes them, and programmatic dependent launches
+//! (sm_90), by which the kernel table's `dependent` kernels start while the stream's previous
+//! kernel ends (kernels/common.cuh, `pdl_wait`).
 
 use super::{CudaBackend, cu, cuerr, cus, tmap};
 use crate::gpu::{GpuError, GpuResult, KArg, KernelHandle, LaunchCfg, StreamId};
@@ -73,6 +74,7 @@ impl CudaBackend {
             .map_err(cuerr("cuLaunchKernel"))?;
         Ok(())
     }
+
     /// Launch `f` as a programmatic dependent of the previous kernel on stream `s`
     /// (`cuLaunchKernelEx` with programmatic stream serialization: it may start once every block
     /// of that kernel has called `griddepcontrol.launch_dependents` or ended; its own
