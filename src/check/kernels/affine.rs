@@ -355,7 +355,8 @@ fn gemv_act_row(
     } else {
         c.kk.affine8_gemv_act
     };
-    quantize(c, (c.xd, c.xd, 0), (k, k, kp, bits as usize), (xq, xs))?;
+    let shape = (1, k, k, kp, bits as usize);
+    quantize(c, (c.xd, c.xd, 0), shape, DevicePtr::NULL, (xq, xs))?;
     let yu = b.alloc((n * 4) as u64)?;
     let (dq, ds, cnt) = (
         b.alloc(kpd as u64)?,
@@ -393,20 +394,18 @@ fn gemv_act_row(
     Ok(())
 }
 
-/// `affine_quantize_act` of one row: `(x, u, act)` its values, `(k, ld, kp, bits)` its shape,
-/// into `(xq, xs)`.
+/// `affine_quantize_act` of `m` rows: `(x, u, act)` its values, `(k, ld, kp, bits)` its
+/// shape, `perm` the column permutation (null for none), into `(xq, xs)`.
 fn quantize(
     c: &Case,
     (x, u, act): (DevicePtr, DevicePtr, usize),
-    (k, ld, kp, bits): (usize, usize, usize, usize),
+    (m, k, ld, kp, bits): (usize, usize, usize, usize, usize),
+    perm: DevicePtr,
     (xq, xs): (DevicePtr, DevicePtr),
 ) -> GpuResult<()> {
     let call = c.kk.affine_quant.call().ptr("x", x).ptr("u", u);
-    let call = call.dim("act", act).dim("m", 1).dim("k", k).dim("ld", ld);
-    let call = call
-        .dim("kp", kp)
-        .dim("bits", bits)
-        .ptr("perm", DevicePtr::NULL);
+    let call = call.dim("act", act).dim("m", m).dim("k", k).dim("ld", ld);
+    let call = call.dim("kp", kp).dim("bits", bits).ptr("perm", perm);
     c.launch(call.ptr("xq", xq).ptr("xs", xs))
 }
 
@@ -422,7 +421,13 @@ fn fused_input_same(
 ) -> GpuResult<bool> {
     let (n, b) = (c.n, c.b.as_ref());
     let (rq, rs) = (b.alloc(kpd as u64)?, b.alloc(ds.bytes)?);
-    quantize(c, (c.yd, yu, 1), (n, n, kpd, 4), (rq, rs))?;
+    quantize(
+        c,
+        (c.yd, yu, 1),
+        (1, n, n, kpd, 4),
+        DevicePtr::NULL,
+        (rq, rs),
+    )?;
     b.synchronize(0)?;
     let yg = download_f32(b, c.yd.view(0, (n * 4) as u64))?;
     let yu = download_f32(b, yu)?;
@@ -468,15 +473,8 @@ fn gemv_rows(
 ) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     let (kp, bits, groups) = (e.kp, e.sc.bits, e.kp / AFFINE_GROUP);
-    let call =
-        c.kk.affine_quant
-            .call()
-            .ptr("x", c.xd)
-            .ptr("u", c.xd)
-            .dim("act", 0);
-    let call = call.dim("m", m).dim("k", k).dim("ld", k).dim("kp", kp);
-    let call = call.dim("bits", bits as usize).ptr("perm", e.perm);
-    c.launch(call.ptr("xq", xq).ptr("xs", xs))?;
+    let shape = (m, k, k, kp, bits as usize);
+    quantize(c, (c.xd, c.xd, 0), shape, e.perm, (xq, xs))?;
     c.poison_y()?;
     let call = kernel.call().ptr("xq", xq).ptr("xs", xs).dim("m", m);
     let call = call
