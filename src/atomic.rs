@@ -2,8 +2,10 @@
 //! folder (`O_TMPFILE`), fsynced, given a name only once it is complete, and renamed over the
 //! target, so a process killed at any point (SIGKILL included) leaves no file behind, except in
 //! the instant between naming and renaming. Where the filesystem has no `O_TMPFILE`, a named
-//! temporary `.NAME.mpk-tmp-PID` is used instead; SIGINT, SIGTERM and SIGHUP remove it, and every
-//! later write into the same folder removes those left by processes that no longer exist.
+//! temporary `.NAME.mpk-tmp-PID-SEQ` is used instead (SEQ counts this process's writes, so two
+//! threads writing one output never share a temporary name); SIGINT, SIGTERM and SIGHUP remove
+//! it, and every later write into the same folder removes those left by processes that no longer
+//! exist.
 //!
 //! [`refuse_inputs`] is the other half of "never destroy an input": an output that is an input
 //! (same device and inode, through any spelling, symlink or hard link) or a folder is refused
@@ -14,23 +16,36 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-/// The marker in every named temporary file this module makes: `.NAME` + it + `PID`.
+/// The marker in every named temporary file this module makes: `.NAME` + it + `PID-SEQ`.
 const TEMP_MARK: &str = ".mpk-tmp-";
 
-/// The named temporary file being written, as a leaked C string, for the signal handler.
-static PENDING: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
+/// How many writes in progress at once the signal handler can clean up after (one slot each;
+/// a write that finds none free goes on, its temporary file then left to
+/// [`remove_stale_temps`]).
+const PENDING_SLOTS: usize = 16;
+
+/// The named temporary files being written, each a leaked C string, for the signal handler.
+static PENDING: [AtomicPtr<libc::c_char>; PENDING_SLOTS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; PENDING_SLOTS];
 static HANDLERS: AtomicBool = AtomicBool::new(false);
+/// Numbers this process's temporary names (the `SEQ` of `.NAME.mpk-tmp-PID-SEQ`).
+static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn remove_pending_and_reraise(sig: libc::c_int) {
-    let p = PENDING.swap(std::ptr::null_mut(), Ordering::SeqCst);
-    // SAFETY: unlink, signal and raise are async-signal-safe; `p` is null or a NUL-terminated
-    // path leaked by `write_atomic` and never freed while registered.
-    unsafe {
-        if !p.is_null() {
-            libc::unlink(p);
+    for slot in &PENDING {
+        let p = slot.swap(std::ptr::null_mut(), Ordering::SeqCst);
+        // SAFETY: unlink is async-signal-safe; `p` is null or a NUL-terminated path leaked by
+        // `register_pending` and never freed while registered.
+        unsafe {
+            if !p.is_null() {
+                libc::unlink(p);
+            }
         }
+    }
+    // SAFETY: signal and raise are async-signal-safe.
+    unsafe {
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
     }
@@ -146,14 +161,16 @@ where
         .mode(0o666)
         .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
         .open(&dir);
+    let mut slot = None;
     let (f, named) = match unnamed {
         Ok(f) => (f, false),
         Err(_) => {
-            register_pending(&tmp);
-            match File::create(&tmp) {
+            slot = register_pending(&tmp);
+            // create_new: a name this call made, never another writer's file.
+            match File::options().write(true).create_new(true).open(&tmp) {
                 Ok(f) => (f, true),
                 Err(e) => {
-                    unregister_pending();
+                    unregister_pending(slot);
                     return Err(failed(&tmp, "creating a temporary file in its folder", e));
                 }
             }
@@ -172,7 +189,7 @@ where
         }
         f.sync_all().map_err(|e| failed(path, "fsync", e))?;
         if !named {
-            register_pending(&tmp);
+            slot = register_pending(&tmp);
             link_unnamed(&f, &tmp).map_err(|e| failed(&tmp, "naming the finished file", e))?;
         }
         drop(f);
@@ -182,7 +199,7 @@ where
         let _ = File::open(&dir).and_then(|d| d.sync_all());
         Ok(())
     })();
-    unregister_pending();
+    unregister_pending(slot);
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -228,23 +245,35 @@ fn link_unnamed(f: &File, tmp: &Path) -> std::io::Result<()> {
     }
 }
 
-fn register_pending(tmp: &Path) {
+/// Register `tmp` for the signal handler; the slot it took, if any was free.
+fn register_pending(tmp: &Path) -> Option<usize> {
     if !HANDLERS.load(Ordering::SeqCst) {
-        return;
+        return None;
     }
     use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(tmp.as_os_str().as_bytes()) else {
-        return;
-    };
-    let old = PENDING.swap(c.into_raw(), Ordering::SeqCst);
-    if !old.is_null() {
-        // SAFETY: `old` came from CString::into_raw here and is no longer registered.
-        drop(unsafe { std::ffi::CString::from_raw(old) });
+    let c = std::ffi::CString::new(tmp.as_os_str().as_bytes()).ok()?;
+    let raw = c.into_raw();
+    for (i, slot) in PENDING.iter().enumerate() {
+        if slot
+            .compare_exchange(
+                std::ptr::null_mut(),
+                raw,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok()
+        {
+            return Some(i);
+        }
     }
+    // SAFETY: `raw` came from CString::into_raw above and was never registered.
+    drop(unsafe { std::ffi::CString::from_raw(raw) });
+    None
 }
 
-fn unregister_pending() {
-    let p = PENDING.swap(std::ptr::null_mut(), Ordering::SeqCst);
+fn unregister_pending(slot: Option<usize>) {
+    let Some(i) = slot else { return };
+    let p = PENDING[i].swap(std::ptr::null_mut(), Ordering::SeqCst);
     if !p.is_null() {
         // SAFETY: `p` came from CString::into_raw in register_pending; the swap took it from the
         // handler, which can no longer reach it.
@@ -252,8 +281,8 @@ fn unregister_pending() {
     }
 }
 
-/// Remove, in `dir`, the named temporary files (`.NAME.mpk-tmp-PID`) of processes that no
-/// longer exist: what a killed write left behind.
+/// Remove, in `dir`, the named temporary files (`.NAME.mpk-tmp-PID-SEQ`, or `-PID` as earlier
+/// versions named them) of processes that no longer exist: what a killed write left behind.
 pub fn remove_stale_temps(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -265,7 +294,7 @@ pub fn remove_stale_temps(dir: &Path) {
             .starts_with('.')
             .then(|| name.rsplit_once(TEMP_MARK))
             .flatten()
-            .and_then(|(_, pid)| pid.parse::<i32>().ok())
+            .and_then(|(_, tail)| tail.split('-').next()?.parse::<i32>().ok())
         else {
             continue;
         };
@@ -284,8 +313,9 @@ fn process_alive(pid: i32) -> bool {
 /// The longest file name the folders we write into take (Linux `NAME_MAX`).
 pub const NAME_MAX: usize = 255;
 
-/// `DIR/.NAME.mpk-tmp-PID` beside `path`; where that name would pass [`NAME_MAX`] bytes,
-/// `DIR/.HASH.mpk-tmp-PID` (HASH: 16 hex digits of the name's xxh3).
+/// `DIR/.NAME.mpk-tmp-PID-SEQ` beside `path`, SEQ new at each call (two writers of one output
+/// in one process, on two threads, never share a name); where that name would pass
+/// [`NAME_MAX`] bytes, `DIR/.HASH.mpk-tmp-PID-SEQ` (HASH: 16 hex digits of the name's xxh3).
 pub fn temp_path(path: &Path) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
     let name = path
@@ -293,13 +323,14 @@ pub fn temp_path(path: &Path) -> PathBuf {
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_else(|| "out".into());
     let pid = std::process::id();
-    let long = format!(".{name}{TEMP_MARK}{pid}");
+    let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
+    let long = format!(".{name}{TEMP_MARK}{pid}-{seq}");
     if long.len() <= NAME_MAX {
         return path.with_file_name(long);
     }
     let raw = path.file_name().map(|n| n.as_bytes()).unwrap_or(b"out");
     let h = xxhash_rust::xxh3::xxh3_64(raw);
-    path.with_file_name(format!(".{h:016x}{TEMP_MARK}{pid}"))
+    path.with_file_name(format!(".{h:016x}{TEMP_MARK}{pid}-{seq}"))
 }
 
 #[cfg(test)]

@@ -237,6 +237,22 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A convert stopped before it finished (`pack::convert_until`'s flag: a signal, a
+    /// progress callback that raised): its temporary file is removed, nothing is written.
+    #[error("{file}: convert stopped before it finished; nothing was written")]
+    Interrupted {
+        /// The output (its path as given).
+        file: String,
+    },
+    /// A caller's argument (not a file's number) out of the range the library takes:
+    /// `max_rows` past [`crate::ffn::MAX_FORWARD_ROWS`], a layer the pack lacks.
+    #[error("{name}: {reason}")]
+    Argument {
+        /// The argument, as the caller's API names it.
+        name: String,
+        /// Its value and the range taken.
+        reason: String,
+    },
     /// A layout or arm registered at run time (`layout::register`, `ffn::register_arm`) was
     /// refused.
     #[error("registering {what}: {reason}")]

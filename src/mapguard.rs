@@ -136,10 +136,17 @@ impl Drop for Guard {
     }
 }
 
-/// An error if the mapped file `path` (mapped with `mapped` bytes under `guard`) changed size or
-/// faulted since it was mapped: the file and the byte range that was lost.
-pub fn check(path: &std::path::Path, mapped: u64, guard: &Guard) -> crate::Result<()> {
-    let now = std::fs::metadata(path).map(|m| m.len()).ok();
+/// An error if the file `path` (open as `file`, mapped with `mapped` bytes under `guard`)
+/// changed size or faulted since it was mapped: the file and the byte range that was lost. The
+/// size is the open file's own (fstat), not the path's: a path renamed over by a new file
+/// leaves the mapped one whole, and what was read from it is what it held.
+pub fn check(
+    path: &std::path::Path,
+    file: &std::fs::File,
+    mapped: u64,
+    guard: &Guard,
+) -> crate::Result<()> {
+    let now = file.metadata().map(|m| m.len()).ok();
     let fault = guard.fault();
     if fault.is_none() && now == Some(mapped) {
         return Ok(());
@@ -181,7 +188,7 @@ mod tests {
         // SAFETY: a read-only map of a file this test owns; the test truncates it on purpose.
         let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
         let g = Guard::register(&map);
-        check(&p, map.len() as u64, &g).unwrap();
+        check(&p, &f, map.len() as u64, &g).unwrap();
         std::fs::OpenOptions::new()
             .write(true)
             .open(&p)
@@ -191,7 +198,24 @@ mod tests {
         let sum: u64 = map.iter().map(|&b| b as u64).sum();
         assert_eq!(sum, 7 * 2 * PAGE as u64, "pages past the end read as zeros");
         assert_eq!(g.fault(), Some(2 * PAGE as u64));
-        let e = check(&p, map.len() as u64, &g).unwrap_err().to_string();
+        let e = check(&p, &f, map.len() as u64, &g).unwrap_err().to_string();
         assert!(e.contains("x.bin") && e.contains("8192..20480"), "{e}");
+    }
+
+    #[test]
+    fn a_path_renamed_over_leaves_the_mapped_file_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.bin");
+        std::fs::write(&p, vec![7u8; 3 * PAGE]).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        // SAFETY: a read-only map of a file this test owns.
+        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        let g = Guard::register(&map);
+        let q = dir.path().join("y.bin");
+        std::fs::write(&q, vec![1u8; PAGE]).unwrap();
+        std::fs::rename(&q, &p).unwrap();
+        // The map still holds the old file's bytes, every one: nothing was lost.
+        assert!(map.iter().all(|&b| b == 7));
+        check(&p, &f, map.len() as u64, &g).unwrap();
     }
 }

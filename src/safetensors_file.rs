@@ -36,12 +36,14 @@ pub struct StFile {
     pub metadata: HashMap<String, String>,
     /// The map's registration against SIGBUS (`crate::mapguard`).
     pub guard: crate::mapguard::Guard,
+    /// The open file the map was made from (its size is checked against the map's).
+    pub file: std::fs::File,
 }
 
 impl StFile {
     /// Map and validate one `.safetensors` file.
     pub fn open(path: &Path) -> Result<Self> {
-        let (_, map, file, guard) = crate::gguf::map_file(path)?;
+        let (opened, map, file, guard) = crate::gguf::map_file(path)?;
         let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| Error::Safetensors {
             file: file.clone(),
             reason: e.to_string(),
@@ -70,6 +72,7 @@ impl StFile {
             tensors,
             metadata,
             guard,
+            file: opened,
         })
     }
 

@@ -87,6 +87,7 @@ fn convert_and_verify_json_keep_their_field_names() {
     assert_eq!(
         keys(&v),
         [
+            "blob_rules",
             "checksum_mismatches",
             "nonzero_padding",
             "ok",
@@ -96,9 +97,16 @@ fn convert_and_verify_json_keep_their_field_names() {
         ]
     );
     assert_eq!(v["ok"], true);
+    assert_eq!(v["blob_rules"], serde_json::json!([]));
     assert_eq!(
         keys(&v["source"]),
-        ["checked", "file", "mismatched", "other_source"]
+        [
+            "checked",
+            "count_differs",
+            "file",
+            "mismatched",
+            "other_source"
+        ]
     );
     assert_eq!(v["source"]["checked"], v["tensors"]);
 

@@ -22,6 +22,9 @@ extern "C" {
 /* The most dimensions a tensor reports. */
 #define MP_MAX_DIMS 8
 
+/* The largest max_rows mp_load takes (the library's MAX_FORWARD_ROWS). */
+#define MP_MAX_ROWS 65536
+
 typedef struct mp_model mp_model;
 
 /* One device tensor. The strings are owned by the model and live until mp_free. */
@@ -36,16 +39,20 @@ typedef struct {
     uint64_t shape[MP_MAX_DIMS];
 } mp_tensor;
 
-/* Why the last call on this thread failed ("" if none); valid until the next call. */
+/* Why the last call on this thread failed ("" after a call that succeeded); valid until the
+ * thread's next call. */
 const char *mp_last_error(void);
 
 /* Load the pack at `path` onto `device` ("cuda", "cuda:N" or "cpu"): every device tensor
  * copied, every dense FFN layer installed and checked with one row; forward calls take up to
- * `max_rows` rows. `verify_checksums` reads every tensor back against the manifest. */
+ * `max_rows` rows (at most MP_MAX_ROWS: a larger number is refused, not allocated).
+ * `verify_checksums` reads every tensor back against the manifest. */
 mp_model *mp_load(const char *path, const char *device, int verify_checksums, size_t max_rows);
 
-/* Free the model: its device memory, layers and context. NULL is ignored. */
-void mp_free(mp_model *model);
+/* Free the model: its device memory, layers and context. Returns 0 (NULL is ignored), or -1
+ * for a pointer that is no live model (freed before, or not from mp_load): every handle is
+ * checked against the library's registry, so a second free is an error, not a double free. */
+int mp_free(mp_model *model);
 
 /* The DLPack device type (MP_DEVICE_*) and device ordinal of the model's tensors. */
 int32_t mp_device_type(const mp_model *model);
@@ -58,7 +65,7 @@ size_t mp_hidden_size(const mp_model *model);
 size_t mp_tensor_count(const mp_model *model);
 int mp_tensor_at(const mp_model *model, size_t index, mp_tensor *out);
 
-/* The index of device tensor `name`, or -1. */
+/* The index of device tensor `name`, or -1 (mp_last_error names what was missing). */
 int64_t mp_tensor_index(const mp_model *model, const char *name);
 
 /* Dense FFN layer `layer` on `rows` f32 rows [rows, hidden] at `x` into `y`, both in host

@@ -1,20 +1,41 @@
 //! `libmetrale_pack_c`: the C ABI of the crate's loader (`include/metrale_pack.h` is its
 //! contract). Each entry point catches panics (none may unwind into C), records why it failed
-//! in a thread-local string (`mp_last_error`), and touches a model only through the pointer
-//! `mp_load` returned.
+//! in a thread-local string (`mp_last_error`, cleared by every call that succeeds), and touches
+//! a model only through a pointer `mp_load` returned that is still live: every handle is in a
+//! registry from `mp_load` to `mp_free`, so a freed, foreign or twice-freed pointer is an error,
+//! never a read of freed memory or a double free.
 
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::gpu::{Device, DevicePtr};
 use metrale_pack::loader::{EngineOptions, LoadedModel};
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, PoisonError};
+
+/// The addresses of the live models (`mp_load` adds, `mp_free` removes).
+static LIVE: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+/// Whether `p` is a live model's address; with `remove`, it is no longer (for `mp_free`).
+fn live(p: *const Model, remove: bool) -> bool {
+    let mut g = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+    let set = g.get_or_insert_with(HashSet::new);
+    if remove {
+        set.remove(&(p as usize))
+    } else {
+        set.contains(&(p as usize))
+    }
+}
 
 /// DLPack's device types, as the header's `MP_DEVICE_*`.
 const DEVICE_CPU: i32 = 1;
 const DEVICE_CUDA: i32 = 2;
 /// The header's `MP_MAX_DIMS`.
 const MAX_DIMS: usize = 8;
+/// The header's `MP_MAX_ROWS`: the library's limit, checked when this library builds.
+const MAX_ROWS: usize = 65536;
+const _: () = assert!(MAX_ROWS == metrale_pack::ffn::MAX_FORWARD_ROWS);
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -25,10 +46,14 @@ fn set_error(msg: impl std::fmt::Display) {
     LAST_ERROR.with(|e| *e.borrow_mut() = s);
 }
 
-/// Run `f`, turning an error or a panic into `fail` with the reason recorded.
+/// Run `f`, turning an error or a panic into `fail` with the reason recorded; a success clears
+/// the reason.
 fn guard<T>(fail: T, f: impl FnOnce() -> Result<T, String>) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => v,
+        Ok(Ok(v)) => {
+            set_error("");
+            v
+        }
         Ok(Err(e)) => {
             set_error(e);
             fail
@@ -152,34 +177,59 @@ pub unsafe extern "C" fn mp_load(
         // SAFETY: the caller passes NUL-terminated strings (or NULL, refused).
         let (path, device) = unsafe { (arg(path, "path")?, arg(device, "device")?) };
         let m = load(path, device, verify_checksums != 0, max_rows)?;
-        set_error("");
-        Ok(Box::into_raw(Box::new(m)))
+        let p = Box::into_raw(Box::new(m));
+        LIVE.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(HashSet::new)
+            .insert(p as usize);
+        Ok(p)
     })
 }
 
 /// # Safety
-/// `model` is NULL or from `mp_load`, not freed before, and not in use by another thread.
+/// `model` is NULL or any pointer: only a live model from `mp_load` is freed (a pointer freed
+/// before, or not from `mp_load`, is an error); not in use by another thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mp_free(model: *mut Model) {
-    if !model.is_null() {
-        guard((), || {
-            // SAFETY: per this function's contract: ours, freed once.
-            drop(unsafe { Box::from_raw(model) });
-            Ok(())
-        })
+pub unsafe extern "C" fn mp_free(model: *mut Model) -> i32 {
+    guard(-1, || {
+        if model.is_null() {
+            return Ok(0);
+        }
+        if !live(model, true) {
+            return Err(format!(
+                "mp_free: {model:p} is not a live model (freed before, or not from mp_load)"
+            ));
+        }
+        // SAFETY: a live model from `mp_load` (in the registry until just now), taken out of
+        // the registry once, so freed once.
+        drop(unsafe { Box::from_raw(model) });
+        Ok(0)
+    })
+}
+
+/// Why `model` is no model to use: NULL, or not live.
+fn not_live(model: *const Model) -> String {
+    if model.is_null() {
+        "model is NULL".to_string()
+    } else {
+        format!("model {model:p} is not a live model (freed, or not from mp_load)")
     }
 }
 
 /// The model behind a pointer, or why not.
 ///
 /// # Safety
-/// `model` is NULL or a live model from `mp_load`.
+/// `model` is NULL, a live model from `mp_load`, or a pointer the registry does not hold.
 unsafe fn model_ref<'a>(model: *const Model) -> Result<&'a Model, String> {
-    // SAFETY: per this function's contract.
-    unsafe { model.as_ref() }.ok_or_else(|| "model is NULL".to_string())
+    if model.is_null() || !live(model, false) {
+        return Err(not_live(model));
+    }
+    // SAFETY: a live model (checked in the registry above).
+    Ok(unsafe { &*model })
 }
 
-/// Why the last call on this thread failed; the string lives until the thread's next call.
+/// Why the last call on this thread failed ("" after a success); the string lives until the
+/// thread's next call.
 #[unsafe(no_mangle)]
 pub extern "C" fn mp_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
@@ -264,20 +314,25 @@ pub unsafe extern "C" fn mp_tensor_index(model: *const Model, name: *const c_cha
     guard(-1, || {
         // SAFETY: per this function's contract.
         let (m, name) = unsafe { (model_ref(model)?, arg(name, "name")?) };
-        Ok(m.tensors
+        m.tensors
             .iter()
             .position(|t| t.name.as_bytes() == name.as_bytes())
-            .map_or(-1, |i| i as i64))
+            .map(|i| i as i64)
+            .ok_or_else(|| format!("no device tensor named {name:?} in the model"))
     })
 }
 
 /// The model behind a mutable pointer, or why not.
 ///
 /// # Safety
-/// `model` is NULL or a live model from `mp_load`, used by this thread alone.
+/// `model` is NULL, a live model from `mp_load` used by this thread alone, or a pointer the
+/// registry does not hold.
 unsafe fn model_mut<'a>(model: *mut Model) -> Result<&'a mut Model, String> {
-    // SAFETY: per this function's contract.
-    unsafe { model.as_mut() }.ok_or_else(|| "model is NULL".to_string())
+    if model.is_null() || !live(model, false) {
+        return Err(not_live(model));
+    }
+    // SAFETY: a live model (checked in the registry above), used by this thread alone.
+    Ok(unsafe { &mut *model })
 }
 
 /// # Safety

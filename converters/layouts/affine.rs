@@ -242,6 +242,98 @@ pub fn pair_at(scales: &[u8], at: usize, form: Form) -> (f32, f32) {
     }
 }
 
+/// Why the pairs of `n` rows padded to `kp` in `scales` are not ones this layout stores, if
+/// they are not: every scale and offset finite, and in the zero forms every zero point an
+/// integer code of the blob's width (`0 ..= 2^bits - 1`; the codec re-centres narrower codes
+/// and their zero points inside it). What the loader and `verify` check of every blob: a pair
+/// outside these rules gives outputs off by any factor, or NaN.
+///
+/// The loader runs it on every pair of a pack, so the pass is on bits (a half is finite when
+/// its exponent bits are not all ones; a zero point is looked up among the halves that are
+/// codes), four halves a 64-bit word, and only a failing pass looks for where.
+pub fn check_pairs(scales: &[u8], sc: Scheme, n: usize, kp: usize) -> Result<(), String> {
+    let (groups, pb) = (kp / sc.group, sc.form.pair_bytes());
+    let bytes = &scales[..(n * groups * pb).min(scales.len())];
+    let ok = match sc.form {
+        Form::Offset => halves_finite(bytes),
+        Form::Zero => {
+            let codes = zero_point_halves(sc.bits);
+            bytes.chunks_exact(4).fold(true, |ok, p| {
+                let (s, z) = (
+                    u16::from_le_bytes([p[0], p[1]]),
+                    u16::from_le_bytes([p[2], p[3]]),
+                );
+                ok & (s & 0x7C00 != 0x7C00) & codes[z as usize]
+            })
+        }
+        Form::ZeroF32 => {
+            let top = ((1u32 << sc.bits) - 1) as f32;
+            bytes.chunks_exact(8).all(|p| {
+                let s = f32::from_le_bytes([p[0], p[1], p[2], p[3]]);
+                let z = f32::from_le_bytes([p[4], p[5], p[6], p[7]]);
+                s.is_finite() && z.fract() == 0.0 && (0.0..=top).contains(&z)
+            })
+        }
+    };
+    if ok {
+        return Ok(());
+    }
+    // Where: the first pair that breaks a rule, named by row and group.
+    let top = ((1u32 << sc.bits) - 1) as f32;
+    for r in 0..n {
+        for g in 0..groups {
+            let (s, t) = pair_at(scales, (r * groups + g) * pb, sc.form);
+            let what = match sc.form {
+                Form::Offset => "offset",
+                _ => "zero point",
+            };
+            if !s.is_finite() {
+                return Err(format!("row {r}, group {g}: scale {s} is not finite"));
+            }
+            if !t.is_finite() {
+                return Err(format!("row {r}, group {g}: {what} {t} is not finite"));
+            }
+            if sc.form != Form::Offset && (t.fract() != 0.0 || !(0.0..=top).contains(&t)) {
+                return Err(format!(
+                    "row {r}, group {g}: zero point {t} is not an integer code of {} bits (0 to {top})",
+                    sc.bits
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether every little-endian half in `bytes` is finite (exponent bits not all ones): four a
+/// 64-bit word, a lane whose exponent field, flipped, is zero found with the zero-lane test.
+fn halves_finite(bytes: &[u8]) -> bool {
+    const EXP: u64 = 0x7C00_7C00_7C00_7C00;
+    const ONE: u64 = 0x0001_0001_0001_0001;
+    const TOP: u64 = 0x8000_8000_8000_8000;
+    let words = bytes.chunks_exact(8);
+    let tail = words.remainder();
+    let mut bad = 0u64;
+    for w in words {
+        let t = (u64::from_le_bytes(w.try_into().expect("8 bytes")) & EXP) ^ EXP;
+        bad |= t.wrapping_sub(ONE) & !t & TOP;
+    }
+    bad == 0
+        && tail
+            .chunks_exact(2)
+            .all(|h| u16::from_le_bytes([h[0], h[1]]) & 0x7C00 != 0x7C00)
+}
+
+/// Which of the 65536 halves are zero points of `bits`-bit codes: the integers `0 ..=
+/// 2^bits - 1` (and -0).
+fn zero_point_halves(bits: u32) -> Vec<bool> {
+    let mut ok = vec![false; 1 << 16];
+    for v in 0..(1u32 << bits) {
+        ok[f16::from_f32(v as f32) as usize] = true;
+    }
+    ok[0x8000] = true;
+    ok
+}
+
 /// Decode to f32 `[n, k]` ([`Form::weight`]), as the codec decodes.
 pub fn decode(codes: &[u8], scales: &[u8], sc: Scheme, [n, k]: [usize; 2], kp: usize) -> Vec<f32> {
     let (row, g_row, pb) = (

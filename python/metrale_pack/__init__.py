@@ -54,8 +54,11 @@ def open(path):
 def convert(src, out, layouts=None, q4k_down=None, allow_requantize=False, progress=None):
     """Convert the checkpoint `src` into a pack at `out` with `metrale-pack convert`'s choice of
     layouts (those that keep the source's format unless `layouts` names them; a set that would
-    re-quantize quantized weights is refused unless `allow_requantize`). `progress(done, total)`
-    is called with source bytes as the convert goes. Returns the manifest."""
+    re-quantize quantized weights is refused unless `allow_requantize`). An `out` that is one of
+    the checkpoint's files (through any path, symlink or hard link) is refused. `progress(done,
+    total)` is called on this thread with source bytes as the convert goes; Ctrl-C, or an
+    exception from `progress`, stops the convert before its next tensor, writes nothing, and is
+    raised. Returns the manifest."""
     return json.loads(
         _native.convert(str(src), str(out), layouts, q4k_down, allow_requantize, progress)
     )
@@ -164,8 +167,8 @@ class DeviceTensor:
 
 
 def load(path, device="cpu", verify_checksums=False, max_rows=16):
-    """Load the pack at `path` with the engine loader (forward calls of up to `max_rows` rows)
-    onto `device`: "cuda" or "cuda:N" (torch's primary context), or "cpu" (the host backend, what
+    """Load the pack at `path` with the engine loader (forward calls of up to `max_rows` rows, at
+    most 65536; more is refused, naming `max_rows`) onto `device`: "cuda" or "cuda:N" (torch's primary context), or "cpu" (the host backend, what
     CI runs). Device tensors come out through `dlpack`/`torch` without a copy."""
     return Loaded(_native.load(str(path), device, verify_checksums, max_rows))
 

@@ -185,6 +185,9 @@ pub struct Imported {
 
 const USED: &CStr = c"used_dltensor";
 
+/// The most dimensions an imported tensor may have (the C ABI's `MP_MAX_DIMS`).
+pub const MAX_IMPORT_DIMS: usize = 8;
+
 /// Take the tensor of `capsule` (a `dltensor` capsule from `__dlpack__`).
 pub fn import(capsule: &pyo3::Bound<'_, pyo3::PyAny>) -> pyo3::PyResult<Imported> {
     let cap = capsule.as_ptr();
@@ -202,12 +205,46 @@ pub fn import(capsule: &pyo3::Bound<'_, pyo3::PyAny>) -> pyo3::PyResult<Imported
             return Err(pyo3::PyErr::fetch(capsule.py()));
         }
         let t = &(*m).dl_tensor;
-        let ndim = t.ndim.max(0) as usize;
-        let shape: Vec<i64> = if ndim == 0 || t.shape.is_null() {
+        // Checked before any read through the tensor's pointers: its rank, then its shape
+        // array, then its data pointer (a capsule is another library's, possibly a bad one). A
+        // refused capsule is left as it was, its producer's destructor frees it.
+        let refuse = |what: String| -> pyo3::PyResult<Imported> {
+            Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "DLPack capsule: {what}"
+            )))
+        };
+        if !(0..=MAX_IMPORT_DIMS as i32).contains(&t.ndim) {
+            return refuse(format!("ndim {} (0 to {MAX_IMPORT_DIMS} taken)", t.ndim));
+        }
+        let ndim = t.ndim as usize;
+        if ndim > 0 && t.shape.is_null() {
+            return refuse(format!("ndim {ndim} with a NULL shape"));
+        }
+        let shape: Vec<i64> = if ndim == 0 {
             Vec::new()
         } else {
             std::slice::from_raw_parts(t.shape, ndim).to_vec()
         };
+        if let Some(d) = shape.iter().find(|&&d| d < 0) {
+            return refuse(format!("shape {shape:?} has a negative extent {d}"));
+        }
+        let elems = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+        let bytes = elems.and_then(|n| {
+            let bits = u64::from(t.dtype.bits) * u64::from(t.dtype.lanes);
+            n.checked_mul(bits).map(|b| b.div_ceil(8))
+        });
+        let Some(bytes) = bytes.filter(|&b| b <= isize::MAX as u64) else {
+            return refuse(format!(
+                "shape {shape:?} of {}-bit elements overflows",
+                t.dtype.bits
+            ));
+        };
+        if bytes > 0 && t.data.is_null() {
+            return refuse(format!("data is NULL for a tensor of shape {shape:?}"));
+        }
+        if (t.data as u64).checked_add(t.byte_offset).is_none() {
+            return refuse(format!("byte_offset {} overflows", t.byte_offset));
+        }
         let contiguous = t.strides.is_null() || {
             let strides = std::slice::from_raw_parts(t.strides, ndim);
             let mut want = 1i64;

@@ -18,7 +18,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 
 /// Any library error as a Python `ValueError` with the library's message (it names the file,
 /// tensor and field).
@@ -26,29 +28,38 @@ fn err(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// A pack opened (header parsed and checked, the file mapped).
+/// A pack opened (header parsed and checked, the file mapped once): every method reads the
+/// file opened here, even after the path is replaced.
 #[pyclass(frozen, module = "metrale_pack._native")]
 struct Pack {
     path: PathBuf,
-    pack: pack::Pack,
+    opened: pack::Opened,
+}
+
+impl Pack {
+    /// The pack (validated when it was opened).
+    fn pack(&self) -> &pack::Pack {
+        self.opened.pack().expect("checked when opened")
+    }
 }
 
 #[pymethods]
 impl Pack {
     #[new]
     fn new(path: PathBuf) -> PyResult<Self> {
-        let pack = pack::Pack::open(&path).map_err(err)?;
-        Ok(Pack { path, pack })
+        let opened = pack::Opened::open(&path).map_err(err)?;
+        opened.pack().map_err(err)?;
+        Ok(Pack { path, opened })
     }
 
     /// The manifest as JSON (the `metrale.pack.manifest` object).
     fn manifest_json(&self) -> PyResult<String> {
-        serde_json::to_string(&self.pack.manifest).map_err(err)
+        serde_json::to_string(&self.pack().manifest).map_err(err)
     }
 
     /// Every tensor's name, in file order.
     fn tensor_names(&self) -> Vec<String> {
-        self.pack
+        self.pack()
             .manifest
             .tensors
             .iter()
@@ -67,7 +78,7 @@ impl Pack {
         decode: bool,
     ) -> PyResult<(Bound<'py, PyBytes>, Vec<usize>, &'static str)> {
         let d = py
-            .allow_threads(|| pack::dump_tensor(&self.path, name, !decode))
+            .allow_threads(|| self.opened.dump(name, !decode))
             .map_err(err)?;
         Ok(match d {
             Dumped::Raw(b) => (PyBytes::new(py, &b), vec![b.len()], "u8"),
@@ -83,16 +94,18 @@ impl Pack {
     #[pyo3(signature = (source = None))]
     fn verify(&self, py: Python<'_>, source: Option<PathBuf>) -> PyResult<String> {
         let r = py
-            .allow_threads(|| pack::verify_report(&self.pack, &self.path, source.as_deref()))
+            .allow_threads(|| pack::verify_report(self.pack(), &self.path, source.as_deref()))
             .map_err(err)?;
         serde_json::to_string(&r).map_err(err)
     }
 }
 
 /// Convert the checkpoint `src` into a pack at `out`, as `metrale-pack convert` does; returns
-/// the pack's manifest as JSON. `progress(done, total)` (source bytes) is called as the
-/// convert goes, from its worker threads; an exception it raises is raised once the convert
-/// ends (the pack is written).
+/// the pack's manifest as JSON. The convert runs on its own thread while this one waits
+/// without the GIL, calls `progress(done, total)` (source bytes) when the convert has moved,
+/// and checks for signals: Ctrl-C (any signal handler that raises) or an exception from
+/// `progress` stops the convert before its next tensor, its temporary file is removed,
+/// nothing is written at `out`, and the exception is raised.
 #[pyfunction]
 #[pyo3(signature = (src, out, layouts = None, q4k_down = None, allow_requantize = false, progress = None))]
 fn convert(
@@ -134,23 +147,82 @@ fn convert(
         )));
     }
     opts.layouts = Some(settled.layouts);
-    let failed: Mutex<Option<PyErr>> = Mutex::new(None);
+    let m = run_stoppable(py, progress.as_ref(), |report, stop| {
+        pack::convert_until(model, &opts, &out, report, stop)
+    })?;
+    serde_json::to_string(&m).map_err(err)
+}
+
+/// Run `job` (a convert given a progress sink and a stop flag) on a thread of its own while
+/// this thread, the caller's, waits without the GIL in steps of [`POLL`]: after each it calls
+/// `progress` with the latest figures (when they moved) and checks for signals. The first
+/// exception of either sets the stop flag; the job's own error is raised unless an exception
+/// stopped it, which is raised instead (an exception from the call after the job finished is
+/// raised too, the pack then written).
+fn run_stoppable<T: Send>(
+    py: Python<'_>,
+    progress: Option<&PyObject>,
+    job: impl FnOnce(pack::Progress, &AtomicBool) -> metrale_pack::Result<T> + Send,
+) -> PyResult<T> {
+    const POLL: Duration = Duration::from_millis(50);
+    let stop = AtomicBool::new(false);
+    let latest = Mutex::new(None::<(u64, u64)>);
     let report = |done: u64, total: u64| {
-        if let Some(cb) = &progress {
-            Python::with_gil(|py| {
-                if let Err(e) = cb.call1(py, (done, total)) {
-                    failed.lock().unwrap().get_or_insert(e);
-                }
-            });
-        }
+        *latest.lock().unwrap_or_else(|e| e.into_inner()) = Some((done, total));
     };
-    let m = py
-        .allow_threads(|| pack::convert(model, &opts, &out, &report))
-        .map_err(err)?;
-    if let Some(e) = failed.into_inner().unwrap() {
+    let mut raised: Option<PyErr> = None;
+    let mut shown = None;
+    let result = std::thread::scope(|s| {
+        let (tx, rx) = mpsc::channel();
+        // Behind a lock so the wait can be lent to a thread without the GIL (a receiver is
+        // not shared between threads as it is).
+        let rx = Mutex::new(rx);
+        let (stop, report) = (&stop, &report);
+        s.spawn(move || {
+            // A panic is sent as a result (the scope would re-raise it in this thread).
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(report, stop)));
+            let _ = tx.send(r);
+        });
+        loop {
+            let got = py.allow_threads(|| {
+                rx.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .recv_timeout(POLL)
+            });
+            let now = *latest.lock().unwrap_or_else(|e| e.into_inner());
+            if raised.is_none()
+                && now != shown
+                && let (Some(cb), Some((done, total))) = (progress, now)
+            {
+                shown = now;
+                if let Err(e) = cb.call1(py, (done, total)) {
+                    raised = Some(e);
+                }
+            }
+            if raised.is_none()
+                && let Err(e) = py.check_signals()
+            {
+                raised = Some(e);
+            }
+            if raised.is_some() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            match got {
+                Ok(r) => break Some(r),
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+            }
+        }
+    });
+    if let Some(e) = raised {
         return Err(e);
     }
-    serde_json::to_string(&m).map_err(err)
+    match result {
+        Some(Ok(r)) => r.map_err(err),
+        Some(Err(_)) | None => Err(err(
+            "convert: internal error (a panic in metrale-pack); nothing was written",
+        )),
+    }
 }
 
 /// The process's shared host backend (`load(device="cpu")`): its live allocations count every

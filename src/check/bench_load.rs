@@ -56,6 +56,12 @@ pub struct LoadRun {
     pub copy_s: f64,
     /// Binding the overlays.
     pub bind_s: f64,
+    /// Seconds checking every FFN blob against its layout's rules, on the load's side
+    /// thread during the copy (`LoadStats::validate_seconds`).
+    pub validate_s: f64,
+    /// `validate_s` over `ready_s`: the share of the load the check would take were it not
+    /// overlapped with the copy.
+    pub validate_of_ready: f64,
     /// Installing every layer (the rest of `ready_s`).
     pub install_s: f64,
     /// The copy's rate, GB/s.
@@ -168,6 +174,7 @@ pub fn bench_load(
         .map(|_| bench.ready("warm", with(io)))
         .collect::<Result<_>>()?;
     warm.sort_by(f64::total_cmp);
+    blob_rules_ab(&bench, &with(io), false)?;
     if io == IoMode::Auto {
         for mode in [IoMode::Register, IoMode::Staged, IoMode::Pageable] {
             for _ in 0..2 {
@@ -183,6 +190,44 @@ pub fn bench_load(
         bench.source_baseline(src, warm[1])?;
     }
     Ok(bench.report.into_inner())
+}
+
+/// What checking every blob against its layout's rules costs a load: the mode of `opts` with
+/// the check on and off, interleaved, three each, warm (or with `cold`, the page cache dropped
+/// before each); the medians and their ratio on one line.
+fn blob_rules_ab(bench: &LoadBench, opts: &LoadOptions, cold: bool) -> Result<()> {
+    let mut t = [Vec::new(), Vec::new()];
+    let when = if cold { "cold" } else { "warm" };
+    for _ in 0..3 {
+        for (i, on) in [true, false].into_iter().enumerate() {
+            let label = format!("{when}, blob rules {}", if on { "on" } else { "off" });
+            let o = LoadOptions {
+                blob_rules: on,
+                ..opts.clone()
+            };
+            if cold && !drop_page_cache(bench.path) {
+                say(
+                    bench.json,
+                    format_args!("cold: could not drop the page cache"),
+                );
+                return Ok(());
+            }
+            t[i].push(bench.ready(&label, o)?);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (on, off) = (median(&mut t[0]), median(&mut t[1]));
+    say(
+        bench.json,
+        format_args!(
+            "blob rules, {when}: ready {on:.4} s with the check, {off:.4} s without (medians of 3): {:+.2}% of the load",
+            100.0 * (on - off) / off
+        ),
+    );
+    Ok(())
 }
 
 /// One pack's load benchmark: the backend, the pack, the pinned ceiling measured first, and
@@ -252,6 +297,8 @@ impl LoadBench<'_> {
             residency_s: st.resident_seconds,
             copy_s: st.copy_seconds,
             bind_s: st.bind_seconds,
+            validate_s: st.validate_seconds,
+            validate_of_ready: st.validate_seconds / secs,
             install_s: secs
                 - st.open_seconds
                 - st.alloc_seconds
@@ -268,7 +315,7 @@ impl LoadBench<'_> {
         say(
             self.json,
             format_args!(
-                "{label} {:>8.3} s to ready = {:.1}% of the ceiling ({} layers, {} device tensors; open {:.3} alloc {:.3} residency {:.3} copy {:.3} bind {:.3} install {:.3} s), segment {:.2} GB copied at {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}, {:.0}% resident{}",
+                "{label} {:>8.3} s to ready = {:.1}% of the ceiling ({} layers, {} device tensors; open {:.3} alloc {:.3} residency {:.3} copy {:.3} bind {:.3} install {:.3} s; blob rules {:.4} s beside the copy = {:.2}% of ready), segment {:.2} GB copied at {:.1} GB/s = {:.1}% of the pinned ceiling, mode {:?}{}, {:.0}% resident{}",
                 secs,
                 100.0 * st.bytes as f64 / secs / ceiling,
                 r.layers,
@@ -283,6 +330,8 @@ impl LoadBench<'_> {
                     - st.resident_seconds
                     - st.copy_seconds
                     - st.bind_seconds,
+                st.validate_seconds,
+                100.0 * st.validate_seconds / secs,
                 st.bytes as f64 / 1e9,
                 gbs / 1e9,
                 100.0 * gbs / ceiling,
@@ -436,7 +485,7 @@ impl LoadBench<'_> {
                 );
             }
         }
-        Ok(())
+        blob_rules_ab(self, &LoadOptions::default(), true)
     }
 
     /// The start-up an engine without packs pays: read the source, build the same overlays on
@@ -667,6 +716,8 @@ mod tests {
             residency_s: 0.0,
             copy_s: 0.2,
             bind_s: 0.001,
+            validate_s: 0.002,
+            validate_of_ready: 0.008,
             install_s: 0.046,
             copy_gbs: 5.4,
             copy_of_ceiling: 0.1,
@@ -724,7 +775,9 @@ mod tests {
                 "ready_s",
                 "residency_s",
                 "resident",
-                "segment_bytes"
+                "segment_bytes",
+                "validate_of_ready",
+                "validate_s"
             ]
         );
         let mut base = keys(&v["source_baseline"]);

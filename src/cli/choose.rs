@@ -5,7 +5,7 @@
 use anyhow::Result;
 use metrale_pack::converters::layouts::Layout;
 use metrale_pack::ffn::{Method, arms, builds_on};
-use metrale_pack::model::Model;
+use metrale_pack::model::{Activation, Model};
 use metrale_pack::pack::choice::{self, LayoutCost};
 use metrale_pack::pack::{ConvertOptions, Fidelity};
 use std::io::Write;
@@ -23,21 +23,35 @@ pub fn choices() -> Vec<Layout> {
         .collect()
 }
 
-/// Refuse a re-quantizing set: every choice's cost on the terminal, then one error line.
+/// The layouts a user can choose for `model`: [`choices`] less those its activation refuses
+/// (a GELU model's `nvfp4_mmq`, whose kernels are SiLU's).
+pub fn choices_for(model: &Model) -> Vec<Layout> {
+    let gelu = model.activation == Some(Activation::Gelu);
+    choices()
+        .into_iter()
+        .filter(|l| !gelu || l.spec().gelu_refusal().is_none())
+        .collect()
+}
+
+/// Refuse a re-quantizing set: every choice's cost on the terminal, then one error line that
+/// says why the set asked for (or chosen) stops, and nothing about layouts not asked for.
 pub fn refuse(model: &Model, opts: &ConvertOptions, why: &str) -> Result<()> {
     let mut all = opts.clone();
-    all.layouts = Some(choices());
+    all.layouts = Some(choices_for(model));
     all.lora = None;
-    let (costs, carried) = choice::dry_run(model, &all)?;
     // The choices go to the terminal as they are (this program's own text); the error stays
-    // one line.
+    // one line. Only layouts this model can take are measured, so an error here is the
+    // source's (a non-finite weight, named by position), reported in the refusal's place.
+    let (costs, carried) = choice::dry_run(model, &all)?;
     write_costs(&mut std::io::stderr().lock(), &costs, carried)?;
-    anyhow::bail!(
-        "{}: {why}; stopped before writing. Choose with --layouts from the table above (each \
-         layout's size and its error measured on layer {} against the source's own weights; \
-         bf16 keeps the weights' values), or pass --allow-requantize",
-        model.path.display(),
+    let table = format!(
+        "Choose with --layouts from the table above (each layout's size and its error measured \
+         on layer {} against the source's own weights; bf16 keeps the weights' values)",
         model.ffn_layers.first().map_or(0, |l| l.index),
+    );
+    anyhow::bail!(
+        "{}: {why}; stopped before writing. {table}, or pass --allow-requantize",
+        model.path.display(),
     )
 }
 
@@ -98,8 +112,24 @@ pub fn dry_run(
     out: &Path,
     refusal: Option<&str>,
 ) -> Result<()> {
-    let (costs, carried) = choice::dry_run(model, opts)?;
     let mut w = std::io::stdout().lock();
+    let fits = |set: &Option<Vec<Layout>>| {
+        let ok = choices_for(model);
+        set.iter()
+            .flatten()
+            .all(|l| *l == Layout::Lora || ok.contains(l))
+    };
+    let (costs, carried) = match (choice::dry_run(model, opts), refusal) {
+        (Ok(t), _) => t,
+        // A layout this model cannot take: the real run stops on the refusal before it would
+        // meet that error (it measures only the layouts that fit), so this says the refusal.
+        (Err(_), Some(why)) if !fits(&opts.layouts) => {
+            writeln!(w, "convert would stop: {why} (--allow-requantize)")?;
+            writeln!(w, "nothing written (--dry-run)")?;
+            return Ok(());
+        }
+        (Err(e), _) => return Err(e.into()),
+    };
     write_costs(&mut w, &costs, carried)?;
     if let Some(why) = refusal {
         writeln!(w, "convert would stop: {why} (--allow-requantize)")?;

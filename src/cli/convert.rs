@@ -126,11 +126,9 @@ pub(crate) fn convert(
     for w in &warnings {
         eprintln!("{w}");
     }
-    let mut inputs = model.input_paths();
-    if let Some(dir) = &opts.lora {
-        inputs.extend(["adapter_model.safetensors", "adapter_config.json"].map(|f| dir.join(f)));
-    }
-    atomic::refuse_inputs(&out, &inputs)?;
+    // Checked here too (the library's convert checks it first thing), so the refusal comes
+    // before the progress bar.
+    atomic::refuse_inputs(&out, &model.convert_inputs(opts.lora.as_deref()))?;
     let bar = if quiet {
         indicatif::ProgressBar::hidden()
     } else {

@@ -31,17 +31,28 @@ pub(crate) fn verify(path: &Path, source: Option<&Path>, json: bool, quiet: bool
         r.nonzero_padding.len(),
         r.nonzero_padding.join(", ")
     );
+    anyhow::ensure!(
+        r.blob_rules.is_empty(),
+        "{} FFN blobs break their layout's rules (the loader refuses the pack): {}",
+        r.blob_rules.len(),
+        r.blob_rules.join("; ")
+    );
     if !quiet {
-        eprintln!("{}: {} tensors, checksums ok", path.display(), r.tensors);
+        eprintln!(
+            "{}: {} tensors, checksums ok, every FFN blob within its layout's rules",
+            path.display(),
+            r.tensors
+        );
     }
     if let (Some(src), Some(s)) = (source, &r.source) {
         let c = pack::SourceCheck {
             checked: s.checked,
             mismatched: s.mismatched.clone(),
+            count_differs: s.count_differs.clone(),
             other_source: s.other_source.clone(),
         };
         anyhow::ensure!(
-            c.mismatched.is_empty(),
+            c.passed(),
             "{}: {}",
             path.display(),
             c.summary(&src.display().to_string())

@@ -1,7 +1,7 @@
 //! The forward context: model dimensions, the scratch arena and the levers.
 
 use crate::gpu::sizes::*;
-use crate::gpu::{DevicePtr, GpuBackend, GpuResult, ModelLevers, StreamId};
+use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult, ModelLevers, StreamId};
 use std::sync::Arc;
 
 /// Model dimensions the context is sized for.
@@ -118,6 +118,45 @@ pub(crate) fn round_up(x: usize, m: usize) -> usize {
     x.div_ceil(m) * m
 }
 
+/// The most rows one forward call may pass, and so the largest `max_rows` (`max_tokens`) a
+/// context is sized for: 65536, past any engine's prefill chunk (vLLM's default batch is 8192
+/// tokens, llama.cpp's `n_batch` 2048). A larger number is refused before anything is
+/// allocated, not left to fail an allocation (or to wrap a size).
+pub const MAX_FORWARD_ROWS: usize = 1 << 16;
+
+/// The arena's buffer sizes in bytes, in [`Arena`] field order, for `t` rows; `None` when one
+/// overflows (numbers from a caller and a pack's manifest).
+fn arena_sizes(config: FfnConfig, t: u64) -> Option<[u64; 11]> {
+    let (h, i) = (config.hidden as u64, config.inter as u64);
+    let r = |x: usize, m: u64| (x as u64).checked_next_multiple_of(m);
+    let interp = r(config.inter, 128)?;
+    // 256: the Q4_K MMQ arm's K padding (the largest of the layouts').
+    let kmax = r(config.hidden.max(config.inter), 256)?;
+    let hi = h.max(i);
+    let mul = |a: u64, b: u64| a.checked_mul(b);
+    Some([
+        mul(mul(t, h)?, 4)?,
+        mul(mul(t, i)?.max(mul(2, interp)?), 4)?,
+        mul(mul(t, i)?, 4)?,
+        mul(t, 256 * 4)?,
+        mul(mul(t, hi)?, 4)?,
+        mul(mul(t, kmax / Q8_1_ELEMS as u64)?, Q8_1_BYTES as u64)?,
+        // One projection dequantized to BF16 `[n, kp]` (kp = k rounded up to 128).
+        mul(
+            2,
+            mul(i, r(config.hidden, 128)?)?.max(mul(h, r(config.inter, 128)?)?),
+        )?,
+        mul(t, kmax)?,
+        // Per row (W8A8) or per 128-column group (the FP8 arm's W8A8 prefill).
+        mul(mul(t, kmax / 128)?, 4)?.max(mul(
+            t.min(AFFINE_GEMV_MAX_ROWS as u64),
+            mul(kmax / 32, 16)?,
+        )?),
+        mul(mul(t, hi)?, 2)?,
+        mul(kmax / AFFINE_GROUP as u64, ACT_DOWN_GROUP_BYTES as u64)?,
+    ])
+}
+
 impl ForwardContext {
     /// Note a kernel launch in the trace, when tracing.
     pub(crate) fn record(&mut self, name: &'static str) {
@@ -126,41 +165,66 @@ impl ForwardContext {
         }
     }
 
-    /// Allocate the arena for up to `max_tokens` rows.
+    /// Allocate the arena for up to `max_tokens` rows (at most [`MAX_FORWARD_ROWS`]). Every
+    /// size is computed with checked arithmetic; a size that overflows, or an allocation the
+    /// backend refuses, is an error (what was allocated before it is freed).
     pub fn new(
         backend: Arc<dyn GpuBackend>,
         config: FfnConfig,
         max_tokens: usize,
         levers: ModelLevers,
     ) -> GpuResult<Self> {
-        let (h, i, t) = (
-            config.hidden as u64,
-            config.inter as u64,
-            max_tokens.max(1) as u64,
-        );
-        let interp = round_up(config.inter, 128) as u64;
-        // 256: the Q4_K MMQ arm's K padding (the largest of the layouts').
-        let kmax = round_up(config.hidden.max(config.inter), 256) as u64;
+        let t = max_tokens.max(1);
+        if t > MAX_FORWARD_ROWS {
+            return Err(GpuError::Shape(format!(
+                "max_rows {max_tokens}: a forward takes at most {MAX_FORWARD_ROWS} rows"
+            )));
+        }
+        let sizes = arena_sizes(config, t as u64).ok_or_else(|| {
+            GpuError::Shape(format!(
+                "max_rows {t} with hidden {} and intermediate {}: the scratch arena's size overflows",
+                config.hidden, config.inter
+            ))
+        })?;
         let b = &backend;
+        let mut got: Vec<DevicePtr> = Vec::with_capacity(sizes.len());
+        for bytes in sizes {
+            match b.alloc(bytes) {
+                Ok(p) => got.push(p),
+                Err(e) => {
+                    got.into_iter().for_each(|p| b.free(p));
+                    return Err(e);
+                }
+            }
+        }
+        let [
+            output,
+            gate_out,
+            up_out,
+            lora_xa,
+            lora_delta,
+            q2_act_q8,
+            q2_dequant_scratch,
+            act_codes,
+            act_scale,
+            act_bf16,
+            act_down,
+        ] = got[..]
+        else {
+            unreachable!("one allocation per size")
+        };
         let arena = Arena {
-            output: b.alloc(t * h * 4)?,
-            gate_out: b.alloc((t * i).max(2 * interp) * 4)?,
-            up_out: b.alloc(t * i * 4)?,
-            lora_xa: b.alloc(t * 256 * 4)?,
-            lora_delta: b.alloc(t * h.max(i) * 4)?,
-            q2_act_q8: b.alloc(t * kmax / Q8_1_ELEMS as u64 * Q8_1_BYTES as u64)?,
-            // One projection dequantized to BF16 `[n, kp]` (kp = k rounded up to 128).
-            q2_dequant_scratch: b.alloc(
-                2 * (i * round_up(config.hidden, 128) as u64)
-                    .max(h * round_up(config.inter, 128) as u64),
-            )?,
-            act_codes: b.alloc(t * kmax)?,
-            // Per row (W8A8) or per 128-column group (the FP8 arm's W8A8 prefill).
-            act_scale: b.alloc(
-                (t * (kmax / 128) * 4).max(t.min(AFFINE_GEMV_MAX_ROWS as u64) * (kmax / 32) * 16),
-            )?,
-            act_bf16: b.alloc(t * h.max(i) * 2)?,
-            act_down: b.alloc(kmax / AFFINE_GROUP as u64 * ACT_DOWN_GROUP_BYTES as u64)?,
+            output,
+            gate_out,
+            up_out,
+            lora_xa,
+            lora_delta,
+            q2_act_q8,
+            q2_dequant_scratch,
+            act_codes,
+            act_scale,
+            act_bf16,
+            act_down,
         };
         // Zeroed once, so that no read of the arena ever sees bytes nothing wrote: cuBLAS's
         // Hopper GEMMs store their output with the bulk tensor copy, which compute-sanitizer's
@@ -175,7 +239,7 @@ impl ForwardContext {
             arena,
             levers,
             profile: false,
-            max_tokens: max_tokens.max(1),
+            max_tokens: t,
             stream: 0,
             tracing: false,
             trace: Vec::new(),

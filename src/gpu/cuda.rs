@@ -156,12 +156,7 @@ impl CudaBackend {
         let maj = attr(at::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let min = attr(at::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         let sms = attr(at::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        let cache_dir = std::env::var_os("METRALE_KERNEL_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into()))
-                    .join(".cache/metrale-pack/kernels")
-            });
+        let cache_dir = crate::gpu::kernel_cache::cache_dir(&|k| std::env::var_os(k));
         let b = CudaBackend {
             ctx,
             device: dev,

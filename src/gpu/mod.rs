@@ -7,6 +7,7 @@
 pub mod allreduce;
 pub mod cuda;
 pub mod host;
+pub mod kernel_cache;
 pub mod kernels;
 pub mod levers;
 pub mod nccl;

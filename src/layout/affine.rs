@@ -196,28 +196,26 @@ impl LayoutSpec for Affine {
         })
     }
     fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
-        let sc = scheme(b.scalars).ok_or_else(|| Error::Tensor {
-            file: b.file.into(),
-            tensor: b.name.into(),
-            field: "ffn.scalars",
-            reason: "affine needs whole bits, group and form".into(),
-        })?;
+        let (sc, perm) = checked_perm(b)?;
         let (scales, kp) = (b.part("scales")?, b.padded[1]);
         let v = affine::decode(b.part("codes")?, scales, sc, b.shape, kp);
-        if permuted(b.scalars).unwrap_or(0) == 0 {
-            return Ok(v);
-        }
-        let pairs = sc.scales_bytes(b.padded[0] as u64, kp as u64).unwrap_or(0) as usize;
-        let perm = affine::perm_of(scales, pairs, kp);
-        if !affine::perm_valid(&perm, b.shape[1], kp) {
-            return Err(Error::Tensor {
-                file: b.file.into(),
-                tensor: b.name.into(),
-                field: "scales",
-                reason: "the column permutation is not a permutation of the row's columns followed by its inverse".into(),
-            });
-        }
-        Ok(affine::unpermute(&v, b.shape, &perm))
+        Ok(match perm {
+            Some(perm) => affine::unpermute(&v, b.shape, &perm),
+            None => v,
+        })
+    }
+    fn checked_parts(&self) -> &'static [&'static str] {
+        &["scales"]
+    }
+    fn check_blob(&self, b: &BlobRead) -> Result<()> {
+        let (sc, _) = checked_perm(b)?;
+        let [np, kp] = b.padded;
+        affine::check_pairs(b.part("scales")?, sc, np, kp).map_err(|reason| Error::Tensor {
+            file: b.file.into(),
+            tensor: format!("{}.scales", b.name),
+            field: "pairs",
+            reason,
+        })
     }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
         if !v.all("codes") || !v.all("scales") {
@@ -254,4 +252,30 @@ impl LayoutSpec for Affine {
         }
         o.overlays.set(key::AFFINE, w.map(|(a, _)| a));
     }
+}
+
+/// A blob's scheme and, when its columns are stored permuted, its permutation, checked to be
+/// one (of the row's columns, the padding its own, followed by its inverse).
+fn checked_perm(b: &BlobRead) -> Result<(affine::Scheme, Option<Vec<u32>>)> {
+    let sc = scheme(b.scalars).ok_or_else(|| Error::Tensor {
+        file: b.file.into(),
+        tensor: b.name.into(),
+        field: "ffn.scalars",
+        reason: "affine needs whole bits, group and form".into(),
+    })?;
+    if permuted(b.scalars).unwrap_or(0) == 0 {
+        return Ok((sc, None));
+    }
+    let (scales, kp) = (b.part("scales")?, b.padded[1]);
+    let pairs = sc.scales_bytes(b.padded[0] as u64, kp as u64).unwrap_or(0) as usize;
+    let perm = affine::perm_of(scales, pairs, kp);
+    if !affine::perm_valid(&perm, b.shape[1], kp) {
+        return Err(Error::Tensor {
+            file: b.file.into(),
+            tensor: format!("{}.scales", b.name),
+            field: "permutation",
+            reason: "the column permutation is not a permutation of the row's columns followed by its inverse".into(),
+        });
+    }
+    Ok((sc, Some(perm)))
 }

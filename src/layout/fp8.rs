@@ -102,6 +102,12 @@ impl LayoutSpec for Fp8 {
             crop(&fp8::decode_padded(codes, scales, np, kp), kp, n, k)
         })
     }
+    fn checked_parts(&self) -> &'static [&'static str] {
+        &["scales"]
+    }
+    fn check_blob(&self, b: &BlobRead) -> Result<()> {
+        check_f32_scales(b, "scales")
+    }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
         let (Some((fc, ffe)), Some((fs, _)), Some((dc, dfe)), Some((ds, _))) = (
             v.get(Proj::GateUp, "codes"),

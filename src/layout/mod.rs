@@ -95,6 +95,23 @@ pub trait LayoutSpec: Sync {
     /// Decode one stored projection back to f32 in its logical shape.
     fn decode(&self, b: &BlobRead) -> Result<Vec<f32>>;
 
+    /// Whether a stored blob keeps this layout's own rules beyond its sizes and scalars
+    /// (checked when the pack opened): what [`LayoutSpec::decode`] refuses and what the
+    /// kernels cannot take (a permutation that is none, a scale that is not finite, a zero
+    /// point out of range). The loader runs it on every blob while the segment copies, and
+    /// `verify` runs it, so a pack whose checksums were recomputed over bad bytes is refused,
+    /// never forwarded. It reads the small parts (scales, permutations), not every code: its
+    /// cost is measured in `bench-load` (`validate_seconds`). Default: no rule beyond sizes.
+    fn check_blob(&self, _b: &BlobRead) -> Result<()> {
+        Ok(())
+    }
+
+    /// The parts [`LayoutSpec::check_blob`] reads (the loader reads them ahead with `pread`;
+    /// a layout with none is not read at all). Default: none.
+    fn checked_parts(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Bind one layer's device views into the overlays the loader installs.
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays);
 
@@ -113,6 +130,47 @@ pub trait LayoutSpec: Sync {
     /// Why a GELU layer refuses this layout, if it does (`convert` refuses such a request).
     fn gelu_refusal(&self) -> Option<&'static str> {
         None
+    }
+}
+
+/// A part of little-endian f32 scales checked finite ([`LayoutSpec::check_blob`]): the first
+/// one that is not, named by its index.
+pub(crate) fn check_f32_scales(b: &BlobRead, part: &str) -> Result<()> {
+    let bytes = b.part(part)?;
+    match bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .position(|v| !v.is_finite())
+    {
+        None => Ok(()),
+        Some(i) => Err(Error::Tensor {
+            file: b.file.into(),
+            tensor: format!("{}.{part}", b.name),
+            field: "scales",
+            reason: format!("scale {i} is not finite (NaN or infinite)"),
+        }),
+    }
+}
+
+/// A part of E4M3 scales checked for NaN (`S.1111.111`, the format's only code that is not a
+/// number; OCP FP8 spec): the first one, named by its index.
+pub(crate) fn check_e4m3_scales(b: &BlobRead, part: &str) -> Result<()> {
+    let bytes = b.part(part)?;
+    // A branch-free pass (vectorized), then where only when one is found.
+    let nan = bytes.chunks(64).fold(false, |a, c| {
+        a | c.iter().fold(false, |a, &v| a | (v & 0x7F == 0x7F))
+    });
+    if !nan {
+        return Ok(());
+    }
+    match bytes.iter().position(|&v| v & 0x7F == 0x7F) {
+        None => Ok(()),
+        Some(i) => Err(Error::Tensor {
+            file: b.file.into(),
+            tensor: format!("{}.{part}", b.name),
+            field: "scales",
+            reason: format!("E4M3 scale {i} is NaN"),
+        }),
     }
 }
 

@@ -81,6 +81,16 @@ impl LoadedModel {
         opts: &EngineOptions,
     ) -> Result<LoadedModel> {
         let file = path.display().to_string();
+        if opts.max_tokens > crate::ffn::MAX_FORWARD_ROWS {
+            return Err(Error::Argument {
+                name: "max_rows".into(),
+                reason: format!(
+                    "{} rows; a forward takes at most {} (crate::ffn::MAX_FORWARD_ROWS)",
+                    opts.max_tokens,
+                    crate::ffn::MAX_FORWARD_ROWS
+                ),
+            });
+        }
         let gpu = |what: &str, e: GpuError| Error::Unsupported {
             file: file.clone(),
             reason: format!("{what}: {e}"),
@@ -179,12 +189,13 @@ impl LoadedModel {
         if bad.is_empty() {
             return Ok(());
         }
-        Err(Error::Output {
+        Err(Error::Tensor {
             file: p.pack.file.path.display().to_string(),
+            tensor: bad[0].to_string(),
+            field: "xxh3",
             reason: format!(
-                "{} tensors differ from their checksums after the load (first: {:?})",
-                bad.len(),
-                bad[0]
+                "verify_checksums: the bytes loaded differ from the manifest's checksum ({} tensors differ; the pack is corrupt, or the copy failed)",
+                bad.len()
             ),
         })
     }

@@ -105,6 +105,10 @@ pub struct LoadOptions {
     /// Rank `r` of `n` of a tensor-parallel pack (`convert --tp n`): load the replicated
     /// range and rank `r`'s segment only. `None` loads a pack that is not tensor-parallel.
     pub rank: Option<(u32, u32)>,
+    /// Check every FFN blob against its layout's rules while the segment copies
+    /// (`Pack::check_blob_rules`; on by default). Off only to measure what the check costs
+    /// (`bench-load`'s A/B): a pack whose checksums were recomputed over bad bytes then loads.
+    pub blob_rules: bool,
 }
 
 impl Default for LoadOptions {
@@ -131,6 +135,7 @@ impl Default for LoadOptions {
             auto_register_below: AUTO_REGISTER_BELOW,
             map_piece: 0,
             rank: None,
+            blob_rules: true,
         }
     }
 }
@@ -155,6 +160,10 @@ pub struct LoadStats {
     pub gather_seconds: f64,
     /// Seconds to describe the overlays.
     pub bind_seconds: f64,
+    /// Seconds checking every FFN blob against its layout's rules (`Pack::check_blob_rules`),
+    /// on the side thread while the segment copies: it adds to the load's time only where it
+    /// outlasts the copy.
+    pub validate_seconds: f64,
     /// Seconds from open to the overlays described.
     pub total_seconds: f64,
     /// The mode the copy took.
@@ -363,18 +372,34 @@ fn load_with<R: Send>(
     let open_seconds = t0.elapsed().as_secs_f64();
     let ranges = rank_pieces(&pack, opts.rank)?;
     let ffn_inter = rank_inter(&pack, opts.rank);
-    let (copied, r) = if opts.side_after_copy {
+    // Every blob against its layout's rules, beside the caller's side job: a pack whose
+    // checksums were recomputed over bad scales or permutations is refused, not forwarded.
+    let checked_side = |pack: &Pack| {
+        let t = Instant::now();
+        let rules = if opts.blob_rules {
+            pack.check_blob_rules()
+        } else {
+            Ok(())
+        };
+        (rules, t.elapsed().as_secs_f64(), side(pack, ffn_inter))
+    };
+    let (copied, (rules, validate_seconds, r)) = if opts.side_after_copy {
         let copied = copy_segment(b, &pack, path, opts, gather, &ranges);
-        (copied, side(&pack, ffn_inter))
+        (copied, checked_side(&pack))
     } else {
         std::thread::scope(|s| {
             let pack = &pack;
-            let h = s.spawn(move || side(pack, ffn_inter));
+            let h = s.spawn(move || checked_side(pack));
             let copied = copy_segment(b, pack, path, opts, gather, &ranges);
             (copied, h.join().expect("the load's side job panicked"))
         })
     };
     let (arena, pieces, mut stats) = copied?;
+    if let Err(e) = rules {
+        b.free(arena);
+        return Err(e);
+    }
+    stats.validate_seconds = validate_seconds;
     let t2 = Instant::now();
     let layers = match bind::overlays(&pack, arena, &pieces, ffn_inter) {
         Ok(l) => l,
@@ -517,6 +542,7 @@ fn copy_segment(
         read_bytes: copies.iter().map(|c| c.1).sum(),
         gather_seconds,
         bind_seconds: 0.0,
+        validate_seconds: 0.0,
         total_seconds: 0.0,
         mode: copied.mode,
         fell_back: copied.fell_back,

@@ -26,7 +26,7 @@ impl Model {
     /// experts. A layer is dense with gate, up and down projections, or with a fused gate+up
     /// (Phi-3: HF `mlp.gate_up_proj`, GGUF `ffn_up` of twice the down projection's columns and
     /// no `ffn_gate`), split into its halves.
-    pub(super) fn find_ffn_layers(&self) -> (Vec<FfnLayer>, Vec<usize>) {
+    pub(super) fn find_ffn_layers(&self) -> (Vec<FfnLayer>, Vec<usize>, Vec<(usize, String)>) {
         let gguf = self.format == Format::Gguf;
         let prefix = if gguf { "blk." } else { "model.layers." };
         let count = self
@@ -42,7 +42,7 @@ impl Model {
             })
             .max()
             .map_or(0, |n| n + 1);
-        let (mut dense, mut moe) = (Vec::new(), Vec::new());
+        let (mut dense, mut moe, mut partial) = (Vec::new(), Vec::new(), Vec::new());
         for index in 0..count {
             let name = |p: &str| {
                 if gguf {
@@ -52,6 +52,14 @@ impl Model {
                 }
             };
             let [g, u, d] = ["gate", "up", "down"].map(|p| self.classify(&name(p)));
+            // What a layer that is not whole lacks (a gate without its up or down, a down
+            // without its up): reported by `assemble` when other layers are whole.
+            let lacks: Vec<String> = [(&g, "gate"), (&u, "up"), (&d, "down")]
+                .iter()
+                .filter(|(w, _)| w.is_none())
+                .map(|(_, p)| name(p))
+                .collect();
+            let some = g.is_some() || u.is_some() || d.is_some();
             let halves = |fused: FfnWeight| {
                 let half = |h| FfnWeight::Half {
                     of: Box::new(fused.clone()),
@@ -86,10 +94,11 @@ impl Model {
                     down,
                 }),
                 None if self.has_experts(index) => moe.push(index),
+                None if some => partial.push((index, lacks.join(", "))),
                 None => {}
             }
         }
-        (dense, moe)
+        (dense, moe, partial)
     }
 
     /// Whether layer `index` holds mixture-of-experts tensors (GGUF `ffn_*_exps`, `ffn_gate_inp`;
@@ -599,6 +608,25 @@ impl Model {
             ));
         }
         self.expect(qzeros, Dtype::I32, &[groups, n / per], "GPTQ qzeros")?;
+        // The config's group_size must be what the scales hold (-1: one group a row).
+        if let Some(gs) = self.quant.gptq_group {
+            let want = match gs {
+                -1 => Some(1),
+                g if g > 0 => k
+                    .checked_div(g as u64)
+                    .filter(|_| k.is_multiple_of(g as u64)),
+                _ => None,
+            };
+            if want != Some(groups) {
+                return Err(self.qerr(
+                    scales,
+                    format!(
+                        "quantization_config.group_size {gs} contradicts the tensors: {groups} groups of scales for k = {k} ({} values a group)",
+                        k / groups
+                    ),
+                ));
+            }
+        }
         if let Some(g) = g_idx {
             self.expect(g, Dtype::I32, &[k], "GPTQ g_idx")?;
             let bad = self.data(g).chunks_exact(4).enumerate().find(|(_, b)| {
@@ -715,6 +743,28 @@ impl Model {
                     self.tensors[scale].dtype.name()
                 ),
             ));
+        }
+        // The config's strategy (and group_size) must be what the scale holds.
+        if let Some(decl) = self.quant.int_grouping {
+            let want = match decl {
+                IntGrouping::Tensor => 0,
+                IntGrouping::Channel => 1,
+                IntGrouping::Group(gs) => k
+                    .checked_div(gs)
+                    .filter(|_| k.is_multiple_of(gs))
+                    .unwrap_or(u64::MAX),
+            };
+            // A row of one group is both a channel scale and a group of k.
+            let same = want == groups
+                || (groups == 1 && matches!(decl, IntGrouping::Group(gs) if gs == k));
+            if !same {
+                return Err(self.qerr(
+                    scale,
+                    format!(
+                        "the config's weights strategy {decl:?} contradicts weight_scale {s:?} for weight [{n}, {k}]"
+                    ),
+                ));
+            }
         }
         if let Some(z) = zero_point {
             let zt = &self.tensors[z];

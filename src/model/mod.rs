@@ -387,6 +387,39 @@ pub struct QuantDecl {
     pub int_bits: Vec<u32>,
     /// GPTQ's code width (`quant_method: gptq`, `bits`: 2, 4 or 8).
     pub gptq_bits: Option<u32>,
+    /// GPTQ's declared `group_size` (-1: one group a row), checked against each weight's
+    /// scales.
+    pub gptq_group: Option<i64>,
+    /// The integer weights' declared scale grouping (compressed-tensors `strategy` and
+    /// `group_size`), when the config groups declare one: checked against each weight's scale.
+    pub int_grouping: Option<IntGrouping>,
+}
+
+/// How a checkpoint declares its integer weights' scales are grouped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntGrouping {
+    /// One scale for the tensor.
+    Tensor,
+    /// One scale a row.
+    Channel,
+    /// One scale per `group` values of a row.
+    Group(u64),
+}
+
+/// A config field that must be an integer when present: `None` when absent or null, else its
+/// value, or an error naming `field` (a string `"4"` is refused, not read as absent).
+fn int_field(
+    v: Option<&serde_json::Value>,
+    field: &str,
+    bad: &dyn Fn(String, String) -> Error,
+) -> Result<Option<i64>> {
+    match v {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(x) => x
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| bad(field.into(), format!("{x}: an integer is expected"))),
+    }
 }
 
 impl QuantDecl {
@@ -417,6 +450,18 @@ impl QuantDecl {
                 .get("quant_method")
                 .and_then(|m| m.as_str())
                 .map(str::to_string);
+            if let Some(m) = d.method.as_deref()
+                && !READ_METHODS.contains(&m)
+            {
+                return Err(bad(
+                    "quantization_config.quant_method".into(),
+                    format!(
+                        "{m:?}{}: weights quantized this way are not read yet (read: {})",
+                        unread_detail(m, qc),
+                        READ_METHODS.join(", ")
+                    ),
+                ));
+            }
             if d.method.as_deref() == Some("awq") {
                 let version = qc.get("version").and_then(|v| v.as_str()).unwrap_or("gemm");
                 let bits = qc.get("bits").and_then(|v| v.as_u64());
@@ -435,6 +480,8 @@ impl QuantDecl {
             }
             if d.method.as_deref() == Some("gptq") {
                 d.gptq_bits = Some(gptq_bits(qc, &bad)?);
+                d.gptq_group =
+                    int_field(qc.get("group_size"), "quantization_config.group_size", &bad)?;
             }
             if d.method.as_deref() == Some("fp8") {
                 let wbs = qc.get("weight_block_size");
@@ -446,6 +493,11 @@ impl QuantDecl {
                 });
             }
             if let Some(groups) = qc.get("config_groups").and_then(|g| g.as_object()) {
+                let several_int_groups = groups
+                    .values()
+                    .filter(|g| g.pointer("/weights/type").and_then(|t| t.as_str()) == Some("int"))
+                    .count()
+                    > 1;
                 for (gname, g) in groups {
                     let Some(w) = g.get("weights").filter(|w| !w.is_null()) else {
                         continue;
@@ -453,8 +505,10 @@ impl QuantDecl {
                     let field =
                         |f: &str| format!("quantization_config.config_groups.{gname}.weights.{f}");
                     let ty = w.get("type").and_then(|t| t.as_str()).unwrap_or("");
-                    let bits = w.get("num_bits").and_then(|b| b.as_u64()).unwrap_or(0);
+                    let bits = int_field(w.get("num_bits"), &field("num_bits"), &bad)?;
+                    let bits = bits.map_or(0, |b| b.clamp(0, 64) as u64);
                     let strategy = w.get("strategy").and_then(|t| t.as_str()).unwrap_or("");
+                    let group_size = int_field(w.get("group_size"), &field("group_size"), &bad)?;
                     match (ty, bits, strategy) {
                         ("float", 8, "tensor") => d.fp8.push(Fp8Kind::Tensor),
                         ("float", 8, "channel") => d.fp8.push(Fp8Kind::Channel),
@@ -471,8 +525,17 @@ impl QuantDecl {
                                 ));
                             }
                         }
+                        ("float", 4, "group") => {
+                            return Err(bad(
+                                field("strategy"),
+                                format!(
+                                    "float 4-bit weights in groups of {:?} (MXFP4: E2M1 codes with E8M0 group scales, llm-compressor's MXFP4A16) are not read yet; NVFP4 (strategy tensor_group, group_size 16) is",
+                                    w.get("group_size")
+                                ),
+                            ));
+                        }
                         // ModelOpt's config_groups carry no strategy; its quant_algo says.
-                        ("float", 8, "") => {}
+                        ("float", 8 | 4, "") => {}
                         ("float", 8, other) => {
                             return Err(bad(
                                 field("strategy"),
@@ -485,10 +548,32 @@ impl QuantDecl {
                             if w.get("actorder").and_then(|a| a.as_str()) == Some("group") {
                                 return Err(bad(
                                     field("actorder"),
-                                    "act-order groups (weight_g_idx) are not read yet; a checkpoint without actorder \"group\" is".into(),
+                                                    "act-order groups (weight_g_idx) are not read yet; a checkpoint without actorder \"group\" is read (GPTQ act-order is: quant_method \"gptq\" with desc_act)".into(),
                                 ));
                             }
                             d.int_bits.push(bits as u32);
+                            let g = match (strategy, group_size) {
+                                ("tensor", _) => Some(IntGrouping::Tensor),
+                                ("channel", _) => Some(IntGrouping::Channel),
+                                ("group", Some(gs)) if gs > 0 => {
+                                    Some(IntGrouping::Group(gs as u64))
+                                }
+                                ("group", gs) => {
+                                    return Err(bad(
+                                        field("group_size"),
+                                        format!(
+                                            "{gs:?}: strategy \"group\" needs a group_size above 0"
+                                        ),
+                                    ));
+                                }
+                                _ => None,
+                            };
+                            // Several config groups declaring different groupings: each
+                            // weight's own scale says (nothing single to check against).
+                            d.int_grouping = match (d.int_grouping, g) {
+                                (None, g) if !several_int_groups => g,
+                                _ => None,
+                            };
                         }
                         ("int", _, other) => {
                             return Err(bad(
@@ -498,7 +583,22 @@ impl QuantDecl {
                                 ),
                             ));
                         }
-                        _ => {}
+                        ("float", _, other) => {
+                            return Err(bad(
+                                field("num_bits"),
+                                format!(
+                                    "float {bits}-bit weights with strategy {other:?} are not read (FP8 per tensor, channel or 128x128 block, and NVFP4 tensor_group 16 are)"
+                                ),
+                            ));
+                        }
+                        (other, _, _) => {
+                            return Err(bad(
+                                field("type"),
+                                format!(
+                                    "{other:?}: weights of this type are not read (int and float are)"
+                                ),
+                            ));
+                        }
                     }
                 }
             }
@@ -519,6 +619,32 @@ impl QuantDecl {
         d.int_bits.sort_unstable();
         d.int_bits.dedup();
         Ok(d)
+    }
+}
+
+/// The `quant_method`s whose weights this tool reads (others are refused at open, naming the
+/// method, rather than found to hold no FFN layers).
+const READ_METHODS: [&str; 5] = ["awq", "gptq", "compressed-tensors", "fp8", "modelopt"];
+
+/// What a method this tool does not read declares, in words (bitsandbytes' NF4, FP4 or
+/// LLM.int8; quanto's weight type): the format named, not just the method.
+fn unread_detail(method: &str, qc: &serde_json::Value) -> String {
+    let s = |k: &str| qc.get(k).and_then(|v| v.as_str());
+    let on = |k: &str| qc.get(k).and_then(|v| v.as_bool()) == Some(true);
+    match method {
+        "bitsandbytes" if on("load_in_4bit") => format!(
+            " ({} 4-bit{})",
+            s("bnb_4bit_quant_type").unwrap_or("fp4").to_uppercase(),
+            if on("bnb_4bit_use_double_quant") {
+                ", double-quantized absmax"
+            } else {
+                ""
+            }
+        ),
+        "bitsandbytes" if on("load_in_8bit") => " (LLM.int8, 8-bit rows)".into(),
+        "quanto" => s("weights").map_or(String::new(), |w| format!(" ({w} weights)")),
+        "mxfp4" => " (MXFP4: E2M1 codes in blocks of 32 with E8M0 scales)".into(),
+        _ => String::new(),
     }
 }
 
@@ -595,11 +721,11 @@ impl SourceFile {
     /// An error if the file shrank or was replaced since it was mapped (`crate::mapguard`):
     /// what was read from it may be zeros.
     pub fn check_intact(&self) -> Result<()> {
-        let (map, guard) = match self {
-            SourceFile::Gguf(g) => (&g.map, &g.guard),
-            SourceFile::Safetensors(s) => (&s.map, &s.guard),
+        let (map, guard, file) = match self {
+            SourceFile::Gguf(g) => (&g.map, &g.guard, &g.file),
+            SourceFile::Safetensors(s) => (&s.map, &s.guard, &s.file),
         };
-        crate::mapguard::check(self.path(), map.len() as u64, guard)
+        crate::mapguard::check(self.path(), file, map.len() as u64, guard)
     }
 
     /// The whole mapped file.
@@ -664,6 +790,17 @@ impl Model {
             ] {
                 v.push(dir.join(side));
             }
+        }
+        v
+    }
+
+    /// Every file a convert of this model reads: [`Model::input_paths`], and with a LoRA
+    /// adapter folder its `adapter_model.safetensors` and `adapter_config.json` (an output
+    /// that is any of them is refused).
+    pub fn convert_inputs(&self, lora: Option<&Path>) -> Vec<PathBuf> {
+        let mut v = self.input_paths();
+        if let Some(dir) = lora {
+            v.extend(["adapter_model.safetensors", "adapter_config.json"].map(|f| dir.join(f)));
         }
         v
     }

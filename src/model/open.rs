@@ -225,9 +225,12 @@ impl Model {
             .map(str::to_string);
         let hidden = get("hidden_size").and_then(|v| v.as_u64());
         let inter = get("intermediate_size").and_then(|v| v.as_u64());
-        let activation = get("hidden_act")
-            .or_else(|| get("hidden_activation"))
-            .and_then(|v| v.as_str())
+        let declared = ["hidden_act", "hidden_activation"]
+            .into_iter()
+            .find_map(|k| get(k).map(|v| (k, v.clone())));
+        let activation = declared
+            .as_ref()
+            .and_then(|(_, v)| v.as_str())
             .and_then(Activation::from_act_name);
         let quant = Self::quant_decl(&dir, &cfg_path, get("quantization_config"))?;
         let heads = get("num_attention_heads")
@@ -247,6 +250,16 @@ impl Model {
             activation,
             quant,
         )?;
+        // A declared activation the layers do not run is refused, never packed as SiLU.
+        if let (Some((key, v)), None, false) = (&declared, activation, m.ffn_layers.is_empty()) {
+            return Err(Error::Json {
+                file: cfg_path.display().to_string(),
+                field: (*key).into(),
+                reason: format!(
+                    "{v}: not an activation the packed layers run (silu, swish, swiglu; gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, geglu)"
+                ),
+            });
+        }
         m.heads = heads;
         Ok(m)
     }
@@ -343,7 +356,22 @@ impl Model {
         if m.format == Format::Safetensors {
             m.check_companions()?;
         }
-        (m.ffn_layers, m.moe_layers) = m.find_ffn_layers();
+        let partial;
+        (m.ffn_layers, m.moe_layers, partial) = m.find_ffn_layers();
+        // A layer that lacks a projection the model's other layers have would be carried as
+        // passthrough tensors while its siblings are packed: a model that is not the source.
+        // (Where no layer is whole, the FFN is another kind, a non-gated MLP, carried as is.)
+        if let (Some((index, lacks)), false) = (partial.first(), m.ffn_layers.is_empty()) {
+            return Err(Error::Tensor {
+                file: m.path.display().to_string(),
+                tensor: lacks.clone(),
+                field: "ffn",
+                reason: format!(
+                    "layer {index}'s dense FFN lacks this projection while {} other layers have all three; the checkpoint is incomplete",
+                    m.ffn_layers.len()
+                ),
+            });
+        }
         if let Some(l) = m.ffn_layers.first() {
             let s = m.weight_shape(&l.gate)?;
             m.intermediate_size.get_or_insert(s[0]);

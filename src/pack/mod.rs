@@ -21,11 +21,11 @@ mod write;
 pub use crate::manifest::*;
 pub use crate::model::lora::Lora;
 pub use check::{check_header, check_manifest, header_digest, nonzero_padding};
-pub use dump::{Dumped, dump_tensor};
+pub use dump::{Dumped, Opened, dump_tensor};
 pub use plan::Plan;
 pub use read::Pack;
 pub use verify::{SourceCheck, SourceReport, Verified, verify_against_source, verify_report};
-pub use write::{Progress, SOURCE_FILES, convert};
+pub use write::{Progress, SOURCE_FILES, convert, convert_until};
 
 use crate::converters::layouts::{Layout, Proj};
 use crate::gguf::GgufFile;

@@ -43,6 +43,10 @@ fn strip_pads(file: &mut GgufFile) -> Result<()> {
     Ok(())
 }
 
+/// Threads checking blobs against their layouts' rules (`Pack::check_blob_rules`): a few,
+/// beside a load's readers, not every core.
+pub const RULE_THREADS: usize = 4;
+
 /// An opened, validated pack.
 pub struct Pack {
     /// The pack as a GGUF file (its manifest KV emptied: [`Pack::manifest`] holds it parsed).
@@ -250,9 +254,23 @@ impl Pack {
     /// Decode an FFN layout of one projection to f32 `[out, in]` (logical shape, padding
     /// removed). `name` is the blob name with or without its part suffix.
     pub fn decode_ffn(&self, name: &str) -> Result<(Vec<f32>, [u64; 2])> {
-        let f = self.file.path.display().to_string();
+        self.with_blob(name, &|i| Some(self.data(i)), |spec, read| {
+            spec.decode(read)
+        })
+    }
+
+    /// Run `f` on the layout and the stored parts of the FFN blob `name` (with or without its
+    /// part suffix), with its logical shape; `data` gives tensor `i`'s bytes (the map, or a
+    /// copy read beforehand).
+    fn with_blob<'a, T>(
+        &'a self,
+        name: &str,
+        data: &(dyn Fn(usize) -> Option<&'a [u8]> + Sync),
+        f: impl FnOnce(&dyn crate::layout::LayoutSpec, &crate::layout::BlobRead) -> Result<T>,
+    ) -> Result<(T, [u64; 2])> {
+        let f_name = self.file.path.display().to_string();
         let nf = || Error::NotFound {
-            file: f.clone(),
+            file: f_name.clone(),
             tensor: name.into(),
         };
         let entry = self
@@ -279,18 +297,113 @@ impl Pack {
             } else {
                 format!("{prefix}.{p}")
             };
-            self.index(&n).map(|i| self.data(i))
+            self.index(&n).and_then(data)
         };
         let read = crate::layout::BlobRead {
             proj,
             shape: fe.shape.map(|d| d as usize),
             padded: fe.padded.map(|d| d as usize),
             scalars: &fe.scalars,
-            file: &f,
+            file: &f_name,
             name: &prefix,
             parts: &parts,
         };
-        let out = layout.spec().decode(&read)?;
-        Ok((out, fe.shape))
+        Ok((f(layout.spec(), &read)?, fe.shape))
+    }
+
+    /// The FFN blobs' names (one per stored projection, without part suffixes), in file order.
+    pub fn blob_names(&self) -> Vec<String> {
+        let mut seen = std::collections::HashSet::new();
+        self.manifest
+            .tensors
+            .iter()
+            .filter_map(|e| {
+                let fe = e.ffn.as_ref()?;
+                let layout = Layout::from_tag(&fe.layout)?;
+                let proj = Proj::from_name(&fe.proj)?;
+                let rank = e.tp.as_ref().map(|t| t.rank);
+                Some(blob_name_tp(fe.layer, proj, layout, "", rank))
+            })
+            .filter(|n| seen.insert(n.clone()))
+            .collect()
+    }
+
+    /// Every FFN blob against its layout's own rules ([`LayoutSpec::check_blob`]: what its
+    /// decoder refuses and what its kernels cannot take, such as a permutation that is none,
+    /// a scale that is not finite or a zero point out of range), blobs in parallel: the first
+    /// blob (in file order) that breaks one, named. The loader runs it while the segment
+    /// copies; `verify` runs it too.
+    ///
+    /// [`LayoutSpec::check_blob`]: crate::layout::LayoutSpec::check_blob
+    pub fn check_blob_rules(&self) -> Result<()> {
+        match self.blob_rule_errors().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every FFN blob that breaks its layout's rules, each error as text (`verify`).
+    pub fn blob_rule_violations(&self) -> Vec<String> {
+        self.blob_rule_errors()
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+
+    /// The blobs' rule errors, in file order. The parts the rules read
+    /// (`LayoutSpec::checked_parts`, the small scales) are read with `pread` first, not
+    /// through the map: a load runs this beside its copy, and faulting the map's pages in
+    /// serializes on the process's page tables and takes the cores the copy's readers need.
+    /// For the same reason it runs on [`RULE_THREADS`] threads of its own, not every core.
+    fn blob_rule_errors(&self) -> Vec<Error> {
+        use rayon::prelude::*;
+        let names = self.blob_names();
+        let run = || {
+            names
+                .par_iter()
+                .filter_map(|n| self.blob_rule_error(n))
+                .collect()
+        };
+        match rayon::ThreadPoolBuilder::new()
+            .num_threads(RULE_THREADS)
+            .build()
+        {
+            Ok(pool) => pool.install(run),
+            Err(_) => run(),
+        }
+    }
+
+    /// Blob `name` against its layout's rules, the parts they read read with `pread`.
+    fn blob_rule_error(&self, name: &str) -> Option<Error> {
+        let prefix = format!("{name}.");
+        let spec = self
+            .manifest
+            .tensors
+            .iter()
+            .find(|e| e.name == name || e.name.starts_with(&prefix))
+            .and_then(|e| Layout::from_tag(&e.ffn.as_ref()?.layout))?
+            .spec();
+        let wanted = spec.checked_parts();
+        if wanted.is_empty() {
+            return None;
+        }
+        let mut read = Vec::new();
+        for (i, e) in self.manifest.tensors.iter().enumerate() {
+            let part = e.name.strip_prefix(&prefix);
+            if part.is_some_and(|p| wanted.contains(&p)) {
+                match self.read(i) {
+                    Ok(v) => read.push((i, v)),
+                    Err(e) => return Some(e),
+                }
+            }
+        }
+        let data = |i: usize| {
+            read.iter()
+                .find(|(j, _)| *j == i)
+                .map(|(_, v)| v.as_slice())
+                .or_else(|| Some(self.data(i)))
+        };
+        self.with_blob(name, &data, |spec, read| spec.check_blob(read))
+            .err()
     }
 }

@@ -11,12 +11,19 @@ pub struct SourceCheck {
     pub checked: usize,
     /// Blobs that differ, by name.
     pub mismatched: Vec<String>,
+    /// When the source yields another number of tensors than the pack holds: both counts.
+    pub count_differs: Option<String>,
     /// When some differ and the source's files are not the ones the pack records (name, size,
     /// xxh3-64): how (hashed only after a mismatch: a passing check reads the source once).
     pub other_source: Option<String>,
 }
 
 impl SourceCheck {
+    /// Whether every tensor matched and the counts agree.
+    pub fn passed(&self) -> bool {
+        self.mismatched.is_empty() && self.count_differs.is_none()
+    }
+
     /// One line for a failed check: the count, the first few names and, when the source is not
     /// the file the pack was converted from, which file it was.
     pub fn summary(&self, source: &str) -> String {
@@ -30,6 +37,9 @@ impl SourceCheck {
             self.mismatched.len(),
             self.checked
         );
+        if let Some(c) = &self.count_differs {
+            s += &format!("; {c}");
+        }
         if let Some(o) = &self.other_source {
             s += &format!("; {o}");
         }
@@ -84,13 +94,13 @@ pub fn verify_against_source(pack: &Pack, source: &Model) -> Result<SourceCheck>
     // A source that shrank while it was read compared zeros: an error, not a verdict.
     source.check_intact()?;
     if check.checked != pack.manifest.tensors.len() {
-        check.mismatched.push(format!(
-            "(the source yields {} tensors, the pack holds {})",
+        check.count_differs = Some(format!(
+            "the source yields {} tensors, the pack holds {}",
             check.checked,
             pack.manifest.tensors.len()
         ));
     }
-    if !check.mismatched.is_empty() {
+    if !check.passed() {
         check.other_source = other_source(pack, source);
     }
     Ok(check)
@@ -108,6 +118,10 @@ pub struct Verified {
     pub checksum_mismatches: Vec<String>,
     /// Tensors followed by non-zero padding.
     pub nonzero_padding: Vec<String>,
+    /// FFN blobs that break their layout's own rules (`LayoutSpec::check_blob`: a
+    /// permutation that is none, a scale not finite, a zero point out of range), each with
+    /// why: what the loader refuses.
+    pub blob_rules: Vec<String>,
     /// With a source: every tensor re-derived from it.
     pub source: Option<SourceReport>,
     /// Whether every check passed.
@@ -123,11 +137,14 @@ pub struct SourceReport {
     pub checked: usize,
     /// Those that differ.
     pub mismatched: Vec<String>,
+    /// When the source yields another number of tensors than the pack holds: both counts.
+    pub count_differs: Option<String>,
     /// When some differ and the source is not the file the pack records: how.
     pub other_source: Option<String>,
 }
 
-/// Check the pack `p` (read from `path`): every checksum and padding byte, and with `source`
+/// Check the pack `p` (read from `path`): every checksum and padding byte, every FFN blob
+/// against its layout's rules, and with `source`
 /// every tensor re-derived from that checkpoint (only when the pack's own bytes are intact).
 pub fn verify_report(
     p: &Pack,
@@ -139,19 +156,25 @@ pub fn verify_report(
         tensors: p.manifest.tensors.len(),
         checksum_mismatches: p.verify_checksums()?,
         nonzero_padding: nonzero_padding(&p.file)?,
+        blob_rules: p.blob_rule_violations(),
         source: None,
         ok: false,
     };
-    let intact = r.checksum_mismatches.is_empty() && r.nonzero_padding.is_empty();
+    let intact =
+        r.checksum_mismatches.is_empty() && r.nonzero_padding.is_empty() && r.blob_rules.is_empty();
     if let (Some(src), true) = (source, intact) {
         let c = verify_against_source(p, &Model::open(src)?)?;
         r.source = Some(SourceReport {
             file: src.display().to_string(),
             checked: c.checked,
             mismatched: c.mismatched,
+            count_differs: c.count_differs,
             other_source: c.other_source,
         });
     }
-    r.ok = intact && r.source.as_ref().is_none_or(|s| s.mismatched.is_empty());
+    r.ok = intact
+        && r.source
+            .as_ref()
+            .is_none_or(|s| s.mismatched.is_empty() && s.count_differs.is_none());
     Ok(r)
 }

@@ -11,12 +11,18 @@ use std::borrow::{Borrow, Cow};
 use std::collections::HashMap;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use xxhash_rust::xxh3::{Xxh3, xxh3_64};
 
 /// Progress callback: (bytes of source processed so far, total).
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
 /// Convert `model` to a pack at `out` (crash-safe). Returns the manifest written.
+///
+/// Refused before any work, for every caller (the CLI, the Python package, an engine): an `out`
+/// that is a folder, sits in a folder that does not exist, or is one of the model's inputs (a
+/// shard, its `config.json` or index, the LoRA adapter's files) through any spelling, symlink
+/// or hard link ([`crate::atomic::refuse_inputs`]).
 ///
 /// Memory: the source index, the plan (16 bytes a tensor), each written tensor's size and
 /// checksum (24 bytes; the entries of FFN blobs and TP slices whole), then the finished pack's
@@ -28,6 +34,20 @@ pub fn convert(
     out: &Path,
     progress: Progress,
 ) -> Result<Manifest> {
+    convert_until(model, opts, out, progress, &AtomicBool::new(false))
+}
+
+/// [`convert`], stopped when `stop` is set (from any thread: a signal, a caller's cancel
+/// button): the writer checks it before each tensor, then fails with
+/// [`Error::Interrupted`] having removed its temporary file; nothing is written at `out`.
+pub fn convert_until(
+    model: impl Borrow<Model>,
+    opts: &ConvertOptions,
+    out: &Path,
+    progress: Progress,
+    stop: &AtomicBool,
+) -> Result<Manifest> {
+    crate::atomic::refuse_inputs(out, &model.borrow().convert_inputs(opts.lora.as_deref()))?;
     // None named: the set that keeps the source's quantized weights, as `convert` on the command
     // line and the Python package choose it (`choice::default_for`), else the target's default.
     let resolved;
@@ -46,7 +66,10 @@ pub fn convert(
     crate::atomic::write_atomic_checked(
         out,
         move |w| -> Result<()> {
-            write_pack(model.borrow(), opts, out, progress, w)?;
+            // A source that shrank or was replaced while it was read is the cause of whatever
+            // failed then (a write from its vanished pages fails with EFAULT): named first.
+            write_pack(model.borrow(), opts, out, progress, stop, w)
+                .map_err(|e| model.borrow().check_intact().err().unwrap_or(e))?;
             // Every source byte has been read: its pages need not stay resident while the
             // pack is validated (tensors under a page are never released one by one), and an
             // owned model's index is freed.
@@ -80,6 +103,7 @@ fn write_pack(
     opts: &ConvertOptions,
     out: &Path,
     progress: Progress,
+    stop: &AtomicBool,
     w: &mut std::io::BufWriter<std::fs::File>,
 ) -> Result<()> {
     let file = out.display().to_string();
@@ -134,6 +158,9 @@ fn write_pack(
             Ok(())
         };
     plan.produce(|name, bytes, mut entry| {
+        if stop.load(Ordering::Relaxed) {
+            return Err(Error::Interrupted { file: file.clone() });
+        }
         let k = written.len();
         if page_before[k] {
             pad_to_page(w, &mut pos)?;

@@ -336,6 +336,15 @@ pub fn gguf_model(
                 GgmlType::Q2_K => metrale_pack::converters::encode_to_vec::<
                     metrale_pack::converters::q2_k::Q2K,
                 >(&x),
+                // Random blocks with a small finite scale (no Q5_0 encoder here; llama-quantize's
+                // fallback type for rows not a multiple of 256).
+                GgmlType::Q5_0 => (0..n * k / 32)
+                    .flat_map(|_| {
+                        let mut b = metrale_pack::converters::f16::encode(&[0.01]);
+                        b.extend(rng.bytes(20));
+                        b
+                    })
+                    .collect(),
                 _ => unreachable!(),
             };
             ts.push((

@@ -87,14 +87,17 @@ impl CudaBackend {
         let path = self
             .cache_dir
             .join(format!("{module}-{arch}-{key:016x}.cubin"));
-        let cubin = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(_) => match compile_cubin(module, &arch, self.include.as_deref()) {
+        // A private folder and a sealed file only (gpu/kernel_cache.rs): a cubin another user
+        // could plant is never loaded.
+        let cache = crate::gpu::kernel_cache::read(&self.cache_dir, &path, key);
+        let cubin = match cache {
+            Some(b) => b,
+            None => match compile_cubin(module, &arch, self.include.as_deref()) {
                 Ok(b) => {
-                    let _ = std::fs::create_dir_all(&self.cache_dir);
-                    let tmp = crate::atomic::temp_path(&path);
-                    if std::fs::write(&tmp, &b).is_ok() {
-                        let _ = std::fs::rename(&tmp, &path);
+                    if let Err(why) =
+                        crate::gpu::kernel_cache::write(&self.cache_dir, &path, key, &b)
+                    {
+                        tracing::warn!("kernel cache: not cached ({why})");
                     }
                     b
                 }

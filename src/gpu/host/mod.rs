@@ -9,8 +9,10 @@ use super::{
 };
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Mutex;
+// Every lock recovers from poisoning: a panic on one thread (a caller's bug) must not make
+// every later load or forward of the process's shared backend fail.
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 mod impls;
 mod impls_affine;
@@ -92,14 +94,17 @@ impl HostBackend {
     /// How many device allocations are live (allocated and not yet freed): what a test of
     /// `Drop` counts.
     pub fn live_allocations(&self) -> usize {
-        self.mem.lock().unwrap().len()
+        self.mem
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Where the bytes of `p` lie in this process's memory: what a zero-copy view of a host
     /// "device" buffer (a DLPack export) points at. Valid until the allocation is freed.
     pub fn host_address(&self, p: DevicePtr) -> GpuResult<*mut u8> {
         let (base, off) = self.locate(p)?;
-        let mut mem = self.mem.lock().unwrap();
+        let mut mem = self.mem.lock().unwrap_or_else(PoisonError::into_inner);
         let v = mem.get_mut(&base).expect("located above");
         // SAFETY: `off + p.bytes` lies inside the allocation (checked by `locate`).
         Ok(unsafe { v.as_mut_ptr().add(off) })
@@ -114,13 +119,17 @@ impl HostBackend {
     }
 
     fn locate(&self, p: DevicePtr) -> GpuResult<(u64, usize)> {
-        let mem = self.mem.lock().unwrap();
+        let mem = self.mem.lock().unwrap_or_else(PoisonError::into_inner);
         let (&base, v) = mem
             .range(..=p.addr)
             .next_back()
             .ok_or_else(|| GpuError::Invalid(format!("host backend: {p:?} is not allocated")))?;
         let off = (p.addr - base) as usize;
-        if off + p.bytes as usize > v.len() {
+        if usize::try_from(p.bytes)
+            .ok()
+            .and_then(|b| off.checked_add(b))
+            .is_none_or(|end| end > v.len())
+        {
             return Err(GpuError::Invalid(format!(
                 "host backend: {p:?} overruns its allocation of {} bytes",
                 v.len()
@@ -131,7 +140,12 @@ impl HostBackend {
 
     /// Every granule of `[off, off + len)` of allocation `base` mapped, if it is a reservation.
     fn check_mapped(&self, base: u64, off: usize, len: usize) -> GpuResult<()> {
-        if let Some(g) = self.reserved.lock().unwrap().get(&base) {
+        if let Some(g) = self
+            .reserved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&base)
+        {
             let (a, b) = (off as u64 / HOST_MAP_GRANULE, (off + len) as u64);
             let b = b.div_ceil(HOST_MAP_GRANULE);
             if (a..b).any(|i| !g.get(i as usize).copied().unwrap_or(false)) {
@@ -147,7 +161,11 @@ impl HostBackend {
     fn read(&self, p: DevicePtr) -> GpuResult<Vec<u8>> {
         let (base, off) = self.locate(p)?;
         self.check_mapped(base, off, p.bytes as usize)?;
-        Ok(self.mem.lock().unwrap()[&base][off..off + p.bytes as usize].to_vec())
+        Ok(
+            self.mem.lock().unwrap_or_else(PoisonError::into_inner)[&base]
+                [off..off + p.bytes as usize]
+                .to_vec(),
+        )
     }
 
     /// A bf16 buffer in the il8 order (a whole number of 8-groups) as f32 in column order
@@ -180,8 +198,11 @@ impl HostBackend {
                 data.len()
             )));
         }
-        self.mem.lock().unwrap().get_mut(&base).unwrap()
-            [off + off_bytes..off + off_bytes + data.len()]
+        self.mem
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&base)
+            .unwrap()[off + off_bytes..off + off_bytes + data.len()]
             .copy_from_slice(data);
         Ok(())
     }
@@ -269,18 +290,34 @@ impl GpuBackend for HostBackend {
         "host".into()
     }
     fn alloc(&self, bytes: u64) -> GpuResult<DevicePtr> {
+        // Reserved fallibly and filled before the lock is taken: a size the process cannot
+        // hold is an error, never an abort (or a panic holding the lock).
+        let len = usize::try_from(bytes)
+            .ok()
+            .filter(|&n| n <= isize::MAX as usize - 512)
+            .ok_or_else(|| GpuError::Invalid(format!("host backend: alloc of {bytes} bytes")))?;
+        let mut v = Vec::new();
+        v.try_reserve_exact(len)
+            .map_err(|e| GpuError::Invalid(format!("host backend: alloc of {bytes} bytes: {e}")))?;
+        v.resize(len, 0xA5u8);
         let addr = self
             .next
             .fetch_add(bytes.div_ceil(256) * 256 + 256, Ordering::Relaxed);
         self.mem
             .lock()
-            .unwrap()
-            .insert(addr, vec![0xA5; bytes as usize]);
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(addr, v);
         Ok(DevicePtr { addr, bytes })
     }
     fn free(&self, p: DevicePtr) {
-        self.mem.lock().unwrap().remove(&p.addr);
-        self.reserved.lock().unwrap().remove(&p.addr);
+        self.mem
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&p.addr);
+        self.reserved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&p.addr);
     }
     fn reserve(&self, bytes: u64) -> GpuResult<DevicePtr> {
         let p = self.alloc(bytes)?;
@@ -292,7 +329,7 @@ impl GpuBackend for HostBackend {
         Ok(p)
     }
     fn map_range(&self, p: DevicePtr, off: u64, len: u64) -> GpuResult<()> {
-        let mut r = self.reserved.lock().unwrap();
+        let mut r = self.reserved.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(g) = r.get_mut(&p.addr) else {
             return Ok(());
         };
@@ -413,13 +450,13 @@ impl GpuBackend for HostBackend {
         Ok(1)
     }
     fn new_event(&self) -> GpuResult<EventId> {
-        let mut ev = self.events.lock().unwrap();
+        let mut ev = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         ev.push(None);
         Ok(ev.len() as EventId)
     }
     fn record_event(&self, event: EventId, _stream: StreamId) -> GpuResult<()> {
         // Host work is synchronous: the event completes when it is recorded.
-        let mut ev = self.events.lock().unwrap();
+        let mut ev = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         let slot = ev
             .get_mut((event as usize).wrapping_sub(1))
             .ok_or_else(|| GpuError::Invalid(format!("no event {event}")))?;
@@ -427,7 +464,7 @@ impl GpuBackend for HostBackend {
         Ok(())
     }
     fn elapsed_ms(&self, start: EventId, end: EventId) -> GpuResult<f32> {
-        let ev = self.events.lock().unwrap();
+        let ev = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         let get = |e: EventId| {
             ev.get((e as usize).wrapping_sub(1))
                 .copied()
@@ -468,11 +505,19 @@ impl GpuBackend for HostBackend {
                 "alloc_pinned({bytes}): out of memory"
             )));
         }
-        self.pinned.lock().unwrap().insert(p as usize, bytes.max(1));
+        self.pinned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(p as usize, bytes.max(1));
         Ok(p)
     }
     unsafe fn free_pinned(&self, p: *mut u8) {
-        if let Some(len) = self.pinned.lock().unwrap().remove(&(p as usize)) {
+        if let Some(len) = self
+            .pinned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(p as usize))
+        {
             // SAFETY: `p` was allocated by alloc_pinned with this size and alignment, and is
             // freed once (removed from the table above).
             unsafe {
