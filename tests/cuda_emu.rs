@@ -678,3 +678,80 @@ fn stream_probe_reads_every_word_of_its_blocks() {
     assert_eq!(buf(&a[3]), &want[..]);
     assert_eq!(want.len(), blocks * 4);
 }
+
+#[test]
+fn blob_rules_finds_the_first_bad_element_of_every_kind_as_its_twin() {
+    use reference::ElementRule as R;
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(31);
+    // Valid elements of each rule, then one or two bad ones planted; every kind also once whole.
+    let half = |v: f32| metrale_pack::converters::f16::from_f32(v).to_le_bytes();
+    let rules = [
+        R::Halves,
+        R::ZeroPairs { bits: 4 },
+        R::ZeroPairsF32 { bits: 8 },
+        R::F32,
+        R::E4m3,
+    ];
+    for rule in rules {
+        let n = 5000usize;
+        let mut p = Vec::with_capacity(n * rule.elem_bytes());
+        for i in 0..n {
+            let s = r.vec(1, 1.0)[0];
+            let z = (i % (rule.top() + 1)) as f32;
+            match rule {
+                R::Halves => p.extend(half(s)),
+                R::ZeroPairs { .. } => p.extend([half(s), half(z)].concat()),
+                R::ZeroPairsF32 { .. } => p.extend([s.to_le_bytes(), z.to_le_bytes()].concat()),
+                R::F32 => p.extend(s.to_le_bytes()),
+                R::E4m3 => p.push((i % 127) as u8),
+            }
+        }
+        let bads: Vec<(usize, Vec<u8>)> = match rule {
+            R::Halves => vec![
+                (4001, half(f32::INFINITY).to_vec()),
+                (4500, vec![0x00, 0x7e]),
+            ],
+            R::ZeroPairs { .. } => vec![
+                (3000, [half(1.0), half(16.0)].concat()),
+                (3100, [half(f32::NAN), half(0.0)].concat()),
+            ],
+            R::ZeroPairsF32 { .. } => {
+                vec![(2500, [1f32.to_le_bytes(), 2.5f32.to_le_bytes()].concat())]
+            }
+            R::F32 => vec![(4999, f32::NEG_INFINITY.to_le_bytes().to_vec())],
+            R::E4m3 => vec![(1234, vec![0xff]), (2345, vec![0x7f])],
+        };
+        for planted in [false, true] {
+            let mut q = p.clone();
+            if planted {
+                for (i, b) in &bads {
+                    let e = rule.elem_bytes();
+                    q[i * e..(i + 1) * e].copy_from_slice(b);
+                }
+            }
+            let want = reference::blob_rules(&q, n, rule);
+            assert_eq!(want == u32::MAX, !planted, "{rule:?}: the twin itself");
+            if planted {
+                assert_eq!(want as usize, bads[0].0, "{rule:?}");
+            }
+            let blocks = n.div_ceil(metrale_pack::gpu::table::RULES_BLOCK_ELEMS);
+            let mut a = [
+                A::P(q),
+                A::I(n),
+                A::I(rule.kind()),
+                A::I(rule.top()),
+                A::P(vec![0xff; 12]),
+                A::I(1),
+            ];
+            launch(exe, "blob_rules", (blocks, 1), 256, &mut a);
+            let got = buf(&a[4]);
+            assert_eq!(
+                &got[4..8],
+                &want.to_le_bytes(),
+                "{rule:?} planted {planted}"
+            );
+            assert_eq!(&got[..4], &[0xff; 4], "{rule:?}: another slot written");
+        }
+    }
+}

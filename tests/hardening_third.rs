@@ -429,6 +429,15 @@ fn config_fields_that_contradict_the_tensors_or_are_not_numbers_are_refused() {
             }),
             "num_bits",
         ),
+        // The act-order refusal is a whole sentence (it was cut after "... is").
+        (
+            "ct-w4a16-bf16",
+            Box::new(|v| {
+                v["quantization_config"]["config_groups"]["group_0"]["weights"]["actorder"] =
+                    "group".into()
+            }),
+            "without actorder \"group\" is read",
+        ),
     ];
     for (i, (name, edit, field)) in cases.iter().enumerate() {
         let d = fixture(&dir.path().join(i.to_string()), name, edit);
@@ -597,4 +606,31 @@ fn a_source_truncated_during_convert_is_named_not_the_output() {
     );
     assert!(!out.exists());
     assert_eq!(files_in(dir.path()), ["m.gguf"]);
+}
+
+/// Not a test: writes hostile packs (checksums recomputed over a NaN scale: `affine` from
+/// Q4_1, `nvfp4`) into `$METRALE_BAD_PACKS`, for a device run to load them on CUDA
+/// (`cargo test --release --test hardening_third -- --ignored bad_packs`).
+#[test]
+#[ignore]
+fn bad_packs_for_the_device() {
+    let Some(out) = std::env::var_os("METRALE_BAD_PACKS").map(PathBuf::from) else {
+        return;
+    };
+    std::fs::create_dir_all(&out).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let q41 = gguf(dir.path(), "q41.gguf", GgmlType::Q4_1, "llama");
+    let p = dir.path().join("q41.mpk.gguf");
+    convert(&q41, &p, None).unwrap();
+    let t = "blk.1.ffn_down.affine.scales";
+    let img = restamped(&std::fs::read(&p).unwrap(), t, |b| {
+        b[4..6].copy_from_slice(&0x7e00u16.to_le_bytes())
+    });
+    std::fs::write(out.join("affine-nan.mpk.gguf"), img).unwrap();
+    let f16src = gguf(dir.path(), "f16.gguf", GgmlType::F16, "llama");
+    let p = dir.path().join("n.mpk.gguf");
+    convert(&f16src, &p, Some(&[Layout::Nvfp4])).unwrap();
+    let t = "blk.0.ffn_up.nvfp4.scales";
+    let img = restamped(&std::fs::read(&p).unwrap(), t, |b| b[3] = 0x7f);
+    std::fs::write(out.join("nvfp4-nan.mpk.gguf"), img).unwrap();
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 mod affine;
 mod dq_wgmma;
 mod fp8_w8a8;
+mod rules;
 
 /// The largest m the FP8 check sends to a kernel with a row cap: the routing's range for the
 /// batch tiers (5..=32), which `fp8_launch` splits into launches of the kernel's cap.
@@ -120,6 +121,7 @@ pub fn kernel_checks(
             xd,
             yd: b.alloc((mmax * n * 4) as u64)?,
         };
+        rules::rules_rows(&c, &mut rows, rng)?;
         fp8_rows(&mut c, &mut rows)?;
         fp8_w8a8::fp8_w8a8_rows(&mut c, &mut rows)?;
         w8a8_rows(&mut c, &mut rows)?;

@@ -197,34 +197,21 @@ impl ForwardContext {
                 }
             }
         }
-        let [
-            output,
-            gate_out,
-            up_out,
-            lora_xa,
-            lora_delta,
-            q2_act_q8,
-            q2_dequant_scratch,
-            act_codes,
-            act_scale,
-            act_bf16,
-            act_down,
-        ] = got[..]
-        else {
-            unreachable!("one allocation per size")
-        };
+        // In `Arena::all`'s order, as `arena_sizes` gives them.
+        let mut got = got.into_iter();
+        let mut next = || got.next().expect("one allocation per size");
         let arena = Arena {
-            output,
-            gate_out,
-            up_out,
-            lora_xa,
-            lora_delta,
-            q2_act_q8,
-            q2_dequant_scratch,
-            act_codes,
-            act_scale,
-            act_bf16,
-            act_down,
+            output: next(),
+            gate_out: next(),
+            up_out: next(),
+            lora_xa: next(),
+            lora_delta: next(),
+            q2_act_q8: next(),
+            q2_dequant_scratch: next(),
+            act_codes: next(),
+            act_scale: next(),
+            act_bf16: next(),
+            act_down: next(),
         };
         // Zeroed once, so that no read of the arena ever sees bytes nothing wrote: cuBLAS's
         // Hopper GEMMs store their output with the bulk tensor copy, which compute-sanitizer's

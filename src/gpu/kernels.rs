@@ -18,6 +18,7 @@ pub const MODULES: &[(&str, &str)] = &[
         include_str!("../../kernels/ffn_w8a8_wgmma.cu"),
     ),
     ("probe", include_str!("../../kernels/probe.cu")),
+    ("rules", include_str!("../../kernels/rules.cu")),
 ];
 
 /// Modules written for one architecture's own instructions (`wgmma`, `setmaxnreg`): the

@@ -83,6 +83,11 @@ pub const PREBUILT: &[(&str, &str, &[u8])] = &[
         "sm_90",
         embed!("../../kernels/prebuilt/probe-sm_90.cubin"),
     ),
+    (
+        "rules",
+        "sm_90",
+        embed!("../../kernels/prebuilt/rules-sm_90.cubin"),
+    ),
 ];
 
 /// `module target xxh3-64-of-the-source` per line: what each cubin was built from.

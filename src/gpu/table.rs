@@ -386,6 +386,9 @@ const DQ_WGMMA_TMAPS: &[TmapRule] = &[TmapRule {
 const FP8_QUANT_SPLIT_ROWS: usize = 16;
 /// Columns per block when it does (one per thread): every block also reads the whole row once
 /// for its amax.
+/// Elements a block of `blob_rules` checks (256 threads, 16 each).
+pub const RULES_BLOCK_ELEMS: usize = 256 * 16;
+
 /// `stream_probe`'s blocks: one per `per` 16-byte words of `count`.
 fn probe_blocks(a: &Args) -> GpuResult<usize> {
     Ok(a.dim("count")?.div_ceil(a.dim("per")?.max(1)))
@@ -513,6 +516,8 @@ kernel_table! {
         grid(Per("n", BF16_GEMV_ROWS), One, 256), cap Some(4), round None, dependent true;
     stream_probe: "probe" "stream_probe" ("p:p count:i per:i sink:p")
         grid(Rule(probe_blocks), One, 256), cap None, round None;
+    blob_rules: "rules" "blob_rules" ("p:p n:i kind:i top:i bad:p slot:i")
+        grid(Per("n", RULES_BLOCK_ELEMS), One, 256), cap None, round None;
     nvfp4_gemv_dual: "ffn_nvfp4" "w4a16_gemv_dual"
         ("x:p m:i cg:p sg:p gg:f yg:p cu:p su:p gu:f yu:p n:i k:i kp:i ldy:i")
         grid(Per("n", COLS), Fixed(2), DUAL_T), cap Some(4), round Bf16, dependent true;

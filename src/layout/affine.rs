@@ -204,8 +204,32 @@ impl LayoutSpec for Affine {
             None => v,
         })
     }
-    fn checked_parts(&self) -> &'static [&'static str] {
-        &["scales"]
+    fn element_rules(
+        &self,
+        s: &BTreeMap<String, f32>,
+        [np, kp]: [usize; 2],
+    ) -> Vec<(&'static str, ElementRule, Option<usize>)> {
+        // The pairs (a permuted blob's `scales` goes on with its permutation).
+        let Some(sc) = scheme(s) else {
+            return Vec::new();
+        };
+        let pairs = np * (kp / sc.group.max(1));
+        vec![match sc.form {
+            Form::Offset => ("scales", ElementRule::Halves, Some(2 * pairs)),
+            Form::Zero => (
+                "scales",
+                ElementRule::ZeroPairs { bits: sc.bits },
+                Some(pairs),
+            ),
+            Form::ZeroF32 => (
+                "scales",
+                ElementRule::ZeroPairsF32 { bits: sc.bits },
+                Some(pairs),
+            ),
+        }]
+    }
+    fn check_structure(&self, b: &BlobRead) -> Result<()> {
+        checked_perm(b).map(|_| ())
     }
     fn check_blob(&self, b: &BlobRead) -> Result<()> {
         let (sc, _) = checked_perm(b)?;

@@ -102,11 +102,8 @@ impl LayoutSpec for Fp8 {
             crop(&fp8::decode_padded(codes, scales, np, kp), kp, n, k)
         })
     }
-    fn checked_parts(&self) -> &'static [&'static str] {
-        &["scales"]
-    }
-    fn check_blob(&self, b: &BlobRead) -> Result<()> {
-        check_f32_scales(b, "scales")
+    fn scale_rule(&self) -> Option<ElementRule> {
+        Some(ElementRule::F32)
     }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
         let (Some((fc, ffe)), Some((fs, _)), Some((dc, dfe)), Some((ds, _))) = (

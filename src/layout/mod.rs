@@ -26,6 +26,7 @@ pub use crate::converters::layouts::{CustomTag, Encoded, Layout, Proj, q4k_mmq::
 use crate::error::{Error, Result};
 use crate::ffn::{LayerOverlays, key};
 use crate::gpu::DevicePtr;
+pub use crate::gpu::reference::ElementRule;
 use crate::manifest::{ConvertOptions, FfnEntry};
 use crate::model::lora::Lora;
 use crate::model::{Activation, FfnLayer, FfnWeight, Model};
@@ -95,21 +96,59 @@ pub trait LayoutSpec: Sync {
     /// Decode one stored projection back to f32 in its logical shape.
     fn decode(&self, b: &BlobRead) -> Result<Vec<f32>>;
 
-    /// Whether a stored blob keeps this layout's own rules beyond its sizes and scalars
-    /// (checked when the pack opened): what [`LayoutSpec::decode`] refuses and what the
-    /// kernels cannot take (a permutation that is none, a scale that is not finite, a zero
-    /// point out of range). The loader runs it on every blob while the segment copies, and
-    /// `verify` runs it, so a pack whose checksums were recomputed over bad bytes is refused,
-    /// never forwarded. It reads the small parts (scales, permutations), not every code: its
-    /// cost is measured in `bench-load` (`validate_seconds`). Default: no rule beyond sizes.
-    fn check_blob(&self, _b: &BlobRead) -> Result<()> {
+    /// The rules every element of a part keeps (formats.md, "Each layout's own rules"), from
+    /// the blob's scalars and padded shape alone: `(part, rule, elements)`, `elements` `None`
+    /// for the whole part, `Some(n)` for its first `n` (a part that ends with other data). The
+    /// loader checks them on the bytes it copied, one `blob_rules` launch each (the host
+    /// backend's twin on the CPU); a part the blob lacks is skipped. Default: the
+    /// [`LayoutSpec::scale_rule`] over the whole `scales` part, if any.
+    fn element_rules(
+        &self,
+        _scalars: &BTreeMap<String, f32>,
+        _padded: [usize; 2],
+    ) -> Vec<(&'static str, ElementRule, Option<usize>)> {
+        self.scale_rule()
+            .map(|r| vec![("scales", r, None)])
+            .unwrap_or_default()
+    }
+
+    /// The rule every element of the `scales` part keeps, for a layout with one such rule
+    /// (finite f32 scales, E4M3 scales that are not NaN). Default: none.
+    fn scale_rule(&self) -> Option<ElementRule> {
+        None
+    }
+
+    /// The rules over a blob that are not element by element (a permutation that must be
+    /// one), checked on the CPU from the file. Default: none.
+    fn check_structure(&self, _b: &BlobRead) -> Result<()> {
         Ok(())
     }
 
-    /// The parts [`LayoutSpec::check_blob`] reads (the loader reads them ahead with `pread`;
-    /// a layout with none is not read at all). Default: none.
-    fn checked_parts(&self) -> &'static [&'static str] {
-        &[]
+    /// Whether a stored blob keeps this layout's own rules beyond its sizes and scalars
+    /// (checked when the pack opened): [`LayoutSpec::check_structure`] and every
+    /// [`LayoutSpec::element_rules`] on the CPU, the first broken one named. What `verify`
+    /// runs, and the loader where no `blob_rules` kernel serves (and to name what its launch
+    /// found). A pack whose checksums were recomputed over bad bytes is refused, never
+    /// forwarded.
+    fn check_blob(&self, b: &BlobRead) -> Result<()> {
+        self.check_structure(b)?;
+        for (part, rule, count) in self.element_rules(b.scalars, b.padded) {
+            if !b.has(part) {
+                continue;
+            }
+            let bytes = b.part(part)?;
+            let n = count.unwrap_or(bytes.len() / rule.elem_bytes());
+            if n.checked_mul(rule.elem_bytes())
+                .is_none_or(|e| e > bytes.len())
+            {
+                return Err(b.bad(part, format!("{n} elements of {rule:?} pass the part")));
+            }
+            let i = crate::gpu::reference::blob_rules(bytes, n, rule);
+            if i != u32::MAX {
+                return Err(b.bad(part, element_reason(rule, i)));
+            }
+        }
+        Ok(())
     }
 
     /// Bind one layer's device views into the overlays the loader installs.
@@ -133,44 +172,15 @@ pub trait LayoutSpec: Sync {
     }
 }
 
-/// A part of little-endian f32 scales checked finite ([`LayoutSpec::check_blob`]): the first
-/// one that is not, named by its index.
-pub(crate) fn check_f32_scales(b: &BlobRead, part: &str) -> Result<()> {
-    let bytes = b.part(part)?;
-    match bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .position(|v| !v.is_finite())
-    {
-        None => Ok(()),
-        Some(i) => Err(Error::Tensor {
-            file: b.file.into(),
-            tensor: format!("{}.{part}", b.name),
-            field: "scales",
-            reason: format!("scale {i} is not finite (NaN or infinite)"),
-        }),
-    }
-}
-
-/// A part of E4M3 scales checked for NaN (`S.1111.111`, the format's only code that is not a
-/// number; OCP FP8 spec): the first one, named by its index.
-pub(crate) fn check_e4m3_scales(b: &BlobRead, part: &str) -> Result<()> {
-    let bytes = b.part(part)?;
-    // A branch-free pass (vectorized), then where only when one is found.
-    let nan = bytes.chunks(64).fold(false, |a, c| {
-        a | c.iter().fold(false, |a, &v| a | (v & 0x7F == 0x7F))
-    });
-    if !nan {
-        return Ok(());
-    }
-    match bytes.iter().position(|&v| v & 0x7F == 0x7F) {
-        None => Ok(()),
-        Some(i) => Err(Error::Tensor {
-            file: b.file.into(),
-            tensor: format!("{}.{part}", b.name),
-            field: "scales",
-            reason: format!("E4M3 scale {i} is NaN"),
-        }),
+/// Why element `i` breaks `rule`, in words.
+pub fn element_reason(rule: ElementRule, i: u32) -> String {
+    match rule {
+        ElementRule::Halves => format!("half {i} (a scale or offset) is not finite"),
+        ElementRule::ZeroPairs { bits } | ElementRule::ZeroPairsF32 { bits } => format!(
+            "pair {i}: its scale is not finite or its zero point is not an integer code of {bits} bits"
+        ),
+        ElementRule::F32 => format!("scale {i} is not finite (NaN or infinite)"),
+        ElementRule::E4m3 => format!("E4M3 scale {i} is NaN"),
     }
 }
 
@@ -529,6 +539,20 @@ impl BlobRead<'_> {
                 format!("{}.{p}", self.name)
             },
         })
+    }
+
+    /// An error naming part `p` of this blob and why it breaks a rule.
+    pub fn bad(&self, p: &str, reason: String) -> Error {
+        Error::Tensor {
+            file: self.file.into(),
+            tensor: if p.is_empty() {
+                self.name.into()
+            } else {
+                format!("{}.{p}", self.name)
+            },
+            field: "rules",
+            reason,
+        }
     }
 
     /// Whether part `p` is stored.

@@ -76,11 +76,8 @@ impl LayoutSpec for Nvfp4 {
     fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
         Ok(decode_base(b, b.part("codes")?, b.part("scales")?))
     }
-    fn checked_parts(&self) -> &'static [&'static str] {
-        &["scales"]
-    }
-    fn check_blob(&self, b: &BlobRead) -> Result<()> {
-        check_e4m3_scales(b, "scales")
+    fn scale_rule(&self) -> Option<ElementRule> {
+        Some(ElementRule::E4m3)
     }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
         if !v.all("codes") || !v.all("scales") {

@@ -74,15 +74,10 @@ impl LayoutSpec for Q4kMmq {
             q4k_mmq::decode_q4k(b.part("")?, n, k, kp)
         })
     }
-    fn checked_parts(&self) -> &'static [&'static str] {
-        &["scales"]
-    }
-    fn check_blob(&self, b: &BlobRead) -> Result<()> {
-        // The int8 down's row scales; the Q4_K blocks are the source's own bytes.
-        if b.has("scales") {
-            check_f32_scales(b, "scales")?;
-        }
-        Ok(())
+    fn scale_rule(&self) -> Option<ElementRule> {
+        // The int8 down's row scales (a Q4_K blob has no such part); Q4_K blocks are the
+        // source's own bytes.
+        Some(ElementRule::F32)
     }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
         let (Some((gate, gfe)), Some((up, _))) = (v.get(Proj::Gate, ""), v.get(Proj::Up, ""))

@@ -35,11 +35,8 @@ impl LayoutSpec for W8a8 {
         let ([n, k], kp) = (b.shape, b.padded[1]);
         Ok(w8a8::decode(b.part("codes")?, b.part("scales")?, n, k, kp))
     }
-    fn checked_parts(&self) -> &'static [&'static str] {
-        &["scales"]
-    }
-    fn check_blob(&self, b: &BlobRead) -> Result<()> {
-        check_f32_scales(b, "scales")
+    fn scale_rule(&self) -> Option<ElementRule> {
+        Some(ElementRule::F32)
     }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
         if !v.all("codes") || !v.all("scales") {

@@ -9,6 +9,7 @@ mod dest;
 mod engine;
 mod io;
 mod ring;
+mod rules;
 
 pub use bind::{LayerOverlays, overlays};
 pub use engine::{EngineOptions, LoadedModel, forward_context};
@@ -160,10 +161,13 @@ pub struct LoadStats {
     pub gather_seconds: f64,
     /// Seconds to describe the overlays.
     pub bind_seconds: f64,
-    /// Seconds checking every FFN blob against its layout's rules (`Pack::check_blob_rules`),
-    /// on the side thread while the segment copies: it adds to the load's time only where it
-    /// outlasts the copy.
+    /// Seconds of the blob rules' part beside the copy (the CPU's structure rules and their
+    /// kernel's module, on the side thread): it adds to the load's time only where it outlasts
+    /// the copy.
     pub validate_seconds: f64,
+    /// Seconds after the copy checking the blobs' element rules on the copied bytes (one
+    /// `blob_rules` launch a part, one read back): on the load's critical path.
+    pub validate_after_seconds: f64,
     /// Seconds from open to the overlays described.
     pub total_seconds: f64,
     /// The mode the copy took.
@@ -372,18 +376,17 @@ fn load_with<R: Send>(
     let open_seconds = t0.elapsed().as_secs_f64();
     let ranges = rank_pieces(&pack, opts.rank)?;
     let ffn_inter = rank_inter(&pack, opts.rank);
-    // Every blob against its layout's rules, beside the caller's side job: a pack whose
-    // checksums were recomputed over bad scales or permutations is refused, not forwarded.
+    // Every blob against its layout's rules (loader/rules.rs): the structure rules and the
+    // kernel's module beside the copy, with the caller's side job; the element rules on the
+    // copied bytes after it. A pack whose checksums were recomputed over bad scales or
+    // permutations is refused, not forwarded.
     let checked_side = |pack: &Pack| {
         let t = Instant::now();
-        let rules = if opts.blob_rules {
-            pack.check_blob_rules()
-        } else {
-            Ok(())
-        };
-        (rules, t.elapsed().as_secs_f64(), side(pack, ffn_inter))
+        let rules = opts.blob_rules.then(|| rules::beside_copy(b, pack));
+        let rules_seconds = t.elapsed().as_secs_f64();
+        (rules, rules_seconds, side(pack, ffn_inter))
     };
-    let (copied, (rules, validate_seconds, r)) = if opts.side_after_copy {
+    let (copied, (rules, rules_seconds, r)) = if opts.side_after_copy {
         let copied = copy_segment(b, &pack, path, opts, gather, &ranges);
         (copied, checked_side(&pack))
     } else {
@@ -395,11 +398,24 @@ fn load_with<R: Send>(
         })
     };
     let (arena, pieces, mut stats) = copied?;
-    if let Err(e) = rules {
+    let t_rules = Instant::now();
+    let device_rules = match rules {
+        Some(Ok(rules::Pending::Device(k))) => rules::after_copy(b, &pack, k, |i| {
+            let t = &pack.file.tensors[i];
+            let off = arena_offset(&pieces, t.offset, t.bytes)?;
+            pack.manifest.tensors[i]
+                .device
+                .then(|| arena.view(off, t.bytes))
+        }),
+        Some(Err(e)) => Err(e),
+        Some(Ok(rules::Pending::Done)) | None => Ok(()),
+    };
+    if let Err(e) = device_rules {
         b.free(arena);
         return Err(e);
     }
-    stats.validate_seconds = validate_seconds;
+    stats.validate_seconds = rules_seconds;
+    stats.validate_after_seconds = t_rules.elapsed().as_secs_f64();
     let t2 = Instant::now();
     let layers = match bind::overlays(&pack, arena, &pieces, ffn_inter) {
         Ok(l) => l,
@@ -543,6 +559,7 @@ fn copy_segment(
         gather_seconds,
         bind_seconds: 0.0,
         validate_seconds: 0.0,
+        validate_after_seconds: 0.0,
         total_seconds: 0.0,
         mode: copied.mode,
         fell_back: copied.fell_back,

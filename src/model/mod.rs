@@ -499,107 +499,7 @@ impl QuantDecl {
                     .count()
                     > 1;
                 for (gname, g) in groups {
-                    let Some(w) = g.get("weights").filter(|w| !w.is_null()) else {
-                        continue;
-                    };
-                    let field =
-                        |f: &str| format!("quantization_config.config_groups.{gname}.weights.{f}");
-                    let ty = w.get("type").and_then(|t| t.as_str()).unwrap_or("");
-                    let bits = int_field(w.get("num_bits"), &field("num_bits"), &bad)?;
-                    let bits = bits.map_or(0, |b| b.clamp(0, 64) as u64);
-                    let strategy = w.get("strategy").and_then(|t| t.as_str()).unwrap_or("");
-                    let group_size = int_field(w.get("group_size"), &field("group_size"), &bad)?;
-                    match (ty, bits, strategy) {
-                        ("float", 8, "tensor") => d.fp8.push(Fp8Kind::Tensor),
-                        ("float", 8, "channel") => d.fp8.push(Fp8Kind::Channel),
-                        ("float", 8, "block") => {
-                            block_128(&field("block_structure"), w.get("block_structure"))?;
-                            d.fp8.push(Fp8Kind::Block)
-                        }
-                        ("float", 4, "tensor_group") => {
-                            let gs = w.get("group_size").and_then(|b| b.as_u64());
-                            if gs != Some(16) {
-                                return Err(bad(
-                                    field("group_size"),
-                                    format!("{gs:?}: NVFP4 needs group_size 16"),
-                                ));
-                            }
-                        }
-                        ("float", 4, "group") => {
-                            return Err(bad(
-                                field("strategy"),
-                                format!(
-                                    "float 4-bit weights in groups of {:?} (MXFP4: E2M1 codes with E8M0 group scales, llm-compressor's MXFP4A16) are not read yet; NVFP4 (strategy tensor_group, group_size 16) is",
-                                    w.get("group_size")
-                                ),
-                            ));
-                        }
-                        // ModelOpt's config_groups carry no strategy; its quant_algo says.
-                        ("float", 8 | 4, "") => {}
-                        ("float", 8, other) => {
-                            return Err(bad(
-                                field("strategy"),
-                                format!(
-                                    "FP8 strategy {other:?} is not supported (tensor, channel and block 128x128 are)"
-                                ),
-                            ));
-                        }
-                        ("int", 1..=8, "tensor" | "channel" | "group" | "") => {
-                            if w.get("actorder").and_then(|a| a.as_str()) == Some("group") {
-                                return Err(bad(
-                                    field("actorder"),
-                                                    "act-order groups (weight_g_idx) are not read yet; a checkpoint without actorder \"group\" is read (GPTQ act-order is: quant_method \"gptq\" with desc_act)".into(),
-                                ));
-                            }
-                            d.int_bits.push(bits as u32);
-                            let g = match (strategy, group_size) {
-                                ("tensor", _) => Some(IntGrouping::Tensor),
-                                ("channel", _) => Some(IntGrouping::Channel),
-                                ("group", Some(gs)) if gs > 0 => {
-                                    Some(IntGrouping::Group(gs as u64))
-                                }
-                                ("group", gs) => {
-                                    return Err(bad(
-                                        field("group_size"),
-                                        format!(
-                                            "{gs:?}: strategy \"group\" needs a group_size above 0"
-                                        ),
-                                    ));
-                                }
-                                _ => None,
-                            };
-                            // Several config groups declaring different groupings: each
-                            // weight's own scale says (nothing single to check against).
-                            d.int_grouping = match (d.int_grouping, g) {
-                                (None, g) if !several_int_groups => g,
-                                _ => None,
-                            };
-                        }
-                        ("int", _, other) => {
-                            return Err(bad(
-                                field("strategy"),
-                                format!(
-                                    "integer weights with {bits} bits and strategy {other:?} are not supported (1 to 8 bits per tensor, channel or group are)"
-                                ),
-                            ));
-                        }
-                        ("float", _, other) => {
-                            return Err(bad(
-                                field("num_bits"),
-                                format!(
-                                    "float {bits}-bit weights with strategy {other:?} are not read (FP8 per tensor, channel or 128x128 block, and NVFP4 tensor_group 16 are)"
-                                ),
-                            ));
-                        }
-                        (other, _, _) => {
-                            return Err(bad(
-                                field("type"),
-                                format!(
-                                    "{other:?}: weights of this type are not read (int and float are)"
-                                ),
-                            ));
-                        }
-                    }
+                    config_group(&mut d, gname, g, several_int_groups, &bad, &block_128)?;
                 }
             }
         }
@@ -620,6 +520,113 @@ impl QuantDecl {
         d.int_bits.dedup();
         Ok(d)
     }
+}
+
+/// One `config_groups` entry of a compressed-tensors declaration (`gname`, `g`) into `d`:
+/// its weights' scheme, refused (naming the field) where this tool does not read it.
+fn config_group(
+    d: &mut QuantDecl,
+    gname: &str,
+    g: &serde_json::Value,
+    several_int_groups: bool,
+    bad: &dyn Fn(String, String) -> Error,
+    block_128: &dyn Fn(&str, Option<&serde_json::Value>) -> Result<()>,
+) -> Result<()> {
+    let Some(w) = g.get("weights").filter(|w| !w.is_null()) else {
+        return Ok(());
+    };
+    let field = |f: &str| format!("quantization_config.config_groups.{gname}.weights.{f}");
+    let ty = w.get("type").and_then(|t| t.as_str()).unwrap_or("");
+    let bits = int_field(w.get("num_bits"), &field("num_bits"), &bad)?;
+    let bits = bits.map_or(0, |b| b.clamp(0, 64) as u64);
+    let strategy = w.get("strategy").and_then(|t| t.as_str()).unwrap_or("");
+    let group_size = int_field(w.get("group_size"), &field("group_size"), &bad)?;
+    match (ty, bits, strategy) {
+        ("float", 8, "tensor") => d.fp8.push(Fp8Kind::Tensor),
+        ("float", 8, "channel") => d.fp8.push(Fp8Kind::Channel),
+        ("float", 8, "block") => {
+            block_128(&field("block_structure"), w.get("block_structure"))?;
+            d.fp8.push(Fp8Kind::Block)
+        }
+        ("float", 4, "tensor_group") => {
+            let gs = w.get("group_size").and_then(|b| b.as_u64());
+            if gs != Some(16) {
+                return Err(bad(
+                    field("group_size"),
+                    format!("{gs:?}: NVFP4 needs group_size 16"),
+                ));
+            }
+        }
+        ("float", 4, "group") => {
+            return Err(bad(
+                field("strategy"),
+                format!(
+                    "float 4-bit weights in groups of {:?} (MXFP4: E2M1 codes with E8M0 group scales, llm-compressor's MXFP4A16) are not read yet; NVFP4 (strategy tensor_group, group_size 16) is",
+                    w.get("group_size")
+                ),
+            ));
+        }
+        // ModelOpt's config_groups carry no strategy; its quant_algo says.
+        ("float", 8 | 4, "") => {}
+        ("float", 8, other) => {
+            return Err(bad(
+                field("strategy"),
+                format!(
+                    "FP8 strategy {other:?} is not supported (tensor, channel and block 128x128 are)"
+                ),
+            ));
+        }
+        ("int", 1..=8, "tensor" | "channel" | "group" | "") => {
+            if w.get("actorder").and_then(|a| a.as_str()) == Some("group") {
+                return Err(bad(
+                        field("actorder"),
+                                        "act-order groups (weight_g_idx) are not read yet; a checkpoint without actorder \"group\" is read (GPTQ act-order is: quant_method \"gptq\" with desc_act)".into(),
+                    ));
+            }
+            d.int_bits.push(bits as u32);
+            let g = match (strategy, group_size) {
+                ("tensor", _) => Some(IntGrouping::Tensor),
+                ("channel", _) => Some(IntGrouping::Channel),
+                ("group", Some(gs)) if gs > 0 => Some(IntGrouping::Group(gs as u64)),
+                ("group", gs) => {
+                    return Err(bad(
+                        field("group_size"),
+                        format!("{gs:?}: strategy \"group\" needs a group_size above 0"),
+                    ));
+                }
+                _ => None,
+            };
+            // Several config groups declaring different groupings: each
+            // weight's own scale says (nothing single to check against).
+            d.int_grouping = match (d.int_grouping, g) {
+                (None, g) if !several_int_groups => g,
+                _ => None,
+            };
+        }
+        ("int", _, other) => {
+            return Err(bad(
+                field("strategy"),
+                format!(
+                    "integer weights with {bits} bits and strategy {other:?} are not supported (1 to 8 bits per tensor, channel or group are)"
+                ),
+            ));
+        }
+        ("float", _, other) => {
+            return Err(bad(
+                field("num_bits"),
+                format!(
+                    "float {bits}-bit weights with strategy {other:?} are not read (FP8 per tensor, channel or 128x128 block, and NVFP4 tensor_group 16 are)"
+                ),
+            ));
+        }
+        (other, _, _) => {
+            return Err(bad(
+                field("type"),
+                format!("{other:?}: weights of this type are not read (int and float are)"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The `quant_method`s whose weights this tool reads (others are refused at open, naming the

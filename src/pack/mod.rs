@@ -23,7 +23,7 @@ pub use crate::model::lora::Lora;
 pub use check::{check_header, check_manifest, header_digest, nonzero_padding};
 pub use dump::{Dumped, Opened, dump_tensor};
 pub use plan::Plan;
-pub use read::Pack;
+pub use read::{Pack, PartRule};
 pub use verify::{SourceCheck, SourceReport, Verified, verify_against_source, verify_report};
 pub use write::{Progress, SOURCE_FILES, convert, convert_until};
 

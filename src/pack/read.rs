@@ -43,9 +43,20 @@ fn strip_pads(file: &mut GgufFile) -> Result<()> {
     Ok(())
 }
 
-/// Threads checking blobs against their layouts' rules (`Pack::check_blob_rules`): a few,
-/// beside a load's readers, not every core.
-pub const RULE_THREADS: usize = 4;
+/// One element rule of one blob part of a pack ([`Pack::element_rules`]).
+#[derive(Clone, Debug)]
+pub struct PartRule {
+    /// The blob's name (no part suffix).
+    pub blob: String,
+    /// The part's suffix.
+    pub part: &'static str,
+    /// The part's tensor index.
+    pub tensor: usize,
+    /// The rule.
+    pub rule: crate::layout::ElementRule,
+    /// The elements it covers, from the part's start.
+    pub elements: usize,
+}
 
 /// An opened, validated pack.
 pub struct Pack {
@@ -328,82 +339,117 @@ impl Pack {
             .collect()
     }
 
-    /// Every FFN blob against its layout's own rules ([`LayoutSpec::check_blob`]: what its
-    /// decoder refuses and what its kernels cannot take, such as a permutation that is none,
-    /// a scale that is not finite or a zero point out of range), blobs in parallel: the first
-    /// blob (in file order) that breaks one, named. The loader runs it while the segment
-    /// copies; `verify` runs it too.
+    /// Every FFN blob against its layout's own rules on the CPU ([`LayoutSpec::check_blob`]:
+    /// what its decoder refuses and what its kernels cannot take, such as a permutation that
+    /// is none, a scale that is not finite or a zero point out of range), blobs in parallel:
+    /// the first blob (in file order) that breaks one, named. `verify` runs it; the loader
+    /// checks the element rules on the bytes it copied instead (`loader::rules`) and runs
+    /// this only where no `blob_rules` kernel serves.
     ///
     /// [`LayoutSpec::check_blob`]: crate::layout::LayoutSpec::check_blob
     pub fn check_blob_rules(&self) -> Result<()> {
-        match self.blob_rule_errors().into_iter().next() {
+        match self.blob_rule_errors(false).into_iter().next() {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
 
+    /// The rules over whole blobs that are not element by element
+    /// ([`LayoutSpec::check_structure`]: a stored permutation), on the CPU: what the loader
+    /// checks beside the copy.
+    ///
+    /// [`LayoutSpec::check_structure`]: crate::layout::LayoutSpec::check_structure
+    pub fn check_blob_structures(&self) -> Result<()> {
+        match self.blob_rule_errors(true).into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Blob `name` against every rule of its layout on the CPU (`LayoutSpec::check_blob`).
+    pub fn check_blob(&self, name: &str) -> Result<()> {
+        self.with_blob(name, &|i| Some(self.data(i)), |spec, read| {
+            spec.check_blob(read)
+        })
+        .map(|_| ())
+    }
+
     /// Every FFN blob that breaks its layout's rules, each error as text (`verify`).
     pub fn blob_rule_violations(&self) -> Vec<String> {
-        self.blob_rule_errors()
+        self.blob_rule_errors(false)
             .iter()
             .map(|e| e.to_string())
             .collect()
     }
 
-    /// The blobs' rule errors, in file order. The parts the rules read
-    /// (`LayoutSpec::checked_parts`, the small scales) are read with `pread` first, not
-    /// through the map: a load runs this beside its copy, and faulting the map's pages in
-    /// serializes on the process's page tables and takes the cores the copy's readers need.
-    /// For the same reason it runs on [`RULE_THREADS`] threads of its own, not every core.
-    fn blob_rule_errors(&self) -> Vec<Error> {
+    /// The blobs' rule errors (with `structure`, only the rules that are not element by
+    /// element), in file order.
+    fn blob_rule_errors(&self, structure: bool) -> Vec<Error> {
         use rayon::prelude::*;
         let names = self.blob_names();
-        let run = || {
-            names
-                .par_iter()
-                .filter_map(|n| self.blob_rule_error(n))
-                .collect()
-        };
-        match rayon::ThreadPoolBuilder::new()
-            .num_threads(RULE_THREADS)
-            .build()
-        {
-            Ok(pool) => pool.install(run),
-            Err(_) => run(),
-        }
+        names
+            .par_iter()
+            .filter_map(|n| {
+                let data = |i: usize| Some(self.data(i));
+                self.with_blob(n, &data, |spec, read| {
+                    if structure {
+                        spec.check_structure(read)
+                    } else {
+                        spec.check_blob(read)
+                    }
+                })
+                .err()
+            })
+            .collect()
     }
 
-    /// Blob `name` against its layout's rules, the parts they read read with `pread`.
-    fn blob_rule_error(&self, name: &str) -> Option<Error> {
-        let prefix = format!("{name}.");
-        let spec = self
-            .manifest
-            .tensors
-            .iter()
-            .find(|e| e.name == name || e.name.starts_with(&prefix))
-            .and_then(|e| Layout::from_tag(&e.ffn.as_ref()?.layout))?
-            .spec();
-        let wanted = spec.checked_parts();
-        if wanted.is_empty() {
-            return None;
-        }
-        let mut read = Vec::new();
-        for (i, e) in self.manifest.tensors.iter().enumerate() {
-            let part = e.name.strip_prefix(&prefix);
-            if part.is_some_and(|p| wanted.contains(&p)) {
-                match self.read(i) {
-                    Ok(v) => read.push((i, v)),
-                    Err(e) => return Some(e),
+    /// The element rules of every FFN blob this pack holds, with the tensor each reads, the
+    /// elements checked against the part's bytes (what `loader::rules` launches).
+    pub fn element_rules(&self) -> Result<Vec<PartRule>> {
+        let mut out = Vec::new();
+        for name in self.blob_names() {
+            let prefix = format!("{name}.");
+            let Some(fe) = self
+                .manifest
+                .tensors
+                .iter()
+                .find(|e| e.name == name || e.name.starts_with(&prefix))
+                .and_then(|e| e.ffn.as_ref())
+            else {
+                continue;
+            };
+            let Some(layout) = Layout::from_tag(&fe.layout) else {
+                continue;
+            };
+            let padded = fe.padded.map(|d| d as usize);
+            for (part, rule, count) in layout.spec().element_rules(&fe.scalars, padded) {
+                let tname = if part.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{prefix}{part}")
+                };
+                let Some(i) = self.index(&tname) else {
+                    continue;
+                };
+                let bytes = self.file.tensors[i].bytes as usize;
+                let n = count.unwrap_or(bytes / rule.elem_bytes());
+                if n.checked_mul(rule.elem_bytes()).is_none_or(|b| b > bytes) {
+                    return Err(Error::Tensor {
+                        file: self.file.path.display().to_string(),
+                        tensor: tname,
+                        field: "rules",
+                        reason: format!("{n} elements of {rule:?} pass its {bytes} bytes"),
+                    });
                 }
+                out.push(PartRule {
+                    blob: name.clone(),
+                    part,
+                    tensor: i,
+                    rule,
+                    elements: n,
+                });
             }
         }
-        let data = |i: usize| {
-            read.iter()
-                .find(|(j, _)| *j == i)
-                .map(|(_, v)| v.as_slice())
-                .or_else(|| Some(self.data(i)))
-        };
-        self.with_blob(name, &data, |spec, read| spec.check_blob(read))
-            .err()
+        Ok(out)
     }
 }

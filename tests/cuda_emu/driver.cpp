@@ -126,6 +126,8 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { bf16_gemv_batch4((const float*)P(0), I(1), (const __nv_bfloat16*)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
     else if (name == "w8a16_gemv_batch4_cvt")
         emu_launch(gx, gy, bx, [&] { w8a16_gemv_batch4_cvt((const float*)P(0), I(1), (cu8)P(2), (const float*)P(3), (float*)P(4), I(5), I(6), I(7), I(8)); });
+    else if (name == "blob_rules")
+        emu_launch(gx, gy, bx, [&] { blob_rules((cu8)P(0), I(1), I(2), I(3), (unsigned int*)P(4), I(5)); });
     else if (name == "stream_probe")
         emu_launch(gx, gy, bx, [&] { stream_probe((const uint4*)P(0), I(1), I(2), (unsigned int*)P(3)); });
     else if (name == "w8a8_gemm")

@@ -75,6 +75,7 @@ pub fn emulator() -> Option<&'static Path> {
             "ffn_w8a8",
             "ffn_w8a8_wgmma",
             "probe",
+            "rules",
         ] {
             let src = raw(m);
             let b = src

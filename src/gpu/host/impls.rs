@@ -140,6 +140,7 @@ const TWINS: &[(&[&str], Twin)] = &[
     (&["nvfp4_mmq_repack"], HostBackend::nvfp4_mmq_repack),
     (&["bf16_gemv_batch4"], HostBackend::bf16_gemv_batch4),
     (&["stream_probe"], HostBackend::stream_probe),
+    (&["blob_rules"], HostBackend::blob_rules),
 ];
 
 impl HostBackend {
@@ -614,6 +615,30 @@ impl HostBackend {
         let sink = reference::stream_probe(words, per);
         let bytes: Vec<u8> = sink.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.write(a.ptr("sink")?, 0, &bytes)
+    }
+
+    /// `blob_rules`: the twin's first bad index, kept where lower than `bad[slot]`.
+    fn blob_rules(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (n, kind, top, slot) = (a.dim("n")?, a.dim("kind")?, a.dim("top")?, a.dim("slot")?);
+        let rule = reference::ElementRule::from_kind(kind, top)
+            .ok_or_else(|| GpuError::Invalid(format!("blob_rules: kind {kind}")))?;
+        let p = self.read(a.ptr("p")?)?;
+        if n.checked_mul(rule.elem_bytes()).is_none_or(|b| b > p.len()) {
+            return Err(GpuError::Invalid(format!(
+                "blob_rules: {n} elements past the buffer of {} bytes",
+                p.len()
+            )));
+        }
+        let first = reference::blob_rules(&p, n, rule);
+        let bad = a.ptr("bad")?;
+        let mut cur = self.read(bad)?;
+        let at = slot
+            .checked_mul(4)
+            .filter(|&o| o + 4 <= cur.len())
+            .ok_or_else(|| GpuError::Invalid(format!("blob_rules: slot {slot} past `bad`")))?;
+        let old = u32::from_le_bytes([cur[at], cur[at + 1], cur[at + 2], cur[at + 3]]);
+        cur[at..at + 4].copy_from_slice(&old.min(first).to_le_bytes());
+        self.write(bad, 0, &cur)
     }
 
     /// `bf16_gemv_batch4`.
