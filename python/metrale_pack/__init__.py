@@ -6,6 +6,12 @@
     w = p.tensor("blk.0.ffn_gate.nvfp4")  # f32 numpy array, decoded as `metrale-pack dump` does
     p.verify()["ok"]                 # every checksum and padding byte
     metrale_pack.convert("model.gguf", "model.mpk.gguf", layouts=["bf16"])
+
+Every failure raises a `metrale_pack.Error` (a `ValueError`) of one of its kinds: `FormatError`
+(a file that is not what its format says), `UnsupportedError` (a format or request not read or
+served yet), `IoError` (the file system: an unreadable file, an output that is an input),
+`DeviceError` (the GPU runtime) or `ArgumentError` (an argument out of range); the message names
+the file, tensor and field.
 """
 
 import json
@@ -13,8 +19,10 @@ import json
 import numpy as np
 
 from . import _native
+from ._native import ArgumentError, DeviceError, Error, FormatError, IoError, UnsupportedError
 
-__all__ = ["Pack", "Loaded", "DeviceTensor", "open", "convert", "load"]
+__all__ = ["Pack", "Loaded", "DeviceTensor", "open", "convert", "load", "Error", "FormatError",
+           "UnsupportedError", "IoError", "DeviceError", "ArgumentError"]
 
 # A pack type's numpy dtype; any other type (quantized ggml blocks, FFN blobs) is uint8 bytes.
 _DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "F64": np.dtype("<f8"),
@@ -25,9 +33,14 @@ class Pack:
     """A pack, opened once: its manifest, tensors and checks."""
 
     def __init__(self, path):
+        self.path, self.manifest = str(path), {}
         self._p = _native.Pack(str(path))
-        self.path = str(path)
         self.manifest = json.loads(self._p.manifest_json())
+
+    def __repr__(self):
+        man = getattr(self, "manifest", {})
+        return (f"Pack({getattr(self, 'path', None)!r}, {len(man.get('tensors', []))} tensors, "
+                f"layouts {man.get('layouts')}, {man.get('model', {}).get('ffn_layers')} FFN layers)")
 
     def tensor_names(self):
         """Every tensor's name, in file order."""
@@ -68,8 +81,16 @@ class Loaded:
     """A pack loaded by the engine loader: every device tensor copied, every layer installed and
     checked to forward. Freed by `close()` or when the object goes."""
 
-    def __init__(self, native):
+    def __init__(self, native, path=None, device=None):
         self._m = native
+        self.path, self.device = path, device
+
+    def __repr__(self):
+        try:
+            n = f"{len(self._m.tensor_names())} device tensors"
+        except Error:
+            n = "closed"
+        return f"Loaded({self.path!r}, device {self.device!r}, {n})"
 
     def tensor_names(self):
         """Every device tensor's name, in pack order."""
@@ -98,7 +119,7 @@ class Loaded:
         the output as [rows, hidden] f32."""
         x = np.ascontiguousarray(x, dtype="<f4")
         if x.ndim != 2:
-            raise ValueError(f"forward: x is {x.shape}, needs [rows, hidden]")
+            raise ArgumentError(f"forward: x is {x.shape}, needs [rows, hidden]")
         if arm is None:
             y = self._m.forward(layer, x.tobytes(), x.shape[0])
         else:
@@ -158,6 +179,9 @@ class DeviceTensor:
     def __init__(self, native, name, raw=False):
         self._m, self.name, self._raw = native, name, raw
 
+    def __repr__(self):
+        return f"DeviceTensor({self.name!r}{', raw' if self._raw else ''})"
+
     def __dlpack__(self, stream=None, **_kwargs):
         # The load synchronized its copies: the bytes are ready for any stream.
         return self._m.dlpack(self.name, self._raw)
@@ -170,5 +194,5 @@ def load(path, device="cpu", verify_checksums=False, max_rows=16):
     """Load the pack at `path` with the engine loader (forward calls of up to `max_rows` rows, at
     most 65536; more is refused, naming `max_rows`) onto `device`: "cuda" or "cuda:N" (torch's primary context), or "cpu" (the host backend, what
     CI runs). Device tensors come out through `dlpack`/`torch` without a copy."""
-    return Loaded(_native.load(str(path), device, verify_checksums, max_rows))
+    return Loaded(_native.load(str(path), device, verify_checksums, max_rows), str(path), device)
 

@@ -196,7 +196,7 @@ pub fn import(capsule: &pyo3::Bound<'_, pyo3::PyAny>) -> pyo3::PyResult<Imported
     unsafe {
         if pyo3::ffi::PyCapsule_IsValid(cap, NAME.as_ptr()) != 1 {
             pyo3::ffi::PyErr_Clear();
-            return Err(pyo3::exceptions::PyValueError::new_err(
+            return Err(crate::errors::ArgumentError::new_err(
                 "expected an unused DLPack capsule named \"dltensor\" (from __dlpack__())",
             ));
         }
@@ -209,7 +209,7 @@ pub fn import(capsule: &pyo3::Bound<'_, pyo3::PyAny>) -> pyo3::PyResult<Imported
         // array, then its data pointer (a capsule is another library's, possibly a bad one). A
         // refused capsule is left as it was, its producer's destructor frees it.
         let refuse = |what: String| -> pyo3::PyResult<Imported> {
-            Err(pyo3::exceptions::PyValueError::new_err(format!(
+            Err(crate::errors::ArgumentError::new_err(format!(
                 "DLPack capsule: {what}"
             )))
         };

@@ -7,6 +7,7 @@
 //! numpy arrays.
 
 mod dlpack;
+mod errors;
 
 use metrale_pack::converters::layouts::{Layout, q4k_mmq::DownFormat};
 use metrale_pack::gpu::Device;
@@ -14,19 +15,12 @@ use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::loader::{EngineOptions, LoadedModel};
 use metrale_pack::model::Model;
 use metrale_pack::pack::{self, ConvertOptions, Dumped, choice};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
-
-/// Any library error as a Python `ValueError` with the library's message (it names the file,
-/// tensor and field).
-fn err(e: impl std::fmt::Display) -> PyErr {
-    PyValueError::new_err(e.to_string())
-}
 
 /// A pack opened (header parsed and checked, the file mapped once): every method reads the
 /// file opened here, even after the path is replaced.
@@ -47,14 +41,14 @@ impl Pack {
 impl Pack {
     #[new]
     fn new(path: PathBuf) -> PyResult<Self> {
-        let opened = pack::Opened::open(&path).map_err(err)?;
-        opened.pack().map_err(err)?;
+        let opened = pack::Opened::open(&path).map_err(errors::lib)?;
+        opened.pack().map_err(errors::lib)?;
         Ok(Pack { path, opened })
     }
 
     /// The manifest as JSON (the `metrale.pack.manifest` object).
     fn manifest_json(&self) -> PyResult<String> {
-        serde_json::to_string(&self.pack().manifest).map_err(err)
+        serde_json::to_string(&self.pack().manifest).map_err(errors::other)
     }
 
     /// Every tensor's name, in file order.
@@ -79,7 +73,7 @@ impl Pack {
     ) -> PyResult<(Bound<'py, PyBytes>, Vec<usize>, &'static str)> {
         let d = py
             .allow_threads(|| self.opened.dump(name, !decode))
-            .map_err(err)?;
+            .map_err(errors::lib)?;
         Ok(match d {
             Dumped::Raw(b) => (PyBytes::new(py, &b), vec![b.len()], "u8"),
             Dumped::F32 { values, shape, .. } => {
@@ -95,8 +89,8 @@ impl Pack {
     fn verify(&self, py: Python<'_>, source: Option<PathBuf>) -> PyResult<String> {
         let r = py
             .allow_threads(|| pack::verify_report(self.pack(), &self.path, source.as_deref()))
-            .map_err(err)?;
-        serde_json::to_string(&r).map_err(err)
+            .map_err(errors::lib)?;
+        serde_json::to_string(&r).map_err(errors::other)
     }
 }
 
@@ -120,7 +114,9 @@ fn convert(
     let layouts = layouts
         .map(|tags| {
             tags.iter()
-                .map(|t| Layout::from_tag(t).ok_or_else(|| err(format!("unknown layout {t:?}"))))
+                .map(|t| {
+                    Layout::from_tag(t).ok_or_else(|| errors::arg(format!("unknown layout {t:?}")))
+                })
                 .collect::<PyResult<Vec<Layout>>>()
         })
         .transpose()?;
@@ -128,9 +124,9 @@ fn convert(
         None => None,
         Some("int8") => Some(DownFormat::Int8),
         Some("q4k") => Some(DownFormat::Q4k),
-        Some(o) => return Err(err(format!("q4k_down is int8 or q4k, not {o:?}"))),
+        Some(o) => return Err(errors::arg(format!("q4k_down is int8 or q4k, not {o:?}"))),
     };
-    let model = Model::open(&src).map_err(err)?;
+    let model = Model::open(&src).map_err(errors::lib)?;
     let q4k_down = q4k_down.unwrap_or_else(|| choice::default_down(&model));
     let mut opts = ConvertOptions {
         layouts,
@@ -141,7 +137,7 @@ fn convert(
     // re-quantizes a quantized weight is refused unless `allow_requantize`.
     let settled = choice::settle(&model, &opts);
     if let Some(why) = settled.refusal.filter(|_| !allow_requantize) {
-        return Err(err(format!(
+        return Err(errors::UnsupportedError::new_err(format!(
             "{}: {why} (name layouts, or pass allow_requantize=True)",
             model.path.display()
         )));
@@ -150,7 +146,7 @@ fn convert(
     let m = run_stoppable(py, progress.as_ref(), |report, stop| {
         pack::convert_until(model, &opts, &out, report, stop)
     })?;
-    serde_json::to_string(&m).map_err(err)
+    serde_json::to_string(&m).map_err(errors::other)
 }
 
 /// Run `job` (a convert given a progress sink and a stop flag) on a thread of its own while
@@ -218,8 +214,8 @@ fn run_stoppable<T: Send>(
         return Err(e);
     }
     match result {
-        Some(Ok(r)) => r.map_err(err),
-        Some(Err(_)) | None => Err(err(
+        Some(Ok(r)) => r.map_err(errors::lib),
+        Some(Err(_)) | None => Err(errors::other(
             "convert: internal error (a panic in metrale-pack); nothing was written",
         )),
     }
@@ -247,7 +243,8 @@ struct Loaded {
 impl Loaded {
     fn shared(&self) -> PyResult<Arc<Mutex<LoadedModel>>> {
         let g = self.model.lock().unwrap_or_else(|e| e.into_inner());
-        g.clone().ok_or_else(|| err("the loaded pack was closed"))
+        g.clone()
+            .ok_or_else(|| errors::other("the loaded pack was closed"))
     }
 
     fn with<T>(&self, f: impl FnOnce(&LoadedModel) -> PyResult<T>) -> PyResult<T> {
@@ -275,13 +272,13 @@ impl Loaded {
     /// an FFN blob, its manifest entry's layout descriptor as JSON (else `None`).
     fn tensor<'py>(&self, py: Python<'py>, name: &str) -> PyResult<DeviceTensorOut<'py>> {
         self.with(|m| {
-            let t = m
-                .device_tensor(name)
-                .ok_or_else(|| err(format!("no device tensor {name:?} in the loaded pack")))?;
+            let t = m.device_tensor(name).ok_or_else(|| {
+                errors::arg(format!("no device tensor {name:?} in the loaded pack"))
+            })?;
             let mut b = vec![0u8; t.ptr.bytes as usize];
-            m.backend().download(t.ptr, &mut b).map_err(err)?;
+            m.backend().download(t.ptr, &mut b).map_err(errors::gpu)?;
             let ffn = match &t.entry.ffn {
-                Some(f) => Some(serde_json::to_string(f).map_err(err)?),
+                Some(f) => Some(serde_json::to_string(f).map_err(errors::other)?),
                 None => None,
             };
             Ok((
@@ -306,7 +303,8 @@ impl Loaded {
         let shared = self.shared()?;
         let mut g = shared.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = vec![0u8; x.len()];
-        g.forward_host(layer, x, &mut out, rows).map_err(err)?;
+        g.forward_host(layer, x, &mut out, rows)
+            .map_err(errors::gpu)?;
         Ok(PyBytes::new(py, &out))
     }
 
@@ -324,7 +322,7 @@ impl Loaded {
         let g = shared.lock().unwrap_or_else(|e| e.into_inner());
         let hidden = g.pack.pack.manifest.model.hidden_size as usize;
         if rows == 0 || rows.checked_mul(hidden).and_then(|v| v.checked_mul(4)) != Some(x.len()) {
-            return Err(err(format!(
+            return Err(errors::arg(format!(
                 "forward: {} input bytes are not {rows} rows of {hidden} f32",
                 x.len()
             )));
@@ -333,7 +331,7 @@ impl Loaded {
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
-        let y = g.forward_arm(layer, arm, &xf).map_err(err)?;
+        let y = g.forward_arm(layer, arm, &xf).map_err(errors::lib)?;
         let out: Vec<u8> = y.iter().flat_map(|v| v.to_le_bytes()).collect();
         Ok(PyBytes::new(py, &out))
     }
@@ -353,11 +351,11 @@ impl Loaded {
         let shared = self.shared()?;
         let e = {
             let m = shared.lock().unwrap_or_else(|e| e.into_inner());
-            let t = m
-                .device_tensor(name)
-                .ok_or_else(|| err(format!("no device tensor {name:?} in the loaded pack")))?;
+            let t = m.device_tensor(name).ok_or_else(|| {
+                errors::arg(format!("no device tensor {name:?} in the loaded pack"))
+            })?;
             let data = if self.device.0 == dlpack::KDL_CPU {
-                host().host_address(t.ptr).map_err(err)?
+                host().host_address(t.ptr).map_err(errors::gpu)?
             } else {
                 t.ptr.addr as *mut u8
             };
@@ -402,9 +400,13 @@ impl Loaded {
         let mut g = shared.lock().unwrap_or_else(|e| e.into_inner());
         let m = &mut *g;
         let hidden = m.pack.pack.manifest.model.hidden_size as usize;
-        let rows = xi.f32_rows(self.device, hidden, "x").map_err(err)?;
-        if oi.f32_rows(self.device, hidden, "out").map_err(err)? != rows {
-            return Err(err(format!(
+        let rows = xi.f32_rows(self.device, hidden, "x").map_err(errors::arg)?;
+        if oi
+            .f32_rows(self.device, hidden, "out")
+            .map_err(errors::arg)?
+            != rows
+        {
+            return Err(errors::arg(format!(
                 "out: {:?} rows, x has {rows}",
                 oi.shape.first()
             )));
@@ -419,7 +421,7 @@ impl Loaded {
                     std::slice::from_raw_parts_mut(oi.data, bytes),
                 )
             };
-            return m.forward_host(layer, xs, os, rows).map_err(err);
+            return m.forward_host(layer, xs, os, rows).map_err(errors::gpu);
         }
         let dev = |p: *mut u8| metrale_pack::gpu::DevicePtr {
             addr: p as u64,
@@ -428,7 +430,7 @@ impl Loaded {
         // `out` is device memory of `bytes` (checked above), kept alive by the caller (torch
         // orders its reuse after this stream's work).
         m.forward_device(layer, dev(xi.data), dev(oi.data), rows, stream)
-            .map_err(err)
+            .map_err(errors::gpu)
     }
 
     /// The DLPack device of the tensors: `(1, 0)` host, `(2, ordinal)` CUDA.
@@ -455,8 +457,8 @@ fn load(
     verify_checksums: bool,
     max_rows: usize,
 ) -> PyResult<Loaded> {
-    let device = Device::parse(device).map_err(err)?;
-    let (backend, dl) = (device.backend().map_err(err)?, device.dlpack());
+    let device = Device::parse(device).map_err(errors::arg)?;
+    let (backend, dl) = (device.backend().map_err(errors::gpu)?, device.dlpack());
     let opts = EngineOptions {
         verify_checksums,
         max_tokens: max_rows.max(1),
@@ -464,7 +466,7 @@ fn load(
     };
     let m = py
         .allow_threads(|| LoadedModel::load(&path, backend, &opts))
-        .map_err(err)?;
+        .map_err(errors::lib)?;
     Ok(Loaded {
         model: Mutex::new(Some(Arc::new(Mutex::new(m)))),
         device: dl,
@@ -480,6 +482,7 @@ fn host_live_allocations() -> usize {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
     m.add_class::<Pack>()?;
     m.add_class::<Loaded>()?;
     m.add_function(wrap_pyfunction!(convert, m)?)?;

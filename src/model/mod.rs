@@ -453,14 +453,14 @@ impl QuantDecl {
             if let Some(m) = d.method.as_deref()
                 && !READ_METHODS.contains(&m)
             {
-                return Err(bad(
-                    "quantization_config.quant_method".into(),
-                    format!(
-                        "{m:?}{}: weights quantized this way are not read yet (read: {})",
+                return Err(Error::Unsupported {
+                    file: file.into(),
+                    reason: format!(
+                        "quantization_config.quant_method {m:?}{}: weights quantized this way are not read yet (read: {})",
                         unread_detail(m, qc),
                         READ_METHODS.join(", ")
                     ),
-                ));
+                });
             }
             if d.method.as_deref() == Some("awq") {
                 let version = qc.get("version").and_then(|v| v.as_str()).unwrap_or("gemm");
