@@ -106,9 +106,10 @@ pub struct LoadOptions {
     /// Rank `r` of `n` of a tensor-parallel pack (`convert --tp n`): load the replicated
     /// range and rank `r`'s segment only. `None` loads a pack that is not tensor-parallel.
     pub rank: Option<(u32, u32)>,
-    /// Check every FFN blob against its layout's rules while the segment copies
-    /// (`Pack::check_blob_rules`; on by default). Off only to measure what the check costs
-    /// (`bench-load`'s A/B): a pack whose checksums were recomputed over bad bytes then loads.
+    /// Check every FFN blob against its layout's rules (`loader/rules.rs`: the structure
+    /// rules on the CPU beside the copy, the element rules on the copied bytes after it; on by
+    /// default). Off only to measure what the check costs (`bench-load`'s A/B): a pack whose
+    /// checksums were recomputed over bad bytes then loads.
     pub blob_rules: bool,
 }
 
