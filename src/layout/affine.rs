@@ -232,14 +232,28 @@ impl LayoutSpec for Affine {
         checked_perm(b).map(|_| ())
     }
     fn check_blob(&self, b: &BlobRead) -> Result<()> {
+        // The structure, then the pairs by the element rule's twin (what the loader's
+        // `blob_rules` launch checks), the first bad one named by row and group.
         let (sc, _) = checked_perm(b)?;
-        let [np, kp] = b.padded;
-        affine::check_pairs(b.part("scales")?, sc, np, kp).map_err(|reason| Error::Tensor {
-            file: b.file.into(),
-            tensor: format!("{}.scales", b.name),
-            field: "pairs",
-            reason,
-        })
+        let scales = b.part("scales")?;
+        for (part, rule, count) in self.element_rules(b.scalars, b.padded) {
+            let n = count.unwrap_or(0);
+            if n.checked_mul(rule.elem_bytes())
+                .is_none_or(|e| e > scales.len())
+            {
+                return Err(b.bad(part, format!("{n} elements of {rule:?} pass the part")));
+            }
+            let i = crate::gpu::reference::blob_rules(scales, n, rule);
+            if i != u32::MAX {
+                return Err(Error::Tensor {
+                    file: b.file.into(),
+                    tensor: format!("{}.scales", b.name),
+                    field: "pairs",
+                    reason: pair_reason(scales, sc, b.padded[1], i, rule),
+                });
+            }
+        }
+        Ok(())
     }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
         if !v.all("codes") || !v.all("scales") {
@@ -302,4 +316,29 @@ fn checked_perm(b: &BlobRead) -> Result<(affine::Scheme, Option<Vec<u32>>)> {
         });
     }
     Ok((sc, Some(perm)))
+}
+
+/// Why the pair holding element `i` of `rule` (a half of the offset form, a pair of the zero
+/// forms) breaks it: its row and group, and which of its numbers.
+fn pair_reason(scales: &[u8], sc: Scheme, kp: usize, i: u32, rule: ElementRule) -> String {
+    let pair = match rule {
+        ElementRule::Halves => i as usize / 2,
+        _ => i as usize,
+    };
+    let groups = (kp / sc.group).max(1);
+    let (r, g) = (pair / groups, pair % groups);
+    let (s, t) = affine::pair_at(scales, pair * sc.form.pair_bytes(), sc.form);
+    if !s.is_finite() {
+        format!("row {r}, group {g}: scale {s} is not finite")
+    } else if sc.form == Form::Offset {
+        format!("row {r}, group {g}: offset {t} is not finite")
+    } else if !t.is_finite() {
+        format!("row {r}, group {g}: zero point {t} is not finite")
+    } else {
+        format!(
+            "row {r}, group {g}: zero point {t} is not an integer code of {} bits (0 to {})",
+            sc.bits,
+            rule.top()
+        )
+    }
 }
