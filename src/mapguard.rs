@@ -179,15 +179,24 @@ pub fn check(
 mod tests {
     use super::*;
 
+    /// `x.bin` in `dir` of `pages` pages of 7s, opened, mapped and registered.
+    fn mapped(
+        dir: &std::path::Path,
+        pages: usize,
+    ) -> (std::path::PathBuf, std::fs::File, memmap2::Mmap, Guard) {
+        let p = dir.join("x.bin");
+        std::fs::write(&p, vec![7u8; pages * PAGE]).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        // SAFETY: a read-only map of a file the test owns; a test truncates it on purpose.
+        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        let g = Guard::register(&map);
+        (p, f, map, g)
+    }
+
     #[test]
     fn a_truncated_map_reads_zeros_and_reports_the_range() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.bin");
-        std::fs::write(&p, vec![7u8; 5 * PAGE]).unwrap();
-        let f = std::fs::File::open(&p).unwrap();
-        // SAFETY: a read-only map of a file this test owns; the test truncates it on purpose.
-        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
-        let g = Guard::register(&map);
+        let (p, f, map, g) = mapped(dir.path(), 5);
         check(&p, &f, map.len() as u64, &g).unwrap();
         std::fs::OpenOptions::new()
             .write(true)
@@ -205,12 +214,7 @@ mod tests {
     #[test]
     fn a_path_renamed_over_leaves_the_mapped_file_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.bin");
-        std::fs::write(&p, vec![7u8; 3 * PAGE]).unwrap();
-        let f = std::fs::File::open(&p).unwrap();
-        // SAFETY: a read-only map of a file this test owns.
-        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
-        let g = Guard::register(&map);
+        let (p, f, map, g) = mapped(dir.path(), 3);
         let q = dir.path().join("y.bin");
         std::fs::write(&q, vec![1u8; PAGE]).unwrap();
         std::fs::rename(&q, &p).unwrap();
