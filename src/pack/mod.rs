@@ -14,6 +14,7 @@ pub mod choice;
 mod dump;
 mod plan;
 mod read;
+mod refusals;
 pub mod tp;
 mod verify;
 mod write;
