@@ -70,7 +70,7 @@ fn main() -> anyhow::Result<()> {
     pack::convert(
         &Model::open(&src)?,
         &q4k,
-        &root.join("pack/q4k-down.gguf"),
+        root.join("pack/q4k-down.gguf"),
         &|_, _| {},
     )?;
     let gelu = tmp.path().join("g.gguf");
@@ -78,7 +78,7 @@ fn main() -> anyhow::Result<()> {
     pack::convert(
         &Model::open(&gelu)?,
         &ConvertOptions::default(),
-        &root.join("loader/gelu-defaults.gguf"),
+        root.join("loader/gelu-defaults.gguf"),
         &|_, _| {},
     )?;
     // Manifest: the template's own JSON.

@@ -409,7 +409,8 @@ impl GgufFile {
     }
 
     /// Map and validate `path`.
-    pub fn open(path: &Path) -> Result<Self> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
         let (f, map, file, guard) = map_file(path)?;
         let parsed = parse_releasing(&map, &file, &|a, b| release_pages(&map, a, b))?;
         // The header is held parsed: its pages need not stay resident (a 2-million-string

@@ -42,7 +42,8 @@ pub struct StFile {
 
 impl StFile {
     /// Map and validate one `.safetensors` file.
-    pub fn open(path: &Path) -> Result<Self> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
         let (opened, map, file, guard) = crate::gguf::map_file(path)?;
         let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| Error::Safetensors {
             file: file.clone(),

@@ -119,7 +119,7 @@ fn act_order_is_carried_with_its_columns_sorted_by_group() {
         assert_eq!(fe.scalars.get("perm"), Some(&want), "{proj}");
     }
     // Without act-order, no permutation.
-    let plain = Model::open(&fixture("gptq-4bit-g128-sym-f16")).unwrap();
+    let plain = Model::open(fixture("gptq-4bit-g128-sym-f16")).unwrap();
     assert!(!plain.gptq_act_order(&plain.ffn_layers[0].gate));
     let out2 = tmp.path().join("q.mpk.gguf");
     pack::convert(&plain, &ConvertOptions::default(), &out2, &|_, _| {}).unwrap();
@@ -139,7 +139,7 @@ fn act_order_is_carried_with_its_columns_sorted_by_group() {
         tp: 2,
         ..Default::default()
     };
-    let m = Model::open(&f16_attention(tmp.path(), "gptq-4bit-g128-desc-sym-f16")).unwrap();
+    let m = Model::open(f16_attention(tmp.path(), "gptq-4bit-g128-desc-sym-f16")).unwrap();
     let out3 = tmp.path().join("tp.mpk.gguf");
     let e = pack::convert(&m, &tp, &out3, &|_, _| {})
         .unwrap_err()
@@ -150,7 +150,7 @@ fn act_order_is_carried_with_its_columns_sorted_by_group() {
 #[test]
 fn a_permutation_that_is_not_one_is_refused_when_the_blob_decodes() {
     // The pack's permutation is data: a repeated column is named, never decoded silently.
-    let m = Model::open(&fixture("gptq-4bit-g128-desc-sym-f16")).unwrap();
+    let m = Model::open(fixture("gptq-4bit-g128-desc-sym-f16")).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("p.mpk.gguf");
     pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {}).unwrap();
@@ -292,7 +292,7 @@ fn carried_gptq_groups_split_across_ranks_at_group_boundaries() {
         tp: 2,
         ..Default::default()
     };
-    let m = Model::open(&fixture("gptq-4bit-g64-asym-f16")).unwrap();
+    let m = Model::open(fixture("gptq-4bit-g64-asym-f16")).unwrap();
     let out = tmp.path().join("tp.mpk.gguf");
     let e = pack::convert(&m, &opts, &out, &|_, _| {})
         .unwrap_err()
@@ -301,7 +301,7 @@ fn carried_gptq_groups_split_across_ranks_at_group_boundaries() {
         e.contains("self_attn") && e.contains("g_idx") && !out.exists(),
         "{e}"
     );
-    let m = Model::open(&f16_attention(tmp.path(), "gptq-4bit-g64-asym-f16")).unwrap();
+    let m = Model::open(f16_attention(tmp.path(), "gptq-4bit-g64-asym-f16")).unwrap();
     pack::convert(&m, &opts, &out, &|_, _| {}).unwrap();
     let p = Pack::open(&out).unwrap();
     let c = pack::verify_against_source(&p, &m).unwrap();
@@ -391,7 +391,7 @@ fn finalize_affine_gptq_load_builds_the_converters_bytes_from_autogptq_tensors()
     use metrale_pack::gpu::{GpuBackend, host::HostBackend};
     use metrale_pack::model::FfnWeight;
     for name in ["gptq-4bit-g64-asym-f16", "gptq-8bit-channel-asym-f16"] {
-        let m = Model::open(&fixture(name)).unwrap();
+        let m = Model::open(fixture(name)).unwrap();
         let b = std::sync::Arc::new(HostBackend::new());
         let cfg = FfnConfig {
             hidden: 256,

@@ -258,7 +258,7 @@ fn modelopt_zero_dim_scales_convert_and_input_scale_is_carried() {
 }
 
 fn lora_pack(adapter: &str) -> Result<(Pack, tempfile::TempDir), String> {
-    let base = Model::open(&fixtures().join("peft-base")).unwrap();
+    let base = Model::open(fixtures().join("peft-base")).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("l.mpk.gguf");
     let opts = ConvertOptions {
@@ -283,7 +283,7 @@ fn peft_adapters_give_peft_s_a_b_rank_and_scaling_per_module() {
         "peft-lora-layer0-only",
     ] {
         let e = expected(&fixtures().join(adapter));
-        let a = Model::open(&fixtures().join(adapter).join("adapter_model.safetensors")).unwrap();
+        let a = Model::open(fixtures().join(adapter).join("adapter_model.safetensors")).unwrap();
         let (p, _tmp) = lora_pack(adapter).unwrap();
         let modules = e["modules"].as_object().unwrap();
         let mut served = 0;
@@ -641,12 +641,12 @@ fn quantized_attention_splits_with_its_scales_and_each_rank_decodes_its_rows_or_
         }
     }
     // A cut through a scale group is refused, naming the weight and the group.
-    let m = Model::open(&fixtures().join("ct-fp8-block-bf16-i384")).unwrap();
+    let m = Model::open(fixtures().join("ct-fp8-block-bf16-i384")).unwrap();
     let opts = ConvertOptions {
         tp: 4,
         ..Default::default()
     };
-    let e = pack::convert(&m, &opts, &tmp.path().join("x.gguf"), &|_, _| {})
+    let e = pack::convert(&m, &opts, tmp.path().join("x.gguf"), &|_, _| {})
         .unwrap_err()
         .to_string();
     assert!(
@@ -654,12 +654,12 @@ fn quantized_attention_splits_with_its_scales_and_each_rank_decodes_its_rows_or_
         "{e}"
     );
     // Packed integer attention is refused by name.
-    let m = Model::open(&fixtures().join("ct-w4a16-bf16")).unwrap();
+    let m = Model::open(fixtures().join("ct-w4a16-bf16")).unwrap();
     let opts = ConvertOptions {
         tp: 2,
         ..Default::default()
     };
-    let e = pack::convert(&m, &opts, &tmp.path().join("x.gguf"), &|_, _| {})
+    let e = pack::convert(&m, &opts, tmp.path().join("x.gguf"), &|_, _| {})
         .unwrap_err()
         .to_string();
     assert!(e.contains("packed integer attention"), "{e}");
@@ -750,7 +750,7 @@ fn integer_checkpoints_convert_to_affine_by_default_and_decode_as_their_library(
 fn integer_groups_split_across_ranks() {
     let tmp = tempfile::tempdir().unwrap();
     // Per-channel int8 (one group a row): intermediate 384 splits into 192 a rank at any cut.
-    let m = Model::open(&fixtures().join("ct-int8-w8a8-bf16")).unwrap();
+    let m = Model::open(fixtures().join("ct-int8-w8a8-bf16")).unwrap();
     let opts = ConvertOptions {
         layouts: Some(vec![Layout::Affine]),
         tp: 2,

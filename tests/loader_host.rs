@@ -580,7 +580,7 @@ fn host_tensors_keep_exactly_the_named_tensors_off_the_device() {
         host_tensors: vec!["blk.0.ffn_gate.weight".into()],
         ..Default::default()
     };
-    let e = pack::convert(&model, &bad, &dir.path().join("x.mpk.gguf"), &|_, _| {})
+    let e = pack::convert(&model, &bad, dir.path().join("x.mpk.gguf"), &|_, _| {})
         .unwrap_err()
         .to_string();
     assert!(e.contains("--host-tensors blk.0.ffn_gate.weight"), "{e}");

@@ -40,7 +40,7 @@ fn lora_layout_matches_the_f64_delta() {
     );
     assert_eq!(man.layouts, vec!["nvfp4", "lora"]);
     let p = Pack::open(&out).unwrap();
-    let a = Model::open(&ad.join("adapter_model.safetensors")).unwrap();
+    let a = Model::open(ad.join("adapter_model.safetensors")).unwrap();
     let (delta, shape) = p.decode_ffn("blk.1.ffn_down.lora").unwrap();
     assert_eq!(shape, [64, 128]);
     let am = a

@@ -334,7 +334,7 @@ fn q4k_source_is_carried_and_output_is_thread_count_independent() {
         outs.push(std::fs::read(&out).unwrap());
     }
     assert!(outs[0] == outs[1], "1-thread and 2-thread packs differ");
-    let p = Pack::open(&dir.path().join("t1.mpk")).unwrap();
+    let p = Pack::open(dir.path().join("t1.mpk")).unwrap();
     for proj in ["gate", "up"] {
         let j = p.index(&format!("blk.1.ffn_{proj}.q4k_mmq")).unwrap();
         assert_eq!(

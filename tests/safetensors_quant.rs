@@ -163,7 +163,7 @@ fn compressed_tensors_nvfp4_uses_the_reciprocal_global_scale() {
         ));
     }
     save(&dir.path().join("model.safetensors"), &ts);
-    let m = Model::open(&dir.path().join("model.safetensors")).unwrap();
+    let m = Model::open(dir.path().join("model.safetensors")).unwrap();
     let l = &m.ffn_layers[0];
     assert_eq!(l.gate.scheme(), "compressed-tensors-nvfp4");
     let (ours, _) = m.decode_weight(&l.up).unwrap();
@@ -232,7 +232,7 @@ fn block_fp8_with_partial_blocks_and_per_channel_fp8() {
         f32_bytes(&scales),
     ));
     save(&dir.path().join("model.safetensors"), &ts);
-    let m = Model::open(&dir.path().join("model.safetensors")).unwrap();
+    let m = Model::open(dir.path().join("model.safetensors")).unwrap();
     let l = &m.ffn_layers[0];
     assert_eq!(
         (l.gate.scheme(), l.down.scheme()),
@@ -325,7 +325,7 @@ fn sharded_bf16_checkpoint_reads_as_one_model() {
         r#"{"weight_map":{"a":"../x.safetensors"}}"#,
     )
     .unwrap();
-    let msg = Model::open(&dir.path().join("bad.index.json"))
+    let msg = Model::open(dir.path().join("bad.index.json"))
         .err()
         .unwrap()
         .to_string();

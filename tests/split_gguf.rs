@@ -38,7 +38,7 @@ fn split_model_reads_as_one_from_any_shard() {
     std::fs::write(dir.path().join("m-00001-of-00002.gguf"), shard(0, 2, 3, &a)).unwrap();
     std::fs::write(dir.path().join("m-00002-of-00002.gguf"), shard(1, 2, 3, &b)).unwrap();
     for start in ["m-00001-of-00002.gguf", "m-00002-of-00002.gguf"] {
-        let m = Model::open(&dir.path().join(start)).unwrap();
+        let m = Model::open(dir.path().join(start)).unwrap();
         assert_eq!(m.files.len(), 2);
         assert_eq!(m.tensors.len(), 3);
         assert_eq!(m.ffn_layers.len(), 1);
@@ -61,7 +61,7 @@ fn inconsistent_splits_are_refused() {
         shard(1, 2, 3, &["blk.0.ffn_up.weight"]),
     )
     .unwrap();
-    let msg = Model::open(&dir.path().join("m-00001-of-00002.gguf"))
+    let msg = Model::open(dir.path().join("m-00001-of-00002.gguf"))
         .err()
         .unwrap()
         .to_string();
@@ -75,7 +75,7 @@ fn inconsistent_splits_are_refused() {
         shard(0, 2, 2, &["blk.0.ffn_up.weight"]),
     )
     .unwrap();
-    let msg = Model::open(&dir.path().join("m-00001-of-00002.gguf"))
+    let msg = Model::open(dir.path().join("m-00001-of-00002.gguf"))
         .err()
         .unwrap()
         .to_string();
@@ -85,7 +85,7 @@ fn inconsistent_splits_are_refused() {
     );
     // A missing shard.
     std::fs::remove_file(dir.path().join("m-00002-of-00002.gguf")).unwrap();
-    let msg = Model::open(&dir.path().join("m-00001-of-00002.gguf"))
+    let msg = Model::open(dir.path().join("m-00001-of-00002.gguf"))
         .err()
         .unwrap()
         .to_string();
@@ -93,7 +93,7 @@ fn inconsistent_splits_are_refused() {
     // The same tensor in both shards.
     std::fs::write(dir.path().join("m-00001-of-00002.gguf"), shard(0, 2, 2, &a)).unwrap();
     std::fs::write(dir.path().join("m-00002-of-00002.gguf"), shard(1, 2, 2, &a)).unwrap();
-    let msg = Model::open(&dir.path().join("m-00001-of-00002.gguf"))
+    let msg = Model::open(dir.path().join("m-00001-of-00002.gguf"))
         .err()
         .unwrap()
         .to_string();

@@ -148,7 +148,7 @@ fn every_rank_slice_equals_every_layout_built_from_the_sliced_source() {
             assert_eq!(tp.ranks, n);
             let pack = Pack::open(&p).unwrap();
             for r in 0..n {
-                let one = Pack::open(&sliced_pack(dir.path(), &src, &layouts, r, n)).unwrap();
+                let one = Pack::open(sliced_pack(dir.path(), &src, &layouts, r, n)).unwrap();
                 assert_rank_equals_sliced(&pack, &one, r);
             }
             let check =
@@ -169,7 +169,7 @@ fn smollm2_splits_over_3_ranks_by_its_9_heads_and_refuses_2() {
     assert_eq!(man.tp.as_ref().unwrap().heads, Some([9, 3]));
     let pack = Pack::open(&p).unwrap();
     for r in 0..3 {
-        let one = Pack::open(&sliced_pack(dir.path(), &src, &layouts, r, 3)).unwrap();
+        let one = Pack::open(sliced_pack(dir.path(), &src, &layouts, r, 3)).unwrap();
         assert_rank_equals_sliced(&pack, &one, r);
     }
     // `dump` of a slice: an attention slice in its stored type, an FFN slice decoded.
@@ -197,7 +197,7 @@ fn smollm2_splits_over_3_ranks_by_its_9_heads_and_refuses_2() {
     let err = metrale_pack::pack::convert(
         &model,
         &opts(&layouts, 2),
-        &dir.path().join("s2.mpk.gguf"),
+        dir.path().join("s2.mpk.gguf"),
         &common::pack::no_progress,
     )
     .unwrap_err()
@@ -496,7 +496,7 @@ fn ranks_and_rank_counts_that_do_not_match_the_pack_are_refused() {
         let err = metrale_pack::pack::convert(
             &m,
             &opts(&[Layout::Nvfp4], n),
-            &dir.path().join("x.mpk.gguf"),
+            dir.path().join("x.mpk.gguf"),
             &common::pack::no_progress,
         )
         .unwrap_err()

@@ -76,10 +76,11 @@ impl LoadedModel {
     /// pack: transposed copies of an NVFP4 base it lacks) is refused here, naming the layer and
     /// what the runtime said, not at the first forward.
     pub fn load(
-        path: &Path,
+        path: impl AsRef<Path>,
         backend: Arc<dyn GpuBackend>,
         opts: &EngineOptions,
     ) -> Result<LoadedModel> {
+        let path = path.as_ref();
         let file = path.display().to_string();
         if opts.max_tokens > crate::ffn::MAX_FORWARD_ROWS {
             return Err(Error::Argument {

@@ -308,10 +308,10 @@ impl LoadedPack {
 /// allocation; install them with [`LayerOverlays::install`].
 pub fn load(
     b: &dyn GpuBackend,
-    path: &Path,
+    path: impl AsRef<Path>,
     opts: &LoadOptions,
 ) -> Result<LoadedPack, crate::Error> {
-    load_inner(b, path, opts, None)
+    load_inner(b, path.as_ref(), opts, None)
 }
 
 /// The parts of a replicated range of `len` bytes that `n` ranks read, rank `k` part `k`:
@@ -335,11 +335,11 @@ pub fn split_parts(len: u64, n: u32) -> Vec<(u64, u64)> {
 /// (formats.md, "Tensor-parallel packs": split reads). The result is the same as `load`'s.
 pub fn load_gathered(
     b: &dyn GpuBackend,
-    path: &Path,
+    path: impl AsRef<Path>,
     opts: &LoadOptions,
     gather: &dyn AllGather,
 ) -> Result<LoadedPack, crate::Error> {
-    load_inner(b, path, opts, Some(gather))
+    load_inner(b, path.as_ref(), opts, Some(gather))
 }
 
 fn load_inner(
@@ -358,11 +358,11 @@ fn load_inner(
 /// so the copy hides it. `side` runs to its end even when the copy fails.
 pub fn load_beside<R: Send>(
     b: &dyn GpuBackend,
-    path: &Path,
+    path: impl AsRef<Path>,
     opts: &LoadOptions,
     side: impl FnOnce(&Pack, usize) -> R + Send,
 ) -> Result<(LoadedPack, R), crate::Error> {
-    load_with(b, path, opts, None, side)
+    load_with(b, path.as_ref(), opts, None, side)
 }
 
 fn load_with<R: Send>(

@@ -112,7 +112,7 @@ impl Lora {
         let r = num("r")?;
         let alpha = num("lora_alpha")?;
         let rslora = flag("use_rslora");
-        let model = Model::open(&dir.join("adapter_model.safetensors"))?;
+        let model = Model::open(dir.join("adapter_model.safetensors"))?;
         let adapter_file = model.files[0].path().display().to_string();
         // Every adapter tensor must be an FFN projection's lora_A or lora_B.
         let mut present: HashMap<(usize, Proj), [bool; 2]> = HashMap::new();

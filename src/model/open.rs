@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 impl Model {
     /// Open a `.gguf` file (split models through any shard), a `.safetensors` file, a
     /// `model.safetensors.index.json`, or a directory holding one of them.
-    pub fn open(path: &Path) -> Result<Model> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Model> {
+        let path = path.as_ref();
         let file = path.display().to_string();
         if path.is_dir() {
             return Self::open(&Self::model_in(path)?);

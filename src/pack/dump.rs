@@ -24,7 +24,8 @@ pub enum Dumped {
 }
 
 /// Tensor `name` of the checkpoint or pack at `path`, decoded (or, with `raw`, as stored).
-pub fn dump_tensor(path: &Path, name: &str, raw: bool) -> Result<Dumped> {
+pub fn dump_tensor(path: impl AsRef<Path>, name: &str, raw: bool) -> Result<Dumped> {
+    let path = path.as_ref();
     Opened::open(path)?.dump(name, raw)
 }
 
@@ -42,7 +43,8 @@ pub struct Opened {
 impl Opened {
     /// Open `path` as a checkpoint and, when it is a pack, as a pack, both through the same
     /// file (checked by device and inode).
-    pub fn open(path: &Path) -> Result<Opened> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Opened> {
+        let path = path.as_ref();
         let model = Model::open(path)?;
         let pack = match &model.files[0] {
             model::SourceFile::Gguf(g) if super::is_pack(g) => {

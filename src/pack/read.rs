@@ -72,7 +72,8 @@ pub struct Pack {
 impl Pack {
     /// Open `path` and check that it is a pack this build reads: format version, kernel ABI and
     /// target, and the manifest against the tensor table.
-    pub fn open(path: &Path) -> Result<Pack> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Pack> {
+        let path = path.as_ref();
         let file = GgufFile::open(path)?;
         Self::from_gguf(file)
     }

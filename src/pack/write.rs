@@ -31,7 +31,7 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 pub fn convert(
     model: impl Borrow<Model>,
     opts: &ConvertOptions,
-    out: &Path,
+    out: impl AsRef<Path>,
     progress: Progress,
 ) -> Result<Manifest> {
     convert_until(model, opts, out, progress, &AtomicBool::new(false))
@@ -43,10 +43,11 @@ pub fn convert(
 pub fn convert_until(
     model: impl Borrow<Model>,
     opts: &ConvertOptions,
-    out: &Path,
+    out: impl AsRef<Path>,
     progress: Progress,
     stop: &AtomicBool,
 ) -> Result<Manifest> {
+    let out = out.as_ref();
     crate::atomic::refuse_inputs(out, &model.borrow().convert_inputs(opts.lora.as_deref()))?;
     // None named: the set that keeps the source's quantized weights, as `convert` on the command
     // line and the Python package choose it (`choice::default_for`), else the target's default.
