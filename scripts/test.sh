@@ -42,6 +42,8 @@ sys.exit(rc)' cargo test --release --lib --bins --tests
 cargo check --release --lib --no-default-features
 # The engine example: one call loads a pack on the host backend, checked against float64.
 cargo run --release --example engine
+# The README's Rust block, compiled (a doctest of README.md through src/lib.rs).
+cargo test --release --doc
 # The Python package (python/): an abi3 wheel built by maturin (sharing this build's target
 # folder), installed into the environment above, and its tests against the CLI.
 "$py" -m pip install -q --disable-pip-version-check "maturin>=1.8,<2" pytest

@@ -24,6 +24,12 @@
 //! `metrale-pack` command line, the tests and tools that read the formats themselves; those
 //! not needed to read or write a format are hidden from these docs.
 
+/// The README's Rust block, compiled as a doctest (`scripts/test.sh` runs `cargo test --doc`),
+/// so the API it shows is the crate's.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;
+
 #[doc(hidden)]
 pub mod atomic;
 #[path = "../converters/mod.rs"]

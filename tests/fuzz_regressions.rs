@@ -1,6 +1,6 @@
 //! The fuzz targets' harnesses (`metrale_pack::fuzzing`) on stable Rust, over the seeds in
 //! `fuzz/seeds/` and every input that ever crashed a target, kept in `fuzz/regressions/<target>/`.
-//! The fuzzing itself needs nightly and cargo-fuzz (README, "Fuzzing").
+//! The fuzzing itself needs nightly and cargo-fuzz (docs/contributing.md, "Fuzzing").
 
 use metrale_pack::fuzzing;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! The library's modules stand in layers that only point down, and no two files import each
-//! other (README, "Layout of the code"). Read from the sources: every `crate::` and `super::`
+//! other (docs/contributing.md, "Layout of the code"). Read from the sources: every `crate::` and `super::`
 //! path outside comments and test modules, resolved to the file that defines it.
 
 use std::collections::{BTreeMap, BTreeSet};

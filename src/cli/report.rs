@@ -1,5 +1,5 @@
 //! What `convert --json` prints on stdout: one JSON object, with the field names below (pinned
-//! by `tests/cli_json.rs`; documented in the README). `verify --json` prints `pack::Verified`.
+//! by `tests/cli_json.rs`; documented in docs/cli.md). `verify --json` prints `pack::Verified`.
 
 use metrale_pack::pack::Fidelity;
 use serde::Serialize;
