@@ -41,24 +41,62 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module path of a source file (`src/pack/plan.rs` -> `pack::plan`; `converters/` hangs
-/// off the crate root as `converters`).
-fn module_of(root: &Path, f: &Path) -> Vec<String> {
-    let rel = f.strip_prefix(root).unwrap().with_extension("");
-    let mut parts: Vec<String> = rel
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    if parts[0] == "src" {
-        parts.remove(0);
+/// Every module file of the library and its module path, walked from `src/lib.rs` through
+/// each `mod NAME;` declaration as rustc resolves it: `#[path = "P"]` relative to the declaring
+/// file's folder (a layout's files live in `src/layouts/TAG/` and are mounted into the layers
+/// they belong to), else `NAME.rs` or `NAME/mod.rs` beside a `lib.rs`, `mod.rs` or
+/// `#[path]`-loaded file, or in the folder named after any other file.
+fn module_files(root: &Path) -> BTreeMap<Vec<String>, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![(root.join("src/lib.rs"), Vec::<String>::new(), true)];
+    while let Some((file, me, mod_rs)) = todo.pop() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let dir = file.parent().unwrap().to_path_buf();
+        let own = if mod_rs {
+            dir.clone()
+        } else {
+            dir.join(file.file_stem().unwrap())
+        };
+        let mut path_attr: Option<String> = None;
+        for line in code(&text).lines() {
+            let t = line.trim();
+            if let Some(rest) = t.strip_prefix("#[path = \"") {
+                path_attr = Some(rest.trim_end_matches("\"]").to_string());
+                continue;
+            }
+            if t.starts_with("#[") {
+                continue;
+            }
+            let decl = t
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub(super) ")
+                .trim_start_matches("pub ");
+            if let Some(name) = decl.strip_prefix("mod ").and_then(|r| r.strip_suffix(';')) {
+                let (child, child_mod_rs) = match path_attr.take() {
+                    Some(p) => (dir.join(p), true),
+                    None if own.join(format!("{name}.rs")).exists() => {
+                        (own.join(format!("{name}.rs")), false)
+                    }
+                    None => (own.join(name).join("mod.rs"), true),
+                };
+                let child = child.canonicalize().unwrap_or_else(|_| {
+                    panic!(
+                        "{}: mod {name} has no file {}",
+                        file.display(),
+                        child.display()
+                    )
+                });
+                let mut m = me.clone();
+                m.push(name.to_string());
+                todo.push((child, m, child_mod_rs));
+            }
+            path_attr = None;
+        }
+        if !me.is_empty() {
+            out.insert(me, file);
+        }
     }
-    if matches!(
-        parts.last().map(String::as_str),
-        Some("mod" | "lib" | "main")
-    ) {
-        parts.pop();
-    }
-    parts
+    out
 }
 
 /// The code of a file without comments and without its `#[cfg(test)]` module.
@@ -127,14 +165,8 @@ struct Crate {
 
 fn read_crate() -> Crate {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut list = Vec::new();
-    rust_files(&root.join("src"), &mut list);
-    rust_files(&root.join("converters"), &mut list);
-    let files: BTreeMap<Vec<String>, PathBuf> = list
-        .iter()
-        .filter(|f| !f.ends_with("src/main.rs") && !f.starts_with(root.join("src/cli")))
-        .map(|f| (module_of(root, f), f.clone()))
-        .collect();
+    let files = module_files(root);
+    let module_of: BTreeMap<&PathBuf, &Vec<String>> = files.iter().map(|(m, f)| (f, m)).collect();
     let mut uses = BTreeMap::new();
     for (me, f) in &files {
         let mut to = BTreeSet::new();
@@ -144,8 +176,8 @@ fn read_crate() -> Crate {
                 continue;
             };
             // A module's own descendants are its declarations and re-exports, not a use.
-            let tm = module_of(root, t);
-            if t != f && !(tm.starts_with(me) && f.ends_with("mod.rs")) {
+            let tm = module_of[t];
+            if t != f && !(tm.starts_with(me) && files.get(me) == Some(f) && is_parent(f)) {
                 to.insert(t.clone());
             }
         }
@@ -154,13 +186,27 @@ fn read_crate() -> Crate {
     Crate { files, uses }
 }
 
+/// Whether a file may declare modules of its own folder (`lib.rs`, `mod.rs`, or any file that
+/// declares a child module): a parent's re-exports of its children are not uses.
+fn is_parent(f: &Path) -> bool {
+    code(&std::fs::read_to_string(f).unwrap()).lines().any(|l| {
+        let t = l
+            .trim()
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub ");
+        t.starts_with("mod ") && t.ends_with(';')
+    })
+}
+
 #[test]
 fn top_level_modules_only_point_down() {
     let c = read_crate();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let module_of: BTreeMap<&PathBuf, &Vec<String>> = c.files.iter().map(|(m, f)| (f, m)).collect();
     let layer = |f: &Path| {
-        let m = module_of(root, f);
-        let top = m.first().cloned().unwrap_or_default();
+        let top = module_of[&f.to_path_buf()]
+            .first()
+            .cloned()
+            .unwrap_or_default();
         LAYERS.iter().position(|&l| l == top)
     };
     let mut up = Vec::new();
@@ -174,6 +220,47 @@ fn top_level_modules_only_point_down() {
             }
         }
     }
+    // Every source file of the library was reached by the walk (none mounted where the walk
+    // does not look).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut all = Vec::new();
+    for d in ["src", "converters"] {
+        rust_files(&root.join(d), &mut all);
+    }
+    let reached: BTreeSet<&PathBuf> = c.files.values().collect();
+    // A file mounted in a `#[cfg(test)]` module (`gpu/table_tests.rs`) is a test, not library.
+    let test_mounts: Vec<PathBuf> = reached
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            let tests = text
+                .split_once("#[cfg(test)]")
+                .map_or("", |(_, t)| t)
+                .to_string();
+            tests
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("#[path = \""))
+                .map(|p| f.parent().unwrap().join(p.trim_end_matches("\"]")))
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    let missed: Vec<String> = all
+        .iter()
+        .map(|f| f.canonicalize().unwrap())
+        .filter(|f| {
+            !reached.contains(f)
+                && !test_mounts.contains(f)
+                && !f.ends_with("src/lib.rs")
+                && !f.ends_with("src/main.rs")
+                && !f.starts_with(root.join("src/cli").canonicalize().unwrap())
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "files the module walk did not reach: {missed:?}"
+    );
     // Every top-level module is placed (a new one must be given its layer).
     for m in c.files.keys().filter(|m| m.len() == 1) {
         assert!(

@@ -1,17 +1,28 @@
-//! Pack layouts: the byte layouts a dense FFN layer's GPU kernels read, one file per layout
-//! (spec in formats.md, "Pack layouts"). Each layout turns an f32 `[n, k]` weight (or, where the
+//! Pack layouts: the byte layouts a dense FFN layer's GPU kernels read, each layout's codec in
+//! its folder (`src/layouts/TAG/codec.rs`, mounted here;
+//! spec in formats.md, "Pack layouts"). Each layout turns an f32 `[n, k]` weight (or, where the
 //! source already is the target, its stored bytes) into named parts, and decodes them back.
 //! Every function is pure and deterministic at any thread count.
 
+#[path = "../../src/layouts/affine/codec.rs"]
 pub mod affine;
+#[path = "../../src/layouts/bf16/codec.rs"]
 pub mod bf16;
+#[path = "../../src/layouts/fp8/codec.rs"]
 pub mod fp8;
+#[path = "../../src/layouts/lora/codec.rs"]
 pub mod lora;
+#[path = "../../src/layouts/nvfp4/codec.rs"]
 pub mod nvfp4;
+#[path = "../../src/layouts/nvfp4_mmq/codec.rs"]
 pub mod nvfp4_mmq;
+#[path = "../../src/layouts/nvfp4_t/codec.rs"]
 pub mod nvfp4_t;
+#[path = "../../src/layouts/q2g128/codec.rs"]
 pub mod q2g128;
+#[path = "../../src/layouts/q4k_mmq/codec.rs"]
 pub mod q4k_mmq;
+#[path = "../../src/layouts/w8a8/codec.rs"]
 pub mod w8a8;
 
 /// An FFN projection, as named in pack tensor names (`blk.N.ffn_<proj>.<layout>`).
@@ -49,7 +60,8 @@ impl Proj {
     }
 }
 
-/// A pack layout tag: the key of the layout registry (`src/layout/`, `Layout::spec`), where each
+/// A pack layout tag: the key of the layout registry (`src/layout/`, `Layout::spec`; each built-in
+/// layout's files are in `src/layouts/TAG/`), where each
 /// layout's parts, sizes, encoder, decoder and overlay binding live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Layout {

@@ -14,6 +14,7 @@ use crate::gpu::{DevicePtr, GpuBackend, GpuError, GpuResult};
 use crate::model::Activation;
 use std::sync::Arc;
 
+mod arms;
 mod context;
 mod forward;
 mod kernels;
@@ -21,16 +22,6 @@ mod layouts;
 mod overlays;
 mod routing;
 mod weights;
-mod arms {
-    mod affine;
-    mod bf16;
-    mod dq_wgmma;
-    pub(crate) mod fp8;
-    mod lora;
-    pub(crate) mod nvfp4;
-    mod q2;
-    mod q4k;
-}
 
 use crate::converters::layouts::Layout;
 pub use context::*;
@@ -75,7 +66,7 @@ impl Drop for DenseFfnLayer {
 }
 
 /// Output columns (weight rows) per block of the NVFP4 GEMVs (`w4a16_gemv*`, the batch-m
-/// tiers): one m16n8k16 MMA's 16 rows, k split over the block's 8 warps (kernels/ffn_nvfp4.cu
+/// tiers): one m16n8k16 MMA's 16 rows, k split over the block's 8 warps (src/layouts/nvfp4/kernels.cu
 /// sees it as `MP_NVFP4_GEMV_ROWS`).
 pub const NVFP4_GEMV_COLS: usize = crate::gpu::sizes::NVFP4_GEMV_ROWS;
 

@@ -1,21 +1,23 @@
 //! The CUDA kernel sources, compiled into the binary so a deployed engine needs no source tree.
-//! Each module is one file in `kernels/`; the host backend implements the same names.
+//! A layout's own modules are in its folder (`src/layouts/TAG/kernels*.cu`), the shared ones
+//! (activations, q8_1, probes, blob rules, the headers) in `kernels/`; the host backend
+//! implements the same names.
 
 /// (module, source) of every kernel file.
 pub const MODULES: &[(&str, &str)] = &[
     ("ffn_act", include_str!("../../kernels/ffn_act.cu")),
-    ("ffn_fp8", include_str!("../../kernels/ffn_fp8.cu")),
-    ("ffn_w8a8", include_str!("../../kernels/ffn_w8a8.cu")),
-    ("ffn_bf16", include_str!("../../kernels/ffn_bf16.cu")),
-    ("ffn_nvfp4", include_str!("../../kernels/ffn_nvfp4.cu")),
-    ("ffn_lora", include_str!("../../kernels/ffn_lora.cu")),
+    ("ffn_fp8", include_str!("../layouts/fp8/kernels.cu")),
+    ("ffn_w8a8", include_str!("../layouts/w8a8/kernels.cu")),
+    ("ffn_bf16", include_str!("../layouts/bf16/kernels.cu")),
+    ("ffn_nvfp4", include_str!("../layouts/nvfp4/kernels.cu")),
+    ("ffn_lora", include_str!("../layouts/lora/kernels.cu")),
     ("ffn_q8_1", include_str!("../../kernels/ffn_q8_1.cu")),
-    ("ffn_q2g128", include_str!("../../kernels/ffn_q2g128.cu")),
-    ("ffn_affine", include_str!("../../kernels/ffn_affine.cu")),
-    ("ffn_q4k_mmq", include_str!("../../kernels/ffn_q4k_mmq.cu")),
+    ("ffn_q2g128", include_str!("../layouts/q2g128/kernels.cu")),
+    ("ffn_affine", include_str!("../layouts/affine/kernels.cu")),
+    ("ffn_q4k_mmq", include_str!("../layouts/q4k_mmq/kernels.cu")),
     (
         "ffn_w8a8_wgmma",
-        include_str!("../../kernels/ffn_w8a8_wgmma.cu"),
+        include_str!("../layouts/w8a8/kernels_wgmma.cu"),
     ),
     ("probe", include_str!("../../kernels/probe.cu")),
     ("rules", include_str!("../../kernels/rules.cu")),

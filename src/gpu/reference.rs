@@ -321,7 +321,7 @@ fn affine_pair(sb: &[u8], sc: Scheme, kp: usize, j: usize, c: usize) -> (f32, f3
 /// The byte of value `l` (< 32) of a group in the affine GEMVs' quantized activations: at 4
 /// bits each 8-value word holds its even values in bytes 0-3 and its odd ones in 4-7 (where the
 /// nibble masks put the codes), at 8 bits the value order (`affine_act_pos` in
-/// kernels/ffn_affine.cu).
+/// src/layouts/affine/kernels.cu).
 pub fn affine_act_pos(l: usize, bits: u32) -> usize {
     if bits == 4 {
         (l & !7) | ((l & 1) << 2) | ((l & 7) >> 1)

@@ -77,7 +77,7 @@ pub const NVFP4_GEMV_WARPS_DUAL: usize = 8;
 /// Warps per block of the one-projection NVFP4 decode GEMVs (the down projection's few rows).
 pub const NVFP4_GEMV_WARPS_ONE: usize = 16;
 
-/// Weight rows per block of the BF16 decode GEMV (its 8 warps split k; `kernels/ffn_bf16.cu`).
+/// Weight rows per block of the BF16 decode GEMV (its 8 warps split k; `src/layouts/bf16/kernels.cu`).
 pub const BF16_GEMV_ROWS: usize = 8;
 /// Weight rows per block of the `q4k_mmq` decode GEMV `q4k_gemv` (8 warps of 4 rows: each
 /// activation load serves 4 rows; 2 rows kept 123 registers and ran 16% slower, BENCHMARKS.md).

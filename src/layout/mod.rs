@@ -1,24 +1,35 @@
-//! The layout registry: each pack layout implements [`LayoutSpec`] once, in its own file here,
-//! and the pack writer (`Plan`), the reader and `dump` (`Pack::decode_ffn`), the manifest checks
-//! (`pack::check`) and the loader's overlay binding (`loader::overlays`) iterate the registry
-//! instead of matching on layouts. A built-in layout is three files, one per layer (its codec in
-//! `converters/layouts/`, its spec here, its runtime in `ffn/layouts/`: weight type, key,
-//! validators, install and arm rows), each registered by one name (the `Layout` variant with its
-//! tag, a line in [`REGISTRY`], a name in the runtime registry), and its section in formats.md;
-//! a test below fails when one of the three lacks another.
+//! The layout registry: each pack layout implements [`LayoutSpec`] once, in its folder
+//! (`src/layouts/TAG/spec.rs`, mounted here), and the pack writer (`Plan`), the reader and
+//! `dump` (`Pack::decode_ffn`), the manifest checks (`pack::check`) and the loader's overlay
+//! binding (`loader::overlays`) iterate the registry instead of matching on layouts. A built-in
+//! layout's folder also holds its codec (mounted in `converters::layouts`), its runtime (in
+//! `ffn::layouts`: weight type, key, validators, install and arm rows), its arms, kernels and
+//! kernel checks (docs/contributing.md); each layer's registry names it once (the `Layout`
+//! variant with its tag, a line in [`REGISTRY`], a name in the runtime registry), and a test
+//! below fails when one of the three lacks another.
 //! A layout defined outside the crate (an engine's own, or a test's) is [`register`]ed at run
 //! time with its arms (`ffn::register_arm`): it converts, loads and forwards like a built-in
 //! one (`tests/toy_layout.rs`).
 
+#[path = "../layouts/affine/spec.rs"]
 mod affine;
+#[path = "../layouts/bf16/spec.rs"]
 mod bf16;
+#[path = "../layouts/fp8/spec.rs"]
 mod fp8;
+#[path = "../layouts/lora/spec.rs"]
 mod lora;
+#[path = "../layouts/nvfp4/spec.rs"]
 mod nvfp4;
+#[path = "../layouts/nvfp4_mmq/spec.rs"]
 mod nvfp4_mmq;
+#[path = "../layouts/nvfp4_t/spec.rs"]
 mod nvfp4_t;
+#[path = "../layouts/q2g128/spec.rs"]
 mod q2g128;
+#[path = "../layouts/q4k_mmq/spec.rs"]
 mod q4k_mmq;
+#[path = "../layouts/w8a8/spec.rs"]
 mod w8a8;
 
 pub use crate::converters::layouts::{CustomTag, Encoded, Layout, Proj, q4k_mmq::DownFormat};

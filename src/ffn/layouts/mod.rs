@@ -1,9 +1,8 @@
-//! Each built-in layout's runtime, one file per layout: its weight type (built through a
-//! validating constructor), its overlay key, its `set_*` validators and load-time finalizers,
-//! how the loader's overlays install it, and its rows of the arm table (the kernels those arms
-//! launch are in `arms/`, by family). Its storage is in `layout/` and its codec in
-//! `converters/layouts/`. A layout's runtime is its file here and one name in [`registry!`],
-//! whose order is the install order.
+//! The runtime registry: each built-in layout's runtime (`src/layouts/TAG/runtime.rs`, mounted
+//! here): its weight type (built through a validating constructor), its overlay key, its `set_*`
+//! validators and load-time finalizers, how the loader's overlays install it, and its rows of
+//! the arm table (the launches those arms make are its `arms.rs`). A layout's runtime is one
+//! `#[path]` line and one name in [`registry!`], whose order is the install order.
 
 use super::*;
 
@@ -26,7 +25,7 @@ macro_rules! registry {
     ($($m:ident),* $(,)?) => {
         // A layout whose overlay has no type of its own (`nvfp4_mmq`: device pointers) re-exports
         // nothing.
-        $(mod $m; #[allow(unused_imports)] pub use $m::*;)*
+        $(#[allow(unused_imports)] pub use $m::*;)*
         /// The key of each built-in layout's overlay (its weight type beside it).
         pub mod key {
             $(pub use super::$m::keys::*;)*
@@ -35,6 +34,28 @@ macro_rules! registry {
         pub(crate) static RUNTIMES: &[&Runtime] = &[$(&$m::RUNTIME),*];
     };
 }
+
+// Each layout's runtime, in its folder (`src/layouts/TAG/runtime.rs`).
+#[path = "../../layouts/affine/runtime.rs"]
+mod affine;
+#[path = "../../layouts/bf16/runtime.rs"]
+mod bf16;
+#[path = "../../layouts/fp8/runtime.rs"]
+mod fp8;
+#[path = "../../layouts/lora/runtime.rs"]
+mod lora;
+#[path = "../../layouts/nvfp4/runtime.rs"]
+mod nvfp4;
+#[path = "../../layouts/nvfp4_mmq/runtime.rs"]
+mod nvfp4_mmq;
+#[path = "../../layouts/nvfp4_t/runtime.rs"]
+mod nvfp4_t;
+#[path = "../../layouts/q2g128/runtime.rs"]
+mod q2g128;
+#[path = "../../layouts/q4k_mmq/runtime.rs"]
+mod q4k_mmq;
+#[path = "../../layouts/w8a8/runtime.rs"]
+mod w8a8;
 
 // The NVFP4 base first, then what builds on it (lora before fp8, bf16 and q2g128, which its
 // validator refuses), then the layouts that stand alone.

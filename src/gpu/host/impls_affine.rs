@@ -1,4 +1,4 @@
-//! The host twins of the `affine` kernels (`kernels/ffn_affine.cu`).
+//! The host twins of the `affine` kernels (`src/layouts/affine/kernels.cu`).
 
 use super::super::reference;
 use super::super::table::{Args, KernelSpec};

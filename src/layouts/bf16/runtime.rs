@@ -1,8 +1,8 @@
 //! `bf16`: BF16 rows, K padded to 8, and the BF16 arms.
 
+use super::super::weights::{accessors, projection_weight, refuse, shape_args};
 use super::super::*;
 use super::Runtime;
-use super::super::weights::{accessors, projection_weight, refuse, shape_args};
 
 use crate::gpu::{DevicePtr, GpuResult};
 

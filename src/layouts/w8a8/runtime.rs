@@ -1,8 +1,8 @@
 //! `w8a8`: E4M3 with per-row scales for the declared-W8A8 arm (activations quantized per row).
 
+use super::super::weights::{accessors, projection_weight, refuse};
 use super::super::*;
 use super::Runtime;
-use super::super::weights::{accessors, projection_weight, refuse};
 
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;

@@ -1,8 +1,8 @@
 //! `lora`: a PEFT adapter per projection on the `nvfp4` base (the NVFP4 decode arms add it).
 
+use super::super::weights::{accessors, projection_weight, refuse};
 use super::super::*;
 use super::Runtime;
-use super::super::weights::{accessors, projection_weight, refuse};
 
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;

@@ -1,9 +1,9 @@
 //! `nvfp4_t`: the transposed NVFP4 copies the `w4a16_gemm_t*` prefill GEMMs read, beside the
 //! `nvfp4` base (the NVFP4 arms read them when held; no arms of its own).
 
+use super::super::weights::{accessors, refuse};
 use super::super::*;
 use super::Runtime;
-use super::super::weights::{accessors, refuse};
 
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult};
 

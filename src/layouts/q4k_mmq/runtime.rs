@@ -3,9 +3,9 @@
 //! base (given by a pack, or built at load by `finalize_q4k_load`) it is that layer's prefill
 //! with `METRALE_Q4K_MMQ=1`, and the NVFP4 arms keep decode.
 
+use super::super::weights::{accessors, refuse};
 use super::super::*;
 use super::Runtime;
-use super::super::weights::{accessors, refuse};
 
 use crate::gpu::sizes::*;
 use crate::gpu::{DevicePtr, GpuError, GpuResult, StreamId};

@@ -1,9 +1,9 @@
 //! `affine`: integer codes (4 or 8 bits) with a scale and an offset or zero point per group,
 //! and the affine arms (decode GEMVs; prefill dequantized to BF16 for the BF16 GEMM).
 
+use super::super::weights::{accessors, projection_weight, refuse};
 use super::super::*;
 use super::Runtime;
-use super::super::weights::{accessors, projection_weight, refuse};
 
 use crate::converters::affine::{Form, carried_bits};
 use crate::converters::layouts::affine::{self, Scheme};
@@ -82,8 +82,7 @@ impl AffineWeight {
         let w = self;
         let fits_all = affine::codes_bytes(w.n as u64, w.kp as u64, w.scheme.bits)
             .is_some_and(|b| b <= w.codes.bytes)
-            && w
-                .scheme
+            && w.scheme
                 .scales_bytes(w.n as u64, w.kp as u64)
                 .is_some_and(|b| b <= w.scales.bytes);
         let perm_fits = w.perm.is_null() || w.perm.bytes >= 8 * w.kp as u64;
@@ -212,7 +211,10 @@ impl DenseFfnLayer {
         let mut plans = Vec::with_capacity(3);
         for (p, x) in blocks.iter().enumerate() {
             let bits = carried_bits(x.ty).ok_or_else(|| {
-                refuse(&what(p), format!("{} is not Q4_0, Q4_1 or Q8_0", x.ty.name()))
+                refuse(
+                    &what(p),
+                    format!("{} is not Q4_0, Q4_1 or Q8_0", x.ty.name()),
+                )
             })?;
             let need = (x.n as u64)
                 .checked_mul((x.k / AFFINE_GROUP) as u64)
@@ -237,8 +239,16 @@ impl DenseFfnLayer {
                 kp,
                 scheme: Scheme::ggml(bits),
                 call: Box::new(move |codes, sb, bad| {
-                    let call = k.affine_from_ggml.call().ptr("raw", x.raw).dim("ty", x.ty as usize);
-                    let call = call.dim("n", x.n).dim("k", x.k).dim("kp", kp).ptr("codes", codes);
+                    let call = k
+                        .affine_from_ggml
+                        .call()
+                        .ptr("raw", x.raw)
+                        .dim("ty", x.ty as usize);
+                    let call = call
+                        .dim("n", x.n)
+                        .dim("k", x.k)
+                        .dim("kp", kp)
+                        .ptr("codes", codes);
                     call.ptr("sb", sb).ptr("bad", bad)
                 }),
             });
@@ -266,7 +276,8 @@ impl DenseFfnLayer {
         for (p, x) in tensors.iter().enumerate() {
             let groups = x.k.checked_div(x.group).unwrap_or(0);
             let words = (x.n / 8) as u64 * 4;
-            let fits = |b: u64, rows: usize| (rows as u64).checked_mul(words).is_some_and(|w| w <= b);
+            let fits =
+                |b: u64, rows: usize| (rows as u64).checked_mul(words).is_some_and(|w| w <= b);
             let scales_fit = (groups as u64)
                 .checked_mul(x.n as u64 * 2)
                 .is_some_and(|b| b <= x.scales.bytes);
@@ -343,7 +354,8 @@ impl DenseFfnLayer {
                     ),
                 ));
             }
-            let (kp, scheme) = zero_form(crate::converters::affine::stored_bits(x.bits), x.group, x.k);
+            let (kp, scheme) =
+                zero_form(crate::converters::affine::stored_bits(x.bits), x.group, x.k);
             let x = *x;
             plans.push(Carry {
                 n: x.n,
@@ -354,7 +366,10 @@ impl DenseFfnLayer {
                     let call = k.affine_from_gptq.call().ptr("qweight", x.qweight);
                     let call = call.ptr("qzeros", x.qzeros).ptr("scales", x.scales);
                     let call = call.ptr("g_idx", x.g_idx.unwrap_or(DevicePtr::NULL));
-                    let call = call.dim("bits", x.bits as usize).dim("n", x.n).dim("k", x.k);
+                    let call = call
+                        .dim("bits", x.bits as usize)
+                        .dim("n", x.n)
+                        .dim("k", x.k);
                     let call = call.dim("kp", kp).dim("group", x.group);
                     let call = call.dim("sgroup", scheme.group).ptr("codes", codes);
                     call.ptr("sb", sb).ptr("bad", bad)
@@ -394,7 +409,9 @@ impl DenseFfnLayer {
                 ctx.record(l.spec.name);
                 l.run(b.as_ref(), stream)?;
                 let perm = DevicePtr::NULL;
-                out.push(AffineWeight::new(codes, scales, c.n, c.k, c.kp, c.scheme, perm)?);
+                out.push(AffineWeight::new(
+                    codes, scales, c.n, c.k, c.kp, c.scheme, perm,
+                )?);
             }
             b.synchronize(stream)?;
             let mut flags = [0u8; 12];

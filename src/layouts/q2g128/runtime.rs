@@ -1,8 +1,8 @@
 //! `q2g128`: 2-bit codes with one f16 scale per group of 128, and the q2g128 arms.
 
+use super::super::weights::{accessors, projection_weight, refuse, shape_args};
 use super::super::*;
 use super::Runtime;
-use super::super::weights::{accessors, projection_weight, refuse, shape_args};
 
 use crate::gpu::sizes::*;
 use crate::gpu::{DevicePtr, GpuResult};

@@ -1,9 +1,9 @@
 //! `nvfp4`: the NVFP4 base (ModelOpt codes and E4M3 block scales, K padded to 64) that the
 //! `nvfp4_t`, `nvfp4_mmq`, `lora` and `q4k_mmq` overlays build on, and the NVFP4 arms.
 
+use super::super::weights::{accessors, projection_weight, refuse, shape_args};
 use super::super::*;
 use super::Runtime;
-use super::super::weights::{accessors, projection_weight, refuse, shape_args};
 
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 

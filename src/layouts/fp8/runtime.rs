@@ -1,8 +1,8 @@
 //! `fp8`: E4M3 with 128x128 block scales, gate and up fused, and the FP8 arms.
 
+use super::super::weights::{accessors, projection_weight, refuse, shape_args};
 use super::super::*;
 use super::Runtime;
-use super::super::weights::{accessors, projection_weight, refuse, shape_args};
 
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 
