@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 mod impls;
+#[path = "../../layouts/affine/host.rs"]
 mod impls_affine;
 
 /// The CPU implementation of the runtime.

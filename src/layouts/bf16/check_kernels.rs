@@ -1,5 +1,5 @@
-//! The BF16 rows: the GEMV within its cap, and cuBLAS. `gpu-check`'s kernel section (`check::kernels`), moved here
-//! unchanged.
+//! The BF16 rows: the GEMV within its cap, and cuBLAS. `gpu-check`'s kernel section
+//! (`check::kernels`), moved here unchanged.
 
 use super::*;
 

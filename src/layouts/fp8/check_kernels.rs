@@ -1,5 +1,5 @@
-//! The FP8 rows: the W8A16 kernels through the layer's `fp8_launch`. `gpu-check`'s kernel section (`check::kernels`), moved here
-//! unchanged.
+//! The FP8 rows: the W8A16 kernels through the layer's `fp8_launch`. `gpu-check`'s kernel section
+//! (`check::kernels`), moved here unchanged.
 
 use super::*;
 

@@ -1,5 +1,5 @@
-//! The NVFP4 rows: the GEMVs, the batch-m tiers, the base, `_t` and MMQ GEMMs, and W4A4. `gpu-check`'s kernel section (`check::kernels`), moved here
-//! unchanged.
+//! The NVFP4 rows: the GEMVs, the batch-m tiers, the base, `_t` and MMQ GEMMs, and W4A4. `gpu-
+//! check`'s kernel section (`check::kernels`), moved here unchanged.
 
 use super::*;
 

@@ -1,5 +1,5 @@
-//! The q2g128 rows: the GEMVs, the BF16 dequantization, the q8_1 activations and the MMQ GEMM. `gpu-check`'s kernel section (`check::kernels`), moved here
-//! unchanged.
+//! The q2g128 rows: the GEMVs, the BF16 dequantization, the q8_1 activations and the MMQ GEMM.
+//! `gpu-check`'s kernel section (`check::kernels`), moved here unchanged.
 
 use super::*;
 

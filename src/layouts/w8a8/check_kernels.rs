@@ -1,5 +1,5 @@
-//! The W8A8 rows: the activation quantization bit for bit, then the FP8 tensor-core GEMM. `gpu-check`'s kernel section (`check::kernels`), moved here
-//! unchanged.
+//! The W8A8 rows: the activation quantization bit for bit, then the FP8 tensor-core GEMM. `gpu-
+//! check`'s kernel section (`check::kernels`), moved here unchanged.
 
 use super::*;
 
