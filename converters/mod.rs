@@ -11,8 +11,7 @@
 //! (same float32 operation order, no fused multiply-add); the Q8_0, Q4_K and Q2_K encoders are
 //! byte-identical to ggml's `quantize_row_*_ref` (tested against PyPI `libgguf` 0.2.2).
 
-#[path = "../src/layouts/affine/groups.rs"]
-pub mod affine;
+pub use crate::layouts::affine::groups as affine;
 pub mod awq;
 pub mod bf16;
 pub mod ct_int;
@@ -33,8 +32,7 @@ pub mod mxfp4;
 pub mod nvfp4;
 pub mod nvfp4_modelopt;
 pub mod q2_k;
-#[path = "../src/layouts/q2g128/blocks.rs"]
-pub mod q2g128;
+pub use crate::layouts::q2g128::blocks as q2g128;
 pub mod q3_k;
 pub mod q4_0;
 pub mod q4_1;

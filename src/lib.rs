@@ -46,6 +46,8 @@ pub mod gguf;
 pub mod gguf_write;
 pub mod gpu;
 pub mod layout;
+#[doc(hidden)]
+pub mod layouts;
 pub mod loader;
 pub mod manifest;
 #[doc(hidden)]

@@ -29,6 +29,40 @@ const LAYERS: &[&str] = &[
     "fuzzing",
 ];
 
+/// A built-in layout's folder (`src/layouts/TAG/`, module `layouts::TAG`) holds files of several
+/// layers: each part stands in the layer of what it implements, by its name. The folder's
+/// `mod.rs` and `layouts/mod.rs` only declare modules.
+const LAYOUT_PARTS: &[(&str, &str)] = &[
+    ("codec", "converters"),
+    ("blocks", "converters"),
+    ("groups", "converters"),
+    ("twin", "gpu"),
+    ("host", "gpu"),
+    ("runtime", "ffn"),
+    ("arms", "ffn"),
+    ("spec", "layout"),
+    ("testing", "testing"),
+    ("check_kernels", "check"),
+    ("check_w8a8", "check"),
+];
+
+/// The layer a module stands in: its top-level module's, or for a layout folder's part the
+/// layer of that part (`None` for the declaration-only `layouts` and `layouts::TAG`).
+fn layer_of(m: &[String]) -> Option<&'static str> {
+    match m {
+        [top, _, part, ..] if top == "layouts" => Some(
+            LAYOUT_PARTS
+                .iter()
+                .find(|(p, _)| p == part)
+                .unwrap_or_else(|| panic!("layout part {part} has no layer (LAYOUT_PARTS)"))
+                .1,
+        ),
+        [top, ..] if top == "layouts" => None,
+        [top, ..] => LAYERS.iter().copied().find(|l| l == top),
+        [] => None,
+    }
+}
+
 /// Every `.rs` file under `dir`.
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
@@ -161,6 +195,8 @@ struct Crate {
     files: BTreeMap<Vec<String>, PathBuf>,
     /// File -> the files it names.
     uses: BTreeMap<PathBuf, BTreeSet<PathBuf>>,
+    /// File -> the layout parts it mounts (re-exports from `crate::layouts`).
+    mounts: BTreeMap<PathBuf, BTreeSet<PathBuf>>,
 }
 
 fn read_crate() -> Crate {
@@ -168,9 +204,28 @@ fn read_crate() -> Crate {
     let files = module_files(root);
     let module_of: BTreeMap<&PathBuf, &Vec<String>> = files.iter().map(|(m, f)| (f, m)).collect();
     let mut uses = BTreeMap::new();
+    let mut mounts = BTreeMap::new();
     for (me, f) in &files {
         let mut to = BTreeSet::new();
-        for p in paths(&code(&std::fs::read_to_string(f).unwrap()), me) {
+        // A layer's registry mounts a layout's part by re-exporting it (`use
+        // crate::layouts::TAG::PART as TAG;`, `pub use crate::layouts::TAG::PART::*;`): a
+        // declaration, as a parent's `mod` line is, checked apart (`mounts_stay_in_their_layer`).
+        let text = code(&std::fs::read_to_string(f).unwrap());
+        let (mount_lines, code_lines): (Vec<&str>, Vec<&str>) = text.lines().partition(|l| {
+            let t = l
+                .trim()
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub ");
+            t.starts_with("use crate::layouts::")
+        });
+        let mut mounted = BTreeSet::new();
+        for p in paths(&mount_lines.join("\n"), me) {
+            if let Some(t) = (1..=p.len()).rev().find_map(|k| files.get(&p[..k])) {
+                mounted.insert(t.clone());
+            }
+        }
+        mounts.insert(f.clone(), mounted);
+        for p in paths(&code_lines.join("\n"), me) {
             // The deepest module the path names.
             let Some(t) = (1..=p.len()).rev().find_map(|k| files.get(&p[..k])) else {
                 continue;
@@ -183,7 +238,11 @@ fn read_crate() -> Crate {
         }
         uses.insert(f.clone(), to);
     }
-    Crate { files, uses }
+    Crate {
+        files,
+        uses,
+        mounts,
+    }
 }
 
 /// Whether a file may declare modules of its own folder (`lib.rs`, `mod.rs`, or any file that
@@ -203,11 +262,8 @@ fn top_level_modules_only_point_down() {
     let c = read_crate();
     let module_of: BTreeMap<&PathBuf, &Vec<String>> = c.files.iter().map(|(m, f)| (f, m)).collect();
     let layer = |f: &Path| {
-        let top = module_of[&f.to_path_buf()]
-            .first()
-            .cloned()
-            .unwrap_or_default();
-        LAYERS.iter().position(|&l| l == top)
+        let l = layer_of(module_of[&f.to_path_buf()])?;
+        LAYERS.iter().position(|&x| x == l)
     };
     let mut up = Vec::new();
     for (f, to) in &c.uses {
@@ -262,11 +318,25 @@ fn top_level_modules_only_point_down() {
         "files the module walk did not reach: {missed:?}"
     );
     // Every top-level module is placed (a new one must be given its layer).
-    for m in c.files.keys().filter(|m| m.len() == 1) {
+    for m in c.files.keys().filter(|m| m.len() == 1 && m[0] != "layouts") {
         assert!(
             LAYERS.contains(&m[0].as_str()),
             "module {} has no layer",
             m[0]
+        );
+    }
+    // A layout folder's declaration files hold no code that could import.
+    for (m, f) in c
+        .files
+        .iter()
+        .filter(|(m, _)| m[0] == "layouts" && m.len() <= 2)
+    {
+        assert!(
+            c.uses[f].is_empty(),
+            "{} ({}) only declares modules, yet imports {:?}",
+            m.join("::"),
+            f.display(),
+            c.uses[f]
         );
     }
     assert!(up.is_empty(), "imports that point up:\n{}", up.join("\n"));
@@ -326,6 +396,35 @@ fn no_two_files_import_each_other() {
         }
     }
     assert!(s.cycles.is_empty(), "import cycles: {:?}", s.cycles);
+}
+
+/// A registry mounts only the layout parts of its own layer (the `ffn` runtime registry a
+/// `runtime.rs`, never a `spec.rs`).
+#[test]
+fn mounts_stay_in_their_layer() {
+    let c = read_crate();
+    let module_of: BTreeMap<&PathBuf, &Vec<String>> = c.files.iter().map(|(m, f)| (f, m)).collect();
+    let mut wrong = Vec::new();
+    let mut any = 0;
+    for (f, ts) in &c.mounts {
+        for t in ts {
+            any += 1;
+            let (a, b) = (layer_of(module_of[f]), layer_of(module_of[t]));
+            if a != b {
+                wrong.push(format!(
+                    "{} ({a:?}) mounts {} ({b:?})",
+                    f.display(),
+                    t.display()
+                ));
+            }
+        }
+    }
+    assert!(any > 0, "no registry mounts a layout part");
+    assert!(
+        wrong.is_empty(),
+        "mounts across layers:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// The scanner reads plain paths, `super::` paths and `{..}` groups as the tests above need.

@@ -4,26 +4,16 @@
 //! source already is the target, its stored bytes) into named parts, and decodes them back.
 //! Every function is pure and deterministic at any thread count.
 
-#[path = "../../src/layouts/affine/codec.rs"]
-pub mod affine;
-#[path = "../../src/layouts/bf16/codec.rs"]
-pub mod bf16;
-#[path = "../../src/layouts/fp8/codec.rs"]
-pub mod fp8;
-#[path = "../../src/layouts/lora/codec.rs"]
-pub mod lora;
-#[path = "../../src/layouts/nvfp4/codec.rs"]
-pub mod nvfp4;
-#[path = "../../src/layouts/nvfp4_mmq/codec.rs"]
-pub mod nvfp4_mmq;
-#[path = "../../src/layouts/nvfp4_t/codec.rs"]
-pub mod nvfp4_t;
-#[path = "../../src/layouts/q2g128/codec.rs"]
-pub mod q2g128;
-#[path = "../../src/layouts/q4k_mmq/codec.rs"]
-pub mod q4k_mmq;
-#[path = "../../src/layouts/w8a8/codec.rs"]
-pub mod w8a8;
+pub use crate::layouts::affine::codec as affine;
+pub use crate::layouts::bf16::codec as bf16;
+pub use crate::layouts::fp8::codec as fp8;
+pub use crate::layouts::lora::codec as lora;
+pub use crate::layouts::nvfp4::codec as nvfp4;
+pub use crate::layouts::nvfp4_mmq::codec as nvfp4_mmq;
+pub use crate::layouts::nvfp4_t::codec as nvfp4_t;
+pub use crate::layouts::q2g128::codec as q2g128;
+pub use crate::layouts::q4k_mmq::codec as q4k_mmq;
+pub use crate::layouts::w8a8::codec as w8a8;
 
 /// An FFN projection, as named in pack tensor names (`blk.N.ffn_<proj>.<layout>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -3,71 +3,59 @@
 //! every launch is built by parameter name through it, as the layer's own launches are.
 
 use super::*;
-use crate::converters::layouts;
-use crate::ffn::{DenseFfnLayer, FfnConfig, FfnKernels, ForwardContext, W8a8Weight, nvfp4_args};
+use crate::ffn::{DenseFfnLayer, FfnConfig, FfnKernels, ForwardContext};
 use crate::gpu::reference::{self, ActRound};
-use crate::gpu::sizes::*;
 use crate::gpu::table::{Call, Kernel};
 use crate::gpu::{
-    DevicePtr, GemmBf16, GpuBackend, GpuError, GpuResult, ModelLevers, alloc_upload, download_f32,
-    upload_f32,
+    DevicePtr, GpuBackend, GpuResult, ModelLevers, alloc_upload, download_f32, upload_f32,
 };
 use crate::testing::*;
-use rayon::prelude::*;
 use std::sync::Arc;
 
-#[path = "../layouts/affine/check_kernels.rs"]
-mod affine;
-#[path = "../layouts/bf16/check_kernels.rs"]
-mod bf16;
-mod dq_wgmma;
-#[path = "../layouts/fp8/check_kernels.rs"]
-mod fp8;
-#[path = "../layouts/fp8/check_w8a8.rs"]
-mod fp8_w8a8;
-#[path = "../layouts/nvfp4/check_kernels.rs"]
-mod nvfp4;
-#[path = "../layouts/q2g128/check_kernels.rs"]
-mod q2g128;
-#[path = "../layouts/q4k_mmq/check_kernels.rs"]
-mod q4k_mmq;
+use crate::layouts::affine::check_kernels as affine;
+use crate::layouts::bf16::check_kernels as bf16;
+pub(crate) mod dq_wgmma;
+use crate::layouts::fp8::check_kernels as fp8;
+use crate::layouts::fp8::check_w8a8 as fp8_w8a8;
+use crate::layouts::nvfp4::check_kernels as nvfp4;
+use crate::layouts::q2g128::check_kernels as q2g128;
+use crate::layouts::q4k_mmq::check_kernels as q4k_mmq;
 mod rules;
-#[path = "../layouts/w8a8/check_kernels.rs"]
-mod w8a8;
+use crate::layouts::w8a8::check_kernels as w8a8;
 
 /// The largest m the FP8 check sends to a kernel with a row cap: the routing's range for the
 /// batch tiers (5..=32), which `fp8_launch` splits into launches of the kernel's cap.
-const FP8_CHUNKED_MAX_M: usize = 32;
+pub(crate) const FP8_CHUNKED_MAX_M: usize = 32;
 
 /// One shape's inputs, shared by every family's rows: the gate/up-shaped weight `wf` (`[n, k]`
 /// = `[inter, hidden]`), `mmax` rows of activations `x` on the device as `xd`, and an output
 /// buffer `yd` of `[mmax, n]`.
-struct Case<'a> {
-    b: Arc<dyn GpuBackend>,
-    ctx: ForwardContext,
-    layer: DenseFfnLayer,
-    kk: FfnKernels,
-    shape: (usize, usize),
-    n: usize,
-    k: usize,
-    ms: &'a [usize],
-    mmax: usize,
-    wf: Vec<f32>,
-    x: Vec<f32>,
-    xd: DevicePtr,
-    yd: DevicePtr,
+pub(crate) struct Case<'a> {
+    pub(crate) b: Arc<dyn GpuBackend>,
+    pub(crate) ctx: ForwardContext,
+    pub(crate) layer: DenseFfnLayer,
+    pub(crate) kk: FfnKernels,
+    pub(crate) shape: (usize, usize),
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) ms: &'a [usize],
+    pub(crate) mmax: usize,
+    pub(crate) wf: Vec<f32>,
+    pub(crate) x: Vec<f32>,
+    pub(crate) xd: DevicePtr,
+    pub(crate) yd: DevicePtr,
 }
 
 impl Case<'_> {
-    fn xr(&self, r: usize) -> &[f32] {
+    pub(crate) fn xr(&self, r: usize) -> &[f32] {
         &self.x[r * self.k..(r + 1) * self.k]
     }
 
-    fn row(&self, rows: &mut Vec<Row>, check: &str, m: usize, err: f64, tol: f64) {
+    pub(crate) fn row(&self, rows: &mut Vec<Row>, check: &str, m: usize, err: f64, tol: f64) {
         push(rows, check, self.shape, m, err, tol);
     }
 
-    fn bits(&self, rows: &mut Vec<Row>, check: &str, m: usize, exact: bool) {
+    pub(crate) fn bits(&self, rows: &mut Vec<Row>, check: &str, m: usize, exact: bool) {
         push(
             rows,
             check,
@@ -79,22 +67,22 @@ impl Case<'_> {
     }
 
     /// Finish `call` by the kernel table and launch it on the default stream.
-    fn launch(&self, call: Call) -> GpuResult<()> {
+    pub(crate) fn launch(&self, call: Call) -> GpuResult<()> {
         call.finish()?.run(self.b.as_ref(), 0)
     }
 
     /// The sampled error of the `[m, n]` output in `yd`.
-    fn err(&self, m: usize, f: impl Fn(usize) -> Vec<f32> + Sync) -> GpuResult<f64> {
+    pub(crate) fn err(&self, m: usize, f: impl Fn(usize) -> Vec<f32> + Sync) -> GpuResult<f64> {
         sampled_err(self.b.as_ref(), self.yd, m, self.n, f)
     }
 
-    fn poison_y(&self) -> GpuResult<()> {
+    pub(crate) fn poison_y(&self) -> GpuResult<()> {
         poison(self.b.as_ref(), self.yd)
     }
 }
 
 /// The m of `ms` within a kernel's row cap (`limit` when it has none).
-fn within(ms: &[usize], k: &Kernel, limit: usize) -> Vec<usize> {
+pub(crate) fn within(ms: &[usize], k: &Kernel, limit: usize) -> Vec<usize> {
     let cap = k.spec.row_cap.unwrap_or(limit);
     ms.iter().copied().filter(|&m| m <= cap).collect()
 }

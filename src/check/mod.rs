@@ -7,7 +7,7 @@ pub mod activations;
 mod bench;
 mod bench_decode;
 pub mod bench_load;
-mod kernels;
+pub(crate) mod kernels;
 mod layers;
 mod load;
 pub mod probe_io;
@@ -57,7 +57,7 @@ fn sample_rows(m: usize) -> Vec<usize> {
     v
 }
 
-fn upload_fp8(
+pub(crate) fn upload_fp8(
     b: &dyn GpuBackend,
     x: &[f32],
     n: usize,
@@ -76,7 +76,7 @@ fn upload_fp8(
 }
 
 /// Whether two f32 outputs are the same bits, element for element (and the same length).
-fn same_bits(a: &[f32], b: &[f32]) -> bool {
+pub(crate) fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
@@ -102,7 +102,7 @@ fn scratch_dir(tag: &str) -> std::path::PathBuf {
 /// ‖y − reference‖ / ‖reference‖ over the sampled rows of the device output `yd` (`[m, n]`
 /// f32, row stride n); NaN when any element of `y` was left unwritten (outputs are poisoned with
 /// NaN before each launch). `reference(r)` computes row `r` on the CPU.
-fn sampled_err(
+pub(crate) fn sampled_err(
     b: &dyn GpuBackend,
     yd: DevicePtr,
     m: usize,

@@ -18,10 +18,10 @@ mod arms;
 mod context;
 mod forward;
 mod kernels;
-mod layouts;
+pub(crate) mod layouts;
 mod overlays;
-mod routing;
-mod weights;
+pub(crate) mod routing;
+pub(crate) mod weights;
 
 use crate::converters::layouts::Layout;
 pub use context::*;
@@ -32,9 +32,9 @@ pub use routing::{Arm, Method, arms, register_arms};
 use weights::ProjWeight;
 pub(crate) use weights::fits;
 
-pub use arms::fp8::FP8_W8A8_MIN_ROWS;
+pub use crate::layouts::fp8::arms::FP8_W8A8_MIN_ROWS;
 #[cfg(feature = "harness")]
-pub(crate) use arms::nvfp4::nvfp4_args;
+pub(crate) use crate::layouts::nvfp4::arms::nvfp4_args;
 
 pub use crate::converters::layouts::Proj;
 
@@ -48,13 +48,13 @@ pub struct DenseFfnLayer {
     pub activation: Activation,
     /// Every installed layout's overlay, keyed by layout (built-in ones through their `set_*`
     /// validators, registered ones through [`DenseFfnLayer::set_overlay`]).
-    overlays: Overlays,
-    kernels: FfnKernels,
+    pub(crate) overlays: Overlays,
+    pub(crate) kernels: FfnKernels,
     /// The runtime, and the buffers this layer allocated itself (what its `finalize_*` calls
     /// build: NVFP4-MMQ tiles, Q4_K copies), freed when it is dropped. Installed overlays are
     /// views the caller owns.
-    backend: Arc<dyn GpuBackend>,
-    allocated: Vec<DevicePtr>,
+    pub(crate) backend: Arc<dyn GpuBackend>,
+    pub(crate) allocated: Vec<DevicePtr>,
 }
 
 impl Drop for DenseFfnLayer {

@@ -92,11 +92,11 @@ pub fn register_arms(arms: &'static [Arm]) -> crate::Result<()> {
     Ok(())
 }
 
-pub(super) fn always(_: &DenseFfnLayer, _: &ForwardContext, _: usize) -> bool {
+pub(crate) fn always(_: &DenseFfnLayer, _: &ForwardContext, _: usize) -> bool {
     true
 }
 
-pub(super) fn prefill(
+pub(crate) fn prefill(
     l: &DenseFfnLayer,
     c: &mut ForwardContext,
     x: DevicePtr,
@@ -105,7 +105,7 @@ pub(super) fn prefill(
     l.forward_prefill(c, x, m)
 }
 
-pub(super) fn verify(
+pub(crate) fn verify(
     l: &DenseFfnLayer,
     c: &mut ForwardContext,
     x: DevicePtr,

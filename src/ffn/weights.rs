@@ -36,20 +36,20 @@ macro_rules! accessors {
 /// fields in declaration order, checked by the type's `validate`), and [`ProjWeight`].
 macro_rules! projection_weight {
     ($t:ident, $new_doc:literal { $($f:ident: $ft:ty),* $(,)? }) => {
-        accessors!($t { $($f: $ft),* });
+        $crate::ffn::weights::accessors!($t { $($f: $ft),* });
         impl $t {
             #[doc = $new_doc]
-            pub fn new($($f: $ft),*) -> GpuResult<Self> {
+            pub fn new($($f: $ft),*) -> $crate::gpu::GpuResult<Self> {
                 let w = $t { $($f),* };
                 w.validate(stringify!($t))?;
                 Ok(w)
             }
         }
-        impl ProjWeight for $t {
+        impl $crate::ffn::weights::ProjWeight for $t {
             fn shape(&self) -> (usize, usize) {
                 (self.n, self.k)
             }
-            fn validate(&self, what: &str) -> GpuResult<()> {
+            fn validate(&self, what: &str) -> $crate::gpu::GpuResult<()> {
                 $t::validate(self, what)
             }
         }
@@ -76,4 +76,4 @@ macro_rules! shape_args {
     )*};
 }
 
-pub(super) use {accessors, projection_weight, shape_args};
+pub(crate) use {accessors, projection_weight, shape_args};

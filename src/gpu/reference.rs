@@ -4,45 +4,26 @@
 //! and rounded once, so the reference is at least as accurate as any kernel; quantization steps
 //! that a kernel performs (activations to BF16 or FP8) are reproduced bit for bit.
 
-use crate::converters::affine::{Form, code_at};
 use crate::converters::bf16;
-use crate::converters::fp8::{e4m3_to_f32, f32_to_e4m3};
-use crate::converters::layouts::affine::{Scheme, pair_at};
+use crate::converters::fp8::e4m3_to_f32;
 use crate::gpu::sizes::*;
-use rayon::prelude::*;
 use std::sync::LazyLock;
 
 mod rules;
 pub use rules::{ElementRule, blob_rules};
 
 // Each layout's twins, in its folder.
-#[path = "../layouts/fp8/twin.rs"]
-mod fp8_twin;
-pub use fp8_twin::*;
-#[path = "../layouts/w8a8/twin.rs"]
-mod w8a8_twin;
-pub use w8a8_twin::*;
-#[path = "../layouts/nvfp4/twin.rs"]
-mod nvfp4_twin;
-pub use nvfp4_twin::*;
-#[path = "../layouts/bf16/twin.rs"]
-mod bf16_twin;
-pub use bf16_twin::*;
-#[path = "../layouts/lora/twin.rs"]
-mod lora_twin;
-pub use lora_twin::*;
-#[path = "../layouts/q2g128/twin.rs"]
-mod q2g128_twin;
-pub use q2g128_twin::*;
-#[path = "../layouts/affine/twin.rs"]
-mod affine_twin;
-pub use affine_twin::*;
-#[path = "../layouts/q4k_mmq/twin.rs"]
-mod q4k_mmq_twin;
-pub use q4k_mmq_twin::*;
+pub use crate::layouts::affine::twin::*;
+pub use crate::layouts::bf16::twin::*;
+pub use crate::layouts::fp8::twin::*;
+pub use crate::layouts::lora::twin::*;
+pub use crate::layouts::nvfp4::twin::*;
+pub use crate::layouts::q2g128::twin::*;
+pub use crate::layouts::q4k_mmq::twin::*;
+pub use crate::layouts::w8a8::twin::*;
 
 /// E4M3 byte -> value, as f64 (exact).
-static E4M3: LazyLock<[f64; 256]> =
+pub(crate) static E4M3: LazyLock<[f64; 256]> =
     LazyLock::new(|| std::array::from_fn(|b| e4m3_to_f32(b as u8) as f64));
 
 /// Activation rounding a kernel applies before its products.
@@ -91,14 +72,14 @@ pub fn stream_probe(words: &[u8], per: usize) -> Vec<u32> {
         .collect()
 }
 
-fn f16_at(b: &[u8]) -> f32 {
+pub(crate) fn f16_at(b: &[u8]) -> f32 {
     half::f16::from_le_bytes([b[0], b[1]]).to_f32()
 }
 
 /// Group `g` of 32 values of `x` (past its end 0) as the int8 activation quantizers see it (one
 /// warp a group, common.cuh's `warp_amax_sum`): the values, `d = amax / 127`, `1 / d` (0 when d
 /// is), and their f32 sum in the butterfly order xor 16, 8, 4, 2, 1.
-fn warp_group_q8(x: &[f32], g: usize) -> (Vec<f32>, f32, f32, f32) {
+pub(crate) fn warp_group_q8(x: &[f32], g: usize) -> (Vec<f32>, f32, f32, f32) {
     let v: Vec<f32> = (0..32)
         .map(|l| x.get(g * 32 + l).copied().unwrap_or(0.0))
         .collect();
@@ -143,7 +124,7 @@ pub fn il8_pos(c: usize) -> usize {
 
 /// f64 -> bf16 bits, rounded once to nearest even: the significand cut to bf16's 8 bits in the
 /// f64 itself (exact, then a lossless f32), below bf16's normal range through f32.
-fn bf16_from_f64(v: f64) -> u16 {
+pub(crate) fn bf16_from_f64(v: f64) -> u16 {
     if !v.is_finite() || v.abs() < f32::MIN_POSITIVE as f64 {
         return bf16::from_f32(v as f32);
     }

@@ -11,31 +11,21 @@
 //! time with its arms (`ffn::register_arm`): it converts, loads and forwards like a built-in
 //! one (`tests/toy_layout.rs`).
 
-#[path = "../layouts/affine/spec.rs"]
-mod affine;
-#[path = "../layouts/bf16/spec.rs"]
-mod bf16;
-#[path = "../layouts/fp8/spec.rs"]
-mod fp8;
-#[path = "../layouts/lora/spec.rs"]
-mod lora;
-#[path = "../layouts/nvfp4/spec.rs"]
-mod nvfp4;
-#[path = "../layouts/nvfp4_mmq/spec.rs"]
-mod nvfp4_mmq;
-#[path = "../layouts/nvfp4_t/spec.rs"]
-mod nvfp4_t;
-#[path = "../layouts/q2g128/spec.rs"]
-mod q2g128;
-#[path = "../layouts/q4k_mmq/spec.rs"]
-mod q4k_mmq;
-#[path = "../layouts/w8a8/spec.rs"]
-mod w8a8;
+use crate::layouts::affine::spec as affine;
+use crate::layouts::bf16::spec as bf16;
+use crate::layouts::fp8::spec as fp8;
+use crate::layouts::lora::spec as lora;
+use crate::layouts::nvfp4::spec as nvfp4;
+use crate::layouts::nvfp4_mmq::spec as nvfp4_mmq;
+use crate::layouts::nvfp4_t::spec as nvfp4_t;
+use crate::layouts::q2g128::spec as q2g128;
+use crate::layouts::q4k_mmq::spec as q4k_mmq;
+use crate::layouts::w8a8::spec as w8a8;
 
 pub use crate::converters::layouts::{CustomTag, Encoded, Layout, Proj, q4k_mmq::DownFormat};
 
 use crate::error::{Error, Result};
-use crate::ffn::{LayerOverlays, key};
+use crate::ffn::LayerOverlays;
 use crate::gpu::DevicePtr;
 pub use crate::gpu::reference::ElementRule;
 use crate::manifest::{ConvertOptions, FfnEntry};

@@ -6,38 +6,17 @@
 pub mod gen_model;
 
 // Each layout's helpers, in its folder.
-#[path = "../layouts/affine/testing.rs"]
-mod affine_testing;
-pub use affine_testing::*;
-#[path = "../layouts/fp8/testing.rs"]
-mod fp8_testing;
-pub use fp8_testing::*;
-#[path = "../layouts/bf16/testing.rs"]
-mod bf16_testing;
-pub use bf16_testing::*;
-#[path = "../layouts/w8a8/testing.rs"]
-mod w8a8_testing;
-pub use w8a8_testing::*;
-#[path = "../layouts/nvfp4/testing.rs"]
-mod nvfp4_testing;
-pub use nvfp4_testing::*;
-#[path = "../layouts/lora/testing.rs"]
-mod lora_testing;
-pub use lora_testing::*;
-#[path = "../layouts/q2g128/testing.rs"]
-mod q2g128_testing;
-pub use q2g128_testing::*;
-#[path = "../layouts/q4k_mmq/testing.rs"]
-mod q4k_mmq_testing;
-pub use q4k_mmq_testing::*;
+pub use crate::layouts::affine::testing::*;
+pub use crate::layouts::bf16::testing::*;
+pub use crate::layouts::fp8::testing::*;
+pub use crate::layouts::lora::testing::*;
+pub use crate::layouts::nvfp4::testing::*;
+pub use crate::layouts::q2g128::testing::*;
+pub use crate::layouts::q4k_mmq::testing::*;
+pub use crate::layouts::w8a8::testing::*;
 
-use crate::converters::layouts::{self, Encoded};
-use crate::ffn::{
-    AffineWeight, Bf16Weight, DenseFfnLayer, Fp8Weight, LoraWeight, Nvfp4TWeight, Nvfp4Weight,
-    Q2g128Weight, Q4kDown, Q4kMmqWeights, W8a8Weight,
-};
 use crate::gpu::reference::ActRound;
-use crate::gpu::{DevicePtr, GpuBackend, GpuResult, alloc_upload};
+use crate::gpu::{DevicePtr, GpuBackend, GpuResult};
 use crate::model::Activation;
 
 /// SplitMix64-based generator of weight-like data.
@@ -245,7 +224,7 @@ pub fn poison(b: &dyn GpuBackend, p: DevicePtr) -> GpuResult<()> {
 
 /// Each value rounded to BF16 (nearest even) and back: what a dequantize-to-BF16 kernel feeds
 /// the BF16 GEMM.
-fn bf16_rounded(v: Vec<f32>) -> Vec<f32> {
+pub(crate) fn bf16_rounded(v: Vec<f32>) -> Vec<f32> {
     use crate::converters::bf16;
     v.into_iter()
         .map(|a| bf16::to_f32(bf16::from_f32(a)))

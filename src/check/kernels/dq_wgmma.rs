@@ -20,7 +20,7 @@ fn x_bf16(c: &Case, m: usize) -> GpuResult<DevicePtr> {
 /// `act_mul_silu_il8` and `act_mul_gelu_il8` (x as both gate and up) against the f32 product
 /// rounded by `f32_to_bf16_il8`, bit for bit; and `f32_to_bf16_il8` against `f32_to_bf16`
 /// moved by the il8 order.
-pub(super) fn act_bf16_bits(c: &Case, rows: &mut Vec<Row>, m: usize) -> GpuResult<()> {
+pub(crate) fn act_bf16_bits(c: &Case, rows: &mut Vec<Row>, m: usize) -> GpuResult<()> {
     let (b, k, x) = (c.b.clone(), c.k, c.xd);
     let kk = c.kk;
     let (f, o1, o2) = (
@@ -92,7 +92,7 @@ pub(super) fn act_bf16_bits(c: &Case, rows: &mut Vec<Row>, m: usize) -> GpuResul
 
 /// `nvfp4_wgmma` over the `nvfp4_mmq` tiles `tiles` (padded rows `np`) of the case's weight, at
 /// every m, against the f64 product of the bf16-rounded activations (`nvfp4_ref`).
-pub(super) fn nvfp4_wgmma_rows(
+pub(crate) fn nvfp4_wgmma_rows(
     c: &Case,
     rows: &mut Vec<Row>,
     w: &crate::ffn::Nvfp4Weight,
@@ -133,7 +133,7 @@ pub(super) fn nvfp4_wgmma_rows(
 
 /// `q4k_wgmma` over the Q4_K gate rows `gate` (`gate_bytes` on the host, padded k `kp`) against
 /// `q4k_bf16_row` on the bf16-rounded activations, at every m.
-pub(super) fn q4k_wgmma_rows(
+pub(crate) fn q4k_wgmma_rows(
     c: &Case,
     rows: &mut Vec<Row>,
     gate: DevicePtr,
@@ -173,7 +173,7 @@ pub(super) fn q4k_wgmma_rows(
 /// `int8_wgmma` against `q4k_mmq_int8_down_gemm` on the same requantized rows (`aq`, `sa`) and
 /// int8 weight (`codes`, `scales`, `[n, kp]`), bit for bit: both sums are exact in s32.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn int8_wgmma_bits(
+pub(crate) fn int8_wgmma_bits(
     c: &Case,
     rows: &mut Vec<Row>,
     m: usize,

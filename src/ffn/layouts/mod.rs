@@ -36,26 +36,16 @@ macro_rules! registry {
 }
 
 // Each layout's runtime, in its folder (`src/layouts/TAG/runtime.rs`).
-#[path = "../../layouts/affine/runtime.rs"]
-mod affine;
-#[path = "../../layouts/bf16/runtime.rs"]
-mod bf16;
-#[path = "../../layouts/fp8/runtime.rs"]
-mod fp8;
-#[path = "../../layouts/lora/runtime.rs"]
-mod lora;
-#[path = "../../layouts/nvfp4/runtime.rs"]
-mod nvfp4;
-#[path = "../../layouts/nvfp4_mmq/runtime.rs"]
-mod nvfp4_mmq;
-#[path = "../../layouts/nvfp4_t/runtime.rs"]
-mod nvfp4_t;
-#[path = "../../layouts/q2g128/runtime.rs"]
-mod q2g128;
-#[path = "../../layouts/q4k_mmq/runtime.rs"]
-mod q4k_mmq;
-#[path = "../../layouts/w8a8/runtime.rs"]
-mod w8a8;
+use crate::layouts::affine::runtime as affine;
+use crate::layouts::bf16::runtime as bf16;
+use crate::layouts::fp8::runtime as fp8;
+use crate::layouts::lora::runtime as lora;
+use crate::layouts::nvfp4::runtime as nvfp4;
+use crate::layouts::nvfp4_mmq::runtime as nvfp4_mmq;
+use crate::layouts::nvfp4_t::runtime as nvfp4_t;
+use crate::layouts::q2g128::runtime as q2g128;
+use crate::layouts::q4k_mmq::runtime as q4k_mmq;
+use crate::layouts::w8a8::runtime as w8a8;
 
 // The NVFP4 base first, then what builds on it (lora before fp8, bf16 and q2g128, which its
 // validator refuses), then the layouts that stand alone.

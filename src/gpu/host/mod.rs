@@ -15,8 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 mod impls;
-#[path = "../../layouts/affine/host.rs"]
-mod impls_affine;
 
 /// The CPU implementation of the runtime.
 pub struct HostBackend {
@@ -159,7 +157,7 @@ impl HostBackend {
         Ok(())
     }
 
-    fn read(&self, p: DevicePtr) -> GpuResult<Vec<u8>> {
+    pub(crate) fn read(&self, p: DevicePtr) -> GpuResult<Vec<u8>> {
         let (base, off) = self.locate(p)?;
         self.check_mapped(base, off, p.bytes as usize)?;
         Ok(
@@ -182,7 +180,7 @@ impl HostBackend {
             .collect())
     }
 
-    fn read_f32(&self, p: DevicePtr) -> GpuResult<Vec<f32>> {
+    pub(crate) fn read_f32(&self, p: DevicePtr) -> GpuResult<Vec<f32>> {
         Ok(self
             .read(p)?
             .chunks_exact(4)
@@ -190,7 +188,7 @@ impl HostBackend {
             .collect())
     }
 
-    fn write(&self, p: DevicePtr, off_bytes: usize, data: &[u8]) -> GpuResult<()> {
+    pub(crate) fn write(&self, p: DevicePtr, off_bytes: usize, data: &[u8]) -> GpuResult<()> {
         let (base, off) = self.locate(p)?;
         self.check_mapped(base, off + off_bytes, data.len())?;
         if off_bytes + data.len() > p.bytes as usize {
@@ -208,7 +206,7 @@ impl HostBackend {
         Ok(())
     }
 
-    fn write_f32(&self, p: DevicePtr, off_elems: usize, v: &[f32]) -> GpuResult<()> {
+    pub(crate) fn write_f32(&self, p: DevicePtr, off_elems: usize, v: &[f32]) -> GpuResult<()> {
         self.write(
             p,
             off_elems * 4,
@@ -218,7 +216,7 @@ impl HostBackend {
 
     /// Compute `m` output rows of `n` values (row `r` by `f(r, row)`, rows in parallel) and
     /// write them into `y` at row stride `ldy`.
-    fn write_rows(
+    pub(crate) fn write_rows(
         &self,
         y: DevicePtr,
         ldy: usize,

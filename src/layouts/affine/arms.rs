@@ -1,9 +1,10 @@
 //! The affine (`affine`) arms: the decode GEMVs (one to sixteen rows, over activations
 //! quantized to int8 per group) and the prefill through BF16.
 
-use super::super::*;
+use crate::ffn::*;
 
 use crate::gpu::{DevicePtr, GemmBf16, GpuError, GpuResult};
+use crate::model::Activation;
 
 impl DenseFfnLayer {
     /// The affine kernels' `act` argument for this layer's act-mul: 1 SiLU, 2 GELU.

@@ -1,14 +1,20 @@
 //! The affine rows: the activation quantizer, the GEMVs, the prefill's dequantization and the
 //! GPU carry of GGUF blocks, each against its twin.
 
-use super::*;
+use crate::check::kernels::*;
+use crate::check::*;
+use crate::gpu::reference::{self};
+use crate::gpu::sizes::*;
+use crate::gpu::table::Kernel;
+use crate::gpu::{DevicePtr, GpuResult, alloc_upload, download_f32};
+use rayon::prelude::*;
 
 /// affine, for every test source kind (GGUF's offset form in groups of 32, int4 groups of 128
 /// with half scales, int8 per channel with f32 scales): the activation quantizer bit for bit
 /// against its twin; the GEMVs against the f64 product of the carried weights and those
 /// activations, and (the activation quantization's own error, 1e-2) against the f64 product
 /// with the unquantized ones; the BF16 dequantization bit for bit.
-pub(super) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+pub(crate) fn affine_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     use crate::testing::{AffineKind, affine_encoded, affine_scheme};
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     for kind in AffineKind::ALL {

@@ -12,10 +12,10 @@
 //! every weight decodes as the source library decodes it. Any other source is quantized with
 //! ggml's Q8_0 reference rule (`converters/q8_0.rs`) and carried from that.
 
-use super::{Encoded, round_up};
 use crate::GgmlType;
 use crate::converters::affine::{AffineError, AffineGroups, Form, GGML_GROUP, code_at};
 use crate::converters::f16;
+use crate::converters::layouts::{Encoded, round_up};
 
 /// K alignment: a multiple of every group this layout stores and of the kernels' 128-value
 /// chunks.
@@ -225,9 +225,9 @@ pub fn carry(ty: GgmlType, raw: &[u8], n: usize, k: usize) -> Result<Encoded, Af
 /// would not be a finite half (|w| near 65504 and above, NaN) is refused by row and group.
 pub fn encode(x: &[f32], n: usize, k: usize) -> Result<Encoded, AffineError> {
     let k32 = round_up(k, GGML_GROUP);
-    let raw = crate::converters::encode_to_vec::<crate::converters::q8_0::Q8_0>(&super::pad(
-        x, n, k, n, k32,
-    ));
+    let raw = crate::converters::encode_to_vec::<crate::converters::q8_0::Q8_0>(
+        &crate::converters::layouts::pad(x, n, k, n, k32),
+    );
     // Values past k (a partial group's padding) decode to zero.
     carry(GgmlType::Q8_0, &raw, n, k32)
 }

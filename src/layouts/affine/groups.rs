@@ -27,8 +27,8 @@
 //! sign). `-8 d` and `-128 d` are exact halves unless they overflow (|d| above 8188 or 511.75):
 //! such a block, or one whose scale or minimum is not finite, is refused, naming row and group.
 
-use super::f16;
 use crate::GgmlType;
+use crate::converters::f16;
 
 /// Values per group of the GGUF formats this codec carries, and the least group of any source.
 pub const GGML_GROUP: usize = 32;

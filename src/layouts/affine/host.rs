@@ -1,11 +1,11 @@
 //! The host twins of the `affine` kernels (`src/layouts/affine/kernels.cu`).
 
-use super::super::reference;
-use super::super::table::{Args, KernelSpec};
-use super::super::{GpuError, GpuResult};
-use super::HostBackend;
 use crate::converters::layouts::affine::Scheme;
+use crate::gpu::host::HostBackend;
+use crate::gpu::reference;
 use crate::gpu::sizes::*;
+use crate::gpu::table::{Args, KernelSpec};
+use crate::gpu::{GpuError, GpuResult};
 
 /// The scheme a kernel's `bits`, `form`, `gshift` and `kp` arguments name.
 fn scheme(name: &str, bits: u32, a: &Args) -> GpuResult<Scheme> {
@@ -20,7 +20,7 @@ fn scheme(name: &str, bits: u32, a: &Args) -> GpuResult<Scheme> {
 impl HostBackend {
     /// `affine4_gemv`, `affine8_gemv` and their batch forms (the bits from the name), over the
     /// activations `affine_quantize_act` wrote: one projection, or with `projs` 2 two.
-    pub(super) fn affine_gemv(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+    pub(crate) fn affine_gemv(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let bits = if spec.name.starts_with("affine4") {
             4
         } else {
@@ -67,7 +67,7 @@ impl HostBackend {
     /// quantization of their act-mul (`affine_quantize_act` over `yg` and `yu`, one row of `n`)
     /// into `dq` and `ds` for `bitsd`-bit weights of padded k `kpd`. The counters are the
     /// kernel's own (left as they were: zero).
-    pub(super) fn affine_gemv_act(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+    pub(crate) fn affine_gemv_act(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         self.affine_gemv(spec, a)?;
         let (n, act, kpd) = (a.dim("n")?, a.dim("act")?, a.dim("kpd")?);
         let (yg, yu) = (self.read_f32(a.ptr("yg")?)?, self.read_f32(a.ptr("yu")?)?);
@@ -86,7 +86,7 @@ impl HostBackend {
 
     /// `affine_from_ggml`: the converter's carry of the GGUF blocks; a block it refuses sets
     /// `bad` (the outputs then undefined, as the caller must refuse them).
-    pub(super) fn affine_from_ggml(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+    pub(crate) fn affine_from_ggml(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (ty, n, kk, kp) = (a.dim("ty")?, a.dim("n")?, a.dim("k")?, a.dim("kp")?);
         let ty = crate::GgmlType::from_id(ty as u32)
             .ok_or_else(|| GpuError::Invalid(format!("affine_from_ggml: ggml type {ty}")))?;
@@ -113,7 +113,7 @@ impl HostBackend {
 
     /// `affine_from_awq`: the converter's carry of the AutoAWQ tensors; a weight it refuses
     /// sets `bad` (the outputs then undefined, as the caller must refuse them).
-    pub(super) fn affine_from_awq(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+    pub(crate) fn affine_from_awq(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (n, kk, kp, group) = (a.dim("n")?, a.dim("k")?, a.dim("kp")?, a.dim("group")?);
         let groups = kk / group.max(1);
         let (qw, qz, sc) = (
@@ -153,7 +153,7 @@ impl HostBackend {
     /// `affine_from_gptq`: the converter's carry of the GPTQ tensors (group order); what it
     /// refuses sets `bad` as the kernel does (1 a scale not finite, 2 a zero point field of all
     /// ones, 4 a `g_idx` out of group order), the outputs then undefined.
-    pub(super) fn affine_from_gptq(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+    pub(crate) fn affine_from_gptq(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         use crate::converters::{affine::AffineError, gptq};
         let (n, kk, kp, group) = (a.dim("n")?, a.dim("k")?, a.dim("kp")?, a.dim("group")?);
         let bits = a.dim("bits")? as u32;
@@ -213,7 +213,7 @@ impl HostBackend {
     }
 
     /// `affine_quantize_act`: `x`, or `act(x, u)` (1 SiLU, 2 GELU), rows at stride `ld`.
-    pub(super) fn affine_quantize_act(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+    pub(crate) fn affine_quantize_act(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (act, m, kk, ld) = (a.dim("act")?, a.dim("m")?, a.dim("k")?, a.dim("ld")?);
         let (kp, bits) = (a.dim("kp")?, a.dim("bits")? as u32);
         let (x, u) = self.act_inputs(a, act)?;
@@ -238,7 +238,7 @@ impl HostBackend {
     }
 
     /// `affine_dequant_bf16`.
-    pub(super) fn affine_dequant_bf16(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+    pub(crate) fn affine_dequant_bf16(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (codes, sb) = (self.read(a.ptr("codes")?)?, self.read(a.ptr("sb")?)?);
         let (n, kp, bits) = (a.dim("n")?, a.dim("kp")?, a.dim("bits")?);
         let sc = scheme("affine_dequant_bf16", bits as u32, a)?;
@@ -251,7 +251,7 @@ impl HostBackend {
 
     /// `affine_gather_bf16`: the values of `x` (or the act-mul of `x` and `u`) rounded to BF16,
     /// in the stored column order `perm` where there is one.
-    pub(super) fn affine_gather_bf16(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+    pub(crate) fn affine_gather_bf16(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (act, m, kk, ld) = (a.dim("act")?, a.dim("m")?, a.dim("k")?, a.dim("ld")?);
         let (x, u) = self.act_inputs(a, act)?;
         let perm = self.perm(a, kk)?;

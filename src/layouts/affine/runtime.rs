@@ -1,16 +1,17 @@
 //! `affine`: integer codes (4 or 8 bits) with a scale and an offset or zero point per group,
 //! and the affine arms (decode GEMVs; prefill dequantized to BF16 for the BF16 GEMM).
 
-use super::super::weights::{accessors, projection_weight, refuse};
-use super::super::*;
-use super::Runtime;
+use crate::converters::layouts::Layout;
+use crate::ffn::layouts::Runtime;
+use crate::ffn::weights::{projection_weight, refuse};
+use crate::ffn::*;
 
 use crate::converters::affine::{Form, carried_bits};
 use crate::converters::layouts::affine::{self, Scheme};
 use crate::gpu::sizes::AFFINE_GROUP;
 use crate::gpu::{DevicePtr, GpuResult};
 
-use super::super::routing::always;
+use crate::ffn::routing::always;
 
 /// The projections' names in refusals, in the order the `finalize_*` calls take them.
 const PROJ_NAMES: [&str; 3] = ["gate", "up", "down"];
@@ -18,14 +19,14 @@ use Layout::*;
 use Method::*;
 
 /// This layout's overlay key (re-exported in `ffn::key`).
-pub(super) mod keys {
+pub(crate) mod keys {
     use super::*;
     /// `affine`: gate, up, down.
     pub const AFFINE: Key<[AffineWeight; 3]> = Key::new(Layout::Affine);
 }
 
 /// Its entry in the runtime registry.
-pub(super) const RUNTIME: Runtime = Runtime {
+pub(crate) const RUNTIME: Runtime = Runtime {
     layout: Layout::Affine,
     builds_on: None,
     install,

@@ -2,13 +2,18 @@
 //! carrying GGUF Q4_0, Q4_1 and Q8_0, AutoAWQ and compressed-tensors integer sources exactly
 //! (`converters/affine.rs`), for the affine arms.
 
-use super::*;
 use crate::GgmlType;
 use crate::converters::affine::{AffineGroups, Form, GGML_GROUP};
 use crate::converters::layouts::affine::{self, Scheme};
+use crate::error::{Error, Result};
 use crate::ffn::AffineWeight;
+use crate::ffn::{LayerOverlays, key};
 use crate::gpu::DevicePtr;
+use crate::layout::*;
+use crate::manifest::ConvertOptions;
 use crate::model::DType;
+use crate::model::{FfnWeight, Model};
+use std::collections::BTreeMap;
 
 pub struct Affine;
 

@@ -2,7 +2,13 @@
 //! order gather): part of the kernels' numerics contract (`gpu::reference`, mounted there and re-
 //! exported).
 
-use super::*;
+use crate::converters::affine::{Form, code_at};
+use crate::converters::bf16;
+use crate::converters::layouts::affine::{Scheme, pair_at};
+use crate::gpu::reference::warp_group_q8;
+use crate::gpu::reference::*;
+use crate::gpu::sizes::*;
+use rayon::prelude::*;
 
 /// The `(s, t)` pair of value `c` of row `j` of an `affine` blob (t the offset or zero point).
 pub(super) fn affine_pair(sb: &[u8], sc: Scheme, kp: usize, j: usize, c: usize) -> (f32, f32) {

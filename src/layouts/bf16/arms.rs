@@ -1,6 +1,6 @@
 //! The BF16 arms: the batch-4 GEMV and the cuBLAS GEMM.
 
-use super::super::*;
+use crate::ffn::*;
 
 use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GemmBf16, GpuError, GpuResult};

@@ -1,10 +1,14 @@
 //! The BF16 rows: the GEMV within its cap, and cuBLAS. `gpu-check`'s kernel section
 //! (`check::kernels`), moved here unchanged.
 
-use super::*;
+use crate::check::kernels::*;
+use crate::check::*;
+use crate::converters::layouts;
+use crate::gpu::reference::{self, ActRound};
+use crate::gpu::{GemmBf16, GpuResult, alloc_upload};
 
 /// BF16: the GEMV within its cap, and cuBLAS.
-pub(super) fn bf16_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+pub(crate) fn bf16_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k) = (c.n, c.k);
     let b = c.b.clone();
     let be = layouts::bf16::encode(&c.wf, n, k);

@@ -1,8 +1,8 @@
 //! `bf16`: BF16 `[n, kp]` row-major, K zero-padded to a multiple of 8 (16-byte rows); single part.
 //! Encoding rounds to nearest even (`converters/bf16.rs`); a BF16 source is carried unchanged.
 
-use super::{Encoded, crop, pad, pad_rows_bytes, round_up};
 use crate::converters::bf16;
+use crate::converters::layouts::{Encoded, crop, pad, pad_rows_bytes, round_up};
 
 /// K alignment.
 pub const K_ALIGN: usize = 8;

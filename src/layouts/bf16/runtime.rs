@@ -1,24 +1,25 @@
 //! `bf16`: BF16 rows, K padded to 8, and the BF16 arms.
 
-use super::super::weights::{accessors, projection_weight, refuse, shape_args};
-use super::super::*;
-use super::Runtime;
+use crate::converters::layouts::Layout;
+use crate::ffn::layouts::Runtime;
+use crate::ffn::weights::{projection_weight, refuse, shape_args};
+use crate::ffn::*;
 
 use crate::gpu::{DevicePtr, GpuResult};
 
-use super::super::routing::{always, prefill};
+use crate::ffn::routing::{always, prefill};
 use Layout::*;
 use Method::*;
 
 /// This layout's overlay key (re-exported in `ffn::key`).
-pub(super) mod keys {
+pub(crate) mod keys {
     use super::*;
     /// `bf16`: gate, up, down.
     pub const BF16: Key<[Bf16Weight; 3]> = Key::new(Layout::Bf16);
 }
 
 /// Its entry in the runtime registry.
-pub(super) const RUNTIME: Runtime = Runtime {
+pub(crate) const RUNTIME: Runtime = Runtime {
     layout: Layout::Bf16,
     builds_on: None,
     install,

@@ -1,10 +1,14 @@
 //! `bf16`: BF16 rows padded to the GEMM's K alignment (BF16 sources carried byte for byte).
 
-use super::*;
 use crate::GgmlType;
 use crate::converters::layouts::bf16;
+use crate::error::Result;
 use crate::ffn::Bf16Weight;
+use crate::ffn::{LayerOverlays, key};
+use crate::layout::*;
+use crate::manifest::ConvertOptions;
 use crate::model::DType;
+use crate::model::{FfnWeight, Model};
 use safetensors::Dtype;
 
 pub struct Bf16;

@@ -1,7 +1,10 @@
 //! The test-data helpers of the `bf16` layout (`testing`, mounted there and re-exported):
 //! random weights installed in its overlay, and the weights as it holds them.
 
-use super::*;
+use crate::converters::layouts::{self};
+use crate::ffn::{Bf16Weight, DenseFfnLayer};
+use crate::gpu::{GpuBackend, GpuResult, alloc_upload};
+use crate::testing::*;
 
 /// Install the BF16 overlay.
 pub fn install_bf16(

@@ -1,7 +1,9 @@
 //! The CPU twins of BF16: part of the kernels' numerics contract
 //! (`gpu::reference`, mounted there and re-exported).
 
-use super::*;
+use crate::converters::bf16;
+use crate::gpu::reference::*;
+use rayon::prelude::*;
 
 /// One output row of a BF16 weight product: `y[j] = sum_i bf16(w[j][i]) * a(x[i])`.
 pub fn bf16_row(

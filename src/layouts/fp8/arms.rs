@@ -1,9 +1,10 @@
 //! The FP8 arms (W8A16 GEMV/GEMM, the fused gate+up decode) and W8A8.
 
-use super::super::*;
+use crate::ffn::*;
 
 use crate::gpu::table::Kernel;
-use crate::gpu::{DevicePtr, GpuResult, ModelLevers};
+use crate::gpu::{DevicePtr, GpuError, GpuResult, ModelLevers};
+use crate::model::Activation;
 
 pub use crate::gpu::levers::FP8_W8A8_MIN_ROWS;
 

@@ -1,10 +1,13 @@
 //! The FP8 rows: the W8A16 kernels through the layer's `fp8_launch`. `gpu-check`'s kernel section
 //! (`check::kernels`), moved here unchanged.
 
-use super::*;
+use crate::check::kernels::*;
+use crate::check::*;
+use crate::gpu::GpuResult;
+use crate::gpu::reference::{self};
 
 /// The W8A16 kernels through the layer's `fp8_launch` (which splits m by the kernel's cap).
-pub(super) fn fp8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+pub(crate) fn fp8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k) = (c.n, c.k);
     let (w, codes, scales) = upload_fp8(c.b.as_ref(), &c.wf, n, k)?;
     let kk = c.kk;

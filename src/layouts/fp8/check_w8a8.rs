@@ -2,12 +2,17 @@
 //! prefill: the per-group quantizer bit for bit against its twin, the block-scaled `fp8_wgmma`
 //! GEMM against its f64 twin.
 
-use super::*;
+use crate::check::kernels::*;
+use crate::check::*;
+use crate::gpu::reference::{self};
+use crate::gpu::table::Kernel;
+use crate::gpu::{GpuResult, download_f32};
+use rayon::prelude::*;
 
 /// A fused quantizer (`fused`: codes of `act(g, u)` from gate and up) against the unfused chain
 /// (`act_mul_silu`, then `plain` over its f32 product), bit for bit, with the case's x as both
 /// gate and up; `per_row` scales a row (1, or kp / 128 for the per-group quantizers).
-pub(super) fn fused_act_bits(
+pub(crate) fn fused_act_bits(
     c: &mut Case,
     rows: &mut Vec<Row>,
     fused: Kernel,
@@ -60,7 +65,7 @@ pub(super) fn fused_act_bits(
 /// `quantize_row_fp8_g128`, the fused quantizer against the unfused chain, and `fp8_wgmma` over
 /// the quantized rows against `fp8_w8a8_block_row` (1e-3: Hopper's FP8 accumulator within a
 /// 128-k stage, as the W8A8 GEMM's rows).
-pub(super) fn fp8_w8a8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+pub(crate) fn fp8_w8a8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let kk = c.kk;
     if !kk.quant_fp8_g128.ok() || !kk.fp8_wgmma.ok() {
         return Ok(());

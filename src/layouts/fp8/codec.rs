@@ -7,8 +7,10 @@
 //! (`set_fp8_gate_up_fused`). Parts: `codes` `[np, kp]` E4M3, `scales` f32 `[np/128, kp/128]`.
 //! A block-FP8 source is carried unchanged (codes padded with 0x00, scales as they are).
 
-use super::{Encoded, crop, f32_bytes, f32_from, pad, pad_rows_bytes, round_up};
 use crate::converters::fp8_block;
+use crate::converters::layouts::{
+    Encoded, crop, f32_bytes, f32_from, pad, pad_rows_bytes, round_up,
+};
 
 /// N and K alignment of every FP8 part.
 pub const ALIGN: usize = 128;

@@ -1,24 +1,25 @@
 //! `fp8`: E4M3 with 128x128 block scales, gate and up fused, and the FP8 arms.
 
-use super::super::weights::{accessors, projection_weight, refuse, shape_args};
-use super::super::*;
-use super::Runtime;
+use crate::converters::layouts::Layout;
+use crate::ffn::layouts::Runtime;
+use crate::ffn::weights::{projection_weight, refuse, shape_args};
+use crate::ffn::*;
 
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 
-use super::super::routing::{always, prefill};
+use crate::ffn::routing::{always, prefill};
 use Layout::*;
 use Method::*;
 
 /// This layout's overlay key (re-exported in `ffn::key`).
-pub(super) mod keys {
+pub(crate) mod keys {
     use super::*;
     /// `fp8`: gate, up, down and the fused gate+up they may view.
     pub const FP8: Key<Fp8Overlay> = Key::new(Layout::Fp8);
 }
 
 /// Its entry in the runtime registry.
-pub(super) const RUNTIME: Runtime = Runtime {
+pub(crate) const RUNTIME: Runtime = Runtime {
     layout: Layout::Fp8,
     builds_on: None,
     install,

@@ -1,9 +1,13 @@
 //! `fp8`: E4M3 codes with f32 scales per 128x128 block, gate and up fused into one `gate_up`
 //! weight (the fused decode GEMV), down on its own.
 
-use super::*;
 use crate::converters::layouts::{crop, fp8};
+use crate::error::Result;
 use crate::ffn::{Fp8Overlay, Fp8Weight};
+use crate::ffn::{LayerOverlays, key};
+use crate::layout::*;
+use crate::manifest::ConvertOptions;
+use crate::model::{FfnWeight, Model};
 
 pub struct Fp8;
 

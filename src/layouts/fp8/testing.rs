@@ -1,7 +1,10 @@
 //! The test-data helpers of the `fp8` layout (`testing`, mounted there and re-exported):
 //! random weights installed in its overlay, and the weights as it holds them.
 
-use super::*;
+use crate::converters::layouts::{self, Encoded};
+use crate::ffn::{DenseFfnLayer, Fp8Weight};
+use crate::gpu::{GpuBackend, GpuResult, alloc_upload};
+use crate::testing::*;
 
 pub(super) fn upload_fp8(
     b: &dyn GpuBackend,

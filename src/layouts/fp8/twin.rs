@@ -1,7 +1,9 @@
 //! The CPU twins of FP8 weights (block scales, and with FP8 activations on the W8A8 GEMMs): part of
 //! the kernels' numerics contract (`gpu::reference`, mounted there and re-exported).
 
-use super::*;
+use crate::gpu::reference::E4M3;
+use crate::gpu::reference::*;
+use rayon::prelude::*;
 
 /// One output row of the block-scaled FP8 weight product:
 /// `y[j] = sum_kb s[j/128][kb] * sum_{i in kb} e4m3(w[j][i]) * a(x[i])` for `j < n`.

@@ -1,6 +1,6 @@
 //! The LoRA delta on the NVFP4 base (`lora`).
 
-use super::super::*;
+use crate::ffn::*;
 
 use crate::gpu::{DevicePtr, GpuResult};
 

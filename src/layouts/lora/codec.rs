@@ -3,7 +3,7 @@
 //! `[out, r]`, both BF16 row-major (nearest even); scalar `scaling` = `lora_alpha / r`.
 //! The adapter's effect is `dW = scaling * B @ A`, applied as `y += scaling * B (A x)`.
 
-use super::Encoded;
+use crate::converters::layouts::Encoded;
 
 /// The largest adapter rank a `lora` layout holds: the runtime's `lora_xa` scratch in the arena
 /// is sized by it.

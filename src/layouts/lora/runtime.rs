@@ -1,21 +1,22 @@
 //! `lora`: a PEFT adapter per projection on the `nvfp4` base (the NVFP4 decode arms add it).
 
-use super::super::weights::{accessors, projection_weight, refuse};
-use super::super::*;
-use super::Runtime;
+use crate::converters::layouts::Layout;
+use crate::ffn::layouts::Runtime;
+use crate::ffn::weights::{projection_weight, refuse};
+use crate::ffn::*;
 
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;
 
 /// This layout's overlay key (re-exported in `ffn::key`).
-pub(super) mod keys {
+pub(crate) mod keys {
     use super::*;
     /// `lora`: the adapter per projection (any may be absent).
     pub const LORA: Key<[Option<LoraWeight>; 3]> = Key::new(Layout::Lora);
 }
 
 /// Its entry in the runtime registry.
-pub(super) const RUNTIME: Runtime = Runtime {
+pub(crate) const RUNTIME: Runtime = Runtime {
     layout: Layout::Lora,
     builds_on: Some(Layout::Nvfp4),
     install,

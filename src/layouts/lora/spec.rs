@@ -1,8 +1,12 @@
 //! `lora`: a PEFT adapter's A and B per targeted projection, BF16, with rank and scaling.
 
-use super::*;
 use crate::converters::layouts::lora;
+use crate::error::Result;
 use crate::ffn::LoraWeight;
+use crate::ffn::{LayerOverlays, key};
+use crate::layout::*;
+use crate::manifest::ConvertOptions;
+use crate::model::{FfnWeight, Model};
 
 pub struct Lora;
 

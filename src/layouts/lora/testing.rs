@@ -1,7 +1,10 @@
 //! The test-data helpers of the `lora` layout (`testing`, mounted there and re-exported):
 //! random weights installed in its overlay, and the weights as it holds them.
 
-use super::*;
+use crate::converters::layouts::{self, Encoded};
+use crate::ffn::{DenseFfnLayer, LoraWeight};
+use crate::gpu::{GpuBackend, GpuResult, alloc_upload};
+use crate::testing::*;
 
 /// A random LoRA adapter for gate, up and down (the `lora` layout's bytes, BF16 A and B).
 pub struct LoraAdapter {

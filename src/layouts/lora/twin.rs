@@ -1,7 +1,7 @@
 //! The CPU twins of LoRA (the A and B products): part of the kernels' numerics contract
 //! (`gpu::reference`, mounted there and re-exported).
 
-use super::*;
+use crate::converters::bf16;
 
 /// LoRA's first product for one activation row: `xa[t] = sum_i bf16(A[t, i]) * x[i]`, `t < r`
 /// (A the `lora` layout's part `a`, BF16 `[r, k]`).

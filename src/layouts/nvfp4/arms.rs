@@ -1,6 +1,6 @@
 //! The NVFP4 arms: W4A16 decode GEMVs and prefill GEMMs, W4A4.
 
-use super::super::*;
+use crate::ffn::*;
 
 use crate::gpu::table::{Call, Kernel};
 use crate::gpu::{DevicePtr, GpuResult};

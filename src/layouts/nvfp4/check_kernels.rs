@@ -1,11 +1,18 @@
 //! The NVFP4 rows: the GEMVs, the batch-m tiers, the base, `_t` and MMQ GEMMs, and W4A4. `gpu-
 //! check`'s kernel section (`check::kernels`), moved here unchanged.
 
-use super::*;
+use crate::check::kernels::*;
+use crate::check::*;
+use crate::converters::layouts;
+use crate::ffn::{DenseFfnLayer, nvfp4_args};
+use crate::gpu::reference::{self, ActRound};
+use crate::gpu::{GpuResult, alloc_upload, download_f32};
+use crate::testing::*;
+use rayon::prelude::*;
 
 /// NVFP4: the GEMVs and batch-m tiers within their caps, the base GEMM, the `_t` GEMMs over
 /// the transposed copy, the MMQ GEMM over the tiles, and W4A4.
-pub(super) fn nvfp4_rows(c: &mut Case, rows: &mut Vec<Row>, rng: &mut Rand) -> GpuResult<()> {
+pub(crate) fn nvfp4_rows(c: &mut Case, rows: &mut Vec<Row>, rng: &mut Rand) -> GpuResult<()> {
     let (n, k) = (c.n, c.k);
     let b = c.b.clone();
     let ne = layouts::nvfp4::encode(&c.wf, n, k);
@@ -93,7 +100,7 @@ pub(super) fn nvfp4_rows(c: &mut Case, rows: &mut Vec<Row>, rng: &mut Rand) -> G
 
 /// W4A4: NVFP4 activation quantization bit for bit, then `nvfp4_proj_mx` against the f64
 /// product of the same quantized activations.
-pub(super) fn w4a4_rows(
+pub(crate) fn w4a4_rows(
     c: &mut Case,
     rows: &mut Vec<Row>,
     rng: &mut Rand,

@@ -2,7 +2,7 @@
 //! of [`K_ALIGN`]: part `codes` `[n, kp/2]` (element 2i low nibble), part `scales` E4M3
 //! `[n, kp/16]`, scalar `global_scale` (`weight_scale_2`). Padding codes and scales are 0.
 
-use super::{Encoded, pad, pad_rows_bytes, round_up};
+use crate::converters::layouts::{Encoded, pad, pad_rows_bytes, round_up};
 use crate::converters::nvfp4_modelopt;
 
 /// K is padded to a multiple of 64 (32-byte code rows, 4-byte scale rows).

@@ -1,25 +1,26 @@
 //! `nvfp4`: the NVFP4 base (ModelOpt codes and E4M3 block scales, K padded to 64) that the
 //! `nvfp4_t`, `nvfp4_mmq`, `lora` and `q4k_mmq` overlays build on, and the NVFP4 arms.
 
-use super::super::weights::{accessors, projection_weight, refuse, shape_args};
-use super::super::*;
-use super::Runtime;
+use crate::converters::layouts::Layout;
+use crate::ffn::layouts::Runtime;
+use crate::ffn::weights::{projection_weight, refuse, shape_args};
+use crate::ffn::*;
 
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 
-use super::super::routing::{always, prefill, verify};
+use crate::ffn::routing::{always, prefill, verify};
 use Layout::*;
 use Method::*;
 
 /// This layout's overlay key (re-exported in `ffn::key`).
-pub(super) mod keys {
+pub(crate) mod keys {
     use super::*;
     /// `nvfp4`: the NVFP4 base of gate, up and down.
     pub const NVFP4: Key<[Nvfp4Weight; 3]> = Key::new(Layout::Nvfp4);
 }
 
 /// Its entry in the runtime registry.
-pub(super) const RUNTIME: Runtime = Runtime {
+pub(crate) const RUNTIME: Runtime = Runtime {
     layout: Layout::Nvfp4,
     builds_on: None,
     install,

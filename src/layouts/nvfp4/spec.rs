@@ -1,13 +1,17 @@
 //! `nvfp4`: E2M1 codes and E4M3 block scales per 16, the base of the NVFP4 family.
 
-use super::*;
 use crate::converters::layouts::{crop, nvfp4};
+use crate::error::Result;
 use crate::ffn::Nvfp4Weight;
+use crate::ffn::{LayerOverlays, key};
+use crate::layout::*;
+use crate::manifest::ConvertOptions;
+use crate::model::{FfnWeight, Model};
 
 pub struct Nvfp4;
 
 /// Whether an NVFP4 layout keeps `w`: NVFP4 sources (ModelOpt, compressed-tensors) are carried.
-pub(super) fn keeps_nvfp4(w: &FfnWeight) -> bool {
+pub(crate) fn keeps_nvfp4(w: &FfnWeight) -> bool {
     matches!(
         w,
         FfnWeight::ModelOptNvfp4 { .. } | FfnWeight::CtNvfp4 { .. }
@@ -15,11 +19,11 @@ pub(super) fn keeps_nvfp4(w: &FfnWeight) -> bool {
 }
 
 /// What the NVFP4 layouts keep.
-pub(super) const KEEPS_NVFP4: &str = "NVFP4 (ModelOpt, compressed-tensors)";
+pub(crate) const KEEPS_NVFP4: &str = "NVFP4 (ModelOpt, compressed-tensors)";
 
 /// Bytes of the `codes` and `scales` parts of `nvfp4` and `nvfp4_t` (the same counts, laid out
 /// differently).
-pub(super) fn codes_scales_bytes(part: &str, [np, kp]: [u64; 2]) -> Option<u64> {
+pub(crate) fn codes_scales_bytes(part: &str, [np, kp]: [u64; 2]) -> Option<u64> {
     match part {
         "codes" => np.checked_mul(kp / 2),
         "scales" => np.checked_mul(kp / 16),
@@ -29,7 +33,7 @@ pub(super) fn codes_scales_bytes(part: &str, [np, kp]: [u64; 2]) -> Option<u64> 
 
 /// Encode projection `proj` as a rearrangement of the layer's NVFP4 base (`nvfp4_t`,
 /// `nvfp4_mmq`): `f(codes, scales, global_scale, n, kp)`.
-pub(super) fn from_base(
+pub(crate) fn from_base(
     cx: &mut EncodeCx,
     proj: Proj,
     f: fn(&[u8], &[u8], f32, usize, usize) -> Encoded,
@@ -42,7 +46,7 @@ pub(super) fn from_base(
 }
 
 /// Decode NVFP4 codes and scales of padded width `kp` back to the logical `[n, k]`.
-pub(super) fn decode_base(b: &BlobRead, codes: &[u8], scales: &[u8]) -> Vec<f32> {
+pub(crate) fn decode_base(b: &BlobRead, codes: &[u8], scales: &[u8]) -> Vec<f32> {
     let ([n, k], kp) = (b.shape, b.padded[1]);
     let full = nvfp4::decode_padded(codes, scales, b.scalar("global_scale"), n, kp);
     crop(&full, kp, n, k)

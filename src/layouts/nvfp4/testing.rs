@@ -1,7 +1,10 @@
 //! The test-data helpers of the `nvfp4` layout (`testing`, mounted there and re-exported):
 //! random weights installed in its overlay, and the weights as it holds them.
 
-use super::*;
+use crate::converters::layouts::{self, Encoded};
+use crate::ffn::{DenseFfnLayer, Nvfp4TWeight, Nvfp4Weight};
+use crate::gpu::{DevicePtr, GpuBackend, GpuResult, alloc_upload};
+use crate::testing::*;
 
 /// Each projection's `nvfp4` encoding with its `(n, k)`: gate, up, down.
 pub(super) fn nvfp4_encoded(w: &DenseWeights) -> [(Encoded, usize, usize); 3] {

@@ -1,7 +1,9 @@
 //! The CPU twins of NVFP4 (W4A16 and W4A4): part of the kernels' numerics contract
 //! (`gpu::reference`, mounted there and re-exported).
 
-use super::*;
+use crate::gpu::reference::E4M3;
+use crate::gpu::reference::*;
+use rayon::prelude::*;
 
 /// One output row of an NVFP4 (`nvfp4` layout) weight product:
 /// `y[j] = g * sum_groups e4m3(s[j, grp]) * sum_{i in grp, i < k} E2M1[code(j, i)] * a(x[i])`.

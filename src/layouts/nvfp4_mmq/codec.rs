@@ -13,7 +13,7 @@
 //! Codes keep the ModelOpt nibble order (element 2i low nibble). The global scale is the nvfp4
 //! one.
 
-use super::{Encoded, round_up};
+use crate::converters::layouts::{Encoded, round_up};
 
 /// Output rows per tile.
 pub const TILE_N: usize = 128;

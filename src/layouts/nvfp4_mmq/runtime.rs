@@ -1,22 +1,23 @@
 //! `nvfp4_mmq`: NVFP4 repacked into the MMQ prefill tiles, beside the `nvfp4` base: given by a
 //! pack, or built at load by `finalize_nvfp4_mmq_load` (the NVFP4 arms read them when held).
 
-use super::super::*;
-use super::Runtime;
+use crate::converters::layouts::Layout;
+use crate::ffn::layouts::Runtime;
+use crate::ffn::*;
 
 use crate::gpu::sizes::*;
 use crate::gpu::{DevicePtr, GpuError, GpuResult, StreamId};
 use crate::model::Activation;
 
 /// This layout's overlay key (re-exported in `ffn::key`).
-pub(super) mod keys {
+pub(crate) mod keys {
     use super::*;
     /// `nvfp4_mmq`: the MMQ tiles, per projection (held while any is).
     pub const NVFP4_MMQ: Key<[Option<DevicePtr>; 3]> = Key::new(Layout::Nvfp4Mmq);
 }
 
 /// Its entry in the runtime registry.
-pub(super) const RUNTIME: Runtime = Runtime {
+pub(crate) const RUNTIME: Runtime = Runtime {
     layout: Layout::Nvfp4Mmq,
     builds_on: Some(Layout::Nvfp4),
     install,

@@ -1,8 +1,12 @@
 //! `nvfp4_mmq`: the NVFP4 weights as the MMQ prefill's interleaved tiles.
 
-use super::nvfp4::{KEEPS_NVFP4, decode_base, from_base, keeps_nvfp4};
-use super::*;
 use crate::converters::layouts::{nvfp4, nvfp4_mmq};
+use crate::error::Result;
+use crate::ffn::{LayerOverlays, key};
+use crate::layout::*;
+use crate::layouts::nvfp4::spec::{KEEPS_NVFP4, decode_base, from_base, keeps_nvfp4};
+use crate::manifest::ConvertOptions;
+use crate::model::{FfnWeight, Model};
 
 pub struct Nvfp4Mmq;
 

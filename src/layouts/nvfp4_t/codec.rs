@@ -3,7 +3,7 @@
 //! part `codes` `[kp, np/2]`: byte `(kk, j)` = code(row 2j, col kk) | code(row 2j+1, col kk) << 4;
 //! part `scales` `[kp/16, np]`: the scale matrix transposed; scalar `global_scale` as nvfp4.
 
-use super::{Encoded, round_up};
+use crate::converters::layouts::{Encoded, round_up};
 
 /// N (the packed dimension here) is padded to a multiple of 64.
 pub const N_ALIGN: usize = 64;

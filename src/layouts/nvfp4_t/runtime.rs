@@ -1,21 +1,22 @@
 //! `nvfp4_t`: the transposed NVFP4 copies the `w4a16_gemm_t*` prefill GEMMs read, beside the
 //! `nvfp4` base (the NVFP4 arms read them when held; no arms of its own).
 
-use super::super::weights::{accessors, refuse};
-use super::super::*;
-use super::Runtime;
+use crate::converters::layouts::Layout;
+use crate::ffn::layouts::Runtime;
+use crate::ffn::weights::{accessors, refuse};
+use crate::ffn::*;
 
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult};
 
 /// This layout's overlay key (re-exported in `ffn::key`).
-pub(super) mod keys {
+pub(crate) mod keys {
     use super::*;
     /// `nvfp4_t`: the transposed copies, per projection (held while any is).
     pub const NVFP4_T: Key<[Option<Nvfp4TWeight>; 3]> = Key::new(Layout::Nvfp4T);
 }
 
 /// Its entry in the runtime registry.
-pub(super) const RUNTIME: Runtime = Runtime {
+pub(crate) const RUNTIME: Runtime = Runtime {
     layout: Layout::Nvfp4T,
     builds_on: Some(Layout::Nvfp4),
     install,

@@ -1,9 +1,15 @@
 //! `nvfp4_t`: the NVFP4 codes and scales transposed for the `_t` prefill GEMM.
 
-use super::nvfp4::{KEEPS_NVFP4, codes_scales_bytes, decode_base, from_base, keeps_nvfp4};
-use super::*;
 use crate::converters::layouts::{nvfp4, nvfp4_t};
+use crate::error::Result;
 use crate::ffn::Nvfp4TWeight;
+use crate::ffn::{LayerOverlays, key};
+use crate::layout::*;
+use crate::layouts::nvfp4::spec::{
+    KEEPS_NVFP4, codes_scales_bytes, decode_base, from_base, keeps_nvfp4,
+};
+use crate::manifest::ConvertOptions;
+use crate::model::{FfnWeight, Model};
 
 pub struct Nvfp4T;
 

@@ -1,7 +1,8 @@
 //! The q2g128 (`q2g128`) arms: GEMV decode, q8_1 MMQ and dequantize-then-cuBLAS prefill.
 
-use super::super::*;
+use crate::ffn::*;
 
+use crate::converters::layouts::Layout;
 use crate::gpu::sizes::*;
 use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GpuError, GpuResult};

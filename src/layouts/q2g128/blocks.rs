@@ -11,7 +11,7 @@
 //! `q = min(3, trunc(x * id + 2.5))`; `d` stored rounded to f16. The extreme element maps
 //! exactly to -2 * d = m.
 
-use super::{BlockEncode, BlockFormat, f16_le, to_f16_le};
+use crate::converters::{BlockEncode, BlockFormat, f16_le, to_f16_le};
 use bytemuck::{Pod, Zeroable};
 
 /// One q2g128 group.

@@ -1,11 +1,17 @@
 //! The q2g128 rows: the GEMVs, the BF16 dequantization, the q8_1 activations and the MMQ GEMM.
 //! `gpu-check`'s kernel section (`check::kernels`), moved here unchanged.
 
-use super::*;
+use crate::check::kernels::*;
+use crate::check::*;
+use crate::converters::layouts;
+use crate::gpu::reference::{self};
+use crate::gpu::sizes::*;
+use crate::gpu::{GpuResult, alloc_upload};
+use rayon::prelude::*;
 
 /// q2g128: the GEMVs, the BF16 dequantization and the q8_1 activations bit for bit, the MMQ
 /// GEMM against the f64 product of the same q8_1 blocks.
-pub(super) fn q2g128_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+pub(crate) fn q2g128_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     let qe = layouts::q2g128::encode(&c.wf, n, k);
     let kp2 = qe.padded[1];
@@ -72,7 +78,7 @@ pub(super) fn q2g128_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
 }
 
 /// Print the first q8_1 block of row `r` where the device differs from the reference.
-pub(super) fn report_q8_1_diff(c: &Case, m: usize, r: usize, got: &[u8], kp: usize) {
+pub(crate) fn report_q8_1_diff(c: &Case, m: usize, r: usize, got: &[u8], kp: usize) {
     let want = reference::quantize_row_q8_1_act(c.xr(r), kp);
     let blk = (0..got.len() / Q8_1_BYTES)
         .find(|&j| {

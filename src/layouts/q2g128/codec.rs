@@ -1,7 +1,7 @@
 //! `q2g128`: q2g128 blocks (`converters/q2g128.rs`) row after row, K zero-padded to a
 //! multiple of 128; single part. The `set_q2_weights` overlay.
 
-use super::{Encoded, crop, pad, round_up};
+use crate::converters::layouts::{Encoded, crop, pad, round_up};
 use crate::converters::q2g128::Q2g128;
 use crate::converters::{decode_blocks, encode_to_vec};
 

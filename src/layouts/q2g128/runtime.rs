@@ -1,25 +1,26 @@
 //! `q2g128`: 2-bit codes with one f16 scale per group of 128, and the q2g128 arms.
 
-use super::super::weights::{accessors, projection_weight, refuse, shape_args};
-use super::super::*;
-use super::Runtime;
+use crate::converters::layouts::Layout;
+use crate::ffn::layouts::Runtime;
+use crate::ffn::weights::{projection_weight, refuse, shape_args};
+use crate::ffn::*;
 
 use crate::gpu::sizes::*;
 use crate::gpu::{DevicePtr, GpuResult};
 
-use super::super::routing::always;
+use crate::ffn::routing::always;
 use Layout::*;
 use Method::*;
 
 /// This layout's overlay key (re-exported in `ffn::key`).
-pub(super) mod keys {
+pub(crate) mod keys {
     use super::*;
     /// `q2g128`: gate, up, down.
     pub const Q2G128: Key<[Q2g128Weight; 3]> = Key::new(Layout::Q2g128);
 }
 
 /// Its entry in the runtime registry.
-pub(super) const RUNTIME: Runtime = Runtime {
+pub(crate) const RUNTIME: Runtime = Runtime {
     layout: Layout::Q2g128,
     builds_on: None,
     install,

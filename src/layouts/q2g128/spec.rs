@@ -1,9 +1,11 @@
 //! `q2g128`: 2-bit weights in groups of 128 (ggml's Q2_0 with group 128) for the q2g128 arms.
 
-use super::*;
 use crate::converters::layouts::q2g128;
 use crate::converters::{BlockFormat, block_bytes, q2g128::Q2g128 as Block};
+use crate::error::Result;
 use crate::ffn::Q2g128Weight;
+use crate::ffn::{LayerOverlays, key};
+use crate::layout::*;
 
 pub struct Q2g128;
 

@@ -1,7 +1,10 @@
 //! The test-data helpers of the `q2g128` layout (`testing`, mounted there and re-exported):
 //! random weights installed in its overlay, and the weights as it holds them.
 
-use super::*;
+use crate::converters::layouts::{self};
+use crate::ffn::{DenseFfnLayer, Q2g128Weight};
+use crate::gpu::{GpuBackend, GpuResult, alloc_upload};
+use crate::testing::*;
 
 /// Install the packed q2g128 overlay (`q2g128` layout) encoded from the f32 weights.
 pub fn install_q2(

@@ -1,7 +1,10 @@
 //! The CPU twins of q2g128 (the GEMVs, the BF16 dequantization, the MMQ GEMM): part of the kernels'
 //! numerics contract (`gpu::reference`, mounted there and re-exported).
 
-use super::*;
+use crate::converters::bf16;
+use crate::gpu::reference::f16_at;
+use crate::gpu::sizes::*;
+use rayon::prelude::*;
 
 /// One output row of a packed q2g128 (`q2g128` layout) product:
 /// `y[j] = sum_blocks d * sum_e (q - 2) * x[e]` (x beyond k is 0), in f64.

@@ -1,7 +1,7 @@
 //! The `q4k_mmq` arms: the decode GEMVs over its bytes, and the Q4_K MMQ prefill, each with
 //! its int8 or Q4_K down projection.
 
-use super::super::*;
+use crate::ffn::*;
 
 use crate::gpu::{DevicePtr, GpuResult};
 

@@ -2,12 +2,19 @@
 //! GEMMs over the GPU-built copies. `gpu-check`'s kernel section (`check::kernels`), moved here
 //! unchanged.
 
-use super::*;
+use crate::check::kernels::*;
+use crate::check::*;
+use crate::converters::layouts;
+use crate::ffn::{DenseFfnLayer, ForwardContext};
+use crate::gpu::reference::{self};
+use crate::gpu::sizes::*;
+use crate::gpu::{DevicePtr, GpuError, GpuResult, ModelLevers, alloc_upload};
+use crate::testing::*;
 
 /// The `q4k_mmq` decode GEMVs over f32 activations: Q4_K rows (`q4k_gemv`, its batch-4 form)
 /// and int8 rows with f32 row scales (`int8_rows_gemv`, its batch-4 form), against their f64
 /// twins.
-pub(super) fn q4k_gemv_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+pub(crate) fn q4k_gemv_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     let qe = layouts::q4k_mmq::encode_q4k(&c.wf, n, k);
     let e8 = layouts::q4k_mmq::encode_int8(&c.wf, n, k);
@@ -53,7 +60,7 @@ pub(super) fn q4k_gemv_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
 /// The load-time repacks byte for byte against the converters (`nvfp4_mmq_repack`,
 /// `nvfp4_to_q4k`, `nvfp4_to_int8_rows`), then the Q4_K MMQ and int8 down GEMMs over the
 /// GPU-built copies.
-pub(super) fn repack_rows(c: &Case, rows: &mut Vec<Row>, rng: &mut Rand) -> GpuResult<()> {
+pub(crate) fn repack_rows(c: &Case, rows: &mut Vec<Row>, rng: &mut Rand) -> GpuResult<()> {
     let (n, k) = (c.n, c.k);
     let b = c.b.clone();
     let mut ctx = ForwardContext::new(b.clone(), c.ctx.config, 1, ModelLevers::default())?;
@@ -128,7 +135,7 @@ pub(super) fn repack_rows(c: &Case, rows: &mut Vec<Row>, rng: &mut Rand) -> GpuR
 /// The GEMMs over the GPU-built copies: Q4_K gate x q8_1 activations (the GPU's own
 /// quantization, its bits checked with q2g128) against the f64 product of the same blocks; the
 /// int8 down GEMM against its f64 twin on bf16-requantized inputs.
-pub(super) fn q4k_gemm_rows(
+pub(crate) fn q4k_gemm_rows(
     c: &Case,
     rows: &mut Vec<Row>,
     rng: &mut Rand,

@@ -6,7 +6,7 @@
 //! `--q4k-down q4k` (`METRALE_Q4K_MMQ_DOWN_Q4K`) down is Q4_K like gate and up. Where the source
 //! already is Q4_K with K a multiple of 256 its bytes are carried unchanged.
 
-use super::{Encoded, crop, pad, round_up};
+use crate::converters::layouts::{Encoded, crop, pad, round_up};
 use crate::converters::q4_k::Q4K;
 use crate::converters::q8_0::{q8_scale, roundf_small};
 use crate::converters::{decode_blocks, encode_to_vec};
@@ -61,7 +61,10 @@ pub fn encode_int8(x: &[f32], n: usize, k: usize) -> Encoded {
         })
         .collect();
     Encoded {
-        parts: vec![("codes", codes), ("scales", super::f32_bytes(&scales))],
+        parts: vec![
+            ("codes", codes),
+            ("scales", crate::converters::layouts::f32_bytes(&scales)),
+        ],
         padded: [n, kp],
         scalars: vec![],
     }
@@ -76,7 +79,7 @@ pub fn decode_q4k(bytes: &[u8], n: usize, k: usize, kp: usize) -> Vec<f32> {
 
 /// Decode int8 rows to f32 `[n, k]`.
 pub fn decode_int8(codes: &[u8], scales: &[u8], n: usize, k: usize, kp: usize) -> Vec<f32> {
-    let s = super::f32_from(scales);
+    let s = crate::converters::layouts::f32_from(scales);
     let mut out = Vec::with_capacity(n * k);
     for r in 0..n {
         out.extend(

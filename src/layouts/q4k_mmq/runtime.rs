@@ -3,26 +3,27 @@
 //! base (given by a pack, or built at load by `finalize_q4k_load`) it is that layer's prefill
 //! with `METRALE_Q4K_MMQ=1`, and the NVFP4 arms keep decode.
 
-use super::super::weights::{accessors, refuse};
-use super::super::*;
-use super::Runtime;
+use crate::converters::layouts::Layout;
+use crate::ffn::layouts::Runtime;
+use crate::ffn::weights::{accessors, refuse};
+use crate::ffn::*;
 
 use crate::gpu::sizes::*;
 use crate::gpu::{DevicePtr, GpuError, GpuResult, StreamId};
 
-use super::super::routing::{always, prefill};
+use crate::ffn::routing::{always, prefill};
 use Layout::*;
 use Method::*;
 
 /// This layout's overlay key (re-exported in `ffn::key`).
-pub(super) mod keys {
+pub(crate) mod keys {
     use super::*;
     /// `q4k_mmq`: the Q4_K MMQ copies.
     pub const Q4K_MMQ: Key<Q4kMmqWeights> = Key::new(Layout::Q4kMmq);
 }
 
 /// Its entry in the runtime registry.
-pub(super) const RUNTIME: Runtime = Runtime {
+pub(crate) const RUNTIME: Runtime = Runtime {
     layout: Layout::Q4kMmq,
     builds_on: None,
     install,

@@ -1,12 +1,16 @@
 //! `q4k_mmq`: gate and up as Q4_K blocks for the Q4_K MMQ prefill; down as int8 with per-row
 //! scales (`--q4k-down int8`, the default) or as Q4_K.
 
-use super::*;
 use crate::GgmlType;
 use crate::converters::layouts::q4k_mmq;
 use crate::converters::{BlockFormat, block_bytes, q4_k::Q4K};
+use crate::error::Result;
+use crate::ffn::{LayerOverlays, key};
 use crate::ffn::{Q4kDown, Q4kMmqWeights};
+use crate::layout::*;
+use crate::manifest::ConvertOptions;
 use crate::model::DType;
+use crate::model::{FfnWeight, Model};
 
 pub struct Q4kMmq;
 

@@ -1,7 +1,10 @@
 //! The test-data helpers of the `q4k_mmq` layout (`testing`, mounted there and re-exported):
 //! random weights installed in its overlay, and the weights as it holds them.
 
-use super::*;
+use crate::converters::layouts::{self};
+use crate::ffn::{DenseFfnLayer, Q4kDown, Q4kMmqWeights};
+use crate::gpu::{GpuBackend, GpuResult, alloc_upload};
+use crate::testing::*;
 
 /// Install the NVFP4 base and the converter's `q4k_mmq` copies of its decoded values (as a pack
 /// gives them): gate/up Q4_K, down int8 rows (or Q4_K with `down_q4k`).

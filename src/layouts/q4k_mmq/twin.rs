@@ -1,7 +1,11 @@
 //! The CPU twins of `q4k_mmq` (the Q4_K and int8-row GEMVs, the MMQ GEMMs, the bf16 tensor-core
 //! path): part of the kernels' numerics contract (`gpu::reference`, mounted there and re-exported).
 
-use super::*;
+use crate::converters::bf16;
+use crate::gpu::reference::*;
+use crate::gpu::reference::{bf16_from_f64, f16_at};
+use crate::gpu::sizes::*;
+use rayon::prelude::*;
 
 /// One output row of the Q4_K MMQ product over one row of q8_1 activation blocks:
 /// `y[j] = sum_superblocks sum_sub (d*sc * dx * sum_l q * xq - dmin*m * sx)`, in f64.

@@ -1,10 +1,16 @@
 //! The W8A8 rows: the activation quantization bit for bit, then the FP8 tensor-core GEMM. `gpu-
 //! check`'s kernel section (`check::kernels`), moved here unchanged.
 
-use super::*;
+use crate::check::kernels::*;
+use crate::check::*;
+use crate::converters::layouts;
+use crate::ffn::W8a8Weight;
+use crate::gpu::reference::{self};
+use crate::gpu::{GpuResult, alloc_upload, download_f32};
+use rayon::prelude::*;
 
 /// W8A8: activation quantization bit for bit, then the FP8 tensor-core GEMM.
-pub(super) fn w8a8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+pub(crate) fn w8a8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k) = (c.n, c.k);
     let b = c.b.clone();
     let we = layouts::w8a8::encode(&c.wf, n, k);
@@ -30,7 +36,7 @@ pub(super) fn w8a8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         });
         c.bits(rows, "quantize_act_fp8_row (bits)", m, exact);
         let (fused, plain) = (c.kk.quant_fp8_act, c.kk.quant_fp8_row);
-        fp8_w8a8::fused_act_bits(c, rows, fused, plain, ww.kp, 1, m)?;
+        crate::layouts::fp8::check_w8a8::fused_act_bits(c, rows, fused, plain, ww.kp, 1, m)?;
         // Each GEMM over the same quantized rows (the projection above routed to one of them),
         // against the reference: FP8 tensor-core accumulation is not full f32 on Hopper, 1e-3.
         let (q, s) = (c.ctx.arena.act_codes, c.ctx.arena.act_scale);

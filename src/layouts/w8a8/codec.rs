@@ -3,8 +3,8 @@
 //! Parts: `codes` `[n, kp]`, `scales` f32 `[n]`. Refused for GELU layers (the engine refuses
 //! them). See `converters/fp8_row.rs`.
 
-use super::{Encoded, crop, f32_bytes, f32_from, pad, round_up};
 use crate::converters::fp8_row;
+use crate::converters::layouts::{Encoded, crop, f32_bytes, f32_from, pad, round_up};
 
 /// K alignment.
 pub const K_ALIGN: usize = 128;

@@ -1,25 +1,26 @@
 //! `w8a8`: E4M3 with per-row scales for the declared-W8A8 arm (activations quantized per row).
 
-use super::super::weights::{accessors, projection_weight, refuse};
-use super::super::*;
-use super::Runtime;
+use crate::converters::layouts::Layout;
+use crate::ffn::layouts::Runtime;
+use crate::ffn::weights::{projection_weight, refuse};
+use crate::ffn::*;
 
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;
 
-use super::super::routing::{always, prefill};
+use crate::ffn::routing::{always, prefill};
 use Layout::*;
 use Method::*;
 
 /// This layout's overlay key (re-exported in `ffn::key`).
-pub(super) mod keys {
+pub(crate) mod keys {
     use super::*;
     /// `w8a8`: the declared-W8A8 decode weights.
     pub const W8A8: Key<[W8a8Weight; 3]> = Key::new(Layout::W8a8);
 }
 
 /// Its entry in the runtime registry.
-pub(super) const RUNTIME: Runtime = Runtime {
+pub(crate) const RUNTIME: Runtime = Runtime {
     layout: Layout::W8a8,
     builds_on: None,
     install,

@@ -1,8 +1,10 @@
 //! `w8a8`: int8 codes with per-row f32 scales for the W8A8 decode arm.
 
-use super::*;
 use crate::converters::layouts::w8a8;
+use crate::error::Result;
 use crate::ffn::W8a8Weight;
+use crate::ffn::{LayerOverlays, key};
+use crate::layout::*;
 
 pub struct W8a8;
 

@@ -1,7 +1,10 @@
 //! The test-data helpers of the `w8a8` layout (`testing`, mounted there and re-exported):
 //! random weights installed in its overlay, and the weights as it holds them.
 
-use super::*;
+use crate::converters::layouts::{self};
+use crate::ffn::{DenseFfnLayer, W8a8Weight};
+use crate::gpu::{GpuBackend, GpuResult, alloc_upload};
+use crate::testing::*;
 
 /// Install the W8A8 decode weights.
 pub fn install_w8a8(

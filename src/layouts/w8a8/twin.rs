@@ -1,7 +1,9 @@
 //! The CPU twins of W8A8 (FP8 activations per row, FP8 weights per row): part of the kernels'
 //! numerics contract (`gpu::reference`, mounted there and re-exported).
 
-use super::*;
+use crate::converters::fp8::f32_to_e4m3;
+use crate::gpu::reference::E4M3;
+use rayon::prelude::*;
 
 /// Per-row FP8 activation quantization: `(codes [kp], scale)`; `scale = amax / 448`, codes
 /// `e4m3_rne_sat(x / scale)`, zero padding; an all-zero row gets scale 0 and codes 0.

@@ -1,0 +1,24 @@
+//! `fp8`: E4M3 with 128x128 block scales, gate and up fused (and the W8A8 arms its prefill runs
+//! on). One folder holds the whole layout; each file stands in the layer of what it implements
+//! (`tests/layering.rs`) and is mounted by that layer's registry:
+//! - `arms.rs`: the launches its arms make (inherent methods of `DenseFfnLayer`);
+//! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
+//! - `check_w8a8.rs`: the `gpu-check` rows of FP8 weights on the W8A8 GEMMs (harness only);
+//! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::fp8`);
+//! - `runtime.rs`: its weight type, key, validators, install and arm rows (`ffn` runtime registry);
+//! - `spec.rs`: its `LayoutSpec` (`layout` registry);
+//! - `testing.rs`: random weights in its overlay (`testing`, harness only);
+//! - `twin.rs`: the CPU twins of its kernels (`gpu::reference`);
+//! - `kernels.cu`: its CUDA module (`gpu::kernels`).
+
+pub(crate) mod arms;
+#[cfg(feature = "harness")]
+pub(crate) mod check_kernels;
+#[cfg(feature = "harness")]
+pub(crate) mod check_w8a8;
+pub mod codec;
+pub mod runtime;
+pub mod spec;
+#[cfg(feature = "harness")]
+pub mod testing;
+pub mod twin;

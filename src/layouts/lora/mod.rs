@@ -1,0 +1,18 @@
+//! `lora`: a PEFT adapter's A and B in BF16 with its scaling, beside the NVFP4 base. One folder
+//! holds the whole layout; each file stands in the layer of what it implements
+//! (`tests/layering.rs`) and is mounted by that layer's registry:
+//! - `arms.rs`: the launches its arms make (inherent methods of `DenseFfnLayer`);
+//! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::lora`);
+//! - `runtime.rs`: its weight type, key, validators, install and arm rows (`ffn` runtime registry);
+//! - `spec.rs`: its `LayoutSpec` (`layout` registry);
+//! - `testing.rs`: random weights in its overlay (`testing`, harness only);
+//! - `twin.rs`: the CPU twins of its kernels (`gpu::reference`);
+//! - `kernels.cu`: its CUDA module (`gpu::kernels`).
+
+pub(crate) mod arms;
+pub mod codec;
+pub mod runtime;
+pub mod spec;
+#[cfg(feature = "harness")]
+pub mod testing;
+pub mod twin;

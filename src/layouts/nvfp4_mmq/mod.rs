@@ -1,0 +1,10 @@
+//! `nvfp4_mmq`: NVFP4 repacked into the MMQ prefill tiles. One folder holds the whole layout; each
+//! file stands in the layer of what it implements (`tests/layering.rs`) and is mounted by that
+//! layer's registry:
+//! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::nvfp4_mmq`);
+//! - `runtime.rs`: its weight type, key, validators, install and arm rows (`ffn` runtime registry);
+//! - `spec.rs`: its `LayoutSpec` (`layout` registry).
+
+pub mod codec;
+pub mod runtime;
+pub mod spec;

@@ -1,0 +1,21 @@
+//! `q4k_mmq`: Q4_K gate and up, int8 or Q4_K down, for the Q4_K MMQ prefill and its decode GEMVs.
+//! One folder holds the whole layout; each file stands in the layer of what it implements
+//! (`tests/layering.rs`) and is mounted by that layer's registry:
+//! - `arms.rs`: the launches its arms make (inherent methods of `DenseFfnLayer`);
+//! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
+//! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::q4k_mmq`);
+//! - `runtime.rs`: its weight type, key, validators, install and arm rows (`ffn` runtime registry);
+//! - `spec.rs`: its `LayoutSpec` (`layout` registry);
+//! - `testing.rs`: random weights in its overlay (`testing`, harness only);
+//! - `twin.rs`: the CPU twins of its kernels (`gpu::reference`);
+//! - `kernels.cu`: its CUDA module (`gpu::kernels`).
+
+pub(crate) mod arms;
+#[cfg(feature = "harness")]
+pub(crate) mod check_kernels;
+pub mod codec;
+pub mod runtime;
+pub mod spec;
+#[cfg(feature = "harness")]
+pub mod testing;
+pub mod twin;

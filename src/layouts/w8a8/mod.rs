@@ -1,0 +1,19 @@
+//! `w8a8`: E4M3 with per-row scales for the W8A8 arm. One folder holds the whole layout; each file
+//! stands in the layer of what it implements (`tests/layering.rs`) and is mounted by that layer's
+//! registry:
+//! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
+//! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::w8a8`);
+//! - `runtime.rs`: its weight type, key, validators, install and arm rows (`ffn` runtime registry);
+//! - `spec.rs`: its `LayoutSpec` (`layout` registry);
+//! - `testing.rs`: random weights in its overlay (`testing`, harness only);
+//! - `twin.rs`: the CPU twins of its kernels (`gpu::reference`);
+//! - `kernels.cu`, `kernels_wgmma.cu`: its CUDA module (`gpu::kernels`).
+
+#[cfg(feature = "harness")]
+pub(crate) mod check_kernels;
+pub mod codec;
+pub mod runtime;
+pub mod spec;
+#[cfg(feature = "harness")]
+pub mod testing;
+pub mod twin;
