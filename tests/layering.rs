@@ -216,12 +216,30 @@ fn read_crate() -> Crate {
                 .trim()
                 .trim_start_matches("pub(crate) ")
                 .trim_start_matches("pub ");
-            t.starts_with("use crate::layouts::")
+            // A layout's own files use other layouts' parts (`nvfp4_t` builds on `nvfp4`):
+            // uses, not mounts.
+            me[0] != "layouts" && t.starts_with("use crate::layouts::")
         });
         let mut mounted = BTreeSet::new();
         for p in paths(&mount_lines.join("\n"), me) {
             if let Some(t) = (1..=p.len()).rev().find_map(|k| files.get(&p[..k])) {
                 mounted.insert(t.clone());
+            }
+        }
+        // A registry generated from `layouts::builtin_layouts!` names a part of every layout
+        // through a macro variable (`crate::layouts::$t::spec::$v`): that part, for each folder.
+        for (i, _) in text.match_indices("crate::layouts::$") {
+            let part: String = text[i + "crate::layouts::$".len()..]
+                .split("::")
+                .nth(1)
+                .unwrap_or("")
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            for (m, t) in &files {
+                if m.len() == 3 && m[0] == "layouts" && m[2] == part {
+                    mounted.insert(t.clone());
+                }
             }
         }
         mounts.insert(f.clone(), mounted);

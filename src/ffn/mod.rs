@@ -32,9 +32,7 @@ pub use routing::{Arm, Method, arms, register_arms};
 use weights::ProjWeight;
 pub(crate) use weights::fits;
 
-pub use crate::layouts::fp8::arms::FP8_W8A8_MIN_ROWS;
-#[cfg(feature = "harness")]
-pub(crate) use crate::layouts::nvfp4::arms::nvfp4_args;
+pub use crate::gpu::levers::FP8_W8A8_MIN_ROWS;
 
 pub use crate::converters::layouts::Proj;
 

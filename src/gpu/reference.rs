@@ -12,15 +12,14 @@ use std::sync::LazyLock;
 mod rules;
 pub use rules::{ElementRule, blob_rules};
 
-// Each layout's twins, in its folder.
-pub use crate::layouts::affine::twin::*;
-pub use crate::layouts::bf16::twin::*;
-pub use crate::layouts::fp8::twin::*;
-pub use crate::layouts::lora::twin::*;
-pub use crate::layouts::nvfp4::twin::*;
-pub use crate::layouts::q2g128::twin::*;
-pub use crate::layouts::q4k_mmq::twin::*;
-pub use crate::layouts::w8a8::twin::*;
+/// Re-exports every built-in layout's twins (`src/layouts/TAG/twin.rs`), generated from the
+/// list of built-in layouts (`layouts::builtin_layouts!`).
+macro_rules! twins {
+    (layouts: [$($t:ident $v:ident),*], install: [$($i:ident),*]) => {
+        $(#[allow(unused_imports)] pub use crate::layouts::$t::twin::*;)*
+    };
+}
+crate::layouts::builtin_layouts!(twins);
 
 /// E4M3 byte -> value, as f64 (exact).
 pub(crate) static E4M3: LazyLock<[f64; 256]> =

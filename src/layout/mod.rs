@@ -11,17 +11,6 @@
 //! time with its arms (`ffn::register_arm`): it converts, loads and forwards like a built-in
 //! one (`tests/toy_layout.rs`).
 
-use crate::layouts::affine::spec as affine;
-use crate::layouts::bf16::spec as bf16;
-use crate::layouts::fp8::spec as fp8;
-use crate::layouts::lora::spec as lora;
-use crate::layouts::nvfp4::spec as nvfp4;
-use crate::layouts::nvfp4_mmq::spec as nvfp4_mmq;
-use crate::layouts::nvfp4_t::spec as nvfp4_t;
-use crate::layouts::q2g128::spec as q2g128;
-use crate::layouts::q4k_mmq::spec as q4k_mmq;
-use crate::layouts::w8a8::spec as w8a8;
-
 pub use crate::converters::layouts::{CustomTag, Encoded, Layout, Proj, q4k_mmq::DownFormat};
 
 use crate::error::{Error, Result};
@@ -185,19 +174,15 @@ pub fn element_reason(rule: ElementRule, i: u32) -> String {
     }
 }
 
-/// Every layout, in `Layout` order.
-pub static REGISTRY: [&dyn LayoutSpec; 10] = [
-    &nvfp4::Nvfp4,
-    &nvfp4_t::Nvfp4T,
-    &nvfp4_mmq::Nvfp4Mmq,
-    &q4k_mmq::Q4kMmq,
-    &fp8::Fp8,
-    &w8a8::W8a8,
-    &bf16::Bf16,
-    &q2g128::Q2g128,
-    &lora::Lora,
-    &affine::Affine,
-];
+/// Generates [`REGISTRY`] from the list of built-in layouts (`layouts::builtin_layouts!`).
+macro_rules! spec_registry {
+    (layouts: [$($t:ident $v:ident),*], install: [$($i:ident),*]) => {
+        /// Every built-in layout's spec (`src/layouts/TAG/spec.rs`), in `Layout` order.
+        pub static REGISTRY: [&dyn LayoutSpec; Layout::ALL.len()] =
+            [$(&crate::layouts::$t::spec::$v),*];
+    };
+}
+crate::layouts::builtin_layouts!(spec_registry);
 
 /// The layouts registered at run time ([`register`]), after the built-in [`REGISTRY`].
 static REGISTERED: RwLock<Vec<&'static dyn LayoutSpec>> = RwLock::new(Vec::new());

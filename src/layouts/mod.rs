@@ -1,6 +1,33 @@
 //! Every built-in layout, one folder each (docs/contributing.md, "A built-in layout is one
-//! folder"). The folders' files are mounted into the layers they implement by each layer's
-//! registry; this module only declares them.
+//! folder"), and the one list that names them: [`builtin_layouts!`]. Each layer's registry is
+//! generated from that list and re-exports the parts of its own layer; this module only
+//! declares the folders.
+
+/// The built-in layouts, the one place that lists them: calls `$m!` with every layout's folder
+/// and its `Layout` variant in `Layout` order (the order of a pack's blobs), then the folders in
+/// install order (the NVFP4 base first, then what builds on it, `lora` before `fp8`, `bf16` and
+/// `q2g128`, which its validator refuses, then the layouts that stand alone). Every folder has
+/// the same parts (`spec`, `runtime`, `twin`, ...), some of them empty.
+macro_rules! builtin_layouts {
+    ($m:path) => {
+        $m! {
+            layouts: [
+                nvfp4 Nvfp4,
+                nvfp4_t Nvfp4T,
+                nvfp4_mmq Nvfp4Mmq,
+                q4k_mmq Q4kMmq,
+                fp8 Fp8,
+                w8a8 W8a8,
+                bf16 Bf16,
+                q2g128 Q2g128,
+                lora Lora,
+                affine Affine
+            ],
+            install: [nvfp4, nvfp4_t, nvfp4_mmq, lora, q4k_mmq, fp8, bf16, w8a8, q2g128, affine]
+        }
+    };
+}
+pub(crate) use builtin_layouts;
 
 pub mod affine;
 pub mod bf16;

@@ -5,15 +5,14 @@
 
 pub mod gen_model;
 
-// Each layout's helpers, in its folder.
-pub use crate::layouts::affine::testing::*;
-pub use crate::layouts::bf16::testing::*;
-pub use crate::layouts::fp8::testing::*;
-pub use crate::layouts::lora::testing::*;
-pub use crate::layouts::nvfp4::testing::*;
-pub use crate::layouts::q2g128::testing::*;
-pub use crate::layouts::q4k_mmq::testing::*;
-pub use crate::layouts::w8a8::testing::*;
+/// Re-exports every built-in layout's helpers (`src/layouts/TAG/testing.rs`), generated from
+/// the list of built-in layouts (`layouts::builtin_layouts!`).
+macro_rules! helpers {
+    (layouts: [$($t:ident $v:ident),*], install: [$($i:ident),*]) => {
+        $(pub use crate::layouts::$t::testing::*;)*
+    };
+}
+crate::layouts::builtin_layouts!(helpers);
 
 use crate::gpu::reference::ActRound;
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult};

@@ -6,8 +6,6 @@ use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GpuError, GpuResult, ModelLevers};
 use crate::model::Activation;
 
-pub use crate::gpu::levers::FP8_W8A8_MIN_ROWS;
-
 impl DenseFfnLayer {
     /// The FP8 projection kernel for `m` rows: the first that resolved of the tensor-core GEMV
     /// (`fp8_gemv_mma_min_rows..=8` rows with `fp8_gemv_mma`), batch-4 GEMV (m <= 4),

@@ -4,9 +4,10 @@
 use crate::check::kernels::*;
 use crate::check::*;
 use crate::converters::layouts;
-use crate::ffn::{DenseFfnLayer, nvfp4_args};
+use crate::ffn::DenseFfnLayer;
 use crate::gpu::reference::{self, ActRound};
 use crate::gpu::{GpuResult, alloc_upload, download_f32};
+use crate::layouts::nvfp4::arms::nvfp4_args;
 use crate::testing::*;
 use rayon::prelude::*;
 

@@ -2,19 +2,19 @@
 //! random weights installed in its overlay, and the weights as it holds them.
 
 use crate::converters::layouts::{self, Encoded};
-use crate::ffn::{DenseFfnLayer, Nvfp4TWeight, Nvfp4Weight};
-use crate::gpu::{DevicePtr, GpuBackend, GpuResult, alloc_upload};
+use crate::ffn::{DenseFfnLayer, Nvfp4Weight};
+use crate::gpu::{GpuBackend, GpuResult, alloc_upload};
 use crate::testing::*;
 
 /// Each projection's `nvfp4` encoding with its `(n, k)`: gate, up, down.
-pub(super) fn nvfp4_encoded(w: &DenseWeights) -> [(Encoded, usize, usize); 3] {
+pub(crate) fn nvfp4_encoded(w: &DenseWeights) -> [(Encoded, usize, usize); 3] {
     let (h, i) = (w.hidden, w.inter);
     [(&w.gate, i, h), (&w.up, i, h), (&w.down, h, i)]
         .map(|(x, n, k)| (layouts::nvfp4::encode(x, n, k), n, k))
 }
 
 /// Upload `enc` (from [`nvfp4_encoded`]) and install it as the NVFP4 base.
-pub(super) fn install_nvfp4_encoded(
+pub(crate) fn install_nvfp4_encoded(
     b: &dyn GpuBackend,
     layer: &mut DenseFfnLayer,
     enc: &[(Encoded, usize, usize); 3],
@@ -39,41 +39,6 @@ pub fn install_nvfp4(
     w: &DenseWeights,
 ) -> GpuResult<()> {
     install_nvfp4_encoded(b, layer, &nvfp4_encoded(w))
-}
-
-/// Install the NVFP4 base and its transposed `_t` copies (`nvfp4_t` layout, owned by the layer).
-pub fn install_nvfp4_t(
-    b: &dyn GpuBackend,
-    layer: &mut DenseFfnLayer,
-    w: &DenseWeights,
-) -> GpuResult<()> {
-    let enc = nvfp4_encoded(w);
-    install_nvfp4_encoded(b, layer, &enc)?;
-    let t = |(e, n, _): &(Encoded, usize, usize)| -> GpuResult<Option<Nvfp4TWeight>> {
-        let t = layouts::nvfp4_t::from_nvfp4(&e.parts[0].1, &e.parts[1].1, 0.0, *n, e.padded[1]);
-        Ok(Some(Nvfp4TWeight {
-            codes: alloc_upload(b, &t.parts[0].1)?,
-            scales: alloc_upload(b, &t.parts[1].1)?,
-            np: t.padded[0],
-            owned: true,
-        }))
-    };
-    layer.set_nvfp4_t_weights([t(&enc[0])?, t(&enc[1])?, t(&enc[2])?])
-}
-
-/// Install the NVFP4 base and the converter's `nvfp4_mmq` tiles (as a pack gives them).
-pub fn install_nvfp4_mmq(
-    b: &dyn GpuBackend,
-    layer: &mut DenseFfnLayer,
-    w: &DenseWeights,
-) -> GpuResult<()> {
-    let enc = nvfp4_encoded(w);
-    install_nvfp4_encoded(b, layer, &enc)?;
-    let t = |(e, n, _): &(Encoded, usize, usize)| -> GpuResult<Option<DevicePtr>> {
-        let t = layouts::nvfp4_mmq::from_nvfp4(&e.parts[0].1, &e.parts[1].1, 0.0, *n, e.padded[1]);
-        Ok(Some(alloc_upload(b, &t.parts[0].1)?))
-    };
-    layer.set_nvfp4_mmq_tiles([t(&enc[0])?, t(&enc[1])?, t(&enc[2])?])
 }
 
 /// The weights as the `nvfp4` layout holds them (encode, then decode).

@@ -3,8 +3,13 @@
 //! by that layer's registry:
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::nvfp4_t`);
 //! - `runtime.rs`: its weight type, key, validators, install and arm rows (`ffn` runtime registry);
+//! - `testing.rs`: random weights in its overlay (`testing`, harness only);
 //! - `spec.rs`: its `LayoutSpec` (`layout` registry).
 
 pub mod codec;
 pub mod runtime;
 pub mod spec;
+#[cfg(feature = "harness")]
+pub mod testing;
+/// Its kernels are `nvfp4`'s (`src/layouts/nvfp4/kernels.cu`), and so are their twins.
+pub mod twin {}
