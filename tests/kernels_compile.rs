@@ -29,7 +29,7 @@ fn every_module_compiles_for_sm90_with_its_entry_points() {
         include.is_some(),
         "no CUDA headers: set METRALE_CUDA_INCLUDE"
     );
-    for (module, _) in kernels::MODULES {
+    for (module, _) in kernels::MODULES.iter() {
         // Arch-specific modules (wgmma) build for their target, sm_90a on an sm_90 device.
         let arch = kernels::module_arch(module, "sm_90").expect("every module runs on sm_90");
         let cubin = cuda::compile_cubin(module, &arch, include.as_deref())
@@ -139,7 +139,7 @@ fn prebuilt_cubins_are_nvrtc_output_of_the_current_sources() {
     let bless = std::env::var_os("METRALE_BLESS").is_some();
     let mut index = String::new();
     let mut stale = Vec::new();
-    for (module, _) in kernels::MODULES {
+    for (module, _) in kernels::MODULES.iter() {
         let target =
             kernels::module_arch(module, prebuilt::PREBUILT_DEVICE).expect("runs on sm_90");
         let built = cuda::compile_cubin(module, &target, include.as_deref()).unwrap();

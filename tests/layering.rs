@@ -37,6 +37,8 @@ const LAYOUT_PARTS: &[(&str, &str)] = &[
     ("blocks", "converters"),
     ("groups", "converters"),
     ("twin", "gpu"),
+    ("kernels", "gpu"),
+    ("sizes", "gpu"),
     ("host", "gpu"),
     ("runtime", "ffn"),
     ("arms", "ffn"),

@@ -3,25 +3,26 @@
 //! (activations, q8_1, probes, blob rules, the headers) in `kernels/`; the host backend
 //! implements the same names.
 
-/// (module, source) of every kernel file.
-pub const MODULES: &[(&str, &str)] = &[
-    ("ffn_act", include_str!("../../kernels/ffn_act.cu")),
-    ("ffn_fp8", include_str!("../layouts/fp8/kernels.cu")),
-    ("ffn_w8a8", include_str!("../layouts/w8a8/kernels.cu")),
-    ("ffn_bf16", include_str!("../layouts/bf16/kernels.cu")),
-    ("ffn_nvfp4", include_str!("../layouts/nvfp4/kernels.cu")),
-    ("ffn_lora", include_str!("../layouts/lora/kernels.cu")),
-    ("ffn_q8_1", include_str!("../../kernels/ffn_q8_1.cu")),
-    ("ffn_q2g128", include_str!("../layouts/q2g128/kernels.cu")),
-    ("ffn_affine", include_str!("../layouts/affine/kernels.cu")),
-    ("ffn_q4k_mmq", include_str!("../layouts/q4k_mmq/kernels.cu")),
-    (
-        "ffn_w8a8_wgmma",
-        include_str!("../layouts/w8a8/kernels_wgmma.cu"),
-    ),
-    ("probe", include_str!("../../kernels/probe.cu")),
-    ("rules", include_str!("../../kernels/rules.cu")),
-];
+/// Generates [`MODULES`] from the list of built-in layouts (`layouts::builtin_layouts!`): the
+/// shared modules, then each layout's (`src/layouts/TAG/kernels.rs`) in `Layout` order.
+macro_rules! modules {
+    (layouts: [$($t:ident $v:ident),*], install: [$($i:ident),*]) => {
+        /// (module, source) of every kernel module: the shared ones in `kernels/`, then each
+        /// built-in layout's.
+        pub static MODULES: LazyLock<Vec<(&'static str, &'static str)>> = LazyLock::new(|| {
+            let mut v = vec![
+                ("ffn_act", include_str!("../../kernels/ffn_act.cu")),
+                ("ffn_q8_1", include_str!("../../kernels/ffn_q8_1.cu")),
+                ("probe", include_str!("../../kernels/probe.cu")),
+                ("rules", include_str!("../../kernels/rules.cu")),
+            ];
+            $(v.extend_from_slice(crate::layouts::$t::kernels::MODULES);)*
+            v
+        });
+    };
+}
+crate::layouts::builtin_layouts!(modules);
+use std::sync::LazyLock;
 
 /// Modules written for one architecture's own instructions (`wgmma`, `setmaxnreg`): the
 /// device arch they run on and the target NVRTC compiles them for.
@@ -345,7 +346,7 @@ mod tests {
     fn the_common_header_is_inlined_and_defines_no_kernel() {
         assert!(!super::COMMON.contains("extern \"C\""));
         assert!(!super::WGMMA.contains("extern \"C\""));
-        for (m, raw) in super::MODULES {
+        for (m, raw) in super::MODULES.iter() {
             let s = super::source(m).unwrap();
             assert!(!s.contains(super::INCLUDE_COMMON), "{m}");
             assert!(!s.contains(super::INCLUDE_WGMMA), "{m}");
@@ -365,7 +366,7 @@ mod tests {
     #[test]
     fn every_entry_point_has_a_parsed_signature() {
         use super::ParamKind::{Float, Int, Ptr, Tmap};
-        for (m, _) in super::MODULES {
+        for (m, _) in super::MODULES.iter() {
             let sigs = super::signatures(m);
             for e in super::entry_points(m) {
                 let s = sigs.iter().find(|(n, _)| *n == e);

@@ -33,7 +33,7 @@ fn dependent_kernels_are_those_that_wait() {
 
 #[test]
 fn every_entry_point_is_in_the_table_once() {
-    for (m, _) in super::super::kernels::MODULES {
+    for (m, _) in super::super::kernels::MODULES.iter() {
         for e in super::super::kernels::entry_points(m) {
             let n = KERNELS
                 .iter()

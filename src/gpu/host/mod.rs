@@ -57,7 +57,7 @@ fn all_kernels() -> &'static [(String, String)] {
     static NAMES: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
     NAMES.get_or_init(|| {
         let mut names = Vec::new();
-        for (m, _) in kernels::MODULES {
+        for (m, _) in kernels::MODULES.iter() {
             for n in kernels::entry_points(m) {
                 names.push((m.to_string(), n));
             }

@@ -19,7 +19,9 @@ pub(crate) mod check_kernels;
 pub mod codec;
 pub mod groups;
 pub(crate) mod host;
+pub mod kernels;
 pub mod runtime;
+pub mod sizes;
 pub mod spec;
 #[cfg(feature = "harness")]
 pub mod testing;

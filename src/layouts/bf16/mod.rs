@@ -13,7 +13,9 @@ pub(crate) mod arms;
 #[cfg(feature = "harness")]
 pub(crate) mod check_kernels;
 pub mod codec;
+pub mod kernels;
 pub mod runtime;
+pub mod sizes;
 pub mod spec;
 #[cfg(feature = "harness")]
 pub mod testing;

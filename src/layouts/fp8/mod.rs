@@ -17,7 +17,9 @@ pub(crate) mod check_kernels;
 #[cfg(feature = "harness")]
 pub(crate) mod check_w8a8;
 pub mod codec;
+pub mod kernels;
 pub mod runtime;
+pub mod sizes;
 pub mod spec;
 #[cfg(feature = "harness")]
 pub mod testing;

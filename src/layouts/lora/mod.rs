@@ -11,8 +11,16 @@
 
 pub(crate) mod arms;
 pub mod codec;
+pub mod kernels;
 pub mod runtime;
 pub mod spec;
 #[cfg(feature = "harness")]
 pub mod testing;
 pub mod twin;
+/// No sizes of its own.
+pub mod sizes {
+    /// None.
+    pub const DEFINES: &[(&str, usize)] = &[];
+    /// None.
+    pub mod consts {}
+}

@@ -8,8 +8,14 @@
 
 pub mod codec;
 pub mod runtime;
+pub mod sizes;
 pub mod spec;
 #[cfg(feature = "harness")]
 pub mod testing;
 /// Its kernels are `nvfp4`'s (`src/layouts/nvfp4/kernels.cu`), and so are their twins.
 pub mod twin {}
+/// No CUDA module of its own (its kernels are `nvfp4`'s).
+pub mod kernels {
+    /// `(module, source)`: none.
+    pub const MODULES: &[(&str, &str)] = &[];
+}

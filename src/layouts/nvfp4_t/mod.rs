@@ -13,3 +13,15 @@ pub mod spec;
 pub mod testing;
 /// Its kernels are `nvfp4`'s (`src/layouts/nvfp4/kernels.cu`), and so are their twins.
 pub mod twin {}
+/// No CUDA module of its own (its kernels are `nvfp4`'s).
+pub mod kernels {
+    /// `(module, source)`: none.
+    pub const MODULES: &[(&str, &str)] = &[];
+}
+/// No sizes of its own.
+pub mod sizes {
+    /// None.
+    pub const DEFINES: &[(&str, usize)] = &[];
+    /// None.
+    pub mod consts {}
+}
