@@ -22,70 +22,19 @@ pub struct Arm {
     pub fixed: bool,
 }
 
-/// Every arm that the layer's overlays `ov` (from a pack) can serve.
+/// Every arm that the layer's overlays `ov` (from a pack) can serve: each built-in layout's
+/// named arms (`ffn::NamedArm`, in its runtime) whose layouts the layer holds, by rank.
 pub fn arms_of(ov: &LayerOverlays) -> Vec<Arm> {
-    use crate::converters::layouts::Layout::{
-        Affine, Bf16, Fp8, Nvfp4, Nvfp4Mmq, Nvfp4T, Q2g128, Q4kMmq, W8a8,
-    };
-    let d = ModelLevers::default;
-    let q4k = ModelLevers {
-        q4k_mmq: true,
-        ..ModelLevers::default()
-    };
-    let only = |layouts: &[crate::converters::layouts::Layout]| ov.only(layouts);
-    let holds = |l| ov.overlays.holds(l);
-    let arm = |name, overlays, levers, fixed| Arm {
-        name,
-        overlays,
-        levers,
-        fixed,
-    };
-    let mut out = Vec::new();
-    if holds(Bf16) {
-        out.push(arm("bf16", only(&[Bf16]), d(), false));
-    }
-    if holds(Fp8) {
-        out.push(arm("fp8", only(&[Fp8]), d(), false));
-    }
-    if holds(W8a8) {
-        out.push(arm("w8a8", only(&[W8a8]), d(), false));
-        out.push(arm("w8a8 fixed (W8A8)", only(&[W8a8]), d(), true));
-    }
-    if holds(Nvfp4) {
-        let base = only(&[Nvfp4]);
-        out.push(arm("nvfp4", base.clone(), d(), false));
-        let fused_down = ModelLevers {
-            ffn_silu_fused_down: true,
-            ..ModelLevers::default()
-        };
-        out.push(arm(
-            "nvfp4 silu fused down",
-            base.clone(),
-            fused_down,
-            false,
-        ));
-        out.push(arm("nvfp4 fixed (W4A4)", base, d(), true));
-        if holds(Nvfp4T) {
-            out.push(arm("nvfp4_t", only(&[Nvfp4, Nvfp4T]), d(), false));
-        }
-        if holds(Nvfp4Mmq) {
-            out.push(arm("nvfp4_mmq", only(&[Nvfp4, Nvfp4Mmq]), d(), false));
-        }
-        if holds(Q4kMmq) {
-            out.push(arm("q4k_mmq", only(&[Nvfp4, Q4kMmq]), q4k, false));
-        }
-    }
-    if holds(Q2g128) {
-        out.push(arm("q2g128", only(&[Q2g128]), d(), false));
-    }
-    if holds(Affine) {
-        out.push(arm("affine", only(&[Affine]), d(), false));
-    }
-    if holds(Q4kMmq) {
-        // q4k_mmq on its own: its decode GEMVs and its MMQ prefill.
-        out.push(arm("q4k", only(&[Q4kMmq]), d(), false));
-    }
-    out
+    crate::ffn::named_arms()
+        .into_iter()
+        .filter(|a| a.layouts.iter().all(|&l| ov.overlays.holds(l)))
+        .map(|a| Arm {
+            name: a.name,
+            overlays: ov.only(a.layouts),
+            levers: (a.levers)(),
+            fixed: a.fixed,
+        })
+        .collect()
 }
 
 /// The overlays of FFN layer `layer` of a loaded pack, or an error naming the pack and layer.
@@ -99,14 +48,13 @@ pub fn layer_overlays(lp: &LoadedPack, layer: usize) -> crate::Result<&LayerOver
         })
 }
 
-/// The most rows arm `arm` takes per prefill call: the declared W8A8 arm serves at most
-/// `W8A8_MAX_ROWS`, every other any number.
+/// The most rows arm `arm` takes per prefill call: its `NamedArm::max_rows` (the declared
+/// W8A8 arm serves at most `W8A8_MAX_ROWS`), every other any number.
 pub fn rows_per_call(arm: &str, rows: usize) -> usize {
-    if arm == "w8a8" {
-        rows.min(crate::ffn::W8A8_MAX_ROWS)
-    } else {
-        rows
-    }
+    crate::ffn::named_arms()
+        .into_iter()
+        .find(|a| a.name == arm)
+        .map_or(rows, |a| rows.min(a.max_rows))
 }
 
 /// `m` device rows at `x` through `layer`: the fixed path, the decode forward for one row,

@@ -5,6 +5,7 @@
 //! `#[path]` line and one name in [`registry!`], whose order is the install order.
 
 use super::*;
+use crate::gpu::ModelLevers;
 
 /// One built-in layout's runtime, as the registry holds it.
 pub(crate) struct Runtime {
@@ -17,6 +18,65 @@ pub(crate) struct Runtime {
     pub(crate) install: fn(&Overlays, &mut DenseFfnLayer) -> GpuResult<()>,
     /// Its rows of the arm table.
     pub(crate) arms: &'static [Arm],
+    /// The arms a pack-loaded layer holding it offers by name.
+    pub(crate) named: &'static [NamedArm],
+}
+
+/// An arm a pack-loaded layer offers by name (`loader::arms::arms_of`: `ffn-apply --arm`, the
+/// quality and tensor-parallel checks, Python's `forward(..., arm=)`): the layer's overlays of
+/// `layouts` alone (offered when it holds them all), its levers, and the fixed path or the
+/// routed one.
+pub struct NamedArm {
+    /// Its name.
+    pub name: &'static str,
+    /// The overlays it installs (this layout's, after the base it builds on).
+    pub layouts: &'static [Layout],
+    /// Its levers (read when the arm is listed, as `ModelLevers::default` reads the
+    /// environment).
+    pub levers: fn() -> ModelLevers,
+    /// `forward_fixed` instead of the routed forward.
+    pub fixed: bool,
+    /// The most rows it takes per prefill call.
+    pub max_rows: usize,
+    /// Its place in the list (lower first).
+    pub rank: u16,
+}
+
+impl NamedArm {
+    /// The routed arm `name` on the overlays of `layouts`, with the default levers, any number
+    /// of rows per call, at `rank`.
+    pub const fn new(name: &'static str, layouts: &'static [Layout], rank: u16) -> Self {
+        NamedArm {
+            name,
+            layouts,
+            levers: ModelLevers::default,
+            fixed: false,
+            max_rows: usize::MAX,
+            rank,
+        }
+    }
+    /// This arm on the fixed path.
+    pub const fn fixed(self) -> Self {
+        NamedArm {
+            fixed: true,
+            ..self
+        }
+    }
+    /// This arm with the levers `levers` makes.
+    pub const fn levers(self, levers: fn() -> ModelLevers) -> Self {
+        NamedArm { levers, ..self }
+    }
+    /// This arm taking at most `max_rows` rows per prefill call.
+    pub const fn max_rows(self, max_rows: usize) -> Self {
+        NamedArm { max_rows, ..self }
+    }
+}
+
+/// Every built-in layout's named arms, by rank.
+pub fn named_arms() -> Vec<&'static NamedArm> {
+    let mut v: Vec<&'static NamedArm> = RUNTIMES.iter().flat_map(|r| r.named.iter()).collect();
+    v.sort_by_key(|a| a.rank);
+    v
 }
 
 /// Generates the runtime registry from the list of built-in layouts

@@ -24,7 +24,11 @@ pub(crate) const RUNTIME: Runtime = Runtime {
     builds_on: None,
     install,
     arms: &ARMS,
+    named: &NAMED,
 };
+
+/// The arms a pack-loaded layer holding it offers by name (`loader::arms::arms_of`).
+static NAMED: [NamedArm; 1] = [NamedArm::new("fp8", &[Layout::Fp8], 20)];
 
 /// Install this layer's `fp8` overlay from the loader's, if it holds one.
 fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {

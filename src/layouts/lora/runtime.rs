@@ -21,6 +21,7 @@ pub(crate) const RUNTIME: Runtime = Runtime {
     builds_on: Some(Layout::Nvfp4),
     install,
     arms: &[],
+    named: &[],
 };
 
 /// Install this layer's `lora` overlay from the loader's, if it holds one.

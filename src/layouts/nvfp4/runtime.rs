@@ -5,6 +5,7 @@ use crate::converters::layouts::Layout;
 use crate::ffn::layouts::Runtime;
 use crate::ffn::weights::{projection_weight, refuse, shape_args};
 use crate::ffn::*;
+use crate::gpu::ModelLevers;
 
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 
@@ -25,7 +26,23 @@ pub(crate) const RUNTIME: Runtime = Runtime {
     builds_on: None,
     install,
     arms: &ARMS,
+    named: &NAMED,
 };
+
+/// The arms a pack-loaded layer holding it offers by name (`loader::arms::arms_of`).
+static NAMED: [NamedArm; 3] = [
+    NamedArm::new("nvfp4", &[Layout::Nvfp4], 40),
+    NamedArm::new("nvfp4 silu fused down", &[Layout::Nvfp4], 41).levers(fused_down),
+    NamedArm::new("nvfp4 fixed (W4A4)", &[Layout::Nvfp4], 42).fixed(),
+];
+
+/// The levers of the `nvfp4 silu fused down` arm.
+fn fused_down() -> ModelLevers {
+    ModelLevers {
+        ffn_silu_fused_down: true,
+        ..ModelLevers::default()
+    }
+}
 
 /// Install this layer's `nvfp4` overlay from the loader's, if it holds one.
 fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {

@@ -22,7 +22,15 @@ pub(crate) const RUNTIME: Runtime = Runtime {
     builds_on: Some(Layout::Nvfp4),
     install,
     arms: &[],
+    named: &NAMED,
 };
+
+/// The arms a pack-loaded layer holding it offers by name (`loader::arms::arms_of`).
+static NAMED: [NamedArm; 1] = [NamedArm::new(
+    "nvfp4_mmq",
+    &[Layout::Nvfp4, Layout::Nvfp4Mmq],
+    44,
+)];
 
 /// Tiles from the pack: `finalize_nvfp4_mmq_load` then has nothing to repack.
 fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {

@@ -21,7 +21,15 @@ pub(crate) const RUNTIME: Runtime = Runtime {
     builds_on: Some(Layout::Nvfp4),
     install,
     arms: &[],
+    named: &NAMED,
 };
+
+/// The arms a pack-loaded layer holding it offers by name (`loader::arms::arms_of`).
+static NAMED: [NamedArm; 1] = [NamedArm::new(
+    "nvfp4_t",
+    &[Layout::Nvfp4, Layout::Nvfp4T],
+    43,
+)];
 
 /// Install this layer's `nvfp4_t` overlay from the loader's, if it holds one.
 fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {

@@ -7,6 +7,7 @@ use crate::converters::layouts::Layout;
 use crate::ffn::layouts::Runtime;
 use crate::ffn::weights::{accessors, refuse};
 use crate::ffn::*;
+use crate::gpu::ModelLevers;
 
 use crate::gpu::sizes::*;
 use crate::gpu::{DevicePtr, GpuError, GpuResult, StreamId};
@@ -28,7 +29,23 @@ pub(crate) const RUNTIME: Runtime = Runtime {
     builds_on: None,
     install,
     arms: &ARMS,
+    named: &NAMED,
 };
+
+/// The arms a pack-loaded layer holding it offers by name (`loader::arms::arms_of`).
+static NAMED: [NamedArm; 2] = [
+    NamedArm::new("q4k_mmq", &[Layout::Nvfp4, Layout::Q4kMmq], 45).levers(q4k_mmq_lever),
+    // q4k_mmq on its own: its decode GEMVs and its MMQ prefill.
+    NamedArm::new("q4k", &[Layout::Q4kMmq], 70),
+];
+
+/// The levers of the `q4k_mmq` arm beside the NVFP4 base: its MMQ prefill.
+fn q4k_mmq_lever() -> ModelLevers {
+    ModelLevers {
+        q4k_mmq: true,
+        ..ModelLevers::default()
+    }
+}
 
 /// Install this layer's `q4k_mmq` overlay from the loader's, if it holds one.
 fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {

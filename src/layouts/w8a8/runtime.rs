@@ -25,7 +25,14 @@ pub(crate) const RUNTIME: Runtime = Runtime {
     builds_on: None,
     install,
     arms: &ARMS,
+    named: &NAMED,
 };
+
+/// The arms a pack-loaded layer holding it offers by name (`loader::arms::arms_of`).
+static NAMED: [NamedArm; 2] = [
+    NamedArm::new("w8a8", &[Layout::W8a8], 30).max_rows(W8A8_MAX_ROWS),
+    NamedArm::new("w8a8 fixed (W8A8)", &[Layout::W8a8], 31).fixed(),
+];
 
 /// Install this layer's `w8a8` overlay from the loader's, if it holds one.
 fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {
