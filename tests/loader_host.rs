@@ -709,57 +709,6 @@ fn activation_checks_run_every_arm_on_recorded_inputs() {
     assert!(apply_arm(b, &p, 7, "nvfp4", &x).is_err());
 }
 
-/// The arms a layer holding every layout but `lora` offers by name, in the order the loader
-/// listed them before each layout declared its own (`ffn::NamedArm` in its runtime), and a
-/// layer holding one layout offers only that layout's.
-#[test]
-fn named_arms_keep_their_order_and_need_their_layouts() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, p) = generated_pack(dir.path(), 128, 256, 2, Some(common::pack::all_but_lora()));
-    let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
-    let m = metrale_pack::LoadedModel::load(&p, b.clone(), &Default::default()).unwrap();
-    let want = [
-        "bf16",
-        "fp8",
-        "w8a8",
-        "w8a8 fixed (W8A8)",
-        "nvfp4",
-        "nvfp4 silu fused down",
-        "nvfp4 fixed (W4A4)",
-        "nvfp4_t",
-        "nvfp4_mmq",
-        "q4k_mmq",
-        "q2g128",
-        "affine",
-        "q4k",
-    ];
-    assert_eq!(m.arm_names(1).unwrap(), want);
-    assert_eq!(metrale_pack::loader::arms::rows_per_call("w8a8", 1000), 64);
-    assert_eq!(
-        metrale_pack::loader::arms::rows_per_call("w8a8 fixed (W8A8)", 1000),
-        1000
-    );
-    drop(m);
-    let dir = tempfile::tempdir().unwrap();
-    let (_, p) = generated_pack(
-        dir.path(),
-        128,
-        256,
-        1,
-        Some(vec![Layout::Nvfp4, Layout::Nvfp4T]),
-    );
-    let m = metrale_pack::LoadedModel::load(&p, b, &Default::default()).unwrap();
-    assert_eq!(
-        m.arm_names(0).unwrap(),
-        [
-            "nvfp4",
-            "nvfp4 silu fused down",
-            "nvfp4 fixed (W4A4)",
-            "nvfp4_t"
-        ]
-    );
-}
-
 #[test]
 fn buffers_pinned_before_the_first_load_are_its_whole_ring() {
     use metrale_pack::gpu::staging::Populated;

@@ -1,7 +1,10 @@
 //! The routing matrix (`check::routing`): which kernels serve every forward method at every row
 //! count, for every layer-check arm and for layers holding several layouts, on the host backend,
 //! against `tests/fixtures/routing.txt`. A change to the routing must show as a change to that
-//! file: `METRALE_BLESS=1 cargo test --test routing` rewrites it.
+//! file: `METRALE_BLESS=1 cargo test --test routing` rewrites it. And the arms a loaded layer
+//! offers by name, from the layouts' runtimes.
+
+use metrale_pack::layout::Layout;
 
 #[test]
 fn the_routing_matrix_is_the_recorded_one() {
@@ -89,4 +92,84 @@ fn no_two_arms_of_a_method_share_a_rank() {
             );
         }
     }
+}
+
+/// A generated llama-shaped F16 model of `layers` FFN layers (hidden 128, intermediate 256) in
+/// `dir`, converted with `layouts`: the pack.
+fn generated_pack(
+    dir: &std::path::Path,
+    layers: usize,
+    layouts: Vec<Layout>,
+) -> std::path::PathBuf {
+    let src = dir.join("m.gguf");
+    metrale_pack::testing::gen_model::gen_model(
+        &src,
+        128,
+        256,
+        layers,
+        metrale_pack::GgmlType::F16,
+        "llama",
+    )
+    .unwrap();
+    let p = dir.join("m.mpk.gguf");
+    let opts = metrale_pack::ConvertOptions {
+        layouts: Some(layouts),
+        ..Default::default()
+    };
+    let model = metrale_pack::Model::open(&src).unwrap();
+    metrale_pack::pack::convert(model, &opts, &p, &|_, _| {}).unwrap();
+    p
+}
+
+/// The arms a layer holding every layout but `lora` offers by name, in the order the loader
+/// listed them before each layout declared its own (`ffn::NamedArm` in its runtime), and a
+/// layer holding one layout offers only that layout's.
+#[test]
+fn named_arms_keep_their_order_and_need_their_layouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = generated_pack(
+        dir.path(),
+        2,
+        Layout::ALL
+            .into_iter()
+            .filter(|&l| l != Layout::Lora)
+            .collect(),
+    );
+    let b: std::sync::Arc<dyn metrale_pack::GpuBackend> =
+        std::sync::Arc::new(metrale_pack::HostBackend::new());
+    let m = metrale_pack::LoadedModel::load(&p, b.clone(), &Default::default()).unwrap();
+    let want = [
+        "bf16",
+        "fp8",
+        "w8a8",
+        "w8a8 fixed (W8A8)",
+        "nvfp4",
+        "nvfp4 silu fused down",
+        "nvfp4 fixed (W4A4)",
+        "nvfp4_t",
+        "nvfp4_mmq",
+        "q4k_mmq",
+        "q2g128",
+        "affine",
+        "q4k",
+    ];
+    assert_eq!(m.arm_names(1).unwrap(), want);
+    assert_eq!(metrale_pack::loader::arms::rows_per_call("w8a8", 1000), 64);
+    assert_eq!(
+        metrale_pack::loader::arms::rows_per_call("w8a8 fixed (W8A8)", 1000),
+        1000
+    );
+    drop(m);
+    let dir = tempfile::tempdir().unwrap();
+    let p = generated_pack(dir.path(), 1, vec![Layout::Nvfp4, Layout::Nvfp4T]);
+    let m = metrale_pack::LoadedModel::load(&p, b, &Default::default()).unwrap();
+    assert_eq!(
+        m.arm_names(0).unwrap(),
+        [
+            "nvfp4",
+            "nvfp4 silu fused down",
+            "nvfp4 fixed (W4A4)",
+            "nvfp4_t"
+        ]
+    );
 }
