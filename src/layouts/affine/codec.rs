@@ -1,4 +1,4 @@
-//! `affine`: affine integer groups (`converters/affine.rs`) for the affine arms. Parts `codes`
+//! `affine`: affine integer groups (`groups.rs`) for the affine arms. Parts `codes`
 //! (row-major `[n, kp]` codes: 4-bit pairs, value `2i` in the low nibble, or bytes) and `scales`
 //! (per group of each row its pair in the blob's form: the half `s` then the half `b` or `z`,
 //! 4 bytes, or the f32 `s` then the f32 `z`, 8 bytes: `[n, kp / group]` pairs); K zero-padded to

@@ -1,6 +1,6 @@
 //! `affine`: integer codes (4 or 8 bits) with a scale and an offset or zero point per group,
 //! carrying GGUF Q4_0, Q4_1 and Q8_0, AutoAWQ and compressed-tensors integer sources exactly
-//! (`converters/affine.rs`), for the affine arms.
+//! (`groups.rs`), for the affine arms.
 
 use crate::GgmlType;
 use crate::converters::affine::{AffineGroups, Form, GGML_GROUP};

@@ -1,4 +1,4 @@
-//! `q2g128`: q2g128 blocks (`converters/q2g128.rs`) row after row, K zero-padded to a
+//! `q2g128`: q2g128 blocks (`blocks.rs`) row after row, K zero-padded to a
 //! multiple of 128; single part. The `set_q2_weights` overlay.
 
 use crate::converters::layouts::{Encoded, crop, pad, round_up};
