@@ -46,6 +46,7 @@ const LAYOUT_PARTS: &[(&str, &str)] = &[
     ("testing", "testing"),
     ("check_kernels", "check"),
     ("check_w8a8", "check"),
+    ("check_layers", "check"),
 ];
 
 /// The layer a module stands in: its top-level module's, or for a layout folder's part the

@@ -7,7 +7,7 @@ use crate::gpu::{DevicePtr, GpuBackend, GpuResult, ModelLevers, download_f32, up
 use crate::model::Activation;
 use crate::testing::*;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 /// How a layer check installs its weights (the same seeded weights on both backends).
 pub type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
@@ -15,6 +15,7 @@ pub type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> Gpu
 /// One arm configuration of the layer checks: its name, how its weights are installed, the
 /// levers (`METRALE_*` pairs) and the activation. One table drives the CUDA-against-host checks
 /// and the host routing matrix (`check::routing::routing_matrix`).
+#[derive(Clone, Copy)]
 pub struct LayerArm {
     /// The check's name (`gpu-check --arms` filters on it).
     pub name: &'static str,
@@ -38,7 +39,7 @@ impl LayerArm {
     }
 }
 
-const fn arm(
+pub(crate) const fn arm(
     name: &'static str,
     install: Install,
     levers: &'static [(&'static str, &'static str)],
@@ -52,234 +53,19 @@ const fn arm(
     }
 }
 
-/// Every arm configuration the layer checks run.
-pub static LAYER_ARMS: [LayerArm; 35] = [
-    arm(
-        "fp8 fused",
-        |b, l, w| install_fp8(b, l, w, true),
-        &[],
-        Activation::Silu,
-    ),
-    arm(
-        "fp8",
-        |b, l, w| install_fp8(b, l, w, false),
-        &[],
-        Activation::Silu,
-    ),
-    arm(
-        // The f32 FFMA GEMV (f32 activations) for m <= 4, fused gate+up: the default for 2..4
-        // rows before 2026-12-02 (session 17).
-        "fp8 ffma gemv",
-        |b, l, w| install_fp8(b, l, w, true),
-        &[("METRALE_FP8_GEMV_MMA", "0")],
-        Activation::Silu,
-    ),
-    arm(
-        // The tensor-core GEMV (bf16 activations) from one row to its 8, fused gate+up.
-        "fp8 mma gemv",
-        |b, l, w| install_fp8(b, l, w, true),
-        &[
-            ("METRALE_FP8_GEMV_MMA_MIN_ROWS", "1"),
-            ("METRALE_FP8_W8A8_MIN_ROWS", "9"),
-        ],
-        Activation::Silu,
-    ),
-    arm(
-        // The w8a16 contract (bf16 activations) at every m: the FP8 W8A8 prefill off.
-        "fp8 w8a16",
-        |b, l, w| install_fp8(b, l, w, false),
-        &[("METRALE_FP8_W8A8", "0")],
-        Activation::Silu,
-    ),
-    arm(
-        // W8A8 (per-group FP8 activations) from 33 rows, the default before 2026-12-02: 5..32
-        // rows on the w8a16 GEMMs.
-        "fp8 w8a8 from 33 rows",
-        |b, l, w| install_fp8(b, l, w, true),
-        &[("METRALE_FP8_W8A8_MIN_ROWS", "33")],
-        Activation::Silu,
-    ),
-    arm(
-        "fp8 m16_tc",
-        |b, l, w| install_fp8(b, l, w, false),
-        &[
-            ("METRALE_FFN_M16_TC", "1"),
-            ("METRALE_FP8_W8A8_MIN_ROWS", "33"),
-        ],
-        Activation::Silu,
-    ),
-    arm(
-        "fp8 batch16",
-        |b, l, w| install_fp8(b, l, w, false),
-        &[
-            ("METRALE_FFN_BATCH16", "1"),
-            ("METRALE_FP8_W8A8_MIN_ROWS", "33"),
-        ],
-        Activation::Silu,
-    ),
-    arm(
-        "fp8 gelu",
-        |b, l, w| install_fp8(b, l, w, false),
-        &[],
-        Activation::Gelu,
-    ),
-    arm(
-        "w8a8",
-        install_w8a8,
-        &[("METRALE_W8A8_MAX_ROWS", "4096")],
-        Activation::Silu,
-    ),
-    arm(
-        // The portable GEMM (what a device without sm_90a runs).
-        "w8a8 portable",
-        install_w8a8,
-        &[
-            ("METRALE_W8A8_MAX_ROWS", "4096"),
-            ("METRALE_W8A8_WGMMA", "0"),
-        ],
-        Activation::Silu,
-    ),
-    arm(
-        // m <= 16 through w8a8_gemv; the fixed-path row below checks its bits against the
-        // GEMM's (one row alone against 130 rows).
-        "w8a8 decode gemv",
-        install_w8a8,
-        &[
-            ("METRALE_W8A8_MAX_ROWS", "4096"),
-            ("METRALE_W8A8_DECODE_GEMV", "1"),
-            ("METRALE_W8A8_WGMMA", "0"),
-        ],
-        Activation::Silu,
-    ),
-    arm("bf16", install_bf16, &[], Activation::Silu),
-    arm("nvfp4", install_nvfp4, &[], Activation::Silu),
-    arm("nvfp4 gelu", install_nvfp4, &[], Activation::Gelu),
-    arm("nvfp4 t", install_nvfp4_t, &[], Activation::Silu),
-    arm(
-        "nvfp4 t k64",
-        install_nvfp4_t,
-        &[("METRALE_W4A16_K64_MIN_K", "64")],
-        Activation::Silu,
-    ),
-    arm("nvfp4 mmq", install_nvfp4_mmq, &[], Activation::Silu),
-    arm(
-        // The portable MMQ GEMM (what a device without sm_90a runs).
-        "nvfp4 mmq mma.sync",
-        install_nvfp4_mmq,
-        &[("METRALE_DQ_WGMMA", "0")],
-        Activation::Silu,
-    ),
-    arm(
-        "nvfp4 ksplit down",
-        install_nvfp4,
-        &[("METRALE_W4A16_GEMV_KSPLIT_MIN_K", "1")],
-        Activation::Silu,
-    ),
-    arm(
-        "nvfp4 silu fused",
-        install_nvfp4,
-        &[
-            ("METRALE_FFN_SILU_FUSED_DOWN", "1"),
-            ("METRALE_DECODE_FFN_VIA_GEMM", "0"),
-        ],
-        Activation::Silu,
-    ),
-    arm(
-        "nvfp4 q4k mmq",
-        |b, l, w| install_nvfp4_q4k(b, l, w, false),
-        &[("METRALE_Q4K_MMQ", "1")],
-        Activation::Silu,
-    ),
-    arm(
-        "nvfp4 q4k mmq mma.sync",
-        |b, l, w| install_nvfp4_q4k(b, l, w, false),
-        &[("METRALE_Q4K_MMQ", "1"), ("METRALE_DQ_WGMMA", "0")],
-        Activation::Silu,
-    ),
-    arm(
-        "nvfp4 q4k mmq q4k-down",
-        |b, l, w| install_nvfp4_q4k(b, l, w, true),
-        &[("METRALE_Q4K_MMQ", "1")],
-        Activation::Silu,
-    ),
-    arm(
-        // q4k_mmq alone: the decode GEMVs over its bytes, the MMQ prefill.
-        "q4k",
-        |b, l, w| install_q4k(b, l, w, false),
-        &[],
-        Activation::Silu,
-    ),
-    arm(
-        "q4k q4k-down",
-        |b, l, w| install_q4k(b, l, w, true),
-        &[],
-        Activation::Silu,
-    ),
-    arm("q2", install_q2, &[], Activation::Silu),
-    arm(
-        // 8-bit codes (a Q8_0 or float source).
-        "affine q8",
-        |b, l, w| install_affine(b, l, w, AffineKind::Q8_0),
-        &[],
-        Activation::Silu,
-    ),
-    arm(
-        // 4-bit codes with offsets (a Q4_1 source), GELU.
-        "affine q4 gelu",
-        |b, l, w| install_affine(b, l, w, AffineKind::Q4_1),
-        &[],
-        Activation::Gelu,
-    ),
-    arm(
-        // 4-bit codes in groups of 128 with zero points and half scales (an AWQ or
-        // compressed-tensors int4 source).
-        "affine int4 g128",
-        |b, l, w| install_affine(b, l, w, AffineKind::Int4G128),
-        &[],
-        Activation::Silu,
-    ),
-    arm(
-        // 8-bit codes, one group a row, f32 scale and zero point (compressed-tensors int8 per
-        // channel in f32).
-        "affine int8 channel",
-        |b, l, w| install_affine(b, l, w, AffineKind::Int8Channel),
-        &[],
-        Activation::Silu,
-    ),
-    arm(
-        // 4-bit groups of 128 with act-order (GPTQ desc_act): columns sorted by group, the
-        // activations gathered, the prefill's BF16 weights scattered back.
-        "affine int4 g128 act-order",
-        |b, l, w| install_affine(b, l, w, AffineKind::Int4G128Perm),
-        &[],
-        Activation::Silu,
-    ),
-    arm(
-        "q2 mmq",
-        install_q2,
-        &[("METRALE_Q2G128_MMQ", "1")],
-        Activation::Silu,
-    ),
-    arm(
-        // The same seeded adapter on both backends.
-        "nvfp4 lora",
-        |b, l, w| {
-            install_nvfp4(b, l, w)?;
-            LoraAdapter::random(&mut Rand(77), w.hidden, w.inter, 16).install(b, l)
-        },
-        &[],
-        Activation::Silu,
-    ),
-    arm(
-        "nvfp4 w4a4",
-        install_nvfp4,
-        &[
-            ("METRALE_SINGLE_ROW_W4A4", "1"),
-            ("METRALE_SMALL_BATCH_W4A4", "1"),
-        ],
-        Activation::Silu,
-    ),
-];
+/// Generates [`LAYER_ARMS`] from the list of built-in layouts (`layouts::builtin_layouts!`).
+macro_rules! layer_arms {
+    (layouts: [$($t:ident $v:ident),*], install: [$($i:ident),*]) => {
+        /// Every arm configuration the layer checks run: each built-in layout's
+        /// (`src/layouts/TAG/check_layers.rs`), in `Layout` order.
+        pub static LAYER_ARMS: LazyLock<Vec<LayerArm>> = LazyLock::new(|| {
+            let mut v = Vec::new();
+            $(v.extend_from_slice(&crate::layouts::$t::check_layers::ARMS);)*
+            v
+        });
+    };
+}
+crate::layouts::builtin_layouts!(layer_arms);
 
 /// Layer-level checks: every method and arm on CUDA against the same layer on the host backend
 /// (same routing, same inputs), and the fixed path's batch invariance.

@@ -8,7 +8,7 @@ mod bench;
 mod bench_decode;
 pub mod bench_load;
 pub(crate) mod kernels;
-mod layers;
+pub(crate) mod layers;
 mod load;
 pub mod probe_io;
 pub mod routing;

@@ -12,6 +12,8 @@
 pub(crate) mod arms;
 #[cfg(feature = "harness")]
 pub(crate) mod check_kernels;
+#[cfg(feature = "harness")]
+pub(crate) mod check_layers;
 pub mod codec;
 pub mod kernels;
 pub mod runtime;

@@ -24,3 +24,5 @@ pub mod sizes {
     /// None.
     pub mod consts {}
 }
+#[cfg(feature = "harness")]
+pub(crate) mod check_layers;

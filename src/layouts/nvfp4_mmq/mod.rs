@@ -19,3 +19,5 @@ pub mod kernels {
     /// `(module, source)`: none.
     pub const MODULES: &[(&str, &str)] = &[];
 }
+#[cfg(feature = "harness")]
+pub(crate) mod check_layers;

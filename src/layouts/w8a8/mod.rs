@@ -11,6 +11,8 @@
 
 #[cfg(feature = "harness")]
 pub(crate) mod check_kernels;
+#[cfg(feature = "harness")]
+pub(crate) mod check_layers;
 pub mod codec;
 pub mod kernels;
 pub mod runtime;
