@@ -1,4 +1,5 @@
-//! Every codec against its independent reference, bit for bit, on fresh random data:
+//! Every codec against its independent reference, bit for bit, on fresh random data (and the
+//! decoders on edge values too):
 //! decoders against gguf-py 0.19.0 `gguf.quants.dequantize`, the Q8_0/Q4_K/Q2_K encoders against
 //! ggml's `quantize_row_*_ref` through libgguf 0.2.2.
 
@@ -50,6 +51,56 @@ fn decoders_match_gguf_py_bit_for_bit_on_random_bytes() {
         let mut ours = vec![0f32; elems];
         converters::decode_ggml(ty, &raw, &mut ours).unwrap();
         assert_bits_eq(ty.name(), &ours, &theirs);
+    }
+}
+
+/// Byte patterns that put a format's edge values in every field they cover, whatever its block
+/// layout: zero everything; all ones (the largest codes, NaN scales); f16 1.0, -1.0, +inf,
+/// -0.0, 65504 and the smallest subnormal at even offsets; nibbles 7/8 and 0/15 in every code.
+const EDGE_PATTERNS: &[&[u8]] = &[
+    &[0x00],
+    &[0xFF],
+    &[0x00, 0x3C],
+    &[0x00, 0xBC],
+    &[0x00, 0x7C],
+    &[0x00, 0x80],
+    &[0xFF, 0x7B],
+    &[0x01, 0x00],
+    &[0x77],
+    &[0x88],
+    &[0x0F],
+    &[0xF0],
+    &[0x00, 0x3C, 0xFF, 0xFF],
+];
+
+/// Issue 56's bytes goal on its edge values: every block type decodes bit for bit as gguf-py
+/// does on blocks made of each [`EDGE_PATTERNS`] pattern (zero and negative scales, infinite
+/// and NaN ones, the largest codes), two blocks a pattern, 4096 values at the least.
+#[test]
+fn decoders_match_gguf_py_bit_for_bit_on_edge_values() {
+    let dir = tempfile::tempdir().unwrap();
+    for &ty in DECODED {
+        let block = ty.block_bytes() as usize;
+        // Two blocks a pattern, the patterns repeated to 4096 values at the least.
+        let mut raw = Vec::new();
+        while raw.is_empty() || (raw.len() / block) as u64 * ty.block_elems() < 4096 {
+            for pat in EDGE_PATTERNS {
+                raw.extend(pat.iter().copied().cycle().take(2 * block));
+            }
+        }
+        let theirs = gguf_py_dequant(ty, &raw, dir.path());
+        let mut ours = vec![0f32; (raw.len() / block) * ty.block_elems() as usize];
+        converters::decode_ggml(ty, &raw, &mut ours).unwrap();
+        assert_bits_eq(&format!("{} edge values", ty.name()), &ours, &theirs);
+        // The patterns reach what they are for: zeros, and NaN or infinite scales where the
+        // format can hold them (GGUF NVFP4's UE4M3 scales cannot: ggml ignores bit 7 and reads
+        // 0x7F as zero, `converters/nvfp4.rs`).
+        assert!(ours.contains(&0.0), "{}: no zero", ty.name());
+        assert!(
+            ty == GgmlType::NVFP4 || ours.iter().any(|v| !v.is_finite()),
+            "{}: no NaN or infinity",
+            ty.name()
+        );
     }
 }
 
