@@ -1,7 +1,6 @@
-//! Every codec against its independent reference, bit for bit, on fresh random data (and the
-//! decoders on edge values too):
-//! decoders against gguf-py 0.19.0 `gguf.quants.dequantize`, the Q8_0/Q4_K/Q2_K encoders against
-//! ggml's `quantize_row_*_ref` through libgguf 0.2.2.
+//! Every codec against its independent reference, bit for bit: the decoders against gguf-py
+//! 0.19.0 `gguf.quants.dequantize` on fresh random bytes and on edge values, the Q8_0/Q4_K/Q2_K
+//! encoders against ggml's `quantize_row_*_ref` through libgguf 0.2.2, on fresh random data.
 
 mod common;
 
