@@ -209,51 +209,26 @@ fn read_crate() -> Crate {
     let mut uses = BTreeMap::new();
     let mut mounts = BTreeMap::new();
     for (me, f) in &files {
-        let mut to = BTreeSet::new();
+        let text = code(&std::fs::read_to_string(f).unwrap());
         // A layer's registry mounts a layout's part by re-exporting it (`use
         // crate::layouts::TAG::PART as TAG;`, `pub use crate::layouts::TAG::PART::*;`): a
         // declaration, as a parent's `mod` line is, checked apart (`mounts_stay_in_their_layer`).
-        let text = code(&std::fs::read_to_string(f).unwrap());
+        // A layout's own files use other layouts' parts (`nvfp4_t` builds on `nvfp4`): uses.
         let (mount_lines, code_lines): (Vec<&str>, Vec<&str>) = text.lines().partition(|l| {
             let t = l
                 .trim()
                 .trim_start_matches("pub(crate) ")
                 .trim_start_matches("pub ");
-            // A layout's own files use other layouts' parts (`nvfp4_t` builds on `nvfp4`):
-            // uses, not mounts.
             me[0] != "layouts" && t.starts_with("use crate::layouts::")
         });
-        let mut mounted = BTreeSet::new();
-        for p in paths(&mount_lines.join("\n"), me) {
-            if let Some(t) = (1..=p.len()).rev().find_map(|k| files.get(&p[..k])) {
-                mounted.insert(t.clone());
-            }
-        }
-        // A registry generated from `layouts::builtin_layouts!` names a part of every layout
-        // through a macro variable (`crate::layouts::$t::spec::$v`): that part, for each folder.
-        for (i, _) in text.match_indices("crate::layouts::$") {
-            let part: String = text[i + "crate::layouts::$".len()..]
-                .split("::")
-                .nth(1)
-                .unwrap_or("")
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            for (m, t) in &files {
-                if m.len() == 3 && m[0] == "layouts" && m[2] == part {
-                    mounted.insert(t.clone());
-                }
-            }
-        }
-        mounts.insert(f.clone(), mounted);
-        for p in paths(&code_lines.join("\n"), me) {
-            // The deepest module the path names.
-            let Some(t) = (1..=p.len()).rev().find_map(|k| files.get(&p[..k])) else {
-                continue;
-            };
+        mounts.insert(
+            f.clone(),
+            mounted(&files, me, &mount_lines.join("\n"), &text),
+        );
+        let mut to = BTreeSet::new();
+        for t in named(&files, me, &code_lines.join("\n")) {
             // A module's own descendants are its declarations and re-exports, not a use.
-            let tm = module_of[t];
-            if t != f && !(tm.starts_with(me) && files.get(me) == Some(f) && is_parent(f)) {
+            if t != f && !(module_of[t].starts_with(me) && is_parent(f)) {
                 to.insert(t.clone());
             }
         }
@@ -264,6 +239,45 @@ fn read_crate() -> Crate {
         uses,
         mounts,
     }
+}
+
+/// The files the paths in `code` name (the deepest module of each).
+fn named<'a>(
+    files: &'a BTreeMap<Vec<String>, PathBuf>,
+    me: &[String],
+    code: &str,
+) -> Vec<&'a PathBuf> {
+    paths(code, me)
+        .iter()
+        .filter_map(|p| (1..=p.len()).rev().find_map(|k| files.get(&p[..k])))
+        .collect()
+}
+
+/// The layout parts a file mounts: those its mount lines name, and, where a registry is
+/// generated from `layouts::builtin_layouts!` and names a part through a macro variable
+/// (`crate::layouts::$t::spec::$v`), that part of every folder.
+fn mounted(
+    files: &BTreeMap<Vec<String>, PathBuf>,
+    me: &[String],
+    mount_lines: &str,
+    text: &str,
+) -> BTreeSet<PathBuf> {
+    let mut out: BTreeSet<PathBuf> = named(files, me, mount_lines).into_iter().cloned().collect();
+    for (i, _) in text.match_indices("crate::layouts::$") {
+        let part: String = text[i + "crate::layouts::$".len()..]
+            .split("::")
+            .nth(1)
+            .unwrap_or("")
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        for (m, t) in files {
+            if m.len() == 3 && m[0] == "layouts" && m[2] == part {
+                out.insert(t.clone());
+            }
+        }
+    }
+    out
 }
 
 /// Whether a file may declare modules of its own folder (`lib.rs`, `mod.rs`, or any file that
