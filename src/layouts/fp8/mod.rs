@@ -3,13 +3,17 @@
 //! (`tests/layering.rs`) and is mounted by that layer's registry:
 //! - `arms.rs`: the launches its arms make (inherent methods of `DenseFfnLayer`);
 //! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
+//! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
 //! - `check_w8a8.rs`: the `gpu-check` rows of FP8 weights on the W8A8 GEMMs (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::fp8`);
-//! - `runtime.rs`: its weight type, key, validators, install and arm rows (`ffn` runtime registry);
+//! - `kernels.rs`: its CUDA modules by name (`gpu::kernels`);
+//! - `runtime.rs`: its weight type, key, validators, install, arm rows and named arms (`ffn`
+//!   runtime registry);
+//! - `sizes.rs`: its block and tile sizes, shared with its kernels (`gpu::sizes`);
 //! - `spec.rs`: its `LayoutSpec` (`layout` registry);
 //! - `testing.rs`: random weights in its overlay (`testing`, harness only);
 //! - `twin.rs`: the CPU twins of its kernels (`gpu::reference`);
-//! - `kernels.cu`: its CUDA module (`gpu::kernels`).
+//! - `kernels.cu`: its CUDA module.
 
 pub(crate) mod arms;
 #[cfg(feature = "harness")]

@@ -2,14 +2,20 @@
 //! holds the whole layout; each file stands in the layer of what it implements
 //! (`tests/layering.rs`) and is mounted by that layer's registry:
 //! - `arms.rs`: the launches its arms make (inherent methods of `DenseFfnLayer`);
+//! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::lora`);
-//! - `runtime.rs`: its weight type, key, validators, install and arm rows (`ffn` runtime registry);
+//! - `kernels.rs`: its CUDA modules by name (`gpu::kernels`);
+//! - `runtime.rs`: its weight type, key, validators, install, arm rows and named arms (`ffn`
+//!   runtime registry);
 //! - `spec.rs`: its `LayoutSpec` (`layout` registry);
 //! - `testing.rs`: random weights in its overlay (`testing`, harness only);
 //! - `twin.rs`: the CPU twins of its kernels (`gpu::reference`);
-//! - `kernels.cu`: its CUDA module (`gpu::kernels`).
+//! - `kernels.cu`: its CUDA module;
+//! - `sizes` (empty): no sizes of its own.
 
 pub(crate) mod arms;
+#[cfg(feature = "harness")]
+pub(crate) mod check_layers;
 pub mod codec;
 pub mod kernels;
 pub mod runtime;
@@ -24,5 +30,3 @@ pub mod sizes {
     /// None.
     pub mod consts {}
 }
-#[cfg(feature = "harness")]
-pub(crate) mod check_layers;

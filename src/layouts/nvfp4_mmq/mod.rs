@@ -1,23 +1,28 @@
 //! `nvfp4_mmq`: NVFP4 repacked into the MMQ prefill tiles. One folder holds the whole layout; each
 //! file stands in the layer of what it implements (`tests/layering.rs`) and is mounted by that
 //! layer's registry:
+//! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::nvfp4_mmq`);
-//! - `runtime.rs`: its weight type, key, validators, install and arm rows (`ffn` runtime registry);
+//! - `runtime.rs`: its weight type, key, validators, install, arm rows and named arms (`ffn`
+//!   runtime registry);
+//! - `sizes.rs`: its block and tile sizes, shared with its kernels (`gpu::sizes`);
+//! - `spec.rs`: its `LayoutSpec` (`layout` registry);
 //! - `testing.rs`: random weights in its overlay (`testing`, harness only);
-//! - `spec.rs`: its `LayoutSpec` (`layout` registry).
+//! - `kernels` (empty): its kernels are `nvfp4`'s;
+//! - `twin` (empty): its kernels are `nvfp4`'s.
 
+#[cfg(feature = "harness")]
+pub(crate) mod check_layers;
 pub mod codec;
 pub mod runtime;
 pub mod sizes;
 pub mod spec;
 #[cfg(feature = "harness")]
 pub mod testing;
-/// Its kernels are `nvfp4`'s (`src/layouts/nvfp4/kernels.cu`), and so are their twins.
-pub mod twin {}
 /// No CUDA module of its own (its kernels are `nvfp4`'s).
 pub mod kernels {
     /// `(module, source)`: none.
     pub const MODULES: &[(&str, &str)] = &[];
 }
-#[cfg(feature = "harness")]
-pub(crate) mod check_layers;
+/// Its kernels are `nvfp4`'s (`src/layouts/nvfp4/kernels.cu`), and so are their twins.
+pub mod twin {}

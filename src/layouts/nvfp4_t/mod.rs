@@ -1,18 +1,23 @@
 //! `nvfp4_t`: the transposed NVFP4 copy of the `_t` prefill GEMMs. One folder holds the whole
 //! layout; each file stands in the layer of what it implements (`tests/layering.rs`) and is mounted
 //! by that layer's registry:
+//! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::nvfp4_t`);
-//! - `runtime.rs`: its weight type, key, validators, install and arm rows (`ffn` runtime registry);
+//! - `runtime.rs`: its weight type, key, validators, install, arm rows and named arms (`ffn`
+//!   runtime registry);
+//! - `spec.rs`: its `LayoutSpec` (`layout` registry);
 //! - `testing.rs`: random weights in its overlay (`testing`, harness only);
-//! - `spec.rs`: its `LayoutSpec` (`layout` registry).
+//! - `kernels` (empty): its kernels are `nvfp4`'s;
+//! - `sizes` (empty): no sizes of its own;
+//! - `twin` (empty): its kernels are `nvfp4`'s.
 
+#[cfg(feature = "harness")]
+pub(crate) mod check_layers;
 pub mod codec;
 pub mod runtime;
 pub mod spec;
 #[cfg(feature = "harness")]
 pub mod testing;
-/// Its kernels are `nvfp4`'s (`src/layouts/nvfp4/kernels.cu`), and so are their twins.
-pub mod twin {}
 /// No CUDA module of its own (its kernels are `nvfp4`'s).
 pub mod kernels {
     /// `(module, source)`: none.
@@ -25,5 +30,5 @@ pub mod sizes {
     /// None.
     pub mod consts {}
 }
-#[cfg(feature = "harness")]
-pub(crate) mod check_layers;
+/// Its kernels are `nvfp4`'s (`src/layouts/nvfp4/kernels.cu`), and so are their twins.
+pub mod twin {}
