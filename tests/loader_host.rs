@@ -16,33 +16,7 @@ use metrale_pack::pack::{self, ConvertOptions};
 use metrale_pack::testing::Rand;
 use std::sync::Arc;
 
-/// A generated llama-shaped F16 model of `layers` FFN layers of `[hidden, inter]` in `dir`,
-/// converted with `layouts` (the defaults when `None`): (the source, the pack).
-fn generated_pack(
-    dir: &std::path::Path,
-    hidden: usize,
-    inter: usize,
-    layers: usize,
-    layouts: Option<Vec<Layout>>,
-) -> (std::path::PathBuf, std::path::PathBuf) {
-    let src = dir.join("m.gguf");
-    metrale_pack::testing::gen_model::gen_model(
-        &src,
-        hidden,
-        inter,
-        layers,
-        metrale_pack::GgmlType::F16,
-        "llama",
-    )
-    .unwrap();
-    let p = dir.join("m.mpk.gguf");
-    let opts = ConvertOptions {
-        layouts,
-        ..Default::default()
-    };
-    pack::convert(Model::open(&src).unwrap(), &opts, &p, &|_, _| {}).unwrap();
-    (src, p)
-}
+use common::pack::generated_pack;
 
 #[test]
 fn loaded_overlays_equal_the_pack_and_compute_what_start_up_builds() {

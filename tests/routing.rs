@@ -4,6 +4,9 @@
 //! file: `METRALE_BLESS=1 cargo test --test routing` rewrites it. And the arms a loaded layer
 //! offers by name, from the layouts' runtimes.
 
+mod common;
+
+use common::pack::{all_but_lora, generated_pack};
 use metrale_pack::layout::Layout;
 
 #[test]
@@ -94,47 +97,13 @@ fn no_two_arms_of_a_method_share_a_rank() {
     }
 }
 
-/// A generated llama-shaped F16 model of `layers` FFN layers (hidden 128, intermediate 256) in
-/// `dir`, converted with `layouts`: the pack.
-fn generated_pack(
-    dir: &std::path::Path,
-    layers: usize,
-    layouts: Vec<Layout>,
-) -> std::path::PathBuf {
-    let src = dir.join("m.gguf");
-    metrale_pack::testing::gen_model::gen_model(
-        &src,
-        128,
-        256,
-        layers,
-        metrale_pack::GgmlType::F16,
-        "llama",
-    )
-    .unwrap();
-    let p = dir.join("m.mpk.gguf");
-    let opts = metrale_pack::ConvertOptions {
-        layouts: Some(layouts),
-        ..Default::default()
-    };
-    let model = metrale_pack::Model::open(&src).unwrap();
-    metrale_pack::pack::convert(model, &opts, &p, &|_, _| {}).unwrap();
-    p
-}
-
 /// The arms a layer holding every layout but `lora` offers by name, in the order the loader
 /// listed them before each layout declared its own (`ffn::NamedArm` in its runtime), and a
 /// layer holding one layout offers only that layout's.
 #[test]
 fn named_arms_keep_their_order_and_need_their_layouts() {
     let dir = tempfile::tempdir().unwrap();
-    let p = generated_pack(
-        dir.path(),
-        2,
-        Layout::ALL
-            .into_iter()
-            .filter(|&l| l != Layout::Lora)
-            .collect(),
-    );
+    let (_, p) = generated_pack(dir.path(), 128, 256, 2, Some(all_but_lora()));
     let b: std::sync::Arc<dyn metrale_pack::GpuBackend> =
         std::sync::Arc::new(metrale_pack::HostBackend::new());
     let m = metrale_pack::LoadedModel::load(&p, b.clone(), &Default::default()).unwrap();
@@ -161,7 +130,13 @@ fn named_arms_keep_their_order_and_need_their_layouts() {
     );
     drop(m);
     let dir = tempfile::tempdir().unwrap();
-    let p = generated_pack(dir.path(), 1, vec![Layout::Nvfp4, Layout::Nvfp4T]);
+    let (_, p) = generated_pack(
+        dir.path(),
+        128,
+        256,
+        1,
+        Some(vec![Layout::Nvfp4, Layout::Nvfp4T]),
+    );
     let m = metrale_pack::LoadedModel::load(&p, b, &Default::default()).unwrap();
     assert_eq!(
         m.arm_names(0).unwrap(),

@@ -30,6 +30,34 @@ pub fn convert(src: &Path, out: &Path, opts: &ConvertOptions) -> pack::Manifest 
     pack::convert(&m, opts, out, &no_progress).unwrap()
 }
 
+/// A generated llama-shaped F16 model of `layers` FFN layers of `[hidden, inter]` in `dir`,
+/// converted with `layouts` (the defaults when `None`): (the source, the pack).
+pub fn generated_pack(
+    dir: &Path,
+    hidden: usize,
+    inter: usize,
+    layers: usize,
+    layouts: Option<Vec<Layout>>,
+) -> (PathBuf, PathBuf) {
+    let src = dir.join("m.gguf");
+    metrale_pack::testing::gen_model::gen_model(
+        &src,
+        hidden,
+        inter,
+        layers,
+        GgmlType::F16,
+        "llama",
+    )
+    .unwrap();
+    let p = dir.join("m.mpk.gguf");
+    let opts = ConvertOptions {
+        layouts,
+        ..Default::default()
+    };
+    convert(&src, &p, &opts);
+    (src, p)
+}
+
 pub fn opts(layouts: &[Layout]) -> ConvertOptions {
     ConvertOptions {
         layouts: Some(layouts.to_vec()),
