@@ -26,7 +26,7 @@ pub struct Arm {
 /// named arms (`ffn::NamedArm`, in its runtime) whose layouts the layer holds, by rank.
 pub fn arms_of(ov: &LayerOverlays) -> Vec<Arm> {
     crate::ffn::named_arms()
-        .into_iter()
+        .iter()
         .filter(|a| a.layouts.iter().all(|&l| ov.overlays.holds(l)))
         .map(|a| Arm {
             name: a.name,
@@ -52,7 +52,7 @@ pub fn layer_overlays(lp: &LoadedPack, layer: usize) -> crate::Result<&LayerOver
 /// W8A8 arm serves at most `W8A8_MAX_ROWS`), every other any number.
 pub fn rows_per_call(arm: &str, rows: usize) -> usize {
     crate::ffn::named_arms()
-        .into_iter()
+        .iter()
         .find(|a| a.name == arm)
         .map_or(rows, |a| rows.min(a.max_rows))
 }

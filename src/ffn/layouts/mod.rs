@@ -72,11 +72,14 @@ impl NamedArm {
     }
 }
 
-/// Every built-in layout's named arms, by rank.
-pub fn named_arms() -> Vec<&'static NamedArm> {
-    let mut v: Vec<&'static NamedArm> = RUNTIMES.iter().flat_map(|r| r.named.iter()).collect();
-    v.sort_by_key(|a| a.rank);
-    v
+/// Every built-in layout's named arms, by rank (sorted once, as [`super::arms`] is).
+pub fn named_arms() -> &'static [&'static NamedArm] {
+    static SORTED: std::sync::LazyLock<Vec<&'static NamedArm>> = std::sync::LazyLock::new(|| {
+        let mut v: Vec<&'static NamedArm> = RUNTIMES.iter().flat_map(|r| r.named.iter()).collect();
+        v.sort_by_key(|a| a.rank);
+        v
+    });
+    &SORTED
 }
 
 /// Generates the runtime registry from the list of built-in layouts
