@@ -13,7 +13,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_AFFINE_GATHER_SMEM", AFFINE_GATHER_SMEM),
 ];
 
-pub use consts::*;
+use consts::*;
 
 /// The sizes (`gpu::sizes` re-exports these, not [`DEFINES`]).
 pub mod consts {

@@ -4,7 +4,7 @@
 /// Its sizes, by the name the kernels see.
 pub const DEFINES: &[(&str, usize)] = &[("MP_BF16_GEMV_ROWS", BF16_GEMV_ROWS)];
 
-pub use consts::*;
+use consts::*;
 
 /// The sizes (`gpu::sizes` re-exports these, not [`DEFINES`]).
 pub mod consts {

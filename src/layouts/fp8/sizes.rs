@@ -8,7 +8,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_FP8_MMA_GEMV_WARPS", FP8_MMA_GEMV_WARPS),
 ];
 
-pub use consts::*;
+use consts::*;
 
 /// The sizes (`gpu::sizes` re-exports these, not [`DEFINES`]).
 pub mod consts {

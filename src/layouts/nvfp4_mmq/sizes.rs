@@ -8,7 +8,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_NVFP4_MMQ_TILE_BYTES", NVFP4_MMQ_TILE_BYTES),
 ];
 
-pub use consts::*;
+use consts::*;
 
 /// The sizes (`gpu::sizes` re-exports these, not [`DEFINES`]).
 pub mod consts {

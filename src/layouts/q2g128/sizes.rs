@@ -7,7 +7,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_Q2G128_BYTES", Q2G128_BYTES),
 ];
 
-pub use consts::*;
+use consts::*;
 
 /// The sizes (`gpu::sizes` re-exports these, not [`DEFINES`]).
 pub mod consts {

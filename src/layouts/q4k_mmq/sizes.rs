@@ -9,7 +9,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_INT8_GEMV_M_ROWS", INT8_GEMV_M_ROWS),
 ];
 
-pub use consts::*;
+use consts::*;
 
 /// The sizes (`gpu::sizes` re-exports these, not [`DEFINES`]).
 pub mod consts {

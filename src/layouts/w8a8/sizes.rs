@@ -19,7 +19,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_W8A8_WGMMA_SMALL_SMEM", W8A8_WGMMA_SMALL_SMEM),
 ];
 
-pub use consts::*;
+use consts::*;
 
 /// The sizes (`gpu::sizes` re-exports these, not [`DEFINES`]).
 pub mod consts {
