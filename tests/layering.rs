@@ -227,8 +227,9 @@ fn read_crate() -> Crate {
         );
         let mut to = BTreeSet::new();
         for t in named(&files, me, &code_lines.join("\n")) {
-            // A module's own descendants are its declarations and re-exports, not a use.
-            if t != f && !(module_of[t].starts_with(me) && is_parent(f)) {
+            // A module's own descendants (which only it can declare) are its declarations and
+            // re-exports, not a use.
+            if t != f && !module_of[t].starts_with(me) {
                 to.insert(t.clone());
             }
         }
@@ -278,18 +279,6 @@ fn mounted(
         }
     }
     out
-}
-
-/// Whether a file may declare modules of its own folder (`lib.rs`, `mod.rs`, or any file that
-/// declares a child module): a parent's re-exports of its children are not uses.
-fn is_parent(f: &Path) -> bool {
-    code(&std::fs::read_to_string(f).unwrap()).lines().any(|l| {
-        let t = l
-            .trim()
-            .trim_start_matches("pub(crate) ")
-            .trim_start_matches("pub ");
-        t.starts_with("mod ") && t.ends_with(';')
-    })
 }
 
 #[test]
