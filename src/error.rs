@@ -253,8 +253,7 @@ pub enum Error {
         /// Its value and the range taken.
         reason: String,
     },
-    /// A layout or arm registered at run time (`layout::register`, `ffn::register_arm`) was
-    /// refused.
+    /// A layout's spec or runtime (`layout::register`, `ffn::register`) was refused.
     #[error("registering {what}: {reason}")]
     Register {
         /// The layout tag or arm name.

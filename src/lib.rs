@@ -17,7 +17,8 @@
 //!   [`ForwardContext`]);
 //! - the runtime: [`GpuBackend`] ([`CudaBackend`], [`HostBackend`]);
 //! - errors by kind: [`Error`] (files) and [`GpuError`] (`Shape`, `Order`, `NotServed`, ...);
-//! - a layout of the engine's own: [`layout::register`] and [`ffn::register_arms`];
+//! - a layout of the engine's own: [`layout::register`] (its spec) and [`ffn::register`] (its
+//!   runtime), the route every built-in layout takes;
 //! - converting: [`Model::open`], [`convert`], [`ConvertOptions`].
 //!
 //! The other modules (readers, writers, codecs, crash-safe output) are public for the

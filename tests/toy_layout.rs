@@ -1,13 +1,16 @@
 //! A layout defined here, in the test tree only: `toy_bf16`, BF16 rows with K padded to 64 (the
 //! built-in `bf16` pads to 8), one blob per projection, served by arms of its own that launch
-//! the BF16 GEMV four rows at a time. Registered at run time (`layout::register`,
-//! `ffn::register_arms`), it converts, opens, verifies, decodes, loads and forwards on the host
-//! backend like a built-in layout, without a line of it outside this file.
+//! the BF16 GEMV four rows at a time. It registers as a built-in layout does, a spec
+//! (`layout::register`) and a runtime (`ffn::register`: install, arms, named arms), and then
+//! converts, opens, verifies, decodes, loads and forwards on the host backend like one, without
+//! a line of it outside this file.
 
 use half::bf16;
 use metrale_pack::GgmlType;
 use metrale_pack::error::Result;
-use metrale_pack::ffn::{Arm, DenseFfnLayer, ForwardContext, LayerOverlays, Method};
+use metrale_pack::ffn::{
+    Arm, DenseFfnLayer, ForwardContext, LayerOverlays, Method, NamedArm, Overlays, Runtime,
+};
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::gpu::{DevicePtr, GpuBackend, GpuResult, download_f32, upload_f32};
 use metrale_pack::layout::{
@@ -126,16 +129,33 @@ fn always(_: &DenseFfnLayer, _: &ForwardContext, _: usize) -> bool {
     true
 }
 
-static TOY_ARMS: [Arm; 4] = [
-    Arm::new(Method::Decode, "toy gemv", TOY, always, run),
-    Arm::new(Method::Small, "toy gemv", TOY, always, run),
-    Arm::new(Method::Verify, "toy gemv", TOY, always, run),
-    Arm::new(Method::Prefill, "toy gemv", TOY, always, run),
-];
+/// Install the layer's toy overlay from the loader's, if it holds one (a built-in layout's
+/// install calls its validating `set_*` method; this one's weights were checked by the pack).
+fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {
+    match o.any(TOY) {
+        Some(w) => l.set_overlay(TOY, w.clone()),
+        None => Ok(()),
+    }
+}
 
+/// The toy layout's runtime, as a built-in layout's `runtime.rs` declares its own.
+static TOY_RUNTIME: Runtime = Runtime {
+    layout: TOY,
+    builds_on: None,
+    install,
+    arms: &[
+        Arm::new(Method::Decode, "toy gemv", TOY, always, run).rank(90),
+        Arm::new(Method::Small, "toy gemv", TOY, always, run).rank(90),
+        Arm::new(Method::Verify, "toy gemv", TOY, always, run).rank(90),
+        Arm::new(Method::Prefill, "toy gemv", TOY, always, run).rank(90),
+    ],
+    named: &[NamedArm::new("toy gemv", &[TOY], 90)],
+};
+
+/// The route every built-in layout takes too, at first use.
 fn register() {
     assert_eq!(metrale_pack::layout::register(&ToyBf16).unwrap(), TOY);
-    metrale_pack::ffn::register_arms(&TOY_ARMS).unwrap();
+    metrale_pack::ffn::register(&TOY_RUNTIME).unwrap();
 }
 
 /// `down(silu(gate x) * up x)` in float64 over the weights the pack holds (the harness's
@@ -218,6 +238,21 @@ fn a_layout_from_the_test_tree_converts_loads_and_forwards() {
         .collect();
     let input = backend.alloc((9 * HIDDEN * 4) as u64).unwrap();
     upload_f32(backend.as_ref(), input, &x).unwrap();
+    // Offered by name, as a built-in layout's named arms are (`ffn-apply --arm`, Python's
+    // `forward(..., arm=)`), and listed among the registry's arms.
+    let ov = metrale_pack::loader::arms::layer_overlays(&lm.pack, 1).unwrap();
+    let named: Vec<&str> = metrale_pack::loader::arms::arms_of(ov)
+        .iter()
+        .map(|a| a.name)
+        .collect();
+    assert_eq!(named, ["toy gemv"]);
+    assert_eq!(
+        metrale_pack::ffn::arms()
+            .iter()
+            .filter(|a| a.layout == TOY)
+            .count(),
+        4
+    );
     for l in [0, 1] {
         let arm = lm.layer(l).unwrap().serving_arm(&lm.ctx, Method::Decode, 1);
         assert_eq!(arm.map(|a| a.name), Some("toy gemv"));
@@ -257,7 +292,8 @@ fn a_layout_from_the_test_tree_converts_loads_and_forwards() {
 }
 
 /// What registration refuses: a spec under a built-in tag, a tag that is not lowercase
-/// `[a-z0-9_]`, a second spec under a tag taken, arms of a built-in layout.
+/// `[a-z0-9_]`, a second spec under a tag taken; a second runtime for a layout (a built-in one
+/// among them), a runtime built on a layout with no runtime, an arm needing such a layout.
 #[test]
 fn registration_refuses_taken_and_malformed_tags() {
     struct Claims(Layout);
@@ -295,6 +331,38 @@ fn registration_refuses_taken_and_malformed_tags() {
     }
     // The same spec again is the same layout.
     assert_eq!(metrale_pack::layout::register(&ToyBf16).unwrap(), TOY);
-    static BF16_ARM: [Arm; 1] = [Arm::new(Method::Decode, "mine", Layout::Bf16, always, run)];
-    assert!(metrale_pack::ffn::register_arms(&BF16_ARM).is_err());
+    // The same runtime again does nothing.
+    metrale_pack::ffn::register(&TOY_RUNTIME).unwrap();
+    const fn runtime(layout: Layout, builds_on: Option<Layout>, arms: &'static [Arm]) -> Runtime {
+        Runtime {
+            layout,
+            builds_on,
+            install,
+            arms,
+            named: &[],
+        }
+    }
+    const ELSEWHERE: Layout = Layout::custom("toy_elsewhere");
+    static BF16_AGAIN: Runtime = runtime(Layout::Bf16, None, &[]);
+    static TOY_AGAIN: Runtime = runtime(TOY, None, &[]);
+    static ON_NOTHING: Runtime = runtime(Layout::custom("toy_two"), Some(ELSEWHERE), &[]);
+    static ARM_ELSEWHERE: Runtime = runtime(
+        Layout::custom("toy_three"),
+        None,
+        &[Arm::new(Method::Decode, "mine", ELSEWHERE, always, run)],
+    );
+    for (rt, why) in [
+        (&BF16_AGAIN, "another runtime serves that layout"),
+        (&TOY_AGAIN, "another runtime serves that layout"),
+        (&ON_NOTHING, "builds on toy_elsewhere"),
+        (&ARM_ELSEWHERE, "needs layout toy_elsewhere"),
+    ] {
+        let e = metrale_pack::ffn::register(rt)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.starts_with("registering the runtime of layout") && e.contains(why),
+            "{e}"
+        );
+    }
 }

@@ -28,7 +28,7 @@ pub use context::*;
 pub use kernels::*;
 pub use layouts::*;
 pub use overlays::{CustomOverlay, Key, LayerOverlays, Overlay, Overlays};
-pub use routing::{Arm, Method, arms, register_arms};
+pub use routing::{Arm, Method};
 use weights::ProjWeight;
 pub(crate) use weights::fits;
 
@@ -90,8 +90,8 @@ impl DenseFfnLayer {
         }
     }
 
-    /// Install the overlay of a layout registered at run time (`layout::register`); its arms
-    /// (`register_arms`) read it back with [`DenseFfnLayer::overlay`]. Built-in layouts are
+    /// Install the overlay of a layout defined outside the crate (`layout::register`); its
+    /// arms ([`register`]) read it back with [`DenseFfnLayer::overlay`]. Built-in layouts are
     /// installed through their own `set_*` methods, which validate their weights; a second
     /// overlay for the same layout replaces the first.
     pub fn set_overlay(&mut self, layout: Layout, overlay: CustomOverlay) -> GpuResult<()> {

@@ -4,7 +4,7 @@
 //! layer's validating `set_*` methods.
 
 use super::DenseFfnLayer;
-use super::layouts::RUNTIMES;
+use super::layouts::runtimes;
 use crate::converters::layouts::Layout;
 use crate::gpu::GpuResult;
 use std::any::Any;
@@ -132,19 +132,16 @@ impl LayerOverlays {
         o
     }
 
-    /// Install every overlay this layer has into `layer` through the validating `set_*`
-    /// methods: the built-in layouts in their registry's order (the NVFP4 base, then what
-    /// builds on it, skipped without the base, then the layouts that stand alone), then the
-    /// layouts registered at run time.
+    /// Install every overlay this layer has into `layer` through each registered runtime's
+    /// `install` (the built-in layouts' validating `set_*` methods), in the registry's order:
+    /// the NVFP4 base, then what builds on it (skipped without the base), then the layouts
+    /// that stand alone, then the layouts registered later.
     pub fn install(&self, layer: &mut DenseFfnLayer) -> GpuResult<()> {
         let o = &self.overlays;
-        for r in RUNTIMES {
+        for r in runtimes().iter() {
             if r.builds_on.is_none_or(|b| o.holds(b)) {
                 (r.install)(o, layer)?;
             }
-        }
-        for (l, ov) in o.iter().filter(|(l, _)| matches!(l, Layout::Custom(_))) {
-            layer.set_overlay(l, ov.clone())?;
         }
         Ok(())
     }

@@ -3,11 +3,10 @@
 
 use super::*;
 
-use super::layouts::RUNTIMES;
+use super::layouts::arms;
 use crate::converters::layouts::Layout;
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;
-use std::sync::{LazyLock, RwLock};
 
 /// The public forward methods, as the arm table names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -36,17 +35,17 @@ pub struct Arm {
     pub name: &'static str,
     /// The layout it needs installed.
     pub layout: Layout,
-    /// Its place among its method's built-in arms (lower first; see [`arms`]).
+    /// Its place among its method's arms (lower first; see [`arms`]).
     pub rank: u16,
     when: fn(&DenseFfnLayer, &ForwardContext, usize) -> bool,
     run: Run,
 }
 
 impl Arm {
-    /// An arm (a row of a built-in layout's table ([`arms`]), or of a layout registered at run time with `layout::register`):
-    /// it serves `method` on a layer holding `layout`'s overlay when `when` says so, by `run` (which reads the overlay
-    /// with [`DenseFfnLayer::overlay`] and launches through [`DenseFfnLayer::launch`] and
-    /// [`DenseFfnLayer::gated`]). Registered with [`register_arms`].
+    /// An arm, a row of a layout's [`Runtime::arms`]: it serves `method` on a layer holding
+    /// `layout`'s overlay when `when` says so, by `run` (which reads the overlay with
+    /// [`DenseFfnLayer::get`] or [`DenseFfnLayer::overlay`] and launches through
+    /// [`DenseFfnLayer::launch`] and [`DenseFfnLayer::gated`]), at rank 0.
     pub const fn new(
         method: Method,
         name: &'static str,
@@ -64,32 +63,10 @@ impl Arm {
         }
     }
 
-    /// This arm at `rank` among its method's built-in arms.
+    /// This arm at `rank` among its method's arms.
     pub const fn rank(self, rank: u16) -> Arm {
         Arm { rank, ..self }
     }
-}
-
-/// The arms registered at run time, tried after the built-in ones ([`arms`]) in the order registered.
-static REGISTERED_ARMS: RwLock<Vec<&'static [Arm]>> = RwLock::new(Vec::new());
-
-/// Register the arms of layouts registered at run time (each arm's layout must be one:
-/// built-in layouts' arms are in their runtimes ([`arms`])). Registering the same table again does nothing.
-pub fn register_arms(arms: &'static [Arm]) -> crate::Result<()> {
-    if let Some(a) = arms.iter().find(|a| !matches!(a.layout, Layout::Custom(_))) {
-        return Err(crate::Error::Register {
-            what: format!("arm {:?}", a.name),
-            reason: format!(
-                "its layout {} is built in; its arms are ffn::arms()",
-                a.layout.tag()
-            ),
-        });
-    }
-    let mut reg = REGISTERED_ARMS.write().unwrap_or_else(|e| e.into_inner());
-    if !reg.iter().any(|r| std::ptr::eq(*r, arms)) {
-        reg.push(arms);
-    }
-    Ok(())
 }
 
 pub(crate) fn always(_: &DenseFfnLayer, _: &ForwardContext, _: usize) -> bool {
@@ -116,18 +93,6 @@ pub(crate) fn verify(
 
 use Method::{Decode, Fixed, Prefill, Small, Verify};
 
-/// Every built-in arm, in the order a method tries them: the layouts' rows (`layouts/`) sorted
-/// by method, then rank (a stable sort: equal ranks keep the registry's order). The first arm
-/// whose layout is installed and whose condition holds serves the call.
-pub fn arms() -> &'static [&'static Arm] {
-    static SORTED: LazyLock<Vec<&'static Arm>> = LazyLock::new(|| {
-        let mut v: Vec<&'static Arm> = RUNTIMES.iter().flat_map(|r| r.arms.iter()).collect();
-        v.sort_by_key(|a| (a.method, a.rank));
-        v
-    });
-    &SORTED
-}
-
 /// Why no arm served a method.
 fn none_serves(method: Method) -> GpuError {
     GpuError::NotServed(
@@ -148,7 +113,7 @@ impl DenseFfnLayer {
         self.overlays.holds(layout)
     }
 
-    /// The arm that serves `method` on `m` rows now, if any: the first of [`arms`] (then the registered arms) whose layout
+    /// The arm that serves `method` on `m` rows now, if any: the first of [`arms`] whose layout
     /// this layer holds and whose condition holds.
     pub fn serving_arm(
         &self,
@@ -158,17 +123,7 @@ impl DenseFfnLayer {
     ) -> Option<&'static Arm> {
         let serves =
             |a: &&Arm| a.method == method && self.holds(a.layout) && (a.when)(self, ctx, m);
-        arms().iter().copied().find(serves).or_else(|| {
-            if !self
-                .overlays
-                .iter()
-                .any(|(l, _)| matches!(l, Layout::Custom(_)))
-            {
-                return None;
-            }
-            let reg = REGISTERED_ARMS.read().unwrap_or_else(|e| e.into_inner());
-            reg.iter().flat_map(|arms| arms.iter()).find(serves)
-        })
+        arms().iter().copied().find(serves)
     }
 
     /// Run `method` on `m` rows through the arm that serves it.

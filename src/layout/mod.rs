@@ -1,15 +1,15 @@
-//! The layout registry: each pack layout implements [`LayoutSpec`] once, in its folder
-//! (`src/layouts/TAG/spec.rs`, mounted here), and the pack writer (`Plan`), the reader and
-//! `dump` (`Pack::decode_ffn`), the manifest checks (`pack::check`) and the loader's overlay
+//! The layout registry: each pack layout implements [`LayoutSpec`] once (a built-in one in its
+//! folder, `src/layouts/TAG/spec.rs`, mounted here), and the pack writer (`Plan`), the reader
+//! and `dump` (`Pack::decode_ffn`), the manifest checks (`pack::check`) and the loader's overlay
 //! binding (`loader::overlays`) iterate the registry instead of matching on layouts. A built-in
 //! layout's folder also holds its codec (mounted in `converters::layouts`), its runtime (in
 //! `ffn::layouts`: weight type, key, validators, install and arm rows), its arms, kernels and
-//! kernel checks (docs/contributing.md); each layer's registry names it once (the `Layout`
-//! variant with its tag, a line in [`REGISTRY`], a name in the runtime registry), and a test
-//! below fails when one of the three lacks another.
-//! A layout defined outside the crate (an engine's own, or a test's) is [`register`]ed at run
-//! time with its arms (`ffn::register_arm`): it converts, loads and forwards like a built-in
-//! one (`tests/toy_layout.rs`).
+//! kernel checks (docs/contributing.md); `layouts::builtin_layouts!` names it once, and a test
+//! below fails when the spec and runtime registries disagree.
+//! Every layout enters this registry through [`register`] and the runtime registry through
+//! `ffn::register`: the built-in ones at first use, a layout defined outside the crate (an
+//! engine's own, or a test's) when it calls them. It then converts, loads and forwards like a
+//! built-in one (`tests/toy_layout.rs`).
 
 pub use crate::converters::layouts::{CustomTag, Encoded, Layout, Proj, q4k_mmq::DownFormat};
 
@@ -22,7 +22,7 @@ use crate::model::lora::Lora;
 use crate::model::{Activation, FfnLayer, FfnWeight, Model};
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::sync::RwLock;
+use std::sync::{Arc, LazyLock, RwLock};
 
 /// One layout: its parts and sizes, its encoder, its decoder and its overlay binding.
 pub trait LayoutSpec: Sync {
@@ -141,7 +141,8 @@ pub trait LayoutSpec: Sync {
         Ok(())
     }
 
-    /// Bind one layer's device views into the overlays the loader installs.
+    /// Bind one layer's device views into the overlays the loader installs. The loader asks
+    /// every registered layout: one whose views the layer lacks binds nothing.
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays);
 
     /// Whether this layout stores source weight `w` (a `down` projection or not) as the source
@@ -174,37 +175,60 @@ pub fn element_reason(rule: ElementRule, i: u32) -> String {
     }
 }
 
-/// Generates [`REGISTRY`] from the list of built-in layouts (`layouts::builtin_layouts!`).
+/// Generates [`BUILT_IN`] from the list of built-in layouts (`layouts::builtin_layouts!`).
 macro_rules! spec_registry {
     (layouts: [$($t:ident $v:ident),*], install: [$($i:ident),*]) => {
-        /// Every built-in layout's spec (`src/layouts/TAG/spec.rs`), in `Layout` order.
-        pub static REGISTRY: [&dyn LayoutSpec; Layout::ALL.len()] =
+        /// Every built-in layout's spec (`src/layouts/TAG/spec.rs`), in `Layout` order (the
+        /// order [`register`] takes them in).
+        static BUILT_IN: [&dyn LayoutSpec; Layout::ALL.len()] =
             [$(&crate::layouts::$t::spec::$v),*];
     };
 }
 crate::layouts::builtin_layouts!(spec_registry);
 
-/// The layouts registered at run time ([`register`]), after the built-in [`REGISTRY`].
-static REGISTERED: RwLock<Vec<&'static dyn LayoutSpec>> = RwLock::new(Vec::new());
+/// The spec registry: the built-in layouts' specs, registered through [`admit`] at first use
+/// in `Layout` order, then each registered with [`register`].
+static REGISTRY: LazyLock<RwLock<Arc<[&'static dyn LayoutSpec]>>> = LazyLock::new(|| {
+    let mut reg: Arc<[&'static dyn LayoutSpec]> = Arc::new([]);
+    for spec in BUILT_IN {
+        if let Err(e) = admit(&mut reg, spec) {
+            unreachable!("a built-in spec is refused: {e}");
+        }
+    }
+    RwLock::new(reg)
+});
 
-/// Register a layout defined outside this crate: `spec` answers for it end to end (parts,
-/// sizes, encode, decode, overlay binding) under the tag of its `layout()`
-/// ([`Layout::custom`]), and its arms are registered with [`crate::ffn::register_arms`]. From
-/// then on packs holding it convert, open, load and forward like those of a built-in layout.
-/// Registering the same spec again does nothing; a tag that a built-in layout or another spec
-/// holds, or one that is not lowercase `[a-z0-9_]`, is refused.
+/// Every registered layout's spec: the built-in ones in `Layout` order, then those registered
+/// with [`register`], in that order.
+pub fn specs() -> Arc<[&'static dyn LayoutSpec]> {
+    REGISTRY.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Register a layout's spec: `spec` answers for it end to end (parts, sizes, encode, decode,
+/// overlay binding) under the tag of its `layout()`. The built-in layouts' specs come this way
+/// first; a layout defined outside the crate ([`Layout::custom`]) registers its spec, then its
+/// runtime (`ffn::register`). From then on packs holding it convert, open, load and forward
+/// like those of a built-in layout. Registering the same spec again does nothing; a tag that
+/// another spec holds (a built-in layout's among them), or one that is not lowercase
+/// `[a-z0-9_]`, is refused.
 pub fn register(spec: &'static dyn LayoutSpec) -> Result<Layout> {
+    admit(
+        &mut REGISTRY.write().unwrap_or_else(|e| e.into_inner()),
+        spec,
+    )
+}
+
+/// [`register`] on the registry `reg`: every spec, built in or not, enters this way.
+fn admit(
+    reg: &mut Arc<[&'static dyn LayoutSpec]>,
+    spec: &'static dyn LayoutSpec,
+) -> Result<Layout> {
     let layout = spec.layout();
     let tag = layout.tag();
     let refuse = |reason: &str| Error::Register {
         what: format!("layout {tag:?}"),
         reason: reason.into(),
     };
-    if !matches!(layout, Layout::Custom(_)) || Layout::ALL.iter().any(|l| l.tag() == tag) {
-        return Err(refuse(
-            "a built-in layout holds that tag (a registered spec's layout() is Layout::custom)",
-        ));
-    }
     if tag.is_empty()
         || !tag
             .bytes()
@@ -212,14 +236,15 @@ pub fn register(spec: &'static dyn LayoutSpec) -> Result<Layout> {
     {
         return Err(refuse("a tag is lowercase letters, digits and underscores"));
     }
-    let mut reg = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
-    match reg.iter().find(|s| s.layout() == layout) {
+    match reg.iter().find(|s| s.layout().tag() == tag) {
         Some(s) if std::ptr::addr_eq(*s, spec) => return Ok(layout),
         Some(_) => return Err(refuse("another spec holds that tag")),
         None => {}
     }
-    reg.push(spec);
-    crate::converters::layouts::register_tag(tag);
+    *reg = reg.iter().copied().chain([spec]).collect();
+    if let Layout::Custom(_) = layout {
+        crate::converters::layouts::register_tag(tag);
+    }
     Ok(layout)
 }
 
@@ -258,10 +283,7 @@ impl LayoutSpec for Unregistered {
 impl Layout {
     /// This layout's entry in the registry.
     pub fn spec(self) -> &'static dyn LayoutSpec {
-        if let Some(i) = Layout::ALL.iter().position(|&l| l == self) {
-            return REGISTRY[i];
-        }
-        let reg = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+        let reg = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
         reg.iter()
             .find(|s| s.layout() == self)
             .copied()
@@ -600,31 +622,28 @@ mod tests {
 
     #[test]
     fn the_registry_is_in_layout_order_and_complete() {
+        let specs = specs();
         for (i, l) in Layout::ALL.into_iter().enumerate() {
-            assert_eq!(REGISTRY[i].layout(), l);
+            assert_eq!(specs[i].layout(), l);
             assert_eq!(l.spec().layout(), l);
         }
     }
 
-    /// Each built-in layout has exactly one runtime (`ffn/layouts/`), and each runtime is a
-    /// built-in layout's: a layout registered in one layer and not another fails here.
+    /// Each built-in layout has exactly one runtime (`ffn/layouts/`), and each built-in
+    /// runtime is a built-in layout's: a layout registered in one layer and not another fails
+    /// here. (That what builds on another installs after it, `ffn::register` checks.)
     #[test]
     fn every_built_in_layout_has_one_runtime() {
-        let rt: Vec<Layout> = crate::ffn::RUNTIMES.iter().map(|r| r.layout).collect();
+        let rt: Vec<Layout> = crate::ffn::runtimes().iter().map(|r| r.layout).collect();
         for l in Layout::ALL {
             assert_eq!(rt.iter().filter(|&&x| x == l).count(), 1, "{}", l.tag());
         }
-        assert_eq!(rt.len(), Layout::ALL.len());
-        // What builds on another installs after it.
-        for (i, r) in crate::ffn::RUNTIMES.iter().enumerate() {
-            if let Some(b) = r.builds_on {
-                assert!(
-                    rt[..i].contains(&b),
-                    "{} installs before {}",
-                    r.layout.tag(),
-                    b.tag()
-                );
-            }
-        }
+        assert_eq!(
+            rt[..Layout::ALL.len()]
+                .iter()
+                .filter(|l| Layout::ALL.contains(l))
+                .count(),
+            Layout::ALL.len()
+        );
     }
 }

@@ -22,7 +22,7 @@ pub struct Arm {
     pub fixed: bool,
 }
 
-/// Every arm that the layer's overlays `ov` (from a pack) can serve: each built-in layout's
+/// Every arm that the layer's overlays `ov` (from a pack) can serve: each registered layout's
 /// named arms (`ffn::NamedArm`, in its runtime) whose layouts the layer holds, by rank.
 pub fn arms_of(ov: &LayerOverlays) -> Vec<Arm> {
     crate::ffn::named_arms()

@@ -42,15 +42,8 @@ pub fn overlays(
             index: l,
             ..Default::default()
         };
-        // Each layout of the registry binds its own overlays from this layer's views, then each
-        // registered layout the pack holds.
-        let registered = m
-            .layouts
-            .iter()
-            .filter_map(|t| Layout::from_tag(t))
-            .filter(|l| matches!(l, Layout::Custom(_)))
-            .map(Layout::spec);
-        for spec in crate::layout::REGISTRY.into_iter().chain(registered) {
+        // Each layout of the registry binds its own overlays from this layer's views.
+        for &spec in crate::layout::specs().iter() {
             let lay = spec.layout();
             let get = |p: Proj, part: &str| by.get(&(l, lay, p, part.to_string())).copied();
             spec.bind(&crate::layout::LayerViews { inter, get: &get }, &mut o);

@@ -1,25 +1,31 @@
-//! The runtime registry: each built-in layout's runtime (`src/layouts/TAG/runtime.rs`, mounted
-//! here): its weight type (built through a validating constructor), its overlay key, its `set_*`
-//! validators and load-time finalizers, how the loader's overlays install it, and its rows of
-//! the arm table (the launches those arms make are its `arms.rs`). A layout's runtime is one
-//! `#[path]` line and one name in [`registry!`], whose order is the install order.
+//! The runtime registry: each layout's [`Runtime`] (a built-in one's is its folder's
+//! `runtime.rs`, mounted here with its weight type, overlay key, `set_*` validators and
+//! load-time finalizers): how the loader's overlays install it, its rows of the arm table (the
+//! launches those arms make are its `arms.rs`) and its named arms. Built-in layouts and layouts
+//! defined outside the crate enter it alike, through [`register`]; the built-in ones first, at
+//! first use, in the install order of `layouts::builtin_layouts!`.
 
 use super::*;
 use crate::gpu::ModelLevers;
+use std::sync::{Arc, LazyLock, RwLock};
 
-/// One built-in layout's runtime, as the registry holds it.
-pub(crate) struct Runtime {
+/// One layout's runtime: what a layer does with its overlay. A built-in layout declares it in
+/// its folder (`src/layouts/TAG/runtime.rs`), a layout defined outside the crate beside its spec
+/// (`tests/toy_layout.rs`); both enter the registry through [`register`].
+pub struct Runtime {
     /// The layout.
-    pub(crate) layout: Layout,
+    pub layout: Layout,
     /// The layout it is installed beside (its validators refuse it without that one first);
-    /// skipped when the loader's overlays lack that one.
-    pub(crate) builds_on: Option<Layout>,
-    /// Install this layout's overlay from the loader's into a layer, if held.
-    pub(crate) install: fn(&Overlays, &mut DenseFfnLayer) -> GpuResult<()>,
+    /// skipped when the loader's overlays lack that one. Registered before it.
+    pub builds_on: Option<Layout>,
+    /// Install this layout's overlay from the loader's into a layer, if held (a built-in layout
+    /// through its validating `set_*` method, one defined outside the crate through
+    /// [`DenseFfnLayer::set_overlay`]).
+    pub install: fn(&Overlays, &mut DenseFfnLayer) -> GpuResult<()>,
     /// Its rows of the arm table.
-    pub(crate) arms: &'static [Arm],
+    pub arms: &'static [Arm],
     /// The arms a pack-loaded layer holding it offers by name.
-    pub(crate) named: &'static [NamedArm],
+    pub named: &'static [NamedArm],
 }
 
 /// An arm a pack-loaded layer offers by name (`loader::arms::arms_of`: `ffn-apply --arm`, the
@@ -72,19 +78,10 @@ impl NamedArm {
     }
 }
 
-/// Every built-in layout's named arms, by rank (sorted once, as [`super::arms`] is).
-pub fn named_arms() -> &'static [&'static NamedArm] {
-    static SORTED: std::sync::LazyLock<Vec<&'static NamedArm>> = std::sync::LazyLock::new(|| {
-        let mut v: Vec<&'static NamedArm> = RUNTIMES.iter().flat_map(|r| r.named.iter()).collect();
-        v.sort_by_key(|a| a.rank);
-        v
-    });
-    &SORTED
-}
-
-/// Generates the runtime registry from the list of built-in layouts
+/// Generates the built-in runtimes from the list of built-in layouts
 /// (`layouts::builtin_layouts!`): each layout's runtime (`src/layouts/TAG/runtime.rs`), its
-/// types and key re-exported, its runtime in [`RUNTIMES`], in install order.
+/// types and key re-exported, and [`BUILT_IN`], in install order (the order [`register`] takes
+/// them in).
 macro_rules! runtime_registry {
     (layouts: [$($t:ident $v:ident),*], install: [$($m:ident),*]) => {
         // A layout whose overlay has no type of its own (`nvfp4_mmq`: device pointers) re-exports
@@ -95,15 +92,125 @@ macro_rules! runtime_registry {
             $(pub use crate::layouts::$m::runtime::keys::*;)*
         }
         /// Every built-in layout's runtime, in install order.
-        pub(crate) static RUNTIMES: &[&Runtime] = &[$(&crate::layouts::$m::runtime::RUNTIME),*];
+        static BUILT_IN: &[&Runtime] = &[$(&crate::layouts::$m::runtime::RUNTIME),*];
     };
 }
 crate::layouts::builtin_layouts!(runtime_registry);
 
+/// The registered runtimes in install order, and the arm tables read from them.
+struct Registry {
+    /// Every runtime registered, in the order registered (the install order).
+    runtimes: Arc<[&'static Runtime]>,
+    /// Their arms by method, then rank (see [`arms`]).
+    arms: Arc<[&'static Arm]>,
+    /// Their named arms by rank.
+    named: Arc<[&'static NamedArm]>,
+}
+
+/// The runtime registry: the built-in layouts' runtimes, registered through [`admit`] at first
+/// use, then each registered with [`register`].
+static REGISTRY: LazyLock<RwLock<Registry>> = LazyLock::new(|| {
+    let mut r = Registry {
+        runtimes: Arc::new([]),
+        arms: Arc::new([]),
+        named: Arc::new([]),
+    };
+    for rt in BUILT_IN {
+        if let Err(e) = admit(&mut r, rt) {
+            unreachable!("a built-in runtime is refused: {e}");
+        }
+    }
+    RwLock::new(r)
+});
+
+/// Register a layout's runtime: from then on layers install its overlay ([`Runtime::install`],
+/// in the order registered), its arms serve the forward methods ([`arms`]) and its named arms
+/// are offered ([`named_arms`]). The built-in layouts' runtimes come this way first; a layout
+/// defined outside the crate registers its spec (`layout::register`), then its runtime.
+/// Registering the same runtime again does nothing. Refused: a layout that another runtime
+/// serves, a `builds_on` layout not registered yet, an arm needing a layout that is neither
+/// this one nor registered.
+pub fn register(runtime: &'static Runtime) -> crate::Result<()> {
+    admit(
+        &mut REGISTRY.write().unwrap_or_else(|e| e.into_inner()),
+        runtime,
+    )
+}
+
+/// [`register`] on the registry `reg`: every runtime, built in or not, enters this way.
+fn admit(reg: &mut Registry, rt: &'static Runtime) -> crate::Result<()> {
+    if reg.runtimes.iter().any(|r| std::ptr::eq(*r, rt)) {
+        return Ok(());
+    }
+    let refuse = |reason: String| crate::Error::Register {
+        what: format!("the runtime of layout {:?}", rt.layout.tag()),
+        reason,
+    };
+    let known = |l: Layout| l == rt.layout || reg.runtimes.iter().any(|r| r.layout == l);
+    if reg
+        .runtimes
+        .iter()
+        .any(|r| r.layout.tag() == rt.layout.tag())
+    {
+        return Err(refuse("another runtime serves that layout".into()));
+    }
+    if let Some(b) = rt.builds_on.filter(|&b| b == rt.layout || !known(b)) {
+        return Err(refuse(format!(
+            "it builds on {}, whose runtime is not registered before it",
+            b.tag()
+        )));
+    }
+    let needs = rt.arms.iter().map(|a| (a.name, a.layout));
+    let needs = needs.chain(
+        rt.named
+            .iter()
+            .flat_map(|a| a.layouts.iter().map(|&l| (a.name, l))),
+    );
+    if let Some((name, l)) = needs.clone().find(|&(_, l)| !known(l)) {
+        return Err(refuse(format!(
+            "its arm {name:?} needs layout {}, whose runtime is not registered",
+            l.tag()
+        )));
+    }
+    let runtimes: Vec<_> = reg.runtimes.iter().copied().chain([rt]).collect();
+    let mut arms: Vec<&'static Arm> = runtimes.iter().flat_map(|r| r.arms.iter()).collect();
+    arms.sort_by_key(|a| (a.method, a.rank));
+    let mut named: Vec<&'static NamedArm> = runtimes.iter().flat_map(|r| r.named.iter()).collect();
+    named.sort_by_key(|a| a.rank);
+    *reg = Registry {
+        runtimes: runtimes.into(),
+        arms: arms.into(),
+        named: named.into(),
+    };
+    Ok(())
+}
+
+fn registry() -> std::sync::RwLockReadGuard<'static, Registry> {
+    REGISTRY.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Every registered runtime, in install order.
+pub(crate) fn runtimes() -> Arc<[&'static Runtime]> {
+    registry().runtimes.clone()
+}
+
+/// Every registered arm, in the order a method tries them: sorted by method, then rank (a
+/// stable sort: equal ranks keep the order registered, the built-in layouts' install order
+/// first). The first arm whose layout is installed and whose condition holds serves the call.
+pub fn arms() -> Arc<[&'static Arm]> {
+    registry().arms.clone()
+}
+
+/// Every registered layout's named arms, by rank.
+pub fn named_arms() -> Arc<[&'static NamedArm]> {
+    registry().named.clone()
+}
+
 /// The layout `layout` is installed beside (the `nvfp4` base for `nvfp4_t`, `nvfp4_mmq`,
 /// `q4k_mmq` and `lora`), if any.
 pub fn builds_on(layout: Layout) -> Option<Layout> {
-    RUNTIMES
+    registry()
+        .runtimes
         .iter()
         .find(|r| r.layout == layout)
         .and_then(|r| r.builds_on)
