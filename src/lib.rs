@@ -57,6 +57,7 @@ pub mod model;
 pub mod name;
 #[doc(hidden)]
 pub mod npy;
+pub mod options;
 pub mod pack;
 #[doc(hidden)]
 pub use pack::check as pack_check;
@@ -72,6 +73,7 @@ pub use loader::{EngineOptions, LoadedModel};
 pub use manifest::ConvertOptions;
 pub use model::Model;
 pub use name::Name;
+pub use options::ConvertRequest;
 pub use pack::{Pack, convert};
 #[cfg(feature = "harness")]
 #[doc(hidden)]

@@ -17,7 +17,7 @@ mod apply;
 mod choose;
 #[path = "cli/convert.rs"]
 mod convert;
-use convert::{Flags, parse_layouts};
+use convert::parse_layouts;
 #[path = "cli/layouts.rs"]
 mod layouts;
 #[path = "cli/report.rs"]

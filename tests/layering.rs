@@ -23,6 +23,7 @@ const LAYERS: &[&str] = &[
     "ffn",
     "layout",
     "pack",
+    "options",
     "loader",
     "testing",
     "check",

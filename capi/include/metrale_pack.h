@@ -1,6 +1,6 @@
-/* metrale_pack.h: the C ABI of metrale-pack's loader (capi/, libmetrale_pack_c: link with -lmetrale_pack_c).
+/* metrale_pack.h: the C ABI of metrale-pack (capi/, libmetrale_pack_c: link with -lmetrale_pack_c).
  *
- * Load a pack onto a CUDA device (the primary context, which the CUDA runtime and torch use
+ * Convert a checkpoint into a pack with the command line's options. Load a pack onto a CUDA device (the primary context, which the CUDA runtime and torch use
  * too) or onto the host backend, look up its device tensors (type, shape, address: no copy),
  * run a dense FFN layer, free it. Every function is safe to call from any thread; a model is
  * used by one thread at a time. On failure a function returns NULL or -1 and
@@ -42,6 +42,20 @@ typedef struct {
 /* Why the last call on this thread failed ("" after a call that succeeded); valid until the
  * thread's next call. */
 const char *mp_last_error(void);
+
+/* Convert the checkpoint `src` (a GGUF file, a safetensors file or a folder of shards) into a
+ * pack at `out`, as `metrale-pack convert` does, with `count` options: `names[i]` one of the
+ * options mp_convert_option lists (the command line's flags, in snake_case: "layouts", "tp",
+ * "allow_requantize", ...), `values[i]` its value in words ("bf16,fp8", "2", "true"). The pack is
+ * written whole or not at all. Returns 0, or -1 (an unknown name, a value the option does not
+ * take, a source refused). */
+int mp_convert(const char *src, const char *out, const char *const *names,
+               const char *const *values, size_t count);
+
+/* The convert option at `index` (0, 1, ...): its name, and in `kind` ("switch", "count",
+ * "words", "path", "choice:A|B") and `help` what it takes; NULL past the last one. The strings
+ * are static. */
+const char *mp_convert_option(size_t index, const char **kind, const char **help);
 
 /* Load the pack at `path` onto `device` ("cuda", "cuda:N" or "cpu"): every device tensor
  * copied, every dense FFN layer installed and checked with one row; forward calls take up to

@@ -1,5 +1,5 @@
-//! `libmetrale_pack_c`: the C ABI of the crate's loader (`include/metrale_pack.h` is its
-//! contract). Each entry point catches panics (none may unwind into C), records why it failed
+//! `libmetrale_pack_c`: the C ABI of the crate's convert (`mp_convert`, its options the
+//! library's table) and loader (`include/metrale_pack.h` is its contract). Each entry point catches panics (none may unwind into C), records why it failed
 //! in a thread-local string (`mp_last_error`, cleared by every call that succeeds), and touches
 //! a model only through a pointer `mp_load` returned that is still live: every handle is in a
 //! registry from `mp_load` to `mp_free`, so a freed, foreign or twice-freed pointer is an error,
@@ -161,6 +161,88 @@ fn load(path: &str, device: &str, verify: bool, max_rows: usize) -> Result<Model
         m,
         device: dl,
         tensors,
+    })
+}
+
+/// The convert options as C strings, built once: (name, kind, help) per row of
+/// `options::CONVERT`.
+static OPTIONS: std::sync::LazyLock<Vec<[CString; 3]>> = std::sync::LazyLock::new(|| {
+    use metrale_pack::options::{CONVERT, Kind};
+    CONVERT
+        .iter()
+        .map(|o| {
+            let kind = match o.kind {
+                Kind::Switch => "switch".to_string(),
+                Kind::Count => "count".to_string(),
+                Kind::Words => "words".to_string(),
+                Kind::Path => "path".to_string(),
+                Kind::Choice(w) => format!("choice:{}", w.join("|")),
+            };
+            [cstr(o.name), cstr(&kind), cstr(o.help)]
+        })
+        .collect()
+});
+
+/// # Safety
+/// Per the header: `kind` and `help` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_convert_option(
+    index: usize,
+    kind: *mut *const c_char,
+    help: *mut *const c_char,
+) -> *const c_char {
+    guard(std::ptr::null(), || {
+        let Some([n, k, h]) = OPTIONS.get(index) else {
+            return Ok(std::ptr::null());
+        };
+        for (out, s) in [(kind, k), (help, h)] {
+            if !out.is_null() {
+                // SAFETY: a non-NULL pointer the caller gives writable (the header's contract).
+                unsafe { *out = s.as_ptr() };
+            }
+        }
+        Ok(n.as_ptr())
+    })
+}
+
+/// # Safety
+/// Per the header: NUL-terminated strings (NULL refused); `names` and `values` hold `count`
+/// such strings each (NULL with `count` 0).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mp_convert(
+    src: *const c_char,
+    out: *const c_char,
+    names: *const *const c_char,
+    values: *const *const c_char,
+    count: usize,
+) -> i32 {
+    guard(-1, || {
+        // SAFETY: the caller passes NUL-terminated strings (or NULL, refused).
+        let (src, out) = unsafe { (arg(src, "src")?, arg(out, "out")?) };
+        if count > 0 && (names.is_null() || values.is_null()) {
+            return Err(format!("{count} options, and names or values is NULL"));
+        }
+        let mut req = metrale_pack::ConvertRequest::default();
+        for i in 0..count {
+            // SAFETY: `names` and `values` hold `count` pointers each (the header's contract),
+            // each a NUL-terminated string or NULL (refused by `arg`).
+            let (name, value) = unsafe {
+                (
+                    arg(*names.add(i), "an option's name")?,
+                    arg(*values.add(i), "an option's value")?,
+                )
+            };
+            req.set(name, value).map_err(|e| e.to_string())?;
+        }
+        let model = metrale_pack::Model::open(src).map_err(|e| e.to_string())?;
+        req.convert(
+            model,
+            out,
+            &|_, _| {},
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(0)
     })
 }
 

@@ -15,13 +15,14 @@ the file, tensor and field.
 """
 
 import json
+import os as _os
 
 import numpy as np
 
 from . import _native
 from ._native import ArgumentError, DeviceError, Error, FormatError, IoError, UnsupportedError
 
-__all__ = ["Pack", "Loaded", "DeviceTensor", "open", "convert", "load", "Error", "FormatError",
+__all__ = ["Pack", "Loaded", "DeviceTensor", "open", "convert", "CONVERT_OPTIONS", "load", "Error", "FormatError",
            "UnsupportedError", "IoError", "DeviceError", "ArgumentError"]
 
 # A pack type's numpy dtype; any other type (quantized ggml blocks, FFN blobs) is uint8 bytes.
@@ -64,17 +65,34 @@ def open(path):
     return Pack(path)
 
 
-def convert(src, out, layouts=None, q4k_down=None, allow_requantize=False, progress=None):
-    """Convert the checkpoint `src` into a pack at `out` with `metrale-pack convert`'s choice of
-    layouts (those that keep the source's format unless `layouts` names them; a set that would
-    re-quantize quantized weights is refused unless `allow_requantize`). An `out` that is one of
-    the checkpoint's files (through any path, symlink or hard link) is refused. `progress(done,
-    total)` is called on this thread with source bytes as the convert goes; Ctrl-C, or an
-    exception from `progress`, stops the convert before its next tensor, writes nothing, and is
-    raised. Returns the manifest."""
-    return json.loads(
-        _native.convert(str(src), str(out), layouts, q4k_down, allow_requantize, progress)
-    )
+#: The options `convert` takes, as (name, kind, help): the command line's `convert` flags and
+#: C's `mp_convert` names, from the one table every surface reads.
+CONVERT_OPTIONS = _native.convert_options()
+
+
+def _words(name, value):
+    """An option's value in words, as the library reads it (a list: one value per item)."""
+    if isinstance(value, bool):
+        return ["true" if value else "false"]
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    if isinstance(value, (str, int, _os.PathLike)):
+        return [_os.fspath(value) if isinstance(value, _os.PathLike) else str(value)]
+    raise ArgumentError(f"{name}: a bool, number, string, path or list, not {type(value).__name__}")
+
+
+def convert(src, out, *, progress=None, **options):
+    """Convert the checkpoint `src` into a pack at `out` as `metrale-pack convert` does, with
+    its options as keywords (`CONVERT_OPTIONS`: `layouts=["bf16"]`, `tp=2`,
+    `allow_requantize=True`, ...; None leaves one at its default). The layouts are those that
+    keep the source's format unless `layouts` names them; a set that would re-quantize quantized
+    weights is refused unless `allow_requantize`. An `out` that is one of the checkpoint's files
+    (through any path, symlink or hard link) is refused. `progress(done, total)` is called on
+    this thread with source bytes as the convert goes; Ctrl-C, or an exception from `progress`,
+    stops the convert before its next tensor, writes nothing, and is raised. Returns the
+    manifest."""
+    given = [(k, w) for k, v in options.items() if v is not None for w in _words(k, v)]
+    return json.loads(_native.convert(str(src), str(out), given, progress))
 
 
 class Loaded:

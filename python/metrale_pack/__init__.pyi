@@ -22,13 +22,22 @@ class Pack:
     def verify(self, source: Optional[_Path] = ...) -> dict[str, Any]: ...
 
 def open(path: _Path) -> Pack: ...
+CONVERT_OPTIONS: list[tuple[str, str, str]]
+
 def convert(
     src: _Path,
     out: _Path,
+    *,
+    progress: Optional[Callable[[int, int], object]] = ...,
     layouts: Optional[Sequence[str]] = ...,
     q4k_down: Optional[str] = ...,
-    allow_requantize: bool = ...,
-    progress: Optional[Callable[[int, int], object]] = ...,
+    lora: Optional[_Path] = ...,
+    host_tensors: Optional[Sequence[str]] = ...,
+    tp: Optional[int] = ...,
+    allow_nonfinite: Optional[bool] = ...,
+    replicate_moe: Optional[bool] = ...,
+    allow_requantize: Optional[bool] = ...,
+    threads: Optional[int] = ...,
 ) -> dict[str, Any]: ...
 
 class DeviceTensor:

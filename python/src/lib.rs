@@ -9,12 +9,12 @@
 mod dlpack;
 mod errors;
 
-use metrale_pack::converters::layouts::{Layout, q4k_mmq::DownFormat};
 use metrale_pack::gpu::Device;
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::loader::{EngineOptions, LoadedModel};
 use metrale_pack::model::Model;
-use metrale_pack::pack::{self, ConvertOptions, Dumped, choice};
+use metrale_pack::options::{CONVERT, ConvertRequest, Kind};
+use metrale_pack::pack::{self, Dumped};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
@@ -94,59 +94,50 @@ impl Pack {
     }
 }
 
-/// Convert the checkpoint `src` into a pack at `out`, as `metrale-pack convert` does; returns
+/// Convert the checkpoint `src` into a pack at `out`, as `metrale-pack convert` does, with the
+/// options `options` (pairs of a name of `options::CONVERT` and its value in words); returns
 /// the pack's manifest as JSON. The convert runs on its own thread while this one waits
 /// without the GIL, calls `progress(done, total)` (source bytes) when the convert has moved,
 /// and checks for signals: Ctrl-C (any signal handler that raises) or an exception from
 /// `progress` stops the convert before its next tensor, its temporary file is removed,
 /// nothing is written at `out`, and the exception is raised.
 #[pyfunction]
-#[pyo3(signature = (src, out, layouts = None, q4k_down = None, allow_requantize = false, progress = None))]
+#[pyo3(signature = (src, out, options, progress = None))]
 fn convert(
     py: Python<'_>,
     src: PathBuf,
     out: PathBuf,
-    layouts: Option<Vec<String>>,
-    q4k_down: Option<String>,
-    allow_requantize: bool,
+    options: Vec<(String, String)>,
     progress: Option<PyObject>,
 ) -> PyResult<String> {
-    let layouts = layouts
-        .map(|tags| {
-            tags.iter()
-                .map(|t| {
-                    Layout::from_tag(t).ok_or_else(|| errors::arg(format!("unknown layout {t:?}")))
-                })
-                .collect::<PyResult<Vec<Layout>>>()
-        })
-        .transpose()?;
-    let q4k_down = match q4k_down.as_deref() {
-        None => None,
-        Some("int8") => Some(DownFormat::Int8),
-        Some("q4k") => Some(DownFormat::Q4k),
-        Some(o) => return Err(errors::arg(format!("q4k_down is int8 or q4k, not {o:?}"))),
-    };
-    let model = Model::open(&src).map_err(errors::lib)?;
-    let q4k_down = q4k_down.unwrap_or_else(|| choice::default_down(&model));
-    let mut opts = ConvertOptions {
-        layouts,
-        q4k_down,
-        ..ConvertOptions::default()
-    };
-    // The CLI's choice: as named, else what keeps the source's format; a set that
-    // re-quantizes a quantized weight is refused unless `allow_requantize`.
-    let settled = choice::settle(&model, &opts);
-    if let Some(why) = settled.refusal.filter(|_| !allow_requantize) {
-        return Err(errors::UnsupportedError::new_err(format!(
-            "{}: {why} (name layouts, or pass allow_requantize=True)",
-            model.path.display()
-        )));
+    let mut req = ConvertRequest::default();
+    for (name, value) in &options {
+        req.set(name, value).map_err(errors::lib)?;
     }
-    opts.layouts = Some(settled.layouts);
+    let model = Model::open(&src).map_err(errors::lib)?;
     let m = run_stoppable(py, progress.as_ref(), |report, stop| {
-        pack::convert_until(model, &opts, &out, report, stop)
+        req.convert(model, &out, report, stop)
     })?;
     serde_json::to_string(&m).map_err(errors::other)
+}
+
+/// The options `convert` takes (`options::CONVERT`), each as (name, kind, help): kind is
+/// `switch`, `count`, `words`, `path` or `choice:A|B`.
+#[pyfunction]
+fn convert_options() -> Vec<(&'static str, String, &'static str)> {
+    CONVERT
+        .iter()
+        .map(|o| {
+            let kind = match o.kind {
+                Kind::Switch => "switch".to_string(),
+                Kind::Count => "count".to_string(),
+                Kind::Words => "words".to_string(),
+                Kind::Path => "path".to_string(),
+                Kind::Choice(w) => format!("choice:{}", w.join("|")),
+            };
+            (o.name, kind, o.help)
+        })
+        .collect()
 }
 
 /// Run `job` (a convert given a progress sink and a stop flag) on a thread of its own while
@@ -486,6 +477,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Pack>()?;
     m.add_class::<Loaded>()?;
     m.add_function(wrap_pyfunction!(convert, m)?)?;
+    m.add_function(wrap_pyfunction!(convert_options, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(host_live_allocations, m)?)?;
     Ok(())

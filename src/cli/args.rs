@@ -40,18 +40,16 @@ pub(crate) enum Cmd {
         /// Output pack (default: SRC with extension .mpk.gguf).
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// Comma-separated layouts: nvfp4, nvfp4_t, nvfp4_mmq, q4k_mmq, fp8, w8a8, bf16, q2g128, lora.
-        #[arg(long, value_delimiter = ',')]
-        layouts: Option<Vec<String>>,
-        /// How q4k_mmq stores the down projection: int8 (per-row scales) or q4k. Default: q4k
-        /// when every down projection of the source is Q4_K (its bytes kept), else int8.
-        #[arg(long)]
-        q4k_down: Option<String>,
-        /// A PEFT LoRA adapter directory for gate/up/down (adds the lora layout; needs nvfp4).
-        #[arg(long)]
-        lora: Option<PathBuf>,
+        /// The options every surface takes (`options::CONVERT`: a flag each).
         #[command(flatten)]
-        flags: Flags,
+        options: convert::Options,
+        /// Show each chosen layout's size and error (measured on the first FFN layer), what the
+        /// set serves and the disk it needs; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the summary, fidelity and warnings as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// Check a pack: every tensor's checksum; with --source, re-derive every tensor from the
     /// source checkpoint and compare bit for bit.

@@ -4,10 +4,11 @@
 use super::{choose, report, write_fidelity};
 use anyhow::{Context, Result};
 use metrale_pack::atomic;
-use metrale_pack::converters::layouts::{Layout, q4k_mmq::DownFormat};
+use metrale_pack::converters::layouts::Layout;
 use metrale_pack::model::Model;
-use metrale_pack::pack::{self, ConvertOptions};
+use metrale_pack::options::{CONVERT, ConvertRequest, Kind};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 
 /// The default output of `convert SRC`: SRC with extension `.mpk.gguf` (a folder: `model.mpk.gguf`
 /// inside it), or `NAME.repack.mpk.gguf` where that would be SRC itself.
@@ -40,82 +41,68 @@ pub(crate) fn parse_layouts(tags: Option<Vec<String>>) -> Result<Option<Vec<Layo
     .transpose()
 }
 
-/// `convert`'s flags past the layouts (what `ConvertOptions` records, and how to choose).
-#[derive(clap::Args)]
-pub(crate) struct Flags {
-    /// Worker threads (default: all cores). The output bytes do not depend on it.
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Comma-separated name patterns (`*`, `?`) of tensors the engine keeps on the host
-    /// (e.g. token_embd.weight): stored before the device segment, not copied by the loader.
-    #[arg(long, value_delimiter = ',')]
-    host_tensors: Vec<String>,
-    /// Tensor-parallel ranks: one segment per rank holding its slice of every FFN layer
-    /// (gate/up by rows, down by columns) and of attention (by heads); 1 = one GPU.
-    #[arg(long, default_value_t = 1)]
-    tp: u32,
-    /// Carry NaN and infinite FFN weights instead of refusing them (only the bf16 layout
-    /// holds them).
-    #[arg(long)]
-    allow_nonfinite: bool,
-    /// With --tp, copy mixture-of-experts layers whole onto every rank instead of refusing.
-    #[arg(long)]
-    replicate_moe: bool,
-    /// Quantize already-quantized weights (Q4_1, Q8_0, FP8, int4, ...) into another
-    /// quantized layout; without it such a set is refused before anything is written.
-    #[arg(long)]
-    allow_requantize: bool,
-    /// Show each chosen layout's size and error (measured on the first FFN layer), what the
-    /// set serves and the disk it needs; write nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// Print the summary, fidelity and warnings as one JSON object on stdout.
-    #[arg(long)]
-    json: bool,
+/// `convert`'s options as given: a flag for every row of `options::CONVERT` (built from the
+/// table, so an option added there is a flag here), with the values in words, in order. Set on
+/// a [`ConvertRequest`] when the command runs, so a value the option refuses is the library's
+/// error.
+pub(crate) struct Options(Vec<(&'static str, String)>);
+
+impl clap::FromArgMatches for Options {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut given = Vec::new();
+        for o in CONVERT {
+            if o.kind == Kind::Switch {
+                if m.get_flag(o.name) {
+                    given.push((o.name, "true".to_string()));
+                }
+            } else if let Some(vs) = m.get_many::<String>(o.name) {
+                given.extend(vs.map(|v| (o.name, v.clone())));
+            }
+        }
+        Ok(Options(given))
+    }
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for Options {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        use clap::{Arg, ArgAction};
+        CONVERT.iter().fold(cmd, |cmd, o| {
+            let long = o.name.replace('_', "-");
+            let arg = Arg::new(o.name).long(long).help(o.help);
+            cmd.arg(match o.kind {
+                Kind::Switch => arg.action(ArgAction::SetTrue),
+                Kind::Count => arg.value_name("N"),
+                Kind::Path => arg.value_name("PATH"),
+                Kind::Words => arg.value_name("A,B,..").action(ArgAction::Append),
+                Kind::Choice(words) => arg.value_parser(words.to_vec()),
+            })
+        })
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 pub(crate) fn convert(
     src: &Path,
     output: Option<PathBuf>,
-    layouts: Option<Vec<String>>,
-    q4k_down: Option<&str>,
-    lora: Option<PathBuf>,
-    Flags {
-        threads,
-        host_tensors,
-        tp,
-        allow_nonfinite,
-        replicate_moe,
-        allow_requantize,
-        dry_run,
-        json,
-    }: Flags,
+    Options(given): Options,
+    (dry_run, json): (bool, bool),
     quiet: bool,
 ) -> Result<()> {
-    let layouts = parse_layouts(layouts)?;
-    let q4k_down = match q4k_down {
-        None => None,
-        Some("int8") => Some(DownFormat::Int8),
-        Some("q4k") => Some(DownFormat::Q4k),
-        Some(other) => anyhow::bail!("--q4k-down must be int8 or q4k, not {other:?}"),
-    };
+    let mut req = ConvertRequest::default();
+    for (name, value) in &given {
+        req.set(name, value)
+            .with_context(|| format!("--{}", name.replace('_', "-")))?;
+    }
     let out = output.unwrap_or_else(|| default_output(src));
     let model = Model::open(src)?;
-    let mut opts = ConvertOptions {
-        layouts,
-        q4k_down: q4k_down.unwrap_or_else(|| pack::choice::default_down(&model)),
-        lora,
-        host_tensors,
-        tp,
-        allow_nonfinite,
-        replicate_moe,
-    };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(capped_threads(threads))
-        .build()?;
-    let settled = pack::choice::settle(&model, &opts);
-    let refusal = settled.refusal.filter(|_| !allow_requantize);
-    opts.layouts = Some(settled.layouts);
+    req.threads = capped_threads(req.threads);
+    let (opts, refusal) = req.settle(&model);
     if dry_run {
         return choose::dry_run(&model, &opts, &out, refusal.as_deref());
     }
@@ -145,7 +132,7 @@ pub(crate) fn convert(
     };
     let src_bytes: u64 = model.files.iter().map(|f| f.bytes().len() as u64).sum();
     // Given by value: its index is freed before the finished pack is validated.
-    let manifest = pool.install(|| pack::convert(model, &opts, &out, &progress))?;
+    let manifest = req.convert(model, &out, &progress, &AtomicBool::new(false))?;
     bar.finish_and_clear();
     let bytes = std::fs::metadata(&out)?.len();
     let secs = t0.elapsed().as_secs_f64();
@@ -198,15 +185,14 @@ pub(crate) fn convert(
 
 /// `--threads`, at most the cores this process may run on (0: rayon's default, all of them);
 /// asking for more says so once instead of failing to spawn them.
-fn capped_threads(threads: Option<usize>) -> usize {
+fn capped_threads(threads: Option<usize>) -> Option<usize> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     match threads {
         Some(t) if t > cores => {
             eprintln!("--threads {t}: this machine runs {cores} at once; using {cores}");
-            cores
+            Some(cores)
         }
-        Some(t) => t,
-        None => 0,
+        t => t,
     }
 }
 

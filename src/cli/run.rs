@@ -16,19 +16,10 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Cmd::Convert {
             src,
             output,
-            layouts,
-            q4k_down,
-            lora,
-            flags,
-        } => convert::convert(
-            &src,
-            output,
-            layouts,
-            q4k_down.as_deref(),
-            lora,
-            flags,
-            quiet,
-        ),
+            options,
+            dry_run,
+            json,
+        } => convert::convert(&src, output, options, (dry_run, json), quiet),
         Cmd::Verify { pack, source, json } => verify::verify(&pack, source.as_deref(), json, quiet),
         Cmd::GpuCheck {
             quick,
