@@ -519,7 +519,8 @@ fn a_refusal_names_what_was_asked_and_the_dry_run_says_what_the_run_does() {
         &mut rng,
     );
     let out = dir.path().join("g.mpk.gguf");
-    for extra in [&[][..], &["--layouts", "q4k_mmq"][..]] {
+    // Named sets that would re-quantize (the default carries Q5_0 in `ggml`, below).
+    for extra in [&["--layouts", "nvfp4"][..], &["--layouts", "q4k_mmq"][..]] {
         let mut args = vec![
             "convert",
             src.to_str().unwrap(),
@@ -548,6 +549,15 @@ fn a_refusal_names_what_was_asked_and_the_dry_run_says_what_the_run_does() {
         );
         assert!(!out.exists());
     }
+    let o = cli(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    let p = pack::Pack::open(&out).unwrap();
+    assert_eq!(p.manifest.layouts, ["ggml"]);
 }
 
 #[test]

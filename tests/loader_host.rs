@@ -637,10 +637,11 @@ fn activation_checks_run_every_arm_on_recorded_inputs() {
     metrale_pack::npy::write_f32(&mut f, &[rows, 128], &x).unwrap();
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let t = activation_checks(b, &p, &src, &acts, &[], 128, &mut Rand(3)).unwrap();
-    // 13 arms (bf16, fp8, w8a8 and its fixed path, nvfp4 with its SiLU-fused down and its fixed
-    // path, nvfp4_t, nvfp4_mmq, q4k_mmq beside nvfp4, q2g128, affine, q4k_mmq alone), decode
-    // and prefill, on the one recorded layer.
-    assert_eq!(t.len(), 26, "{t:#?}");
+    // 14 arms (bf16, fp8, w8a8 and its fixed path, nvfp4 with its SiLU-fused down and its fixed
+    // path, nvfp4_t, nvfp4_mmq, q4k_mmq beside nvfp4, q2g128, affine, q4k_mmq alone, ggml),
+    // decode and prefill, on the one recorded layer.
+    assert_eq!(t.len(), 28, "{t:#?}");
+    assert!(t.iter().any(|r| r.arm == "ggml" && r.m == rows));
     assert!(t.iter().any(|r| r.arm == "affine" && r.m == rows));
     assert!(t.iter().any(|r| r.arm == "nvfp4 silu fused down"));
     assert!(t.iter().any(|r| r.arm == "q4k" && r.m == 1));

@@ -142,7 +142,7 @@ fn smollm2_every_layout_round_trips() {
             .iter()
             .any(|k| k == "metrale.pack.manifest")
     );
-    assert_eq!(ours["pack"]["layouts"].as_array().unwrap().len(), 9);
+    assert_eq!(ours["pack"]["layouts"].as_array().unwrap().len(), 10);
 
     // verify --source passes; any one changed byte (a passthrough tensor, an FFN blob) fails.
     let ok = cli(&[

@@ -121,6 +121,7 @@ fn named_arms_keep_their_order_and_need_their_layouts() {
         "q2g128",
         "affine",
         "q4k",
+        "ggml",
     ];
     assert_eq!(m.arm_names(1).unwrap(), want);
     assert_eq!(metrale_pack::loader::arms::rows_per_call("w8a8", 1000), 64);

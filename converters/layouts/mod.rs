@@ -7,6 +7,7 @@
 pub use crate::layouts::affine::codec as affine;
 pub use crate::layouts::bf16::codec as bf16;
 pub use crate::layouts::fp8::codec as fp8;
+pub use crate::layouts::ggml::codec as ggml;
 pub use crate::layouts::lora::codec as lora;
 pub use crate::layouts::nvfp4::codec as nvfp4;
 pub use crate::layouts::nvfp4_mmq::codec as nvfp4_mmq;
@@ -75,6 +76,8 @@ pub enum Layout {
     Lora,
     /// `affine`: integer codes (4 or 8 bits) with a half scale and offset per group.
     Affine,
+    /// `ggml`: GGUF blocks per projection as the source stores them (the block-format engine).
+    Ggml,
     /// A layout defined outside this crate ([`Layout::custom`]), known to the pack reader, the
     /// loader and the layer once its spec is registered (`layout::register`).
     Custom(CustomTag),
@@ -86,7 +89,7 @@ pub struct CustomTag(&'static str);
 
 impl Layout {
     /// Every built-in layout, in registry order.
-    pub const ALL: [Layout; 10] = [
+    pub const ALL: [Layout; 11] = [
         Layout::Nvfp4,
         Layout::Nvfp4T,
         Layout::Nvfp4Mmq,
@@ -97,6 +100,7 @@ impl Layout {
         Layout::Q2g128,
         Layout::Lora,
         Layout::Affine,
+        Layout::Ggml,
     ];
     /// The tag in tensor names, the manifest and `--layouts`.
     pub fn tag(self) -> &'static str {
@@ -111,6 +115,7 @@ impl Layout {
             Layout::Q2g128 => "q2g128",
             Layout::Lora => "lora",
             Layout::Affine => "affine",
+            Layout::Ggml => "ggml",
             Layout::Custom(CustomTag(t)) => t,
         }
     }

@@ -18,7 +18,7 @@ import metrale_pack
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = os.environ.get("METRALE_BIN", str(ROOT / "target" / "release" / "metrale-pack"))
-ALL = ["nvfp4", "nvfp4_t", "nvfp4_mmq", "q4k_mmq", "fp8", "w8a8", "bf16", "q2g128", "affine"]
+ALL = ["nvfp4", "nvfp4_t", "nvfp4_mmq", "q4k_mmq", "fp8", "w8a8", "bf16", "q2g128", "affine", "ggml"]
 
 
 def cli(*args):

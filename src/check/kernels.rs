@@ -17,6 +17,7 @@ use crate::layouts::bf16::check_kernels as bf16;
 pub(crate) mod dq_wgmma;
 use crate::layouts::fp8::check_kernels as fp8;
 use crate::layouts::fp8::check_w8a8 as fp8_w8a8;
+use crate::layouts::ggml::check_kernels as ggml;
 use crate::layouts::nvfp4::check_kernels as nvfp4;
 use crate::layouts::q2g128::check_kernels as q2g128;
 use crate::layouts::q4k_mmq::check_kernels as q4k_mmq;
@@ -133,6 +134,7 @@ pub fn kernel_checks(
         affine::affine_rows(&c, &mut rows)?;
         q4k_mmq::q4k_gemv_rows(&c, &mut rows)?;
         q4k_mmq::repack_rows(&c, &mut rows, rng)?;
+        ggml::ggml_rows(&c, &mut rows)?;
         for p in [c.xd, c.yd] {
             b.free(p);
         }

@@ -74,6 +74,11 @@ pub const PREBUILT: &[(&str, &str, &[u8])] = &[
         embed!("../../kernels/prebuilt/ffn_q4k_mmq-sm_90.cubin"),
     ),
     (
+        "ffn_ggml",
+        "sm_90",
+        embed!("../../kernels/prebuilt/ffn_ggml-sm_90.cubin"),
+    ),
+    (
         "ffn_w8a8_wgmma",
         "sm_90a",
         embed!("../../kernels/prebuilt/ffn_w8a8_wgmma-sm_90a.cubin"),

@@ -307,10 +307,11 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 use crate::gpu::sizes::{
     AFFINE_GEMV_BLOCK_ROWS, AFFINE_GEMV_KS_BLOCK_ROWS, AFFINE_GEMV_WARPS, BF16_GEMV_ROWS,
     DQ_WGMMA_BM, DQ_WGMMA_BN, DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS, FP8_MMA_GEMV_ROWS,
-    FP8_MMA_GEMV_WARPS, FP8_QUANT_THREADS, INT8_GEMV_M_ROWS, INT8_GEMV_ROWS,
-    NVFP4_GEMV_ROWS as COLS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS,
-    Q4K_GEMV_ROWS, W8A8_WGMMA_BK, W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM,
-    W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM, W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
+    FP8_MMA_GEMV_WARPS, FP8_QUANT_THREADS, GGML_GEMV_MAX_M, GGML_GEMV_ROWS, INT8_GEMV_M_ROWS,
+    INT8_GEMV_ROWS, NVFP4_GEMV_ROWS as COLS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE,
+    Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS, W8A8_WGMMA_BK, W8A8_WGMMA_BM, W8A8_WGMMA_BN,
+    W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM, W8A8_WGMMA_SMEM,
+    W8A8_WGMMA_THREADS,
 };
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
 const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
@@ -638,6 +639,8 @@ kernel_table! {
         grid(Per("n", 1), One, 256), cap None, round None;
     q4k_gemm: "ffn_q4k_mmq" "q4k_mmq_gemm" ("xq:p m:i w:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
+    ggml_gemv: "ffn_ggml" "ggml_gemv" ("xq:p m:i w:p ty:i y:p n:i kp:i ldy:i")
+        grid(Per("n", GGML_GEMV_ROWS), One, 256), cap Some(GGML_GEMV_MAX_M), round None;
     q4k_gemv: "ffn_q4k_mmq" "q4k_gemv" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", Q4K_GEMV_ROWS), One, 256), cap Some(1), round None;
     q4k_gemv_m: "ffn_q4k_mmq" "q4k_gemv_batch4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")

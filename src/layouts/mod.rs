@@ -21,9 +21,10 @@ macro_rules! builtin_layouts {
                 bf16 Bf16,
                 q2g128 Q2g128,
                 lora Lora,
-                affine Affine
+                affine Affine,
+                ggml Ggml
             ],
-            install: [nvfp4, nvfp4_t, nvfp4_mmq, lora, q4k_mmq, fp8, bf16, w8a8, q2g128, affine]
+            install: [nvfp4, nvfp4_t, nvfp4_mmq, lora, q4k_mmq, fp8, bf16, w8a8, q2g128, affine, ggml]
         }
     };
 }
@@ -32,6 +33,7 @@ pub(crate) use builtin_layouts;
 pub mod affine;
 pub mod bf16;
 pub mod fp8;
+pub mod ggml;
 pub mod lora;
 pub mod nvfp4;
 pub mod nvfp4_mmq;

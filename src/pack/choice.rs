@@ -87,10 +87,11 @@ pub fn requantizing(model: &Model, layouts: &[Layout], opts: &ConvertOptions) ->
 /// The layouts `convert` uses when none are named: those that keep the source's quantized
 /// weights and together serve decode and prefill (NVFP4 sources: the NVFP4 set; block FP8:
 /// `fp8`; Q4_K with Q4_K down projections: `q4k_mmq` with [`default_down`]; GGUF Q4_0, Q4_1
-/// and Q8_0, AutoAWQ and compressed-tensors integer checkpoints: `affine`), the target's default
-/// for float sources, and `None` for a quantized source no such set keeps (Q5_x, Q6_K, Q2_K,
-/// Q4_K_M's Q6_K down projections, FP8 per channel or tensor: the user chooses, from the dry
-/// run's figures).
+/// and Q8_0, AutoAWQ and compressed-tensors integer checkpoints: `affine`; any mix of the
+/// block-format engine's GGUF types, as llama-quantize's Q4_K_M and Q5_K_M write them: `ggml`),
+/// the target's default for float sources, and `None` for a quantized source no such set keeps
+/// (Q2_K, Q3_K, the IQ types, FP8 per channel or tensor: the user chooses, from the dry run's
+/// figures).
 pub fn default_for(model: &Model, opts: &ConvertOptions) -> Option<Vec<Layout>> {
     let act = model.activation.unwrap_or(Activation::Silu);
     let base = default_layouts(act);
@@ -99,6 +100,7 @@ pub fn default_for(model: &Model, opts: &ConvertOptions) -> Option<Vec<Layout>> 
         vec![Layout::Fp8],
         vec![Layout::Q4kMmq],
         vec![Layout::Affine],
+        vec![Layout::Ggml],
     ];
     candidates
         .into_iter()

@@ -84,6 +84,7 @@ pub fn tolerance(l: Layout) -> f64 {
         Layout::Q4kMmq => 0.12, // 4-bit with 6-bit scales (int8 down is finer)
         Layout::Q2g128 => 0.75, // 2-bit symmetric, 128 groups
         Layout::Affine => 0.01, // from floats: ggml's Q8_0, groups of 32
+        Layout::Ggml => 0.01,   // from floats: ggml's Q8_0
         Layout::Lora | Layout::Custom(_) => 0.0,
     }
 }
@@ -109,6 +110,7 @@ pub fn reference(
         Layout::Bf16 => layouts::bf16::encode(x, n, k),
         Layout::Q2g128 => layouts::q2g128::encode(x, n, k),
         Layout::Affine => layouts::affine::encode(x, n, k).unwrap(),
+        Layout::Ggml => layouts::ggml::encode(x, n, k),
         Layout::Lora | Layout::Custom(_) => unreachable!(),
     };
     let [np, kp] = e.padded;
@@ -128,6 +130,9 @@ pub fn reference(
         Layout::Q2g128 => layouts::q2g128::decode(p(0), n, k, kp),
         Layout::Affine => {
             layouts::affine::decode(p(0), p(1), layouts::affine::Scheme::ggml(8), [n, k], kp)
+        }
+        Layout::Ggml => {
+            layouts::ggml::decode(metrale_pack::GgmlType::Q8_0, p(0), n, k, kp).unwrap()
         }
         Layout::Lora | Layout::Custom(_) => unreachable!(),
     }
@@ -212,13 +217,23 @@ pub fn check_layouts(src: &Path, pack_path: &Path, layers: &[usize], q4k_down: D
                 };
                 // A source already in the target format is carried: the layout decodes to the
                 // source values exactly. Otherwise: decode(encode(source)).
-                let carried = matches!(
-                    (layout, *scheme),
-                    (
-                        Layout::Nvfp4 | Layout::Nvfp4T | Layout::Nvfp4Mmq,
-                        "modelopt-nvfp4" | "compressed-tensors-nvfp4"
-                    ) | (Layout::Fp8, "fp8-block128")
-                );
+                let w = [&l.gate, &l.up, &l.down][match pj {
+                    Proj::Gate => 0,
+                    Proj::Up => 1,
+                    _ => 2,
+                }];
+                // `ggml` carries the engine's GGUF types byte for byte: the source's decode.
+                let ggml_carried = layout == Layout::Ggml
+                    && matches!(m.tensors[w.main()].dtype,
+                        metrale_pack::model::DType::Ggml(t) if layouts::ggml::TYPES.contains(&t));
+                let carried = ggml_carried
+                    || matches!(
+                        (layout, *scheme),
+                        (
+                            Layout::Nvfp4 | Layout::Nvfp4T | Layout::Nvfp4Mmq,
+                            "modelopt-nvfp4" | "compressed-tensors-nvfp4"
+                        ) | (Layout::Fp8, "fp8-block128")
+                    );
                 let pi = match pj {
                     Proj::Gate => 0,
                     Proj::Up => 1,
@@ -229,7 +244,6 @@ pub fn check_layouts(src: &Path, pack_path: &Path, layers: &[usize], q4k_down: D
                 let unsigned = |v: &[f32]| -> Vec<f32> {
                     v.iter().map(|&a| if a == 0.0 { 0.0 } else { a }).collect()
                 };
-                let w = [&l.gate, &l.up, &l.down][pi];
                 let carried_int = layout == Layout::Affine
                     && matches!(
                         m.tensors[w.main()].dtype,

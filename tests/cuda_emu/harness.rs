@@ -61,7 +61,13 @@ pub fn emulator() -> Option<&'static Path> {
         let mut program = String::from(include_str!("prelude.h"));
         program.push_str(&metrale_pack::gpu::sizes::cuda_defines());
         program.push_str(&common[begin..end]);
-        for m in ["ffn_q8_1", "ffn_q2g128", "ffn_q4k_mmq", "ffn_lora"] {
+        for m in [
+            "ffn_q8_1",
+            "ffn_q2g128",
+            "ffn_q4k_mmq",
+            "ffn_lora",
+            "ffn_ggml",
+        ] {
             program.push_str(&format!("\n// ---- {m} ----\n"));
             program.push_str(&strip_includes(raw(m)));
         }

@@ -6,6 +6,7 @@
     python3 tests/py/reference.py tensors FILE.gguf out.json          (GGUFReader's tensor table)
     python3 tests/py/reference.py fidelity PACK SRC.gguf out.json     (the fidelity table, independently)
     python3 tests/py/reference.py tp_slice SRC.gguf OUT.gguf RANK N   (rank RANK of N's sliced source)
+    python3 tests/py/reference.py kmix_gguf DIR HIDDEN INTER silu|gelu MIX (a llama-quantize-shaped K-quant mix)
 """
 import json
 import sys
@@ -96,6 +97,56 @@ def iq_gguf(out_dir: str) -> None:
             name = f"blk.{layer}.ffn_{proj}.weight"
             w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType[ty])
             np.save(os.path.join(out_dir, name + ".npy"), quants.dequantize(q, gguf.GGMLQuantizationType[ty]).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def kquant_type(ty: str, row: int) -> str:
+    """llama.cpp's fallback for a K-quant whose rows are not whole 256-value super-blocks
+    (llama-quant.cpp, llama_tensor_get_type: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0)."""
+    if row % 256 == 0 or not ty.endswith("_K"):
+        return ty
+    return {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}[ty]
+
+
+def kmix_gguf(out_dir: str, hidden: int, inter: int, act: str, mix: str) -> None:
+    """A GGUF as llama-quantize writes a K-quant mix: per layer `gate/up/down` types from MIX
+    (`Q4_K/Q4_K/Q6_K;Q4_K/Q4_K/Q4_K;...`), llama.cpp's fallback where a row is not whole
+    super-blocks (`kquant_type`), each weight quantized by libgguf (ggml's quantizers) and
+    written by gguf-py's GGUFWriter, with the attention and norm tensors of a llama (or, with
+    ACT gelu, a gemma3) block in F32; and gguf-py's dequantization of each FFN weight as
+    OUT_DIR/NAME.npy."""
+    import os
+    import gguf
+    import libgguf
+    from gguf import quants
+
+    rng = np.random.default_rng(5)
+    layers = [l.split("/") for l in mix.split(";")]
+    arch = "gemma3" if act == "gelu" else "llama"
+    w = gguf.GGUFWriter(os.path.join(out_dir, "model.gguf"), arch)
+    w.add_block_count(len(layers))
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(inter)
+    w.add_head_count(4)
+    w.add_head_count_kv(4)
+    w.add_context_length(128)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_tensor("token_embd.weight", (rng.standard_normal((64, hidden)) * 0.02).astype(np.float32))
+    w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    for layer, types in enumerate(layers):
+        w.add_tensor(f"blk.{layer}.attn_norm.weight", np.ones(hidden, dtype=np.float32))
+        w.add_tensor(f"blk.{layer}.ffn_norm.weight", np.ones(hidden, dtype=np.float32))
+        for proj, ty, shape in zip(["gate", "up", "down"], types, [(inter, hidden), (inter, hidden), (hidden, inter)]):
+            ty = kquant_type(ty, shape[1])
+            x = (rng.standard_normal(shape) * 0.05).astype(np.float32)
+            qt = gguf.GGMLQuantizationType[ty]
+            q = np.ascontiguousarray(libgguf.quantize_rows(x, int(qt))).view(np.uint8).reshape(shape[0], -1)
+            name = f"blk.{layer}.ffn_{proj}.weight"
+            w.add_tensor(name, q, raw_dtype=qt)
+            np.save(os.path.join(out_dir, name + ".npy"), quants.dequantize(q, qt).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -203,6 +254,8 @@ def main() -> None:
         fidelity(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "iq_gguf":
         iq_gguf(sys.argv[2])
+    elif cmd == "kmix_gguf":
+        kmix_gguf(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
     elif cmd == "iq_grid":
         from gguf import quants
 
@@ -365,6 +418,10 @@ def decode_layout(fe, part):
         sb = part("scales").view(dt).astype(np.float64).reshape(n, kp // group, 2)
         s, t = (np.repeat(sb[:, :, i], group, axis=1) for i in (0, 1))
         w = s * q + t if form == 0 else s * (q - t)
+    elif layout == "ggml":
+        # The blob's GGUF blocks, decoded by gguf-py, its type the `type` scalar.
+        qt = gguf.GGMLQuantizationType(int(fe["scalars"]["type"]))
+        w = np.asarray(quants.dequantize(part("").reshape(n, -1), qt), dtype=np.float64).reshape(n, kp)
     else:
         raise SystemExit(f"no decoder for {layout}")
     return w[:n, :k]

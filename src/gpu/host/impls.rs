@@ -133,6 +133,7 @@ const TWINS: &[(&[&str], Twin)] = &[
         HostBackend::q4k_mmq_int8_down_gemm,
     ),
     (&["q4k_gemv", "q4k_gemv_batch4"], HostBackend::q4k_gemv),
+    (&["ggml_gemv"], HostBackend::ggml_gemv),
     (
         &["int8_rows_gemv", "int8_rows_gemv_batch4"],
         HostBackend::int8_rows_gemv,
@@ -448,6 +449,29 @@ impl HostBackend {
     /// `q2g128_gemv`, `q2g128_gemv_batchm`.
     fn q2g128_gemv(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         self.blocks_gemv(a, reference::q2_row)
+    }
+
+    /// `ggml_gemv`: each of the `m` rows of q8_1 blocks through the engine's twin.
+    fn ggml_gemv(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (xq, m, w) = (
+            self.read(a.ptr("xq")?)?,
+            a.dim("m")?,
+            self.read(a.ptr("w")?)?,
+        );
+        let ty = crate::converters::layouts::ggml::engine_type(a.dim("ty")? as u32).ok_or_else(
+            || {
+                GpuError::Invalid(format!(
+                    "ggml_gemv: type {} is not an engine type",
+                    a.dim("ty").unwrap_or(0)
+                ))
+            },
+        )?;
+        let (n, kp, ldy) = (a.dim("n")?, a.dim("kp")?, a.dim("ldy")?);
+        let row_q8 = kp / Q8_1_ELEMS * Q8_1_BYTES;
+        self.write_rows(a.ptr("y")?, ldy, m, n, |r, out| {
+            reference::ggml_gemv_row(&xq[r * row_q8..(r + 1) * row_q8], &w, ty, n, kp, out);
+        })?;
+        Ok(())
     }
 
     /// `q4k_gemv`, `q4k_gemv_batch4`.

@@ -1,0 +1,55 @@
+//! The `ggml` rows of `gpu-check`'s kernel section (`check::kernels`): the engine's GEMV on
+//! each type this crate can quantize to, against its twin bit for bit (the activations
+//! quantized by `quantize_act_q8_1`, whose twin is bit-identical too).
+
+use crate::GgmlType;
+use crate::check::Row;
+use crate::check::kernels::*;
+use crate::gpu::reference;
+use crate::gpu::sizes::*;
+use crate::gpu::{GpuResult, alloc_upload, download_f32};
+use crate::testing::*;
+
+/// `ggml_gemv` for Q4_0, Q4_K (where the rows are whole super-blocks) and Q8_0 on 1 to 4 rows.
+pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
+    let (n, k, b) = (c.n, c.k, c.b.as_ref());
+    let kk = c.kk;
+    if !k.is_multiple_of(32) {
+        return Ok(());
+    }
+    let nb = k / Q8_1_ELEMS;
+    let xq = b.alloc((GGML_GEMV_MAX_M * nb * Q8_1_BYTES) as u64)?;
+    let types = [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q8_0];
+    for ty in types
+        .into_iter()
+        .filter(|t| k.is_multiple_of(t.block_elems() as usize))
+    {
+        let blocks = ggml_blocks(&c.wf, ty);
+        let w = alloc_upload(b, &blocks)?;
+        for m in within(c.ms, &kk.ggml_gemv, GGML_GEMV_MAX_M) {
+            c.poison_y()?;
+            let q = kk.quant_q8_1.call().ptr("x", c.xd).dim("m", m).dim("k", k);
+            c.launch(q.dim("kp", k).ptr("out", xq))?;
+            let call = kk.ggml_gemv.call().ptr("xq", xq).dim("m", m).ptr("w", w);
+            let call = call
+                .dim("ty", ty as u32 as usize)
+                .ptr("y", c.yd)
+                .dim("n", n);
+            c.launch(call.dim("kp", k).dim("ldy", n))?;
+            b.synchronize(0)?;
+            let got = download_f32(b, c.yd.view(0, (m * n * 4) as u64))?;
+            let exact = (0..m).all(|r| {
+                let aq = reference::quantize_row_q8_1_act(c.xr(r), k);
+                let mut want = vec![0f32; n];
+                reference::ggml_gemv_row(&aq, &blocks, ty, n, k, &mut want);
+                want.iter()
+                    .zip(&got[r * n..(r + 1) * n])
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+            });
+            c.bits(rows, &format!("ggml_gemv {}", ty.name()), m, exact);
+        }
+        b.free(w);
+    }
+    b.free(xq);
+    Ok(())
+}

@@ -1,0 +1,235 @@
+// The block-format engine's decode GEMV (issue 56; formats.md, "ggml"): one kernel for every GGUF
+// block type the `ggml` layout carries, over q8_1 activations (`quantize_act_q8_1`,
+// kernels/ffn_q8_1.cu: per 32 values f16 d, f16 s = the sum of the unquantized values, i8
+// qs[32]). A type is a `ggml_dot<TY>` (its block's codes as int8 lanes through dp4a, then its
+// scales) and a case line in `ggml_gemv`. Block layouts: ggml's ggml-common.h (formats.md,
+// "ggml"; ../shared/REFERENCE.md, "Blocks"). CPU twin: src/layouts/ggml/twin.rs
+// `ggml_gemv_row`, bit for bit: every float operation below is one IEEE operation
+// (__fmul_rn, __fadd_rn: nothing contracted into an FMA), and the lanes' sums meet in the same
+// butterfly.
+
+#include "common.cuh"
+
+// 4 bytes at p (any alignment: blocks of 18, 22 and 34 bytes) as a little-endian word.
+__device__ __forceinline__ int ggml_u32(const unsigned char* p) {
+    return (int)((unsigned int)p[0] | ((unsigned int)p[1] << 8) | ((unsigned int)p[2] << 16) |
+                 ((unsigned int)p[3] << 24));
+}
+
+// Four 4-bit codes (one per byte of `v`) with their fifth bits: bits bit0 .. bit0+3 of `qh`
+// into bit 4 of bytes 0 .. 3.
+__device__ __forceinline__ int ggml_with_high(unsigned int v, unsigned int qh, int bit0) {
+    const unsigned int h = qh >> bit0;
+    return (int)(v | ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25));
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block's 12 scale bytes.
+__device__ __forceinline__ void ggml_scale_min_k4(int j, const unsigned char* q, int* sc, int* m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// The dot product of 32-value block b of a weight row `w` with one q8_1 block `a`.
+template <int TY>
+__device__ __forceinline__ float ggml_dot(const unsigned char* w, int b, const unsigned char* a);
+
+// Q4_0, 18 bytes per 32: f16 d, qs[16]; element l < 16 is the low nibble of qs[l], element
+// 16 + l its high nibble; value d * (q - 8).
+template <>
+__device__ __forceinline__ float ggml_dot<2>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_Q4_0_BYTES;
+    const int* aq = reinterpret_cast<const int*>(a + 4);
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const unsigned int v = (unsigned int)ggml_u32(blk + 2 + 4 * i);
+        s = __dp4a((int)(v & 0x0F0F0F0Fu), aq[i], s);
+        s = __dp4a((int)((v >> 4) & 0x0F0F0F0Fu), aq[4 + i], s);
+    }
+    const float t = __fadd_rn(__fmul_rn(f16_at(a), (float)s), -__fmul_rn(8.0f, f16_at(a + 2)));
+    return __fmul_rn(f16_at(blk), t);
+}
+
+// Q4_1, 20 bytes per 32: f16 d, f16 m, qs[16] (as Q4_0); value d * q + m.
+template <>
+__device__ __forceinline__ float ggml_dot<3>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_Q4_1_BYTES;
+    const int* aq = reinterpret_cast<const int*>(a + 4);
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const unsigned int v = (unsigned int)ggml_u32(blk + 4 + 4 * i);
+        s = __dp4a((int)(v & 0x0F0F0F0Fu), aq[i], s);
+        s = __dp4a((int)((v >> 4) & 0x0F0F0F0Fu), aq[4 + i], s);
+    }
+    const float dd = __fmul_rn(f16_at(blk), f16_at(a));
+    return __fadd_rn(__fmul_rn(dd, (float)s), __fmul_rn(f16_at(blk + 2), f16_at(a + 2)));
+}
+
+// Q5_0, 22 bytes per 32: f16 d, qh[4] (bit l: the fifth bit of element l), qs[16] (as Q4_0);
+// value d * (q - 16).
+template <>
+__device__ __forceinline__ float ggml_dot<6>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_Q5_0_BYTES;
+    const int* aq = reinterpret_cast<const int*>(a + 4);
+    const unsigned int qh = (unsigned int)ggml_u32(blk + 2);
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const unsigned int v = (unsigned int)ggml_u32(blk + 6 + 4 * i);
+        s = __dp4a(ggml_with_high(v & 0x0F0F0F0Fu, qh, 4 * i), aq[i], s);
+        s = __dp4a(ggml_with_high((v >> 4) & 0x0F0F0F0Fu, qh, 16 + 4 * i), aq[4 + i], s);
+    }
+    const float t = __fadd_rn(__fmul_rn(f16_at(a), (float)s), -__fmul_rn(16.0f, f16_at(a + 2)));
+    return __fmul_rn(f16_at(blk), t);
+}
+
+// Q5_1, 24 bytes per 32: f16 d, f16 m, qh[4], qs[16] (as Q5_0); value d * q + m.
+template <>
+__device__ __forceinline__ float ggml_dot<7>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_Q5_1_BYTES;
+    const int* aq = reinterpret_cast<const int*>(a + 4);
+    const unsigned int qh = (unsigned int)ggml_u32(blk + 4);
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const unsigned int v = (unsigned int)ggml_u32(blk + 8 + 4 * i);
+        s = __dp4a(ggml_with_high(v & 0x0F0F0F0Fu, qh, 4 * i), aq[i], s);
+        s = __dp4a(ggml_with_high((v >> 4) & 0x0F0F0F0Fu, qh, 16 + 4 * i), aq[4 + i], s);
+    }
+    const float dd = __fmul_rn(f16_at(blk), f16_at(a));
+    return __fadd_rn(__fmul_rn(dd, (float)s), __fmul_rn(f16_at(blk + 2), f16_at(a + 2)));
+}
+
+// Q8_0, 34 bytes per 32: f16 d, i8 qs[32]; value d * q.
+template <>
+__device__ __forceinline__ float ggml_dot<8>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_Q8_0_BYTES;
+    const int* aq = reinterpret_cast<const int*>(a + 4);
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s = __dp4a(ggml_u32(blk + 2 + 4 * i), aq[i], s);
+    return __fmul_rn(f16_at(blk), __fmul_rn(f16_at(a), (float)s));
+}
+
+// Sub-block j (32 values) of a Q4_K or Q5_K super-block at `blk` whose codes (0..31) give
+// `s` against the q8_1 block `a`: (d * sc) * (da * s) - (dmin * m) * sa.
+__device__ __forceinline__ float ggml_kquant_sub(const unsigned char* blk, int j, int s, const unsigned char* a) {
+    int sc, m;
+    ggml_scale_min_k4(j, blk + 4, &sc, &m);
+    const float dsc = __fmul_rn(f16_at(blk), (float)sc);
+    const float dm = __fmul_rn(f16_at(blk + 2), (float)m);
+    return __fadd_rn(__fmul_rn(dsc, __fmul_rn(f16_at(a), (float)s)), -__fmul_rn(dm, f16_at(a + 2)));
+}
+
+// Q4_K, 144 bytes per 256: f16 d, f16 dmin, scales[12], qs[128]; sub-block j is the low
+// (j even) or high (j odd) nibbles of qs[32 (j / 2) ..][..32]; value d * sc * q - dmin * m.
+template <>
+__device__ __forceinline__ float ggml_dot<12>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_Q4K_BYTES;
+    const int j = b & 7;
+    const unsigned char* qs = blk + 16 + 32 * (j >> 1);
+    const int* aq = reinterpret_cast<const int*>(a + 4);
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s = __dp4a((int)(((unsigned int)ggml_u32(qs + 4 * i) >> (4 * (j & 1))) & 0x0F0F0F0Fu), aq[i], s);
+    return ggml_kquant_sub(blk, j, s, a);
+}
+
+// Q5_K, 176 bytes per 256: f16 d, f16 dmin, scales[12], qh[32], qs[128] (as Q4_K); bit j of
+// qh[l] is the fifth bit of element l of sub-block j.
+template <>
+__device__ __forceinline__ float ggml_dot<13>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q5K_BYTES;
+    const int j = b & 7;
+    const unsigned char* qs = blk + 48 + 32 * (j >> 1);
+    const int* aq = reinterpret_cast<const int*>(a + 4);
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const unsigned int lo = ((unsigned int)ggml_u32(qs + 4 * i) >> (4 * (j & 1))) & 0x0F0F0F0Fu;
+        const unsigned int hi = (((unsigned int)ggml_u32(blk + 16 + 4 * i) >> j) & 0x01010101u) << 4;
+        s = __dp4a((int)(lo | hi), aq[i], s);
+    }
+    return ggml_kquant_sub(blk, j, s, a);
+}
+
+// Q6_K, 210 bytes per 256: ql[128], qh[64], i8 scales[16], f16 d. Sub-block j = 4 h + t (h the
+// half of 128, t its quarter): element l is ql[64 h + 32 (t & 1) + l] >> 4 (t >> 1) & 15 with
+// bits 2t, 2t+1 of qh[32 h + l] above them, less 32; values 0..15 scaled by scales[8 h + 2 t],
+// 16..31 by scales[8 h + 2 t + 1]; value d * scale * q.
+template <>
+__device__ __forceinline__ float ggml_dot<14>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q6K_BYTES;
+    const int j = b & 7, h = j >> 2, t = j & 3;
+    const unsigned char* ql = blk + 64 * h + 32 * (t & 1);
+    const unsigned char* qh = blk + 128 + 32 * h;
+    const int* aq = reinterpret_cast<const int*>(a + 4);
+    int s[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const unsigned int lo = ((unsigned int)ggml_u32(ql + 4 * i) >> (4 * (t >> 1))) & 0x0F0F0F0Fu;
+        const unsigned int hi = (((unsigned int)ggml_u32(qh + 4 * i) >> (2 * t)) & 0x03030303u) << 4;
+        // (q - 32) . a as q . a + (-32, -32, -32, -32) . a: the codes 0..63 are signed bytes as
+        // they are.
+        s[i >> 2] = __dp4a((int)(lo | hi), aq[i], s[i >> 2]);
+        s[i >> 2] = __dp4a((int)0xE0E0E0E0u, aq[i], s[i >> 2]);
+    }
+    const int sc0 = (int)(signed char)blk[192 + 8 * h + 2 * t], sc1 = (int)(signed char)blk[192 + 8 * h + 2 * t + 1];
+    return __fmul_rn(f16_at(blk + 208), __fmul_rn(f16_at(a), (float)(sc0 * s[0] + sc1 * s[1])));
+}
+
+// y[r, j] = sum over the 32-value blocks b of weight row j of ggml_dot<TY>(row j, b, q8_1
+// block b of activation row r), for r < m <= MP_GGML_GEMV_MAX_M. One warp per weight row: lane
+// l takes blocks l, l + 32, ... in order (an f32 sum per activation row), then the lanes' sums
+// meet in a butterfly (xor 16, 8, 4, 2, 1). Rows of `row_bytes` bytes.
+template <int TY>
+__device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__ xq, int m,
+                                               const unsigned char* __restrict__ w, size_t row_bytes,
+                                               float* __restrict__ y, int n, int kp, int ldy) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (j >= n) return;
+    const int nb = kp / MP_GGML_QK;
+    const unsigned char* row = w + (size_t)j * row_bytes;
+    float acc[MP_GGML_GEMV_MAX_M];
+#pragma unroll
+    for (int r = 0; r < MP_GGML_GEMV_MAX_M; ++r) acc[r] = 0.f;
+    for (int b = lane; b < nb; b += 32) {
+#pragma unroll
+        for (int r = 0; r < MP_GGML_GEMV_MAX_M; ++r) {
+            if (r >= m) break;
+            acc[r] = __fadd_rn(acc[r], ggml_dot<TY>(row, b, xq + ((size_t)r * nb + b) * MP_Q8_1_BYTES));
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < MP_GGML_GEMV_MAX_M; ++r) {
+        float t = acc[r];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+        if (lane == 0 && r < m) y[(size_t)r * ldy + j] = t;
+    }
+}
+
+// The engine's GEMV: `xq` q8_1 blocks [m, kp / 32], `w` n rows of kp / qk blocks of GGUF type
+// `ty` (its id), y [m, n] with row stride ldy. A type this module lacks writes nothing (the
+// layer refuses it when its weights are installed). Grid ceil(n / 8), block 256.
+extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsigned char* w, int ty, float* y, int n,
+                                     int kp, int ldy) {
+    switch (ty) {
+        case 2: ggml_gemv_rows<2>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_0_BYTES, y, n, kp, ldy); break;
+        case 3: ggml_gemv_rows<3>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_1_BYTES, y, n, kp, ldy); break;
+        case 6: ggml_gemv_rows<6>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_0_BYTES, y, n, kp, ldy); break;
+        case 7: ggml_gemv_rows<7>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_1_BYTES, y, n, kp, ldy); break;
+        case 8: ggml_gemv_rows<8>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q8_0_BYTES, y, n, kp, ldy); break;
+        case 12: ggml_gemv_rows<12>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_Q4K_BYTES, y, n, kp, ldy); break;
+        case 13: ggml_gemv_rows<13>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q5K_BYTES, y, n, kp, ldy); break;
+        case 14: ggml_gemv_rows<14>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q6K_BYTES, y, n, kp, ldy); break;
+        default: break;
+    }
+}

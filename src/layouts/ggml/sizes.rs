@@ -1,0 +1,56 @@
+//! Its sizes, shared by Rust and its CUDA module: re-exported by `gpu::sizes`, and [`DEFINES`]
+//! are its `#define MP_*` lines (`gpu::sizes::cuda_defines`). The block sizes are the
+//! converters' block types' (`converters/q*.rs`, ggml-common.h's layouts).
+
+use crate::converters::{BlockFormat, block_bytes};
+use crate::converters::{q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0};
+
+/// Its sizes, by the name the kernels see.
+pub const DEFINES: &[(&str, usize)] = &[
+    ("MP_GGML_GEMV_MAX_M", GGML_GEMV_MAX_M),
+    ("MP_GGML_QK", GGML_QK),
+    ("MP_GGML_QK_K", GGML_QK_K),
+    ("MP_GGML_Q4_0_BYTES", GGML_Q4_0_BYTES),
+    ("MP_GGML_Q4_1_BYTES", GGML_Q4_1_BYTES),
+    ("MP_GGML_Q5_0_BYTES", GGML_Q5_0_BYTES),
+    ("MP_GGML_Q5_1_BYTES", GGML_Q5_1_BYTES),
+    ("MP_GGML_Q8_0_BYTES", GGML_Q8_0_BYTES),
+    ("MP_GGML_Q5K_BYTES", GGML_Q5K_BYTES),
+    ("MP_GGML_Q6K_BYTES", GGML_Q6K_BYTES),
+];
+
+use consts::*;
+
+/// The sizes (`gpu::sizes` re-exports these, not [`DEFINES`]).
+pub mod consts {
+    use super::*;
+    /// Activation rows one launch of the engine's GEMV (`ggml_gemv`) takes.
+    pub const GGML_GEMV_MAX_M: usize = 4;
+    /// Weight rows per block of `ggml_gemv` (8 warps of one row).
+    pub const GGML_GEMV_ROWS: usize = 8;
+    /// Values per block of the 32-value types (ggml's `QK4_0` .. `QK8_0`).
+    pub const GGML_QK: usize = q8_0::Q8_0::BLOCK_ELEMS;
+    /// Values per K-quant super-block (ggml's `QK_K`).
+    pub const GGML_QK_K: usize = q6_k::Q6K::BLOCK_ELEMS;
+    /// Bytes per Q4_0 block: `f16 d, u8 qs[16]`.
+    pub const GGML_Q4_0_BYTES: usize = block_bytes::<q4_0::Q4_0>();
+    /// Bytes per Q4_1 block: `f16 d, f16 m, u8 qs[16]`.
+    pub const GGML_Q4_1_BYTES: usize = block_bytes::<q4_1::Q4_1>();
+    /// Bytes per Q5_0 block: `f16 d, u8 qh[4], u8 qs[16]`.
+    pub const GGML_Q5_0_BYTES: usize = block_bytes::<q5_0::Q5_0>();
+    /// Bytes per Q5_1 block: `f16 d, f16 m, u8 qh[4], u8 qs[16]`.
+    pub const GGML_Q5_1_BYTES: usize = block_bytes::<q5_1::Q5_1>();
+    /// Bytes per Q8_0 block: `f16 d, i8 qs[32]`.
+    pub const GGML_Q8_0_BYTES: usize = block_bytes::<q8_0::Q8_0>();
+    /// Bytes per Q5_K super-block: `f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 qs[128]`.
+    pub const GGML_Q5K_BYTES: usize = block_bytes::<q5_k::Q5K>();
+    /// Bytes per Q6_K super-block: `u8 ql[128], u8 qh[64], i8 scales[16], f16 d`.
+    pub const GGML_Q6K_BYTES: usize = block_bytes::<q6_k::Q6K>();
+}
+
+const _: () = assert!(GGML_QK == 32 && GGML_QK_K == 256);
+const _: () = assert!(GGML_Q4_0_BYTES == 2 + GGML_QK / 2 && GGML_Q4_1_BYTES == 4 + GGML_QK / 2);
+const _: () = assert!(GGML_Q5_0_BYTES == 6 + GGML_QK / 2 && GGML_Q5_1_BYTES == 8 + GGML_QK / 2);
+const _: () = assert!(GGML_Q8_0_BYTES == 2 + GGML_QK);
+const _: () = assert!(GGML_Q5K_BYTES == 4 + 12 + GGML_QK_K / 8 + GGML_QK_K / 2);
+const _: () = assert!(GGML_Q6K_BYTES == GGML_QK_K / 2 + GGML_QK_K / 4 + GGML_QK_K / 16 + 2);

@@ -1,0 +1,129 @@
+//! `ggml`: the source's GGUF blocks per projection, any type of the block-format engine (float
+//! sources as Q8_0).
+
+use crate::GgmlType;
+use crate::converters::layouts::ggml;
+use crate::error::Result;
+use crate::ffn::GgmlWeight;
+use crate::ffn::{LayerOverlays, key};
+use crate::layout::*;
+use crate::manifest::ConvertOptions;
+use crate::model::DType;
+use crate::model::{FfnWeight, Model};
+use std::collections::BTreeMap;
+
+pub struct Ggml;
+
+/// A blob's engine type from its `type` scalar (a whole GGUF id of [`ggml::TYPES`]).
+fn blob_type(s: &BTreeMap<String, f32>) -> Option<GgmlType> {
+    let v = *s.get("type")?;
+    (v.fract() == 0.0 && (0.0..=255.0).contains(&v))
+        .then(|| ggml::engine_type(v as u32))
+        .flatten()
+}
+
+/// The engine type weight `w` of `model` is stored in, if it is one.
+fn source_type(model: &Model, w: &FfnWeight) -> Option<GgmlType> {
+    match w {
+        FfnWeight::Plain { weight } => match model.tensors[*weight].dtype {
+            DType::Ggml(t) if ggml::TYPES.contains(&t) => Some(t),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl LayoutSpec for Ggml {
+    fn layout(&self) -> Layout {
+        Layout::Ggml
+    }
+    fn keeps(&self, model: &Model, w: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
+        source_type(model, w).is_some()
+    }
+    fn keeps_what(&self) -> &'static str {
+        "GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K blocks byte for byte, any mix per projection (float sources as Q8_0)"
+    }
+    fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
+        &[""]
+    }
+    fn scalar_names(&self) -> &'static [&'static str] {
+        &["type"]
+    }
+    /// Rows of whole blocks of 32 (a GGUF source's already are; a float source is padded).
+    fn padded_shape(&self, _: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
+        Some([n, ru(k, ggml::SUB_BLOCK)?])
+    }
+    /// As Q8_0, what a float source becomes (`metrale-pack layouts` sizes); a pack's blobs are
+    /// checked at their own type by [`LayoutSpec::part_bytes_with`].
+    fn part_bytes(&self, part: &str, [n, kp]: [u64; 2], _: u64) -> Option<u64> {
+        part.is_empty()
+            .then(|| ggml::blob_bytes(GgmlType::Q8_0, n, kp))
+            .flatten()
+    }
+    fn part_bytes_with(
+        &self,
+        part: &str,
+        [n, kp]: [u64; 2],
+        s: &BTreeMap<String, f32>,
+    ) -> Option<u64> {
+        part.is_empty()
+            .then(|| ggml::blob_bytes(blob_type(s)?, n, kp))
+            .flatten()
+    }
+    fn check_scalars(
+        &self,
+        s: &BTreeMap<String, f32>,
+        [_, kp]: [u64; 2],
+    ) -> std::result::Result<(), String> {
+        match blob_type(s) {
+            Some(t) if kp.is_multiple_of(t.block_elems()) => Ok(()),
+            Some(t) => Err(format!(
+                "rows of {kp} values are not whole {} blocks of {}",
+                t.name(),
+                t.block_elems()
+            )),
+            None => Err(format!(
+                "type {:?}: ggml carries the GGUF types {}",
+                s.get("type"),
+                ggml::TYPES
+                    .map(|t| format!("{} ({})", t.name(), t as u32))
+                    .join(", ")
+            )),
+        }
+    }
+    fn encode(&self, cx: &mut EncodeCx, proj: Proj) -> Result<Option<Encoded>> {
+        let pi = source_index(proj);
+        let [n, k] = cx.shape(pi)?;
+        let w = cx.weight(pi);
+        // Carried where the (tensor-parallel) rows are whole blocks and the cut and its
+        // padding split none; otherwise from the f32 slice, as a float source.
+        let carried =
+            source_type(cx.model, w).filter(|t| k.is_multiple_of(t.block_elems() as usize));
+        if let Some(ty) = carried {
+            let full = cx.full_shape(pi)?.map(|d| d as u64);
+            let block = (ty.block_elems(), ty.block_bytes());
+            if let Some(raw) = cx.stored(pi, w.main(), full, block, 1) {
+                return Ok(Some(ggml::carry(ty, &raw, n, k)));
+            }
+        }
+        Ok(Some(ggml::encode(&cx.dense(pi)?, n, k)))
+    }
+    fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
+        let ty = blob_type(b.scalars).ok_or_else(|| b.bad("", "no engine type".into()))?;
+        let ([n, k], kp) = (b.shape, b.padded[1]);
+        ggml::decode(ty, b.part("")?, n, k, kp).map_err(|e| b.bad("", e.to_string()))
+    }
+    fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
+        if !v.all("") {
+            return;
+        }
+        let w = [Proj::Gate, Proj::Up, Proj::Down].map(|p| {
+            let (weight, fe) = v.get(p, "").expect("checked");
+            let (n, k, _, kp) = dims(fe);
+            GgmlWeight::new(weight, blob_type(&fe.scalars)?, n, k, kp).ok()
+        });
+        if let [Some(g), Some(u), Some(d)] = w {
+            o.overlays.set(key::GGML, [g, u, d]);
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The CPU twin of the block-format engine's GEMV (`ggml_gemv`, `kernels.cu`): part of the
+//! kernels' numerics contract (`gpu::reference`, mounted there and re-exported). Bit for bit:
+//! each block's dot product is the kernel's integer sum and the same f32 operations in the
+//! same order, each lane's sum over its blocks in the kernel's order, then the same butterfly.
+
+use crate::GgmlType;
+use crate::converters::kquant::get_scale_min_k4;
+use crate::gpu::reference::f16_at;
+use crate::gpu::sizes::*;
+use rayon::prelude::*;
+
+/// The int8 dot product of 4 code bytes with 4 activation bytes (one `dp4a`).
+fn dp4(w: u32, a: &[u8]) -> i32 {
+    (0..4)
+        .map(|i| (w >> (8 * i)) as u8 as i8 as i32 * a[i] as i8 as i32)
+        .sum()
+}
+
+fn u32_at(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// Four 4-bit codes with their fifth bits: bits `bit0 ..` of `qh` into bit 4 of each byte.
+fn with_high(v: u32, qh: u32, bit0: u32) -> u32 {
+    let h = qh >> bit0;
+    v | ((h & 1) << 4) | ((h & 2) << 11) | ((h & 4) << 18) | ((h & 8) << 25)
+}
+
+/// The nibble sum of a 16-byte Q4_0/Q4_1 code array against a q8_1 block's 32 codes, with the
+/// fifth bits of Q5_0/Q5_1 where `qh` is given.
+fn nibble_sum(qs: &[u8], aq: &[u8], qh: Option<u32>) -> i32 {
+    let mut s = 0;
+    for i in 0..4 {
+        let v = u32_at(&qs[4 * i..]);
+        let (mut lo, mut hi) = (v & 0x0F0F_0F0F, (v >> 4) & 0x0F0F_0F0F);
+        if let Some(qh) = qh {
+            lo = with_high(lo, qh, 4 * i as u32);
+            hi = with_high(hi, qh, 16 + 4 * i as u32);
+        }
+        s += dp4(lo, &aq[4 * i..]);
+        s += dp4(hi, &aq[16 + 4 * i..]);
+    }
+    s
+}
+
+/// `(d sc) (da s) - (dmin m) sa` of sub-block `j` of a Q4_K/Q5_K super-block.
+fn kquant_sub(blk: &[u8], j: usize, s: i32, a: &[u8]) -> f32 {
+    let (sc, m) = get_scale_min_k4(j, blk[4..16].try_into().unwrap());
+    let dsc = f16_at(blk) * sc as f32;
+    let dm = f16_at(&blk[2..]) * m as f32;
+    dsc * (f16_at(a) * s as f32) + -(dm * f16_at(&a[2..]))
+}
+
+/// The dot product of 32-value block `b` of weight row `w` (type `ty`) with one q8_1 block
+/// `a`, as `ggml_dot<ty>` computes it.
+pub fn ggml_dot(ty: GgmlType, w: &[u8], b: usize, a: &[u8]) -> f32 {
+    let aq = &a[4..4 + Q8_1_ELEMS];
+    let (da, sa) = (f16_at(a), f16_at(&a[2..]));
+    match ty {
+        GgmlType::Q4_0 => {
+            let blk = &w[b * 18..];
+            let s = nibble_sum(&blk[2..], aq, None);
+            f16_at(blk) * (da * s as f32 + -(8.0 * sa))
+        }
+        GgmlType::Q4_1 => {
+            let blk = &w[b * 20..];
+            let s = nibble_sum(&blk[4..], aq, None);
+            (f16_at(blk) * da) * s as f32 + f16_at(&blk[2..]) * sa
+        }
+        GgmlType::Q5_0 => {
+            let blk = &w[b * 22..];
+            let s = nibble_sum(&blk[6..], aq, Some(u32_at(&blk[2..])));
+            f16_at(blk) * (da * s as f32 + -(16.0 * sa))
+        }
+        GgmlType::Q5_1 => {
+            let blk = &w[b * 24..];
+            let s = nibble_sum(&blk[8..], aq, Some(u32_at(&blk[4..])));
+            (f16_at(blk) * da) * s as f32 + f16_at(&blk[2..]) * sa
+        }
+        GgmlType::Q8_0 => {
+            let blk = &w[b * 34..];
+            let s: i32 = (0..8)
+                .map(|i| dp4(u32_at(&blk[2 + 4 * i..]), &aq[4 * i..]))
+                .sum();
+            f16_at(blk) * (da * s as f32)
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let q5 = ty == GgmlType::Q5_K;
+            let blk = &w[(b >> 3) * if q5 { 176 } else { 144 }..];
+            let j = b & 7;
+            let qs = &blk[if q5 { 48 } else { 16 } + 32 * (j >> 1)..];
+            let s: i32 = (0..8)
+                .map(|i| {
+                    let lo = (u32_at(&qs[4 * i..]) >> (4 * (j & 1))) & 0x0F0F_0F0F;
+                    let hi = if q5 {
+                        ((u32_at(&blk[16 + 4 * i..]) >> j) & 0x0101_0101) << 4
+                    } else {
+                        0
+                    };
+                    dp4(lo | hi, &aq[4 * i..])
+                })
+                .sum();
+            kquant_sub(blk, j, s, a)
+        }
+        GgmlType::Q6_K => {
+            let blk = &w[(b >> 3) * 210..];
+            let (j, h) = (b & 7, (b & 7) >> 2);
+            let t = j & 3;
+            let ql = &blk[64 * h + 32 * (t & 1)..];
+            let qh = &blk[128 + 32 * h..];
+            let mut s = [0i32; 2];
+            for i in 0..8 {
+                let lo = (u32_at(&ql[4 * i..]) >> (4 * (t >> 1))) & 0x0F0F_0F0F;
+                let hi = ((u32_at(&qh[4 * i..]) >> (2 * t)) & 0x0303_0303) << 4;
+                s[i >> 2] += dp4(lo | hi, &aq[4 * i..]) + dp4(0xE0E0_E0E0, &aq[4 * i..]);
+            }
+            let sc0 = blk[192 + 8 * h + 2 * t] as i8 as i32;
+            let sc1 = blk[192 + 8 * h + 2 * t + 1] as i8 as i32;
+            f16_at(&blk[208..]) * (da * (sc0 * s[0] + sc1 * s[1]) as f32)
+        }
+        _ => unreachable!("{ty:?} is not an engine type (layouts::ggml::codec::TYPES)"),
+    }
+}
+
+/// One activation row (`xq`: its q8_1 blocks, `kp / 32` of them) through the engine's GEMV:
+/// `y[j]` for the `n` weight rows of `w` (type `ty`, `kp` values a row).
+pub fn ggml_gemv_row(xq: &[u8], w: &[u8], ty: GgmlType, n: usize, kp: usize, y: &mut [f32]) {
+    let nb = kp / Q8_1_ELEMS;
+    let row_bytes = ty.row_bytes(kp as u64).expect("whole blocks") as usize;
+    y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
+        let row = &w[j * row_bytes..(j + 1) * row_bytes];
+        let mut lanes = [0f32; 32];
+        for b in 0..nb {
+            let a = &xq[b * Q8_1_BYTES..(b + 1) * Q8_1_BYTES];
+            lanes[b % 32] += ggml_dot(ty, row, b, a);
+        }
+        for o in [16, 8, 4, 2, 1] {
+            let prev = lanes;
+            for (l, v) in lanes.iter_mut().enumerate() {
+                *v = prev[l] + prev[l ^ o];
+            }
+        }
+        *out = lanes[0];
+    });
+}

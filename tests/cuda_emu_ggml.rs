@@ -1,0 +1,144 @@
+//! The block-format engine's GEMV (`ggml_gemv`, `src/layouts/ggml/kernels.cu`) on the C++
+//! emulator (`tests/cuda_emu/harness.rs`) against its twin (`reference::ggml_gemv_row`) bit for
+//! bit, for every type of the engine, on random blocks (every code pattern; scales and mins
+//! of both signs), 1 to 4 activation rows, rows shorter and longer than a warp's 32 blocks; and
+//! the twin against the float64 product of the decoded weights (`converters::decode_ggml`, as
+//! gguf-py decodes) with the activations.
+
+#[path = "cuda_emu/harness.rs"]
+mod harness;
+use harness::*;
+use metrale_pack::GgmlType;
+use metrale_pack::converters::layouts::ggml::TYPES;
+use metrale_pack::gpu::reference;
+use metrale_pack::gpu::sizes::{Q8_1_BYTES, Q8_1_ELEMS};
+use metrale_pack::testing::{Rand, rel_err};
+
+/// Where a block of `ty` keeps its f16 scales (and mins or offsets).
+fn half_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => unreachable!(),
+    }
+}
+
+/// `n` rows of `k` values of `ty`: random bytes, each block's f16 fields set to halves of
+/// magnitude 2^-12 .. 2^-4 and either sign.
+pub fn random_blocks(r: &mut Rand, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
+    let bytes = ty.block_bytes() as usize;
+    let mut w: Vec<u8> = (0..n * k / ty.block_elems() as usize * bytes)
+        .map(|_| r.next_u64() as u8)
+        .collect();
+    for blk in w.chunks_exact_mut(bytes) {
+        for &at in half_fields(ty) {
+            let mag = 2f32.powf(-12.0 + 8.0 * (r.next_u64() % 1024) as f32 / 1024.0);
+            let v = if r.next_u64() & 1 == 0 { mag } else { -mag };
+            blk[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+        }
+    }
+    w
+}
+
+#[test]
+fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(56);
+    // 512 values: 16 blocks a row (lanes left idle); 2304: 72 (lanes take 2 or 3).
+    for (n, k) in [(12usize, 512usize), (9, 2304)] {
+        let x = r.vec(4 * k, 1.0);
+        let xq: Vec<u8> = (0..4)
+            .flat_map(|row| reference::quantize_row_q8_1_act(&x[row * k..(row + 1) * k], k))
+            .collect();
+        for ty in TYPES {
+            let w = random_blocks(&mut r, ty, n, k);
+            for m in 1..=4 {
+                let ldy = n + 3;
+                let mut a = [
+                    A::P(xq.clone()),
+                    A::I(m),
+                    A::P(w.clone()),
+                    A::I(ty as usize),
+                    A::P(vec![0xA5; m * ldy * 4]),
+                    A::I(n),
+                    A::I(k),
+                    A::I(ldy),
+                ];
+                launch(exe, "ggml_gemv", (n.div_ceil(8), 1), 256, &mut a);
+                let got = bf32(buf(&a[4]));
+                let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
+                for row in 0..m {
+                    let mut want = vec![0f32; n];
+                    reference::ggml_gemv_row(&xq[row * row_q8..], &w, ty, n, k, &mut want);
+                    let g = &got[row * ldy..row * ldy + n];
+                    assert!(
+                        want.iter().zip(g).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{} [{n}, {k}] m {m} row {row}: {g:?} != {want:?}",
+                        ty.name()
+                    );
+                    // Past n in each row: untouched.
+                    assert!(
+                        got[row * ldy + n..(row + 1) * ldy]
+                            .iter()
+                            .all(|v| v.to_bits() == 0xA5A5A5A5)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// `k` activations that q8_1 holds exactly: per block of 32 a power-of-two scale `d` times
+/// integers, one of them 127 (so `d = amax / 127` exactly) and the rest within 60 (so the
+/// block's sum, at most 127 + 31 * 60 < 2048 times `d`, is exact in f16).
+fn q8_1_exact(r: &mut Rand, k: usize) -> Vec<f32> {
+    let mut x = Vec::with_capacity(k);
+    for _ in 0..k / 32 {
+        let d = 2f32.powi(-((r.next_u64() % 8) as i32) - 4);
+        let at = (r.next_u64() % 32) as usize;
+        for l in 0..32 {
+            let q = if l == at {
+                127
+            } else {
+                (r.next_u64() % 121) as i32 - 60
+            };
+            x.push(q as f32 * d);
+        }
+    }
+    x
+}
+
+#[test]
+fn the_engine_twin_is_the_decoded_product_to_f32_rounding() {
+    let mut r = Rand(57);
+    let (n, k) = (16usize, 1024usize);
+    let x = q8_1_exact(&mut r, k);
+    let xq = reference::quantize_row_q8_1_act(&x, k);
+    // The activations survive q8_1 whole: the error below is the weights' path alone.
+    let back: Vec<f32> = xq
+        .chunks_exact(Q8_1_BYTES)
+        .flat_map(|b| {
+            let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+            b[4..]
+                .iter()
+                .map(move |&q| q as i8 as f32 * d)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(back, x);
+    for ty in TYPES {
+        let w = random_blocks(&mut r, ty, n, k);
+        let mut dec = vec![0f32; n * k];
+        metrale_pack::converters::decode_ggml(ty, &w, &mut dec).unwrap();
+        let want: Vec<f64> = (0..n)
+            .map(|j| (0..k).map(|e| dec[j * k + e] as f64 * x[e] as f64).sum())
+            .collect();
+        let mut got = vec![0f32; n];
+        reference::ggml_gemv_row(&xq, &w, ty, n, k, &mut got);
+        let err = rel_err(&got, &want);
+        println!("{}: {err:.2e} against the float64 product", ty.name());
+        // f32 scale products and sums over 1024 values: 4e-8 .. 9e-8 measured; 1e-6.
+        assert!(err < 1e-6, "{}: {err:.2e}", ty.name());
+    }
+}

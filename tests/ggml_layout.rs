@@ -1,0 +1,147 @@
+//! The block-format engine end to end on the host backend: GGUF files shaped as llama-quantize
+//! writes its K-quant mixes (each weight quantized by libgguf, ggml's own quantizers, and
+//! written by gguf-py, with llama.cpp's fallbacks where a row is not whole super-blocks:
+//! Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0) convert with no flag into `ggml`, every FFN weight
+//! carried byte for byte and decoded as gguf-py decodes it, then load and forward through the
+//! engine's arms against the float64 FFN of those weights.
+
+mod common;
+use common::pack::convert_and_verify;
+use common::{python_ref, read_npy};
+use metrale_pack::HostBackend;
+use metrale_pack::ffn::Method;
+use metrale_pack::gpu::{GpuBackend, download_f32, upload_f32};
+use metrale_pack::layout::Layout;
+use metrale_pack::layout::Proj;
+use metrale_pack::loader::{EngineOptions, LoadedModel};
+use metrale_pack::model::{Activation, Model};
+use metrale_pack::pack::blob_name;
+use std::sync::Arc;
+
+/// Convert the mix `mix` (per layer `gate/up/down`) of a `[hidden, inter]` model of `act` by
+/// default and check every weight, then forward each layer on 1, 3 and 9 rows.
+fn mix_converts_and_forwards(
+    hidden: usize,
+    inter: usize,
+    act: &str,
+    mix: &str,
+    want: &[[&str; 3]],
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    python_ref(&[
+        "kmix_gguf",
+        d.to_str().unwrap(),
+        &hidden.to_string(),
+        &inter.to_string(),
+        act,
+        mix,
+    ]);
+    let src = d.join("model.gguf");
+    let out = d.join("p.mpk.gguf");
+    let p = convert_and_verify(&src, &out, &[]);
+    assert_eq!(p.manifest.layouts, ["ggml"], "{mix}: the default");
+    let model = Model::open(&src).unwrap();
+    let mut weights = Vec::new();
+    for (layer, types) in want.iter().enumerate() {
+        let mut w3 = Vec::new();
+        for (proj, ty) in [Proj::Gate, Proj::Up, Proj::Down].into_iter().zip(types) {
+            let name = format!("blk.{layer}.ffn_{}.weight", proj.name());
+            let t = model.tensors.iter().position(|t| t.name == name).unwrap();
+            assert_eq!(model.tensors[t].dtype.name(), *ty, "{name}");
+            let blob = blob_name(layer, proj, Layout::Ggml, "");
+            let i = p.index(&blob).unwrap();
+            assert!(p.data(i) == model.data(t), "{blob}: the source's bytes");
+            let (got, _) = p.decode_ffn(&blob).unwrap();
+            let gguf_py = read_npy(&d.join(format!("{name}.npy"))).to_f32();
+            common::assert_bits_eq(&blob, &got, &gguf_py);
+            w3.push(got);
+        }
+        weights.push(w3);
+    }
+    let act = if act == "gelu" {
+        Activation::Gelu
+    } else {
+        Activation::Silu
+    };
+    let host = Arc::new(HostBackend::new());
+    let backend: Arc<dyn GpuBackend> = host.clone();
+    let opts = EngineOptions {
+        max_tokens: 9,
+        verify_checksums: true,
+        trace: true,
+        ..Default::default()
+    };
+    let mut lm = LoadedModel::load(&out, backend.clone(), &opts).unwrap();
+    let x = metrale_pack::testing::Rand(66).vec(9 * hidden, 1.0);
+    let input = backend.alloc((9 * hidden * 4) as u64).unwrap();
+    upload_f32(backend.as_ref(), input, &x).unwrap();
+    for (l, w) in weights.into_iter().enumerate() {
+        let arm = lm.layer(l).unwrap().serving_arm(&lm.ctx, Method::Decode, 1);
+        assert_eq!(arm.map(|a| a.name), Some("ggml gemv"));
+        let [gate, up, down]: [Vec<f32>; 3] = w.try_into().unwrap();
+        let dw = metrale_pack::testing::DenseWeights {
+            gate,
+            up,
+            down,
+            hidden,
+            inter,
+        };
+        for m in [1, 3, 9] {
+            lm.ctx.trace.clear();
+            let y = lm.forward(l, input, m).unwrap();
+            let y = download_f32(backend.as_ref(), y.view(0, (m * hidden * 4) as u64)).unwrap();
+            let want = metrale_pack::testing::ffn_f64(&x[..m * hidden], m, &dw, act);
+            let err = metrale_pack::testing::rel_err(&y, &want);
+            println!("{mix} layer {l}, {m} rows: {err:.2e} against the float64 FFN");
+            // The activations to q8_1 twice (the input and the act-mul's output), with ggml's
+            // CUDA numerics: the offset and min terms take the f16 sum of the unquantized
+            // values, the codes the quantized ones, so a 4-bit row's error is about twice the
+            // codes' alone (one GEMV on these weights, uniform activations: 3.9e-3 for Q6_K,
+            // which has no offset, 8e-3 .. 1.2e-2 for the others). Measured 1.0e-2 .. 2.5e-2
+            // for the layer; 4e-2. The weights' path alone is exact to 1e-7
+            // (tests/cuda_emu_ggml.rs).
+            assert!(err < 4e-2, "layer {l}, {m} rows: {err:.2e}");
+            let gemvs = lm.ctx.trace.iter().filter(|k| **k == "ggml_gemv").count();
+            assert_eq!(gemvs, 3 * m.div_ceil(4), "{:?}", lm.ctx.trace);
+        }
+    }
+    backend.free(input);
+    drop(lm);
+    assert_eq!(host.live_allocations(), 0);
+}
+
+/// Gemma 3 270M's shape as its Q4_K_M has it: hidden 640 (not whole super-blocks), so gate
+/// and up fall back to Q5_0 (Q5_1 from Q5_K), the downs (rows of 1024) Q6_K or Q4_K; GELU.
+#[test]
+fn a_q4_k_m_of_hidden_640_converts_by_default_and_forwards() {
+    mix_converts_and_forwards(
+        640,
+        1024,
+        "gelu",
+        "Q4_K/Q4_K/Q6_K;Q4_K/Q4_K/Q4_K;Q5_K/Q5_K/Q6_K",
+        &[
+            ["Q5_0", "Q5_0", "Q6_K"],
+            ["Q5_0", "Q5_0", "Q4_K"],
+            ["Q5_1", "Q5_1", "Q6_K"],
+        ],
+    );
+}
+
+/// A llama's Q4_K_M and Q5_K_M layers (SiLU), hidden 512: Q4_K or Q5_K gate and up, Q6_K
+/// downs; an intermediate of 1056 (not whole super-blocks) sends a Q6_K down to Q8_0, and a
+/// Q4_0/Q4_1 layer as older files hold.
+#[test]
+fn llama_k_mixes_convert_by_default_and_forward() {
+    mix_converts_and_forwards(
+        512,
+        1056,
+        "silu",
+        "Q4_K/Q4_K/Q6_K;Q5_K/Q5_K/Q5_K;Q4_0/Q4_1/Q8_0",
+        &[
+            ["Q4_K", "Q4_K", "Q8_0"],
+            ["Q5_K", "Q5_K", "Q5_1"],
+            ["Q4_0", "Q4_1", "Q8_0"],
+        ],
+    );
+}
