@@ -145,3 +145,67 @@ fn llama_k_mixes_convert_by_default_and_forward() {
         ],
     );
 }
+
+/// A tensor-parallel pack carries each rank's slice of the blocks (gate and up by rows, down by
+/// whole blocks of columns), each decoding to its slice of gguf-py's decode; a TP size whose
+/// slices split the down projections' 256-value blocks is refused, naming the tensor.
+#[test]
+fn tensor_parallel_slices_carry_whole_blocks_or_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    python_ref(&[
+        "kmix_gguf",
+        d.to_str().unwrap(),
+        "512",
+        "1024",
+        "silu",
+        "Q4_K/Q4_K/Q6_K;Q5_0/Q8_0/Q4_K",
+    ]);
+    let src = d.join("model.gguf");
+    let out = d.join("tp.mpk.gguf");
+    let o = common::pack::cli(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--tp",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", common::pack::err(&o));
+    let p = metrale_pack::pack::Pack::open(&out).unwrap();
+    assert_eq!(p.manifest.layouts, ["ggml"]);
+    for layer in 0..2 {
+        for proj in [Proj::Gate, Proj::Up, Proj::Down] {
+            let name = format!("blk.{layer}.ffn_{}.weight", proj.name());
+            let full = read_npy(&d.join(format!("{name}.npy"))).to_f32();
+            for r in 0..2usize {
+                let blob = format!("blk.{layer}.ffn_{}.tp{r}.ggml", proj.name());
+                let (got, shape) = p.decode_ffn(&blob).unwrap();
+                let want: Vec<f32> = if proj == Proj::Down {
+                    (0..512)
+                        .flat_map(|row| {
+                            full[row * 1024 + r * 512..row * 1024 + (r + 1) * 512].to_vec()
+                        })
+                        .collect()
+                } else {
+                    full[r * 512 * 512..(r + 1) * 512 * 512].to_vec()
+                };
+                assert_eq!(shape, [512, 512], "{blob}");
+                common::assert_bits_eq(&blob, &got, &want);
+            }
+        }
+    }
+    let o = common::pack::cli(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--tp",
+        "8",
+    ]);
+    let e = common::pack::err(&o);
+    assert!(
+        !o.status.success() && e.contains("ffn_down.weight") && e.contains("splits its"),
+        "{e}"
+    );
+}

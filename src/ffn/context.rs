@@ -27,8 +27,9 @@ pub struct Arena {
     pub lora_xa: DevicePtr,
     /// The LoRA delta of one projection, `[max_tokens, max(hidden, inter)]` f32.
     pub lora_delta: DevicePtr,
-    /// q2g128 activation quantization and dequantization scratch (Q2 arm).
-    pub q2_act_q8: DevicePtr,
+    /// q8_1 activation blocks, `[max_tokens, kmax / 32]` (`DenseFfnLayer::quantize_q8_1`: the
+    /// arms that multiply int8 activations, `q2g128`, `q4k_mmq`'s MMQ and `ggml`).
+    pub act_q8_1: DevicePtr,
     /// BF16 scratch of one dequantized q2g128 projection.
     pub q2_dequant_scratch: DevicePtr,
     /// FP8 activation codes `[max_tokens, kp_max]` and their row scales `[max_tokens]` (W8A8).
@@ -68,7 +69,7 @@ impl Arena {
             self.up_out,
             self.lora_xa,
             self.lora_delta,
-            self.q2_act_q8,
+            self.act_q8_1,
             self.q2_dequant_scratch,
             self.act_codes,
             self.act_scale,
@@ -206,7 +207,7 @@ impl ForwardContext {
             up_out: next(),
             lora_xa: next(),
             lora_delta: next(),
-            q2_act_q8: next(),
+            act_q8_1: next(),
             q2_dequant_scratch: next(),
             act_codes: next(),
             act_scale: next(),

@@ -2,6 +2,7 @@
 
 use super::*;
 
+use crate::gpu::sizes::{Q8_1_BYTES, Q8_1_ELEMS};
 use crate::gpu::table::Call;
 use crate::gpu::{DevicePtr, GpuResult};
 use crate::model::Activation;
@@ -164,5 +165,24 @@ impl DenseFfnLayer {
             self.apply_lora_down(ctx, act, m, out)?;
         }
         Ok(out.view(0, (m * h * 4) as u64))
+    }
+
+    /// Quantize `m` rows of `k` activations to q8_1 blocks (`quantize_act_q8_1`) into the arena.
+    pub(crate) fn quantize_q8_1(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        k: usize,
+        kp: usize,
+    ) -> GpuResult<DevicePtr> {
+        let kq = self.kernels.quant_q8_1;
+        let out = ctx
+            .arena
+            .act_q8_1
+            .view(0, (m * kp / Q8_1_ELEMS * Q8_1_BYTES) as u64);
+        let call = kq.call().ptr("x", x).dim("m", m).dim("k", k).dim("kp", kp);
+        self.launch(ctx, call.ptr("out", out))?;
+        Ok(out)
     }
 }

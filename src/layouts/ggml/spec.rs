@@ -3,7 +3,7 @@
 
 use crate::GgmlType;
 use crate::converters::layouts::ggml;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ffn::GgmlWeight;
 use crate::ffn::{LayerOverlays, key};
 use crate::layout::*;
@@ -95,18 +95,31 @@ impl LayoutSpec for Ggml {
         let pi = source_index(proj);
         let [n, k] = cx.shape(pi)?;
         let w = cx.weight(pi);
-        // Carried where the (tensor-parallel) rows are whole blocks and the cut and its
-        // padding split none; otherwise from the f32 slice, as a float source.
-        let carried =
-            source_type(cx.model, w).filter(|t| k.is_multiple_of(t.block_elems() as usize));
-        if let Some(ty) = carried {
-            let full = cx.full_shape(pi)?.map(|d| d as u64);
-            let block = (ty.block_elems(), ty.block_bytes());
-            if let Some(raw) = cx.stored(pi, w.main(), full, block, 1) {
-                return Ok(Some(ggml::carry(ty, &raw, n, k)));
+        let Some(ty) = source_type(cx.model, w) else {
+            return Ok(Some(ggml::encode(&cx.dense(pi)?, n, k)));
+        };
+        let full = cx.full_shape(pi)?.map(|d| d as u64);
+        let block = (ty.block_elems(), ty.block_bytes());
+        match cx.stored(pi, w.main(), full, block, 1) {
+            Some(raw) if k.is_multiple_of(ty.block_elems() as usize) => {
+                Ok(Some(ggml::carry(ty, &raw, n, k)))
+            }
+            // A tensor-parallel slice (or its padding) that splits the source's blocks: carrying
+            // it would mean re-quantizing (as `affine` refuses a slice that splits its groups).
+            _ => {
+                let t = w.main();
+                Err(Error::Tensor {
+                    file: cx.model.file_of(t),
+                    tensor: cx.model.tensors[t].name.to_string(),
+                    field: "values",
+                    reason: format!(
+                        "its tensor-parallel slice of {k} values a row (padding included) splits its {} blocks of {}: carried GGUF blocks need slices of whole blocks (choose a TP size whose slices are whole blocks, or name a re-quantizing layout with --allow-requantize)",
+                        ty.name(),
+                        ty.block_elems()
+                    ),
+                })
             }
         }
-        Ok(Some(ggml::encode(&cx.dense(pi)?, n, k)))
     }
     fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
         let ty = blob_type(b.scalars).ok_or_else(|| b.bad("", "no engine type".into()))?;

@@ -3,7 +3,6 @@
 use crate::ffn::*;
 
 use crate::converters::layouts::Layout;
-use crate::gpu::sizes::*;
 use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
 use crate::model::Activation;
@@ -64,25 +63,6 @@ impl DenseFfnLayer {
         }
         let w = *self.need(key::Q2G128)?;
         self.gated(ctx, x, m, false, &w, Self::q2_gemv_project)
-    }
-
-    /// Quantize `m` rows of `k` activations to q8_1 blocks (`quantize_act_q8_1`) into the arena.
-    pub(crate) fn quantize_q8_1(
-        &self,
-        ctx: &mut ForwardContext,
-        x: DevicePtr,
-        m: usize,
-        k: usize,
-        kp: usize,
-    ) -> GpuResult<DevicePtr> {
-        let kq = self.kernels.quant_q8_1;
-        let out = ctx
-            .arena
-            .q2_act_q8
-            .view(0, (m * kp / Q8_1_ELEMS * Q8_1_BYTES) as u64);
-        let call = kq.call().ptr("x", x).dim("m", m).dim("k", k).dim("kp", kp);
-        self.launch(ctx, call.ptr("out", out))?;
-        Ok(out)
     }
 
     /// q2g128 prefill, SiLU only: with `METRALE_Q2G128_MMQ=1` and both kernels
