@@ -143,7 +143,8 @@ def kmix_gguf(out_dir: str, hidden: int, inter: int, act: str, mix: str) -> None
             ty = kquant_type(ty, shape[1])
             x = (rng.standard_normal(shape) * 0.05).astype(np.float32)
             qt = gguf.GGMLQuantizationType[ty]
-            q = np.ascontiguousarray(libgguf.quantize_rows(x, int(qt))).view(np.uint8).reshape(shape[0], -1)
+            imatrix = np.mean(x * x, axis=0).astype(np.float32) + 1e-6 if libgguf.quantize_requires_imatrix(int(qt)) else None
+            q = np.ascontiguousarray(libgguf.quantize_rows(x, int(qt), imatrix=imatrix)).view(np.uint8).reshape(shape[0], -1)
             name = f"blk.{layer}.ffn_{proj}.weight"
             w.add_tensor(name, q, raw_dtype=qt)
             np.save(os.path.join(out_dir, name + ".npy"), quants.dequantize(q, qt).astype(np.float32))

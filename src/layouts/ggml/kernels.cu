@@ -34,6 +34,32 @@ __device__ __forceinline__ void ggml_scale_min_k4(int j, const unsigned char* q,
     }
 }
 
+// The 16-entry value tables: IQ4_NL's and IQ4_XS's non-linear values (ggml-common.h
+// `kvalues_iq4nl`), and MXFP4's E2M1 values doubled (`kvalues_mxfp4`; the block scale carries
+// the half). converters/iq4.rs and converters/mxfp4.rs hold the same tables.
+__constant__ signed char GGML_KV_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+__constant__ signed char GGML_KV_MXFP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Four 4-bit indices (one per byte of `v`) through a 16-entry table into four int8 lanes.
+__device__ __forceinline__ int ggml_table4(unsigned int v, const signed char* table) {
+    return (int)((unsigned int)(unsigned char)table[v & 15u] | ((unsigned int)(unsigned char)table[(v >> 8) & 15u] << 8) |
+                 ((unsigned int)(unsigned char)table[(v >> 16) & 15u] << 16) |
+                 ((unsigned int)(unsigned char)table[(v >> 24) & 15u] << 24));
+}
+
+// The integer dot product of 16 index bytes `qs` (low nibbles: values 0..15; high: 16..31)
+// through `table` with a q8_1 block's 32 codes.
+__device__ __forceinline__ int ggml_table_dot(const unsigned char* qs, const int* aq, const signed char* table) {
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const unsigned int v = (unsigned int)ggml_u32(qs + 4 * i);
+        s = __dp4a(ggml_table4(v & 0x0F0F0F0Fu, table), aq[i], s);
+        s = __dp4a(ggml_table4((v >> 4) & 0x0F0F0F0Fu, table), aq[4 + i], s);
+    }
+    return s;
+}
+
 // The dot product of 32-value block b of a weight row `w` with one q8_1 block `a`.
 template <int TY>
 __device__ __forceinline__ float ggml_dot(const unsigned char* w, int b, const unsigned char* a);
@@ -115,6 +141,62 @@ __device__ __forceinline__ float ggml_dot<8>(const unsigned char* w, int b, cons
 #pragma unroll
     for (int i = 0; i < 8; ++i) s = __dp4a(ggml_u32(blk + 2 + 4 * i), aq[i], s);
     return __fmul_rn(f16_at(blk), __fmul_rn(f16_at(a), (float)s));
+}
+
+// Q2_K, 84 bytes per 256: scales[16] (low nibble scale, high nibble min, one per 16 values),
+// qs[64], f16 d, f16 dmin. Sub-block j = 4 h + t: element l is bits 2t, 2t+1 of qs[32 h + l];
+// values 0..15 under scales[8 h + 2 t], 16..31 under scales[8 h + 2 t + 1]; value
+// d * sc * q - dmin * m. The scale and min products in integers: (d da) sum sc s - (dmin da)
+// sum m (1 . qa).
+template <>
+__device__ __forceinline__ float ggml_dot<10>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q2K_BYTES;
+    const int j = b & 7, h = j >> 2, t = j & 3;
+    const unsigned char* qs = blk + 16 + 32 * h;
+    const int* aq = reinterpret_cast<const int*>(a + 4);
+    int s[2] = {0, 0}, u[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        s[i >> 2] = __dp4a((int)(((unsigned int)ggml_u32(qs + 4 * i) >> (2 * t)) & 0x03030303u), aq[i], s[i >> 2]);
+        u[i >> 2] = __dp4a(0x01010101, aq[i], u[i >> 2]);
+    }
+    const int sc0 = blk[8 * h + 2 * t], sc1 = blk[8 * h + 2 * t + 1];
+    const int sd = (sc0 & 15) * s[0] + (sc1 & 15) * s[1], sm = (sc0 >> 4) * u[0] + (sc1 >> 4) * u[1];
+    const float da = f16_at(a);
+    return __fadd_rn(__fmul_rn(__fmul_rn(f16_at(blk + 80), da), (float)sd),
+                     -__fmul_rn(__fmul_rn(f16_at(blk + 82), da), (float)sm));
+}
+
+// IQ4_NL, 18 bytes per 32: f16 d, qs[16] (indices as Q4_0's codes); value d * kvalues[q].
+template <>
+__device__ __forceinline__ float ggml_dot<20>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_IQ4_NL_BYTES;
+    const int s = ggml_table_dot(blk + 2, reinterpret_cast<const int*>(a + 4), GGML_KV_IQ4NL);
+    return __fmul_rn(f16_at(blk), __fmul_rn(f16_at(a), (float)s));
+}
+
+// IQ4_XS, 136 bytes per 256: f16 d, u16 scales_h, scales_l[4], qs[128]; sub-block j's 6-bit
+// scale ls is nibble j of scales_l with bits 2j, 2j+1 of scales_h above it; its 16 index
+// bytes qs[16 j ..] as IQ4_NL's; value d * (ls - 32) * kvalues[q].
+template <>
+__device__ __forceinline__ float ggml_dot<23>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_IQ4_XS_BYTES;
+    const int j = b & 7;
+    const int s = ggml_table_dot(blk + 8 + 16 * j, reinterpret_cast<const int*>(a + 4), GGML_KV_IQ4NL);
+    const unsigned int sh = (unsigned int)blk[2] | ((unsigned int)blk[3] << 8);
+    const int ls = (int)(((blk[4 + j / 2] >> (4 * (j & 1))) & 15u) | (((sh >> (2 * j)) & 3u) << 4)) - 32;
+    return __fmul_rn(f16_at(blk), __fmul_rn(f16_at(a), (float)(ls * s)));
+}
+
+// MXFP4, 17 bytes per 32: E8M0 e, qs[16] (indices as Q4_0's codes); value
+// 2^(e - 128) * kvalues_mxfp4[q] (ggml's e8m0_to_fp32_half: the doubled table's half).
+template <>
+__device__ __forceinline__ float ggml_dot<39>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_MXFP4_BYTES;
+    const int s = ggml_table_dot(blk + 1, reinterpret_cast<const int*>(a + 4), GGML_KV_MXFP4);
+    const unsigned int e = blk[0];
+    const float d = __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+    return __fmul_rn(d, __fmul_rn(f16_at(a), (float)s));
 }
 
 // Sub-block j (32 values) of a Q4_K or Q5_K super-block at `blk` whose codes (0..31) give
@@ -226,6 +308,10 @@ extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsig
         case 3: ggml_gemv_rows<3>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_1_BYTES, y, n, kp, ldy); break;
         case 6: ggml_gemv_rows<6>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_0_BYTES, y, n, kp, ldy); break;
         case 7: ggml_gemv_rows<7>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_1_BYTES, y, n, kp, ldy); break;
+        case 10: ggml_gemv_rows<10>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q2K_BYTES, y, n, kp, ldy); break;
+        case 20: ggml_gemv_rows<20>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_IQ4_NL_BYTES, y, n, kp, ldy); break;
+        case 23: ggml_gemv_rows<23>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_IQ4_XS_BYTES, y, n, kp, ldy); break;
+        case 39: ggml_gemv_rows<39>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_MXFP4_BYTES, y, n, kp, ldy); break;
         case 8: ggml_gemv_rows<8>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q8_0_BYTES, y, n, kp, ldy); break;
         case 12: ggml_gemv_rows<12>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_Q4K_BYTES, y, n, kp, ldy); break;
         case 13: ggml_gemv_rows<13>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q5K_BYTES, y, n, kp, ldy); break;

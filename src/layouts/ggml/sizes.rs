@@ -3,7 +3,7 @@
 //! converters' block types' (`converters/q*.rs`, ggml-common.h's layouts).
 
 use crate::converters::{BlockFormat, block_bytes};
-use crate::converters::{q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0};
+use crate::converters::{iq4, mxfp4, q2_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0};
 
 /// Its sizes, by the name the kernels see.
 pub const DEFINES: &[(&str, usize)] = &[
@@ -17,6 +17,10 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_Q8_0_BYTES", GGML_Q8_0_BYTES),
     ("MP_GGML_Q5K_BYTES", GGML_Q5K_BYTES),
     ("MP_GGML_Q6K_BYTES", GGML_Q6K_BYTES),
+    ("MP_GGML_Q2K_BYTES", GGML_Q2K_BYTES),
+    ("MP_GGML_IQ4_NL_BYTES", GGML_IQ4_NL_BYTES),
+    ("MP_GGML_IQ4_XS_BYTES", GGML_IQ4_XS_BYTES),
+    ("MP_GGML_MXFP4_BYTES", GGML_MXFP4_BYTES),
 ];
 
 use consts::*;
@@ -46,6 +50,14 @@ pub mod consts {
     pub const GGML_Q5K_BYTES: usize = block_bytes::<q5_k::Q5K>();
     /// Bytes per Q6_K super-block: `u8 ql[128], u8 qh[64], i8 scales[16], f16 d`.
     pub const GGML_Q6K_BYTES: usize = block_bytes::<q6_k::Q6K>();
+    /// Bytes per Q2_K super-block: `u8 scales[16], u8 qs[64], f16 d, f16 dmin`.
+    pub const GGML_Q2K_BYTES: usize = block_bytes::<q2_k::Q2K>();
+    /// Bytes per IQ4_NL block: `f16 d, u8 qs[16]`.
+    pub const GGML_IQ4_NL_BYTES: usize = block_bytes::<iq4::Iq4Nl>();
+    /// Bytes per IQ4_XS super-block: `f16 d, u16 scales_h, u8 scales_l[4], u8 qs[128]`.
+    pub const GGML_IQ4_XS_BYTES: usize = block_bytes::<iq4::Iq4Xs>();
+    /// Bytes per MXFP4 block: `u8 e (E8M0), u8 qs[16]`.
+    pub const GGML_MXFP4_BYTES: usize = block_bytes::<mxfp4::Mxfp4>();
 }
 
 const _: () = assert!(GGML_QK == 32 && GGML_QK_K == 256);
@@ -54,3 +66,6 @@ const _: () = assert!(GGML_Q5_0_BYTES == 6 + GGML_QK / 2 && GGML_Q5_1_BYTES == 8
 const _: () = assert!(GGML_Q8_0_BYTES == 2 + GGML_QK);
 const _: () = assert!(GGML_Q5K_BYTES == 4 + 12 + GGML_QK_K / 8 + GGML_QK_K / 2);
 const _: () = assert!(GGML_Q6K_BYTES == GGML_QK_K / 2 + GGML_QK_K / 4 + GGML_QK_K / 16 + 2);
+const _: () = assert!(GGML_Q2K_BYTES == GGML_QK_K / 16 + GGML_QK_K / 4 + 4);
+const _: () = assert!(GGML_IQ4_NL_BYTES == 2 + GGML_QK / 2 && GGML_MXFP4_BYTES == 1 + GGML_QK / 2);
+const _: () = assert!(GGML_IQ4_XS_BYTES == 4 + GGML_QK_K / 64 + GGML_QK_K / 2);

@@ -3,7 +3,7 @@
 
 use crate::GgmlType;
 use crate::converters::layouts::ggml;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ffn::GgmlWeight;
 use crate::ffn::{LayerOverlays, key};
 use crate::layout::*;
@@ -41,7 +41,7 @@ impl LayoutSpec for Ggml {
         source_type(model, w).is_some()
     }
     fn keeps_what(&self) -> &'static str {
-        "GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K blocks byte for byte, any mix per projection (float sources as Q8_0)"
+        "GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 blocks byte for byte, any mix per projection (float sources as Q8_0)"
     }
     fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
         &[""]
@@ -95,31 +95,20 @@ impl LayoutSpec for Ggml {
         let pi = source_index(proj);
         let [n, k] = cx.shape(pi)?;
         let w = cx.weight(pi);
-        let Some(ty) = source_type(cx.model, w) else {
-            return Ok(Some(ggml::encode(&cx.dense(pi)?, n, k)));
-        };
-        let full = cx.full_shape(pi)?.map(|d| d as u64);
-        let block = (ty.block_elems(), ty.block_bytes());
-        match cx.stored(pi, w.main(), full, block, 1) {
-            Some(raw) if k.is_multiple_of(ty.block_elems() as usize) => {
-                Ok(Some(ggml::carry(ty, &raw, n, k)))
-            }
-            // A tensor-parallel slice (or its padding) that splits the source's blocks: carrying
-            // it would mean re-quantizing (as `affine` refuses a slice that splits its groups).
-            _ => {
-                let t = w.main();
-                Err(Error::Tensor {
-                    file: cx.model.file_of(t),
-                    tensor: cx.model.tensors[t].name.to_string(),
-                    field: "values",
-                    reason: format!(
-                        "its tensor-parallel slice of {k} values a row (padding included) splits its {} blocks of {}: carried GGUF blocks need slices of whole blocks (choose a TP size whose slices are whole blocks, or name a re-quantizing layout with --allow-requantize)",
-                        ty.name(),
-                        ty.block_elems()
-                    ),
-                })
+        // Carried where the (tensor-parallel) rows are whole blocks and the cut and its
+        // padding split none. A slice that splits the source's blocks is stored as a float
+        // source is (Q8_0 of the decoded slice, as converting the slice gguf-py writes then
+        // would): the fidelity table shows what that costs.
+        let carried =
+            source_type(cx.model, w).filter(|t| k.is_multiple_of(t.block_elems() as usize));
+        if let Some(ty) = carried {
+            let full = cx.full_shape(pi)?.map(|d| d as u64);
+            let block = (ty.block_elems(), ty.block_bytes());
+            if let Some(raw) = cx.stored(pi, w.main(), full, block, 1) {
+                return Ok(Some(ggml::carry(ty, &raw, n, k)));
             }
         }
+        Ok(Some(ggml::encode(&cx.dense(pi)?, n, k)))
     }
     fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
         let ty = blob_type(b.scalars).ok_or_else(|| b.bad("", "no engine type".into()))?;

@@ -4,7 +4,9 @@
 //! same order, each lane's sum over its blocks in the kernel's order, then the same butterfly.
 
 use crate::GgmlType;
+use crate::converters::iq4::KVALUES;
 use crate::converters::kquant::get_scale_min_k4;
+use crate::converters::mxfp4::{KVALUES_X2, e8m0_to_f32_half};
 use crate::gpu::reference::f16_at;
 use crate::gpu::sizes::*;
 use rayon::prelude::*;
@@ -41,6 +43,25 @@ fn nibble_sum(qs: &[u8], aq: &[u8], qh: Option<u32>) -> i32 {
         s += dp4(hi, &aq[16 + 4 * i..]);
     }
     s
+}
+
+/// Four 4-bit indices (a byte each of `v`) through a 16-entry table into four int8 lanes.
+fn table4(v: u32, table: &[i8; 16]) -> u32 {
+    (0..4).fold(0, |acc, i| {
+        acc | (table[((v >> (8 * i)) & 15) as usize] as u8 as u32) << (8 * i)
+    })
+}
+
+/// The integer dot product of 16 index bytes (low nibbles: values 0..15, high: 16..31)
+/// through `table` with a q8_1 block's 32 codes.
+fn table_dot(qs: &[u8], aq: &[u8], table: &[i8; 16]) -> i32 {
+    (0..4)
+        .map(|i| {
+            let v = u32_at(&qs[4 * i..]);
+            dp4(table4(v & 0x0F0F_0F0F, table), &aq[4 * i..])
+                + dp4(table4((v >> 4) & 0x0F0F_0F0F, table), &aq[16 + 4 * i..])
+        })
+        .sum()
 }
 
 /// `(d sc) (da s) - (dmin m) sa` of sub-block `j` of a Q4_K/Q5_K super-block.
@@ -101,6 +122,41 @@ pub fn ggml_dot(ty: GgmlType, w: &[u8], b: usize, a: &[u8]) -> f32 {
                 })
                 .sum();
             kquant_sub(blk, j, s, a)
+        }
+        GgmlType::Q2_K => {
+            let blk = &w[(b >> 3) * 84..];
+            let (h, t) = ((b & 7) >> 2, b & 3);
+            let qs = &blk[16 + 32 * h..];
+            let (mut s, mut u) = ([0i32; 2], [0i32; 2]);
+            for i in 0..8 {
+                s[i >> 2] += dp4(
+                    (u32_at(&qs[4 * i..]) >> (2 * t)) & 0x0303_0303,
+                    &aq[4 * i..],
+                );
+                u[i >> 2] += dp4(0x0101_0101, &aq[4 * i..]);
+            }
+            let (sc0, sc1) = (blk[8 * h + 2 * t] as i32, blk[8 * h + 2 * t + 1] as i32);
+            let sd = (sc0 & 15) * s[0] + (sc1 & 15) * s[1];
+            let sm = (sc0 >> 4) * u[0] + (sc1 >> 4) * u[1];
+            (f16_at(&blk[80..]) * da) * sd as f32 + -((f16_at(&blk[82..]) * da) * sm as f32)
+        }
+        GgmlType::IQ4_NL => {
+            let blk = &w[b * 18..];
+            f16_at(blk) * (da * table_dot(&blk[2..], aq, &KVALUES) as f32)
+        }
+        GgmlType::IQ4_XS => {
+            let blk = &w[(b >> 3) * 136..];
+            let j = b & 7;
+            let s = table_dot(&blk[8 + 16 * j..], aq, &KVALUES);
+            let sh = u16::from_le_bytes([blk[2], blk[3]]) as u32;
+            let lo = (blk[4 + j / 2] >> (4 * (j & 1))) as u32 & 15;
+            let ls = (lo | ((sh >> (2 * j)) & 3) << 4) as i32 - 32;
+            f16_at(blk) * (da * (ls * s) as f32)
+        }
+        GgmlType::MXFP4 => {
+            let blk = &w[b * 17..];
+            let s = table_dot(&blk[1..], aq, &KVALUES_X2);
+            e8m0_to_f32_half(blk[0]) * (da * s as f32)
         }
         GgmlType::Q6_K => {
             let blk = &w[(b >> 3) * 210..];
