@@ -387,6 +387,15 @@ pub fn gguf_model(
                         b
                     })
                     .collect(),
+                // Random super-blocks (hmask, qs, scales) with a small finite d: no Q3_K
+                // encoder here.
+                GgmlType::Q3_K => (0..n * k / 256)
+                    .flat_map(|_| {
+                        let mut b = rng.bytes(108);
+                        b.extend(metrale_pack::converters::f16::encode(&[0.01]));
+                        b
+                    })
+                    .collect(),
                 _ => unreachable!(),
             };
             ts.push((
