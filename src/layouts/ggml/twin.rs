@@ -65,115 +65,157 @@ fn table_dot(qs: &[u8], aq: &[u8], table: &[i8; 16]) -> i32 {
 }
 
 /// `(d sc) (da s) - (dmin m) sa` of sub-block `j` of a Q4_K/Q5_K super-block.
-fn kquant_sub(blk: &[u8], j: usize, s: i32, a: &[u8]) -> f32 {
+fn kquant_sub(blk: &[u8], j: usize, s: i32, a: &Act) -> f32 {
     let (sc, m) = get_scale_min_k4(j, blk[4..16].try_into().unwrap());
     let dsc = f16_at(blk) * sc as f32;
     let dm = f16_at(&blk[2..]) * m as f32;
-    dsc * (f16_at(a) * s as f32) + -(dm * f16_at(&a[2..]))
+    dsc * (a.da * s as f32) + -(dm * a.sa)
+}
+
+/// One q8_1 activation block: its 32 codes, its scale and the f16 sum of its unquantized
+/// values.
+struct Act<'a> {
+    aq: &'a [u8],
+    da: f32,
+    sa: f32,
+}
+
+/// Q4_0 (`ggml_dot<2>`): `d * (da * s + -(8 * sa))`.
+fn dot_q4_0(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[b * GGML_Q4_0_BYTES..];
+    let s = nibble_sum(&blk[2..], a.aq, None);
+    f16_at(blk) * (a.da * s as f32 + -(8.0 * a.sa))
+}
+
+/// Q4_1 (`ggml_dot<3>`): `(d * da) * s + m * sa`.
+fn dot_q4_1(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[b * GGML_Q4_1_BYTES..];
+    let s = nibble_sum(&blk[4..], a.aq, None);
+    (f16_at(blk) * a.da) * s as f32 + f16_at(&blk[2..]) * a.sa
+}
+
+/// Q5_0 (`ggml_dot<6>`): `d * (da * s + -(16 * sa))`.
+fn dot_q5_0(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[b * GGML_Q5_0_BYTES..];
+    let s = nibble_sum(&blk[6..], a.aq, Some(u32_at(&blk[2..])));
+    f16_at(blk) * (a.da * s as f32 + -(16.0 * a.sa))
+}
+
+/// Q5_1 (`ggml_dot<7>`): `(d * da) * s + m * sa`.
+fn dot_q5_1(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[b * GGML_Q5_1_BYTES..];
+    let s = nibble_sum(&blk[8..], a.aq, Some(u32_at(&blk[4..])));
+    (f16_at(blk) * a.da) * s as f32 + f16_at(&blk[2..]) * a.sa
+}
+
+/// Q8_0 (`ggml_dot<8>`): `d * (da * s)`.
+fn dot_q8_0(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[b * GGML_Q8_0_BYTES..];
+    let s: i32 = (0..8)
+        .map(|i| dp4(u32_at(&blk[2 + 4 * i..]), &a.aq[4 * i..]))
+        .sum();
+    f16_at(blk) * (a.da * s as f32)
+}
+
+/// Q2_K (`ggml_dot<10>`): `(d * da) * sum sc s + -((dmin * da) * sum m u)`.
+fn dot_q2_k(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 3) * GGML_Q2K_BYTES..];
+    let (h, t) = ((b & 7) >> 2, b & 3);
+    let qs = &blk[16 + 32 * h..];
+    let (mut s, mut u) = ([0i32; 2], [0i32; 2]);
+    for i in 0..8 {
+        let q = (u32_at(&qs[4 * i..]) >> (2 * t)) & 0x0303_0303;
+        s[i >> 2] += dp4(q, &a.aq[4 * i..]);
+        u[i >> 2] += dp4(0x0101_0101, &a.aq[4 * i..]);
+    }
+    let (sc0, sc1) = (blk[8 * h + 2 * t] as i32, blk[8 * h + 2 * t + 1] as i32);
+    let sd = (sc0 & 15) * s[0] + (sc1 & 15) * s[1];
+    let sm = (sc0 >> 4) * u[0] + (sc1 >> 4) * u[1];
+    (f16_at(&blk[80..]) * a.da) * sd as f32 + -((f16_at(&blk[82..]) * a.da) * sm as f32)
+}
+
+/// Q4_K (`ggml_dot<12>`) and Q5_K (`ggml_dot<13>`): sub-block `b % 8` through [`kquant_sub`].
+fn dot_q45_k(w: &[u8], b: usize, a: &Act, q5: bool) -> f32 {
+    let bytes = if q5 { GGML_Q5K_BYTES } else { Q4K_BYTES };
+    let blk = &w[(b >> 3) * bytes..];
+    let j = b & 7;
+    let qs = &blk[if q5 { 48 } else { 16 } + 32 * (j >> 1)..];
+    let s: i32 = (0..8)
+        .map(|i| {
+            let lo = (u32_at(&qs[4 * i..]) >> (4 * (j & 1))) & 0x0F0F_0F0F;
+            let hi = if q5 {
+                ((u32_at(&blk[16 + 4 * i..]) >> j) & 0x0101_0101) << 4
+            } else {
+                0
+            };
+            dp4(lo | hi, &a.aq[4 * i..])
+        })
+        .sum();
+    kquant_sub(blk, j, s, a)
+}
+
+/// Q6_K (`ggml_dot<14>`): `d * (da * (sc0 s0 + sc1 s1))`, the codes less 32 in the integers.
+fn dot_q6_k(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 3) * GGML_Q6K_BYTES..];
+    let (h, t) = ((b & 7) >> 2, b & 3);
+    let ql = &blk[64 * h + 32 * (t & 1)..];
+    let qh = &blk[128 + 32 * h..];
+    let mut s = [0i32; 2];
+    for i in 0..8 {
+        let lo = (u32_at(&ql[4 * i..]) >> (4 * (t >> 1))) & 0x0F0F_0F0F;
+        let hi = ((u32_at(&qh[4 * i..]) >> (2 * t)) & 0x0303_0303) << 4;
+        s[i >> 2] += dp4(lo | hi, &a.aq[4 * i..]) + dp4(0xE0E0_E0E0, &a.aq[4 * i..]);
+    }
+    let sc0 = blk[192 + 8 * h + 2 * t] as i8 as i32;
+    let sc1 = blk[192 + 8 * h + 2 * t + 1] as i8 as i32;
+    f16_at(&blk[208..]) * (a.da * (sc0 * s[0] + sc1 * s[1]) as f32)
+}
+
+/// IQ4_NL (`ggml_dot<20>`): `d * (da * s)`, the codes through `kvalues_iq4nl`.
+fn dot_iq4_nl(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[b * GGML_IQ4_NL_BYTES..];
+    f16_at(blk) * (a.da * table_dot(&blk[2..], a.aq, &KVALUES) as f32)
+}
+
+/// IQ4_XS (`ggml_dot<23>`): `d * (da * ((ls - 32) * s))`.
+fn dot_iq4_xs(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 3) * GGML_IQ4_XS_BYTES..];
+    let j = b & 7;
+    let s = table_dot(&blk[8 + 16 * j..], a.aq, &KVALUES);
+    let sh = u16::from_le_bytes([blk[2], blk[3]]) as u32;
+    let lo = (blk[4 + j / 2] >> (4 * (j & 1))) as u32 & 15;
+    let ls = (lo | ((sh >> (2 * j)) & 3) << 4) as i32 - 32;
+    f16_at(blk) * (a.da * (ls * s) as f32)
+}
+
+/// MXFP4 (`ggml_dot<39>`): `2^(e - 128) * (da * s)`, the codes through E2M1 doubled.
+fn dot_mxfp4(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[b * GGML_MXFP4_BYTES..];
+    let s = table_dot(&blk[1..], a.aq, &KVALUES_X2);
+    e8m0_to_f32_half(blk[0]) * (a.da * s as f32)
 }
 
 /// The dot product of 32-value block `b` of weight row `w` (type `ty`) with one q8_1 block
-/// `a`, as `ggml_dot<ty>` computes it.
+/// `a`, as `ggml_dot<ty>` computes it: one function per type, as in the kernel.
 pub fn ggml_dot(ty: GgmlType, w: &[u8], b: usize, a: &[u8]) -> f32 {
-    let aq = &a[4..4 + Q8_1_ELEMS];
-    let (da, sa) = (f16_at(a), f16_at(&a[2..]));
+    let a = &Act {
+        aq: &a[4..4 + Q8_1_ELEMS],
+        da: f16_at(a),
+        sa: f16_at(&a[2..]),
+    };
     match ty {
-        GgmlType::Q4_0 => {
-            let blk = &w[b * 18..];
-            let s = nibble_sum(&blk[2..], aq, None);
-            f16_at(blk) * (da * s as f32 + -(8.0 * sa))
-        }
-        GgmlType::Q4_1 => {
-            let blk = &w[b * 20..];
-            let s = nibble_sum(&blk[4..], aq, None);
-            (f16_at(blk) * da) * s as f32 + f16_at(&blk[2..]) * sa
-        }
-        GgmlType::Q5_0 => {
-            let blk = &w[b * 22..];
-            let s = nibble_sum(&blk[6..], aq, Some(u32_at(&blk[2..])));
-            f16_at(blk) * (da * s as f32 + -(16.0 * sa))
-        }
-        GgmlType::Q5_1 => {
-            let blk = &w[b * 24..];
-            let s = nibble_sum(&blk[8..], aq, Some(u32_at(&blk[4..])));
-            (f16_at(blk) * da) * s as f32 + f16_at(&blk[2..]) * sa
-        }
-        GgmlType::Q8_0 => {
-            let blk = &w[b * 34..];
-            let s: i32 = (0..8)
-                .map(|i| dp4(u32_at(&blk[2 + 4 * i..]), &aq[4 * i..]))
-                .sum();
-            f16_at(blk) * (da * s as f32)
-        }
-        GgmlType::Q4_K | GgmlType::Q5_K => {
-            let q5 = ty == GgmlType::Q5_K;
-            let blk = &w[(b >> 3) * if q5 { 176 } else { 144 }..];
-            let j = b & 7;
-            let qs = &blk[if q5 { 48 } else { 16 } + 32 * (j >> 1)..];
-            let s: i32 = (0..8)
-                .map(|i| {
-                    let lo = (u32_at(&qs[4 * i..]) >> (4 * (j & 1))) & 0x0F0F_0F0F;
-                    let hi = if q5 {
-                        ((u32_at(&blk[16 + 4 * i..]) >> j) & 0x0101_0101) << 4
-                    } else {
-                        0
-                    };
-                    dp4(lo | hi, &aq[4 * i..])
-                })
-                .sum();
-            kquant_sub(blk, j, s, a)
-        }
-        GgmlType::Q2_K => {
-            let blk = &w[(b >> 3) * 84..];
-            let (h, t) = ((b & 7) >> 2, b & 3);
-            let qs = &blk[16 + 32 * h..];
-            let (mut s, mut u) = ([0i32; 2], [0i32; 2]);
-            for i in 0..8 {
-                s[i >> 2] += dp4(
-                    (u32_at(&qs[4 * i..]) >> (2 * t)) & 0x0303_0303,
-                    &aq[4 * i..],
-                );
-                u[i >> 2] += dp4(0x0101_0101, &aq[4 * i..]);
-            }
-            let (sc0, sc1) = (blk[8 * h + 2 * t] as i32, blk[8 * h + 2 * t + 1] as i32);
-            let sd = (sc0 & 15) * s[0] + (sc1 & 15) * s[1];
-            let sm = (sc0 >> 4) * u[0] + (sc1 >> 4) * u[1];
-            (f16_at(&blk[80..]) * da) * sd as f32 + -((f16_at(&blk[82..]) * da) * sm as f32)
-        }
-        GgmlType::IQ4_NL => {
-            let blk = &w[b * 18..];
-            f16_at(blk) * (da * table_dot(&blk[2..], aq, &KVALUES) as f32)
-        }
-        GgmlType::IQ4_XS => {
-            let blk = &w[(b >> 3) * 136..];
-            let j = b & 7;
-            let s = table_dot(&blk[8 + 16 * j..], aq, &KVALUES);
-            let sh = u16::from_le_bytes([blk[2], blk[3]]) as u32;
-            let lo = (blk[4 + j / 2] >> (4 * (j & 1))) as u32 & 15;
-            let ls = (lo | ((sh >> (2 * j)) & 3) << 4) as i32 - 32;
-            f16_at(blk) * (da * (ls * s) as f32)
-        }
-        GgmlType::MXFP4 => {
-            let blk = &w[b * 17..];
-            let s = table_dot(&blk[1..], aq, &KVALUES_X2);
-            e8m0_to_f32_half(blk[0]) * (da * s as f32)
-        }
-        GgmlType::Q6_K => {
-            let blk = &w[(b >> 3) * 210..];
-            let (j, h) = (b & 7, (b & 7) >> 2);
-            let t = j & 3;
-            let ql = &blk[64 * h + 32 * (t & 1)..];
-            let qh = &blk[128 + 32 * h..];
-            let mut s = [0i32; 2];
-            for i in 0..8 {
-                let lo = (u32_at(&ql[4 * i..]) >> (4 * (t >> 1))) & 0x0F0F_0F0F;
-                let hi = ((u32_at(&qh[4 * i..]) >> (2 * t)) & 0x0303_0303) << 4;
-                s[i >> 2] += dp4(lo | hi, &aq[4 * i..]) + dp4(0xE0E0_E0E0, &aq[4 * i..]);
-            }
-            let sc0 = blk[192 + 8 * h + 2 * t] as i8 as i32;
-            let sc1 = blk[192 + 8 * h + 2 * t + 1] as i8 as i32;
-            f16_at(&blk[208..]) * (da * (sc0 * s[0] + sc1 * s[1]) as f32)
-        }
+        GgmlType::Q4_0 => dot_q4_0(w, b, a),
+        GgmlType::Q4_1 => dot_q4_1(w, b, a),
+        GgmlType::Q5_0 => dot_q5_0(w, b, a),
+        GgmlType::Q5_1 => dot_q5_1(w, b, a),
+        GgmlType::Q8_0 => dot_q8_0(w, b, a),
+        GgmlType::Q2_K => dot_q2_k(w, b, a),
+        GgmlType::Q4_K => dot_q45_k(w, b, a, false),
+        GgmlType::Q5_K => dot_q45_k(w, b, a, true),
+        GgmlType::Q6_K => dot_q6_k(w, b, a),
+        GgmlType::IQ4_NL => dot_iq4_nl(w, b, a),
+        GgmlType::IQ4_XS => dot_iq4_xs(w, b, a),
+        GgmlType::MXFP4 => dot_mxfp4(w, b, a),
         _ => unreachable!("{ty:?} is not an engine type (layouts::ggml::codec::TYPES)"),
     }
 }
