@@ -166,6 +166,9 @@ def test_a_raising_progress_callback_stops_the_convert_and_writes_nothing(tmp_pa
 CTRL_C = r"""
 import os, signal, sys, threading, metrale_pack
 src, out = sys.argv[1], sys.argv[2]
+# Python leaves SIGINT alone when it starts ignored (a background job of a shell without job
+# control): install the KeyboardInterrupt handler whatever the parent did.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 started = threading.Event()
 def interrupt():
     started.wait()
