@@ -148,3 +148,34 @@ fn the_engine_twin_is_the_decoded_product_to_f32_rounding() {
         assert!(err < 1e-6, "{}: {err:.2e}", ty.name());
     }
 }
+
+/// The prefill's dequantization (`ggml_dequant_bf16`) on the emulator against its twin, the
+/// converters' decode (gguf-py's, bit for bit) rounded to BF16, bit for bit, every type.
+#[test]
+fn the_engine_dequantization_is_gguf_py_s_decode_in_bf16_for_every_type() {
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(58);
+    let (n, k) = (5usize, 768usize);
+    for ty in TYPES {
+        let w = random_blocks(&mut r, ty, n, k);
+        let mut a = [
+            A::P(w.clone()),
+            A::I(ty as usize),
+            A::I(n),
+            A::I(k),
+            A::P(vec![0xA5; n * k * 2]),
+        ];
+        launch(
+            exe,
+            "ggml_dequant_bf16",
+            ((n * k / 32).div_ceil(256), 1),
+            256,
+            &mut a,
+        );
+        let want: Vec<u8> = reference::ggml_dequant_bf16(&w, ty, n, k)
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert!(buf(&a[4]) == want.as_slice(), "{}", ty.name());
+    }
+}

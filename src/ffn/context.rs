@@ -30,8 +30,8 @@ pub struct Arena {
     /// q8_1 activation blocks, `[max_tokens, kmax / 32]` (`DenseFfnLayer::quantize_q8_1`: the
     /// arms that multiply int8 activations, `q2g128`, `q4k_mmq`'s MMQ and `ggml`).
     pub act_q8_1: DevicePtr,
-    /// BF16 scratch of one dequantized q2g128 projection.
-    pub q2_dequant_scratch: DevicePtr,
+    /// BF16 scratch of one projection dequantized for a prefill (`q2g128`, `affine`, `ggml`).
+    pub dequant_bf16: DevicePtr,
     /// FP8 activation codes `[max_tokens, kp_max]` and their row scales `[max_tokens]` (W8A8).
     pub act_codes: DevicePtr,
     /// Activation scales (f32) of the quantizing arms: per row, or per row and 128-column group;
@@ -70,7 +70,7 @@ impl Arena {
             self.lora_xa,
             self.lora_delta,
             self.act_q8_1,
-            self.q2_dequant_scratch,
+            self.dequant_bf16,
             self.act_codes,
             self.act_scale,
             self.act_bf16,
@@ -208,7 +208,7 @@ impl ForwardContext {
             lora_xa: next(),
             lora_delta: next(),
             act_q8_1: next(),
-            q2_dequant_scratch: next(),
+            dequant_bf16: next(),
             act_codes: next(),
             act_scale: next(),
             act_bf16: next(),

@@ -641,6 +641,12 @@ kernel_table! {
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
     ggml_gemv: "ffn_ggml" "ggml_gemv" ("xq:p m:i w:p ty:i y:p n:i kp:i ldy:i")
         grid(Per("n", GGML_GEMV_ROWS), One, 256), cap Some(GGML_GEMV_MAX_M), round None;
+    ggml_dequant: "ffn_ggml" "ggml_dequant_bf16" ("w:p ty:i n:i kp:i out:p")
+        // One thread per 32-value block: n * kp / 32 threads.
+        grid(Rule(|a| Ok(a.dim("n")?
+            .checked_mul(a.dim("kp")? / 32)
+            .ok_or_else(|| GpuError::Invalid("ggml_dequant_bf16: grid overflows".into()))?
+            .div_ceil(256))), One, 256), cap None, round None;
     q4k_gemv: "ffn_q4k_mmq" "q4k_gemv" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")
         grid(Per("n", Q4K_GEMV_ROWS), One, 256), cap Some(1), round None;
     q4k_gemv_m: "ffn_q4k_mmq" "q4k_gemv_batch4" ("x:p m:i w:p y:p n:i k:i kp:i ldy:i")

@@ -63,6 +63,8 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { q2g128_mmq_gemm((cu8)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6)); });
     else if (name == "q4k_mmq_gemm")
         emu_launch(gx, gy, bx, [&] { q4k_mmq_gemm((cu8)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6)); });
+    else if (name == "ggml_dequant_bf16")
+        emu_launch(gx, gy, bx, [&] { ggml_dequant_bf16((cu8)P(0), I(1), I(2), I(3), (unsigned short*)P(4)); });
     else if (name == "ggml_gemv")
         emu_launch(gx, gy, bx, [&] { ggml_gemv((cu8)P(0), I(1), (cu8)P(2), I(3), (float*)P(4), I(5), I(6), I(7)); });
     else if (name == "q4k_gemv")

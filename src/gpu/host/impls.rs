@@ -134,6 +134,7 @@ const TWINS: &[(&[&str], Twin)] = &[
     ),
     (&["q4k_gemv", "q4k_gemv_batch4"], HostBackend::q4k_gemv),
     (&["ggml_gemv"], HostBackend::ggml_gemv),
+    (&["ggml_dequant_bf16"], HostBackend::ggml_dequant_bf16),
     (
         &["int8_rows_gemv", "int8_rows_gemv_batch4"],
         HostBackend::int8_rows_gemv,
@@ -472,6 +473,19 @@ impl HostBackend {
             reference::ggml_gemv_row(&xq[r * row_q8..(r + 1) * row_q8], &w, ty, n, kp, out);
         })?;
         Ok(())
+    }
+
+    /// `ggml_dequant_bf16`: the weights through the twin into BF16 `[n, kp]`.
+    fn ggml_dequant_bf16(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let w = self.read(a.ptr("w")?)?;
+        let ty = crate::converters::layouts::ggml::engine_type(a.dim("ty")? as u32)
+            .ok_or_else(|| GpuError::Invalid("ggml_dequant_bf16: not an engine type".into()))?;
+        let (n, kp) = (a.dim("n")?, a.dim("kp")?);
+        let out: Vec<u8> = reference::ggml_dequant_bf16(&w, ty, n, kp)
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        self.write(a.ptr("out")?, 0, &out)
     }
 
     /// `q4k_gemv`, `q4k_gemv_batch4`.

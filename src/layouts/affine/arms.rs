@@ -258,10 +258,7 @@ impl DenseFfnLayer {
         w: &AffineWeight,
         source_order: bool,
     ) -> GpuResult<Bf16Weight> {
-        let dq = ctx
-            .arena
-            .q2_dequant_scratch
-            .view(0, (w.n * w.kp * 2) as u64);
+        let dq = ctx.arena.dequant_bf16.view(0, (w.n * w.kp * 2) as u64);
         let perm = if source_order {
             w.perm
         } else {

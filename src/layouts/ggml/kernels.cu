@@ -319,3 +319,169 @@ extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsig
         default: break;
     }
 }
+
+// ---- The prefill's dequantization: weights to BF16 for the BF16 GEMM ----
+//
+// ggml_values<TY>(row, b, v): the 32 values of 32-value block b of a weight row as f32, each
+// by the operations converters/ (gguf-py's decode, bit for bit) does in its order, so the BF16
+// rounding after is the twin's `bf16(converters::decode_ggml(..))`.
+
+template <int TY>
+__device__ __forceinline__ void ggml_values(const unsigned char* w, int b, float (&v)[32]);
+
+// Q4_0: d * (q - 8); Q5_0: d * (q - 16) with the fifth bits.
+template <>
+__device__ __forceinline__ void ggml_values<2>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_Q4_0_BYTES;
+    const float d = f16_at(blk);
+    for (int l = 0; l < 16; ++l) {
+        v[l] = __fmul_rn(d, (float)((blk[2 + l] & 15) - 8));
+        v[l + 16] = __fmul_rn(d, (float)((blk[2 + l] >> 4) - 8));
+    }
+}
+template <>
+__device__ __forceinline__ void ggml_values<6>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_Q5_0_BYTES;
+    const float d = f16_at(blk);
+    const unsigned int qh = (unsigned int)ggml_u32(blk + 2);
+    for (int l = 0; l < 16; ++l) {
+        v[l] = __fmul_rn(d, (float)((int)((blk[6 + l] & 15) | (((qh >> l) & 1) << 4)) - 16));
+        v[l + 16] = __fmul_rn(d, (float)((int)((blk[6 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4)) - 16));
+    }
+}
+// Q4_1: d * q + m; Q5_1 the same with the fifth bits.
+template <>
+__device__ __forceinline__ void ggml_values<3>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_Q4_1_BYTES;
+    const float d = f16_at(blk), m = f16_at(blk + 2);
+    for (int l = 0; l < 16; ++l) {
+        v[l] = __fadd_rn(__fmul_rn(d, (float)(blk[4 + l] & 15)), m);
+        v[l + 16] = __fadd_rn(__fmul_rn(d, (float)(blk[4 + l] >> 4)), m);
+    }
+}
+template <>
+__device__ __forceinline__ void ggml_values<7>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_Q5_1_BYTES;
+    const float d = f16_at(blk), m = f16_at(blk + 2);
+    const unsigned int qh = (unsigned int)ggml_u32(blk + 4);
+    for (int l = 0; l < 16; ++l) {
+        v[l] = __fadd_rn(__fmul_rn(d, (float)((blk[8 + l] & 15) | (((qh >> l) & 1) << 4))), m);
+        v[l + 16] = __fadd_rn(__fmul_rn(d, (float)((blk[8 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4))), m);
+    }
+}
+// Q8_0: q * d.
+template <>
+__device__ __forceinline__ void ggml_values<8>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_Q8_0_BYTES;
+    const float d = f16_at(blk);
+    for (int l = 0; l < 32; ++l) v[l] = __fmul_rn((float)(signed char)blk[2 + l], d);
+}
+// Q2_K: (d * sc) * q - dmin * m per 16 values.
+template <>
+__device__ __forceinline__ void ggml_values<10>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q2K_BYTES;
+    const int j = b & 7, h = j >> 2, t = j & 3;
+    const float d = f16_at(blk + 80), dmin = f16_at(blk + 82);
+    for (int l = 0; l < 32; ++l) {
+        const int sc = blk[8 * h + 2 * t + (l >> 4)];
+        const float dl = __fmul_rn(d, (float)(sc & 15)), ml = __fmul_rn(dmin, (float)(sc >> 4));
+        v[l] = __fadd_rn(__fmul_rn(dl, (float)((blk[16 + 32 * h + l] >> (2 * t)) & 3)), -ml);
+    }
+}
+// Q4_K, Q5_K: (d * sc) * q - dmin * m per 32 values.
+template <>
+__device__ __forceinline__ void ggml_values<12>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_Q4K_BYTES;
+    const int j = b & 7;
+    int sc, m;
+    ggml_scale_min_k4(j, blk + 4, &sc, &m);
+    const float dl = __fmul_rn(f16_at(blk), (float)sc), ml = __fmul_rn(f16_at(blk + 2), (float)m);
+    for (int l = 0; l < 32; ++l) v[l] = __fadd_rn(__fmul_rn(dl, (float)((blk[16 + 32 * (j >> 1) + l] >> (4 * (j & 1))) & 15)), -ml);
+}
+template <>
+__device__ __forceinline__ void ggml_values<13>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q5K_BYTES;
+    const int j = b & 7;
+    int sc, m;
+    ggml_scale_min_k4(j, blk + 4, &sc, &m);
+    const float dl = __fmul_rn(f16_at(blk), (float)sc), ml = __fmul_rn(f16_at(blk + 2), (float)m);
+    for (int l = 0; l < 32; ++l) {
+        const int q = ((blk[48 + 32 * (j >> 1) + l] >> (4 * (j & 1))) & 15) | (((blk[16 + l] >> j) & 1) << 4);
+        v[l] = __fadd_rn(__fmul_rn(dl, (float)q), -ml);
+    }
+}
+// Q6_K: (d * sc) * (q - 32) per 16 values.
+template <>
+__device__ __forceinline__ void ggml_values<14>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q6K_BYTES;
+    const int j = b & 7, h = j >> 2, t = j & 3;
+    const float d = f16_at(blk + 208);
+    for (int l = 0; l < 32; ++l) {
+        const int lo = (blk[64 * h + 32 * (t & 1) + l] >> (4 * (t >> 1))) & 15;
+        const int hi = (blk[128 + 32 * h + l] >> (2 * t)) & 3;
+        const float dl = __fmul_rn(d, (float)(signed char)blk[192 + 8 * h + 2 * t + (l >> 4)]);
+        v[l] = __fmul_rn(dl, (float)((lo | (hi << 4)) - 32));
+    }
+}
+// IQ4_NL: d * kvalues[q]; IQ4_XS: (d * (ls - 32)) * kvalues[q]; MXFP4: 2^(e - 128) * kvalues[q].
+__device__ __forceinline__ void ggml_table_values(const unsigned char* qs, float scale, const signed char* table,
+                                                  float (&v)[32]) {
+    for (int l = 0; l < 16; ++l) {
+        v[l] = __fmul_rn(scale, (float)table[qs[l] & 15]);
+        v[l + 16] = __fmul_rn(scale, (float)table[qs[l] >> 4]);
+    }
+}
+template <>
+__device__ __forceinline__ void ggml_values<20>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_IQ4_NL_BYTES;
+    ggml_table_values(blk + 2, f16_at(blk), GGML_KV_IQ4NL, v);
+}
+template <>
+__device__ __forceinline__ void ggml_values<23>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_IQ4_XS_BYTES;
+    const int j = b & 7;
+    const unsigned int sh = (unsigned int)blk[2] | ((unsigned int)blk[3] << 8);
+    const int ls = (int)(((blk[4 + j / 2] >> (4 * (j & 1))) & 15u) | (((sh >> (2 * j)) & 3u) << 4)) - 32;
+    ggml_table_values(blk + 8 + 16 * j, __fmul_rn(f16_at(blk), (float)ls), GGML_KV_IQ4NL, v);
+}
+template <>
+__device__ __forceinline__ void ggml_values<39>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)b * MP_GGML_MXFP4_BYTES;
+    const unsigned int e = blk[0];
+    ggml_table_values(blk + 1, __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23), GGML_KV_MXFP4, v);
+}
+
+template <int TY>
+__device__ __forceinline__ void ggml_dequant_rows(const unsigned char* __restrict__ w, size_t row_bytes, int n, int kp,
+                                                  unsigned int* __restrict__ out) {
+    const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int nb = kp / MP_GGML_QK;
+    if (id >= (long long)n * nb) return;
+    const int j = (int)(id / nb), b = (int)(id % nb);
+    float v[32];
+    ggml_values<TY>(w + (size_t)j * row_bytes, b, v);
+    unsigned int* o = out + ((size_t)j * kp + (size_t)b * MP_GGML_QK) / 2;
+    for (int l = 0; l < 16; ++l) o[l] = pack2_bf16(v[2 * l], v[2 * l + 1]);
+}
+
+// The prefill's dequantization: `w` (n rows of kp values of type `ty`) to BF16 [n, kp], each
+// value gguf-py's decode rounded to nearest even. One thread per 32-value block of a row.
+// Grid ceil(n * kp / 32 / 256), block 256.
+extern "C" __global__ void ggml_dequant_bf16(const unsigned char* w, int ty, int n, int kp, unsigned short* out) {
+    unsigned int* o = reinterpret_cast<unsigned int*>(out);
+    switch (ty) {
+        case 2: ggml_dequant_rows<2>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_0_BYTES, n, kp, o); break;
+        case 3: ggml_dequant_rows<3>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_1_BYTES, n, kp, o); break;
+        case 6: ggml_dequant_rows<6>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_0_BYTES, n, kp, o); break;
+        case 7: ggml_dequant_rows<7>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_1_BYTES, n, kp, o); break;
+        case 8: ggml_dequant_rows<8>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q8_0_BYTES, n, kp, o); break;
+        case 10: ggml_dequant_rows<10>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q2K_BYTES, n, kp, o); break;
+        case 12: ggml_dequant_rows<12>(w, (size_t)kp / MP_GGML_QK_K * MP_Q4K_BYTES, n, kp, o); break;
+        case 13: ggml_dequant_rows<13>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q5K_BYTES, n, kp, o); break;
+        case 14: ggml_dequant_rows<14>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q6K_BYTES, n, kp, o); break;
+        case 20: ggml_dequant_rows<20>(w, (size_t)kp / MP_GGML_QK * MP_GGML_IQ4_NL_BYTES, n, kp, o); break;
+        case 23: ggml_dequant_rows<23>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_IQ4_XS_BYTES, n, kp, o); break;
+        case 39: ggml_dequant_rows<39>(w, (size_t)kp / MP_GGML_QK * MP_GGML_MXFP4_BYTES, n, kp, o); break;
+        default: break;
+    }
+}

@@ -44,13 +44,14 @@ fn engine(l: &DenseFfnLayer, _: &ForwardContext, _: usize) -> bool {
 }
 
 /// Its rows of the arm table, ranked within each method (`routing::arms`): the engine's GEMV
-/// at every row count (`GGML_GEMV_MAX_M` rows a launch).
+/// (`GGML_GEMV_MAX_M` rows a launch), and for a prefill of `GGML_PREFILL_MIN_ROWS` rows or more
+/// the dequantization to BF16 and the BF16 GEMM.
 #[rustfmt::skip]
 static ARMS: [Arm; 4] = [
     Arm::new(Decode, "ggml gemv", Ggml, engine, |l, c, x, m| l.ggml_arm(c, x, m)).rank(27),
     Arm::new(Small, "ggml gemv", Ggml, engine, |l, c, x, m| l.ggml_arm(c, x, m)).rank(17),
     Arm::new(Verify, "ggml gemv", Ggml, engine, |l, c, x, m| l.ggml_arm(c, x, m)).rank(75),
-    Arm::new(Prefill, "ggml gemv", Ggml, engine, |l, c, x, m| l.ggml_arm(c, x, m)).rank(27),
+    Arm::new(Prefill, "ggml", Ggml, engine, |l, c, x, m| l.ggml_prefill_arm(c, x, m)).rank(27),
 ];
 
 /// A projection's GGUF blocks (`ggml` layout): `n` rows of `k` values of type `ty`, each row

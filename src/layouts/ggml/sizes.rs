@@ -32,6 +32,10 @@ pub mod consts {
     pub const GGML_GEMV_MAX_M: usize = 4;
     /// Weight rows per block of `ggml_gemv` (8 warps of one row).
     pub const GGML_GEMV_ROWS: usize = 8;
+    /// The fewest prefill rows that take the dequantization and the BF16 GEMM rather than the
+    /// GEMV (which reads the weights once per 4 rows): `affine`'s crossover, measured on the
+    /// H200 for its own GEMVs (BENCHMARKS.md); not yet measured for this engine.
+    pub const GGML_PREFILL_MIN_ROWS: usize = 17;
     /// Values per block of the 32-value types (ggml's `QK4_0` .. `QK8_0`).
     pub const GGML_QK: usize = q8_0::Q8_0::BLOCK_ELEMS;
     /// Values per K-quant super-block (ggml's `QK_K`).

@@ -241,3 +241,19 @@ pub fn ggml_gemv_row(xq: &[u8], w: &[u8], ty: GgmlType, n: usize, kp: usize, y: 
         *out = lanes[0];
     });
 }
+
+/// The prefill's dequantization (`ggml_dequant_bf16`): `n` rows of `kp` values of `ty` to BF16
+/// `[n, kp]`, each value the converters' decode (gguf-py's, bit for bit) rounded to nearest
+/// even.
+pub fn ggml_dequant_bf16(w: &[u8], ty: GgmlType, n: usize, kp: usize) -> Vec<u16> {
+    let mut v = vec![0f32; n * kp];
+    crate::converters::decode_ggml(
+        ty,
+        &w[..ty.row_bytes(kp as u64).expect("whole blocks") as usize * n],
+        &mut v,
+    )
+    .expect("whole blocks");
+    v.iter()
+        .map(|&x| crate::converters::bf16::from_f32(x))
+        .collect()
+}

@@ -103,7 +103,7 @@ impl DenseFfnLayer {
         if !k.q2_dequant.ok() {
             return Err(k.q2_dequant.missing());
         }
-        let scratch = ctx.arena.q2_dequant_scratch;
+        let scratch = ctx.arena.dequant_bf16;
         let project = |l: &Self,
                        c: &mut ForwardContext,
                        w: &Q2g128Weight,
