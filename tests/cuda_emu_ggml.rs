@@ -21,6 +21,7 @@ fn half_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
         GgmlType::Q6_K => &[208],
         GgmlType::MXFP4 => &[],
         _ => unreachable!(),

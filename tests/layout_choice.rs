@@ -19,7 +19,7 @@ fn stdout(o: &std::process::Output) -> String {
 }
 
 /// The real SmolLM2 Q4_1 GGUF: `affine` keeps Q4_1, so the default carries it with no flag; a
-/// Q2_K source goes to `ggml`; a Q3_K source no layout keeps stops before writing with the
+/// Q2_K source goes to `ggml`; an IQ2_XXS source no layout keeps stops before writing with the
 /// table of choices; a named set that re-quantizes is refused; bf16 (values kept) needs no
 /// flag; the flag takes the default.
 #[test]
@@ -53,28 +53,28 @@ fn a_quantized_source_is_kept_or_not_requantized_without_the_flag() {
 
     let q2k = gguf_model(
         dir.path(),
-        "q3k.gguf",
+        "iq2.gguf",
         "llama",
         256,
         512,
         2,
-        GgmlType::Q3_K,
+        GgmlType::IQ2_XXS,
         &mut rng,
     );
-    let q2out = dir.path().join("q3k.mpk.gguf");
+    let q2out = dir.path().join("iq2.mpk.gguf");
     let o = cli(&convert_args(&q2k, &q2out, &[]));
     assert_eq!(o.status.code(), Some(1));
     let e = err(&o);
     assert!(!q2out.exists(), "nothing written");
     assert_eq!(
         files_in(dir.path()),
-        ["q3k.gguf"],
+        ["iq2.gguf"],
         "no litter: {:?}",
         files_in(dir.path())
     );
     let line = e.lines().find(|l| l.starts_with("error:")).unwrap();
     assert!(
-        line.contains("Q3_K") && line.contains("--allow-requantize"),
+        line.contains("IQ2_XXS") && line.contains("--allow-requantize"),
         "{line}"
     );
     assert!(line.contains("nvfp4 would re-quantize"), "{line}");

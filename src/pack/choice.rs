@@ -90,7 +90,7 @@ pub fn requantizing(model: &Model, layouts: &[Layout], opts: &ConvertOptions) ->
 /// and Q8_0, AutoAWQ and compressed-tensors integer checkpoints: `affine`; any mix of the
 /// block-format engine's GGUF types, as llama-quantize's Q4_K_M and Q5_K_M write them: `ggml`),
 /// the target's default for float sources, and `None` for a quantized source no such set keeps
-/// (Q3_K, the IQ1-IQ3 types, FP8 per channel or tensor: the user chooses, from the dry run's
+/// (the IQ1-IQ3 types, FP8 per channel or tensor: the user chooses, from the dry run's
 /// figures).
 pub fn default_for(model: &Model, opts: &ConvertOptions) -> Option<Vec<Layout>> {
     let act = model.activation.unwrap_or(Activation::Silu);

@@ -396,6 +396,14 @@ pub fn gguf_model(
                         b
                     })
                     .collect(),
+                // Random grid indices and signs after a small finite d: no IQ2_XXS encoder here.
+                GgmlType::IQ2_XXS => (0..n * k / 256)
+                    .flat_map(|_| {
+                        let mut b = metrale_pack::converters::f16::encode(&[0.01]);
+                        b.extend(rng.bytes(64));
+                        b
+                    })
+                    .collect(),
                 _ => unreachable!(),
             };
             ts.push((

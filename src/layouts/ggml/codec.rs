@@ -11,13 +11,14 @@ use crate::converters::{decode_ggml, encode_to_vec, q8_0::Q8_0};
 use crate::error::CodecError;
 
 /// The GGUF types the engine carries and serves (`kernels.cu`, `ggml_gemv`: a case line each).
-pub const TYPES: [GgmlType; 12] = [
+pub const TYPES: [GgmlType; 13] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
     GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,

@@ -167,6 +167,37 @@ __device__ __forceinline__ float ggml_dot<10>(const unsigned char* w, int b, con
                      -__fmul_rn(__fmul_rn(f16_at(blk + 82), da), (float)sm));
 }
 
+// Q3_K's 6-bit sub-block scale `is` (0..15) from its 12 packed bytes, less 32: the low 4 bits
+// in byte is (is < 8) or the high nibble of byte is - 8, the high 2 bits in byte 8 + is % 4 at
+// bit 2 (is / 4) (ggml's dequantize_row_q3_K, converters/q3_k.rs).
+__device__ __forceinline__ int ggml_q3k_scale(const unsigned char* sc, int is) {
+    const int lo = is < 8 ? (sc[is] & 15) : (sc[is - 8] >> 4);
+    const int hi = (sc[8 + (is & 3)] >> (2 * (is >> 2))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+// Q3_K, 110 bytes per 256: hmask[32], qs[64], scales[12], f16 d. Sub-block j = 4 h + t:
+// element l is bits 2t, 2t+1 of qs[32 h + l], less 4 where bit j of hmask[l] is clear (the
+// code with that bit as bit 2, less 4); values 0..15 and 16..31 under the scales 2j and
+// 2j + 1; value d * (sc - 32) * q.
+template <>
+__device__ __forceinline__ float ggml_dot<11>(const unsigned char* w, int b, const unsigned char* a) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q3K_BYTES;
+    const int j = b & 7, h = j >> 2, t = j & 3;
+    const unsigned char* qs = blk + 32 + 32 * h;
+    const int* aq = reinterpret_cast<const int*>(a + 4);
+    int s[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const unsigned int lo = ((unsigned int)ggml_u32(qs + 4 * i) >> (2 * t)) & 0x03030303u;
+        const unsigned int hb = (((unsigned int)ggml_u32(blk + 4 * i) >> j) & 0x01010101u) << 2;
+        s[i >> 2] = __dp4a((int)(lo | hb), aq[i], s[i >> 2]);
+        s[i >> 2] = __dp4a((int)0xFCFCFCFCu, aq[i], s[i >> 2]);
+    }
+    const int sc0 = ggml_q3k_scale(blk + 96, 2 * j), sc1 = ggml_q3k_scale(blk + 96, 2 * j + 1);
+    return __fmul_rn(f16_at(blk + 108), __fmul_rn(f16_at(a), (float)(sc0 * s[0] + sc1 * s[1])));
+}
+
 // IQ4_NL, 18 bytes per 32: f16 d, qs[16] (indices as Q4_0's codes); value d * kvalues[q].
 template <>
 __device__ __forceinline__ float ggml_dot<20>(const unsigned char* w, int b, const unsigned char* a) {
@@ -308,6 +339,7 @@ extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsig
         case 3: ggml_gemv_rows<3>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_1_BYTES, y, n, kp, ldy); break;
         case 6: ggml_gemv_rows<6>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_0_BYTES, y, n, kp, ldy); break;
         case 7: ggml_gemv_rows<7>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_1_BYTES, y, n, kp, ldy); break;
+        case 11: ggml_gemv_rows<11>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q3K_BYTES, y, n, kp, ldy); break;
         case 10: ggml_gemv_rows<10>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q2K_BYTES, y, n, kp, ldy); break;
         case 20: ggml_gemv_rows<20>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_IQ4_NL_BYTES, y, n, kp, ldy); break;
         case 23: ggml_gemv_rows<23>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_IQ4_XS_BYTES, y, n, kp, ldy); break;
@@ -386,6 +418,18 @@ __device__ __forceinline__ void ggml_values<10>(const unsigned char* w, int b, f
         const int sc = blk[8 * h + 2 * t + (l >> 4)];
         const float dl = __fmul_rn(d, (float)(sc & 15)), ml = __fmul_rn(dmin, (float)(sc >> 4));
         v[l] = __fadd_rn(__fmul_rn(dl, (float)((blk[16 + 32 * h + l] >> (2 * t)) & 3)), -ml);
+    }
+}
+// Q3_K: (d * (sc - 32)) * q per 16 values.
+template <>
+__device__ __forceinline__ void ggml_values<11>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q3K_BYTES;
+    const int j = b & 7, h = j >> 2, t = j & 3;
+    const float d = f16_at(blk + 108);
+    for (int l = 0; l < 32; ++l) {
+        const float dl = __fmul_rn(d, (float)ggml_q3k_scale(blk + 96, 2 * j + (l >> 4)));
+        const int q = (int)((blk[32 + 32 * h + l] >> (2 * t)) & 3) - (((blk[l] >> j) & 1) ? 0 : 4);
+        v[l] = __fmul_rn(dl, (float)q);
     }
 }
 // Q4_K, Q5_K: (d * sc) * q - dmin * m per 32 values.
@@ -475,6 +519,7 @@ extern "C" __global__ void ggml_dequant_bf16(const unsigned char* w, int ty, int
         case 6: ggml_dequant_rows<6>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_0_BYTES, n, kp, o); break;
         case 7: ggml_dequant_rows<7>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_1_BYTES, n, kp, o); break;
         case 8: ggml_dequant_rows<8>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q8_0_BYTES, n, kp, o); break;
+        case 11: ggml_dequant_rows<11>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q3K_BYTES, n, kp, o); break;
         case 10: ggml_dequant_rows<10>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q2K_BYTES, n, kp, o); break;
         case 12: ggml_dequant_rows<12>(w, (size_t)kp / MP_GGML_QK_K * MP_Q4K_BYTES, n, kp, o); break;
         case 13: ggml_dequant_rows<13>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q5K_BYTES, n, kp, o); break;

@@ -3,7 +3,7 @@
 //! converters' block types' (`converters/q*.rs`, ggml-common.h's layouts).
 
 use crate::converters::{BlockFormat, block_bytes};
-use crate::converters::{iq4, mxfp4, q2_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0};
+use crate::converters::{iq4, mxfp4, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0};
 
 /// Its sizes, by the name the kernels see.
 pub const DEFINES: &[(&str, usize)] = &[
@@ -18,6 +18,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_Q5K_BYTES", GGML_Q5K_BYTES),
     ("MP_GGML_Q6K_BYTES", GGML_Q6K_BYTES),
     ("MP_GGML_Q2K_BYTES", GGML_Q2K_BYTES),
+    ("MP_GGML_Q3K_BYTES", GGML_Q3K_BYTES),
     ("MP_GGML_IQ4_NL_BYTES", GGML_IQ4_NL_BYTES),
     ("MP_GGML_IQ4_XS_BYTES", GGML_IQ4_XS_BYTES),
     ("MP_GGML_MXFP4_BYTES", GGML_MXFP4_BYTES),
@@ -56,6 +57,8 @@ pub mod consts {
     pub const GGML_Q6K_BYTES: usize = block_bytes::<q6_k::Q6K>();
     /// Bytes per Q2_K super-block: `u8 scales[16], u8 qs[64], f16 d, f16 dmin`.
     pub const GGML_Q2K_BYTES: usize = block_bytes::<q2_k::Q2K>();
+    /// Bytes per Q3_K super-block: `u8 hmask[32], u8 qs[64], u8 scales[12], f16 d`.
+    pub const GGML_Q3K_BYTES: usize = block_bytes::<q3_k::Q3K>();
     /// Bytes per IQ4_NL block: `f16 d, u8 qs[16]`.
     pub const GGML_IQ4_NL_BYTES: usize = block_bytes::<iq4::Iq4Nl>();
     /// Bytes per IQ4_XS super-block: `f16 d, u16 scales_h, u8 scales_l[4], u8 qs[128]`.
@@ -71,5 +74,6 @@ const _: () = assert!(GGML_Q8_0_BYTES == 2 + GGML_QK);
 const _: () = assert!(GGML_Q5K_BYTES == 4 + 12 + GGML_QK_K / 8 + GGML_QK_K / 2);
 const _: () = assert!(GGML_Q6K_BYTES == GGML_QK_K / 2 + GGML_QK_K / 4 + GGML_QK_K / 16 + 2);
 const _: () = assert!(GGML_Q2K_BYTES == GGML_QK_K / 16 + GGML_QK_K / 4 + 4);
+const _: () = assert!(GGML_Q3K_BYTES == GGML_QK_K / 8 + GGML_QK_K / 4 + 12 + 2);
 const _: () = assert!(GGML_IQ4_NL_BYTES == 2 + GGML_QK / 2 && GGML_MXFP4_BYTES == 1 + GGML_QK / 2);
 const _: () = assert!(GGML_IQ4_XS_BYTES == 4 + GGML_QK_K / 64 + GGML_QK_K / 2);

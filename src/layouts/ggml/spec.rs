@@ -41,7 +41,7 @@ impl LayoutSpec for Ggml {
         source_type(model, w).is_some()
     }
     fn keeps_what(&self) -> &'static str {
-        "GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 blocks byte for byte, any mix per projection (float sources as Q8_0)"
+        "GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 blocks byte for byte, any mix per projection (float sources as Q8_0)"
     }
     fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
         &[""]

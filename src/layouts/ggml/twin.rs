@@ -134,6 +134,33 @@ fn dot_q2_k(w: &[u8], b: usize, a: &Act) -> f32 {
     (f16_at(&blk[80..]) * a.da) * sd as f32 + -((f16_at(&blk[82..]) * a.da) * sm as f32)
 }
 
+/// Q3_K's 6-bit sub-block scale `is`, less 32 (`ggml_q3k_scale`).
+fn q3k_scale(sc: &[u8], is: usize) -> i32 {
+    let lo = if is < 8 { sc[is] & 15 } else { sc[is - 8] >> 4 };
+    let hi = (sc[8 + (is & 3)] >> (2 * (is >> 2))) & 3;
+    (lo | (hi << 4)) as i32 - 32
+}
+
+/// Q3_K (`ggml_dot<11>`): `d * (da * (sc0 s0 + sc1 s1))`, the codes less 4 (where the high bit
+/// is clear) in the integers.
+fn dot_q3_k(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 3) * GGML_Q3K_BYTES..];
+    let j = b & 7;
+    let (h, t) = (j >> 2, j & 3);
+    let qs = &blk[32 + 32 * h..];
+    let mut s = [0i32; 2];
+    for i in 0..8 {
+        let lo = (u32_at(&qs[4 * i..]) >> (2 * t)) & 0x0303_0303;
+        let hb = ((u32_at(&blk[4 * i..]) >> j) & 0x0101_0101) << 2;
+        s[i >> 2] += dp4(lo | hb, &a.aq[4 * i..]) + dp4(0xFCFC_FCFC, &a.aq[4 * i..]);
+    }
+    let (sc0, sc1) = (
+        q3k_scale(&blk[96..], 2 * j),
+        q3k_scale(&blk[96..], 2 * j + 1),
+    );
+    f16_at(&blk[108..]) * (a.da * (sc0 * s[0] + sc1 * s[1]) as f32)
+}
+
 /// Q4_K (`ggml_dot<12>`) and Q5_K (`ggml_dot<13>`): sub-block `b % 8` through [`kquant_sub`].
 fn dot_q45_k(w: &[u8], b: usize, a: &Act, q5: bool) -> f32 {
     let bytes = if q5 { GGML_Q5K_BYTES } else { Q4K_BYTES };
@@ -210,6 +237,7 @@ pub fn ggml_dot(ty: GgmlType, w: &[u8], b: usize, a: &[u8]) -> f32 {
         GgmlType::Q5_1 => dot_q5_1(w, b, a),
         GgmlType::Q8_0 => dot_q8_0(w, b, a),
         GgmlType::Q2_K => dot_q2_k(w, b, a),
+        GgmlType::Q3_K => dot_q3_k(w, b, a),
         GgmlType::Q4_K => dot_q45_k(w, b, a, false),
         GgmlType::Q5_K => dot_q45_k(w, b, a, true),
         GgmlType::Q6_K => dot_q6_k(w, b, a),
