@@ -31,11 +31,11 @@ macro_rules! ggml_types {
                 match s { $( $name => Some(GgmlType::$variant), )* _ => None }
             }
             /// Elements per block (1 for plain types).
-            pub fn block_elems(self) -> u64 {
+            pub const fn block_elems(self) -> u64 {
                 match self { $( GgmlType::$variant => $elems, )* }
             }
             /// Bytes per block.
-            pub fn block_bytes(self) -> u64 {
+            pub const fn block_bytes(self) -> u64 {
                 match self { $( GgmlType::$variant => $bytes, )* }
             }
         }

@@ -30,6 +30,20 @@ pub enum Kind {
     Choice(&'static [&'static str]),
 }
 
+impl Kind {
+    /// The kind in words, as Python's `CONVERT_OPTIONS` and C's `mp_convert_option` give it:
+    /// `switch`, `count`, `words`, `path` or `choice:A|B`.
+    pub fn describe(&self) -> String {
+        match self {
+            Kind::Switch => "switch".into(),
+            Kind::Count => "count".into(),
+            Kind::Words => "words".into(),
+            Kind::Path => "path".into(),
+            Kind::Choice(w) => format!("choice:{}", w.join("|")),
+        }
+    }
+}
+
 /// One option of a request `T`: its name (snake_case: the Python keyword, the C name and the
 /// Rust field; the command line's flag is it in kebab-case), what it takes, its help, and how a
 /// value in words sets it.

@@ -14,38 +14,9 @@ use metrale_pack::gpu::reference;
 use metrale_pack::gpu::sizes::{Q8_1_BYTES, Q8_1_ELEMS};
 use metrale_pack::testing::{Rand, rel_err};
 
-/// Where a block of `ty` keeps its f16 scales (and mins or offsets).
-fn half_fields(ty: GgmlType) -> &'static [usize] {
-    match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
-        GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
-        GgmlType::Q2_K => &[80, 82],
-        GgmlType::Q3_K => &[108],
-        GgmlType::Q6_K => &[208],
-        GgmlType::MXFP4 => &[],
-        _ => unreachable!(),
-    }
-}
-
-/// `n` rows of `k` values of `ty`: random bytes, each block's f16 fields set to halves of
-/// magnitude 2^-12 .. 2^-4 and either sign (MXFP4's E8M0 exponent to 2^-12 .. 2^3).
-pub fn random_blocks(r: &mut Rand, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
-    let bytes = ty.block_bytes() as usize;
-    let mut w: Vec<u8> = (0..n * k / ty.block_elems() as usize * bytes)
-        .map(|_| r.next_u64() as u8)
-        .collect();
-    for blk in w.chunks_exact_mut(bytes) {
-        for &at in half_fields(ty) {
-            let mag = 2f32.powf(-12.0 + 8.0 * (r.next_u64() % 1024) as f32 / 1024.0);
-            let v = if r.next_u64() & 1 == 0 { mag } else { -mag };
-            blk[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
-        }
-        if ty == GgmlType::MXFP4 {
-            blk[0] = 116 + (r.next_u64() % 16) as u8;
-        }
-    }
-    w
+/// `n` rows of `k` values of `ty`: random blocks with finite scales (`testing`).
+fn random_blocks(r: &mut Rand, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
+    metrale_pack::testing::ggml_random_blocks(r, ty, n, k)
 }
 
 #[test]

@@ -167,19 +167,9 @@ fn load(path: &str, device: &str, verify: bool, max_rows: usize) -> Result<Model
 /// The convert options as C strings, built once: (name, kind, help) per row of
 /// `options::CONVERT`.
 static OPTIONS: std::sync::LazyLock<Vec<[CString; 3]>> = std::sync::LazyLock::new(|| {
-    use metrale_pack::options::{CONVERT, Kind};
-    CONVERT
+    metrale_pack::options::CONVERT
         .iter()
-        .map(|o| {
-            let kind = match o.kind {
-                Kind::Switch => "switch".to_string(),
-                Kind::Count => "count".to_string(),
-                Kind::Words => "words".to_string(),
-                Kind::Path => "path".to_string(),
-                Kind::Choice(w) => format!("choice:{}", w.join("|")),
-            };
-            [cstr(o.name), cstr(&kind), cstr(o.help)]
-        })
+        .map(|o| [cstr(o.name), cstr(&o.kind.describe()), cstr(o.help)])
         .collect()
 });
 

@@ -13,7 +13,7 @@ use metrale_pack::gpu::Device;
 use metrale_pack::gpu::host::HostBackend;
 use metrale_pack::loader::{EngineOptions, LoadedModel};
 use metrale_pack::model::Model;
-use metrale_pack::options::{CONVERT, ConvertRequest, Kind};
+use metrale_pack::options::{CONVERT, ConvertRequest};
 use metrale_pack::pack::{self, Dumped};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -127,16 +127,7 @@ fn convert(
 fn convert_options() -> Vec<(&'static str, String, &'static str)> {
     CONVERT
         .iter()
-        .map(|o| {
-            let kind = match o.kind {
-                Kind::Switch => "switch".to_string(),
-                Kind::Count => "count".to_string(),
-                Kind::Words => "words".to_string(),
-                Kind::Path => "path".to_string(),
-                Kind::Choice(w) => format!("choice:{}", w.join("|")),
-            };
-            (o.name, kind, o.help)
-        })
+        .map(|o| (o.name, o.kind.describe(), o.help))
         .collect()
 }
 

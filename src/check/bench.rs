@@ -2,6 +2,8 @@
 
 use super::bench_decode::{self, BACK_TO_BACK, DECODE_MS, per_call, probe_parts, probe_time};
 use super::*;
+use crate::GgmlType;
+use crate::GgmlType::{Q4_K, Q5_0, Q6_K, Q8_0};
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
 use crate::gpu::sizes::*;
 use crate::gpu::{GemmBf16, GpuBackend, GpuResult, ModelLevers, upload_f32};
@@ -99,12 +101,17 @@ const AFFINE4_G128_BPE: f64 = 0.5 + 4.0 / 128.0;
 const AFFINE8_CHANNEL_BPE: f64 = 1.0;
 /// Q4_K bytes per element (the int8 down adds its row scales, under 0.1%: not counted).
 const Q4K_BPE: f64 = Q4K_BYTES as f64 / Q4K_ELEMS as f64;
+/// A `ggml` arm's weight bytes per element: gate and up of `gu`, down of `d`.
+const fn ggml_bpe(gu: GgmlType, d: GgmlType) -> f64 {
+    let (gb, ge) = (gu.block_bytes() as f64, gu.block_elems() as f64);
+    (2.0 * gb / ge + d.block_bytes() as f64 / d.block_elems() as f64) / 3.0
+}
 /// The W8A8 arm serves every prefill row count timed.
 const W8A8_ALL: (&str, &str) = ("METRALE_W8A8_MAX_ROWS", "4096");
 
 /// Every arm `bench-gpu` times, in the order it prints them.
 #[rustfmt::skip]
-static BENCH_ARMS: [BenchArm; 31] = [
+static BENCH_ARMS: [BenchArm; 35] = [
     bench("fp8 fused gate+up GEMV chain", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL], Some(FP8_BPE), false),
     // The decode default before session 17: the f32 FFMA GEMV for 1..4 rows.
     bench("fp8 fused gate+up, FFMA GEMVs", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL, ("METRALE_FP8_GEMV_MMA", "0")], Some(FP8_BPE), false),
@@ -142,6 +149,12 @@ static BENCH_ARMS: [BenchArm; 31] = [
     bench("q2 GEMV chain", install_q2, &[], Some(Q2_BPE), false),
     bench("q2 dequant + BF16 GEMM", install_q2, &[], None, true),
     bench("q2 MMQ (q8_1)", install_q2, &[("METRALE_Q2G128_MMQ", "1")], None, true),
+    // The block-format engine (issue 56): the GGUF blocks as stored, one GEMV for every type to
+    // 16 rows, BF16 dequantization then the BF16 GEMM from 17. llama.cpp's peer: ggml-peer.sh.
+    bench("ggml Q4_K_M (Q4_K gate and up, Q6_K down) GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q4_K, Q4_K, Q6_K]), &[], Some(ggml_bpe(Q4_K, Q6_K)), true),
+    bench("ggml Q4_K GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q4_K, Q4_K, Q4_K]), &[], Some(ggml_bpe(Q4_K, Q4_K)), true),
+    bench("ggml Q5_0 GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q5_0, Q5_0, Q5_0]), &[], Some(ggml_bpe(Q5_0, Q5_0)), true),
+    bench("ggml Q8_0 GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q8_0, Q8_0, Q8_0]), &[], Some(ggml_bpe(Q8_0, Q8_0)), true),
 ];
 
 /// What an arm's figures are set against, and where its prefill times go.
@@ -494,4 +507,48 @@ fn small_shape_decode(b: &Arc<dyn GpuBackend>, rng: &mut Rand, out: &mut Lines) 
         b.free(x);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::host::HostBackend;
+
+    /// The engine's bench arms install on the host backend (a layer whose engine arm serves
+    /// decode), and their decode probe reads each projection's rows of its type.
+    #[test]
+    fn the_ggml_bench_arms_install_and_probe_their_bytes() {
+        let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+        let (h, i) = (256, 512);
+        let w = DenseWeights::random(&mut Rand(5), h, i);
+        let ctx = ForwardContext::new(
+            b.clone(),
+            FfnConfig {
+                hidden: h,
+                inter: i,
+            },
+            1,
+            ModelLevers::default(),
+        )
+        .unwrap();
+        let arms: Vec<&BenchArm> = BENCH_ARMS
+            .iter()
+            .filter(|a| a.name.starts_with("ggml"))
+            .collect();
+        assert_eq!(arms.len(), 4);
+        for arm in arms {
+            let mut layer = DenseFfnLayer::new(&ctx);
+            (arm.install)(b.as_ref(), &mut layer, &w).unwrap();
+            let served = layer.serving_arm(&ctx, crate::ffn::Method::Decode, 1);
+            assert_eq!(served.map(|a| a.name), Some("ggml gemv"), "{}", arm.name);
+            let parts = probe_parts(arm.name, 4096, 14336).expect(arm.name);
+            let bytes: u64 = parts.iter().map(|p| p.0).sum();
+            let want = arm.decode.unwrap() * (3 * 4096 * 14336) as f64;
+            assert!(
+                (bytes as f64 - want).abs() < 1.0,
+                "{}: {bytes} bytes, {want}",
+                arm.name
+            );
+        }
+    }
 }

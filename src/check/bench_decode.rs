@@ -126,6 +126,23 @@ pub(super) fn probe_parts(name: &str, h: usize, i: usize) -> Option<Vec<(u64, us
             part(i, q4k(h), Q4K_GEMV_ROWS),
             part(h, q4k(i), Q4K_GEMV_ROWS),
         ],
+        // The engine: one launch per projection, its rows of its type.
+        n if n.starts_with("ggml ") => {
+            use crate::GgmlType::{Q4_K, Q5_0, Q6_K, Q8_0};
+            let [g, u, d] = match n {
+                n if n.starts_with("ggml Q4_K_M") => [Q4_K, Q4_K, Q6_K],
+                n if n.starts_with("ggml Q4_K") => [Q4_K; 3],
+                n if n.starts_with("ggml Q5_0") => [Q5_0; 3],
+                n if n.starts_with("ggml Q8_0") => [Q8_0; 3],
+                _ => return None,
+            };
+            let row = |t: crate::GgmlType, k: usize| t.row_bytes(k as u64).unwrap_or(0) as usize;
+            vec![
+                part(i, row(g, h), GGML_GEMV_ROWS),
+                part(i, row(u, h), GGML_GEMV_ROWS),
+                part(h, row(d, i), GGML_GEMV_ROWS),
+            ]
+        }
         n if n.starts_with("q4k GEMV chain (int8 down)") => vec![
             part(i, q4k(h), Q4K_GEMV_ROWS),
             part(i, q4k(h), Q4K_GEMV_ROWS),

@@ -9,6 +9,63 @@ use crate::ffn::{DenseFfnLayer, GgmlWeight};
 use crate::gpu::{GpuBackend, GpuResult, alloc_upload};
 use crate::testing::*;
 
+/// Where a block of engine type `ty` keeps its f16 scales (and mins or offsets).
+fn half_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// `n` rows of `k` values of engine type `ty` (`k` whole blocks): random bytes, each block's
+/// f16 fields set to halves of magnitude 2^-12 .. 2^-4 and either sign (MXFP4's E8M0 exponent
+/// to 2^-12 .. 2^3), so every code pattern occurs and every value is finite.
+pub fn ggml_random_blocks(r: &mut Rand, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
+    let bytes = ty.block_bytes() as usize;
+    let mut w: Vec<u8> = (0..n * k / ty.block_elems() as usize * bytes)
+        .map(|_| r.next_u64() as u8)
+        .collect();
+    for blk in w.chunks_exact_mut(bytes) {
+        for &at in half_fields(ty) {
+            let mag = 2f32.powf(-12.0 + 8.0 * (r.next_u64() % 1024) as f32 / 1024.0);
+            let v = if r.next_u64() & 1 == 0 { mag } else { -mag };
+            blk[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+        }
+        if ty == GgmlType::MXFP4 {
+            blk[0] = 116 + (r.next_u64() % 16) as u8;
+        }
+    }
+    w
+}
+
+/// Install the `ggml` overlay with gate, up and down of the engine types `types`: this crate's
+/// quantizers where it has one (Q4_0, Q4_K, Q8_0), random blocks of the type otherwise (what
+/// `bench-gpu` times: the bytes, not the values). Rows of whole blocks.
+pub fn install_ggml_types(
+    b: &dyn GpuBackend,
+    layer: &mut DenseFfnLayer,
+    w: &DenseWeights,
+    types: [GgmlType; 3],
+) -> GpuResult<()> {
+    let (h, i) = (w.hidden, w.inter);
+    let mut r = Rand(types.iter().map(|t| *t as u64).sum());
+    let mut up = |x: &[f32], n: usize, k: usize, ty: GgmlType| -> GpuResult<GgmlWeight> {
+        let blocks = match ty {
+            GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q8_0 => ggml_blocks(x, ty),
+            _ => ggml_random_blocks(&mut r, ty, n, k),
+        };
+        GgmlWeight::new(alloc_upload(b, &blocks)?, ty, n, k, k)
+    };
+    let [tg, tu, td] = types;
+    let (g, u) = (up(&w.gate, i, h, tg)?, up(&w.up, i, h, tu)?);
+    layer.set_ggml_weights(g, u, up(&w.down, h, i, td)?)
+}
+
 /// `x` (`[n, k]`) as GGUF blocks of `ty` (Q4_0, Q4_K or Q8_0: this crate's quantizers).
 pub fn ggml_blocks(x: &[f32], ty: GgmlType) -> Vec<u8> {
     match ty {
