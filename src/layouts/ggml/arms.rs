@@ -1,14 +1,31 @@
 //! The `ggml` arms: every projection through the block-format engine's GEMV (`ggml_gemv`) over
 //! q8_1 activations (`quantize_act_q8_1`), at most `GGML_GEMV_MAX_M` rows a launch; past
 //! `GGML_PREFILL_MIN_ROWS` rows, each projection dequantized to BF16 (`ggml_dequant_bf16`) and
-//! multiplied by the BF16 GEMM.
+//! multiplied by the BF16 GEMM. Either way each input is prepared once: the layer's input for
+//! gate and up together, the act-mul's output for down.
 
 use crate::ffn::{Bf16Weight, DenseFfnLayer, ForwardContext, GgmlWeight, key};
-use crate::gpu::sizes::{GGML_GEMV_MAX_M, GGML_PREFILL_MIN_ROWS};
+use crate::gpu::sizes::{GGML_GEMV_MAX_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS};
 use crate::gpu::{DevicePtr, GpuResult};
 
+/// A projection's input made ready for its product: `(layer, ctx, x, m, k, kp)`, `x` f32
+/// `[m, k]`, the weight's rows padded to `kp`.
+type Prepare =
+    fn(&DenseFfnLayer, &mut ForwardContext, DevicePtr, usize, usize, usize) -> GpuResult<DevicePtr>;
+
+/// `y [m, n] = x . w^T` with row stride `ldy`, from the f32 input and its prepared form.
+type Project = fn(
+    &DenseFfnLayer,
+    &mut ForwardContext,
+    &GgmlWeight,
+    (DevicePtr, DevicePtr),
+    usize,
+    DevicePtr,
+    usize,
+) -> GpuResult<()>;
+
 impl DenseFfnLayer {
-    /// The gated FFN on `m` rows through the engine.
+    /// The gated FFN on `m` rows through the engine's GEMV.
     pub(crate) fn ggml_arm(
         &self,
         ctx: &mut ForwardContext,
@@ -16,34 +33,7 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         let w = *self.need(key::GGML)?;
-        self.gated(ctx, x, m, false, &w, Self::ggml_project)
-    }
-
-    /// `y [m, n] = x [m, k] . w^T` (row stride `ldy`): each launch's rows quantized to q8_1,
-    /// then the engine's GEMV on them.
-    fn ggml_project(
-        &self,
-        ctx: &mut ForwardContext,
-        w: &GgmlWeight,
-        x: DevicePtr,
-        m: usize,
-        y: DevicePtr,
-        ldy: usize,
-    ) -> GpuResult<()> {
-        let (n, k, kp) = (w.n, w.k, w.kp);
-        for r0 in (0..m).step_by(GGML_GEMV_MAX_M) {
-            let rows = (m - r0).min(GGML_GEMV_MAX_M);
-            let xv = x.view((r0 * k * 4) as u64, (rows * k * 4) as u64);
-            let xq = self.quantize_q8_1(ctx, xv, rows, k, kp)?;
-            let yv = y.view((r0 * ldy * 4) as u64, (((rows - 1) * ldy + n) * 4) as u64);
-            let call = self.kernels.ggml_gemv.call().ptr("xq", xq).dim("m", rows);
-            let call = call.ptr("w", w.weight).dim("ty", w.ty as u32 as usize);
-            self.launch(
-                ctx,
-                call.ptr("y", yv).dim("n", n).dim("kp", kp).dim("ldy", ldy),
-            )?;
-        }
-        Ok(())
+        self.ggml_chain(ctx, x, m, &w, Self::quantize_q8_1, Self::ggml_gemv_project)
     }
 
     /// Prefill: up to `GGML_PREFILL_MIN_ROWS - 1` rows on the engine's GEMV, more with each
@@ -59,33 +49,94 @@ impl DenseFfnLayer {
             return self.ggml_arm(ctx, x, m);
         }
         let w = *self.need(key::GGML)?;
-        self.gated(ctx, x, m, false, &w, Self::ggml_dequant_project)
+        self.ggml_chain(ctx, x, m, &w, Self::ggml_round, Self::ggml_dequant_project)
     }
 
-    /// `y [m, n] = bf16(x) . bf16(w)^T`: `w` dequantized into the arena's BF16 scratch.
+    /// Gate and up on the input prepared once (twice only where their padded rows differ),
+    /// the act-mul, and down on its output prepared.
+    fn ggml_chain(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        [g, u, d]: &[GgmlWeight; 3],
+        prepare: Prepare,
+        project: Project,
+    ) -> GpuResult<DevicePtr> {
+        let (h, i) = (self.hidden, self.inter);
+        let (go, uo, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
+        let xg = prepare(self, ctx, x, m, h, g.kp)?;
+        project(self, ctx, g, (x, xg), m, go, i)?;
+        let xu = if u.kp == g.kp {
+            xg
+        } else {
+            prepare(self, ctx, x, m, h, u.kp)?
+        };
+        project(self, ctx, u, (x, xu), m, uo, i)?;
+        self.act_mul(ctx, go, uo, go, m, i, i, i, i)?;
+        let a = go.view(0, (m * i * 4) as u64);
+        let aq = prepare(self, ctx, a, m, i, d.kp)?;
+        project(self, ctx, d, (a, aq), m, out, h)?;
+        Ok(out.view(0, (m * h * 4) as u64))
+    }
+
+    /// The `m` rows rounded to BF16 (the BF16 GEMM's input).
+    fn ggml_round(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        k: usize,
+        _kp: usize,
+    ) -> GpuResult<DevicePtr> {
+        self.to_bf16(ctx, x, m * k)
+    }
+
+    /// The engine's GEMV on the q8_1 rows `xq`, `GGML_GEMV_MAX_M` rows a launch.
+    fn ggml_gemv_project(
+        &self,
+        ctx: &mut ForwardContext,
+        w: &GgmlWeight,
+        (_, xq): (DevicePtr, DevicePtr),
+        m: usize,
+        y: DevicePtr,
+        ldy: usize,
+    ) -> GpuResult<()> {
+        let (n, kp) = (w.n, w.kp);
+        let row_q8 = kp / Q8_1_ELEMS * Q8_1_BYTES;
+        for r0 in (0..m).step_by(GGML_GEMV_MAX_M) {
+            let rows = (m - r0).min(GGML_GEMV_MAX_M);
+            let xv = xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
+            let yv = y.view((r0 * ldy * 4) as u64, (((rows - 1) * ldy + n) * 4) as u64);
+            let call = self.kernels.ggml_gemv.call().ptr("xq", xv).dim("m", rows);
+            let call = call.ptr("w", w.weight).dim("ty", w.ty as u32 as usize);
+            let call = call.ptr("y", yv).dim("n", n).dim("kp", kp);
+            self.launch(ctx, call.dim("ldy", ldy))?;
+        }
+        Ok(())
+    }
+
+    /// `y [m, n] = xb . bf16(w)^T`: `w` dequantized into the arena's BF16 scratch, then the
+    /// BF16 GEMM on the rounded rows `xb` (its GEMV fallback reads the f32 rows).
     fn ggml_dequant_project(
         &self,
         ctx: &mut ForwardContext,
         w: &GgmlWeight,
-        x: DevicePtr,
+        (x, xb): (DevicePtr, DevicePtr),
         m: usize,
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
         let dq = ctx.arena.dequant_bf16.view(0, (w.n * w.kp * 2) as u64);
         let call = self.kernels.ggml_dequant.call().ptr("w", w.weight);
-        let call = call
-            .dim("ty", w.ty as u32 as usize)
-            .dim("n", w.n)
-            .dim("kp", w.kp);
-        self.launch(ctx, call.ptr("out", dq))?;
+        let call = call.dim("ty", w.ty as u32 as usize).dim("n", w.n);
+        self.launch(ctx, call.dim("kp", w.kp).ptr("out", dq))?;
         let bw = Bf16Weight {
             weight: dq,
             n: w.n,
             k: w.k,
             kp: w.kp,
         };
-        let xb = self.to_bf16(ctx, x, m * w.k)?;
         self.bf16_gemm_any(ctx, x, xb, &bw, m, y, ldy)
     }
 }
