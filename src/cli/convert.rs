@@ -26,19 +26,17 @@ fn default_output(src: &Path) -> PathBuf {
     }
 }
 
-/// `--layouts` tags as layouts (`None`: the defaults).
+/// `--layouts` tags as layouts (`None`: the defaults), read as `convert`'s `layouts` option
+/// reads them (`options::CONVERT`).
 pub(crate) fn parse_layouts(tags: Option<Vec<String>>) -> Result<Option<Vec<Layout>>> {
-    tags.map(|v| {
-        v.iter()
-            .map(|t| {
-                Layout::from_tag(t.trim()).with_context(|| {
-                    let known: Vec<&str> = Layout::ALL.iter().map(|l| l.tag()).collect();
-                    format!("unknown layout {t:?} (the layouts: {})", known.join(", "))
-                })
-            })
-            .collect()
-    })
-    .transpose()
+    let Some(tags) = tags else {
+        return Ok(None);
+    };
+    let mut r = ConvertRequest::default();
+    for t in &tags {
+        r.set("layouts", t).context("--layouts")?;
+    }
+    Ok(Some(r.layouts.unwrap_or_default()))
 }
 
 /// `convert`'s options as given: a flag for every row of `options::CONVERT` (built from the
