@@ -8,16 +8,10 @@
 #[path = "cuda_emu/harness.rs"]
 mod harness;
 use harness::*;
-use metrale_pack::GgmlType;
 use metrale_pack::converters::layouts::ggml::TYPES;
 use metrale_pack::gpu::reference;
 use metrale_pack::gpu::sizes::{Q8_1_BYTES, Q8_1_ELEMS};
-use metrale_pack::testing::{Rand, rel_err};
-
-/// `n` rows of `k` values of `ty`: random blocks with finite scales (`testing`).
-fn random_blocks(r: &mut Rand, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
-    metrale_pack::testing::ggml_random_blocks(r, ty, n, k)
-}
+use metrale_pack::testing::{Rand, ggml_random_blocks, rel_err};
 
 #[test]
 fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
@@ -30,7 +24,7 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
             .flat_map(|row| reference::quantize_row_q8_1_act(&x[row * k..(row + 1) * k], k))
             .collect();
         for ty in TYPES {
-            let w = random_blocks(&mut r, ty, n, k);
+            let w = ggml_random_blocks(&mut r, ty, n, k);
             for m in 1..=4 {
                 let ldy = n + 3;
                 let mut a = [
@@ -106,7 +100,7 @@ fn the_engine_twin_is_the_decoded_product_to_f32_rounding() {
         .collect();
     assert_eq!(back, x);
     for ty in TYPES {
-        let w = random_blocks(&mut r, ty, n, k);
+        let w = ggml_random_blocks(&mut r, ty, n, k);
         let mut dec = vec![0f32; n * k];
         metrale_pack::converters::decode_ggml(ty, &w, &mut dec).unwrap();
         let want: Vec<f64> = (0..n)
@@ -129,7 +123,7 @@ fn the_engine_dequantization_is_gguf_py_s_decode_in_bf16_for_every_type() {
     let mut r = Rand(58);
     let (n, k) = (5usize, 768usize);
     for ty in TYPES {
-        let w = random_blocks(&mut r, ty, n, k);
+        let w = ggml_random_blocks(&mut r, ty, n, k);
         let mut a = [
             A::P(w.clone()),
             A::I(ty as usize),

@@ -44,8 +44,9 @@ pub fn ggml_random_blocks(r: &mut Rand, ty: GgmlType, n: usize, k: usize) -> Vec
 }
 
 /// Install the `ggml` overlay with gate, up and down of the engine types `types`: this crate's
-/// quantizers where it has one (Q4_0, Q4_K, Q8_0), random blocks of the type otherwise (what
-/// `bench-gpu` times: the bytes, not the values). Rows of whole blocks.
+/// quantizers where it has one (Q4_0, Q4_K, Q8_0; rows zero-padded to whole blocks of 32),
+/// random blocks of the type otherwise (what `bench-gpu` times: the bytes, not the values; rows
+/// of whole blocks).
 pub fn install_ggml_types(
     b: &dyn GpuBackend,
     layer: &mut DenseFfnLayer,
@@ -55,11 +56,14 @@ pub fn install_ggml_types(
     let (h, i) = (w.hidden, w.inter);
     let mut r = Rand(types.iter().map(|t| *t as u64).sum());
     let mut up = |x: &[f32], n: usize, k: usize, ty: GgmlType| -> GpuResult<GgmlWeight> {
-        let blocks = match ty {
-            GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q8_0 => ggml_blocks(x, ty),
-            _ => ggml_random_blocks(&mut r, ty, n, k),
+        let (blocks, kp) = match ty {
+            GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q8_0 => {
+                let kp = round_up(k, 32);
+                (ggml_blocks(&pad(x, n, k, n, kp), ty), kp)
+            }
+            _ => (ggml_random_blocks(&mut r, ty, n, k), k),
         };
-        GgmlWeight::new(alloc_upload(b, &blocks)?, ty, n, k, k)
+        GgmlWeight::new(alloc_upload(b, &blocks)?, ty, n, k, kp)
     };
     let [tg, tu, td] = types;
     let (g, u) = (up(&w.gate, i, h, tg)?, up(&w.up, i, h, tu)?);
@@ -83,20 +87,11 @@ pub fn install_ggml(
     layer: &mut DenseFfnLayer,
     w: &DenseWeights,
 ) -> GpuResult<()> {
-    let (h, i) = (w.hidden, w.inter);
-    let up = |x: &[f32], n: usize, k: usize, ty: GgmlType| -> GpuResult<GgmlWeight> {
-        let ty = if !k.is_multiple_of(256) && ty == GgmlType::Q4_K {
-            GgmlType::Q4_0
-        } else {
-            ty
-        };
-        let kp = round_up(k, 32);
-        let blocks = ggml_blocks(&pad(x, n, k, n, kp), ty);
-        GgmlWeight::new(alloc_upload(b, &blocks)?, ty, n, k, kp)
+    // Q4_K where the gate's rows are whole super-blocks.
+    let gate = if w.hidden.is_multiple_of(256) {
+        GgmlType::Q4_K
+    } else {
+        GgmlType::Q4_0
     };
-    layer.set_ggml_weights(
-        up(&w.gate, i, h, GgmlType::Q4_K)?,
-        up(&w.up, i, h, GgmlType::Q4_0)?,
-        up(&w.down, h, i, GgmlType::Q8_0)?,
-    )
+    install_ggml_types(b, layer, w, [gate, GgmlType::Q4_0, GgmlType::Q8_0])
 }
