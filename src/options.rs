@@ -292,6 +292,20 @@ impl ConvertRequest {
                 reason: format!("{why} (name layouts, or set allow_requantize)"),
             });
         }
+        self.convert_settled(model, &opts, out, report, stop)
+    }
+
+    /// Convert `model` with the options [`ConvertRequest::settle`] gave for it (a caller that
+    /// settled them itself to show or refuse the choice, as the command line does), on
+    /// [`ConvertRequest::threads`] threads.
+    pub fn convert_settled(
+        &self,
+        model: Model,
+        opts: &ConvertOptions,
+        out: impl AsRef<Path>,
+        report: &(dyn Fn(u64, u64) + Sync),
+        stop: &AtomicBool,
+    ) -> Result<Manifest> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(self.threads.unwrap_or(0))
             .build()
@@ -300,6 +314,6 @@ impl ConvertRequest {
                 reason: e.to_string(),
             })?;
         let out = out.as_ref();
-        pool.install(|| pack::convert_until(model, &opts, out, report, stop))
+        pool.install(|| pack::convert_until(model, opts, out, report, stop))
     }
 }

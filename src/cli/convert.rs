@@ -130,7 +130,7 @@ pub(crate) fn convert(
     };
     let src_bytes: u64 = model.files.iter().map(|f| f.bytes().len() as u64).sum();
     // Given by value: its index is freed before the finished pack is validated.
-    let manifest = req.convert(model, &out, &progress, &AtomicBool::new(false))?;
+    let manifest = req.convert_settled(model, &opts, &out, &progress, &AtomicBool::new(false))?;
     bar.finish_and_clear();
     let bytes = std::fs::metadata(&out)?.len();
     let secs = t0.elapsed().as_secs_f64();
