@@ -37,13 +37,14 @@ pub fn overlays(
     layers.sort();
     layers.dedup();
     let mut out = Vec::new();
+    let specs = crate::layout::specs();
     for l in layers {
         let mut o = LayerOverlays {
             index: l,
             ..Default::default()
         };
         // Each layout of the registry binds its own overlays from this layer's views.
-        for &spec in crate::layout::specs().iter() {
+        for &spec in specs.iter() {
             let lay = spec.layout();
             let get = |p: Proj, part: &str| by.get(&(l, lay, p, part.to_string())).copied();
             spec.bind(&crate::layout::LayerViews { inter, get: &get }, &mut o);
