@@ -10,22 +10,27 @@ mod harness;
 use harness::*;
 use metrale_pack::converters::layouts::ggml::TYPES;
 use metrale_pack::gpu::reference;
-use metrale_pack::gpu::sizes::{Q8_1_BYTES, Q8_1_ELEMS};
+use metrale_pack::gpu::sizes::{GGML_GEMV_MAX_M, Q8_1_BYTES, Q8_1_ELEMS};
 use metrale_pack::testing::{Rand, ggml_random_blocks, rel_err};
 
 #[test]
 fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
     let Some(exe) = emulator() else { return };
     let mut r = Rand(56);
-    // 512 values: 16 blocks a row (lanes left idle); 2304: 72 (lanes take 2 or 3).
-    for (n, k) in [(12usize, 512usize), (9, 2304)] {
-        let x = r.vec(4 * k, 1.0);
-        let xq: Vec<u8> = (0..4)
+    // 512 values: 16 blocks a row (lanes left idle); 2304: 72 (lanes take 2 or 3); 4864: 152
+    // (three stages of 64 blocks, the last partial); 800: 25 (rows not of whole 16-byte
+    // words, the buffer's last word partial; the 32-value types only).
+    for (n, k) in [(12usize, 512usize), (9, 2304), (5, 4864), (6, 800)] {
+        let x = r.vec(GGML_GEMV_MAX_M * k, 1.0);
+        let xq: Vec<u8> = (0..GGML_GEMV_MAX_M)
             .flat_map(|row| reference::quantize_row_q8_1_act(&x[row * k..(row + 1) * k], k))
             .collect();
-        for ty in TYPES {
+        for ty in TYPES
+            .into_iter()
+            .filter(|t| k % t.block_elems() as usize == 0)
+        {
             let w = ggml_random_blocks(&mut r, ty, n, k);
-            for m in 1..=4 {
+            for m in [1, 2, 3, 4, 5, 8] {
                 let ldy = n + 3;
                 let mut a = [
                     A::P(xq.clone()),

@@ -10,6 +10,7 @@ use common::pack::convert_and_verify;
 use common::{python_ref, read_npy};
 use metrale_pack::HostBackend;
 use metrale_pack::ffn::Method;
+use metrale_pack::gpu::sizes::GGML_GEMV_MAX_M;
 use metrale_pack::gpu::{GpuBackend, download_f32, upload_f32};
 use metrale_pack::layout::Layout;
 use metrale_pack::layout::Proj;
@@ -105,11 +106,16 @@ fn mix_converts_and_forwards(
             // From 17 rows: BF16 weights (gguf-py's decode, rounded) and activations, f32
             // sums: 3.1e-3 .. 4.1e-3 measured; 1e-2.
             assert!(m <= 16 || err < 1e-2, "layer {l}, {m} rows: {err:.2e}");
-            // Up to 16 rows the engine's GEMV, 4 rows a launch; from 17 each projection
+            // Up to 16 rows the engine's GEMV, GGML_GEMV_MAX_M rows a launch; from 17 each projection
             // dequantized to BF16 for the BF16 GEMM.
             let count = |name: &str| lm.ctx.trace.iter().filter(|k| **k == name).count();
             if m <= 16 {
-                assert_eq!(count("ggml_gemv"), 3 * m.div_ceil(4), "{:?}", lm.ctx.trace);
+                assert_eq!(
+                    count("ggml_gemv"),
+                    3 * m.div_ceil(GGML_GEMV_MAX_M),
+                    "{:?}",
+                    lm.ctx.trace
+                );
             } else {
                 assert_eq!(
                     (count("ggml_gemv"), count("ggml_dequant_bf16")),

@@ -48,6 +48,7 @@ const LAYOUT_PARTS: &[(&str, &str)] = &[
     ("check_kernels", "check"),
     ("check_w8a8", "check"),
     ("check_layers", "check"),
+    ("bench", "check"),
 ];
 
 /// The layer a module stands in: its top-level module's, or for a layout folder's part the

@@ -40,6 +40,9 @@ pub fn benchmarks(
     if wanted("decode kernel") {
         bench_decode::decode_kernels(b.as_ref(), ceiling, rng, &mut out)?;
     }
+    if wanted("ggml kernel") {
+        crate::layouts::ggml::bench::kernel_lines(b.as_ref(), ceiling, rng, &mut |l| out.push(l))?;
+    }
     // (arm, m, seconds) of every whole-layer prefill, for the ratios to the BF16 layer.
     let mut prefill_times: Vec<(&str, usize, f64)> = Vec::new();
     for arm in BENCH_ARMS.iter().filter(|a| wanted(a.name)) {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 pub(super) const BACK_TO_BACK: usize = 20;
 
 /// Median seconds per call of `f` run [`BACK_TO_BACK`] times in a row (11 samples).
-pub(super) fn per_call(b: &dyn GpuBackend, mut f: impl FnMut() -> GpuResult<()>) -> GpuResult<f64> {
+pub(crate) fn per_call(b: &dyn GpuBackend, mut f: impl FnMut() -> GpuResult<()>) -> GpuResult<f64> {
     let t = time_median(b, 11, || {
         for _ in 0..BACK_TO_BACK {
             f()?;

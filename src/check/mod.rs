@@ -5,7 +5,7 @@
 
 pub mod activations;
 mod bench;
-mod bench_decode;
+pub(crate) mod bench_decode;
 pub mod bench_load;
 pub(crate) mod kernels;
 pub(crate) mod layers;

@@ -34,135 +34,219 @@ __device__ __forceinline__ void ggml_scale_min_k4(int j, const unsigned char* q,
     }
 }
 
-// The 16-entry value tables: IQ4_NL's and IQ4_XS's non-linear values (ggml-common.h
-// `kvalues_iq4nl`), and MXFP4's E2M1 values doubled (`kvalues_mxfp4`; the block scale carries
-// the half). converters/iq4.rs and converters/mxfp4.rs hold the same tables.
-__constant__ signed char GGML_KV_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-__constant__ signed char GGML_KV_MXFP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-// Four 4-bit indices (one per byte of `v`) through a 16-entry table into four int8 lanes.
-__device__ __forceinline__ int ggml_table4(unsigned int v, const signed char* table) {
-    return (int)((unsigned int)(unsigned char)table[v & 15u] | ((unsigned int)(unsigned char)table[(v >> 8) & 15u] << 8) |
-                 ((unsigned int)(unsigned char)table[(v >> 16) & 15u] << 16) |
-                 ((unsigned int)(unsigned char)table[(v >> 24) & 15u] << 24));
+// The 16-entry value tables as four words of int8 lanes each, entry i in byte i % 4 of word
+// i / 4: IQ4_NL's and IQ4_XS's non-linear values (ggml-common.h `kvalues_iq4nl`), and MXFP4's
+// E2M1 values doubled (`kvalues_mxfp4`; the block scale carries the half). converters/iq4.rs
+// and converters/mxfp4.rs hold the same tables.
+#define GGML_TAB_IQ4NL 0
+#define GGML_TAB_MXFP4 1
+#define GGML_PACK4(a, b, c, d) \
+    ((unsigned int)(unsigned char)(a) | ((unsigned int)(unsigned char)(b) << 8) | \
+     ((unsigned int)(unsigned char)(c) << 16) | ((unsigned int)(unsigned char)(d) << 24))
+template <int TAB>
+__device__ __forceinline__ unsigned int ggml_table_word(int i) {
+    if constexpr (TAB == GGML_TAB_IQ4NL) {
+        return i == 0 ? GGML_PACK4(-127, -104, -83, -65) : i == 1 ? GGML_PACK4(-49, -35, -22, -10)
+             : i == 2 ? GGML_PACK4(1, 13, 25, 38) : GGML_PACK4(53, 69, 89, 113);
+    } else {
+        return i == 0 ? GGML_PACK4(0, 1, 2, 3) : i == 1 ? GGML_PACK4(4, 6, 8, 12)
+             : i == 2 ? GGML_PACK4(0, -1, -2, -3) : GGML_PACK4(-4, -6, -8, -12);
+    }
 }
 
-// The integer dot product of 16 index bytes `qs` (low nibbles: values 0..15; high: 16..31)
-// through `table` with a q8_1 block's 32 codes.
-__device__ __forceinline__ int ggml_table_dot(const unsigned char* qs, const int* aq, const signed char* table) {
-    int s = 0;
+// Four 4-bit indices (one per byte of `v`, 0..15) through the table TAB into four int8 lanes:
+// byte permutes of the low and high halves of the table by each index's low three bits, then
+// the half its fourth bit names.
+template <int TAB>
+__device__ __forceinline__ int ggml_table4(unsigned int v) {
+    const unsigned int sel = (v & 7u) | ((v >> 4) & 0x70u) | ((v >> 8) & 0x700u) | ((v >> 12) & 0x7000u);
+    const unsigned int lo = __byte_perm(ggml_table_word<TAB>(0), ggml_table_word<TAB>(1), sel);
+    const unsigned int hi = __byte_perm(ggml_table_word<TAB>(2), ggml_table_word<TAB>(3), sel);
+    const unsigned int hmask = ((v >> 3) & 0x01010101u) * 0xFFu;
+    return (int)((lo & ~hmask) | (hi & hmask));
+}
+
+// ---- The GEMV: a block's codes as int8 lanes, then its scales ----
+//
+// A type is two functions over block b of a row at `w` (the row's stage in shared memory):
+// ggml_codes<TY> writes its 32 codes as 8 words of int8 lanes, value l in lane l % 4 of word
+// l / 4, each already less the type's offset where that fits int8 (Q3_K's 4, Q6_K's 32), so
+// that the dp4a with the q8_1 codes of one activation block gives the integer sums s0 (words
+// 0..3: values 0..15) and s1 (words 4..7: values 16..31); ggml_scale<TY> turns them into the
+// block's share of y. The codes come once per block for every activation row. The integer
+// sums are the twin's whatever their order (integers), and every float operation is the
+// twin's, in its order (`ggml_gemv_row`, src/layouts/ggml/twin.rs).
+
+// 4 bytes at p as a little-endian word, p a multiple of A bytes: one load (A >= 4), two
+// halves (A == 2), or the two aligned words around it through a byte permute (A == 1; reads
+// up to 3 bytes past the word).
+template <int A>
+__device__ __forceinline__ unsigned int ggml_w32(const unsigned char* p) {
+    if constexpr (A >= 4) {
+        return *reinterpret_cast<const unsigned int*>(p);
+    } else if constexpr (A == 2) {
+        const unsigned short* h = reinterpret_cast<const unsigned short*>(p);
+        return (unsigned int)h[0] | ((unsigned int)h[1] << 16);
+    } else {
+        const unsigned int* q = reinterpret_cast<const unsigned int*>((size_t)p & ~(size_t)3);
+        return __byte_perm(q[0], q[1], 0x3210u + 0x1111u * (unsigned int)((size_t)p & 3));
+    }
+}
+
+// Eight words at p (a multiple of A bytes).
+template <int A>
+__device__ __forceinline__ void ggml_w32x8(const unsigned char* p, unsigned int (&v)[8]) {
+    if constexpr (A >= 16) {
+        const uint4 a = reinterpret_cast<const uint4*>(p)[0], b = reinterpret_cast<const uint4*>(p)[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = ggml_w32<A>(p + 4 * i);
+    }
+}
+
+// Four words at p (a multiple of A bytes).
+template <int A>
+__device__ __forceinline__ void ggml_w32x4(const unsigned char* p, unsigned int (&v)[4]) {
+    if constexpr (A >= 16) {
+        const uint4 a = reinterpret_cast<const uint4*>(p)[0];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = ggml_w32<A>(p + 4 * i);
+    }
+}
+
+// 16 index bytes (low nibbles: values 0..15, high: 16..31) through the table TAB as codes.
+template <int TAB, int A>
+__device__ __forceinline__ void ggml_table_codes(const unsigned char* qs, int (&q)[8]) {
+    unsigned int v[4];
+    ggml_w32x4<A>(qs, v);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const unsigned int v = (unsigned int)ggml_u32(qs + 4 * i);
-        s = __dp4a(ggml_table4(v & 0x0F0F0F0Fu, table), aq[i], s);
-        s = __dp4a(ggml_table4((v >> 4) & 0x0F0F0F0Fu, table), aq[4 + i], s);
+        q[i] = ggml_table4<TAB>(v[i] & 0x0F0F0F0Fu);
+        q[4 + i] = ggml_table4<TAB>((v[i] >> 4) & 0x0F0F0F0Fu);
     }
-    return s;
 }
 
-// The dot product of 32-value block b of a weight row `w` with one q8_1 block `a`.
+// The 4-bit codes of 16 bytes at qs (a multiple of A): low nibbles values 0..15, high 16..31.
+template <int A>
+__device__ __forceinline__ void ggml_nibble_codes(const unsigned char* qs, int (&q)[8]) {
+    unsigned int v[4];
+    ggml_w32x4<A>(qs, v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        q[i] = (int)(v[i] & 0x0F0F0F0Fu);
+        q[4 + i] = (int)((v[i] >> 4) & 0x0F0F0F0Fu);
+    }
+}
+
 template <int TY>
-__device__ __forceinline__ float ggml_dot(const unsigned char* w, int b, const unsigned char* a);
+__device__ __forceinline__ void ggml_codes(const unsigned char* w, int b, int (&q)[8]);
+template <int TY>
+__device__ __forceinline__ float ggml_scale(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq);
 
 // Q4_0, 18 bytes per 32: f16 d, qs[16]; element l < 16 is the low nibble of qs[l], element
-// 16 + l its high nibble; value d * (q - 8).
+// 16 + l its high nibble; value d * (q - 8): d * (da * s - 8 * sa).
 template <>
-__device__ __forceinline__ float ggml_dot<2>(const unsigned char* w, int b, const unsigned char* a) {
-    const unsigned char* blk = w + (size_t)b * MP_GGML_Q4_0_BYTES;
-    const int* aq = reinterpret_cast<const int*>(a + 4);
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const unsigned int v = (unsigned int)ggml_u32(blk + 2 + 4 * i);
-        s = __dp4a((int)(v & 0x0F0F0F0Fu), aq[i], s);
-        s = __dp4a((int)((v >> 4) & 0x0F0F0F0Fu), aq[4 + i], s);
-    }
-    const float t = __fadd_rn(__fmul_rn(f16_at(a), (float)s), -__fmul_rn(8.0f, f16_at(a + 2)));
-    return __fmul_rn(f16_at(blk), t);
+__device__ __forceinline__ void ggml_codes<2>(const unsigned char* w, int b, int (&q)[8]) {
+    ggml_nibble_codes<2>(w + (size_t)b * MP_GGML_Q4_0_BYTES + 2, q);
+}
+template <>
+__device__ __forceinline__ float ggml_scale<2>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    const float t = __fadd_rn(__fmul_rn(da, (float)(s0 + s1)), -__fmul_rn(8.0f, sa));
+    return __fmul_rn(f16_at(w + (size_t)b * MP_GGML_Q4_0_BYTES), t);
 }
 
-// Q4_1, 20 bytes per 32: f16 d, f16 m, qs[16] (as Q4_0); value d * q + m.
+// Q4_1, 20 bytes per 32: f16 d, f16 m, qs[16] (as Q4_0); value d * q + m:
+// (d * da) * s + m * sa.
+__device__ __forceinline__ float ggml_offset_scale(const unsigned char* blk, int s, float da, float sa) {
+    const float dd = __fmul_rn(f16_at(blk), da);
+    return __fadd_rn(__fmul_rn(dd, (float)s), __fmul_rn(f16_at(blk + 2), sa));
+}
 template <>
-__device__ __forceinline__ float ggml_dot<3>(const unsigned char* w, int b, const unsigned char* a) {
-    const unsigned char* blk = w + (size_t)b * MP_GGML_Q4_1_BYTES;
-    const int* aq = reinterpret_cast<const int*>(a + 4);
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const unsigned int v = (unsigned int)ggml_u32(blk + 4 + 4 * i);
-        s = __dp4a((int)(v & 0x0F0F0F0Fu), aq[i], s);
-        s = __dp4a((int)((v >> 4) & 0x0F0F0F0Fu), aq[4 + i], s);
-    }
-    const float dd = __fmul_rn(f16_at(blk), f16_at(a));
-    return __fadd_rn(__fmul_rn(dd, (float)s), __fmul_rn(f16_at(blk + 2), f16_at(a + 2)));
+__device__ __forceinline__ void ggml_codes<3>(const unsigned char* w, int b, int (&q)[8]) {
+    ggml_nibble_codes<4>(w + (size_t)b * MP_GGML_Q4_1_BYTES + 4, q);
+}
+template <>
+__device__ __forceinline__ float ggml_scale<3>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    return ggml_offset_scale(w + (size_t)b * MP_GGML_Q4_1_BYTES, s0 + s1, da, sa);
 }
 
-// Q5_0, 22 bytes per 32: f16 d, qh[4] (bit l: the fifth bit of element l), qs[16] (as Q4_0);
-// value d * (q - 16).
+// The codes of Q5_0 and Q5_1: qh (bit l: the fifth bit of element l) and qs (as Q4_0).
+template <int A>
+__device__ __forceinline__ void ggml_q5_codes(const unsigned char* qh, const unsigned char* qs, int (&q)[8]) {
+    const unsigned int h = ggml_w32<A>(qh);
+    unsigned int v[4];
+    ggml_w32x4<A>(qs, v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        q[i] = ggml_with_high(v[i] & 0x0F0F0F0Fu, h, 4 * i);
+        q[4 + i] = ggml_with_high((v[i] >> 4) & 0x0F0F0F0Fu, h, 16 + 4 * i);
+    }
+}
+
+// Q5_0, 22 bytes per 32: f16 d, qh[4], qs[16]; value d * (q - 16).
 template <>
-__device__ __forceinline__ float ggml_dot<6>(const unsigned char* w, int b, const unsigned char* a) {
+__device__ __forceinline__ void ggml_codes<6>(const unsigned char* w, int b, int (&q)[8]) {
     const unsigned char* blk = w + (size_t)b * MP_GGML_Q5_0_BYTES;
-    const int* aq = reinterpret_cast<const int*>(a + 4);
-    const unsigned int qh = (unsigned int)ggml_u32(blk + 2);
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const unsigned int v = (unsigned int)ggml_u32(blk + 6 + 4 * i);
-        s = __dp4a(ggml_with_high(v & 0x0F0F0F0Fu, qh, 4 * i), aq[i], s);
-        s = __dp4a(ggml_with_high((v >> 4) & 0x0F0F0F0Fu, qh, 16 + 4 * i), aq[4 + i], s);
-    }
-    const float t = __fadd_rn(__fmul_rn(f16_at(a), (float)s), -__fmul_rn(16.0f, f16_at(a + 2)));
-    return __fmul_rn(f16_at(blk), t);
+    ggml_q5_codes<2>(blk + 2, blk + 6, q);
+}
+template <>
+__device__ __forceinline__ float ggml_scale<6>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    const float t = __fadd_rn(__fmul_rn(da, (float)(s0 + s1)), -__fmul_rn(16.0f, sa));
+    return __fmul_rn(f16_at(w + (size_t)b * MP_GGML_Q5_0_BYTES), t);
 }
 
-// Q5_1, 24 bytes per 32: f16 d, f16 m, qh[4], qs[16] (as Q5_0); value d * q + m.
+// Q5_1, 24 bytes per 32: f16 d, f16 m, qh[4], qs[16]; value d * q + m.
 template <>
-__device__ __forceinline__ float ggml_dot<7>(const unsigned char* w, int b, const unsigned char* a) {
+__device__ __forceinline__ void ggml_codes<7>(const unsigned char* w, int b, int (&q)[8]) {
     const unsigned char* blk = w + (size_t)b * MP_GGML_Q5_1_BYTES;
-    const int* aq = reinterpret_cast<const int*>(a + 4);
-    const unsigned int qh = (unsigned int)ggml_u32(blk + 4);
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const unsigned int v = (unsigned int)ggml_u32(blk + 8 + 4 * i);
-        s = __dp4a(ggml_with_high(v & 0x0F0F0F0Fu, qh, 4 * i), aq[i], s);
-        s = __dp4a(ggml_with_high((v >> 4) & 0x0F0F0F0Fu, qh, 16 + 4 * i), aq[4 + i], s);
-    }
-    const float dd = __fmul_rn(f16_at(blk), f16_at(a));
-    return __fadd_rn(__fmul_rn(dd, (float)s), __fmul_rn(f16_at(blk + 2), f16_at(a + 2)));
+    ggml_q5_codes<4>(blk + 4, blk + 8, q);
+}
+template <>
+__device__ __forceinline__ float ggml_scale<7>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    return ggml_offset_scale(w + (size_t)b * MP_GGML_Q5_1_BYTES, s0 + s1, da, sa);
 }
 
 // Q8_0, 34 bytes per 32: f16 d, i8 qs[32]; value d * q.
 template <>
-__device__ __forceinline__ float ggml_dot<8>(const unsigned char* w, int b, const unsigned char* a) {
-    const unsigned char* blk = w + (size_t)b * MP_GGML_Q8_0_BYTES;
-    const int* aq = reinterpret_cast<const int*>(a + 4);
-    int s = 0;
+__device__ __forceinline__ void ggml_codes<8>(const unsigned char* w, int b, int (&q)[8]) {
+    unsigned int v[8];
+    ggml_w32x8<2>(w + (size_t)b * MP_GGML_Q8_0_BYTES + 2, v);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) s = __dp4a(ggml_u32(blk + 2 + 4 * i), aq[i], s);
-    return __fmul_rn(f16_at(blk), __fmul_rn(f16_at(a), (float)s));
+    for (int i = 0; i < 8; ++i) q[i] = (int)v[i];
+}
+template <>
+__device__ __forceinline__ float ggml_scale<8>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    return __fmul_rn(f16_at(w + (size_t)b * MP_GGML_Q8_0_BYTES), __fmul_rn(da, (float)(s0 + s1)));
 }
 
 // Q2_K, 84 bytes per 256: scales[16] (low nibble scale, high nibble min, one per 16 values),
 // qs[64], f16 d, f16 dmin. Sub-block j = 4 h + t: element l is bits 2t, 2t+1 of qs[32 h + l];
 // values 0..15 under scales[8 h + 2 t], 16..31 under scales[8 h + 2 t + 1]; value
-// d * sc * q - dmin * m. The scale and min products in integers: (d da) sum sc s - (dmin da)
-// sum m (1 . qa).
+// d * sc * q - dmin * m: (d da) (sc0 s0 + sc1 s1) - (dmin da) (m0 u0 + m1 u1), u the sums
+// of the activation codes per 16.
 template <>
-__device__ __forceinline__ float ggml_dot<10>(const unsigned char* w, int b, const unsigned char* a) {
+__device__ __forceinline__ void ggml_codes<10>(const unsigned char* w, int b, int (&q)[8]) {
+    const int j = b & 7, h = j >> 2, t = j & 3;
+    unsigned int v[8];
+    ggml_w32x8<4>(w + (size_t)(b >> 3) * MP_GGML_Q2K_BYTES + 16 + 32 * h, v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = (int)((v[i] >> (2 * t)) & 0x03030303u);
+}
+template <>
+__device__ __forceinline__ float ggml_scale<10>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
     const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q2K_BYTES;
     const int j = b & 7, h = j >> 2, t = j & 3;
-    const unsigned char* qs = blk + 16 + 32 * h;
-    const int* aq = reinterpret_cast<const int*>(a + 4);
-    int s[2] = {0, 0}, u[2] = {0, 0};
+    int u0 = 0, u1 = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        s[i >> 2] = __dp4a((int)(((unsigned int)ggml_u32(qs + 4 * i) >> (2 * t)) & 0x03030303u), aq[i], s[i >> 2]);
-        u[i >> 2] = __dp4a(0x01010101, aq[i], u[i >> 2]);
+    for (int i = 0; i < 4; ++i) {
+        u0 = __dp4a(0x01010101, aq[i], u0);
+        u1 = __dp4a(0x01010101, aq[4 + i], u1);
     }
     const int sc0 = blk[8 * h + 2 * t], sc1 = blk[8 * h + 2 * t + 1];
-    const int sd = (sc0 & 15) * s[0] + (sc1 & 15) * s[1], sm = (sc0 >> 4) * u[0] + (sc1 >> 4) * u[1];
-    const float da = f16_at(a);
+    const int sd = (sc0 & 15) * s0 + (sc1 & 15) * s1, sm = (sc0 >> 4) * u0 + (sc1 >> 4) * u1;
     return __fadd_rn(__fmul_rn(__fmul_rn(f16_at(blk + 80), da), (float)sd),
                      -__fmul_rn(__fmul_rn(f16_at(blk + 82), da), (float)sm));
 }
@@ -177,147 +261,222 @@ __device__ __forceinline__ int ggml_q3k_scale(const unsigned char* sc, int is) {
 }
 
 // Q3_K, 110 bytes per 256: hmask[32], qs[64], scales[12], f16 d. Sub-block j = 4 h + t:
-// element l is bits 2t, 2t+1 of qs[32 h + l], less 4 where bit j of hmask[l] is clear (the
-// code with that bit as bit 2, less 4); values 0..15 and 16..31 under the scales 2j and
+// element l is bits 2t, 2t+1 of qs[32 h + l], less 4 where bit j of hmask[l] is clear (as an
+// int8 lane: the two bits under 0xFC); values 0..15 and 16..31 under the scales 2j and
 // 2j + 1; value d * (sc - 32) * q.
 template <>
-__device__ __forceinline__ float ggml_dot<11>(const unsigned char* w, int b, const unsigned char* a) {
+__device__ __forceinline__ void ggml_codes<11>(const unsigned char* w, int b, int (&q)[8]) {
     const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q3K_BYTES;
     const int j = b & 7, h = j >> 2, t = j & 3;
-    const unsigned char* qs = blk + 32 + 32 * h;
-    const int* aq = reinterpret_cast<const int*>(a + 4);
-    int s[2] = {0, 0};
+    unsigned int v[8], m[8];
+    ggml_w32x8<2>(blk + 32 + 32 * h, v);
+    ggml_w32x8<2>(blk, m);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const unsigned int lo = ((unsigned int)ggml_u32(qs + 4 * i) >> (2 * t)) & 0x03030303u;
-        const unsigned int hb = (((unsigned int)ggml_u32(blk + 4 * i) >> j) & 0x01010101u) << 2;
-        s[i >> 2] = __dp4a((int)(lo | hb), aq[i], s[i >> 2]);
-        s[i >> 2] = __dp4a((int)0xFCFCFCFCu, aq[i], s[i >> 2]);
-    }
+    for (int i = 0; i < 8; ++i)
+        q[i] = (int)(((v[i] >> (2 * t)) & 0x03030303u) | ((~(m[i] >> j) & 0x01010101u) * 0xFCu));
+}
+template <>
+__device__ __forceinline__ float ggml_scale<11>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q3K_BYTES;
+    const int j = b & 7;
     const int sc0 = ggml_q3k_scale(blk + 96, 2 * j), sc1 = ggml_q3k_scale(blk + 96, 2 * j + 1);
-    return __fmul_rn(f16_at(blk + 108), __fmul_rn(f16_at(a), (float)(sc0 * s[0] + sc1 * s[1])));
+    return __fmul_rn(f16_at(blk + 108), __fmul_rn(da, (float)(sc0 * s0 + sc1 * s1)));
 }
 
 // IQ4_NL, 18 bytes per 32: f16 d, qs[16] (indices as Q4_0's codes); value d * kvalues[q].
 template <>
-__device__ __forceinline__ float ggml_dot<20>(const unsigned char* w, int b, const unsigned char* a) {
-    const unsigned char* blk = w + (size_t)b * MP_GGML_IQ4_NL_BYTES;
-    const int s = ggml_table_dot(blk + 2, reinterpret_cast<const int*>(a + 4), GGML_KV_IQ4NL);
-    return __fmul_rn(f16_at(blk), __fmul_rn(f16_at(a), (float)s));
+__device__ __forceinline__ void ggml_codes<20>(const unsigned char* w, int b, int (&q)[8]) {
+    ggml_table_codes<GGML_TAB_IQ4NL, 2>(w + (size_t)b * MP_GGML_IQ4_NL_BYTES + 2, q);
+}
+template <>
+__device__ __forceinline__ float ggml_scale<20>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    return __fmul_rn(f16_at(w + (size_t)b * MP_GGML_IQ4_NL_BYTES), __fmul_rn(da, (float)(s0 + s1)));
 }
 
 // IQ4_XS, 136 bytes per 256: f16 d, u16 scales_h, scales_l[4], qs[128]; sub-block j's 6-bit
 // scale ls is nibble j of scales_l with bits 2j, 2j+1 of scales_h above it; its 16 index
 // bytes qs[16 j ..] as IQ4_NL's; value d * (ls - 32) * kvalues[q].
 template <>
-__device__ __forceinline__ float ggml_dot<23>(const unsigned char* w, int b, const unsigned char* a) {
+__device__ __forceinline__ void ggml_codes<23>(const unsigned char* w, int b, int (&q)[8]) {
+    ggml_table_codes<GGML_TAB_IQ4NL, 8>(w + (size_t)(b >> 3) * MP_GGML_IQ4_XS_BYTES + 8 + 16 * (b & 7), q);
+}
+template <>
+__device__ __forceinline__ float ggml_scale<23>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
     const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_IQ4_XS_BYTES;
     const int j = b & 7;
-    const int s = ggml_table_dot(blk + 8 + 16 * j, reinterpret_cast<const int*>(a + 4), GGML_KV_IQ4NL);
     const unsigned int sh = (unsigned int)blk[2] | ((unsigned int)blk[3] << 8);
     const int ls = (int)(((blk[4 + j / 2] >> (4 * (j & 1))) & 15u) | (((sh >> (2 * j)) & 3u) << 4)) - 32;
-    return __fmul_rn(f16_at(blk), __fmul_rn(f16_at(a), (float)(ls * s)));
+    return __fmul_rn(f16_at(blk), __fmul_rn(da, (float)(ls * (s0 + s1))));
 }
 
 // MXFP4, 17 bytes per 32: E8M0 e, qs[16] (indices as Q4_0's codes); value
 // 2^(e - 128) * kvalues_mxfp4[q] (ggml's e8m0_to_fp32_half: the doubled table's half).
+__device__ __forceinline__ float ggml_e8m0_half(unsigned int e) {
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
 template <>
-__device__ __forceinline__ float ggml_dot<39>(const unsigned char* w, int b, const unsigned char* a) {
-    const unsigned char* blk = w + (size_t)b * MP_GGML_MXFP4_BYTES;
-    const int s = ggml_table_dot(blk + 1, reinterpret_cast<const int*>(a + 4), GGML_KV_MXFP4);
-    const unsigned int e = blk[0];
-    const float d = __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
-    return __fmul_rn(d, __fmul_rn(f16_at(a), (float)s));
+__device__ __forceinline__ void ggml_codes<39>(const unsigned char* w, int b, int (&q)[8]) {
+    ggml_table_codes<GGML_TAB_MXFP4, 1>(w + (size_t)b * MP_GGML_MXFP4_BYTES + 1, q);
+}
+template <>
+__device__ __forceinline__ float ggml_scale<39>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    const float d = ggml_e8m0_half(w[(size_t)b * MP_GGML_MXFP4_BYTES]);
+    return __fmul_rn(d, __fmul_rn(da, (float)(s0 + s1)));
 }
 
 // Sub-block j (32 values) of a Q4_K or Q5_K super-block at `blk` whose codes (0..31) give
 // `s` against the q8_1 block `a`: (d * sc) * (da * s) - (dmin * m) * sa.
-__device__ __forceinline__ float ggml_kquant_sub(const unsigned char* blk, int j, int s, const unsigned char* a) {
+__device__ __forceinline__ float ggml_kquant_sub(const unsigned char* blk, int j, int s, float da, float sa) {
     int sc, m;
     ggml_scale_min_k4(j, blk + 4, &sc, &m);
     const float dsc = __fmul_rn(f16_at(blk), (float)sc);
     const float dm = __fmul_rn(f16_at(blk + 2), (float)m);
-    return __fadd_rn(__fmul_rn(dsc, __fmul_rn(f16_at(a), (float)s)), -__fmul_rn(dm, f16_at(a + 2)));
+    return __fadd_rn(__fmul_rn(dsc, __fmul_rn(da, (float)s)), -__fmul_rn(dm, sa));
 }
 
 // Q4_K, 144 bytes per 256: f16 d, f16 dmin, scales[12], qs[128]; sub-block j is the low
 // (j even) or high (j odd) nibbles of qs[32 (j / 2) ..][..32]; value d * sc * q - dmin * m.
 template <>
-__device__ __forceinline__ float ggml_dot<12>(const unsigned char* w, int b, const unsigned char* a) {
-    const unsigned char* blk = w + (size_t)(b >> 3) * MP_Q4K_BYTES;
+__device__ __forceinline__ void ggml_codes<12>(const unsigned char* w, int b, int (&q)[8]) {
     const int j = b & 7;
-    const unsigned char* qs = blk + 16 + 32 * (j >> 1);
-    const int* aq = reinterpret_cast<const int*>(a + 4);
-    int s = 0;
+    unsigned int v[8];
+    ggml_w32x8<16>(w + (size_t)(b >> 3) * MP_Q4K_BYTES + 16 + 32 * (j >> 1), v);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) s = __dp4a((int)(((unsigned int)ggml_u32(qs + 4 * i) >> (4 * (j & 1))) & 0x0F0F0F0Fu), aq[i], s);
-    return ggml_kquant_sub(blk, j, s, a);
+    for (int i = 0; i < 8; ++i) q[i] = (int)((v[i] >> (4 * (j & 1))) & 0x0F0F0F0Fu);
+}
+template <>
+__device__ __forceinline__ float ggml_scale<12>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    return ggml_kquant_sub(w + (size_t)(b >> 3) * MP_Q4K_BYTES, b & 7, s0 + s1, da, sa);
 }
 
 // Q5_K, 176 bytes per 256: f16 d, f16 dmin, scales[12], qh[32], qs[128] (as Q4_K); bit j of
 // qh[l] is the fifth bit of element l of sub-block j.
 template <>
-__device__ __forceinline__ float ggml_dot<13>(const unsigned char* w, int b, const unsigned char* a) {
+__device__ __forceinline__ void ggml_codes<13>(const unsigned char* w, int b, int (&q)[8]) {
     const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q5K_BYTES;
     const int j = b & 7;
-    const unsigned char* qs = blk + 48 + 32 * (j >> 1);
-    const int* aq = reinterpret_cast<const int*>(a + 4);
-    int s = 0;
+    unsigned int v[8], h[8];
+    ggml_w32x8<16>(blk + 48 + 32 * (j >> 1), v);
+    ggml_w32x8<16>(blk + 16, h);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const unsigned int lo = ((unsigned int)ggml_u32(qs + 4 * i) >> (4 * (j & 1))) & 0x0F0F0F0Fu;
-        const unsigned int hi = (((unsigned int)ggml_u32(blk + 16 + 4 * i) >> j) & 0x01010101u) << 4;
-        s = __dp4a((int)(lo | hi), aq[i], s);
-    }
-    return ggml_kquant_sub(blk, j, s, a);
+    for (int i = 0; i < 8; ++i) q[i] = (int)(((v[i] >> (4 * (j & 1))) & 0x0F0F0F0Fu) | (((h[i] >> j) & 0x01010101u) << 4));
+}
+template <>
+__device__ __forceinline__ float ggml_scale<13>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    return ggml_kquant_sub(w + (size_t)(b >> 3) * MP_GGML_Q5K_BYTES, b & 7, s0 + s1, da, sa);
 }
 
 // Q6_K, 210 bytes per 256: ql[128], qh[64], i8 scales[16], f16 d. Sub-block j = 4 h + t (h the
 // half of 128, t its quarter): element l is ql[64 h + 32 (t & 1) + l] >> 4 (t >> 1) & 15 with
-// bits 2t, 2t+1 of qh[32 h + l] above them, less 32; values 0..15 scaled by scales[8 h + 2 t],
-// 16..31 by scales[8 h + 2 t + 1]; value d * scale * q.
+// bits 2t, 2t+1 of qh[32 h + l] above them, less 32 (as an int8 lane: the low 5 bits, under
+// 0xE0 where the sixth is clear); values 0..15 scaled by scales[8 h + 2 t], 16..31 by
+// scales[8 h + 2 t + 1]; value d * scale * q.
 template <>
-__device__ __forceinline__ float ggml_dot<14>(const unsigned char* w, int b, const unsigned char* a) {
+__device__ __forceinline__ void ggml_codes<14>(const unsigned char* w, int b, int (&q)[8]) {
     const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q6K_BYTES;
     const int j = b & 7, h = j >> 2, t = j & 3;
-    const unsigned char* ql = blk + 64 * h + 32 * (t & 1);
-    const unsigned char* qh = blk + 128 + 32 * h;
-    const int* aq = reinterpret_cast<const int*>(a + 4);
-    int s[2] = {0, 0};
+    unsigned int lo[8], hi[8];
+    ggml_w32x8<2>(blk + 64 * h + 32 * (t & 1), lo);
+    ggml_w32x8<2>(blk + 128 + 32 * h, hi);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        const unsigned int lo = ((unsigned int)ggml_u32(ql + 4 * i) >> (4 * (t >> 1))) & 0x0F0F0F0Fu;
-        const unsigned int hi = (((unsigned int)ggml_u32(qh + 4 * i) >> (2 * t)) & 0x03030303u) << 4;
-        // (q - 32) . a as q . a + (-32, -32, -32, -32) . a: the codes 0..63 are signed bytes as
-        // they are.
-        s[i >> 2] = __dp4a((int)(lo | hi), aq[i], s[i >> 2]);
-        s[i >> 2] = __dp4a((int)0xE0E0E0E0u, aq[i], s[i >> 2]);
+        const unsigned int x = ((lo[i] >> (4 * (t >> 1))) & 0x0F0F0F0Fu) | (((hi[i] >> (2 * t)) & 0x03030303u) << 4);
+        q[i] = (int)((x & 0x1F1F1F1Fu) | ((~(x >> 5) & 0x01010101u) * 0xE0u));
     }
+}
+template <>
+__device__ __forceinline__ float ggml_scale<14>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_Q6K_BYTES;
+    const int j = b & 7, h = j >> 2, t = j & 3;
     const int sc0 = (int)(signed char)blk[192 + 8 * h + 2 * t], sc1 = (int)(signed char)blk[192 + 8 * h + 2 * t + 1];
-    return __fmul_rn(f16_at(blk + 208), __fmul_rn(f16_at(a), (float)(sc0 * s[0] + sc1 * s[1])));
+    return __fmul_rn(f16_at(blk + 208), __fmul_rn(da, (float)(sc0 * s0 + sc1 * s1)));
 }
 
-// y[r, j] = sum over the 32-value blocks b of weight row j of ggml_dot<TY>(row j, b, q8_1
-// block b of activation row r), for r < m <= MP_GGML_GEMV_MAX_M. One warp per weight row: lane
-// l takes blocks l, l + 32, ... in order (an f32 sum per activation row), then the lanes' sums
-// meet in a butterfly (xor 16, 8, 4, 2, 1). Rows of `row_bytes` bytes.
+// The bytes of one MP_GGML_STAGE-value stage of a row of type TY (64 blocks of 32, 8
+// super-blocks of 256): whole 16-byte words for every type (sizes.rs asserts it).
+template <int TY>
+__device__ constexpr int ggml_stage_bytes() {
+    return TY == 2 ? 64 * MP_GGML_Q4_0_BYTES : TY == 3 ? 64 * MP_GGML_Q4_1_BYTES : TY == 6 ? 64 * MP_GGML_Q5_0_BYTES
+         : TY == 7 ? 64 * MP_GGML_Q5_1_BYTES : TY == 8 ? 64 * MP_GGML_Q8_0_BYTES : TY == 20 ? 64 * MP_GGML_IQ4_NL_BYTES
+         : TY == 39 ? 64 * MP_GGML_MXFP4_BYTES : TY == 10 ? 8 * MP_GGML_Q2K_BYTES : TY == 11 ? 8 * MP_GGML_Q3K_BYTES
+         : TY == 12 ? 8 * MP_Q4K_BYTES : TY == 13 ? 8 * MP_GGML_Q5K_BYTES : TY == 14 ? 8 * MP_GGML_Q6K_BYTES
+         : 8 * MP_GGML_IQ4_XS_BYTES;
+}
+
+// The 16-byte word at `at` (a multiple of 16) of a buffer of `total` bytes: whole, or where it
+// runs past the end, its bytes inside (zeros after).
+__device__ __forceinline__ uint4 ggml_word(const unsigned char* base, size_t at, size_t total) {
+    if (at + 16 <= total) return __ldg(reinterpret_cast<const uint4*>(base + at));
+    unsigned int v[4] = {0u, 0u, 0u, 0u};
+    for (int i = 0; i < 16 && at + i < total; ++i) v[i >> 2] |= (unsigned int)base[at + i] << (8 * (i & 3));
+    return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// y[r, j] = sum over the 32-value blocks b of weight row j of block b's share against q8_1
+// block b of activation row r, for r < m <= MP_GGML_GEMV_MAX_M. One warp per weight row,
+// which it reads a stage at a time: the stage's bytes as 16-byte words (coalesced; the next
+// stage's in flight while this one is multiplied) into the warp's `stage` of shared memory
+// (MP_GGML_STAGE_BYTES_MAX + 32 bytes), where each lane takes its blocks. A block sits there
+// at a multiple of gcd(its bytes, 16), as in the row (the stage starts at the row's offset
+// modulo 16), which each type's ggml_codes reads by. Lane l takes blocks l, l + 32, ... in
+// order (an f32 sum per activation row), then the lanes' sums meet in a butterfly (xor 16, 8,
+// 4, 2, 1). Rows of `row_bytes` bytes.
 template <int TY>
 __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__ xq, int m,
                                                const unsigned char* __restrict__ w, size_t row_bytes,
-                                               float* __restrict__ y, int n, int kp, int ldy) {
+                                               float* __restrict__ y, int n, int kp, int ldy, unsigned char* stage) {
+    constexpr int SB = ggml_stage_bytes<TY>();
+    constexpr int WORDS = SB / 16 + 1;  // a stage's bytes from the 16-byte word below its start
+    constexpr int PER_LANE = (WORDS + 31) / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j = blockIdx.x * (blockDim.x >> 5) + warp;
     if (j >= n) return;
     const int nb = kp / MP_GGML_QK;
-    const unsigned char* row = w + (size_t)j * row_bytes;
+    const int stages = (nb + 63) / 64;
+    const size_t total = (size_t)n * row_bytes;
+    const size_t row0 = (size_t)j * row_bytes;
     float acc[MP_GGML_GEMV_MAX_M];
 #pragma unroll
     for (int r = 0; r < MP_GGML_GEMV_MAX_M; ++r) acc[r] = 0.f;
-    for (int b = lane; b < nb; b += 32) {
+    uint4 next[PER_LANE];
+    auto load = [&](int s) {
+        const size_t base = (row0 + (size_t)s * SB) & ~(size_t)15;
 #pragma unroll
-        for (int r = 0; r < MP_GGML_GEMV_MAX_M; ++r) {
-            if (r >= m) break;
-            acc[r] = __fadd_rn(acc[r], ggml_dot<TY>(row, b, xq + ((size_t)r * nb + b) * MP_Q8_1_BYTES));
+        for (int i = 0; i < PER_LANE; ++i)
+            if (lane + 32 * i < WORDS) next[i] = ggml_word(w, base + 16 * (size_t)(lane + 32 * i), total);
+    };
+    load(0);
+    for (int s = 0; s < stages; ++s) {
+        __syncwarp();  // every lane is done with the previous stage's bytes
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i)
+            if (lane + 32 * i < WORDS) reinterpret_cast<uint4*>(stage)[lane + 32 * i] = next[i];
+        __syncwarp();
+        if (s + 1 < stages) load(s + 1);
+        const unsigned char* blocks = stage + ((row0 + (size_t)s * SB) & 15);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int lb = lane + 32 * half, b = 64 * s + lb;
+            if (b >= nb) break;
+            int q[8];
+            ggml_codes<TY>(blocks, lb, q);
+#pragma unroll
+            for (int r = 0; r < MP_GGML_GEMV_MAX_M; ++r) {
+                if (r >= m) break;
+                // The q8_1 block: its f16 d and s as one word (blocks of 36 bytes: 4-aligned).
+                const unsigned char* a = xq + ((size_t)r * nb + b) * MP_Q8_1_BYTES;
+                const unsigned int ds = *reinterpret_cast<const unsigned int*>(a);
+                const float da = __half2float(__ushort_as_half((unsigned short)(ds & 0xFFFFu)));
+                const float sa = __half2float(__ushort_as_half((unsigned short)(ds >> 16)));
+                const int* aq = reinterpret_cast<const int*>(a + 4);
+                int s0 = 0, s1 = 0;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    s0 = __dp4a(q[i], aq[i], s0);
+                    s1 = __dp4a(q[4 + i], aq[4 + i], s1);
+                }
+                acc[r] = __fadd_rn(acc[r], ggml_scale<TY>(blocks, lb, s0, s1, da, sa, aq));
+            }
         }
     }
 #pragma unroll
@@ -334,20 +493,22 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
 // layer refuses it when its weights are installed). Grid ceil(n / 8), block 256.
 extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsigned char* w, int ty, float* y, int n,
                                      int kp, int ldy) {
+    __shared__ __align__(16) unsigned char stages[8][MP_GGML_STAGE_BYTES_MAX + 32];
+    unsigned char* st = stages[threadIdx.x >> 5];
     switch (ty) {
-        case 2: ggml_gemv_rows<2>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_0_BYTES, y, n, kp, ldy); break;
-        case 3: ggml_gemv_rows<3>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_1_BYTES, y, n, kp, ldy); break;
-        case 6: ggml_gemv_rows<6>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_0_BYTES, y, n, kp, ldy); break;
-        case 7: ggml_gemv_rows<7>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_1_BYTES, y, n, kp, ldy); break;
-        case 11: ggml_gemv_rows<11>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q3K_BYTES, y, n, kp, ldy); break;
-        case 10: ggml_gemv_rows<10>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q2K_BYTES, y, n, kp, ldy); break;
-        case 20: ggml_gemv_rows<20>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_IQ4_NL_BYTES, y, n, kp, ldy); break;
-        case 23: ggml_gemv_rows<23>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_IQ4_XS_BYTES, y, n, kp, ldy); break;
-        case 39: ggml_gemv_rows<39>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_MXFP4_BYTES, y, n, kp, ldy); break;
-        case 8: ggml_gemv_rows<8>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q8_0_BYTES, y, n, kp, ldy); break;
-        case 12: ggml_gemv_rows<12>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_Q4K_BYTES, y, n, kp, ldy); break;
-        case 13: ggml_gemv_rows<13>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q5K_BYTES, y, n, kp, ldy); break;
-        case 14: ggml_gemv_rows<14>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q6K_BYTES, y, n, kp, ldy); break;
+        case 2: ggml_gemv_rows<2>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_0_BYTES, y, n, kp, ldy, st); break;
+        case 3: ggml_gemv_rows<3>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_1_BYTES, y, n, kp, ldy, st); break;
+        case 6: ggml_gemv_rows<6>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_0_BYTES, y, n, kp, ldy, st); break;
+        case 7: ggml_gemv_rows<7>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_1_BYTES, y, n, kp, ldy, st); break;
+        case 8: ggml_gemv_rows<8>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q8_0_BYTES, y, n, kp, ldy, st); break;
+        case 10: ggml_gemv_rows<10>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q2K_BYTES, y, n, kp, ldy, st); break;
+        case 11: ggml_gemv_rows<11>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q3K_BYTES, y, n, kp, ldy, st); break;
+        case 12: ggml_gemv_rows<12>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_Q4K_BYTES, y, n, kp, ldy, st); break;
+        case 13: ggml_gemv_rows<13>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q5K_BYTES, y, n, kp, ldy, st); break;
+        case 14: ggml_gemv_rows<14>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q6K_BYTES, y, n, kp, ldy, st); break;
+        case 20: ggml_gemv_rows<20>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_IQ4_NL_BYTES, y, n, kp, ldy, st); break;
+        case 23: ggml_gemv_rows<23>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_IQ4_XS_BYTES, y, n, kp, ldy, st); break;
+        case 39: ggml_gemv_rows<39>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_MXFP4_BYTES, y, n, kp, ldy, st); break;
         default: break;
     }
 }
@@ -467,18 +628,24 @@ __device__ __forceinline__ void ggml_values<14>(const unsigned char* w, int b, f
         v[l] = __fmul_rn(dl, (float)((lo | (hi << 4)) - 32));
     }
 }
-// IQ4_NL: d * kvalues[q]; IQ4_XS: (d * (ls - 32)) * kvalues[q]; MXFP4: 2^(e - 128) * kvalues[q].
-__device__ __forceinline__ void ggml_table_values(const unsigned char* qs, float scale, const signed char* table,
-                                                  float (&v)[32]) {
-    for (int l = 0; l < 16; ++l) {
-        v[l] = __fmul_rn(scale, (float)table[qs[l] & 15]);
-        v[l + 16] = __fmul_rn(scale, (float)table[qs[l] >> 4]);
+// IQ4_NL: d * kvalues[q]; IQ4_XS: (d * (ls - 32)) * kvalues[q]; MXFP4: 2^(e - 128) * kvalues[q]:
+// the 16 index bytes at qs through the table TAB (byte permutes, as the GEMV's codes).
+template <int TAB>
+__device__ __forceinline__ void ggml_table_values(const unsigned char* qs, float scale, float (&v)[32]) {
+    for (int i = 0; i < 4; ++i) {
+        const unsigned int x = (unsigned int)ggml_u32(qs + 4 * i);
+        const unsigned int lo = (unsigned int)ggml_table4<TAB>(x & 0x0F0F0F0Fu);
+        const unsigned int hi = (unsigned int)ggml_table4<TAB>((x >> 4) & 0x0F0F0F0Fu);
+        for (int c = 0; c < 4; ++c) {
+            v[4 * i + c] = __fmul_rn(scale, (float)(signed char)(lo >> (8 * c)));
+            v[16 + 4 * i + c] = __fmul_rn(scale, (float)(signed char)(hi >> (8 * c)));
+        }
     }
 }
 template <>
 __device__ __forceinline__ void ggml_values<20>(const unsigned char* w, int b, float (&v)[32]) {
     const unsigned char* blk = w + (size_t)b * MP_GGML_IQ4_NL_BYTES;
-    ggml_table_values(blk + 2, f16_at(blk), GGML_KV_IQ4NL, v);
+    ggml_table_values<GGML_TAB_IQ4NL>(blk + 2, f16_at(blk), v);
 }
 template <>
 __device__ __forceinline__ void ggml_values<23>(const unsigned char* w, int b, float (&v)[32]) {
@@ -486,47 +653,59 @@ __device__ __forceinline__ void ggml_values<23>(const unsigned char* w, int b, f
     const int j = b & 7;
     const unsigned int sh = (unsigned int)blk[2] | ((unsigned int)blk[3] << 8);
     const int ls = (int)(((blk[4 + j / 2] >> (4 * (j & 1))) & 15u) | (((sh >> (2 * j)) & 3u) << 4)) - 32;
-    ggml_table_values(blk + 8 + 16 * j, __fmul_rn(f16_at(blk), (float)ls), GGML_KV_IQ4NL, v);
+    ggml_table_values<GGML_TAB_IQ4NL>(blk + 8 + 16 * j, __fmul_rn(f16_at(blk), (float)ls), v);
 }
 template <>
 __device__ __forceinline__ void ggml_values<39>(const unsigned char* w, int b, float (&v)[32]) {
     const unsigned char* blk = w + (size_t)b * MP_GGML_MXFP4_BYTES;
-    const unsigned int e = blk[0];
-    ggml_table_values(blk + 1, __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23), GGML_KV_MXFP4, v);
+    ggml_table_values<GGML_TAB_MXFP4>(blk + 1, ggml_e8m0_half(blk[0]), v);
 }
 
+// Thread t of the launch's block takes 32-value block id = blockIdx.x * 256 + t of the weight
+// (row id / nb, block id % nb), its values to BF16 in `tile` (256 x 64 bytes of shared
+// memory); then the launch's block writes its blocks' outputs, which lie one after another in
+// `out`, as 16-byte words, a word per thread at a time (coalesced).
 template <int TY>
 __device__ __forceinline__ void ggml_dequant_rows(const unsigned char* __restrict__ w, size_t row_bytes, int n, int kp,
-                                                  unsigned int* __restrict__ out) {
-    const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+                                                  uint4* __restrict__ out, uint4* tile) {
+    const long long id0 = (long long)blockIdx.x * blockDim.x, id = id0 + threadIdx.x;
     const int nb = kp / MP_GGML_QK;
-    if (id >= (long long)n * nb) return;
-    const int j = (int)(id / nb), b = (int)(id % nb);
-    float v[32];
-    ggml_values<TY>(w + (size_t)j * row_bytes, b, v);
-    unsigned int* o = out + ((size_t)j * kp + (size_t)b * MP_GGML_QK) / 2;
-    for (int l = 0; l < 16; ++l) o[l] = pack2_bf16(v[2 * l], v[2 * l + 1]);
+    const long long blocks = (long long)n * nb;
+    if (id < blocks) {
+        const int j = (int)(id / nb), b = (int)(id % nb);
+        float v[32];
+        ggml_values<TY>(w + (size_t)j * row_bytes, b, v);
+        for (int c = 0; c < 4; ++c)
+            tile[4 * threadIdx.x + c] = make_uint4(pack2_bf16(v[8 * c], v[8 * c + 1]), pack2_bf16(v[8 * c + 2], v[8 * c + 3]),
+                                                   pack2_bf16(v[8 * c + 4], v[8 * c + 5]), pack2_bf16(v[8 * c + 6], v[8 * c + 7]));
+    }
+    __syncthreads();
+    for (int c = 0; c < 4; ++c) {
+        const int at = threadIdx.x + (int)blockDim.x * c;  // word `at` of this launch block's outputs
+        if (id0 + at / 4 < blocks) out[(size_t)id0 * 4 + at] = tile[at];
+    }
 }
 
 // The prefill's dequantization: `w` (n rows of kp values of type `ty`) to BF16 [n, kp], each
-// value gguf-py's decode rounded to nearest even. One thread per 32-value block of a row.
-// Grid ceil(n * kp / 32 / 256), block 256.
+// value gguf-py's decode rounded to nearest even; `out` 16-byte aligned. One thread per 32-value
+// block of a row. Grid ceil(n * kp / 32 / 256), block 256.
 extern "C" __global__ void ggml_dequant_bf16(const unsigned char* w, int ty, int n, int kp, unsigned short* out) {
-    unsigned int* o = reinterpret_cast<unsigned int*>(out);
+    __shared__ uint4 tile[256 * 4];
+    uint4* o = reinterpret_cast<uint4*>(out);
     switch (ty) {
-        case 2: ggml_dequant_rows<2>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_0_BYTES, n, kp, o); break;
-        case 3: ggml_dequant_rows<3>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_1_BYTES, n, kp, o); break;
-        case 6: ggml_dequant_rows<6>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_0_BYTES, n, kp, o); break;
-        case 7: ggml_dequant_rows<7>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_1_BYTES, n, kp, o); break;
-        case 8: ggml_dequant_rows<8>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q8_0_BYTES, n, kp, o); break;
-        case 11: ggml_dequant_rows<11>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q3K_BYTES, n, kp, o); break;
-        case 10: ggml_dequant_rows<10>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q2K_BYTES, n, kp, o); break;
-        case 12: ggml_dequant_rows<12>(w, (size_t)kp / MP_GGML_QK_K * MP_Q4K_BYTES, n, kp, o); break;
-        case 13: ggml_dequant_rows<13>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q5K_BYTES, n, kp, o); break;
-        case 14: ggml_dequant_rows<14>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q6K_BYTES, n, kp, o); break;
-        case 20: ggml_dequant_rows<20>(w, (size_t)kp / MP_GGML_QK * MP_GGML_IQ4_NL_BYTES, n, kp, o); break;
-        case 23: ggml_dequant_rows<23>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_IQ4_XS_BYTES, n, kp, o); break;
-        case 39: ggml_dequant_rows<39>(w, (size_t)kp / MP_GGML_QK * MP_GGML_MXFP4_BYTES, n, kp, o); break;
+        case 2: ggml_dequant_rows<2>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_0_BYTES, n, kp, o, tile); break;
+        case 3: ggml_dequant_rows<3>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_1_BYTES, n, kp, o, tile); break;
+        case 6: ggml_dequant_rows<6>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_0_BYTES, n, kp, o, tile); break;
+        case 7: ggml_dequant_rows<7>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_1_BYTES, n, kp, o, tile); break;
+        case 8: ggml_dequant_rows<8>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q8_0_BYTES, n, kp, o, tile); break;
+        case 11: ggml_dequant_rows<11>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q3K_BYTES, n, kp, o, tile); break;
+        case 10: ggml_dequant_rows<10>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q2K_BYTES, n, kp, o, tile); break;
+        case 12: ggml_dequant_rows<12>(w, (size_t)kp / MP_GGML_QK_K * MP_Q4K_BYTES, n, kp, o, tile); break;
+        case 13: ggml_dequant_rows<13>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q5K_BYTES, n, kp, o, tile); break;
+        case 14: ggml_dequant_rows<14>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q6K_BYTES, n, kp, o, tile); break;
+        case 20: ggml_dequant_rows<20>(w, (size_t)kp / MP_GGML_QK * MP_GGML_IQ4_NL_BYTES, n, kp, o, tile); break;
+        case 23: ggml_dequant_rows<23>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_IQ4_XS_BYTES, n, kp, o, tile); break;
+        case 39: ggml_dequant_rows<39>(w, (size_t)kp / MP_GGML_QK * MP_GGML_MXFP4_BYTES, n, kp, o, tile); break;
         default: break;
     }
 }

@@ -3,12 +3,13 @@
 //! converters' block types' (`converters/q*.rs`, ggml-common.h's layouts).
 
 use crate::converters::{BlockFormat, block_bytes};
-use crate::converters::{iq4, mxfp4, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0};
+use crate::converters::{iq4, mxfp4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0};
 
 /// Its sizes, by the name the kernels see.
 pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_GEMV_MAX_M", GGML_GEMV_MAX_M),
     ("MP_GGML_QK", GGML_QK),
+    ("MP_GGML_STAGE_BYTES_MAX", GGML_STAGE_BYTES_MAX),
     ("MP_GGML_QK_K", GGML_QK_K),
     ("MP_GGML_Q4_0_BYTES", GGML_Q4_0_BYTES),
     ("MP_GGML_Q4_1_BYTES", GGML_Q4_1_BYTES),
@@ -30,13 +31,18 @@ use consts::*;
 pub mod consts {
     use super::*;
     /// Activation rows one launch of the engine's GEMV (`ggml_gemv`) takes.
-    pub const GGML_GEMV_MAX_M: usize = 4;
+    pub const GGML_GEMV_MAX_M: usize = 8;
     /// Weight rows per block of `ggml_gemv` (8 warps of one row).
     pub const GGML_GEMV_ROWS: usize = 8;
     /// The fewest prefill rows that take the dequantization and the BF16 GEMM rather than the
     /// GEMV (which reads the weights once per 4 rows): `affine`'s crossover, measured on the
     /// H200 for its own GEMVs (BENCHMARKS.md); not yet measured for this engine.
     pub const GGML_PREFILL_MIN_ROWS: usize = 17;
+    /// Values per stage of `ggml_gemv` (a warp reads its row into shared memory a stage at a
+    /// time): 64 blocks of 32, 8 super-blocks.
+    pub const GGML_STAGE: usize = 2048;
+    /// The most bytes of a stage of any type (Q8_0's 64 blocks of 34).
+    pub const GGML_STAGE_BYTES_MAX: usize = GGML_STAGE / GGML_QK * GGML_Q8_0_BYTES;
     /// Values per block of the 32-value types (ggml's `QK4_0` .. `QK8_0`).
     pub const GGML_QK: usize = q8_0::Q8_0::BLOCK_ELEMS;
     /// Values per K-quant super-block (ggml's `QK_K`).
@@ -77,3 +83,35 @@ const _: () = assert!(GGML_Q2K_BYTES == GGML_QK_K / 16 + GGML_QK_K / 4 + 4);
 const _: () = assert!(GGML_Q3K_BYTES == GGML_QK_K / 8 + GGML_QK_K / 4 + 12 + 2);
 const _: () = assert!(GGML_IQ4_NL_BYTES == 2 + GGML_QK / 2 && GGML_MXFP4_BYTES == 1 + GGML_QK / 2);
 const _: () = assert!(GGML_IQ4_XS_BYTES == 4 + GGML_QK_K / 64 + GGML_QK_K / 2);
+
+/// Each type's stage: whole 16-byte words, no more than the largest.
+const _: () = {
+    let per32 = [
+        GGML_Q4_0_BYTES,
+        GGML_Q4_1_BYTES,
+        GGML_Q5_0_BYTES,
+        GGML_Q5_1_BYTES,
+        GGML_Q8_0_BYTES,
+    ];
+    let per32b = [GGML_IQ4_NL_BYTES, GGML_MXFP4_BYTES];
+    let per256 = [
+        GGML_Q2K_BYTES,
+        GGML_Q3K_BYTES,
+        GGML_Q5K_BYTES,
+        GGML_Q6K_BYTES,
+        GGML_IQ4_XS_BYTES,
+        block_bytes::<q4_k::Q4K>(),
+    ];
+    let mut i = 0;
+    while i < per32.len() + per32b.len() + per256.len() {
+        let sb = if i < per32.len() {
+            GGML_STAGE / GGML_QK * per32[i]
+        } else if i < per32.len() + per32b.len() {
+            GGML_STAGE / GGML_QK * per32b[i - per32.len()]
+        } else {
+            GGML_STAGE / GGML_QK_K * per256[i - per32.len() - per32b.len()]
+        };
+        assert!(sb % 16 == 0 && sb <= GGML_STAGE_BYTES_MAX);
+        i += 1;
+    }
+};
