@@ -6,10 +6,13 @@
 
 #include "common.cuh"
 
-// x f32 [m, k] -> out [m, kp/32] blocks (x beyond k is 0). One warp per block.
+// x f32 [m, k] -> out [m, kp/32] blocks (x beyond k is 0). One warp per block. A dependent
+// launch (common.cuh, pdl_wait).
 // Grid (ceil(kp / 32 / 8), m), block 256.
 extern "C" __global__ void quantize_act_q8_1(const float* __restrict__ x, int m, int k, int kp,
                                              unsigned char* __restrict__ out) {
+    pdl_trigger();
+    pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int b = blockIdx.x * (blockDim.x >> 5) + warp, r = blockIdx.y;
     if (b >= kp / 32 || r >= m) return;

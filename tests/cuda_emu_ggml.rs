@@ -8,6 +8,7 @@
 #[path = "cuda_emu/harness.rs"]
 mod harness;
 use harness::*;
+use metrale_pack::GgmlType;
 use metrale_pack::converters::layouts::ggml::TYPES;
 use metrale_pack::gpu::reference;
 use metrale_pack::gpu::sizes::{GGML_GEMV_MAX_M, Q8_1_BYTES, Q8_1_ELEMS};
@@ -30,6 +31,8 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
             .filter(|t| k % t.block_elems() as usize == 0)
         {
             let w = ggml_random_blocks(&mut r, ty, n, k);
+            // The second projection of the launch: Q8_0 (every type runs beside another).
+            let w2 = ggml_random_blocks(&mut r, GgmlType::Q8_0, n, k);
             for m in [1, 2, 3, 4, 5, 8] {
                 let ldy = n + 3;
                 let mut a = [
@@ -38,28 +41,35 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
                     A::P(w.clone()),
                     A::I(ty as usize),
                     A::P(vec![0xA5; m * ldy * 4]),
+                    A::P(w2.clone()),
+                    A::I(GgmlType::Q8_0 as usize),
+                    A::P(vec![0xA5; m * ldy * 4]),
+                    A::I(2),
                     A::I(n),
                     A::I(k),
                     A::I(ldy),
                 ];
-                launch(exe, "ggml_gemv", (n.div_ceil(8), 1), 256, &mut a);
-                let got = bf32(buf(&a[4]));
+                launch(exe, "ggml_gemv", (n.div_ceil(8), 2), 256, &mut a);
                 let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
-                for row in 0..m {
-                    let mut want = vec![0f32; n];
-                    reference::ggml_gemv_row(&xq[row * row_q8..], &w, ty, n, k, &mut want);
-                    let g = &got[row * ldy..row * ldy + n];
-                    assert!(
-                        want.iter().zip(g).all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{} [{n}, {k}] m {m} row {row}: {g:?} != {want:?}",
-                        ty.name()
-                    );
-                    // Past n in each row: untouched.
-                    assert!(
-                        got[row * ldy + n..(row + 1) * ldy]
-                            .iter()
-                            .all(|v| v.to_bits() == 0xA5A5A5A5)
-                    );
+                for (wb, t, at) in [(&w, ty, 4), (&w2, GgmlType::Q8_0, 7)] {
+                    let got = bf32(buf(&a[at]));
+                    for row in 0..m {
+                        let mut want = vec![0f32; n];
+                        reference::ggml_gemv_row(&xq[row * row_q8..], wb, t, n, k, &mut want);
+                        let g = &got[row * ldy..row * ldy + n];
+                        assert!(
+                            want.iter().zip(g).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{} (beside {}) [{n}, {k}] m {m} row {row}: {g:?} != {want:?}",
+                            t.name(),
+                            ty.name()
+                        );
+                        // Past n in each row: untouched.
+                        assert!(
+                            got[row * ldy + n..(row + 1) * ldy]
+                                .iter()
+                                .all(|v| v.to_bits() == 0xA5A5A5A5)
+                        );
+                    }
                 }
             }
         }

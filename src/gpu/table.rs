@@ -629,7 +629,7 @@ kernel_table! {
     quant_q8_1: "ffn_q8_1" "quantize_act_q8_1" ("x:p m:i k:i kp:i out:p")
         // One warp per q8_1 block, 8 warps per block.
         grid(Rule(|a| Ok((a.dim("kp")? / 32).div_ceil(8))), Per("m", 1), 256),
-        cap None, round None;
+        cap None, round None, dependent true;
     q4k_encode: "ffn_q4k_mmq" "nvfp4_to_q4k" ("codes:p scales:p g:f n:i k:i kp_nv:i kp_q:i out:p")
         // One thread per Q4_K super-block.
         grid(Rule(|a| Ok(blocks_of(a, &["n", "kp_q"], 1)? / 256).map(|t: usize| t.div_ceil(64))),
@@ -639,8 +639,8 @@ kernel_table! {
         grid(Per("n", 1), One, 256), cap None, round None;
     q4k_gemm: "ffn_q4k_mmq" "q4k_mmq_gemm" ("xq:p m:i w:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
-    ggml_gemv: "ffn_ggml" "ggml_gemv" ("xq:p m:i w:p ty:i y:p n:i kp:i ldy:i")
-        grid(Per("n", GGML_GEMV_ROWS), One, 256), cap Some(GGML_GEMV_MAX_M), round None;
+    ggml_gemv: "ffn_ggml" "ggml_gemv" ("xq:p m:i w:p ty:i y:p w2:p ty2:i y2:p projs:i n:i kp:i ldy:i")
+        grid(Per("n", GGML_GEMV_ROWS), Per("projs", 1), 256), cap Some(GGML_GEMV_MAX_M), round None, dependent true;
     ggml_dequant: "ffn_ggml" "ggml_dequant_bf16" ("w:p ty:i n:i kp:i out:p")
         // One thread per 32-value block: n * kp / 32 threads.
         grid(Rule(|a| Ok(a.dim("n")?

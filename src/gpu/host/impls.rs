@@ -452,26 +452,31 @@ impl HostBackend {
         self.blocks_gemv(a, reference::q2_row)
     }
 
-    /// `ggml_gemv`: each of the `m` rows of q8_1 blocks through the engine's twin.
+    /// `ggml_gemv`: each of the `m` rows of q8_1 blocks through the engine's twin, for each
+    /// of its `projs` projections (`w`, `ty`, `y`; then `w2`, `ty2`, `y2`).
     fn ggml_gemv(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
-        let (xq, m, w) = (
-            self.read(a.ptr("xq")?)?,
-            a.dim("m")?,
-            self.read(a.ptr("w")?)?,
-        );
-        let ty = crate::converters::layouts::ggml::engine_type(a.dim("ty")? as u32).ok_or_else(
-            || {
-                GpuError::Invalid(format!(
-                    "ggml_gemv: type {} is not an engine type",
-                    a.dim("ty").unwrap_or(0)
-                ))
-            },
-        )?;
+        let (xq, m) = (self.read(a.ptr("xq")?)?, a.dim("m")?);
         let (n, kp, ldy) = (a.dim("n")?, a.dim("kp")?, a.dim("ldy")?);
         let row_q8 = kp / Q8_1_ELEMS * Q8_1_BYTES;
-        self.write_rows(a.ptr("y")?, ldy, m, n, |r, out| {
-            reference::ggml_gemv_row(&xq[r * row_q8..(r + 1) * row_q8], &w, ty, n, kp, out);
-        })?;
+        let projs: &[(&str, &str, &str)] = match a.dim("projs")? {
+            1 => &[("w", "ty", "y")],
+            2 => &[("w", "ty", "y"), ("w2", "ty2", "y2")],
+            p => {
+                return Err(GpuError::Invalid(format!(
+                    "ggml_gemv: projs {p}, not 1 or 2"
+                )));
+            }
+        };
+        for &(wn, tn, yn) in projs {
+            let w = self.read(a.ptr(wn)?)?;
+            let t = a.dim(tn)?;
+            let ty = crate::converters::layouts::ggml::engine_type(t as u32).ok_or_else(|| {
+                GpuError::Invalid(format!("ggml_gemv: type {t} is not an engine type"))
+            })?;
+            self.write_rows(a.ptr(yn)?, ldy, m, n, |r, out| {
+                reference::ggml_gemv_row(&xq[r * row_q8..(r + 1) * row_q8], &w, ty, n, kp, out);
+            })?;
+        }
         Ok(())
     }
 

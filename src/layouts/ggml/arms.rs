@@ -13,11 +13,13 @@ use crate::gpu::{DevicePtr, GpuResult};
 type Prepare =
     fn(&DenseFfnLayer, &mut ForwardContext, DevicePtr, usize, usize, usize) -> GpuResult<DevicePtr>;
 
-/// `y [m, n] = x . w^T` with row stride `ldy`, from the f32 input and its prepared form.
+/// `y [m, n] = x . w^T` with row stride `ldy`, from the f32 input and its prepared form; with
+/// a second `(weight, y2)` of the same shape (up beside gate), `y2 = x . weight^T` too.
 type Project = fn(
     &DenseFfnLayer,
     &mut ForwardContext,
     &GgmlWeight,
+    Option<(&GgmlWeight, DevicePtr)>,
     (DevicePtr, DevicePtr),
     usize,
     DevicePtr,
@@ -52,8 +54,9 @@ impl DenseFfnLayer {
         self.ggml_chain(ctx, x, m, &w, Self::ggml_round, Self::ggml_dequant_project)
     }
 
-    /// Gate and up on the input prepared once (twice only where their padded rows differ),
-    /// the act-mul, and down on its output prepared.
+    /// Gate and up on the input prepared once, in one projection call (two, each on its own
+    /// prepared input, where their padded rows differ), the act-mul, and down on its output
+    /// prepared.
     fn ggml_chain(
         &self,
         ctx: &mut ForwardContext,
@@ -66,17 +69,17 @@ impl DenseFfnLayer {
         let (h, i) = (self.hidden, self.inter);
         let (go, uo, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
         let xg = prepare(self, ctx, x, m, h, g.kp)?;
-        project(self, ctx, g, (x, xg), m, go, i)?;
-        let xu = if u.kp == g.kp {
-            xg
+        if u.kp == g.kp {
+            project(self, ctx, g, Some((u, uo)), (x, xg), m, go, i)?;
         } else {
-            prepare(self, ctx, x, m, h, u.kp)?
-        };
-        project(self, ctx, u, (x, xu), m, uo, i)?;
+            project(self, ctx, g, None, (x, xg), m, go, i)?;
+            let xu = prepare(self, ctx, x, m, h, u.kp)?;
+            project(self, ctx, u, None, (x, xu), m, uo, i)?;
+        }
         self.act_mul(ctx, go, uo, go, m, i, i, i, i)?;
         let a = go.view(0, (m * i * 4) as u64);
         let aq = prepare(self, ctx, a, m, i, d.kp)?;
-        project(self, ctx, d, (a, aq), m, out, h)?;
+        project(self, ctx, d, None, (a, aq), m, out, h)?;
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
@@ -92,11 +95,14 @@ impl DenseFfnLayer {
         self.to_bf16(ctx, x, m * k)
     }
 
-    /// The engine's GEMV on the q8_1 rows `xq`, `GGML_GEMV_MAX_M` rows a launch.
+    /// The engine's GEMV on the q8_1 rows `xq`, `GGML_GEMV_MAX_M` rows a launch, both
+    /// projections in one launch.
+    #[allow(clippy::too_many_arguments)]
     fn ggml_gemv_project(
         &self,
         ctx: &mut ForwardContext,
         w: &GgmlWeight,
+        second: Option<(&GgmlWeight, DevicePtr)>,
         (_, xq): (DevicePtr, DevicePtr),
         m: usize,
         y: DevicePtr,
@@ -104,29 +110,50 @@ impl DenseFfnLayer {
     ) -> GpuResult<()> {
         let (n, kp) = (w.n, w.kp);
         let row_q8 = kp / Q8_1_ELEMS * Q8_1_BYTES;
+        let rows_of = |y: DevicePtr, r0: usize, rows: usize| {
+            y.view((r0 * ldy * 4) as u64, (((rows - 1) * ldy + n) * 4) as u64)
+        };
         for r0 in (0..m).step_by(GGML_GEMV_MAX_M) {
             let rows = (m - r0).min(GGML_GEMV_MAX_M);
             let xv = xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
-            let yv = y.view((r0 * ldy * 4) as u64, (((rows - 1) * ldy + n) * 4) as u64);
             let call = self.kernels.ggml_gemv.call().ptr("xq", xv).dim("m", rows);
             let call = call.ptr("w", w.weight).dim("ty", w.ty as u32 as usize);
-            let call = call.ptr("y", yv).dim("n", n).dim("kp", kp);
-            self.launch(ctx, call.dim("ldy", ldy))?;
+            let call = call.ptr("y", rows_of(y, r0, rows));
+            let call = match second {
+                Some((w2, y2)) => call
+                    .ptr("w2", w2.weight)
+                    .dim("ty2", w2.ty as u32 as usize)
+                    .ptr("y2", rows_of(y2, r0, rows))
+                    .dim("projs", 2),
+                None => call
+                    .ptr("w2", DevicePtr::NULL)
+                    .dim("ty2", 0)
+                    .ptr("y2", DevicePtr::NULL)
+                    .dim("projs", 1),
+            };
+            self.launch(ctx, call.dim("n", n).dim("kp", kp).dim("ldy", ldy))?;
         }
         Ok(())
     }
 
     /// `y [m, n] = xb . bf16(w)^T`: `w` dequantized into the arena's BF16 scratch, then the
-    /// BF16 GEMM on the rounded rows `xb` (its GEMV fallback reads the f32 rows).
+    /// BF16 GEMM on the rounded rows `xb` (its GEMV fallback reads the f32 rows); the second
+    /// projection after it, the same way.
+    #[allow(clippy::too_many_arguments)]
     fn ggml_dequant_project(
         &self,
         ctx: &mut ForwardContext,
         w: &GgmlWeight,
+        second: Option<(&GgmlWeight, DevicePtr)>,
         (x, xb): (DevicePtr, DevicePtr),
         m: usize,
         y: DevicePtr,
         ldy: usize,
     ) -> GpuResult<()> {
+        if let Some((w2, y2)) = second {
+            self.ggml_dequant_project(ctx, w, None, (x, xb), m, y, ldy)?;
+            return self.ggml_dequant_project(ctx, w2, None, (x, xb), m, y2, ldy);
+        }
         let dq = ctx.arena.dequant_bf16.view(0, (w.n * w.kp * 2) as u64);
         let call = self.kernels.ggml_dequant.call().ptr("w", w.weight);
         let call = call.dim("ty", w.ty as u32 as usize).dim("n", w.n);

@@ -8,7 +8,7 @@ use super::codec::TYPES;
 use crate::check::bench_decode::per_call;
 use crate::gpu::sizes::*;
 use crate::gpu::table::Kernels;
-use crate::gpu::{GpuBackend, GpuResult, alloc_upload, upload_f32};
+use crate::gpu::{DevicePtr, GpuBackend, GpuResult, alloc_upload, upload_f32};
 use crate::testing::*;
 
 /// The llama-8B projection shapes `(name, n, k)`.
@@ -52,6 +52,8 @@ pub(crate) fn kernel_lines(
                         let rows = (m - r0).min(GGML_GEMV_MAX_M);
                         let xv = xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
                         let c = ks.ggml_gemv.call().ptr("xq", xv).dim("m", rows).ptr("w", w);
+                        let c = c.ptr("w2", DevicePtr::NULL).dim("ty2", 0);
+                        let c = c.ptr("y2", DevicePtr::NULL).dim("projs", 1);
                         let c = c
                             .dim("ty", ty as u32 as usize)
                             .ptr("y", y.view((r0 * n * 4) as u64, (rows * n * 4) as u64));

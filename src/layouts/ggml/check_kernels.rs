@@ -10,7 +10,8 @@ use crate::gpu::sizes::*;
 use crate::gpu::{GpuResult, alloc_upload, download_f32};
 use crate::testing::*;
 
-/// `ggml_gemv` for Q4_0, Q4_K (where the rows are whole super-blocks) and Q8_0 on 1 to 4 rows.
+/// `ggml_gemv` for Q4_0, Q4_K (where the rows are whole super-blocks) and Q8_0, each as the
+/// first of two projections in one launch beside the same weights as Q8_0, on each row count.
 pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     let kk = c.kk;
@@ -19,6 +20,9 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     }
     let nb = k / Q8_1_ELEMS;
     let xq = b.alloc((GGML_GEMV_MAX_M * nb * Q8_1_BYTES) as u64)?;
+    let y2 = b.alloc((GGML_GEMV_MAX_M * n * 4) as u64)?;
+    let second = ggml_blocks(&c.wf, GgmlType::Q8_0);
+    let w2 = alloc_upload(b, &second)?;
     let types = [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q8_0];
     for ty in types
         .into_iter()
@@ -28,28 +32,37 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         let w = alloc_upload(b, &blocks)?;
         for m in within(c.ms, &kk.ggml_gemv, GGML_GEMV_MAX_M) {
             c.poison_y()?;
+            b.fill(y2, 0xA5)?;
             let q = kk.quant_q8_1.call().ptr("x", c.xd).dim("m", m).dim("k", k);
             c.launch(q.dim("kp", k).ptr("out", xq))?;
             let call = kk.ggml_gemv.call().ptr("xq", xq).dim("m", m).ptr("w", w);
+            let call = call.dim("ty", ty as u32 as usize).ptr("y", c.yd);
             let call = call
-                .dim("ty", ty as u32 as usize)
-                .ptr("y", c.yd)
-                .dim("n", n);
+                .ptr("w2", w2)
+                .dim("ty2", GgmlType::Q8_0 as u32 as usize);
+            let call = call.ptr("y2", y2).dim("projs", 2).dim("n", n);
             c.launch(call.dim("kp", k).dim("ldy", n))?;
             b.synchronize(0)?;
             let got = download_f32(b, c.yd.view(0, (m * n * 4) as u64))?;
+            let got2 = download_f32(b, y2.view(0, (m * n * 4) as u64))?;
             let exact = (0..m).all(|r| {
                 let aq = reference::quantize_row_q8_1_act(c.xr(r), k);
-                let mut want = vec![0f32; n];
-                reference::ggml_gemv_row(&aq, &blocks, ty, n, k, &mut want);
-                want.iter()
-                    .zip(&got[r * n..(r + 1) * n])
-                    .all(|(a, b)| a.to_bits() == b.to_bits())
+                [(&blocks, ty, &got), (&second, GgmlType::Q8_0, &got2)]
+                    .iter()
+                    .all(|(wb, t, g)| {
+                        let mut want = vec![0f32; n];
+                        reference::ggml_gemv_row(&aq, wb, *t, n, k, &mut want);
+                        want.iter()
+                            .zip(&g[r * n..(r + 1) * n])
+                            .all(|(a, b)| a.to_bits() == b.to_bits())
+                    })
             });
-            c.bits(rows, &format!("ggml_gemv {}", ty.name()), m, exact);
+            c.bits(rows, &format!("ggml_gemv {} + Q8_0", ty.name()), m, exact);
         }
         b.free(w);
     }
-    b.free(xq);
+    for p in [xq, y2, w2] {
+        b.free(p);
+    }
     Ok(())
 }

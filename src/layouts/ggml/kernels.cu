@@ -446,6 +446,7 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
             if (lane + 32 * i < WORDS) next[i] = ggml_word(w, base + 16 * (size_t)(lane + 32 * i), total);
     };
     load(0);
+    pdl_wait();  // the first stage's weights in flight under the previous launch's tail
     for (int s = 0; s < stages; ++s) {
         __syncwarp();  // every lane is done with the previous stage's bytes
 #pragma unroll
@@ -488,13 +489,17 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
     }
 }
 
-// The engine's GEMV: `xq` q8_1 blocks [m, kp / 32], `w` n rows of kp / qk blocks of GGUF type
-// `ty` (its id), y [m, n] with row stride ldy. A type this module lacks writes nothing (the
-// layer refuses it when its weights are installed). Grid ceil(n / 8), block 256.
-extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsigned char* w, int ty, float* y, int n,
-                                     int kp, int ldy) {
+// The engine's GEMV: `xq` q8_1 blocks [m, kp / 32]; for each of `projs` projections (1 or 2:
+// gate and up on one input in one launch) its `w` (`w2`), n rows of kp / qk blocks of GGUF
+// type `ty` (`ty2`, its id), into y (y2) [m, n] with row stride ldy. A type this module lacks
+// writes nothing (the layer refuses it when its weights are installed). A dependent launch
+// (common.cuh, pdl_wait). Grid (ceil(n / 8), projs), block 256.
+extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsigned char* w, int ty, float* y,
+                                     const unsigned char* w2, int ty2, float* y2, int projs, int n, int kp, int ldy) {
+    pdl_trigger();
     __shared__ __align__(16) unsigned char stages[8][MP_GGML_STAGE_BYTES_MAX + 32];
     unsigned char* st = stages[threadIdx.x >> 5];
+    if (blockIdx.y == 1) w = w2, ty = ty2, y = y2;
     switch (ty) {
         case 2: ggml_gemv_rows<2>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_0_BYTES, y, n, kp, ldy, st); break;
         case 3: ggml_gemv_rows<3>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_1_BYTES, y, n, kp, ldy, st); break;
@@ -509,7 +514,7 @@ extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsig
         case 20: ggml_gemv_rows<20>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_IQ4_NL_BYTES, y, n, kp, ldy, st); break;
         case 23: ggml_gemv_rows<23>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_IQ4_XS_BYTES, y, n, kp, ldy, st); break;
         case 39: ggml_gemv_rows<39>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_MXFP4_BYTES, y, n, kp, ldy, st); break;
-        default: break;
+        default: pdl_wait(); break;
     }
 }
 
