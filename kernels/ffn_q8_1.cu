@@ -6,23 +6,12 @@
 
 #include "common.cuh"
 
-// x f32 [m, k] -> out [m, kp/32] blocks (x beyond k is 0). One warp per block. A dependent
-// launch (common.cuh, pdl_wait).
-// Grid (ceil(kp / 32 / 8), m), block 256.
-extern "C" __global__ void quantize_act_q8_1(const float* __restrict__ x, int m, int k, int kp,
-                                             unsigned char* __restrict__ out) {
-    pdl_trigger();
-    pdl_wait();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int b = blockIdx.x * (blockDim.x >> 5) + warp, r = blockIdx.y;
-    if (b >= kp / 32 || r >= m) return;
-    const int e = b * 32 + lane;
-    const float v = e < k ? x[(size_t)r * k + e] : 0.f;
+// One warp's q8_1 block b of row r from its 32 values (lane l holds value 32 b + l, 0 past k).
+__device__ __forceinline__ void q8_1_block(float v, int lane, unsigned char* __restrict__ blk) {
     float amax, sum;
     warp_amax_sum(v, amax, sum);
     const float d = __fdiv_rn(amax, 127.0f);
     const float id = d != 0.f ? __fdiv_rn(1.0f, d) : 0.f;
-    unsigned char* blk = out + ((size_t)r * (kp / 32) + b) * MP_Q8_1_BYTES;
     blk[4 + lane] = (unsigned char)(signed char)(int)roundf(__fmul_rn(v, id));
     if (lane == 0) {
         // d and s as one aligned 32-bit store (blocks are 36 bytes, so 4-aligned). Four byte
@@ -32,4 +21,37 @@ extern "C" __global__ void quantize_act_q8_1(const float* __restrict__ x, int m,
         const unsigned int hs = __half_as_ushort(__float2half_rn(sum));
         *reinterpret_cast<unsigned int*>(blk) = hd | (hs << 16);
     }
+}
+
+// x f32 [m, k] -> out [m, kp/32] blocks (x beyond k is 0). One warp per block. A dependent
+// launch (common.cuh, pdl_wait). Grid (ceil(kp / 32 / 8), m), block 256.
+extern "C" __global__ void quantize_act_q8_1(const float* __restrict__ x, int m, int k, int kp,
+                                             unsigned char* __restrict__ out) {
+    pdl_trigger();
+    pdl_wait();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x * (blockDim.x >> 5) + warp, r = blockIdx.y;
+    if (b >= kp / 32 || r >= m) return;
+    const int e = b * 32 + lane;
+    q8_1_block(e < k ? x[(size_t)r * k + e] : 0.f, lane, out + ((size_t)r * (kp / 32) + b) * MP_Q8_1_BYTES);
+}
+
+// The gated product act(g) * u (act 0: SiLU, 1: GELU; common.cuh's act_silu_mul and
+// act_gelu_mul, as act_mul_* computes it) of g, u f32 [m, k] at row stride ld, to q8_1 blocks
+// as quantize_act_q8_1 makes them: act_mul_* then quantize_act_q8_1 in one launch, bit for bit.
+// A dependent launch. Grid (ceil(kp / 32 / 8), m), block 256.
+extern "C" __global__ void quantize_act_mul_q8_1(const float* __restrict__ g, const float* __restrict__ u, int act, int m,
+                                                 int k, int ld, int kp, unsigned char* __restrict__ out) {
+    pdl_trigger();
+    pdl_wait();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x * (blockDim.x >> 5) + warp, r = blockIdx.y;
+    if (b >= kp / 32 || r >= m) return;
+    const int e = b * 32 + lane;
+    float v = 0.f;
+    if (e < k) {
+        const float gv = g[(size_t)r * ld + e], uv = u[(size_t)r * ld + e];
+        v = act == 0 ? act_silu_mul(gv, uv) : act_gelu_mul(gv, uv);
+    }
+    q8_1_block(v, lane, out + ((size_t)r * (kp / 32) + b) * MP_Q8_1_BYTES);
 }

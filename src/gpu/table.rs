@@ -630,6 +630,10 @@ kernel_table! {
         // One warp per q8_1 block, 8 warps per block.
         grid(Rule(|a| Ok((a.dim("kp")? / 32).div_ceil(8))), Per("m", 1), 256),
         cap None, round None, dependent true;
+    quant_act_q8_1: "ffn_q8_1" "quantize_act_mul_q8_1" ("g:p u:p act:i m:i k:i ld:i kp:i out:p")
+        // One warp per q8_1 block, 8 warps per block.
+        grid(Rule(|a| Ok((a.dim("kp")? / 32).div_ceil(8))), Per("m", 1), 256),
+        cap None, round None, dependent true;
     q4k_encode: "ffn_q4k_mmq" "nvfp4_to_q4k" ("codes:p scales:p g:f n:i k:i kp_nv:i kp_q:i out:p")
         // One thread per Q4_K super-block.
         grid(Rule(|a| Ok(blocks_of(a, &["n", "kp_q"], 1)? / 256).map(|t: usize| t.div_ceil(64))),

@@ -120,6 +120,10 @@ const TWINS: &[(&[&str], Twin)] = &[
     (&["affine_dequant_bf16"], HostBackend::affine_dequant_bf16),
     (&["quantize_act_q8_1"], HostBackend::quantize_act_q8_1),
     (
+        &["quantize_act_mul_q8_1"],
+        HostBackend::quantize_act_mul_q8_1,
+    ),
+    (
         &["q2g128_mmq_gemm", "q4k_mmq_gemm"],
         HostBackend::q2g128_mmq_gemm,
     ),
@@ -538,6 +542,28 @@ impl HostBackend {
         let out = a.ptr("out")?;
         for r in 0..m {
             let q = reference::quantize_row_q8_1_act(&x[r * kk..(r + 1) * kk], kp);
+            self.write(out, r * kp / Q8_1_ELEMS * Q8_1_BYTES, &q)?;
+        }
+        Ok(())
+    }
+
+    /// `quantize_act_mul_q8_1`: the twin's gated product, then its q8_1 blocks.
+    fn quantize_act_mul_q8_1(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+        let (g, u) = (self.read_f32(a.ptr("g")?)?, self.read_f32(a.ptr("u")?)?);
+        let (m, kk, ld, kp) = (a.dim("m")?, a.dim("k")?, a.dim("ld")?, a.dim("kp")?);
+        let act = match a.dim("act")? {
+            0 => reference::silu_mul,
+            1 => reference::gelu_mul,
+            v => {
+                return Err(GpuError::Invalid(format!(
+                    "quantize_act_mul_q8_1: act {v}, not 0 or 1"
+                )));
+            }
+        };
+        let out = a.ptr("out")?;
+        for r in 0..m {
+            let row: Vec<f32> = (0..kk).map(|e| act(g[r * ld + e], u[r * ld + e])).collect();
+            let q = reference::quantize_row_q8_1_act(&row, kp);
             self.write(out, r * kp / Q8_1_ELEMS * Q8_1_BYTES, &q)?;
         }
         Ok(())

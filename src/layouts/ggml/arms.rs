@@ -7,11 +7,24 @@
 use crate::ffn::{Bf16Weight, DenseFfnLayer, ForwardContext, GgmlWeight, key};
 use crate::gpu::sizes::{GGML_GEMV_MAX_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS};
 use crate::gpu::{DevicePtr, GpuResult};
+use crate::model::Activation;
 
 /// A projection's input made ready for its product: `(layer, ctx, x, m, k, kp)`, `x` f32
 /// `[m, k]`, the weight's rows padded to `kp`.
 type Prepare =
     fn(&DenseFfnLayer, &mut ForwardContext, DevicePtr, usize, usize, usize) -> GpuResult<DevicePtr>;
+
+/// The down projection's input made ready from gate's and up's outputs `(layer, ctx, g, u,
+/// m, i, kp)` (`[m, i]` each): the f32 gated product and its prepared form.
+type PrepareAct = fn(
+    &DenseFfnLayer,
+    &mut ForwardContext,
+    DevicePtr,
+    DevicePtr,
+    usize,
+    usize,
+    usize,
+) -> GpuResult<(DevicePtr, DevicePtr)>;
 
 /// `y [m, n] = x . w^T` with row stride `ldy`, from the f32 input and its prepared form; with
 /// a second `(weight, y2)` of the same shape (up beside gate), `y2 = x . weight^T` too.
@@ -35,7 +48,11 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         let w = *self.need(key::GGML)?;
-        self.ggml_chain(ctx, x, m, &w, Self::quantize_q8_1, Self::ggml_gemv_project)
+        let prep = (
+            Self::quantize_q8_1 as Prepare,
+            Self::ggml_act_q8_1 as PrepareAct,
+        );
+        self.ggml_chain(ctx, x, m, &w, prep, Self::ggml_gemv_project)
     }
 
     /// Prefill: up to `GGML_PREFILL_MIN_ROWS - 1` rows on the engine's GEMV, more with each
@@ -51,7 +68,11 @@ impl DenseFfnLayer {
             return self.ggml_arm(ctx, x, m);
         }
         let w = *self.need(key::GGML)?;
-        self.ggml_chain(ctx, x, m, &w, Self::ggml_round, Self::ggml_dequant_project)
+        let prep = (
+            Self::ggml_round as Prepare,
+            Self::ggml_act_round as PrepareAct,
+        );
+        self.ggml_chain(ctx, x, m, &w, prep, Self::ggml_dequant_project)
     }
 
     /// Gate and up on the input prepared once, in one projection call (two, each on its own
@@ -63,7 +84,7 @@ impl DenseFfnLayer {
         x: DevicePtr,
         m: usize,
         [g, u, d]: &[GgmlWeight; 3],
-        prepare: Prepare,
+        (prepare, prepare_act): (Prepare, PrepareAct),
         project: Project,
     ) -> GpuResult<DevicePtr> {
         let (h, i) = (self.hidden, self.inter);
@@ -76,11 +97,51 @@ impl DenseFfnLayer {
             let xu = prepare(self, ctx, x, m, h, u.kp)?;
             project(self, ctx, u, None, (x, xu), m, uo, i)?;
         }
-        self.act_mul(ctx, go, uo, go, m, i, i, i, i)?;
-        let a = go.view(0, (m * i * 4) as u64);
-        let aq = prepare(self, ctx, a, m, i, d.kp)?;
-        project(self, ctx, d, None, (a, aq), m, out, h)?;
+        let a = prepare_act(self, ctx, go, uo, m, i, d.kp)?;
+        project(self, ctx, d, None, a, m, out, h)?;
         Ok(out.view(0, (m * h * 4) as u64))
+    }
+
+    /// The gated product to q8_1 blocks in one launch (`quantize_act_mul_q8_1`); its f32 form
+    /// is not made (the GEMV reads the blocks only).
+    #[allow(clippy::too_many_arguments)]
+    fn ggml_act_q8_1(
+        &self,
+        ctx: &mut ForwardContext,
+        g: DevicePtr,
+        u: DevicePtr,
+        m: usize,
+        i: usize,
+        kp: usize,
+    ) -> GpuResult<(DevicePtr, DevicePtr)> {
+        let out = ctx
+            .arena
+            .act_q8_1
+            .view(0, (m * kp / Q8_1_ELEMS * Q8_1_BYTES) as u64);
+        let act = match self.activation {
+            Activation::Silu => 0,
+            Activation::Gelu => 1,
+        };
+        let call = self.kernels.quant_act_q8_1.call().ptr("g", g).ptr("u", u);
+        let call = call.dim("act", act).dim("m", m).dim("k", i).dim("ld", i);
+        self.launch(ctx, call.dim("kp", kp).ptr("out", out))?;
+        Ok((DevicePtr::NULL, out))
+    }
+
+    /// The gated product in place of gate's output, then rounded to BF16.
+    #[allow(clippy::too_many_arguments)]
+    fn ggml_act_round(
+        &self,
+        ctx: &mut ForwardContext,
+        g: DevicePtr,
+        u: DevicePtr,
+        m: usize,
+        i: usize,
+        kp: usize,
+    ) -> GpuResult<(DevicePtr, DevicePtr)> {
+        self.act_mul(ctx, g, u, g, m, i, i, i, i)?;
+        let a = g.view(0, (m * i * 4) as u64);
+        Ok((a, self.ggml_round(ctx, a, m, i, kp)?))
     }
 
     /// The `m` rows rounded to BF16 (the BF16 GEMM's input).
