@@ -160,3 +160,43 @@ fn the_engine_dequantization_is_gguf_py_s_decode_in_bf16_for_every_type() {
         assert!(buf(&a[4]) == want.as_slice(), "{}", ty.name());
     }
 }
+
+/// The gated product's q8_1 blocks in one launch (`quantize_act_mul_q8_1`, the `ggml` arms'
+/// down input) against the twin's product then its quantizer, bit for bit, SiLU and GELU, a row
+/// stride past the row and a padded row (k = 200 of kp = 224).
+#[test]
+fn the_fused_act_mul_quantizer_is_its_twin_bit_for_bit() {
+    let Some(exe) = emulator() else { return };
+    let mut r = Rand(57);
+    let (m, k, ld, kp) = (3usize, 200usize, 208usize, 224usize);
+    let (g, u) = (r.vec(m * ld, 3.0), r.vec(m * ld, 1.0));
+    for (act, f) in [
+        (0usize, reference::silu_mul as fn(f32, f32) -> f32),
+        (1, reference::gelu_mul),
+    ] {
+        let mut a = [
+            A::P(f32b(&g)),
+            A::P(f32b(&u)),
+            A::I(act),
+            A::I(m),
+            A::I(k),
+            A::I(ld),
+            A::I(kp),
+            A::P(vec![0xA5; m * kp / Q8_1_ELEMS * Q8_1_BYTES]),
+        ];
+        launch(
+            exe,
+            "quantize_act_mul_q8_1",
+            ((kp / 32).div_ceil(8), m),
+            256,
+            &mut a,
+        );
+        let want: Vec<u8> = (0..m)
+            .flat_map(|i| {
+                let row: Vec<f32> = (0..k).map(|e| f(g[i * ld + e], u[i * ld + e])).collect();
+                reference::quantize_row_q8_1_act(&row, kp)
+            })
+            .collect();
+        assert!(buf(&a[7]) == want, "act {act}");
+    }
+}
