@@ -369,7 +369,8 @@ fn gpu_check_harness_runs_on_the_host_backend() {
     use metrale_pack::check;
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let mut r = Rand(5);
-    let mut rows = check::kernel_checks(b.clone(), &[(256, 384)], &[1, 4, 5, 17], &mut r).unwrap();
+    let mut rows =
+        check::kernel_checks(b.clone(), &[(256, 384)], &[1, 4, 5, 17], &mut r, &|_| true).unwrap();
     rows.extend(check::layer_checks(b, &[(256, 384)], &[1, 2, 3, 17], &mut r).unwrap());
     assert!(rows.len() > 40);
     for row in &rows {

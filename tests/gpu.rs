@@ -24,8 +24,14 @@ fn gpu_kernels_and_layer_match_the_host_reference() {
             .unwrap()
             .as_nanos() as u64,
     );
-    let mut rows =
-        check::kernel_checks(b.clone(), &check::SHAPES[..1], &[1, 4, 17, 64], &mut r).unwrap();
+    let mut rows = check::kernel_checks(
+        b.clone(),
+        &check::SHAPES[..1],
+        &[1, 4, 17, 64],
+        &mut r,
+        &|_| true,
+    )
+    .unwrap();
     rows.extend(check::layer_checks(b, &check::SHAPES[..1], &[1, 2, 3, 17], &mut r).unwrap());
     assert!(check::print_table(&rows));
 }

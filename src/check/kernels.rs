@@ -89,12 +89,15 @@ pub(crate) fn within(ms: &[usize], k: &Kernel, limit: usize) -> Vec<usize> {
 }
 
 /// Kernel-level checks: each projection kernel on its row counts, sampled rows against the
-/// reference (f64 sums), every output element checked written.
+/// reference (f64 sums), every output element checked written; only the groups (`rules`,
+/// `fp8`, `fp8_w8a8`, `w8a8`, `bf16`, `nvfp4`, `q2g128`, `affine`, `q4k_mmq`, `ggml`) that
+/// `keep` keeps.
 pub fn kernel_checks(
     b: Arc<dyn GpuBackend>,
     shapes: &[(usize, usize)],
     ms: &[usize],
     rng: &mut Rand,
+    keep: &dyn Fn(&str) -> bool,
 ) -> GpuResult<Vec<Row>> {
     let mut rows = Vec::new();
     let mmax = *ms.iter().max().unwrap();
@@ -124,17 +127,37 @@ pub fn kernel_checks(
             xd,
             yd: b.alloc((mmax * n * 4) as u64)?,
         };
-        rules::rules_rows(&c, &mut rows, rng)?;
-        fp8::fp8_rows(&mut c, &mut rows)?;
-        fp8_w8a8::fp8_w8a8_rows(&mut c, &mut rows)?;
-        w8a8::w8a8_rows(&mut c, &mut rows)?;
-        bf16::bf16_rows(&mut c, &mut rows)?;
-        nvfp4::nvfp4_rows(&mut c, &mut rows, rng)?;
-        q2g128::q2g128_rows(&c, &mut rows)?;
-        affine::affine_rows(&c, &mut rows)?;
-        q4k_mmq::q4k_gemv_rows(&c, &mut rows)?;
-        q4k_mmq::repack_rows(&c, &mut rows, rng)?;
-        ggml::ggml_rows(&c, &mut rows)?;
+        if keep("rules") {
+            rules::rules_rows(&c, &mut rows, rng)?;
+        }
+        if keep("fp8") {
+            fp8::fp8_rows(&mut c, &mut rows)?;
+        }
+        if keep("fp8_w8a8") {
+            fp8_w8a8::fp8_w8a8_rows(&mut c, &mut rows)?;
+        }
+        if keep("w8a8") {
+            w8a8::w8a8_rows(&mut c, &mut rows)?;
+        }
+        if keep("bf16") {
+            bf16::bf16_rows(&mut c, &mut rows)?;
+        }
+        if keep("nvfp4") {
+            nvfp4::nvfp4_rows(&mut c, &mut rows, rng)?;
+        }
+        if keep("q2g128") {
+            q2g128::q2g128_rows(&c, &mut rows)?;
+        }
+        if keep("affine") {
+            affine::affine_rows(&c, &mut rows)?;
+        }
+        if keep("q4k_mmq") {
+            q4k_mmq::q4k_gemv_rows(&c, &mut rows)?;
+            q4k_mmq::repack_rows(&c, &mut rows, rng)?;
+        }
+        if keep("ggml") {
+            ggml::ggml_rows(&c, &mut rows)?;
+        }
         for p in [c.xd, c.yd] {
             b.free(p);
         }

@@ -77,8 +77,9 @@ pub(crate) enum Cmd {
         /// compute-sanitizer, one section or arm group per run keeps each run short.
         #[arg(long, value_delimiter = ',')]
         sections: Option<Vec<String>>,
-        /// Only the layer arms whose name contains one of these (comma-separated, e.g.
-        /// `bf16,fp8 fused`).
+        /// Only the layer arms and kernel groups whose name contains one of these
+        /// (comma-separated, e.g. `bf16,fp8 fused`; the kernel groups are rules, fp8,
+        /// fp8_w8a8, w8a8, bf16, nvfp4, q2g128, affine, q4k_mmq and ggml).
         #[arg(long, value_delimiter = ',')]
         arms: Option<Vec<String>>,
     },

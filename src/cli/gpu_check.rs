@@ -33,7 +33,7 @@ impl Parts {
 }
 
 /// Run the selected sections' checks (`kernels`, `layers`, `load`; all by default; the layer
-/// arms whose name contains one of `arms`), printing each part's rows as it ends; an error if any
+/// arms and kernel groups whose name contains one of `arms`), printing each part's rows as it ends; an error if any
 /// row failed.
 pub(crate) fn gpu_check(
     quick: bool,
@@ -72,7 +72,13 @@ pub(crate) fn gpu_check(
     };
     let mut rows = Vec::new();
     if want("kernels") {
-        rows.extend(check::kernel_checks(b.clone(), shapes, ms, &mut rng)?);
+        rows.extend(check::kernel_checks(
+            b.clone(),
+            shapes,
+            ms,
+            &mut rng,
+            &keep,
+        )?);
         parts.flush(&rows, "kernels");
     }
     if want("layers") {
