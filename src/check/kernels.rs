@@ -88,10 +88,29 @@ pub(crate) fn within(ms: &[usize], k: &Kernel, limit: usize) -> Vec<usize> {
     ms.iter().copied().filter(|&m| m <= cap).collect()
 }
 
+/// A group of kernel rows: its kernels checked on one case.
+type Group = fn(&mut Case, &mut Vec<Row>, &mut Rand) -> GpuResult<()>;
+
+/// The kernel groups, by name.
+const GROUPS: &[(&str, Group)] = &[
+    ("rules", |c, r, g| rules::rules_rows(c, r, g)),
+    ("fp8", |c, r, _| fp8::fp8_rows(c, r)),
+    ("fp8_w8a8", |c, r, _| fp8_w8a8::fp8_w8a8_rows(c, r)),
+    ("w8a8", |c, r, _| w8a8::w8a8_rows(c, r)),
+    ("bf16", |c, r, _| bf16::bf16_rows(c, r)),
+    ("nvfp4", |c, r, g| nvfp4::nvfp4_rows(c, r, g)),
+    ("q2g128", |c, r, _| q2g128::q2g128_rows(c, r)),
+    ("affine", |c, r, _| affine::affine_rows(c, r)),
+    ("q4k_mmq", |c, r, g| {
+        q4k_mmq::q4k_gemv_rows(c, r)?;
+        q4k_mmq::repack_rows(c, r, g)
+    }),
+    ("ggml", |c, r, _| ggml::ggml_rows(c, r)),
+];
+
 /// Kernel-level checks: each projection kernel on its row counts, sampled rows against the
-/// reference (f64 sums), every output element checked written; only the groups (`rules`,
-/// `fp8`, `fp8_w8a8`, `w8a8`, `bf16`, `nvfp4`, `q2g128`, `affine`, `q4k_mmq`, `ggml`) that
-/// `keep` keeps.
+/// reference (f64 sums), every output element checked written; only the groups of [`GROUPS`]
+/// that `keep` keeps.
 pub fn kernel_checks(
     b: Arc<dyn GpuBackend>,
     shapes: &[(usize, usize)],
@@ -127,36 +146,8 @@ pub fn kernel_checks(
             xd,
             yd: b.alloc((mmax * n * 4) as u64)?,
         };
-        if keep("rules") {
-            rules::rules_rows(&c, &mut rows, rng)?;
-        }
-        if keep("fp8") {
-            fp8::fp8_rows(&mut c, &mut rows)?;
-        }
-        if keep("fp8_w8a8") {
-            fp8_w8a8::fp8_w8a8_rows(&mut c, &mut rows)?;
-        }
-        if keep("w8a8") {
-            w8a8::w8a8_rows(&mut c, &mut rows)?;
-        }
-        if keep("bf16") {
-            bf16::bf16_rows(&mut c, &mut rows)?;
-        }
-        if keep("nvfp4") {
-            nvfp4::nvfp4_rows(&mut c, &mut rows, rng)?;
-        }
-        if keep("q2g128") {
-            q2g128::q2g128_rows(&c, &mut rows)?;
-        }
-        if keep("affine") {
-            affine::affine_rows(&c, &mut rows)?;
-        }
-        if keep("q4k_mmq") {
-            q4k_mmq::q4k_gemv_rows(&c, &mut rows)?;
-            q4k_mmq::repack_rows(&c, &mut rows, rng)?;
-        }
-        if keep("ggml") {
-            ggml::ggml_rows(&c, &mut rows)?;
+        for (_, group) in GROUPS.iter().filter(|(name, _)| keep(name)) {
+            group(&mut c, &mut rows, rng)?;
         }
         for p in [c.xd, c.yd] {
             b.free(p);

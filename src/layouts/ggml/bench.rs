@@ -5,6 +5,7 @@
 //! each type's prefill dequantization to BF16.
 
 use super::codec::TYPES;
+use crate::GgmlType;
 use crate::check::bench_decode::per_call;
 use crate::gpu::sizes::*;
 use crate::gpu::table::Kernels;
@@ -19,6 +20,14 @@ const SHAPES: [(&str, usize, usize); 2] = [
 
 /// Rows timed per shape.
 const ROWS: [usize; 4] = [1, 2, 4, 8];
+
+/// The device buffers: f32 activations, their q8_1 blocks, the output, the BF16 scratch.
+struct Bufs {
+    x: DevicePtr,
+    xq: DevicePtr,
+    y: DevicePtr,
+    dq: DevicePtr,
+}
 
 /// Push one line per (type, shape, m) and one per type's dequantization.
 pub(crate) fn kernel_lines(
@@ -35,37 +44,19 @@ pub(crate) fn kernel_lines(
     let m_max = ROWS[ROWS.len() - 1];
     let x = b.alloc((m_max * MAX_K * 4) as u64)?;
     upload_f32(b, x, &rng.vec(m_max * MAX_K, 1.0))?;
-    let xq = b.alloc((m_max * MAX_K / Q8_1_ELEMS * Q8_1_BYTES) as u64)?;
-    let y = b.alloc((m_max * MAX_K * 4) as u64)?;
-    let dq = b.alloc((14336 * 4096 * 2) as u64)?;
+    let bufs = Bufs {
+        x,
+        xq: b.alloc((m_max * MAX_K / Q8_1_ELEMS * Q8_1_BYTES) as u64)?,
+        y: b.alloc((m_max * MAX_K * 4) as u64)?,
+        dq: b.alloc((14336 * 4096 * 2) as u64)?,
+    };
     for ty in TYPES {
         // One buffer serves both shapes: n * k is the same, and a random block is a block.
         let w = alloc_upload(b, &ggml_random_blocks(rng, ty, 4096, 14336))?;
-        let bytes = w.bytes as f64;
         for (shape, n, k) in SHAPES {
             for m in ROWS {
-                let call = || {
-                    let q = ks.quant_q8_1.call().ptr("x", x).dim("m", m).dim("k", k);
-                    q.dim("kp", k).ptr("out", xq).finish()?.run(b, 0)?;
-                    let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
-                    for r0 in (0..m).step_by(GGML_GEMV_MAX_M) {
-                        let rows = (m - r0).min(GGML_GEMV_MAX_M);
-                        let xv = xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
-                        let c = ks.ggml_gemv.call().ptr("xq", xv).dim("m", rows).ptr("w", w);
-                        let c = c.ptr("w2", DevicePtr::NULL).dim("ty2", 0);
-                        let c = c.ptr("y2", DevicePtr::NULL).dim("projs", 1);
-                        let c = c
-                            .dim("ty", ty as u32 as usize)
-                            .ptr("y", y.view((r0 * n * 4) as u64, (rows * n * 4) as u64));
-                        c.dim("n", n)
-                            .dim("kp", k)
-                            .dim("ldy", n)
-                            .finish()?
-                            .run(b, 0)?;
-                    }
-                    Ok(())
-                };
-                let t = per_call(b, call)?;
+                let t = gemv_time(b, &ks, &bufs, (w, ty), (n, k, m))?;
+                let bytes = w.bytes as f64;
                 push(format!(
                     "ggml kernel {:<7} gemv {shape} m={m} {:>7.1} us {:>6.0} GB/s {:>5.1}% of copy ceiling",
                     ty.name(),
@@ -75,32 +66,74 @@ pub(crate) fn kernel_lines(
                 ));
             }
         }
-        let (n, k) = (4096usize, 14336usize);
-        let call = || {
-            let c = ks
-                .ggml_dequant
-                .call()
-                .ptr("w", w)
-                .dim("ty", ty as u32 as usize);
-            c.dim("n", n)
-                .dim("kp", k)
-                .ptr("out", dq)
-                .finish()?
-                .run(b, 0)
-        };
-        let t = per_call(b, call)?;
-        let rw = bytes + (n * k * 2) as f64; // read + written
-        push(format!(
-            "ggml kernel {:<7} dequant_bf16 down 4096x14336 {:>7.1} us {:>6.0} GB/s read+written {:>5.1}% of copy ceiling",
-            ty.name(),
-            t * 1e6,
-            rw / t / 1e9,
-            100.0 * rw / t / ceiling
-        ));
+        push(dequant_line(b, &ks, &bufs, (w, ty), ceiling)?);
         b.free(w);
     }
-    for p in [x, xq, y, dq] {
+    for p in [bufs.x, bufs.xq, bufs.y, bufs.dq] {
         b.free(p);
     }
     Ok(())
+}
+
+/// Seconds per back-to-back call of the activations' q8_1 quantization and the GEMV launches
+/// (`GGML_GEMV_MAX_M` rows each) on `m` rows of `[n, k]` weights `w` of type `ty`.
+fn gemv_time(
+    b: &dyn GpuBackend,
+    ks: &Kernels,
+    bufs: &Bufs,
+    (w, ty): (DevicePtr, GgmlType),
+    (n, k, m): (usize, usize, usize),
+) -> GpuResult<f64> {
+    let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
+    per_call(b, || {
+        let q = ks
+            .quant_q8_1
+            .call()
+            .ptr("x", bufs.x)
+            .dim("m", m)
+            .dim("k", k);
+        q.dim("kp", k).ptr("out", bufs.xq).finish()?.run(b, 0)?;
+        for r0 in (0..m).step_by(GGML_GEMV_MAX_M) {
+            let rows = (m - r0).min(GGML_GEMV_MAX_M);
+            let xv = bufs.xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
+            let yv = bufs.y.view((r0 * n * 4) as u64, (rows * n * 4) as u64);
+            let c = ks.ggml_gemv.call().ptr("xq", xv).dim("m", rows).ptr("w", w);
+            let c = c.dim("ty", ty as u32 as usize).ptr("y", yv);
+            let c = c.ptr("w2", DevicePtr::NULL).dim("ty2", 0);
+            let c = c.ptr("y2", DevicePtr::NULL).dim("projs", 1).dim("n", n);
+            c.dim("kp", k).dim("ldy", n).finish()?.run(b, 0)?;
+        }
+        Ok(())
+    })
+}
+
+/// The line of the dequantization of the down shape's weights `w` of type `ty` to BF16.
+fn dequant_line(
+    b: &dyn GpuBackend,
+    ks: &Kernels,
+    bufs: &Bufs,
+    (w, ty): (DevicePtr, GgmlType),
+    ceiling: f64,
+) -> GpuResult<String> {
+    let (n, k) = (4096usize, 14336usize);
+    let t = per_call(b, || {
+        let c = ks
+            .ggml_dequant
+            .call()
+            .ptr("w", w)
+            .dim("ty", ty as u32 as usize);
+        c.dim("n", n)
+            .dim("kp", k)
+            .ptr("out", bufs.dq)
+            .finish()?
+            .run(b, 0)
+    })?;
+    let rw = (w.bytes + (n * k * 2) as u64) as f64; // read + written
+    Ok(format!(
+        "ggml kernel {:<7} dequant_bf16 down 4096x14336 {:>7.1} us {:>6.0} GB/s read+written {:>5.1}% of copy ceiling",
+        ty.name(),
+        t * 1e6,
+        rw / t / 1e9,
+        100.0 * rw / t / ceiling
+    ))
 }

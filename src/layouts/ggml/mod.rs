@@ -6,6 +6,7 @@
 //! - `bench.rs`: its `bench-gpu` kernel lines (harness only);
 //! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
+//! - `host.rs`: the host backend's calls of its twins;
 //! - `codec.rs`: its bytes and the engine's types, pure CPU (`converters::layouts::ggml`);
 //! - `kernels.rs`: its CUDA modules by name (`gpu::kernels`);
 //! - `runtime.rs`: its weight type, key, validators, install, arm rows and named arms (`ffn`
@@ -24,6 +25,7 @@ pub(crate) mod check_kernels;
 #[cfg(feature = "harness")]
 pub(crate) mod check_layers;
 pub mod codec;
+pub(crate) mod host;
 pub mod kernels;
 pub mod runtime;
 pub mod sizes;
