@@ -23,15 +23,23 @@ __device__ __forceinline__ void q8_1_block(float v, int lane, unsigned char* __r
     }
 }
 
+// The dependent launch's prologue (common.cuh, pdl_wait) and this warp's block: lane, block b
+// of row r, of a grid (ceil(kp / 32 / 8), m) of 256 threads; false past the last.
+__device__ __forceinline__ bool q8_1_slot(int m, int kp, int& lane, int& b, int& r) {
+    pdl_trigger();
+    pdl_wait();
+    lane = threadIdx.x & 31;
+    b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    r = blockIdx.y;
+    return b < kp / 32 && r < m;
+}
+
 // x f32 [m, k] -> out [m, kp/32] blocks (x beyond k is 0). One warp per block. A dependent
 // launch (common.cuh, pdl_wait). Grid (ceil(kp / 32 / 8), m), block 256.
 extern "C" __global__ void quantize_act_q8_1(const float* __restrict__ x, int m, int k, int kp,
                                              unsigned char* __restrict__ out) {
-    pdl_trigger();
-    pdl_wait();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int b = blockIdx.x * (blockDim.x >> 5) + warp, r = blockIdx.y;
-    if (b >= kp / 32 || r >= m) return;
+    int lane, b, r;
+    if (!q8_1_slot(m, kp, lane, b, r)) return;
     const int e = b * 32 + lane;
     q8_1_block(e < k ? x[(size_t)r * k + e] : 0.f, lane, out + ((size_t)r * (kp / 32) + b) * MP_Q8_1_BYTES);
 }
@@ -42,11 +50,8 @@ extern "C" __global__ void quantize_act_q8_1(const float* __restrict__ x, int m,
 // A dependent launch. Grid (ceil(kp / 32 / 8), m), block 256.
 extern "C" __global__ void quantize_act_mul_q8_1(const float* __restrict__ g, const float* __restrict__ u, int act, int m,
                                                  int k, int ld, int kp, unsigned char* __restrict__ out) {
-    pdl_trigger();
-    pdl_wait();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int b = blockIdx.x * (blockDim.x >> 5) + warp, r = blockIdx.y;
-    if (b >= kp / 32 || r >= m) return;
+    int lane, b, r;
+    if (!q8_1_slot(m, kp, lane, b, r)) return;
     const int e = b * 32 + lane;
     float v = 0.f;
     if (e < k) {
