@@ -392,15 +392,37 @@ __device__ __forceinline__ float ggml_scale<14>(const unsigned char* w, int b, i
     return __fmul_rn(f16_at(blk + 208), __fmul_rn(da, (float)(sc0 * s0 + sc1 * s1)));
 }
 
+// Each engine type's block geometry, by its GGUF id: bytes and values per block (the K-quants'
+// super-block) from sizes.rs. GGML_ENGINE_TYPES lists the ids once, for the kernels' switches.
+template <int TY> struct GgmlGeo;
+#define GGML_GEO(TY, BYTES, ELEMS) \
+    template <> struct GgmlGeo<TY> { static constexpr int bytes = BYTES, elems = ELEMS; };
+GGML_GEO(2, MP_GGML_Q4_0_BYTES, MP_GGML_QK)
+GGML_GEO(3, MP_GGML_Q4_1_BYTES, MP_GGML_QK)
+GGML_GEO(6, MP_GGML_Q5_0_BYTES, MP_GGML_QK)
+GGML_GEO(7, MP_GGML_Q5_1_BYTES, MP_GGML_QK)
+GGML_GEO(8, MP_GGML_Q8_0_BYTES, MP_GGML_QK)
+GGML_GEO(10, MP_GGML_Q2K_BYTES, MP_GGML_QK_K)
+GGML_GEO(11, MP_GGML_Q3K_BYTES, MP_GGML_QK_K)
+GGML_GEO(12, MP_Q4K_BYTES, MP_GGML_QK_K)
+GGML_GEO(13, MP_GGML_Q5K_BYTES, MP_GGML_QK_K)
+GGML_GEO(14, MP_GGML_Q6K_BYTES, MP_GGML_QK_K)
+GGML_GEO(20, MP_GGML_IQ4_NL_BYTES, MP_GGML_QK)
+GGML_GEO(23, MP_GGML_IQ4_XS_BYTES, MP_GGML_QK_K)
+GGML_GEO(39, MP_GGML_MXFP4_BYTES, MP_GGML_QK)
+#define GGML_ENGINE_TYPES(X) X(2) X(3) X(6) X(7) X(8) X(10) X(11) X(12) X(13) X(14) X(20) X(23) X(39)
+
+// The bytes of a row of kp values of type TY.
+template <int TY>
+__device__ __forceinline__ size_t ggml_row_bytes(int kp) {
+    return (size_t)kp / GgmlGeo<TY>::elems * GgmlGeo<TY>::bytes;
+}
+
 // The bytes of one MP_GGML_STAGE-value stage of a row of type TY (64 blocks of 32, 8
 // super-blocks of 256): whole 16-byte words for every type (sizes.rs asserts it).
 template <int TY>
 __device__ constexpr int ggml_stage_bytes() {
-    return TY == 2 ? 64 * MP_GGML_Q4_0_BYTES : TY == 3 ? 64 * MP_GGML_Q4_1_BYTES : TY == 6 ? 64 * MP_GGML_Q5_0_BYTES
-         : TY == 7 ? 64 * MP_GGML_Q5_1_BYTES : TY == 8 ? 64 * MP_GGML_Q8_0_BYTES : TY == 20 ? 64 * MP_GGML_IQ4_NL_BYTES
-         : TY == 39 ? 64 * MP_GGML_MXFP4_BYTES : TY == 10 ? 8 * MP_GGML_Q2K_BYTES : TY == 11 ? 8 * MP_GGML_Q3K_BYTES
-         : TY == 12 ? 8 * MP_Q4K_BYTES : TY == 13 ? 8 * MP_GGML_Q5K_BYTES : TY == 14 ? 8 * MP_GGML_Q6K_BYTES
-         : 8 * MP_GGML_IQ4_XS_BYTES;
+    return MP_GGML_STAGE / GgmlGeo<TY>::elems * GgmlGeo<TY>::bytes;
 }
 
 // The 16-byte word at `at` (a multiple of 16) of a buffer of `total` bytes: whole, or where it
@@ -420,11 +442,12 @@ __device__ __forceinline__ uint4 ggml_word(const unsigned char* base, size_t at,
 // at a multiple of gcd(its bytes, 16), as in the row (the stage starts at the row's offset
 // modulo 16), which each type's ggml_codes reads by. Lane l takes blocks l, l + 32, ... in
 // order (an f32 sum per activation row), then the lanes' sums meet in a butterfly (xor 16, 8,
-// 4, 2, 1). Rows of `row_bytes` bytes.
+// 4, 2, 1).
 template <int TY>
 __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__ xq, int m,
-                                               const unsigned char* __restrict__ w, size_t row_bytes,
-                                               float* __restrict__ y, int n, int kp, int ldy, unsigned char* stage) {
+                                               const unsigned char* __restrict__ w, float* __restrict__ y, int n,
+                                               int kp, int ldy, unsigned char* stage) {
+    const size_t row_bytes = ggml_row_bytes<TY>(kp);
     constexpr int SB = ggml_stage_bytes<TY>();
     constexpr int WORDS = SB / 16 + 1;  // a stage's bytes from the 16-byte word below its start
     constexpr int PER_LANE = (WORDS + 31) / 32;
@@ -501,19 +524,10 @@ extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsig
     unsigned char* st = stages[threadIdx.x >> 5];
     if (blockIdx.y == 1) w = w2, ty = ty2, y = y2;
     switch (ty) {
-        case 2: ggml_gemv_rows<2>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_0_BYTES, y, n, kp, ldy, st); break;
-        case 3: ggml_gemv_rows<3>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_1_BYTES, y, n, kp, ldy, st); break;
-        case 6: ggml_gemv_rows<6>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_0_BYTES, y, n, kp, ldy, st); break;
-        case 7: ggml_gemv_rows<7>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_1_BYTES, y, n, kp, ldy, st); break;
-        case 8: ggml_gemv_rows<8>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_Q8_0_BYTES, y, n, kp, ldy, st); break;
-        case 10: ggml_gemv_rows<10>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q2K_BYTES, y, n, kp, ldy, st); break;
-        case 11: ggml_gemv_rows<11>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q3K_BYTES, y, n, kp, ldy, st); break;
-        case 12: ggml_gemv_rows<12>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_Q4K_BYTES, y, n, kp, ldy, st); break;
-        case 13: ggml_gemv_rows<13>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q5K_BYTES, y, n, kp, ldy, st); break;
-        case 14: ggml_gemv_rows<14>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q6K_BYTES, y, n, kp, ldy, st); break;
-        case 20: ggml_gemv_rows<20>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_IQ4_NL_BYTES, y, n, kp, ldy, st); break;
-        case 23: ggml_gemv_rows<23>(xq, m, w, (size_t)kp / MP_GGML_QK_K * MP_GGML_IQ4_XS_BYTES, y, n, kp, ldy, st); break;
-        case 39: ggml_gemv_rows<39>(xq, m, w, (size_t)kp / MP_GGML_QK * MP_GGML_MXFP4_BYTES, y, n, kp, ldy, st); break;
+#define GGML_GEMV_CASE(TY) \
+    case TY: ggml_gemv_rows<TY>(xq, m, w, y, n, kp, ldy, st); break;
+        GGML_ENGINE_TYPES(GGML_GEMV_CASE)
+#undef GGML_GEMV_CASE
         default: pdl_wait(); break;
     }
 }
@@ -671,8 +685,9 @@ __device__ __forceinline__ void ggml_values<39>(const unsigned char* w, int b, f
 // memory); then the launch's block writes its blocks' outputs, which lie one after another in
 // `out`, as 16-byte words, a word per thread at a time (coalesced).
 template <int TY>
-__device__ __forceinline__ void ggml_dequant_rows(const unsigned char* __restrict__ w, size_t row_bytes, int n, int kp,
+__device__ __forceinline__ void ggml_dequant_rows(const unsigned char* __restrict__ w, int n, int kp,
                                                   uint4* __restrict__ out, uint4* tile) {
+    const size_t row_bytes = ggml_row_bytes<TY>(kp);
     const long long id0 = (long long)blockIdx.x * blockDim.x, id = id0 + threadIdx.x;
     const int nb = kp / MP_GGML_QK;
     const long long blocks = (long long)n * nb;
@@ -698,19 +713,10 @@ extern "C" __global__ void ggml_dequant_bf16(const unsigned char* w, int ty, int
     __shared__ uint4 tile[256 * 4];
     uint4* o = reinterpret_cast<uint4*>(out);
     switch (ty) {
-        case 2: ggml_dequant_rows<2>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_0_BYTES, n, kp, o, tile); break;
-        case 3: ggml_dequant_rows<3>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q4_1_BYTES, n, kp, o, tile); break;
-        case 6: ggml_dequant_rows<6>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_0_BYTES, n, kp, o, tile); break;
-        case 7: ggml_dequant_rows<7>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q5_1_BYTES, n, kp, o, tile); break;
-        case 8: ggml_dequant_rows<8>(w, (size_t)kp / MP_GGML_QK * MP_GGML_Q8_0_BYTES, n, kp, o, tile); break;
-        case 11: ggml_dequant_rows<11>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q3K_BYTES, n, kp, o, tile); break;
-        case 10: ggml_dequant_rows<10>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q2K_BYTES, n, kp, o, tile); break;
-        case 12: ggml_dequant_rows<12>(w, (size_t)kp / MP_GGML_QK_K * MP_Q4K_BYTES, n, kp, o, tile); break;
-        case 13: ggml_dequant_rows<13>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q5K_BYTES, n, kp, o, tile); break;
-        case 14: ggml_dequant_rows<14>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_Q6K_BYTES, n, kp, o, tile); break;
-        case 20: ggml_dequant_rows<20>(w, (size_t)kp / MP_GGML_QK * MP_GGML_IQ4_NL_BYTES, n, kp, o, tile); break;
-        case 23: ggml_dequant_rows<23>(w, (size_t)kp / MP_GGML_QK_K * MP_GGML_IQ4_XS_BYTES, n, kp, o, tile); break;
-        case 39: ggml_dequant_rows<39>(w, (size_t)kp / MP_GGML_QK * MP_GGML_MXFP4_BYTES, n, kp, o, tile); break;
+#define GGML_DEQUANT_CASE(TY) \
+    case TY: ggml_dequant_rows<TY>(w, n, kp, o, tile); break;
+        GGML_ENGINE_TYPES(GGML_DEQUANT_CASE)
+#undef GGML_DEQUANT_CASE
         default: break;
     }
 }

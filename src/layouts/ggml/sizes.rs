@@ -9,6 +9,7 @@ use crate::converters::{iq4, mxfp4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5
 pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_GEMV_MAX_M", GGML_GEMV_MAX_M),
     ("MP_GGML_QK", GGML_QK),
+    ("MP_GGML_STAGE", GGML_STAGE),
     ("MP_GGML_STAGE_BYTES_MAX", GGML_STAGE_BYTES_MAX),
     ("MP_GGML_QK_K", GGML_QK_K),
     ("MP_GGML_Q4_0_BYTES", GGML_Q4_0_BYTES),
