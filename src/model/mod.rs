@@ -121,6 +121,15 @@ pub enum Activation {
 }
 
 impl Activation {
+    /// The `act` argument of the fused act-mul quantizers (`quantize_act_mul_fp8_*`,
+    /// `quantize_act_mul_q8_1`): 0 SiLU, 1 GELU.
+    pub fn kernel_arg(self) -> usize {
+        match self {
+            Activation::Silu => 0,
+            Activation::Gelu => 1,
+        }
+    }
+
     /// The name in the manifest.
     pub fn name(self) -> &'static str {
         match self {

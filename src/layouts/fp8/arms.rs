@@ -4,7 +4,6 @@ use crate::ffn::*;
 
 use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GpuError, GpuResult, ModelLevers};
-use crate::model::Activation;
 
 impl DenseFfnLayer {
     /// The FP8 projection kernel for `m` rows: the first that resolved of the tensor-core GEMV
@@ -106,10 +105,7 @@ impl DenseFfnLayer {
         kp: usize,
     ) -> GpuResult<()> {
         let i = self.inter;
-        let act = match self.activation {
-            Activation::Silu => 0,
-            Activation::Gelu => 1,
-        };
+        let act = self.activation.kernel_arg();
         let (g, u) = (ctx.arena.gate_out, ctx.arena.up_out);
         let (q, s) = (ctx.arena.act_codes, ctx.arena.act_scale);
         let call = fused

@@ -7,7 +7,6 @@
 use crate::ffn::{Bf16Weight, DenseFfnLayer, ForwardContext, GgmlWeight, key};
 use crate::gpu::sizes::{GGML_GEMV_MAX_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS};
 use crate::gpu::{DevicePtr, GpuResult};
-use crate::model::Activation;
 
 /// A projection's input made ready for its product: `(layer, ctx, x, m, k, kp)`, `x` f32
 /// `[m, k]`, the weight's rows padded to `kp`.
@@ -118,12 +117,12 @@ impl DenseFfnLayer {
             .arena
             .act_q8_1
             .view(0, (m * kp / Q8_1_ELEMS * Q8_1_BYTES) as u64);
-        let act = match self.activation {
-            Activation::Silu => 0,
-            Activation::Gelu => 1,
-        };
         let call = self.kernels.quant_act_q8_1.call().ptr("g", g).ptr("u", u);
-        let call = call.dim("act", act).dim("m", m).dim("k", i).dim("ld", i);
+        let call = call
+            .dim("act", self.activation.kernel_arg())
+            .dim("m", m)
+            .dim("k", i)
+            .dim("ld", i);
         self.launch(ctx, call.dim("kp", kp).ptr("out", out))?;
         Ok((DevicePtr::NULL, out))
     }
