@@ -3,7 +3,7 @@
 //! converters' block types' (`converters/q*.rs`, ggml-common.h's layouts).
 
 use crate::converters::{BlockFormat, block_bytes};
-use crate::converters::{iq4, mxfp4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0};
+use crate::converters::{iq4, mxfp4, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0};
 
 /// Its sizes, by the name the kernels see.
 pub const DEFINES: &[(&str, usize)] = &[
@@ -85,34 +85,19 @@ const _: () = assert!(GGML_Q3K_BYTES == GGML_QK_K / 8 + GGML_QK_K / 4 + 12 + 2);
 const _: () = assert!(GGML_IQ4_NL_BYTES == 2 + GGML_QK / 2 && GGML_MXFP4_BYTES == 1 + GGML_QK / 2);
 const _: () = assert!(GGML_IQ4_XS_BYTES == 4 + GGML_QK_K / 64 + GGML_QK_K / 2);
 
-/// Each type's stage: whole 16-byte words, no more than the largest.
+/// Each engine type's stage: whole 16-byte words, no more than the largest.
 const _: () = {
-    let per32 = [
-        GGML_Q4_0_BYTES,
-        GGML_Q4_1_BYTES,
-        GGML_Q5_0_BYTES,
-        GGML_Q5_1_BYTES,
-        GGML_Q8_0_BYTES,
-    ];
-    let per32b = [GGML_IQ4_NL_BYTES, GGML_MXFP4_BYTES];
-    let per256 = [
-        GGML_Q2K_BYTES,
-        GGML_Q3K_BYTES,
-        GGML_Q5K_BYTES,
-        GGML_Q6K_BYTES,
-        GGML_IQ4_XS_BYTES,
-        block_bytes::<q4_k::Q4K>(),
-    ];
+    let types = super::codec::TYPES;
     let mut i = 0;
-    while i < per32.len() + per32b.len() + per256.len() {
-        let sb = if i < per32.len() {
-            GGML_STAGE / GGML_QK * per32[i]
-        } else if i < per32.len() + per32b.len() {
-            GGML_STAGE / GGML_QK * per32b[i - per32.len()]
-        } else {
-            GGML_STAGE / GGML_QK_K * per256[i - per32.len() - per32b.len()]
-        };
-        assert!(sb % 16 == 0 && sb <= GGML_STAGE_BYTES_MAX);
+    while i < types.len() {
+        let (elems, bytes) = (
+            types[i].block_elems() as usize,
+            types[i].block_bytes() as usize,
+        );
+        let sb = GGML_STAGE / elems * bytes;
+        assert!(
+            GGML_STAGE.is_multiple_of(elems) && sb.is_multiple_of(16) && sb <= GGML_STAGE_BYTES_MAX
+        );
         i += 1;
     }
 };
