@@ -161,6 +161,14 @@ pub trait LayoutSpec: Sync {
     fn gelu_refusal(&self) -> Option<&'static str> {
         None
     }
+
+    /// Where this layout stands, alone, among the sets `convert` tries when none is named
+    /// (lower first, after the target's float default): the first set that keeps every
+    /// quantized FFN weight of the source and serves its activation is taken
+    /// (`pack::choice::default_for`). `None` (the default): never a default set of its own.
+    fn default_rank(&self) -> Option<u8> {
+        None
+    }
 }
 
 /// Why element `i` breaks `rule`, in words.

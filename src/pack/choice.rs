@@ -84,26 +84,22 @@ pub fn requantizing(model: &Model, layouts: &[Layout], opts: &ConvertOptions) ->
     out
 }
 
-/// The layouts `convert` uses when none are named: those that keep the source's quantized
-/// weights and together serve decode and prefill (NVFP4 sources: the NVFP4 set; block FP8:
-/// `fp8`; Q4_K with Q4_K down projections: `q4k_mmq` with [`default_down`]; GGUF Q4_0, Q4_1
-/// and Q8_0, AutoAWQ and compressed-tensors integer checkpoints: `affine`; any mix of the
-/// block-format engine's GGUF types, as llama-quantize's Q4_K_M and Q5_K_M write them: `ggml`),
-/// the target's default for float sources, and `None` for a quantized source no such set keeps
-/// (the IQ1-IQ3 types, FP8 per channel or tensor: the user chooses, from the dry run's
-/// figures).
+/// The layouts `convert` uses when none are named: the target's default for the source's
+/// activation, or else the first layout, by [`default_rank`](crate::layout::LayoutSpec::default_rank), that keeps every
+/// quantized FFN weight of the source as it is stored and serves its activation (each
+/// layout's `keeps_what`, in `metrale-pack layouts`, says what that is); `None` for a quantized
+/// source no such set keeps (the IQ1-IQ3 types; FP8 per channel in a GELU model: the user
+/// chooses, from the dry run's figures).
 pub fn default_for(model: &Model, opts: &ConvertOptions) -> Option<Vec<Layout>> {
     let act = model.activation.unwrap_or(Activation::Silu);
-    let base = default_layouts(act);
-    let candidates = [
-        base,
-        vec![Layout::Fp8],
-        vec![Layout::Q4kMmq],
-        vec![Layout::Affine],
-        vec![Layout::Ggml],
-    ];
-    candidates
-        .into_iter()
+    let mut alone: Vec<(u8, Layout)> = crate::layout::specs()
+        .iter()
+        .filter_map(|s| Some((s.default_rank()?, s.layout())))
+        .collect();
+    alone.sort_by_key(|&(rank, _)| rank);
+    std::iter::once(default_layouts(act))
+        .chain(alone.into_iter().map(|(_, l)| vec![l]))
+        .filter(|set| set.iter().all(|l| l.serves(act)))
         .find(|set| requantizing(model, set, opts).is_empty())
 }
 

@@ -102,6 +102,9 @@ impl LayoutSpec for Affine {
             if matches!(model.tensors[*weight].dtype, DType::Ggml(t) if CARRIED.contains(&t)));
         ggml || model.int_carried(w)
     }
+    fn default_rank(&self) -> Option<u8> {
+        Some(40)
+    }
     fn keeps_what(&self) -> &'static str {
         "GGUF Q4_0, Q4_1 and Q8_0, AutoAWQ, GPTQ and compressed-tensors int1-8 (codes, scales, offsets and zero points as stored, act-order columns sorted by group; others quantized to Q8_0)"
     }

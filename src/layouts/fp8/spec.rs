@@ -56,6 +56,9 @@ impl LayoutSpec for Fp8 {
     fn keeps(&self, _: &Model, w: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
         matches!(w, FfnWeight::Fp8Block { .. })
     }
+    fn default_rank(&self) -> Option<u8> {
+        Some(10)
+    }
     fn keeps_what(&self) -> &'static str {
         "FP8 block (128x128)"
     }

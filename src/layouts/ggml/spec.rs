@@ -40,6 +40,9 @@ impl LayoutSpec for Ggml {
     fn keeps(&self, model: &Model, w: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
         source_type(model, w).is_some()
     }
+    fn default_rank(&self) -> Option<u8> {
+        Some(50)
+    }
     fn keeps_what(&self) -> &'static str {
         "GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 blocks byte for byte, any mix per projection (float sources as Q8_0)"
     }

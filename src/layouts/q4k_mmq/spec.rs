@@ -22,6 +22,9 @@ impl LayoutSpec for Q4kMmq {
             if model.tensors[*weight].dtype == DType::Ggml(GgmlType::Q4_K))
             && !(down && opts.q4k_down == DownFormat::Int8)
     }
+    fn default_rank(&self) -> Option<u8> {
+        Some(30)
+    }
     fn keeps_what(&self) -> &'static str {
         "Q4_K gate/up; down too with --q4k-down q4k (the default when every down is Q4_K)"
     }

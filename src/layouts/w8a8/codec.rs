@@ -4,7 +4,9 @@
 //! them). See `converters/fp8_row.rs`.
 
 use crate::converters::fp8_row;
-use crate::converters::layouts::{Encoded, crop, f32_bytes, f32_from, pad, round_up};
+use crate::converters::layouts::{
+    Encoded, crop, f32_bytes, f32_from, pad, pad_rows_bytes, round_up,
+};
 
 /// K alignment.
 pub const K_ALIGN: usize = 128;
@@ -15,6 +17,23 @@ pub fn encode(x: &[f32], n: usize, k: usize) -> Encoded {
     let (codes, scales) = fp8_row::encode(&pad(x, n, k, n, kp), n, kp);
     Encoded {
         parts: vec![("codes", codes), ("scales", f32_bytes(&scales))],
+        padded: [n, kp],
+        scalars: vec![],
+    }
+}
+
+/// Carry E4M3 codes `[n, k]` and their f32 row scales `[n]` as they are (compressed-tensors'
+/// FP8 channel and tensor strategies, ModelOpt FP8): each row zero-padded to the k alignment,
+/// nothing re-quantized, so the pack decodes to exactly what the source does.
+pub fn carry(codes: &[u8], scales: &[f32], n: usize, k: usize) -> Encoded {
+    assert_eq!(codes.len(), n * k);
+    assert_eq!(scales.len(), n);
+    let kp = round_up(k, K_ALIGN);
+    Encoded {
+        parts: vec![
+            ("codes", pad_rows_bytes(codes, n, k, kp, n)),
+            ("scales", f32_bytes(scales)),
+        ],
         padded: [n, kp],
         scalars: vec![],
     }
