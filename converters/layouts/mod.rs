@@ -1,20 +1,9 @@
 //! Pack layouts: the byte layouts a dense FFN layer's GPU kernels read, each layout's codec in
-//! its folder (`src/layouts/TAG/codec.rs`, mounted here;
-//! spec in formats.md, "Pack layouts"). Each layout turns an f32 `[n, k]` weight (or, where the
-//! source already is the target, its stored bytes) into named parts, and decodes them back.
-//! Every function is pure and deterministic at any thread count.
-
-pub use crate::layouts::affine::codec as affine;
-pub use crate::layouts::bf16::codec as bf16;
-pub use crate::layouts::fp8::codec as fp8;
-pub use crate::layouts::ggml::codec as ggml;
-pub use crate::layouts::lora::codec as lora;
-pub use crate::layouts::nvfp4::codec as nvfp4;
-pub use crate::layouts::nvfp4_mmq::codec as nvfp4_mmq;
-pub use crate::layouts::nvfp4_t::codec as nvfp4_t;
-pub use crate::layouts::q2g128::codec as q2g128;
-pub use crate::layouts::q4k_mmq::codec as q4k_mmq;
-pub use crate::layouts::w8a8::codec as w8a8;
+//! its folder (`src/layouts/TAG/codec.rs`, re-exported here as `TAG`; the re-exports and the
+//! [`Layout`] enum are generated from `layouts::builtin_layouts!`; spec in formats.md, "Pack
+//! layouts"). Each layout turns an f32 `[n, k]` weight (or, where the source already is the
+//! target, its stored bytes) into named parts, and decodes them back. Every function is pure
+//! and deterministic at any thread count.
 
 /// An FFN projection, as named in pack tensor names (`blk.N.ffn_<proj>.<layout>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,74 +40,45 @@ impl Proj {
     }
 }
 
-/// A pack layout tag: the key of the layout registry (`src/layout/`, `Layout::spec`; each built-in
-/// layout's files are in `src/layouts/TAG/`), where each
-/// layout's parts, sizes, encoder, decoder and overlay binding live.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Layout {
-    /// `nvfp4`: ModelOpt NVFP4 codes and scales, K padded to 64.
-    Nvfp4,
-    /// `nvfp4_t`: the transposed NVFP4 copy of the `_t` prefill GEMMs.
-    Nvfp4T,
-    /// `nvfp4_mmq`: NVFP4 repacked into the MMQ prefill tiles.
-    Nvfp4Mmq,
-    /// `q4k_mmq`: Q4_K gate and up, int8 or Q4_K down, for the Q4_K MMQ prefill.
-    Q4kMmq,
-    /// `fp8`: E4M3 with 128x128 block scales, gate and up fused.
-    Fp8,
-    /// `w8a8`: E4M3 with per-row scales for the W8A8 arm.
-    W8a8,
-    /// `bf16`: BF16 rows, K padded to 8.
-    Bf16,
-    /// `q2g128`: 2-bit codes with one f16 scale per group of 128.
-    Q2g128,
-    /// `lora`: a PEFT adapter's A and B in BF16 with its scaling.
-    Lora,
-    /// `affine`: integer codes (4 or 8 bits) with a half scale and offset per group.
-    Affine,
-    /// `ggml`: GGUF blocks per projection as the source stores them (the block-format engine).
-    Ggml,
-    /// A layout defined outside this crate ([`Layout::custom`]), known to the pack reader, the
-    /// loader and the layer once its spec is registered (`layout::register`).
-    Custom(CustomTag),
+/// Generates [`Layout`], its [`Layout::ALL`] and [`Layout::tag`], and the re-export of each
+/// built-in layout's codec (`converters::layouts::TAG`), from the list of built-in layouts
+/// (`layouts::builtin_layouts!`).
+macro_rules! layout_enum {
+    (layouts: [$($t:ident $v:ident $d:literal),*], install: [$($i:ident),*]) => {
+        $(pub use crate::layouts::$t::codec as $t;)*
+
+        /// A pack layout tag: the key of the layout registry (`src/layout/`, `Layout::spec`;
+        /// each built-in layout's files are in `src/layouts/TAG/`), where each layout's parts,
+        /// sizes, encoder, decoder and overlay binding live.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Layout {
+            $(#[doc = concat!("`", stringify!($t), "`: ", $d)] $v,)*
+            /// A layout defined outside this crate ([`Layout::custom`]), known to the pack
+            /// reader, the loader and the layer once its spec is registered
+            /// (`layout::register`).
+            Custom(CustomTag),
+        }
+
+        impl Layout {
+            /// Every built-in layout, in registry order.
+            pub const ALL: [Layout; [$(stringify!($t)),*].len()] = [$(Layout::$v),*];
+            /// The tag in tensor names, the manifest and `--layouts`.
+            pub fn tag(self) -> &'static str {
+                match self {
+                    $(Layout::$v => stringify!($t),)*
+                    Layout::Custom(CustomTag(t)) => t,
+                }
+            }
+        }
+    };
 }
+crate::layouts::builtin_layouts!(layout_enum);
 
 /// The tag of a layout defined outside this crate ([`Layout::custom`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CustomTag(&'static str);
 
 impl Layout {
-    /// Every built-in layout, in registry order.
-    pub const ALL: [Layout; 11] = [
-        Layout::Nvfp4,
-        Layout::Nvfp4T,
-        Layout::Nvfp4Mmq,
-        Layout::Q4kMmq,
-        Layout::Fp8,
-        Layout::W8a8,
-        Layout::Bf16,
-        Layout::Q2g128,
-        Layout::Lora,
-        Layout::Affine,
-        Layout::Ggml,
-    ];
-    /// The tag in tensor names, the manifest and `--layouts`.
-    pub fn tag(self) -> &'static str {
-        match self {
-            Layout::Nvfp4 => "nvfp4",
-            Layout::Nvfp4T => "nvfp4_t",
-            Layout::Nvfp4Mmq => "nvfp4_mmq",
-            Layout::Q4kMmq => "q4k_mmq",
-            Layout::Fp8 => "fp8",
-            Layout::W8a8 => "w8a8",
-            Layout::Bf16 => "bf16",
-            Layout::Q2g128 => "q2g128",
-            Layout::Lora => "lora",
-            Layout::Affine => "affine",
-            Layout::Ggml => "ggml",
-            Layout::Custom(CustomTag(t)) => t,
-        }
-    }
     /// The layout of tag `tag` defined outside this crate: what its spec's `layout()` returns,
     /// and what `layout::register` checks (lowercase `[a-z0-9_]`, no built-in layout's tag).
     pub const fn custom(tag: &'static str) -> Layout {

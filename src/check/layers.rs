@@ -55,7 +55,7 @@ pub(crate) const fn arm(
 
 /// Generates [`LAYER_ARMS`] from the list of built-in layouts (`layouts::builtin_layouts!`).
 macro_rules! layer_arms {
-    (layouts: [$($t:ident $v:ident),*], install: [$($i:ident),*]) => {
+    (layouts: [$($t:ident $v:ident $d:literal),*], install: [$($i:ident),*]) => {
         /// Every arm configuration the layer checks run: each built-in layout's
         /// (`src/layouts/TAG/check_layers.rs`), in `Layout` order.
         pub static LAYER_ARMS: LazyLock<Vec<LayerArm>> = LazyLock::new(|| {

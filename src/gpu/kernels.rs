@@ -6,7 +6,7 @@
 /// Generates [`MODULES`] from the list of built-in layouts (`layouts::builtin_layouts!`): the
 /// shared modules, then each layout's (`src/layouts/TAG/kernels.rs`) in `Layout` order.
 macro_rules! modules {
-    (layouts: [$($t:ident $v:ident),*], install: [$($i:ident),*]) => {
+    (layouts: [$($t:ident $v:ident $d:literal),*], install: [$($i:ident),*]) => {
         /// (module, source) of every kernel module: the shared ones in `kernels/`, then each
         /// built-in layout's.
         pub static MODULES: LazyLock<Vec<(&'static str, &'static str)>> = LazyLock::new(|| {

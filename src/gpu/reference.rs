@@ -15,7 +15,7 @@ pub use rules::{ElementRule, blob_rules};
 /// Re-exports every built-in layout's twins (`src/layouts/TAG/twin.rs`), generated from the
 /// list of built-in layouts (`layouts::builtin_layouts!`).
 macro_rules! twins {
-    (layouts: [$($t:ident $v:ident),*], install: [$($i:ident),*]) => {
+    (layouts: [$($t:ident $v:ident $d:literal),*], install: [$($i:ident),*]) => {
         $(#[allow(unused_imports)] pub use crate::layouts::$t::twin::*;)*
     };
 }

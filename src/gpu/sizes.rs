@@ -64,7 +64,7 @@ pub const SHARED: &[(&str, usize)] = &[
 /// Generates the re-exports of every built-in layout's sizes and [`cuda_defines`] from the list
 /// of built-in layouts (`layouts::builtin_layouts!`).
 macro_rules! layout_sizes {
-    (layouts: [$($t:ident $v:ident),*], install: [$($i:ident),*]) => {
+    (layouts: [$($t:ident $v:ident $d:literal),*], install: [$($i:ident),*]) => {
         $(#[allow(unused_imports)] pub use crate::layouts::$t::sizes::consts::*;)*
 
         /// The `#define`s prepended to every kernel module: [`SHARED`], then each built-in

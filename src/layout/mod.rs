@@ -185,7 +185,7 @@ pub fn element_reason(rule: ElementRule, i: u32) -> String {
 
 /// Generates [`BUILT_IN`] from the list of built-in layouts (`layouts::builtin_layouts!`).
 macro_rules! spec_registry {
-    (layouts: [$($t:ident $v:ident),*], install: [$($i:ident),*]) => {
+    (layouts: [$($t:ident $v:ident $d:literal),*], install: [$($i:ident),*]) => {
         /// Every built-in layout's spec (`src/layouts/TAG/spec.rs`), in `Layout` order (the
         /// order [`register`] takes them in).
         static BUILT_IN: [&dyn LayoutSpec; Layout::ALL.len()] =

@@ -8,7 +8,7 @@ pub mod gen_model;
 /// Re-exports every built-in layout's helpers (`src/layouts/TAG/testing.rs`), generated from
 /// the list of built-in layouts (`layouts::builtin_layouts!`).
 macro_rules! helpers {
-    (layouts: [$($t:ident $v:ident),*], install: [$($i:ident),*]) => {
+    (layouts: [$($t:ident $v:ident $d:literal),*], install: [$($i:ident),*]) => {
         $(pub use crate::layouts::$t::testing::*;)*
     };
 }

@@ -83,7 +83,7 @@ impl NamedArm {
 /// types and key re-exported, and [`BUILT_IN`], in install order (the order [`register`] takes
 /// them in).
 macro_rules! runtime_registry {
-    (layouts: [$($t:ident $v:ident),*], install: [$($m:ident),*]) => {
+    (layouts: [$($t:ident $v:ident $d:literal),*], install: [$($m:ident),*]) => {
         // A layout whose overlay has no type of its own (`nvfp4_mmq`: device pointers) re-exports
         // nothing.
         $(#[allow(unused_imports)] pub use crate::layouts::$m::runtime::*;)*
