@@ -12,17 +12,8 @@ use crate::gpu::{
 use crate::testing::*;
 use std::sync::Arc;
 
-use crate::layouts::affine::check_kernels as affine;
-use crate::layouts::bf16::check_kernels as bf16;
 pub(crate) mod dq_wgmma;
-use crate::layouts::fp8::check_kernels as fp8;
-use crate::layouts::fp8::check_w8a8 as fp8_w8a8;
-use crate::layouts::ggml::check_kernels as ggml;
-use crate::layouts::nvfp4::check_kernels as nvfp4;
-use crate::layouts::q2g128::check_kernels as q2g128;
-use crate::layouts::q4k_mmq::check_kernels as q4k_mmq;
 mod rules;
-use crate::layouts::w8a8::check_kernels as w8a8;
 
 /// The largest m the FP8 check sends to a kernel with a row cap: the routing's range for the
 /// batch tiers (5..=32), which `fp8_launch` splits into launches of the kernel's cap.
@@ -89,24 +80,23 @@ pub(crate) fn within(ms: &[usize], k: &Kernel, limit: usize) -> Vec<usize> {
 }
 
 /// A group of kernel rows: its kernels checked on one case.
-type Group = fn(&mut Case, &mut Vec<Row>, &mut Rand) -> GpuResult<()>;
+pub(crate) type Group = fn(&mut Case, &mut Vec<Row>, &mut Rand) -> GpuResult<()>;
 
-/// The kernel groups, by name.
-const GROUPS: &[(&str, Group)] = &[
-    ("rules", |c, r, g| rules::rules_rows(c, r, g)),
-    ("fp8", |c, r, _| fp8::fp8_rows(c, r)),
-    ("fp8_w8a8", |c, r, _| fp8_w8a8::fp8_w8a8_rows(c, r)),
-    ("w8a8", |c, r, _| w8a8::w8a8_rows(c, r)),
-    ("bf16", |c, r, _| bf16::bf16_rows(c, r)),
-    ("nvfp4", |c, r, g| nvfp4::nvfp4_rows(c, r, g)),
-    ("q2g128", |c, r, _| q2g128::q2g128_rows(c, r)),
-    ("affine", |c, r, _| affine::affine_rows(c, r)),
-    ("q4k_mmq", |c, r, g| {
-        q4k_mmq::q4k_gemv_rows(c, r)?;
-        q4k_mmq::repack_rows(c, r, g)
-    }),
-    ("ggml", |c, r, _| ggml::ggml_rows(c, r)),
-];
+/// Generates [`GROUPS`] from the list of built-in layouts (`layouts::builtin_layouts!`).
+macro_rules! kernel_groups {
+    (layouts: [$($t:ident $v:ident $d:literal),*], install: [$($i:ident),*]) => {
+        /// The kernel groups, by name: the kernel table's rules, then each built-in layout's
+        /// (`src/layouts/TAG/check_kernels.rs`), in `Layout` order.
+        static GROUPS: std::sync::LazyLock<Vec<(&'static str, Group)>> =
+            std::sync::LazyLock::new(|| {
+                let mut v: Vec<(&'static str, Group)> =
+                    vec![("rules", |c, r, g| rules::rules_rows(c, r, g))];
+                $(v.extend_from_slice(crate::layouts::$t::check_kernels::GROUPS);)*
+                v
+            });
+    };
+}
+crate::layouts::builtin_layouts!(kernel_groups);
 
 /// Kernel-level checks: each projection kernel on its row counts, sampled rows against the
 /// reference (f64 sums), every output element checked written; only the groups of [`GROUPS`]

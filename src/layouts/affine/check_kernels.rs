@@ -538,3 +538,7 @@ fn gemv_rows(
     c.row(rows, &what, m, err, 1e-2);
     Ok(())
 }
+
+/// Its kernel groups in `gpu-check`'s kernel section (`check::kernels`, after the table's rules,
+/// in `Layout` order), by the name `--arms` selects them with.
+pub(crate) static GROUPS: &[(&str, Group)] = &[("affine", |c, r, _| affine_rows(c, r))];

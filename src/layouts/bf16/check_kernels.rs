@@ -56,3 +56,7 @@ pub(crate) fn bf16_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     b.free(bw.weight);
     Ok(())
 }
+
+/// Its kernel groups in `gpu-check`'s kernel section (`check::kernels`, after the table's rules,
+/// in `Layout` order), by the name `--arms` selects them with.
+pub(crate) static GROUPS: &[(&str, Group)] = &[("bf16", |c, r, _| bf16_rows(c, r))];

@@ -44,3 +44,10 @@ pub(crate) fn fp8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     c.b.free(w.scale);
     Ok(())
 }
+
+/// Its kernel groups in `gpu-check`'s kernel section (`check::kernels`, after the table's rules,
+/// in `Layout` order), by the name `--arms` selects them with.
+pub(crate) static GROUPS: &[(&str, Group)] = &[
+    ("fp8", |c, r, _| fp8_rows(c, r)),
+    ("fp8_w8a8", |c, r, _| super::check_w8a8::fp8_w8a8_rows(c, r)),
+];

@@ -66,3 +66,7 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     }
     Ok(())
 }
+
+/// Its kernel groups in `gpu-check`'s kernel section (`check::kernels`, after the table's rules,
+/// in `Layout` order), by the name `--arms` selects them with.
+pub(crate) static GROUPS: &[(&str, Group)] = &[("ggml", |c, r, _| ggml_rows(c, r))];

@@ -15,6 +15,8 @@
 
 pub(crate) mod arms;
 #[cfg(feature = "harness")]
+pub(crate) mod check_kernels;
+#[cfg(feature = "harness")]
 pub(crate) mod check_layers;
 pub mod codec;
 pub mod kernels;

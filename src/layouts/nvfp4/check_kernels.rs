@@ -147,3 +147,7 @@ pub(crate) fn w4a4_rows(
     }
     Ok(())
 }
+
+/// Its kernel groups in `gpu-check`'s kernel section (`check::kernels`, after the table's rules,
+/// in `Layout` order), by the name `--arms` selects them with.
+pub(crate) static GROUPS: &[(&str, Group)] = &[("nvfp4", nvfp4_rows)];

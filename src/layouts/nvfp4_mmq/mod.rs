@@ -12,6 +12,8 @@
 //! - `twin` (empty): its kernels are `nvfp4`'s.
 
 #[cfg(feature = "harness")]
+pub(crate) mod check_kernels;
+#[cfg(feature = "harness")]
 pub(crate) mod check_layers;
 pub mod codec;
 pub mod runtime;

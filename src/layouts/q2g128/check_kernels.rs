@@ -95,3 +95,7 @@ pub(crate) fn report_q8_1_diff(c: &Case, m: usize, r: usize, got: &[u8], kp: usi
         &c.xr(r)[lo..hi]
     );
 }
+
+/// Its kernel groups in `gpu-check`'s kernel section (`check::kernels`, after the table's rules,
+/// in `Layout` order), by the name `--arms` selects them with.
+pub(crate) static GROUPS: &[(&str, Group)] = &[("q2g128", |c, r, _| q2g128_rows(c, r))];

@@ -213,3 +213,10 @@ pub(crate) fn q4k_gemm_rows(
     }
     Ok(())
 }
+
+/// Its kernel groups in `gpu-check`'s kernel section (`check::kernels`, after the table's rules,
+/// in `Layout` order), by the name `--arms` selects them with.
+pub(crate) static GROUPS: &[(&str, Group)] = &[("q4k_mmq", |c, r, g| {
+    q4k_gemv_rows(c, r)?;
+    repack_rows(c, r, g)
+})];

@@ -87,3 +87,7 @@ pub(crate) fn w8a8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     b.free(ww.scale);
     Ok(())
 }
+
+/// Its kernel groups in `gpu-check`'s kernel section (`check::kernels`, after the table's rules,
+/// in `Layout` order), by the name `--arms` selects them with.
+pub(crate) static GROUPS: &[(&str, Group)] = &[("w8a8", |c, r, _| w8a8_rows(c, r))];
