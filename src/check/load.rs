@@ -3,19 +3,19 @@
 use super::*;
 use crate::converters::layouts::Layout;
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
-use crate::gpu::host::HostBackend;
 use crate::gpu::{GpuBackend, GpuResult, ModelLevers, download_f32, upload_f32};
 use crate::loader::{self, LayerOverlays, LoadOptions};
 use crate::model::Model;
 use crate::pack::{self, ConvertOptions};
 use crate::testing::*;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
-/// Loader checks: a generated model (F32, 2 layers) converted with every layout (a generated
-/// PEFT adapter for `lora`), loaded by each copy path; overlay bytes on the device must equal
-/// the pack's, loading must launch no kernel, finalize must have nothing to build, every arm of
-/// a pack-loaded layer must give bit-identical outputs to a layer built at start-up from the
-/// source, and the q4k_mmq + lora layer must agree with the host backend given the same pack.
+/// Loader checks: a generated model (F32, 2 layers) converted with every layout (and a generated
+/// PEFT adapter), loaded by each copy path; overlay bytes on the device must equal the pack's,
+/// loading must launch no kernel but the blob rules', and each layout's own load rows and
+/// start-up arms (`src/layouts/TAG/check_load.rs`: finalize with nothing to build, a
+/// pack-loaded layer bit-identical to one built at start-up from the source, or equal to the
+/// host backend's given the same pack) must pass.
 pub fn load_checks(
     b: Arc<dyn GpuBackend>,
     hidden: usize,
@@ -55,10 +55,9 @@ pub fn load_checks_from(
         let lp = copy_rows(b.as_ref(), &fx, io, &mut rows)?;
         let ov = &lp.layers[fx.li];
         let tag = format!("{io:?}");
-        if fx.silu {
-            nvfp4_mmq_repack_row(&b, &fx, ov, &tag, &mut rows)?;
+        for rows_of in LOAD_ROWS.iter() {
+            rows_of(&b, &fx, ov, &tag, rng, &mut rows)?;
         }
-        q4k_pack_vs_host(&b, &fx, ov, &tag, rng, &mut rows)?;
         pack_vs_startup(&b, &fx, ov, &tag, rng, &mut rows)?;
         b.free(lp.arena);
     }
@@ -66,19 +65,71 @@ pub fn load_checks_from(
     Ok(rows)
 }
 
-/// A source converted with every layout its activation takes (a generated PEFT adapter for
-/// `lora` on SiLU models), and what the checks compare against.
-struct Fixture {
-    model: Model,
-    pack: std::path::PathBuf,
-    adapter: crate::testing::LoraAdapter,
-    act: crate::model::Activation,
-    silu: bool,
+/// A source converted with every layout its activation takes (and a generated PEFT adapter on
+/// SiLU models), and what the checks compare against.
+pub(crate) struct Fixture {
+    pub(crate) model: Model,
+    pub(crate) pack: std::path::PathBuf,
+    /// The layouts the pack holds.
+    pub(crate) layouts: Vec<Layout>,
+    pub(crate) adapter: crate::testing::LoraAdapter,
+    pub(crate) act: crate::model::Activation,
+    pub(crate) silu: bool,
     /// The layer compared: 1, or 0 on a one-layer model.
-    li: usize,
-    hidden: usize,
-    inter: usize,
+    pub(crate) li: usize,
+    pub(crate) hidden: usize,
+    pub(crate) inter: usize,
 }
+
+/// One layout's load arm: a layer given the pack's overlays of `layouts` computes, bit for bit,
+/// what a layer built at start-up from the source by `install` computes (on 1, 2, 3, 5 and 33
+/// rows; `gelu_rows` on a GELU layer where that differs). Run where the pack holds every one of
+/// `layouts`.
+pub(crate) struct StartupArm {
+    pub(crate) name: &'static str,
+    pub(crate) layouts: &'static [Layout],
+    pub(crate) gelu_rows: Option<&'static [usize]>,
+    pub(crate) install: Install,
+}
+
+/// How an engine without packs builds a layout's overlays at start-up.
+pub(crate) type Install = fn(
+    &dyn GpuBackend,
+    &mut DenseFfnLayer,
+    &DenseWeights,
+    &mut ForwardContext,
+    &Fixture,
+) -> GpuResult<()>;
+
+/// A layout's own rows on the loaded pack (layer `fx.li`'s overlays `ov`, copy path `io`).
+pub(crate) type LoadRows = fn(
+    &Arc<dyn GpuBackend>,
+    &Fixture,
+    &LayerOverlays,
+    &str,
+    &mut Rand,
+    &mut Vec<Row>,
+) -> crate::Result<()>;
+
+/// Generates [`STARTUP_ARMS`] and [`LOAD_ROWS`] from the list of built-in layouts
+/// (`layouts::builtin_layouts!`).
+macro_rules! load_arms {
+    (layouts: [$($t:ident $v:ident $d:literal),*], install: [$($i:ident),*]) => {
+        /// Every layout's start-up arms (`src/layouts/TAG/check_load.rs`), in `Layout` order.
+        static STARTUP_ARMS: LazyLock<Vec<&'static StartupArm>> = LazyLock::new(|| {
+            let mut v = Vec::new();
+            $(v.extend(crate::layouts::$t::check_load::STARTUP.iter());)*
+            v
+        });
+        /// Every layout's own load rows, in `Layout` order.
+        static LOAD_ROWS: LazyLock<Vec<LoadRows>> = LazyLock::new(|| {
+            let mut v = Vec::new();
+            $(v.extend_from_slice(crate::layouts::$t::check_load::ROWS);)*
+            v
+        });
+    };
+}
+crate::layouts::builtin_layouts!(load_arms);
 
 impl Fixture {
     fn convert(
@@ -93,9 +144,8 @@ impl Fixture {
                 .intermediate_size
                 .ok_or_else(|| no_size(src, "intermediate"))? as usize,
         );
-        // A GELU model gets the layouts and arms its layer takes: no w8a8 (refused for GELU),
-        // no nvfp4_mmq (finalize skips GELU layers), no LoRA (the split-SiLU decode path only),
-        // and the q2g128 arm only where it serves GELU (decode and the 2-3 row GEMVs).
+        // A GELU model gets the layouts its layer takes (`Layout::serves`) and no adapter (the
+        // split-SiLU decode path only); each start-up arm says the rows a GELU layer serves.
         let act = model.activation.unwrap_or(crate::model::Activation::Silu);
         let silu = act == crate::model::Activation::Silu;
         let adapter_dir = dir.join("adapter");
@@ -107,12 +157,12 @@ impl Fixture {
             inter,
             8,
         )?;
-        let layouts = Layout::ALL
+        let layouts: Vec<Layout> = Layout::ALL
             .into_iter()
             .filter(|&l| l.serves(act) && (silu || l != Layout::Lora))
             .collect();
         let opts = ConvertOptions {
-            layouts: Some(layouts),
+            layouts: Some(layouts.clone()),
             lora: silu.then_some(adapter_dir),
             ..Default::default()
         };
@@ -122,6 +172,7 @@ impl Fixture {
         Ok(Fixture {
             model,
             pack,
+            layouts,
             adapter,
             act,
             silu,
@@ -131,18 +182,18 @@ impl Fixture {
         })
     }
 
-    fn shape(&self) -> (usize, usize) {
+    pub(crate) fn shape(&self) -> (usize, usize) {
         (self.hidden, self.inter)
     }
 
-    fn config(&self) -> FfnConfig {
+    pub(crate) fn config(&self) -> FfnConfig {
         FfnConfig {
             hidden: self.hidden,
             inter: self.inter,
         }
     }
 
-    fn new_layer(&self, c: &ForwardContext) -> DenseFfnLayer {
+    pub(crate) fn new_layer(&self, c: &ForwardContext) -> DenseFfnLayer {
         DenseFfnLayer::new_with_activation(c, self.act)
     }
 }
@@ -185,156 +236,17 @@ fn copy_rows(
     Ok(lp)
 }
 
-/// A pack holding nvfp4_mmq: finalize_nvfp4_mmq_load has nothing to repack.
-fn nvfp4_mmq_repack_row(
-    b: &Arc<dyn GpuBackend>,
-    fx: &Fixture,
-    ov: &LayerOverlays,
-    io: &str,
-    rows: &mut Vec<Row>,
-) -> crate::Result<()> {
-    let mut ctx = ForwardContext::new(b.clone(), fx.config(), 64, ModelLevers::default())?;
-    let mut l = fx.new_layer(&ctx);
-    ov.only(&[Layout::Nvfp4, Layout::Nvfp4Mmq])
-        .install(&mut l)?;
-    let n0 = b.launch_count();
-    let did = l.finalize_nvfp4_mmq_load(&mut ctx, fx.hidden, fx.inter, 0)?;
-    let what = format!("load {io}: repack launches with nvfp4_mmq in the pack");
-    nothing_built(rows, &what, fx, b.launch_count() - n0, did);
-    Ok(())
-}
-
 /// The row of a finalize call on a layer whose pack holds what it builds: the kernels it
 /// launched plus one if it says it built anything (both must be 0).
-fn nothing_built(rows: &mut Vec<Row>, what: &str, fx: &Fixture, launches: u64, did: bool) {
+pub(crate) fn nothing_built(
+    rows: &mut Vec<Row>,
+    what: &str,
+    fx: &Fixture,
+    launches: u64,
+    did: bool,
+) {
     let n = launches as f64 + f64::from(u8::from(did));
     push(rows, what, fx.shape(), 0, n, 0.0);
-}
-
-/// A pack holding q4k_mmq (and lora): finalize_q4k_load has nothing to build, and the layer
-/// from the pack (Q4_K MMQ prefill, int8 down, the adapter on both) agrees with the host backend
-/// given the same pack.
-fn q4k_pack_vs_host(
-    b: &Arc<dyn GpuBackend>,
-    fx: &Fixture,
-    ov: &LayerOverlays,
-    io: &str,
-    rng: &mut Rand,
-    rows: &mut Vec<Row>,
-) -> crate::Result<()> {
-    let levers = ModelLevers {
-        q4k_mmq: true,
-        ..ModelLevers::default()
-    };
-    let host: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
-    let hlp = loader::load(host.as_ref(), &fx.pack, &LoadOptions::default())?;
-    let overlays = |o: &LayerOverlays| o.only(&[Layout::Nvfp4, Layout::Q4kMmq, Layout::Lora]);
-    let mut gctx = ForwardContext::new(b.clone(), fx.config(), 64, levers.clone())?;
-    let mut hctx = ForwardContext::new(host.clone(), fx.config(), 64, levers)?;
-    (gctx.tracing, hctx.tracing) = (true, true);
-    let mut gl = fx.new_layer(&gctx);
-    overlays(ov).install(&mut gl)?;
-    let mut hl = fx.new_layer(&hctx);
-    overlays(&hlp.layers[fx.li]).install(&mut hl)?;
-    let n0 = b.launch_count();
-    let did = gl.finalize_q4k_load(&mut gctx, fx.hidden, fx.inter, 0)?;
-    let what = format!("load {io}: build launches with q4k_mmq in the pack");
-    nothing_built(rows, &what, fx, b.launch_count() - n0, did);
-    for m in [1usize, 5, 33] {
-        let x = rng.vec(m * fx.hidden, 1.0);
-        let run = |l: &DenseFfnLayer, c: &mut ForwardContext| -> GpuResult<Vec<f32>> {
-            let be = c.backend.clone();
-            let xp = be.alloc((m * fx.hidden * 4) as u64)?;
-            upload_f32(be.as_ref(), xp, &x)?;
-            c.trace.clear();
-            let out = match m {
-                1 => l.forward(c, xp),
-                _ => l.forward_prefill(c, xp, m),
-            }?;
-            be.synchronize(0)?;
-            let y = download_f32(be.as_ref(), out);
-            be.free(xp);
-            y
-        };
-        let yg = run(&gl, &mut gctx)?;
-        let yh = run(&hl, &mut hctx)?;
-        let err = cuda_vs_host_err(&yg, &yh, gctx.trace == hctx.trace);
-        // As the layer checks: 1e-3 for the NVFP4 decode GEMVs (their bf16 activations can flip
-        // on a last-bit difference), 5e-3 where q8_1 codes can move.
-        let tol = if m == 1 { 1e-3 } else { 5e-3 };
-        let lora = if fx.silu { "+lora" } else { "" };
-        let what = format!("load {io}: q4k_mmq{lora} pack, CUDA vs host");
-        push(rows, &what, fx.shape(), m, err, tol);
-    }
-    host.free(hlp.arena);
-    Ok(())
-}
-
-/// How an engine without packs builds a layout's overlays at start-up.
-type Install<'a> = dyn Fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights, &mut ForwardContext) -> GpuResult<()>
-    + 'a;
-
-/// Each arm's overlays from the pack, and how start-up builds the same from the source.
-fn startup_arms<'a>(
-    ov: &LayerOverlays,
-    fx: &'a Fixture,
-) -> Vec<(&'static str, LayerOverlays, Box<Install<'a>>)> {
-    use Layout::{Bf16, Fp8, Lora, Nvfp4, Nvfp4Mmq, Nvfp4T, Q2g128, W8a8};
-    let only = |layouts: &[Layout]| ov.only(layouts);
-    let arms: Vec<(&'static str, LayerOverlays, Box<Install<'a>>)> = vec![
-        (
-            "q2",
-            only(&[Q2g128]),
-            Box::new(|b, l, w, _| install_q2(b, l, w)),
-        ),
-        (
-            "fp8",
-            only(&[Fp8]),
-            Box::new(|b, l, w, _| install_fp8(b, l, w, true)),
-        ),
-        (
-            "w8a8",
-            only(&[W8a8]),
-            Box::new(|b, l, w, _| install_w8a8(b, l, w)),
-        ),
-        (
-            "bf16",
-            only(&[Bf16]),
-            Box::new(|b, l, w, _| install_bf16(b, l, w)),
-        ),
-        (
-            "nvfp4",
-            only(&[Nvfp4]),
-            Box::new(|b, l, w, _| install_nvfp4(b, l, w)),
-        ),
-        (
-            "nvfp4_t",
-            only(&[Nvfp4, Nvfp4T]),
-            Box::new(|b, l, w, _| install_nvfp4_t(b, l, w)),
-        ),
-        (
-            // Start-up: the _t copies, then the GPU repack of finalize_nvfp4_mmq_load.
-            "nvfp4_mmq",
-            only(&[Nvfp4, Nvfp4Mmq]),
-            Box::new(|b, l, w, c| {
-                install_nvfp4_t(b, l, w)?;
-                l.finalize_nvfp4_mmq_load(c, w.hidden, w.inter, 0)
-                    .map(|_| ())
-            }),
-        ),
-        (
-            // Start-up: the same adapter encoded and installed through set_lora_weights.
-            "lora",
-            only(&[Nvfp4, Lora]),
-            Box::new(|b, l, w, _| {
-                install_nvfp4(b, l, w)?;
-                fx.adapter.install(b, l)
-            }),
-        ),
-    ];
-    arms.into_iter()
-        .filter(|(a, _, _)| fx.silu || !matches!(*a, "w8a8" | "nvfp4_mmq" | "lora"))
-        .collect()
 }
 
 /// Every arm of a pack-loaded layer gives bit-identical outputs to a layer built at start-up
@@ -357,15 +269,16 @@ fn pack_vs_startup(
         hidden: fx.hidden,
         inter: fx.inter,
     };
-    for (arm, overlays, install) in startup_arms(ov, fx) {
+    let arms = STARTUP_ARMS.iter();
+    for sa in arms.filter(|a| a.layouts.iter().all(|l| fx.layouts.contains(l))) {
+        let arm = sa.name;
         let mut from_pack = fx.new_layer(&ctx);
-        overlays.install(&mut from_pack)?;
+        ov.only(sa.layouts).install(&mut from_pack)?;
         let mut built = fx.new_layer(&ctx);
-        install(b.as_ref(), &mut built, &w, &mut ctx)?;
-        let ms: &[usize] = if arm == "q2" && !fx.silu {
-            &[1, 2, 3] // q2g128 prefill serves SiLU layers only
-        } else {
-            &[1, 2, 3, 5, 33]
+        (sa.install)(b.as_ref(), &mut built, &w, &mut ctx, fx)?;
+        let ms: &[usize] = match sa.gelu_rows {
+            Some(rows) if !fx.silu => rows,
+            _ => &[1, 2, 3, 5, 33],
         };
         for &m in ms {
             let x = rng.vec(m * fx.hidden, 1.0);

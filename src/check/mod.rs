@@ -9,7 +9,7 @@ pub(crate) mod bench_decode;
 pub mod bench_load;
 pub(crate) mod kernels;
 pub(crate) mod layers;
-mod load;
+pub(crate) mod load;
 pub mod probe_io;
 pub mod routing;
 pub mod tp;
@@ -80,7 +80,14 @@ pub(crate) fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
-fn push(rows: &mut Vec<Row>, check: &str, shape: (usize, usize), m: usize, err: f64, tol: f64) {
+pub(crate) fn push(
+    rows: &mut Vec<Row>,
+    check: &str,
+    shape: (usize, usize),
+    m: usize,
+    err: f64,
+    tol: f64,
+) {
     let pass = err.is_finite() && err <= tol;
     rows.push(Row {
         check: check.into(),
@@ -132,7 +139,7 @@ pub(crate) fn sampled_err(
 
 /// The relative error of a CUDA layer output against the host backend's, or NaN (a failing
 /// row) when the two took different routes or the CUDA output has a non-finite value.
-fn cuda_vs_host_err(cuda: &[f32], host: &[f32], same_route: bool) -> f64 {
+pub(crate) fn cuda_vs_host_err(cuda: &[f32], host: &[f32], same_route: bool) -> f64 {
     if !same_route || !cuda.iter().all(|v| v.is_finite()) {
         return f64::NAN;
     }

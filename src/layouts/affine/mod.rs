@@ -22,6 +22,8 @@ pub(crate) mod arms;
 pub(crate) mod check_kernels;
 #[cfg(feature = "harness")]
 pub(crate) mod check_layers;
+#[cfg(feature = "harness")]
+pub(crate) mod check_load;
 pub mod codec;
 pub mod groups;
 pub(crate) mod host;

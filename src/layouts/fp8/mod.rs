@@ -21,6 +21,8 @@ pub(crate) mod check_kernels;
 #[cfg(feature = "harness")]
 pub(crate) mod check_layers;
 #[cfg(feature = "harness")]
+pub(crate) mod check_load;
+#[cfg(feature = "harness")]
 pub(crate) mod check_w8a8;
 pub mod codec;
 pub mod kernels;

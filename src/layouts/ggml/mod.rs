@@ -24,6 +24,8 @@ pub(crate) mod bench;
 pub(crate) mod check_kernels;
 #[cfg(feature = "harness")]
 pub(crate) mod check_layers;
+#[cfg(feature = "harness")]
+pub(crate) mod check_load;
 pub mod codec;
 pub(crate) mod host;
 pub mod kernels;

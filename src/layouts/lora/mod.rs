@@ -18,6 +18,8 @@ pub(crate) mod arms;
 pub(crate) mod check_kernels;
 #[cfg(feature = "harness")]
 pub(crate) mod check_layers;
+#[cfg(feature = "harness")]
+pub(crate) mod check_load;
 pub mod codec;
 pub mod kernels;
 pub mod runtime;

@@ -15,6 +15,8 @@
 pub(crate) mod check_kernels;
 #[cfg(feature = "harness")]
 pub(crate) mod check_layers;
+#[cfg(feature = "harness")]
+pub(crate) mod check_load;
 pub mod codec;
 pub mod runtime;
 pub mod sizes;

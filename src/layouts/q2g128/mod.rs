@@ -21,6 +21,8 @@ pub mod blocks;
 pub(crate) mod check_kernels;
 #[cfg(feature = "harness")]
 pub(crate) mod check_layers;
+#[cfg(feature = "harness")]
+pub(crate) mod check_load;
 pub mod codec;
 pub mod kernels;
 pub mod runtime;
