@@ -1,7 +1,6 @@
 //! The manifest (`metrale.pack.manifest`, JSON) and the conversion options it records.
 
 use crate::converters::layouts::{Layout, q4k_mmq::DownFormat};
-use crate::model::Activation;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -50,16 +49,6 @@ impl Default for ConvertOptions {
             allow_nonfinite: false,
             replicate_moe: false,
         }
-    }
-}
-
-/// The layouts an sm_90 engine holds after start-up: the NVFP4 base plus, for SiLU layers, the
-/// NVFP4-MMQ tiles (`finalize_nvfp4_mmq_load` builds them and frees the `_t` copies); GELU
-/// layers keep the transposed `_t` copies instead (that finalize skips them).
-pub fn default_layouts(act: Activation) -> Vec<Layout> {
-    match act {
-        Activation::Silu => vec![Layout::Nvfp4, Layout::Nvfp4Mmq],
-        Activation::Gelu => vec![Layout::Nvfp4, Layout::Nvfp4T],
     }
 }
 

@@ -48,6 +48,7 @@ const LAYOUT_PARTS: &[(&str, &str)] = &[
     ("check_kernels", "check"),
     ("check_w8a8", "check"),
     ("check_layers", "check"),
+    ("check_load", "check"),
     ("bench", "check"),
 ];
 

@@ -81,13 +81,13 @@ pub(crate) struct Fixture {
     pub(crate) inter: usize,
 }
 
-/// One layout's load arm: a layer given the pack's overlays of `layouts` computes, bit for bit,
-/// what a layer built at start-up from the source by `install` computes (on 1, 2, 3, 5 and 33
-/// rows; `gelu_rows` on a GELU layer where that differs). Run where the pack holds every one of
-/// `layouts`.
+/// One layout's load arm: a layer given the pack's overlays of `layout` (and of the layout it
+/// builds on, `ffn::builds_on`) computes, bit for bit, what a layer built at start-up from the
+/// source by `install` computes (on 1, 2, 3, 5 and 33 rows; `gelu_rows` on a GELU layer where
+/// that differs). Run where the pack holds them.
 pub(crate) struct StartupArm {
     pub(crate) name: &'static str,
-    pub(crate) layouts: &'static [Layout],
+    pub(crate) layout: Layout,
     pub(crate) gelu_rows: Option<&'static [usize]>,
     pub(crate) install: Install,
 }
@@ -269,11 +269,17 @@ fn pack_vs_startup(
         hidden: fx.hidden,
         inter: fx.inter,
     };
-    let arms = STARTUP_ARMS.iter();
-    for sa in arms.filter(|a| a.layouts.iter().all(|l| fx.layouts.contains(l))) {
+    for sa in STARTUP_ARMS.iter() {
+        let with: Vec<Layout> = crate::ffn::builds_on(sa.layout)
+            .into_iter()
+            .chain([sa.layout])
+            .collect();
+        if !with.iter().all(|l| fx.layouts.contains(l)) {
+            continue;
+        }
         let arm = sa.name;
         let mut from_pack = fx.new_layer(&ctx);
-        ov.only(sa.layouts).install(&mut from_pack)?;
+        ov.only(&with).install(&mut from_pack)?;
         let mut built = fx.new_layer(&ctx);
         (sa.install)(b.as_ref(), &mut built, &w, &mut ctx, fx)?;
         let ms: &[usize] = match sa.gelu_rows {

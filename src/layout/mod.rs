@@ -169,6 +169,23 @@ pub trait LayoutSpec: Sync {
     fn default_rank(&self) -> Option<u8> {
         None
     }
+
+    /// Whether this layout is in the target's default set for layers of activation `act`: what
+    /// `convert` writes for float sources (and, with `--allow-requantize`, for a quantized
+    /// source no layout keeps), and what an engine holds after start-up ([`default_layouts`]).
+    fn float_default(&self, _act: Activation) -> bool {
+        false
+    }
+}
+
+/// The target's default set for layers of activation `act`: every registered layout whose
+/// [`LayoutSpec::float_default`] says so, in registry order.
+pub fn default_layouts(act: Activation) -> Vec<Layout> {
+    specs()
+        .iter()
+        .filter(|s| s.float_default(act))
+        .map(|s| s.layout())
+        .collect()
 }
 
 /// Why element `i` breaks `rule`, in words.

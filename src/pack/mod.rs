@@ -19,6 +19,7 @@ pub mod tp;
 mod verify;
 mod write;
 
+pub use crate::layout::default_layouts;
 pub use crate::manifest::*;
 pub use crate::model::lora::Lora;
 pub use check::{check_header, check_manifest, header_digest, nonzero_padding};

@@ -5,6 +5,7 @@
 //! - `arms.rs`: the launches its arms make (inherent methods of `DenseFfnLayer`);
 //! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
+//! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::affine`);
 //! - `groups.rs`: its integer groups (`converters::affine`);
 //! - `host.rs`: the host backend's calls of its twins;

@@ -7,7 +7,7 @@ use crate::testing::install_bf16;
 /// Its start-up arms: the pack's overlays against the layer start-up builds.
 pub(crate) static STARTUP: &[StartupArm] = &[StartupArm {
     name: "bf16",
-    layouts: &[crate::layout::Layout::Bf16],
+    layout: crate::layout::Layout::Bf16,
     gelu_rows: None,
     install: |b, l, w, _, _| install_bf16(b, l, w),
 }];

@@ -7,7 +7,7 @@ use crate::testing::install_fp8;
 /// Its start-up arms: the pack's overlays against the layer start-up builds.
 pub(crate) static STARTUP: &[StartupArm] = &[StartupArm {
     name: "fp8",
-    layouts: &[crate::layout::Layout::Fp8],
+    layout: crate::layout::Layout::Fp8,
     gelu_rows: None,
     install: |b, l, w, _, _| install_fp8(b, l, w, true),
 }];

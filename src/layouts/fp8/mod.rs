@@ -4,6 +4,7 @@
 //! - `arms.rs`: the launches its arms make (inherent methods of `DenseFfnLayer`);
 //! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
+//! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
 //! - `check_w8a8.rs`: the `gpu-check` rows of FP8 weights on the W8A8 GEMMs (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::fp8`);
 //! - `kernels.rs`: its CUDA modules by name (`gpu::kernels`);

@@ -6,6 +6,7 @@
 //! - `bench.rs`: its `bench-gpu` kernel lines (harness only);
 //! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
+//! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
 //! - `host.rs`: the host backend's calls of its twins;
 //! - `codec.rs`: its bytes and the engine's types, pure CPU (`converters::layouts::ggml`);
 //! - `kernels.rs`: its CUDA modules by name (`gpu::kernels`);

@@ -7,7 +7,7 @@ use crate::testing::install_nvfp4;
 /// Its start-up arms: the pack's overlays against the layer start-up builds.
 pub(crate) static STARTUP: &[StartupArm] = &[StartupArm {
     name: "lora",
-    layouts: &[crate::layout::Layout::Nvfp4, crate::layout::Layout::Lora],
+    layout: crate::layout::Layout::Lora,
     gelu_rows: None,
     install: |b, l, w, _, fx| {
         // Start-up: the same adapter encoded and installed through set_lora_weights.

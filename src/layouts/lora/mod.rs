@@ -2,7 +2,9 @@
 //! holds the whole layout; each file stands in the layer of what it implements
 //! (`tests/layering.rs`) and is mounted by that layer's registry:
 //! - `arms.rs`: the launches its arms make (inherent methods of `DenseFfnLayer`);
+//! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only; none of its own);
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
+//! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::lora`);
 //! - `kernels.rs`: its CUDA modules by name (`gpu::kernels`);
 //! - `runtime.rs`: its weight type, key, validators, install, arm rows and named arms (`ffn`

@@ -7,7 +7,7 @@ use crate::testing::install_nvfp4;
 /// Its start-up arms: the pack's overlays against the layer start-up builds.
 pub(crate) static STARTUP: &[StartupArm] = &[StartupArm {
     name: "nvfp4",
-    layouts: &[crate::layout::Layout::Nvfp4],
+    layout: crate::layout::Layout::Nvfp4,
     gelu_rows: None,
     install: |b, l, w, _, _| install_nvfp4(b, l, w),
 }];

@@ -4,6 +4,7 @@
 //! - `arms.rs`: the launches its arms make (inherent methods of `DenseFfnLayer`);
 //! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
+//! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::nvfp4`);
 //! - `kernels.rs`: its CUDA modules by name (`gpu::kernels`);
 //! - `runtime.rs`: its weight type, key, validators, install, arm rows and named arms (`ffn`

@@ -6,6 +6,7 @@ use crate::ffn::Nvfp4Weight;
 use crate::ffn::{LayerOverlays, key};
 use crate::layout::*;
 use crate::manifest::ConvertOptions;
+use crate::model::Activation;
 use crate::model::{FfnWeight, Model};
 
 pub struct Nvfp4;
@@ -55,6 +56,10 @@ pub(crate) fn decode_base(b: &BlobRead, codes: &[u8], scales: &[u8]) -> Vec<f32>
 impl LayoutSpec for Nvfp4 {
     fn keeps(&self, _: &Model, w: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
         keeps_nvfp4(w)
+    }
+    // The NVFP4 base: the default for every float source.
+    fn float_default(&self, _act: Activation) -> bool {
+        true
     }
     fn keeps_what(&self) -> &'static str {
         KEEPS_NVFP4

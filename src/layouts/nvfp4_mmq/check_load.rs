@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// Its start-up arms: the pack's overlays against the layer start-up builds.
 pub(crate) static STARTUP: &[StartupArm] = &[StartupArm {
     name: "nvfp4_mmq",
-    layouts: &[Layout::Nvfp4, Layout::Nvfp4Mmq],
+    layout: Layout::Nvfp4Mmq,
     gelu_rows: None,
     install: |b, l, w, c, _| {
         // Start-up: the _t copies, then the GPU repack of finalize_nvfp4_mmq_load.

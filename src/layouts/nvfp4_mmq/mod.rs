@@ -1,7 +1,9 @@
 //! `nvfp4_mmq`: NVFP4 repacked into the MMQ prefill tiles. One folder holds the whole layout; each
 //! file stands in the layer of what it implements (`tests/layering.rs`) and is mounted by that
 //! layer's registry:
+//! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only; none of its own);
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
+//! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::nvfp4_mmq`);
 //! - `runtime.rs`: its weight type, key, validators, install, arm rows and named arms (`ffn`
 //!   runtime registry);

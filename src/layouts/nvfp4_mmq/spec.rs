@@ -6,6 +6,7 @@ use crate::ffn::{LayerOverlays, key};
 use crate::layout::*;
 use crate::layouts::nvfp4::spec::{KEEPS_NVFP4, decode_base, from_base, keeps_nvfp4};
 use crate::manifest::ConvertOptions;
+use crate::model::Activation;
 use crate::model::{FfnWeight, Model};
 
 pub struct Nvfp4Mmq;
@@ -16,6 +17,10 @@ impl LayoutSpec for Nvfp4Mmq {
     }
     fn keeps(&self, _: &Model, w: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
         keeps_nvfp4(w)
+    }
+    // SiLU layers hold the MMQ tiles after start-up (`finalize_nvfp4_mmq_load` builds them and frees the `_t` copies).
+    fn float_default(&self, act: Activation) -> bool {
+        act == Activation::Silu
     }
     fn keeps_what(&self) -> &'static str {
         KEEPS_NVFP4

@@ -7,7 +7,7 @@ use crate::testing::install_nvfp4_t;
 /// Its start-up arms: the pack's overlays against the layer start-up builds.
 pub(crate) static STARTUP: &[StartupArm] = &[StartupArm {
     name: "nvfp4_t",
-    layouts: &[crate::layout::Layout::Nvfp4, crate::layout::Layout::Nvfp4T],
+    layout: crate::layout::Layout::Nvfp4T,
     gelu_rows: None,
     install: |b, l, w, _, _| install_nvfp4_t(b, l, w),
 }];

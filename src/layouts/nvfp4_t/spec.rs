@@ -9,6 +9,7 @@ use crate::layouts::nvfp4::spec::{
     KEEPS_NVFP4, codes_scales_bytes, decode_base, from_base, keeps_nvfp4,
 };
 use crate::manifest::ConvertOptions;
+use crate::model::Activation;
 use crate::model::{FfnWeight, Model};
 
 pub struct Nvfp4T;
@@ -16,6 +17,10 @@ pub struct Nvfp4T;
 impl LayoutSpec for Nvfp4T {
     fn keeps(&self, _: &Model, w: &FfnWeight, _: bool, _: &ConvertOptions) -> bool {
         keeps_nvfp4(w)
+    }
+    // GELU layers keep the transposed `_t` copies for prefill (`finalize_nvfp4_mmq_load` skips them).
+    fn float_default(&self, act: Activation) -> bool {
+        act == Activation::Gelu
     }
     fn keeps_what(&self) -> &'static str {
         KEEPS_NVFP4

@@ -7,7 +7,7 @@ use crate::testing::install_q2;
 /// Its start-up arms: the pack's overlays against the layer start-up builds.
 pub(crate) static STARTUP: &[StartupArm] = &[StartupArm {
     name: "q2",
-    layouts: &[crate::layout::Layout::Q2g128],
+    layout: crate::layout::Layout::Q2g128,
     gelu_rows: Some(&[1, 2, 3]),
     install: |b, l, w, _, _| install_q2(b, l, w),
 }];
