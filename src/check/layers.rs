@@ -25,6 +25,62 @@ pub struct LayerArm {
     pub levers: &'static [(&'static str, &'static str)],
     /// Its activation.
     pub act: Activation,
+    /// How the checks run it and how close it must come.
+    pub rules: ArmRules,
+}
+
+/// How the layer checks run an arm: the forward methods at `m` rows, the tolerance of its CUDA
+/// output against the host backend's (`tol(method, m, levers)`), and the rows of its fixed
+/// path's batch-invariance check where it has a fixed path. Each layout's arms say theirs
+/// (`src/layouts/TAG/check_layers.rs`).
+///
+/// Intermediate activations amplify last-bit differences: 1e-4 for arms that keep f32
+/// activations; where the intermediate is rounded again a last-bit difference can flip it
+/// (1e-3 for BF16, more where an arm quantizes its activations).
+#[derive(Clone, Copy)]
+pub struct ArmRules {
+    /// The forward methods at `m` rows (`forward`, `forward_k2`, `forward_k3`, `fixed`, `km`,
+    /// `prefill`).
+    pub methods: fn(usize) -> &'static [&'static str],
+    /// The tolerance for `(method, m, levers)`.
+    pub tol: fn(&str, usize, &ModelLevers) -> f64,
+    /// The rows of the fixed-path batch-invariance check (`None`: no fixed path).
+    pub fixed_rows: Option<usize>,
+}
+
+impl ArmRules {
+    /// f32 activations through the GEMVs, BF16 from the tensor-core rows on
+    /// ([`plain_methods`], [`plain_tol`]).
+    pub const PLAIN: ArmRules = ArmRules {
+        methods: plain_methods,
+        tol: plain_tol,
+        fixed_rows: None,
+    };
+}
+
+/// The methods every arm serves: the one-, two- and three-row decodes, and the prefill.
+pub fn plain_methods(m: usize) -> &'static [&'static str] {
+    match m {
+        1 => &["forward", "prefill"],
+        2 => &["forward_k2", "prefill"],
+        3 => &["forward_k3"],
+        _ => &["prefill"],
+    }
+}
+
+/// The rows from which the layer's tensor-core GEMMs (BF16 activations) serve.
+pub fn tensor_core_rows(levers: &ModelLevers) -> usize {
+    if levers.ffn_batch16 { 16 } else { 4 }
+}
+
+/// 1e-4 where activations stay f32, 1e-3 from the tensor-core rows (BF16-rounded
+/// activations).
+pub fn plain_tol(_method: &str, m: usize, levers: &ModelLevers) -> f64 {
+    if m > tensor_core_rows(levers) {
+        1e-3
+    } else {
+        1e-4
+    }
 }
 
 impl LayerArm {
@@ -50,6 +106,15 @@ pub(crate) const fn arm(
         install,
         levers,
         act,
+        rules: ArmRules::PLAIN,
+    }
+}
+
+impl LayerArm {
+    /// The arm with rules `rules`.
+    pub(crate) const fn with(mut self, rules: ArmRules) -> LayerArm {
+        self.rules = rules;
+        self
     }
 }
 
@@ -111,7 +176,7 @@ pub fn layer_checks_of(
                 let xh = host.alloc((m * h * 4) as u64)?;
                 upload_f32(b.as_ref(), xg, &x)?;
                 upload_f32(host.as_ref(), xh, &x)?;
-                for method in methods(a.name, m) {
+                for method in (a.rules.methods)(m) {
                     gc.trace.clear();
                     hc.trace.clear();
                     let yg = run_method(&gl, &mut gc, xg, method, m)?;
@@ -123,35 +188,20 @@ pub fn layer_checks_of(
                         (h, i),
                         m,
                         err,
-                        tolerance(a.name, method, m, &levers),
+                        (a.rules.tol)(method, m, &levers),
                     );
                 }
                 b.free(xg);
                 host.free(xh);
             }
-            if a.name.starts_with("w8a8") || a.name == "nvfp4 w4a4" {
-                let row = fixed_batch_invariance(b.as_ref(), &gl, &mut gc, a.name, h, mmax, rng)?;
+            if let Some(fixed) = a.rules.fixed_rows {
+                let m = fixed.min(mmax);
+                let row = fixed_batch_invariance(b.as_ref(), &gl, &mut gc, a.name, h, m, rng)?;
                 push(&mut rows, &row.0, (h, i), row.1, row.2, 0.0);
             }
         }
     }
     Ok(rows)
-}
-
-/// The forward methods a layer check calls at `m` rows.
-fn methods(arm: &str, m: usize) -> &'static [&'static str] {
-    let nv = arm.starts_with("nvfp4");
-    match m {
-        1 if nv => &["forward", "prefill", "km"],
-        1 => &["forward", "prefill"],
-        2 => &["forward_k2", "prefill"],
-        3 => &["forward_k3"],
-        _ if arm.starts_with("w8a8") => &["prefill", "fixed"],
-        _ if arm == "nvfp4 w4a4" && m <= 16 => &["prefill", "fixed", "km"],
-        _ if arm == "nvfp4 w4a4" => &["fixed"],
-        _ if nv && m <= 16 => &["prefill", "km"],
-        _ => &["prefill"],
-    }
 }
 
 /// Call forward method `method` of `l` on `m` rows at `x` (its output poisoned first), and
@@ -187,69 +237,18 @@ pub(crate) fn call_method(
     }
 }
 
-/// The tolerance of a layer check against the host backend.
-///
-/// Intermediate activations amplify last-bit differences: 1e-4 for arms that keep f32
-/// activations (the FP8, BF16 and Q2 GEMVs); where the intermediate is rounded again a
-/// last-bit difference can flip it: 1e-3 for BF16 (the cuBLAS arm, the FP8 tensor-core GEMMs
-/// above the GEMV rows, and every NVFP4 arm: its decode GEMVs round activations to bf16 too),
-/// 5e-3 for W8A8 (FP8).
-fn tolerance(arm: &str, method: &str, m: usize, levers: &ModelLevers) -> f64 {
-    let nv = arm.starts_with("nvfp4");
-    let tc_rows = if levers.ffn_batch16 { 16 } else { 4 };
-    let w4a4 = arm == "nvfp4 w4a4" && method != "prefill";
-    let q2_prefill = arm.starts_with("q2") && method == "prefill";
-    let q4k_prefill = arm.contains("q4k") && method == "prefill";
-    let affine_gemv = arm.starts_with("affine")
-        && (method != "prefill" || m <= crate::gpu::sizes::AFFINE_GEMV_MAX_ROWS);
-    if (q2_prefill && arm.ends_with("mmq")) || q4k_prefill || affine_gemv {
-        // q8_1 activations (the affine GEMVs' int8 ones): a last-bit difference can move one
-        // code.
-        5e-3
-    } else if q2_prefill || (arm.starts_with("affine") && method == "prefill") {
-        // Weights and activations rounded to BF16 for the BF16 GEMM.
-        1e-3
-    } else if w4a4 {
-        // NVFP4 activations: a last-bit difference can move one E2M1 code.
-        2e-2
-    } else if arm.starts_with("fp8") && levers.fp8_w8a8 && m >= levers.fp8_w8a8_min_rows {
-        // The FP8 arm's W8A8 prefill: FP8 activations per 128-column group, as W8A8 below (a
-        // last-bit difference can move an FP8 code).
-        2e-2
-    } else if arm == "w8a8" {
-        // The wgmma GEMMs sum each 128-k stage on Hopper's FP8 accumulator (about 1e-4 from
-        // the f64 twin, their kernel rows); that moves some FP8 codes of the down projection's
-        // quantized input by one step (2^-3): 2e-2, as for the NVFP4 activations.
-        2e-2
-    } else if arm.starts_with("w8a8") {
-        5e-3
-    } else if arm.starts_with("bf16")
-        || m > tc_rows
-        || nv
-        || (arm.starts_with("fp8")
-            && levers.fp8_gemv_mma
-            && (levers.fp8_gemv_mma_min_rows..=8).contains(&m))
-    {
-        // bf16-rounded activations (the FP8 tensor-core GEMVs among them).
-        1e-3
-    } else {
-        1e-4
-    }
-}
-
 /// The fixed path's batch invariance: a row's output bits alone equal its bits inside a batch
-/// (W8A8: 130 rows, two m tiles of the wgmma GEMM; rows alone sit at position 0). Returns the
-/// row's (check, m, err).
+/// of `m` rows (the arm's `fixed_rows`; rows alone sit at position 0). Returns the row's
+/// (check, m, err).
 fn fixed_batch_invariance(
     b: &dyn GpuBackend,
     l: &DenseFfnLayer,
     c: &mut ForwardContext,
     arm: &str,
     h: usize,
-    mmax: usize,
+    m: usize,
     rng: &mut Rand,
 ) -> GpuResult<(String, usize, f64)> {
-    let m = if arm.starts_with("w8a8") { 130 } else { 33 }.min(mmax);
     let x = rng.vec(m * h, 1.0);
     let xg = b.alloc((m * h * 4) as u64)?;
     upload_f32(b, xg, &x)?;

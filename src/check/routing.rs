@@ -3,7 +3,7 @@
 //! layouts at once, on the host backend. `tests/routing.rs` holds it against
 //! `tests/fixtures/routing.txt`, so a change to the routing shows as a diff of that file.
 
-use super::layers::{LAYER_ARMS, LayerArm, call_method};
+use super::layers::{ArmRules, LAYER_ARMS, LayerArm, call_method};
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext, Method};
 use crate::gpu::host::HostBackend;
 use crate::gpu::{GpuBackend, GpuError, GpuResult, upload_f32};
@@ -25,6 +25,7 @@ pub static COMBINED: [LayerArm; 6] = [
         },
         levers: &[("METRALE_Q4K_MMQ", "1")],
         act: Activation::Silu,
+        rules: ArmRules::PLAIN,
     },
     LayerArm {
         name: "every layout but w8a8 and q2",
@@ -35,6 +36,7 @@ pub static COMBINED: [LayerArm; 6] = [
         },
         levers: &[("METRALE_Q4K_MMQ", "1")],
         act: Activation::Silu,
+        rules: ArmRules::PLAIN,
     },
     LayerArm {
         name: "nvfp4 and bf16",
@@ -44,6 +46,7 @@ pub static COMBINED: [LayerArm; 6] = [
         },
         levers: &[],
         act: Activation::Silu,
+        rules: ArmRules::PLAIN,
     },
     LayerArm {
         name: "nvfp4 mmq and w8a8, w8a8 to 16 rows",
@@ -53,12 +56,14 @@ pub static COMBINED: [LayerArm; 6] = [
         },
         levers: &[("METRALE_W8A8_MAX_ROWS", "16")],
         act: Activation::Silu,
+        rules: ArmRules::PLAIN,
     },
     LayerArm {
         name: "nvfp4, decode through the prefill GEMM",
         install: install_nvfp4,
         levers: &[("METRALE_DECODE_FFN_VIA_GEMM", "1")],
         act: Activation::Silu,
+        rules: ArmRules::PLAIN,
     },
     LayerArm {
         name: "w8a8 alone, to 16 rows, a4 declared",
@@ -68,6 +73,7 @@ pub static COMBINED: [LayerArm; 6] = [
             ("METRALE_ACTIVATION_QUANTIZATION", "a4"),
         ],
         act: Activation::Silu,
+        rules: ArmRules::PLAIN,
     },
 ];
 
@@ -90,6 +96,7 @@ pub fn routing_matrix() -> GpuResult<String> {
         install: |_, _, _| Ok(()),
         levers: &[],
         act: Activation::Silu,
+        rules: ArmRules::PLAIN,
     };
     let mut out = String::new();
     for a in LAYER_ARMS.iter().chain(&COMBINED).chain([&none]) {

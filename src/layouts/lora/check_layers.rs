@@ -16,4 +16,5 @@ pub(crate) static ARMS: [LayerArm; 1] = [arm(
     },
     &[],
     Activation::Silu,
-)];
+)
+.with(crate::layouts::nvfp4::check_layers::RULES)];

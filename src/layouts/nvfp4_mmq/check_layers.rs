@@ -8,12 +8,14 @@ use crate::testing::*;
 
 /// Its layer-check arms.
 pub(crate) static ARMS: [LayerArm; 2] = [
-    arm("nvfp4 mmq", install_nvfp4_mmq, &[], Activation::Silu),
+    arm("nvfp4 mmq", install_nvfp4_mmq, &[], Activation::Silu)
+        .with(crate::layouts::nvfp4::check_layers::RULES),
     arm(
         // The portable MMQ GEMM (what a device without sm_90a runs).
         "nvfp4 mmq mma.sync",
         install_nvfp4_mmq,
         &[("METRALE_DQ_WGMMA", "0")],
         Activation::Silu,
-    ),
+    )
+    .with(crate::layouts::nvfp4::check_layers::RULES),
 ];

@@ -8,11 +8,13 @@ use crate::testing::*;
 
 /// Its layer-check arms.
 pub(crate) static ARMS: [LayerArm; 2] = [
-    arm("nvfp4 t", install_nvfp4_t, &[], Activation::Silu),
+    arm("nvfp4 t", install_nvfp4_t, &[], Activation::Silu)
+        .with(crate::layouts::nvfp4::check_layers::RULES),
     arm(
         "nvfp4 t k64",
         install_nvfp4_t,
         &[("METRALE_W4A16_K64_MIN_K", "64")],
         Activation::Silu,
-    ),
+    )
+    .with(crate::layouts::nvfp4::check_layers::RULES),
 ];
