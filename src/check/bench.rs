@@ -1,15 +1,12 @@
 //! `bench-gpu`: decode bandwidth and prefill TFLOP/s per arm against the copy ceiling and cuBLAS measured in the same run.
 
-use super::bench_decode::{self, BACK_TO_BACK, DECODE_MS, per_call, probe_parts, probe_time};
+use super::bench_decode::{self, BACK_TO_BACK, DECODE_MS, per_call, probe_time};
 use super::*;
-use crate::GgmlType;
-use crate::GgmlType::{Q4_K, Q5_0, Q6_K, Q8_0};
 use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
-use crate::gpu::sizes::*;
 use crate::gpu::{GemmBf16, GpuBackend, GpuResult, ModelLevers, upload_f32};
 use crate::testing::*;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 /// Benchmarks; returns printable lines.
@@ -40,12 +37,14 @@ pub fn benchmarks(
     if wanted("decode kernel") {
         bench_decode::decode_kernels(b.as_ref(), ceiling, rng, &mut out)?;
     }
-    if wanted("ggml kernel") {
-        crate::layouts::ggml::bench::kernel_lines(b.as_ref(), ceiling, rng, &mut |l| out.push(l))?;
+    for &(name, lines) in KERNEL_LINES.iter() {
+        if wanted(name) {
+            lines(b.as_ref(), ceiling, rng, &mut |l| out.push(l))?;
+        }
     }
     // (arm, m, seconds) of every whole-layer prefill, for the ratios to the BF16 layer.
     let mut prefill_times: Vec<(&str, usize, f64)> = Vec::new();
-    for arm in BENCH_ARMS.iter().filter(|a| wanted(a.name)) {
+    for &arm in BENCH_ARMS.iter().filter(|a| wanted(a.name)) {
         let times = Times {
             prefill: &mut prefill_times,
             peer: &peer,
@@ -60,20 +59,30 @@ pub fn benchmarks(
     Ok(out.0)
 }
 
-type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
+/// How a bench arm installs its weights.
+pub(crate) type Install = fn(&dyn GpuBackend, &mut DenseFfnLayer, &DenseWeights) -> GpuResult<()>;
+
+/// The m = 1 decode chain's weight reads of the arm named by its first argument at hidden `h`,
+/// intermediate `i`: one part `(bytes, blocks)` per kernel launch, with its grid's blocks (the
+/// streaming probe's parts, `bench_decode::probe_time`).
+pub(crate) type Probe = fn(&str, usize, usize) -> Vec<(u64, usize)>;
 
 /// One benchmarked arm: how its weights are installed, its levers, and what is timed: decode
-/// (with the weight bytes per element its bandwidth figure counts) and the prefill GEMMs.
-struct BenchArm {
-    name: &'static str,
-    install: Install,
-    levers: &'static [(&'static str, &'static str)],
+/// (with the weight bytes per element its bandwidth figure counts, and the streaming probe of
+/// its kernels' reads where it has one: none for the arms whose decode quantizes the
+/// activations first) and the prefill GEMMs.
+pub(crate) struct BenchArm {
+    pub(crate) name: &'static str,
+    pub(crate) install: Install,
+    pub(crate) levers: &'static [(&'static str, &'static str)],
     /// Weight bytes per element, when the decode chain is timed.
-    decode: Option<f64>,
-    prefill: bool,
+    pub(crate) decode: Option<f64>,
+    pub(crate) prefill: bool,
+    pub(crate) probe: Option<Probe>,
 }
 
-const fn bench(
+/// A bench arm without a probe.
+pub(crate) const fn bench(
     name: &'static str,
     install: Install,
     levers: &'static [(&'static str, &'static str)],
@@ -86,79 +95,58 @@ const fn bench(
         levers,
         decode,
         prefill,
+        probe: None,
     }
 }
 
-/// FP8 (1 byte + a scale per 128x128 block), W8A8, BF16.
-const FP8_BPE: f64 = 1.0 + 4.0 / 16384.0;
-/// NVFP4: 0.5 byte codes + 1/16 byte scales per weight.
-const NVFP4_BPE: f64 = 0.5 + 1.0 / 16.0;
-const Q2_BPE: f64 = Q2G128_BYTES as f64 / Q2G128_ELEMS as f64;
-/// `affine`: 4-bit codes and a 4-byte scale pair per 32 values.
-const AFFINE4_BPE: f64 = 0.5 + 4.0 / AFFINE_GROUP as f64;
-/// `affine`: 8-bit codes and a 4-byte scale pair per 32 values.
-const AFFINE8_BPE: f64 = 1.0 + 4.0 / AFFINE_GROUP as f64;
-/// `affine` int4 g128: 4-bit codes and a 4-byte pair (half scale, half zero point) per 128.
-const AFFINE4_G128_BPE: f64 = 0.5 + 4.0 / 128.0;
-/// `affine` int8 per channel: 8-bit codes and one 8-byte pair a row (under 0.1%: not counted).
-const AFFINE8_CHANNEL_BPE: f64 = 1.0;
-/// Q4_K bytes per element (the int8 down adds its row scales, under 0.1%: not counted).
-const Q4K_BPE: f64 = Q4K_BYTES as f64 / Q4K_ELEMS as f64;
-/// A `ggml` arm's weight bytes per element: gate and up of `gu`, down of `d`.
-const fn ggml_bpe(gu: GgmlType, d: GgmlType) -> f64 {
-    let (gb, ge) = (gu.block_bytes() as f64, gu.block_elems() as f64);
-    (2.0 * gb / ge + d.block_bytes() as f64 / d.block_elems() as f64) / 3.0
+impl BenchArm {
+    /// The arm with its decode chain's streaming probe.
+    pub(crate) const fn probe(mut self, probe: Probe) -> BenchArm {
+        self.probe = Some(probe);
+        self
+    }
 }
-/// The W8A8 arm serves every prefill row count timed.
-const W8A8_ALL: (&str, &str) = ("METRALE_W8A8_MAX_ROWS", "4096");
 
-/// Every arm `bench-gpu` times, in the order it prints them.
-#[rustfmt::skip]
-static BENCH_ARMS: [BenchArm; 35] = [
-    bench("fp8 fused gate+up GEMV chain", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL], Some(FP8_BPE), false),
-    // The decode default before session 17: the f32 FFMA GEMV for 1..4 rows.
-    bench("fp8 fused gate+up, FFMA GEMVs", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL, ("METRALE_FP8_GEMV_MMA", "0")], Some(FP8_BPE), false),
-    // The tensor-core GEMV from one row (1..8 rows; W8A8 from 9).
-    bench("fp8 fused gate+up, tensor-core GEMV from 1 row", |b, l, w| install_fp8(b, l, w, true), &[W8A8_ALL, ("METRALE_FP8_GEMV_MMA_MIN_ROWS", "1"), ("METRALE_FP8_W8A8_MIN_ROWS", "9")], Some(FP8_BPE), false),
-    // Prefill from fp8_w8a8_min_rows rows: the W8A8 GEMM (per-group FP8 activations, fp8_wgmma).
-    bench("fp8 GEMV / W8A8 prefill", |b, l, w| install_fp8(b, l, w, false), &[W8A8_ALL], Some(FP8_BPE), true),
-    // The w8a16 contract: bf16 activations, the mma.sync GEMMs.
-    bench("fp8 w8a16 (mma.sync prefill)", |b, l, w| install_fp8(b, l, w, false), &[W8A8_ALL, ("METRALE_FP8_W8A8", "0")], Some(FP8_BPE), true),
-    bench("w8a8 (quantize + wgmma GEMM)", install_w8a8, &[W8A8_ALL], Some(1.0), true),
-    bench("w8a8 portable (mma.sync GEMM)", install_w8a8, &[W8A8_ALL, ("METRALE_W8A8_WGMMA", "0")], Some(1.0), true),
-    bench("bf16 GEMV chain", install_bf16, &[W8A8_ALL], Some(2.0), true),
-    bench("nvfp4 GEMV chain (k-split down)", install_nvfp4, &[("METRALE_W4A16_GEMV_KSPLIT_MIN_K", "8192")], Some(NVFP4_BPE), false),
-    bench("nvfp4 GEMV chain (split SiLU)", install_nvfp4, &[], Some(NVFP4_BPE), false),
-    bench("nvfp4 GEMV chain (SiLU-fused down)", install_nvfp4, &[("METRALE_FFN_SILU_FUSED_DOWN", "1")], Some(NVFP4_BPE), false),
-    bench("nvfp4 W4A4 (single row)", install_nvfp4, &[("METRALE_SINGLE_ROW_W4A4", "1")], Some(NVFP4_BPE), false),
-    bench("nvfp4 base w4a16_gemm", install_nvfp4, &[], None, true),
-    bench("nvfp4 _t GEMMs", install_nvfp4_t, &[], None, true),
-    bench("nvfp4 MMQ (wgmma)", install_nvfp4_mmq, &[], None, true),
-    bench("nvfp4 MMQ (mma.sync)", install_nvfp4_mmq, &[("METRALE_DQ_WGMMA", "0")], None, true),
-    bench("Q4_K MMQ (wgmma, int8 down)", |b, l, w| install_nvfp4_q4k(b, l, w, false), &[("METRALE_Q4K_MMQ", "1")], None, true),
-    bench("Q4_K MMQ (wgmma, Q4_K down)", |b, l, w| install_nvfp4_q4k(b, l, w, true), &[("METRALE_Q4K_MMQ", "1")], None, true),
-    bench("Q4_K MMQ (mma.sync, int8 down)", |b, l, w| install_nvfp4_q4k(b, l, w, false), &[("METRALE_Q4K_MMQ", "1"), ("METRALE_DQ_WGMMA", "0")], None, true),
-    bench("q4k GEMV chain (int8 down)", |b, l, w| install_q4k(b, l, w, false), &[], Some((2.0 * Q4K_BPE + 1.0) / 3.0), false),
-    bench("q4k GEMV chain (Q4_K down)", |b, l, w| install_q4k(b, l, w, true), &[], Some(Q4K_BPE), false),
-    // Integer weights carried from the source: GEMVs to 4 rows, BF16 dequantization then the BF16 GEMM.
-    bench("affine 4-bit (Q4_1) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Q4_1), &[], Some(AFFINE4_BPE), true),
-    bench("affine 4-bit g128 (int4, half zero points) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Int4G128), &[], Some(AFFINE4_G128_BPE), true),
-    bench("affine 4-bit g128 act-order (GPTQ desc_act: activations gathered) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Int4G128Perm), &[], Some(AFFINE4_G128_BPE), true),
-    bench("affine 8-bit (Q8_0) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Q8_0), &[], Some(AFFINE8_BPE), true),
-    bench("affine 8-bit per channel (int8, f32 zero points) GEMV / dequant + BF16 GEMM", |b, l, w| install_affine(b, l, w, AffineKind::Int8Channel), &[], Some(AFFINE8_CHANNEL_BPE), true),
-    // The down input's quantization inside the gate and up launch (one row).
-    bench("affine 4-bit g128 (int4, half zero points), fused down input", |b, l, w| install_affine(b, l, w, AffineKind::Int4G128), &[("METRALE_AFFINE_FUSED_ACT", "1")], Some(AFFINE4_G128_BPE), false),
-    bench("affine 8-bit per channel (int8, f32 zero points), fused down input", |b, l, w| install_affine(b, l, w, AffineKind::Int8Channel), &[("METRALE_AFFINE_FUSED_ACT", "1")], Some(AFFINE8_CHANNEL_BPE), false),
-    bench("q2 GEMV chain", install_q2, &[], Some(Q2_BPE), false),
-    bench("q2 dequant + BF16 GEMM", install_q2, &[], None, true),
-    bench("q2 MMQ (q8_1)", install_q2, &[("METRALE_Q2G128_MMQ", "1")], None, true),
-    // The block-format engine (issue 56): the GGUF blocks as stored, one GEMV for every type to
-    // 16 rows, BF16 dequantization then the BF16 GEMM from 17. llama.cpp's peer: ggml-peer.sh.
-    bench("ggml Q4_K_M (Q4_K gate and up, Q6_K down) GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q4_K, Q4_K, Q6_K]), &[], Some(ggml_bpe(Q4_K, Q6_K)), true),
-    bench("ggml Q4_K GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q4_K, Q4_K, Q4_K]), &[], Some(ggml_bpe(Q4_K, Q4_K)), true),
-    bench("ggml Q5_0 GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q5_0, Q5_0, Q5_0]), &[], Some(ggml_bpe(Q5_0, Q5_0)), true),
-    bench("ggml Q8_0 GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q8_0, Q8_0, Q8_0]), &[], Some(ggml_bpe(Q8_0, Q8_0)), true),
-];
+/// A layout's kernel lines (`(name, lines)`: `METRALE_BENCH_ARMS` selects them by `name`):
+/// its kernels alone against the copy `ceiling`, each line pushed as it is measured.
+pub(crate) type KernelLines = (
+    &'static str,
+    fn(&dyn GpuBackend, f64, &mut Rand, &mut dyn FnMut(String)) -> GpuResult<()>,
+);
+
+/// One arm of the SmolLM2-shape decode section: its name, installation and levers.
+pub(crate) struct SmallArm {
+    pub(crate) name: &'static str,
+    pub(crate) install: Install,
+    pub(crate) levers: &'static [(&'static str, &'static str)],
+}
+
+/// Generates [`BENCH_ARMS`], [`KERNEL_LINES`] and [`SMALL_ARMS`] from the list of built-in layouts
+/// (`layouts::builtin_layouts!`).
+macro_rules! bench_arms {
+    (layouts: [$($t:ident $v:ident $d:literal),*], install: [$($i:ident),*]) => {
+        /// Every arm `bench-gpu` times, in the order it prints them: each built-in layout's
+        /// (`src/layouts/TAG/bench.rs`), in `Layout` order.
+        static BENCH_ARMS: LazyLock<Vec<&'static BenchArm>> = LazyLock::new(|| {
+            let mut v = Vec::new();
+            $(v.extend(crate::layouts::$t::bench::ARMS.iter());)*
+            v
+        });
+        /// Every layout's kernel lines, in `Layout` order.
+        static KERNEL_LINES: LazyLock<Vec<KernelLines>> = LazyLock::new(|| {
+            let mut v = Vec::new();
+            $(v.extend_from_slice(crate::layouts::$t::bench::KERNELS);)*
+            v
+        });
+        /// Every arm of the SmolLM2-shape decode section, in `Layout` order.
+        static SMALL_ARMS: LazyLock<Vec<&'static SmallArm>> = LazyLock::new(|| {
+            let mut v = Vec::new();
+            $(v.extend(crate::layouts::$t::bench::SMALL.iter());)*
+            v
+        });
+    };
+}
+crate::layouts::builtin_layouts!(bench_arms);
 
 /// What an arm's figures are set against, and where its prefill times go.
 struct Times<'a> {
@@ -193,7 +181,8 @@ fn bench_arm(
     upload_f32(b.as_ref(), x, &rng.vec(4096 * h, 1.0))?;
     if let Some(bpe) = arm.decode {
         let bytes = bpe * (3 * h * i) as f64;
-        decode_figures(b.as_ref(), &layer, &mut ctx, x, (name, bytes), &times, out)?;
+        let what = (name, bytes, arm.probe);
+        decode_figures(b.as_ref(), &layer, &mut ctx, x, what, &times, out)?;
     }
     if arm.prefill {
         for m in PREFILL_MS {
@@ -221,7 +210,7 @@ fn decode_figures(
     layer: &DenseFfnLayer,
     ctx: &mut ForwardContext,
     x: crate::gpu::DevicePtr,
-    (name, bytes): (&'static str, f64),
+    (name, bytes, probe): (&'static str, f64, Option<Probe>),
     times: &Times,
     out: &mut Lines,
 ) -> GpuResult<()> {
@@ -235,7 +224,7 @@ fn decode_figures(
     ));
     let t1 = per_call(b, || layer.forward(ctx, x).map(|_| ()))?;
     let (h, i) = (layer.hidden, layer.inter);
-    let probe = match probe_parts(name, h, i) {
+    let probe = match probe.map(|p| p(name, h, i)) {
         Some(parts) => {
             let tp = probe_time(b, &parts)?;
             format!(
@@ -454,35 +443,9 @@ fn small_shape_decode(b: &Arc<dyn GpuBackend>, rng: &mut Rand, out: &mut Lines) 
         inter: i,
     };
     let w = DenseWeights::random(rng, h, i);
-    type Levers = &'static [(&'static str, &'static str)];
-    let arms: [(&str, Install, Levers); 8] = [
-        (
-            "fp8 fused gate+up",
-            |b, l, w| install_fp8(b, l, w, true),
-            &[],
-        ),
-        ("w8a8", install_w8a8, &[]),
-        ("bf16", install_bf16, &[]),
-        ("nvfp4 split SiLU", install_nvfp4, &[]),
-        (
-            "nvfp4 SiLU-fused down",
-            install_nvfp4,
-            &[("METRALE_FFN_SILU_FUSED_DOWN", "1")],
-        ),
-        (
-            "nvfp4 W4A4 single row",
-            install_nvfp4,
-            &[("METRALE_SINGLE_ROW_W4A4", "1")],
-        ),
-        ("q2", install_q2, &[]),
-        (
-            "affine 4-bit",
-            |b, l, w| install_affine(b, l, w, AffineKind::Q4_1),
-            &[],
-        ),
-    ];
-    for (name, install, env) in arms {
-        let levers = levers_with(env);
+    for arm in SMALL_ARMS.iter() {
+        let (name, install) = (arm.name, arm.install);
+        let levers = levers_with(arm.levers);
         let mut ctx = ForwardContext::new(b.clone(), cfg, 16, levers)?;
         let mut layer = DenseFfnLayer::new(&ctx);
         install(b.as_ref(), &mut layer, &w)?;
@@ -510,48 +473,4 @@ fn small_shape_decode(b: &Arc<dyn GpuBackend>, rng: &mut Rand, out: &mut Lines) 
         b.free(x);
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gpu::host::HostBackend;
-
-    /// The engine's bench arms install on the host backend (a layer whose engine arm serves
-    /// decode), and their decode probe reads each projection's rows of its type.
-    #[test]
-    fn the_ggml_bench_arms_install_and_probe_their_bytes() {
-        let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
-        let (h, i) = (256, 512);
-        let w = DenseWeights::random(&mut Rand(5), h, i);
-        let ctx = ForwardContext::new(
-            b.clone(),
-            FfnConfig {
-                hidden: h,
-                inter: i,
-            },
-            1,
-            ModelLevers::default(),
-        )
-        .unwrap();
-        let arms: Vec<&BenchArm> = BENCH_ARMS
-            .iter()
-            .filter(|a| a.name.starts_with("ggml"))
-            .collect();
-        assert_eq!(arms.len(), 4);
-        for arm in arms {
-            let mut layer = DenseFfnLayer::new(&ctx);
-            (arm.install)(b.as_ref(), &mut layer, &w).unwrap();
-            let served = layer.serving_arm(&ctx, crate::ffn::Method::Decode, 1);
-            assert_eq!(served.map(|a| a.name), Some("ggml gemv"), "{}", arm.name);
-            let parts = probe_parts(arm.name, 4096, 14336).expect(arm.name);
-            let bytes: u64 = parts.iter().map(|p| p.0).sum();
-            let want = arm.decode.unwrap() * (3 * 4096 * 14336) as f64;
-            assert!(
-                (bytes as f64 - want).abs() < 1.0,
-                "{}: {bytes} bytes, {want}",
-                arm.name
-            );
-        }
-    }
 }

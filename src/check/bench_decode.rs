@@ -56,7 +56,7 @@ fn probe_bytes(parts: &[(u64, usize)]) -> u64 {
 /// The `affine` scheme a bench arm or kernel line named `name` times, for rows of `k`: 4 or 8
 /// bits; groups of 128 with half zero points ("g128"), one group a row with f32 ones ("per
 /// channel"), else GGUF's groups of 32 with offsets.
-pub(super) fn affine_bench_scheme(name: &str, k: usize) -> Scheme {
+pub(crate) fn affine_bench_scheme(name: &str, k: usize) -> Scheme {
     let bits = if name.contains("4-bit") { 4 } else { 8 };
     if name.contains("g128") {
         Scheme {
@@ -77,79 +77,8 @@ pub(super) fn affine_bench_scheme(name: &str, k: usize) -> Scheme {
 
 /// A projection's weight bytes `(bytes, blocks)` for `n` rows of `row_bytes` at `rows` rows per
 /// block.
-fn part(n: usize, row_bytes: usize, rows: usize) -> (u64, usize) {
+pub(crate) fn part(n: usize, row_bytes: usize, rows: usize) -> (u64, usize) {
     ((n * row_bytes) as u64, n.div_ceil(rows))
-}
-
-/// The m = 1 decode chain's weight reads of the `bench-gpu` arm `name` at hidden `h`,
-/// intermediate `i`: one part per kernel launch, with its grid's blocks. None for the arms
-/// whose decode quantizes the activations first (W8A8, W4A4: a persistent wgmma grid or a
-/// different kernel per projection).
-pub(super) fn probe_parts(name: &str, h: usize, i: usize) -> Option<Vec<(u64, usize)>> {
-    let nv = |n: usize, k: usize| n * (k / 2 + k / 16); // codes + E4M3 scales per row
-    let q2 = |k: usize| k / Q2G128_ELEMS * Q2G128_BYTES;
-    let q4k = |k: usize| k / Q4K_ELEMS * Q4K_BYTES;
-    Some(match name {
-        n if n.starts_with("bf16 GEMV") => vec![
-            part(i, 2 * h, BF16_GEMV_ROWS),
-            part(i, 2 * h, BF16_GEMV_ROWS),
-            part(h, 2 * i, BF16_GEMV_ROWS),
-        ],
-        n if n.starts_with("fp8 fused") => {
-            vec![part(2 * i, h, FP8_GEMV_ROWS), part(h, i, FP8_GEMV_ROWS)]
-        }
-        n if n.starts_with("fp8") => vec![
-            part(i, h, FP8_GEMV_ROWS),
-            part(i, h, FP8_GEMV_ROWS),
-            part(h, i, FP8_GEMV_ROWS),
-        ],
-        // The dual gate+up GEMV (2 x n / 16 blocks), then the down GEMV; codes and scales of
-        // a block's rows are one slice.
-        n if n.starts_with("nvfp4 GEMV") => vec![
-            ((2 * nv(i, h)) as u64, 2 * i.div_ceil(NVFP4_GEMV_ROWS)),
-            (nv(h, i) as u64, h.div_ceil(NVFP4_GEMV_ROWS)),
-        ],
-        n if n.starts_with("affine") => {
-            let row = |k: usize| affine_bench_scheme(n, k).row_bytes(k);
-            vec![
-                part(i, row(h), AFFINE_GEMV_BLOCK_ROWS),
-                part(i, row(h), AFFINE_GEMV_BLOCK_ROWS),
-                // The down projection on the k-split form (m = 1, one projection).
-                part(h, row(i), AFFINE_GEMV_KS_BLOCK_ROWS),
-            ]
-        }
-        n if n.starts_with("q2 GEMV") => {
-            vec![part(i, q2(h), 8), part(i, q2(h), 8), part(h, q2(i), 8)]
-        }
-        n if n.starts_with("q4k GEMV chain (Q4_K down)") => vec![
-            part(i, q4k(h), Q4K_GEMV_ROWS),
-            part(i, q4k(h), Q4K_GEMV_ROWS),
-            part(h, q4k(i), Q4K_GEMV_ROWS),
-        ],
-        // The engine: one launch per projection, its rows of its type.
-        n if n.starts_with("ggml ") => {
-            use crate::GgmlType::{Q4_K, Q5_0, Q6_K, Q8_0};
-            let [g, u, d] = match n {
-                n if n.starts_with("ggml Q4_K_M") => [Q4_K, Q4_K, Q6_K],
-                n if n.starts_with("ggml Q4_K") => [Q4_K; 3],
-                n if n.starts_with("ggml Q5_0") => [Q5_0; 3],
-                n if n.starts_with("ggml Q8_0") => [Q8_0; 3],
-                _ => return None,
-            };
-            let row = |t: crate::GgmlType, k: usize| t.row_bytes(k as u64).unwrap_or(0) as usize;
-            vec![
-                part(i, row(g, h), GGML_GEMV_ROWS),
-                part(i, row(u, h), GGML_GEMV_ROWS),
-                part(h, row(d, i), GGML_GEMV_ROWS),
-            ]
-        }
-        n if n.starts_with("q4k GEMV chain (int8 down)") => vec![
-            part(i, q4k(h), Q4K_GEMV_ROWS),
-            part(i, q4k(h), Q4K_GEMV_ROWS),
-            part(h, i, INT8_GEMV_ROWS),
-        ],
-        _ => return None,
-    })
 }
 
 /// Seconds per back-to-back call of the probe over `parts`.

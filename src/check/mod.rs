@@ -4,7 +4,7 @@
 //! copy ceiling and cuBLAS measured in the same run.
 
 pub mod activations;
-mod bench;
+pub(crate) mod bench;
 pub(crate) mod bench_decode;
 pub mod bench_load;
 pub(crate) mod kernels;

@@ -6,7 +6,9 @@
 
 use super::codec::TYPES;
 use crate::GgmlType;
-use crate::check::bench_decode::per_call;
+use crate::GgmlType::{Q4_K, Q5_0, Q6_K, Q8_0};
+use crate::check::bench::{BenchArm, KernelLines, SmallArm, bench};
+use crate::check::bench_decode::{part, per_call};
 use crate::gpu::sizes::*;
 use crate::gpu::table::Kernels;
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, alloc_upload, upload_f32};
@@ -136,4 +138,89 @@ fn dequant_line(
         rw / t / 1e9,
         100.0 * rw / t / ceiling
     ))
+}
+
+/// A `ggml` arm's weight bytes per element: gate and up of `gu`, down of `d`.
+const fn ggml_bpe(gu: GgmlType, d: GgmlType) -> f64 {
+    let (gb, ge) = (gu.block_bytes() as f64, gu.block_elems() as f64);
+    (2.0 * gb / ge + d.block_bytes() as f64 / d.block_elems() as f64) / 3.0
+}
+
+/// The types of the arm `name` (gate, up, down).
+fn arm_types(name: &str) -> [GgmlType; 3] {
+    match name {
+        n if n.starts_with("ggml Q4_K_M") => [Q4_K, Q4_K, Q6_K],
+        n if n.starts_with("ggml Q4_K") => [Q4_K; 3],
+        n if n.starts_with("ggml Q5_0") => [Q5_0; 3],
+        _ => [Q8_0; 3],
+    }
+}
+
+/// One launch per projection, its rows of its type.
+fn gemvs(name: &str, h: usize, i: usize) -> Vec<(u64, usize)> {
+    let [g, u, d] = arm_types(name);
+    let row = |t: GgmlType, k: usize| t.row_bytes(k as u64).unwrap_or(0) as usize;
+    vec![
+        part(i, row(g, h), GGML_GEMV_ROWS),
+        part(i, row(u, h), GGML_GEMV_ROWS),
+        part(h, row(d, i), GGML_GEMV_ROWS),
+    ]
+}
+
+/// Its arms on the llama-8B FFN shape: the GGUF blocks as stored, one GEMV for every type to
+/// 16 rows, BF16 dequantization then the BF16 GEMM from 17. llama.cpp's peer: ggml-peer.sh.
+#[rustfmt::skip]
+pub(crate) static ARMS: [BenchArm; 4] = [
+    bench("ggml Q4_K_M (Q4_K gate and up, Q6_K down) GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q4_K, Q4_K, Q6_K]), &[], Some(ggml_bpe(Q4_K, Q6_K)), true).probe(gemvs),
+    bench("ggml Q4_K GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q4_K, Q4_K, Q4_K]), &[], Some(ggml_bpe(Q4_K, Q4_K)), true).probe(gemvs),
+    bench("ggml Q5_0 GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q5_0, Q5_0, Q5_0]), &[], Some(ggml_bpe(Q5_0, Q5_0)), true).probe(gemvs),
+    bench("ggml Q8_0 GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q8_0, Q8_0, Q8_0]), &[], Some(ggml_bpe(Q8_0, Q8_0)), true).probe(gemvs),
+];
+
+/// Its kernel lines: every type alone, and each type's dequantization.
+pub(crate) static KERNELS: &[KernelLines] = &[("ggml kernel", kernel_lines)];
+
+/// Its arms on the SmolLM2 shape: none yet.
+pub(crate) static SMALL: [SmallArm; 0] = [];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffn::{DenseFfnLayer, FfnConfig, ForwardContext};
+    use crate::gpu::ModelLevers;
+    use crate::gpu::host::HostBackend;
+    use std::sync::Arc;
+
+    /// The engine's bench arms install on the host backend (a layer whose engine arm serves
+    /// decode), and their decode probe reads each projection's rows of its type.
+    #[test]
+    fn the_bench_arms_install_and_probe_their_bytes() {
+        let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+        let (h, i) = (256, 512);
+        let w = DenseWeights::random(&mut Rand(5), h, i);
+        let ctx = ForwardContext::new(
+            b.clone(),
+            FfnConfig {
+                hidden: h,
+                inter: i,
+            },
+            1,
+            ModelLevers::default(),
+        )
+        .unwrap();
+        for arm in &ARMS {
+            let mut layer = DenseFfnLayer::new(&ctx);
+            (arm.install)(b.as_ref(), &mut layer, &w).unwrap();
+            let served = layer.serving_arm(&ctx, crate::ffn::Method::Decode, 1);
+            assert_eq!(served.map(|a| a.name), Some("ggml gemv"), "{}", arm.name);
+            let parts = (arm.probe.expect(arm.name))(arm.name, 4096, 14336);
+            let bytes: u64 = parts.iter().map(|p| p.0).sum();
+            let want = arm.decode.unwrap() * (3 * 4096 * 14336) as f64;
+            assert!(
+                (bytes as f64 - want).abs() < 1.0,
+                "{}: {bytes} bytes, {want}",
+                arm.name
+            );
+        }
+    }
 }

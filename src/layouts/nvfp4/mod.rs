@@ -2,6 +2,7 @@
 //! and `nvfp4_mmq`). One folder holds the whole layout; each file stands in the layer of what it
 //! implements (`tests/layering.rs`) and is mounted by that layer's registry:
 //! - `arms.rs`: the launches its arms make (inherent methods of `DenseFfnLayer`);
+//! - `bench.rs`: its `bench-gpu` arms (harness only);
 //! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
 //! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
@@ -16,6 +17,8 @@
 //! - `kernels.cu`: its CUDA module.
 
 pub(crate) mod arms;
+#[cfg(feature = "harness")]
+pub(crate) mod bench;
 #[cfg(feature = "harness")]
 pub(crate) mod check_kernels;
 #[cfg(feature = "harness")]

@@ -1,6 +1,7 @@
 //! `nvfp4_mmq`: NVFP4 repacked into the MMQ prefill tiles. One folder holds the whole layout; each
 //! file stands in the layer of what it implements (`tests/layering.rs`) and is mounted by that
 //! layer's registry:
+//! - `bench.rs`: its `bench-gpu` arms (harness only);
 //! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only; none of its own);
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
 //! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
@@ -13,6 +14,8 @@
 //! - `kernels` (empty): its kernels are `nvfp4`'s;
 //! - `twin` (empty): its kernels are `nvfp4`'s.
 
+#[cfg(feature = "harness")]
+pub(crate) mod bench;
 #[cfg(feature = "harness")]
 pub(crate) mod check_kernels;
 #[cfg(feature = "harness")]

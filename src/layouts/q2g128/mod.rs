@@ -3,6 +3,7 @@
 //! layer's registry:
 //! - `arms.rs`: the launches its arms make (inherent methods of `DenseFfnLayer`);
 //! - `blocks.rs`: its block format (`converters::q2g128`);
+//! - `bench.rs`: its `bench-gpu` arms (harness only);
 //! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
 //! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
@@ -17,6 +18,8 @@
 //! - `kernels.cu`: its CUDA module.
 
 pub(crate) mod arms;
+#[cfg(feature = "harness")]
+pub(crate) mod bench;
 pub mod blocks;
 #[cfg(feature = "harness")]
 pub(crate) mod check_kernels;

@@ -1,6 +1,7 @@
 //! `w8a8`: E4M3 with per-row scales for the W8A8 arm. One folder holds the whole layout; each file
 //! stands in the layer of what it implements (`tests/layering.rs`) and is mounted by that layer's
 //! registry:
+//! - `bench.rs`: its `bench-gpu` arms (harness only);
 //! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
 //! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
@@ -14,6 +15,8 @@
 //! - `twin.rs`: the CPU twins of its kernels (`gpu::reference`);
 //! - `kernels.cu`, `kernels_wgmma.cu`: its CUDA modules.
 
+#[cfg(feature = "harness")]
+pub(crate) mod bench;
 #[cfg(feature = "harness")]
 pub(crate) mod check_kernels;
 #[cfg(feature = "harness")]

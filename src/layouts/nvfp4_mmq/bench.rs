@@ -1,0 +1,17 @@
+//! Its arms of `bench-gpu` (`check::bench`, in `Layout` order): the MMQ prefill GEMMs (wgmma and mma.sync).
+
+use crate::check::bench::{BenchArm, KernelLines, SmallArm, bench};
+use crate::testing::*;
+
+/// Its arms on the llama-8B FFN shape.
+#[rustfmt::skip]
+pub(crate) static ARMS: [BenchArm; 2] = [
+    bench("nvfp4 MMQ (wgmma)", install_nvfp4_mmq, &[], None, true),
+    bench("nvfp4 MMQ (mma.sync)", install_nvfp4_mmq, &[("METRALE_DQ_WGMMA", "0")], None, true),
+];
+
+/// Its arms on the SmolLM2 shape (576 x 1536): one decode row, launched and as a CUDA graph.
+pub(crate) static SMALL: [SmallArm; 0] = [];
+
+/// Its kernel lines: none of its own.
+pub(crate) static KERNELS: &[KernelLines] = &[];
