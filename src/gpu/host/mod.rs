@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-mod impls;
+pub(crate) mod impls;
 
 /// The CPU implementation of the runtime.
 pub struct HostBackend {
@@ -169,7 +169,7 @@ impl HostBackend {
 
     /// A bf16 buffer in the il8 order (a whole number of 8-groups) as f32 in column order
     /// (exact).
-    fn read_bf16_il8(&self, p: DevicePtr) -> GpuResult<Vec<f32>> {
+    pub(crate) fn read_bf16_il8(&self, p: DevicePtr) -> GpuResult<Vec<f32>> {
         let v: Vec<f32> = self
             .read(p)?
             .chunks_exact(2)
@@ -235,38 +235,6 @@ impl HostBackend {
         for (r, row) in rows.iter().enumerate() {
             self.write_f32(y, r * ldy, row)?;
         }
-        Ok(())
-    }
-
-    /// `m` rows of an NVFP4 (`nvfp4` layout) product into `y` at row stride `ldy`.
-    #[allow(clippy::too_many_arguments)]
-    fn nvfp4_rows(
-        &self,
-        x: &[f32],
-        m: usize,
-        k: usize,
-        codes: &[u8],
-        scales: &[u8],
-        g: f32,
-        n: usize,
-        kp: usize,
-        round: ActRound,
-        y: DevicePtr,
-        ldy: usize,
-    ) -> GpuResult<()> {
-        self.write_rows(y, ldy, m, n, |r, row| {
-            reference::nvfp4_row(
-                &x[r * k..(r + 1) * k],
-                codes,
-                scales,
-                g,
-                n,
-                k,
-                kp,
-                round,
-                row,
-            );
-        })?;
         Ok(())
     }
 

@@ -2,6 +2,7 @@
 
 use crate::converters::layouts::affine::Scheme;
 use crate::gpu::host::HostBackend;
+use crate::gpu::host::impls::Twin;
 use crate::gpu::reference;
 use crate::gpu::sizes::*;
 use crate::gpu::table::{Args, KernelSpec};
@@ -295,3 +296,30 @@ impl HostBackend {
         ))
     }
 }
+
+/// Its kernels' host twins, by the kernel names each serves (`gpu::host`'s table).
+pub(crate) static TWINS: &[(&[&str], Twin)] = &[
+    (
+        &[
+            "affine4_gemv",
+            "affine4_gemv_batch4",
+            "affine4_gemv_batch16",
+            "affine8_gemv",
+            "affine8_gemv_batch4",
+            "affine8_gemv_batch16",
+            "affine4_gemv_ks",
+            "affine8_gemv_ks",
+        ],
+        HostBackend::affine_gemv,
+    ),
+    (
+        &["affine4_gemv_act", "affine8_gemv_act"],
+        HostBackend::affine_gemv_act,
+    ),
+    (&["affine_quantize_act"], HostBackend::affine_quantize_act),
+    (&["affine_from_ggml"], HostBackend::affine_from_ggml),
+    (&["affine_from_awq"], HostBackend::affine_from_awq),
+    (&["affine_from_gptq"], HostBackend::affine_from_gptq),
+    (&["affine_gather_bf16"], HostBackend::affine_gather_bf16),
+    (&["affine_dequant_bf16"], HostBackend::affine_dequant_bf16),
+];

@@ -8,6 +8,7 @@
 //! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
 //! - `check_w8a8.rs`: the `gpu-check` rows of FP8 weights on the W8A8 GEMMs (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::fp8`);
+//! - `host.rs`: the host backend's twins of its kernels (`gpu::host`);
 //! - `kernels.rs`: its CUDA modules by name (`gpu::kernels`);
 //! - `runtime.rs`: its weight type, key, validators, install, arm rows and named arms (`ffn`
 //!   runtime registry);
@@ -29,6 +30,7 @@ pub(crate) mod check_load;
 #[cfg(feature = "harness")]
 pub(crate) mod check_w8a8;
 pub mod codec;
+pub(crate) mod host;
 pub mod kernels;
 pub mod runtime;
 pub mod sizes;

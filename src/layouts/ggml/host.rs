@@ -3,6 +3,7 @@
 
 use crate::converters::layouts::ggml::engine_type;
 use crate::gpu::host::HostBackend;
+use crate::gpu::host::impls::Twin;
 use crate::gpu::reference;
 use crate::gpu::sizes::*;
 use crate::gpu::table::{Args, KernelSpec};
@@ -50,3 +51,9 @@ impl HostBackend {
         self.write(a.ptr("out")?, 0, &out)
     }
 }
+
+/// Its kernels' host twins, by the kernel names each serves (`gpu::host`'s table).
+pub(crate) static TWINS: &[(&[&str], Twin)] = &[
+    (&["ggml_gemv"], HostBackend::ggml_gemv),
+    (&["ggml_dequant_bf16"], HostBackend::ggml_dequant_bf16),
+];

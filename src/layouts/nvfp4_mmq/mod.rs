@@ -6,6 +6,7 @@
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
 //! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::nvfp4_mmq`);
+//! - `host.rs`: the host backend's twins of its kernels (`gpu::host`);
 //! - `runtime.rs`: its weight type, key, validators, install, arm rows and named arms (`ffn`
 //!   runtime registry);
 //! - `sizes.rs`: its block and tile sizes, shared with its kernels (`gpu::sizes`);
@@ -23,6 +24,7 @@ pub(crate) mod check_layers;
 #[cfg(feature = "harness")]
 pub(crate) mod check_load;
 pub mod codec;
+pub(crate) mod host;
 pub mod runtime;
 pub mod sizes;
 pub mod spec;

@@ -8,6 +8,7 @@
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
 //! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::q2g128`);
+//! - `host.rs`: the host backend's twins of its kernels (`gpu::host`);
 //! - `kernels.rs`: its CUDA modules by name (`gpu::kernels`);
 //! - `runtime.rs`: its weight type, key, validators, install, arm rows and named arms (`ffn`
 //!   runtime registry);
@@ -28,6 +29,7 @@ pub(crate) mod check_layers;
 #[cfg(feature = "harness")]
 pub(crate) mod check_load;
 pub mod codec;
+pub(crate) mod host;
 pub mod kernels;
 pub mod runtime;
 pub mod sizes;
