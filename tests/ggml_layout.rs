@@ -184,6 +184,29 @@ fn q2_k_q3_k_iq4_and_mxfp4_convert_by_default_and_forward() {
     );
 }
 
+/// The IQ2 and IQ3 types (ggml's own quantizers, with an importance matrix where ggml asks for
+/// one), mixed per projection as the low-bit files mix them, SiLU and GELU.
+#[test]
+fn iq2_and_iq3_types_convert_by_default_and_forward() {
+    mix_converts_and_forwards(
+        512,
+        1024,
+        "silu",
+        "IQ2_XXS/IQ2_XS/IQ3_XXS;IQ2_S/IQ3_S/IQ2_XXS",
+        &[
+            ["IQ2_XXS", "IQ2_XS", "IQ3_XXS"],
+            ["IQ2_S", "IQ3_S", "IQ2_XXS"],
+        ],
+    );
+    mix_converts_and_forwards(
+        512,
+        1024,
+        "gelu",
+        "IQ3_XXS/IQ3_S/IQ2_S",
+        &[["IQ3_XXS", "IQ3_S", "IQ2_S"]],
+    );
+}
+
 /// A tensor-parallel pack carries each rank's slice of the blocks (gate and up by rows, down by
 /// whole blocks of columns), each decoding to its slice of gguf-py's decode; where a TP size's
 /// slices split the down projections' 256-value blocks, those slices are stored as Q8_0 of

@@ -41,6 +41,7 @@ const LAYOUT_PARTS: &[(&str, &str)] = &[
     ("kernels", "gpu"),
     ("sizes", "gpu"),
     ("host", "gpu"),
+    ("grids", "gpu"),
     ("runtime", "ffn"),
     ("arms", "ffn"),
     ("spec", "layout"),

@@ -16,7 +16,7 @@ macro_rules! modules {
                 ("probe", include_str!("../../kernels/probe.cu")),
                 ("rules", include_str!("../../kernels/rules.cu")),
             ];
-            $(v.extend_from_slice(crate::layouts::$t::kernels::MODULES);)*
+            $(v.extend_from_slice(&crate::layouts::$t::kernels::MODULES[..]);)*
             v
         });
     };

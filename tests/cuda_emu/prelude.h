@@ -169,6 +169,13 @@ static inline unsigned atomicMin(unsigned* p, unsigned v) {
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 template <class T>
 static inline T __ldcg(const T* p) { return *p; }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+// Per-byte subtraction modulo 256 (PTX vsub4 without saturation).
+static inline unsigned __vsub4(unsigned a, unsigned b) {
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= (unsigned)(uint8_t)((a >> (8 * i)) - (b >> (8 * i))) << (8 * i);
+    return r;
+}
 static inline int __dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; ++i) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
     return c;

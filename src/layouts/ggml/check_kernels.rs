@@ -1,6 +1,7 @@
 //! The `ggml` rows of `gpu-check`'s kernel section (`check::kernels`): the engine's GEMV on
-//! each type this crate can quantize to, against its twin bit for bit (the activations
-//! quantized by `quantize_act_q8_1`, whose twin is bit-identical too).
+//! every engine type (this crate's quantizers' output for Q4_0, Q4_K and Q8_0, random blocks
+//! for the others), against its twin bit for bit (the activations quantized by
+//! `quantize_act_q8_1`, whose twin is bit-identical too).
 
 use crate::GgmlType;
 use crate::check::Row;
@@ -10,8 +11,10 @@ use crate::gpu::sizes::*;
 use crate::gpu::{GpuResult, alloc_upload, download_f32};
 use crate::testing::*;
 
-/// `ggml_gemv` for Q4_0, Q4_K (where the rows are whole super-blocks) and Q8_0, each as the
-/// first of two projections in one launch beside the same weights as Q8_0, on each row count.
+/// `ggml_gemv` for every engine type whose blocks the rows hold whole, each as the first of two
+/// projections in one launch beside the same weights as Q8_0: Q4_0, Q4_K and Q8_0 (this
+/// crate's quantizers) on each row count, the other types (random blocks) on one row and on
+/// a launch's most.
 pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     let kk = c.kk;
@@ -23,14 +26,29 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let y2 = b.alloc((GGML_GEMV_MAX_M * n * 4) as u64)?;
     let second = ggml_blocks(&c.wf, GgmlType::Q8_0);
     let w2 = alloc_upload(b, &second)?;
-    let types = [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q8_0];
-    for ty in types
+    let quantized = [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q8_0];
+    let mut r = Rand(61);
+    for ty in crate::converters::layouts::ggml::TYPES
         .into_iter()
         .filter(|t| k.is_multiple_of(t.block_elems() as usize))
     {
-        let blocks = ggml_blocks(&c.wf, ty);
+        let ours = quantized.contains(&ty);
+        let blocks = if ours {
+            ggml_blocks(&c.wf, ty)
+        } else {
+            ggml_random_blocks(&mut r, ty, n, k)
+        };
         let w = alloc_upload(b, &blocks)?;
-        for m in within(c.ms, &kk.ggml_gemv, GGML_GEMV_MAX_M) {
+        let ms = within(c.ms, &kk.ggml_gemv, GGML_GEMV_MAX_M);
+        let ms: Vec<usize> = if ours {
+            ms
+        } else {
+            [1, GGML_GEMV_MAX_M]
+                .into_iter()
+                .filter(|m| ms.contains(m))
+                .collect()
+        };
+        for m in ms {
             c.poison_y()?;
             b.fill(y2, 0xA5)?;
             let q = kk.quant_q8_1.call().ptr("x", c.xd).dim("m", m).dim("k", k);

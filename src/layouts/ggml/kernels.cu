@@ -145,6 +145,8 @@ template <int TY>
 __device__ __forceinline__ void ggml_codes(const unsigned char* w, int b, int (&q)[8]);
 template <int TY>
 __device__ __forceinline__ float ggml_scale(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq);
+template <int TY>
+__device__ __forceinline__ void ggml_values(const unsigned char* w, int b, float (&v)[32]);
 
 // Q4_0, 18 bytes per 32: f16 d, qs[16]; element l < 16 is the low nibble of qs[l], element
 // 16 + l its high nibble; value d * (q - 8): d * (da * s - 8 * sa).
@@ -392,6 +394,8 @@ __device__ __forceinline__ float ggml_scale<14>(const unsigned char* w, int b, i
     return __fmul_rn(f16_at(blk + 208), __fmul_rn(da, (float)(sc0 * s0 + sc1 * s1)));
 }
 
+// ---- the IQ entries: the grids (grids.rs), then kernels_iq.cuh ----
+
 // Each engine type's block geometry, by its GGUF id: bytes and values per block (the K-quants'
 // super-block) from sizes.rs. GGML_ENGINE_TYPES lists the ids once, for the kernels' switches.
 template <int TY> struct GgmlGeo;
@@ -410,7 +414,13 @@ GGML_GEO(14, MP_GGML_Q6K_BYTES, MP_GGML_QK_K)
 GGML_GEO(20, MP_GGML_IQ4_NL_BYTES, MP_GGML_QK)
 GGML_GEO(23, MP_GGML_IQ4_XS_BYTES, MP_GGML_QK_K)
 GGML_GEO(39, MP_GGML_MXFP4_BYTES, MP_GGML_QK)
-#define GGML_ENGINE_TYPES(X) X(2) X(3) X(6) X(7) X(8) X(10) X(11) X(12) X(13) X(14) X(20) X(23) X(39)
+GGML_GEO(16, MP_GGML_IQ2_XXS_BYTES, MP_GGML_QK_K)
+GGML_GEO(17, MP_GGML_IQ2_XS_BYTES, MP_GGML_QK_K)
+GGML_GEO(18, MP_GGML_IQ3_XXS_BYTES, MP_GGML_QK_K)
+GGML_GEO(21, MP_GGML_IQ3_S_BYTES, MP_GGML_QK_K)
+GGML_GEO(22, MP_GGML_IQ2_S_BYTES, MP_GGML_QK_K)
+#define GGML_ENGINE_TYPES(X) \
+    X(2) X(3) X(6) X(7) X(8) X(10) X(11) X(12) X(13) X(14) X(16) X(17) X(18) X(20) X(21) X(22) X(23) X(39)
 
 // The bytes of a row of kp values of type TY.
 template <int TY>

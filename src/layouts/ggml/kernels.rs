@@ -1,5 +1,17 @@
 //! Its CUDA module by name, as `gpu::kernels` embeds them (the name is the prebuilt
-//! cubin's and the NVRTC cache's key).
+//! cubin's and the NVRTC cache's key): `kernels.cu` with the IQ entries (`kernels_iq.cuh`,
+//! after the IQ grids of `grids.rs`) at its marker line.
+
+use std::sync::LazyLock;
+
+/// The line of `kernels.cu` the IQ entries replace.
+const MARKER: &str = "// ---- the IQ entries: the grids (grids.rs), then kernels_iq.cuh ----";
 
 /// `(module, source)`.
-pub const MODULES: &[(&str, &str)] = &[("ffn_ggml", include_str!("kernels.cu"))];
+pub static MODULES: LazyLock<[(&str, &str); 1]> = LazyLock::new(|| {
+    let main = include_str!("kernels.cu");
+    assert!(main.contains(MARKER), "kernels.cu lacks its IQ marker");
+    let iq = super::grids::cuda_text() + include_str!("kernels_iq.cuh");
+    let source: &'static str = Box::leak(main.replacen(MARKER, &iq, 1).into_boxed_str());
+    [("ffn_ggml", source)]
+});

@@ -7,6 +7,7 @@
 //! - `check_kernels.rs`: its `gpu-check` kernel rows (harness only);
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
 //! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
+//! - `grids.rs`: the IQ grids as CUDA arrays, generated from the converters' (`gpu`);
 //! - `host.rs`: the host backend's calls of its twins;
 //! - `codec.rs`: its bytes and the engine's types, pure CPU (`converters::layouts::ggml`);
 //! - `kernels.rs`: its CUDA modules by name (`gpu::kernels`);
@@ -16,7 +17,7 @@
 //! - `spec.rs`: its `LayoutSpec` (`layout` registry);
 //! - `testing.rs`: random weights in its overlay (`testing`, harness only);
 //! - `twin.rs`: the CPU twin of its GEMV (`gpu::reference`);
-//! - `kernels.cu`: its CUDA module.
+//! - `kernels.cu`, `kernels_iq.cuh`: its CUDA module (the IQ entries spliced in by `kernels.rs`).
 
 pub(crate) mod arms;
 #[cfg(feature = "harness")]
@@ -28,6 +29,7 @@ pub(crate) mod check_layers;
 #[cfg(feature = "harness")]
 pub(crate) mod check_load;
 pub mod codec;
+pub mod grids;
 pub(crate) mod host;
 pub mod kernels;
 pub mod runtime;

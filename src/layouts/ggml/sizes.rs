@@ -3,7 +3,9 @@
 //! converters' block types' (`converters/q*.rs`, ggml-common.h's layouts).
 
 use crate::converters::{BlockFormat, block_bytes};
-use crate::converters::{iq4, mxfp4, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0};
+use crate::converters::{
+    iq2, iq3, iq4, mxfp4, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0,
+};
 
 /// Its sizes, by the name the kernels see.
 pub const DEFINES: &[(&str, usize)] = &[
@@ -24,6 +26,11 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_IQ4_NL_BYTES", GGML_IQ4_NL_BYTES),
     ("MP_GGML_IQ4_XS_BYTES", GGML_IQ4_XS_BYTES),
     ("MP_GGML_MXFP4_BYTES", GGML_MXFP4_BYTES),
+    ("MP_GGML_IQ2_XXS_BYTES", GGML_IQ2_XXS_BYTES),
+    ("MP_GGML_IQ2_XS_BYTES", GGML_IQ2_XS_BYTES),
+    ("MP_GGML_IQ2_S_BYTES", GGML_IQ2_S_BYTES),
+    ("MP_GGML_IQ3_XXS_BYTES", GGML_IQ3_XXS_BYTES),
+    ("MP_GGML_IQ3_S_BYTES", GGML_IQ3_S_BYTES),
 ];
 
 use consts::*;
@@ -72,6 +79,16 @@ pub mod consts {
     pub const GGML_IQ4_XS_BYTES: usize = block_bytes::<iq4::Iq4Xs>();
     /// Bytes per MXFP4 block: `u8 e (E8M0), u8 qs[16]`.
     pub const GGML_MXFP4_BYTES: usize = block_bytes::<mxfp4::Mxfp4>();
+    /// Bytes per IQ2_XXS super-block: `f16 d, u16 qs[32]`.
+    pub const GGML_IQ2_XXS_BYTES: usize = block_bytes::<iq2::Iq2Xxs>();
+    /// Bytes per IQ2_XS super-block: `f16 d, u16 qs[32], u8 scales[8]`.
+    pub const GGML_IQ2_XS_BYTES: usize = block_bytes::<iq2::Iq2Xs>();
+    /// Bytes per IQ2_S super-block: `f16 d, u8 qs[64], u8 qh[8], u8 scales[8]`.
+    pub const GGML_IQ2_S_BYTES: usize = block_bytes::<iq2::Iq2S>();
+    /// Bytes per IQ3_XXS super-block: `f16 d, u8 qs[96]`.
+    pub const GGML_IQ3_XXS_BYTES: usize = block_bytes::<iq3::Iq3Xxs>();
+    /// Bytes per IQ3_S super-block: `f16 d, u8 qs[64], u8 qh[8], u8 signs[32], u8 scales[4]`.
+    pub const GGML_IQ3_S_BYTES: usize = block_bytes::<iq3::Iq3S>();
 }
 
 const _: () = assert!(GGML_QK == 32 && GGML_QK_K == 256);
@@ -84,6 +101,13 @@ const _: () = assert!(GGML_Q2K_BYTES == GGML_QK_K / 16 + GGML_QK_K / 4 + 4);
 const _: () = assert!(GGML_Q3K_BYTES == GGML_QK_K / 8 + GGML_QK_K / 4 + 12 + 2);
 const _: () = assert!(GGML_IQ4_NL_BYTES == 2 + GGML_QK / 2 && GGML_MXFP4_BYTES == 1 + GGML_QK / 2);
 const _: () = assert!(GGML_IQ4_XS_BYTES == 4 + GGML_QK_K / 64 + GGML_QK_K / 2);
+const _: () = assert!(GGML_IQ2_XXS_BYTES == 2 + GGML_QK_K / 4);
+const _: () = assert!(GGML_IQ2_XS_BYTES == 2 + GGML_QK_K / 4 + GGML_QK_K / 32);
+const _: () = assert!(GGML_IQ2_S_BYTES == 2 + GGML_QK_K / 4 + GGML_QK_K / 16);
+const _: () = assert!(GGML_IQ3_XXS_BYTES == 2 + 3 * GGML_QK_K / 8);
+const _: () = assert!(
+    GGML_IQ3_S_BYTES == 2 + GGML_QK_K / 4 + GGML_QK_K / 32 + GGML_QK_K / 8 + GGML_QK_K / 64
+);
 
 /// Each engine type's stage: whole 16-byte words, no more than the largest.
 const _: () = {

@@ -4,6 +4,8 @@
 //! same order, each lane's sum over its blocks in the kernel's order, then the same butterfly.
 
 use crate::GgmlType;
+use crate::converters::iq_grid::{Grid, grid, ksigns};
+use crate::converters::iq_grids;
 use crate::converters::iq4::KVALUES;
 use crate::converters::kquant::get_scale_min_k4;
 use crate::converters::mxfp4::{KVALUES_X2, e8m0_to_f32_half};
@@ -222,6 +224,128 @@ fn dot_mxfp4(w: &[u8], b: usize, a: &Act) -> f32 {
     e8m0_to_f32_half(blk[0]) * (a.da * s as f32)
 }
 
+/// The integer dot product of the 32 values `(grid value) * sign` (value `e` from grid row
+/// `row(e / cols)`, negated where `sign(e)`) with a q8_1 block's codes: `[s0, s1]`, the sums
+/// over values 0..15 and 16..31 (`ggml_codes` of the IQ entries, `kernels_iq.cuh`).
+fn grid_sums(
+    g: &Grid,
+    cols: usize,
+    row: impl Fn(usize) -> usize,
+    sign: impl Fn(usize) -> bool,
+    aq: &[u8],
+) -> [i32; 2] {
+    let mut s = [0i32; 2];
+    for e in 0..32 {
+        let v = g.row(row(e / cols))[e % cols] as i32;
+        s[e / 16] += if sign(e) { -v } else { v } * aq[e] as i8 as i32;
+    }
+    s
+}
+
+/// Bit `e % 8` of `ksigns(x >> (7 * (e / 8)))`: value `e`'s sign under four 7-bit sign indices.
+fn ksign(x: u32, e: usize) -> bool {
+    (ksigns(x >> (7 * (e / 8))) >> (e % 8)) & 1 == 1
+}
+
+/// IQ2_XXS (`ggml_dot<16>`): `(d * 0.125) * (da * ((2 ls + 1) (s0 + s1)))`.
+fn dot_iq2_xxs(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 3) * GGML_IQ2_XXS_BYTES..];
+    let sub = &blk[2 + 8 * (b & 7)..];
+    let (aux0, aux1) = (u32_at(sub), u32_at(&sub[4..]));
+    let g = grid(&iq_grids::IQ2_XXS);
+    let [s0, s1] = grid_sums(
+        g,
+        8,
+        |r| (aux0 >> (8 * r)) as usize & 0xFF,
+        |e| ksign(aux1, e),
+        a.aq,
+    );
+    let ls = (aux1 >> 28) as i32;
+    (f16_at(blk) * 0.125) * (a.da * ((2 * ls + 1) * (s0 + s1)) as f32)
+}
+
+/// IQ2_XS and IQ2_S: `(d * 0.125) * (da * ((2 ls0 + 1) s0 + (2 ls1 + 1) s1))`, the scales byte
+/// of sub-block `j` at `sc`.
+fn iq2_scale16(blk: &[u8], sc: usize, j: usize, [s0, s1]: [i32; 2], a: &Act) -> f32 {
+    let ls = blk[sc + j] as i32;
+    let t = (2 * (ls & 15) + 1) * s0 + (2 * (ls >> 4) + 1) * s1;
+    (f16_at(blk) * 0.125) * (a.da * t as f32)
+}
+
+/// IQ2_XS (`ggml_dot<17>`): a u16 per 8 values (9-bit grid index, 7-bit sign index).
+fn dot_iq2_xs(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 3) * GGML_IQ2_XS_BYTES..];
+    let j = b & 7;
+    let x = |t: usize| u16::from_le_bytes([blk[2 + 8 * j + 2 * t], blk[3 + 8 * j + 2 * t]]) as u32;
+    let g = grid(&iq_grids::IQ2_XS);
+    let s = grid_sums(
+        g,
+        8,
+        |t| (x(t) & 511) as usize,
+        |e| ksign(x(e / 8) >> 9, e % 8),
+        a.aq,
+    );
+    iq2_scale16(blk, 66, j, s, a)
+}
+
+/// IQ2_S (`ggml_dot<22>`): 10-bit grid indices (`qs`, two high bits in `qh`), a sign byte per
+/// 8 values.
+fn dot_iq2_s(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 3) * GGML_IQ2_S_BYTES..];
+    let j = b & 7;
+    let idx = |t: usize| {
+        let gi = 4 * j + t;
+        blk[2 + gi] as usize | (((blk[66 + gi / 4] >> (2 * (gi % 4))) & 3) as usize) << 8
+    };
+    let g = grid(&iq_grids::IQ2_S);
+    let s = grid_sums(
+        g,
+        8,
+        idx,
+        |e| (blk[34 + 4 * j + e / 8] >> (e % 8)) & 1 == 1,
+        a.aq,
+    );
+    iq2_scale16(blk, 74, j, s, a)
+}
+
+/// IQ3_XXS (`ggml_dot<18>`): `(d * 0.25) * (da * ((2 ls + 1) (s0 + s1)))`.
+fn dot_iq3_xxs(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 3) * GGML_IQ3_XXS_BYTES..];
+    let j = b & 7;
+    let aux = u32_at(&blk[66 + 4 * j..]);
+    let g = grid(&iq_grids::IQ3_XXS);
+    let [s0, s1] = grid_sums(
+        g,
+        4,
+        |r| blk[2 + 8 * j + r] as usize,
+        |e| ksign(aux, e),
+        a.aq,
+    );
+    let ls = (aux >> 28) as i32;
+    (f16_at(blk) * 0.25) * (a.da * ((2 * ls + 1) * (s0 + s1)) as f32)
+}
+
+/// IQ3_S (`ggml_dot<21>`): `d * (da * ((1 + 2 ls) (s0 + s1)))`, 9-bit grid indices and a sign
+/// bit per value.
+fn dot_iq3_s(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 3) * GGML_IQ3_S_BYTES..];
+    let j = b & 7;
+    let idx = |r: usize| {
+        let gi = 8 * j + r;
+        blk[2 + gi] as usize | (((blk[66 + gi / 8] >> (gi % 8)) & 1) as usize) << 8
+    };
+    let g = grid(&iq_grids::IQ3_S);
+    let [s0, s1] = grid_sums(
+        g,
+        4,
+        idx,
+        |e| (blk[74 + 4 * j + e / 8] >> (e % 8)) & 1 == 1,
+        a.aq,
+    );
+    let ls = ((blk[106 + j / 2] >> (4 * (j & 1))) & 15) as i32;
+    f16_at(blk) * (a.da * ((1 + 2 * ls) * (s0 + s1)) as f32)
+}
+
 /// The dot product of 32-value block `b` of weight row `w` (type `ty`) with one q8_1 block
 /// `a`, as `ggml_dot<ty>` computes it: one function per type, as in the kernel.
 pub fn ggml_dot(ty: GgmlType, w: &[u8], b: usize, a: &[u8]) -> f32 {
@@ -244,6 +368,11 @@ pub fn ggml_dot(ty: GgmlType, w: &[u8], b: usize, a: &[u8]) -> f32 {
         GgmlType::IQ4_NL => dot_iq4_nl(w, b, a),
         GgmlType::IQ4_XS => dot_iq4_xs(w, b, a),
         GgmlType::MXFP4 => dot_mxfp4(w, b, a),
+        GgmlType::IQ2_XXS => dot_iq2_xxs(w, b, a),
+        GgmlType::IQ2_XS => dot_iq2_xs(w, b, a),
+        GgmlType::IQ2_S => dot_iq2_s(w, b, a),
+        GgmlType::IQ3_XXS => dot_iq3_xxs(w, b, a),
+        GgmlType::IQ3_S => dot_iq3_s(w, b, a),
         _ => unreachable!("{ty:?} is not an engine type (layouts::ggml::codec::TYPES)"),
     }
 }
