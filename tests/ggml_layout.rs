@@ -184,10 +184,10 @@ fn q2_k_q3_k_iq4_and_mxfp4_convert_by_default_and_forward() {
     );
 }
 
-/// The IQ2 and IQ3 types (ggml's own quantizers, with an importance matrix where ggml asks for
-/// one), mixed per projection as the low-bit files mix them, SiLU and GELU.
+/// The IQ1, IQ2 and IQ3 types (ggml's own quantizers, with an importance matrix where ggml asks
+/// for one), mixed per projection as the low-bit files mix them, SiLU and GELU.
 #[test]
-fn iq2_and_iq3_types_convert_by_default_and_forward() {
+fn iq1_iq2_and_iq3_types_convert_by_default_and_forward() {
     mix_converts_and_forwards(
         512,
         1024,
@@ -202,8 +202,8 @@ fn iq2_and_iq3_types_convert_by_default_and_forward() {
         512,
         1024,
         "gelu",
-        "IQ3_XXS/IQ3_S/IQ2_S",
-        &[["IQ3_XXS", "IQ3_S", "IQ2_S"]],
+        "IQ3_XXS/IQ3_S/IQ2_S;IQ1_S/IQ1_M/IQ2_XS",
+        &[["IQ3_XXS", "IQ3_S", "IQ2_S"], ["IQ1_S", "IQ1_M", "IQ2_XS"]],
     );
 }
 

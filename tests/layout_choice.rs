@@ -19,7 +19,7 @@ fn stdout(o: &std::process::Output) -> String {
 }
 
 /// The real SmolLM2 Q4_1 GGUF: `affine` keeps Q4_1, so the default carries it with no flag; a
-/// Q2_K source goes to `ggml`; an IQ1_S source no layout keeps stops before writing with the
+/// Q2_K source goes to `ggml`; a GGUF NVFP4 source no layout keeps stops before writing with the
 /// table of choices; a named set that re-quantizes is refused; bf16 (values kept) needs no
 /// flag; the flag takes the default.
 #[test]
@@ -58,7 +58,7 @@ fn a_quantized_source_is_kept_or_not_requantized_without_the_flag() {
         256,
         512,
         2,
-        GgmlType::IQ1_S,
+        GgmlType::NVFP4,
         &mut rng,
     );
     let q2out = dir.path().join("iq2.mpk.gguf");
@@ -74,7 +74,7 @@ fn a_quantized_source_is_kept_or_not_requantized_without_the_flag() {
     );
     let line = e.lines().find(|l| l.starts_with("error:")).unwrap();
     assert!(
-        line.contains("IQ1_S") && line.contains("--allow-requantize"),
+        line.contains("NVFP4") && line.contains("--allow-requantize"),
         "{line}"
     );
     assert!(line.contains("nvfp4 would re-quantize"), "{line}");

@@ -88,7 +88,7 @@ pub fn requantizing(model: &Model, layouts: &[Layout], opts: &ConvertOptions) ->
 /// activation, or else the first layout, by [`default_rank`](crate::layout::LayoutSpec::default_rank), that keeps every
 /// quantized FFN weight of the source as it is stored and serves its activation (each
 /// layout's `keeps_what`, in `metrale-pack layouts`, says what that is); `None` for a quantized
-/// source no such set keeps (IQ1_S, IQ1_M; FP8 per channel in a GELU model: the user
+/// source no such set keeps (GGUF's NVFP4; FP8 per channel in a GELU model: the user
 /// chooses, from the dry run's figures).
 pub fn default_for(model: &Model, opts: &ConvertOptions) -> Option<Vec<Layout>> {
     let act = model.activation.unwrap_or(Activation::Silu);

@@ -396,15 +396,16 @@ pub fn gguf_model(
                         b
                     })
                     .collect(),
-                // Random grid indices and signs after a small finite d: no IQ2_XXS or IQ1_S
-                // encoder here.
-                GgmlType::IQ2_XXS | GgmlType::IQ1_S => (0..n * k / 256)
+                // Random grid indices and signs after a small finite d: no IQ2_XXS encoder here.
+                GgmlType::IQ2_XXS => (0..n * k / 256)
                     .flat_map(|_| {
                         let mut b = metrale_pack::converters::f16::encode(&[0.01]);
                         b.extend(rng.bytes(ty.block_bytes() as usize - 2));
                         b
                     })
                     .collect(),
+                // Random UE4M3 scales and E2M1 codes (every byte decodes finite).
+                GgmlType::NVFP4 => rng.bytes(n * k / 64 * 36),
                 _ => unreachable!(),
             };
             ts.push((

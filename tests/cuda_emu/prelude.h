@@ -170,6 +170,12 @@ static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 template <class T>
 static inline T __ldcg(const T* p) { return *p; }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+// Per-byte addition modulo 256 (PTX vadd4 without saturation).
+static inline unsigned __vadd4(unsigned a, unsigned b) {
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= (unsigned)(uint8_t)((a >> (8 * i)) + (b >> (8 * i))) << (8 * i);
+    return r;
+}
 // Per-byte subtraction modulo 256 (PTX vsub4 without saturation).
 static inline unsigned __vsub4(unsigned a, unsigned b) {
     unsigned r = 0;

@@ -11,7 +11,7 @@ use crate::converters::{decode_ggml, encode_to_vec, q8_0::Q8_0};
 use crate::error::CodecError;
 
 /// The GGUF types the engine carries and serves (`kernels.cu`, `ggml_gemv`: a case line each).
-pub const TYPES: [GgmlType; 18] = [
+pub const TYPES: [GgmlType; 20] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -30,6 +30,8 @@ pub const TYPES: [GgmlType; 18] = [
     GgmlType::IQ2_S,
     GgmlType::IQ3_XXS,
     GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
 ];
 
 /// Values per q8_1 activation block, the unit the engine's dot products take: every type's

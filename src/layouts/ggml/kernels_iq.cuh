@@ -1,5 +1,5 @@
-// The engine's IQ2 and IQ3 entries (issue 56): IQ2_XXS (16), IQ2_XS (17), IQ3_XXS (18), IQ3_S (21)
-// and IQ2_S (22). Spliced into kernels.cu at its marker, after the grids (grids.rs: each grid row
+// The engine's IQ entries (issue 56): IQ2_XXS (16), IQ2_XS (17), IQ3_XXS (18), IQ1_S (19), IQ3_S
+// (21), IQ2_S (22) and IQ1_M (29). Spliced into kernels.cu at its marker, after the grids (grids.rs: each grid row
 // its values as bytes, from the converters' tables, gguf-py's). Block layouts: ggml-common.h
 // (`block_iq2_xxs` .. `block_iq3_s`; formats.md, "ggml"; converters/iq2.rs, iq3.rs). A
 // value is (scale) * grid * sign: the codes are the grid bytes with their signs applied as int8
@@ -193,5 +193,100 @@ __device__ __forceinline__ void ggml_values<21>(const unsigned char* w, int b, f
         const unsigned int g = ggml_iq3s_grid[ggml_iq3s_index(blk, 8 * j + e / 4)];
         const float x = __fmul_rn(db, (float)((g >> (8 * (e & 3))) & 0xFFu));
         v[e] = (blk[74 + 4 * j + e / 8] >> (e & 7)) & 1u ? -x : x;
+    }
+}
+
+// IQ1: each value (d * (2 ls + 1)) * (g + delta), g in {-1, 0, 1} from the 2048-row grid, delta
+// +-1/8 (IQ1S_DELTA): the codes are 8 g + sign(delta) (in -9 .. 9) and the scale carries the 1/8.
+// An 8-value row's two code words: the grid bytes times 8 (per byte) plus +-1 (per byte).
+__device__ __forceinline__ void ggml_iq1_row(unsigned long long g, bool neg, int* q) {
+    const unsigned int dl = neg ? 0xFFFFFFFFu : 0x01010101u;
+    q[0] = (int)__vadd4(((unsigned int)g << 3) & 0xF8F8F8F8u, dl);
+    q[1] = (int)__vadd4(((unsigned int)(g >> 32) << 3) & 0xF8F8F8F8u, dl);
+}
+// The values of an 8-value IQ1 row: dl * (g + delta), gguf-py's order (converters/iq1.rs).
+__device__ __forceinline__ void ggml_iq1_values(unsigned long long g, bool neg, float dl, float* v) {
+    const float delta = neg ? -0.125f : 0.125f;
+    for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(dl, __fadd_rn((float)(signed char)(g >> (8 * i)), delta));
+}
+
+// IQ1_S, 50 bytes per 256: f16 d, qs[32] (the low 8 bits of each 8-value group's index), then per
+// 32 values a u16 qh (three high index bits per group at bits 3l, the 3-bit scale ls at bits
+// 12..14, the delta's sign at bit 15): (d / 8) * (da * ((2 ls + 1) * s)).
+__device__ __forceinline__ unsigned int ggml_iq1s_qh(const unsigned char* blk, int j) {
+    return (unsigned int)blk[2 + 32 + 2 * j] | ((unsigned int)blk[2 + 32 + 2 * j + 1] << 8);
+}
+template <>
+__device__ __forceinline__ void ggml_codes<19>(const unsigned char* w, int b, int (&q)[8]) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_IQ1_S_BYTES;
+    const int j = b & 7;
+    const unsigned int qh = ggml_iq1s_qh(blk, j);
+#pragma unroll
+    for (int l = 0; l < 4; ++l)
+        ggml_iq1_row(ggml_iq1s_grid[blk[2 + 4 * j + l] | (((qh >> (3 * l)) & 7u) << 8)], (qh >> 15) & 1u, q + 2 * l);
+}
+template <>
+__device__ __forceinline__ float ggml_scale<19>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_IQ1_S_BYTES;
+    const int ls = (int)((ggml_iq1s_qh(blk, b & 7) >> 12) & 7u);
+    return __fmul_rn(__fmul_rn(f16_at(blk), 0.125f), __fmul_rn(da, (float)((2 * ls + 1) * (s0 + s1))));
+}
+template <>
+__device__ __forceinline__ void ggml_values<19>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_IQ1_S_BYTES;
+    const int j = b & 7;
+    const unsigned int qh = ggml_iq1s_qh(blk, j);
+    const float dl = __fmul_rn(f16_at(blk), (float)(2 * ((qh >> 12) & 7u) + 1));
+    for (int l = 0; l < 4; ++l)
+        ggml_iq1_values(ggml_iq1s_grid[blk[2 + 4 * j + l] | (((qh >> (3 * l)) & 7u) << 8)], (qh >> 15) & 1u, dl, v + 8 * l);
+}
+
+// IQ1_M, 56 bytes per 256: qs[32] (the low index bits, a byte per 8-value group), qh[16] (a
+// nibble per group: three high index bits, the delta's sign in bit 3), scales: four u16, each
+// four 3-bit scales (one per 16 values) under a nibble of the f16 d (first word lowest):
+// (d / 8) * (da * ((2 ls0 + 1) * s0 + (2 ls1 + 1) * s1)).
+__device__ __forceinline__ unsigned int ggml_iq1m_sc(const unsigned char* blk, int i) {
+    return (unsigned int)blk[48 + 2 * i] | ((unsigned int)blk[48 + 2 * i + 1] << 8);
+}
+__device__ __forceinline__ float ggml_iq1m_d(const unsigned char* blk) {
+    const unsigned int bits = (ggml_iq1m_sc(blk, 0) >> 12) | ((ggml_iq1m_sc(blk, 1) >> 12) << 4) |
+                              ((ggml_iq1m_sc(blk, 2) >> 12) << 8) | ((ggml_iq1m_sc(blk, 3) >> 12) << 12);
+    return __half2float(__ushort_as_half((unsigned short)bits));
+}
+// The 3-bit scale of 16-value unit u (0..15) of the super-block.
+__device__ __forceinline__ int ggml_iq1m_ls(const unsigned char* blk, int u) {
+    return (int)((ggml_iq1m_sc(blk, u / 4) >> (3 * (u & 3))) & 7u);
+}
+// Group t's nibble of qh.
+__device__ __forceinline__ unsigned int ggml_iq1m_nib(const unsigned char* blk, int t) {
+    return ((unsigned int)blk[32 + t / 2] >> (4 * (t & 1))) & 15u;
+}
+template <>
+__device__ __forceinline__ void ggml_codes<29>(const unsigned char* w, int b, int (&q)[8]) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_IQ1_M_BYTES;
+    const int j = b & 7;
+#pragma unroll
+    for (int l = 0; l < 4; ++l) {
+        const unsigned int nib = ggml_iq1m_nib(blk, 4 * j + l);
+        ggml_iq1_row(ggml_iq1s_grid[blk[4 * j + l] | ((nib & 7u) << 8)], (nib >> 3) & 1u, q + 2 * l);
+    }
+}
+template <>
+__device__ __forceinline__ float ggml_scale<29>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_IQ1_M_BYTES;
+    const int j = b & 7;
+    const int t = (2 * ggml_iq1m_ls(blk, 2 * j) + 1) * s0 + (2 * ggml_iq1m_ls(blk, 2 * j + 1) + 1) * s1;
+    return __fmul_rn(__fmul_rn(ggml_iq1m_d(blk), 0.125f), __fmul_rn(da, (float)t));
+}
+template <>
+__device__ __forceinline__ void ggml_values<29>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)(b >> 3) * MP_GGML_IQ1_M_BYTES;
+    const int j = b & 7;
+    const float d = ggml_iq1m_d(blk);
+    for (int l = 0; l < 4; ++l) {
+        const int t = 4 * j + l;
+        const unsigned int nib = ggml_iq1m_nib(blk, t);
+        const float dl = __fmul_rn(d, (float)(2 * ggml_iq1m_ls(blk, t / 2) + 1));
+        ggml_iq1_values(ggml_iq1s_grid[blk[t] | ((nib & 7u) << 8)], (nib >> 3) & 1u, dl, v + 8 * l);
     }
 }

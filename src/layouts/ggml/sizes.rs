@@ -4,7 +4,7 @@
 
 use crate::converters::{BlockFormat, block_bytes};
 use crate::converters::{
-    iq2, iq3, iq4, mxfp4, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0,
+    iq1, iq2, iq3, iq4, mxfp4, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0,
 };
 
 /// Its sizes, by the name the kernels see.
@@ -31,6 +31,8 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_IQ2_S_BYTES", GGML_IQ2_S_BYTES),
     ("MP_GGML_IQ3_XXS_BYTES", GGML_IQ3_XXS_BYTES),
     ("MP_GGML_IQ3_S_BYTES", GGML_IQ3_S_BYTES),
+    ("MP_GGML_IQ1_S_BYTES", GGML_IQ1_S_BYTES),
+    ("MP_GGML_IQ1_M_BYTES", GGML_IQ1_M_BYTES),
 ];
 
 use consts::*;
@@ -89,6 +91,11 @@ pub mod consts {
     pub const GGML_IQ3_XXS_BYTES: usize = block_bytes::<iq3::Iq3Xxs>();
     /// Bytes per IQ3_S super-block: `f16 d, u8 qs[64], u8 qh[8], u8 signs[32], u8 scales[4]`.
     pub const GGML_IQ3_S_BYTES: usize = block_bytes::<iq3::Iq3S>();
+    /// Bytes per IQ1_S super-block: `f16 d, u8 qs[32], u16 qh[8]`.
+    pub const GGML_IQ1_S_BYTES: usize = block_bytes::<iq1::Iq1S>();
+    /// Bytes per IQ1_M super-block: `u8 qs[32], u8 qh[16], u16 scales[4]` (the f16 d in the
+    /// scales' top nibbles).
+    pub const GGML_IQ1_M_BYTES: usize = block_bytes::<iq1::Iq1M>();
 }
 
 const _: () = assert!(GGML_QK == 32 && GGML_QK_K == 256);

@@ -15,7 +15,7 @@ fn half_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
         GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
         GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S => &[0],
-        GgmlType::IQ3_XXS | GgmlType::IQ3_S => &[0],
+        GgmlType::IQ3_XXS | GgmlType::IQ3_S | GgmlType::IQ1_S => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
@@ -25,8 +25,8 @@ fn half_fields(ty: GgmlType) -> &'static [usize] {
 }
 
 /// `n` rows of `k` values of engine type `ty` (`k` whole blocks): random bytes, each block's
-/// f16 fields set to halves of magnitude 2^-12 .. 2^-4 and either sign (MXFP4's E8M0 exponent
-/// to 2^-12 .. 2^3), so every code pattern occurs and every value is finite.
+/// f16 fields set to halves of magnitude 2^-12 .. 2^-4 and either sign (IQ1_M's d, spread over
+/// its scale words, too; MXFP4's E8M0 exponent to 2^-12 .. 2^3), so every code pattern occurs and every value is finite.
 pub fn ggml_random_blocks(r: &mut Rand, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
     let bytes = ty.block_bytes() as usize;
     let mut w: Vec<u8> = (0..n * k / ty.block_elems() as usize * bytes)
@@ -40,6 +40,16 @@ pub fn ggml_random_blocks(r: &mut Rand, ty: GgmlType, n: usize, k: usize) -> Vec
         }
         if ty == GgmlType::MXFP4 {
             blk[0] = 116 + (r.next_u64() % 16) as u8;
+        }
+        if ty == GgmlType::IQ1_M {
+            // Its f16 d is the top nibbles of its four scale words (first word lowest).
+            let mag = 2f32.powf(-12.0 + 8.0 * (r.next_u64() % 1024) as f32 / 1024.0);
+            let v = if r.next_u64() & 1 == 0 { mag } else { -mag };
+            let d = half::f16::from_f32(v).to_bits();
+            for i in 0..4 {
+                let at = 48 + 2 * i + 1;
+                blk[at] = (blk[at] & 0x0F) | (((d >> (4 * i)) & 15) as u8) << 4;
+            }
         }
     }
     w

@@ -346,6 +346,45 @@ fn dot_iq3_s(w: &[u8], b: usize, a: &Act) -> f32 {
     f16_at(blk) * (a.da * ((1 + 2 * ls) * (s0 + s1)) as f32)
 }
 
+/// The integer sums `[s0, s1]` of an IQ1 sub-block's codes `8 g + (1 or -1)` (`ggml_iq1_row`)
+/// against a q8_1 block: group `l`'s grid row `row(l)` and delta sign `neg(l)`.
+fn iq1_sums(row: impl Fn(usize) -> usize, neg: impl Fn(usize) -> bool, aq: &[u8]) -> [i32; 2] {
+    let g = grid(&iq_grids::IQ1_S);
+    let mut s = [0i32; 2];
+    for e in 0..32 {
+        let c = 8 * g.row(row(e / 8))[e % 8] as i32 + if neg(e / 8) { -1 } else { 1 };
+        s[e / 16] += c * aq[e] as i8 as i32;
+    }
+    s
+}
+
+/// IQ1_S (`ggml_dot<19>`): `(d * 0.125) * (da * ((2 ls + 1) (s0 + s1)))`.
+fn dot_iq1_s(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 3) * GGML_IQ1_S_BYTES..];
+    let j = b & 7;
+    let qh = u16::from_le_bytes([blk[34 + 2 * j], blk[35 + 2 * j]]) as u32;
+    let idx = |l: usize| blk[2 + 4 * j + l] as usize | (((qh >> (3 * l)) & 7) as usize) << 8;
+    let [s0, s1] = iq1_sums(idx, |_| qh >> 15 == 1, a.aq);
+    let ls = ((qh >> 12) & 7) as i32;
+    (f16_at(blk) * 0.125) * (a.da * ((2 * ls + 1) * (s0 + s1)) as f32)
+}
+
+/// IQ1_M (`ggml_dot<29>`): `(d * 0.125) * (da * ((2 ls0 + 1) s0 + (2 ls1 + 1) s1))`, `d` the f16
+/// in the four scale words' top nibbles.
+fn dot_iq1_m(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 3) * GGML_IQ1_M_BYTES..];
+    let j = b & 7;
+    let sc = |i: usize| u16::from_le_bytes([blk[48 + 2 * i], blk[49 + 2 * i]]) as u32;
+    let bits = (sc(0) >> 12) | (sc(1) >> 12) << 4 | (sc(2) >> 12) << 8 | (sc(3) >> 12) << 12;
+    let d = half::f16::from_bits(bits as u16).to_f32();
+    let nib = |l: usize| (blk[32 + (4 * j + l) / 2] >> (4 * ((4 * j + l) & 1))) & 15;
+    let idx = |l: usize| blk[4 * j + l] as usize | ((nib(l) & 7) as usize) << 8;
+    let [s0, s1] = iq1_sums(idx, |l| nib(l) & 8 != 0, a.aq);
+    let ls = |u: usize| ((sc(u / 4) >> (3 * (u & 3))) & 7) as i32;
+    let t = (2 * ls(2 * j) + 1) * s0 + (2 * ls(2 * j + 1) + 1) * s1;
+    (d * 0.125) * (a.da * t as f32)
+}
+
 /// The dot product of 32-value block `b` of weight row `w` (type `ty`) with one q8_1 block
 /// `a`, as `ggml_dot<ty>` computes it: one function per type, as in the kernel.
 pub fn ggml_dot(ty: GgmlType, w: &[u8], b: usize, a: &[u8]) -> f32 {
@@ -373,6 +412,8 @@ pub fn ggml_dot(ty: GgmlType, w: &[u8], b: usize, a: &[u8]) -> f32 {
         GgmlType::IQ2_S => dot_iq2_s(w, b, a),
         GgmlType::IQ3_XXS => dot_iq3_xxs(w, b, a),
         GgmlType::IQ3_S => dot_iq3_s(w, b, a),
+        GgmlType::IQ1_S => dot_iq1_s(w, b, a),
+        GgmlType::IQ1_M => dot_iq1_m(w, b, a),
         _ => unreachable!("{ty:?} is not an engine type (layouts::ggml::codec::TYPES)"),
     }
 }
