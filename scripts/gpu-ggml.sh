@@ -2,16 +2,15 @@
 # On the GPU machine, one call for the block-format engine (issue 56): llama.cpp's ggml peer
 # built in the background (../shared/tools/ggml-peer.sh, copied with its prepared sources into
 # .gpu-bin/ by the caller), meanwhile gpu-check's engine rows and layer arms (and a converted
-# source with --load-source when GGML_SOURCE names one), then bench-gpu's decode kernels and
-# engine arms, then the peer on both llama-8B shapes. Logs to $OUT.
-#   here: bash scripts/gpu-build.sh && bash ../shared/tools/ggml-peer.sh prepare .gpu-bin/ggml-peer &&
-#         cp ../shared/tools/ggml-peer.sh .gpu-bin/
+# source with --load-source for each path GGML_SOURCE names, space-separated), then bench-gpu's
+# decode kernels and engine arms, then the peer on both llama-8B shapes. Logs to $OUT.
+#   here: bash scripts/gpu-prep-ggml.sh (the binary, the peer's sources, two GGUF sources)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-env.sh
 bin=.gpu-bin/metrale-pack
 peer=.gpu-bin/ggml-peer.sh
-types='bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_K|q3_K|q4_K|q5_K|q6_K|iq4_nl|iq4_xs|mxfp4|nvfp4'
+types='bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_K|q3_K|q4_K|q5_K|q6_K|iq1_s|iq1_m|iq2_xxs|iq2_xs|iq2_s|iq3_xxs|iq3_s|iq4_nl|iq4_xs|mxfp4|nvfp4'
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 rc=0
 # The caller may pack the peer sources and the sources to convert into one archive (the carry limit).
@@ -23,7 +22,7 @@ if [ -z "${SKIP_PEER:-}" ]; then
 fi
 if [ -z "${SKIP_GPU_CHECK:-}" ]; then
   src=()
-  [ -n "${GGML_SOURCE:-}" ] && src=(--load-source "$GGML_SOURCE")
+  for s in ${GGML_SOURCE:-}; do src+=(--load-source "$s"); done
   timeout "${CHECK_TIMEOUT:-300}" "$bin" gpu-check ${GPU_CHECK_ARGS:---arms ggml} "${src[@]}" \
     > "$out/gpu-check.txt" 2> "$out/gpu-check.err" || rc=1
   grep -c " PASS$" "$out/gpu-check.txt"; grep -v " PASS$" "$out/gpu-check.txt" | tail -30; tail -3 "$out/gpu-check.err"
