@@ -207,6 +207,48 @@ fn iq1_iq2_and_iq3_types_convert_by_default_and_forward() {
     );
 }
 
+/// A GGUF whose FFN weight has llama.cpp's per-tensor output scale beside it
+/// (`blk.N.ffn_up.scale`, which llama.cpp multiplies the projection's output by) is refused
+/// when opened, naming the scale tensor; `convert` stops and writes nothing. The same file
+/// without the scale converts.
+#[test]
+fn a_per_tensor_output_scale_is_refused_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mix = "Q4_K/Q4_K/Q6_K";
+    python_ref(&[
+        "kmix_gguf",
+        d.to_str().unwrap(),
+        "256",
+        "512",
+        "silu",
+        mix,
+        "up=0.5",
+    ]);
+    let src = d.join("model.gguf");
+    let e = Model::open(&src).err().expect("refused").to_string();
+    assert!(
+        e.contains("blk.0.ffn_up.scale") && e.contains("model.gguf") && e.contains("output scale"),
+        "{e}"
+    );
+    let out = d.join("p.mpk.gguf");
+    let o = common::pack::cli(&common::pack::convert_args(&src, &out, &[]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(common::pack::err(&o).contains("blk.0.ffn_up.scale"));
+    assert!(!out.exists(), "nothing written");
+    let plain = d.join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    python_ref(&[
+        "kmix_gguf",
+        plain.to_str().unwrap(),
+        "256",
+        "512",
+        "silu",
+        mix,
+    ]);
+    assert!(Model::open(plain.join("model.gguf")).is_ok());
+}
+
 /// A tensor-parallel pack carries each rank's slice of the blocks (gate and up by rows, down by
 /// whole blocks of columns), each decoding to its slice of gguf-py's decode; where a TP size's
 /// slices split the down projections' 256-value blocks, those slices are stored as Q8_0 of

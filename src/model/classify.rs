@@ -288,6 +288,32 @@ impl Model {
         Ok(())
     }
 
+    /// Refuse a GGUF dense FFN weight beside a per-tensor `.scale` tensor (`blk.N.ffn_up.scale`,
+    /// one value): llama.cpp multiplies that projection's output by it (llama-model.cpp loads
+    /// every `LLM_TENSOR_FFN_*` "scale" as optional, llama-graph.cpp's `build_lora_mm` and
+    /// `build_ffn` apply it after the matmul; NVFP4 files carry ModelOpt's second-level scale
+    /// there). No layout carries that factor yet, and the weight without it is not the one
+    /// llama.cpp computes with, so the model is refused, naming the tensor.
+    pub(super) fn check_gguf_scales(&self) -> Result<()> {
+        for l in &self.ffn_layers {
+            for w in [&l.gate, &l.up, &l.down] {
+                let name = &self.tensors[w.main()].name;
+                let Some(base) = name.strip_suffix(".weight") else {
+                    continue;
+                };
+                if let Some(i) = self.index_of(&format!("{base}.scale")) {
+                    return Err(self.qerr(
+                        i,
+                        format!(
+                            "a per-tensor output scale of {name} (llama.cpp multiplies the projection's output by it): not carried by any FFN layout yet; refused rather than converting the weight without it"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `weight_shape` of a packed integer weight: `[n, k]` from an I64 or I32 `[2]` tensor.
     pub(super) fn packed_shape(&self, shape: usize) -> Option<[u64; 2]> {
         let t = &self.tensors[shape];

@@ -111,7 +111,7 @@ def kquant_type(ty: str, row: int) -> str:
     return {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}[ty]
 
 
-def kmix_gguf(out_dir: str, hidden: int, inter: int, act: str, mix: str) -> None:
+def kmix_gguf(out_dir: str, hidden: int, inter: int, act: str, mix: str, scales: str = "") -> None:
     """A GGUF as llama-quantize writes a K-quant mix: per layer `gate/up/down` types from MIX
     (`Q4_K/Q4_K/Q6_K;Q4_K/Q4_K/Q4_K;...`), llama.cpp's fallback where a row is not whole
     super-blocks (`kquant_type`), each weight quantized by libgguf (ggml's quantizers) and
@@ -148,6 +148,11 @@ def kmix_gguf(out_dir: str, hidden: int, inter: int, act: str, mix: str) -> None
             name = f"blk.{layer}.ffn_{proj}.weight"
             w.add_tensor(name, q, raw_dtype=qt)
             np.save(os.path.join(out_dir, name + ".npy"), quants.dequantize(q, qt).astype(np.float32))
+            # SCALES "up=0.5,...": llama.cpp's optional per-tensor output scale, `blk.N.ffn_X.scale` [1].
+            for item in filter(None, scales.split(",")):
+                p, v = item.split("=")
+                if p == proj:
+                    w.add_tensor(f"blk.{layer}.ffn_{proj}.scale", np.array([float(v)], dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -256,7 +261,7 @@ def main() -> None:
     elif cmd == "iq_gguf":
         iq_gguf(sys.argv[2])
     elif cmd == "kmix_gguf":
-        kmix_gguf(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
+        kmix_gguf(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6], *sys.argv[7:8])
     elif cmd == "iq_grid":
         from gguf import quants
 
