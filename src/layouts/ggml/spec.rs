@@ -44,7 +44,18 @@ impl LayoutSpec for Ggml {
         Some(50)
     }
     fn keeps_what(&self) -> &'static str {
-        "GGUF Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 blocks byte for byte, any mix per projection (float sources as Q8_0)"
+        // The engine's types, from its one list.
+        static WHAT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            let names: Vec<&str> = crate::converters::layouts::ggml::TYPES
+                .iter()
+                .map(|t| t.name())
+                .collect();
+            format!(
+                "GGUF {} blocks byte for byte, any mix per projection (float sources as Q8_0)",
+                names.join(", ")
+            )
+        });
+        &WHAT
     }
     fn parts(&self, _: Proj, _: DownFormat) -> &'static [&'static str] {
         &[""]
