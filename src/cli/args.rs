@@ -31,9 +31,11 @@ pub(crate) enum Cmd {
     /// layer the chosen layouts. Every tensor the engine uploads lies in one contiguous device
     /// segment in layer order (all but those --host-tensors names).
     ///
-    /// Default layouts: what keeps the source's format (block FP8: fp8; NVFP4: the NVFP4 set);
-    /// for float sources nvfp4,nvfp4_mmq (SiLU) or nvfp4,nvfp4_t (GELU). A set that would
-    /// quantize already-quantized weights again stops before writing unless --allow-requantize.
+    /// Default layouts: what keeps the source's format (block FP8: fp8; FP8 per channel or
+    /// tensor, SiLU: w8a8; NVFP4: the NVFP4 set; GGUF K-quant, IQ and MXFP4 mixes: ggml;
+    /// `metrale-pack layouts` lists what each keeps); for float sources nvfp4,nvfp4_mmq (SiLU)
+    /// or nvfp4,nvfp4_t (GELU). A set that would quantize already-quantized weights again
+    /// stops before writing unless --allow-requantize.
     Convert {
         /// The checkpoint: a GGUF file, a safetensors file, or a folder of safetensors shards.
         src: PathBuf,
