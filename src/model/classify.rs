@@ -5,22 +5,6 @@ use crate::converters::{self, fp8_block};
 use crate::error::{Error, Result};
 use safetensors::Dtype;
 
-/// Suffixes of the tensors that are part of a quantized weight: none may be left unread.
-const COMPANIONS: [&str; 12] = [
-    ".qweight",
-    ".qzeros",
-    ".scales",
-    ".g_idx",
-    ".weight_scale",
-    ".weight_zero_point",
-    ".weight_packed",
-    ".weight_shape",
-    ".weight_g_idx",
-    ".weight_global_scale",
-    ".weight_scale_2",
-    ".weight_scale_inv",
-];
-
 impl Model {
     /// The dense FFN layers wherever they stand, and the layers whose FFN is a mixture of
     /// experts. A layer is dense with gate, up and down projections, or with a fused gate+up
@@ -246,72 +230,6 @@ impl Model {
             }
             _ => Some(FfnWeight::Plain { weight }),
         }
-    }
-
-    /// Refuse a weight companion (`X.weight_scale`, `X.weight_zero_point`, ...) that no scheme
-    /// this tool reads consumes together with its weight: reading `X.weight` without it would
-    /// silently give wrong values (the raw codes), so the model is refused, naming it.
-    pub(super) fn check_companions(&self) -> Result<()> {
-        for (i, t) in self.tensors.iter().enumerate() {
-            let Some((prefix, suffix)) = COMPANIONS
-                .iter()
-                .find_map(|s| t.name.strip_suffix(s).map(|p| (p, *s)))
-            else {
-                continue;
-            };
-            // `scales`, `qzeros` and `g_idx` are legacy packing's only beside a `qweight`.
-            if matches!(suffix, ".qzeros" | ".scales" | ".g_idx")
-                && self.index_of(&format!("{prefix}.qweight")).is_none()
-            {
-                continue;
-            }
-            let consumed = self
-                .classify(prefix)
-                .is_some_and(|w| !matches!(w, FfnWeight::Plain { .. }) && w.tensors().contains(&i));
-            if !consumed {
-                let why = if suffix == ".weight_g_idx" {
-                    "act-order group indices (weight_g_idx, GPTQ desc_act) are not read yet"
-                        .to_string()
-                } else if matches!(suffix, ".qweight" | ".qzeros" | ".scales" | ".g_idx") {
-                    format!(
-                        "legacy qweight/qzeros/scales packing is read for AutoAWQ's GEMM layout (quant_method \"awq\") and GPTQ's (quant_method \"gptq\", in config.json's quantization_config or quantize_config.json); this checkpoint declares quant_method {:?}",
-                        self.quant.method.as_deref().unwrap_or("(none)")
-                    )
-                } else {
-                    format!(
-                        "no weight scheme this tool reads consumes it with {prefix}.weight (compressed-tensors int/FP8/NVFP4, ModelOpt, block FP8 are read); refused rather than reading the weight without it"
-                    )
-                };
-                return Err(self.qerr(i, why));
-            }
-        }
-        Ok(())
-    }
-
-    /// Refuse a GGUF dense FFN weight beside a per-tensor `.scale` tensor (`blk.N.ffn_up.scale`,
-    /// one value): llama.cpp multiplies that projection's output by it (llama-model.cpp loads
-    /// every `LLM_TENSOR_FFN_*` "scale" as optional, llama-graph.cpp's `build_lora_mm` and
-    /// `build_ffn` apply it after the matmul; NVFP4 files carry ModelOpt's second-level scale
-    /// there). No layout carries that factor yet, and the weight without it is not the one
-    /// llama.cpp computes with, so the model is refused, naming the tensor.
-    pub(super) fn check_gguf_scales(&self) -> Result<()> {
-        for l in &self.ffn_layers {
-            for w in [&l.gate, &l.up, &l.down] {
-                let name = &self.tensors[w.main()].name;
-                let Some(base) = name.strip_suffix(".weight") else {
-                    continue;
-                };
-                if let Some(i) = self.index_of(&format!("{base}.scale")) {
-                    return Err(self.qerr(
-                        i,
-                        format!(
-                            "a per-tensor output scale of {name} (llama.cpp multiplies the projection's output by it): not carried by any FFN layout yet; refused rather than converting the weight without it"
-                        ),
-                    ));
-                }
-            }
-        }
-        Ok(())
     }
 
     /// `weight_shape` of a packed integer weight: `[n, k]` from an I64 or I32 `[2]` tensor.

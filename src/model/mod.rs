@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 mod classify;
+mod companions;
 mod decode;
 mod int_groups;
 pub mod lora;
