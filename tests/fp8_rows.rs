@@ -10,7 +10,7 @@ mod common;
 
 use common::pack::*;
 use metrale_pack::converters::fp8;
-use metrale_pack::converters::layouts::Layout;
+use metrale_pack::converters::layouts::{Layout, f32_from};
 use metrale_pack::ffn::Proj;
 use metrale_pack::model::{FfnWeight, Model};
 use metrale_pack::pack::{self, ConvertOptions, Pack, blob_name_tp, choice};
@@ -38,12 +38,6 @@ fn sha_f32(v: &[f32]) -> String {
     Sha256::digest(&bytes)
         .iter()
         .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect()
 }
 
@@ -101,7 +95,7 @@ fn fp8_row_checkpoints_convert_by_default_into_w8a8_byte_for_byte() {
                     p.read(p.index(&b).unwrap_or_else(|| panic!("{ctx}: no {b}")))
                         .unwrap()
                 };
-                let (got_codes, got_scales) = (blob("codes"), f32s(&blob("scales")));
+                let (got_codes, got_scales) = (blob("codes"), f32_from(&blob("scales")));
                 let kp = k.div_ceil(128) * 128;
                 assert_eq!(got_codes.len(), n * kp, "{ctx}");
                 for r in 0..n {
@@ -168,7 +162,7 @@ fn each_rank_of_a_tensor_parallel_pack_carries_its_exact_slice() {
                     p.read(p.index(&b).unwrap_or_else(|| panic!("{ctx}: no {b}")))
                         .unwrap()
                 };
-                let (got, got_s) = (blob("codes"), f32s(&blob("scales")));
+                let (got, got_s) = (blob("codes"), f32_from(&blob("scales")));
                 if proj == Proj::Down {
                     // Columns lo..hi of every row, the scales whole.
                     let kp = got.len() / n;
