@@ -55,7 +55,7 @@ pub fn load_checks_from(
         let lp = copy_rows(b.as_ref(), &fx, io, &mut rows)?;
         let ov = &lp.layers[fx.li];
         let tag = format!("{io:?}");
-        for rows_of in LOAD_ROWS.iter() {
+        for (_, rows_of) in LOAD_ROWS.iter().filter(|(l, _)| fx.layouts.contains(l)) {
             rows_of(&b, &fx, ov, &tag, rng, &mut rows)?;
         }
         pack_vs_startup(&b, &fx, ov, &tag, rng, &mut rows)?;
@@ -101,7 +101,8 @@ pub(crate) type Install = fn(
     &Fixture,
 ) -> GpuResult<()>;
 
-/// A layout's own rows on the loaded pack (layer `fx.li`'s overlays `ov`, copy path `io`).
+/// A layout's own rows on the loaded pack (layer `fx.li`'s overlays `ov`, copy path `io`), run
+/// where the pack holds the layout.
 pub(crate) type LoadRows = fn(
     &Arc<dyn GpuBackend>,
     &Fixture,
@@ -121,10 +122,10 @@ macro_rules! load_arms {
             $(v.extend(crate::layouts::$t::check_load::STARTUP.iter());)*
             v
         });
-        /// Every layout's own load rows, in `Layout` order.
-        static LOAD_ROWS: LazyLock<Vec<LoadRows>> = LazyLock::new(|| {
+        /// Every layout's own load rows with their layout, in `Layout` order.
+        static LOAD_ROWS: LazyLock<Vec<(Layout, LoadRows)>> = LazyLock::new(|| {
             let mut v = Vec::new();
-            $(v.extend_from_slice(crate::layouts::$t::check_load::ROWS);)*
+            $(v.extend(crate::layouts::$t::check_load::ROWS.iter().map(|&r| (Layout::$v, r)));)*
             v
         });
     };

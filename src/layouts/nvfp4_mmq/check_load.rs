@@ -26,8 +26,7 @@ pub(crate) static STARTUP: &[StartupArm] = &[StartupArm {
 /// Its own rows on a loaded pack.
 pub(crate) static ROWS: &[LoadRows] = &[repack_row];
 
-/// A pack holding nvfp4_mmq (a SiLU model's: GELU layers refuse it): finalize_nvfp4_mmq_load
-/// has nothing to repack.
+/// A pack holding nvfp4_mmq: finalize_nvfp4_mmq_load has nothing to repack.
 fn repack_row(
     b: &Arc<dyn GpuBackend>,
     fx: &Fixture,
@@ -36,9 +35,6 @@ fn repack_row(
     _: &mut Rand,
     rows: &mut Vec<Row>,
 ) -> crate::Result<()> {
-    if !fx.layouts.contains(&Layout::Nvfp4Mmq) {
-        return Ok(());
-    }
     let mut ctx = ForwardContext::new(b.clone(), fx.config(), 64, ModelLevers::default())?;
     let mut l = fx.new_layer(&ctx);
     ov.only(&[Layout::Nvfp4, Layout::Nvfp4Mmq])
