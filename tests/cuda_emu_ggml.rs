@@ -14,6 +14,9 @@ use metrale_pack::gpu::reference;
 use metrale_pack::gpu::sizes::{GGML_GEMV_MAX_M, Q8_1_BYTES, Q8_1_ELEMS};
 use metrale_pack::testing::{Rand, ggml_random_blocks, rel_err};
 
+/// The launch's second projection's output scale (llama.cpp's per-tensor `.scale`), not 1.
+const SECOND_SCALE: f32 = -0.375;
+
 #[test]
 fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
     let Some(exe) = emulator() else { return };
@@ -40,9 +43,11 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
                     A::I(m),
                     A::P(w.clone()),
                     A::I(ty as usize),
+                    A::F(1.0),
                     A::P(vec![0xA5; m * ldy * 4]),
                     A::P(w2.clone()),
                     A::I(GgmlType::Q8_0 as usize),
+                    A::F(SECOND_SCALE),
                     A::P(vec![0xA5; m * ldy * 4]),
                     A::I(2),
                     A::I(n),
@@ -51,11 +56,11 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
                 ];
                 launch(exe, "ggml_gemv", (n.div_ceil(8), 2), 256, &mut a);
                 let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
-                for (wb, t, at) in [(&w, ty, 4), (&w2, GgmlType::Q8_0, 7)] {
+                for (wb, t, sc, at) in [(&w, ty, 1.0, 5), (&w2, GgmlType::Q8_0, SECOND_SCALE, 9)] {
                     let got = bf32(buf(&a[at]));
                     for row in 0..m {
                         let mut want = vec![0f32; n];
-                        reference::ggml_gemv_row(&xq[row * row_q8..], wb, t, n, k, &mut want);
+                        reference::ggml_gemv_row(&xq[row * row_q8..], wb, t, sc, [n, k], &mut want);
                         let g = &got[row * ldy..row * ldy + n];
                         assert!(
                             want.iter().zip(g).all(|(a, b)| a.to_bits() == b.to_bits()),
@@ -122,7 +127,7 @@ fn the_engine_twin_is_the_decoded_product_to_f32_rounding() {
             .map(|j| (0..k).map(|e| dec[j * k + e] as f64 * x[e] as f64).sum())
             .collect();
         let mut got = vec![0f32; n];
-        reference::ggml_gemv_row(&xq, &w, ty, n, k, &mut got);
+        reference::ggml_gemv_row(&xq, &w, ty, 1.0, [n, k], &mut got);
         let err = rel_err(&got, &want);
         println!("{}: {err:.2e} against the float64 product", ty.name());
         // f32 scale products and sums over 1024 values: 4e-8 .. 9e-8 measured; 1e-6.
@@ -137,11 +142,14 @@ fn the_engine_dequantization_is_gguf_py_s_decode_in_bf16_for_every_type() {
     let Some(exe) = emulator() else { return };
     let mut r = Rand(58);
     let (n, k) = (5usize, 768usize);
-    for ty in TYPES {
+    for (i, ty) in TYPES.into_iter().enumerate() {
         let w = ggml_random_blocks(&mut r, ty, n, k);
+        // Every other type with an output scale (llama.cpp's per-tensor `.scale`).
+        let sc = if i % 2 == 0 { 1.0 } else { -0.6875 };
         let mut a = [
             A::P(w.clone()),
             A::I(ty as usize),
+            A::F(sc),
             A::I(n),
             A::I(k),
             A::P(vec![0xA5; n * k * 2]),
@@ -153,11 +161,11 @@ fn the_engine_dequantization_is_gguf_py_s_decode_in_bf16_for_every_type() {
             256,
             &mut a,
         );
-        let want: Vec<u8> = reference::ggml_dequant_bf16(&w, ty, n, k)
+        let want: Vec<u8> = reference::ggml_dequant_bf16(&w, ty, sc, n, k)
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
-        assert!(buf(&a[4]) == want.as_slice(), "{}", ty.name());
+        assert!(buf(&a[5]) == want.as_slice(), "{}", ty.name());
     }
 }
 

@@ -28,6 +28,21 @@ fn mix_converts_and_forwards(
     mix: &str,
     want: &[[&str; 3]],
 ) {
+    mix_with_scales(hidden, inter, act, mix, "", want);
+}
+
+/// As [`mix_converts_and_forwards`], every layer's projections named in `scales`
+/// (`"up=0.5,down=0.25"`) beside llama.cpp's per-tensor output scale (`blk.N.ffn_X.scale`):
+/// the blob records it and decodes to gguf-py's decode times it, and the layer's output is the
+/// FFN of those products.
+fn mix_with_scales(
+    hidden: usize,
+    inter: usize,
+    act: &str,
+    mix: &str,
+    scales: &str,
+    want: &[[&str; 3]],
+) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     python_ref(&[
@@ -37,7 +52,14 @@ fn mix_converts_and_forwards(
         &inter.to_string(),
         act,
         mix,
+        scales,
     ]);
+    let scale_of = |proj: Proj| -> Option<f32> {
+        scales.split(',').find_map(|item| {
+            let (p, v) = item.split_once('=')?;
+            (p == proj.name()).then(|| v.parse().unwrap())
+        })
+    };
     let src = d.join("model.gguf");
     let out = d.join("p.mpk.gguf");
     let p = convert_and_verify(&src, &out, &[]);
@@ -54,7 +76,16 @@ fn mix_converts_and_forwards(
             let i = p.index(&blob).unwrap();
             assert!(p.data(i) == model.data(t), "{blob}: the source's bytes");
             let (got, _) = p.decode_ffn(&blob).unwrap();
-            let gguf_py = read_npy(&d.join(format!("{name}.npy"))).to_f32();
+            let mut gguf_py = read_npy(&d.join(format!("{name}.npy"))).to_f32();
+            let fe = p.manifest.tensors[i].ffn.as_ref().unwrap();
+            assert_eq!(
+                fe.scalars.get("output_scale").copied(),
+                scale_of(proj),
+                "{blob}"
+            );
+            if let Some(s) = scale_of(proj) {
+                gguf_py.iter_mut().for_each(|v| *v *= s);
+            }
             common::assert_bits_eq(&blob, &got, &gguf_py);
             w3.push(got);
         }
@@ -207,46 +238,54 @@ fn iq1_iq2_and_iq3_types_convert_by_default_and_forward() {
     );
 }
 
-/// A GGUF whose FFN weight has llama.cpp's per-tensor output scale beside it
-/// (`blk.N.ffn_up.scale`, which llama.cpp multiplies the projection's output by) is refused
-/// when opened, naming the scale tensor; `convert` stops and writes nothing. The same file
-/// without the scale converts.
+/// GGUF's NVFP4 (type 40), as llama.cpp's converter writes a ModelOpt NVFP4 checkpoint: the
+/// blocks (written by libgguf) beside each projection's per-tensor output scale
+/// (`blk.N.ffn_X.scale`, ModelOpt's `weight_scale_2`), which llama.cpp multiplies the output
+/// by; a Q6_K down in the second layer. Converts by default into `ggml`, the blocks carried
+/// and the scales recorded; and a Q4_K_M layer with a scale on its up projection only.
 #[test]
-fn a_per_tensor_output_scale_is_refused_not_dropped() {
+fn nvfp4_and_per_tensor_output_scales_are_carried() {
+    mix_with_scales(
+        512,
+        1024,
+        "silu",
+        "NVFP4/NVFP4/NVFP4;NVFP4/NVFP4/Q6_K",
+        "gate=0.0021,up=0.0019,down=0.0023",
+        &[["NVFP4", "NVFP4", "NVFP4"], ["NVFP4", "NVFP4", "Q6_K"]],
+    );
+    mix_with_scales(
+        256,
+        512,
+        "gelu",
+        "Q4_K/Q4_K/Q6_K",
+        "up=-0.5",
+        &[["Q4_K", "Q4_K", "Q6_K"]],
+    );
+}
+
+/// An output scale that is not one finite F32 value is refused when the model is opened,
+/// naming the scale tensor and the file.
+#[test]
+fn a_malformed_output_scale_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mix = "Q4_K/Q4_K/Q6_K";
     python_ref(&[
         "kmix_gguf",
         d.to_str().unwrap(),
         "256",
         "512",
         "silu",
-        mix,
-        "up=0.5",
+        "Q4_K/Q4_K/Q6_K",
+        "up=inf",
     ]);
-    let src = d.join("model.gguf");
-    let e = Model::open(&src).err().expect("refused").to_string();
+    let e = Model::open(d.join("model.gguf"))
+        .err()
+        .expect("refused")
+        .to_string();
     assert!(
-        e.contains("blk.0.ffn_up.scale") && e.contains("model.gguf") && e.contains("output scale"),
+        e.contains("blk.0.ffn_up.scale") && e.contains("model.gguf") && e.contains("not finite"),
         "{e}"
     );
-    let out = d.join("p.mpk.gguf");
-    let o = common::pack::cli(&common::pack::convert_args(&src, &out, &[]));
-    assert_eq!(o.status.code(), Some(1));
-    assert!(common::pack::err(&o).contains("blk.0.ffn_up.scale"));
-    assert!(!out.exists(), "nothing written");
-    let plain = d.join("plain");
-    std::fs::create_dir_all(&plain).unwrap();
-    python_ref(&[
-        "kmix_gguf",
-        plain.to_str().unwrap(),
-        "256",
-        "512",
-        "silu",
-        mix,
-    ]);
-    assert!(Model::open(plain.join("model.gguf")).is_ok());
 }
 
 /// A tensor-parallel pack carries each rank's slice of the blocks (gate and up by rows, down by

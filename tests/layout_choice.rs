@@ -19,7 +19,7 @@ fn stdout(o: &std::process::Output) -> String {
 }
 
 /// The real SmolLM2 Q4_1 GGUF: `affine` keeps Q4_1, so the default carries it with no flag; a
-/// Q2_K source goes to `ggml`; a GGUF NVFP4 source no layout keeps stops before writing with the
+/// Q2_K source goes to `ggml`; a GGUF Q8_1 source (no layout keeps it) stops before writing with the
 /// table of choices; a named set that re-quantizes is refused; bf16 (values kept) needs no
 /// flag; the flag takes the default.
 #[test]
@@ -58,7 +58,7 @@ fn a_quantized_source_is_kept_or_not_requantized_without_the_flag() {
         256,
         512,
         2,
-        GgmlType::NVFP4,
+        GgmlType::Q8_1,
         &mut rng,
     );
     let q2out = dir.path().join("iq2.mpk.gguf");
@@ -74,7 +74,7 @@ fn a_quantized_source_is_kept_or_not_requantized_without_the_flag() {
     );
     let line = e.lines().find(|l| l.starts_with("error:")).unwrap();
     assert!(
-        line.contains("NVFP4") && line.contains("--allow-requantize"),
+        line.contains("Q8_1") && line.contains("--allow-requantize"),
         "{line}"
     );
     assert!(line.contains("nvfp4 would re-quantize"), "{line}");

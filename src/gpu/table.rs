@@ -643,9 +643,10 @@ kernel_table! {
         grid(Per("n", 1), One, 256), cap None, round None;
     q4k_gemm: "ffn_q4k_mmq" "q4k_mmq_gemm" ("xq:p m:i w:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
-    ggml_gemv: "ffn_ggml" "ggml_gemv" ("xq:p m:i w:p ty:i y:p w2:p ty2:i y2:p projs:i n:i kp:i ldy:i")
+    ggml_gemv: "ffn_ggml" "ggml_gemv"
+        ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
         grid(Per("n", GGML_GEMV_ROWS), Per("projs", 1), 256), cap Some(GGML_GEMV_MAX_M), round None, dependent true;
-    ggml_dequant: "ffn_ggml" "ggml_dequant_bf16" ("w:p ty:i n:i kp:i out:p")
+    ggml_dequant: "ffn_ggml" "ggml_dequant_bf16" ("w:p ty:i sc:f n:i kp:i out:p")
         // One thread per 32-value block: n * kp / 32 threads.
         grid(Rule(|a| Ok(a.dim("n")?
             .checked_mul(a.dim("kp")? / 32)

@@ -228,7 +228,13 @@ impl Model {
                     },
                 })
             }
-            _ => Some(FfnWeight::Plain { weight }),
+            _ => Some(match idx("scale") {
+                // llama.cpp's per-tensor output scale beside a GGUF weight.
+                Some(scale) if self.format == Format::Gguf => {
+                    FfnWeight::GgufScaled { weight, scale }
+                }
+                _ => FfnWeight::Plain { weight },
+            }),
         }
     }
 
@@ -406,6 +412,10 @@ impl Model {
             Ok(())
         };
         Ok(match *w {
+            FfnWeight::GgufScaled { weight, scale } => {
+                self.gguf_scale(scale)?;
+                self.weight_shape(&FfnWeight::Plain { weight })?
+            }
             FfnWeight::Plain { weight } => {
                 let s = self.two_d(weight)?;
                 if let DType::St(d) = self.tensors[weight].dtype

@@ -1,6 +1,7 @@
 //! What must be read together with a weight, or the weight is refused: a safetensors weight's
 //! quantization companions (`X.weight_scale`, `X.qzeros`, ...) that no scheme this reader
-//! knows consumes, and a GGUF FFN weight's per-tensor output scale (`blk.N.ffn_X.scale`).
+//! knows consumes; and a GGUF FFN weight's per-tensor output scale (`blk.N.ffn_X.scale`, read
+//! with its weight: `FfnWeight::GgufScaled`) that is not one finite F32 value.
 
 use super::*;
 use crate::error::Result;
@@ -62,26 +63,15 @@ impl Model {
         Ok(())
     }
 
-    /// Refuse a GGUF dense FFN weight beside a per-tensor `.scale` tensor (`blk.N.ffn_up.scale`,
-    /// one value): llama.cpp multiplies that projection's output by it (llama-model.cpp loads
-    /// every `LLM_TENSOR_FFN_*` "scale" as optional, llama-graph.cpp's `build_lora_mm` and
-    /// `build_ffn` apply it after the matmul; NVFP4 files carry ModelOpt's second-level scale
-    /// there). No layout carries that factor yet, and the weight without it is not the one
-    /// llama.cpp computes with, so the model is refused, naming the tensor.
+    /// Check every GGUF dense FFN weight's per-tensor output scale (`blk.N.ffn_up.scale`,
+    /// which llama.cpp's `build_ffn` multiplies the projection's output by; NVFP4 files carry
+    /// ModelOpt's second-level scale there) when the model is opened: one finite F32 value,
+    /// else the model is refused, naming the scale tensor.
     pub(super) fn check_gguf_scales(&self) -> Result<()> {
         for l in &self.ffn_layers {
             for w in [&l.gate, &l.up, &l.down] {
-                let name = &self.tensors[w.main()].name;
-                let Some(base) = name.strip_suffix(".weight") else {
-                    continue;
-                };
-                if let Some(i) = self.index_of(&format!("{base}.scale")) {
-                    return Err(self.qerr(
-                        i,
-                        format!(
-                            "a per-tensor output scale of {name} (llama.cpp multiplies the projection's output by it): not carried by any FFN layout yet; refused rather than converting the weight without it"
-                        ),
-                    ));
+                if let FfnWeight::GgufScaled { scale, .. } = *w {
+                    self.gguf_scale(scale)?;
                 }
             }
         }

@@ -69,6 +69,28 @@ impl Model {
         Ok(out)
     }
 
+    /// The value of a GGUF per-tensor output scale (`blk.N.ffn_X.scale`): one finite F32, as
+    /// llama.cpp loads it (`[1]`).
+    pub fn gguf_scale(&self, t: usize) -> Result<f32> {
+        let tt = &self.tensors[t];
+        let b = self.data(t);
+        if tt.dtype != DType::Ggml(GgmlType::F32) || tt.elems() != 1 || b.len() != 4 {
+            return Err(self.qerr(
+                t,
+                format!(
+                    "an output scale must be one F32 value (llama.cpp's [1]); found {} {:?}",
+                    tt.dtype.name(),
+                    tt.shape
+                ),
+            ));
+        }
+        let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        if !v.is_finite() {
+            return Err(self.qerr(t, format!("the output scale is {v}, not finite")));
+        }
+        Ok(v)
+    }
+
     /// A one-element scale (`[]` or `[1]`) stored as F32, BF16 or F16.
     pub fn scalar_f32(&self, t: usize, what: &str) -> Result<f32> {
         let tt = &self.tensors[t];
@@ -98,6 +120,14 @@ impl Model {
             .ok_or_else(|| self.qerr(w.main(), format!("shape {shape:?} overflows")))?;
         let out = match *w {
             FfnWeight::Plain { weight } => self.decode_tensor(weight)?,
+            // llama.cpp multiplies the projection's output by the scale: the weight's values
+            // times it, one f32 product each.
+            FfnWeight::GgufScaled { weight, scale } => {
+                let s = self.gguf_scale(scale)?;
+                let mut out = self.decode_tensor(weight)?;
+                out.iter_mut().for_each(|v| *v *= s);
+                out
+            }
             FfnWeight::Awq {
                 qweight,
                 qzeros,

@@ -183,6 +183,15 @@ pub enum FfnWeight {
         /// The weight tensor.
         weight: usize,
     },
+    /// A GGUF weight beside llama.cpp's per-tensor output scale (`blk.N.ffn_X.scale`, one F32
+    /// value): llama.cpp multiplies the projection's output by it (NVFP4 files converted from
+    /// ModelOpt carry its `weight_scale_2` there). Decoded, it is the weight times the scale.
+    GgufScaled {
+        /// The weight tensor (any ggml type).
+        weight: usize,
+        /// The one-value scale tensor.
+        scale: usize,
+    },
     /// ModelOpt NVFP4: U8 codes, F8_E4M3 block scales, F32 `weight_scale_2`.
     ModelOptNvfp4 {
         /// The packed E2M1 codes.
@@ -283,6 +292,7 @@ impl FfnWeight {
     pub fn main(&self) -> usize {
         match *self {
             FfnWeight::Plain { weight }
+            | FfnWeight::GgufScaled { weight, .. }
             | FfnWeight::ModelOptNvfp4 { weight, .. }
             | FfnWeight::Fp8Block { weight, .. }
             | FfnWeight::Fp8Channel { weight, .. }
@@ -298,6 +308,7 @@ impl FfnWeight {
     pub fn tensors(&self) -> Vec<usize> {
         match *self {
             FfnWeight::Plain { weight } => vec![weight],
+            FfnWeight::GgufScaled { weight, scale } => vec![weight, scale],
             // `input_scale` (the W4A4 activation scale) is not part of the weight: it is
             // carried as a passthrough tensor under its own name.
             FfnWeight::ModelOptNvfp4 {
@@ -348,6 +359,7 @@ impl FfnWeight {
     pub fn scheme(&self) -> &'static str {
         match self {
             FfnWeight::Plain { .. } => "plain",
+            FfnWeight::GgufScaled { .. } => "gguf-output-scale",
             FfnWeight::ModelOptNvfp4 { .. } => "modelopt-nvfp4",
             FfnWeight::CtNvfp4 { .. } => "compressed-tensors-nvfp4",
             FfnWeight::Fp8Block { .. } => "fp8-block128",

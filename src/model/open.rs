@@ -373,9 +373,7 @@ impl Model {
                 ),
             });
         }
-        if m.format == Format::Gguf {
-            m.check_gguf_scales()?;
-        }
+        m.check_gguf_scales()?;
         if let Some(l) = m.ffn_layers.first() {
             let s = m.weight_shape(&l.gate)?;
             m.intermediate_size.get_or_insert(s[0]);

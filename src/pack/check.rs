@@ -344,7 +344,7 @@ fn check_blob_sizes(
 }
 
 /// A blob's scalars: every one of its layout's names, no other but its optional ones, finite
-/// and non-negative (LoRA's `scaling` may be negative); returns the LoRA rank (0 for other
+/// and non-negative (LoRA's `scaling` and ggml's `output_scale` may be negative); returns the LoRA rank (0 for other
 /// layouts).
 fn check_scalars(name: &str, fe: &FfnEntry, layout: Layout, bad: Bad) -> Result<u64> {
     let (names, optional) = (
@@ -364,7 +364,7 @@ fn check_scalars(name: &str, fe: &FfnEntry, layout: Layout, bad: Bad) -> Result<
         ));
     }
     for (k, &v) in &fe.scalars {
-        if !v.is_finite() || v < 0.0 && k != "scaling" {
+        if !v.is_finite() || v < 0.0 && k != "scaling" && k != "output_scale" {
             return Err(bad(
                 name,
                 "ffn.scalars",

@@ -22,6 +22,10 @@ pub fn weight_kind(model: &Model, w: &FfnWeight) -> (String, bool) {
                 (name, quantized)
             }
         },
+        FfnWeight::GgufScaled { weight, .. } => {
+            let (name, quantized) = weight_kind(model, &FfnWeight::Plain { weight: *weight });
+            (format!("{name} with an output scale"), quantized)
+        }
         FfnWeight::ModelOptNvfp4 { .. } => ("NVFP4 (ModelOpt)".into(), true),
         FfnWeight::CtNvfp4 { .. } => ("NVFP4 (compressed-tensors)".into(), true),
         FfnWeight::Fp8Block { .. } => ("FP8 block".into(), true),

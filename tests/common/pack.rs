@@ -132,7 +132,7 @@ pub fn reference(
             layouts::affine::decode(p(0), p(1), layouts::affine::Scheme::ggml(8), [n, k], kp)
         }
         Layout::Ggml => {
-            layouts::ggml::decode(metrale_pack::GgmlType::Q8_0, p(0), n, k, kp).unwrap()
+            layouts::ggml::decode(metrale_pack::GgmlType::Q8_0, p(0), [n, k, kp], 1.0).unwrap()
         }
         Layout::Lora | Layout::Custom(_) => unreachable!(),
     }
@@ -406,6 +406,14 @@ pub fn gguf_model(
                     .collect(),
                 // Random UE4M3 scales and E2M1 codes (every byte decodes finite).
                 GgmlType::NVFP4 => rng.bytes(n * k / 64 * 36),
+                // A small finite d and s, random codes: a type no layout keeps.
+                GgmlType::Q8_1 => (0..n * k / 32)
+                    .flat_map(|_| {
+                        let mut b = metrale_pack::converters::f16::encode(&[0.01, 0.5]);
+                        b.extend(rng.bytes(32));
+                        b
+                    })
+                    .collect(),
                 _ => unreachable!(),
             };
             ts.push((

@@ -139,9 +139,14 @@ def kmix_gguf(out_dir: str, hidden: int, inter: int, act: str, mix: str, scales:
     for layer, types in enumerate(layers):
         w.add_tensor(f"blk.{layer}.attn_norm.weight", np.ones(hidden, dtype=np.float32))
         w.add_tensor(f"blk.{layer}.ffn_norm.weight", np.ones(hidden, dtype=np.float32))
+        scale_of = dict(item.split("=") for item in filter(None, scales.split(",")))
         for proj, ty, shape in zip(["gate", "up", "down"], types, [(inter, hidden), (inter, hidden), (hidden, inter)]):
             ty = kquant_type(ty, shape[1])
             x = (rng.standard_normal(shape) * 0.05).astype(np.float32)
+            # With an output scale s the blocks hold x / s, as llama.cpp's converter splits
+            # ModelOpt's NVFP4 weight into blocks and `weight_scale_2`.
+            if proj in scale_of:
+                x = (x / np.float32(scale_of[proj])).astype(np.float32)
             qt = gguf.GGMLQuantizationType[ty]
             imatrix = np.mean(x * x, axis=0).astype(np.float32) + 1e-6 if libgguf.quantize_requires_imatrix(int(qt)) else None
             q = np.ascontiguousarray(libgguf.quantize_rows(x, int(qt), imatrix=imatrix)).view(np.uint8).reshape(shape[0], -1)
@@ -149,10 +154,8 @@ def kmix_gguf(out_dir: str, hidden: int, inter: int, act: str, mix: str, scales:
             w.add_tensor(name, q, raw_dtype=qt)
             np.save(os.path.join(out_dir, name + ".npy"), quants.dequantize(q, qt).astype(np.float32))
             # SCALES "up=0.5,...": llama.cpp's optional per-tensor output scale, `blk.N.ffn_X.scale` [1].
-            for item in filter(None, scales.split(",")):
-                p, v = item.split("=")
-                if p == proj:
-                    w.add_tensor(f"blk.{layer}.ffn_{proj}.scale", np.array([float(v)], dtype=np.float32))
+            if proj in scale_of:
+                w.add_tensor(f"blk.{layer}.ffn_{proj}.scale", np.array([float(scale_of[proj])], dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -178,16 +178,19 @@ impl DenseFfnLayer {
             let xv = xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
             let call = self.kernels.ggml_gemv.call().ptr("xq", xv).dim("m", rows);
             let call = call.ptr("w", w.weight).dim("ty", w.ty as u32 as usize);
+            let call = call.float("sc", w.scale);
             let call = call.ptr("y", rows_of(y, r0, rows));
             let call = match second {
                 Some((w2, y2)) => call
                     .ptr("w2", w2.weight)
                     .dim("ty2", w2.ty as u32 as usize)
+                    .float("sc2", w2.scale)
                     .ptr("y2", rows_of(y2, r0, rows))
                     .dim("projs", 2),
                 None => call
                     .ptr("w2", DevicePtr::NULL)
                     .dim("ty2", 0)
+                    .float("sc2", 1.0)
                     .ptr("y2", DevicePtr::NULL)
                     .dim("projs", 1),
             };
@@ -216,7 +219,8 @@ impl DenseFfnLayer {
         }
         let dq = ctx.arena.dequant_bf16.view(0, (w.n * w.kp * 2) as u64);
         let call = self.kernels.ggml_dequant.call().ptr("w", w.weight);
-        let call = call.dim("ty", w.ty as u32 as usize).dim("n", w.n);
+        let call = call.dim("ty", w.ty as u32 as usize).float("sc", w.scale);
+        let call = call.dim("n", w.n);
         self.launch(ctx, call.dim("kp", w.kp).ptr("out", dq))?;
         let bw = Bf16Weight {
             weight: dq,

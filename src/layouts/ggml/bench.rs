@@ -100,8 +100,11 @@ fn gemv_time(
             let xv = bufs.xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
             let yv = bufs.y.view((r0 * n * 4) as u64, (rows * n * 4) as u64);
             let c = ks.ggml_gemv.call().ptr("xq", xv).dim("m", rows).ptr("w", w);
-            let c = c.dim("ty", ty as u32 as usize).ptr("y", yv);
-            let c = c.ptr("w2", DevicePtr::NULL).dim("ty2", 0);
+            let c = c
+                .dim("ty", ty as u32 as usize)
+                .float("sc", 1.0)
+                .ptr("y", yv);
+            let c = c.ptr("w2", DevicePtr::NULL).dim("ty2", 0).float("sc2", 1.0);
             let c = c.ptr("y2", DevicePtr::NULL).dim("projs", 1).dim("n", n);
             c.dim("kp", k).dim("ldy", n).finish()?.run(b, 0)?;
         }
@@ -123,7 +126,8 @@ fn dequant_line(
             .ggml_dequant
             .call()
             .ptr("w", w)
-            .dim("ty", ty as u32 as usize);
+            .dim("ty", ty as u32 as usize)
+            .float("sc", 1.0);
         c.dim("n", n)
             .dim("kp", k)
             .ptr("out", bufs.dq)

@@ -11,6 +11,10 @@ use crate::gpu::sizes::*;
 use crate::gpu::{GpuResult, alloc_upload, download_f32};
 use crate::testing::*;
 
+/// The second projection's output scale (llama.cpp's per-tensor `.scale`): not 1, so the rows
+/// check the factor, too.
+const SECOND_SCALE: f32 = -0.375;
+
 /// `ggml_gemv` for every engine type whose blocks the rows hold whole, each as the first of two
 /// projections in one launch beside the same weights as Q8_0: Q4_0, Q4_K and Q8_0 (this
 /// crate's quantizers) on each row count, the other types (random blocks) on one row and on
@@ -54,10 +58,11 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             let q = kk.quant_q8_1.call().ptr("x", c.xd).dim("m", m).dim("k", k);
             c.launch(q.dim("kp", k).ptr("out", xq))?;
             let call = kk.ggml_gemv.call().ptr("xq", xq).dim("m", m).ptr("w", w);
-            let call = call.dim("ty", ty as u32 as usize).ptr("y", c.yd);
+            let call = call.dim("ty", ty as u32 as usize).float("sc", 1.0);
+            let call = call.ptr("y", c.yd).ptr("w2", w2);
             let call = call
-                .ptr("w2", w2)
-                .dim("ty2", GgmlType::Q8_0 as u32 as usize);
+                .dim("ty2", GgmlType::Q8_0 as u32 as usize)
+                .float("sc2", SECOND_SCALE);
             let call = call.ptr("y2", y2).dim("projs", 2).dim("n", n);
             c.launch(call.dim("kp", k).dim("ldy", n))?;
             b.synchronize(0)?;
@@ -65,15 +70,18 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             let got2 = download_f32(b, y2.view(0, (m * n * 4) as u64))?;
             let exact = (0..m).all(|r| {
                 let aq = reference::quantize_row_q8_1_act(c.xr(r), k);
-                [(&blocks, ty, &got), (&second, GgmlType::Q8_0, &got2)]
-                    .iter()
-                    .all(|(wb, t, g)| {
-                        let mut want = vec![0f32; n];
-                        reference::ggml_gemv_row(&aq, wb, *t, n, k, &mut want);
-                        want.iter()
-                            .zip(&g[r * n..(r + 1) * n])
-                            .all(|(a, b)| a.to_bits() == b.to_bits())
-                    })
+                [
+                    (&blocks, ty, 1.0, &got),
+                    (&second, GgmlType::Q8_0, SECOND_SCALE, &got2),
+                ]
+                .iter()
+                .all(|(wb, t, sc, g)| {
+                    let mut want = vec![0f32; n];
+                    reference::ggml_gemv_row(&aq, wb, *t, *sc, [n, k], &mut want);
+                    want.iter()
+                        .zip(&g[r * n..(r + 1) * n])
+                        .all(|(a, b)| a.to_bits() == b.to_bits())
+                })
             });
             c.bits(rows, &format!("ggml_gemv {} + Q8_0", ty.name()), m, exact);
         }

@@ -2,8 +2,9 @@
 //! projection of any type of the block-format engine ([`TYPES`]), the type recorded in the
 //! blob's `type` scalar (its GGUF id). A GGUF row is whole blocks, so a carried weight is not
 //! padded; a float source becomes Q8_0 ([`encode`]), its rows zero-padded to whole blocks of
-//! 32. Decoding is the converters' (`converters::decode_ggml`, bit-identical to gguf-py's
-//! `quants.py`). Spec in formats.md, "ggml".
+//! 32. A weight beside llama.cpp's per-tensor output scale (`blk.N.ffn_X.scale`) records it in
+//! the blob's `output_scale` scalar. Decoding is the converters' (`converters::decode_ggml`,
+//! bit-identical to gguf-py's `quants.py`), times that scale. Spec in formats.md, "ggml".
 
 use crate::GgmlType;
 use crate::converters::layouts::{Encoded, crop, pad, round_up};
@@ -11,7 +12,7 @@ use crate::converters::{decode_ggml, encode_to_vec, q8_0::Q8_0};
 use crate::error::CodecError;
 
 /// The GGUF types the engine carries and serves (`kernels.cu`, `ggml_gemv`: a case line each).
-pub const TYPES: [GgmlType; 20] = [
+pub const TYPES: [GgmlType; 21] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -25,6 +26,7 @@ pub const TYPES: [GgmlType; 20] = [
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
     GgmlType::MXFP4,
+    GgmlType::NVFP4,
     GgmlType::IQ2_XXS,
     GgmlType::IQ2_XS,
     GgmlType::IQ2_S,
@@ -52,13 +54,19 @@ pub fn blob_bytes(ty: GgmlType, n: u64, kp: u64) -> Option<u64> {
     ty.row_bytes(kp)?.checked_mul(n)
 }
 
-/// Carry `n` rows of `k` values of `ty` stored as the source stores them (`k` whole blocks).
-pub fn carry(ty: GgmlType, bytes: &[u8], n: usize, k: usize) -> Encoded {
+/// The scalar that records a projection's output scale, where its source has one.
+pub const OUTPUT_SCALE: &str = "output_scale";
+
+/// Carry `n` rows of `k` values of `ty` stored as the source stores them (`k` whole blocks),
+/// with the source's output scale, if it has one.
+pub fn carry(ty: GgmlType, bytes: &[u8], n: usize, k: usize, scale: Option<f32>) -> Encoded {
     debug_assert_eq!(blob_bytes(ty, n as u64, k as u64), Some(bytes.len() as u64));
+    let mut scalars = vec![("type", ty as u32 as f32)];
+    scalars.extend(scale.map(|s| (OUTPUT_SCALE, s)));
     Encoded {
         parts: vec![("", bytes.to_vec())],
         padded: [n, k],
-        scalars: vec![("type", ty as u32 as f32)],
+        scalars,
     }
 }
 
@@ -73,15 +81,18 @@ pub fn encode(x: &[f32], n: usize, k: usize) -> Encoded {
     }
 }
 
-/// Decode `n` rows of `kp` values of `ty` to f32 `[n, k]`.
+/// Decode `n` rows of `kp` values of `ty` to f32 `[n, k]`, each value times `scale` (the
+/// output scale; 1 where the blob records none).
 pub fn decode(
     ty: GgmlType,
     bytes: &[u8],
-    n: usize,
-    k: usize,
-    kp: usize,
+    [n, k, kp]: [usize; 3],
+    scale: f32,
 ) -> Result<Vec<f32>, CodecError> {
     let mut out = vec![0f32; n * kp];
     decode_ggml(ty, bytes, &mut out)?;
+    if scale != 1.0 {
+        out.iter_mut().for_each(|v| *v *= scale);
+    }
     Ok(crop(&out, kp, n, k))
 }

@@ -11,28 +11,30 @@ use crate::gpu::{GpuError, GpuResult};
 
 impl HostBackend {
     /// `ggml_gemv`: each of the `m` rows of q8_1 blocks through the engine's twin, for each
-    /// of its `projs` projections (`w`, `ty`, `y`; then `w2`, `ty2`, `y2`).
+    /// of its `projs` projections (`w`, `ty`, `sc`, `y`; then `w2`, `ty2`, `sc2`, `y2`).
     pub(crate) fn ggml_gemv(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (xq, m) = (self.read(a.ptr("xq")?)?, a.dim("m")?);
         let (n, kp, ldy) = (a.dim("n")?, a.dim("kp")?, a.dim("ldy")?);
         let row_q8 = kp / Q8_1_ELEMS * Q8_1_BYTES;
-        let projs: &[(&str, &str, &str)] = match a.dim("projs")? {
-            1 => &[("w", "ty", "y")],
-            2 => &[("w", "ty", "y"), ("w2", "ty2", "y2")],
+        let projs: &[(&str, &str, &str, &str)] = match a.dim("projs")? {
+            1 => &[("w", "ty", "sc", "y")],
+            2 => &[("w", "ty", "sc", "y"), ("w2", "ty2", "sc2", "y2")],
             p => {
                 return Err(GpuError::Invalid(format!(
                     "ggml_gemv: projs {p}, not 1 or 2"
                 )));
             }
         };
-        for &(wn, tn, yn) in projs {
+        for &(wn, tn, sn, yn) in projs {
+            let sc = a.float(sn)?;
             let w = self.read(a.ptr(wn)?)?;
             let t = a.dim(tn)?;
             let ty = engine_type(t as u32).ok_or_else(|| {
                 GpuError::Invalid(format!("ggml_gemv: type {t} is not an engine type"))
             })?;
             self.write_rows(a.ptr(yn)?, ldy, m, n, |r, out| {
-                reference::ggml_gemv_row(&xq[r * row_q8..(r + 1) * row_q8], &w, ty, n, kp, out);
+                let xr = &xq[r * row_q8..(r + 1) * row_q8];
+                reference::ggml_gemv_row(xr, &w, ty, sc, [n, kp], out);
             })?;
         }
         Ok(())
@@ -44,7 +46,7 @@ impl HostBackend {
         let ty = engine_type(a.dim("ty")? as u32)
             .ok_or_else(|| GpuError::Invalid("ggml_dequant_bf16: not an engine type".into()))?;
         let (n, kp) = (a.dim("n")?, a.dim("kp")?);
-        let out: Vec<u8> = reference::ggml_dequant_bf16(&w, ty, n, kp)
+        let out: Vec<u8> = reference::ggml_dequant_bf16(&w, ty, a.float("sc")?, n, kp)
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();

@@ -326,6 +326,38 @@ __device__ __forceinline__ float ggml_scale<39>(const unsigned char* w, int b, i
     return __fmul_rn(d, __fmul_rn(da, (float)(s0 + s1)));
 }
 
+// NVFP4 (GGUF type 40), 36 bytes per 64: UE4M3 d[4] (one per 16 values), qs[32]; element e
+// of sub-block k (0..3) is the low (e < 8) or high nibble of qs[8 k + e % 8]; value
+// ue4m3_half(d[k]) * kvalues_mxfp4[q]. The engine's 32-value block b is the half b % 2 of
+// 64-value block b / 2: sub-blocks 2 (b % 2) (s0) and 2 (b % 2) + 1 (s1). The per-tensor f32
+// scale (the `.scale` tensor) is not part of the block: the GEMV's `sc` carries it.
+// ggml's UE4M3 with its half (gguf-py `NVFP4.ue4m3_to_fp32`, converters/nvfp4.rs): bit 7
+// ignored, exponent e = bits 3..6, mantissa m = bits 0..2; e = 0: m 2^-10, else (8 + m)
+// 2^(e - 11) (exact in f32); the byte 0x7F is zero.
+__device__ __forceinline__ float ggml_ue4m3_half(unsigned int x) {
+    const unsigned int e = (x >> 3) & 15u, m = x & 7u;
+    const float p = __uint_as_float(((e == 0u ? 1u : e) + 116u) << 23);  // 2^(max(e, 1) - 11)
+    return x == 0x7Fu ? 0.f : __fmul_rn((float)(m | (e == 0u ? 0u : 8u)), p);
+}
+template <>
+__device__ __forceinline__ void ggml_codes<40>(const unsigned char* w, int b, int (&q)[8]) {
+    const unsigned char* qs = w + (size_t)(b >> 1) * MP_GGML_NVFP4_BYTES + 4 + 16 * (b & 1);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const unsigned int v0 = ggml_w32<4>(qs + 8 * k), v1 = ggml_w32<4>(qs + 8 * k + 4);
+        q[4 * k + 0] = ggml_table4<GGML_TAB_MXFP4>(v0 & 0x0F0F0F0Fu);
+        q[4 * k + 1] = ggml_table4<GGML_TAB_MXFP4>(v1 & 0x0F0F0F0Fu);
+        q[4 * k + 2] = ggml_table4<GGML_TAB_MXFP4>((v0 >> 4) & 0x0F0F0F0Fu);
+        q[4 * k + 3] = ggml_table4<GGML_TAB_MXFP4>((v1 >> 4) & 0x0F0F0F0Fu);
+    }
+}
+template <>
+__device__ __forceinline__ float ggml_scale<40>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    const unsigned char* d = w + (size_t)(b >> 1) * MP_GGML_NVFP4_BYTES + 2 * (b & 1);
+    const float t = __fadd_rn(__fmul_rn(ggml_ue4m3_half(d[0]), (float)s0), __fmul_rn(ggml_ue4m3_half(d[1]), (float)s1));
+    return __fmul_rn(da, t);
+}
+
 // Sub-block j (32 values) of a Q4_K or Q5_K super-block at `blk` whose codes (0..31) give
 // `s` against the q8_1 block `a`: (d * sc) * (da * s) - (dmin * m) * sa.
 __device__ __forceinline__ float ggml_kquant_sub(const unsigned char* blk, int j, int s, float da, float sa) {
@@ -414,6 +446,7 @@ GGML_GEO(14, MP_GGML_Q6K_BYTES, MP_GGML_QK_K)
 GGML_GEO(20, MP_GGML_IQ4_NL_BYTES, MP_GGML_QK)
 GGML_GEO(23, MP_GGML_IQ4_XS_BYTES, MP_GGML_QK_K)
 GGML_GEO(39, MP_GGML_MXFP4_BYTES, MP_GGML_QK)
+GGML_GEO(40, MP_GGML_NVFP4_BYTES, MP_GGML_QK_NVFP4)
 GGML_GEO(16, MP_GGML_IQ2_XXS_BYTES, MP_GGML_QK_K)
 GGML_GEO(17, MP_GGML_IQ2_XS_BYTES, MP_GGML_QK_K)
 GGML_GEO(18, MP_GGML_IQ3_XXS_BYTES, MP_GGML_QK_K)
@@ -422,7 +455,7 @@ GGML_GEO(22, MP_GGML_IQ2_S_BYTES, MP_GGML_QK_K)
 GGML_GEO(19, MP_GGML_IQ1_S_BYTES, MP_GGML_QK_K)
 GGML_GEO(29, MP_GGML_IQ1_M_BYTES, MP_GGML_QK_K)
 #define GGML_ENGINE_TYPES(X) \
-    X(2) X(3) X(6) X(7) X(8) X(10) X(11) X(12) X(13) X(14) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(29) X(39)
+    X(2) X(3) X(6) X(7) X(8) X(10) X(11) X(12) X(13) X(14) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(29) X(39) X(40)
 
 // The bytes of a row of kp values of type TY.
 template <int TY>
@@ -454,10 +487,11 @@ __device__ __forceinline__ uint4 ggml_word(const unsigned char* base, size_t at,
 // at a multiple of gcd(its bytes, 16), as in the row (the stage starts at the row's offset
 // modulo 16), which each type's ggml_codes reads by. Lane l takes blocks l, l + 32, ... in
 // order (an f32 sum per activation row), then the lanes' sums meet in a butterfly (xor 16, 8,
-// 4, 2, 1).
+// 4, 2, 1), times the projection's output scale `sc` (llama.cpp's per-tensor `.scale`; 1 where
+// the source has none).
 template <int TY>
 __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__ xq, int m,
-                                               const unsigned char* __restrict__ w, float* __restrict__ y, int n,
+                                               const unsigned char* __restrict__ w, float sc, float* __restrict__ y, int n,
                                                int kp, int ldy, unsigned char* stage) {
     const size_t row_bytes = ggml_row_bytes<TY>(kp);
     constexpr int SB = ggml_stage_bytes<TY>();
@@ -520,24 +554,26 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
         float t = acc[r];
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
-        if (lane == 0 && r < m) y[(size_t)r * ldy + j] = t;
+        if (lane == 0 && r < m) y[(size_t)r * ldy + j] = __fmul_rn(t, sc);
     }
 }
 
 // The engine's GEMV: `xq` q8_1 blocks [m, kp / 32]; for each of `projs` projections (1 or 2:
 // gate and up on one input in one launch) its `w` (`w2`), n rows of kp / qk blocks of GGUF
-// type `ty` (`ty2`, its id), into y (y2) [m, n] with row stride ldy. A type this module lacks
+// type `ty` (`ty2`, its id), times its output scale `sc` (`sc2`), into y (y2) [m, n] with row
+// stride ldy. A type this module lacks
 // writes nothing (the layer refuses it when its weights are installed). A dependent launch
 // (common.cuh, pdl_wait). Grid (ceil(n / 8), projs), block 256.
-extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsigned char* w, int ty, float* y,
-                                     const unsigned char* w2, int ty2, float* y2, int projs, int n, int kp, int ldy) {
+extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsigned char* w, int ty, float sc, float* y,
+                                     const unsigned char* w2, int ty2, float sc2, float* y2, int projs, int n, int kp,
+                                     int ldy) {
     pdl_trigger();
     __shared__ __align__(16) unsigned char stages[8][MP_GGML_STAGE_BYTES_MAX + 32];
     unsigned char* st = stages[threadIdx.x >> 5];
-    if (blockIdx.y == 1) w = w2, ty = ty2, y = y2;
+    if (blockIdx.y == 1) w = w2, ty = ty2, sc = sc2, y = y2;
     switch (ty) {
 #define GGML_GEMV_CASE(TY) \
-    case TY: ggml_gemv_rows<TY>(xq, m, w, y, n, kp, ldy, st); break;
+    case TY: ggml_gemv_rows<TY>(xq, m, w, sc, y, n, kp, ldy, st); break;
         GGML_ENGINE_TYPES(GGML_GEMV_CASE)
 #undef GGML_GEMV_CASE
         default: pdl_wait(); break;
@@ -692,12 +728,22 @@ __device__ __forceinline__ void ggml_values<39>(const unsigned char* w, int b, f
     ggml_table_values<GGML_TAB_MXFP4>(blk + 1, ggml_e8m0_half(blk[0]), v);
 }
 
+template <>
+__device__ __forceinline__ void ggml_values<40>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)(b >> 1) * MP_GGML_NVFP4_BYTES;
+    for (int l = 0; l < 32; ++l) {
+        const int k = 2 * (b & 1) + (l >> 4), e = l & 15;
+        const int q = (blk[4 + 8 * k + (e & 7)] >> (e < 8 ? 0 : 4)) & 15;
+        v[l] = __fmul_rn(ggml_ue4m3_half(blk[k]), (float)(signed char)(ggml_table_word<GGML_TAB_MXFP4>(q >> 2) >> (8 * (q & 3))));
+    }
+}
+
 // Thread t of the launch's block takes 32-value block id = blockIdx.x * 256 + t of the weight
 // (row id / nb, block id % nb), its values to BF16 in `tile` (256 x 64 bytes of shared
 // memory); then the launch's block writes its blocks' outputs, which lie one after another in
 // `out`, as 16-byte words, a word per thread at a time (coalesced).
 template <int TY>
-__device__ __forceinline__ void ggml_dequant_rows(const unsigned char* __restrict__ w, int n, int kp,
+__device__ __forceinline__ void ggml_dequant_rows(const unsigned char* __restrict__ w, float sc, int n, int kp,
                                                   uint4* __restrict__ out, uint4* tile) {
     const size_t row_bytes = ggml_row_bytes<TY>(kp);
     const long long id0 = (long long)blockIdx.x * blockDim.x, id = id0 + threadIdx.x;
@@ -707,6 +753,7 @@ __device__ __forceinline__ void ggml_dequant_rows(const unsigned char* __restric
         const int j = (int)(id / nb), b = (int)(id % nb);
         float v[32];
         ggml_values<TY>(w + (size_t)j * row_bytes, b, v);
+        for (int l = 0; l < 32; ++l) v[l] = __fmul_rn(v[l], sc);
         for (int c = 0; c < 4; ++c)
             tile[4 * threadIdx.x + c] = make_uint4(pack2_bf16(v[8 * c], v[8 * c + 1]), pack2_bf16(v[8 * c + 2], v[8 * c + 3]),
                                                    pack2_bf16(v[8 * c + 4], v[8 * c + 5]), pack2_bf16(v[8 * c + 6], v[8 * c + 7]));
@@ -719,14 +766,15 @@ __device__ __forceinline__ void ggml_dequant_rows(const unsigned char* __restric
 }
 
 // The prefill's dequantization: `w` (n rows of kp values of type `ty`) to BF16 [n, kp], each
-// value gguf-py's decode rounded to nearest even; `out` 16-byte aligned. One thread per 32-value
+// value gguf-py's decode times the output scale `sc`, rounded to nearest even; `out` 16-byte
+// aligned. One thread per 32-value
 // block of a row. Grid ceil(n * kp / 32 / 256), block 256.
-extern "C" __global__ void ggml_dequant_bf16(const unsigned char* w, int ty, int n, int kp, unsigned short* out) {
+extern "C" __global__ void ggml_dequant_bf16(const unsigned char* w, int ty, float sc, int n, int kp, unsigned short* out) {
     __shared__ uint4 tile[256 * 4];
     uint4* o = reinterpret_cast<uint4*>(out);
     switch (ty) {
 #define GGML_DEQUANT_CASE(TY) \
-    case TY: ggml_dequant_rows<TY>(w, n, kp, o, tile); break;
+    case TY: ggml_dequant_rows<TY>(w, sc, n, kp, o, tile); break;
         GGML_ENGINE_TYPES(GGML_DEQUANT_CASE)
 #undef GGML_DEQUANT_CASE
         default: break;

@@ -55,7 +55,9 @@ static ARMS: [Arm; 4] = [
 ];
 
 /// A projection's GGUF blocks (`ggml` layout): `n` rows of `k` values of type `ty`, each row
-/// padded to `kp` values (`ty.row_bytes(kp)` bytes; zeros past `k`).
+/// padded to `kp` values (`ty.row_bytes(kp)` bytes; zeros past `k`), and the factor the
+/// projection's output is multiplied by (`scale`: llama.cpp's per-tensor `.scale`, 1 where the
+/// source has none).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GgmlWeight {
     pub(crate) weight: DevicePtr,
@@ -63,19 +65,27 @@ pub struct GgmlWeight {
     pub(crate) n: usize,
     pub(crate) k: usize,
     pub(crate) kp: usize,
+    pub(crate) scale: f32,
 }
-projection_weight!(GgmlWeight, "A validated weight of `n` rows of `k` values of GGUF type `ty`, stored as rows of `kp`." {
+projection_weight!(GgmlWeight, "A validated weight of `n` rows of `k` values of GGUF type `ty`, stored as rows of `kp`, its output times `scale`." {
     weight: DevicePtr,
     ty: GgmlType,
     n: usize,
     k: usize,
-    kp: usize
+    kp: usize,
+    scale: f32
 });
 
 impl GgmlWeight {
     /// The `ggml` layout's rules: an engine type, rows of whole blocks, a buffer that holds
-    /// them.
+    /// them, a finite output scale.
     pub(crate) fn validate(&self, what: &str) -> GpuResult<()> {
+        if !self.scale.is_finite() {
+            return Err(refuse(
+                what,
+                format!("output scale {} is not finite", self.scale),
+            ));
+        }
         if !ggml::TYPES.contains(&self.ty) {
             return Err(refuse(
                 what,

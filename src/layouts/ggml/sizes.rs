@@ -4,7 +4,7 @@
 
 use crate::converters::{BlockFormat, block_bytes};
 use crate::converters::{
-    iq1, iq2, iq3, iq4, mxfp4, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0,
+    iq1, iq2, iq3, iq4, mxfp4, nvfp4, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0,
 };
 
 /// Its sizes, by the name the kernels see.
@@ -26,6 +26,8 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_IQ4_NL_BYTES", GGML_IQ4_NL_BYTES),
     ("MP_GGML_IQ4_XS_BYTES", GGML_IQ4_XS_BYTES),
     ("MP_GGML_MXFP4_BYTES", GGML_MXFP4_BYTES),
+    ("MP_GGML_QK_NVFP4", GGML_QK_NVFP4),
+    ("MP_GGML_NVFP4_BYTES", GGML_NVFP4_BYTES),
     ("MP_GGML_IQ2_XXS_BYTES", GGML_IQ2_XXS_BYTES),
     ("MP_GGML_IQ2_XS_BYTES", GGML_IQ2_XS_BYTES),
     ("MP_GGML_IQ2_S_BYTES", GGML_IQ2_S_BYTES),
@@ -81,6 +83,10 @@ pub mod consts {
     pub const GGML_IQ4_XS_BYTES: usize = block_bytes::<iq4::Iq4Xs>();
     /// Bytes per MXFP4 block: `u8 e (E8M0), u8 qs[16]`.
     pub const GGML_MXFP4_BYTES: usize = block_bytes::<mxfp4::Mxfp4>();
+    /// Values per GGUF NVFP4 block (ggml's `QK_NVFP4`): four sub-blocks of 16.
+    pub const GGML_QK_NVFP4: usize = nvfp4::Nvfp4Gguf::BLOCK_ELEMS;
+    /// Bytes per GGUF NVFP4 block: `u8 d[4]` (UE4M3), `u8 qs[32]`.
+    pub const GGML_NVFP4_BYTES: usize = block_bytes::<nvfp4::Nvfp4Gguf>();
     /// Bytes per IQ2_XXS super-block: `f16 d, u16 qs[32]`.
     pub const GGML_IQ2_XXS_BYTES: usize = block_bytes::<iq2::Iq2Xxs>();
     /// Bytes per IQ2_XS super-block: `f16 d, u16 qs[32], u8 scales[8]`.
@@ -107,6 +113,9 @@ const _: () = assert!(GGML_Q6K_BYTES == GGML_QK_K / 2 + GGML_QK_K / 4 + GGML_QK_
 const _: () = assert!(GGML_Q2K_BYTES == GGML_QK_K / 16 + GGML_QK_K / 4 + 4);
 const _: () = assert!(GGML_Q3K_BYTES == GGML_QK_K / 8 + GGML_QK_K / 4 + 12 + 2);
 const _: () = assert!(GGML_IQ4_NL_BYTES == 2 + GGML_QK / 2 && GGML_MXFP4_BYTES == 1 + GGML_QK / 2);
+const _: () = assert!(
+    GGML_QK_NVFP4 == 2 * GGML_QK && GGML_NVFP4_BYTES == GGML_QK_NVFP4 / 16 + GGML_QK_NVFP4 / 2
+);
 const _: () = assert!(GGML_IQ4_XS_BYTES == 4 + GGML_QK_K / 64 + GGML_QK_K / 2);
 const _: () = assert!(GGML_IQ2_XXS_BYTES == 2 + GGML_QK_K / 4);
 const _: () = assert!(GGML_IQ2_XS_BYTES == 2 + GGML_QK_K / 4 + GGML_QK_K / 32);

@@ -22,14 +22,29 @@ fn blob_type(s: &BTreeMap<String, f32>) -> Option<GgmlType> {
         .flatten()
 }
 
+/// A blob's output scale: its `output_scale` scalar, 1 where it records none.
+fn blob_scale(s: &BTreeMap<String, f32>) -> f32 {
+    s.get(ggml::OUTPUT_SCALE).copied().unwrap_or(1.0)
+}
+
 /// The engine type weight `w` of `model` is stored in, if it is one.
 fn source_type(model: &Model, w: &FfnWeight) -> Option<GgmlType> {
     match w {
-        FfnWeight::Plain { weight } => match model.tensors[*weight].dtype {
-            DType::Ggml(t) if ggml::TYPES.contains(&t) => Some(t),
-            _ => None,
-        },
+        FfnWeight::Plain { weight } | FfnWeight::GgufScaled { weight, .. } => {
+            match model.tensors[*weight].dtype {
+                DType::Ggml(t) if ggml::TYPES.contains(&t) => Some(t),
+                _ => None,
+            }
+        }
         _ => None,
+    }
+}
+
+/// The output scale of weight `w` (llama.cpp's per-tensor `.scale`), if it has one.
+fn source_scale(model: &Model, w: &FfnWeight) -> Result<Option<f32>> {
+    match w {
+        FfnWeight::GgufScaled { scale, .. } => model.gguf_scale(*scale).map(Some),
+        _ => Ok(None),
     }
 }
 
@@ -62,6 +77,10 @@ impl LayoutSpec for Ggml {
     }
     fn scalar_names(&self) -> &'static [&'static str] {
         &["type"]
+    }
+    /// Recorded where the source has llama.cpp's per-tensor output scale.
+    fn optional_scalars(&self) -> &'static [&'static str] {
+        &[ggml::OUTPUT_SCALE]
     }
     /// Rows of whole blocks of 32 (a GGUF source's already are; a float source is padded).
     fn padded_shape(&self, _: Proj, [n, k]: [u64; 2]) -> Option<[u64; 2]> {
@@ -119,7 +138,8 @@ impl LayoutSpec for Ggml {
             let full = cx.full_shape(pi)?.map(|d| d as u64);
             let block = (ty.block_elems(), ty.block_bytes());
             if let Some(raw) = cx.stored(pi, w.main(), full, block, 1) {
-                return Ok(Some(ggml::carry(ty, &raw, n, k)));
+                let scale = source_scale(cx.model, w)?;
+                return Ok(Some(ggml::carry(ty, &raw, n, k, scale)));
             }
         }
         Ok(Some(ggml::encode(&cx.dense(pi)?, n, k)))
@@ -127,7 +147,8 @@ impl LayoutSpec for Ggml {
     fn decode(&self, b: &BlobRead) -> Result<Vec<f32>> {
         let ty = blob_type(b.scalars).ok_or_else(|| b.bad("", "no engine type".into()))?;
         let ([n, k], kp) = (b.shape, b.padded[1]);
-        ggml::decode(ty, b.part("")?, n, k, kp).map_err(|e| b.bad("", e.to_string()))
+        ggml::decode(ty, b.part("")?, [n, k, kp], blob_scale(b.scalars))
+            .map_err(|e| b.bad("", e.to_string()))
     }
     fn bind(&self, v: &LayerViews, o: &mut LayerOverlays) {
         if !v.all("") {
@@ -136,7 +157,8 @@ impl LayoutSpec for Ggml {
         let w = [Proj::Gate, Proj::Up, Proj::Down].map(|p| {
             let (weight, fe) = v.get(p, "").expect("checked");
             let (n, k, _, kp) = dims(fe);
-            GgmlWeight::new(weight, blob_type(&fe.scalars)?, n, k, kp).ok()
+            let (ty, sc) = (blob_type(&fe.scalars)?, blob_scale(&fe.scalars));
+            GgmlWeight::new(weight, ty, n, k, kp, sc).ok()
         });
         if let [Some(g), Some(u), Some(d)] = w {
             o.overlays.set(key::GGML, [g, u, d]);

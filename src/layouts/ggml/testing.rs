@@ -26,7 +26,9 @@ fn half_fields(ty: GgmlType) -> &'static [usize] {
 
 /// `n` rows of `k` values of engine type `ty` (`k` whole blocks): random bytes, each block's
 /// f16 fields set to halves of magnitude 2^-12 .. 2^-4 and either sign (IQ1_M's d, spread over
-/// its scale words, too; MXFP4's E8M0 exponent to 2^-12 .. 2^3), so every code pattern occurs and every value is finite.
+/// its scale words, too; MXFP4's E8M0 exponent to 2^-12 .. 2^3; NVFP4's UE4M3 scales to
+/// 2^-10 .. 2^-1 with any mantissa and bit 7, which ggml ignores), so every code pattern occurs
+/// and every value is finite.
 pub fn ggml_random_blocks(r: &mut Rand, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
     let bytes = ty.block_bytes() as usize;
     let mut w: Vec<u8> = (0..n * k / ty.block_elems() as usize * bytes)
@@ -40,6 +42,12 @@ pub fn ggml_random_blocks(r: &mut Rand, ty: GgmlType, n: usize, k: usize) -> Vec
         }
         if ty == GgmlType::MXFP4 {
             blk[0] = 116 + (r.next_u64() % 16) as u8;
+        }
+        if ty == GgmlType::NVFP4 {
+            for d in &mut blk[..4] {
+                let x = r.next_u64();
+                *d = ((1 + x % 10) << 3) as u8 | (x >> 8) as u8 & 0x87;
+            }
         }
         if ty == GgmlType::IQ1_M {
             // Its f16 d is the top nibbles of its four scale words (first word lowest).
@@ -75,7 +83,7 @@ pub fn install_ggml_types(
             }
             _ => (ggml_random_blocks(&mut r, ty, n, k), k),
         };
-        GgmlWeight::new(alloc_upload(b, &blocks)?, ty, n, k, kp)
+        GgmlWeight::new(alloc_upload(b, &blocks)?, ty, n, k, kp, 1.0)
     };
     let [tg, tu, td] = types;
     let (g, u) = (up(&w.gate, i, h, tg)?, up(&w.up, i, h, tu)?);

@@ -9,6 +9,7 @@ use crate::converters::iq_grids;
 use crate::converters::iq4::KVALUES;
 use crate::converters::kquant::get_scale_min_k4;
 use crate::converters::mxfp4::{KVALUES_X2, e8m0_to_f32_half};
+use crate::converters::nvfp4::ue4m3_to_f32_half;
 use crate::gpu::reference::f16_at;
 use crate::gpu::sizes::*;
 use rayon::prelude::*;
@@ -224,6 +225,25 @@ fn dot_mxfp4(w: &[u8], b: usize, a: &Act) -> f32 {
     e8m0_to_f32_half(blk[0]) * (a.da * s as f32)
 }
 
+/// NVFP4 (`ggml_dot<40>`): `da * (d0 * s0 + d1 * s1)`, `d0`, `d1` the UE4M3 scales (halved)
+/// of the two 16-value sub-blocks of half `b % 2` of 64-value block `b / 2`; element `e` of
+/// sub-block `k` the low (`e < 8`) or high nibble of `qs[8 k + e % 8]`, through E2M1 doubled.
+fn dot_nvfp4(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 1) * GGML_NVFP4_BYTES..];
+    let sub = |k: usize, aq: &[u8]| -> i32 {
+        (0..16)
+            .map(|e| {
+                let q = blk[4 + 8 * k + e % 8] >> if e < 8 { 0 } else { 4 };
+                KVALUES_X2[(q & 15) as usize] as i32 * aq[e] as i8 as i32
+            })
+            .sum()
+    };
+    let k0 = 2 * (b & 1);
+    let (s0, s1) = (sub(k0, a.aq), sub(k0 + 1, &a.aq[16..]));
+    let (d0, d1) = (ue4m3_to_f32_half(blk[k0]), ue4m3_to_f32_half(blk[k0 + 1]));
+    a.da * (d0 * s0 as f32 + d1 * s1 as f32)
+}
+
 /// The integer dot product of the 32 values `(grid value) * sign` (value `e` from grid row
 /// `row(e / cols)`, negated where `sign(e)`) with a q8_1 block's codes: `[s0, s1]`, the sums
 /// over values 0..15 and 16..31 (`ggml_codes` of the IQ entries, `kernels_iq.cuh`).
@@ -407,6 +427,7 @@ pub fn ggml_dot(ty: GgmlType, w: &[u8], b: usize, a: &[u8]) -> f32 {
         GgmlType::IQ4_NL => dot_iq4_nl(w, b, a),
         GgmlType::IQ4_XS => dot_iq4_xs(w, b, a),
         GgmlType::MXFP4 => dot_mxfp4(w, b, a),
+        GgmlType::NVFP4 => dot_nvfp4(w, b, a),
         GgmlType::IQ2_XXS => dot_iq2_xxs(w, b, a),
         GgmlType::IQ2_XS => dot_iq2_xs(w, b, a),
         GgmlType::IQ2_S => dot_iq2_s(w, b, a),
@@ -419,8 +440,16 @@ pub fn ggml_dot(ty: GgmlType, w: &[u8], b: usize, a: &[u8]) -> f32 {
 }
 
 /// One activation row (`xq`: its q8_1 blocks, `kp / 32` of them) through the engine's GEMV:
-/// `y[j]` for the `n` weight rows of `w` (type `ty`, `kp` values a row).
-pub fn ggml_gemv_row(xq: &[u8], w: &[u8], ty: GgmlType, n: usize, kp: usize, y: &mut [f32]) {
+/// `y[j]` for the `n` weight rows of `w` (type `ty`, `kp` values a row), times the output scale
+/// `sc` (1 where the source has none).
+pub fn ggml_gemv_row(
+    xq: &[u8],
+    w: &[u8],
+    ty: GgmlType,
+    sc: f32,
+    [n, kp]: [usize; 2],
+    y: &mut [f32],
+) {
     let nb = kp / Q8_1_ELEMS;
     let row_bytes = ty.row_bytes(kp as u64).expect("whole blocks") as usize;
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
@@ -436,14 +465,14 @@ pub fn ggml_gemv_row(xq: &[u8], w: &[u8], ty: GgmlType, n: usize, kp: usize, y: 
                 *v = prev[l] + prev[l ^ o];
             }
         }
-        *out = lanes[0];
+        *out = lanes[0] * sc;
     });
 }
 
 /// The prefill's dequantization (`ggml_dequant_bf16`): `n` rows of `kp` values of `ty` to BF16
-/// `[n, kp]`, each value the converters' decode (gguf-py's, bit for bit) rounded to nearest
-/// even.
-pub fn ggml_dequant_bf16(w: &[u8], ty: GgmlType, n: usize, kp: usize) -> Vec<u16> {
+/// `[n, kp]`, each value the converters' decode (gguf-py's, bit for bit) times the output scale
+/// `sc`, rounded to nearest even.
+pub fn ggml_dequant_bf16(w: &[u8], ty: GgmlType, sc: f32, n: usize, kp: usize) -> Vec<u16> {
     let mut v = vec![0f32; n * kp];
     crate::converters::decode_ggml(
         ty,
@@ -452,6 +481,6 @@ pub fn ggml_dequant_bf16(w: &[u8], ty: GgmlType, n: usize, kp: usize) -> Vec<u16
     )
     .expect("whole blocks");
     v.iter()
-        .map(|&x| crate::converters::bf16::from_f32(x))
+        .map(|&x| crate::converters::bf16::from_f32(x * sc))
         .collect()
 }
