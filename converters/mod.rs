@@ -29,6 +29,7 @@ pub mod iq_grids;
 pub mod kquant;
 pub mod layouts;
 pub mod mxfp4;
+pub mod mxfp4_ct;
 pub mod nvfp4;
 pub mod nvfp4_modelopt;
 pub mod q2_k;

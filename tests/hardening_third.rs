@@ -493,8 +493,8 @@ fn formats_the_config_declares_and_this_tool_does_not_read_are_named() {
         (
             serde_json::json!({"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
                 "config_groups": {"group_0": {"targets": ["Linear"], "weights":
-                {"type": "float", "num_bits": 4, "strategy": "group", "group_size": 32}}}}),
-            &["MXFP4", "group_0"],
+                {"type": "float", "num_bits": 4, "strategy": "group", "group_size": 16}}}}),
+            &["MXFP4", "group_0", "group_size is 32"],
         ),
     ];
     for (i, (qc, words)) in cases.into_iter().enumerate() {

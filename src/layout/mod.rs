@@ -467,7 +467,19 @@ impl<'a> EncodeCx<'a> {
         block: (u64, u64),
         per: u64,
     ) -> Option<std::borrow::Cow<'a, [u8]>> {
-        let mut data = self.model.data(t);
+        self.stored_in(pi, self.model.data(t), dims, block, per)
+    }
+
+    /// As [`EncodeCx::stored`], of `data`: a source tensor's bytes or a re-laying of them
+    /// (compressed-tensors' MXFP4 as GGUF blocks).
+    pub fn stored_in<'b>(
+        &self,
+        pi: usize,
+        mut data: &'b [u8],
+        dims: [u64; 2],
+        block: (u64, u64),
+        per: u64,
+    ) -> Option<std::borrow::Cow<'b, [u8]>> {
         // One half of a fused gate+up: its rows of the fused tensor (not its scale grids).
         if let FfnWeight::Half { half, .. } = self.weight(pi) {
             if per != 1 || !dims[1].is_multiple_of(block.0) {

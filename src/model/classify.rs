@@ -1,7 +1,7 @@
 //! Finding the dense FFN layers and recognising how each weight is stored (plain, ModelOpt or compressed-tensors NVFP4, FP8 per tensor, channel or block).
 
 use super::*;
-use crate::converters::{self, fp8_block};
+use crate::converters::{self, fp8_block, mxfp4_ct};
 use crate::error::{Error, Result};
 use safetensors::Dtype;
 
@@ -149,6 +149,15 @@ impl Model {
                 scale,
                 global_scale,
             });
+        }
+        // MXFP4: U8 codes and U8 (E8M0) scales, no global scale, no `weight_shape`.
+        if let (Some(packed), Some(scale), None) = (
+            idx("weight_packed"),
+            idx("weight_scale"),
+            idx("weight_shape"),
+        ) && self.tensors[scale].dtype == DType::St(Dtype::U8)
+        {
+            return Some(FfnWeight::CtMxfp4 { packed, scale });
         }
         if let (Some(weight), Some(scale), Some(shape)) = (
             idx("weight_packed"),
@@ -471,6 +480,24 @@ impl Model {
                     }
                     _ => {}
                 }
+                [n, k]
+            }
+            FfnWeight::CtMxfp4 { packed, scale } => {
+                let [n, kh] = self.two_d(packed)?;
+                self.expect(packed, Dtype::U8, &[n, kh], "packed E2M1 codes")?;
+                let k = kh * 2;
+                if !k.is_multiple_of(mxfp4_ct::GROUP as u64) {
+                    return Err(self.qerr(
+                        packed,
+                        format!("MXFP4 K = {k} is not a multiple of {}", mxfp4_ct::GROUP),
+                    ));
+                }
+                self.expect(
+                    scale,
+                    Dtype::U8,
+                    &[n, k / mxfp4_ct::GROUP as u64],
+                    "E8M0 group scales",
+                )?;
                 [n, k]
             }
             FfnWeight::Fp8Block { weight, scale_inv } => {

@@ -1,7 +1,7 @@
 //! Decoding tensors and FFN weights to f32.
 
 use super::*;
-use crate::converters::{self, ct_int, fp8, fp8_block, fp8_row, nvfp4_modelopt};
+use crate::converters::{self, ct_int, fp8, fp8_block, fp8_row, mxfp4_ct, nvfp4_modelopt};
 use crate::error::{Error, Result};
 use safetensors::Dtype;
 
@@ -199,6 +199,11 @@ impl Model {
                     nvfp4_modelopt::BlockScale::OverGlobal(g),
                     &mut out,
                 );
+                out
+            }
+            FfnWeight::CtMxfp4 { packed, scale } => {
+                let mut out = vec![0f32; len];
+                mxfp4_ct::decode(self.data(packed), self.data(scale), n, k, &mut out);
                 out
             }
             FfnWeight::Fp8Block { weight, scale_inv } => {

@@ -212,6 +212,14 @@ pub enum FfnWeight {
         /// `weight_global_scale`.
         global_scale: usize,
     },
+    /// compressed-tensors `mxfp4-pack-quantized` (MXFP4A16): U8 E2M1 codes `[n, k/2]` and U8
+    /// E8M0 scales `[n, k/32]` (`converters::mxfp4_ct`).
+    CtMxfp4 {
+        /// The packed E2M1 codes (`weight_packed`).
+        packed: usize,
+        /// The E8M0 group scales (`weight_scale`).
+        scale: usize,
+    },
     /// Block FP8, 128x128: F8_E4M3 `[n, k]` and a float scale grid `[ceil(n/128), ceil(k/128)]`
     /// (DeepSeek's `weight_scale_inv`, or compressed-tensors' `weight_scale` with the block strategy).
     Fp8Block {
@@ -299,7 +307,7 @@ impl FfnWeight {
             | FfnWeight::Fp8Tensor { weight, .. }
             | FfnWeight::CtInt { weight, .. } => weight,
             FfnWeight::Awq { qweight, .. } | FfnWeight::Gptq { qweight, .. } => qweight,
-            FfnWeight::CtNvfp4 { packed, .. } => packed,
+            FfnWeight::CtNvfp4 { packed, .. } | FfnWeight::CtMxfp4 { packed, .. } => packed,
             FfnWeight::Half { ref of, .. } => of.main(),
         }
     }
@@ -322,6 +330,7 @@ impl FfnWeight {
                 scale,
                 global_scale,
             } => vec![packed, scale, global_scale],
+            FfnWeight::CtMxfp4 { packed, scale } => vec![packed, scale],
             FfnWeight::Fp8Block { weight, scale_inv } => vec![weight, scale_inv],
             FfnWeight::Fp8Channel { weight, scale } | FfnWeight::Fp8Tensor { weight, scale } => {
                 vec![weight, scale]
@@ -362,6 +371,7 @@ impl FfnWeight {
             FfnWeight::GgufScaled { .. } => "gguf-output-scale",
             FfnWeight::ModelOptNvfp4 { .. } => "modelopt-nvfp4",
             FfnWeight::CtNvfp4 { .. } => "compressed-tensors-nvfp4",
+            FfnWeight::CtMxfp4 { .. } => "compressed-tensors-mxfp4",
             FfnWeight::Fp8Block { .. } => "fp8-block128",
             FfnWeight::Fp8Channel { .. } => "fp8-channel",
             FfnWeight::Fp8Tensor { .. } => "fp8-tensor",

@@ -187,14 +187,16 @@ fn config_group(
                 ));
             }
         }
+        // MXFP4 (llm-compressor's MXFP4A16): E2M1 codes with an E8M0 scale per 32.
         ("float", 4, "group") => {
-            return Err(bad(
-                field("strategy"),
-                format!(
-                    "float 4-bit weights in groups of {:?} (MXFP4: E2M1 codes with E8M0 group scales, llm-compressor's MXFP4A16) are not read yet; NVFP4 (strategy tensor_group, group_size 16) is",
-                    w.get("group_size")
-                ),
-            ));
+            if group_size != Some(32) {
+                return Err(bad(
+                    field("group_size"),
+                    format!(
+                        "{group_size:?}: float 4-bit weights in groups are read as MXFP4, whose group_size is 32"
+                    ),
+                ));
+            }
         }
         // ModelOpt's config_groups carry no strategy; its quant_algo says.
         ("float", 8 | 4, "") => {}

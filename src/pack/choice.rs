@@ -28,6 +28,7 @@ pub fn weight_kind(model: &Model, w: &FfnWeight) -> (String, bool) {
         }
         FfnWeight::ModelOptNvfp4 { .. } => ("NVFP4 (ModelOpt)".into(), true),
         FfnWeight::CtNvfp4 { .. } => ("NVFP4 (compressed-tensors)".into(), true),
+        FfnWeight::CtMxfp4 { .. } => ("MXFP4 (compressed-tensors)".into(), true),
         FfnWeight::Fp8Block { .. } => ("FP8 block".into(), true),
         FfnWeight::Fp8Channel { .. } => ("FP8 per channel".into(), true),
         FfnWeight::Fp8Tensor { .. } => ("FP8 per tensor".into(), true),

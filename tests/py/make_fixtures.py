@@ -4,7 +4,8 @@
 Each fixture is a small llama-shaped checkpoint (hidden 256, a small vocabulary) written by the
 library itself, with the library's own decompression as the reference:
 
-- compressed-tensors: NVFP4 (W4A16 one file and two shards, W4A4), FP8 per tensor, per channel
+- compressed-tensors: NVFP4 (W4A16 one file and two shards, W4A4), MXFP4 (MXFP4A16, `ONLY=mxfp4`),
+  FP8 per tensor, per channel
   and block 128x128, each from a bf16 and an f32 model, with intermediate sizes 384 (a multiple
   of 128) and 320 (not). Scales come from the library's own `calculate_qparams` /
   `generate_gparam` over the weights' min/max (what llm-compressor's min-max observer feeds it);
@@ -129,6 +130,7 @@ def ct_scheme(kind):
         "fp8-block": "FP8_BLOCK",
         "nvfp4a16": "NVFP4A16",
         "nvfp4": "NVFP4",
+        "mxfp4a16": "MXFP4A16",
         "int8-w8a8": "W8A8",
         "w4a16": "W4A16",
         "w4a16-asym": "W4A16_ASYM",
@@ -235,6 +237,14 @@ def ct_exact_f32(d, name, args):
         sd["weight_scale"] = sd["weight_scale"].to(torch.float32)
         scheme = QuantizationScheme(targets=["Linear"], weights=args)
         return PackedQuantizationCompressor.decompress(sd, scheme)["weight"]
+    if "weight_packed" in t and "weight_global_scale" not in t:
+        # MXFP4: E8M0 group scales, the library's own decompression of them.
+        from compressed_tensors.compressors.mx_utils import decompress_mx_scale
+
+        p = t["weight_packed"]
+        q = unpack_fp4_from_uint8(p, p.shape[0], p.shape[1] * 2, dtype=torch.float32)
+        scale = decompress_mx_scale(t["weight_scale"]).to(torch.float32)
+        return dequantize(x_q=q, scale=scale, args=args, dtype=torch.float32)
     if "weight_packed" in t:
         p = t["weight_packed"]
         q = unpack_fp4_from_uint8(p, p.shape[0], p.shape[1] * 2, dtype=torch.float32)
@@ -559,6 +569,11 @@ def main():
         ct_write("ct-nvfp4a16-bf16", "nvfp4a16", torch.bfloat16, 384)
         ct_write("ct-nvfp4a16-bf16-sharded", "nvfp4a16", torch.bfloat16, 384, layers=2, shards=True)
         ct_write("ct-nvfp4-w4a4-bf16", "nvfp4", torch.bfloat16, 384)
+    if "mxfp4" in which:
+        # llm-compressor's MXFP4A16: E2M1 codes, an E8M0 scale per 32 (one layer; two layers
+        # with an intermediate of 320, not whole blocks of 256 but of 32).
+        ct_write("ct-mxfp4a16-bf16-i384", "mxfp4a16", torch.bfloat16, 384)
+        ct_write("ct-mxfp4a16-bf16-i320", "mxfp4a16", torch.bfloat16, 320, layers=2)
     if "ctint" in which:
         for kind in ["int8-w8a8", "int8-tensor-asym", "w4a16", "w4a16-asym", "w8a16", "w3a16", "int4-channel-asym"]:
             ct_write(f"ct-{kind}-bf16", kind, torch.bfloat16, 384)

@@ -3,6 +3,7 @@
 
 use crate::GgmlType;
 use crate::converters::layouts::ggml;
+use crate::converters::mxfp4_ct;
 use crate::error::Result;
 use crate::ffn::GgmlWeight;
 use crate::ffn::{LayerOverlays, key};
@@ -35,6 +36,23 @@ fn source_type(model: &Model, w: &FfnWeight) -> Option<GgmlType> {
                 DType::Ggml(t) if ggml::TYPES.contains(&t) => Some(t),
                 _ => None,
             }
+        }
+        // Re-laid as GGUF MXFP4 blocks, the same values (`converters::mxfp4_ct`), where no
+        // scale is the NaN byte.
+        FfnWeight::CtMxfp4 { scale, .. } => {
+            (!model.data(*scale).contains(&mxfp4_ct::NAN_SCALE)).then_some(GgmlType::MXFP4)
+        }
+        _ => None,
+    }
+}
+
+/// The GGUF blocks of a source weight stored otherwise (compressed-tensors' MXFP4, `[n, k]`
+/// whole), or `None` where it is GGUF (its own bytes are the blocks) or cannot be laid out (a
+/// NaN scale).
+fn relaid(model: &Model, w: &FfnWeight, [n, k]: [usize; 2]) -> Option<Vec<u8>> {
+    match *w {
+        FfnWeight::CtMxfp4 { packed, scale } => {
+            mxfp4_ct::to_gguf_blocks(model.data(packed), model.data(scale), n, k)
         }
         _ => None,
     }
@@ -137,7 +155,15 @@ impl LayoutSpec for Ggml {
         if let Some(ty) = carried {
             let full = cx.full_shape(pi)?.map(|d| d as u64);
             let block = (ty.block_elems(), ty.block_bytes());
-            if let Some(raw) = cx.stored(pi, w.main(), full, block, 1) {
+            let relaid = relaid(cx.model, w, full.map(|d| d as usize));
+            let raw = match (w, &relaid) {
+                (FfnWeight::Plain { .. } | FfnWeight::GgufScaled { .. }, _) => {
+                    cx.stored(pi, w.main(), full, block, 1)
+                }
+                (_, Some(bytes)) => cx.stored_in(pi, bytes, full, block, 1),
+                (_, None) => None,
+            };
+            if let Some(raw) = raw {
                 let scale = source_scale(cx.model, w)?;
                 return Ok(Some(ggml::carry(ty, &raw, n, k, scale)));
             }
