@@ -92,6 +92,7 @@ fn every_fixture_is_recognised_with_its_scheme_and_shapes() {
             "fp8-channel" => "fp8-channel",
             "fp8-block" => "fp8-block128",
             "nvfp4a16" | "nvfp4" => "compressed-tensors-nvfp4",
+            "mxfp4a16" => "compressed-tensors-mxfp4",
             "NVFP4_DEFAULT_CFG" => "modelopt-nvfp4",
             "int8-w8a8" | "int8-tensor-asym" | "w8a16" => "compressed-tensors-int8",
             "w4a16" | "w4a16-asym" | "int4-g32-asym" | "int4-channel-asym" => {
