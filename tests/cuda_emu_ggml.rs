@@ -36,7 +36,12 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
             let w = ggml_random_blocks(&mut r, ty, n, k);
             // The second projection of the launch: Q8_0 (every type runs beside another).
             let w2 = ggml_random_blocks(&mut r, GgmlType::Q8_0, n, k);
-            for m in [1, 2, 3, 4, 5, 8] {
+            // The shared-activation form (`ggml_gemv_sa`) on 3 and 8 rows.
+            let runs = [1, 2, 3, 4, 5, 8]
+                .map(|m| ("ggml_gemv", m))
+                .into_iter()
+                .chain([3, 8].map(|m| ("ggml_gemv_sa", m)));
+            for (kernel, m) in runs {
                 let ldy = n + 3;
                 let mut a = [
                     A::P(xq.clone()),
@@ -54,7 +59,7 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
                     A::I(k),
                     A::I(ldy),
                 ];
-                launch(exe, "ggml_gemv", (n.div_ceil(8), 2), 256, &mut a);
+                launch(exe, kernel, (n.div_ceil(8), 2), 256, &mut a);
                 let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
                 for (wb, t, sc, at) in [(&w, ty, 1.0, 5), (&w2, GgmlType::Q8_0, SECOND_SCALE, 9)] {
                     let got = bf32(buf(&a[at]));
@@ -64,7 +69,7 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
                         let g = &got[row * ldy..row * ldy + n];
                         assert!(
                             want.iter().zip(g).all(|(a, b)| a.to_bits() == b.to_bits()),
-                            "{} (beside {}) [{n}, {k}] m {m} row {row}: {g:?} != {want:?}",
+                            "{kernel} {} (beside {}) [{n}, {k}] m {m} row {row}: {g:?} != {want:?}",
                             t.name(),
                             ty.name()
                         );

@@ -646,6 +646,10 @@ kernel_table! {
     ggml_gemv: "ffn_ggml" "ggml_gemv"
         ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
         grid(Per("n", GGML_GEMV_ROWS), Per("projs", 1), 256), cap Some(GGML_GEMV_MAX_M), round None, dependent true;
+    // The same GEMV, each launch block's activations shared through shared memory (A/B).
+    ggml_gemv_sa: "ffn_ggml" "ggml_gemv_sa"
+        ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
+        grid(Per("n", GGML_GEMV_ROWS), Per("projs", 1), 256), cap Some(GGML_GEMV_MAX_M), round None, dependent true;
     ggml_dequant: "ffn_ggml" "ggml_dequant_bf16" ("w:p ty:i sc:f n:i kp:i out:p")
         // One thread per 32-value block: n * kp / 32 threads.
         grid(Rule(|a| Ok(a.dim("n")?

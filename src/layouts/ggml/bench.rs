@@ -57,15 +57,23 @@ pub(crate) fn kernel_lines(
         let w = alloc_upload(b, &ggml_random_blocks(rng, ty, 4096, 14336))?;
         for (shape, n, k) in SHAPES {
             for m in ROWS {
-                let t = gemv_time(b, &ks, &bufs, (w, ty), (n, k, m))?;
-                let bytes = w.bytes as f64;
-                push(format!(
-                    "ggml kernel {:<7} gemv {shape} m={m} {:>7.1} us {:>6.0} GB/s {:>5.1}% of copy ceiling",
-                    ty.name(),
-                    t * 1e6,
-                    bytes / t / 1e9,
-                    100.0 * bytes / t / ceiling
-                ));
+                // The shared-activation form beside it (A/B) for a type of each family.
+                let forms: &[(&str, bool)] = if SA_TYPES.contains(&ty) {
+                    &[("gemv", false), ("gemv_sa", true)]
+                } else {
+                    &[("gemv", false)]
+                };
+                for &(form, sa) in forms {
+                    let t = gemv_time(b, &ks, &bufs, (w, ty), (n, k, m), sa)?;
+                    let bytes = w.bytes as f64;
+                    push(format!(
+                        "ggml kernel {:<7} {form} {shape} m={m} {:>7.1} us {:>6.0} GB/s {:>5.1}% of copy ceiling",
+                        ty.name(),
+                        t * 1e6,
+                        bytes / t / 1e9,
+                        100.0 * bytes / t / ceiling
+                    ));
+                }
             }
         }
         push(dequant_line(b, &ks, &bufs, (w, ty), ceiling)?);
@@ -77,15 +85,29 @@ pub(crate) fn kernel_lines(
     Ok(())
 }
 
+/// The types whose kernel lines time `ggml_gemv_sa` beside `ggml_gemv`: 4-bit, K-quant, 6-bit,
+/// 8-bit, a 16-entry table and a grid type.
+const SA_TYPES: [GgmlType; 6] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_0,
+    GgmlType::IQ4_XS,
+    GgmlType::IQ2_XXS,
+];
+
 /// Seconds per back-to-back call of the activations' q8_1 quantization and the GEMV launches
-/// (`GGML_GEMV_MAX_M` rows each) on `m` rows of `[n, k]` weights `w` of type `ty`.
+/// (`GGML_GEMV_MAX_M` rows each; `ggml_gemv_sa` where `sa`) on `m` rows of `[n, k]` weights
+/// `w` of type `ty`.
 fn gemv_time(
     b: &dyn GpuBackend,
     ks: &Kernels,
     bufs: &Bufs,
     (w, ty): (DevicePtr, GgmlType),
     (n, k, m): (usize, usize, usize),
+    sa: bool,
 ) -> GpuResult<f64> {
+    let gemv = if sa { ks.ggml_gemv_sa } else { ks.ggml_gemv };
     let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
     per_call(b, || {
         let q = ks
@@ -99,7 +121,7 @@ fn gemv_time(
             let rows = (m - r0).min(GGML_GEMV_MAX_M);
             let xv = bufs.xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
             let yv = bufs.y.view((r0 * n * 4) as u64, (rows * n * 4) as u64);
-            let c = ks.ggml_gemv.call().ptr("xq", xv).dim("m", rows).ptr("w", w);
+            let c = gemv.call().ptr("xq", xv).dim("m", rows).ptr("w", w);
             let c = c
                 .dim("ty", ty as u32 as usize)
                 .float("sc", 1.0)

@@ -18,7 +18,7 @@ const SECOND_SCALE: f32 = -0.375;
 /// `ggml_gemv` for every engine type whose blocks the rows hold whole, each as the first of two
 /// projections in one launch beside the same weights as Q8_0: Q4_0, Q4_K and Q8_0 (this
 /// crate's quantizers) on each row count, the other types (random blocks) on one row and on
-/// a launch's most.
+/// a launch's most; `ggml_gemv_sa` on one row and on a launch's most, every type.
 pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     let kk = c.kk;
@@ -52,12 +52,18 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
                 .filter(|m| ms.contains(m))
                 .collect()
         };
-        for m in ms {
+        // The shared-activation form (`ggml_gemv_sa`) on one row and on a launch's most.
+        let runs = ms.iter().map(|&m| ("ggml_gemv", kk.ggml_gemv, m)).chain(
+            ms.iter()
+                .filter(|&&m| m == 1 || m == GGML_GEMV_MAX_M)
+                .map(|&m| ("ggml_gemv_sa", kk.ggml_gemv_sa, m)),
+        );
+        for (name, gemv, m) in runs.collect::<Vec<_>>() {
             c.poison_y()?;
             b.fill(y2, 0xA5)?;
             let q = kk.quant_q8_1.call().ptr("x", c.xd).dim("m", m).dim("k", k);
             c.launch(q.dim("kp", k).ptr("out", xq))?;
-            let call = kk.ggml_gemv.call().ptr("xq", xq).dim("m", m).ptr("w", w);
+            let call = gemv.call().ptr("xq", xq).dim("m", m).ptr("w", w);
             let call = call.dim("ty", ty as u32 as usize).float("sc", 1.0);
             let call = call.ptr("y", c.yd).ptr("w2", w2);
             let call = call
@@ -83,7 +89,7 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
                         .all(|(a, b)| a.to_bits() == b.to_bits())
                 })
             });
-            c.bits(rows, &format!("ggml_gemv {} + Q8_0", ty.name()), m, exact);
+            c.bits(rows, &format!("{name} {} + Q8_0", ty.name()), m, exact);
         }
         b.free(w);
     }

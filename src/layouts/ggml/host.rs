@@ -56,6 +56,6 @@ impl HostBackend {
 
 /// Its kernels' host twins, by the kernel names each serves (`gpu::host`'s table).
 pub(crate) static TWINS: &[(&[&str], Twin)] = &[
-    (&["ggml_gemv"], HostBackend::ggml_gemv),
+    (&["ggml_gemv", "ggml_gemv_sa"], HostBackend::ggml_gemv),
     (&["ggml_dequant_bf16"], HostBackend::ggml_dequant_bf16),
 ];

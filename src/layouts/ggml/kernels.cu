@@ -489,17 +489,28 @@ __device__ __forceinline__ uint4 ggml_word(const unsigned char* base, size_t at,
 // order (an f32 sum per activation row), then the lanes' sums meet in a butterfly (xor 16, 8,
 // 4, 2, 1), times the projection's output scale `sc` (llama.cpp's per-tensor `.scale`; 1 where
 // the source has none).
-template <int TY>
+//
+// SA (`ggml_gemv_sa`): the launch block's 8 warps share each stage's q8_1 activation blocks,
+// which its 256 threads first copy as 16-byte words into `act` (MP_GGML_GEMV_MAX_M rows of
+// GGML_ACT_WORDS words: a row's 64 blocks of 36 bytes from the 16-byte word below their
+// start), between two barriers; each lane then reads its blocks' words there (a stride of 9
+// words: no bank conflicts) instead of from global memory, where a warp's 4-byte loads at a
+// 36-byte stride touch 9 lines each, once per warp. The sums are the same, in the same order.
+#define GGML_ACT_WORDS (64 * MP_Q8_1_BYTES / 16 + 1)
+template <int TY, bool SA>
 __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__ xq, int m,
                                                const unsigned char* __restrict__ w, float sc, float* __restrict__ y, int n,
-                                               int kp, int ldy, unsigned char* stage) {
+                                               int kp, int ldy, unsigned char* stage, uint4* act) {
     const size_t row_bytes = ggml_row_bytes<TY>(kp);
     constexpr int SB = ggml_stage_bytes<TY>();
     constexpr int WORDS = SB / 16 + 1;  // a stage's bytes from the 16-byte word below its start
     constexpr int PER_LANE = (WORDS + 31) / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j = blockIdx.x * (blockDim.x >> 5) + warp;
-    if (j >= n) return;
+    // Without SA a warp past the last row has nothing to do; with it, it still copies its share
+    // of the activations and meets the barriers.
+    const bool active = j < n;
+    if (!SA && !active) return;
     const int nb = kp / MP_GGML_QK;
     const int stages = (nb + 63) / 64;
     const size_t total = (size_t)n * row_bytes;
@@ -509,6 +520,7 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
     for (int r = 0; r < MP_GGML_GEMV_MAX_M; ++r) acc[r] = 0.f;
     uint4 next[PER_LANE];
     auto load = [&](int s) {
+        if (!active) return;
         const size_t base = (row0 + (size_t)s * SB) & ~(size_t)15;
 #pragma unroll
         for (int i = 0; i < PER_LANE; ++i)
@@ -517,6 +529,17 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
     load(0);
     pdl_wait();  // the first stage's weights in flight under the previous launch's tail
     for (int s = 0; s < stages; ++s) {
+        if constexpr (SA) {
+            __syncthreads();  // every warp is done with the previous stage's activations
+            const size_t xtotal = (size_t)m * nb * MP_Q8_1_BYTES;
+            for (int i = threadIdx.x; i < m * GGML_ACT_WORDS; i += blockDim.x) {
+                const int r = i / GGML_ACT_WORDS, wd = i % GGML_ACT_WORDS;
+                const size_t at = (((size_t)r * nb + 64 * (size_t)s) * MP_Q8_1_BYTES & ~(size_t)15) + 16 * (size_t)wd;
+                act[r * GGML_ACT_WORDS + wd] = ggml_word(xq, at, xtotal);
+            }
+            __syncthreads();
+            if (!active) continue;
+        }
         __syncwarp();  // every lane is done with the previous stage's bytes
 #pragma unroll
         for (int i = 0; i < PER_LANE; ++i)
@@ -534,7 +557,14 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
             for (int r = 0; r < MP_GGML_GEMV_MAX_M; ++r) {
                 if (r >= m) break;
                 // The q8_1 block: its f16 d and s as one word (blocks of 36 bytes: 4-aligned).
-                const unsigned char* a = xq + ((size_t)r * nb + b) * MP_Q8_1_BYTES;
+                const unsigned char* a;
+                if constexpr (SA) {
+                    const size_t first = ((size_t)r * nb + 64 * (size_t)s) * MP_Q8_1_BYTES;
+                    a = reinterpret_cast<const unsigned char*>(act + r * GGML_ACT_WORDS) + (first & 15) +
+                        (size_t)lb * MP_Q8_1_BYTES;
+                } else {
+                    a = xq + ((size_t)r * nb + b) * MP_Q8_1_BYTES;
+                }
                 const unsigned int ds = *reinterpret_cast<const unsigned int*>(a);
                 const float da = __half2float(__ushort_as_half((unsigned short)(ds & 0xFFFFu)));
                 const float sa = __half2float(__ushort_as_half((unsigned short)(ds >> 16)));
@@ -549,6 +579,7 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
             }
         }
     }
+    if (!active) return;
 #pragma unroll
     for (int r = 0; r < MP_GGML_GEMV_MAX_M; ++r) {
         float t = acc[r];
@@ -561,23 +592,37 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
 // The engine's GEMV: `xq` q8_1 blocks [m, kp / 32]; for each of `projs` projections (1 or 2:
 // gate and up on one input in one launch) its `w` (`w2`), n rows of kp / qk blocks of GGUF
 // type `ty` (`ty2`, its id), times its output scale `sc` (`sc2`), into y (y2) [m, n] with row
-// stride ldy. A type this module lacks
-// writes nothing (the layer refuses it when its weights are installed). A dependent launch
-// (common.cuh, pdl_wait). Grid (ceil(n / 8), projs), block 256.
+// stride ldy. A type this module lacks writes nothing (the layer refuses it when its weights
+// are installed). A dependent launch (common.cuh, pdl_wait). Grid (ceil(n / 8), projs), block
+// 256. `ggml_gemv_sa`: the same sums, the activations shared by the launch block's warps
+// through shared memory (SA above).
+template <bool SA>
+__device__ __forceinline__ void ggml_gemv_any(const unsigned char* xq, int m, const unsigned char* w, int ty, float sc,
+                                              float* y, const unsigned char* w2, int ty2, float sc2, float* y2,
+                                              int n, int kp, int ldy, unsigned char* st, uint4* act) {
+    if (blockIdx.y == 1) w = w2, ty = ty2, sc = sc2, y = y2;
+    switch (ty) {
+#define GGML_GEMV_CASE(TY) \
+    case TY: ggml_gemv_rows<TY, SA>(xq, m, w, sc, y, n, kp, ldy, st, act); break;
+        GGML_ENGINE_TYPES(GGML_GEMV_CASE)
+#undef GGML_GEMV_CASE
+        default: pdl_wait(); break;
+    }
+}
 extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsigned char* w, int ty, float sc, float* y,
                                      const unsigned char* w2, int ty2, float sc2, float* y2, int projs, int n, int kp,
                                      int ldy) {
     pdl_trigger();
     __shared__ __align__(16) unsigned char stages[8][MP_GGML_STAGE_BYTES_MAX + 32];
-    unsigned char* st = stages[threadIdx.x >> 5];
-    if (blockIdx.y == 1) w = w2, ty = ty2, sc = sc2, y = y2;
-    switch (ty) {
-#define GGML_GEMV_CASE(TY) \
-    case TY: ggml_gemv_rows<TY>(xq, m, w, sc, y, n, kp, ldy, st); break;
-        GGML_ENGINE_TYPES(GGML_GEMV_CASE)
-#undef GGML_GEMV_CASE
-        default: pdl_wait(); break;
-    }
+    ggml_gemv_any<false>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy, stages[threadIdx.x >> 5], nullptr);
+}
+extern "C" __global__ void ggml_gemv_sa(const unsigned char* xq, int m, const unsigned char* w, int ty, float sc,
+                                        float* y, const unsigned char* w2, int ty2, float sc2, float* y2, int projs,
+                                        int n, int kp, int ldy) {
+    pdl_trigger();
+    __shared__ __align__(16) unsigned char stages[8][MP_GGML_STAGE_BYTES_MAX + 32];
+    __shared__ uint4 act[MP_GGML_GEMV_MAX_M * GGML_ACT_WORDS];
+    ggml_gemv_any<true>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy, stages[threadIdx.x >> 5], act);
 }
 
 // ---- The prefill's dequantization: weights to BF16 for the BF16 GEMM ----
