@@ -52,7 +52,13 @@ pub(crate) fn kernel_lines(
         y: b.alloc((m_max * MAX_K * 4) as u64)?,
         dq: b.alloc((14336 * 4096 * 2) as u64)?,
     };
-    for ty in TYPES {
+    // METRALE_BENCH_GGML_TYPES (comma-separated type names, e.g. `Q4_K,Q8_0`) limits the
+    // types, for a short device call.
+    let only: Option<Vec<String>> = std::env::var("METRALE_BENCH_GGML_TYPES")
+        .ok()
+        .map(|v| v.split(',').map(|t| t.trim().to_uppercase()).collect());
+    let wanted = |t: &GgmlType| only.as_ref().is_none_or(|o| o.iter().any(|n| n == t.name()));
+    for ty in TYPES.into_iter().filter(wanted) {
         // One buffer serves both shapes: n * k is the same, and a random block is a block.
         let w = alloc_upload(b, &ggml_random_blocks(rng, ty, 4096, 14336))?;
         for (shape, n, k) in SHAPES {
