@@ -561,7 +561,7 @@ fn host_tensors_keep_exactly_the_named_tensors_off_the_device() {
 }
 
 /// `gpu-check --load-source` on a GELU model converts with the layouts a GELU layer takes and
-/// checks them (it converted with w8a8 and nvfp4_mmq before, which a GELU layer refuses).
+/// checks them (it converted with nvfp4_mmq before, which a GELU layer refuses).
 #[test]
 fn load_checks_from_a_gelu_model_pass() {
     let dir = tempfile::tempdir().unwrap();
@@ -577,9 +577,9 @@ fn load_checks_from_a_gelu_model_pass() {
     .unwrap();
     let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
     let rows = check::load_checks_from(b, &src, &[IoMode::Staged], &mut Rand(4)).unwrap();
-    // launches, bytes, the q4k_mmq layer at 3 row counts, 5 arms (q2 at 3 row counts, fp8,
-    // bf16, nvfp4, nvfp4_t at 5).
-    assert_eq!(rows.len(), 2 + 1 + 3 + 3 + 4 * 5, "{rows:#?}");
+    // launches, bytes, the q4k_mmq layer at 3 row counts, 6 arms (q2 at 3 row counts, fp8,
+    // bf16, nvfp4, nvfp4_t, w8a8 at 5).
+    assert_eq!(rows.len(), 2 + 1 + 3 + 3 + 5 * 5, "{rows:#?}");
     for r in &rows {
         assert!(r.pass, "{r:?}");
     }

@@ -26,7 +26,7 @@ fn opts(layouts: &[Layout], tp: u32) -> ConvertOptions {
     }
 }
 
-/// The layouts a model of `arch` takes (GELU layers refuse w8a8 and nvfp4_mmq).
+/// The layouts a model of `arch` takes (GELU layers refuse nvfp4_mmq).
 fn layouts_for(arch: &str) -> Vec<Layout> {
     let act = if arch == "llama" {
         Activation::Silu

@@ -32,7 +32,7 @@ pub(crate) enum Cmd {
     /// segment in layer order (all but those --host-tensors names).
     ///
     /// Default layouts: what keeps the source's format (block FP8: fp8; FP8 per channel or
-    /// tensor, SiLU: w8a8; NVFP4: the NVFP4 set; GGUF K-quant, IQ, MXFP4 and NVFP4 mixes: ggml;
+    /// tensor: w8a8; NVFP4: the NVFP4 set; GGUF K-quant, IQ, MXFP4 and NVFP4 mixes: ggml;
     /// `metrale-pack layouts` lists what each keeps); for float sources nvfp4,nvfp4_mmq (SiLU)
     /// or nvfp4,nvfp4_t (GELU). A set that would quantize already-quantized weights again
     /// stops before writing unless --allow-requantize.

@@ -193,8 +193,8 @@ impl DenseFfnLayer {
         self.fixed_w8a8_ok(ctx, m) || self.fixed_w4a4_ok(ctx, m)
     }
 
-    /// The fixed W8A8 arm: W8A8 weights installed, SiLU, its two kernels resolved, and the
-    /// declared format `w8a8` or none.
+    /// The fixed W8A8 arm: W8A8 weights installed (a SiLU or GELU layer), its two kernels
+    /// resolved, and the declared format `w8a8` or none.
     pub fn fixed_w8a8_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
         let declared = ctx
             .levers
@@ -203,7 +203,6 @@ impl DenseFfnLayer {
             .is_none_or(|f| f == "w8a8");
         declared
             && self.holds(Layout::W8a8)
-            && self.activation == Activation::Silu
             && self.kernels.quant_fp8_row.ok()
             && self.kernels.w8a8.ok()
             && (1..=ctx.max_tokens).contains(&m)

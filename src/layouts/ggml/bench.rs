@@ -57,7 +57,10 @@ pub(crate) fn kernel_lines(
     let only: Option<Vec<String>> = std::env::var("METRALE_BENCH_GGML_TYPES")
         .ok()
         .map(|v| v.split(',').map(|t| t.trim().to_uppercase()).collect());
-    let wanted = |t: &GgmlType| only.as_ref().is_none_or(|o| o.iter().any(|n| n == t.name()));
+    let wanted = |t: &GgmlType| {
+        only.as_ref()
+            .is_none_or(|o| o.iter().any(|n| n == t.name()))
+    };
     for ty in TYPES.into_iter().filter(wanted) {
         // One buffer serves both shapes: n * k is the same, and a random block is a block.
         let w = alloc_upload(b, &ggml_random_blocks(rng, ty, 4096, 14336))?;

@@ -7,12 +7,20 @@ use crate::model::Activation;
 use crate::testing::*;
 
 /// Its layer-check arms.
-pub(crate) static ARMS: [LayerArm; 3] = [
+pub(crate) static ARMS: [LayerArm; 4] = [
     arm(
         "w8a8",
         install_w8a8,
         &[("METRALE_W8A8_MAX_ROWS", "4096")],
         Activation::Silu,
+    )
+    .with(WGMMA),
+    arm(
+        // A GELU layer: the act-mul and the fused FP8 quantizer with the tanh GELU.
+        "w8a8 gelu",
+        install_w8a8,
+        &[("METRALE_W8A8_MAX_ROWS", "4096")],
+        Activation::Gelu,
     )
     .with(WGMMA),
     arm(

@@ -1,7 +1,6 @@
 //! `w8a8`: per-row FP8 E4M3 weights with f32 row scales, the `set_w8a8_decode_weights` overlay
 //! ([inter, hidden] gate/up, [hidden, inter] down). K zero-padded to a multiple of 128.
-//! Parts: `codes` `[n, kp]`, `scales` f32 `[n]`. Refused for GELU layers (the engine refuses
-//! them). See `converters/fp8_row.rs`.
+//! Parts: `codes` `[n, kp]`, `scales` f32 `[n]`. See `converters/fp8_row.rs`.
 
 use crate::converters::fp8_row;
 use crate::converters::layouts::{

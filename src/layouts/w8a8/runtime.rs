@@ -6,7 +6,6 @@ use crate::ffn::weights::{projection_weight, refuse};
 use crate::ffn::*;
 
 use crate::gpu::{DevicePtr, GpuError, GpuResult};
-use crate::model::Activation;
 
 use crate::ffn::routing::{always, prefill};
 use Layout::*;
@@ -99,19 +98,15 @@ impl W8a8Weight {
 }
 
 impl DenseFfnLayer {
-    /// Install the declared-W8A8 decode weights (`w8a8` layout). Refused for a GELU FFN and for
-    /// shapes other than `[inter, hidden]` (gate, up) and `[hidden, inter]` (down).
+    /// Install the declared-W8A8 decode weights (`w8a8` layout), for a SiLU or GELU FFN (the
+    /// arm's act-mul and its fused quantizer take the layer's activation). Refused for shapes
+    /// other than `[inter, hidden]` (gate, up) and `[hidden, inter]` (down).
     pub fn set_w8a8_decode_weights(
         &mut self,
         w: [W8a8Weight; 3],
         hidden: usize,
         inter: usize,
     ) -> GpuResult<()> {
-        if self.activation == Activation::Gelu {
-            return Err(GpuError::NotServed(
-                "set_w8a8_decode_weights: the W8A8 decode arm refuses a GELU FFN".into(),
-            ));
-        }
         if (hidden, inter) != (self.hidden, self.inter) {
             return Err(GpuError::Shape(format!(
                 "set_w8a8_decode_weights: hidden/inter {hidden}/{inter}, layer is {}/{}",

@@ -62,9 +62,6 @@ impl W8a8 {
 }
 
 impl LayoutSpec for W8a8 {
-    fn gelu_refusal(&self) -> Option<&'static str> {
-        Some("layout w8a8 is refused for GELU layers (set_w8a8_decode_weights refuses a GELU FFN)")
-    }
     fn layout(&self) -> Layout {
         Layout::W8a8
     }
