@@ -16,9 +16,8 @@ use metrale_pack::ffn::{Method, Proj};
 use metrale_pack::gpu::{GpuBackend, download_f32, upload_f32};
 use metrale_pack::loader::{EngineOptions, LoadedModel};
 use metrale_pack::model::{Activation, FfnWeight, Model};
-use metrale_pack::pack::{self, ConvertOptions, Pack, blob_name_tp};
+use metrale_pack::pack::{self, blob_name_tp};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -32,19 +31,7 @@ fn fixtures() -> Vec<PathBuf> {
     v
 }
 
-fn sha_f32(v: &[f32]) -> String {
-    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-const PROJS: [(Proj, &str); 3] = [
-    (Proj::Gate, "gate_proj"),
-    (Proj::Up, "up_proj"),
-    (Proj::Down, "down_proj"),
-];
+use common::HF_PROJS as PROJS;
 
 /// Source weight `pi` of layer `l`: its packed codes, its E8M0 scales and `[n, k]`.
 fn source(m: &Model, l: usize, pi: usize) -> (Vec<u8>, Vec<u8>, [usize; 2]) {
@@ -102,7 +89,11 @@ fn mxfp4_checkpoints_convert_by_default_into_ggml_blocks() {
                 let (dec, _) = m.decode_weight(w).unwrap();
                 let key = format!("model.layers.{l}.mlp.{hf}.weight");
                 let want = expected["weights"][&key]["sha256_f32"].as_str().unwrap();
-                assert_eq!(sha_f32(&dec), want, "{ctx}: the library's dequantization");
+                assert_eq!(
+                    common::sha256_f32(&dec),
+                    want,
+                    "{ctx}: the library's dequantization"
+                );
                 for (i, &v) in dec.iter().enumerate() {
                     let w = value(&packed, &scales, k, i / k, i % k);
                     assert_eq!(v as f64, w, "{ctx}: element {i}");
@@ -139,17 +130,7 @@ fn each_rank_carries_its_slice_as_mxfp4_blocks() {
     let tmp = tempfile::tempdir().unwrap();
     for dir in fixtures() {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        let m = Model::open(&dir).unwrap();
-        let out = tmp.path().join(format!("{name}.tp.mpk.gguf"));
-        let opts = ConvertOptions {
-            tp: 2,
-            ..Default::default()
-        };
-        pack::convert(&m, &opts, &out, &|_, _| {}).unwrap();
-        let p = Pack::open(&out).unwrap();
-        assert_eq!(p.manifest.layouts, ["ggml"], "{name}");
-        let c = pack::verify_against_source(&p, &m).unwrap();
-        assert!(c.mismatched.is_empty(), "{name}: {:?}", c.mismatched);
+        let (m, p) = convert_tp_verified(&dir, tmp.path(), 2, &["ggml"]);
         let inter = m.intermediate_size.unwrap();
         for r in 0..2u32 {
             let [lo, hi] = pack::tp::rank_range(inter, 2, r).map(|v| v as usize);

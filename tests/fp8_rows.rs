@@ -13,9 +13,8 @@ use metrale_pack::converters::fp8;
 use metrale_pack::converters::layouts::{Layout, f32_from};
 use metrale_pack::ffn::Proj;
 use metrale_pack::model::{FfnWeight, Model};
-use metrale_pack::pack::{self, ConvertOptions, Pack, blob_name_tp, choice};
+use metrale_pack::pack::{self, ConvertOptions, blob_name_tp, choice};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 fn fixtures() -> Vec<PathBuf> {
@@ -33,19 +32,7 @@ fn fixtures() -> Vec<PathBuf> {
     v
 }
 
-fn sha_f32(v: &[f32]) -> String {
-    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-const PROJS: [(Proj, &str); 3] = [
-    (Proj::Gate, "gate_proj"),
-    (Proj::Up, "up_proj"),
-    (Proj::Down, "down_proj"),
-];
+use common::HF_PROJS as PROJS;
 
 /// Source weight `pi` of layer `l`: its E4M3 codes `[n, k]` and its scale per row, widened to
 /// f32 (one per tensor repeated for each row).
@@ -115,7 +102,7 @@ fn fp8_row_checkpoints_convert_by_default_into_w8a8_byte_for_byte() {
                 let key = format!("model.layers.{l}.mlp.{hf}.weight");
                 if let Some(w) = expected["weights"].get(&key) {
                     assert_eq!(
-                        sha_f32(&dec),
+                        common::sha256_f32(&dec),
                         w["sha256_f32"].as_str().unwrap(),
                         "{ctx}: the library's dequantization"
                     );
@@ -140,17 +127,7 @@ fn each_rank_of_a_tensor_parallel_pack_carries_its_exact_slice() {
         d.ends_with("ct-fp8-channel-bf16-i320") || d.ends_with("ct-fp8-tensor-f32-i384")
     }) {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        let m = Model::open(&dir).unwrap();
-        let out = tmp.path().join(format!("{name}.tp.mpk.gguf"));
-        let opts = ConvertOptions {
-            tp: 2,
-            ..Default::default()
-        };
-        pack::convert(&m, &opts, &out, &|_, _| {}).unwrap();
-        let p = Pack::open(&out).unwrap();
-        assert_eq!(p.manifest.layouts, ["w8a8"], "{name}");
-        let c = pack::verify_against_source(&p, &m).unwrap();
-        assert!(c.mismatched.is_empty(), "{name}: {:?}", c.mismatched);
+        let (m, p) = convert_tp_verified(&dir, tmp.path(), 2, &["w8a8"]);
         let inter = m.intermediate_size.unwrap();
         for r in 0..2u32 {
             let [lo, hi] = pack::tp::rank_range(inter, 2, r).map(|v| v as usize);

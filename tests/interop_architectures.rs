@@ -11,21 +11,12 @@ use common::pack::{cli, convert_and_verify, err};
 use common::{python_ref, read_npy};
 use metrale_pack::model::Model;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
-}
-
-fn sha_f32(v: &[f32]) -> String {
-    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// gguf-py writes the model; returns (dir, model path).
@@ -194,7 +185,7 @@ fn hf_phi3_and_qwen2moe_written_by_transformers_read_as_the_model_splits_them() 
                     serde_json::from_value::<Vec<u64>>(want["shape"].clone()).unwrap()
                 );
                 assert_eq!(
-                    sha_f32(&v),
+                    common::sha256_f32(&v),
                     want["sha256_f32"].as_str().unwrap(),
                     "{name} {} {proj}",
                     l.index

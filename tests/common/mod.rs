@@ -221,3 +221,21 @@ pub fn run_measured(mut cmd: Command, args: &[&str]) -> (std::process::ExitStatu
         ru.ru_maxrss as u64 * 1024,
     )
 }
+
+/// The SHA-256 of f32 values' little-endian bytes, as lowercase hex: the form the fixtures'
+/// `expected.json` records a library's own dequantization in (`sha256_f32`).
+pub fn sha256_f32(v: &[f32]) -> String {
+    use sha2::{Digest, Sha256};
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A dense FFN's projections with their Hugging Face module names (`model.layers.N.mlp.X`).
+pub const HF_PROJS: [(metrale_pack::ffn::Proj, &str); 3] = [
+    (metrale_pack::ffn::Proj::Gate, "gate_proj"),
+    (metrale_pack::ffn::Proj::Up, "up_proj"),
+    (metrale_pack::ffn::Proj::Down, "down_proj"),
+];

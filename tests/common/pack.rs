@@ -545,3 +545,22 @@ pub fn edited_manifest(img: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     assert!(metrale_pack::fuzzing::rehash(&mut out));
     out
 }
+
+/// Open the checkpoint `dir`, convert it with the default layouts into a `--tp TP` pack in
+/// `tmp`, check the pack holds exactly `layouts` and verify it against the source; returns the
+/// model and the pack.
+pub fn convert_tp_verified(dir: &Path, tmp: &Path, tp: u32, layouts: &[&str]) -> (Model, Pack) {
+    let name = dir.file_name().unwrap().to_string_lossy().to_string();
+    let m = Model::open(dir).unwrap();
+    let out = tmp.join(format!("{name}.tp{tp}.mpk.gguf"));
+    let opts = ConvertOptions {
+        tp,
+        ..Default::default()
+    };
+    pack::convert(&m, &opts, &out, &|_, _| {}).unwrap();
+    let p = Pack::open(&out).unwrap();
+    assert_eq!(p.manifest.layouts, layouts, "{name}");
+    let c = pack::verify_against_source(&p, &m).unwrap();
+    assert!(c.mismatched.is_empty(), "{name}: {:?}", c.mismatched);
+    (m, p)
+}
