@@ -1,6 +1,7 @@
 //! Its CUDA module by name, as `gpu::kernels` embeds them (the name is the prebuilt
-//! cubin's and the NVRTC cache's key): `kernels.cu` with the IQ entries (`kernels_iq.cuh`,
-//! after the IQ grids of `grids.rs`) at its marker line.
+//! cubin's and the NVRTC cache's key): `kernels.cu` (the GEMV) with the IQ entries
+//! (`kernels_iq.cuh`, after the IQ grids of `grids.rs`) at its marker line, then the prefill's
+//! dequantization (`kernels_dequant.cuh`).
 
 use std::sync::LazyLock;
 
@@ -12,6 +13,7 @@ pub static MODULES: LazyLock<[(&str, &str); 1]> = LazyLock::new(|| {
     let main = include_str!("kernels.cu");
     assert!(main.contains(MARKER), "kernels.cu lacks its IQ marker");
     let iq = super::grids::cuda_text() + include_str!("kernels_iq.cuh");
-    let source: &'static str = Box::leak(main.replacen(MARKER, &iq, 1).into_boxed_str());
+    let source = main.replacen(MARKER, &iq, 1) + include_str!("kernels_dequant.cuh");
+    let source: &'static str = Box::leak(source.into_boxed_str());
     [("ffn_ggml", source)]
 });

@@ -17,7 +17,8 @@
 //! - `spec.rs`: its `LayoutSpec` (`layout` registry);
 //! - `testing.rs`: random weights in its overlay (`testing`, harness only);
 //! - `twin.rs`: the CPU twin of its GEMV (`gpu::reference`);
-//! - `kernels.cu`, `kernels_iq.cuh`: its CUDA module (the IQ entries spliced in by `kernels.rs`).
+//! - `kernels.cu`, `kernels_iq.cuh`, `kernels_dequant.cuh`: its CUDA module (the IQ entries
+//!   spliced in and the dequantization appended by `kernels.rs`).
 
 pub(crate) mod arms;
 #[cfg(feature = "harness")]
