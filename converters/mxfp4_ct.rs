@@ -12,12 +12,7 @@
 //! decodes it as 2^128 = inf, ggml as 2^127): that weight is not laid out.
 
 use super::mxfp4::BlockMxfp4;
-
-/// E2M1 values by 4-bit code (bit 3 the sign; code 8 is -0.0), as compressed-tensors decodes
-/// them.
-pub const E2M1: [f32; 16] = [
-    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
-];
+use super::nvfp4_modelopt::e2m1_to_f32;
 
 /// Values per scale (the MX block size).
 pub const GROUP: usize = 32;
@@ -48,7 +43,7 @@ pub fn decode(packed: &[u8], scales: &[u8], n: usize, k: usize, out: &mut [f32])
         let row = &packed[r * k / 2..(r + 1) * k / 2];
         let s = &scales[r * k / GROUP..(r + 1) * k / GROUP];
         for (c, o) in out[r * k..(r + 1) * k].iter_mut().enumerate() {
-            *o = E2M1[code(row, c) as usize] * e8m0(s[c / GROUP]);
+            *o = e2m1_to_f32(code(row, c)) * e8m0(s[c / GROUP]);
         }
     }
 }
