@@ -11,6 +11,7 @@ use crate::layout::*;
 use crate::manifest::ConvertOptions;
 use crate::model::DType;
 use crate::model::{FfnWeight, Model};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 pub struct Ggml;
@@ -46,13 +47,16 @@ fn source_type(model: &Model, w: &FfnWeight) -> Option<GgmlType> {
     }
 }
 
-/// The GGUF blocks of a source weight stored otherwise (compressed-tensors' MXFP4, `[n, k]`
-/// whole), or `None` where it is GGUF (its own bytes are the blocks) or cannot be laid out (a
-/// NaN scale).
-fn relaid(model: &Model, w: &FfnWeight, [n, k]: [usize; 2]) -> Option<Vec<u8>> {
+/// A source weight's whole `[n, k]` as GGUF blocks of its engine type: a GGUF weight's own
+/// bytes, or compressed-tensors' MXFP4 re-laid; `None` where it cannot be laid out (a NaN
+/// scale) or is another scheme.
+fn source_blocks<'m>(model: &'m Model, w: &FfnWeight, [n, k]: [usize; 2]) -> Option<Cow<'m, [u8]>> {
     match *w {
+        FfnWeight::Plain { weight } | FfnWeight::GgufScaled { weight, .. } => {
+            Some(Cow::Borrowed(model.data(weight)))
+        }
         FfnWeight::CtMxfp4 { packed, scale } => {
-            mxfp4_ct::to_gguf_blocks(model.data(packed), model.data(scale), n, k)
+            mxfp4_ct::to_gguf_blocks(model.data(packed), model.data(scale), n, k).map(Cow::Owned)
         }
         _ => None,
     }
@@ -155,15 +159,11 @@ impl LayoutSpec for Ggml {
         if let Some(ty) = carried {
             let full = cx.full_shape(pi)?.map(|d| d as u64);
             let block = (ty.block_elems(), ty.block_bytes());
-            let relaid = relaid(cx.model, w, full.map(|d| d as usize));
-            let raw = match (w, &relaid) {
-                (FfnWeight::Plain { .. } | FfnWeight::GgufScaled { .. }, _) => {
-                    cx.stored(pi, w.main(), full, block, 1)
-                }
-                (_, Some(bytes)) => cx.stored_in(pi, bytes, full, block, 1),
-                (_, None) => None,
-            };
-            if let Some(raw) = raw {
+            let blocks = source_blocks(cx.model, w, full.map(|d| d as usize));
+            if let Some(raw) = blocks
+                .as_deref()
+                .and_then(|b| cx.stored_in(pi, b, full, block, 1))
+            {
                 let scale = source_scale(cx.model, w)?;
                 return Ok(Some(ggml::carry(ty, &raw, n, k, scale)));
             }
