@@ -48,6 +48,22 @@ pub struct ArmRules {
     pub fixed_rows: Option<usize>,
 }
 
+/// Arms whose GEMVs (up to `GEMV_ROWS` rows, the prefill's too) take int8 activations: a
+/// last-bit difference (a GPU's `expf`/`tanhf`, a summation order) can move one code (5e-3);
+/// above, weights and activations rounded to BF16 for the BF16 GEMM (1e-3).
+pub const fn int8_activation_rules<const GEMV_ROWS: usize>() -> ArmRules {
+    ArmRules {
+        tol: |method, m, _| {
+            if method != "prefill" || m <= GEMV_ROWS {
+                5e-3
+            } else {
+                1e-3
+            }
+        },
+        ..ArmRules::PLAIN
+    }
+}
+
 impl ArmRules {
     /// f32 activations through the GEMVs, BF16 from the tensor-core rows on
     /// ([`plain_methods`], [`plain_tol`]).

@@ -2,7 +2,7 @@
 //! each an installation, levers and an activation, run on CUDA against the same layer on the
 //! host backend.
 
-use crate::check::layers::{ArmRules, LayerArm, arm};
+use crate::check::layers::{ArmRules, LayerArm, arm, int8_activation_rules};
 use crate::model::Activation;
 use crate::testing::*;
 
@@ -53,16 +53,5 @@ pub(crate) static ARMS: [LayerArm; 5] = [
     .with(RULES),
 ];
 
-/// Its GEMVs (up to `AFFINE_GEMV_MAX_ROWS` rows, the prefill's too) take int8 activations: a
-/// last-bit difference can move one code (5e-3); above, weights and activations rounded to
-/// BF16 for the BF16 GEMM (1e-3).
-const RULES: ArmRules = ArmRules {
-    tol: |method, m, _| {
-        if method != "prefill" || m <= crate::gpu::sizes::AFFINE_GEMV_MAX_ROWS {
-            5e-3
-        } else {
-            1e-3
-        }
-    },
-    ..ArmRules::PLAIN
-};
+/// Its GEMVs take int8 activations, up to `AFFINE_GEMV_MAX_ROWS` rows.
+const RULES: ArmRules = int8_activation_rules::<{ crate::gpu::sizes::AFFINE_GEMV_MAX_ROWS }>();

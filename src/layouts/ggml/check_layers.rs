@@ -2,7 +2,7 @@
 //! each an installation, levers and an activation, run on CUDA against the same layer on the
 //! host backend.
 
-use crate::check::layers::{ArmRules, LayerArm, arm};
+use crate::check::layers::{ArmRules, LayerArm, arm, int8_activation_rules};
 use crate::model::Activation;
 use crate::testing::*;
 
@@ -15,15 +15,5 @@ pub(crate) static ARMS: [LayerArm; 2] = [
 /// Its GEMV (up to `GGML_PREFILL_MIN_ROWS - 1` rows) takes q8_1 activations, the down
 /// projection's made from the gated product, whose `tanhf`/`expf` may differ from the host's
 /// in the last bit: that moves one int8 code (the H100 run of 2026-12-05 measured 1.06e-4 on
-/// one GELU row of the llama-8B shape, every other row bit for bit): 5e-3, as `affine`'s
-/// int8 GEMVs; from `GGML_PREFILL_MIN_ROWS` rows BF16 weights and activations (1e-3).
-const RULES: ArmRules = ArmRules {
-    tol: |method, m, _| {
-        if method != "prefill" || m < crate::gpu::sizes::GGML_PREFILL_MIN_ROWS {
-            5e-3
-        } else {
-            1e-3
-        }
-    },
-    ..ArmRules::PLAIN
-};
+/// one GELU row of the llama-8B shape, every other row bit for bit).
+const RULES: ArmRules = int8_activation_rules::<{ crate::gpu::sizes::GGML_PREFILL_MIN_ROWS - 1 }>();
