@@ -65,9 +65,7 @@ fn mxfp4_checkpoints_convert_by_default_into_ggml_blocks() {
     let tmp = tempfile::tempdir().unwrap();
     for dir in fixtures() {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        let expected: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap())
-                .unwrap();
+        let expected: Value = common::fixture_expected(&dir);
         let m = Model::open(&dir).unwrap();
         let out = tmp.path().join(format!("{name}.mpk.gguf"));
         let p = convert_and_verify(&dir, &out, &[]);

@@ -166,9 +166,7 @@ fn hf_phi3_and_qwen2moe_written_by_transformers_read_as_the_model_splits_them() 
         ("qwen2moe-mixed-bf16", vec![0, 2], vec![1usize, 3]),
     ] {
         let dir = fixture(name);
-        let e: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap())
-                .unwrap();
+        let e: Value = common::fixture_expected(&dir);
         let m = Model::open(&dir).unwrap();
         assert_eq!(
             m.ffn_layers.iter().map(|l| l.index).collect::<Vec<_>>(),

@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::fixture_expected as expected;
 use common::read_npy;
 use metrale_pack::converters::{bf16, fp8, layouts::Layout};
 use metrale_pack::model::{FfnWeight, Model};
@@ -22,10 +23,6 @@ use std::process::Command;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn expected(dir: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap()
 }
 
 fn sha_f32(v: &[f32]) -> String {

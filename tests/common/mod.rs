@@ -222,6 +222,11 @@ pub fn run_measured(mut cmd: Command, args: &[&str]) -> (std::process::ExitStatu
     )
 }
 
+/// A fixture's `expected.json` (the writing library's versions, shapes and digests).
+pub fn fixture_expected(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap()
+}
+
 /// The SHA-256 of f32 values' little-endian bytes, as lowercase hex: the form the fixtures'
 /// `expected.json` records a library's own dequantization in (`sha256_f32`).
 pub fn sha256_f32(v: &[f32]) -> String {
