@@ -54,7 +54,7 @@ pub fn benchmarks(
     }
     prefill_ratios(&prefill_times, &mut out);
     finalize_costs(&b, &w, &mut out)?;
-    small_shape_decode(&b, rng, &mut out)?;
+    small_shape_decode(&b, rng, &mut out, &wanted)?;
     cublas_peer(b.as_ref(), h, i, &mut out)?;
     Ok(out.0)
 }
@@ -435,15 +435,21 @@ fn decode_sweep(
 }
 
 /// The SmolLM2-135M FFN shape (576 x 1536; one layer's weights fit in L2): latency of one
-/// decode row per arm and the kernel launches it takes.
-fn small_shape_decode(b: &Arc<dyn GpuBackend>, rng: &mut Rand, out: &mut Lines) -> GpuResult<()> {
+/// decode row per arm (those `wanted` names, as `METRALE_BENCH_ARMS` selects) and the kernel
+/// launches it takes.
+fn small_shape_decode(
+    b: &Arc<dyn GpuBackend>,
+    rng: &mut Rand,
+    out: &mut Lines,
+    wanted: &dyn Fn(&str) -> bool,
+) -> GpuResult<()> {
     let (h, i) = (576usize, 1536usize);
     let cfg = FfnConfig {
         hidden: h,
         inter: i,
     };
     let w = DenseWeights::random(rng, h, i);
-    for arm in SMALL_ARMS.iter() {
+    for arm in SMALL_ARMS.iter().filter(|a| wanted(a.name)) {
         let (name, install) = (arm.name, arm.install);
         let levers = levers_with(arm.levers);
         let mut ctx = ForwardContext::new(b.clone(), cfg, 16, levers)?;

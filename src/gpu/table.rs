@@ -307,11 +307,11 @@ fn blocks_of(a: &Args, names: &[&str], div: usize) -> GpuResult<usize> {
 use crate::gpu::sizes::{
     AFFINE_GEMV_BLOCK_ROWS, AFFINE_GEMV_KS_BLOCK_ROWS, AFFINE_GEMV_WARPS, BF16_GEMV_ROWS,
     DQ_WGMMA_BM, DQ_WGMMA_BN, DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS, FP8_MMA_GEMV_ROWS,
-    FP8_MMA_GEMV_WARPS, FP8_QUANT_THREADS, GGML_GEMV_MAX_M, GGML_GEMV_ROWS, INT8_GEMV_M_ROWS,
-    INT8_GEMV_ROWS, NVFP4_GEMV_ROWS as COLS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE,
-    Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS, W8A8_WGMMA_BK, W8A8_WGMMA_BM, W8A8_WGMMA_BN,
-    W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM, W8A8_WGMMA_SMEM,
-    W8A8_WGMMA_THREADS,
+    FP8_MMA_GEMV_WARPS, FP8_QUANT_THREADS, GGML_CP_WARPS, GGML_GEMV_MAX_M, GGML_GEMV_ROWS,
+    INT8_GEMV_M_ROWS, INT8_GEMV_ROWS, NVFP4_GEMV_ROWS as COLS, NVFP4_GEMV_WARPS_DUAL,
+    NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS, W8A8_WGMMA_BK, W8A8_WGMMA_BM,
+    W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM,
+    W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
 };
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
 const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
@@ -650,6 +650,16 @@ kernel_table! {
     ggml_gemv_sa: "ffn_ggml" "ggml_gemv_sa"
         ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
         grid(Per("n", GGML_GEMV_ROWS), Per("projs", 1), 256), cap Some(GGML_GEMV_MAX_M), round None, dependent true;
+    // The same GEMV, a cp.async ring of stages per warp, 4 warps a block (A/B).
+    ggml_gemv_cp: "ffn_ggml" "ggml_gemv_cp"
+        ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
+        grid(Per("n", GGML_CP_WARPS), Per("projs", 1), 32 * GGML_CP_WARPS), cap Some(GGML_GEMV_MAX_M), round None, dependent true;
+    // One row: the cp.async form with a register budget for more launch blocks an SM.
+    // `ks` warps a weight row (1, 2 or 4): GGML_CP_WARPS / ks rows a block.
+    ggml_gemv1: "ffn_ggml" "ggml_gemv1"
+        ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i ks:i")
+        grid(Rule(|a| Ok(a.dim("n")?.div_ceil(GGML_CP_WARPS / a.dim("ks")?.clamp(1, GGML_CP_WARPS)))),
+            Per("projs", 1), 32 * GGML_CP_WARPS), cap Some(1), round None, dependent true;
     ggml_dequant: "ffn_ggml" "ggml_dequant_bf16" ("w:p ty:i sc:f n:i kp:i out:p")
         // One thread per 32-value block: n * kp / 32 threads.
         grid(Rule(|a| Ok(a.dim("n")?

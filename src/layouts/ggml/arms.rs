@@ -5,7 +5,9 @@
 //! gate and up together, the act-mul's output for down.
 
 use crate::ffn::{Bf16Weight, DenseFfnLayer, ForwardContext, GgmlWeight, key};
-use crate::gpu::sizes::{GGML_GEMV_MAX_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS};
+use crate::gpu::sizes::{
+    GGML_GEMV_MAX_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS, ggml_gemv1_ks,
+};
 use crate::gpu::{DevicePtr, GpuResult};
 
 /// A projection's input made ready for its product: `(layer, ctx, x, m, k, kp)`, `x` f32
@@ -176,7 +178,16 @@ impl DenseFfnLayer {
         for r0 in (0..m).step_by(GGML_GEMV_MAX_M) {
             let rows = (m - r0).min(GGML_GEMV_MAX_M);
             let xv = xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
-            let call = self.kernels.ggml_gemv.call().ptr("xq", xv).dim("m", rows);
+            // One row: the cp.async form with more launch blocks an SM (`ggml_gemv1`), a lone
+            // projection's rows split over warps (`ggml_gemv1_ks`).
+            let call = if rows == 1 {
+                let projs = if second.is_some() { 2 } else { 1 };
+                let ks = ggml_gemv1_ks(projs, kp);
+                self.kernels.ggml_gemv1.call().dim("ks", ks)
+            } else {
+                self.kernels.ggml_gemv.call()
+            };
+            let call = call.ptr("xq", xv).dim("m", rows);
             let call = call.ptr("w", w.weight).dim("ty", w.ty as u32 as usize);
             let call = call.float("sc", w.scale);
             let call = call.ptr("y", rows_of(y, r0, rows));

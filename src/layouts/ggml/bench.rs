@@ -10,7 +10,7 @@ use crate::GgmlType::{Q4_K, Q5_0, Q6_K, Q8_0};
 use crate::check::bench::{BenchArm, KernelLines, SmallArm, bench};
 use crate::check::bench_decode::{part, per_call};
 use crate::gpu::sizes::*;
-use crate::gpu::table::Kernels;
+use crate::gpu::table::{Kernel, Kernels};
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, alloc_upload, upload_f32};
 use crate::testing::*;
 
@@ -66,14 +66,21 @@ pub(crate) fn kernel_lines(
         let w = alloc_upload(b, &ggml_random_blocks(rng, ty, 4096, 14336))?;
         for (shape, n, k) in SHAPES {
             for m in ROWS {
-                // The shared-activation form beside it (A/B) for a type of each family.
-                let forms: &[(&str, bool)] = if SA_TYPES.contains(&ty) {
-                    &[("gemv", false), ("gemv_sa", true)]
-                } else {
-                    &[("gemv", false)]
-                };
-                for &(form, sa) in forms {
-                    let t = gemv_time(b, &ks, &bufs, (w, ty), (n, k, m), sa)?;
+                // Beside `ggml_gemv` (A/B): the cp.async forms for every type (`ggml_gemv1` at
+                // one row, at each k-split), the shared-activation form for a type of each
+                // family.
+                let mut forms = vec![("gemv".to_string(), &ks.ggml_gemv, None)];
+                match m {
+                    1 => forms.extend(
+                        [1, 2, 4].map(|s| (format!("gemv1 ks={s}"), &ks.ggml_gemv1, Some(s))),
+                    ),
+                    _ => forms.push(("gemv_cp".into(), &ks.ggml_gemv_cp, None)),
+                }
+                if SA_TYPES.contains(&ty) {
+                    forms.push(("gemv_sa".into(), &ks.ggml_gemv_sa, None));
+                }
+                for (form, gemv, split) in forms {
+                    let t = gemv_time(b, &ks, (gemv, split), &bufs, (w, ty), (n, k, m))?;
                     let bytes = w.bytes as f64;
                     push(format!(
                         "ggml kernel {:<7} {form} {shape} m={m} {:>7.1} us {:>6.0} GB/s {:>5.1}% of copy ceiling",
@@ -105,18 +112,17 @@ const SA_TYPES: [GgmlType; 6] = [
     GgmlType::IQ2_XXS,
 ];
 
-/// Seconds per back-to-back call of the activations' q8_1 quantization and the GEMV launches
-/// (`GGML_GEMV_MAX_M` rows each; `ggml_gemv_sa` where `sa`) on `m` rows of `[n, k]` weights
-/// `w` of type `ty`.
+/// Seconds per back-to-back call of the activations' q8_1 quantization and the launches of
+/// `gemv` (`GGML_GEMV_MAX_M` rows each; `ggml_gemv1` with its k-split `split`) on `m` rows of
+/// `[n, k]` weights `w` of type `ty`.
 fn gemv_time(
     b: &dyn GpuBackend,
     ks: &Kernels,
+    (gemv, split): (&Kernel, Option<usize>),
     bufs: &Bufs,
     (w, ty): (DevicePtr, GgmlType),
     (n, k, m): (usize, usize, usize),
-    sa: bool,
 ) -> GpuResult<f64> {
-    let gemv = if sa { ks.ggml_gemv_sa } else { ks.ggml_gemv };
     let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
     per_call(b, || {
         let q = ks
@@ -130,7 +136,12 @@ fn gemv_time(
             let rows = (m - r0).min(GGML_GEMV_MAX_M);
             let xv = bufs.xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
             let yv = bufs.y.view((r0 * n * 4) as u64, (rows * n * 4) as u64);
-            let c = gemv.call().ptr("xq", xv).dim("m", rows).ptr("w", w);
+            let c = gemv.call();
+            let c = match split {
+                Some(s) => c.dim("ks", s),
+                None => c,
+            };
+            let c = c.ptr("xq", xv).dim("m", rows).ptr("w", w);
             let c = c
                 .dim("ty", ty as u32 as usize)
                 .float("sc", 1.0)
@@ -215,8 +226,42 @@ pub(crate) static ARMS: [BenchArm; 4] = [
 /// Its kernel lines: every type alone, and each type's dequantization.
 pub(crate) static KERNELS: &[KernelLines] = &[("ggml kernel", kernel_lines)];
 
-/// Its arms on the SmolLM2 shape: none yet.
-pub(crate) static SMALL: [SmallArm; 0] = [];
+/// llama.cpp's type for a row of `k` values where `ty`'s blocks do not divide it
+/// (llama-quant.cpp, `convert_incompatible_tensor`: the 2- and 3-bit K-quants, IQ1-IQ3 and
+/// IQ4_XS to IQ4_NL, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0).
+const fn fallback(ty: GgmlType, k: usize) -> GgmlType {
+    use GgmlType::*;
+    if k.is_multiple_of(ty.block_elems() as usize) {
+        return ty;
+    }
+    match ty {
+        Q4_K => Q5_0,
+        Q5_K => Q5_1,
+        Q6_K => Q8_0,
+        _ => IQ4_NL,
+    }
+}
+
+/// A SmolLM2-shape arm of one type: every projection of `$t`, gate and up (rows of 576) in
+/// its llama.cpp fallback where its blocks do not divide them.
+macro_rules! small_arms {
+    ($($t:ident),*) => {
+        [$(SmallArm {
+            name: concat!("ggml ", stringify!($t)),
+            install: |b, l, w| {
+                let gu = fallback(GgmlType::$t, w.hidden);
+                install_ggml_types(b, l, w, [gu, gu, GgmlType::$t])
+            },
+            levers: &[],
+        }),*]
+    };
+}
+
+/// Its arms on the SmolLM2 shape (goal: a layer under 10 us at one row): every engine type.
+pub(crate) static SMALL: [SmallArm; 21] = small_arms!(
+    Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+    IQ3_S, IQ1_S, IQ1_M, IQ4_NL, IQ4_XS, MXFP4, NVFP4
+);
 
 #[cfg(test)]
 mod tests {
@@ -225,6 +270,38 @@ mod tests {
     use crate::gpu::ModelLevers;
     use crate::gpu::host::HostBackend;
     use std::sync::Arc;
+
+    /// Every engine type has a SmolLM2-shape arm, which installs on the host backend (576 is
+    /// not whole super-blocks: the fallbacks) and serves one row through the engine.
+    #[test]
+    fn every_engine_type_has_a_small_arm_that_installs() {
+        let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+        let (h, i) = (576, 1536);
+        let w = DenseWeights::random(&mut Rand(6), h, i);
+        let ctx = ForwardContext::new(
+            b.clone(),
+            FfnConfig {
+                hidden: h,
+                inter: i,
+            },
+            1,
+            ModelLevers::default(),
+        )
+        .unwrap();
+        for ty in TYPES {
+            let arm = SMALL
+                .iter()
+                .find(|a| a.name == format!("ggml {}", ty.name()))
+                .unwrap_or_else(|| panic!("no small arm for {}", ty.name()));
+            let mut layer = DenseFfnLayer::new(&ctx);
+            (arm.install)(b.as_ref(), &mut layer, &w).unwrap();
+            let served = layer.serving_arm(&ctx, crate::ffn::Method::Decode, 1);
+            assert_eq!(served.map(|a| a.name), Some("ggml gemv"), "{}", arm.name);
+        }
+        assert_eq!(fallback(GgmlType::Q4_K, 576), GgmlType::Q5_0);
+        assert_eq!(fallback(GgmlType::IQ2_S, 576), GgmlType::IQ4_NL);
+        assert_eq!(fallback(GgmlType::NVFP4, 576), GgmlType::NVFP4);
+    }
 
     /// The engine's bench arms install on the host backend (a layer whose engine arm serves
     /// decode), and their decode probe reads each projection's rows of its type.
