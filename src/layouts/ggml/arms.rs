@@ -1,13 +1,11 @@
-//! The `ggml` arms: every projection through the block-format engine's GEMV (`ggml_gemv`) over
+//! The `ggml` arms: every projection through the block-format engine's GEMV (`ggml_gemv1`, `ggml_gemv_sa`) over
 //! q8_1 activations (`quantize_act_q8_1`), at most `GGML_GEMV_MAX_M` rows a launch; past
 //! `GGML_PREFILL_MIN_ROWS` rows, each projection dequantized to BF16 (`ggml_dequant_bf16`) and
 //! multiplied by the BF16 GEMM. Either way each input is prepared once: the layer's input for
 //! gate and up together, the act-mul's output for down.
 
 use crate::ffn::{Bf16Weight, DenseFfnLayer, ForwardContext, GgmlWeight, key};
-use crate::gpu::sizes::{
-    GGML_GEMV_MAX_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS, ggml_gemv1_ks,
-};
+use crate::gpu::sizes::{GGML_GEMV_MAX_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS};
 use crate::gpu::{DevicePtr, GpuResult};
 
 /// A projection's input made ready for its product: `(layer, ctx, x, m, k, kp)`, `x` f32
@@ -178,14 +176,14 @@ impl DenseFfnLayer {
         for r0 in (0..m).step_by(GGML_GEMV_MAX_M) {
             let rows = (m - r0).min(GGML_GEMV_MAX_M);
             let xv = xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
-            // One row: the cp.async form with more launch blocks an SM (`ggml_gemv1`), a lone
-            // projection's rows split over warps (`ggml_gemv1_ks`).
+            // One row: the cp.async form with more launch blocks an SM (`ggml_gemv1`; its rows
+            // not split, the fastest on an H100 for every type but Q8_0's down, BENCHMARKS.md);
+            // more: the activations shared by a launch block's warps (`ggml_gemv_sa`, faster
+            // than `ggml_gemv` and `ggml_gemv_cp` from 2 rows on an H100).
             let call = if rows == 1 {
-                let projs = if second.is_some() { 2 } else { 1 };
-                let ks = ggml_gemv1_ks(projs, kp);
-                self.kernels.ggml_gemv1.call().dim("ks", ks)
+                self.kernels.ggml_gemv1.call().dim("ks", 1)
             } else {
-                self.kernels.ggml_gemv.call()
+                self.kernels.ggml_gemv_sa.call()
             };
             let call = call.ptr("xq", xv).dim("m", rows);
             let call = call.ptr("w", w.weight).dim("ty", w.ty as u32 as usize);

@@ -119,8 +119,9 @@ template <int TAB>
 __device__ __forceinline__ void ggml_table_values(const unsigned char* qs, float scale, float (&v)[32]) {
     for (int i = 0; i < 4; ++i) {
         const unsigned int x = (unsigned int)ggml_u32(qs + 4 * i);
-        const unsigned int lo = (unsigned int)ggml_table4<TAB>(x & 0x0F0F0F0Fu);
-        const unsigned int hi = (unsigned int)ggml_table4<TAB>((x >> 4) & 0x0F0F0F0Fu);
+        int l, h;
+        ggml_table8<TAB>(x, l, h);
+        const unsigned int lo = (unsigned int)l, hi = (unsigned int)h;
         for (int c = 0; c < 4; ++c) {
             v[4 * i + c] = __fmul_rn(scale, (float)(signed char)(lo >> (8 * c)));
             v[16 + 4 * i + c] = __fmul_rn(scale, (float)(signed char)(hi >> (8 * c)));

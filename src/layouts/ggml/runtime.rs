@@ -40,7 +40,7 @@ fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {
 
 /// Whether the engine's kernels are there: the q8_1 quantizer and the GEMVs.
 fn engine(l: &DenseFfnLayer, _: &ForwardContext, _: usize) -> bool {
-    l.kernels.ggml_gemv.ok() && l.kernels.ggml_gemv1.ok() && l.kernels.quant_q8_1.ok()
+    l.kernels.ggml_gemv_sa.ok() && l.kernels.ggml_gemv1.ok() && l.kernels.quant_q8_1.ok()
 }
 
 /// Its rows of the arm table, ranked within each method (`routing::arms`): the engine's GEMV

@@ -17,7 +17,6 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_CP_BUFS", GGML_CP_BUFS),
     ("MP_GGML_GEMV1_BLOCKS", GGML_GEMV1_BLOCKS),
     ("MP_GGML_GEMV_CP_BLOCKS", GGML_GEMV_CP_BLOCKS),
-    ("MP_GGML_GEMV1_KS", GGML_GEMV1_KS),
     ("MP_GGML_QK_K", GGML_QK_K),
     ("MP_GGML_Q4_0_BYTES", GGML_Q4_0_BYTES),
     ("MP_GGML_Q4_1_BYTES", GGML_Q4_1_BYTES),
@@ -71,20 +70,6 @@ pub mod consts {
     pub const GGML_GEMV1_BLOCKS: usize = 8;
     /// The same for `ggml_gemv_cp` ([`GGML_GEMV_MAX_M`] rows): 72 registers a thread.
     pub const GGML_GEMV_CP_BLOCKS: usize = 7;
-    /// The most ways `ggml_gemv1` splits a weight row's stages when it serves one projection
-    /// alone (the down projection: 4096 rows give one warp a row only 4096 warps).
-    pub const GGML_GEMV1_KS: usize = 4;
-    /// `ggml_gemv1`'s `ks` for `projs` projections of rows of `kp` values: one projection alone
-    /// (the down projection) split into as many slices as it has stages, up to [`GGML_GEMV1_KS`]
-    /// (a power of two); two projections in one launch (gate and up) not split.
-    pub const fn ggml_gemv1_ks(projs: usize, kp: usize) -> usize {
-        let stages = kp.div_ceil(GGML_STAGE);
-        let mut ks = 1;
-        while projs == 1 && ks < GGML_GEMV1_KS && 2 * ks <= stages {
-            ks *= 2;
-        }
-        ks
-    }
     /// Values per block of the 32-value types (ggml's `QK4_0` .. `QK8_0`).
     pub const GGML_QK: usize = q8_0::Q8_0::BLOCK_ELEMS;
     /// Values per K-quant super-block (ggml's `QK_K`).
@@ -135,9 +120,6 @@ pub mod consts {
 }
 
 const _: () = assert!(GGML_QK == 32 && GGML_QK_K == 256);
-const _: () =
-    assert!(GGML_CP_WARPS.is_multiple_of(GGML_GEMV1_KS) && GGML_GEMV1_KS.is_power_of_two());
-
 const _: () = assert!(GGML_Q4_0_BYTES == 2 + GGML_QK / 2 && GGML_Q4_1_BYTES == 4 + GGML_QK / 2);
 const _: () = assert!(GGML_Q5_0_BYTES == 6 + GGML_QK / 2 && GGML_Q5_1_BYTES == 8 + GGML_QK / 2);
 const _: () = assert!(GGML_Q8_0_BYTES == 2 + GGML_QK);
@@ -175,18 +157,3 @@ const _: () = {
         i += 1;
     }
 };
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The one-row GEMV splits only a lone projection, no more ways than it has stages.
-    #[test]
-    fn the_one_row_k_split_follows_the_stages() {
-        assert_eq!(ggml_gemv1_ks(1, 14336), 4); // llama-8B down: 7 stages
-        assert_eq!(ggml_gemv1_ks(1, 6144), 2); // 3 stages
-        assert_eq!(ggml_gemv1_ks(1, 4096), 2);
-        assert_eq!(ggml_gemv1_ks(1, 1536), 1); // SmolLM2 down: one stage
-        assert_eq!(ggml_gemv1_ks(2, 14336), 1); // gate and up in one launch
-    }
-}
