@@ -36,17 +36,16 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
             let w = ggml_random_blocks(&mut r, ty, n, k);
             // The second projection of the launch: Q8_0 (every type runs beside another).
             let w2 = ggml_random_blocks(&mut r, GgmlType::Q8_0, n, k);
-            // The shared-activation form (`ggml_gemv_sa`) on 3 and 8 rows, the cp.async forms
-            // on 2 and 8 rows (`ggml_gemv_cp`) and on one at each k-split (`ggml_gemv1`).
+            // The shared-activation form (`ggml_gemv_sa`) on 3 and 8 rows, the cp.async
+            // one-row form (`ggml_gemv1`) on one.
             let runs = [1, 2, 3, 4, 5, 8]
-                .map(|m| ("ggml_gemv", m, 1))
+                .map(|m| ("ggml_gemv", m))
                 .into_iter()
-                .chain([3, 8].map(|m| ("ggml_gemv_sa", m, 1)))
-                .chain([2, 8].map(|m| ("ggml_gemv_cp", m, 1)))
-                .chain([1, 2, 4].map(|s| ("ggml_gemv1", 1, s)));
-            for (kernel, m, split) in runs {
+                .chain([3, 8].map(|m| ("ggml_gemv_sa", m)))
+                .chain([("ggml_gemv1", 1)]);
+            for (kernel, m) in runs {
                 let ldy = n + 3;
-                let mut a = vec![
+                let mut a = [
                     A::P(xq.clone()),
                     A::I(m),
                     A::P(w.clone()),
@@ -62,37 +61,19 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
                     A::I(k),
                     A::I(ldy),
                 ];
-                // A warp per weight row (`split` per row): 8 a block, or the cp.async forms'
-                // GGML_CP_WARPS; `ggml_gemv1` takes its k-split last.
-                let warps = if kernel.ends_with("_cp") || kernel.ends_with('1') {
+                // A warp per weight row: 8 a block, or the one-row form's GGML_CP_WARPS.
+                let warps = if kernel == "ggml_gemv1" {
                     GGML_CP_WARPS
                 } else {
                     8
                 };
-                if kernel == "ggml_gemv1" {
-                    a.push(A::I(split));
-                }
-                launch(
-                    exe,
-                    kernel,
-                    (n.div_ceil(warps / split), 2),
-                    32 * warps,
-                    &mut a,
-                );
+                launch(exe, kernel, (n.div_ceil(warps), 2), 32 * warps, &mut a);
                 let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
                 for (wb, t, sc, at) in [(&w, ty, 1.0, 5), (&w2, GgmlType::Q8_0, SECOND_SCALE, 9)] {
                     let got = bf32(buf(&a[at]));
                     for row in 0..m {
                         let mut want = vec![0f32; n];
-                        reference::ggml_gemv_row_ks(
-                            &xq[row * row_q8..],
-                            wb,
-                            t,
-                            sc,
-                            [n, k],
-                            split,
-                            &mut want,
-                        );
+                        reference::ggml_gemv_row(&xq[row * row_q8..], wb, t, sc, [n, k], &mut want);
                         let g = &got[row * ldy..row * ldy + n];
                         assert!(
                             want.iter().zip(g).all(|(a, b)| a.to_bits() == b.to_bits()),

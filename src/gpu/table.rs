@@ -646,20 +646,15 @@ kernel_table! {
     ggml_gemv: "ffn_ggml" "ggml_gemv"
         ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
         grid(Per("n", GGML_GEMV_ROWS), Per("projs", 1), 256), cap Some(GGML_GEMV_MAX_M), round None, dependent true;
-    // The same GEMV, each launch block's activations shared through shared memory (A/B).
+    // The same GEMV, each launch block's activations shared through shared memory (the
+    // layer's from 2 rows).
     ggml_gemv_sa: "ffn_ggml" "ggml_gemv_sa"
         ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
         grid(Per("n", GGML_GEMV_ROWS), Per("projs", 1), 256), cap Some(GGML_GEMV_MAX_M), round None, dependent true;
-    // The same GEMV, a cp.async ring of stages per warp, 4 warps a block (A/B).
-    ggml_gemv_cp: "ffn_ggml" "ggml_gemv_cp"
-        ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
-        grid(Per("n", GGML_CP_WARPS), Per("projs", 1), 32 * GGML_CP_WARPS), cap Some(GGML_GEMV_MAX_M), round None, dependent true;
-    // One row: the cp.async form with a register budget for more launch blocks an SM.
-    // `ks` warps a weight row (1, 2 or 4): GGML_CP_WARPS / ks rows a block.
+    // One row (the layer's): stages by cp.async, registers for more launch blocks an SM.
     ggml_gemv1: "ffn_ggml" "ggml_gemv1"
-        ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i ks:i")
-        grid(Rule(|a| Ok(a.dim("n")?.div_ceil(GGML_CP_WARPS / a.dim("ks")?.clamp(1, GGML_CP_WARPS)))),
-            Per("projs", 1), 32 * GGML_CP_WARPS), cap Some(1), round None, dependent true;
+        ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
+        grid(Per("n", GGML_CP_WARPS), Per("projs", 1), 32 * GGML_CP_WARPS), cap Some(1), round None, dependent true;
     ggml_dequant: "ffn_ggml" "ggml_dequant_bf16" ("w:p ty:i sc:f n:i kp:i out:p")
         // One thread per 32-value block: n * kp / 32 threads.
         grid(Rule(|a| Ok(a.dim("n")?

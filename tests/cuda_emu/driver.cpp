@@ -71,10 +71,8 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { ggml_gemv((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13)); });
     else if (name == "ggml_gemv_sa")
         emu_launch(gx, gy, bx, [&] { ggml_gemv_sa((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13)); });
-    else if (name == "ggml_gemv_cp")
-        emu_launch(gx, gy, bx, [&] { ggml_gemv_cp((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13)); });
     else if (name == "ggml_gemv1")
-        emu_launch(gx, gy, bx, [&] { ggml_gemv1((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13), I(14)); });
+        emu_launch(gx, gy, bx, [&] { ggml_gemv1((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13)); });
     else if (name == "q4k_gemv")
         emu_launch(gx, gy, bx, [&] { q4k_gemv((const float*)P(0), I(1), (cu8)P(2), (float*)P(3), I(4), I(5), I(6), I(7)); });
     else if (name == "q4k_gemv_batch4")

@@ -176,12 +176,11 @@ impl DenseFfnLayer {
         for r0 in (0..m).step_by(GGML_GEMV_MAX_M) {
             let rows = (m - r0).min(GGML_GEMV_MAX_M);
             let xv = xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
-            // One row: the cp.async form with more launch blocks an SM (`ggml_gemv1`; its rows
-            // not split, the fastest on an H100 for every type but Q8_0's down, BENCHMARKS.md);
-            // more: the activations shared by a launch block's warps (`ggml_gemv_sa`, faster
-            // than `ggml_gemv` and `ggml_gemv_cp` from 2 rows on an H100).
+            // One row: stages by cp.async, more launch blocks an SM (`ggml_gemv1`); more: the
+            // activations shared by a launch block's warps (`ggml_gemv_sa`). Each the fastest
+            // form for its rows on an H100 and an H200 (BENCHMARKS.md).
             let call = if rows == 1 {
-                self.kernels.ggml_gemv1.call().dim("ks", 1)
+                self.kernels.ggml_gemv1.call()
             } else {
                 self.kernels.ggml_gemv_sa.call()
             };

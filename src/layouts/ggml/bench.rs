@@ -66,21 +66,14 @@ pub(crate) fn kernel_lines(
         let w = alloc_upload(b, &ggml_random_blocks(rng, ty, 4096, 14336))?;
         for (shape, n, k) in SHAPES {
             for m in ROWS {
-                // Beside `ggml_gemv` (A/B): the cp.async forms for every type (`ggml_gemv1` at
-                // one row, at each k-split), the shared-activation form for a type of each
-                // family.
-                let mut forms = vec![("gemv".to_string(), &ks.ggml_gemv, None)];
-                match m {
-                    1 => forms.extend(
-                        [1, 2, 4].map(|s| (format!("gemv1 ks={s}"), &ks.ggml_gemv1, Some(s))),
-                    ),
-                    _ => forms.push(("gemv_cp".into(), &ks.ggml_gemv_cp, None)),
-                }
-                if SA_TYPES.contains(&ty) {
-                    forms.push(("gemv_sa".into(), &ks.ggml_gemv_sa, None));
-                }
-                for (form, gemv, split) in forms {
-                    let t = gemv_time(b, &ks, (gemv, split), &bufs, (w, ty), (n, k, m))?;
+                // The layer's form for the rows (`ggml_gemv1` for one, `ggml_gemv_sa` from two)
+                // beside `ggml_gemv` (A/B).
+                let layer = match m {
+                    1 => ("gemv1", &ks.ggml_gemv1),
+                    _ => ("gemv_sa", &ks.ggml_gemv_sa),
+                };
+                for (form, gemv) in [("gemv", &ks.ggml_gemv), layer] {
+                    let t = gemv_time(b, &ks, gemv, &bufs, (w, ty), (n, k, m))?;
                     let bytes = w.bytes as f64;
                     push(format!(
                         "ggml kernel {:<7} {form} {shape} m={m} {:>7.1} us {:>6.0} GB/s {:>5.1}% of copy ceiling",
@@ -101,24 +94,12 @@ pub(crate) fn kernel_lines(
     Ok(())
 }
 
-/// The types whose kernel lines time `ggml_gemv_sa` beside `ggml_gemv`: 4-bit, K-quant, 6-bit,
-/// 8-bit, a 16-entry table and a grid type.
-const SA_TYPES: [GgmlType; 6] = [
-    GgmlType::Q4_0,
-    GgmlType::Q4_K,
-    GgmlType::Q6_K,
-    GgmlType::Q8_0,
-    GgmlType::IQ4_XS,
-    GgmlType::IQ2_XXS,
-];
-
 /// Seconds per back-to-back call of the activations' q8_1 quantization and the launches of
-/// `gemv` (`GGML_GEMV_MAX_M` rows each; `ggml_gemv1` with its k-split `split`) on `m` rows of
-/// `[n, k]` weights `w` of type `ty`.
+/// `gemv` (`GGML_GEMV_MAX_M` rows each) on `m` rows of `[n, k]` weights `w` of type `ty`.
 fn gemv_time(
     b: &dyn GpuBackend,
     ks: &Kernels,
-    (gemv, split): (&Kernel, Option<usize>),
+    gemv: &Kernel,
     bufs: &Bufs,
     (w, ty): (DevicePtr, GgmlType),
     (n, k, m): (usize, usize, usize),
@@ -136,12 +117,7 @@ fn gemv_time(
             let rows = (m - r0).min(GGML_GEMV_MAX_M);
             let xv = bufs.xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
             let yv = bufs.y.view((r0 * n * 4) as u64, (rows * n * 4) as u64);
-            let c = gemv.call();
-            let c = match split {
-                Some(s) => c.dim("ks", s),
-                None => c,
-            };
-            let c = c.ptr("xq", xv).dim("m", rows).ptr("w", w);
+            let c = gemv.call().ptr("xq", xv).dim("m", rows).ptr("w", w);
             let c = c
                 .dim("ty", ty as u32 as usize)
                 .float("sc", 1.0)

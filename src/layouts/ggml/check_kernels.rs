@@ -18,8 +18,7 @@ const SECOND_SCALE: f32 = -0.375;
 /// `ggml_gemv` for every engine type whose blocks the rows hold whole, each as the first of two
 /// projections in one launch beside the same weights as Q8_0: Q4_0, Q4_K and Q8_0 (this
 /// crate's quantizers) on each row count, the other types (random blocks) on one row and on
-/// a launch's most; `ggml_gemv_sa` and `ggml_gemv_cp` on one row and on a launch's most, and
-/// `ggml_gemv1` on one row at each k-split, every type.
+/// a launch's most; `ggml_gemv_sa` on the same rows and `ggml_gemv1` on one, every type.
 pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     let kk = c.kk;
@@ -53,27 +52,18 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
                 .filter(|m| ms.contains(m))
                 .collect()
         };
-        // The shared-activation and cp.async forms on one row and on a launch's most, the
-        // one-row form on one at each k-split (1, 2, 4).
-        let ends = || ms.iter().filter(|&&m| m == 1 || m == GGML_GEMV_MAX_M);
-        let runs = ms.iter().map(|&m| ("ggml_gemv", kk.ggml_gemv, m, 1));
+        // The shared-activation form (the layer's from 2 rows) on the same rows, the one-row
+        // form (the layer's) on one.
+        let runs = ms.iter().map(|&m| ("ggml_gemv", kk.ggml_gemv, m));
         let runs = runs
-            .chain(ends().map(|&m| ("ggml_gemv_sa", kk.ggml_gemv_sa, m, 1)))
-            .chain(ends().map(|&m| ("ggml_gemv_cp", kk.ggml_gemv_cp, m, 1)));
-        let one = ms.contains(&1).then_some([1, 2, 4]).into_iter().flatten();
-        let runs = runs.chain(one.map(|s| ("ggml_gemv1", kk.ggml_gemv1, 1, s)));
-        for (name, gemv, m, split) in runs.collect::<Vec<_>>() {
+            .chain(ms.iter().map(|&m| ("ggml_gemv_sa", kk.ggml_gemv_sa, m)))
+            .chain(ms.contains(&1).then_some(("ggml_gemv1", kk.ggml_gemv1, 1)));
+        for (name, gemv, m) in runs.collect::<Vec<_>>() {
             c.poison_y()?;
             b.fill(y2, 0xA5)?;
             let q = kk.quant_q8_1.call().ptr("x", c.xd).dim("m", m).dim("k", k);
             c.launch(q.dim("kp", k).ptr("out", xq))?;
-            let call = gemv.call();
-            let call = if name == "ggml_gemv1" {
-                call.dim("ks", split)
-            } else {
-                call
-            };
-            let call = call.ptr("xq", xq).dim("m", m).ptr("w", w);
+            let call = gemv.call().ptr("xq", xq).dim("m", m).ptr("w", w);
             let call = call.dim("ty", ty as u32 as usize).float("sc", 1.0);
             let call = call.ptr("y", c.yd).ptr("w2", w2);
             let call = call
@@ -93,17 +83,13 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
                 .iter()
                 .all(|(wb, t, sc, g)| {
                     let mut want = vec![0f32; n];
-                    reference::ggml_gemv_row_ks(&aq, wb, *t, *sc, [n, k], split, &mut want);
+                    reference::ggml_gemv_row(&aq, wb, *t, *sc, [n, k], &mut want);
                     want.iter()
                         .zip(&g[r * n..(r + 1) * n])
                         .all(|(a, b)| a.to_bits() == b.to_bits())
                 })
             });
-            let form = match name {
-                "ggml_gemv1" => format!("ggml_gemv1 ks={split}"),
-                _ => name.to_string(),
-            };
-            c.bits(rows, &format!("{form} {} + Q8_0", ty.name()), m, exact);
+            c.bits(rows, &format!("{name} {} + Q8_0", ty.name()), m, exact);
         }
         b.free(w);
     }

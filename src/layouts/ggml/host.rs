@@ -11,23 +11,12 @@ use crate::gpu::{GpuError, GpuResult};
 
 impl HostBackend {
     /// `ggml_gemv`: each of the `m` rows of q8_1 blocks through the engine's twin, for each
-    /// of its `projs` projections (`w`, `ty`, `sc`, `y`; then `w2`, `ty2`, `sc2`, `y2`); every
-    /// form's sums, `ggml_gemv1`'s with its `ks` slices.
-    pub(crate) fn ggml_gemv(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+    /// of its `projs` projections (`w`, `ty`, `sc`, `y`; then `w2`, `ty2`, `sc2`, `y2`): every
+    /// form's sums.
+    pub(crate) fn ggml_gemv(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (xq, m) = (self.read(a.ptr("xq")?)?, a.dim("m")?);
         let (n, kp, ldy) = (a.dim("n")?, a.dim("kp")?, a.dim("ldy")?);
         let row_q8 = kp / Q8_1_ELEMS * Q8_1_BYTES;
-        // `ggml_gemv1`'s k-split: 1, 2 or 4 slices (the other forms take none: 1).
-        let ks = if spec.name == "ggml_gemv1" {
-            a.dim("ks")?
-        } else {
-            1
-        };
-        if ![1, 2, 4].contains(&ks) {
-            return Err(GpuError::Invalid(format!(
-                "ggml_gemv1: ks {ks}, not 1, 2 or 4"
-            )));
-        }
         let projs: &[(&str, &str, &str, &str)] = match a.dim("projs")? {
             1 => &[("w", "ty", "sc", "y")],
             2 => &[("w", "ty", "sc", "y"), ("w2", "ty2", "sc2", "y2")],
@@ -46,7 +35,7 @@ impl HostBackend {
             })?;
             self.write_rows(a.ptr(yn)?, ldy, m, n, |r, out| {
                 let xr = &xq[r * row_q8..(r + 1) * row_q8];
-                reference::ggml_gemv_row_ks(xr, &w, ty, sc, [n, kp], ks, out);
+                reference::ggml_gemv_row(xr, &w, ty, sc, [n, kp], out);
             })?;
         }
         Ok(())
@@ -69,7 +58,7 @@ impl HostBackend {
 /// Its kernels' host twins, by the kernel names each serves (`gpu::host`'s table).
 pub(crate) static TWINS: &[(&[&str], Twin)] = &[
     (
-        &["ggml_gemv", "ggml_gemv_sa", "ggml_gemv_cp", "ggml_gemv1"],
+        &["ggml_gemv", "ggml_gemv_sa", "ggml_gemv1"],
         HostBackend::ggml_gemv,
     ),
     (&["ggml_dequant_bf16"], HostBackend::ggml_dequant_bf16),

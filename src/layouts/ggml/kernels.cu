@@ -528,12 +528,6 @@ __device__ __forceinline__ void ggml_cp_wait() {
 // in registers, stored into the one buffer between two warp barriers; BUFS >= 2, a ring of BUFS
 // buffers filled by cp.async, BUFS - 1 stages in flight without registers (`ggml_gemv1`).
 //
-// KS > 1 (the cp.async forms only): a weight row's stages split KS ways over KS warps of the
-// launch block (warp w takes slice w % KS: stages w % KS, + KS, ...; rows per block warps / KS),
-// each slice's lane sums meeting in the butterfly, then the slices' sums added in slice order
-// through `red` (shared, a float per warp and row), times sc: the twin's `ggml_gemv_row_ks`.
-// Every warp meets that barrier, a warp past the last row too.
-//
 // SA (`ggml_gemv_sa`): the launch block's 8 warps share each stage's q8_1 activation blocks,
 // which its 256 threads first copy as 16-byte words into `act` (MP_GGML_GEMV_MAX_M rows of
 // GGML_ACT_WORDS words: a row's 64 blocks of 36 bytes from the 16-byte word below their
@@ -545,44 +539,38 @@ __device__ __forceinline__ void ggml_cp_wait() {
 template <int TY, int M, int BUFS, bool SA>
 __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__ xq, int m,
                                                const unsigned char* __restrict__ w, float sc, float* __restrict__ y, int n,
-                                               int kp, int ldy, int ks, unsigned char* stage, uint4* act, float* red) {
+                                               int kp, int ldy, unsigned char* stage, uint4* act) {
     static_assert(BUFS == 0 || (BUFS >= 2 && !SA), "a register stage, or a cp.async ring without SA");
     const size_t row_bytes = ggml_row_bytes<TY>(kp);
     constexpr int SB = ggml_stage_bytes<TY>();
     constexpr int WORDS = SB / 16 + 1;  // a stage's bytes from the 16-byte word below its start
     constexpr int PER_LANE = (WORDS + 31) / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (BUFS == 0) ks = 1;
-    const int slice = warp % ks;
-    const int j = blockIdx.x * ((blockDim.x >> 5) / ks) + warp / ks;
-    // Without SA or KS a warp past the last row has nothing to do; with them, it still copies
-    // its share of the activations and meets the barriers.
+    const int j = blockIdx.x * (blockDim.x >> 5) + warp;
+    // Without SA a warp past the last row has nothing to do; with it, it still copies its share
+    // of the activations and meets the barriers.
     const bool active = j < n;
-    if (!SA && ks == 1 && !active) return;
+    if (!SA && !active) return;
     const int nb = kp / MP_GGML_QK;
-    const int all_stages = (nb + 63) / 64;
-    // This warp's stages: slice, slice + ks, ... (all of them without KS), the i-th s_of(i).
-    const int stages = active && slice < all_stages ? (all_stages - slice + ks - 1) / ks : 0;
-    auto s_of = [&](int i) { return slice + i * ks; };
+    const int stages = (nb + 63) / 64;
     const size_t total = (size_t)n * row_bytes;
     const size_t row0 = (size_t)j * row_bytes;
-    auto stage_base = [&](int i) { return (row0 + (size_t)s_of(i) * SB) & ~(size_t)15; };
+    auto stage_base = [&](int s) { return (row0 + (size_t)s * SB) & ~(size_t)15; };
     float acc[M];
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = 0.f;
     uint4 next[BUFS == 0 ? PER_LANE : 1];
-    auto load = [&](int s_) {
+    auto load = [&](int s) {
         if (!active) return;
 #pragma unroll
         for (int i = 0; i < PER_LANE; ++i)
-            if (lane + 32 * i < WORDS) next[i] = ggml_word(w, stage_base(s_) + 16 * (size_t)(lane + 32 * i), total);
+            if (lane + 32 * i < WORDS) next[i] = ggml_word(w, stage_base(s) + 16 * (size_t)(lane + 32 * i), total);
     };
-    // This warp's i-th stage into ring buffer i % BUFS, as one cp.async group (empty past its
-    // last stage).
-    auto issue = [&](int i) {
-        if (i < stages) {
-            unsigned char* dst = stage + (i % BUFS) * GGML_STAGE_STRIDE;
-            for (int v = lane; v < WORDS; v += 32) ggml_cp_word(dst + 16 * v, w, stage_base(i) + 16 * (size_t)v, total);
+    // Stage s into ring buffer s % BUFS, as one cp.async group (empty past the last stage).
+    auto issue = [&](int s) {
+        if (s < stages) {
+            unsigned char* dst = stage + (s % BUFS) * GGML_STAGE_STRIDE;
+            for (int i = lane; i < WORDS; i += 32) ggml_cp_word(dst + 16 * i, w, stage_base(s) + 16 * (size_t)i, total);
         }
         ggml_cp_commit();
     };
@@ -590,11 +578,10 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
         load(0);
     } else {
 #pragma unroll
-        for (int i = 0; i + 1 < BUFS; ++i) issue(i);
+        for (int s = 0; s + 1 < BUFS; ++s) issue(s);
     }
     pdl_wait();  // the first stages' weights in flight under the previous launch's tail
-    for (int i = 0; i < (SA ? all_stages : stages); ++i) {
-        const int s = s_of(i);
+    for (int s = 0; s < stages; ++s) {
         if constexpr (SA) {
             __syncthreads();  // every warp is done with the previous stage's activations
             const size_t xtotal = (size_t)m * nb * MP_Q8_1_BYTES;
@@ -613,12 +600,12 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
             for (int i = 0; i < PER_LANE; ++i)
                 if (lane + 32 * i < WORDS) reinterpret_cast<uint4*>(stage)[lane + 32 * i] = next[i];
             __syncwarp();
-            if (i + 1 < all_stages) load(i + 1);
+            if (s + 1 < stages) load(s + 1);
         } else {
-            ggml_cp_wait<BUFS - 2>();  // this lane's copies of stage i have landed
-            __syncwarp();  // every lane's have, and every lane is done with stage i - 1's buffer
-            issue(i + BUFS - 1);  // into stage i - 1's buffer
-            buf = stage + (i % BUFS) * GGML_STAGE_STRIDE;
+            ggml_cp_wait<BUFS - 2>();  // this lane's copies of stage s have landed
+            __syncwarp();  // every lane's have, and every lane is done with stage s - 1's buffer
+            issue(s + BUFS - 1);  // into stage s - 1's buffer
+            buf = stage + (s % BUFS) * GGML_STAGE_STRIDE;
         }
         const unsigned char* blocks = buf + ((row0 + (size_t)s * SB) & 15);
 #pragma unroll
@@ -653,27 +640,13 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
             }
         }
     }
-    if (ks == 1 && !active) return;
+    if (!active) return;
 #pragma unroll
     for (int r = 0; r < M; ++r) {
         float t = acc[r];
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
-        if (ks == 1) {
-            if (lane == 0 && r < m) y[(size_t)r * ldy + j] = __fmul_rn(t, sc);
-        } else if (lane == 0) {
-            red[warp * M + r] = t;
-        }
-    }
-    if (ks == 1) return;
-    __syncthreads();
-    if (slice != 0 || !active || lane != 0) return;
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-        if (r >= m) break;
-        float t = red[warp * M + r];
-        for (int e = 1; e < ks; ++e) t = __fadd_rn(t, red[(warp + e) * M + r]);
-        y[(size_t)r * ldy + j] = __fmul_rn(t, sc);
+        if (lane == 0 && r < m) y[(size_t)r * ldy + j] = __fmul_rn(t, sc);
     }
 }
 
@@ -683,21 +656,18 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
 // stride ldy. A type this module lacks writes nothing (the layer refuses it when its weights
 // are installed). A dependent launch (common.cuh, pdl_wait). Grid (ceil(n / warps), projs),
 // a warp per weight row; the same sums from every form. `ggml_gemv` (8 warps): m <=
-// MP_GGML_GEMV_MAX_M, the next stage in registers. `ggml_gemv_sa`: the same, the activations
-// shared by the launch block's warps through shared memory (SA above). `ggml_gemv_cp` and
-// `ggml_gemv1` (one row), MP_GGML_CP_WARPS warps: MP_GGML_CP_BUFS stage buffers a warp filled
-// by cp.async, registers for MP_GGML_GEMV_CP_BLOCKS (MP_GGML_GEMV1_BLOCKS) launch blocks an SM.
-// `ggml_gemv1` takes `ks` (1, 2 or 4: KS above; grid ceil(n / (MP_GGML_CP_WARPS / ks))), whose
-// sums are the twin's `ggml_gemv_row_ks`.
+// MP_GGML_GEMV_MAX_M, the next stage in registers. `ggml_gemv_sa` (the layer's from 2 rows):
+// the same, the activations shared by the launch block's warps through shared memory (SA
+// above). `ggml_gemv1` (the layer's for one row), MP_GGML_CP_WARPS warps: MP_GGML_CP_BUFS stage
+// buffers a warp filled by cp.async, registers for MP_GGML_GEMV1_BLOCKS launch blocks an SM.
 template <int M, int BUFS, bool SA>
 __device__ __forceinline__ void ggml_gemv_any(const unsigned char* xq, int m, const unsigned char* w, int ty, float sc,
                                               float* y, const unsigned char* w2, int ty2, float sc2, float* y2,
-                                              int n, int kp, int ldy, int ks, unsigned char* st, uint4* act,
-                                              float* red) {
+                                              int n, int kp, int ldy, unsigned char* st, uint4* act) {
     if (blockIdx.y == 1) w = w2, ty = ty2, sc = sc2, y = y2;
     switch (ty) {
 #define GGML_GEMV_CASE(TY) \
-    case TY: ggml_gemv_rows<TY, M, BUFS, SA>(xq, m, w, sc, y, n, kp, ldy, ks, st, act, red); break;
+    case TY: ggml_gemv_rows<TY, M, BUFS, SA>(xq, m, w, sc, y, n, kp, ldy, st, act); break;
         GGML_ENGINE_TYPES(GGML_GEMV_CASE)
 #undef GGML_GEMV_CASE
         default: pdl_wait(); break;
@@ -708,8 +678,8 @@ extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsig
                                      int ldy) {
     pdl_trigger();
     __shared__ __align__(16) unsigned char stages[8][GGML_STAGE_STRIDE];
-    ggml_gemv_any<MP_GGML_GEMV_MAX_M, 0, false>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy, 1,
-                                                stages[threadIdx.x >> 5], nullptr, nullptr);
+    ggml_gemv_any<MP_GGML_GEMV_MAX_M, 0, false>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
+                                                stages[threadIdx.x >> 5], nullptr);
 }
 extern "C" __global__ void ggml_gemv_sa(const unsigned char* xq, int m, const unsigned char* w, int ty, float sc,
                                         float* y, const unsigned char* w2, int ty2, float sc2, float* y2, int projs,
@@ -717,23 +687,14 @@ extern "C" __global__ void ggml_gemv_sa(const unsigned char* xq, int m, const un
     pdl_trigger();
     __shared__ __align__(16) unsigned char stages[8][GGML_STAGE_STRIDE];
     __shared__ uint4 act[MP_GGML_GEMV_MAX_M * GGML_ACT_WORDS];
-    ggml_gemv_any<MP_GGML_GEMV_MAX_M, 0, true>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy, 1,
-                                               stages[threadIdx.x >> 5], act, nullptr);
+    ggml_gemv_any<MP_GGML_GEMV_MAX_M, 0, true>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
+                                               stages[threadIdx.x >> 5], act);
 }
-extern "C" __global__ void __launch_bounds__(32 * MP_GGML_CP_WARPS, MP_GGML_GEMV_CP_BLOCKS) ggml_gemv_cp(
+extern "C" __global__ void __launch_bounds__(32 * MP_GGML_CP_WARPS, MP_GGML_GEMV1_BLOCKS) ggml_gemv1(
     const unsigned char* xq, int m, const unsigned char* w, int ty, float sc, float* y, const unsigned char* w2,
     int ty2, float sc2, float* y2, int projs, int n, int kp, int ldy) {
     pdl_trigger();
     __shared__ __align__(16) unsigned char stages[MP_GGML_CP_WARPS][MP_GGML_CP_BUFS * GGML_STAGE_STRIDE];
-    ggml_gemv_any<MP_GGML_GEMV_MAX_M, MP_GGML_CP_BUFS, false>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy, 1,
-                                                              stages[threadIdx.x >> 5], nullptr, nullptr);
-}
-extern "C" __global__ void __launch_bounds__(32 * MP_GGML_CP_WARPS, MP_GGML_GEMV1_BLOCKS) ggml_gemv1(
-    const unsigned char* xq, int m, const unsigned char* w, int ty, float sc, float* y, const unsigned char* w2,
-    int ty2, float sc2, float* y2, int projs, int n, int kp, int ldy, int ks) {
-    pdl_trigger();
-    __shared__ __align__(16) unsigned char stages[MP_GGML_CP_WARPS][MP_GGML_CP_BUFS * GGML_STAGE_STRIDE];
-    __shared__ float red[MP_GGML_CP_WARPS];
-    ggml_gemv_any<1, MP_GGML_CP_BUFS, false>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy, ks,
-                                             stages[threadIdx.x >> 5], nullptr, red);
+    ggml_gemv_any<1, MP_GGML_CP_BUFS, false>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
+                                             stages[threadIdx.x >> 5], nullptr);
 }

@@ -16,7 +16,6 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_CP_WARPS", GGML_CP_WARPS),
     ("MP_GGML_CP_BUFS", GGML_CP_BUFS),
     ("MP_GGML_GEMV1_BLOCKS", GGML_GEMV1_BLOCKS),
-    ("MP_GGML_GEMV_CP_BLOCKS", GGML_GEMV_CP_BLOCKS),
     ("MP_GGML_QK_K", GGML_QK_K),
     ("MP_GGML_Q4_0_BYTES", GGML_Q4_0_BYTES),
     ("MP_GGML_Q4_1_BYTES", GGML_Q4_1_BYTES),
@@ -59,17 +58,14 @@ pub mod consts {
     pub const GGML_STAGE: usize = 2048;
     /// The most bytes of a stage of any type (Q8_0's 64 blocks of 34).
     pub const GGML_STAGE_BYTES_MAX: usize = GGML_STAGE / GGML_QK * GGML_Q8_0_BYTES;
-    /// Warps (weight rows) per launch block of the cp.async GEMVs (`ggml_gemv1`,
-    /// `ggml_gemv_cp`).
+    /// Warps (weight rows) per launch block of the one-row GEMV (`ggml_gemv1`).
     pub const GGML_CP_WARPS: usize = 4;
-    /// Stage buffers per warp of the cp.async GEMVs (all but one in flight): with
+    /// Stage buffers per warp of `ggml_gemv1`, filled by cp.async (all but one in flight): with
     /// [`GGML_CP_WARPS`], 4 * 3 * (2176 + 32) = 26496 bytes of shared memory a launch block.
     pub const GGML_CP_BUFS: usize = 3;
     /// Launch blocks of the one-row GEMV (`ggml_gemv1`) per SM its registers leave room for
     /// (`__launch_bounds__`: 65536 / (128 * 8) = 64 registers a thread, none spilled).
     pub const GGML_GEMV1_BLOCKS: usize = 8;
-    /// The same for `ggml_gemv_cp` ([`GGML_GEMV_MAX_M`] rows): 72 registers a thread.
-    pub const GGML_GEMV_CP_BLOCKS: usize = 7;
     /// Values per block of the 32-value types (ggml's `QK4_0` .. `QK8_0`).
     pub const GGML_QK: usize = q8_0::Q8_0::BLOCK_ELEMS;
     /// Values per K-quant super-block (ggml's `QK_K`).

@@ -450,43 +450,22 @@ pub fn ggml_gemv_row(
     [n, kp]: [usize; 2],
     y: &mut [f32],
 ) {
-    ggml_gemv_row_ks(xq, w, ty, sc, [n, kp], 1, y);
-}
-
-/// [`ggml_gemv_row`] with each weight row's stages (`GGML_STAGE` values) split `ks` ways
-/// (`ggml_gemv1`'s `ks`): slice `e` takes stages `e, e + ks, ...`, its 32 lanes' sums (lane
-/// `b % 32` adds block `b`, in order) meet in the butterfly, and the slices' sums are added
-/// in slice order, then times `sc`. `ks = 1` is the whole row in one slice.
-pub fn ggml_gemv_row_ks(
-    xq: &[u8],
-    w: &[u8],
-    ty: GgmlType,
-    sc: f32,
-    [n, kp]: [usize; 2],
-    ks: usize,
-    y: &mut [f32],
-) {
     let nb = kp / Q8_1_ELEMS;
-    let stage_blocks = GGML_STAGE / Q8_1_ELEMS;
     let row_bytes = ty.row_bytes(kp as u64).expect("whole blocks") as usize;
     y[..n].par_iter_mut().enumerate().for_each(|(j, out)| {
         let row = &w[j * row_bytes..(j + 1) * row_bytes];
-        let mut total = None;
-        for e in 0..ks {
-            let mut lanes = [0f32; 32];
-            for b in (0..nb).filter(|b| (b / stage_blocks) % ks == e) {
-                let a = &xq[b * Q8_1_BYTES..(b + 1) * Q8_1_BYTES];
-                lanes[b % 32] += ggml_dot(ty, row, b, a);
-            }
-            for o in [16, 8, 4, 2, 1] {
-                let prev = lanes;
-                for (l, v) in lanes.iter_mut().enumerate() {
-                    *v = prev[l] + prev[l ^ o];
-                }
-            }
-            total = Some(total.map_or(lanes[0], |t: f32| t + lanes[0]));
+        let mut lanes = [0f32; 32];
+        for b in 0..nb {
+            let a = &xq[b * Q8_1_BYTES..(b + 1) * Q8_1_BYTES];
+            lanes[b % 32] += ggml_dot(ty, row, b, a);
         }
-        *out = total.unwrap_or(0.0) * sc;
+        for o in [16, 8, 4, 2, 1] {
+            let prev = lanes;
+            for (l, v) in lanes.iter_mut().enumerate() {
+                *v = prev[l] + prev[l ^ o];
+            }
+        }
+        *out = lanes[0] * sc;
     });
 }
 
