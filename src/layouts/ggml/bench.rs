@@ -248,23 +248,27 @@ mod tests {
     use crate::gpu::host::HostBackend;
     use std::sync::Arc;
 
+    /// The host backend, random weights of `[h, i]` and a one-row forward context.
+    fn host_layer(
+        h: usize,
+        i: usize,
+        seed: u64,
+    ) -> (Arc<dyn GpuBackend>, DenseWeights, ForwardContext) {
+        let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
+        let w = DenseWeights::random(&mut Rand(seed), h, i);
+        let cfg = FfnConfig {
+            hidden: h,
+            inter: i,
+        };
+        let ctx = ForwardContext::new(b.clone(), cfg, 1, ModelLevers::default()).unwrap();
+        (b, w, ctx)
+    }
+
     /// Every engine type has a SmolLM2-shape arm, which installs on the host backend (576 is
     /// not whole super-blocks: the fallbacks) and serves one row through the engine.
     #[test]
     fn every_engine_type_has_a_small_arm_that_installs() {
-        let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
-        let (h, i) = (576, 1536);
-        let w = DenseWeights::random(&mut Rand(6), h, i);
-        let ctx = ForwardContext::new(
-            b.clone(),
-            FfnConfig {
-                hidden: h,
-                inter: i,
-            },
-            1,
-            ModelLevers::default(),
-        )
-        .unwrap();
+        let (b, w, ctx) = host_layer(576, 1536, 6);
         for ty in TYPES {
             let arm = SMALL
                 .iter()
@@ -284,19 +288,7 @@ mod tests {
     /// decode), and their decode probe reads each projection's rows of its type.
     #[test]
     fn the_bench_arms_install_and_probe_their_bytes() {
-        let b: Arc<dyn GpuBackend> = Arc::new(HostBackend::new());
-        let (h, i) = (256, 512);
-        let w = DenseWeights::random(&mut Rand(5), h, i);
-        let ctx = ForwardContext::new(
-            b.clone(),
-            FfnConfig {
-                hidden: h,
-                inter: i,
-            },
-            1,
-            ModelLevers::default(),
-        )
-        .unwrap();
+        let (b, w, ctx) = host_layer(256, 512, 5);
         for arm in &ARMS {
             let mut layer = DenseFfnLayer::new(&ctx);
             (arm.install)(b.as_ref(), &mut layer, &w).unwrap();
