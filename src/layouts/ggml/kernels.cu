@@ -489,7 +489,17 @@ __device__ __forceinline__ uint4 ggml_word(const unsigned char* base, size_t at,
 // The 16-byte word at `at` (a multiple of 16) of a buffer of `total` bytes into `dst` (shared
 // memory, 16-aligned) by cp.async, as ggml_word reads it (the bytes past the end as zeros);
 // the copies a thread issued since its last ggml_cp_commit form a group, and ggml_cp_wait<N>
-// waits until at most N of its groups are in flight. The C++ emulation copies at once.
+// waits until at most N of its groups are in flight. The C++ emulation lands each copy as late
+// as the device may, at the wait that retires its group: a buffer read before its wait holds
+// its old bytes there, and the GEMV then differs from its twin (tests/cuda_emu_ggml.rs).
+#ifdef METRALE_CUDA_EMU
+struct GgmlCpEmu {
+    // The groups in flight, oldest first; the last one still open.
+    std::vector<std::vector<std::pair<unsigned char*, uint4>>> groups =
+        std::vector<std::vector<std::pair<unsigned char*, uint4>>>(1);
+};
+static thread_local GgmlCpEmu ggml_cp_emu;
+#endif
 __device__ __forceinline__ void ggml_cp_word(unsigned char* dst, const unsigned char* base, size_t at, size_t total) {
     const int bytes = at >= total ? 0 : total - at >= 16 ? 16 : (int)(total - at);
 #ifndef METRALE_CUDA_EMU
@@ -497,20 +507,27 @@ __device__ __forceinline__ void ggml_cp_word(unsigned char* dst, const unsigned 
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(bytes ? base + at : base), "r"(bytes)
                  : "memory");
 #else
-    const uint4 v = ggml_word(base, at, total);
-    std::memcpy(dst, &v, 16);
+    ggml_cp_emu.groups.back().push_back({dst, ggml_word(base, at, total)});
     (void)bytes;
 #endif
 }
 __device__ __forceinline__ void ggml_cp_commit() {
 #ifndef METRALE_CUDA_EMU
     asm volatile("cp.async.commit_group;\n" ::: "memory");
+#else
+    ggml_cp_emu.groups.emplace_back();
 #endif
 }
 template <int N>
 __device__ __forceinline__ void ggml_cp_wait() {
 #ifndef METRALE_CUDA_EMU
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#else
+    auto& g = ggml_cp_emu.groups;
+    while (g.size() - 1 > (size_t)N) {
+        for (const auto& [dst, v] : g.front()) std::memcpy(dst, &v, 16);
+        g.erase(g.begin());
+    }
 #endif
 }
 
