@@ -8,12 +8,13 @@
 
 mod common;
 
+use common::ffn::loaded_layer_err;
 use common::pack::*;
 use metrale_pack::HostBackend;
 use metrale_pack::converters::layouts::Layout;
 use metrale_pack::converters::mxfp4_ct;
 use metrale_pack::ffn::{Method, Proj};
-use metrale_pack::gpu::{GpuBackend, download_f32, upload_f32};
+use metrale_pack::gpu::{GpuBackend, upload_f32};
 use metrale_pack::loader::{EngineOptions, LoadedModel};
 use metrale_pack::model::{Activation, FfnWeight, Model};
 use metrale_pack::pack::{self, blob_name_tp};
@@ -200,11 +201,7 @@ fn the_layer_forwards_against_the_float64_ffn() {
             inter,
         };
         for rows in [1, 3, 9, 20] {
-            let y = lm.forward(l, input, rows).unwrap();
-            let y = download_f32(backend.as_ref(), y.view(0, (rows * hidden * 4) as u64)).unwrap();
-            let want =
-                metrale_pack::testing::ffn_f64(&x[..rows * hidden], rows, &dw, Activation::Silu);
-            let err = metrale_pack::testing::rel_err(&y, &want);
+            let err = loaded_layer_err(&mut lm, l, (input, &x), rows, &dw, Activation::Silu);
             println!("layer {l}, {rows} rows: {err:.2e} against the float64 FFN");
             assert!(
                 err < if rows > 16 { 1e-2 } else { 4e-2 },

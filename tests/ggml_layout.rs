@@ -6,12 +6,13 @@
 //! engine's arms against the float64 FFN of those weights.
 
 mod common;
+use common::ffn::loaded_layer_err;
 use common::pack::convert_and_verify;
 use common::{python_ref, read_npy};
 use metrale_pack::HostBackend;
 use metrale_pack::ffn::Method;
 use metrale_pack::gpu::sizes::GGML_GEMV_MAX_M;
-use metrale_pack::gpu::{GpuBackend, download_f32, upload_f32};
+use metrale_pack::gpu::{GpuBackend, upload_f32};
 use metrale_pack::layout::Layout;
 use metrale_pack::layout::Proj;
 use metrale_pack::loader::{EngineOptions, LoadedModel};
@@ -121,10 +122,7 @@ fn mix_with_scales(
         };
         for m in [1, 3, 9, 20] {
             lm.ctx.trace.clear();
-            let y = lm.forward(l, input, m).unwrap();
-            let y = download_f32(backend.as_ref(), y.view(0, (m * hidden * 4) as u64)).unwrap();
-            let want = metrale_pack::testing::ffn_f64(&x[..m * hidden], m, &dw, act);
-            let err = metrale_pack::testing::rel_err(&y, &want);
+            let err = loaded_layer_err(&mut lm, l, (input, &x), m, &dw, act);
             println!("{mix} layer {l}, {m} rows: {err:.2e} against the float64 FFN");
             // The activations to q8_1 twice (the input and the act-mul's output), with ggml's
             // CUDA numerics: the offset and min terms take the f16 sum of the unquantized

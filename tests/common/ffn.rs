@@ -87,3 +87,19 @@ pub fn run(
 pub fn count(trace: &[&str], name: &str) -> usize {
     trace.iter().filter(|t| **t == name).count()
 }
+
+/// Layer `l` of a loaded model on the first `rows` rows of `x` (uploaded at `input`), against
+/// the float64 FFN of `dw` with `act`: the relative error.
+pub fn loaded_layer_err(
+    lm: &mut metrale_pack::loader::LoadedModel,
+    l: usize,
+    (input, x): (DevicePtr, &[f32]),
+    rows: usize,
+    dw: &DenseWeights,
+    act: metrale_pack::model::Activation,
+) -> f64 {
+    let y = lm.forward(l, input, rows).unwrap();
+    let y = y.view(0, (rows * dw.hidden * 4) as u64);
+    let y = download_f32(lm.ctx.backend.as_ref(), y).unwrap();
+    rel_err(&y, &ffn_f64(&x[..rows * dw.hidden], rows, dw, act))
+}
