@@ -11,7 +11,7 @@ use harness::*;
 use metrale_pack::GgmlType;
 use metrale_pack::converters::layouts::ggml::TYPES;
 use metrale_pack::gpu::reference;
-use metrale_pack::gpu::sizes::{GGML_CP_WARPS, GGML_GEMV_MAX_M, Q8_1_BYTES, Q8_1_ELEMS};
+use metrale_pack::gpu::sizes::{GGML_GEMV_MAX_M, GGML_GEMV1_WARPS, Q8_1_BYTES, Q8_1_ELEMS};
 use metrale_pack::testing::{Rand, ggml_random_blocks, rel_err};
 
 /// The launch's second projection's output scale (llama.cpp's per-tensor `.scale`), not 1.
@@ -61,9 +61,9 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
                     A::I(k),
                     A::I(ldy),
                 ];
-                // A warp per weight row: 8 a block, or the one-row form's GGML_CP_WARPS.
+                // A warp per weight row: 8 a block, or the one-row form's GGML_GEMV1_WARPS.
                 let warps = if kernel == "ggml_gemv1" {
-                    GGML_CP_WARPS
+                    GGML_GEMV1_WARPS
                 } else {
                     8
                 };

@@ -1,8 +1,9 @@
-//! The `ggml` arms: every projection through the block-format engine's GEMV (`ggml_gemv1`, `ggml_gemv_sa`) over
-//! q8_1 activations (`quantize_act_q8_1`), at most `GGML_GEMV_MAX_M` rows a launch; past
-//! `GGML_PREFILL_MIN_ROWS` rows, each projection dequantized to BF16 (`ggml_dequant_bf16`) and
-//! multiplied by the BF16 GEMM. Either way each input is prepared once: the layer's input for
-//! gate and up together, the act-mul's output for down.
+//! The `ggml` arms: every projection through the block-format engine's GEMV (`ggml_gemv1` for
+//! one row, `ggml_gemv_sa` for more) over q8_1 activations (`quantize_act_q8_1`), at most
+//! `GGML_GEMV_MAX_M` rows a launch; past `GGML_PREFILL_MIN_ROWS` rows, each projection
+//! dequantized to BF16 (`ggml_dequant_bf16`) and multiplied by the BF16 GEMM. Either way each
+//! input is prepared once: the layer's input for gate and up together, the act-mul's output for
+//! down.
 
 use crate::ffn::{Bf16Weight, DenseFfnLayer, ForwardContext, GgmlWeight, key};
 use crate::gpu::sizes::{GGML_GEMV_MAX_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS};

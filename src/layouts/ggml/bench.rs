@@ -178,15 +178,15 @@ fn arm_types(name: &str) -> [GgmlType; 3] {
     }
 }
 
-/// One launch per projection (`ggml_gemv1`: a warp a row, `GGML_CP_WARPS` a block), its rows
+/// One launch per projection (`ggml_gemv1`: a warp a row, `GGML_GEMV1_WARPS` a block), its rows
 /// of its type.
 fn gemvs(name: &str, h: usize, i: usize) -> Vec<(u64, usize)> {
     let [g, u, d] = arm_types(name);
     let row = |t: GgmlType, k: usize| t.row_bytes(k as u64).unwrap_or(0) as usize;
     vec![
-        part(i, row(g, h), GGML_CP_WARPS),
-        part(i, row(u, h), GGML_CP_WARPS),
-        part(h, row(d, i), GGML_CP_WARPS),
+        part(i, row(g, h), GGML_GEMV1_WARPS),
+        part(i, row(u, h), GGML_GEMV1_WARPS),
+        part(h, row(d, i), GGML_GEMV1_WARPS),
     ]
 }
 

@@ -675,7 +675,7 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
 // a warp per weight row; the same sums from every form. `ggml_gemv` (8 warps): m <=
 // MP_GGML_GEMV_MAX_M, the next stage in registers. `ggml_gemv_sa` (the layer's from 2 rows):
 // the same, the activations shared by the launch block's warps through shared memory (SA
-// above). `ggml_gemv1` (the layer's for one row), MP_GGML_CP_WARPS warps: MP_GGML_CP_BUFS stage
+// above). `ggml_gemv1` (the layer's for one row), MP_GGML_GEMV1_WARPS warps: MP_GGML_GEMV1_BUFS stage
 // buffers a warp filled by cp.async, registers for MP_GGML_GEMV1_BLOCKS launch blocks an SM.
 template <int M, int BUFS, bool SA>
 __device__ __forceinline__ void ggml_gemv_any(const unsigned char* xq, int m, const unsigned char* w, int ty, float sc,
@@ -707,11 +707,11 @@ extern "C" __global__ void ggml_gemv_sa(const unsigned char* xq, int m, const un
     ggml_gemv_any<MP_GGML_GEMV_MAX_M, 0, true>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
                                                stages[threadIdx.x >> 5], act);
 }
-extern "C" __global__ void __launch_bounds__(32 * MP_GGML_CP_WARPS, MP_GGML_GEMV1_BLOCKS) ggml_gemv1(
+extern "C" __global__ void __launch_bounds__(32 * MP_GGML_GEMV1_WARPS, MP_GGML_GEMV1_BLOCKS) ggml_gemv1(
     const unsigned char* xq, int m, const unsigned char* w, int ty, float sc, float* y, const unsigned char* w2,
     int ty2, float sc2, float* y2, int projs, int n, int kp, int ldy) {
     pdl_trigger();
-    __shared__ __align__(16) unsigned char stages[MP_GGML_CP_WARPS][MP_GGML_CP_BUFS * GGML_STAGE_STRIDE];
-    ggml_gemv_any<1, MP_GGML_CP_BUFS, false>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
+    __shared__ __align__(16) unsigned char stages[MP_GGML_GEMV1_WARPS][MP_GGML_GEMV1_BUFS * GGML_STAGE_STRIDE];
+    ggml_gemv_any<1, MP_GGML_GEMV1_BUFS, false>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
                                              stages[threadIdx.x >> 5], nullptr);
 }

@@ -13,8 +13,8 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_QK", GGML_QK),
     ("MP_GGML_STAGE", GGML_STAGE),
     ("MP_GGML_STAGE_BYTES_MAX", GGML_STAGE_BYTES_MAX),
-    ("MP_GGML_CP_WARPS", GGML_CP_WARPS),
-    ("MP_GGML_CP_BUFS", GGML_CP_BUFS),
+    ("MP_GGML_GEMV1_WARPS", GGML_GEMV1_WARPS),
+    ("MP_GGML_GEMV1_BUFS", GGML_GEMV1_BUFS),
     ("MP_GGML_GEMV1_BLOCKS", GGML_GEMV1_BLOCKS),
     ("MP_GGML_QK_K", GGML_QK_K),
     ("MP_GGML_Q4_0_BYTES", GGML_Q4_0_BYTES),
@@ -59,10 +59,10 @@ pub mod consts {
     /// The most bytes of a stage of any type (Q8_0's 64 blocks of 34).
     pub const GGML_STAGE_BYTES_MAX: usize = GGML_STAGE / GGML_QK * GGML_Q8_0_BYTES;
     /// Warps (weight rows) per launch block of the one-row GEMV (`ggml_gemv1`).
-    pub const GGML_CP_WARPS: usize = 4;
+    pub const GGML_GEMV1_WARPS: usize = 4;
     /// Stage buffers per warp of `ggml_gemv1`, filled by cp.async (all but one in flight): with
-    /// [`GGML_CP_WARPS`], 4 * 3 * (2176 + 32) = 26496 bytes of shared memory a launch block.
-    pub const GGML_CP_BUFS: usize = 3;
+    /// [`GGML_GEMV1_WARPS`], 4 * 3 * (2176 + 32) = 26496 bytes of shared memory a launch block.
+    pub const GGML_GEMV1_BUFS: usize = 3;
     /// Launch blocks of the one-row GEMV (`ggml_gemv1`) per SM its registers leave room for
     /// (`__launch_bounds__`: 65536 / (128 * 8) = 64 registers a thread, none spilled).
     pub const GGML_GEMV1_BLOCKS: usize = 8;
