@@ -124,6 +124,19 @@ fn activation_quantizers_match_their_cpu_twins_bit_for_bit() {
         .flat_map(|i| reference::quantize_row_q8_1_act(&x[i * K..(i + 1) * K], kp))
         .collect();
     assert!(buf(&a[4]) == want, "quantize_act_q8_1");
+    // The same blocks split (the one-row engine GEMV's input).
+    a[4] = A::P(vec![0xA5; m * kp / 32 * 36]);
+    launch(
+        exe,
+        "quantize_act_q8_1s",
+        ((kp / 32).div_ceil(8), m),
+        256,
+        &mut a,
+    );
+    assert!(
+        buf(&a[4]) == reference::q8_1_split(&want, m, kp),
+        "quantize_act_q8_1s"
+    );
     let kp = 768;
     let mut a = [
         A::P(f32b(&x)),

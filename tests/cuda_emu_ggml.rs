@@ -37,16 +37,27 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
             // The second projection of the launch: Q8_0 (every type runs beside another).
             let w2 = ggml_random_blocks(&mut r, GgmlType::Q8_0, n, k);
             // The shared-activation form (`ggml_gemv_sa`) on 3 and 8 rows, the cp.async
-            // one-row form (`ggml_gemv1`) on one.
+            // one-row form (`ggml_gemv1`) on one, its many-row form (`ggml_gemv_split`) on 2
+            // and 8.
             let runs = [1, 2, 3, 4, 5, 8]
                 .map(|m| ("ggml_gemv", m))
                 .into_iter()
                 .chain([3, 8].map(|m| ("ggml_gemv_sa", m)))
+                .chain([2, 8].map(|m| ("ggml_gemv_split", m)))
                 .chain([("ggml_gemv1", 1)]);
+            let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
             for (kernel, m) in runs {
                 let ldy = n + 3;
+                // `ggml_gemv1` and `ggml_gemv_split` read their rows split
+                // (`quantize_act_q8_1s`).
+                let split = kernel == "ggml_gemv1" || kernel == "ggml_gemv_split";
+                let input = if split {
+                    reference::q8_1_split(&xq[..m * row_q8], m, k)
+                } else {
+                    xq.clone()
+                };
                 let mut a = [
-                    A::P(xq.clone()),
+                    A::P(input),
                     A::I(m),
                     A::P(w.clone()),
                     A::I(ty as usize),
@@ -62,13 +73,8 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
                     A::I(ldy),
                 ];
                 // A warp per weight row: 8 a block, or the one-row form's GGML_GEMV1_WARPS.
-                let warps = if kernel == "ggml_gemv1" {
-                    GGML_GEMV1_WARPS
-                } else {
-                    8
-                };
+                let warps = if split { GGML_GEMV1_WARPS } else { 8 };
                 launch(exe, kernel, (n.div_ceil(warps), 2), 32 * warps, &mut a);
-                let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
                 for (wb, t, sc, at) in [(&w, ty, 1.0, 5), (&w2, GgmlType::Q8_0, SECOND_SCALE, 9)] {
                     let got = bf32(buf(&a[at]));
                     for row in 0..m {
@@ -183,17 +189,24 @@ fn the_engine_dequantization_is_gguf_py_s_decode_in_bf16_for_every_type() {
 }
 
 /// The gated product's q8_1 blocks in one launch (`quantize_act_mul_q8_1`, the `ggml` arms'
-/// down input) against the twin's product then its quantizer, bit for bit, SiLU and GELU, a row
-/// stride past the row and a padded row (k = 200 of kp = 224).
+/// down input; `quantize_act_mul_q8_1s` split, the one-row GEMV's) against the twin's product
+/// then its quantizer, bit for bit, SiLU and GELU, a row stride past the row and a padded row
+/// (k = 200 of kp = 224).
 #[test]
 fn the_fused_act_mul_quantizer_is_its_twin_bit_for_bit() {
     let Some(exe) = emulator() else { return };
     let mut r = Rand(57);
     let (m, k, ld, kp) = (3usize, 200usize, 208usize, 224usize);
     let (g, u) = (r.vec(m * ld, 3.0), r.vec(m * ld, 1.0));
-    for (act, f) in [
-        (0usize, reference::silu_mul as fn(f32, f32) -> f32),
-        (1, reference::gelu_mul),
+    for (act, f, kernel) in [
+        (
+            0usize,
+            reference::silu_mul as fn(f32, f32) -> f32,
+            "quantize_act_mul_q8_1",
+        ),
+        (1, reference::gelu_mul, "quantize_act_mul_q8_1"),
+        (0, reference::silu_mul, "quantize_act_mul_q8_1s"),
+        (1, reference::gelu_mul, "quantize_act_mul_q8_1s"),
     ] {
         let mut a = [
             A::P(f32b(&g)),
@@ -205,19 +218,18 @@ fn the_fused_act_mul_quantizer_is_its_twin_bit_for_bit() {
             A::I(kp),
             A::P(vec![0xA5; m * kp / Q8_1_ELEMS * Q8_1_BYTES]),
         ];
-        launch(
-            exe,
-            "quantize_act_mul_q8_1",
-            ((kp / 32).div_ceil(8), m),
-            256,
-            &mut a,
-        );
+        launch(exe, kernel, ((kp / 32).div_ceil(8), m), 256, &mut a);
         let want: Vec<u8> = (0..m)
             .flat_map(|i| {
                 let row: Vec<f32> = (0..k).map(|e| f(g[i * ld + e], u[i * ld + e])).collect();
                 reference::quantize_row_q8_1_act(&row, kp)
             })
             .collect();
-        assert!(buf(&a[7]) == want, "act {act}");
+        let want = if kernel.ends_with('s') {
+            reference::q8_1_split(&want, m, kp)
+        } else {
+            want
+        };
+        assert!(buf(&a[7]) == want, "{kernel} act {act}");
     }
 }

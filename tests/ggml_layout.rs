@@ -136,18 +136,20 @@ fn mix_with_scales(
             // sums: 3.1e-3 .. 4.1e-3 measured; 1e-2.
             assert!(m <= 16 || err < 1e-2, "layer {l}, {m} rows: {err:.2e}");
             // Up to 16 rows the engine's GEMV, GGML_GEMV_MAX_M rows a launch (gate and up in
-            // one; `ggml_gemv_sa`, a launch of one row `ggml_gemv1`); from 17 each projection
-            // dequantized to BF16 for the BF16 GEMM.
+            // one; `ggml_gemv_sa`; one row `ggml_gemv1` on split activations); from 17 each
+            // projection dequantized to BF16 for the BF16 GEMM.
             let count = |name: &str| lm.ctx.trace.iter().filter(|k| **k == name).count();
             if m <= 16 {
                 let launches = 2 * m.div_ceil(GGML_GEMV_MAX_M);
-                let ones = if m % GGML_GEMV_MAX_M == 1 { 2 } else { 0 };
+                let ones = if m == 1 { 2 } else { 0 };
                 assert_eq!(
                     (count("ggml_gemv_sa"), count("ggml_gemv1")),
                     (launches - ones, ones),
                     "{:?}",
                     lm.ctx.trace
                 );
+                let split = count("quantize_act_q8_1s") + count("quantize_act_mul_q8_1s");
+                assert_eq!(split, ones, "{:?}", lm.ctx.trace);
             } else {
                 assert_eq!(
                     (count("ggml_gemv_sa"), count("ggml_dequant_bf16")),

@@ -111,6 +111,32 @@ pub fn quantize_row_q8_1_act(x: &[f32], kp: usize) -> Vec<u8> {
     out
 }
 
+/// `m` rows of q8_1 blocks (`quantize_row_q8_1_act`'s, `kp` values a row) split, as
+/// `quantize_act_q8_1s` writes them (kernels/ffn_q8_1.cu, `q8_1_at`): every row's codes `[m, kp]`,
+/// then every block's `d` and `s` (4 bytes, `[m, kp / 32]`). The same bytes, moved.
+pub fn q8_1_split(blocks: &[u8], m: usize, kp: usize) -> Vec<u8> {
+    let nb = m * kp / Q8_1_ELEMS;
+    let mut out = vec![0u8; nb * Q8_1_BYTES];
+    let (codes, ds) = out.split_at_mut(m * kp);
+    for (i, blk) in blocks.chunks_exact(Q8_1_BYTES).take(nb).enumerate() {
+        ds[4 * i..4 * i + 4].copy_from_slice(&blk[..4]);
+        codes[Q8_1_ELEMS * i..Q8_1_ELEMS * (i + 1)].copy_from_slice(&blk[4..]);
+    }
+    out
+}
+
+/// `q8_1_split`'s inverse: `m` rows of split q8_1 back to blocks.
+pub fn q8_1_join(split: &[u8], m: usize, kp: usize) -> Vec<u8> {
+    let nb = m * kp / Q8_1_ELEMS;
+    let mut out = vec![0u8; nb * Q8_1_BYTES];
+    let (codes, ds) = split.split_at(m * kp);
+    for (i, blk) in out.chunks_exact_mut(Q8_1_BYTES).enumerate() {
+        blk[..4].copy_from_slice(&ds[4 * i..4 * i + 4]);
+        blk[4..].copy_from_slice(&codes[Q8_1_ELEMS * i..Q8_1_ELEMS * (i + 1)]);
+    }
+    out
+}
+
 /// The il8 order of the dequantizing wgmma GEMMs' bf16 activations (formats.md, "The
 /// dequantizing wgmma GEMMs"): within each group of 8 columns, position `p` holds column
 /// `IL8[p]`.

@@ -634,6 +634,16 @@ kernel_table! {
         // One warp per q8_1 block, 8 warps per block.
         grid(Rule(|a| Ok((a.dim("kp")? / 32).div_ceil(8))), Per("m", 1), 256),
         cap None, round None, dependent true;
+    // The same blocks split (every row's codes, then every block's d and s): the one-row
+    // engine GEMV's input (`ggml_gemv1`).
+    quant_q8_1s: "ffn_q8_1" "quantize_act_q8_1s" ("x:p m:i k:i kp:i out:p")
+        // One warp per q8_1 block, 8 warps per block.
+        grid(Rule(|a| Ok((a.dim("kp")? / 32).div_ceil(8))), Per("m", 1), 256),
+        cap None, round None, dependent true;
+    quant_act_q8_1s: "ffn_q8_1" "quantize_act_mul_q8_1s" ("g:p u:p act:i m:i k:i ld:i kp:i out:p")
+        // One warp per q8_1 block, 8 warps per block.
+        grid(Rule(|a| Ok((a.dim("kp")? / 32).div_ceil(8))), Per("m", 1), 256),
+        cap None, round None, dependent true;
     q4k_encode: "ffn_q4k_mmq" "nvfp4_to_q4k" ("codes:p scales:p g:f n:i k:i kp_nv:i kp_q:i out:p")
         // One thread per Q4_K super-block.
         grid(Rule(|a| Ok(blocks_of(a, &["n", "kp_q"], 1)? / 256).map(|t: usize| t.div_ceil(64))),
@@ -651,10 +661,15 @@ kernel_table! {
     ggml_gemv_sa: "ffn_ggml" "ggml_gemv_sa"
         ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
         grid(Per("n", GGML_GEMV_ROWS), Per("projs", 1), 256), cap Some(GGML_GEMV_MAX_M), round None, dependent true;
-    // One row (the layer's): stages by cp.async, registers for more launch blocks an SM.
+    // One row (the layer's): stages by cp.async, registers for more launch blocks an SM, the
+    // activations split (`quant_q8_1s`).
     ggml_gemv1: "ffn_ggml" "ggml_gemv1"
         ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
         grid(Per("n", GGML_GEMV1_WARPS), Per("projs", 1), 32 * GGML_GEMV1_WARPS), cap Some(1), round None, dependent true;
+    // A/B: the one-row form's for up to GGML_GEMV_MAX_M rows, the activations split.
+    ggml_gemv_split: "ffn_ggml" "ggml_gemv_split"
+        ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
+        grid(Per("n", GGML_GEMV1_WARPS), Per("projs", 1), 32 * GGML_GEMV1_WARPS), cap Some(GGML_GEMV_MAX_M), round None, dependent true;
     ggml_dequant: "ffn_ggml" "ggml_dequant_bf16" ("w:p ty:i sc:f n:i kp:i out:p")
         // One thread per 32-value block: n * kp / 32 threads.
         grid(Rule(|a| Ok(a.dim("n")?

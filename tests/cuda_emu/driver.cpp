@@ -67,10 +67,16 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { ggml_dequant_bf16((cu8)P(0), I(1), F(2), I(3), I(4), (unsigned short*)P(5)); });
     else if (name == "quantize_act_mul_q8_1")
         emu_launch(gx, gy, bx, [&] { quantize_act_mul_q8_1((const float*)P(0), (const float*)P(1), I(2), I(3), I(4), I(5), I(6), (u8)P(7)); });
+    else if (name == "quantize_act_q8_1s")
+        emu_launch(gx, gy, bx, [&] { quantize_act_q8_1s((const float*)P(0), I(1), I(2), I(3), (u8)P(4)); });
+    else if (name == "quantize_act_mul_q8_1s")
+        emu_launch(gx, gy, bx, [&] { quantize_act_mul_q8_1s((const float*)P(0), (const float*)P(1), I(2), I(3), I(4), I(5), I(6), (u8)P(7)); });
     else if (name == "ggml_gemv")
         emu_launch(gx, gy, bx, [&] { ggml_gemv((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13)); });
     else if (name == "ggml_gemv_sa")
         emu_launch(gx, gy, bx, [&] { ggml_gemv_sa((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13)); });
+    else if (name == "ggml_gemv_split")
+        emu_launch(gx, gy, bx, [&] { ggml_gemv_split((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13)); });
     else if (name == "ggml_gemv1")
         emu_launch(gx, gy, bx, [&] { ggml_gemv1((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13)); });
     else if (name == "q4k_gemv")

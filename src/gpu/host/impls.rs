@@ -6,9 +6,8 @@
 
 use super::super::reference;
 use super::super::table::{Args, KernelSpec};
-use super::super::{GpuError, GpuResult};
+use super::super::{DevicePtr, GpuError, GpuResult};
 use super::HostBackend;
-use crate::gpu::sizes::*;
 
 /// A host twin: the kernel's work on the host backend's memory.
 pub(crate) type Twin = fn(&HostBackend, &KernelSpec, &Args) -> GpuResult<()>;
@@ -26,9 +25,12 @@ const SHARED: &[(&[&str], Twin)] = &[
     ),
     (&["f32_to_bf16_il8"], HostBackend::f32_to_bf16_il8),
     (&["f32_to_bf16"], HostBackend::f32_to_bf16),
-    (&["quantize_act_q8_1"], HostBackend::quantize_act_q8_1),
     (
-        &["quantize_act_mul_q8_1"],
+        &["quantize_act_q8_1", "quantize_act_q8_1s"],
+        HostBackend::quantize_act_q8_1,
+    ),
+    (
+        &["quantize_act_mul_q8_1", "quantize_act_mul_q8_1s"],
         HostBackend::quantize_act_mul_q8_1,
     ),
     (&["stream_probe"], HostBackend::stream_probe),
@@ -129,20 +131,36 @@ impl HostBackend {
         Ok(())
     }
 
-    /// `quantize_act_q8_1`.
-    fn quantize_act_q8_1(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+    /// `quantize_act_q8_1` (`quantize_act_q8_1s`: the blocks split).
+    fn quantize_act_q8_1(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let x = self.read_f32(a.ptr("x")?)?;
         let (m, kk, kp) = (a.dim("m")?, a.dim("k")?, a.dim("kp")?);
-        let out = a.ptr("out")?;
-        for r in 0..m {
-            let q = reference::quantize_row_q8_1_act(&x[r * kk..(r + 1) * kk], kp);
-            self.write(out, r * kp / Q8_1_ELEMS * Q8_1_BYTES, &q)?;
-        }
-        Ok(())
+        let q: Vec<u8> = (0..m)
+            .flat_map(|r| reference::quantize_row_q8_1_act(&x[r * kk..(r + 1) * kk], kp))
+            .collect();
+        self.write_q8_1(spec, a.ptr("out")?, q, m, kp)
     }
 
-    /// `quantize_act_mul_q8_1`: the twin's gated product, then its q8_1 blocks.
-    fn quantize_act_mul_q8_1(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+    /// `m` rows of q8_1 blocks at `out`, split where the kernel is a `_q8_1s` one.
+    fn write_q8_1(
+        &self,
+        spec: &KernelSpec,
+        out: DevicePtr,
+        q: Vec<u8>,
+        m: usize,
+        kp: usize,
+    ) -> GpuResult<()> {
+        let q = if spec.name.ends_with("_q8_1s") {
+            reference::q8_1_split(&q, m, kp)
+        } else {
+            q
+        };
+        self.write(out, 0, &q)
+    }
+
+    /// `quantize_act_mul_q8_1`: the twin's gated product, then its q8_1 blocks
+    /// (`quantize_act_mul_q8_1s`: split).
+    fn quantize_act_mul_q8_1(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (g, u) = (self.read_f32(a.ptr("g")?)?, self.read_f32(a.ptr("u")?)?);
         let (m, kk, ld, kp) = (a.dim("m")?, a.dim("k")?, a.dim("ld")?, a.dim("kp")?);
         let act = match a.dim("act")? {
@@ -154,13 +172,13 @@ impl HostBackend {
                 )));
             }
         };
-        let out = a.ptr("out")?;
-        for r in 0..m {
-            let row: Vec<f32> = (0..kk).map(|e| act(g[r * ld + e], u[r * ld + e])).collect();
-            let q = reference::quantize_row_q8_1_act(&row, kp);
-            self.write(out, r * kp / Q8_1_ELEMS * Q8_1_BYTES, &q)?;
-        }
-        Ok(())
+        let q: Vec<u8> = (0..m)
+            .flat_map(|r| {
+                let row: Vec<f32> = (0..kk).map(|e| act(g[r * ld + e], u[r * ld + e])).collect();
+                reference::quantize_row_q8_1_act(&row, kp)
+            })
+            .collect();
+        self.write_q8_1(spec, a.ptr("out")?, q, m, kp)
     }
 
     /// `stream_probe`.

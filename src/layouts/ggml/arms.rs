@@ -1,5 +1,6 @@
 //! The `ggml` arms: every projection through the block-format engine's GEMV (`ggml_gemv1` for
-//! one row, `ggml_gemv_sa` for more) over q8_1 activations (`quantize_act_q8_1`), at most
+//! one row, its activations split, `ggml_gemv_sa` for more) over q8_1 activations
+//! (`quantize_act_q8_1`, `quantize_act_q8_1s`), at most
 //! `GGML_GEMV_MAX_M` rows a launch; past `GGML_PREFILL_MIN_ROWS` rows, each projection
 //! dequantized to BF16 (`ggml_dequant_bf16`) and multiplied by the BF16 GEMM. Either way each
 //! input is prepared once: the layer's input for gate and up together, the act-mul's output for
@@ -7,6 +8,7 @@
 
 use crate::ffn::{Bf16Weight, DenseFfnLayer, ForwardContext, GgmlWeight, key};
 use crate::gpu::sizes::{GGML_GEMV_MAX_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS};
+use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GpuResult};
 
 /// A projection's input made ready for its product: `(layer, ctx, x, m, k, kp)`, `x` f32
@@ -48,10 +50,18 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         let w = *self.need(key::GGML)?;
-        let prep = (
-            Self::quantize_q8_1 as Prepare,
-            Self::ggml_act_q8_1 as PrepareAct,
-        );
+        // One row: the activations split, for `ggml_gemv1` (kernels/ffn_q8_1.cu, `q8_1_at`).
+        let prep = if m == 1 {
+            (
+                Self::ggml_q8_1s as Prepare,
+                Self::ggml_act_q8_1s as PrepareAct,
+            )
+        } else {
+            (
+                Self::quantize_q8_1 as Prepare,
+                Self::ggml_act_q8_1 as PrepareAct,
+            )
+        };
         self.ggml_chain(ctx, x, m, &w, prep, Self::ggml_gemv_project)
     }
 
@@ -102,6 +112,24 @@ impl DenseFfnLayer {
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
+    /// One row's activations to split q8_1 (`quantize_act_q8_1s`) in the arena.
+    fn ggml_q8_1s(
+        &self,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        k: usize,
+        kp: usize,
+    ) -> GpuResult<DevicePtr> {
+        let out = ctx
+            .arena
+            .act_q8_1
+            .view(0, (m * kp / Q8_1_ELEMS * Q8_1_BYTES) as u64);
+        let call = self.kernels.quant_q8_1s.call().ptr("x", x).dim("m", m);
+        self.launch(ctx, call.dim("k", k).dim("kp", kp).ptr("out", out))?;
+        Ok(out)
+    }
+
     /// The gated product to q8_1 blocks in one launch (`quantize_act_mul_q8_1`); its f32 form
     /// is not made (the GEMV reads the blocks only).
     #[allow(clippy::too_many_arguments)]
@@ -114,11 +142,38 @@ impl DenseFfnLayer {
         i: usize,
         kp: usize,
     ) -> GpuResult<(DevicePtr, DevicePtr)> {
+        self.ggml_act_q8_1_as(self.kernels.quant_act_q8_1, ctx, (g, u), m, i, kp)
+    }
+
+    /// `ggml_act_q8_1` split (`quantize_act_mul_q8_1s`).
+    #[allow(clippy::too_many_arguments)]
+    fn ggml_act_q8_1s(
+        &self,
+        ctx: &mut ForwardContext,
+        g: DevicePtr,
+        u: DevicePtr,
+        m: usize,
+        i: usize,
+        kp: usize,
+    ) -> GpuResult<(DevicePtr, DevicePtr)> {
+        self.ggml_act_q8_1_as(self.kernels.quant_act_q8_1s, ctx, (g, u), m, i, kp)
+    }
+
+    /// The gated product of `(g, u)` quantized by `kernel` into the arena.
+    fn ggml_act_q8_1_as(
+        &self,
+        kernel: Kernel,
+        ctx: &mut ForwardContext,
+        (g, u): (DevicePtr, DevicePtr),
+        m: usize,
+        i: usize,
+        kp: usize,
+    ) -> GpuResult<(DevicePtr, DevicePtr)> {
         let out = ctx
             .arena
             .act_q8_1
             .view(0, (m * kp / Q8_1_ELEMS * Q8_1_BYTES) as u64);
-        let call = self.kernels.quant_act_q8_1.call().ptr("g", g).ptr("u", u);
+        let call = kernel.call().ptr("g", g).ptr("u", u);
         let call = call
             .dim("act", self.activation.kernel_arg())
             .dim("m", m)
@@ -177,10 +232,11 @@ impl DenseFfnLayer {
         for r0 in (0..m).step_by(GGML_GEMV_MAX_M) {
             let rows = (m - r0).min(GGML_GEMV_MAX_M);
             let xv = xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
-            // One row: stages by cp.async, more launch blocks an SM (`ggml_gemv1`); more: the
-            // activations shared by a launch block's warps (`ggml_gemv_sa`). Each the fastest
-            // form for its rows on an H100 and an H200 (BENCHMARKS.md).
-            let call = if rows == 1 {
+            // One row (`m` 1, its activations split): stages by cp.async, more launch blocks an
+            // SM (`ggml_gemv1`); more: the activations shared by a launch block's warps
+            // (`ggml_gemv_sa`). Each the fastest form for its rows on an H100 and an H200
+            // (BENCHMARKS.md).
+            let call = if m == 1 {
                 self.kernels.ggml_gemv1.call()
             } else {
                 self.kernels.ggml_gemv_sa.call()

@@ -67,12 +67,16 @@ pub(crate) fn kernel_lines(
         for (shape, n, k) in SHAPES {
             for m in ROWS {
                 // The layer's form for the rows (`ggml_gemv1` for one, `ggml_gemv_sa` from two)
-                // beside `ggml_gemv` (A/B).
-                let layer = match m {
-                    1 => ("gemv1", &ks.ggml_gemv1),
-                    _ => ("gemv_sa", &ks.ggml_gemv_sa),
+                // beside `ggml_gemv` and, from two, `ggml_gemv_split` (A/B).
+                let forms = match m {
+                    1 => vec![("gemv", &ks.ggml_gemv), ("gemv1", &ks.ggml_gemv1)],
+                    _ => vec![
+                        ("gemv", &ks.ggml_gemv),
+                        ("gemv_sa", &ks.ggml_gemv_sa),
+                        ("gemv_split", &ks.ggml_gemv_split),
+                    ],
                 };
-                for (form, gemv) in [("gemv", &ks.ggml_gemv), layer] {
+                for (form, gemv) in forms {
                     let t = gemv_time(b, &ks, gemv, &bufs, (w, ty), (n, k, m))?;
                     let bytes = w.bytes as f64;
                     push(format!(
@@ -94,8 +98,8 @@ pub(crate) fn kernel_lines(
     Ok(())
 }
 
-/// Seconds per back-to-back call of the activations' q8_1 quantization and the launches of
-/// `gemv` (`GGML_GEMV_MAX_M` rows each) on `m` rows of `[n, k]` weights `w` of type `ty`.
+/// Seconds per back-to-back call of the activations' q8_1 quantization (split for `ggml_gemv1`)
+/// and the launches of `gemv` (`GGML_GEMV_MAX_M` rows each) on `m` rows of `[n, k]` weights `w` of type `ty`.
 fn gemv_time(
     b: &dyn GpuBackend,
     ks: &Kernels,
@@ -105,13 +109,14 @@ fn gemv_time(
     (n, k, m): (usize, usize, usize),
 ) -> GpuResult<f64> {
     let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
+    // `ggml_gemv1` and `ggml_gemv_split` read the activations split.
+    let quant = if super::host::SPLIT_FORMS.contains(&gemv.spec.name) {
+        ks.quant_q8_1s
+    } else {
+        ks.quant_q8_1
+    };
     per_call(b, || {
-        let q = ks
-            .quant_q8_1
-            .call()
-            .ptr("x", bufs.x)
-            .dim("m", m)
-            .dim("k", k);
+        let q = quant.call().ptr("x", bufs.x).dim("m", m).dim("k", k);
         q.dim("kp", k).ptr("out", bufs.xq).finish()?.run(b, 0)?;
         for r0 in (0..m).step_by(GGML_GEMV_MAX_M) {
             let rows = (m - r0).min(GGML_GEMV_MAX_M);

@@ -1,7 +1,8 @@
 //! The `ggml` rows of `gpu-check`'s kernel section (`check::kernels`): the engine's GEMV on
 //! every engine type (this crate's quantizers' output for Q4_0, Q4_K and Q8_0, random blocks
 //! for the others), against its twin bit for bit (the activations quantized by
-//! `quantize_act_q8_1`, whose twin is bit-identical too).
+//! `quantize_act_q8_1`, split by `quantize_act_q8_1s` for `ggml_gemv1`, whose twins are
+//! bit-identical too).
 
 use crate::GgmlType;
 use crate::check::Row;
@@ -18,7 +19,8 @@ const SECOND_SCALE: f32 = -0.375;
 /// `ggml_gemv` for every engine type whose blocks the rows hold whole, each as the first of two
 /// projections in one launch beside the same weights as Q8_0: Q4_0, Q4_K and Q8_0 (this
 /// crate's quantizers) on each row count, the other types (random blocks) on one row and on
-/// a launch's most; `ggml_gemv_sa` on the same rows and `ggml_gemv1` on one, every type.
+/// a launch's most; `ggml_gemv_sa` and `ggml_gemv_split` on the same rows and `ggml_gemv1` on
+/// one, every type.
 pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     let kk = c.kk;
@@ -57,11 +59,22 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         let runs = ms.iter().map(|&m| ("ggml_gemv", kk.ggml_gemv, m));
         let runs = runs
             .chain(ms.iter().map(|&m| ("ggml_gemv_sa", kk.ggml_gemv_sa, m)))
+            .chain(
+                ms.iter()
+                    .map(|&m| ("ggml_gemv_split", kk.ggml_gemv_split, m)),
+            )
             .chain(ms.contains(&1).then_some(("ggml_gemv1", kk.ggml_gemv1, 1)));
         for (name, gemv, m) in runs.collect::<Vec<_>>() {
             c.poison_y()?;
             b.fill(y2, 0xA5)?;
-            let q = kk.quant_q8_1.call().ptr("x", c.xd).dim("m", m).dim("k", k);
+            // `ggml_gemv1` and `ggml_gemv_split` read the blocks split (`quantize_act_q8_1s`):
+            // the same sums.
+            let quant = if super::host::SPLIT_FORMS.contains(&name) {
+                kk.quant_q8_1s
+            } else {
+                kk.quant_q8_1
+            };
+            let q = quant.call().ptr("x", c.xd).dim("m", m).dim("k", k);
             c.launch(q.dim("kp", k).ptr("out", xq))?;
             let call = gemv.call().ptr("xq", xq).dim("m", m).ptr("w", w);
             let call = call.dim("ty", ty as u32 as usize).float("sc", 1.0);

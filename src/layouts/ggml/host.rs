@@ -9,13 +9,25 @@ use crate::gpu::sizes::*;
 use crate::gpu::table::{Args, KernelSpec};
 use crate::gpu::{GpuError, GpuResult};
 
+/// The GEMV forms whose activations are split (`quantize_act_q8_1s`).
+pub(crate) const SPLIT_FORMS: [&str; 2] = ["ggml_gemv1", "ggml_gemv_split"];
+
 impl HostBackend {
-    /// `ggml_gemv`: each of the `m` rows of q8_1 blocks through the engine's twin, for each
-    /// of its `projs` projections (`w`, `ty`, `sc`, `y`; then `w2`, `ty2`, `sc2`, `y2`): every
-    /// form's sums.
-    pub(crate) fn ggml_gemv(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
+    /// `ggml_gemv`: each of the `m` rows of q8_1 blocks (split for `SPLIT_FORMS`) through the
+    /// engine's twin, for each of its `projs` projections (`w`, `ty`, `sc`, `y`; then `w2`,
+    /// `ty2`, `sc2`, `y2`): every form's sums.
+    pub(crate) fn ggml_gemv(&self, spec: &KernelSpec, a: &Args) -> GpuResult<()> {
         let (xq, m) = (self.read(a.ptr("xq")?)?, a.dim("m")?);
         let (n, kp, ldy) = (a.dim("n")?, a.dim("kp")?, a.dim("ldy")?);
+        let xq = if SPLIT_FORMS.contains(&spec.name) {
+            let bytes = m * kp / Q8_1_ELEMS * Q8_1_BYTES;
+            let split = xq.get(..bytes).ok_or_else(|| {
+                GpuError::Invalid(format!("{}: {m} split rows past the buffer", spec.name))
+            })?;
+            reference::q8_1_join(split, m, kp)
+        } else {
+            xq
+        };
         let row_q8 = kp / Q8_1_ELEMS * Q8_1_BYTES;
         let projs: &[(&str, &str, &str, &str)] = match a.dim("projs")? {
             1 => &[("w", "ty", "sc", "y")],
@@ -58,7 +70,7 @@ impl HostBackend {
 /// Its kernels' host twins, by the kernel names each serves (`gpu::host`'s table).
 pub(crate) static TWINS: &[(&[&str], Twin)] = &[
     (
-        &["ggml_gemv", "ggml_gemv_sa", "ggml_gemv1"],
+        &["ggml_gemv", "ggml_gemv_sa", "ggml_gemv1", "ggml_gemv_split"],
         HostBackend::ggml_gemv,
     ),
     (&["ggml_dequant_bf16"], HostBackend::ggml_dequant_bf16),

@@ -551,13 +551,18 @@ __device__ __forceinline__ void ggml_cp_wait() {
 // start), between two barriers; each lane then reads its blocks' words there (a stride of 9
 // words: no bank conflicts) instead of from global memory, where a warp's 4-byte loads at a
 // 36-byte stride touch 9 lines each, once per warp. The sums are the same, in the same order.
+//
+// SPLIT (`ggml_gemv1`): the activations split (kernels/ffn_q8_1.cu, q8_1_at: every row's codes,
+// then every block's d and s), which a lane reads from global memory (L1) as two 16-byte words
+// and one 4-byte word a block.
 #define GGML_ACT_WORDS (64 * MP_Q8_1_BYTES / 16 + 1)
 #define GGML_STAGE_STRIDE (MP_GGML_STAGE_BYTES_MAX + 32)
-template <int TY, int M, int BUFS, bool SA>
+template <int TY, int M, int BUFS, bool SA, bool SPLIT>
 __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__ xq, int m,
                                                const unsigned char* __restrict__ w, float sc, float* __restrict__ y, int n,
                                                int kp, int ldy, unsigned char* stage, uint4* act) {
     static_assert(BUFS == 0 || (BUFS >= 2 && !SA), "a register stage, or a cp.async ring without SA");
+    static_assert(!(SA && SPLIT), "shared activations are blocks");
     const size_t row_bytes = ggml_row_bytes<TY>(kp);
     constexpr int SB = ggml_stage_bytes<TY>();
     constexpr int WORDS = SB / 16 + 1;  // a stage's bytes from the 16-byte word below its start
@@ -634,19 +639,35 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
 #pragma unroll
             for (int r = 0; r < M; ++r) {
                 if (r >= m) break;
-                // The q8_1 block: its f16 d and s as one word (blocks of 36 bytes: 4-aligned).
-                const unsigned char* a;
-                if constexpr (SA) {
-                    const size_t first = ((size_t)r * nb + 64 * (size_t)s) * MP_Q8_1_BYTES;
-                    a = reinterpret_cast<const unsigned char*>(act + r * GGML_ACT_WORDS) + (first & 15) +
-                        (size_t)lb * MP_Q8_1_BYTES;
+                // The q8_1 block: its f16 d and s as one word, its 32 codes.
+                unsigned int ds;
+                const int* aq;
+                int split[8];
+                if constexpr (SPLIT) {
+                    // Two 16-byte words of codes (32-aligned), the d-and-s word: a warp's
+                    // loads read 1 KB of codes and 128 bytes of words, each byte once, where
+                    // the blocks' 36-byte stride has each 4-byte load touch 9 lines.
+                    const int4* c = reinterpret_cast<const int4*>(xq + (size_t)r * kp + 32 * (size_t)b);
+                    const int4 c0 = __ldg(c), c1 = __ldg(c + 1);
+                    split[0] = c0.x, split[1] = c0.y, split[2] = c0.z, split[3] = c0.w;
+                    split[4] = c1.x, split[5] = c1.y, split[6] = c1.z, split[7] = c1.w;
+                    ds = __ldg(reinterpret_cast<const unsigned int*>(xq + (size_t)m * kp) + (size_t)r * nb + b);
+                    aq = split;
                 } else {
-                    a = xq + ((size_t)r * nb + b) * MP_Q8_1_BYTES;
+                    // Blocks of 36 bytes: 4-aligned.
+                    const unsigned char* a;
+                    if constexpr (SA) {
+                        const size_t first = ((size_t)r * nb + 64 * (size_t)s) * MP_Q8_1_BYTES;
+                        a = reinterpret_cast<const unsigned char*>(act + r * GGML_ACT_WORDS) + (first & 15) +
+                            (size_t)lb * MP_Q8_1_BYTES;
+                    } else {
+                        a = xq + ((size_t)r * nb + b) * MP_Q8_1_BYTES;
+                    }
+                    ds = *reinterpret_cast<const unsigned int*>(a);
+                    aq = reinterpret_cast<const int*>(a + 4);
                 }
-                const unsigned int ds = *reinterpret_cast<const unsigned int*>(a);
                 const float da = __half2float(__ushort_as_half((unsigned short)(ds & 0xFFFFu)));
                 const float sa = __half2float(__ushort_as_half((unsigned short)(ds >> 16)));
-                const int* aq = reinterpret_cast<const int*>(a + 4);
                 int s0 = 0, s1 = 0;
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
@@ -676,15 +697,16 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
 // MP_GGML_GEMV_MAX_M, the next stage in registers. `ggml_gemv_sa` (the layer's from 2 rows):
 // the same, the activations shared by the launch block's warps through shared memory (SA
 // above). `ggml_gemv1` (the layer's for one row), MP_GGML_GEMV1_WARPS warps: MP_GGML_GEMV1_BUFS stage
-// buffers a warp filled by cp.async, registers for MP_GGML_GEMV1_BLOCKS launch blocks an SM.
-template <int M, int BUFS, bool SA>
+// buffers a warp filled by cp.async, registers for MP_GGML_GEMV1_BLOCKS launch blocks an SM, its
+// `xq` split (`quantize_act_q8_1s`; SPLIT above).
+template <int M, int BUFS, bool SA, bool SPLIT>
 __device__ __forceinline__ void ggml_gemv_any(const unsigned char* xq, int m, const unsigned char* w, int ty, float sc,
                                               float* y, const unsigned char* w2, int ty2, float sc2, float* y2,
                                               int n, int kp, int ldy, unsigned char* st, uint4* act) {
     if (blockIdx.y == 1) w = w2, ty = ty2, sc = sc2, y = y2;
     switch (ty) {
 #define GGML_GEMV_CASE(TY) \
-    case TY: ggml_gemv_rows<TY, M, BUFS, SA>(xq, m, w, sc, y, n, kp, ldy, st, act); break;
+    case TY: ggml_gemv_rows<TY, M, BUFS, SA, SPLIT>(xq, m, w, sc, y, n, kp, ldy, st, act); break;
         GGML_ENGINE_TYPES(GGML_GEMV_CASE)
 #undef GGML_GEMV_CASE
         default: pdl_wait(); break;
@@ -695,7 +717,7 @@ extern "C" __global__ void ggml_gemv(const unsigned char* xq, int m, const unsig
                                      int ldy) {
     pdl_trigger();
     __shared__ __align__(16) unsigned char stages[8][GGML_STAGE_STRIDE];
-    ggml_gemv_any<MP_GGML_GEMV_MAX_M, 0, false>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
+    ggml_gemv_any<MP_GGML_GEMV_MAX_M, 0, false, false>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
                                                 stages[threadIdx.x >> 5], nullptr);
 }
 extern "C" __global__ void ggml_gemv_sa(const unsigned char* xq, int m, const unsigned char* w, int ty, float sc,
@@ -704,7 +726,7 @@ extern "C" __global__ void ggml_gemv_sa(const unsigned char* xq, int m, const un
     pdl_trigger();
     __shared__ __align__(16) unsigned char stages[8][GGML_STAGE_STRIDE];
     __shared__ uint4 act[MP_GGML_GEMV_MAX_M * GGML_ACT_WORDS];
-    ggml_gemv_any<MP_GGML_GEMV_MAX_M, 0, true>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
+    ggml_gemv_any<MP_GGML_GEMV_MAX_M, 0, true, false>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
                                                stages[threadIdx.x >> 5], act);
 }
 extern "C" __global__ void __launch_bounds__(32 * MP_GGML_GEMV1_WARPS, MP_GGML_GEMV1_BLOCKS) ggml_gemv1(
@@ -712,6 +734,15 @@ extern "C" __global__ void __launch_bounds__(32 * MP_GGML_GEMV1_WARPS, MP_GGML_G
     int ty2, float sc2, float* y2, int projs, int n, int kp, int ldy) {
     pdl_trigger();
     __shared__ __align__(16) unsigned char stages[MP_GGML_GEMV1_WARPS][MP_GGML_GEMV1_BUFS * GGML_STAGE_STRIDE];
-    ggml_gemv_any<1, MP_GGML_GEMV1_BUFS, false>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
+    ggml_gemv_any<1, MP_GGML_GEMV1_BUFS, false, true>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
                                              stages[threadIdx.x >> 5], nullptr);
+}
+// A/B (issue 56): `ggml_gemv1`'s form for up to MP_GGML_GEMV_MAX_M rows, its activations split.
+extern "C" __global__ void __launch_bounds__(32 * MP_GGML_GEMV1_WARPS) ggml_gemv_split(
+    const unsigned char* xq, int m, const unsigned char* w, int ty, float sc, float* y, const unsigned char* w2,
+    int ty2, float sc2, float* y2, int projs, int n, int kp, int ldy) {
+    pdl_trigger();
+    __shared__ __align__(16) unsigned char stages[MP_GGML_GEMV1_WARPS][MP_GGML_GEMV1_BUFS * GGML_STAGE_STRIDE];
+    ggml_gemv_any<MP_GGML_GEMV_MAX_M, MP_GGML_GEMV1_BUFS, false, true>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp,
+                                                                       ldy, stages[threadIdx.x >> 5], nullptr);
 }

@@ -38,9 +38,10 @@ fn install(o: &Overlays, l: &mut DenseFfnLayer) -> GpuResult<()> {
     }
 }
 
-/// Whether the engine's kernels are there: the q8_1 quantizer and the GEMVs.
+/// Whether the engine's kernels are there: the q8_1 quantizers (blocks and split) and the GEMVs.
 fn engine(l: &DenseFfnLayer, _: &ForwardContext, _: usize) -> bool {
-    l.kernels.ggml_gemv_sa.ok() && l.kernels.ggml_gemv1.ok() && l.kernels.quant_q8_1.ok()
+    let k = &l.kernels;
+    k.ggml_gemv_sa.ok() && k.ggml_gemv1.ok() && k.quant_q8_1.ok() && k.quant_q8_1s.ok()
 }
 
 /// Its rows of the arm table, ranked within each method (`routing::arms`): the engine's GEMV
