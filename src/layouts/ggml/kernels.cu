@@ -24,14 +24,12 @@ __device__ __forceinline__ int ggml_with_high(unsigned int v, unsigned int qh, i
 }
 
 // The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block's 12 scale bytes.
+// The same three bytes q[j % 4], q[j % 4 + 4], q[j % 4 + 8] serve every j, selected after:
+// no branch where a warp's lanes take different sub-blocks.
 __device__ __forceinline__ void ggml_scale_min_k4(int j, const unsigned char* q, int* sc, int* m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
+    const int x = q[j & 3], y = q[(j & 3) + 4], z = q[(j & 3) + 8];
+    *sc = j < 4 ? (x & 63) : ((z & 0xF) | ((x >> 6) << 4));
+    *m = j < 4 ? (y & 63) : ((z >> 4) | ((y >> 6) << 4));
 }
 
 // The 16-entry value tables as four words of int8 lanes each, entry i in byte i % 4 of word
@@ -511,6 +509,15 @@ __device__ __forceinline__ void ggml_cp_word(unsigned char* dst, const unsigned 
     (void)bytes;
 #endif
 }
+// ggml_cp_word for a word wholly inside the buffer: no bounds.
+__device__ __forceinline__ void ggml_cp_whole(unsigned char* dst, const unsigned char* src) {
+#ifndef METRALE_CUDA_EMU
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+#else
+    ggml_cp_emu.groups.back().push_back({dst, __ldg(reinterpret_cast<const uint4*>(src))});
+#endif
+}
 __device__ __forceinline__ void ggml_cp_commit() {
 #ifndef METRALE_CUDA_EMU
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -563,6 +570,7 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
                                                int kp, int ldy, unsigned char* stage, uint4* act) {
     static_assert(BUFS == 0 || (BUFS >= 2 && !SA), "a register stage, or a cp.async ring without SA");
     static_assert(!(SA && SPLIT), "shared activations are blocks");
+    constexpr bool ONE = SPLIT && M == 1;  // `ggml_gemv1`
     const size_t row_bytes = ggml_row_bytes<TY>(kp);
     constexpr int SB = ggml_stage_bytes<TY>();
     constexpr int WORDS = SB / 16 + 1;  // a stage's bytes from the 16-byte word below its start
@@ -577,22 +585,40 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
     const int stages = (nb + 63) / 64;
     const size_t total = (size_t)n * row_bytes;
     const size_t row0 = (size_t)j * row_bytes;
+    // Stage s's bytes from the 16-byte word below its start (SB is whole words): `wrow` + s SB;
+    // all inside the buffer while s SB <= room (every stage but the last rows' last ones).
     auto stage_base = [&](int s) { return (row0 + (size_t)s * SB) & ~(size_t)15; };
+    const unsigned char* wrow = w + (row0 & ~(size_t)15);
+    const long long room = (long long)total - (long long)(row0 & ~(size_t)15) - 16 * WORDS;
     float acc[M];
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = 0.f;
     uint4 next[BUFS == 0 ? PER_LANE : 1];
+    // A stage's words: where they all lie inside the buffer (every stage but the last rows'
+    // last ones), without a bound per word.
     auto load = [&](int s) {
         if (!active) return;
+        const size_t base = stage_base(s);
+        const bool whole = (long long)s * SB <= room;
+        const uint4* src = reinterpret_cast<const uint4*>(wrow + (size_t)s * SB);
 #pragma unroll
         for (int i = 0; i < PER_LANE; ++i)
-            if (lane + 32 * i < WORDS) next[i] = ggml_word(w, stage_base(s) + 16 * (size_t)(lane + 32 * i), total);
+            if (lane + 32 * i < WORDS)
+                next[i] = whole ? __ldg(src + lane + 32 * i) : ggml_word(w, base + 16 * (size_t)(lane + 32 * i), total);
     };
-    // Stage s into ring buffer s % BUFS, as one cp.async group (empty past the last stage).
-    auto issue = [&](int s) {
+    // Stage s into ring buffer `slot`, as one cp.async group (empty past the last stage).
+    auto issue = [&](int s, int slot) {
         if (s < stages) {
-            unsigned char* dst = stage + (s % BUFS) * GGML_STAGE_STRIDE;
-            for (int i = lane; i < WORDS; i += 32) ggml_cp_word(dst + 16 * i, w, stage_base(s) + 16 * (size_t)i, total);
+            unsigned char* dst = stage + slot * GGML_STAGE_STRIDE;
+            if ((long long)s * SB <= room) {
+                const unsigned char* src = wrow + (size_t)s * SB;
+#pragma unroll
+                for (int i = 0; i < PER_LANE; ++i)
+                    if (lane + 32 * i < WORDS) ggml_cp_whole(dst + 16 * (lane + 32 * i), src + 16 * (lane + 32 * i));
+            } else {
+                const size_t base = stage_base(s);
+                for (int i = lane; i < WORDS; i += 32) ggml_cp_word(dst + 16 * i, w, base + 16 * (size_t)i, total);
+            }
         }
         ggml_cp_commit();
     };
@@ -600,10 +626,26 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
         load(0);
     } else {
 #pragma unroll
-        for (int s = 0; s + 1 < BUFS; ++s) issue(s);
+        for (int s = 0; s + 1 < BUFS; ++s) issue(s, s);
     }
     pdl_wait();  // the first stages' weights in flight under the previous launch's tail
+    int slot = 0;  // s % BUFS
     for (int s = 0; s < stages; ++s) {
+        // One row (`ggml_gemv1`): the stage's activation codes and words loaded before its
+        // weights are waited for (a block past the row's end loads the last block's, unused).
+        int pa[2][8];
+        unsigned int pds[2];
+        if constexpr (ONE) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int bb = min(64 * s + lane + 32 * h, nb - 1);
+                const int4* c = reinterpret_cast<const int4*>(xq + 32 * (size_t)bb);
+                const int4 c0 = __ldg(c), c1 = __ldg(c + 1);
+                pa[h][0] = c0.x, pa[h][1] = c0.y, pa[h][2] = c0.z, pa[h][3] = c0.w;
+                pa[h][4] = c1.x, pa[h][5] = c1.y, pa[h][6] = c1.z, pa[h][7] = c1.w;
+                pds[h] = __ldg(reinterpret_cast<const unsigned int*>(xq + (size_t)kp) + bb);
+            }
+        }
         if constexpr (SA) {
             __syncthreads();  // every warp is done with the previous stage's activations
             const size_t xtotal = (size_t)m * nb * MP_Q8_1_BYTES;
@@ -626,14 +668,18 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
         } else {
             ggml_cp_wait<BUFS - 2>();  // this lane's copies of stage s have landed
             __syncwarp();  // every lane's have, and every lane is done with stage s - 1's buffer
-            issue(s + BUFS - 1);  // into stage s - 1's buffer
-            buf = stage + (s % BUFS) * GGML_STAGE_STRIDE;
+            issue(s + BUFS - 1, slot == 0 ? BUFS - 1 : slot - 1);  // into stage s - 1's buffer
+            buf = stage + slot * GGML_STAGE_STRIDE;
+            slot = slot + 1 == BUFS ? 0 : slot + 1;
         }
         const unsigned char* blocks = buf + ((row0 + (size_t)s * SB) & 15);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int lb = lane + 32 * h, b = 64 * s + lb;
-            if (b >= nb) break;
+            // One row: both blocks computed without a branch between them (a block past the
+            // row's end reads the stage buffer's stale bytes and the prefetched last
+            // activation block, and adds nothing), so a lane's two blocks overlap.
+            if (!ONE && b >= nb) break;
             int q[8];
             ggml_codes<TY>(blocks, lb, q);
 #pragma unroll
@@ -643,7 +689,10 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
                 unsigned int ds;
                 const int* aq;
                 int split[8];
-                if constexpr (SPLIT) {
+                if constexpr (ONE) {
+                    ds = pds[h];
+                    aq = pa[h];
+                } else if constexpr (SPLIT) {
                     // Two 16-byte words of codes (32-aligned), the d-and-s word: a warp's
                     // loads read 1 KB of codes and 128 bytes of words, each byte once, where
                     // the blocks' 36-byte stride has each 4-byte load touch 9 lines.
@@ -674,7 +723,8 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
                     s0 = __dp4a(q[i], aq[i], s0);
                     s1 = __dp4a(q[4 + i], aq[4 + i], s1);
                 }
-                acc[r] = __fadd_rn(acc[r], ggml_scale<TY>(blocks, lb, s0, s1, da, sa, aq));
+                const float part = ggml_scale<TY>(blocks, lb, s0, s1, da, sa, aq);
+                if (!ONE || b < nb) acc[r] = __fadd_rn(acc[r], part);
             }
         }
     }
