@@ -96,33 +96,49 @@ __device__ __forceinline__ unsigned int ggml_w32(const unsigned char* p) {
         const unsigned short* h = reinterpret_cast<const unsigned short*>(p);
         return (unsigned int)h[0] | ((unsigned int)h[1] << 16);
     } else {
-        const unsigned int* q = reinterpret_cast<const unsigned int*>((size_t)p & ~(size_t)3);
+        const unsigned int* q = reinterpret_cast<const unsigned int*>(p - ((size_t)p & 3));
         return __byte_perm(q[0], q[1], 0x3210u + 0x1111u * (unsigned int)((size_t)p & 3));
+    }
+}
+
+// N words at p (a multiple of A bytes): 16-byte loads (A >= 16), 4-byte loads (A >= 4), or
+// below that the N + 1 aligned words around them through a byte permute each (reads up to 3
+// bytes past the last word): N + 1 shared-memory loads where two 2-byte halves a word took 2N,
+// the one-row GEMV's bound for the 2-aligned blocks (Q4_0, Q5_0, Q8_0, IQ4_NL, Q6_K, ...).
+template <int A, int N>
+__device__ __forceinline__ void ggml_w32xn(const unsigned char* p, unsigned int (&v)[N]) {
+    if constexpr (A >= 16) {
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const uint4 a = reinterpret_cast<const uint4*>(p)[i];
+            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+        }
+    } else if constexpr (A >= 4) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] = reinterpret_cast<const unsigned int*>(p)[i];
+    } else {
+        // p less its offset as a pointer (not an integer) keeps its memory space: shared-memory
+        // loads, not generic ones.
+        const unsigned int* q = reinterpret_cast<const unsigned int*>(p - ((size_t)p & 3));
+        const unsigned int sel = 0x3210u + 0x1111u * (unsigned int)((size_t)p & 3);
+        unsigned int u[N + 1];
+#pragma unroll
+        for (int i = 0; i <= N; ++i) u[i] = q[i];
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] = __byte_perm(u[i], u[i + 1], sel);
     }
 }
 
 // Eight words at p (a multiple of A bytes).
 template <int A>
 __device__ __forceinline__ void ggml_w32x8(const unsigned char* p, unsigned int (&v)[8]) {
-    if constexpr (A >= 16) {
-        const uint4 a = reinterpret_cast<const uint4*>(p)[0], b = reinterpret_cast<const uint4*>(p)[1];
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = ggml_w32<A>(p + 4 * i);
-    }
+    ggml_w32xn<A, 8>(p, v);
 }
 
 // Four words at p (a multiple of A bytes).
 template <int A>
 __device__ __forceinline__ void ggml_w32x4(const unsigned char* p, unsigned int (&v)[4]) {
-    if constexpr (A >= 16) {
-        const uint4 a = reinterpret_cast<const uint4*>(p)[0];
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-    } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = ggml_w32<A>(p + 4 * i);
-    }
+    ggml_w32xn<A, 4>(p, v);
 }
 
 // 16 index bytes (low nibbles: values 0..15, high: 16..31) through the table TAB as codes.
