@@ -11,7 +11,9 @@ use harness::*;
 use metrale_pack::GgmlType;
 use metrale_pack::converters::layouts::ggml::TYPES;
 use metrale_pack::gpu::reference;
-use metrale_pack::gpu::sizes::{GGML_GEMV_MAX_M, GGML_GEMV1_WARPS, Q8_1_BYTES, Q8_1_ELEMS};
+use metrale_pack::gpu::sizes::{
+    GGML_GEMV_MAX_M, GGML_GEMV_SPLIT_M, GGML_GEMV1_WARPS, Q8_1_BYTES, Q8_1_ELEMS,
+};
 use metrale_pack::testing::{Rand, ggml_random_blocks, rel_err};
 
 /// The launch's second projection's output scale (llama.cpp's per-tensor `.scale`), not 1.
@@ -37,13 +39,13 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
             // The second projection of the launch: Q8_0 (every type runs beside another).
             let w2 = ggml_random_blocks(&mut r, GgmlType::Q8_0, n, k);
             // The shared-activation form (`ggml_gemv_sa`) on 3 and 8 rows, the cp.async
-            // one-row form (`ggml_gemv1`) on one, its many-row form (`ggml_gemv_split`) on 2
-            // and 8.
+            // one-row form (`ggml_gemv1`) on one, its few-row form (`ggml_gemv_split`) on one
+            // and its most.
             let runs = [1, 2, 3, 4, 5, 8]
                 .map(|m| ("ggml_gemv", m))
                 .into_iter()
                 .chain([3, 8].map(|m| ("ggml_gemv_sa", m)))
-                .chain([2, 8].map(|m| ("ggml_gemv_split", m)))
+                .chain([1, GGML_GEMV_SPLIT_M].map(|m| ("ggml_gemv_split", m)))
                 .chain([("ggml_gemv1", 1)]);
             let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
             for (kernel, m) in runs {

@@ -67,15 +67,15 @@ pub(crate) fn kernel_lines(
         for (shape, n, k) in SHAPES {
             for m in ROWS {
                 // The layer's form for the rows (`ggml_gemv1` for one, `ggml_gemv_sa` from two)
-                // beside `ggml_gemv` and, from two, `ggml_gemv_split` (A/B).
-                let forms = match m {
+                // beside `ggml_gemv` and, from two to `GGML_GEMV_SPLIT_M`, `ggml_gemv_split`
+                // (A/B).
+                let mut forms = match m {
                     1 => vec![("gemv", &ks.ggml_gemv), ("gemv1", &ks.ggml_gemv1)],
-                    _ => vec![
-                        ("gemv", &ks.ggml_gemv),
-                        ("gemv_sa", &ks.ggml_gemv_sa),
-                        ("gemv_split", &ks.ggml_gemv_split),
-                    ],
+                    _ => vec![("gemv", &ks.ggml_gemv), ("gemv_sa", &ks.ggml_gemv_sa)],
                 };
+                if m > 1 && m <= GGML_GEMV_SPLIT_M {
+                    forms.push(("gemv_split", &ks.ggml_gemv_split));
+                }
                 for (form, gemv) in forms {
                     let t = gemv_time(b, &ks, gemv, &bufs, (w, ty), (n, k, m))?;
                     let bytes = w.bytes as f64;

@@ -19,8 +19,8 @@ const SECOND_SCALE: f32 = -0.375;
 /// `ggml_gemv` for every engine type whose blocks the rows hold whole, each as the first of two
 /// projections in one launch beside the same weights as Q8_0: Q4_0, Q4_K and Q8_0 (this
 /// crate's quantizers) on each row count, the other types (random blocks) on one row and on
-/// a launch's most; `ggml_gemv_sa` and `ggml_gemv_split` on the same rows and `ggml_gemv1` on
-/// one, every type.
+/// a launch's most; `ggml_gemv_sa` on the same rows, `ggml_gemv_split` on those up to
+/// `GGML_GEMV_SPLIT_M` and `ggml_gemv1` on one, every type.
 pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     let kk = c.kk;
@@ -61,6 +61,7 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             .chain(ms.iter().map(|&m| ("ggml_gemv_sa", kk.ggml_gemv_sa, m)))
             .chain(
                 ms.iter()
+                    .filter(|&&m| m <= GGML_GEMV_SPLIT_M)
                     .map(|&m| ("ggml_gemv_split", kk.ggml_gemv_split, m)),
             )
             .chain(ms.contains(&1).then_some(("ggml_gemv1", kk.ggml_gemv1, 1)));

@@ -692,10 +692,11 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int lb = lane + 32 * h, b = 64 * s + lb;
-            // One row: both blocks computed without a branch between them (a block past the
-            // row's end reads the stage buffer's stale bytes and the prefetched last
-            // activation block, and adds nothing), so a lane's two blocks overlap.
-            if (!ONE && b >= nb) break;
+            // Split activations (`ggml_gemv1`, `ggml_gemv_split`): both blocks computed without
+            // a branch between them (a block past the row's end reads the stage buffer's stale
+            // bytes and the row's last activation block, and adds nothing), so a lane's two
+            // blocks overlap.
+            if (!SPLIT && b >= nb) break;
             int q[8];
             ggml_codes<TY>(blocks, lb, q);
 #pragma unroll
@@ -712,11 +713,12 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
                     // Two 16-byte words of codes (32-aligned), the d-and-s word: a warp's
                     // loads read 1 KB of codes and 128 bytes of words, each byte once, where
                     // the blocks' 36-byte stride has each 4-byte load touch 9 lines.
-                    const int4* c = reinterpret_cast<const int4*>(xq + (size_t)r * kp + 32 * (size_t)b);
+                    const int bc = min(b, nb - 1);
+                    const int4* c = reinterpret_cast<const int4*>(xq + (size_t)r * kp + 32 * (size_t)bc);
                     const int4 c0 = __ldg(c), c1 = __ldg(c + 1);
                     split[0] = c0.x, split[1] = c0.y, split[2] = c0.z, split[3] = c0.w;
                     split[4] = c1.x, split[5] = c1.y, split[6] = c1.z, split[7] = c1.w;
-                    ds = __ldg(reinterpret_cast<const unsigned int*>(xq + (size_t)m * kp) + (size_t)r * nb + b);
+                    ds = __ldg(reinterpret_cast<const unsigned int*>(xq + (size_t)m * kp) + (size_t)r * nb + bc);
                     aq = split;
                 } else {
                     // Blocks of 36 bytes: 4-aligned.
@@ -740,7 +742,7 @@ __device__ __forceinline__ void ggml_gemv_rows(const unsigned char* __restrict__
                     s1 = __dp4a(q[4 + i], aq[4 + i], s1);
                 }
                 const float part = ggml_scale<TY>(blocks, lb, s0, s1, da, sa, aq);
-                if (!ONE || b < nb) acc[r] = __fadd_rn(acc[r], part);
+                if (!SPLIT || b < nb) acc[r] = __fadd_rn(acc[r], part);
             }
         }
     }
@@ -803,12 +805,13 @@ extern "C" __global__ void __launch_bounds__(32 * MP_GGML_GEMV1_WARPS, MP_GGML_G
     ggml_gemv_any<1, MP_GGML_GEMV1_BUFS, false, true>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp, ldy,
                                              stages[threadIdx.x >> 5], nullptr);
 }
-// A/B (issue 56): `ggml_gemv1`'s form for up to MP_GGML_GEMV_MAX_M rows, its activations split.
-extern "C" __global__ void __launch_bounds__(32 * MP_GGML_GEMV1_WARPS) ggml_gemv_split(
+// A/B (issue 56): `ggml_gemv1`'s form for up to MP_GGML_GEMV_SPLIT_M rows, its activations split,
+// registers for as many launch blocks an SM.
+extern "C" __global__ void __launch_bounds__(32 * MP_GGML_GEMV1_WARPS, MP_GGML_GEMV1_BLOCKS) ggml_gemv_split(
     const unsigned char* xq, int m, const unsigned char* w, int ty, float sc, float* y, const unsigned char* w2,
     int ty2, float sc2, float* y2, int projs, int n, int kp, int ldy) {
     pdl_trigger();
     __shared__ __align__(16) unsigned char stages[MP_GGML_GEMV1_WARPS][MP_GGML_GEMV1_BUFS * GGML_STAGE_STRIDE];
-    ggml_gemv_any<MP_GGML_GEMV_MAX_M, MP_GGML_GEMV1_BUFS, false, true>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp,
-                                                                       ldy, stages[threadIdx.x >> 5], nullptr);
+    ggml_gemv_any<MP_GGML_GEMV_SPLIT_M, MP_GGML_GEMV1_BUFS, false, true>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp,
+                                                                         ldy, stages[threadIdx.x >> 5], nullptr);
 }

@@ -14,6 +14,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_STAGE", GGML_STAGE),
     ("MP_GGML_STAGE_BYTES_MAX", GGML_STAGE_BYTES_MAX),
     ("MP_GGML_GEMV1_WARPS", GGML_GEMV1_WARPS),
+    ("MP_GGML_GEMV_SPLIT_M", GGML_GEMV_SPLIT_M),
     ("MP_GGML_GEMV1_BUFS", GGML_GEMV1_BUFS),
     ("MP_GGML_GEMV1_BLOCKS", GGML_GEMV1_BLOCKS),
     ("MP_GGML_QK_K", GGML_QK_K),
@@ -63,6 +64,10 @@ pub mod consts {
     /// Stage buffers per warp of `ggml_gemv1`, filled by cp.async (all but one in flight): with
     /// [`GGML_GEMV1_WARPS`], 4 * 3 * (2176 + 32) = 26496 bytes of shared memory a launch block.
     pub const GGML_GEMV1_BUFS: usize = 3;
+    /// Activation rows of the one-row GEMV's form for a few (`ggml_gemv_split`, A/B; issue 56:
+    /// at 8 rows it measured slower than `ggml_gemv_sa` on the down shape, faster on the gate
+    /// shape at 2 rows).
+    pub const GGML_GEMV_SPLIT_M: usize = 2;
     /// Launch blocks of the one-row GEMV (`ggml_gemv1`) per SM its registers leave room for
     /// (`__launch_bounds__`: 65536 / (128 * 8) = 64 registers a thread, none spilled).
     pub const GGML_GEMV1_BLOCKS: usize = 8;
