@@ -3,7 +3,7 @@
 //!
 //! Pinning fresh memory is the slow part of a first load: on the H200 host (gVisor) populating
 //! anonymous memory costs about 0.3 ms a MiB and `cuMemHostAlloc` about 0.4 ms a MiB, where
-//! registering populated memory read-only costs 0.04 ms a MiB (BENCHMARKS.md, "The staging
+//! registering populated memory read-only costs 0.04 ms a MiB (BENCHMARKS-history.md, "The staging
 //! ring in pieces, kept between loads"). A [`Piece`] is therefore an anonymous mapping populated by the kernel and
 //! registered read-only (the device only reads staging memory), with `alloc_pinned` as the
 //! fallback where registration is refused.

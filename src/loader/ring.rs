@@ -241,7 +241,7 @@ fn pin_ring(
 /// bytes each, or with `ramp` the first `readers` growing by `chunk / readers` (rounded up to
 /// whole [`DIRECT_ALIGN`] blocks) from one step to `chunk`. The readers start together, so
 /// the first copy is issued after the smallest read, not after a whole chunk's, and the DMA
-/// engine drains the small chunks while the larger ones are read (BENCHMARKS.md, "The ring's
+/// engine drains the small chunks while the larger ones are read (BENCHMARKS-history.md, "The ring's
 /// first chunks").
 pub(super) fn chunk_plan(
     seg_len: usize,

@@ -4,7 +4,7 @@
 //! copy put on the device, one `blob_rules` launch per part (`kernels/rules.cu`; the host
 //! backend runs its twin), read back once. Checking on the device costs a read of the scales
 //! at the device's bandwidth and no second read of the file, warm or cold; a CPU pass beside
-//! the copy measured +4-10% of the load on the H200 (BENCHMARKS.md, "Every blob against its
+//! the copy measured +4-10% of the load on the H200 (BENCHMARKS-history.md, "Every blob against its
 //! layout's rules at load"). Where no `blob_rules` kernel serves, the CPU checks every rule.
 
 use crate::error::{Error, Result};

@@ -100,7 +100,7 @@ extern "C" __global__ void affine_quantize_act(const float* __restrict__ x, cons
 // groups' code loads in flight before their math, and the warp's partial sums meet in a
 // shuffle tree. Per 4-bit weight about one instruction (two nibble masks and a dp4a per 8
 // values, the group's float work per 32), where the f32-activation GEMV spent five and ran at
-// 34-39% of the copy ceiling, bound by instruction issue (BENCHMARKS.md, "The affine layout").
+// 34-39% of the copy ceiling, bound by instruction issue (BENCHMARKS-history.md, "The affine layout").
 // KS > 1 (the `_ks` forms, one projection of long rows: the down projection's 4096 rows give
 // the one-warp form only 2048 warps): the block's W warps split k KS ways (warp w takes the
 // groups of slice w % KS: lane l groups 32 (w % KS) + l, then every 32 KS), W / KS row sets of R
