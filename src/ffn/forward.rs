@@ -3,7 +3,7 @@
 use super::*;
 
 use crate::gpu::sizes::{Q8_1_BYTES, Q8_1_ELEMS};
-use crate::gpu::table::Call;
+use crate::gpu::table::{Call, Kernel};
 use crate::gpu::{DevicePtr, GpuResult};
 use crate::model::Activation;
 
@@ -176,7 +176,19 @@ impl DenseFfnLayer {
         k: usize,
         kp: usize,
     ) -> GpuResult<DevicePtr> {
-        let kq = self.kernels.quant_q8_1;
+        self.quantize_q8_1_by(self.kernels.quant_q8_1, ctx, x, m, (k, kp))
+    }
+
+    /// `quantize_q8_1` by the quantizer `kq` (one of the table's with its parameters: the
+    /// blocks, or split).
+    pub(crate) fn quantize_q8_1_by(
+        &self,
+        kq: Kernel,
+        ctx: &mut ForwardContext,
+        x: DevicePtr,
+        m: usize,
+        (k, kp): (usize, usize),
+    ) -> GpuResult<DevicePtr> {
         let out = ctx
             .arena
             .act_q8_1

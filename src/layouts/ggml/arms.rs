@@ -8,7 +8,6 @@
 
 use crate::ffn::{Bf16Weight, DenseFfnLayer, ForwardContext, GgmlWeight, key};
 use crate::gpu::sizes::{GGML_GEMV_MAX_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS};
-use crate::gpu::table::Kernel;
 use crate::gpu::{DevicePtr, GpuResult};
 
 /// A projection's input made ready for its product: `(layer, ctx, x, m, k, kp)`, `x` f32
@@ -53,13 +52,13 @@ impl DenseFfnLayer {
         // One row: the activations split, for `ggml_gemv1` (kernels/ffn_q8_1.cu, `q8_1_at`).
         let prep = if m == 1 {
             (
-                Self::ggml_q8_1s as Prepare,
-                Self::ggml_act_q8_1s as PrepareAct,
+                Self::ggml_q8_1::<true> as Prepare,
+                Self::ggml_act_q8_1::<true> as PrepareAct,
             )
         } else {
             (
-                Self::quantize_q8_1 as Prepare,
-                Self::ggml_act_q8_1 as PrepareAct,
+                Self::ggml_q8_1::<false> as Prepare,
+                Self::ggml_act_q8_1::<false> as PrepareAct,
             )
         };
         self.ggml_chain(ctx, x, m, &w, prep, Self::ggml_gemv_project)
@@ -112,8 +111,9 @@ impl DenseFfnLayer {
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
-    /// One row's activations to split q8_1 (`quantize_act_q8_1s`) in the arena.
-    fn ggml_q8_1s(
+    /// The input to q8_1 blocks (`quantize_act_q8_1`), split where `SPLIT`
+    /// (`quantize_act_q8_1s`, the one-row GEMV's), in the arena.
+    fn ggml_q8_1<const SPLIT: bool>(
         &self,
         ctx: &mut ForwardContext,
         x: DevicePtr,
@@ -121,19 +121,19 @@ impl DenseFfnLayer {
         k: usize,
         kp: usize,
     ) -> GpuResult<DevicePtr> {
-        let out = ctx
-            .arena
-            .act_q8_1
-            .view(0, (m * kp / Q8_1_ELEMS * Q8_1_BYTES) as u64);
-        let call = self.kernels.quant_q8_1s.call().ptr("x", x).dim("m", m);
-        self.launch(ctx, call.dim("k", k).dim("kp", kp).ptr("out", out))?;
-        Ok(out)
+        let kq = if SPLIT {
+            self.kernels.quant_q8_1s
+        } else {
+            self.kernels.quant_q8_1
+        };
+        self.quantize_q8_1_by(kq, ctx, x, m, (k, kp))
     }
 
-    /// The gated product to q8_1 blocks in one launch (`quantize_act_mul_q8_1`); its f32 form
-    /// is not made (the GEMV reads the blocks only).
+    /// The gated product to q8_1 blocks in one launch (`quantize_act_mul_q8_1`; split where
+    /// `SPLIT`, `quantize_act_mul_q8_1s`); its f32 form is not made (the GEMV reads the blocks
+    /// only).
     #[allow(clippy::too_many_arguments)]
-    fn ggml_act_q8_1(
+    fn ggml_act_q8_1<const SPLIT: bool>(
         &self,
         ctx: &mut ForwardContext,
         g: DevicePtr,
@@ -142,33 +142,11 @@ impl DenseFfnLayer {
         i: usize,
         kp: usize,
     ) -> GpuResult<(DevicePtr, DevicePtr)> {
-        self.ggml_act_q8_1_as(self.kernels.quant_act_q8_1, ctx, (g, u), m, i, kp)
-    }
-
-    /// `ggml_act_q8_1` split (`quantize_act_mul_q8_1s`).
-    #[allow(clippy::too_many_arguments)]
-    fn ggml_act_q8_1s(
-        &self,
-        ctx: &mut ForwardContext,
-        g: DevicePtr,
-        u: DevicePtr,
-        m: usize,
-        i: usize,
-        kp: usize,
-    ) -> GpuResult<(DevicePtr, DevicePtr)> {
-        self.ggml_act_q8_1_as(self.kernels.quant_act_q8_1s, ctx, (g, u), m, i, kp)
-    }
-
-    /// The gated product of `(g, u)` quantized by `kernel` into the arena.
-    fn ggml_act_q8_1_as(
-        &self,
-        kernel: Kernel,
-        ctx: &mut ForwardContext,
-        (g, u): (DevicePtr, DevicePtr),
-        m: usize,
-        i: usize,
-        kp: usize,
-    ) -> GpuResult<(DevicePtr, DevicePtr)> {
+        let kernel = if SPLIT {
+            self.kernels.quant_act_q8_1s
+        } else {
+            self.kernels.quant_act_q8_1
+        };
         let out = ctx
             .arena
             .act_q8_1
