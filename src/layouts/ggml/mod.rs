@@ -17,8 +17,9 @@
 //! - `spec.rs`: its `LayoutSpec` (`layout` registry);
 //! - `testing.rs`: random weights in its overlay (`testing`, harness only);
 //! - `twin.rs`: the CPU twin of its GEMV (`gpu::reference`);
-//! - `kernels.cu`, `kernels_iq.cuh`, `kernels_dequant.cuh`: its CUDA module (the IQ entries
-//!   spliced in and the dequantization appended by `kernels.rs`).
+//! - `kernels.cu`, `kernels_iq.cuh`, `kernels_stage.cuh`, `kernels_dequant.cuh`: its CUDA
+//!   module (the IQ entries and the stages spliced in and the dequantization appended by
+//!   `kernels.rs`).
 
 pub(crate) mod arms;
 #[cfg(feature = "harness")]
