@@ -188,24 +188,10 @@ impl DenseFfnLayer {
         ctx.levers.single_row_w4a4 && self.holds(Layout::Nvfp4) && self.kernels.nvfp4_proj_mx.ok()
     }
 
-    /// The fixed activation-quantization path serves `m` rows: the W8A8 arm or the W4A4 arm.
+    /// The fixed activation-quantization path serves `m` rows: the W8A8 arm
+    /// (`fixed_w8a8_ok`, in its layout's folder) or the W4A4 arm.
     pub fn fixed_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
         self.fixed_w8a8_ok(ctx, m) || self.fixed_w4a4_ok(ctx, m)
-    }
-
-    /// The fixed W8A8 arm: W8A8 weights installed (a SiLU or GELU layer), its two kernels
-    /// resolved, and the declared format `w8a8` or none.
-    pub fn fixed_w8a8_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
-        let declared = ctx
-            .levers
-            .activation_quantization
-            .as_deref()
-            .is_none_or(|f| f == "w8a8");
-        declared
-            && self.holds(Layout::W8a8)
-            && self.kernels.quant_fp8_row.ok()
-            && self.kernels.w8a8.ok()
-            && (1..=ctx.max_tokens).contains(&m)
     }
 
     /// The fixed W4A4 arm: SiLU layers with NVFP4 weights (the format is NVFP4) when no format

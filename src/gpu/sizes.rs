@@ -20,14 +20,6 @@ const _: () = assert!(Q4K_BYTES == 2 + 2 + 12 + Q4K_ELEMS / 2);
 // A 16-byte code chunk (32 values at 4 bits, 16 at 8) lies in one group.
 const _: () = assert!(AFFINE_GROUP.is_multiple_of(32));
 
-const _: () =
-    assert!(W8A8_WGMMA_BK == 128 && W8A8_WGMMA_BM.is_multiple_of(64) && W8A8_WGMMA_BM <= 256);
-// Every installed W8A8 weight's kp is a multiple of the layout's K_ALIGN (`W8a8Weight::validate`),
-// so whole stages of BK cover it.
-const _: () = assert!(crate::converters::layouts::w8a8::K_ALIGN.is_multiple_of(W8A8_WGMMA_BK));
-// Hopper gives a block at most 227 KiB of shared memory; the decode tiling wants two blocks.
-const _: () = assert!(W8A8_WGMMA_SMEM <= 227 << 10 && 2 * W8A8_WGMMA_SMALL_SMEM <= 227 << 10);
-
 /// Output rows per block of the dequantizing wgmma GEMMs (`nvfp4_wgmma`, `q4k_wgmma`): two
 /// consumer warpgroups of one `wgmma` m64 each.
 pub const DQ_WGMMA_BM: usize = 128;

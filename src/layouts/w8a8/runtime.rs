@@ -98,6 +98,21 @@ impl W8a8Weight {
 }
 
 impl DenseFfnLayer {
+    /// The fixed W8A8 arm: W8A8 weights installed (a SiLU or GELU layer), its two kernels
+    /// resolved, and the declared format `w8a8` or none.
+    pub fn fixed_w8a8_ok(&self, ctx: &ForwardContext, m: usize) -> bool {
+        let declared = ctx
+            .levers
+            .activation_quantization
+            .as_deref()
+            .is_none_or(|f| f == "w8a8");
+        declared
+            && self.holds(Layout::W8a8)
+            && self.kernels.quant_fp8_row.ok()
+            && self.kernels.w8a8.ok()
+            && (1..=ctx.max_tokens).contains(&m)
+    }
+
     /// Install the declared-W8A8 decode weights (`w8a8` layout), for a SiLU or GELU FFN (the
     /// arm's act-mul and its fused quantizer take the layer's activation). Refused for shapes
     /// other than `[inter, hidden]` (gate, up) and `[hidden, inter]` (down).

@@ -83,3 +83,11 @@ pub mod consts {
     /// `quantize_act_mul_fp8_row`): few rows in flight, so a row's second read comes from L2.
     pub const FP8_QUANT_THREADS: usize = 1024;
 }
+
+const _: () =
+    assert!(W8A8_WGMMA_BK == 128 && W8A8_WGMMA_BM.is_multiple_of(64) && W8A8_WGMMA_BM <= 256);
+// Every installed W8A8 weight's kp is a multiple of the layout's K_ALIGN (`W8a8Weight::validate`),
+// so whole stages of BK cover it.
+const _: () = assert!(crate::converters::layouts::w8a8::K_ALIGN.is_multiple_of(W8A8_WGMMA_BK));
+// Hopper gives a block at most 227 KiB of shared memory; the decode tiling wants two blocks.
+const _: () = assert!(W8A8_WGMMA_SMEM <= 227 << 10 && 2 * W8A8_WGMMA_SMALL_SMEM <= 227 << 10);
