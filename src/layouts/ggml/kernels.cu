@@ -470,9 +470,10 @@ __device__ __forceinline__ float ggml_scale<14>(const unsigned char* w, int b, i
 // words: no bank conflicts) instead of from global memory, where a warp's 4-byte loads at a
 // 36-byte stride touch 9 lines each, once per warp. The sums are the same, in the same order.
 //
-// SPLIT (`ggml_gemv1`): the activations split (kernels/ffn_q8_1.cu, q8_1_at: every row's codes,
-// then every block's d and s), which a lane reads from global memory (L1) as two 16-byte words
-// and one 4-byte word a block.
+// SPLIT (`ggml_gemv1`, `ggml_gemv_split`): the activations split (kernels/ffn_q8_1.cu, q8_1_at:
+// every row's codes, then every block's d and s), which a lane reads from global memory (L1) as
+// two 16-byte words and one 4-byte word a block; for one row (ONE) a stage's before its
+// weights are waited for.
 #define GGML_ACT_WORDS (64 * MP_Q8_1_BYTES / 16 + 1)
 #define GGML_STAGE_STRIDE (MP_GGML_STAGE_BYTES_MAX + 32)
 template <int TY, int M, int BUFS, bool SA, bool SPLIT>
