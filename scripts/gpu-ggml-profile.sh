@@ -3,7 +3,8 @@
 # 14.5 us for the 33 MB Q4_K down projection on an H100 and on an H200 alike, so not bound by
 # DRAM). bench-gpu's `ggml kernel` lines for TYPES (default Q4_K,IQ4_XS) under Nsight Compute
 # (clock control off), the `ggml_gemv1` launches only: SKIP launches skipped, then COUNT
-# profiled (the first are the gate shape's; the down shape's follow that type's gate lines).
+# profiled (the first are the gate shape's; the down shape's follow that type's gate lines:
+# SKIP=240 reaches the first type's first down launch, per_call's 12 x 20 gate launches before it).
 # Per launch: duration, DRAM and SM throughput against peak, occupancy, registers, the warp
 # stall reasons and the issue slots. Logs to $OUT.
 #   here: bash scripts/gpu-build.sh; device run, carry [".gpu-bin"]:
