@@ -14,6 +14,7 @@
 pub use crate::layouts::affine::groups as affine;
 pub mod awq;
 pub mod bf16;
+pub mod bnb;
 pub mod ct_int;
 pub mod f16;
 pub mod fp8;

@@ -475,12 +475,8 @@ fn formats_the_config_declares_and_this_tool_does_not_read_are_named() {
     let cases: Vec<(serde_json::Value, &[&str])> = vec![
         (
             serde_json::json!({"quant_method": "bitsandbytes", "load_in_4bit": true,
-                "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": true}),
-            &["bitsandbytes", "NF4", "double-quantized"],
-        ),
-        (
-            serde_json::json!({"quant_method": "bitsandbytes", "load_in_8bit": true}),
-            &["bitsandbytes", "LLM.int8"],
+                "bnb_4bit_quant_type": "nf4", "bnb_4bit_quant_storage": "bfloat16"}),
+            &["bnb_4bit_quant_storage", "bfloat16", "uint8"],
         ),
         (
             serde_json::json!({"quant_method": "mxfp4"}),

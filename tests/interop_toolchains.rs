@@ -1,6 +1,6 @@
 //! Checkpoints written by the real quantization toolchains (compressed-tensors 0.20.0, NVIDIA
-//! ModelOpt 0.47.0, PEFT 0.21.2; `tests/py/make_fixtures.py` wrote them, `tests/fixtures/*/
-//! expected.json` holds each library's own decompression as SHA-256 digests and its versions).
+//! ModelOpt 0.47.0, PEFT 0.21.2, bitsandbytes 0.50.2; `tests/py/make_fixtures.py` wrote them,
+//! `tests/fixtures/*/expected.json` holds each library's own decompression as SHA-256 digests and its versions).
 //!
 //! For every fixture: the scheme and shapes are recognised; every quantized weight decodes to the
 //! library's own f32 dequantization bit for bit (through `dump` for the MLP weights), and, rounded
@@ -57,7 +57,7 @@ fn quantized_fixtures() -> Vec<PathBuf> {
         .map(|e| e.unwrap().path())
         .filter(|p| {
             let n = p.file_name().unwrap().to_string_lossy().to_string();
-            ["ct-", "modelopt-", "awq-", "gptq-"]
+            ["ct-", "modelopt-", "awq-", "gptq-", "bnb-"]
                 .iter()
                 .any(|p| n.starts_with(p))
         })
@@ -100,6 +100,9 @@ fn every_fixture_is_recognised_with_its_scheme_and_shapes() {
             s if s.starts_with("gptq-2bit") => "gptq-int2",
             s if s.starts_with("gptq-4bit") => "gptq-int4",
             s if s.starts_with("gptq-8bit") => "gptq-int8",
+            s if s.starts_with("bnb-nf4") => "bitsandbytes-nf4",
+            s if s.starts_with("bnb-fp4") => "bitsandbytes-fp4",
+            s if s.starts_with("bnb-int8") => "bitsandbytes-int8",
             s => panic!("{s}"),
         };
         for l in &m.ffn_layers {
@@ -194,7 +197,8 @@ fn every_quantized_weight_decodes_to_the_librarys_own_dequantization_bit_for_bit
 #[test]
 fn every_fixture_converts_with_the_default_layouts_and_bf16_and_verifies() {
     let tmp = tempfile::tempdir().unwrap();
-    for dir in quantized_fixtures() {
+    // bitsandbytes 4-bit: see tests/interop_bnb.rs.
+    for dir in quantized_fixtures().into_iter().filter(|d| !is_bnb4(d)) {
         let m = Model::open(&dir).unwrap();
         for layouts in [None, Some(vec![Layout::Bf16])] {
             let out = tmp.path().join("p.mpk.gguf");
@@ -215,6 +219,11 @@ fn every_fixture_converts_with_the_default_layouts_and_bf16_and_verifies() {
             );
         }
     }
+}
+
+fn is_bnb4(dir: &Path) -> bool {
+    let n = dir.file_name().unwrap().to_string_lossy().to_string();
+    n.starts_with("bnb-nf4") || n.starts_with("bnb-fp4")
 }
 
 #[test]

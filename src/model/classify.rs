@@ -199,6 +199,9 @@ impl Model {
                 bits,
             });
         }
+        if let Some(w) = self.classify_bnb(prefix) {
+            return Some(w);
+        }
         let weight = idx("weight")?;
         let dt = self.tensors[weight].dtype;
         if let (DType::St(Dtype::I8), Some(scale)) = (dt, idx("weight_scale")) {
@@ -530,6 +533,7 @@ impl Model {
                 [n, k]
             }
             FfnWeight::CtInt { .. } => self.ct_int_shape(w)?,
+            FfnWeight::Bnb4 { .. } | FfnWeight::BnbInt8 { .. } => self.bnb_shape(w)?,
         })
     }
 

@@ -7,7 +7,7 @@ use super::*;
 use crate::error::Result;
 
 /// Suffixes of the tensors that are part of a quantized weight: none may be left unread.
-const COMPANIONS: [&str; 12] = [
+const COMPANIONS: [&str; 19] = [
     ".qweight",
     ".qzeros",
     ".scales",
@@ -20,6 +20,13 @@ const COMPANIONS: [&str; 12] = [
     ".weight_global_scale",
     ".weight_scale_2",
     ".weight_scale_inv",
+    ".SCB",
+    ".weight_format",
+    ".weight.absmax",
+    ".weight.quant_map",
+    ".weight.nested_absmax",
+    ".weight.nested_quant_map",
+    ".weight.quant_state.bitsandbytes__nf4",
 ];
 
 impl Model {

@@ -219,6 +219,7 @@ impl Model {
                 ct_int::decode(&codes, &s, zeros.as_deref(), n, k, &mut out);
                 out
             }
+            FfnWeight::Bnb4 { .. } | FfnWeight::BnbInt8 { .. } => self.bnb_decode(w, k, len)?,
             FfnWeight::Fp8Channel { weight, scale } | FfnWeight::Fp8Tensor { weight, scale } => {
                 let mut s = self.floats(scale, "weight_scale")?;
                 if s.len() == 1 {

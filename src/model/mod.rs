@@ -10,6 +10,7 @@ use safetensors::Dtype;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
+mod bnb;
 mod classify;
 mod companions;
 mod decode;
@@ -285,6 +286,34 @@ pub enum FfnWeight {
         /// Bits per code: 2, 4 or 8.
         bits: u32,
     },
+    /// bitsandbytes 4-bit, NF4 or FP4 (`converters::bnb`): U8 `weight` (two codes a byte),
+    /// `weight.absmax`, the 16-value `weight.quant_map` and the JSON
+    /// `weight.quant_state.bitsandbytes__nf4` (or `__fp4`); double-quantized, the absmax is U8
+    /// codes of `weight.nested_quant_map` with `weight.nested_absmax`.
+    Bnb4 {
+        /// The packed codes.
+        weight: usize,
+        /// The block absmax (F32, or U8 codes when double-quantized).
+        absmax: usize,
+        /// The code table.
+        quant_map: usize,
+        /// `nested_absmax` and `nested_quant_map` of a double-quantized absmax.
+        nested: Option<(usize, usize)>,
+        /// The quant state (U8 bytes of a JSON object).
+        state: usize,
+        /// NF4 (`true`) or FP4, from the quant state's name.
+        nf4: bool,
+    },
+    /// bitsandbytes LLM.int8 (`converters::bnb`): I8 `weight [n, k]`, F32 `SCB [n]` (each row's
+    /// absmax) and `weight_format` (0: rows).
+    BnbInt8 {
+        /// The codes.
+        weight: usize,
+        /// The row absmax.
+        scb: usize,
+        /// `weight_format`, where saved.
+        format: Option<usize>,
+    },
     /// One half of a fused gate+up weight (Phi-3's `gate_up_proj` / GGUF `ffn_up` of `2 * I`
     /// rows): rows `half * I .. (half + 1) * I` of `of` (0: the gate, 1: the up projection).
     Half {
@@ -305,7 +334,9 @@ impl FfnWeight {
             | FfnWeight::Fp8Block { weight, .. }
             | FfnWeight::Fp8Channel { weight, .. }
             | FfnWeight::Fp8Tensor { weight, .. }
-            | FfnWeight::CtInt { weight, .. } => weight,
+            | FfnWeight::CtInt { weight, .. }
+            | FfnWeight::Bnb4 { weight, .. }
+            | FfnWeight::BnbInt8 { weight, .. } => weight,
             FfnWeight::Awq { qweight, .. } | FfnWeight::Gptq { qweight, .. } => qweight,
             FfnWeight::CtNvfp4 { packed, .. } | FfnWeight::CtMxfp4 { packed, .. } => packed,
             FfnWeight::Half { ref of, .. } => of.main(),
@@ -346,6 +377,26 @@ impl FfnWeight {
                 .flatten()
                 .collect(),
             FfnWeight::Half { ref of, .. } => of.tensors(),
+            FfnWeight::Bnb4 {
+                weight,
+                absmax,
+                quant_map,
+                nested,
+                state,
+                ..
+            } => {
+                let mut v = vec![weight, absmax, quant_map, state];
+                v.extend(nested.into_iter().flat_map(|(a, m)| [a, m]));
+                v
+            }
+            FfnWeight::BnbInt8 {
+                weight,
+                scb,
+                format,
+            } => [Some(weight), Some(scb), format]
+                .into_iter()
+                .flatten()
+                .collect(),
             FfnWeight::Awq {
                 qweight,
                 qzeros,
@@ -383,6 +434,9 @@ impl FfnWeight {
             FfnWeight::Gptq { bits: 2, .. } => "gptq-int2",
             FfnWeight::Gptq { bits: 4, .. } => "gptq-int4",
             FfnWeight::Gptq { .. } => "gptq-int8",
+            FfnWeight::Bnb4 { nf4: true, .. } => "bitsandbytes-nf4",
+            FfnWeight::Bnb4 { .. } => "bitsandbytes-fp4",
+            FfnWeight::BnbInt8 { .. } => "bitsandbytes-int8",
         }
     }
 }

@@ -92,6 +92,18 @@ impl QuantDecl {
                     ),
                 });
             }
+            // bitsandbytes' 4-bit codes packed into another storage dtype (`bnb_4bit_quant_storage`
+            // bf16, ...) are not read: its default, U8, is.
+            if d.method.as_deref() == Some("bitsandbytes")
+                && let Some(st) = qc.get("bnb_4bit_quant_storage")
+                && st.as_str() != Some("uint8")
+                && qc.get("load_in_4bit").and_then(|v| v.as_bool()) == Some(true)
+            {
+                return Err(bad(
+                    "quantization_config.bnb_4bit_quant_storage".into(),
+                    format!("{st}: 4-bit codes stored as uint8 are read"),
+                ));
+            }
             if d.method.as_deref() == Some("awq") {
                 let version = qc.get("version").and_then(|v| v.as_str()).unwrap_or("gemm");
                 let bits = qc.get("bits").and_then(|v| v.as_u64());
@@ -263,24 +275,20 @@ fn config_group(
 
 /// The `quant_method`s whose weights this tool reads (others are refused at open, naming the
 /// method, rather than found to hold no FFN layers).
-const READ_METHODS: [&str; 5] = ["awq", "gptq", "compressed-tensors", "fp8", "modelopt"];
+const READ_METHODS: [&str; 6] = [
+    "awq",
+    "gptq",
+    "bitsandbytes",
+    "compressed-tensors",
+    "fp8",
+    "modelopt",
+];
 
-/// What a method this tool does not read declares, in words (bitsandbytes' NF4, FP4 or
-/// LLM.int8; quanto's weight type): the format named, not just the method.
+/// What a method this tool does not read declares, in words (quanto's weight type, the
+/// `mxfp4` method's blocks): the format named, not just the method.
 fn unread_detail(method: &str, qc: &serde_json::Value) -> String {
     let s = |k: &str| qc.get(k).and_then(|v| v.as_str());
-    let on = |k: &str| qc.get(k).and_then(|v| v.as_bool()) == Some(true);
     match method {
-        "bitsandbytes" if on("load_in_4bit") => format!(
-            " ({} 4-bit{})",
-            s("bnb_4bit_quant_type").unwrap_or("fp4").to_uppercase(),
-            if on("bnb_4bit_use_double_quant") {
-                ", double-quantized absmax"
-            } else {
-                ""
-            }
-        ),
-        "bitsandbytes" if on("load_in_8bit") => " (LLM.int8, 8-bit rows)".into(),
         "quanto" => s("weights").map_or(String::new(), |w| format!(" ({w} weights)")),
         "mxfp4" => " (MXFP4: E2M1 codes in blocks of 32 with E8M0 scales)".into(),
         _ => String::new(),

@@ -42,6 +42,9 @@ pub fn weight_kind(model: &Model, w: &FfnWeight) -> (String, bool) {
             };
             (format!("GPTQ int{bits}{order}"), true)
         }
+        FfnWeight::Bnb4 { nf4: true, .. } => ("NF4 (bitsandbytes)".into(), true),
+        FfnWeight::Bnb4 { .. } => ("FP4 (bitsandbytes)".into(), true),
+        FfnWeight::BnbInt8 { .. } => ("LLM.int8 (bitsandbytes)".into(), true),
         FfnWeight::Half { of, .. } => weight_kind(model, of),
     }
 }

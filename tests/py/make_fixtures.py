@@ -16,6 +16,9 @@ library itself, with the library's own decompression as the reference:
   `export_hf_checkpoint`; the reference is ModelOpt's own NVFP4 dequantization of each weight.
 - AutoAWQ 0.2.9 (GEMM packing) and AutoGPTQ 0.7.1 (`ONLY=awq`, `ONLY=gptq`; see their
   sections for the environment each needs): the reference is the library's own dequantization.
+- bitsandbytes (`ONLY=bnb`, CPU, with accelerate): NF4 and FP4 (double-quantized absmax or not)
+  and LLM.int8, written by transformers' `BitsAndBytesConfig` flow; the reference is bitsandbytes'
+  own dequantization.
 - PEFT: LoRA adapters on gate/up/down of the bf16 base (default scaling, rslora, rank_pattern,
   alpha_pattern, some projections only, DoRA, lora_bias, attention targets); the reference is
   PEFT's own `get_delta_weight` per module.
@@ -44,7 +47,8 @@ def versions():
     import importlib.metadata as md
 
     out = {"torch": torch.__version__}
-    for p in ["compressed-tensors", "nvidia-modelopt", "peft", "transformers", "safetensors", "autoawq", "auto-gptq"]:
+    for p in ["compressed-tensors", "nvidia-modelopt", "peft", "transformers", "safetensors", "autoawq", "auto-gptq",
+              "bitsandbytes", "accelerate"]:
         try:
             out[p] = md.version(p)
         except md.PackageNotFoundError:
@@ -557,6 +561,69 @@ def peft_write(base_dir, name, seed, **kw):
     return d
 
 
+
+# --------------------------------------------------------------------------------------------
+# bitsandbytes (`quant_method: bitsandbytes`), written by transformers' own flow: the float
+# model saved, loaded back with `BitsAndBytesConfig` (bitsandbytes quantizes each Linear as it
+# is placed on the device; `device_map="cpu"` runs its CPU backend, no GPU needed) and saved
+# with `save_pretrained`. 4-bit: `weight` U8 `[n k / 2, 1]` (two codes a byte, the first in the
+# high nibble), `weight.absmax` (F32 per block, or U8 with `nested_absmax`, `nested_quant_map`
+# and the offset in the JSON `weight.quant_state.bitsandbytes__nf4` when double-quantized),
+# `weight.quant_map` (the 16-value table). LLM.int8: `weight` I8 `[n, k]`, `SCB` F32 `[n]`
+# (each row's absmax) and `weight_format`. The reference is the library's own dequantization
+# (`bnb.functional.dequantize_4bit` with the weight's quant state; `int8_vectorwise_dequant`),
+# in f32 and in the model dtype, on the model loaded back from disk. Needs accelerate.
+
+
+def bnb_reference(d, dtype):
+    import copy
+
+    import bitsandbytes as bnb
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, device_map="cpu")
+    out = {}
+    for name, mod in m.named_modules():
+        if not name.endswith(("gate_proj", "up_proj", "down_proj", "q_proj", "o_proj")):
+            continue
+        w = mod.weight
+        if isinstance(mod, bnb.nn.Linear4bit):
+            qs = copy.copy(w.quant_state)
+            qs.dtype = torch.float32
+            exact = bnb.functional.dequantize_4bit(w.data, qs)
+            lib = bnb.functional.dequantize_4bit(w.data, w.quant_state)
+        else:
+            exact = bnb.functional.int8_vectorwise_dequant(w.data, w.SCB)
+            lib = exact.to(dtype)
+        assert torch.equal(exact.to(lib.dtype), lib), name
+        out[name + ".weight"] = {
+            "shape": list(lib.shape),
+            "lib_dtype": str(lib.dtype).replace("torch.", ""),
+            "sha256_lib": digest(lib.view(torch.int16)),
+            "sha256_f32": f32_digest(exact),
+            "amax": float(lib.float().abs().max()),
+        }
+    return out
+
+
+def bnb_write(name, dtype, inter=384, layers=1, seed=31, **cfg):
+    import tempfile
+
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    d = fresh(name)
+    model = llama(inter, layers, dtype, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        q = AutoModelForCausalLM.from_pretrained(
+            tmp, quantization_config=BitsAndBytesConfig(**cfg), device_map="cpu", dtype=dtype
+        )
+        q.save_pretrained(d)
+    write_expected(d, {"library": "bitsandbytes (transformers BitsAndBytesConfig, save_pretrained)",
+                       "scheme": name, "config": {k: str(v) for k, v in cfg.items()},
+                       "model_dtype": str(dtype).replace("torch.", ""), "intermediate_size": inter,
+                       "hidden_size": HIDDEN, "layers": layers, "weights": bnb_reference(d, dtype)})
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     which = os.environ.get("ONLY", "ct,modelopt,peft").split(",")
@@ -587,6 +654,15 @@ def main():
         gptq_write("gptq-4bit-g64-asym-f16", group=64, sym=False, seed=9)
         gptq_write("gptq-8bit-channel-asym-f16", bits=8, group=-1, sym=False, seed=10)
         gptq_write("gptq-2bit-g64-sym-f16", bits=2, group=64, seed=11)
+    if "bnb" in which:
+        bnb_write("bnb-nf4-dq-bf16", torch.bfloat16, load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                  bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)
+        bnb_write("bnb-nf4-f16-i320", torch.float16, inter=320, layers=2, seed=32, load_in_4bit=True,
+                  bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float16)
+        bnb_write("bnb-fp4-dq-bf16", torch.bfloat16, seed=33, load_in_4bit=True, bnb_4bit_quant_type="fp4",
+                  bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)
+        bnb_write("bnb-int8-f16", torch.float16, seed=34, load_in_8bit=True)
+        bnb_write("bnb-int8-bf16-i320", torch.bfloat16, inter=320, layers=2, seed=35, load_in_8bit=True)
     if "arch" in which:
         arch_write("phi3-bf16", "phi3")
         arch_write("qwen2moe-mixed-bf16", "qwen2moe")

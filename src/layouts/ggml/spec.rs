@@ -43,6 +43,9 @@ fn source_type(model: &Model, w: &FfnWeight) -> Option<GgmlType> {
         FfnWeight::CtMxfp4 { scale, .. } => {
             (!model.data(*scale).contains(&mxfp4_ct::NAN_SCALE)).then_some(GgmlType::MXFP4)
         }
+        // LLM.int8 as Q8_0 blocks of `d = SCB` with the output scale 1/127, the same values
+        // (`converters::bnb`), where every SCB is a half.
+        FfnWeight::BnbInt8 { .. } => model.bnb_int8_carried(w).then_some(GgmlType::Q8_0),
         _ => None,
     }
 }
@@ -58,6 +61,7 @@ fn source_blocks<'m>(model: &'m Model, w: &FfnWeight, [n, k]: [usize; 2]) -> Opt
         FfnWeight::CtMxfp4 { packed, scale } => {
             mxfp4_ct::to_gguf_blocks(model.data(packed), model.data(scale), n, k).map(Cow::Owned)
         }
+        FfnWeight::BnbInt8 { .. } => model.bnb_int8_q8_0(w, [n, k]).map(Cow::Owned),
         _ => None,
     }
 }
@@ -66,6 +70,7 @@ fn source_blocks<'m>(model: &'m Model, w: &FfnWeight, [n, k]: [usize; 2]) -> Opt
 fn source_scale(model: &Model, w: &FfnWeight) -> Result<Option<f32>> {
     match w {
         FfnWeight::GgufScaled { scale, .. } => model.gguf_scale(*scale).map(Some),
+        FfnWeight::BnbInt8 { .. } => Ok(Some(crate::converters::bnb::INT8_SCALE)),
         _ => Ok(None),
     }
 }
@@ -88,7 +93,7 @@ impl LayoutSpec for Ggml {
                 .map(|t| t.name())
                 .collect();
             format!(
-                "GGUF {} blocks byte for byte, any mix per projection (float sources as Q8_0)",
+                "GGUF {} blocks byte for byte, any mix per projection; compressed-tensors MXFP4 and bitsandbytes LLM.int8 as the same values in MXFP4 and Q8_0 blocks (float sources as Q8_0)",
                 names.join(", ")
             )
         });

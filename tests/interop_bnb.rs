@@ -1,0 +1,242 @@
+//! bitsandbytes checkpoints as transformers saves them (bitsandbytes 0.50.2 through
+//! `BitsAndBytesConfig` and `save_pretrained`; `tests/py/make_fixtures.py`, `ONLY=bnb`): what
+//! `convert` makes of them, and hostile edits of them refused by tensor and field. (Their
+//! weights' decode against bitsandbytes' own is in `interop_toolchains.rs`, with every fixture.)
+
+mod common;
+
+use common::{fixture_expected, sha256_f32};
+use metrale_pack::converters::layouts::{Layout, Proj};
+use metrale_pack::model::Model;
+use metrale_pack::pack::{self, ConvertOptions, Pack};
+use std::path::{Path, PathBuf};
+
+fn fixtures() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("bnb-"))
+        .collect();
+    v.sort();
+    assert_eq!(v.len(), 5, "{v:?}");
+    v
+}
+
+fn is_bnb4(dir: &Path) -> bool {
+    let n = dir.file_name().unwrap().to_string_lossy().to_string();
+    n.starts_with("bnb-nf4") || n.starts_with("bnb-fp4")
+}
+
+type Tensors = Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>;
+
+/// Fixture `name` copied into `dir` with its tensors edited.
+fn edited(dir: &Path, name: &str, edit: impl FnOnce(&mut Tensors)) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let out = dir.join(name);
+    std::fs::create_dir_all(&out).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut ts: Tensors = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    edit(&mut ts);
+    let views: Vec<(String, safetensors::tensor::TensorView)> = ts
+        .iter()
+        .map(|(n, d, s, b)| {
+            let v = safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap();
+            (n.clone(), v)
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &out.join("model.safetensors")).unwrap();
+    std::fs::copy(src.join("config.json"), out.join("config.json")).unwrap();
+    out
+}
+
+/// LLM.int8 converts by default to `ggml` Q8_0 blocks (d = SCB, output scale 1/127) that
+/// decode to bitsandbytes' own values bit for bit, the codes carried byte for byte; a 4-bit
+/// checkpoint's attention quant states have names longer than GGUF's 63 bytes, which the pack
+/// cannot hold yet: refused, naming the tensor and the limit.
+#[test]
+fn bitsandbytes_fixtures_convert_or_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut int8 = 0;
+    for dir in fixtures() {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        if !name.starts_with("bnb-") {
+            continue;
+        }
+        let m = Model::open(&dir).unwrap();
+        let out = tmp.path().join(format!("{name}.mpk.gguf"));
+        let r = pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {});
+        if is_bnb4(&dir) {
+            let e = format!("{:#}", r.expect_err(&name));
+            assert!(e.contains("quant_state") && e.contains("63"), "{name}: {e}");
+            assert!(!out.exists(), "{name}: a refused convert left a file");
+            continue;
+        }
+        r.unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        let p = Pack::open(&out).unwrap();
+        let e = fixture_expected(&dir);
+        for l in &m.ffn_layers {
+            for (w, proj) in [
+                (&l.gate, Proj::Gate),
+                (&l.up, Proj::Up),
+                (&l.down, Proj::Down),
+            ] {
+                let src = m.tensors[w.main()].name.to_string();
+                let blob = pack::blob_name(l.index, proj, Layout::Ggml, "");
+                let i = p.index(&blob).unwrap_or_else(|| panic!("{name}: {blob}"));
+                let f = p.manifest.tensors[i].ffn.as_ref().unwrap();
+                assert_eq!(f.scalars.get("type"), Some(&8.0), "{name} {blob}: Q8_0");
+                assert_eq!(
+                    f.scalars.get("output_scale"),
+                    Some(&metrale_pack::converters::bnb::INT8_SCALE),
+                    "{name} {blob}"
+                );
+                // Each block: its row's SCB as a half, then the source's 32 codes.
+                let codes = m.data(w.main());
+                let blocks = p.data(i);
+                assert_eq!(blocks.len(), codes.len() / 32 * 34, "{name} {blob}");
+                for (b, chunk) in blocks.chunks_exact(34).enumerate() {
+                    assert_eq!(
+                        &chunk[2..],
+                        &codes[b * 32..b * 32 + 32],
+                        "{name} {blob} block {b}"
+                    );
+                }
+                let (vals, _) = p.decode_ffn(&blob).unwrap();
+                assert_eq!(
+                    sha256_f32(&vals),
+                    e["weights"][&src]["sha256_f32"].as_str().unwrap(),
+                    "{name} {blob}: the pack decodes as bitsandbytes"
+                );
+                int8 += 1;
+            }
+        }
+    }
+    assert!(int8 >= 9, "{int8} LLM.int8 weights checked");
+}
+
+/// Hostile edits of the bitsandbytes fixtures: each refused when the model is opened, naming
+/// the tensor and what is wrong with it.
+#[test]
+fn edited_bitsandbytes_weights_are_refused_by_tensor_and_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let up4 = "model.layers.0.mlp.up_proj.weight";
+    let state = format!("{up4}.quant_state.bitsandbytes__nf4");
+    let set_state = |ts: &mut Tensors, f: &dyn Fn(&mut serde_json::Value)| {
+        let t = ts.iter_mut().find(|t| t.0 == state).unwrap();
+        let mut v: serde_json::Value = serde_json::from_slice(&t.3).unwrap();
+        f(&mut v);
+        t.3 = v.to_string().into_bytes();
+        t.2 = vec![t.3.len()];
+    };
+    type Edit<'a> = Box<dyn Fn(&mut Tensors) + 'a>;
+    let cases: Vec<(&str, Edit, Vec<String>)> = vec![
+        (
+            "bnb-nf4-dq-bf16",
+            Box::new(|ts: &mut Tensors| set_state(ts, &|v| v["blocksize"] = 48.into())),
+            vec![state.clone(), "blocksize".into(), "48".into()],
+        ),
+        (
+            "bnb-nf4-dq-bf16",
+            Box::new(|ts: &mut Tensors| set_state(ts, &|v| v["quant_type"] = "fp4".into())),
+            vec![state.clone(), "quant_type".into()],
+        ),
+        (
+            "bnb-nf4-dq-bf16",
+            Box::new(|ts: &mut Tensors| {
+                set_state(ts, &|v| v["shape"] = serde_json::json!([384, 512]))
+            }),
+            vec!["packed 4-bit codes".into(), up4.into()],
+        ),
+        (
+            "bnb-nf4-dq-bf16",
+            Box::new(|ts: &mut Tensors| {
+                set_state(ts, &|v| {
+                    v.as_object_mut().unwrap().remove("nested_offset");
+                })
+            }),
+            vec!["nested_offset".into()],
+        ),
+        (
+            "bnb-nf4-dq-bf16",
+            Box::new(|ts: &mut Tensors| {
+                let t = ts.iter_mut().find(|t| t.0 == state).unwrap();
+                t.3 = b"{not json".to_vec();
+                t.2 = vec![t.3.len()];
+            }),
+            vec![state.clone(), "JSON".into()],
+        ),
+        (
+            "bnb-nf4-dq-bf16",
+            Box::new(|ts: &mut Tensors| {
+                let t = ts.iter_mut().find(|t| t.0 == state).unwrap();
+                t.3 = vec![b' '; 5000];
+                t.2 = vec![5000];
+            }),
+            vec![state.clone(), "4096".into()],
+        ),
+        (
+            "bnb-nf4-dq-bf16",
+            Box::new(|ts: &mut Tensors| {
+                let t = ts
+                    .iter_mut()
+                    .find(|t| t.0 == format!("{up4}.absmax"))
+                    .unwrap();
+                t.3.truncate(t.3.len() - 1);
+                t.2 = vec![t.3.len()];
+            }),
+            vec![format!("{up4}.absmax"), "double-quantized absmax".into()],
+        ),
+        (
+            "bnb-nf4-dq-bf16",
+            Box::new(|ts: &mut Tensors| ts.retain(|t| t.0 != format!("{up4}.nested_quant_map"))),
+            vec![format!("{up4}.nested_absmax")],
+        ),
+        (
+            "bnb-int8-f16",
+            Box::new(|ts: &mut Tensors| {
+                let t = ts
+                    .iter_mut()
+                    .find(|t| t.0 == "model.layers.0.mlp.up_proj.SCB")
+                    .unwrap();
+                t.3.truncate(t.3.len() - 4);
+                t.2 = vec![t.3.len() / 4];
+            }),
+            vec!["model.layers.0.mlp.up_proj.SCB".into(), "SCB".into()],
+        ),
+        (
+            "bnb-int8-f16",
+            Box::new(|ts: &mut Tensors| {
+                let t = ts
+                    .iter_mut()
+                    .find(|t| t.0 == "model.layers.0.mlp.up_proj.weight_format")
+                    .unwrap();
+                t.3 = vec![2];
+            }),
+            vec!["weight_format".into(), "row format".into()],
+        ),
+    ];
+    for (i, (fixture, edit, words)) in cases.into_iter().enumerate() {
+        let d = edited(&tmp.path().join(i.to_string()), fixture, edit);
+        let e = match Model::open(&d) {
+            Err(e) => e.to_string(),
+            Ok(m) => m
+                .ffn_layers
+                .iter()
+                .flat_map(|l| [&l.gate, &l.up, &l.down])
+                .find_map(|w| m.decode_weight(w).err())
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| panic!("case {i}: accepted")),
+        };
+        for w in &words {
+            assert!(e.contains(w.as_str()), "case {i}: {w:?} not in {e}");
+        }
+    }
+}
