@@ -9,6 +9,7 @@ use common::{fixture_expected, sha256_f32};
 use metrale_pack::converters::layouts::{Layout, Proj};
 use metrale_pack::model::Model;
 use metrale_pack::pack::{self, ConvertOptions, Pack};
+use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 fn fixtures() -> Vec<PathBuf> {
@@ -58,9 +59,62 @@ fn edited(dir: &Path, name: &str, edit: impl FnOnce(&mut Tensors)) -> PathBuf {
 }
 
 /// LLM.int8 converts by default to `ggml` Q8_0 blocks (d = SCB, output scale 1/127) that
-/// decode to bitsandbytes' own values bit for bit, the codes carried byte for byte; a 4-bit
-/// checkpoint's attention quant states have names longer than GGUF's 63 bytes, which the pack
-/// cannot hold yet: refused, naming the tensor and the limit.
+/// decode to bitsandbytes' own values bit for bit, the codes carried byte for byte. A 4-bit
+/// checkpoint: no layout keeps NF4 or FP4 yet, so the default convert refuses, naming the
+/// format; `bf16` converts it, its attention quant states (names over GGUF's 63 bytes) carried
+/// byte for byte under their whole names in the manifest, and for a bf16 model the pack holds
+/// bitsandbytes' own bf16 dequantization bit for bit.
+fn bnb4_as_bf16(m: &Model, dir: &Path, out: &Path) {
+    let name = dir.file_name().unwrap().to_string_lossy().to_string();
+    let opts = ConvertOptions {
+        layouts: Some(vec![Layout::Bf16]),
+        ..Default::default()
+    };
+    pack::convert(m, &opts, out, &|_, _| {}).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    let p = Pack::open(out).unwrap();
+    assert!(p.verify_checksums().unwrap().is_empty());
+    let c = pack::verify_against_source(&p, m).unwrap();
+    assert!(c.mismatched.is_empty(), "{name}: {:?}", c.mismatched);
+    let e = fixture_expected(dir);
+    let mut long = 0;
+    for (i, t) in m.tensors.iter().enumerate() {
+        if t.name.len() > pack::MAX_NAME_LEN && !t.name.contains(".mlp.") {
+            let j = p
+                .index(&t.name)
+                .unwrap_or_else(|| panic!("{name}: {}", t.name));
+            assert_eq!(p.data(j), m.data(i), "{name}: {}", t.name);
+            assert!(p.file.tensors[j].name.starts_with(pack::LONG_PREFIX));
+            long += 1;
+        }
+    }
+    assert!(long >= 4, "{name}: {long} long names");
+    if e["model_dtype"] != "bfloat16" {
+        return;
+    }
+    for l in &m.ffn_layers {
+        for (w, proj) in [
+            (&l.gate, Proj::Gate),
+            (&l.up, Proj::Up),
+            (&l.down, Proj::Down),
+        ] {
+            let src = m.tensors[w.main()].name.to_string();
+            let (vals, _) = p
+                .decode_ffn(&pack::blob_name(l.index, proj, Layout::Bf16, ""))
+                .unwrap();
+            let bf: Vec<u8> = metrale_pack::converters::bf16::encode(&vals);
+            let sha: String = Sha256::digest(&bf)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(
+                sha,
+                e["weights"][&src]["sha256_lib"].as_str().unwrap(),
+                "{name} {src}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bitsandbytes_fixtures_convert_or_are_refused_by_name() {
     let tmp = tempfile::tempdir().unwrap();
@@ -72,14 +126,19 @@ fn bitsandbytes_fixtures_convert_or_are_refused_by_name() {
         }
         let m = Model::open(&dir).unwrap();
         let out = tmp.path().join(format!("{name}.mpk.gguf"));
-        let r = pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {});
+        let settled = pack::choice::settle(&m, &ConvertOptions::default());
         if is_bnb4(&dir) {
-            let e = format!("{:#}", r.expect_err(&name));
-            assert!(e.contains("quant_state") && e.contains("63"), "{name}: {e}");
-            assert!(!out.exists(), "{name}: a refused convert left a file");
+            let e = settled
+                .refusal
+                .unwrap_or_else(|| panic!("{name}: not refused"));
+            assert!(e.contains("(bitsandbytes)"), "{name}: {e}");
+            bnb4_as_bf16(&m, &dir, &out);
             continue;
         }
-        r.unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        assert_eq!(settled.layouts, [Layout::Ggml], "{name}");
+        assert!(settled.refusal.is_none(), "{name}: {:?}", settled.refusal);
+        pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {})
+            .unwrap_or_else(|e| panic!("{name}: {e:#}"));
         let p = Pack::open(&out).unwrap();
         let e = fixture_expected(&dir);
         for l in &m.ffn_layers {
@@ -239,4 +298,52 @@ fn edited_bitsandbytes_weights_are_refused_by_tensor_and_field() {
             assert!(e.contains(w.as_str()), "case {i}: {w:?} not in {e}");
         }
     }
+}
+
+/// Any passthrough tensor whose name is over GGUF's 63 bytes (a vision tower's, a quant
+/// state's) is carried under its table name with its whole name in the manifest; a source
+/// tensor named with the reserved prefix is refused by name.
+#[test]
+fn names_over_63_bytes_are_carried_and_the_reserved_prefix_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let long = format!("model.vision_tower.{}.weight", "encoder.layers.0".repeat(5));
+    let payload: Vec<u8> = (0u8..16).collect();
+    let d = edited(&tmp.path().join("long"), "bnb-int8-f16", |ts| {
+        ts.push((
+            long.clone(),
+            safetensors::Dtype::F16,
+            vec![8],
+            payload.clone(),
+        ));
+    });
+    let m = Model::open(&d).unwrap();
+    let out = tmp.path().join("long.mpk.gguf");
+    pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {}).unwrap();
+    let p = Pack::open(&out).unwrap();
+    let j = p.index(&long).unwrap();
+    assert_eq!(p.data(j), payload);
+    assert_eq!(p.file.tensors[j].name.as_str(), pack::table_name(&long));
+    assert!(
+        pack::verify_against_source(&p, &m)
+            .unwrap()
+            .mismatched
+            .is_empty()
+    );
+    let d = edited(&tmp.path().join("reserved"), "bnb-int8-f16", |ts| {
+        ts.push((
+            "metrale.long.00".into(),
+            safetensors::Dtype::F16,
+            vec![8],
+            payload.clone(),
+        ));
+    });
+    let m = Model::open(&d).unwrap();
+    let out = tmp.path().join("reserved.mpk.gguf");
+    let e = pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {}).unwrap_err();
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("metrale.long.00") && e.contains("reserved"),
+        "{e}"
+    );
+    assert!(!out.exists());
 }

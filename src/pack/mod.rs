@@ -57,6 +57,22 @@ pub const PAD_PREFIX: &str = "metrale.pad.";
 pub const CONVERTER_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// ggml's name limit (`GGML_MAX_NAME` 64 with the NUL).
 pub const MAX_NAME_LEN: usize = 63;
+/// The name prefix of a tensor-table name that stands for a longer manifest name
+/// ([`table_name`]).
+pub const LONG_PREFIX: &str = "metrale.long.";
+
+/// The name the pack's GGUF tensor table gives the tensor the manifest names `name`: the name
+/// itself, or, where it is longer than GGUF readers accept ([`MAX_NAME_LEN`]: a bitsandbytes
+/// quant state, a vision tower's weight), [`LONG_PREFIX`] then the xxh3-64 of the name in 16
+/// hex digits (formats.md, "The pack container"). The manifest keeps the whole name.
+pub fn table_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.len() <= MAX_NAME_LEN {
+        std::borrow::Cow::Borrowed(name)
+    } else {
+        let h = xxhash_rust::xxh3::xxh3_64(name.as_bytes());
+        std::borrow::Cow::Owned(format!("{LONG_PREFIX}{h:016x}"))
+    }
+}
 
 /// Metadata keys of the manifest.
 pub mod keys {

@@ -98,19 +98,27 @@ fn attention_rules(model: &Model, ffn_sources: &HashSet<usize>, n: u32) -> Resul
     Ok((rules, Some(h)))
 }
 
-/// A passthrough source tensor's name fits GGUF readers and is not a pad tensor's.
-fn check_source_name(model: &Model, i: usize) -> Result<()> {
+/// A passthrough source tensor's name is not one of the names the pack gives its own tensors
+/// (pads, the table names of long names), and its table name ([`table_name`]) is not another
+/// long name's (`tables`: the table names of long names so far, with their tensors).
+fn check_source_name(model: &Model, i: usize, tables: &mut HashMap<String, usize>) -> Result<()> {
     let t = &model.tensors[i];
-    let reason = if t.name.len() > MAX_NAME_LEN {
-        format!(
-            "{} bytes; GGUF readers accept at most {MAX_NAME_LEN}",
-            t.name.len()
-        )
-    } else if t.name.starts_with(PAD_PREFIX) {
+    let reason = if t.name.starts_with(PAD_PREFIX) {
         // The pack's own pad tensors are named so; a source tensor may not be.
         format!("the prefix {PAD_PREFIX} is reserved for a pack's pad tensors")
-    } else {
+    } else if t.name.starts_with(LONG_PREFIX) {
+        format!("the prefix {LONG_PREFIX} is reserved for the table names of long names")
+    } else if t.name.len() <= MAX_NAME_LEN {
         return Ok(());
+    } else {
+        match tables.insert(table_name(&t.name).into_owned(), i) {
+            None => return Ok(()),
+            Some(j) => format!(
+                "its table name {} (this name is over {MAX_NAME_LEN} bytes) is also {}'s",
+                table_name(&t.name),
+                model.tensors[j].name
+            ),
+        }
     };
     Err(Error::Tensor {
         file: model.file_of(i),
@@ -296,11 +304,12 @@ impl<'m> Plan<'m> {
         let mut layers: BTreeMap<usize, Vec<Item>> = BTreeMap::new();
         let mut ranked: Vec<BTreeMap<usize, Vec<Item>>> = (0..n).map(|_| BTreeMap::new()).collect();
         let mut used = vec![false; opts.host_tensors.len()];
+        let mut long_names = HashMap::new();
         for (i, t) in model.tensors.iter().enumerate() {
             if ffn_sources.contains(&i) {
                 continue;
             }
-            check_source_name(model, i)?;
+            check_source_name(model, i, &mut long_names)?;
             let mut device = true;
             for (p, u) in opts.host_tensors.iter().zip(used.iter_mut()) {
                 if glob_match(p, &t.name) {

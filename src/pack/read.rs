@@ -153,7 +153,7 @@ impl Pack {
             )));
         }
         for (e, t) in manifest.tensors.iter().zip(&file.tensors) {
-            if e.name != t.name || e.bytes != t.bytes {
+            if table_name(&e.name) != t.name.as_str() || e.bytes != t.bytes {
                 return Err(Error::Tensor {
                     file: f.clone(),
                     tensor: t.name.to_string(),

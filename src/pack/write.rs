@@ -544,9 +544,9 @@ fn table<'a>(
             let row = match it {
                 &Item::Passthrough { src, .. } => {
                     let (ty, ne) = passthrough_type(model, src);
-                    (Cow::Borrowed(model.tensors[src].name.as_str()), ne, ty)
+                    (table_name(model.tensors[src].name.as_str()), ne, ty)
                 }
-                Item::Slice(sl) => (Cow::Borrowed(sl.entry.name.as_str()), sl.ne.clone(), sl.ty),
+                Item::Slice(sl) => (table_name(sl.entry.name.as_str()), sl.ne.clone(), sl.ty),
                 Item::Blob(b) => {
                     let name = blob_name_tp(b.layer, b.proj, b.layout, b.part, b.rank);
                     let bytes = sizes.map_or(0, |(w, _)| w.bytes(k));
