@@ -18,9 +18,19 @@
 //!   exact in f32 (an 11-bit significand times a code below 2^7): [`to_q8_0_blocks`] lays such
 //!   a weight into GGUF Q8_0 blocks (`d = SCB_r`) whose decode times the output scale
 //!   [`INT8_SCALE`] is bitsandbytes' own, bit for bit.
+//!
+//! The block-format engine carries an NF4 weight as its own block type (`GgmlType::NF4`, not a
+//! GGUF type): [`BlockNf4`], 64 values of one row, the f32 absmax then 32 code bytes, values
+//! `32 h + e` of half `h` in the low (`e < 16`) or high nibble of `qs[16 h + e % 16]` (GGUF
+//! Q4_0's order within each half, what the engine's 16-entry tables read);
+//! [`to_engine_blocks`] re-lays a weight whose quant map is [`NF4`] and whose absmax blocks
+//! hold whole 64-value blocks of a row. Decoded, `NF4[q] * absmax`: bitsandbytes' value bit for
+//! bit. The GEMV's integer dot product takes the table as [`NF4_X8192`] (each value times
+//! 2^13, rounded: within 5.7e-5 of the absmax), split into two int8 tables `128 hi + lo`.
 
-use super::f16;
 use super::q8_0::BlockQ8_0;
+use super::{BlockFormat, f16};
+use bytemuck::{Pod, Zeroable};
 
 /// The multiplier of LLM.int8's dequantization: `1 / 127` as bitsandbytes writes it
 /// (`7.874015718698502e-3`), rounded to f32 as the f32 tensor product does.
@@ -99,6 +109,121 @@ pub fn to_q8_0_blocks(codes: &[u8], scb: &[f32], n: usize, k: usize) -> Option<V
     Some(out)
 }
 
+/// bitsandbytes' NF4 table (`functional.get_4bit_type("nf4")`, the `quant_map` it saves), as
+/// f32 bits.
+pub const NF4: [f32; TABLE] = {
+    const BITS: [u32; TABLE] = [
+        0xbf80_0000,
+        0xbf32_39b1,
+        0xbf06_6b30,
+        0xbeca_32a0,
+        0xbe91_a24d,
+        0xbe3d_353f,
+        0xbdba_7871,
+        0x0000_0000,
+        0x3da2_faff,
+        0x3e24_cae3,
+        0x3e7c_04dd,
+        0x3ead_033a,
+        0x3ee1_a4b8,
+        0x3f10_07ab,
+        0x3f39_13b3,
+        0x3f80_0000,
+    ];
+    let mut t = [0f32; TABLE];
+    let mut i = 0;
+    while i < TABLE {
+        t[i] = f32::from_bits(BITS[i]);
+        i += 1;
+    }
+    t
+};
+
+/// [`NF4`] times 2^13, each rounded to the nearest integer: the engine GEMV's weights.
+pub const NF4_X8192: [i16; TABLE] = [
+    -8192, -5703, -4301, -3235, -2330, -1514, -746, 0, 652, 1318, 2016, 2768, 3610, 4609, 5922,
+    8192,
+];
+/// [`NF4_X8192`] as `128 hi + lo`, `hi = (t + 64) >> 7`: the high int8 table.
+pub const NF4_HI: [i8; TABLE] = [
+    -64, -45, -34, -25, -18, -12, -6, 0, 5, 10, 16, 22, 28, 36, 46, 64,
+];
+/// The low int8 table (`lo = t - 128 hi`, in -64 ..= 63).
+pub const NF4_LO: [i8; TABLE] = [
+    0, 57, 51, -35, -26, 22, 22, 0, 12, 38, -32, -48, 26, 1, 34, 0,
+];
+
+/// Values per engine NF4 block.
+pub const NF4_BLOCK: usize = 64;
+
+/// The engine's NF4 block: 64 values of a row.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub struct BlockNf4 {
+    /// The f32 absmax, little-endian.
+    pub absmax: [u8; 4],
+    /// Two halves of 16 bytes: value `32 h + e` in the low (`e < 16`) or high nibble of
+    /// `qs[16 h + e % 16]`.
+    pub qs: [u8; 32],
+}
+const _: () = assert!(std::mem::size_of::<BlockNf4>() == 4 + NF4_BLOCK / 2);
+
+/// The engine's NF4 block format (`GgmlType::NF4`).
+pub struct Nf4;
+
+impl BlockFormat for Nf4 {
+    type Block = BlockNf4;
+    const BLOCK_ELEMS: usize = NF4_BLOCK;
+    const NAME: &'static str = "NF4";
+    fn decode_block(b: &BlockNf4, out: &mut [f32]) {
+        let absmax = f32::from_le_bytes(b.absmax);
+        for (l, o) in out.iter_mut().enumerate().take(NF4_BLOCK) {
+            let (h, e) = (l / 32, l % 32);
+            let q = b.qs[16 * h + e % 16] >> (4 * (e / 16));
+            *o = NF4[(q & 15) as usize] * absmax;
+        }
+    }
+}
+
+/// Whether a 4-bit weight of `[n, k]` in absmax blocks of `blocksize` with code table `table`
+/// lays into engine NF4 blocks: the table is [`NF4`] bit for bit, and every 64 values of a
+/// row share one absmax (`blocksize` a multiple of 64 dividing `k`).
+pub fn nf4_carries(table: &[f32; TABLE], blocksize: usize, k: usize) -> bool {
+    table
+        .iter()
+        .zip(&NF4)
+        .all(|(a, b)| a.to_bits() == b.to_bits())
+        && blocksize.is_multiple_of(NF4_BLOCK)
+        && blocksize > 0
+        && k.is_multiple_of(blocksize)
+}
+
+/// A 4-bit NF4 weight `[n, k]` (packed codes, its f32 absmax per `blocksize` values) as engine
+/// NF4 blocks, row after row; the caller has checked [`nf4_carries`] and the lengths.
+pub fn to_engine_blocks(
+    packed: &[u8],
+    absmax: &[f32],
+    blocksize: usize,
+    n: usize,
+    k: usize,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n * k / NF4_BLOCK * std::mem::size_of::<BlockNf4>());
+    for r in 0..n {
+        for g in 0..k / NF4_BLOCK {
+            let at = r * k + g * NF4_BLOCK;
+            out.extend_from_slice(&absmax[at / blocksize].to_le_bytes());
+            for h in 0..2 {
+                for e in 0..16 {
+                    let lo = code4(packed, at + 32 * h + e);
+                    let hi = code4(packed, at + 32 * h + e + 16);
+                    out.push(lo | hi << 4);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Values per GGUF Q8_0 block.
 const QK: usize = 32;
 
@@ -115,6 +240,36 @@ pub fn q8_0_carries(scb: &[f32], n: usize, k: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_integer_tables_are_the_nf4_table_times_8192() {
+        for i in 0..TABLE {
+            let t = NF4_X8192[i] as i32;
+            assert_eq!(t, (NF4[i] as f64 * 8192.0).round() as i32, "{i}");
+            assert_eq!(128 * NF4_HI[i] as i32 + NF4_LO[i] as i32, t, "{i}");
+            assert!((-64..64).contains(&(NF4_LO[i] as i32)));
+        }
+    }
+
+    #[test]
+    fn nf4_engine_blocks_decode_as_bitsandbytes() {
+        let (n, k, bs) = (3, 128, 128);
+        let packed: Vec<u8> = (0..n * k / 2).map(|i| (i * 73 % 256) as u8).collect();
+        let absmax = [0.5f32, -3.25, 1e-3];
+        assert!(nf4_carries(&NF4, bs, k));
+        let blocks = to_engine_blocks(&packed, &absmax, bs, n, k);
+        let mut got = vec![0f32; n * k];
+        crate::converters::decode_blocks::<Nf4>(&blocks, &mut got);
+        let mut want = vec![0f32; n * k];
+        decode4(&packed, &absmax, &NF4, bs, &mut want);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want));
+        let mut other = NF4;
+        other[3] = -0.4;
+        assert!(!nf4_carries(&other, bs, k));
+        assert!(!nf4_carries(&NF4, 32, k));
+        assert!(!nf4_carries(&NF4, 128, 192));
+    }
 
     #[test]
     fn the_first_code_of_a_byte_is_its_high_nibble() {

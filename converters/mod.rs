@@ -181,6 +181,7 @@ pub fn decode_ggml(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), Co
         T::IQ3_S => decode_blocks::<iq3::Iq3S>(bytes, out),
         T::IQ1_S => decode_blocks::<iq1::Iq1S>(bytes, out),
         T::IQ1_M => decode_blocks::<iq1::Iq1M>(bytes, out),
+        T::NF4 => decode_blocks::<bnb::Nf4>(bytes, out),
         other => return Err(CodecError::Unsupported(other)),
     }
     Ok(())

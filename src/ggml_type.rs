@@ -77,7 +77,13 @@ ggml_types! {
     MXFP4 = 39, "MXFP4", 32, 17;
     NVFP4 = 40, "NVFP4", 64, 36;
     Q1_0 = 41, "Q1_0", 128, 18;
+    // Not a GGUF type: the block-format engine's bitsandbytes NF4 block (converters/bnb.rs),
+    // an id far above GGUF's (`GgmlType::in_gguf`).
+    NF4 = 128, "NF4", 64, 36;
 }
+
+/// The first id of the engine's own block types (not GGUF's; a GGUF file may not use them).
+pub const ENGINE_PRIVATE_IDS: u32 = 128;
 
 impl GgmlType {
     /// Bytes of `n` elements along the innermost dimension, or `None` when `n` is not a whole
@@ -87,6 +93,12 @@ impl GgmlType {
             return None;
         }
         (n / self.block_elems()).checked_mul(self.block_bytes())
+    }
+
+    /// Whether GGUF defines this type (a GGUF file's tensor may have it); the engine's own
+    /// block types (ids from [`ENGINE_PRIVATE_IDS`]) are not.
+    pub fn in_gguf(self) -> bool {
+        (self as u32) < ENGINE_PRIVATE_IDS
     }
 
     /// True for block-quantized types (block of more than one element).
@@ -115,6 +127,7 @@ mod tests {
         for id in [4, 5, 31, 32, 33, 36, 37, 38, 42, 1000] {
             assert_eq!(GgmlType::from_id(id), None, "id {id}");
         }
+        assert!(GgmlType::Q1_0.in_gguf() && !GgmlType::NF4.in_gguf());
     }
 
     #[test]

@@ -151,8 +151,11 @@ fn the_engine_twin_is_the_decoded_product_to_f32_rounding() {
         reference::ggml_gemv_row(&xq, &w, ty, 1.0, [n, k], &mut got);
         let err = rel_err(&got, &want);
         println!("{}: {err:.2e} against the float64 product", ty.name());
-        // f32 scale products and sums over 1024 values: 4e-8 .. 9e-8 measured; 1e-6.
-        assert!(err < 1e-6, "{}: {err:.2e}", ty.name());
+        // f32 scale products and sums over 1024 values: 4e-8 .. 9e-8 measured; 1e-6. NF4's
+        // dot product takes its table times 2^13 rounded (within 5.7e-5 of the absmax, about
+        // 3e-5 of an RMS weight a value): 3e-4.
+        let tol = if ty == GgmlType::NF4 { 3e-4 } else { 1e-6 };
+        assert!(err < tol, "{}: {err:.2e}", ty.name());
     }
 }
 

@@ -24,11 +24,6 @@ fn fixtures() -> Vec<PathBuf> {
     v
 }
 
-fn is_bnb4(dir: &Path) -> bool {
-    let n = dir.file_name().unwrap().to_string_lossy().to_string();
-    n.starts_with("bnb-nf4") || n.starts_with("bnb-fp4")
-}
-
 type Tensors = Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>;
 
 /// Fixture `name` copied into `dir` with its tensors edited.
@@ -64,6 +59,52 @@ fn edited(dir: &Path, name: &str, edit: impl FnOnce(&mut Tensors)) -> PathBuf {
 /// format; `bf16` converts it, its attention quant states (names over GGUF's 63 bytes) carried
 /// byte for byte under their whole names in the manifest, and for a bf16 model the pack holds
 /// bitsandbytes' own bf16 dequantization bit for bit.
+/// An NF4 checkpoint converts by default to `ggml`'s own NF4 blocks (the absmax, double
+/// quantization undone, as f32; the codes re-laid) that decode to bitsandbytes' values bit for
+/// bit; returns the weights checked.
+fn nf4_by_default(m: &Model, dir: &Path, out: &Path) -> usize {
+    let name = dir.file_name().unwrap().to_string_lossy().to_string();
+    let settled = pack::choice::settle(m, &ConvertOptions::default());
+    assert_eq!(settled.layouts, [Layout::Ggml], "{name}");
+    assert!(settled.refusal.is_none(), "{name}: {:?}", settled.refusal);
+    pack::convert(m, &ConvertOptions::default(), out, &|_, _| {})
+        .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    let p = Pack::open(out).unwrap();
+    assert!(
+        pack::verify_against_source(&p, m)
+            .unwrap()
+            .mismatched
+            .is_empty()
+    );
+    let e = fixture_expected(dir);
+    let mut checked = 0;
+    for l in &m.ffn_layers {
+        for (w, proj) in [
+            (&l.gate, Proj::Gate),
+            (&l.up, Proj::Up),
+            (&l.down, Proj::Down),
+        ] {
+            let src = m.tensors[w.main()].name.to_string();
+            let blob = pack::blob_name(l.index, proj, Layout::Ggml, "");
+            let i = p.index(&blob).unwrap_or_else(|| panic!("{name}: {blob}"));
+            let f = p.manifest.tensors[i].ffn.as_ref().unwrap();
+            assert_eq!(f.scalars.get("type"), Some(&128.0), "{name} {blob}: NF4");
+            assert_eq!(f.scalars.get("output_scale"), None, "{name} {blob}");
+            // 36 bytes per 64 values: the pack is the source's codes plus an f32 per 64.
+            let [n, k] = f.shape.map(|d| d as usize);
+            assert_eq!(p.data(i).len(), n * k / 64 * 36, "{name} {blob}");
+            let (vals, _) = p.decode_ffn(&blob).unwrap();
+            assert_eq!(
+                sha256_f32(&vals),
+                e["weights"][&src]["sha256_f32"].as_str().unwrap(),
+                "{name} {blob}: the pack decodes as bitsandbytes"
+            );
+            checked += 1;
+        }
+    }
+    checked
+}
+
 fn bnb4_as_bf16(m: &Model, dir: &Path, out: &Path) {
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
     let opts = ConvertOptions {
@@ -118,7 +159,7 @@ fn bnb4_as_bf16(m: &Model, dir: &Path, out: &Path) {
 #[test]
 fn bitsandbytes_fixtures_convert_or_are_refused_by_name() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut int8 = 0;
+    let (mut int8, mut nf4) = (0, 0);
     for dir in fixtures() {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         if !name.starts_with("bnb-") {
@@ -127,12 +168,17 @@ fn bitsandbytes_fixtures_convert_or_are_refused_by_name() {
         let m = Model::open(&dir).unwrap();
         let out = tmp.path().join(format!("{name}.mpk.gguf"));
         let settled = pack::choice::settle(&m, &ConvertOptions::default());
-        if is_bnb4(&dir) {
+        if name.starts_with("bnb-fp4") {
             let e = settled
                 .refusal
                 .unwrap_or_else(|| panic!("{name}: not refused"));
-            assert!(e.contains("(bitsandbytes)"), "{name}: {e}");
+            assert!(e.contains("FP4 (bitsandbytes)"), "{name}: {e}");
             bnb4_as_bf16(&m, &dir, &out);
+            continue;
+        }
+        if name.starts_with("bnb-nf4") {
+            nf4 += nf4_by_default(&m, &dir, &out);
+            bnb4_as_bf16(&m, &dir, &tmp.path().join(format!("{name}-bf16.mpk.gguf")));
             continue;
         }
         assert_eq!(settled.layouts, [Layout::Ggml], "{name}");
@@ -179,6 +225,7 @@ fn bitsandbytes_fixtures_convert_or_are_refused_by_name() {
         }
     }
     assert!(int8 >= 9, "{int8} LLM.int8 weights checked");
+    assert!(nf4 >= 9, "{nf4} NF4 weights checked");
 }
 
 /// Hostile edits of the bitsandbytes fixtures: each refused when the model is opened, naming

@@ -333,6 +333,7 @@ impl Cursor<'_> {
         let ty_id = c.u32(&|| format!("tensor {name}: type"))?;
         let offset = c.u64(&|| format!("tensor {name}: offset"))?;
         let ty = GgmlType::from_id(ty_id)
+            .filter(|t| t.in_gguf())
             .ok_or_else(|| terr("type", format!("unknown ggml type id {ty_id}")))?;
         let elems = element_count(&ne)
             .ok_or_else(|| terr("ne", format!("element count of {ne:?} overflows int64")))?;

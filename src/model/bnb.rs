@@ -248,31 +248,8 @@ impl Model {
                 let s = self.floats(scb, "SCB")?;
                 bnb::decode_int8(self.data(weight), &s, k, &mut out);
             }
-            FfnWeight::Bnb4 {
-                weight,
-                absmax,
-                quant_map,
-                nested,
-                ..
-            } => {
-                let st = self.bnb4_state(w)?;
-                let table: [f32; bnb::TABLE] = self
-                    .floats(quant_map, "quant_map")?
-                    .try_into()
-                    .map_err(|_| self.qerr(quant_map, "quant_map: 16 values expected".into()))?;
-                let am = match (nested, st.nested) {
-                    (Some((nabs, nmap)), Some((nb, offset))) => {
-                        let map: [f32; bnb::NESTED_TABLE] = self
-                            .floats(nmap, "nested_quant_map")?
-                            .try_into()
-                            .map_err(|_| {
-                                self.qerr(nmap, "nested_quant_map: 256 values expected".into())
-                            })?;
-                        let nested = self.floats(nabs, "nested_absmax")?;
-                        bnb::nested_absmax(self.data(absmax), &map, &nested, nb as usize, offset)
-                    }
-                    _ => self.floats(absmax, "absmax")?,
-                };
+            FfnWeight::Bnb4 { weight, .. } => {
+                let (table, am, st) = self.bnb4_parts(w)?;
                 bnb::decode4(
                     self.data(weight),
                     &am,
@@ -284,6 +261,66 @@ impl Model {
             _ => unreachable!("bnb_decode of a bitsandbytes weight"),
         }
         Ok(out)
+    }
+
+    /// 4-bit weight `w`'s code table, its absmax in f32 (double quantization undone, as
+    /// bitsandbytes does) and its quant state (its shape checked by [`Model::weight_shape`]
+    /// first).
+    fn bnb4_parts(&self, w: &FfnWeight) -> Result<([f32; bnb::TABLE], Vec<f32>, Bnb4State)> {
+        let FfnWeight::Bnb4 {
+            absmax,
+            quant_map,
+            nested,
+            ..
+        } = *w
+        else {
+            unreachable!("bnb4_parts of a bitsandbytes 4-bit weight");
+        };
+        let st = self.bnb4_state(w)?;
+        let table: [f32; bnb::TABLE] = self
+            .floats(quant_map, "quant_map")?
+            .try_into()
+            .map_err(|_| self.qerr(quant_map, "quant_map: 16 values expected".into()))?;
+        let am = match (nested, st.nested) {
+            (Some((nabs, nmap)), Some((nb, offset))) => {
+                let map: [f32; bnb::NESTED_TABLE] = self
+                    .floats(nmap, "nested_quant_map")?
+                    .try_into()
+                    .map_err(|_| self.qerr(nmap, "nested_quant_map: 256 values expected".into()))?;
+                let nested = self.floats(nabs, "nested_absmax")?;
+                bnb::nested_absmax(self.data(absmax), &map, &nested, nb as usize, offset)
+            }
+            _ => self.floats(absmax, "absmax")?,
+        };
+        Ok((table, am, st))
+    }
+
+    /// Whether 4-bit weight `w` lays into the engine's NF4 blocks ([`bnb::nf4_carries`]).
+    pub fn bnb_nf4_carried(&self, w: &FfnWeight) -> bool {
+        let (FfnWeight::Bnb4 { quant_map, .. }, Ok([_, k]), Ok(st)) =
+            (w, self.weight_shape(w), self.bnb4_state(w))
+        else {
+            return false;
+        };
+        let table: Option<[f32; bnb::TABLE]> = self
+            .floats(*quant_map, "quant_map")
+            .ok()
+            .and_then(|t| t.try_into().ok());
+        table.is_some_and(|t| bnb::nf4_carries(&t, st.blocksize as usize, k as usize))
+    }
+
+    /// NF4 weight `w` `[n, k]` as the engine's NF4 blocks (`converters::bnb::to_engine_blocks`),
+    /// where it lays into them.
+    pub fn bnb_nf4_blocks(&self, w: &FfnWeight, [n, k]: [usize; 2]) -> Option<Vec<u8>> {
+        let FfnWeight::Bnb4 { weight, .. } = *w else {
+            return None;
+        };
+        if !self.bnb_nf4_carried(w) {
+            return None;
+        }
+        let (_, am, st) = self.bnb4_parts(w).ok()?;
+        let bs = st.blocksize as usize;
+        Some(bnb::to_engine_blocks(self.data(weight), &am, bs, n, k))
     }
 
     /// Whether LLM.int8 weight `w` lays into GGUF Q8_0 blocks exactly

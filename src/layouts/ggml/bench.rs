@@ -6,7 +6,7 @@
 
 use super::codec::TYPES;
 use crate::GgmlType;
-use crate::GgmlType::{Q4_K, Q5_0, Q6_K, Q8_0};
+use crate::GgmlType::{NF4, Q4_K, Q5_0, Q6_K, Q8_0};
 use crate::check::bench::{BenchArm, KernelLines, SmallArm, bench};
 use crate::check::bench_decode::{part, per_call};
 use crate::gpu::sizes::*;
@@ -179,6 +179,7 @@ fn arm_types(name: &str) -> [GgmlType; 3] {
         n if n.starts_with("ggml Q4_K_M") => [Q4_K, Q4_K, Q6_K],
         n if n.starts_with("ggml Q4_K") => [Q4_K; 3],
         n if n.starts_with("ggml Q5_0") => [Q5_0; 3],
+        n if n.starts_with("ggml NF4") => [NF4; 3],
         _ => [Q8_0; 3],
     }
 }
@@ -198,11 +199,12 @@ fn gemvs(name: &str, h: usize, i: usize) -> Vec<(u64, usize)> {
 /// Its arms on the llama-8B FFN shape: the GGUF blocks as stored, one GEMV for every type to
 /// 16 rows, BF16 dequantization then the BF16 GEMM from 17. llama.cpp's peer: ggml-peer.sh.
 #[rustfmt::skip]
-pub(crate) static ARMS: [BenchArm; 4] = [
+pub(crate) static ARMS: [BenchArm; 5] = [
     bench("ggml Q4_K_M (Q4_K gate and up, Q6_K down) GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q4_K, Q4_K, Q6_K]), &[], Some(ggml_bpe(Q4_K, Q6_K)), true).probe(gemvs),
     bench("ggml Q4_K GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q4_K, Q4_K, Q4_K]), &[], Some(ggml_bpe(Q4_K, Q4_K)), true).probe(gemvs),
     bench("ggml Q5_0 GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q5_0, Q5_0, Q5_0]), &[], Some(ggml_bpe(Q5_0, Q5_0)), true).probe(gemvs),
     bench("ggml Q8_0 GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q8_0, Q8_0, Q8_0]), &[], Some(ggml_bpe(Q8_0, Q8_0)), true).probe(gemvs),
+    bench("ggml NF4 (bitsandbytes) GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [NF4, NF4, NF4]), &[], Some(ggml_bpe(NF4, NF4)), true).probe(gemvs),
 ];
 
 /// Its kernel lines: every type alone, and each type's dequantization.
@@ -240,9 +242,9 @@ macro_rules! small_arms {
 }
 
 /// Its arms on the SmolLM2 shape (goal: a layer under 10 us at one row): every engine type.
-pub(crate) static SMALL: [SmallArm; 21] = small_arms!(
+pub(crate) static SMALL: [SmallArm; 22] = small_arms!(
     Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
-    IQ3_S, IQ1_S, IQ1_M, IQ4_NL, IQ4_XS, MXFP4, NVFP4
+    IQ3_S, IQ1_S, IQ1_M, IQ4_NL, IQ4_XS, MXFP4, NVFP4, NF4
 );
 
 #[cfg(test)]

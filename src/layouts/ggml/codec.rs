@@ -11,8 +11,9 @@ use crate::converters::layouts::{Encoded, crop, pad, round_up};
 use crate::converters::{decode_ggml, encode_to_vec, q8_0::Q8_0};
 use crate::error::CodecError;
 
-/// The GGUF types the engine carries and serves (`kernels.cu`, `ggml_gemv`: a case line each).
-pub const TYPES: [GgmlType; 21] = [
+/// The block types the engine carries and serves (`kernels.cu`, `ggml_gemv`: a case line
+/// each): GGUF's, and its own NF4 (bitsandbytes, `converters::bnb`).
+pub const TYPES: [GgmlType; 22] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -34,6 +35,7 @@ pub const TYPES: [GgmlType; 21] = [
     GgmlType::IQ3_S,
     GgmlType::IQ1_S,
     GgmlType::IQ1_M,
+    GgmlType::NF4,
 ];
 
 /// Values per q8_1 activation block, the unit the engine's dot products take: every type's

@@ -34,10 +34,13 @@ __device__ __forceinline__ void ggml_scale_min_k4(int j, const unsigned char* q,
 
 // The 16-entry value tables as four words of int8 lanes each, entry i in byte i % 4 of word
 // i / 4: IQ4_NL's and IQ4_XS's non-linear values (ggml-common.h `kvalues_iq4nl`), and MXFP4's
-// E2M1 values doubled (`kvalues_mxfp4`; the block scale carries the half). converters/iq4.rs
-// and converters/mxfp4.rs hold the same tables.
+// E2M1 values doubled (`kvalues_mxfp4`; the block scale carries the half), and bitsandbytes'
+// NF4 values times 2^13 as 128 hi + lo (`NF4_HI`, `NF4_LO`). converters/iq4.rs,
+// converters/mxfp4.rs and converters/bnb.rs hold the same tables.
 #define GGML_TAB_IQ4NL 0
 #define GGML_TAB_MXFP4 1
+#define GGML_TAB_NF4HI 2
+#define GGML_TAB_NF4LO 3
 #define GGML_PACK4(a, b, c, d) \
     ((unsigned int)(unsigned char)(a) | ((unsigned int)(unsigned char)(b) << 8) | \
      ((unsigned int)(unsigned char)(c) << 16) | ((unsigned int)(unsigned char)(d) << 24))
@@ -46,9 +49,15 @@ __device__ __forceinline__ unsigned int ggml_table_word(int i) {
     if constexpr (TAB == GGML_TAB_IQ4NL) {
         return i == 0 ? GGML_PACK4(-127, -104, -83, -65) : i == 1 ? GGML_PACK4(-49, -35, -22, -10)
              : i == 2 ? GGML_PACK4(1, 13, 25, 38) : GGML_PACK4(53, 69, 89, 113);
-    } else {
+    } else if constexpr (TAB == GGML_TAB_MXFP4) {
         return i == 0 ? GGML_PACK4(0, 1, 2, 3) : i == 1 ? GGML_PACK4(4, 6, 8, 12)
              : i == 2 ? GGML_PACK4(0, -1, -2, -3) : GGML_PACK4(-4, -6, -8, -12);
+    } else if constexpr (TAB == GGML_TAB_NF4HI) {
+        // -64 -45 -34 -25 | -18 -12 -6 0 | 5 10 16 22 | 28 36 46 64 (as words: no size literals)
+        return i == 0 ? 0xe7ded3c0u : i == 1 ? 0x00faf4eeu : i == 2 ? 0x16100a05u : 0x402e241cu;
+    } else {
+        // 0 57 51 -35 | -26 22 22 0 | 12 38 -32 -48 | 26 1 34 0
+        return i == 0 ? 0xdd333900u : i == 1 ? 0x001616e6u : i == 2 ? 0xd0e0260cu : 0x0022011au;
     }
 }
 
@@ -347,6 +356,28 @@ template <>
 __device__ __forceinline__ float ggml_scale<39>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
     const float d = ggml_e8m0_half(w[(size_t)b * MP_GGML_MXFP4_BYTES]);
     return __fmul_rn(d, __fmul_rn(da, (float)(s0 + s1)));
+}
+
+// NF4 (the engine's own type 128, bitsandbytes; converters/bnb.rs), 36 bytes per 64 values
+// of a row: f32 absmax, then two halves of 16 code bytes, each as Q4_0's codes; value
+// NF4[q] * absmax. The engine's 32-value block b is half b % 2 of 64-value block b / 2. The
+// dot product takes NF4[q] * 2^13 rounded (`NF4_X8192`, within 5.7e-5 of the absmax) as
+// 128 hi + lo: the hi lanes are the block's codes (s0 + s1), the lo lanes' sum against the
+// activation codes `aq` is taken here; value (absmax * 2^-13) * (da * (128 (s0 + s1) + lo)).
+template <>
+__device__ __forceinline__ void ggml_codes<128>(const unsigned char* w, int b, int (&q)[8]) {
+    ggml_table_codes<GGML_TAB_NF4HI, 4>(w + (size_t)(b >> 1) * MP_GGML_NF4_BYTES + 4 + 16 * (b & 1), q);
+}
+template <>
+__device__ __forceinline__ float ggml_scale<128>(const unsigned char* w, int b, int s0, int s1, float da, float sa, const int* aq) {
+    const unsigned char* blk = w + (size_t)(b >> 1) * MP_GGML_NF4_BYTES;
+    int lo[8];
+    ggml_table_codes<GGML_TAB_NF4LO, 4>(blk + 4 + 16 * (b & 1), lo);
+    int l = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) l = __dp4a(lo[i], aq[i], l);
+    const float d = __fmul_rn(*reinterpret_cast<const float*>(blk), 1.f / 8192.f);
+    return __fmul_rn(d, __fmul_rn(da, (float)(128 * (s0 + s1) + l)));
 }
 
 // NVFP4 (GGUF type 40), 36 bytes per 64: UE4M3 d[4] (one per 16 values), qs[32]; element e

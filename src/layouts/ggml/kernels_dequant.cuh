@@ -157,6 +157,22 @@ __device__ __forceinline__ void ggml_values<40>(const unsigned char* w, int b, f
     }
 }
 
+// NF4: NF4[q] * absmax, the f32 table's bits (converters/bnb.rs `NF4`, bitsandbytes' own).
+__constant__ unsigned int GGML_NF4_BITS[16] = {0xbf800000u, 0xbf3239b1u, 0xbf066b30u, 0xbeca32a0u,
+                                               0xbe91a24du, 0xbe3d353fu, 0xbdba7871u, 0x00000000u,
+                                               0x3da2faffu, 0x3e24cae3u, 0x3e7c04ddu, 0x3ead033au,
+                                               0x3ee1a4b8u, 0x3f1007abu, 0x3f3913b3u, 0x3f800000u};
+template <>
+__device__ __forceinline__ void ggml_values<128>(const unsigned char* w, int b, float (&v)[32]) {
+    const unsigned char* blk = w + (size_t)(b >> 1) * MP_GGML_NF4_BYTES;
+    const float am = __uint_as_float((unsigned int)ggml_u32(blk));
+    const unsigned char* qs = blk + 4 + 16 * (b & 1);
+    for (int l = 0; l < 32; ++l) {
+        const int q = (qs[l & 15] >> (4 * (l >> 4))) & 15;
+        v[l] = __fmul_rn(__uint_as_float(GGML_NF4_BITS[q]), am);
+    }
+}
+
 // Thread t of the launch's block takes 32-value block id = blockIdx.x * 256 + t of the weight
 // (row id / nb, block id % nb), its values to BF16 in `tile` (256 x 64 bytes of shared
 // memory); then the launch's block writes its blocks' outputs, which lie one after another in

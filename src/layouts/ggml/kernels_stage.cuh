@@ -2,7 +2,7 @@
 // entries): each type's block geometry, a row's and a stage's bytes, and a stage's 16-byte
 // words read from global memory or copied into shared memory by cp.async.
 
-// Each engine type's block geometry, by its GGUF id: bytes and values per block (the K-quants'
+// Each engine type's block geometry, by its GGUF id (128: the engine's own NF4): bytes and values per block (the K-quants'
 // super-block) from sizes.rs. GGML_ENGINE_TYPES lists the ids once, for the kernels' switches.
 template <int TY> struct GgmlGeo;
 #define GGML_GEO(TY, BYTES, ELEMS) \
@@ -28,8 +28,9 @@ GGML_GEO(21, MP_GGML_IQ3_S_BYTES, MP_GGML_QK_K)
 GGML_GEO(22, MP_GGML_IQ2_S_BYTES, MP_GGML_QK_K)
 GGML_GEO(19, MP_GGML_IQ1_S_BYTES, MP_GGML_QK_K)
 GGML_GEO(29, MP_GGML_IQ1_M_BYTES, MP_GGML_QK_K)
+GGML_GEO(128, MP_GGML_NF4_BYTES, MP_GGML_QK_NF4)
 #define GGML_ENGINE_TYPES(X) \
-    X(2) X(3) X(6) X(7) X(8) X(10) X(11) X(12) X(13) X(14) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(29) X(39) X(40)
+    X(2) X(3) X(6) X(7) X(8) X(10) X(11) X(12) X(13) X(14) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(29) X(39) X(40) X(128)
 
 // The bytes of a row of kp values of type TY.
 template <int TY>

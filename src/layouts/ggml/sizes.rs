@@ -4,7 +4,7 @@
 
 use crate::converters::{BlockFormat, block_bytes};
 use crate::converters::{
-    iq1, iq2, iq3, iq4, mxfp4, nvfp4, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0,
+    bnb, iq1, iq2, iq3, iq4, mxfp4, nvfp4, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k, q8_0,
 };
 
 /// Its sizes, by the name the kernels see.
@@ -39,6 +39,8 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_IQ3_S_BYTES", GGML_IQ3_S_BYTES),
     ("MP_GGML_IQ1_S_BYTES", GGML_IQ1_S_BYTES),
     ("MP_GGML_IQ1_M_BYTES", GGML_IQ1_M_BYTES),
+    ("MP_GGML_QK_NF4", GGML_QK_NF4),
+    ("MP_GGML_NF4_BYTES", GGML_NF4_BYTES),
 ];
 
 use consts::*;
@@ -118,6 +120,10 @@ pub mod consts {
     /// Bytes per IQ1_M super-block: `u8 qs[32], u8 qh[16], u16 scales[4]` (the f16 d in the
     /// scales' top nibbles).
     pub const GGML_IQ1_M_BYTES: usize = block_bytes::<iq1::Iq1M>();
+    /// Values per engine NF4 block (bitsandbytes, `converters::bnb`): 64 of a row.
+    pub const GGML_QK_NF4: usize = bnb::Nf4::BLOCK_ELEMS;
+    /// Bytes per engine NF4 block: `f32 absmax, u8 qs[32]`.
+    pub const GGML_NF4_BYTES: usize = block_bytes::<bnb::Nf4>();
 }
 
 const _: () = assert!(GGML_QK == 32 && GGML_QK_K == 256);
@@ -132,6 +138,7 @@ const _: () = assert!(GGML_IQ4_NL_BYTES == 2 + GGML_QK / 2 && GGML_MXFP4_BYTES =
 const _: () = assert!(
     GGML_QK_NVFP4 == 2 * GGML_QK && GGML_NVFP4_BYTES == GGML_QK_NVFP4 / 16 + GGML_QK_NVFP4 / 2
 );
+const _: () = assert!(GGML_QK_NF4 == 2 * GGML_QK && GGML_NF4_BYTES == 4 + GGML_QK_NF4 / 2);
 const _: () = assert!(GGML_IQ4_XS_BYTES == 4 + GGML_QK_K / 64 + GGML_QK_K / 2);
 const _: () = assert!(GGML_IQ2_XXS_BYTES == 2 + GGML_QK_K / 4);
 const _: () = assert!(GGML_IQ2_XS_BYTES == 2 + GGML_QK_K / 4 + GGML_QK_K / 32);

@@ -46,6 +46,8 @@ fn source_type(model: &Model, w: &FfnWeight) -> Option<GgmlType> {
         // LLM.int8 as Q8_0 blocks of `d = SCB` with the output scale 1/127, the same values
         // (`converters::bnb`), where every SCB is a half.
         FfnWeight::BnbInt8 { .. } => model.bnb_int8_carried(w).then_some(GgmlType::Q8_0),
+        // NF4 as the engine's own NF4 blocks (`converters::bnb`), the same values.
+        FfnWeight::Bnb4 { .. } => model.bnb_nf4_carried(w).then_some(GgmlType::NF4),
         _ => None,
     }
 }
@@ -62,6 +64,7 @@ fn source_blocks<'m>(model: &'m Model, w: &FfnWeight, [n, k]: [usize; 2]) -> Opt
             mxfp4_ct::to_gguf_blocks(model.data(packed), model.data(scale), n, k).map(Cow::Owned)
         }
         FfnWeight::BnbInt8 { .. } => model.bnb_int8_q8_0(w, [n, k]).map(Cow::Owned),
+        FfnWeight::Bnb4 { .. } => model.bnb_nf4_blocks(w, [n, k]).map(Cow::Owned),
         _ => None,
     }
 }

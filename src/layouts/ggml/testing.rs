@@ -27,7 +27,8 @@ fn half_fields(ty: GgmlType) -> &'static [usize] {
 /// `n` rows of `k` values of engine type `ty` (`k` whole blocks): random bytes, each block's
 /// f16 fields set to halves of magnitude 2^-12 .. 2^-4 and either sign (IQ1_M's d, spread over
 /// its scale words, too; MXFP4's E8M0 exponent to 2^-12 .. 2^3; NVFP4's UE4M3 scales to
-/// 2^-10 .. 2^-1 with any mantissa and bit 7, which ggml ignores), so every code pattern occurs
+/// 2^-10 .. 2^-1 with any mantissa and bit 7, which ggml ignores; NF4's f32 absmax like the
+/// halves), so every code pattern occurs
 /// and every value is finite.
 pub fn ggml_random_blocks(r: &mut Rand, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
     let bytes = ty.block_bytes() as usize;
@@ -42,6 +43,12 @@ pub fn ggml_random_blocks(r: &mut Rand, ty: GgmlType, n: usize, k: usize) -> Vec
         }
         if ty == GgmlType::MXFP4 {
             blk[0] = 116 + (r.next_u64() % 16) as u8;
+        }
+        if ty == GgmlType::NF4 {
+            // Its f32 absmax: 2^-12 .. 2^-4, either sign.
+            let mag = 2f32.powf(-12.0 + 8.0 * (r.next_u64() % 1024) as f32 / 1024.0);
+            let v = if r.next_u64() & 1 == 0 { mag } else { -mag };
+            blk[..4].copy_from_slice(&v.to_le_bytes());
         }
         if ty == GgmlType::NVFP4 {
             for d in &mut blk[..4] {

@@ -4,6 +4,7 @@
 //! same order, each lane's sum over its blocks in the kernel's order, then the same butterfly.
 
 use crate::GgmlType;
+use crate::converters::bnb::{NF4_HI, NF4_LO};
 use crate::converters::iq_grid::{Grid, grid, ksigns};
 use crate::converters::iq_grids;
 use crate::converters::iq4::KVALUES;
@@ -225,6 +226,17 @@ fn dot_mxfp4(w: &[u8], b: usize, a: &Act) -> f32 {
     e8m0_to_f32_half(blk[0]) * (a.da * s as f32)
 }
 
+/// NF4 (`ggml_dot<128>`, the engine's own type): `(absmax * 2^-13) * (da * (128 hi + lo))`,
+/// `hi` and `lo` the codes' dot products through `NF4_HI` and `NF4_LO` (half `b % 2` of
+/// 64-value block `b / 2`).
+fn dot_nf4(w: &[u8], b: usize, a: &Act) -> f32 {
+    let blk = &w[(b >> 1) * GGML_NF4_BYTES..];
+    let qs = &blk[4 + 16 * (b & 1)..];
+    let t = 128 * table_dot(qs, a.aq, &NF4_HI) + table_dot(qs, a.aq, &NF4_LO);
+    let d = f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]) * (1.0 / 8192.0);
+    d * (a.da * t as f32)
+}
+
 /// NVFP4 (`ggml_dot<40>`): `da * (d0 * s0 + d1 * s1)`, `d0`, `d1` the UE4M3 scales (halved)
 /// of the two 16-value sub-blocks of half `b % 2` of 64-value block `b / 2`; element `e` of
 /// sub-block `k` the low (`e < 8`) or high nibble of `qs[8 k + e % 8]`, through E2M1 doubled.
@@ -435,6 +447,7 @@ pub fn ggml_dot(ty: GgmlType, w: &[u8], b: usize, a: &[u8]) -> f32 {
         GgmlType::IQ3_S => dot_iq3_s(w, b, a),
         GgmlType::IQ1_S => dot_iq1_s(w, b, a),
         GgmlType::IQ1_M => dot_iq1_m(w, b, a),
+        GgmlType::NF4 => dot_nf4(w, b, a),
         _ => unreachable!("{ty:?} is not an engine type (layouts::ggml::codec::TYPES)"),
     }
 }
