@@ -65,16 +65,15 @@ def test_each_failure_raises_its_kind(pack, tmp_path):
 
 
 def test_a_format_this_tool_does_not_read_is_unsupported(tmp_path):
-    folder = tmp_path / "bnb"
+    folder = tmp_path / "quanto"
     folder.mkdir()
     fixture = ROOT / "tests" / "fixtures" / "ct-w4a16-bf16"
     for f in fixture.iterdir():
         (folder / f.name).write_bytes(f.read_bytes())
     cfg = json.loads((folder / "config.json").read_text())
-    cfg["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True,
-                                  "bnb_4bit_quant_type": "nf4"}
+    cfg["quantization_config"] = {"quant_method": "quanto", "weights": "qint4"}
     (folder / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(mp.UnsupportedError, match="NF4"):
+    with pytest.raises(mp.UnsupportedError, match="qint4"):
         mp.convert(folder, tmp_path / "o.mpk.gguf")
 
 

@@ -9,7 +9,7 @@ use crate::check::Row;
 use crate::check::kernels::*;
 use crate::gpu::reference;
 use crate::gpu::sizes::*;
-use crate::gpu::{GpuResult, alloc_upload, download_f32};
+use crate::gpu::{DevicePtr, GpuResult, alloc_upload, download_f32};
 use crate::testing::*;
 
 /// The second projection's output scale (llama.cpp's per-tensor `.scale`): not 1, so the rows
@@ -20,7 +20,7 @@ const SECOND_SCALE: f32 = -0.375;
 /// projections in one launch beside the same weights as Q8_0: Q4_0, Q4_K and Q8_0 (this
 /// crate's quantizers) on each row count, the other types (random blocks) on one row and on
 /// a launch's most; `ggml_gemv_sa` on the same rows, `ggml_gemv_split` on those up to
-/// `GGML_GEMV_SPLIT_M` and `ggml_gemv1` on one, every type.
+/// `GGML_GEMV_SPLIT_M` and `ggml_gemv1` on one, every type; and each type's dequantization.
 pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     let kk = c.kk;
@@ -105,11 +105,44 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
             });
             c.bits(rows, &format!("{name} {} + Q8_0", ty.name()), m, exact);
         }
+        dequant_row(c, &blocks, w, ty, rows)?;
         b.free(w);
     }
     for p in [xq, y2, w2] {
         b.free(p);
     }
+    Ok(())
+}
+
+/// The prefill's dequantization (`ggml_dequant_bf16`) of weight `w` (its bytes `blocks`, type
+/// `ty`) with an output scale that is not 1, against its twin bit for bit.
+fn dequant_row(
+    c: &Case,
+    blocks: &[u8],
+    w: DevicePtr,
+    ty: GgmlType,
+    rows: &mut Vec<Row>,
+) -> GpuResult<()> {
+    let (n, k, b) = (c.n, c.k, c.b.as_ref());
+    let out = b.alloc((n * k * 2) as u64)?;
+    b.fill(out, 0xA5)?;
+    let call =
+        c.kk.ggml_dequant
+            .call()
+            .ptr("w", w)
+            .dim("ty", ty as u32 as usize);
+    let call = call.float("sc", SECOND_SCALE).dim("n", n).dim("kp", k);
+    c.launch(call.ptr("out", out))?;
+    b.synchronize(0)?;
+    let mut got = vec![0u8; n * k * 2];
+    b.download(out, &mut got)?;
+    b.free(out);
+    let want = reference::ggml_dequant_bf16(blocks, ty, SECOND_SCALE, n, k);
+    let exact = got
+        .chunks_exact(2)
+        .zip(&want)
+        .all(|(g, &v)| u16::from_le_bytes([g[0], g[1]]) == v);
+    c.bits(rows, &format!("ggml_dequant_bf16 {}", ty.name()), 0, exact);
     Ok(())
 }
 
