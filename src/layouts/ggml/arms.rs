@@ -1,5 +1,6 @@
 //! The `ggml` arms: every projection through the block-format engine's GEMV (`ggml_gemv1` for
-//! one row, its activations split, `ggml_gemv_sa` for more) over q8_1 activations
+//! one row and `ggml_gemv_split` for two, their activations split, `ggml_gemv_sa` for more)
+//! over q8_1 activations
 //! (`quantize_act_q8_1`, `quantize_act_q8_1s`), at most
 //! `GGML_GEMV_MAX_M` rows a launch; past `GGML_PREFILL_MIN_ROWS` rows, each projection
 //! dequantized to BF16 (`ggml_dequant_bf16`) and multiplied by the BF16 GEMM. Either way each
@@ -7,7 +8,9 @@
 //! down.
 
 use crate::ffn::{Bf16Weight, DenseFfnLayer, ForwardContext, GgmlWeight, key};
-use crate::gpu::sizes::{GGML_GEMV_MAX_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS};
+use crate::gpu::sizes::{
+    GGML_GEMV_MAX_M, GGML_GEMV_SPLIT_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS,
+};
 use crate::gpu::{DevicePtr, GpuResult};
 
 /// A projection's input made ready for its product: `(layer, ctx, x, m, k, kp)`, `x` f32
@@ -49,8 +52,9 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         let w = *self.need(key::GGML)?;
-        // One row: the activations split, for `ggml_gemv1` (kernels/ffn_q8_1.cu, `q8_1_at`).
-        let prep = if m == 1 {
+        // One or two rows: the activations split, for `ggml_gemv1` and `ggml_gemv_split`
+        // (kernels/ffn_q8_1.cu, `q8_1_at`).
+        let prep = if m <= GGML_GEMV_SPLIT_M {
             (
                 Self::ggml_q8_1::<true> as Prepare,
                 Self::ggml_act_q8_1::<true> as PrepareAct,
@@ -210,14 +214,16 @@ impl DenseFfnLayer {
         for r0 in (0..m).step_by(GGML_GEMV_MAX_M) {
             let rows = (m - r0).min(GGML_GEMV_MAX_M);
             let xv = xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
-            // One row (`m` 1, its activations split): stages by cp.async, more launch blocks an
-            // SM (`ggml_gemv1`); more: the activations shared by a launch block's warps
-            // (`ggml_gemv_sa`). Each the fastest form for its rows on an H100 and an H200
-            // (BENCHMARKS.md).
-            let call = if m == 1 {
-                self.kernels.ggml_gemv1.call()
-            } else {
-                self.kernels.ggml_gemv_sa.call()
+            // One row (its activations split): stages by cp.async, more launch blocks an SM
+            // (`ggml_gemv1`); two: the same form for two rows (`ggml_gemv_split`); more: the
+            // activations shared by a launch block's warps (`ggml_gemv_sa`). Each the fastest
+            // form for its rows on an H100 (BENCHMARKS.md; at two rows `ggml_gemv_split` took
+            // 0.72-0.84x `ggml_gemv_sa`'s time on both llama-8B shapes for every type but IQ1_S
+            // and IQ1_M, 0.89-1.0x).
+            let call = match m {
+                1 => self.kernels.ggml_gemv1.call(),
+                m if m <= GGML_GEMV_SPLIT_M => self.kernels.ggml_gemv_split.call(),
+                _ => self.kernels.ggml_gemv_sa.call(),
             };
             let call = call.ptr("xq", xv).dim("m", rows);
             let call = call.ptr("w", w.weight).dim("ty", w.ty as u32 as usize);

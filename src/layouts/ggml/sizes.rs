@@ -66,9 +66,9 @@ pub mod consts {
     /// Stage buffers per warp of `ggml_gemv1`, filled by cp.async (all but one in flight): with
     /// [`GGML_GEMV1_WARPS`], 4 * 3 * (2176 + 32) = 26496 bytes of shared memory a launch block.
     pub const GGML_GEMV1_BUFS: usize = 3;
-    /// Activation rows of the one-row GEMV's form for a few (`ggml_gemv_split`, A/B; issue 56:
-    /// at 8 rows it measured slower than `ggml_gemv_sa` on the down shape, faster on the gate
-    /// shape at 2 rows).
+    /// Activation rows of the one-row GEMV's form for a few (`ggml_gemv_split`, the layer's at
+    /// two rows: on an H100, 0.72-0.84x `ggml_gemv_sa`'s time there for most types; at 8 rows
+    /// its older form measured slower on the down shape).
     pub const GGML_GEMV_SPLIT_M: usize = 2;
     /// Launch blocks of the one-row GEMV (`ggml_gemv1`) per SM its registers leave room for
     /// (`__launch_bounds__`: 65536 / (128 * 8) = 64 registers a thread, none spilled).
