@@ -490,7 +490,7 @@ kernel_table! {
     quant_fp8_act_g128: "ffn_w8a8" "quantize_act_mul_fp8_g128"
         ("g:p u:p gs:i us:i act:i m:i k:i kp:i q:p sx:p")
         grid(Per("kp", FP8_G128_COLS), Per("m", 1), 256), cap None, round None;
-    w8a8: "ffn_w8a8" "w8a8_gemm" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
+    w8a8_gemm: "ffn_w8a8" "w8a8_gemm" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
         grid(Per("n", 128), Per("m", 64), 128), cap None, round None;
     w8a8_gemv: "ffn_w8a8" "w8a8_gemv" ("q:p sx:p m:i w:p sw:p y:p n:i kp:i ldy:i")
         grid(Per("n", 32), One, 128), cap Some(16), round None;

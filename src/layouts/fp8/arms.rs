@@ -217,8 +217,8 @@ impl DenseFfnLayer {
         let k = &self.kernels;
         let (wgmma, small, gemv) = (k.w8a8_wgmma, k.w8a8_wgmma_m64, k.w8a8_gemv);
         let fits = |kernel: Kernel| kernel.spec.row_cap.is_some_and(|cap| m <= cap);
-        // (Their whole 128-byte k stages cover every installed kp: sizes.rs asserts the w8a8
-        // layout's alignment is a multiple.)
+        // (Their whole 128-byte k stages cover every installed kp: sizes.rs asserts the W8A8
+        // rows' alignment is a multiple.)
         let kernel = if ctx.levers.w8a8_wgmma && small.ok() && fits(small) {
             small
         } else if ctx.levers.w8a8_wgmma && wgmma.ok() {
@@ -226,7 +226,7 @@ impl DenseFfnLayer {
         } else if ctx.levers.w8a8_decode_gemv && fits(gemv) && gemv.ok() {
             gemv
         } else {
-            self.kernels.w8a8
+            self.kernels.w8a8_gemm
         };
         let call = kernel.call().ptr("q", q).ptr("sx", s).dim("m", m);
         let call = call.ptr("w", w.weight).ptr("sw", w.scale).ptr("y", y);

@@ -48,7 +48,7 @@ pub(crate) fn w8a8_rows(c: &mut Case, rows: &mut Vec<Row>) -> GpuResult<()> {
         };
         let mut outputs: Vec<(&str, Vec<f32>)> = Vec::new();
         for kernel in [
-            c.kk.w8a8,
+            c.kk.w8a8_gemm,
             c.kk.w8a8_wgmma,
             c.kk.w8a8_wgmma_m64,
             c.kk.w8a8_gemv,

@@ -109,7 +109,7 @@ impl DenseFfnLayer {
         declared
             && self.holds(Layout::W8a8)
             && self.kernels.quant_fp8_row.ok()
-            && self.kernels.w8a8.ok()
+            && self.kernels.w8a8_gemm.ok()
             && (1..=ctx.max_tokens).contains(&m)
     }
 
