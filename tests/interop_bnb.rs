@@ -394,3 +394,33 @@ fn names_over_63_bytes_are_carried_and_the_reserved_prefix_is_refused() {
     );
     assert!(!out.exists());
 }
+
+/// `--tp` does not cut bitsandbytes-quantized attention weights (the 4-bit codes are the weight
+/// flattened, LLM.int8's `SCB` a companion the cut does not follow): refused by tensor, nothing
+/// written.
+#[test]
+fn tensor_parallel_packs_of_bitsandbytes_attention_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, words) in [
+        ("bnb-nf4-dq-bf16", ["self_attn", "bitsandbytes"]),
+        ("bnb-int8-f16", ["self_attn", "SCB"]),
+    ] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name);
+        let m = Model::open(&dir).unwrap();
+        let out = tmp.path().join(format!("{name}.mpk.gguf"));
+        let opts = ConvertOptions {
+            tp: 2,
+            ..Default::default()
+        };
+        let e = format!(
+            "{:#}",
+            pack::convert(&m, &opts, &out, &|_, _| {}).unwrap_err()
+        );
+        for w in words {
+            assert!(e.contains(w), "{name}: {w:?} not in {e}");
+        }
+        assert!(!out.exists(), "{name}");
+    }
+}

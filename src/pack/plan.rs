@@ -81,6 +81,19 @@ fn attention_rules(model: &Model, ffn_sources: &HashSet<usize>, n: u32) -> Resul
             if !ffn_sources.contains(&i)
                 && let Some(rule) = tp::attention_rule(&file, &t.name)?
             {
+                // bitsandbytes' codes are the weight flattened (4-bit) or come with companions
+                // the cut does not follow (`SCB`, the absmax): refused by name, not cut.
+                if let Some(FfnWeight::Bnb4 { .. } | FfnWeight::BnbInt8 { .. }) =
+                    model.quantized_weight_named(&t.name)
+                {
+                    return Err(Error::Unsupported {
+                        file,
+                        reason: format!(
+                            "{}: --tp does not split bitsandbytes-quantized attention weights (convert without --tp)",
+                            t.name
+                        ),
+                    });
+                }
                 rules.insert(i, rule);
             }
         }
