@@ -8,7 +8,7 @@ mod common;
 use common::{fixture_expected, sha256_f32};
 use metrale_pack::converters::layouts::{Layout, Proj};
 use metrale_pack::model::Model;
-use metrale_pack::pack::{self, ConvertOptions, Pack};
+use metrale_pack::pack::{self, ConvertOptions, FfnEntry, Pack};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
@@ -24,7 +24,7 @@ fn fixtures() -> Vec<PathBuf> {
     v
 }
 
-type Tensors = Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>;
+type Tensors = common::StTensors;
 
 /// Fixture `name` copied into `dir` with its tensors edited.
 fn edited(dir: &Path, name: &str, edit: impl FnOnce(&mut Tensors)) -> PathBuf {
@@ -33,51 +33,16 @@ fn edited(dir: &Path, name: &str, edit: impl FnOnce(&mut Tensors)) -> PathBuf {
         .join(name);
     let out = dir.join(name);
     std::fs::create_dir_all(&out).unwrap();
-    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut ts: Tensors = st
-        .tensors()
-        .into_iter()
-        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
-        .collect();
-    edit(&mut ts);
-    let views: Vec<(String, safetensors::tensor::TensorView)> = ts
-        .iter()
-        .map(|(n, d, s, b)| {
-            let v = safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap();
-            (n.clone(), v)
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, &out.join("model.safetensors")).unwrap();
+    let (from, to) = (src.join("model.safetensors"), out.join("model.safetensors"));
+    common::rewrite_safetensors(&from, &to, edit);
     std::fs::copy(src.join("config.json"), out.join("config.json")).unwrap();
     out
 }
 
-/// LLM.int8 converts by default to `ggml` Q8_0 blocks (d = SCB, output scale 1/127) that
-/// decode to bitsandbytes' own values bit for bit, the codes carried byte for byte. A 4-bit
-/// checkpoint: no layout keeps NF4 or FP4 yet, so the default convert refuses, naming the
-/// format; `bf16` converts it, its attention quant states (names over GGUF's 63 bytes) carried
-/// byte for byte under their whole names in the manifest, and for a bf16 model the pack holds
-/// bitsandbytes' own bf16 dequantization bit for bit.
-/// An NF4 checkpoint converts by default to `ggml`'s own NF4 blocks (the absmax, double
-/// quantization undone, as f32; the codes re-laid) that decode to bitsandbytes' values bit for
-/// bit; returns the weights checked.
-fn nf4_by_default(m: &Model, dir: &Path, out: &Path) -> usize {
-    let name = dir.file_name().unwrap().to_string_lossy().to_string();
-    let settled = pack::choice::settle(m, &ConvertOptions::default());
-    assert_eq!(settled.layouts, [Layout::Ggml], "{name}");
-    assert!(settled.refusal.is_none(), "{name}: {:?}", settled.refusal);
-    pack::convert(m, &ConvertOptions::default(), out, &|_, _| {})
-        .unwrap_or_else(|e| panic!("{name}: {e:#}"));
-    let p = Pack::open(out).unwrap();
-    assert!(
-        pack::verify_against_source(&p, m)
-            .unwrap()
-            .mismatched
-            .is_empty()
-    );
-    let e = fixture_expected(dir);
-    let mut checked = 0;
+/// Each FFN projection of `m` with its blob of `layout` in `p`: the source's main tensor's
+/// name, the blob's name and index, and its manifest entry.
+fn blobs<'p>(m: &Model, p: &'p Pack, layout: Layout) -> Vec<(String, String, usize, &'p FfnEntry)> {
+    let mut v = Vec::new();
     for l in &m.ffn_layers {
         for (w, proj) in [
             (&l.gate, Proj::Gate),
@@ -85,26 +50,50 @@ fn nf4_by_default(m: &Model, dir: &Path, out: &Path) -> usize {
             (&l.down, Proj::Down),
         ] {
             let src = m.tensors[w.main()].name.to_string();
-            let blob = pack::blob_name(l.index, proj, Layout::Ggml, "");
-            let i = p.index(&blob).unwrap_or_else(|| panic!("{name}: {blob}"));
-            let f = p.manifest.tensors[i].ffn.as_ref().unwrap();
-            assert_eq!(f.scalars.get("type"), Some(&128.0), "{name} {blob}: NF4");
-            assert_eq!(f.scalars.get("output_scale"), None, "{name} {blob}");
-            // 36 bytes per 64 values: the pack is the source's codes plus an f32 per 64.
-            let [n, k] = f.shape.map(|d| d as usize);
-            assert_eq!(p.data(i).len(), n * k / 64 * 36, "{name} {blob}");
-            let (vals, _) = p.decode_ffn(&blob).unwrap();
-            assert_eq!(
-                sha256_f32(&vals),
-                e["weights"][&src]["sha256_f32"].as_str().unwrap(),
-                "{name} {blob}: the pack decodes as bitsandbytes"
-            );
-            checked += 1;
+            let blob = pack::blob_name(l.index, proj, layout, "");
+            let i = p.index(&blob).unwrap_or_else(|| panic!("{blob}"));
+            v.push((src, blob, i, &**p.manifest.tensors[i].ffn.as_ref().unwrap()));
         }
     }
-    checked
+    v
 }
 
+/// Checkpoint `m` (fixture `dir`) converted by default into `out`: the set is `ggml` alone and
+/// nothing is refused, `verify --source` re-derives the pack, and every FFN blob decodes to
+/// bitsandbytes' own f32 values bit for bit, after `check` (source tensor, blob index, entry);
+/// returns the weights checked.
+fn ggml_by_default(
+    m: &Model,
+    dir: &Path,
+    out: &Path,
+    check: impl Fn(&Pack, usize, usize, &FfnEntry),
+) -> usize {
+    let name = dir.file_name().unwrap().to_string_lossy().to_string();
+    let settled = pack::choice::settle(m, &ConvertOptions::default());
+    assert_eq!(settled.layouts, [Layout::Ggml], "{name}");
+    assert!(settled.refusal.is_none(), "{name}: {:?}", settled.refusal);
+    pack::convert(m, &ConvertOptions::default(), out, &|_, _| {})
+        .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    let p = Pack::open(out).unwrap();
+    let c = pack::verify_against_source(&p, m).unwrap();
+    assert!(c.mismatched.is_empty(), "{name}: {:?}", c.mismatched);
+    let e = fixture_expected(dir);
+    let all = blobs(m, &p, Layout::Ggml);
+    for (src, blob, i, f) in &all {
+        check(&p, m.index_of(src).unwrap(), *i, f);
+        let (vals, _) = p.decode_ffn(blob).unwrap();
+        assert_eq!(
+            sha256_f32(&vals),
+            e["weights"][src]["sha256_f32"].as_str().unwrap(),
+            "{name} {blob}: the pack decodes as bitsandbytes"
+        );
+    }
+    all.len()
+}
+
+/// A 4-bit checkpoint with `--layouts bf16`: verified against its source; its attention quant
+/// states (names over GGUF's 63 bytes) carried byte for byte under their whole names in the
+/// manifest; for a bf16 model, the pack holds bitsandbytes' own bf16 dequantization bit for bit.
 fn bnb4_as_bf16(m: &Model, dir: &Path, out: &Path) {
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
     let opts = ConvertOptions {
@@ -116,7 +105,6 @@ fn bnb4_as_bf16(m: &Model, dir: &Path, out: &Path) {
     assert!(p.verify_checksums().unwrap().is_empty());
     let c = pack::verify_against_source(&p, m).unwrap();
     assert!(c.mismatched.is_empty(), "{name}: {:?}", c.mismatched);
-    let e = fixture_expected(dir);
     let mut long = 0;
     for (i, t) in m.tensors.iter().enumerate() {
         if t.name.len() > pack::MAX_NAME_LEN && !t.name.contains(".mlp.") {
@@ -129,99 +117,64 @@ fn bnb4_as_bf16(m: &Model, dir: &Path, out: &Path) {
         }
     }
     assert!(long >= 4, "{name}: {long} long names");
+    let e = fixture_expected(dir);
     if e["model_dtype"] != "bfloat16" {
         return;
     }
-    for l in &m.ffn_layers {
-        for (w, proj) in [
-            (&l.gate, Proj::Gate),
-            (&l.up, Proj::Up),
-            (&l.down, Proj::Down),
-        ] {
-            let src = m.tensors[w.main()].name.to_string();
-            let (vals, _) = p
-                .decode_ffn(&pack::blob_name(l.index, proj, Layout::Bf16, ""))
-                .unwrap();
-            let bf: Vec<u8> = metrale_pack::converters::bf16::encode(&vals);
-            let sha: String = Sha256::digest(&bf)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            assert_eq!(
-                sha,
-                e["weights"][&src]["sha256_lib"].as_str().unwrap(),
-                "{name} {src}"
-            );
-        }
+    for (src, blob, _, _) in blobs(m, &p, Layout::Bf16) {
+        let (vals, _) = p.decode_ffn(&blob).unwrap();
+        let bf: Vec<u8> = metrale_pack::converters::bf16::encode(&vals);
+        let sha: String = Sha256::digest(&bf)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let want = e["weights"][&src]["sha256_lib"].as_str().unwrap();
+        assert_eq!(sha, want, "{name} {src}");
     }
 }
 
+/// NF4 converts by default to `ggml`'s own NF4 blocks (the absmax, double quantization undone,
+/// as f32 per 64 values; the codes re-laid), LLM.int8 to Q8_0 blocks (d = SCB, output scale
+/// 1/127; the codes byte for byte), both decoding to bitsandbytes' own values bit for bit, and
+/// NF4 with `bf16` too. FP4: no layout keeps it, so the default convert refuses, naming the
+/// format; `bf16` converts it.
 #[test]
 fn bitsandbytes_fixtures_convert_or_are_refused_by_name() {
     let tmp = tempfile::tempdir().unwrap();
     let (mut int8, mut nf4) = (0, 0);
     for dir in fixtures() {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        if !name.starts_with("bnb-") {
-            continue;
-        }
         let m = Model::open(&dir).unwrap();
         let out = tmp.path().join(format!("{name}.mpk.gguf"));
-        let settled = pack::choice::settle(&m, &ConvertOptions::default());
+        let bf16_out = tmp.path().join(format!("{name}-bf16.mpk.gguf"));
         if name.starts_with("bnb-fp4") {
+            let settled = pack::choice::settle(&m, &ConvertOptions::default());
             let e = settled
                 .refusal
                 .unwrap_or_else(|| panic!("{name}: not refused"));
             assert!(e.contains("FP4 (bitsandbytes)"), "{name}: {e}");
-            bnb4_as_bf16(&m, &dir, &out);
-            continue;
-        }
-        if name.starts_with("bnb-nf4") {
-            nf4 += nf4_by_default(&m, &dir, &out);
-            bnb4_as_bf16(&m, &dir, &tmp.path().join(format!("{name}-bf16.mpk.gguf")));
-            continue;
-        }
-        assert_eq!(settled.layouts, [Layout::Ggml], "{name}");
-        assert!(settled.refusal.is_none(), "{name}: {:?}", settled.refusal);
-        pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {})
-            .unwrap_or_else(|e| panic!("{name}: {e:#}"));
-        let p = Pack::open(&out).unwrap();
-        let e = fixture_expected(&dir);
-        for l in &m.ffn_layers {
-            for (w, proj) in [
-                (&l.gate, Proj::Gate),
-                (&l.up, Proj::Up),
-                (&l.down, Proj::Down),
-            ] {
-                let src = m.tensors[w.main()].name.to_string();
-                let blob = pack::blob_name(l.index, proj, Layout::Ggml, "");
-                let i = p.index(&blob).unwrap_or_else(|| panic!("{name}: {blob}"));
-                let f = p.manifest.tensors[i].ffn.as_ref().unwrap();
-                assert_eq!(f.scalars.get("type"), Some(&8.0), "{name} {blob}: Q8_0");
-                assert_eq!(
-                    f.scalars.get("output_scale"),
-                    Some(&metrale_pack::converters::bnb::INT8_SCALE),
-                    "{name} {blob}"
-                );
+            bnb4_as_bf16(&m, &dir, &bf16_out);
+        } else if name.starts_with("bnb-nf4") {
+            nf4 += ggml_by_default(&m, &dir, &out, |p, _, i, f| {
+                assert_eq!(f.scalars.get("type"), Some(&128.0), "{name}: NF4");
+                assert_eq!(f.scalars.get("output_scale"), None, "{name}");
+                // 36 bytes per 64 values: the source's codes plus an f32 per 64.
+                let [n, k] = f.shape.map(|d| d as usize);
+                assert_eq!(p.data(i).len(), n * k / 64 * 36, "{name}");
+            });
+            bnb4_as_bf16(&m, &dir, &bf16_out);
+        } else {
+            int8 += ggml_by_default(&m, &dir, &out, |p, src, i, f| {
+                assert_eq!(f.scalars.get("type"), Some(&8.0), "{name}: Q8_0");
+                let scale = Some(&metrale_pack::converters::bnb::INT8_SCALE);
+                assert_eq!(f.scalars.get("output_scale"), scale, "{name}");
                 // Each block: its row's SCB as a half, then the source's 32 codes.
-                let codes = m.data(w.main());
-                let blocks = p.data(i);
-                assert_eq!(blocks.len(), codes.len() / 32 * 34, "{name} {blob}");
+                let (codes, blocks) = (m.data(src), p.data(i));
+                assert_eq!(blocks.len(), codes.len() / 32 * 34, "{name}");
                 for (b, chunk) in blocks.chunks_exact(34).enumerate() {
-                    assert_eq!(
-                        &chunk[2..],
-                        &codes[b * 32..b * 32 + 32],
-                        "{name} {blob} block {b}"
-                    );
+                    assert_eq!(&chunk[2..], &codes[b * 32..b * 32 + 32], "{name} block {b}");
                 }
-                let (vals, _) = p.decode_ffn(&blob).unwrap();
-                assert_eq!(
-                    sha256_f32(&vals),
-                    e["weights"][&src]["sha256_f32"].as_str().unwrap(),
-                    "{name} {blob}: the pack decodes as bitsandbytes"
-                );
-                int8 += 1;
-            }
+            });
         }
     }
     assert!(int8 >= 9, "{int8} LLM.int8 weights checked");

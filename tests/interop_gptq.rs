@@ -5,6 +5,8 @@
 //! The fixtures' bit-exact decode and their default `affine` convert are in
 //! `interop_toolchains.rs`, beside the other toolchains'.
 
+mod common;
+
 use metrale_pack::converters::layouts::Layout;
 use metrale_pack::model::Model;
 use metrale_pack::pack::{self, ConvertOptions, Pack};
@@ -12,7 +14,7 @@ use safetensors::Dtype;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-type Tensors = Vec<(String, Dtype, Vec<usize>, Vec<u8>)>;
+type Tensors = common::StTensors;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -36,23 +38,7 @@ fn edited(
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|e| e == "safetensors"))
         .unwrap();
-    let bytes = std::fs::read(&file).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut ts: Tensors = st
-        .tensors()
-        .into_iter()
-        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
-        .collect();
-    edit(&mut ts);
-    let views: Vec<_> = ts
-        .iter()
-        .map(|(n, d, s, b)| {
-            let v = safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap();
-            (n.clone(), v)
-        })
-        .collect();
-    let dest = out.join(file.file_name().unwrap());
-    safetensors::serialize_to_file(views, None, &dest).unwrap();
+    common::rewrite_safetensors(&file, &out.join(file.file_name().unwrap()), edit);
     let read = |f: &str| -> Value {
         serde_json::from_str(&std::fs::read_to_string(src.join(f)).unwrap()).unwrap()
     };

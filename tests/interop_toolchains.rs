@@ -360,30 +360,14 @@ fn peft_features_the_engine_cannot_serve_are_refused_by_name() {
 fn edited_fixture(
     dir: &Path,
     name: &str,
-    edit: impl FnOnce(&mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>),
+    edit: impl FnOnce(&mut common::StTensors),
     cfg: impl FnOnce(&mut Value),
 ) -> PathBuf {
     let src = fixtures().join(name);
     let out = dir.join(name);
     std::fs::create_dir_all(&out).unwrap();
-    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut ts: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
-        .tensors()
-        .into_iter()
-        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
-        .collect();
-    edit(&mut ts);
-    let views: Vec<(String, safetensors::tensor::TensorView)> = ts
-        .iter()
-        .map(|(n, d, s, b)| {
-            (
-                n.clone(),
-                safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
-            )
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, &out.join("model.safetensors")).unwrap();
+    let (from, to) = (src.join("model.safetensors"), out.join("model.safetensors"));
+    common::rewrite_safetensors(&from, &to, edit);
     let mut c: Value =
         serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
     cfg(&mut c);

@@ -222,6 +222,29 @@ pub fn run_measured(mut cmd: Command, args: &[&str]) -> (std::process::ExitStatu
     )
 }
 
+/// A safetensors file's tensors by name: dtype, shape, bytes.
+pub type StTensors = Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>;
+
+/// Rewrite safetensors file `src` as `dst` with its tensors edited by `edit`.
+pub fn rewrite_safetensors(src: &Path, dst: &Path, edit: impl FnOnce(&mut StTensors)) {
+    let bytes = std::fs::read(src).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut ts: StTensors = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    edit(&mut ts);
+    let views: Vec<(String, safetensors::tensor::TensorView)> = ts
+        .iter()
+        .map(|(n, d, s, b)| {
+            let v = safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap();
+            (n.clone(), v)
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, dst).unwrap();
+}
+
 /// A fixture's `expected.json` (the writing library's versions, shapes and digests).
 pub fn fixture_expected(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap()
