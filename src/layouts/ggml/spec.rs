@@ -96,7 +96,7 @@ impl LayoutSpec for Ggml {
                 .map(|t| t.name())
                 .collect();
             format!(
-                "GGUF {} blocks byte for byte, any mix per projection; compressed-tensors MXFP4 and bitsandbytes LLM.int8 as the same values in MXFP4 and Q8_0 blocks (float sources as Q8_0)",
+                "GGUF {} blocks byte for byte, any mix per projection; compressed-tensors MXFP4, bitsandbytes LLM.int8 and NF4 as the same values in MXFP4, Q8_0 and the engine's NF4 blocks (float sources as Q8_0)",
                 names.join(", ")
             )
         });
