@@ -89,10 +89,11 @@ impl LayoutSpec for Ggml {
         Some(50)
     }
     fn keeps_what(&self) -> &'static str {
-        // The engine's types, from its one list.
+        // The engine's GGUF types, from its one list.
         static WHAT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
             let names: Vec<&str> = crate::converters::layouts::ggml::TYPES
                 .iter()
+                .filter(|t| t.in_gguf())
                 .map(|t| t.name())
                 .collect();
             format!(
