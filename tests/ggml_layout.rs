@@ -364,3 +364,62 @@ fn tensor_parallel_slices_carry_whole_blocks() {
         }
     }
 }
+
+/// A GGUF Phi-3's fused `ffn_up` (gate and up in one tensor of 2 I rows, no `ffn_gate`) of an
+/// engine type: each half carried byte for byte as its rows of the fused tensor, not
+/// re-encoded as Q8_0 (which a convert with no flag did before: `keeps` looked through the half,
+/// the encoder did not).
+#[test]
+fn a_fused_gate_up_of_an_engine_type_is_carried_byte_for_byte() {
+    use metrale_pack::GgmlType;
+    use metrale_pack::gguf::Value;
+    let (h, i) = (256usize, 512usize);
+    let mut rng = common::Rng::fresh("ggml_fused_gate_up");
+    // Q5_0 blocks: a small finite d, random codes.
+    let mut q5 = |rows: usize, k: usize| -> Vec<u8> {
+        (0..rows * k / 32)
+            .flat_map(|_| {
+                let mut b = metrale_pack::converters::f16::encode(&[0.01]);
+                b.extend(rng.bytes(20));
+                b
+            })
+            .collect()
+    };
+    let (up, down) = (q5(2 * i, h), q5(h, i));
+    let embd = common::pack::f32b(&vec![0.5; 10 * h]);
+    let kvs = vec![
+        ("general.architecture", Value::String("phi3".into())),
+        ("phi3.embedding_length", Value::U32(h as u32)),
+    ];
+    let ts: Vec<(&str, Vec<u64>, GgmlType, Vec<u8>)> = vec![
+        ("token_embd.weight", vec![h as u64, 10], GgmlType::F32, embd),
+        (
+            "blk.0.ffn_up.weight",
+            vec![h as u64, 2 * i as u64],
+            GgmlType::Q5_0,
+            up.clone(),
+        ),
+        (
+            "blk.0.ffn_down.weight",
+            vec![i as u64, h as u64],
+            GgmlType::Q5_0,
+            down,
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("phi3.gguf");
+    std::fs::write(&src, metrale_pack::gguf_write::build(32, &kvs, &ts)).unwrap();
+    let p = convert_and_verify(&src, &dir.path().join("p.mpk.gguf"), &[]);
+    assert_eq!(p.manifest.layouts, ["ggml"]);
+    let half = up.len() / 2;
+    for (proj, bytes) in [(Proj::Gate, &up[..half]), (Proj::Up, &up[half..])] {
+        let i = p.index(&blob_name(0, proj, Layout::Ggml, "")).unwrap();
+        let f = p.manifest.tensors[i].ffn.as_ref().unwrap();
+        assert_eq!(
+            f.scalars.get("type"),
+            Some(&(GgmlType::Q5_0 as u32 as f32)),
+            "{proj:?}"
+        );
+        assert_eq!(p.data(i), bytes, "{proj:?}");
+    }
+}

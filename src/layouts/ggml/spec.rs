@@ -29,9 +29,11 @@ fn blob_scale(s: &BTreeMap<String, f32>) -> f32 {
     s.get(ggml::OUTPUT_SCALE).copied().unwrap_or(1.0)
 }
 
-/// The engine type weight `w` of `model` is stored in, if it is one.
+/// The engine type weight `w` of `model` is stored in, if it is one (a fused gate+up's half:
+/// its fused tensor's).
 fn source_type(model: &Model, w: &FfnWeight) -> Option<GgmlType> {
     match w {
+        FfnWeight::Half { of, .. } => source_type(model, of),
         FfnWeight::Plain { weight } | FfnWeight::GgufScaled { weight, .. } => {
             match model.tensors[*weight].dtype {
                 DType::Ggml(t) if ggml::TYPES.contains(&t) => Some(t),
@@ -54,9 +56,18 @@ fn source_type(model: &Model, w: &FfnWeight) -> Option<GgmlType> {
 
 /// A source weight's whole `[n, k]` as GGUF blocks of its engine type: a GGUF weight's own
 /// bytes, or compressed-tensors' MXFP4 re-laid; `None` where it cannot be laid out (a NaN
-/// scale) or is another scheme.
+/// scale) or is another scheme. A fused gate+up's half gives its fused tensor's blocks (whose
+/// rows `EncodeCx::stored_in` takes its half of).
 fn source_blocks<'m>(model: &'m Model, w: &FfnWeight, [n, k]: [usize; 2]) -> Option<Cow<'m, [u8]>> {
     match *w {
+        FfnWeight::Half { ref of, .. } => {
+            let [n2, k2] = model.weight_shape(of).ok()?;
+            source_blocks(
+                model,
+                of,
+                [usize::try_from(n2).ok()?, usize::try_from(k2).ok()?],
+            )
+        }
         FfnWeight::Plain { weight } | FfnWeight::GgufScaled { weight, .. } => {
             Some(Cow::Borrowed(model.data(weight)))
         }
@@ -72,6 +83,7 @@ fn source_blocks<'m>(model: &'m Model, w: &FfnWeight, [n, k]: [usize; 2]) -> Opt
 /// The output scale of weight `w` (llama.cpp's per-tensor `.scale`), if it has one.
 fn source_scale(model: &Model, w: &FfnWeight) -> Result<Option<f32>> {
     match w {
+        FfnWeight::Half { of, .. } => source_scale(model, of),
         FfnWeight::GgufScaled { scale, .. } => model.gguf_scale(*scale).map(Some),
         FfnWeight::BnbInt8 { .. } => Ok(Some(crate::converters::bnb::INT8_SCALE)),
         _ => Ok(None),
