@@ -258,6 +258,16 @@ fn edited_bitsandbytes_weights_are_refused_by_tensor_and_field() {
             Box::new(|ts: &mut Tensors| ts.retain(|t| t.0 != format!("{up4}.nested_quant_map"))),
             vec![format!("{up4}.nested_absmax")],
         ),
+        // An FP4 attention weight with its quant state alone (no absmax, no table): the state
+        // is read by nothing.
+        (
+            "bnb-fp4-dq-bf16",
+            Box::new(|ts: &mut Tensors| {
+                let q = "model.layers.0.self_attn.q_proj.weight.";
+                ts.retain(|t| !t.0.starts_with(q) || t.0.contains("quant_state"))
+            }),
+            vec!["model.layers.0.self_attn.q_proj.weight.quant_state.bitsandbytes__fp4".into()],
+        ),
         (
             "bnb-int8-f16",
             Box::new(|ts: &mut Tensors| {

@@ -7,7 +7,7 @@ use super::*;
 use crate::error::Result;
 
 /// Suffixes of the tensors that are part of a quantized weight: none may be left unread.
-const COMPANIONS: [&str; 19] = [
+const COMPANIONS: [&str; 20] = [
     ".qweight",
     ".qzeros",
     ".scales",
@@ -27,6 +27,7 @@ const COMPANIONS: [&str; 19] = [
     ".weight.nested_absmax",
     ".weight.nested_quant_map",
     ".weight.quant_state.bitsandbytes__nf4",
+    ".weight.quant_state.bitsandbytes__fp4",
 ];
 
 impl Model {
