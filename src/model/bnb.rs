@@ -309,18 +309,17 @@ impl Model {
         table.is_some_and(|t| bnb::nf4_carries(&t, st.blocksize as usize, k as usize))
     }
 
-    /// NF4 weight `w` `[n, k]` as the engine's NF4 blocks (`converters::bnb::to_engine_blocks`),
-    /// where it lays into them.
+    /// NF4 weight `w` `[n, k]` (its shape checked by [`Model::weight_shape`]) as the engine's NF4
+    /// blocks (`converters::bnb::to_engine_blocks`), where it lays into them
+    /// ([`bnb::nf4_carries`]): its quant state read and its absmax decoded once.
     pub fn bnb_nf4_blocks(&self, w: &FfnWeight, [n, k]: [usize; 2]) -> Option<Vec<u8>> {
         let FfnWeight::Bnb4 { weight, .. } = *w else {
             return None;
         };
-        if !self.bnb_nf4_carried(w) {
-            return None;
-        }
-        let (_, am, st) = self.bnb4_parts(w).ok()?;
+        let (table, am, st) = self.bnb4_parts(w).ok()?;
         let bs = st.blocksize as usize;
-        Some(bnb::to_engine_blocks(self.data(weight), &am, bs, n, k))
+        bnb::nf4_carries(&table, bs, k)
+            .then(|| bnb::to_engine_blocks(self.data(weight), &am, bs, n, k))
     }
 
     /// Whether LLM.int8 weight `w` lays into GGUF Q8_0 blocks exactly
