@@ -12,7 +12,8 @@ use metrale_pack::GgmlType;
 use metrale_pack::converters::layouts::ggml::TYPES;
 use metrale_pack::gpu::reference;
 use metrale_pack::gpu::sizes::{
-    GGML_GEMV_MAX_M, GGML_GEMV_SPLIT_M, GGML_GEMV1_WARPS, Q8_1_BYTES, Q8_1_ELEMS,
+    GGML_GEMV_MAX_M, GGML_GEMV_SPLIT_M, GGML_GEMV_SPLIT4_M, GGML_GEMV1_WARPS, Q8_1_BYTES,
+    Q8_1_ELEMS,
 };
 use metrale_pack::testing::{Rand, ggml_random_blocks, rel_err};
 
@@ -40,19 +41,21 @@ fn the_engine_gemv_is_its_twin_bit_for_bit_for_every_type() {
             let w2 = ggml_random_blocks(&mut r, GgmlType::Q8_0, n, k);
             // The shared-activation form (`ggml_gemv_sa`) on 3 and 8 rows, the cp.async
             // one-row form (`ggml_gemv1`) on one, its few-row form (`ggml_gemv_split`) on one
-            // and its most.
+            // and its most, the same for four (`ggml_gemv_split4`) on 3 and 4.
             let runs = [1, 2, 3, 4, 5, 8]
                 .map(|m| ("ggml_gemv", m))
                 .into_iter()
                 .chain([3, 8].map(|m| ("ggml_gemv_sa", m)))
                 .chain([1, GGML_GEMV_SPLIT_M].map(|m| ("ggml_gemv_split", m)))
+                .chain([3, GGML_GEMV_SPLIT4_M].map(|m| ("ggml_gemv_split4", m)))
                 .chain([("ggml_gemv1", 1)]);
             let row_q8 = k / Q8_1_ELEMS * Q8_1_BYTES;
             for (kernel, m) in runs {
                 let ldy = n + 3;
                 // `ggml_gemv1` and `ggml_gemv_split` read their rows split
                 // (`quantize_act_q8_1s`).
-                let split = kernel == "ggml_gemv1" || kernel == "ggml_gemv_split";
+                let split =
+                    kernel.starts_with("ggml_gemv1") || kernel.starts_with("ggml_gemv_split");
                 let input = if split {
                     reference::q8_1_split(&xq[..m * row_q8], m, k)
                 } else {

@@ -11,7 +11,7 @@ use common::pack::convert_and_verify;
 use common::{python_ref, read_npy};
 use metrale_pack::HostBackend;
 use metrale_pack::ffn::Method;
-use metrale_pack::gpu::sizes::GGML_GEMV_MAX_M;
+use metrale_pack::gpu::sizes::{GGML_GEMV_MAX_M, GGML_GEMV_SPLIT4_M};
 use metrale_pack::gpu::{GpuBackend, upload_f32};
 use metrale_pack::layout::Layout;
 use metrale_pack::layout::Proj;
@@ -123,6 +123,24 @@ fn mix_with_scales(
         for m in [1, 3, 9, 20] {
             lm.ctx.trace.clear();
             let err = loaded_layer_err(&mut lm, l, (input, &x), m, &dw, act);
+            if (2..=GGML_GEMV_SPLIT4_M).contains(&m) {
+                // Gate and up on the split forms to four rows too (lever
+                // `ggml_split_max_rows`): the same sums
+                // (`ggml_gemv_split4`, split activations), so the same output.
+                lm.ctx.levers.ggml_split_max_rows = GGML_GEMV_SPLIT4_M;
+                lm.ctx.trace.clear();
+                let split = loaded_layer_err(&mut lm, l, (input, &x), m, &dw, act);
+                let count = |name: &str| lm.ctx.trace.iter().filter(|k| **k == name).count();
+                assert!(
+                    count("ggml_gemv_split4") >= 2 && count("ggml_gemv_sa") == 0,
+                    "{:?}",
+                    lm.ctx.trace
+                );
+                assert_eq!(split.to_bits(), err.to_bits(), "layer {l}, {m} rows");
+                lm.ctx.levers.ggml_split_max_rows = 2;
+                lm.ctx.trace.clear();
+                loaded_layer_err(&mut lm, l, (input, &x), m, &dw, act);
+            }
             println!("{mix} layer {l}, {m} rows: {err:.2e} against the float64 FFN");
             // The activations to q8_1 twice (the input and the act-mul's output), with ggml's
             // CUDA numerics: the offset and min terms take the f16 sum of the unquantized
@@ -136,20 +154,40 @@ fn mix_with_scales(
             // sums: 3.1e-3 .. 4.1e-3 measured; 1e-2.
             assert!(m <= 16 || err < 1e-2, "layer {l}, {m} rows: {err:.2e}");
             // Up to 16 rows the engine's GEMV, GGML_GEMV_MAX_M rows a launch (gate and up in
-            // one; `ggml_gemv_sa`; one row `ggml_gemv1` on split activations); from 17 each
-            // projection dequantized to BF16 for the BF16 GEMM.
+            // one): on split activations to the levers' rows (gate and up two, down four:
+            // `ggml_gemv1` for one row, `ggml_gemv_split` for two, `ggml_gemv_split4` for
+            // three and four), `ggml_gemv_sa` past them; from 17 each projection dequantized
+            // to BF16 for the BF16 GEMM.
             let count = |name: &str| lm.ctx.trace.iter().filter(|k| **k == name).count();
             if m <= 16 {
-                let launches = 2 * m.div_ceil(GGML_GEMV_MAX_M);
-                let ones = if m == 1 { 2 } else { 0 };
+                let lv = &lm.ctx.levers;
+                let split = [
+                    m <= lv.ggml_split_max_rows,
+                    m <= lv.ggml_down_split_max_rows,
+                ];
+                let (on, off) = (
+                    split.iter().filter(|s| **s).count(),
+                    split.iter().filter(|s| !**s).count(),
+                );
+                let want = (
+                    if m == 1 { on } else { 0 },
+                    if m == 2 { on } else { 0 },
+                    if (3..=4).contains(&m) { on } else { 0 },
+                    off * m.div_ceil(GGML_GEMV_MAX_M),
+                );
                 assert_eq!(
-                    (count("ggml_gemv_sa"), count("ggml_gemv1")),
-                    (launches - ones, ones),
+                    (
+                        count("ggml_gemv1"),
+                        count("ggml_gemv_split"),
+                        count("ggml_gemv_split4"),
+                        count("ggml_gemv_sa")
+                    ),
+                    want,
                     "{:?}",
                     lm.ctx.trace
                 );
-                let split = count("quantize_act_q8_1s") + count("quantize_act_mul_q8_1s");
-                assert_eq!(split, ones, "{:?}", lm.ctx.trace);
+                let split_q = count("quantize_act_q8_1s") + count("quantize_act_mul_q8_1s");
+                assert_eq!(split_q, on, "{:?}", lm.ctx.trace);
             } else {
                 assert_eq!(
                     (count("ggml_gemv_sa"), count("ggml_dequant_bf16")),

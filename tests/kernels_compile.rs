@@ -136,8 +136,8 @@ fn the_engine_one_row_gemv_does_not_spill() {
     let include = cuda::cuda_include_dir();
     let (_, log) = cuda::compile_with_log("ffn_ggml", "sm_90", include.as_deref(), &["-Xptxas=-v"])
         .unwrap_or_else(|e| panic!("{e}"));
-    // The one-row form and its few-row A/B form, both under the same register bound.
-    for entry in ["ggml_gemv1", "ggml_gemv_split"] {
+    // The one-row form and its few-row A/B forms, each under its register bound.
+    for entry in ["ggml_gemv1", "ggml_gemv_split", "ggml_gemv_split4"] {
         let at = log
             .find(&format!("Function properties for {entry}\n"))
             .unwrap_or_else(|| panic!("{entry}: no ptxas report:\n{log}"));

@@ -86,6 +86,14 @@ pub struct ModelLevers {
     /// decode of one row quantizes the down input inside the gate and up launch
     /// (`affine{4,8}_gemv_act`) instead of in `affine_quantize_act` after it.
     pub affine_fused_act: bool,
+    /// `METRALE_GGML_SPLIT_MAX_ROWS` over HARDWARE.toml `ggml_split_max_rows` (default 2): the
+    /// most rows (at most 4) the block-format engine's gate and up GEMV takes in its
+    /// split-activation forms (`ggml_gemv1`, `ggml_gemv_split`, then `ggml_gemv_split4`)
+    /// rather than `ggml_gemv_sa`.
+    pub ggml_split_max_rows: usize,
+    /// `METRALE_GGML_DOWN_SPLIT_MAX_ROWS` over HARDWARE.toml `ggml_down_split_max_rows`
+    /// (default 2): the same for its down projection.
+    pub ggml_down_split_max_rows: usize,
 }
 
 fn parse_hardware(text: &str) -> HashMap<String, String> {
@@ -162,6 +170,12 @@ impl ModelLevers {
                 0,
             ),
             affine_fused_act: flag_or("METRALE_AFFINE_FUSED_ACT", "affine_fused_act", false),
+            ggml_split_max_rows: num_or("METRALE_GGML_SPLIT_MAX_ROWS", "ggml_split_max_rows", 2),
+            ggml_down_split_max_rows: num_or(
+                "METRALE_GGML_DOWN_SPLIT_MAX_ROWS",
+                "ggml_down_split_max_rows",
+                2,
+            ),
         }
     }
 }
@@ -236,6 +250,8 @@ mod tests {
             ("METRALE_DQ_WGMMA", "0"),
             ("METRALE_DQ_WGMMA_MIN_ROWS", "65"),
             ("METRALE_FP8_W8A8_MIN_ROWS", "5"),
+            ("METRALE_GGML_SPLIT_MAX_ROWS", "4"),
+            ("METRALE_GGML_DOWN_SPLIT_MAX_ROWS", "1"),
         ]
         .into_iter()
         .map(|(a, b)| (a.into(), b.into()))
@@ -246,6 +262,12 @@ mod tests {
         assert!(l.w8a8_decode_gemv && !l.w8a8_wgmma && !l.fp8_w8a8 && !l.dq_wgmma);
         assert_eq!(l.dq_wgmma_min_rows, 65);
         assert_eq!(l.fp8_w8a8_min_rows, 5);
+        assert_eq!((d.ggml_split_max_rows, l.ggml_split_max_rows), (2, 4));
+        assert_eq!(
+            (d.ggml_down_split_max_rows, l.ggml_down_split_max_rows),
+            (4, 1),
+            "HARDWARE.toml: the down projection's split forms to four rows"
+        );
         let hw_on = ModelLevers::from_map(&HashMap::new(), "ffn_m16_tc = true # comment");
         assert!(hw_on.ffn_m16_tc);
     }

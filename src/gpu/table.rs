@@ -308,10 +308,10 @@ use crate::gpu::sizes::{
     AFFINE_GEMV_BLOCK_ROWS, AFFINE_GEMV_KS_BLOCK_ROWS, AFFINE_GEMV_WARPS, BF16_GEMV_ROWS,
     DQ_WGMMA_BM, DQ_WGMMA_BN, DQ_WGMMA_SMEM, DQ_WGMMA_THREADS, FP8_GEMV_ROWS, FP8_MMA_GEMV_ROWS,
     FP8_MMA_GEMV_WARPS, FP8_QUANT_THREADS, GGML_GEMV_MAX_M, GGML_GEMV_ROWS, GGML_GEMV_SPLIT_M,
-    GGML_GEMV1_WARPS, INT8_GEMV_M_ROWS, INT8_GEMV_ROWS, NVFP4_GEMV_ROWS as COLS,
-    NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS, Q4K_GEMV_ROWS, W8A8_WGMMA_BK,
-    W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM, W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM,
-    W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
+    GGML_GEMV_SPLIT4_M, GGML_GEMV1_WARPS, INT8_GEMV_M_ROWS, INT8_GEMV_ROWS,
+    NVFP4_GEMV_ROWS as COLS, NVFP4_GEMV_WARPS_DUAL, NVFP4_GEMV_WARPS_ONE, Q4K_GEMV_M_ROWS,
+    Q4K_GEMV_ROWS, W8A8_WGMMA_BK, W8A8_WGMMA_BM, W8A8_WGMMA_BN, W8A8_WGMMA_SMALL_BM,
+    W8A8_WGMMA_SMALL_BN, W8A8_WGMMA_SMALL_SMEM, W8A8_WGMMA_SMEM, W8A8_WGMMA_THREADS,
 };
 /// Threads per block of the NVFP4 decode GEMVs: one-projection and dual.
 const ONE_T: usize = 32 * NVFP4_GEMV_WARPS_ONE;
@@ -670,6 +670,10 @@ kernel_table! {
     ggml_gemv_split: "ffn_ggml" "ggml_gemv_split"
         ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
         grid(Per("n", GGML_GEMV1_WARPS), Per("projs", 1), 32 * GGML_GEMV1_WARPS), cap Some(GGML_GEMV_SPLIT_M), round None, dependent true;
+    // The same form for up to GGML_GEMV_SPLIT4_M rows.
+    ggml_gemv_split4: "ffn_ggml" "ggml_gemv_split4"
+        ("xq:p m:i w:p ty:i sc:f y:p w2:p ty2:i sc2:f y2:p projs:i n:i kp:i ldy:i")
+        grid(Per("n", GGML_GEMV1_WARPS), Per("projs", 1), 32 * GGML_GEMV1_WARPS), cap Some(GGML_GEMV_SPLIT4_M), round None, dependent true;
     ggml_dequant: "ffn_ggml" "ggml_dequant_bf16" ("w:p ty:i sc:f n:i kp:i out:p")
         // One thread per 32-value block: n * kp / 32 threads.
         grid(Rule(|a| Ok(a.dim("n")?

@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
         emu_launch(gx, gy, bx, [&] { ggml_gemv_sa((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13)); });
     else if (name == "ggml_gemv_split")
         emu_launch(gx, gy, bx, [&] { ggml_gemv_split((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13)); });
+    else if (name == "ggml_gemv_split4")
+        emu_launch(gx, gy, bx, [&] { ggml_gemv_split4((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13)); });
     else if (name == "ggml_gemv1")
         emu_launch(gx, gy, bx, [&] { ggml_gemv1((cu8)P(0), I(1), (cu8)P(2), I(3), F(4), (float*)P(5), (cu8)P(6), I(7), F(8), (float*)P(9), I(10), I(11), I(12), I(13)); });
     else if (name == "q4k_gemv")

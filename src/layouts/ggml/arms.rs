@@ -1,5 +1,6 @@
 //! The `ggml` arms: every projection through the block-format engine's GEMV (`ggml_gemv1` for
-//! one row and `ggml_gemv_split` for two, their activations split, `ggml_gemv_sa` for more)
+//! one row and `ggml_gemv_split` for two, their activations split, `ggml_gemv_sa` for more;
+//! the lever `ggml_split_max_rows` moves that bound, `ggml_gemv_split4` past two)
 //! over q8_1 activations
 //! (`quantize_act_q8_1`, `quantize_act_q8_1s`), at most
 //! `GGML_GEMV_MAX_M` rows a launch; past `GGML_PREFILL_MIN_ROWS` rows, each projection
@@ -9,7 +10,8 @@
 
 use crate::ffn::{Bf16Weight, DenseFfnLayer, ForwardContext, GgmlWeight, key};
 use crate::gpu::sizes::{
-    GGML_GEMV_MAX_M, GGML_GEMV_SPLIT_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES, Q8_1_ELEMS,
+    GGML_GEMV_MAX_M, GGML_GEMV_SPLIT_M, GGML_GEMV_SPLIT4_M, GGML_PREFILL_MIN_ROWS, Q8_1_BYTES,
+    Q8_1_ELEMS,
 };
 use crate::gpu::{DevicePtr, GpuResult};
 
@@ -52,20 +54,36 @@ impl DenseFfnLayer {
         m: usize,
     ) -> GpuResult<DevicePtr> {
         let w = *self.need(key::GGML)?;
-        // One or two rows: the activations split, for `ggml_gemv1` and `ggml_gemv_split`
-        // (kernels/ffn_q8_1.cu, `q8_1_at`).
-        let prep = if m <= GGML_GEMV_SPLIT_M {
-            (
-                Self::ggml_q8_1::<true> as Prepare,
-                Self::ggml_act_q8_1::<true> as PrepareAct,
-            )
-        } else {
-            (
-                Self::ggml_q8_1::<false> as Prepare,
-                Self::ggml_act_q8_1::<false> as PrepareAct,
-            )
+        // Up to the levers' rows (gate and up two, down four by default): the activations
+        // split, for `ggml_gemv1`, `ggml_gemv_split` and `ggml_gemv_split4`
+        // (kernels/ffn_q8_1.cu, `q8_1_at`); more, `ggml_gemv_sa` on q8_1 blocks.
+        let (gu, down) = Self::ggml_split_rows(ctx);
+        let prep = match m <= gu {
+            true => Self::ggml_q8_1::<true> as Prepare,
+            false => Self::ggml_q8_1::<false> as Prepare,
         };
-        self.ggml_chain(ctx, x, m, &w, prep, Self::ggml_gemv_project)
+        let prep_act = match m <= down {
+            true => Self::ggml_act_q8_1::<true> as PrepareAct,
+            false => Self::ggml_act_q8_1::<false> as PrepareAct,
+        };
+        let project = |split: bool| match split {
+            true => Self::ggml_gemv_project::<true> as Project,
+            false => Self::ggml_gemv_project::<false> as Project,
+        };
+        let projects = (project(m <= gu), project(m <= down));
+        self.ggml_chain(ctx, x, m, &w, (prep, prep_act), projects)
+    }
+
+    /// The most rows the GEMV takes with its activations split, for gate and up and for down:
+    /// the levers `ggml_split_max_rows` and `ggml_down_split_max_rows`, each from one
+    /// (`ggml_gemv1`) to `ggml_gemv_split4`'s rows.
+    fn ggml_split_rows(ctx: &ForwardContext) -> (usize, usize) {
+        let l = &ctx.levers;
+        let within = |r: usize| r.clamp(1, GGML_GEMV_SPLIT4_M);
+        (
+            within(l.ggml_split_max_rows),
+            within(l.ggml_down_split_max_rows),
+        )
     }
 
     /// Prefill: up to `GGML_PREFILL_MIN_ROWS - 1` rows on the engine's GEMV, more with each
@@ -85,12 +103,13 @@ impl DenseFfnLayer {
             Self::ggml_round as Prepare,
             Self::ggml_act_round as PrepareAct,
         );
-        self.ggml_chain(ctx, x, m, &w, prep, Self::ggml_dequant_project)
+        let project = Self::ggml_dequant_project as Project;
+        self.ggml_chain(ctx, x, m, &w, prep, (project, project))
     }
 
     /// Gate and up on the input prepared once, in one projection call (two, each on its own
     /// prepared input, where their padded rows differ), the act-mul, and down on its output
-    /// prepared.
+    /// prepared; `project` for gate and up, `project_down` for down.
     fn ggml_chain(
         &self,
         ctx: &mut ForwardContext,
@@ -98,7 +117,7 @@ impl DenseFfnLayer {
         m: usize,
         [g, u, d]: &[GgmlWeight; 3],
         (prepare, prepare_act): (Prepare, PrepareAct),
-        project: Project,
+        (project, project_down): (Project, Project),
     ) -> GpuResult<DevicePtr> {
         let (h, i) = (self.hidden, self.inter);
         let (go, uo, out) = (ctx.arena.gate_out, ctx.arena.up_out, ctx.arena.output);
@@ -111,7 +130,7 @@ impl DenseFfnLayer {
             project(self, ctx, u, None, (x, xu), m, uo, i)?;
         }
         let a = prepare_act(self, ctx, go, uo, m, i, d.kp)?;
-        project(self, ctx, d, None, a, m, out, h)?;
+        project_down(self, ctx, d, None, a, m, out, h)?;
         Ok(out.view(0, (m * h * 4) as u64))
     }
 
@@ -193,10 +212,10 @@ impl DenseFfnLayer {
         self.to_bf16(ctx, x, m * k)
     }
 
-    /// The engine's GEMV on the q8_1 rows `xq`, `GGML_GEMV_MAX_M` rows a launch, both
-    /// projections in one launch.
+    /// The engine's GEMV on the q8_1 rows `xq` (split where `SPLIT`), `GGML_GEMV_MAX_M` rows a
+    /// launch, both projections in one launch.
     #[allow(clippy::too_many_arguments)]
-    fn ggml_gemv_project(
+    fn ggml_gemv_project<const SPLIT: bool>(
         &self,
         ctx: &mut ForwardContext,
         w: &GgmlWeight,
@@ -214,16 +233,18 @@ impl DenseFfnLayer {
         for r0 in (0..m).step_by(GGML_GEMV_MAX_M) {
             let rows = (m - r0).min(GGML_GEMV_MAX_M);
             let xv = xq.view((r0 * row_q8) as u64, (rows * row_q8) as u64);
-            // One row (its activations split): stages by cp.async, more launch blocks an SM
-            // (`ggml_gemv1`); two: the same form for two rows (`ggml_gemv_split`); more: the
-            // activations shared by a launch block's warps (`ggml_gemv_sa`). Each the fastest
-            // form for its rows on an H100 (BENCHMARKS.md; at two rows `ggml_gemv_split` took
-            // 0.72-0.84x `ggml_gemv_sa`'s time on both llama-8B shapes for every type but IQ1_S
-            // and IQ1_M, 0.89-1.0x).
+            // Split activations: one row, stages by cp.async, more launch blocks an SM
+            // (`ggml_gemv1`); two, the same form for two rows (`ggml_gemv_split`); three or
+            // four, for four (`ggml_gemv_split4`). Blocks: the activations shared by a launch
+            // block's warps (`ggml_gemv_sa`). Each the fastest form for its rows and shape on
+            // an H100 (BENCHMARKS.md; at two rows `ggml_gemv_split` took 0.72-0.84x
+            // `ggml_gemv_sa`'s time on both llama-8B shapes for most types; at four on the down
+            // shape `ggml_gemv_split4` 0.82-0.92x, on the gate shape 0.82-1.12x).
             let call = match m {
                 1 => self.kernels.ggml_gemv1.call(),
+                _ if !SPLIT => self.kernels.ggml_gemv_sa.call(),
                 m if m <= GGML_GEMV_SPLIT_M => self.kernels.ggml_gemv_split.call(),
-                _ => self.kernels.ggml_gemv_sa.call(),
+                _ => self.kernels.ggml_gemv_split4.call(),
             };
             let call = call.ptr("xq", xv).dim("m", rows);
             let call = call.ptr("w", w.weight).dim("ty", w.ty as u32 as usize);

@@ -67,14 +67,17 @@ pub(crate) fn kernel_lines(
         for (shape, n, k) in SHAPES {
             for m in ROWS {
                 // The layer's form for the rows (`ggml_gemv1` for one, `ggml_gemv_sa` from two)
-                // beside `ggml_gemv` and, from two to `GGML_GEMV_SPLIT_M`, `ggml_gemv_split`
-                // (A/B).
+                // beside `ggml_gemv` and, from two to `GGML_GEMV_SPLIT_M`, `ggml_gemv_split`,
+                // from two to `GGML_GEMV_SPLIT4_M` `ggml_gemv_split4` (A/B).
                 let mut forms = match m {
                     1 => vec![("gemv", &ks.ggml_gemv), ("gemv1", &ks.ggml_gemv1)],
                     _ => vec![("gemv", &ks.ggml_gemv), ("gemv_sa", &ks.ggml_gemv_sa)],
                 };
                 if m > 1 && m <= GGML_GEMV_SPLIT_M {
                     forms.push(("gemv_split", &ks.ggml_gemv_split));
+                }
+                if m > 1 && m <= GGML_GEMV_SPLIT4_M {
+                    forms.push(("gemv_split4", &ks.ggml_gemv_split4));
                 }
                 for (form, gemv) in forms {
                     let t = gemv_time(b, &ks, gemv, &bufs, (w, ty), (n, k, m))?;
@@ -199,8 +202,10 @@ fn gemvs(name: &str, h: usize, i: usize) -> Vec<(u64, usize)> {
 /// Its arms on the llama-8B FFN shape: the GGUF blocks as stored, one GEMV for every type to
 /// 16 rows, BF16 dequantization then the BF16 GEMM from 17. llama.cpp's peer: ggml-peer.sh.
 #[rustfmt::skip]
-pub(crate) static ARMS: [BenchArm; 5] = [
+pub(crate) static ARMS: [BenchArm; 6] = [
     bench("ggml Q4_K_M (Q4_K gate and up, Q6_K down) GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q4_K, Q4_K, Q6_K]), &[], Some(ggml_bpe(Q4_K, Q6_K)), true).probe(gemvs),
+    // A/B: the down projection of 3 and 4 rows on `ggml_gemv_sa` (before session 35).
+    bench("ggml Q4_K_M, down on ggml_gemv_sa from 3 rows (A/B)", |b, l, w| install_ggml_types(b, l, w, [Q4_K, Q4_K, Q6_K]), &[("METRALE_GGML_DOWN_SPLIT_MAX_ROWS", "2")], Some(ggml_bpe(Q4_K, Q6_K)), false).probe(gemvs),
     bench("ggml Q4_K GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q4_K, Q4_K, Q4_K]), &[], Some(ggml_bpe(Q4_K, Q4_K)), true).probe(gemvs),
     bench("ggml Q5_0 GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q5_0, Q5_0, Q5_0]), &[], Some(ggml_bpe(Q5_0, Q5_0)), true).probe(gemvs),
     bench("ggml Q8_0 GEMV / dequant + BF16 GEMM", |b, l, w| install_ggml_types(b, l, w, [Q8_0, Q8_0, Q8_0]), &[], Some(ggml_bpe(Q8_0, Q8_0)), true).probe(gemvs),

@@ -20,7 +20,7 @@ const SECOND_SCALE: f32 = -0.375;
 /// projections in one launch beside the same weights as Q8_0: Q4_0, Q4_K and Q8_0 (this
 /// crate's quantizers) on each row count, the other types (random blocks) on one row and on
 /// a launch's most; `ggml_gemv_sa` on the same rows, `ggml_gemv_split` on those up to
-/// `GGML_GEMV_SPLIT_M` and `ggml_gemv1` on one, every type; and each type's dequantization.
+/// `GGML_GEMV_SPLIT_M`, `ggml_gemv_split4` on those from two to `GGML_GEMV_SPLIT4_M` and `ggml_gemv1` on one, every type; and each type's dequantization.
 pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
     let (n, k, b) = (c.n, c.k, c.b.as_ref());
     let kk = c.kk;
@@ -63,6 +63,11 @@ pub(crate) fn ggml_rows(c: &Case, rows: &mut Vec<Row>) -> GpuResult<()> {
                 ms.iter()
                     .filter(|&&m| m <= GGML_GEMV_SPLIT_M)
                     .map(|&m| ("ggml_gemv_split", kk.ggml_gemv_split, m)),
+            )
+            .chain(
+                ms.iter()
+                    .filter(|&&m| m > 1 && m <= GGML_GEMV_SPLIT4_M)
+                    .map(|&m| ("ggml_gemv_split4", kk.ggml_gemv_split4, m)),
             )
             .chain(ms.contains(&1).then_some(("ggml_gemv1", kk.ggml_gemv1, 1)));
         for (name, gemv, m) in runs.collect::<Vec<_>>() {

@@ -10,7 +10,7 @@ use crate::gpu::table::{Args, KernelSpec};
 use crate::gpu::{GpuError, GpuResult};
 
 /// The GEMV forms whose activations are split (`quantize_act_q8_1s`).
-pub(crate) const SPLIT_FORMS: [&str; 2] = ["ggml_gemv1", "ggml_gemv_split"];
+pub(crate) const SPLIT_FORMS: [&str; 3] = ["ggml_gemv1", "ggml_gemv_split", "ggml_gemv_split4"];
 
 impl HostBackend {
     /// `ggml_gemv`: each of the `m` rows of q8_1 blocks (split for `SPLIT_FORMS`) through the
@@ -70,7 +70,13 @@ impl HostBackend {
 /// Its kernels' host twins, by the kernel names each serves (`gpu::host`'s table).
 pub(crate) static TWINS: &[(&[&str], Twin)] = &[
     (
-        &["ggml_gemv", "ggml_gemv_sa", "ggml_gemv1", "ggml_gemv_split"],
+        &[
+            "ggml_gemv",
+            "ggml_gemv_sa",
+            "ggml_gemv1",
+            "ggml_gemv_split",
+            "ggml_gemv_split4",
+        ],
         HostBackend::ggml_gemv,
     ),
     (&["ggml_dequant_bf16"], HostBackend::ggml_dequant_bf16),

@@ -742,3 +742,15 @@ extern "C" __global__ void __launch_bounds__(32 * MP_GGML_GEMV1_WARPS, MP_GGML_G
     ggml_gemv_any<MP_GGML_GEMV_SPLIT_M, MP_GGML_GEMV1_BUFS, false, true>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp,
                                                                          ldy, stages[threadIdx.x >> 5], nullptr);
 }
+// The same form for up to MP_GGML_GEMV_SPLIT4_M rows (`ggml_gemv_split4`), registers for
+// MP_GGML_GEMV1_BLOCKS launch blocks an SM (32 warps: one wave of the llama-8B down
+// projection's 4096 rows on 132 SMs). For eight rows the form (85 registers, 24 warps an SM)
+// measured slower than `ggml_gemv_sa` on the down shape (H200, session 35).
+extern "C" __global__ void __launch_bounds__(32 * MP_GGML_GEMV1_WARPS, MP_GGML_GEMV1_BLOCKS) ggml_gemv_split4(
+    const unsigned char* xq, int m, const unsigned char* w, int ty, float sc, float* y, const unsigned char* w2,
+    int ty2, float sc2, float* y2, int projs, int n, int kp, int ldy) {
+    pdl_trigger();
+    __shared__ __align__(16) unsigned char stages[MP_GGML_GEMV1_WARPS][MP_GGML_GEMV1_BUFS * GGML_STAGE_STRIDE];
+    ggml_gemv_any<MP_GGML_GEMV_SPLIT4_M, MP_GGML_GEMV1_BUFS, false, true>(xq, m, w, ty, sc, y, w2, ty2, sc2, y2, n, kp,
+                                                                          ldy, stages[threadIdx.x >> 5], nullptr);
+}

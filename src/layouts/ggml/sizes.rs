@@ -17,6 +17,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MP_GGML_GEMV_SPLIT_M", GGML_GEMV_SPLIT_M),
     ("MP_GGML_GEMV1_BUFS", GGML_GEMV1_BUFS),
     ("MP_GGML_GEMV1_BLOCKS", GGML_GEMV1_BLOCKS),
+    ("MP_GGML_GEMV_SPLIT4_M", GGML_GEMV_SPLIT4_M),
     ("MP_GGML_QK_K", GGML_QK_K),
     ("MP_GGML_Q4_0_BYTES", GGML_Q4_0_BYTES),
     ("MP_GGML_Q4_1_BYTES", GGML_Q4_1_BYTES),
@@ -73,6 +74,9 @@ pub mod consts {
     /// Launch blocks of the one-row GEMV (`ggml_gemv1`) per SM its registers leave room for
     /// (`__launch_bounds__`: 65536 / (128 * 8) = 64 registers a thread, none spilled).
     pub const GGML_GEMV1_BLOCKS: usize = 8;
+    /// Activation rows of the split form's larger size (`ggml_gemv_split4`, under the
+    /// one-row GEMV's register bound).
+    pub const GGML_GEMV_SPLIT4_M: usize = 4;
     /// Values per block of the 32-value types (ggml's `QK4_0` .. `QK8_0`).
     pub const GGML_QK: usize = q8_0::Q8_0::BLOCK_ELEMS;
     /// Values per K-quant super-block (ggml's `QK_K`).
