@@ -759,3 +759,37 @@ fn ramped_and_whole_first_chunks_copy_every_byte_and_the_side_job_sees_the_pack(
         b.free(lp.arena);
     }
 }
+
+/// An engine's default options take the process's `METRALE_*` levers over the hardware
+/// defaults (docs/runtime.md: `METRALE_DQ_WGMMA=0` and the like): this test's binary run again
+/// with two levers set (the child checks them; a test may not set its own environment).
+#[test]
+fn default_engine_options_read_the_levers_of_the_environment() {
+    let levers = loader::EngineOptions::default().levers;
+    if std::env::var_os("METRALE_LEVER_CHILD").is_some() {
+        assert_eq!(levers.ggml_down_split_max_rows, 1);
+        assert!(!levers.dq_wgmma);
+        return;
+    }
+    assert!(
+        levers.dq_wgmma,
+        "HARDWARE.toml's default without the variable"
+    );
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "default_engine_options_read_the_levers_of_the_environment",
+        ])
+        .env("METRALE_LEVER_CHILD", "1")
+        .env("METRALE_GGML_DOWN_SPLIT_MAX_ROWS", "1")
+        .env("METRALE_DQ_WGMMA", "0")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

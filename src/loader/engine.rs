@@ -37,7 +37,8 @@ pub struct EngineOptions {
     pub load: LoadOptions,
     /// The most rows one forward call takes: the scratch arena is sized for it.
     pub max_tokens: usize,
-    /// Routing levers (default: this machine's).
+    /// Routing levers (default: this machine's, under the process's `METRALE_*` variables,
+    /// `ModelLevers::from_env`, as docs/runtime.md documents them).
     pub levers: ModelLevers,
     /// After the copy, read every device tensor back from the device and every host tensor from
     /// the file, and compare each with the manifest's xxh3 (a reload in place of the copy).
@@ -51,7 +52,7 @@ impl Default for EngineOptions {
         EngineOptions {
             load: LoadOptions::default(),
             max_tokens: 1,
-            levers: ModelLevers::default(),
+            levers: ModelLevers::from_env(),
             verify_checksums: false,
             trace: false,
         }
