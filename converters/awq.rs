@@ -7,7 +7,7 @@
 //! `g = k / G`. AutoAWQ computes that in F16 (one rounding); the f32 decode here is exact
 //! (a 4-bit difference times an F16 scale), so rounding it to F16 gives the library's bits.
 
-use super::affine::{AffineError, AffineGroups, IntSource};
+use super::int_source::{IntWeight, by_output};
 
 /// The nibble that holds column offset `o` of a word: the inverse of AWQ's packing order.
 pub const NIBBLE_OF: [usize; 8] = [0, 4, 1, 5, 2, 6, 3, 7];
@@ -47,28 +47,27 @@ pub fn codes(
     (q, z)
 }
 
-/// The weight `[n, k]` as affine integer groups of `group` values (`AffineGroups::from_int`:
-/// `s * (q - z)`, AutoAWQ's decode before its F16 rounding), from `qweight [k, n/8]` and
-/// `qzeros [k/group, n/8]` words and the `scales [k/group, n]` as f32.
-pub fn to_groups(
+/// The weight `[n, k]` as 4-bit integer groups of `group` values (`s * (q - z)`, AutoAWQ's
+/// decode before its F16 rounding), from `qweight [k, n/8]` and `qzeros [k/group, n/8]` words
+/// and the `scales [k/group, n]` as f32.
+pub fn to_int(
     qweight: &[u8],
     qzeros: &[u8],
     scales: &[f32],
     [n, k]: [usize; 2],
     group: usize,
-) -> Result<AffineGroups, AffineError> {
+) -> IntWeight {
     let groups = k.checked_div(group).unwrap_or(0);
     let (codes, zeros) = self::codes(qweight, qzeros, n, k, groups);
-    let scales = super::affine::by_output(scales, n, groups);
-    AffineGroups::from_int(&IntSource {
+    IntWeight {
         bits: 4,
         group,
         rows: n,
         cols: k,
-        codes: &codes,
-        scales: &scales,
-        zeros: &zeros,
-    })
+        codes,
+        scales: by_output(scales, n, groups),
+        zeros,
+    }
 }
 
 /// Pack 4-bit codes `[n, k]` (output rows) and zero points `[n, groups]` as AutoAWQ stores

@@ -12,13 +12,12 @@
 //!   fields, and its two decoders then disagree (`qlinear_cuda_old` masks after the +1,
 //!   `qlinear_cuda` before): such a field is refused, naming row and group.
 //! - Without act-order (`desc_act: false`) `g_idx[i] = i / group`; with it the groups follow
-//!   the Hessian's order and `g_idx` is any map with `group` channels a group. [`to_groups`]
-//!   then sorts the channels by group (stably) so that groups are contiguous and records the
-//!   permutation (`AffineGroups::perm`): the kernels gather the activations through it.
+//!   the Hessian's order and `g_idx` is any map with `group` channels a group, which [`to_int`]
+//!   returns beside the codes (a layout that carries act-order sorts the channels by it).
 //! - The library computes `w` in F16 (one rounding); every `s * (q - z)` with `|q - z| < 2^8`
 //!   and an F16 scale is exact in f32, so [`decode`] gives its f32 decode bit for bit.
 
-use super::affine::{AffineError, AffineGroups, IntSource};
+use super::int_source::{IntWeight, by_output};
 
 /// The code widths whose codes stay inside one word (3 is GPTQ's other width).
 pub const BITS: [u32; 3] = [2, 4, 8];
@@ -92,11 +91,11 @@ pub fn codes(
     Ok((q, z))
 }
 
-/// The weight `[n, k]` as affine integer groups of `group` values (`k` for one group a row),
-/// from the packed tensors, the `scales [k / group, n]` as f32 and each input channel's group
-/// `g_idx` (checked below the groups): in group order as stored, with act-order the columns
-/// sorted by group ([`AffineGroups::from_int_grouped`]; every group must hold `group`).
-pub fn to_groups(
+/// The weight `[n, k]` as integer groups of `group` values (`k` for one group a row), from
+/// the packed tensors and the `scales [k / group, n]` as f32, in group order as stored, and
+/// each input channel's group `g_idx` as given (with act-order not in order: a layout sorts
+/// the columns by it, and checks it below the groups).
+pub fn to_int(
     qweight: &[u8],
     qzeros: &[u8],
     scales: &[f32],
@@ -104,24 +103,22 @@ pub fn to_groups(
     bits: u32,
     [n, k]: [usize; 2],
     group: usize,
-) -> Result<AffineGroups, GptqError> {
+) -> Result<(IntWeight, Vec<u32>), GptqError> {
     let groups = k.checked_div(group).unwrap_or(0);
     let (codes, zeros) = self::codes(qweight, qzeros, bits, [n, k], groups)?;
-    let scales = super::affine::by_output(scales, n, groups);
-    let src = IntSource {
+    let w = IntWeight {
         bits,
         group,
         rows: n,
         cols: k,
-        codes: &codes,
-        scales: &scales,
-        zeros: &zeros,
+        codes,
+        scales: by_output(scales, n, groups),
+        zeros,
     };
-    let group_of: Vec<u32> = g_idx.iter().map(|&g| g as u32).collect();
-    Ok(AffineGroups::from_int_grouped(&src, &group_of)?)
+    Ok((w, g_idx.iter().map(|&g| g as u32).collect()))
 }
 
-/// Why a GPTQ weight is not carried as affine groups.
+/// Why a GPTQ weight is not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GptqError {
     /// A v1 zero point field of all ones.
@@ -131,9 +128,6 @@ pub enum GptqError {
         .0.group
     )]
     Zero(AmbiguousZero),
-    /// What the affine groups refuse.
-    #[error(transparent)]
-    Affine(#[from] AffineError),
 }
 
 impl From<AmbiguousZero> for GptqError {

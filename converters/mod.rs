@@ -21,6 +21,7 @@ pub mod fp8;
 pub mod fp8_block;
 pub mod fp8_row;
 pub mod gptq;
+pub mod int_source;
 pub mod iq1;
 pub mod iq2;
 pub mod iq3;

@@ -484,6 +484,7 @@ fn finalize_affine_gptq_load_builds_the_converters_bytes_from_autogptq_tensors()
 fn the_test_encoder_packs_what_the_reader_carries_at_every_width() {
     // `testing::gptq_tensors` (the GPU carry's check rows) packs the source's own codes; the
     // reader's groups of them equal the encoder's, 2-bit codes moved to the middle of 4 bits.
+    use metrale_pack::converters::affine::AffineGroups;
     use metrale_pack::converters::{f16, gptq};
     let (n, k, group) = (32usize, 256usize, 128usize);
     let x = metrale_pack::testing::Rand(47).vec(n * k, 1.0);
@@ -494,7 +495,9 @@ fn the_test_encoder_packs_what_the_reader_carries_at_every_width() {
             .chunks_exact(2)
             .map(|h| f16::to_f32(u16::from_le_bytes([h[0], h[1]])))
             .collect();
-        let read = gptq::to_groups(&qw, &qz, &scales, &in_order, bits, [n, k], group).unwrap();
+        let (int, group_of) =
+            gptq::to_int(&qw, &qz, &scales, &in_order, bits, [n, k], group).unwrap();
+        let read = AffineGroups::from_int_grouped(&int.source(), &group_of).unwrap();
         assert!(read.codes == g.codes && read.terms == g.terms, "{bits}");
         assert_eq!(read.decode(), g.decode(), "{bits}");
     }

@@ -28,20 +28,22 @@ pub struct Arena {
     /// The LoRA delta of one projection, `[max_tokens, max(hidden, inter)]` f32.
     pub lora_delta: DevicePtr,
     /// q8_1 activation blocks, `[max_tokens, kmax / 32]` (`DenseFfnLayer::quantize_q8_1`: the
-    /// arms that multiply int8 activations, `q2g128`, `q4k_mmq`'s MMQ and `ggml`).
+    /// arms that multiply int8 activations in llama.cpp's q8_1 blocks).
     pub act_q8_1: DevicePtr,
-    /// BF16 scratch of one projection dequantized for a prefill (`q2g128`, `affine`, `ggml`).
+    /// BF16 scratch of one projection dequantized for a prefill (the arms that dequantize their
+    /// weights for the BF16 GEMM).
     pub dequant_bf16: DevicePtr,
     /// FP8 activation codes `[max_tokens, kp_max]` and their row scales `[max_tokens]` (W8A8).
     pub act_codes: DevicePtr,
     /// Activation scales (f32) of the quantizing arms: per row, or per row and 128-column group;
-    /// for the affine GEMVs' codes (in `act_codes`) 4 per 32-column group of up to
+    /// for int8 codes per 32 columns (in `act_codes`) 4 per group of up to
     /// [`AFFINE_GEMV_MAX_ROWS`] rows.
     pub act_scale: DevicePtr,
     /// BF16 activations `[max_tokens, max(hidden, inter)]` for the cuBLAS arm.
     pub act_bf16: DevicePtr,
-    /// The affine decode's down input quantized inside the gate and up GEMVs
-    /// (`affine{4,8}_gemv_act`), one row: codes `[kmax]`, then scales `[kmax / 32 x 4]` f32,
+    /// A one-row decode's down input quantized inside its gate and up GEMVs (an arm that fuses
+    /// the act-mul's quantization into them), one row: codes `[kmax]`, then scales
+    /// `[kmax / 32 x 4]` f32,
     /// then the arrival counters `[kmax / 32]` u32 (zero between calls): [`Arena::act_down_parts`].
     pub act_down: DevicePtr,
 }

@@ -27,7 +27,7 @@ fn dependent_kernels_are_those_that_wait() {
         assert_eq!(s.dependent, waits, "{}::{} dependent", s.module, s.name);
         marked += usize::from(s.dependent);
     }
-    // The decode chains' kernels (act, BF16, FP8, NVFP4 and affine GEMVs, affine quantizer).
+    // The decode chains' kernels (the act-mul, the layouts' GEMVs and activation quantizers).
     assert!(marked >= 27, "{marked} dependent kernels");
 }
 

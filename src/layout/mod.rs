@@ -46,7 +46,8 @@ pub trait LayoutSpec: Sync {
     fn part_bytes(&self, part: &str, padded: [u64; 2], rank: u64) -> Option<u64>;
 
     /// The byte size of `part` for padded shape `[np, kp]` given the blob's recorded scalars
-    /// (`affine`'s `bits` and `group` size its parts); by default [`LayoutSpec::part_bytes`]
+    /// (a layout whose parts' sizes follow its recorded `bits` and `group`); by default
+    /// [`LayoutSpec::part_bytes`]
     /// with the LoRA `rank` (0 without one).
     fn part_bytes_with(
         &self,

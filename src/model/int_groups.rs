@@ -4,7 +4,8 @@
 //! `converters::ct_int`).
 
 use super::*;
-use crate::converters::affine::{AffineGroups, IntSource, group_carried};
+use crate::converters::affine::{AffineGroups, group_carried};
+use crate::converters::int_source::IntSource;
 use crate::converters::{awq, ct_int, gptq};
 
 impl Model {
@@ -163,7 +164,7 @@ impl Model {
             } => {
                 let s = self.floats(scales, "scales")?;
                 let (qw, qz) = (self.data(qweight), self.data(qzeros));
-                awq::to_groups(qw, qz, &s, [n, k], group)
+                AffineGroups::from_int(&awq::to_int(qw, qz, &s, [n, k], group).source())
             }
             FfnWeight::Gptq {
                 qweight,
@@ -175,9 +176,9 @@ impl Model {
                 let s = self.floats(scales, "scales")?;
                 let (qw, qz) = (self.data(qweight), self.data(qzeros));
                 let g_idx = self.gptq_g_idx(w, k, k / group);
-                return gptq::to_groups(qw, qz, &s, &g_idx, bits, [n, k], group)
-                    .map(Some)
-                    .map_err(|e| self.qerr(w.main(), format!("as affine integer groups: {e}")));
+                let (int, group_of) = gptq::to_int(qw, qz, &s, &g_idx, bits, [n, k], group)
+                    .map_err(|e| self.qerr(w.main(), format!("as affine integer groups: {e}")))?;
+                AffineGroups::from_int_grouped(&int.source(), &group_of)
             }
             FfnWeight::CtInt { scale, bits, .. } => {
                 let half = 1i32 << (bits - 1);

@@ -3,11 +3,11 @@
 use crate::check::bench::{BenchArm, KernelLines, SmallArm, bench};
 use crate::check::bench_decode::part;
 use crate::check::bench_decode::{kernel_line, per_call, probe_time};
-use crate::converters::affine::Form;
 use crate::converters::layouts::affine::Scheme;
 use crate::gpu::sizes::*;
 use crate::gpu::table::{Kernel, Kernels};
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, upload_f32};
+use crate::layouts::affine::groups::Form;
 use crate::testing::*;
 
 /// 4-bit codes and a 4-byte scale pair per 32 values.

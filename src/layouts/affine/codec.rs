@@ -13,9 +13,9 @@
 //! ggml's Q8_0 reference rule (`converters/q8_0.rs`) and carried from that.
 
 use crate::GgmlType;
-use crate::converters::affine::{AffineError, AffineGroups, Form, GGML_GROUP, code_at};
 use crate::converters::f16;
 use crate::converters::layouts::{Encoded, round_up};
+use crate::layouts::affine::groups::{AffineError, AffineGroups, Form, GGML_GROUP, code_at};
 
 /// K alignment: a multiple of every group this layout stores and of the kernels' 128-value
 /// chunks.
@@ -48,7 +48,7 @@ impl Scheme {
         matches!(self.bits, 4 | 8)
             && kp.is_multiple_of(K_ALIGN)
             && self.group.is_multiple_of(GGML_GROUP)
-            && crate::converters::affine::group_carried(self.group, kp)
+            && crate::layouts::affine::groups::group_carried(self.group, kp)
     }
 
     /// How far the kernels shift a 32-value group's index right for its pair's: log2 of the

@@ -29,6 +29,7 @@
 
 use crate::GgmlType;
 use crate::converters::f16;
+pub use crate::converters::int_source::{IntSource, by_output};
 
 /// Values per group of the GGUF formats this codec carries, and the least group of any source.
 pub const GGML_GROUP: usize = 32;
@@ -242,36 +243,9 @@ pub fn carried_bits(ty: GgmlType) -> Option<u32> {
     }
 }
 
-/// Per-group values stored `[groups, n]` (a checkpoint's scales, AutoAWQ's and GPTQ's: one
-/// row a group) as `[n, groups]` (one row an output, as [`IntSource`] takes them).
-pub fn by_output(v: &[f32], n: usize, groups: usize) -> Vec<f32> {
-    (0..n * groups)
-        .map(|i| v[(i % groups) * n + i / groups])
-        .collect()
-}
-
 /// The stored code width of a source with `bits`-bit codes (1 to 8): 4 up to 4 bits, else 8.
 pub fn stored_bits(bits: u32) -> u32 {
     if bits <= 4 { 4 } else { 8 }
-}
-
-/// An integer source's weight in its own terms: `w[r, c] = s[r, g] * (q[r, c] - z[r, g])` with
-/// `g = c / group`, codes and zero points unsigned below `2^bits`.
-pub struct IntSource<'a> {
-    /// The source's bits per code (1 to 8).
-    pub bits: u32,
-    /// Values per group (`cols` for one group a row).
-    pub group: usize,
-    /// Rows.
-    pub rows: usize,
-    /// Values per row.
-    pub cols: usize,
-    /// Codes `[rows, cols]`, one a byte.
-    pub codes: &'a [u8],
-    /// Scales `[rows, cols / group]` (F16, BF16 or F32 values, exact in f32).
-    pub scales: &'a [f32],
-    /// Zero points `[rows, cols / group]`.
-    pub zeros: &'a [u32],
 }
 
 impl IntSource<'_> {

@@ -135,7 +135,8 @@ impl HostBackend {
             .chunks_exact(2)
             .map(|h| crate::converters::f16::to_f32(u16::from_le_bytes([h[0], h[1]])))
             .collect();
-        match crate::converters::awq::to_groups(&qw, &qz, &scales, [n, kk], group) {
+        let int = crate::converters::awq::to_int(&qw, &qz, &scales, [n, kk], group);
+        match super::groups::AffineGroups::from_int(&int.source()) {
             Ok(g) => {
                 let e = crate::converters::layouts::affine::from_groups(&g);
                 if e.padded[1] != kp {
@@ -155,7 +156,8 @@ impl HostBackend {
     /// refuses sets `bad` as the kernel does (1 a scale not finite, 2 a zero point field of all
     /// ones, 4 a `g_idx` out of group order), the outputs then undefined.
     pub(crate) fn affine_from_gptq(&self, _spec: &KernelSpec, a: &Args) -> GpuResult<()> {
-        use crate::converters::{affine::AffineError, gptq};
+        use super::groups::{AffineError, AffineGroups};
+        use crate::converters::gptq;
         let (n, kk, kp, group) = (a.dim("n")?, a.dim("k")?, a.dim("kp")?, a.dim("group")?);
         let bits = a.dim("bits")? as u32;
         let groups = kk / group.max(1);
@@ -193,8 +195,10 @@ impl HostBackend {
             .map(|h| crate::converters::f16::to_f32(u16::from_le_bytes([h[0], h[1]])))
             .collect();
         let in_order: Vec<i32> = (0..kk).map(|i| (i / group.max(1)) as i32).collect();
-        match gptq::to_groups(&qw, &qz, &scales, &in_order, bits, [n, kk], group) {
-            Ok(g) if flag == 0 => {
+        let groups = gptq::to_int(&qw, &qz, &scales, &in_order, bits, [n, kk], group)
+            .map(|(int, group_of)| AffineGroups::from_int_grouped(&int.source(), &group_of));
+        match groups {
+            Ok(Ok(g)) if flag == 0 => {
                 let e = crate::converters::layouts::affine::from_groups(&g);
                 if e.padded[1] != kp {
                     return Err(GpuError::Invalid(format!(
@@ -205,10 +209,10 @@ impl HostBackend {
                 self.write(a.ptr("codes")?, 0, &e.parts[0].1)?;
                 return self.write(a.ptr("sb")?, 0, &e.parts[1].1);
             }
-            Ok(_) => {}
+            Ok(Ok(_)) => {}
             Err(gptq::GptqError::Zero(_)) => flag |= 2,
-            Err(gptq::GptqError::Affine(AffineError::NonFinite { .. })) => flag |= 1,
-            Err(e) => return Err(GpuError::Invalid(format!("affine_from_gptq: {e}"))),
+            Ok(Err(AffineError::NonFinite { .. })) => flag |= 1,
+            Ok(Err(e)) => return Err(GpuError::Invalid(format!("affine_from_gptq: {e}"))),
         }
         self.write(a.ptr("bad")?, 0, &flag.to_le_bytes())
     }

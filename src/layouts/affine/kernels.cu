@@ -567,7 +567,7 @@ extern "C" __global__ void affine_from_awq(const unsigned int* __restrict__ qwei
 // v1 zero point is the field plus one; F16 scales [k / group, n]; g_idx [k] or null) of [n, k]
 // to the affine layout's zero form 1 at sbits (4 for 2 and 4 bits, else 8): codes [n, kp] and
 // per stored group of sgroup values the pair (half s, half z), the converter's bytes
-// (converters/gptq.rs `to_groups`, layouts/affine.rs `from_groups`). sgroup as in
+// (converters/gptq.rs `to_int`, then groups.rs `from_int_grouped` and codec.rs `from_groups`). sgroup as in
 // affine_from_awq. *bad gets 1 for a scale that is not finite, 2 for a zero point field of all
 // ones, 4 for a g_idx entry other than c / group (act-order): the converter refuses each. One
 // thread per 32 values of a row. Grid ceil(n * kp / 32 / 256), block 256.

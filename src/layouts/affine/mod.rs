@@ -8,7 +8,7 @@
 //! - `check_layers.rs`: its `gpu-check` layer arms (harness only);
 //! - `check_load.rs`: its `gpu-check` load rows and start-up arms (harness only);
 //! - `codec.rs`: its bytes: encode and decode, pure CPU (`converters::layouts::affine`);
-//! - `groups.rs`: its integer groups (`converters::affine`);
+//! - `groups.rs`: its integer groups (taking `converters::int_source` from the readers);
 //! - `host.rs`: the host backend's calls of its twins;
 //! - `kernels.rs`: its CUDA modules by name (`gpu::kernels`);
 //! - `runtime.rs`: its weight type, key, validators, install, arm rows and named arms (`ffn`

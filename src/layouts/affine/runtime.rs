@@ -6,10 +6,10 @@ use crate::ffn::layouts::Runtime;
 use crate::ffn::weights::{projection_weight, refuse};
 use crate::ffn::*;
 
-use crate::converters::affine::{Form, carried_bits};
 use crate::converters::layouts::affine::{self, Scheme};
 use crate::gpu::sizes::AFFINE_GROUP;
 use crate::gpu::{DevicePtr, GpuResult};
+use crate::layouts::affine::groups::{Form, carried_bits};
 
 use crate::ffn::routing::always;
 
@@ -287,7 +287,7 @@ impl DenseFfnLayer {
                 .checked_mul(x.n as u64 * 2)
                 .is_some_and(|b| b <= x.scales.bytes);
             if !x.n.is_multiple_of(8)
-                || !crate::converters::affine::group_carried(x.group, x.k)
+                || !crate::layouts::affine::groups::group_carried(x.group, x.k)
                 || !fits(x.qweight.bytes, x.k)
                 || !fits(x.qzeros.bytes, groups)
                 || !scales_fit
@@ -345,7 +345,7 @@ impl DenseFfnLayer {
             let fits = matches!(x.bits, 4 | 8)
                 && x.n.is_multiple_of(per)
                 && x.k.is_multiple_of(per)
-                && crate::converters::affine::group_carried(x.group, x.k)
+                && crate::layouts::affine::groups::group_carried(x.group, x.k)
                 && holds(words((x.k / per) as u64, x.n), x.qweight)
                 && holds(words(groups, x.n / per), x.qzeros)
                 && holds(groups.checked_mul(x.n as u64 * 2), x.scales)
@@ -359,8 +359,11 @@ impl DenseFfnLayer {
                     ),
                 ));
             }
-            let (kp, scheme) =
-                zero_form(crate::converters::affine::stored_bits(x.bits), x.group, x.k);
+            let (kp, scheme) = zero_form(
+                crate::layouts::affine::groups::stored_bits(x.bits),
+                x.group,
+                x.k,
+            );
             let x = *x;
             plans.push(Carry {
                 n: x.n,

@@ -20,7 +20,7 @@ pub mod consts {
     use crate::converters::{block_bytes, q4_0::Q4_0, q4_1::Q4_1, q8_0::Q8_0};
 
     /// Values per group of the `affine` layout (its half scale and offset; GGUF's 32-value blocks).
-    pub const AFFINE_GROUP: usize = crate::converters::affine::GGML_GROUP;
+    pub const AFFINE_GROUP: usize = crate::layouts::affine::groups::GGML_GROUP;
 
     /// Bytes of the GGUF blocks `affine_from_ggml` carries (ggml-common.h): Q4_0 `f16 d, qs[16]`,
     /// Q4_1 `f16 d, f16 m, qs[16]`, Q8_0 `f16 d, i8 qs[32]`.

@@ -3,13 +3,13 @@
 //! (`groups.rs`), for the affine arms.
 
 use crate::GgmlType;
-use crate::converters::affine::{AffineGroups, Form, GGML_GROUP};
 use crate::converters::layouts::affine::{self, Scheme};
 use crate::error::{Error, Result};
 use crate::ffn::AffineWeight;
 use crate::ffn::{LayerOverlays, key};
 use crate::gpu::DevicePtr;
 use crate::layout::*;
+use crate::layouts::affine::groups::{AffineGroups, Form, GGML_GROUP};
 use crate::manifest::ConvertOptions;
 use crate::model::DType;
 use crate::model::{FfnWeight, Model};

@@ -1,10 +1,10 @@
 //! Test sources and installs for the `affine` layout: the source kinds its checks and tests
 //! imitate, a round-to-nearest integer encoder, AutoAWQ packing of it, and the overlay's install.
 
-use crate::converters::affine::{AffineGroups, Form, IntSource};
 use crate::converters::layouts::{self, Encoded};
 use crate::ffn::{AffineWeight, DenseFfnLayer};
 use crate::gpu::{DevicePtr, GpuBackend, GpuResult, alloc_upload};
+use crate::layouts::affine::groups::{AffineGroups, Form, IntSource};
 use crate::testing::*;
 
 /// Which source an `affine` test weight imitates.

@@ -2,12 +2,12 @@
 //! order gather): part of the kernels' numerics contract (`gpu::reference`, mounted there and re-
 //! exported).
 
-use crate::converters::affine::{Form, code_at};
 use crate::converters::bf16;
 use crate::converters::layouts::affine::{Scheme, pair_at};
 use crate::gpu::reference::warp_group_q8;
 use crate::gpu::reference::*;
 use crate::gpu::sizes::*;
+use crate::layouts::affine::groups::{Form, code_at};
 use rayon::prelude::*;
 
 /// The `(s, t)` pair of value `c` of row `j` of an `affine` blob (t the offset or zero point).

@@ -54,8 +54,9 @@ pub mod consts {
     /// Weight rows per block of `ggml_gemv` (8 warps of one row).
     pub const GGML_GEMV_ROWS: usize = 8;
     /// The fewest prefill rows that take the dequantization and the BF16 GEMM rather than the
-    /// GEMV (which reads the weights once per 4 rows): `affine`'s crossover, measured on the
-    /// H200 for its own GEMVs (BENCHMARKS.md); not yet measured for this engine.
+    /// GEMV (which reads the weights once per 4 rows): the crossover measured on the H200 for
+    /// the integer-group GEMVs over int8 activations (BENCHMARKS.md); not yet measured for this
+    /// engine.
     pub const GGML_PREFILL_MIN_ROWS: usize = 17;
     /// Values per stage of `ggml_gemv` (a warp reads its row into shared memory a stage at a
     /// time): 64 blocks of 32, 8 super-blocks.
