@@ -136,8 +136,8 @@ fn bnb4_as_bf16(m: &Model, dir: &Path, out: &Path) {
 /// NF4 converts by default to `ggml`'s own NF4 blocks (the absmax, double quantization undone,
 /// as f32 per 64 values; the codes re-laid), LLM.int8 to Q8_0 blocks (d = SCB, output scale
 /// 1/127; the codes byte for byte), both decoding to bitsandbytes' own values bit for bit, and
-/// NF4 with `bf16` too. FP4: no layout keeps it, so the default convert refuses, naming the
-/// format; `bf16` converts it.
+/// NF4 with `bf16` too. FP4: no layout keeps it, so the default convert (the command line's
+/// and the library's) refuses, naming the format; `bf16` converts it.
 #[test]
 fn bitsandbytes_fixtures_convert_or_are_refused_by_name() {
     let tmp = tempfile::tempdir().unwrap();
@@ -153,6 +153,13 @@ fn bitsandbytes_fixtures_convert_or_are_refused_by_name() {
                 .refusal
                 .unwrap_or_else(|| panic!("{name}: not refused"));
             assert!(e.contains("FP4 (bitsandbytes)"), "{name}: {e}");
+            // The library's convert with no layouts named refuses it too (it re-quantized it
+            // to the NVFP4 set), writing nothing.
+            let e = pack::convert(&m, &ConvertOptions::default(), &out, &|_, _| {})
+                .expect_err(&name)
+                .to_string();
+            assert!(e.contains("FP4 (bitsandbytes)"), "{name}: {e}");
+            assert!(!out.exists(), "{name}");
             bnb4_as_bf16(&m, &dir, &bf16_out);
         } else if name.starts_with("bnb-nf4") {
             nf4 += ggml_by_default(&m, &dir, &out, |p, _, i, f| {

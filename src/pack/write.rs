@@ -19,8 +19,9 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
 /// Convert `model` to a pack at `out` (crash-safe). Returns the manifest written.
 ///
-/// Refused before any work, for every caller (the CLI, the Python package, an engine): an `out`
-/// that is a folder, sits in a folder that does not exist, or is one of the model's inputs (a
+/// Refused before any work, for every caller (the CLI, the Python package, an engine): with no
+/// layouts named, a source whose default set would re-quantize a quantized weight (as the
+/// command line refuses it without `--allow-requantize`); an `out` that is a folder, sits in a folder that does not exist, or is one of the model's inputs (a
 /// shard, its `config.json` or index, the LoRA adapter's files) through any spelling, symlink
 /// or hard link ([`crate::atomic::refuse_inputs`]).
 ///
@@ -50,13 +51,22 @@ pub fn convert_until(
     let out = out.as_ref();
     crate::atomic::refuse_inputs(out, &model.borrow().convert_inputs(opts.lora.as_deref()))?;
     // None named: the set that keeps the source's quantized weights, as `convert` on the command
-    // line and the Python package choose it (`choice::default_for`), else the target's default.
+    // line and the Python package choose it (`choice::settle`), else the target's default; where
+    // that default would re-quantize a quantized weight (a source no layout keeps), refused as
+    // they refuse it: a caller who wants it names the layouts.
     let resolved;
     let opts = match opts.layouts {
         None => {
-            let layouts = super::choice::default_for(model.borrow(), opts);
+            let model = model.borrow();
+            let settled = super::choice::settle(model, opts);
+            if let Some(why) = settled.refusal {
+                return Err(Error::Unsupported {
+                    file: model.path.display().to_string(),
+                    reason: format!("{why} (name the layouts to re-quantize it)"),
+                });
+            }
             resolved = ConvertOptions {
-                layouts,
+                layouts: Some(settled.layouts),
                 ..opts.clone()
             };
             &resolved
