@@ -1,7 +1,7 @@
 //! An integer-quantized source weight in its own terms, as the source readers (AutoAWQ, GPTQ,
 //! compressed-tensors) give it: codes, and a scale and zero point per group of a row. A
-//! layout that carries integer weights takes it from here (`layouts/affine`: its check and
-//! its groups); the readers name no layout.
+//! layout that carries integer weights takes it from here (the layout checks it and makes its
+//! own groups of it); the readers name no layout.
 
 /// An integer source's weight in its own terms: `w[r, c] = s[r, g] * (q[r, c] - z[r, g])` with
 /// `g = c / group`, codes and zero points unsigned below `2^bits`.
