@@ -171,8 +171,7 @@ __device__ __forceinline__ void mma_m16n8k32_s8(int* c, const unsigned int* a, c
 }
 #endif
 
-// ---- The int8 MMQ tile (the Q4_K and q2g128 GEMMs over q8_1 activations, the int8 down
-// GEMM). A block computes 64 rows x 128 outputs, 128 k per stage, with 4 warps of 32 x 64
+// ---- The int8 MMQ tile (the layouts' GEMMs over q8_1 activations, the int8 down GEMM). A block computes 64 rows x 128 outputs, 128 k per stage, with 4 warps of 32 x 64
 // (2 x 8 MMAs of m16n8k32 per 32 k). Shared rows are 144 bytes: 36 words, so the fragment
 // loads of the 8 groups x 4 lanes fall in 32 different banks.
 #define MMQ_BM 64

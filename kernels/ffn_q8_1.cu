@@ -1,5 +1,4 @@
-// Activations to q8_1 blocks for the MMQ GEMMs (the q2g128 arm; the Q4_K MMQ arm) and the
-// block-format engine's GEMVs (the ggml arms): per 32 values `f16 d, f16 s, i8 qs[32]` (36 bytes), d = amax / 127 (stored f16), q = roundf(x * (1/d))
+// Activations to q8_1 blocks for the layouts' MMQ GEMMs and the block-format engine's GEMVs: per 32 values `f16 d, f16 s, i8 qs[32]` (36 bytes), d = amax / 127 (stored f16), q = roundf(x * (1/d))
 // with the f32 d, s = the sum of the unquantized inputs (stored f16), summed by a warp
 // butterfly (xor 16, 8, 4, 2, 1) whose order the CPU twin reproduces
 // (src/gpu/reference.rs `quantize_row_q8_1_act`): bit-identical.

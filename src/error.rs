@@ -320,7 +320,7 @@ pub enum GpuError {
     #[error("{0}")]
     Shape(String),
     /// An install out of order or against an installed overlay (the NVFP4 base first; LoRA
-    /// not beside FP8, BF16 or q2g128).
+    /// only beside the NVFP4 arms).
     #[error("{0}")]
     Order(String),
     /// No installed weights and resolved kernels serve this call (rows, activation, or no

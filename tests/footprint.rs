@@ -15,7 +15,7 @@ const CEILINGS: [(&str, &str, usize); 10] = [
     ("nvfp4", "Nvfp4", 51),
     ("nvfp4_mmq", "Nvfp4Mmq", 21),
     ("nvfp4_t", "Nvfp4T", 16),
-    ("q2g128", "Q2g128", 14),
+    ("q2g128", "Q2g128", 7),
     ("q4k_mmq", "Q4kMmq", 13),
     ("w8a8", "W8a8", 5),
 ];

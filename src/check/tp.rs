@@ -294,7 +294,7 @@ impl<'a> TpCx<'a> {
                     None => Ok(()),
                 }
             };
-            // A path this layer refuses at this m (q2g128 prefill on GELU): refused the same
+            // A path this layer refuses at this m (a layout's prefill on GELU): refused the same
             // way on every rank, before any all-reduce.
             let x = &self.x[..rows_of(mm) * h];
             let y = match run_rows_with(&mut ctx, &l, arm.fixed, x, h, per, hook) {

@@ -11,7 +11,7 @@ use metrale_pack::pack::{ConvertOptions, Fidelity};
 use std::io::Write;
 use std::path::Path;
 
-/// A relative error above which `convert` warns (q2g128 measures 43% on SmolLM2).
+/// A relative error above which `convert` warns (the 2-bit layout measures 43% on SmolLM2).
 pub const WARN_REL_ERR: f64 = 0.10;
 
 /// Every layout a user can name for the dense FFN weights: the registry's but the LoRA adapter

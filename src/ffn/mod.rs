@@ -3,8 +3,8 @@
 //! (each built-in layout's runtime: weight type, key, validators, install, arm rows),
 //! `weights` (the rules every weight type shares), `overlays` (the layer's overlays keyed by layout, one home for
 //! built-in and registered layouts), `kernels` (the kernel table), `routing` (which arm serves `m` rows), `forward` (the
-//! public forward methods), and `arms/` (one file per arm family: BF16, FP8 and W8A8, NVFP4,
-//! q2g128, Q4_K MMQ, LoRA).
+//! public forward methods), and `arms/` (the arms several layouts share; each layout's own arms
+//! are in its folder, `src/layouts/TAG/arms.rs`).
 //!
 //! Activations are f32 row-major `[m, hidden]`; outputs land in the arena's `output`
 //! (`[m, hidden]` f32). Every kernel launched is appended to `ForwardContext::trace`, so tests

@@ -133,8 +133,8 @@ pub(crate) fn repack_rows(c: &Case, rows: &mut Vec<Row>, rng: &mut Rand) -> GpuR
 }
 
 /// The GEMMs over the GPU-built copies: Q4_K gate x q8_1 activations (the GPU's own
-/// quantization, its bits checked with q2g128) against the f64 product of the same blocks; the
-/// int8 down GEMM against its f64 twin on bf16-requantized inputs.
+/// quantization, bit for bit its twin in the 2-bit layout's rows) against the f64 product
+/// of the same blocks; the int8 down GEMM against its f64 twin on bf16-requantized inputs.
 pub(crate) fn q4k_gemm_rows(
     c: &Case,
     rows: &mut Vec<Row>,
