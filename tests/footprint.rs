@@ -11,12 +11,12 @@ const CEILINGS: [(&str, &str, usize); 10] = [
     ("affine", "Affine", 5),
     ("bf16", "Bf16", 57),
     ("fp8", "Fp8", 21),
-    ("lora", "Lora", 25),
-    ("nvfp4", "Nvfp4", 51),
-    ("nvfp4_mmq", "Nvfp4Mmq", 21),
-    ("nvfp4_t", "Nvfp4T", 16),
+    ("lora", "Lora", 24),
+    ("nvfp4", "Nvfp4", 50),
+    ("nvfp4_mmq", "Nvfp4Mmq", 14),
+    ("nvfp4_t", "Nvfp4T", 10),
     ("q2g128", "Q2g128", 7),
-    ("q4k_mmq", "Q4kMmq", 13),
+    ("q4k_mmq", "Q4kMmq", 12),
     ("w8a8", "W8a8", 5),
 ];
 

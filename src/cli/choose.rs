@@ -24,7 +24,7 @@ pub fn choices() -> Vec<Layout> {
 }
 
 /// The layouts a user can choose for `model`: [`choices`] less those its activation refuses
-/// (a GELU model's `nvfp4_mmq`, whose kernels are SiLU's).
+/// (on a GELU model, those whose kernels are SiLU's only).
 pub fn choices_for(model: &Model) -> Vec<Layout> {
     let gelu = model.activation == Some(Activation::Gelu);
     choices()
@@ -55,9 +55,8 @@ pub fn refuse(model: &Model, opts: &ConvertOptions, why: &str) -> Result<()> {
     )
 }
 
-/// The forward kinds a layer holding `set` can run (a layout that builds on another, as
-/// `nvfp4_t`, `nvfp4_mmq` and `lora` on `nvfp4`, installs only beside it, as the
-/// loader installs them).
+/// The forward kinds a layer holding `set` can run (a layout that builds on another,
+/// [`builds_on`], installs only beside it, as the loader installs them).
 pub fn served(set: &[Layout]) -> Vec<Method> {
     let installed = |l: Layout| set.contains(&l) && builds_on(l).is_none_or(|b| set.contains(&b));
     let mut out: Vec<Method> = Vec::new();

@@ -107,8 +107,8 @@ fn none_serves(method: Method) -> GpuError {
 }
 
 impl DenseFfnLayer {
-    /// Whether this layer holds `layout`'s overlay (for `nvfp4_t` and `nvfp4_mmq`: for any
-    /// projection). The one place the arms' layouts are read.
+    /// Whether this layer holds `layout`'s overlay (for a layout with an overlay per
+    /// projection: for any projection). The one place the arms' layouts are read.
     pub fn holds(&self, layout: Layout) -> bool {
         self.overlays.holds(layout)
     }

@@ -36,7 +36,7 @@ pub const DQ_WGMMA_THREADS: usize = 4 * 128;
 pub const DQ_WGMMA_SMEM: usize =
     DQ_WGMMA_STAGES * (DQ_WGMMA_BM + DQ_WGMMA_BN) * 128 + 1024 + 16 * DQ_WGMMA_STAGES;
 const _: () = assert!(DQ_WGMMA_SMEM <= 227 << 10);
-// Every k stage is one nvfp4_mmq tile (64 k) and a quarter of a Q4_K block.
+// Every k stage is one NVFP4 MMQ tile (64 k) and a quarter of a Q4_K block.
 const _: () = assert!(NVFP4_MMQ_TILE_K == 64 && NVFP4_MMQ_TILE_N == DQ_WGMMA_BN);
 
 /// The sizes every layout shares (q8_1 activations, the Q4_K block, the dequantizing wgmma

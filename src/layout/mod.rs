@@ -335,7 +335,7 @@ pub fn source_index(proj: Proj) -> usize {
 
 /// What an encoder reads for one layer: the model, the layer's weights, the options and the
 /// adapter, and two caches shared by every layout of the layer: the decoded f32 weights and the
-/// NVFP4 base (which `nvfp4_t` and `nvfp4_mmq` are built from).
+/// NVFP4 base (which the layouts that build on it re-lay).
 pub struct EncodeCx<'a> {
     /// The source model.
     pub model: &'a Model,

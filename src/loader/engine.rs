@@ -73,8 +73,8 @@ pub struct LoadedModel {
 
 impl LoadedModel {
     /// Open, validate and copy the pack at `path`, install every layer's overlays, and run one
-    /// row through each layer: a pack whose layers no forward can serve (an `nvfp4_t`-only
-    /// pack: transposed copies of an NVFP4 base it lacks) is refused here, naming the layer and
+    /// row through each layer: a pack whose layers no forward can serve (a layout's copies of
+    /// a base the pack lacks) is refused here, naming the layer and
     /// what the runtime said, not at the first forward.
     pub fn load(
         path: impl AsRef<Path>,

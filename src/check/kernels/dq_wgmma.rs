@@ -90,7 +90,7 @@ pub(crate) fn act_bf16_bits(c: &Case, rows: &mut Vec<Row>, m: usize) -> GpuResul
     r
 }
 
-/// `nvfp4_wgmma` over the `nvfp4_mmq` tiles `tiles` (padded rows `np`) of the case's weight, at
+/// `nvfp4_wgmma` over the NVFP4 MMQ tiles `tiles` (padded rows `np`) of the case's weight, at
 /// every m, against the f64 product of the bf16-rounded activations (`nvfp4_ref`).
 pub(crate) fn nvfp4_wgmma_rows(
     c: &Case,

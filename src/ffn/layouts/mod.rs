@@ -84,7 +84,7 @@ impl NamedArm {
 /// them in).
 macro_rules! runtime_registry {
     (layouts: [$($t:ident $v:ident $d:literal),*], install: [$($m:ident),*]) => {
-        // A layout whose overlay has no type of its own (`nvfp4_mmq`: device pointers) re-exports
+        // A layout whose overlay has no type of its own (device pointers only) re-exports
         // nothing.
         $(#[allow(unused_imports)] pub use crate::layouts::$m::runtime::*;)*
         /// The key of each built-in layout's overlay (its weight type beside it).
@@ -206,8 +206,8 @@ pub fn named_arms() -> Arc<[&'static NamedArm]> {
     registry().named.clone()
 }
 
-/// The layout `layout` is installed beside (the `nvfp4` base for `nvfp4_t`, `nvfp4_mmq`,
-/// `q4k_mmq` and `lora`), if any.
+/// The layout `layout` is installed beside (the base its overlay builds on, as its runtime
+/// declares it), if any.
 pub fn builds_on(layout: Layout) -> Option<Layout> {
     registry()
         .runtimes
