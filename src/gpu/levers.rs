@@ -91,8 +91,8 @@ pub struct ModelLevers {
     /// split-activation forms (`ggml_gemv1`, `ggml_gemv_split`, then `ggml_gemv_split4`)
     /// rather than `ggml_gemv_sa`.
     pub ggml_split_max_rows: usize,
-    /// `METRALE_GGML_DOWN_SPLIT_MAX_ROWS` over HARDWARE.toml `ggml_down_split_max_rows`
-    /// (default 2): the same for its down projection.
+    /// `METRALE_GGML_DOWN_SPLIT_MAX_ROWS` over HARDWARE.toml `ggml_down_split_max_rows` (2
+    /// without either; sm_90's file: 4): the same for its down projection.
     pub ggml_down_split_max_rows: usize,
 }
 

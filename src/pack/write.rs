@@ -21,9 +21,10 @@ pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
 ///
 /// Refused before any work, for every caller (the CLI, the Python package, an engine): with no
 /// layouts named, a source whose default set would re-quantize a quantized weight (as the
-/// command line refuses it without `--allow-requantize`); an `out` that is a folder, sits in a folder that does not exist, or is one of the model's inputs (a
-/// shard, its `config.json` or index, the LoRA adapter's files) through any spelling, symlink
-/// or hard link ([`crate::atomic::refuse_inputs`]).
+/// command line refuses it without `--allow-requantize`); an `out` that is a folder, sits in
+/// a folder that does not exist, or is one of the model's inputs (a shard, its `config.json`
+/// or index, the LoRA adapter's files) through any spelling, symlink or hard link
+/// ([`crate::atomic::refuse_inputs`]).
 ///
 /// Memory: the source index, the plan (16 bytes a tensor), each written tensor's size and
 /// checksum (24 bytes; the entries of FFN blobs and TP slices whole), then the finished pack's

@@ -1,7 +1,7 @@
 //! The `ggml` arms: every projection through the block-format engine's GEMV (`ggml_gemv1` for
-//! one row and `ggml_gemv_split` for two, their activations split, `ggml_gemv_sa` for more;
-//! the lever `ggml_split_max_rows` moves that bound, `ggml_gemv_split4` past two)
-//! over q8_1 activations
+//! one row, `ggml_gemv_split` for two and `ggml_gemv_split4` for three or four, their
+//! activations split, up to the levers' rows: gate and up two, down four; `ggml_gemv_sa` past
+//! them) over q8_1 activations
 //! (`quantize_act_q8_1`, `quantize_act_q8_1s`), at most
 //! `GGML_GEMV_MAX_M` rows a launch; past `GGML_PREFILL_MIN_ROWS` rows, each projection
 //! dequantized to BF16 (`ggml_dequant_bf16`) and multiplied by the BF16 GEMM. Either way each
